@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs what the demo and the tests need on a fresh machine, and nothing on a warm one:
+# Debian packages, Rust components, and the Go-built control plane (cached by version).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+log() { echo "[setup] $*" >&2; }
+
+need_cmd() { command -v "$1" >/dev/null 2>&1; }
+
+for tool in go cargo; do
+  need_cmd "$tool" || { echo "[setup] $tool is required (Go >= 1.24, Rust >= 1.89) and was not found" >&2; exit 1; }
+done
+
+# Debian packages, by the command that proves each is present.
+declare -A packages=(
+  [openssl]=openssl
+  [curl]=curl
+  [git]=git
+)
+missing=()
+for cmd in "${!packages[@]}"; do need_cmd "$cmd" || missing+=("${packages[$cmd]}"); done
+if ((${#missing[@]})); then
+  log "installing Debian packages: ${missing[*]}"
+  sudo_=""; [[ $(id -u) -ne 0 ]] && sudo_=sudo
+  $sudo_ apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_ apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if need_cmd rustup; then
+  installed=$(rustup component list --installed 2>/dev/null || true)
+  for component in rustfmt clippy; do
+    grep -q "^$component" <<<"$installed" || { log "adding Rust component $component"; rustup component add "$component"; }
+  done
+fi
+
+"$here/toolchain/build.sh" all >/dev/null

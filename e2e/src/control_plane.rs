@@ -1,0 +1,144 @@
+//! The local control plane, as the integration tests see it.
+
+use std::path::PathBuf;
+
+use k8s_openapi::{
+    api::core::v1::Namespace,
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+};
+use kube::{
+    Api, Client, Config,
+    api::{DeleteParams, Patch, PatchParams, PostParams},
+    config::{KubeConfigOptions, Kubeconfig},
+};
+
+/// Where `e2e/cluster.sh` writes the kubeconfig, unless `QUORUM_KUBECONFIG` says otherwise.
+pub fn kubeconfig_path() -> PathBuf {
+    if let Some(path) = std::env::var_os("QUORUM_KUBECONFIG") {
+        return PathBuf::from(path);
+    }
+    let base = std::env::var_os("QUORUM_CLUSTER_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let cache = std::env::var_os("QUORUM_CACHE")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| {
+                    PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/quorum")
+                });
+            cache.join("cluster")
+        });
+    base.join("kubeconfig")
+}
+
+/// A client for the local control plane, as its admin.
+///
+/// # Panics
+/// When the control plane is not running: integration tests must fail loudly rather than
+/// pass without having run. Start it with `e2e/cluster.sh start`.
+pub async fn admin_client() -> Client {
+    let path = kubeconfig_path();
+    let hint = "start the local control plane with `e2e/cluster.sh start` (the test command does this)";
+    let kubeconfig = Kubeconfig::read_from(&path).unwrap_or_else(|error| {
+        panic!(
+            "no local control plane: cannot read {}: {error}; {hint}",
+            path.display()
+        )
+    });
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap_or_else(|error| panic!("bad kubeconfig {}: {error}", path.display()));
+    let client = Client::try_from(config).expect("client from kubeconfig");
+    if let Err(error) = client.apiserver_version().await {
+        panic!("the local control plane does not answer: {error}; {hint}");
+    }
+    client
+}
+
+/// A namespace that exists for one test.
+pub struct TestNamespace {
+    client: Client,
+    name: String,
+}
+
+impl TestNamespace {
+    /// Creates a namespace named `<prefix>-<random>`.
+    pub async fn create(client: &Client, prefix: &str) -> Self {
+        let name = format!("{prefix}-{:06x}", rand::random::<u32>() & 0xff_ffff);
+        let api: Api<Namespace> = Api::all(client.clone());
+        let namespace = Namespace {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                ..ObjectMeta::default()
+            },
+            ..Namespace::default()
+        };
+        api.create(&PostParams::default(), &namespace)
+            .await
+            .unwrap_or_else(|error| panic!("creating namespace {name}: {error}"));
+        wait_for_default_service_account(client, &name).await;
+        Self {
+            client: client.clone(),
+            name,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Deletes the namespace and everything in it. A test that panics before this leaves its
+    /// namespace behind for inspection; `e2e/cluster.sh stop` removes all of them.
+    pub async fn delete(self) {
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        let _ = api.delete(&self.name, &DeleteParams::background()).await;
+    }
+}
+
+/// Pods are refused until the namespace's default ServiceAccount exists.
+async fn wait_for_default_service_account(client: &Client, namespace: &str) {
+    let api: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(client.clone(), namespace);
+    crate::wait::until(
+        "the default ServiceAccount",
+        std::time::Duration::from_secs(30),
+        || async {
+            match api.get_opt("default").await {
+                Ok(Some(_)) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+}
+
+/// Installs (or updates) a CRD with server-side apply and waits until it is established.
+pub async fn install_crd(client: &Client, crd: &CustomResourceDefinition) {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let name = crd.metadata.name.clone().expect("a CRD has a name");
+    api.patch(
+        &name,
+        &PatchParams::apply("quorum-e2e").force(),
+        &Patch::Apply(crd),
+    )
+    .await
+    .unwrap_or_else(|error| panic!("installing CRD {name}: {error}"));
+    crate::wait::until(
+        &format!("CRD {name} established"),
+        std::time::Duration::from_secs(30),
+        || async {
+            let crd = api.get(&name).await.map_err(|e| e.to_string())?;
+            let established = crd
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            if established {
+                Ok(())
+            } else {
+                Err("not established".into())
+            }
+        },
+    )
+    .await;
+}

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Every test: formatting, lints, generated-file drift, unit tests, and the integration tests
+# against the real local control plane (started here, stopped on exit).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+log() { echo "[test] $*" >&2; }
+
+e2e/setup.sh
+log "cargo fmt --check"
+cargo fmt --all --check
+log "cargo clippy"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+log "generated files"
+cargo xtask check
+
+e2e/cluster.sh start
+trap 'e2e/cluster.sh stop' EXIT
+log "cargo test"
+cargo test --workspace --no-fail-fast

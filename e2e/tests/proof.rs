@@ -1,0 +1,248 @@
+//! The first operator-shaped proof, against the real local control plane: a tiny test-only
+//! resource whose controller, built on quorum-core's runner, creates a StatefulSet and a
+//! Service with owner references, recreates the Service after it is deleted, and reports
+//! `Ready` once KWOK marks the pods ready.
+
+use std::{net::SocketAddr, sync::Arc, time::Duration};
+
+use k8s_openapi::{
+    api::{
+        apps::v1::{StatefulSet, StatefulSetSpec},
+        core::v1::{Container, PodSpec, PodTemplateSpec, Service, ServicePort, ServiceSpec},
+    },
+    apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, ObjectMeta},
+    jiff::Timestamp,
+};
+use kube::{
+    Api, CustomResource, CustomResourceExt, ResourceExt,
+    api::{DeleteParams, PostParams},
+    runtime::controller::Action,
+};
+use quorum_core::{
+    apply::child_metadata,
+    conditions::{ConditionType, ConditionUpdate, set_condition},
+    config::{LogFormat, OperatorConfig},
+    naming::{child_name, selector_labels, standard_labels},
+    runner::{Context, RetryPolicy, Runtime},
+    status::patch_status,
+};
+use quorum_e2e::{
+    control_plane::{TestNamespace, admin_client, install_crd},
+    wait,
+};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+const OPERATOR: &str = "proof-operator";
+
+#[derive(CustomResource, Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[kube(
+    group = "test.quorum.dev",
+    version = "v1alpha1",
+    kind = "Proof",
+    namespaced,
+    status = "ProofStatus"
+)]
+struct ProofSpec {
+    replicas: i32,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+struct ProofStatus {
+    ready_replicas: i32,
+    conditions: Vec<Condition>,
+}
+
+fn build_service(proof: &Proof) -> Result<Service, quorum_core::Error> {
+    let name = proof.name_any();
+    Ok(Service {
+        metadata: child_metadata(
+            proof,
+            child_name(&name, ""),
+            standard_labels("proof", &name, "server", OPERATOR),
+        )?,
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".into()),
+            selector: Some(selector_labels("proof", &name, "server")),
+            ports: Some(vec![ServicePort {
+                name: Some("client".into()),
+                port: 7000,
+                ..ServicePort::default()
+            }]),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    })
+}
+
+fn build_statefulset(proof: &Proof) -> Result<StatefulSet, quorum_core::Error> {
+    let name = proof.name_any();
+    let selector = selector_labels("proof", &name, "server");
+    Ok(StatefulSet {
+        metadata: child_metadata(
+            proof,
+            child_name(&name, ""),
+            standard_labels("proof", &name, "server", OPERATOR),
+        )?,
+        spec: Some(StatefulSetSpec {
+            replicas: Some(proof.spec.replicas),
+            service_name: Some(child_name(&name, "")),
+            selector: LabelSelector {
+                match_labels: Some(selector.clone()),
+                ..LabelSelector::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(selector),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    containers: vec![Container {
+                        name: "server".into(),
+                        image: Some("registry.invalid/proof:1".into()),
+                        ..Container::default()
+                    }],
+                    ..PodSpec::default()
+                }),
+            },
+            ..StatefulSetSpec::default()
+        }),
+        ..StatefulSet::default()
+    })
+}
+
+async fn reconcile(proof: Arc<Proof>, context: Arc<Context<()>>) -> Result<Action, quorum_core::Error> {
+    context.applier.apply(&build_service(&proof)?).await?;
+    let statefulset = context.applier.apply(&build_statefulset(&proof)?).await?;
+    let ready_replicas = statefulset.status.and_then(|s| s.ready_replicas).unwrap_or(0);
+
+    let mut status = proof.status.clone().unwrap_or_default();
+    status.ready_replicas = ready_replicas;
+    let ready = ready_replicas == proof.spec.replicas;
+    let message = format!("{ready_replicas}/{} pods ready", proof.spec.replicas);
+    let reason = if ready { "AllPodsReady" } else { "PodsNotReady" };
+    set_condition(
+        &mut status.conditions,
+        ConditionUpdate::new(ConditionType::Ready, ready, reason, message),
+        proof.metadata.generation,
+        Timestamp::now(),
+    );
+    patch_status(&context.client, proof.as_ref(), proof.status.as_ref(), &status).await?;
+    // StatefulSet status changes wake us through the owned-object watch; the requeue is a backstop.
+    Ok(Action::requeue(Duration::from_secs(30)))
+}
+
+fn config_for(namespace: &str) -> OperatorConfig {
+    OperatorConfig {
+        watch_namespaces: vec![namespace.to_string()],
+        log_format: LogFormat::Text,
+        metrics_address: SocketAddr::from(([127, 0, 0, 1], 0)),
+        leader_elect: false,
+        leader_election_namespace: None,
+        identity: Some("proof-test".into()),
+        pod_namespace: None,
+    }
+}
+
+#[tokio::test]
+async fn proof_controller_owns_recreates_and_reports_ready() {
+    quorum_core::telemetry::init(LogFormat::Text);
+    let client = admin_client().await;
+    install_crd(&client, &Proof::crd()).await;
+    let namespace = TestNamespace::create(&client, "proof").await;
+    let ns = namespace.name().to_string();
+
+    let runtime = Runtime::new(OPERATOR, config_for(&ns), client.clone()).with_retry_policy(RetryPolicy {
+        first: Duration::from_millis(200),
+        max: Duration::from_secs(2),
+    });
+    let shutdown = runtime.shutdown_token();
+    let context = runtime.context(());
+    let controller = runtime.controller::<Proof, _, _, _, _>(context, reconcile);
+    let running = tokio::spawn(runtime.run(vec![controller]));
+
+    let proofs: Api<Proof> = Api::namespaced(client.clone(), &ns);
+    let proof = Proof::new("demo", ProofSpec { replicas: 2 });
+    let created = proofs
+        .create(&PostParams::default(), &proof)
+        .await
+        .expect("create Proof");
+    let uid = created.uid().expect("stored object has a uid");
+
+    let services: Api<Service> = Api::namespaced(client.clone(), &ns);
+    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    let owned_by_proof =
+        |owners: Option<&Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>>| {
+            owners.is_some_and(|refs| {
+                refs.iter()
+                    .any(|r| r.uid == uid && r.kind == "Proof" && r.controller == Some(true))
+            })
+        };
+
+    let service = wait::until("the Service", Duration::from_secs(30), || async {
+        services
+            .get_opt("demo")
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or("absent".to_string())
+    })
+    .await;
+    assert!(
+        owned_by_proof(service.metadata.owner_references.as_ref()),
+        "{:?}",
+        service.metadata
+    );
+    assert_eq!(service.labels()["app.kubernetes.io/managed-by"], OPERATOR);
+    let statefulset = wait::until("the StatefulSet", Duration::from_secs(30), || async {
+        statefulsets
+            .get_opt("demo")
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or("absent".to_string())
+    })
+    .await;
+    assert!(owned_by_proof(statefulset.metadata.owner_references.as_ref()));
+
+    // A deleted child is recreated: the owned-object watch wakes the controller.
+    let old_uid = service.uid();
+    services
+        .delete("demo", &DeleteParams::default())
+        .await
+        .expect("delete Service");
+    wait::until("the Service to be recreated", Duration::from_secs(30), || async {
+        match services.get_opt("demo").await.map_err(|e| e.to_string())? {
+            Some(s) if s.uid() != old_uid => Ok(()),
+            other => Err(format!("{:?}", other.map(|s| s.uid()))),
+        }
+    })
+    .await;
+
+    // KWOK marks the pods Running and Ready; the StatefulSet controller counts them; the
+    // controller reports Ready.
+    let status = wait::until("Ready=True on the Proof", Duration::from_secs(90), || async {
+        let proof = proofs.get("demo").await.map_err(|e| e.to_string())?;
+        let status = proof.status.clone().unwrap_or_default();
+        let ready = status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        if ready {
+            Ok(status)
+        } else {
+            Err(format!("{status:?}"))
+        }
+    })
+    .await;
+    assert_eq!(status.ready_replicas, 2);
+    let ready = status.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+    assert_eq!(ready.reason, "AllPodsReady");
+    assert_eq!(ready.observed_generation, created.metadata.generation);
+
+    shutdown.cancel();
+    running
+        .await
+        .expect("runtime task")
+        .expect("runtime ends cleanly on shutdown");
+    namespace.delete().await;
+}

@@ -1,0 +1,29 @@
+//! Shared machinery of the Quorum operators.
+//!
+//! Every operator is a level-based control loop with two hands: one shapes Kubernetes objects,
+//! the other calls the database's own admin API. This crate holds what all four operators share:
+//!
+//! - [`naming`]: deterministic object names and the standard `app.kubernetes.io` labels;
+//! - [`apply`]: server-side apply under one field manager per operator, with controller owner references;
+//! - [`conditions`]: `Ready`, `Progressing`, `Degraded` with `observedGeneration` and stable transition times;
+//! - [`status`]: writing `status` only when it changed;
+//! - [`events`]: one shared event recorder with a fixed catalogue of reasons;
+//! - [`metrics`] and [`http`]: `/metrics`, `/healthz`, `/readyz`;
+//! - [`leader`]: leader election on a `coordination.k8s.io` Lease;
+//! - [`runner`]: the controller runner that ties them together;
+//! - [`config`] and [`telemetry`]: flags, environment and structured logs.
+
+pub mod apply;
+pub mod conditions;
+pub mod config;
+pub mod error;
+pub mod events;
+pub mod http;
+pub mod leader;
+pub mod metrics;
+pub mod naming;
+pub mod runner;
+pub mod status;
+pub mod telemetry;
+
+pub use error::{Error, ReconcileError};

@@ -1,0 +1,96 @@
+//! Deterministic names and the standard labels every child object carries.
+//!
+//! Names are a pure function of the owning resource's name and a role suffix, so a reconcile
+//! that crashed half-way finds the same objects on its next pass.
+
+use std::collections::BTreeMap;
+
+/// Value of `app.kubernetes.io/part-of` on every object Quorum manages.
+pub const PART_OF: &str = "quorum";
+
+/// Kubernetes' limit for names that must also be DNS labels (Services, StatefulSet pods).
+pub const MAX_DNS_LABEL: usize = 63;
+
+/// The name of a child object: `<instance>-<suffix>`, or `<instance>` when the suffix is empty.
+///
+/// Names longer than a DNS label are shortened deterministically: the tail is replaced by a
+/// short hash of the full name, so two different long names never collide by truncation.
+pub fn child_name(instance: &str, suffix: &str) -> String {
+    let full = if suffix.is_empty() {
+        instance.to_string()
+    } else {
+        format!("{instance}-{suffix}")
+    };
+    shorten(&full, MAX_DNS_LABEL)
+}
+
+/// Shortens `name` to at most `max` characters, keeping it unique with a hash of the whole.
+pub fn shorten(name: &str, max: usize) -> String {
+    if name.len() <= max {
+        return name.to_string();
+    }
+    let hash = format!("{:08x}", fnv1a(name.as_bytes()) as u32);
+    let keep = max - hash.len() - 1;
+    let head = name[..keep].trim_end_matches('-');
+    format!("{head}-{hash}")
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf29ce484222325, |hash, byte| {
+        (hash ^ u64::from(*byte)).wrapping_mul(0x100000001b3)
+    })
+}
+
+/// Labels that select one component of one instance: stable for the life of the instance,
+/// so they are safe in immutable selectors (StatefulSet, PodDisruptionBudget, Service).
+pub fn selector_labels(app: &str, instance: &str, component: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app.kubernetes.io/name".to_string(), app.to_string()),
+        ("app.kubernetes.io/instance".to_string(), instance.to_string()),
+        ("app.kubernetes.io/component".to_string(), component.to_string()),
+    ])
+}
+
+/// The full standard label set: the selector labels plus `managed-by` and `part-of`.
+pub fn standard_labels(
+    app: &str,
+    instance: &str,
+    component: &str,
+    managed_by: &str,
+) -> BTreeMap<String, String> {
+    let mut labels = selector_labels(app, instance, component);
+    labels.insert("app.kubernetes.io/managed-by".to_string(), managed_by.to_string());
+    labels.insert("app.kubernetes.io/part-of".to_string(), PART_OF.to_string());
+    labels
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_names_are_joined_unchanged() {
+        assert_eq!(child_name("main", "client"), "main-client");
+        assert_eq!(child_name("main", ""), "main");
+    }
+
+    #[test]
+    fn long_names_are_shortened_deterministically_and_stay_distinct() {
+        let a = child_name(&"a".repeat(70), "client");
+        let b = child_name(&"a".repeat(71), "client");
+        assert_eq!(a.len(), MAX_DNS_LABEL);
+        assert_eq!(a, child_name(&"a".repeat(70), "client"));
+        assert_ne!(a, b);
+        assert!(!a.contains("--"));
+    }
+
+    #[test]
+    fn standard_labels_extend_selector_labels() {
+        let labels = standard_labels("etcd", "main", "member", "etcd-operator");
+        for (key, value) in selector_labels("etcd", "main", "member") {
+            assert_eq!(labels.get(&key), Some(&value));
+        }
+        assert_eq!(labels["app.kubernetes.io/managed-by"], "etcd-operator");
+        assert_eq!(labels["app.kubernetes.io/part-of"], "quorum");
+    }
+}

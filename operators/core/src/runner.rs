@@ -1,0 +1,440 @@
+//! The controller runner: everything between `main` and an operator's reconcile function.
+//!
+//! [`Runtime`] owns what one operator process shares: the API client, the field manager, the
+//! event publisher, metrics and readiness, the HTTP endpoint, leader election and shutdown.
+//! [`Runtime::controller`] turns a reconcile function into a running controller that
+//!
+//! - watches the custom resource, skipping updates that leave `metadata.generation` and the
+//!   annotations unchanged (status writes, including our own, do not wake it);
+//! - watches the StatefulSets, Services, PodDisruptionBudgets, Secrets and ConfigMaps the
+//!   operator manages (selected by `app.kubernetes.io/managed-by`), so a deleted child is
+//!   recreated;
+//! - counts and times every reconcile, and retries failures with jittered exponential backoff,
+//!   except permanent ones (an invalid spec), which wait for the resource to change.
+
+use std::{collections::HashMap, fmt::Debug, sync::Arc, time::Duration};
+
+use futures::{StreamExt, future::BoxFuture};
+use k8s_openapi::{
+    NamespaceResourceScope,
+    api::{
+        apps::v1::StatefulSet,
+        core::v1::{ConfigMap, Secret, Service},
+        policy::v1::PodDisruptionBudget,
+    },
+};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    runtime::{Controller, Predicate, WatchStreamExt, controller::Action, predicates, reflector, watcher},
+};
+use rand::Rng;
+use serde::de::DeserializeOwned;
+use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    ReconcileError,
+    apply::Applier,
+    config::OperatorConfig,
+    events::EventPublisher,
+    http::{self, Readiness},
+    leader::{LeaderElector, LeaseTimings},
+    metrics::Metrics,
+};
+
+/// What every reconcile receives: the shared machinery plus the operator's own `state`
+/// (for example its cache of database admin clients).
+pub struct Context<S> {
+    pub client: Client,
+    pub applier: Applier,
+    pub events: EventPublisher,
+    pub metrics: Arc<Metrics>,
+    pub state: S,
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl<S> Context<S> {
+    /// A context for reconciles run outside a [`Runtime`] (tests drive reconcile directly).
+    pub fn new(client: Client, operator: &str, metrics: Arc<Metrics>, state: S) -> Self {
+        Self {
+            applier: Applier::new(client.clone(), operator),
+            events: EventPublisher::new(client.clone(), operator, None),
+            client,
+            metrics,
+            state,
+            failures: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+/// Retry delays for failed reconciles.
+#[derive(Clone, Copy, Debug)]
+pub struct RetryPolicy {
+    pub first: Duration,
+    pub max: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            first: Duration::from_millis(500),
+            max: Duration::from_secs(300),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The delay before retry number `attempt` (1-based): doubling from `first`, capped at
+    /// `max`, with up to 20% random jitter so failing objects do not retry in lockstep.
+    pub fn delay(&self, attempt: u32) -> Duration {
+        let base = self
+            .first
+            .saturating_mul(2u32.saturating_pow(attempt.saturating_sub(1)))
+            .min(self.max);
+        let jitter = rand::rng().random_range(0.0..0.2);
+        base.mul_f64(1.0 + jitter).min(self.max)
+    }
+}
+
+/// Why [`Runtime::run`] returned.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("could not serve the metrics endpoint: {0}")]
+    Http(#[source] std::io::Error),
+    #[error("the API server is not reachable: {0}")]
+    ApiServer(#[source] kube::Error),
+    #[error("leadership was lost; exiting so a standby takes over")]
+    LeadershipLost,
+}
+
+/// One operator process.
+pub struct Runtime {
+    operator: &'static str,
+    config: OperatorConfig,
+    client: Client,
+    metrics: Arc<Metrics>,
+    readiness: Readiness,
+    events: EventPublisher,
+    shutdown: CancellationToken,
+    retry: RetryPolicy,
+    lease_timings: LeaseTimings,
+}
+
+impl Runtime {
+    /// A runtime for the operator named `operator` (its field manager and event reporter).
+    pub fn new(operator: &'static str, config: OperatorConfig, client: Client) -> Self {
+        let events = EventPublisher::new(client.clone(), operator, Some(config.identity()));
+        Self {
+            operator,
+            config,
+            client,
+            metrics: Arc::new(Metrics::new()),
+            readiness: Readiness::default(),
+            events,
+            shutdown: CancellationToken::new(),
+            retry: RetryPolicy::default(),
+            lease_timings: LeaseTimings::default(),
+        }
+    }
+
+    /// Replaces the retry policy (tests shorten it).
+    pub fn with_retry_policy(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Replaces the leader-election timings (tests shorten them).
+    pub fn with_lease_timings(mut self, timings: LeaseTimings) -> Self {
+        self.lease_timings = timings;
+        self
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// A token that, once cancelled, shuts the runtime down as SIGTERM would.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    /// The shared context for this process's reconciles, holding the operator's `state`.
+    pub fn context<S>(&self, state: S) -> Arc<Context<S>> {
+        Arc::new(Context {
+            client: self.client.clone(),
+            applier: Applier::new(self.client.clone(), self.operator),
+            events: self.events.clone(),
+            metrics: self.metrics.clone(),
+            state,
+            failures: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// A controller for resources of kind `K`, in every watched namespace, calling `reconcile`.
+    /// The returned future runs until shutdown; pass it to [`Runtime::run`].
+    pub fn controller<K, S, E, F, Fut>(
+        &self,
+        context: Arc<Context<S>>,
+        reconcile: F,
+    ) -> BoxFuture<'static, ()>
+    where
+        K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + Debug
+            + Send
+            + Sync
+            + 'static,
+        S: Send + Sync + 'static,
+        E: ReconcileError,
+        F: Fn(Arc<K>, Arc<Context<S>>) -> Fut + Send + Sync + Clone + 'static,
+        Fut: Future<Output = Result<Action, E>> + Send + 'static,
+    {
+        let scopes: Vec<Option<String>> = if self.config.watch_namespaces.is_empty() {
+            vec![None]
+        } else {
+            self.config.watch_namespaces.iter().cloned().map(Some).collect()
+        };
+        let controllers = scopes
+            .into_iter()
+            .map(|namespace| self.controller_in(namespace, context.clone(), reconcile.clone()));
+        let all = futures::future::join_all(controllers);
+        Box::pin(async move {
+            all.await;
+        })
+    }
+
+    fn controller_in<K, S, E, F, Fut>(
+        &self,
+        namespace: Option<String>,
+        context: Arc<Context<S>>,
+        reconcile: F,
+    ) -> BoxFuture<'static, ()>
+    where
+        K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + Debug
+            + Send
+            + Sync
+            + 'static,
+        S: Send + Sync + 'static,
+        E: ReconcileError,
+        F: Fn(Arc<K>, Arc<Context<S>>) -> Fut + Send + Sync + Clone + 'static,
+        Fut: Future<Output = Result<Action, E>> + Send + 'static,
+    {
+        let client = self.client.clone();
+        let api = |client: Client| -> Api<K> {
+            match &namespace {
+                Some(ns) => Api::namespaced(client, ns),
+                None => Api::all(client),
+            }
+        };
+        fn owned<C>(client: &Client, namespace: &Option<String>) -> Api<C>
+        where
+            C: Resource<DynamicType = (), Scope = NamespaceResourceScope>,
+        {
+            match namespace {
+                Some(ns) => Api::namespaced(client.clone(), ns),
+                None => Api::all(client.clone()),
+            }
+        }
+        let managed =
+            watcher::Config::default().labels(&format!("app.kubernetes.io/managed-by={}", self.operator));
+        let (reader, writer) = reflector::store();
+        let trigger = watcher(api(client.clone()), watcher::Config::default())
+            .default_backoff()
+            .reflect(writer)
+            .applied_objects()
+            .predicate_filter(
+                predicates::generation.combine(predicates::annotations),
+                Default::default(),
+            );
+        let controller_name = K::plural(&()).to_string();
+        let retry = self.retry;
+        let shutdown = self.shutdown.clone();
+        let reconcile_name = controller_name.clone();
+        let error_name = controller_name.clone();
+        let stream = Controller::for_stream(trigger, reader)
+            .owns(owned::<StatefulSet>(&client, &namespace), managed.clone())
+            .owns(owned::<Service>(&client, &namespace), managed.clone())
+            .owns(owned::<PodDisruptionBudget>(&client, &namespace), managed.clone())
+            .owns(owned::<Secret>(&client, &namespace), managed.clone())
+            .owns(owned::<ConfigMap>(&client, &namespace), managed)
+            .graceful_shutdown_on(shutdown.cancelled_owned())
+            .run(
+                move |object: Arc<K>, context: Arc<Context<S>>| {
+                    let reconcile = reconcile.clone();
+                    let controller = reconcile_name.clone();
+                    async move {
+                        let key = object_key(object.as_ref());
+                        let started = std::time::Instant::now();
+                        let result = reconcile(object, context.clone()).await;
+                        context.metrics.observe_reconcile(&controller, started.elapsed());
+                        match &result {
+                            Ok(_) => {
+                                context.failures.lock().await.remove(&key);
+                            }
+                            Err(error) => context.metrics.observe_error(&controller, error.metric_label()),
+                        }
+                        result
+                    }
+                },
+                move |object: Arc<K>, error: &E, context: Arc<Context<S>>| {
+                    error_policy(object.as_ref(), error, &context, retry, &error_name)
+                },
+                context,
+            );
+        Box::pin(stream.for_each(move |result| {
+            match result {
+                Ok((object, _)) => {
+                    tracing::debug!(controller = %controller_name, object = %object, "reconciled")
+                }
+                Err(error) => tracing::warn!(controller = %controller_name, %error, "reconcile failed"),
+            }
+            futures::future::ready(())
+        }))
+    }
+
+    /// Serves the HTTP endpoint, waits for leadership when election is on, then runs the
+    /// controllers until SIGTERM or SIGINT (or [`Runtime::shutdown_token`]) asks them to stop.
+    ///
+    /// # Errors
+    /// [`RunError::LeadershipLost`] when the lease could not be renewed: the process must exit
+    /// so it cannot act alongside a new leader. The other variants when start-up fails.
+    pub async fn run(self, controllers: Vec<BoxFuture<'static, ()>>) -> Result<(), RunError> {
+        let (address, server) = http::bind(
+            self.config.metrics_address,
+            self.metrics.clone(),
+            self.readiness.clone(),
+        )
+        .await
+        .map_err(RunError::Http)?;
+        tokio::spawn(server);
+        tracing::info!(%address, operator = self.operator, "serving /metrics, /healthz and /readyz");
+
+        self.client
+            .apiserver_version()
+            .await
+            .map_err(RunError::ApiServer)?;
+        self.readiness.set(true);
+
+        let shutdown = self.shutdown.clone();
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            tracing::info!("shutdown requested");
+            shutdown.cancel();
+        });
+
+        let elector = self.config.leader_elect.then(|| {
+            LeaderElector::new(
+                self.client.clone(),
+                &self.config.lease_namespace(),
+                &format!("{}-leader", self.operator),
+                &self.config.identity(),
+                self.lease_timings.clone(),
+            )
+        });
+        if let Some(elector) = &elector {
+            tokio::select! {
+                () = elector.acquire() => {}
+                () = self.shutdown.cancelled() => return Ok(()),
+            }
+        }
+
+        let shutdown = self.shutdown.clone();
+        let controllers = async move {
+            // Controllers end only after a shutdown request; a process with none waits for it.
+            futures::future::join_all(controllers).await;
+            shutdown.cancelled().await;
+        };
+        let outcome = match &elector {
+            Some(elector) => tokio::select! {
+                () = controllers => Ok(()),
+                () = elector.hold() => Err(RunError::LeadershipLost),
+            },
+            None => {
+                controllers.await;
+                Ok(())
+            }
+        };
+        self.readiness.set(false);
+        if let Some(elector) = &elector
+            && outcome.is_ok()
+        {
+            elector.release().await;
+        }
+        outcome
+    }
+}
+
+fn object_key<K: Resource>(object: &K) -> String {
+    format!("{}/{}", object.namespace().unwrap_or_default(), object.name_any())
+}
+
+fn error_policy<K: Resource, S, E: ReconcileError>(
+    object: &K,
+    error: &E,
+    context: &Context<S>,
+    retry: RetryPolicy,
+    controller: &str,
+) -> Action {
+    if error.is_permanent() {
+        tracing::warn!(controller, object = %object_key(object), %error, "waiting for the resource to change");
+        return Action::await_change();
+    }
+    // error_policy is synchronous; the lock is only ever held briefly, so try_lock succeeds
+    // except under a race with a finishing reconcile, where the first retry delay is fine.
+    let attempt = match context.failures.try_lock() {
+        Ok(mut failures) => {
+            let count = failures.entry(object_key(object)).or_insert(0);
+            *count += 1;
+            *count
+        }
+        Err(_) => 1,
+    };
+    let delay = retry.delay(attempt);
+    tracing::warn!(controller, object = %object_key(object), %error, attempt, ?delay, "retrying");
+    Action::requeue(delay)
+}
+
+async fn wait_for_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => futures::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminate => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_delay_doubles_with_bounded_jitter_and_caps() {
+        let policy = RetryPolicy {
+            first: Duration::from_secs(1),
+            max: Duration::from_secs(60),
+        };
+        for attempt in 1..=5u32 {
+            let base = Duration::from_secs(1 << (attempt - 1));
+            let delay = policy.delay(attempt);
+            assert!(
+                delay >= base && delay <= base.mul_f64(1.2),
+                "attempt {attempt}: {delay:?}"
+            );
+        }
+        assert_eq!(policy.delay(30), Duration::from_secs(60));
+    }
+}

@@ -1,0 +1,231 @@
+//! The `EtcdCluster` custom resource (`etcd.quorum.dev/v1alpha1`).
+//!
+//! Validation lives in the schema and CEL rules, so `kubectl apply` refuses a bad spec with a
+//! message naming the field before the operator ever sees it.
+
+use k8s_openapi::{
+    api::core::v1::{Affinity, ResourceRequirements, Toleration},
+    apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::Condition},
+};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// An etcd cluster: its members, version and storage, kept in shape through etcd's own
+/// membership API, one safe step at a time.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "etcd.quorum.dev",
+    version = "v1alpha1",
+    kind = "EtcdCluster",
+    namespaced,
+    status = "EtcdClusterStatus",
+    shortname = "etcd",
+    category = "quorum",
+    scale(
+        spec_replicas_path = ".spec.replicas",
+        status_replicas_path = ".status.replicas",
+        label_selector_path = ".status.selector"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(name = "Members", type_ = "integer", json_path = ".status.replicas"),
+    printcolumn(name = "Leader", type_ = "string", json_path = ".status.leader"),
+    printcolumn(name = "Version", type_ = "string", json_path = ".status.version"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    doc = "An etcd cluster managed by Quorum"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdClusterSpec {
+    /// Number of voting members. Odd counts are recommended: four members tolerate one
+    /// failure, as three do, with more to lose.
+    #[schemars(range(min = 1, max = 9))]
+    pub replicas: i32,
+
+    /// etcd version, `3.MINOR.PATCH` (3.5 or newer). Changing it rolls the members one at a
+    /// time, the leader last.
+    #[schemars(regex(pattern = r"^3\.([5-9]|[1-9][0-9])\.[0-9]+$"))]
+    pub version: String,
+
+    /// The container image; default `gcr.io/etcd-development/etcd:v<version>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+
+    /// Persistent storage for each member. Immutable: a StatefulSet's volume claim templates
+    /// cannot change.
+    #[x_kube(validation = Rule::new("self == oldSelf").message("storage is immutable"))]
+    pub storage: EtcdStorage,
+
+    /// CPU and memory for each member's container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+
+    /// Scheduling and metadata overrides for the member pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_template: Option<PodOverrides>,
+
+    /// TLS for client and peer traffic, from Secrets of type `kubernetes.io/tls` (with `ca.crt`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<EtcdTls>,
+
+    /// How often to take snapshots and how long to keep them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<BackupPolicy>,
+
+    /// Bootstrap the cluster from a backup instead of empty. Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("restoreFrom is immutable"))]
+    pub restore_from: Option<RestoreSource>,
+}
+
+/// Storage of one member.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdStorage {
+    /// Size of each member's volume, for example `8Gi`.
+    pub size: Quantity,
+    /// The StorageClass; the cluster default when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class_name: Option<String>,
+}
+
+/// Pod-level overrides merged into the member pods.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodOverrides {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
+}
+
+/// TLS material, by Secret name.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdTls {
+    /// Secret with the client-facing serving certificate (`tls.crt`, `tls.key`, `ca.crt`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_secret_name: Option<String>,
+    /// Secret with the peer certificate (`tls.crt`, `tls.key`, `ca.crt`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_secret_name: Option<String>,
+}
+
+/// Scheduled snapshots.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupPolicy {
+    /// Cron schedule (five fields, UTC), for example `0 */6 * * *`.
+    pub schedule: String,
+    /// Where snapshots go.
+    pub destination: BackupDestination,
+    /// How many successful snapshots to keep.
+    #[serde(default = "default_retention")]
+    #[schemars(range(min = 1))]
+    pub retain: u32,
+    /// `BackupStale` turns true when the newest good snapshot is older than this many minutes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_age_minutes: Option<u32>,
+}
+
+fn default_retention() -> u32 {
+    7
+}
+
+/// An object store location for snapshots.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupDestination {
+    /// S3-compatible bucket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3: Option<S3Destination>,
+    /// A directory on a volume mounted into the operator (for tests and single-node setups).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filesystem: Option<FilesystemDestination>,
+}
+
+/// An S3-compatible bucket.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct S3Destination {
+    pub bucket: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+    /// Endpoint URL for non-AWS stores (MinIO, Ceph RGW, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// Secret with `accessKeyId` and `secretAccessKey`.
+    pub credentials_secret_name: String,
+}
+
+/// A directory for snapshots.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FilesystemDestination {
+    pub path: String,
+}
+
+/// The backup a new cluster starts from.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreSource {
+    /// Name of an `EtcdBackup` in the same namespace whose snapshot succeeded.
+    pub backup_name: String,
+}
+
+/// What the operator last observed of the cluster.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdClusterStatus {
+    /// The generation the status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Started voting members (the scale subresource's current count).
+    #[serde(default)]
+    pub replicas: i32,
+    /// Label selector of the member pods, for the scale subresource.
+    #[serde(default)]
+    pub selector: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader: Option<String>,
+    /// The version every member runs, once they agree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<MemberStatus>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// One member as etcd and the operator see it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberStatus {
+    pub name: String,
+    /// etcd's member id, in hex.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_url: Option<String>,
+    /// `Healthy`, `Unhealthy` or `Unknown` (not reachable from the operator).
+    pub health: String,
+    #[serde(default)]
+    pub leader: bool,
+    #[serde(default)]
+    pub learner: bool,
+}

@@ -1,0 +1,8 @@
+//! Quorum's etcd operator.
+//!
+//! - [`crd`]: the `EtcdCluster` resource; the CRD is generated from these types.
+
+pub mod crd;
+
+/// The operator's name: its field manager, event reporter and `app.kubernetes.io/managed-by`.
+pub const OPERATOR_NAME: &str = "quorum-etcd-operator";
