@@ -37,9 +37,12 @@ pub fn kubeconfig_path() -> PathBuf {
 /// When the control plane is not running: integration tests must fail loudly rather than
 /// pass without having run. Start it with `e2e/cluster.sh start`.
 pub async fn admin_client() -> Client {
-    let path = kubeconfig_path();
+    admin_client_from(&kubeconfig_path()).await
+}
+
+async fn admin_client_from(path: &std::path::Path) -> Client {
     let hint = "start the local control plane with `e2e/cluster.sh start` (the test command does this)";
-    let kubeconfig = Kubeconfig::read_from(&path).unwrap_or_else(|error| {
+    let kubeconfig = Kubeconfig::read_from(path).unwrap_or_else(|error| {
         panic!(
             "no local control plane: cannot read {}: {error}; {hint}",
             path.display()
@@ -141,4 +144,13 @@ pub async fn install_crd(client: &Client, crd: &CustomResourceDefinition) {
         },
     )
     .await;
+}
+
+#[cfg(test)]
+mod tests {
+    #[tokio::test]
+    #[should_panic(expected = "no local control plane")]
+    async fn a_missing_control_plane_fails_loudly() {
+        super::admin_client_from(std::path::Path::new("/nonexistent/kubeconfig")).await;
+    }
 }

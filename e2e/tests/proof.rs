@@ -133,11 +133,11 @@ async fn reconcile(proof: Arc<Proof>, context: Arc<Context<()>>) -> Result<Actio
     Ok(Action::requeue(Duration::from_secs(30)))
 }
 
-fn config_for(namespace: &str) -> OperatorConfig {
+fn config_for(namespace: &str, metrics_port: u16) -> OperatorConfig {
     OperatorConfig {
         watch_namespaces: vec![namespace.to_string()],
         log_format: LogFormat::Text,
-        metrics_address: SocketAddr::from(([127, 0, 0, 1], 0)),
+        metrics_address: SocketAddr::from(([127, 0, 0, 1], metrics_port)),
         leader_elect: false,
         leader_election_namespace: None,
         identity: Some("proof-test".into()),
@@ -153,10 +153,17 @@ async fn proof_controller_owns_recreates_and_reports_ready() {
     let namespace = TestNamespace::create(&client, "proof").await;
     let ns = namespace.name().to_string();
 
-    let runtime = Runtime::new(OPERATOR, config_for(&ns), client.clone()).with_retry_policy(RetryPolicy {
-        first: Duration::from_millis(200),
-        max: Duration::from_secs(2),
-    });
+    let metrics_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let runtime = Runtime::new(OPERATOR, config_for(&ns, metrics_port), client.clone()).with_retry_policy(
+        RetryPolicy {
+            first: Duration::from_millis(200),
+            max: Duration::from_secs(2),
+        },
+    );
     let shutdown = runtime.shutdown_token();
     let context = runtime.context(());
     let controller = runtime.controller::<Proof, _, _, _, _>(context, reconcile);
@@ -238,6 +245,22 @@ async fn proof_controller_owns_recreates_and_reports_ready() {
     let ready = status.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
     assert_eq!(ready.reason, "AllPodsReady");
     assert_eq!(ready.observed_generation, created.metadata.generation);
+
+    // Every reconcile was counted and timed.
+    let metrics = reqwest::get(format!("http://127.0.0.1:{metrics_port}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let reconciles: u64 = metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(r#"quorum_reconcile_total{controller="proofs"} "#))
+        .unwrap_or_else(|| panic!("no reconcile counter in {metrics}"))
+        .parse()
+        .unwrap();
+    assert!(reconciles >= 2, "{metrics}");
+    assert!(metrics.contains(r#"quorum_reconcile_duration_seconds_count{controller="proofs"}"#));
 
     shutdown.cancel();
     running

@@ -3,6 +3,9 @@
 //! Validation lives in the schema and CEL rules, so `kubectl apply` refuses a bad spec with a
 //! message naming the field before the operator ever sees it.
 
+// Several `printcolumn(type_ = "string", ...)` arguments look like duplicates to clippy.
+#![allow(clippy::duplicated_attributes)]
+
 use k8s_openapi::{
     api::core::v1::{Affinity, ResourceRequirements, Toleration},
     apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::Condition},
