@@ -16,6 +16,7 @@ declare -A packages=(
   [openssl]=openssl
   [curl]=curl
   [git]=git
+  [protoc]=protobuf-compiler
 )
 missing=()
 for cmd in "${!packages[@]}"; do need_cmd "$cmd" || missing+=("${packages[$cmd]}"); done

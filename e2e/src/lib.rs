@@ -3,7 +3,13 @@
 //! - [`control_plane`]: a client for the local control plane started by `e2e/cluster.sh`, and
 //!   throwaway namespaces. Tests that need it fail loudly when it is not running: there is no
 //!   silent skip.
+//! - [`etcd`]: real etcd processes on distinct loopback addresses.
+//! - [`fault_proxy`]: a TCP proxy that blackholes, delays, resets or cuts one direction.
+//! - [`tools`]: where the pinned, Go-built binaries are.
 //! - [`wait`]: polling with a deadline, for conditions that become true eventually.
 
 pub mod control_plane;
+pub mod etcd;
+pub mod fault_proxy;
+pub mod tools;
 pub mod wait;

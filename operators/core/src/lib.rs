@@ -3,6 +3,8 @@
 //! Every operator is a level-based control loop with two hands: one shapes Kubernetes objects,
 //! the other calls the database's own admin API. This crate holds what all four operators share:
 //!
+//! - [`availability`]: the availability-aware admin layer (tri-state health, the safety gate,
+//!   breakers, timeouts and retries, cached clients);
 //! - [`naming`]: deterministic object names and the standard `app.kubernetes.io` labels;
 //! - [`apply`]: server-side apply under one field manager per operator, with controller owner references;
 //! - [`conditions`]: `Ready`, `Progressing`, `Degraded` with `observedGeneration` and stable transition times;
@@ -14,6 +16,7 @@
 //! - [`config`] and [`telemetry`]: flags, environment and structured logs.
 
 pub mod apply;
+pub mod availability;
 pub mod conditions;
 pub mod config;
 pub mod error;

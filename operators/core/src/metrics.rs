@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use crate::availability::metrics::AdminMetrics;
 use prometheus_client::{
     encoding::{EncodeLabelSet, text::encode},
     metrics::{
@@ -37,6 +38,8 @@ pub struct Metrics {
     reconciles: Family<ControllerLabels, Counter>,
     errors: Family<ErrorLabels, Counter>,
     durations: Family<ControllerLabels, Histogram, fn() -> Histogram>,
+    /// The admin layer's call, retry and circuit-breaker metrics.
+    pub admin: AdminMetrics,
 }
 
 impl Default for Metrics {
@@ -65,11 +68,14 @@ impl Metrics {
             "Time spent in one reconciliation",
             durations.clone(),
         );
+        let admin = AdminMetrics::default();
+        admin.register(&mut registry);
         Self {
             registry,
             reconciles,
             errors,
             durations,
+            admin,
         }
     }
 

@@ -2,7 +2,10 @@
 //!
 //! - [`crd`]: the `EtcdCluster` resource; the CRD is generated from these types.
 
+pub mod admin;
 pub mod crd;
+pub mod decide;
+pub mod resolver;
 
 /// The operator's name: its field manager, event reporter and `app.kubernetes.io/managed-by`.
 pub const OPERATOR_NAME: &str = "quorum-etcd-operator";

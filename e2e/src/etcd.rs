@@ -1,0 +1,217 @@
+//! Real etcd processes on distinct loopback addresses, for testing the etcd admin layer.
+//!
+//! Each member listens on its own `127.X.Y.Z` address (client port 2379, peer port 2380), as
+//! pods would on their own IPs. Members talk to each other directly; tests may put a
+//! [`crate::fault_proxy::FaultProxy`] between the operator and a member's client port.
+
+use std::{
+    net::{IpAddr, Ipv4Addr, SocketAddr},
+    path::PathBuf,
+    process::Stdio,
+    time::Duration,
+};
+
+use tokio::process::{Child, Command};
+
+/// One etcd member process.
+pub struct EtcdProcess {
+    pub name: String,
+    pub ip: Ipv4Addr,
+    pub data_dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl EtcdProcess {
+    pub fn client_address(&self) -> SocketAddr {
+        SocketAddr::new(IpAddr::V4(self.ip), 2379)
+    }
+
+    pub fn client_url(&self) -> String {
+        format!("http://{}", self.client_address())
+    }
+
+    pub fn peer_url(&self) -> String {
+        format!("http://{}:2380", self.ip)
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
+    }
+
+    /// Kills the process (SIGKILL), as a crashed node would stop.
+    pub async fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill().await;
+        }
+    }
+}
+
+impl Drop for EtcdProcess {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.start_kill();
+        }
+    }
+}
+
+/// A set of etcd processes in one scratch directory, on one `127.X.Y.0/24` block.
+pub struct EtcdProcesses {
+    pub dir: PathBuf,
+    block: [u8; 3],
+    pub members: Vec<EtcdProcess>,
+}
+
+impl EtcdProcesses {
+    /// A fresh block of loopback addresses and a scratch directory; no process yet.
+    pub fn new() -> Self {
+        let block = [127, rand::random_range(1..=250), rand::random_range(1..=250)];
+        let dir = std::env::temp_dir().join(format!(
+            "quorum-etcd-{}-{}-{}",
+            block[1],
+            block[2],
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).expect("scratch directory");
+        Self {
+            dir,
+            block,
+            members: Vec::new(),
+        }
+    }
+
+    /// The loopback address of member number `index`.
+    pub fn ip(&self, index: usize) -> Ipv4Addr {
+        Ipv4Addr::new(self.block[0], self.block[1], self.block[2], index as u8 + 1)
+    }
+
+    pub fn peer_url(&self, index: usize) -> String {
+        format!("http://{}:2380", self.ip(index))
+    }
+
+    /// Starts `count` members `m0..m{count-1}` as a new cluster and waits until all answer.
+    pub async fn start_cluster(count: usize) -> Self {
+        let mut processes = Self::new();
+        let initial: Vec<String> = (0..count)
+            .map(|i| format!("m{i}={}", processes.peer_url(i)))
+            .collect();
+        for index in 0..count {
+            processes
+                .spawn(&format!("m{index}"), index, &initial.join(","), "new")
+                .await;
+        }
+        for index in 0..count {
+            processes.wait_healthy(index).await;
+        }
+        processes
+    }
+
+    /// Starts member `name` at address `index` joining an existing cluster whose membership
+    /// (after the member was added through the admin API) is `initial_cluster`.
+    pub async fn join(&mut self, name: &str, index: usize, initial_cluster: &str) {
+        self.spawn(name, index, initial_cluster, "existing").await;
+        self.wait_healthy(self.members.len() - 1).await;
+    }
+
+    /// Starts a process; `state` is `new` or `existing`.
+    pub async fn spawn(&mut self, name: &str, index: usize, initial_cluster: &str, state: &str) {
+        let ip = self.ip(index);
+        let data_dir = self.dir.join(name);
+        let log = std::fs::File::create(self.dir.join(format!("{name}.log"))).expect("log file");
+        let child = Command::new(crate::tools::etcd_binary())
+            .args([
+                "--name",
+                name,
+                "--data-dir",
+                data_dir.to_str().expect("utf-8 path"),
+                "--listen-client-urls",
+                &format!("http://{ip}:2379"),
+                "--advertise-client-urls",
+                &format!("http://{ip}:2379"),
+                "--listen-peer-urls",
+                &format!("http://{ip}:2380"),
+                "--initial-advertise-peer-urls",
+                &format!("http://{ip}:2380"),
+                "--initial-cluster",
+                initial_cluster,
+                "--initial-cluster-state",
+                state,
+                "--initial-cluster-token",
+                &format!("quorum-test-{}-{}", self.block[1], self.block[2]),
+                "--unsafe-no-fsync",
+                "--heartbeat-interval",
+                "50",
+                "--election-timeout",
+                "500",
+                "--log-level",
+                "warn",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start etcd");
+        let process = EtcdProcess {
+            name: name.to_string(),
+            ip,
+            data_dir,
+            child: Some(child),
+        };
+        match self.members.iter().position(|m| m.name == name) {
+            Some(existing) => self.members[existing] = process,
+            None => self.members.push(process),
+        }
+    }
+
+    /// Waits until the member at position `position` in `members` answers `/health`.
+    pub async fn wait_healthy(&self, position: usize) {
+        let member = &self.members[position];
+        let url = format!("{}/health", member.client_url());
+        let log = self.dir.join(format!("{}.log", member.name));
+        crate::wait::until(
+            &format!("etcd {} healthy", member.name),
+            Duration::from_secs(30),
+            || async {
+                let answer = reqwest::get(&url).await.map_err(|e| e.to_string())?;
+                let body = answer.text().await.map_err(|e| e.to_string())?;
+                if body.contains("\"health\":\"true\"") {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "{body}; log: {}",
+                        std::fs::read_to_string(&log).unwrap_or_default()
+                    ))
+                }
+            },
+        )
+        .await;
+    }
+
+    pub fn member(&mut self, name: &str) -> &mut EtcdProcess {
+        self.members
+            .iter_mut()
+            .find(|m| m.name == name)
+            .unwrap_or_else(|| panic!("no member {name}"))
+    }
+
+    /// Client URLs of every running member.
+    pub fn client_urls(&self) -> Vec<String> {
+        self.members.iter().map(EtcdProcess::client_url).collect()
+    }
+}
+
+impl Default for EtcdProcesses {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for EtcdProcesses {
+    fn drop(&mut self) {
+        for member in &mut self.members {
+            if let Some(child) = member.child.as_mut() {
+                let _ = child.start_kill();
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

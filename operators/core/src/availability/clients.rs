@@ -1,0 +1,142 @@
+//! Admin clients cached per cluster and member, each with its own circuit breaker.
+//!
+//! A cached client is reused while the member's endpoint stays the same; a new endpoint (the
+//! pod moved, TLS changed) replaces it. When a cluster is deleted its entries are dropped.
+
+use std::{collections::HashMap, sync::Arc};
+
+use tokio::sync::Mutex;
+
+use super::breaker::{BreakerSettings, CircuitBreaker};
+
+/// Identifies a member: the cluster (`namespace/name`) and the member's name.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct MemberKey {
+    pub cluster: String,
+    pub member: String,
+}
+
+impl MemberKey {
+    pub fn new(cluster: impl Into<String>, member: impl Into<String>) -> Self {
+        Self {
+            cluster: cluster.into(),
+            member: member.into(),
+        }
+    }
+}
+
+struct Entry<C> {
+    endpoint: String,
+    client: Option<C>,
+    breaker: Arc<CircuitBreaker>,
+}
+
+/// The cache. `C` is the engine's client type, cheap to clone (a connection handle).
+pub struct ClientCache<C> {
+    settings: BreakerSettings,
+    entries: Mutex<HashMap<MemberKey, Entry<C>>>,
+}
+
+impl<C: Clone> ClientCache<C> {
+    pub fn new(settings: BreakerSettings) -> Self {
+        Self {
+            settings,
+            entries: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The breaker for a member at `endpoint`: the same one across calls while the endpoint
+    /// is unchanged, a fresh one when it changes.
+    pub async fn breaker(&self, key: &MemberKey, endpoint: &str) -> Arc<CircuitBreaker> {
+        let mut entries = self.entries.lock().await;
+        self.entry(&mut entries, key, endpoint).breaker.clone()
+    }
+
+    /// The cached client for a member at `endpoint`, if one was stored.
+    pub async fn client(&self, key: &MemberKey, endpoint: &str) -> Option<C> {
+        let mut entries = self.entries.lock().await;
+        self.entry(&mut entries, key, endpoint).client.clone()
+    }
+
+    /// Stores a freshly connected client for a member at `endpoint`.
+    pub async fn store(&self, key: &MemberKey, endpoint: &str, client: C) {
+        let mut entries = self.entries.lock().await;
+        self.entry(&mut entries, key, endpoint).client = Some(client);
+    }
+
+    /// Drops a member's client (after a failure that may have broken the connection); its
+    /// breaker stays.
+    pub async fn invalidate(&self, key: &MemberKey) {
+        if let Some(entry) = self.entries.lock().await.get_mut(key) {
+            entry.client = None;
+        }
+    }
+
+    /// Drops every entry of a cluster.
+    pub async fn forget_cluster(&self, cluster: &str) {
+        self.entries.lock().await.retain(|key, _| key.cluster != cluster);
+    }
+
+    /// How many members have entries (for tests and metrics).
+    pub async fn len(&self) -> usize {
+        self.entries.lock().await.len()
+    }
+
+    pub async fn is_empty(&self) -> bool {
+        self.len().await == 0
+    }
+
+    fn entry<'a>(
+        &self,
+        entries: &'a mut HashMap<MemberKey, Entry<C>>,
+        key: &MemberKey,
+        endpoint: &str,
+    ) -> &'a mut Entry<C> {
+        let entry = entries.entry(key.clone()).or_insert_with(|| Entry {
+            endpoint: endpoint.to_string(),
+            client: None,
+            breaker: Arc::new(CircuitBreaker::new(self.settings)),
+        });
+        if entry.endpoint != endpoint {
+            *entry = Entry {
+                endpoint: endpoint.to_string(),
+                client: None,
+                breaker: Arc::new(CircuitBreaker::new(self.settings)),
+            };
+        }
+        entry
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn clients_and_breakers_are_kept_per_member_and_endpoint() {
+        let cache: ClientCache<u32> = ClientCache::new(BreakerSettings {
+            failure_threshold: 1,
+            cooldown: std::time::Duration::from_secs(60),
+        });
+        let m0 = MemberKey::new("ns/a", "a-0");
+        cache.store(&m0, "10.0.0.1:2379", 7).await;
+        assert_eq!(cache.client(&m0, "10.0.0.1:2379").await, Some(7));
+
+        let breaker = cache.breaker(&m0, "10.0.0.1:2379").await;
+        breaker.record_failure(Instant::now());
+        assert!(
+            cache.breaker(&m0, "10.0.0.1:2379").await.is_open(),
+            "same breaker while the endpoint holds"
+        );
+
+        // The member moved: a new endpoint gets a fresh client slot and a closed breaker.
+        assert_eq!(cache.client(&m0, "10.0.0.2:2379").await, None);
+        assert!(!cache.breaker(&m0, "10.0.0.2:2379").await.is_open());
+
+        cache.store(&MemberKey::new("ns/b", "b-0"), "x", 1).await;
+        cache.forget_cluster("ns/a").await;
+        assert_eq!(cache.len().await, 1);
+    }
+}

@@ -1,0 +1,406 @@
+//! etcd's admin API, one verb per method, against one member at a time.
+//!
+//! No Kubernetes here: these verbs are tested against real etcd processes alone. Each
+//! [`EtcdAdmin`] talks to a single member's client URL (no load balancing), so what it reports
+//! is that member's own view. Timeouts, retries and circuit breaking are the caller's, through
+//! `quorum_core::availability`.
+
+use etcd_client::{Client, ConnectOptions, MemberAddOptions};
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+
+/// A failed admin call, naming the verb and the member's endpoint.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    #[error("{verb} on {endpoint}: {source}")]
+    Etcd {
+        verb: &'static str,
+        endpoint: String,
+        #[source]
+        source: etcd_client::Error,
+    },
+    #[error("reading metrics of {endpoint}: {source}")]
+    Metrics {
+        endpoint: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("snapshot from {endpoint} is corrupt: {detail}")]
+    CorruptSnapshot { endpoint: String, detail: String },
+    #[error("writing snapshot from {endpoint}: {source}")]
+    Write {
+        endpoint: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{verb} on {endpoint}: the answer lacks {what}")]
+    Incomplete {
+        verb: &'static str,
+        endpoint: String,
+        what: &'static str,
+    },
+}
+
+/// A member as the membership list records it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberInfo {
+    pub id: u64,
+    /// Empty until the member has started and published its name.
+    pub name: String,
+    pub peer_urls: Vec<String>,
+    pub client_urls: Vec<String>,
+    pub learner: bool,
+}
+
+/// One member's report on itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberReport {
+    pub member_id: u64,
+    pub cluster_id: u64,
+    /// The leader this member follows; 0 when it knows none.
+    pub leader_id: u64,
+    pub version: String,
+    pub raft_index: u64,
+    pub raft_applied_index: u64,
+    /// Errors the member reports about itself (alarms such as NOSPACE or CORRUPT).
+    pub errors: Vec<String>,
+    pub learner: bool,
+    pub db_size: i64,
+}
+
+/// A member's connection to one of its peers, as its metrics report it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerLink {
+    pub local: u64,
+    pub remote: u64,
+    pub active: bool,
+}
+
+/// What a snapshot was.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotInfo {
+    pub size: u64,
+    /// SHA-256 of the whole stream as written, hex.
+    pub sha256: String,
+}
+
+/// Admin access to one member.
+#[derive(Clone)]
+pub struct EtcdAdmin {
+    client: Client,
+    endpoint: String,
+    http: reqwest::Client,
+}
+
+impl EtcdAdmin {
+    /// A client for the member at `endpoint` (its client URL). Connection is lazy: an
+    /// unreachable member fails the first call, not this one.
+    ///
+    /// # Errors
+    /// [`AdminError::Etcd`] when the endpoint is malformed.
+    pub async fn connect(endpoint: &str, timeout: std::time::Duration) -> Result<Self, AdminError> {
+        let options = ConnectOptions::new()
+            .with_connect_timeout(timeout)
+            .with_timeout(timeout)
+            .with_keep_alive(timeout, timeout);
+        let client = Client::connect([endpoint], Some(options))
+            .await
+            .map_err(|source| AdminError::Etcd {
+                verb: "connect",
+                endpoint: endpoint.to_string(),
+                source,
+            })?;
+        let http = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(timeout)
+            .build()
+            .expect("a plain HTTP client builds");
+        Ok(Self {
+            client,
+            endpoint: endpoint.to_string(),
+            http,
+        })
+    }
+
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    fn etcd_error(&self, verb: &'static str) -> impl FnOnce(etcd_client::Error) -> AdminError + '_ {
+        move |source| AdminError::Etcd {
+            verb,
+            endpoint: self.endpoint.clone(),
+            source,
+        }
+    }
+
+    /// The membership list, as this member knows it.
+    pub async fn members(&self) -> Result<Vec<MemberInfo>, AdminError> {
+        let response = self
+            .client
+            .clone()
+            .member_list()
+            .await
+            .map_err(self.etcd_error("member_list"))?;
+        Ok(response
+            .members()
+            .iter()
+            .map(|m| MemberInfo {
+                id: m.id(),
+                name: m.name().to_string(),
+                peer_urls: m.peer_urls().to_vec(),
+                client_urls: m.client_urls().to_vec(),
+                learner: m.is_learner(),
+            })
+            .collect())
+    }
+
+    /// This member's report on itself.
+    pub async fn status(&self) -> Result<MemberReport, AdminError> {
+        let status = self
+            .client
+            .clone()
+            .status()
+            .await
+            .map_err(self.etcd_error("status"))?;
+        let header = status.header().ok_or(AdminError::Incomplete {
+            verb: "status",
+            endpoint: self.endpoint.clone(),
+            what: "a response header",
+        })?;
+        Ok(MemberReport {
+            member_id: header.member_id(),
+            cluster_id: header.cluster_id(),
+            leader_id: status.leader(),
+            version: status.version().to_string(),
+            raft_index: status.raft_index(),
+            raft_applied_index: status.raft_applied_index(),
+            errors: status.errors().to_vec(),
+            learner: status.is_learner(),
+            db_size: status.db_size(),
+        })
+    }
+
+    /// Adds a learner (a non-voting member) that will listen on `peer_url`. The new member's
+    /// process must start afterwards with `--initial-cluster-state=existing`.
+    pub async fn add_learner(&self, peer_url: &str) -> Result<MemberInfo, AdminError> {
+        let response = self
+            .client
+            .clone()
+            .member_add([peer_url], Some(MemberAddOptions::new().with_is_learner()))
+            .await
+            .map_err(self.etcd_error("member_add"))?;
+        let member = response.member().ok_or(AdminError::Incomplete {
+            verb: "member_add",
+            endpoint: self.endpoint.clone(),
+            what: "the added member",
+        })?;
+        Ok(MemberInfo {
+            id: member.id(),
+            name: member.name().to_string(),
+            peer_urls: member.peer_urls().to_vec(),
+            client_urls: member.client_urls().to_vec(),
+            learner: member.is_learner(),
+        })
+    }
+
+    /// Promotes a learner to a voting member. etcd refuses while the learner lags the leader.
+    pub async fn promote(&self, id: u64) -> Result<(), AdminError> {
+        self.client
+            .clone()
+            .member_promote(id)
+            .await
+            .map_err(self.etcd_error("member_promote"))?;
+        Ok(())
+    }
+
+    /// Removes a member from the membership.
+    pub async fn remove_member(&self, id: u64) -> Result<(), AdminError> {
+        self.client
+            .clone()
+            .member_remove(id)
+            .await
+            .map_err(self.etcd_error("member_remove"))?;
+        Ok(())
+    }
+
+    /// Hands leadership to `to`. Must be sent to the current leader.
+    pub async fn move_leader(&self, to: u64) -> Result<(), AdminError> {
+        self.client
+            .clone()
+            .move_leader(to)
+            .await
+            .map_err(self.etcd_error("move_leader"))?;
+        Ok(())
+    }
+
+    /// This member's connections to its peers, from `etcd_network_active_peers` on its
+    /// `/metrics`: the peers' own testimony that a member is (or is not) connected.
+    pub async fn peer_links(&self) -> Result<Vec<PeerLink>, AdminError> {
+        let metrics_error = |source| AdminError::Metrics {
+            endpoint: self.endpoint.clone(),
+            source,
+        };
+        let text = self
+            .http
+            .get(format!("{}/metrics", self.endpoint.trim_end_matches('/')))
+            .send()
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .map_err(metrics_error)?
+            .text()
+            .await
+            .map_err(metrics_error)?;
+        Ok(parse_peer_links(&text))
+    }
+
+    /// Streams a snapshot of this member's whole keyspace into `out`.
+    ///
+    /// etcd ends the stream with the SHA-256 of the database that precedes it; the stream is
+    /// refused as corrupt when that does not match, so a truncated or damaged snapshot is never
+    /// recorded as a good backup.
+    pub async fn snapshot<W: AsyncWrite + Unpin>(&self, out: &mut W) -> Result<SnapshotInfo, AdminError> {
+        let mut stream = self
+            .client
+            .clone()
+            .snapshot()
+            .await
+            .map_err(self.etcd_error("snapshot"))?;
+        let mut whole = Sha256::new();
+        let mut integrity = TrailingChecksum::default();
+        let mut size = 0u64;
+        while let Some(message) = stream.message().await.map_err(self.etcd_error("snapshot"))? {
+            let blob = message.blob();
+            whole.update(blob);
+            integrity.update(blob);
+            size += blob.len() as u64;
+            out.write_all(blob).await.map_err(|source| AdminError::Write {
+                endpoint: self.endpoint.clone(),
+                source,
+            })?;
+        }
+        out.flush().await.map_err(|source| AdminError::Write {
+            endpoint: self.endpoint.clone(),
+            source,
+        })?;
+        integrity.verify().map_err(|detail| AdminError::CorruptSnapshot {
+            endpoint: self.endpoint.clone(),
+            detail,
+        })?;
+        Ok(SnapshotInfo {
+            size,
+            sha256: hex::encode(whole.finalize()),
+        })
+    }
+}
+
+/// Parses `etcd_network_active_peers{Local="..",Remote=".."} 0|1` lines (ids in hex).
+pub fn parse_peer_links(metrics: &str) -> Vec<PeerLink> {
+    metrics
+        .lines()
+        .filter_map(|line| line.strip_prefix("etcd_network_active_peers{"))
+        .filter_map(|rest| {
+            let (labels, value) = rest.split_once('}')?;
+            let label = |name: &str| {
+                labels.split(',').find_map(|pair| {
+                    let (key, value) = pair.split_once('=')?;
+                    (key.trim() == name).then(|| value.trim().trim_matches('"').to_string())
+                })
+            };
+            Some(PeerLink {
+                local: u64::from_str_radix(&label("Local")?, 16).ok()?,
+                remote: u64::from_str_radix(&label("Remote")?, 16).ok()?,
+                active: value.trim().parse::<f64>().ok()? > 0.0,
+            })
+        })
+        .collect()
+}
+
+/// Hashes everything but the last 32 bytes seen, to compare with those 32 bytes at the end.
+#[derive(Default)]
+struct TrailingChecksum {
+    hasher: Sha256,
+    tail: Vec<u8>,
+}
+
+impl TrailingChecksum {
+    fn update(&mut self, bytes: &[u8]) {
+        self.tail.extend_from_slice(bytes);
+        if self.tail.len() > 32 {
+            let spill = self.tail.len() - 32;
+            self.hasher.update(&self.tail[..spill]);
+            self.tail.drain(..spill);
+        }
+    }
+
+    fn verify(self) -> Result<(), String> {
+        if self.tail.len() < 32 {
+            return Err(format!(
+                "only {} bytes, shorter than its checksum",
+                self.tail.len()
+            ));
+        }
+        let computed = self.hasher.finalize();
+        if computed.as_slice() == self.tail.as_slice() {
+            Ok(())
+        } else {
+            Err(format!(
+                "trailing SHA-256 {} does not match the content's {}",
+                hex::encode(&self.tail),
+                hex::encode(computed)
+            ))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peer_links_are_read_from_metrics_text() {
+        let text = "# HELP etcd_network_active_peers The current number of active peer connections.\n\
+            # TYPE etcd_network_active_peers gauge\n\
+            etcd_network_active_peers{Local=\"8e9e05c52164694d\",Remote=\"91bc3c398fb3c146\"} 1\n\
+            etcd_network_active_peers{Local=\"8e9e05c52164694d\",Remote=\"fd422379fda50e48\"} 0\n\
+            etcd_network_peer_sent_bytes_total{To=\"91bc3c398fb3c146\"} 100\n";
+        assert_eq!(
+            parse_peer_links(text),
+            vec![
+                PeerLink {
+                    local: 0x8e9e05c52164694d,
+                    remote: 0x91bc3c398fb3c146,
+                    active: true
+                },
+                PeerLink {
+                    local: 0x8e9e05c52164694d,
+                    remote: 0xfd422379fda50e48,
+                    active: false
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn trailing_checksum_accepts_intact_and_refuses_damaged_streams() {
+        let content = b"bbolt database bytes".repeat(100);
+        let mut stream = content.clone();
+        stream.extend_from_slice(&Sha256::digest(&content));
+
+        let mut intact = TrailingChecksum::default();
+        for chunk in stream.chunks(7) {
+            intact.update(chunk);
+        }
+        assert!(intact.verify().is_ok());
+
+        let mut damaged_stream = stream.clone();
+        damaged_stream[10] ^= 1;
+        let mut damaged = TrailingChecksum::default();
+        damaged.update(&damaged_stream);
+        assert!(damaged.verify().is_err());
+
+        let mut truncated = TrailingChecksum::default();
+        truncated.update(&stream[..stream.len() - 5]);
+        assert!(truncated.verify().is_err());
+    }
+}

@@ -1,0 +1,733 @@
+//! The pure decision: from what was gathered, the one next step, or why to wait.
+//!
+//! `docs/etcd.md` states the rules; in short, in this order:
+//! 1. Nothing is decided without a fresh membership list: "no member answered" is not
+//!    "the cluster is gone".
+//! 2. A step recorded in status and not yet visible in the membership is resumed first.
+//! 3. A learner is started, then promoted once it is healthy (caught up).
+//! 4. A member that its peers report as down for longer than the grace period is replaced,
+//!    if the gate allows; a member that is merely Unknown never is.
+//! 5. Scale up adds one learner at a time; scale down removes the highest ordinal, one at a
+//!    time, through the gate, and only then stops its pod.
+//! 6. A version change restarts one member at a time through the gate, the leader last (after
+//!    handing leadership to an upgraded member).
+
+use std::time::{Duration, Instant};
+
+use quorum_core::availability::{
+    gate::{self, Disruption, GateInput, Verdict},
+    health::{Health, Observation},
+};
+
+/// One member as gathered: identity from the membership list, health from the observation.
+#[derive(Clone, Debug)]
+pub struct MemberFact {
+    pub ordinal: usize,
+    pub id: u64,
+    pub learner: bool,
+    /// The member has started and published its name.
+    pub started: bool,
+    pub leader: bool,
+    /// The version the member reports it runs, when it answered.
+    pub version: Option<String>,
+    pub observation: Observation,
+    /// Since when the member has been continuously Unhealthy, as recorded in status.
+    pub unhealthy_for: Option<Duration>,
+}
+
+/// The disruptive or membership step recorded in status before it is taken.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InFlight {
+    AddLearner { ordinal: usize },
+    Promote { ordinal: usize, id: u64 },
+    Remove { ordinal: usize, id: u64 },
+    Upgrade { ordinal: usize },
+    Replace { ordinal: usize, id: u64 },
+}
+
+impl InFlight {
+    /// A short description for conditions and events.
+    pub fn describe(&self) -> String {
+        match self {
+            InFlight::AddLearner { ordinal } => format!("adding member {ordinal} as a learner"),
+            InFlight::Promote { ordinal, .. } => format!("promoting member {ordinal}"),
+            InFlight::Remove { ordinal, .. } => format!("removing member {ordinal}"),
+            InFlight::Upgrade { ordinal } => format!("upgrading member {ordinal}"),
+            InFlight::Replace { ordinal, .. } => format!("replacing member {ordinal}"),
+        }
+    }
+}
+
+/// Everything the decision needs, gathered by the reconciler.
+#[derive(Clone, Debug)]
+pub struct Facts {
+    pub desired_members: usize,
+    pub desired_version: String,
+    /// The cluster has formed before (status recorded its members).
+    pub bootstrapped: bool,
+    /// Replicas of the StatefulSet as it stands (`None`: not created yet).
+    pub statefulset_replicas: Option<usize>,
+    /// The membership with each member's health; `None` when no member answered.
+    pub members: Option<Vec<MemberFact>>,
+    /// Ordinals whose volume must be wiped before their pod may start again (being replaced).
+    pub wipe_pending: Vec<usize>,
+    pub in_flight: Option<InFlight>,
+    pub freshness: Duration,
+    /// How long a member must stay Unhealthy (as its peers report) before it is replaced.
+    pub replace_after: Duration,
+    pub now: Instant,
+}
+
+/// The one step to take.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Create the StatefulSet with this many members forming a new cluster.
+    Bootstrap { members: usize },
+    /// MemberAdd as a learner, before its pod exists.
+    AddLearner { ordinal: usize },
+    /// Raise the StatefulSet so the pod of an added member starts.
+    StartPod { ordinal: usize },
+    /// MemberPromote a learner that caught up.
+    Promote { ordinal: usize, id: u64 },
+    /// MemberRemove, before its pod goes.
+    Remove { ordinal: usize, id: u64 },
+    /// Lower the StatefulSet after the highest member was removed.
+    StopPod { ordinal: usize },
+    /// MemberRemove of a failed member that will come back empty under the same name.
+    Replace { ordinal: usize, id: u64 },
+    /// Delete the pod and volume of a replaced member, so it starts empty.
+    WipeMember { ordinal: usize },
+    /// Hand leadership to an upgraded member before the leader restarts.
+    MoveLeader { from: usize, to_id: u64 },
+    /// Delete the pod so it restarts with the new version.
+    Upgrade { ordinal: usize },
+    /// The step recorded in status is visible now; clear it.
+    ClearInFlight,
+}
+
+impl Step {
+    /// What must be recorded in status before the step is taken, if anything.
+    pub fn in_flight(&self) -> Option<InFlight> {
+        match *self {
+            Step::AddLearner { ordinal } => Some(InFlight::AddLearner { ordinal }),
+            Step::Promote { ordinal, id } => Some(InFlight::Promote { ordinal, id }),
+            Step::Remove { ordinal, id } => Some(InFlight::Remove { ordinal, id }),
+            Step::Replace { ordinal, id } => Some(InFlight::Replace { ordinal, id }),
+            Step::Upgrade { ordinal } => Some(InFlight::Upgrade { ordinal }),
+            _ => None,
+        }
+    }
+}
+
+/// Why no step is taken now. `reason` is the condition reason; `message` says it for people.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Wait {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// The decision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    Act(Step),
+    Wait(Wait),
+    /// The cluster matches its spec.
+    Settled,
+}
+
+fn wait(reason: &'static str, message: impl Into<String>) -> Decision {
+    Decision::Wait(Wait {
+        reason,
+        message: message.into(),
+    })
+}
+
+/// Decides the one next step.
+pub fn decide(facts: &Facts) -> Decision {
+    if !facts.bootstrapped {
+        return match facts.statefulset_replicas {
+            None | Some(0) => Decision::Act(Step::Bootstrap {
+                members: facts.desired_members,
+            }),
+            Some(_) if facts.members.is_some() => Decision::Settled,
+            Some(_) => wait(
+                "Bootstrapping",
+                "waiting for the first members to form the cluster",
+            ),
+        };
+    }
+    let Some(members) = facts.members.as_deref() else {
+        return wait(
+            "NoMemberReachable",
+            "no member answered; unreachable is not down, so nothing changes until one does",
+        );
+    };
+
+    if let Some(in_flight) = &facts.in_flight {
+        return resume(facts, members, in_flight);
+    }
+
+    // A member being replaced: once its replacement is in the membership, wipe the old volume.
+    if let Some(&ordinal) = facts.wipe_pending.first() {
+        return match members.iter().find(|m| m.ordinal == ordinal) {
+            Some(_) => Decision::Act(Step::WipeMember { ordinal }),
+            None => Decision::Act(Step::AddLearner { ordinal }),
+        };
+    }
+
+    let statefulset_replicas = facts.statefulset_replicas.unwrap_or(0);
+    if let Some(learner) = members.iter().find(|m| m.learner) {
+        if learner.ordinal >= statefulset_replicas {
+            return Decision::Act(Step::StartPod {
+                ordinal: learner.ordinal,
+            });
+        }
+        if !learner.started || !learner.observation.health.is_healthy() {
+            return wait(
+                "LearnerCatchingUp",
+                format!(
+                    "member {} is starting and catching up as a learner",
+                    learner.ordinal
+                ),
+            );
+        }
+        if let Some(blocked) = others_not_healthy(members, learner.ordinal) {
+            return blocked;
+        }
+        return Decision::Act(Step::Promote {
+            ordinal: learner.ordinal,
+            id: learner.id,
+        });
+    }
+
+    if let Some(failed) = members.iter().find(|m| {
+        matches!(m.observation.health, Health::Unhealthy(_))
+            && m.unhealthy_for.is_some_and(|d| d >= facts.replace_after)
+    }) {
+        return through_gate(
+            facts,
+            members,
+            failed.ordinal,
+            Disruption::Replace,
+            Step::Replace {
+                ordinal: failed.ordinal,
+                id: failed.id,
+            },
+        );
+    }
+
+    let voters = members.iter().filter(|m| !m.learner).count();
+    let highest = members.iter().map(|m| m.ordinal).max();
+    if voters < facts.desired_members {
+        if let Some(blocked) = others_not_healthy(members, usize::MAX) {
+            return blocked;
+        }
+        let ordinal = highest.map_or(0, |h| h + 1);
+        return Decision::Act(Step::AddLearner { ordinal });
+    }
+    if voters > facts.desired_members {
+        let target = members.iter().max_by_key(|m| m.ordinal).expect("voters > 0");
+        return through_gate(
+            facts,
+            members,
+            target.ordinal,
+            Disruption::Remove,
+            Step::Remove {
+                ordinal: target.ordinal,
+                id: target.id,
+            },
+        );
+    }
+    if let Some(highest) = highest
+        && statefulset_replicas > highest + 1
+    {
+        return Decision::Act(Step::StopPod {
+            ordinal: statefulset_replicas - 1,
+        });
+    }
+
+    upgrade(facts, members)
+}
+
+/// The next upgrade step: a member on another version, non-leaders first in ordinal order,
+/// the leader last after handing leadership to an upgraded member.
+fn upgrade(facts: &Facts, members: &[MemberFact]) -> Decision {
+    let outdated = |m: &&MemberFact| m.version.as_deref().is_some_and(|v| v != facts.desired_version);
+    let unreported: Vec<usize> = members
+        .iter()
+        .filter(|m| m.version.is_none())
+        .map(|m| m.ordinal)
+        .collect();
+    let Some(target) = members
+        .iter()
+        .filter(outdated)
+        .min_by_key(|m| (m.leader, m.ordinal))
+    else {
+        if !unreported.is_empty() {
+            return wait(
+                "MemberUnknown",
+                format!("members {unreported:?} did not report their version"),
+            );
+        }
+        return Decision::Settled;
+    };
+    if target.leader {
+        let successor = members.iter().find(|m| {
+            !m.leader
+                && !m.learner
+                && m.observation.health.is_healthy()
+                && m.version.as_deref() == Some(facts.desired_version.as_str())
+        });
+        if let Some(successor) = successor {
+            return through_gate(
+                facts,
+                members,
+                target.ordinal,
+                Disruption::Restart,
+                Step::MoveLeader {
+                    from: target.ordinal,
+                    to_id: successor.id,
+                },
+            );
+        }
+        // A single-member cluster has no one to hand over to; the gate will say so.
+    }
+    through_gate(
+        facts,
+        members,
+        target.ordinal,
+        Disruption::Restart,
+        Step::Upgrade {
+            ordinal: target.ordinal,
+        },
+    )
+}
+
+/// Resumes the step recorded in status: clears it once its effect is visible, repeats it
+/// (every step is idempotent) when it is not.
+fn resume(facts: &Facts, members: &[MemberFact], in_flight: &InFlight) -> Decision {
+    let member = |ordinal: usize| members.iter().find(|m| m.ordinal == ordinal);
+    match *in_flight {
+        InFlight::AddLearner { ordinal } => match member(ordinal) {
+            Some(_) => Decision::Act(Step::ClearInFlight),
+            None => Decision::Act(Step::AddLearner { ordinal }),
+        },
+        InFlight::Promote { ordinal, id } => match member(ordinal) {
+            Some(m) if !m.learner => Decision::Act(Step::ClearInFlight),
+            Some(_) => Decision::Act(Step::Promote { ordinal, id }),
+            None => Decision::Act(Step::ClearInFlight),
+        },
+        InFlight::Remove { ordinal, id } | InFlight::Replace { ordinal, id } => {
+            match members.iter().find(|m| m.id == id) {
+                None => Decision::Act(Step::ClearInFlight),
+                Some(_) => {
+                    let (disruption, step) = match in_flight {
+                        InFlight::Remove { .. } => (Disruption::Remove, Step::Remove { ordinal, id }),
+                        _ => (Disruption::Replace, Step::Replace { ordinal, id }),
+                    };
+                    through_gate(facts, members, ordinal, disruption, step)
+                }
+            }
+        }
+        InFlight::Upgrade { ordinal } => match member(ordinal) {
+            Some(m)
+                if m.observation.health.is_healthy()
+                    && m.version.as_deref() == Some(facts.desired_version.as_str()) =>
+            {
+                Decision::Act(Step::ClearInFlight)
+            }
+            _ => wait(
+                "UpgradeInProgress",
+                format!(
+                    "member {ordinal} is restarting with version {}",
+                    facts.desired_version
+                ),
+            ),
+        },
+    }
+}
+
+fn observations(members: &[MemberFact]) -> Vec<Observation> {
+    members
+        .iter()
+        .map(|m| {
+            let mut observation = m.observation.clone();
+            observation.voting = !m.learner;
+            observation
+        })
+        .collect()
+}
+
+/// Takes `step` if the safety gate lets a `disruption` of member `ordinal` through now.
+fn through_gate(
+    facts: &Facts,
+    members: &[MemberFact],
+    ordinal: usize,
+    disruption: Disruption,
+    step: Step,
+) -> Decision {
+    let observations = observations(members);
+    let target = observations
+        .iter()
+        .zip(members)
+        .find(|(_, m)| m.ordinal == ordinal)
+        .map(|(o, _)| o.member.clone())
+        .unwrap_or_default();
+    match gate::check(&GateInput {
+        target: &target,
+        disruption,
+        observations: &observations,
+        // A step in flight was handled by `resume` before any gated step is considered.
+        in_flight: None,
+        freshness: facts.freshness,
+        now: facts.now,
+    }) {
+        Verdict::Proceed => Decision::Act(step),
+        Verdict::Wait(reason) => wait(reason.reason(), reason.to_string()),
+    }
+}
+
+/// Adding or promoting changes the quorum: only while every other member is Healthy.
+fn others_not_healthy(members: &[MemberFact], except: usize) -> Option<Decision> {
+    members
+        .iter()
+        .filter(|m| m.ordinal != except && !m.learner)
+        .find_map(|m| match &m.observation.health {
+            Health::Healthy => None,
+            Health::Unknown(why) => Some(wait(
+                "MemberUnknown",
+                format!(
+                    "member {} is unreachable ({why}); membership waits until it is observed",
+                    m.ordinal
+                ),
+            )),
+            Health::Unhealthy(why) => Some(wait(
+                "MemberUnhealthy",
+                format!("member {} is unhealthy ({why})", m.ordinal),
+            )),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const V_OLD: &str = "3.5.17";
+    const V_NEW: &str = "3.6.16";
+
+    fn member(ordinal: usize, health: Health) -> MemberFact {
+        MemberFact {
+            ordinal,
+            id: 100 + ordinal as u64,
+            learner: false,
+            started: true,
+            leader: ordinal == 0,
+            version: Some(V_OLD.to_string()),
+            observation: Observation::new(format!("m-{ordinal}"), health, true),
+            unhealthy_for: None,
+        }
+    }
+
+    fn healthy(count: usize) -> Vec<MemberFact> {
+        (0..count).map(|i| member(i, Health::Healthy)).collect()
+    }
+
+    fn facts(desired: usize, members: Option<Vec<MemberFact>>) -> Facts {
+        let replicas = members
+            .as_ref()
+            .map(|m| m.iter().map(|m| m.ordinal + 1).max().unwrap_or(0));
+        Facts {
+            desired_members: desired,
+            desired_version: V_OLD.to_string(),
+            bootstrapped: true,
+            statefulset_replicas: replicas,
+            members,
+            wipe_pending: Vec::new(),
+            in_flight: None,
+            freshness: Duration::from_secs(30),
+            replace_after: Duration::from_secs(300),
+            now: Instant::now(),
+        }
+    }
+
+    fn unknown() -> Health {
+        Health::Unknown("timeout".into())
+    }
+
+    fn unhealthy() -> Health {
+        Health::Unhealthy("peers report it disconnected".into())
+    }
+
+    fn reason(decision: &Decision) -> &'static str {
+        match decision {
+            Decision::Wait(wait) => wait.reason,
+            other => panic!("expected a wait, got {other:?}"),
+        }
+    }
+
+    /// Each row: a name, the gathered facts, and the decision expected.
+    #[test]
+    fn decision_table() {
+        let mut learner_unstarted = healthy(3);
+        learner_unstarted.push(MemberFact {
+            learner: true,
+            started: false,
+            ..member(3, unknown())
+        });
+        let mut learner_ready = healthy(3);
+        learner_ready.push(MemberFact {
+            learner: true,
+            ..member(3, Health::Healthy)
+        });
+        let mut learner_lagging = healthy(3);
+        learner_lagging.push(MemberFact {
+            learner: true,
+            ..member(3, unhealthy())
+        });
+        let mut failed_long = healthy(3);
+        failed_long[2].observation.health = unhealthy();
+        failed_long[2].unhealthy_for = Some(Duration::from_secs(600));
+        let mut failed_recently = failed_long.clone();
+        failed_recently[2].unhealthy_for = Some(Duration::from_secs(10));
+        let mut one_unknown = healthy(3);
+        one_unknown[1].observation.health = unknown();
+        let mut target_unknown = healthy(5);
+        target_unknown[4].observation.health = unknown();
+        let mut two_failed = healthy(3);
+        for m in &mut two_failed[1..] {
+            m.observation.health = unhealthy();
+            m.unhealthy_for = Some(Duration::from_secs(600));
+        }
+        let mut stale = healthy(5);
+        stale[1].observation.observed_at = Instant::now() - Duration::from_secs(120);
+
+        let rows: Vec<(&str, Facts, Decision)> = vec![
+            (
+                "a new cluster is bootstrapped with every member at once",
+                Facts {
+                    bootstrapped: false,
+                    statefulset_replicas: None,
+                    ..facts(3, None)
+                },
+                Decision::Act(Step::Bootstrap { members: 3 }),
+            ),
+            (
+                "nothing happens while no member answers",
+                facts(3, None),
+                wait("NoMemberReachable", ""),
+            ),
+            (
+                "a cluster matching its spec is settled",
+                facts(3, Some(healthy(3))),
+                Decision::Settled,
+            ),
+            (
+                "scale up adds the next ordinal as a learner",
+                facts(5, Some(healthy(3))),
+                Decision::Act(Step::AddLearner { ordinal: 3 }),
+            ),
+            (
+                "an added learner gets its pod",
+                Facts {
+                    statefulset_replicas: Some(3),
+                    ..facts(5, Some(learner_unstarted.clone()))
+                },
+                Decision::Act(Step::StartPod { ordinal: 3 }),
+            ),
+            (
+                "a started learner that caught up is promoted",
+                facts(5, Some(learner_ready)),
+                Decision::Act(Step::Promote { ordinal: 3, id: 103 }),
+            ),
+            (
+                "a learner still catching up is waited for",
+                facts(5, Some(learner_lagging)),
+                wait("LearnerCatchingUp", ""),
+            ),
+            (
+                "scale up waits while another member is Unknown",
+                facts(5, Some(one_unknown.clone())),
+                wait("MemberUnknown", ""),
+            ),
+            (
+                "scale down removes the highest ordinal through the gate",
+                facts(3, Some(healthy(5))),
+                Decision::Act(Step::Remove { ordinal: 4, id: 104 }),
+            ),
+            (
+                "scale down waits while another member is Unknown",
+                facts(2, Some(one_unknown.clone())),
+                wait("MemberUnknown", ""),
+            ),
+            (
+                "scale down lets an Unknown target go only if quorum holds without it",
+                facts(4, Some(target_unknown)),
+                Decision::Act(Step::Remove { ordinal: 4, id: 104 }),
+            ),
+            (
+                "the pod of a removed member is stopped after its removal",
+                Facts {
+                    statefulset_replicas: Some(5),
+                    ..facts(3, Some(healthy(3)))
+                },
+                Decision::Act(Step::StopPod { ordinal: 4 }),
+            ),
+            (
+                "stale observations block a removal",
+                facts(3, Some(stale)),
+                wait("StaleObservation", ""),
+            ),
+            (
+                "a member failed past the grace period is replaced",
+                facts(3, Some(failed_long)),
+                Decision::Act(Step::Replace { ordinal: 2, id: 102 }),
+            ),
+            (
+                "a recent failure is given time",
+                facts(3, Some(failed_recently)),
+                Decision::Settled,
+            ),
+            (
+                "an Unknown member is never replaced",
+                facts(3, Some(one_unknown)),
+                Decision::Settled,
+            ),
+            (
+                "two failed members of three: replacing one would lose quorum",
+                facts(3, Some(two_failed)),
+                wait("MemberUnhealthy", ""),
+            ),
+            (
+                "a replaced member's learner is added before its volume is wiped",
+                Facts {
+                    wipe_pending: vec![2],
+                    ..facts(3, Some(healthy(2)))
+                },
+                Decision::Act(Step::AddLearner { ordinal: 2 }),
+            ),
+        ];
+        for (name, facts, expected) in rows {
+            let decided = decide(&facts);
+            match (&expected, &decided) {
+                (Decision::Wait(want), Decision::Wait(got)) => {
+                    assert_eq!(want.reason, got.reason, "{name}: {got:?}")
+                }
+                _ => assert_eq!(decided, expected, "{name}"),
+            }
+        }
+    }
+
+    #[test]
+    fn upgrades_go_one_member_at_a_time_leader_last() {
+        let upgraded = |mut members: Vec<MemberFact>, ordinals: &[usize]| {
+            for m in &mut members {
+                if ordinals.contains(&m.ordinal) {
+                    m.version = Some(V_NEW.into());
+                }
+            }
+            members
+        };
+        let at = |members: Vec<MemberFact>| Facts {
+            desired_version: V_NEW.into(),
+            ..facts(3, Some(members))
+        };
+        assert_eq!(
+            decide(&at(healthy(3))),
+            Decision::Act(Step::Upgrade { ordinal: 1 })
+        );
+        assert_eq!(
+            decide(&at(upgraded(healthy(3), &[1]))),
+            Decision::Act(Step::Upgrade { ordinal: 2 })
+        );
+        assert_eq!(
+            decide(&at(upgraded(healthy(3), &[1, 2]))),
+            Decision::Act(Step::MoveLeader { from: 0, to_id: 101 }),
+            "the leader hands over before it restarts"
+        );
+        let mut moved = upgraded(healthy(3), &[1, 2]);
+        moved[0].leader = false;
+        moved[1].leader = true;
+        assert_eq!(decide(&at(moved)), Decision::Act(Step::Upgrade { ordinal: 0 }));
+        assert_eq!(decide(&at(upgraded(healthy(3), &[0, 1, 2]))), Decision::Settled);
+
+        let mut unknown_peer = healthy(3);
+        unknown_peer[2].observation.health = unknown();
+        assert_eq!(
+            reason(&decide(&at(unknown_peer))),
+            "MemberUnknown",
+            "no restart while a peer is Unknown"
+        );
+
+        let single = Facts {
+            desired_version: V_NEW.into(),
+            ..facts(1, Some(healthy(1)))
+        };
+        assert_eq!(
+            reason(&decide(&single)),
+            "QuorumAtRisk",
+            "a lone member cannot restart safely"
+        );
+    }
+
+    #[test]
+    fn a_recorded_step_is_resumed_not_repeated_blindly() {
+        let with = |in_flight: InFlight, members: Vec<MemberFact>| Facts {
+            in_flight: Some(in_flight),
+            ..facts(3, Some(members))
+        };
+        // The removal went through before the crash: just clear the record.
+        assert_eq!(
+            decide(&with(InFlight::Remove { ordinal: 3, id: 103 }, healthy(3))),
+            Decision::Act(Step::ClearInFlight)
+        );
+        // It did not: repeat it, through the gate again.
+        assert_eq!(
+            decide(&with(InFlight::Remove { ordinal: 3, id: 103 }, healthy(4))),
+            Decision::Act(Step::Remove { ordinal: 3, id: 103 })
+        );
+        let mut unknown_peer = healthy(4);
+        unknown_peer[0].observation.health = unknown();
+        assert_eq!(
+            reason(&decide(&with(
+                InFlight::Remove { ordinal: 3, id: 103 },
+                unknown_peer
+            ))),
+            "MemberUnknown"
+        );
+        // The learner was added: clear; it was not: add it (once: the add checks first).
+        let mut with_learner = healthy(3);
+        with_learner.push(MemberFact {
+            learner: true,
+            started: false,
+            ..member(3, unknown())
+        });
+        assert_eq!(
+            decide(&with(InFlight::AddLearner { ordinal: 3 }, with_learner)),
+            Decision::Act(Step::ClearInFlight)
+        );
+        assert_eq!(
+            decide(&with(InFlight::AddLearner { ordinal: 3 }, healthy(3))),
+            Decision::Act(Step::AddLearner { ordinal: 3 })
+        );
+        // An upgrade is in flight until the member is back, healthy, on the new version.
+        let upgrading = Facts {
+            desired_version: V_NEW.into(),
+            ..with(InFlight::Upgrade { ordinal: 1 }, healthy(3))
+        };
+        assert_eq!(reason(&decide(&upgrading)), "UpgradeInProgress");
+    }
+
+    #[test]
+    fn every_membership_and_disruptive_step_is_recorded_before_it_is_taken() {
+        for step in [
+            Step::AddLearner { ordinal: 1 },
+            Step::Promote { ordinal: 1, id: 1 },
+            Step::Remove { ordinal: 1, id: 1 },
+            Step::Replace { ordinal: 1, id: 1 },
+            Step::Upgrade { ordinal: 1 },
+        ] {
+            assert!(step.in_flight().is_some(), "{step:?}");
+        }
+        assert_eq!(Step::StartPod { ordinal: 1 }.in_flight(), None);
+    }
+}
