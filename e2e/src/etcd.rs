@@ -88,15 +88,21 @@ impl EtcdProcesses {
         format!("http://{}:2380", self.ip(index))
     }
 
-    /// Starts `count` members `m0..m{count-1}` as a new cluster and waits until all answer.
+    /// Starts `count` members `m-0..m-{count-1}` as a new cluster and waits until all answer.
     pub async fn start_cluster(count: usize) -> Self {
+        Self::start_named("m", count).await
+    }
+
+    /// Starts `count` members named `<prefix>-<index>` (as a StatefulSet names its pods) as a
+    /// new cluster and waits until all answer.
+    pub async fn start_named(prefix: &str, count: usize) -> Self {
         let mut processes = Self::new();
         let initial: Vec<String> = (0..count)
-            .map(|i| format!("m{i}={}", processes.peer_url(i)))
+            .map(|i| format!("{prefix}-{i}={}", processes.peer_url(i)))
             .collect();
         for index in 0..count {
             processes
-                .spawn(&format!("m{index}"), index, &initial.join(","), "new")
+                .spawn(&format!("{prefix}-{index}"), index, &initial.join(","), "new")
                 .await;
         }
         for index in 0..count {

@@ -5,6 +5,8 @@
 pub mod admin;
 pub mod crd;
 pub mod decide;
+pub mod execute;
+pub mod observe;
 pub mod resolver;
 
 /// The operator's name: its field manager, event reporter and `app.kubernetes.io/managed-by`.

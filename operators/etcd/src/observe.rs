@@ -1,0 +1,246 @@
+//! Gathering: what each member says about itself and about its peers, turned into tri-state
+//! health through `quorum_core::availability`. No Kubernetes here.
+//!
+//! Every member that might exist is asked for its status directly (one client per member),
+//! each reachable member is asked which peers it is connected to, and the membership list is
+//! taken from a member that answered. A member the operator cannot reach is `Unknown` unless a
+//! majority of its peers report their connection to it down, which makes it `Unhealthy`.
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use quorum_core::availability::{
+    breaker::BreakerSettings,
+    clients::{ClientCache, MemberKey},
+    health::{Health, Observation, classify},
+    metrics::AdminMetrics,
+    retry::{AdminCall, CallError, CallPolicy, Idempotency},
+};
+
+use crate::{
+    admin::{AdminError, EtcdAdmin, MemberInfo, MemberReport, PeerLink},
+    decide::MemberFact,
+    resolver::MemberResolver,
+};
+
+/// The engine label in metrics.
+pub const ENGINE: &str = "etcd";
+
+/// Cached admin clients with breakers, timeouts and retries: the one way the operator talks
+/// to etcd members.
+pub struct EtcdClients {
+    cache: ClientCache<EtcdAdmin>,
+    policy: CallPolicy,
+    metrics: AdminMetrics,
+}
+
+/// What one pass of gathering saw.
+#[derive(Clone, Debug)]
+pub struct ClusterView {
+    /// The membership list from a member that answered; `None` when none did.
+    pub membership: Option<Vec<MemberInfo>>,
+    /// Each answering member's report, by ordinal.
+    pub reports: BTreeMap<usize, MemberReport>,
+    /// The membership joined with health, for the decision.
+    pub members: Vec<MemberFact>,
+}
+
+impl ClusterView {
+    /// The ordinal of the leader, when a member reported one that is in the membership.
+    pub fn leader(&self) -> Option<usize> {
+        self.members.iter().find(|m| m.leader).map(|m| m.ordinal)
+    }
+}
+
+impl EtcdClients {
+    pub fn new(policy: CallPolicy, breaker: BreakerSettings, metrics: AdminMetrics) -> Self {
+        Self {
+            cache: ClientCache::new(breaker),
+            policy,
+            metrics,
+        }
+    }
+
+    /// Runs one admin verb against one member through its breaker, timeout and (for reads)
+    /// retries, connecting (or reusing the cached client) first.
+    pub async fn call<T, F, Fut>(
+        &self,
+        key: &MemberKey,
+        endpoint: &str,
+        verb: &'static str,
+        idempotency: Idempotency,
+        verb_call: F,
+    ) -> Result<T, CallError<AdminError>>
+    where
+        F: Fn(EtcdAdmin) -> Fut,
+        Fut: Future<Output = Result<T, AdminError>>,
+    {
+        let breaker = self.cache.breaker(key, endpoint).await;
+        let client = match self.cache.client(key, endpoint).await {
+            Some(client) => client,
+            None => {
+                let client = EtcdAdmin::connect(endpoint, self.policy.timeout)
+                    .await
+                    .map_err(CallError::Failed)?;
+                self.cache.store(key, endpoint, client.clone()).await;
+                client
+            }
+        };
+        let call = AdminCall {
+            engine: ENGINE,
+            verb,
+            idempotency,
+            policy: self.policy,
+            breaker: &breaker,
+            metrics: &self.metrics,
+        };
+        call.run(|| verb_call(client.clone())).await
+    }
+
+    /// Drops the cached clients of a deleted cluster.
+    pub async fn forget_cluster(&self, cluster: &str) {
+        self.cache.forget_cluster(cluster).await;
+    }
+
+    /// Gathers the cluster's state, asking members `0..candidates`.
+    pub async fn observe(&self, cluster: &str, resolver: &MemberResolver, candidates: usize) -> ClusterView {
+        let mut reports = BTreeMap::new();
+        let mut unreachable = BTreeMap::new();
+        let mut links: BTreeMap<usize, Vec<PeerLink>> = BTreeMap::new();
+        let mut membership = None;
+        for ordinal in 0..candidates {
+            let Some(endpoint) = resolver.client_url(ordinal) else {
+                continue;
+            };
+            let key = MemberKey::new(cluster, ordinal.to_string());
+            match self
+                .call(&key, &endpoint, "status", Idempotency::Read, |admin| async move {
+                    admin.status().await
+                })
+                .await
+            {
+                Ok(report) => {
+                    reports.insert(ordinal, report);
+                }
+                Err(error) => {
+                    unreachable.insert(ordinal, error.to_string());
+                    continue;
+                }
+            }
+            if let Ok(peer_links) = self
+                .call(
+                    &key,
+                    &endpoint,
+                    "peer_links",
+                    Idempotency::Read,
+                    |admin| async move { admin.peer_links().await },
+                )
+                .await
+            {
+                links.insert(ordinal, peer_links);
+            }
+            if membership.is_none()
+                && let Ok(list) = self
+                    .call(
+                        &key,
+                        &endpoint,
+                        "member_list",
+                        Idempotency::Read,
+                        |admin| async move { admin.members().await },
+                    )
+                    .await
+            {
+                membership = Some(list);
+            }
+        }
+        let members = membership
+            .as_deref()
+            .map(|list| join(cluster, resolver, list, &reports, &unreachable, &links))
+            .unwrap_or_default();
+        ClusterView {
+            membership,
+            reports,
+            members,
+        }
+    }
+}
+
+/// How a member's own report translates into health.
+pub fn self_health(report: &MemberReport) -> Health {
+    if !report.errors.is_empty() {
+        return Health::Unhealthy(format!("reports errors: {}", report.errors.join("; ")));
+    }
+    if report.leader_id == 0 {
+        return Health::Unhealthy("reports no leader".to_string());
+    }
+    Health::Healthy
+}
+
+fn join(
+    cluster: &str,
+    resolver: &MemberResolver,
+    membership: &[MemberInfo],
+    reports: &BTreeMap<usize, MemberReport>,
+    unreachable: &BTreeMap<usize, String>,
+    links: &BTreeMap<usize, Vec<PeerLink>>,
+) -> Vec<MemberFact> {
+    let leader_id = reports.values().map(|r| r.leader_id).find(|id| *id != 0);
+    let voters = membership.iter().filter(|m| !m.learner).count();
+    membership
+        .iter()
+        .filter_map(|member| {
+            let ordinal = member
+                .peer_urls
+                .iter()
+                .find_map(|url| resolver.ordinal_of_peer_url(url))?;
+            let report = reports.get(&ordinal).filter(|r| r.member_id == member.id);
+            let self_report = match report {
+                Some(report) => Ok(self_health(report)),
+                None => Err(unreachable
+                    .get(&ordinal)
+                    .cloned()
+                    .unwrap_or_else(|| "not asked".to_string())),
+            };
+            // The testimony of the other members that answered: is their link to it up? etcd
+            // creates a link's gauge on the first connection, so a peer with no gauge for the
+            // member has not reached it since that peer started: that counts as "not connected".
+            let peer_reports: Vec<bool> = links
+                .iter()
+                .filter(|(peer, _)| **peer != ordinal)
+                .map(|(_, peer_links)| peer_links.iter().any(|l| l.remote == member.id && l.active))
+                .collect();
+            let other_voters = voters - usize::from(!member.learner);
+            let health = classify(self_report, &peer_reports, other_voters);
+            Some(MemberFact {
+                ordinal,
+                id: member.id,
+                learner: member.learner,
+                started: !member.name.is_empty(),
+                leader: leader_id == Some(member.id),
+                version: report.map(|r| r.version.clone()),
+                observation: Observation::new(
+                    crate::resolver::member_name(cluster_name(cluster), ordinal),
+                    health,
+                    !member.learner,
+                ),
+                unhealthy_for: None,
+            })
+        })
+        .collect()
+}
+
+/// `namespace/name` keys name clusters in caches; members are named after the bare name.
+fn cluster_name(cluster: &str) -> &str {
+    cluster.rsplit('/').next().unwrap_or(cluster)
+}
+
+/// Default call policy for etcd: short enough that a blackholed member does not stall a
+/// reconcile for long, long enough for a loaded member to answer.
+pub fn default_policy() -> CallPolicy {
+    CallPolicy {
+        timeout: Duration::from_secs(3),
+        ..CallPolicy::default()
+    }
+}
+
+/// Shared handle type used by the reconciler.
+pub type SharedClients = Arc<EtcdClients>;
