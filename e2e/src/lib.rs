@@ -5,11 +5,13 @@
 //!   silent skip.
 //! - [`etcd`]: real etcd processes on distinct loopback addresses.
 //! - [`fault_proxy`]: a TCP proxy that blackholes, delays, resets or cuts one direction.
+//! - [`s3`]: a real S3-compatible server process (`gofakes3`, in memory) with one bucket.
 //! - [`tools`]: where the pinned, Go-built binaries are.
 //! - [`wait`]: polling with a deadline, for conditions that become true eventually.
 
 pub mod control_plane;
 pub mod etcd;
 pub mod fault_proxy;
+pub mod s3;
 pub mod tools;
 pub mod wait;

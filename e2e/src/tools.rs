@@ -37,3 +37,20 @@ pub fn etcd_binary() -> PathBuf {
     );
     path
 }
+
+/// The S3-compatible test server (`gofakes3`).
+///
+/// # Panics
+/// When it has not been built: run `e2e/toolchain/build.sh s3` (`e2e/setup.sh` does).
+pub fn s3_server_binary() -> PathBuf {
+    let path = cache_root()
+        .join("bin")
+        .join(format!("gofakes3-{}", pinned_version("GOFAKES3_VERSION")))
+        .join("gofakes3");
+    assert!(
+        path.exists(),
+        "{} is missing: run `e2e/toolchain/build.sh s3`",
+        path.display()
+    );
+    path
+}

@@ -2,7 +2,7 @@
 # Builds the control-plane binaries from their Go modules into a cache outside the repository,
 # keyed by version, and prints the directory that holds them. A warm run builds nothing.
 #
-#   e2e/toolchain/build.sh [k8s|etcd|kwok|all]
+#   e2e/toolchain/build.sh [k8s|etcd|kwok|s3|all]
 #
 # QUORUM_CACHE (default ~/.cache/quorum) is the cache root.
 set -euo pipefail
@@ -114,10 +114,22 @@ build_kwok() {
   echo "$out"
 }
 
+# An S3-compatible server for the backup sink's tests. gofakes3 ships its own command (memory, bolt
+# and filesystem backends, `-initialbucket`), and its go.mod has no replaces, so `go install` suffices.
+build_s3() {
+  local out="$cache/bin/gofakes3-$GOFAKES3_VERSION"
+  if [[ -x "$out/gofakes3" ]]; then echo "$out"; return; fi
+  log "building gofakes3 $GOFAKES3_VERSION"
+  mkdir -p "$out"
+  GOBIN="$out" go install -ldflags "-s -w" "github.com/johannesboyne/gofakes3/cmd/gofakes3@$GOFAKES3_VERSION"
+  echo "$out"
+}
+
 case "${1:-all}" in
   k8s) build_k8s ;;
   etcd) build_etcd ;;
   kwok) build_kwok ;;
-  all) build_etcd; build_kwok; build_k8s ;;
-  *) echo "usage: $0 [k8s|etcd|kwok|all]" >&2; exit 2 ;;
+  s3) build_s3 ;;
+  all) build_etcd; build_kwok; build_s3; build_k8s ;;
+  *) echo "usage: $0 [k8s|etcd|kwok|s3|all]" >&2; exit 2 ;;
 esac

@@ -11,12 +11,14 @@
 //! - [`status`]: writing `status` only when it changed;
 //! - [`events`]: one shared event recorder with a fixed catalogue of reasons;
 //! - [`metrics`] and [`http`]: `/metrics`, `/healthz`, `/readyz`;
+//! - [`backup`]: the backup sink, streaming checksummed backups to S3-compatible storage or a directory;
 //! - [`leader`]: leader election on a `coordination.k8s.io` Lease;
 //! - [`runner`]: the controller runner that ties them together;
 //! - [`config`] and [`telemetry`]: flags, environment and structured logs.
 
 pub mod apply;
 pub mod availability;
+pub mod backup;
 pub mod conditions;
 pub mod config;
 pub mod error;

@@ -8,6 +8,7 @@ pub mod decide;
 pub mod execute;
 pub mod observe;
 pub mod resolver;
+pub mod resources;
 
 /// The operator's name: its field manager, event reporter and `app.kubernetes.io/managed-by`.
 pub const OPERATOR_NAME: &str = "quorum-etcd-operator";

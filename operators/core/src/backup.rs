@@ -1,0 +1,724 @@
+//! Backup sinks: where operators stream database backups to, and where restores read them from.
+//!
+//! A [`BackupSink`] stores opaque backup objects under one prefix of an S3-compatible bucket, or in
+//! one local directory, through the `object_store` crate. Its guarantees:
+//!
+//! - **Bounded memory.** [`BackupSink::upload`] streams its source into a multipart upload of
+//!   [`PART_SIZE`] parts with at most [`PARTS_IN_FLIGHT`] parts being sent at once, so an upload holds
+//!   roughly `(PARTS_IN_FLIGHT + 1) * PART_SIZE` bytes however large the backup is.
+//! - **All or nothing.** An object becomes visible only when every byte was read and stored. A source
+//!   that fails midway, an empty source, or a failed part aborts the multipart upload, so no truncated
+//!   object is left that would look like a good backup.
+//! - **Checksummed.** Size and SHA-256 are computed while streaming, returned in [`StoredBackup`], and
+//!   checked again by [`BackupSink::download`] when the caller passes the expected digest.
+//! - **Retention by age.** [`BackupSink::apply_retention`] keeps the newest objects and deletes the
+//!   rest; the choice is the pure function [`choose_expired`].
+//!
+//! The prefix (or directory) belongs to the sink: every object under it counts as a backup.
+
+use std::{
+    fmt,
+    path::PathBuf,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use futures::TryStreamExt;
+use object_store::{
+    ObjectStore, ObjectStoreExt, WriteMultipart, aws::AmazonS3Builder, local::LocalFileSystem,
+    path::Path as ObjectPath, prefix::PrefixStore,
+};
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// Size of one multipart part. S3 requires at least 5 MiB for every part but the last and allows
+/// 10 000 parts, so 8 MiB parts admit backups up to about 78 GiB.
+pub const PART_SIZE: usize = 8 * 1024 * 1024;
+
+/// How many parts of one upload are sent concurrently; reading the source pauses beyond that, which
+/// bounds the memory an upload holds.
+pub const PARTS_IN_FLIGHT: usize = 2;
+
+/// How much is read from the source at a time.
+const READ_BUFFER_SIZE: usize = 64 * 1024;
+
+/// An S3-compatible bucket (AWS S3, MinIO, Ceph RGW, ...) addressed in path style.
+///
+/// `Debug` never prints the secret access key.
+#[derive(Clone, PartialEq, Eq)]
+pub struct S3Target {
+    /// The bucket; it must already exist.
+    pub bucket: String,
+    /// Objects are stored under `prefix/`; `None` or an empty prefix stores them at the bucket root.
+    pub prefix: Option<String>,
+    /// The service URL (for example `https://minio.example:9000`); `None` means AWS S3 itself.
+    pub endpoint: Option<String>,
+    /// The signing region; `None` means `us-east-1`, which most S3-compatible servers accept.
+    pub region: Option<String>,
+    /// The access key id requests are signed with.
+    pub access_key_id: String,
+    /// The secret that signs requests; never logged.
+    pub secret_access_key: String,
+    /// Allows an `http://` endpoint. Off in production: credentials and data would cross the
+    /// network in clear text. Tests against a local server turn it on.
+    pub allow_http: bool,
+}
+
+impl fmt::Debug for S3Target {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter
+            .debug_struct("S3Target")
+            .field("bucket", &self.bucket)
+            .field("prefix", &self.prefix)
+            .field("endpoint", &self.endpoint)
+            .field("region", &self.region)
+            .field("access_key_id", &self.access_key_id)
+            .field("secret_access_key", &"<redacted>")
+            .field("allow_http", &self.allow_http)
+            .finish()
+    }
+}
+
+/// Where a [`BackupSink`] keeps its objects.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BackupTarget {
+    /// A prefix in an S3-compatible bucket.
+    S3(S3Target),
+    /// A local directory (for example a mounted volume); created when missing.
+    Filesystem { directory: PathBuf },
+}
+
+/// A backup that [`BackupSink::upload`] stored completely.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredBackup {
+    /// The object's name relative to the sink's prefix: what `download` and `list` use.
+    pub key: String,
+    /// Where the object is, for status and events: `s3://bucket/prefix/key` or an absolute path.
+    pub location: String,
+    /// Bytes stored.
+    pub size: u64,
+    /// SHA-256 of the stored bytes, lowercase hex.
+    pub sha256: String,
+    /// Time from the first read of the source until the object was complete.
+    pub duration: Duration,
+}
+
+/// What [`BackupSink::download`] wrote.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DownloadedBackup {
+    /// Bytes written to the destination.
+    pub size: u64,
+    /// SHA-256 of those bytes, lowercase hex.
+    pub sha256: String,
+}
+
+/// One object under the sink's prefix, as [`BackupSink::list`] found it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackupObject {
+    /// The object's name relative to the sink's prefix.
+    pub key: String,
+    /// The object's size in bytes.
+    pub size: u64,
+    /// When the object was last written, as the store reports it (S3 has one-second or millisecond
+    /// precision).
+    pub last_modified: jiff::Timestamp,
+}
+
+/// A failed backup-sink call. Each variant names the call that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BackupError {
+    /// The target description cannot work (an `http://` endpoint without `allow_http`, an empty
+    /// bucket name, an invalid prefix). Permanent until the description changes.
+    #[error("invalid backup target: {reason}")]
+    InvalidTarget { reason: String },
+    /// Creating the object-store client (or the local directory) failed.
+    #[error("building the backup store client: {source}")]
+    BuildStore {
+        #[source]
+        source: object_store::Error,
+    },
+    /// A backup name is empty or uses characters outside `[A-Za-z0-9._-]` and `/` separators.
+    #[error("invalid backup name {name:?}: {reason}")]
+    InvalidName { name: String, reason: &'static str },
+    /// An expected SHA-256 is not 64 hexadecimal digits.
+    #[error("invalid expected sha256 {expected:?}: not 64 hexadecimal digits")]
+    InvalidExpectedChecksum { expected: String },
+    /// Starting the multipart upload was refused.
+    #[error("starting the upload of {key}: {source}")]
+    StartUpload {
+        key: String,
+        #[source]
+        source: object_store::Error,
+    },
+    /// Reading the backup's source failed; the upload was aborted.
+    #[error("reading the source of {key} after {bytes_read} bytes: {source}")]
+    ReadSource {
+        key: String,
+        bytes_read: u64,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The source ended before its first byte; the upload was aborted, since an empty object would
+    /// look like a backup.
+    #[error("the source of {key} was empty")]
+    EmptySource { key: String },
+    /// Sending a part, or completing the upload, failed; the upload was aborted.
+    #[error("uploading {key}: {source}")]
+    Upload {
+        key: String,
+        #[source]
+        source: object_store::Error,
+    },
+    /// No object has this key.
+    #[error("backup {key} not found")]
+    NotFound { key: String },
+    /// Reading the object from the store failed.
+    #[error("downloading {key}: {source}")]
+    Download {
+        key: String,
+        #[source]
+        source: object_store::Error,
+    },
+    /// Writing the downloaded bytes to the caller's destination failed.
+    #[error("writing {key} to its destination: {source}")]
+    WriteDestination {
+        key: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The downloaded bytes do not have the expected SHA-256.
+    #[error("checksum mismatch for {key}: expected sha256 {expected}, got {actual}")]
+    ChecksumMismatch {
+        key: String,
+        expected: String,
+        actual: String,
+    },
+    /// Listing the objects under the prefix failed.
+    #[error("listing backups: {source}")]
+    List {
+        #[source]
+        source: object_store::Error,
+    },
+    /// Deleting an object failed.
+    #[error("deleting backup {key}: {source}")]
+    Delete {
+        key: String,
+        #[source]
+        source: object_store::Error,
+    },
+    /// A retention that keeps no backup was asked for.
+    #[error("retention must keep at least one backup")]
+    InvalidRetention,
+}
+
+impl BackupError {
+    /// A short, bounded label for the error counter.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            BackupError::InvalidTarget { .. } => "invalid_target",
+            BackupError::BuildStore { .. } => "build_store",
+            BackupError::InvalidName { .. } => "invalid_name",
+            BackupError::InvalidExpectedChecksum { .. } => "invalid_expected_checksum",
+            BackupError::StartUpload { .. } => "start_upload",
+            BackupError::ReadSource { .. } => "read_source",
+            BackupError::EmptySource { .. } => "empty_source",
+            BackupError::Upload { .. } => "upload",
+            BackupError::NotFound { .. } => "not_found",
+            BackupError::Download { .. } => "download",
+            BackupError::WriteDestination { .. } => "write_destination",
+            BackupError::ChecksumMismatch { .. } => "checksum_mismatch",
+            BackupError::List { .. } => "list",
+            BackupError::Delete { .. } => "delete",
+            BackupError::InvalidRetention => "invalid_retention",
+        }
+    }
+}
+
+/// Streams backups into an S3-compatible bucket or a local directory and back.
+///
+/// Cheap to clone; clones share one connection pool.
+#[derive(Clone, Debug)]
+pub struct BackupSink {
+    store: Arc<dyn ObjectStore>,
+    /// `location` of a key is this followed by the key.
+    location_base: String,
+}
+
+impl BackupSink {
+    /// Builds a sink for `target`. No request is sent: a wrong bucket or wrong credentials show up
+    /// in the first call that reaches the store.
+    ///
+    /// # Errors
+    /// [`BackupError::InvalidTarget`] for a description that cannot work, [`BackupError::BuildStore`]
+    /// when the client or the local directory cannot be created.
+    pub fn new(target: BackupTarget) -> Result<BackupSink, BackupError> {
+        match target {
+            BackupTarget::S3(s3) => Self::new_s3(s3),
+            BackupTarget::Filesystem { directory } => Self::new_filesystem(directory),
+        }
+    }
+
+    fn new_s3(target: S3Target) -> Result<BackupSink, BackupError> {
+        if target.bucket.is_empty() {
+            return Err(BackupError::InvalidTarget {
+                reason: "the bucket name is empty".to_string(),
+            });
+        }
+        if let Some(endpoint) = &target.endpoint
+            && endpoint.starts_with("http://")
+            && !target.allow_http
+        {
+            return Err(BackupError::InvalidTarget {
+                reason: format!("endpoint {endpoint} is plain HTTP and allow_http is off"),
+            });
+        }
+        let prefix = normalize_prefix(target.prefix.as_deref())?;
+        // `new()` rather than `from_env()`: the description alone decides where backups go, never
+        // whatever AWS_* variables the operator's pod happens to carry.
+        let mut builder = AmazonS3Builder::new()
+            .with_bucket_name(&target.bucket)
+            .with_access_key_id(&target.access_key_id)
+            .with_secret_access_key(&target.secret_access_key)
+            .with_region(target.region.as_deref().unwrap_or("us-east-1"))
+            .with_virtual_hosted_style_request(false)
+            .with_allow_http(target.allow_http);
+        if let Some(endpoint) = &target.endpoint {
+            builder = builder.with_endpoint(endpoint.trim_end_matches('/'));
+        }
+        let store = builder
+            .build()
+            .map_err(|source| BackupError::BuildStore { source })?;
+        let location_base = match &prefix {
+            Some(prefix) => format!("s3://{}/{prefix}/", target.bucket),
+            None => format!("s3://{}/", target.bucket),
+        };
+        let store: Arc<dyn ObjectStore> = match prefix {
+            Some(prefix) => Arc::new(PrefixStore::new(store, prefix)),
+            None => Arc::new(store),
+        };
+        Ok(BackupSink { store, location_base })
+    }
+
+    fn new_filesystem(directory: PathBuf) -> Result<BackupSink, BackupError> {
+        std::fs::create_dir_all(&directory).map_err(|source| BackupError::BuildStore {
+            source: object_store::Error::Generic {
+                store: "LocalFileSystem",
+                source: Box::new(source),
+            },
+        })?;
+        // fsync: a backup reported as stored must survive a node crash right after.
+        let store = LocalFileSystem::new_with_prefix(&directory)
+            .map_err(|source| BackupError::BuildStore { source })?
+            .with_fsync(true)
+            .with_automatic_cleanup(true);
+        let canonical = std::fs::canonicalize(&directory).unwrap_or(directory);
+        Ok(BackupSink {
+            store: Arc::new(store),
+            location_base: format!("{}/", canonical.display().to_string().trim_end_matches('/')),
+        })
+    }
+
+    /// Where the object `key` is (or would be): `s3://bucket/prefix/key` or an absolute path.
+    pub fn location(&self, key: &str) -> String {
+        format!("{}{key}", self.location_base)
+    }
+
+    /// Streams `source` to the object `name` until the source ends, computing size and SHA-256 on
+    /// the way. An existing object of that name is replaced only when the upload completes.
+    ///
+    /// Memory stays bounded (see [`PARTS_IN_FLIGHT`]). When the future is dropped midway, no object
+    /// appears; S3 keeps the parts already sent until the bucket's lifecycle rule for incomplete
+    /// multipart uploads removes them.
+    ///
+    /// # Errors
+    /// [`BackupError::InvalidName`]; [`BackupError::StartUpload`]; [`BackupError::ReadSource`],
+    /// [`BackupError::EmptySource`] and [`BackupError::Upload`], after each of which the upload
+    /// was aborted and no object of that name was created.
+    pub async fn upload(
+        &self,
+        name: &str,
+        mut source: impl AsyncRead + Unpin,
+    ) -> Result<StoredBackup, BackupError> {
+        let path = parse_name(name)?;
+        let key = name.to_string();
+        let started = Instant::now();
+        let upload = self
+            .store
+            .put_multipart(&path)
+            .await
+            .map_err(|source| BackupError::StartUpload {
+                key: key.clone(),
+                source,
+            })?;
+        let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
+        let mut hasher = Sha256::new();
+        let mut size: u64 = 0;
+        let mut buffer = vec![0_u8; READ_BUFFER_SIZE];
+        loop {
+            if let Err(source) = writer.wait_for_capacity(PARTS_IN_FLIGHT).await {
+                abort_upload(writer, &key).await;
+                return Err(BackupError::Upload { key, source });
+            }
+            let read = match source.read(&mut buffer).await {
+                Ok(0) => break,
+                Ok(read) => read,
+                Err(source) => {
+                    abort_upload(writer, &key).await;
+                    return Err(BackupError::ReadSource {
+                        key,
+                        bytes_read: size,
+                        source,
+                    });
+                }
+            };
+            hasher.update(&buffer[..read]);
+            size += read as u64;
+            writer.write(&buffer[..read]);
+        }
+        if size == 0 {
+            abort_upload(writer, &key).await;
+            return Err(BackupError::EmptySource { key });
+        }
+        // `finish` aborts the upload itself when a part or the completion fails.
+        writer.finish().await.map_err(|source| BackupError::Upload {
+            key: key.clone(),
+            source,
+        })?;
+        Ok(StoredBackup {
+            location: self.location(&key),
+            key,
+            size,
+            sha256: hex::encode(hasher.finalize()),
+            duration: started.elapsed(),
+        })
+    }
+
+    /// Streams the object `key` into `destination` and flushes it, computing size and SHA-256 on
+    /// the way; when `expected_sha256` is given (hex, either case), the digest must match it.
+    ///
+    /// The bytes are written before the digest is known: on a mismatch the destination holds
+    /// them anyway, so write to a scratch file and move it into place only on success.
+    ///
+    /// # Errors
+    /// [`BackupError::InvalidName`] and [`BackupError::InvalidExpectedChecksum`] before anything is
+    /// read; [`BackupError::NotFound`]; [`BackupError::Download`]; [`BackupError::WriteDestination`];
+    /// [`BackupError::ChecksumMismatch`].
+    pub async fn download(
+        &self,
+        key: &str,
+        mut destination: impl AsyncWrite + Unpin,
+        expected_sha256: Option<&str>,
+    ) -> Result<DownloadedBackup, BackupError> {
+        let path = parse_name(key)?;
+        if let Some(expected) = expected_sha256
+            && (expected.len() != 64 || !expected.bytes().all(|byte| byte.is_ascii_hexdigit()))
+        {
+            return Err(BackupError::InvalidExpectedChecksum {
+                expected: expected.to_string(),
+            });
+        }
+        let download_error = |source| match source {
+            object_store::Error::NotFound { .. } => BackupError::NotFound { key: key.to_string() },
+            source => BackupError::Download {
+                key: key.to_string(),
+                source,
+            },
+        };
+        let mut chunks = self.store.get(&path).await.map_err(download_error)?.into_stream();
+        let write_error = |source| BackupError::WriteDestination {
+            key: key.to_string(),
+            source,
+        };
+        let mut hasher = Sha256::new();
+        let mut size: u64 = 0;
+        while let Some(chunk) = chunks.try_next().await.map_err(download_error)? {
+            hasher.update(&chunk);
+            size += chunk.len() as u64;
+            destination.write_all(&chunk).await.map_err(write_error)?;
+        }
+        destination.flush().await.map_err(write_error)?;
+        let sha256 = hex::encode(hasher.finalize());
+        if let Some(expected) = expected_sha256
+            && !expected.eq_ignore_ascii_case(&sha256)
+        {
+            return Err(BackupError::ChecksumMismatch {
+                key: key.to_string(),
+                expected: expected.to_ascii_lowercase(),
+                actual: sha256,
+            });
+        }
+        Ok(DownloadedBackup { size, sha256 })
+    }
+
+    /// Every object under the prefix, oldest first (by `last_modified`, then key). Unfinished
+    /// uploads are not objects and are not listed.
+    ///
+    /// # Errors
+    /// [`BackupError::List`].
+    pub async fn list(&self) -> Result<Vec<BackupObject>, BackupError> {
+        let mut objects: Vec<BackupObject> = self
+            .store
+            .list(None)
+            .map_ok(|meta| BackupObject {
+                key: meta.location.to_string(),
+                size: meta.size,
+                last_modified: to_timestamp(
+                    meta.last_modified.timestamp(),
+                    meta.last_modified.timestamp_subsec_nanos(),
+                ),
+            })
+            .try_collect()
+            .await
+            .map_err(|source| BackupError::List { source })?;
+        objects.sort_by(age_order);
+        Ok(objects)
+    }
+
+    /// Keeps the newest `keep` objects (see [`choose_expired`]) and deletes the others, returning
+    /// the keys it deleted, oldest first. An object that vanished meanwhile counts as deleted.
+    ///
+    /// # Errors
+    /// [`BackupError::InvalidRetention`] when `keep` is 0: deleting every backup is never a
+    /// retention policy. [`BackupError::List`]; [`BackupError::Delete`] for the first object that
+    /// could not be deleted (the older ones are gone by then; calling again resumes).
+    pub async fn apply_retention(&self, keep: usize) -> Result<Vec<String>, BackupError> {
+        if keep == 0 {
+            return Err(BackupError::InvalidRetention);
+        }
+        let objects = self.list().await?;
+        let mut deleted = Vec::new();
+        for object in choose_expired(&objects, keep) {
+            let path = ObjectPath::from(object.key.as_str());
+            match self.store.delete(&path).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => deleted.push(object.key.clone()),
+                Err(source) => {
+                    return Err(BackupError::Delete {
+                        key: object.key.clone(),
+                        source,
+                    });
+                }
+            }
+        }
+        Ok(deleted)
+    }
+}
+
+/// The objects a retention of `keep` deletes: all but the `keep` newest, oldest first. Newer means
+/// a later `last_modified`, and for equal times a greater key, so timestamped names such as
+/// `snapshot-20250101T000000Z` break ties the intended way. `keep == 0` selects every object.
+pub fn choose_expired(objects: &[BackupObject], keep: usize) -> Vec<&BackupObject> {
+    let mut by_age: Vec<&BackupObject> = objects.iter().collect();
+    by_age.sort_by(|left, right| age_order(left, right));
+    let expired = by_age.len().saturating_sub(keep);
+    by_age.truncate(expired);
+    by_age
+}
+
+fn age_order(left: &BackupObject, right: &BackupObject) -> std::cmp::Ordering {
+    left.last_modified
+        .cmp(&right.last_modified)
+        .then_with(|| left.key.cmp(&right.key))
+}
+
+/// Aborts an upload that cannot complete. A failed abort is only logged: the error that caused it
+/// matters more to the caller, and an unfinished upload is invisible anyway.
+async fn abort_upload(writer: WriteMultipart, key: &str) {
+    if let Err(error) = writer.abort().await {
+        tracing::warn!(key, %error, "aborting an unfinished backup upload failed");
+    }
+}
+
+/// Checks a backup name: non-empty `/`-separated segments of `[A-Za-z0-9._-]`, none of them `.`
+/// or `..`. Narrower than what S3 allows, so that every name means the same object on S3 and on
+/// a filesystem (`#` is reserved by the filesystem store for unfinished uploads).
+fn parse_name(name: &str) -> Result<ObjectPath, BackupError> {
+    let invalid = |reason| BackupError::InvalidName {
+        name: name.to_string(),
+        reason,
+    };
+    if name.is_empty() {
+        return Err(invalid("empty"));
+    }
+    if name.len() > 512 {
+        return Err(invalid("longer than 512 bytes"));
+    }
+    for segment in name.split('/') {
+        if segment.is_empty() {
+            return Err(invalid("empty path segment"));
+        }
+        if segment == "." || segment == ".." {
+            return Err(invalid("`.` or `..` segment"));
+        }
+        if !segment
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-'))
+        {
+            return Err(invalid("characters other than A-Z a-z 0-9 . _ - and /"));
+        }
+    }
+    ObjectPath::parse(name).map_err(|_| invalid("not a valid object path"))
+}
+
+/// A prefix without surrounding slashes, validated like a name; `None` for no prefix.
+fn normalize_prefix(prefix: Option<&str>) -> Result<Option<String>, BackupError> {
+    let Some(prefix) = prefix.map(|prefix| prefix.trim_matches('/')) else {
+        return Ok(None);
+    };
+    if prefix.is_empty() {
+        return Ok(None);
+    }
+    parse_name(prefix).map_err(|error| BackupError::InvalidTarget {
+        reason: format!("prefix: {error}"),
+    })?;
+    Ok(Some(prefix.to_string()))
+}
+
+/// Converts the store's time (chrono, which this crate does not name) to a [`jiff::Timestamp`]. A
+/// time outside jiff's range (years beyond ±9999) cannot come from a real store; it becomes the
+/// epoch, which only makes that object the first to expire.
+fn to_timestamp(seconds: i64, subsecond_nanoseconds: u32) -> jiff::Timestamp {
+    let nanoseconds = i32::try_from(subsecond_nanoseconds).unwrap_or(0);
+    jiff::Timestamp::new(seconds, nanoseconds).unwrap_or(jiff::Timestamp::UNIX_EPOCH)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(key: &str, second: i64) -> BackupObject {
+        BackupObject {
+            key: key.to_string(),
+            size: 1,
+            last_modified: jiff::Timestamp::from_second(second).expect("valid second"),
+        }
+    }
+
+    fn keys(objects: Vec<&BackupObject>) -> Vec<&str> {
+        objects.into_iter().map(|object| object.key.as_str()).collect()
+    }
+
+    #[test]
+    fn retention_expires_all_but_the_newest() {
+        let objects = vec![
+            object("c", 300),
+            object("a", 100),
+            object("d", 400),
+            object("b", 200),
+        ];
+        assert_eq!(keys(choose_expired(&objects, 2)), ["a", "b"]);
+        assert_eq!(keys(choose_expired(&objects, 1)), ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn retention_breaks_equal_times_by_key() {
+        let objects = vec![
+            object("snapshot-3", 100),
+            object("snapshot-1", 100),
+            object("snapshot-2", 100),
+        ];
+        assert_eq!(keys(choose_expired(&objects, 1)), ["snapshot-1", "snapshot-2"]);
+    }
+
+    #[test]
+    fn retention_prefers_time_over_key() {
+        let objects = vec![object("z-old", 100), object("a-new", 200)];
+        assert_eq!(keys(choose_expired(&objects, 1)), ["z-old"]);
+    }
+
+    #[test]
+    fn retention_keeping_at_least_all_expires_nothing() {
+        let objects = vec![object("a", 100), object("b", 200)];
+        assert!(choose_expired(&objects, 2).is_empty());
+        assert!(choose_expired(&objects, 10).is_empty());
+        assert!(choose_expired(&[], 3).is_empty());
+    }
+
+    #[test]
+    fn retention_keeping_none_expires_everything() {
+        let objects = vec![object("b", 200), object("a", 100)];
+        assert_eq!(keys(choose_expired(&objects, 0)), ["a", "b"]);
+    }
+
+    #[test]
+    fn names_are_portable_paths() {
+        for valid in ["snapshot-20250101T000000Z.db", "cluster-a/snapshot_1", "a.b-c_d"] {
+            assert!(parse_name(valid).is_ok(), "{valid} should be valid");
+        }
+        for invalid in [
+            "",
+            "/leading",
+            "trailing/",
+            "double//slash",
+            "../escape",
+            "a/./b",
+            "space here",
+            "hash#1",
+            "ümlaut",
+            "back\\slash",
+        ] {
+            assert!(
+                matches!(parse_name(invalid), Err(BackupError::InvalidName { .. })),
+                "{invalid:?} should be refused"
+            );
+        }
+    }
+
+    #[test]
+    fn prefixes_lose_surrounding_slashes() {
+        assert_eq!(normalize_prefix(None).expect("valid"), None);
+        assert_eq!(normalize_prefix(Some("")).expect("valid"), None);
+        assert_eq!(normalize_prefix(Some("/")).expect("valid"), None);
+        assert_eq!(
+            normalize_prefix(Some("/etcd/cluster-a/")).expect("valid"),
+            Some("etcd/cluster-a".to_string())
+        );
+        assert!(matches!(
+            normalize_prefix(Some("a//b")),
+            Err(BackupError::InvalidTarget { .. })
+        ));
+    }
+
+    fn s3_target(endpoint: &str, allow_http: bool) -> BackupTarget {
+        BackupTarget::S3(S3Target {
+            bucket: "backups".to_string(),
+            prefix: Some("etcd".to_string()),
+            endpoint: Some(endpoint.to_string()),
+            region: None,
+            access_key_id: "access".to_string(),
+            secret_access_key: "very-secret".to_string(),
+            allow_http,
+        })
+    }
+
+    #[test]
+    fn plain_http_needs_to_be_allowed() {
+        assert!(matches!(
+            BackupSink::new(s3_target("http://127.0.0.1:9000", false)),
+            Err(BackupError::InvalidTarget { .. })
+        ));
+        let sink = BackupSink::new(s3_target("http://127.0.0.1:9000", true)).expect("sink");
+        assert_eq!(sink.location("snapshot-1"), "s3://backups/etcd/snapshot-1");
+        assert!(BackupSink::new(s3_target("https://s3.example", false)).is_ok());
+    }
+
+    #[test]
+    fn debug_output_hides_the_secret() {
+        let BackupTarget::S3(target) = s3_target("https://s3.example", false) else {
+            unreachable!("built as S3");
+        };
+        let printed = format!("{target:?}");
+        assert!(!printed.contains("very-secret"), "{printed}");
+        assert!(printed.contains("<redacted>"), "{printed}");
+    }
+
+    #[test]
+    fn metric_labels_are_snake_case() {
+        let error = BackupError::ChecksumMismatch {
+            key: "k".to_string(),
+            expected: "a".to_string(),
+            actual: "b".to_string(),
+        };
+        assert_eq!(error.metric_label(), "checksum_mismatch");
+        assert_eq!(BackupError::InvalidRetention.metric_label(), "invalid_retention");
+    }
+}

@@ -1,0 +1,625 @@
+//! Pure builders: an `EtcdCluster` (and what was decided) in, the Kubernetes objects it needs
+//! out. No API calls here; every builder is unit-tested without a cluster.
+//!
+//! The member pods read their per-cluster bootstrap settings from the ConfigMap through
+//! environment variables, so changing them (new -> existing once the cluster formed) never
+//! restarts a running member: only a pod started afterwards sees the new values. The pod
+//! template carries nothing that changes with the operator's own version, so upgrading the
+//! operator restarts no database pod.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::{
+    api::{
+        apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy},
+        core::v1::{
+            Capabilities, ConfigMap, ConfigMapEnvSource, Container, ContainerPort, EnvFromSource, EnvVar,
+            EnvVarSource, HTTPGetAction, ObjectFieldSelector, PersistentVolumeClaim,
+            PersistentVolumeClaimSpec, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile,
+            SecretVolumeSource, SecurityContext, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
+            VolumeResourceRequirements,
+        },
+        policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec},
+    },
+    apimachinery::pkg::{
+        apis::meta::v1::{LabelSelector, ObjectMeta},
+        util::intstr::IntOrString,
+    },
+};
+use kube::ResourceExt;
+use quorum_core::{
+    apply::child_metadata,
+    naming::{child_name, selector_labels, standard_labels},
+};
+
+use crate::{
+    OPERATOR_NAME,
+    crd::EtcdCluster,
+    resolver::{MemberResolver, peer_service_name},
+};
+
+/// `app.kubernetes.io/name` of everything this operator creates.
+pub const APP: &str = "etcd";
+/// `app.kubernetes.io/component` of the member pods.
+pub const COMPONENT: &str = "member";
+pub const CLIENT_PORT: i32 = 2379;
+pub const PEER_PORT: i32 = 2380;
+/// Where a member keeps its data inside the pod.
+pub const DATA_DIR: &str = "/var/lib/etcd/data";
+/// The label carrying the etcd version a pod was created for.
+pub const VERSION_LABEL: &str = "etcd.quorum.dev/version";
+
+type Result<T> = std::result::Result<T, quorum_core::Error>;
+
+/// The name of the ConfigMap with the bootstrap settings.
+pub fn config_map_name(cluster: &str) -> String {
+    child_name(cluster, "config")
+}
+
+/// The name of the client Service (and of the StatefulSet).
+pub fn client_service_name(cluster: &str) -> String {
+    child_name(cluster, "")
+}
+
+/// Labels selecting this cluster's member pods.
+pub fn member_selector(cluster: &EtcdCluster) -> BTreeMap<String, String> {
+    selector_labels(APP, &cluster.name_any(), COMPONENT)
+}
+
+/// The selector as a string, for the scale subresource.
+pub fn member_selector_string(cluster: &EtcdCluster) -> String {
+    member_selector(cluster)
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn labels(cluster: &EtcdCluster) -> BTreeMap<String, String> {
+    standard_labels(APP, &cluster.name_any(), COMPONENT, OPERATOR_NAME)
+}
+
+/// The image a member of `version` runs.
+pub fn image(cluster: &EtcdCluster) -> String {
+    cluster
+        .spec
+        .image
+        .clone()
+        .unwrap_or_else(|| format!("gcr.io/etcd-development/etcd:v{}", cluster.spec.version))
+}
+
+fn tls(cluster: &EtcdCluster) -> (Option<String>, Option<String>) {
+    let tls = cluster.spec.tls.as_ref();
+    (
+        tls.and_then(|t| t.client_secret_name.clone()),
+        tls.and_then(|t| t.peer_secret_name.clone()),
+    )
+}
+
+/// Whether state of bootstrap is `new` (the cluster has not formed) or `existing`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClusterState {
+    New,
+    Existing,
+}
+
+/// The ConfigMap with `ETCD_INITIAL_CLUSTER*` settings: for a new cluster, every member of
+/// the bootstrap; afterwards, the membership as etcd reports it (names and peer URLs).
+pub fn build_config_map(
+    cluster: &EtcdCluster,
+    state: ClusterState,
+    initial_cluster: &[(String, String)],
+) -> Result<ConfigMap> {
+    let name = cluster.name_any();
+    let token = format!(
+        "{}-{}",
+        name,
+        cluster
+            .uid()
+            .unwrap_or_default()
+            .split('-')
+            .next()
+            .unwrap_or_default()
+    );
+    let members = initial_cluster
+        .iter()
+        .map(|(member, url)| format!("{member}={url}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    Ok(ConfigMap {
+        metadata: child_metadata(cluster, config_map_name(&name), labels(cluster))?,
+        data: Some(BTreeMap::from([
+            ("ETCD_INITIAL_CLUSTER".to_string(), members),
+            (
+                "ETCD_INITIAL_CLUSTER_STATE".to_string(),
+                match state {
+                    ClusterState::New => "new",
+                    ClusterState::Existing => "existing",
+                }
+                .to_string(),
+            ),
+            ("ETCD_INITIAL_CLUSTER_TOKEN".to_string(), token),
+        ])),
+        ..ConfigMap::default()
+    })
+}
+
+/// The bootstrap membership of a new cluster: members `0..members`, by their DNS peer URLs.
+pub fn bootstrap_members(
+    cluster: &EtcdCluster,
+    resolver: &MemberResolver,
+    members: usize,
+) -> Vec<(String, String)> {
+    (0..members)
+        .filter_map(|ordinal| {
+            Some((
+                crate::resolver::member_name(&cluster.name_any(), ordinal),
+                resolver.peer_url(ordinal)?,
+            ))
+        })
+        .collect()
+}
+
+/// The headless Service that gives each member a stable DNS name. Addresses are published
+/// before pods are ready: members must find each other to become ready at all.
+pub fn build_peer_service(cluster: &EtcdCluster) -> Result<Service> {
+    let name = cluster.name_any();
+    Ok(Service {
+        metadata: child_metadata(cluster, peer_service_name(&name), labels(cluster))?,
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".into()),
+            publish_not_ready_addresses: Some(true),
+            selector: Some(member_selector(cluster)),
+            ports: Some(vec![port("client", CLIENT_PORT), port("peer", PEER_PORT)]),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    })
+}
+
+/// The Service clients use: ready members only.
+pub fn build_client_service(cluster: &EtcdCluster) -> Result<Service> {
+    let name = cluster.name_any();
+    Ok(Service {
+        metadata: child_metadata(cluster, client_service_name(&name), labels(cluster))?,
+        spec: Some(ServiceSpec {
+            selector: Some(member_selector(cluster)),
+            ports: Some(vec![port("client", CLIENT_PORT)]),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    })
+}
+
+fn port(name: &str, number: i32) -> ServicePort {
+    ServicePort {
+        name: Some(name.into()),
+        port: number,
+        target_port: Some(IntOrString::String(name.into())),
+        ..ServicePort::default()
+    }
+}
+
+/// At most one member down at a time through voluntary disruptions (drains).
+pub fn build_pod_disruption_budget(cluster: &EtcdCluster) -> Result<PodDisruptionBudget> {
+    let name = cluster.name_any();
+    Ok(PodDisruptionBudget {
+        metadata: child_metadata(cluster, child_name(&name, ""), labels(cluster))?,
+        spec: Some(PodDisruptionBudgetSpec {
+            max_unavailable: Some(IntOrString::Int(1)),
+            selector: Some(LabelSelector {
+                match_labels: Some(member_selector(cluster)),
+                ..LabelSelector::default()
+            }),
+            ..PodDisruptionBudgetSpec::default()
+        }),
+        ..PodDisruptionBudget::default()
+    })
+}
+
+fn env(name: &str, value: impl Into<String>) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: Some(value.into()),
+        ..EnvVar::default()
+    }
+}
+
+/// The StatefulSet of members, with `replicas` pods (the operator decides how many, one
+/// membership change at a time; it is not simply `spec.replicas`).
+///
+/// Pods start in parallel (a new cluster needs all its members up to elect a leader) and are
+/// replaced only when the operator deletes them (`OnDelete`): version upgrades go one member
+/// at a time through the safety gate, never by the StatefulSet controller on its own.
+pub fn build_statefulset(cluster: &EtcdCluster, replicas: i32, cluster_domain: &str) -> Result<StatefulSet> {
+    let name = cluster.name_any();
+    let namespace = cluster.namespace().unwrap_or_default();
+    let (client_secret, peer_secret) = tls(cluster);
+    let client_scheme = if client_secret.is_some() { "https" } else { "http" };
+    let peer_scheme = if peer_secret.is_some() { "https" } else { "http" };
+    let host = format!(
+        "$(POD_NAME).{}.{namespace}.svc.{cluster_domain}",
+        peer_service_name(&name)
+    );
+
+    let mut pod_labels = member_selector(cluster);
+    pod_labels.insert(VERSION_LABEL.to_string(), cluster.spec.version.clone());
+    let overrides = cluster.spec.pod_template.clone().unwrap_or_default();
+    pod_labels.extend(overrides.labels.clone());
+
+    let mut environment = vec![
+        EnvVar {
+            name: "POD_NAME".into(),
+            value_from: Some(EnvVarSource {
+                field_ref: Some(ObjectFieldSelector {
+                    field_path: "metadata.name".into(),
+                    ..ObjectFieldSelector::default()
+                }),
+                ..EnvVarSource::default()
+            }),
+            ..EnvVar::default()
+        },
+        env("ETCD_NAME", "$(POD_NAME)"),
+        env("ETCD_DATA_DIR", DATA_DIR),
+        env(
+            "ETCD_LISTEN_CLIENT_URLS",
+            format!("{client_scheme}://0.0.0.0:{CLIENT_PORT}"),
+        ),
+        env(
+            "ETCD_ADVERTISE_CLIENT_URLS",
+            format!("{client_scheme}://{host}:{CLIENT_PORT}"),
+        ),
+        env(
+            "ETCD_LISTEN_PEER_URLS",
+            format!("{peer_scheme}://0.0.0.0:{PEER_PORT}"),
+        ),
+        env(
+            "ETCD_INITIAL_ADVERTISE_PEER_URLS",
+            format!("{peer_scheme}://{host}:{PEER_PORT}"),
+        ),
+        // Refuse membership changes that would make the cluster unavailable, as a last line
+        // of defence behind the operator's own gate.
+        env("ETCD_STRICT_RECONFIG_CHECK", "true"),
+    ];
+    let mut volumes = Vec::new();
+    let mut mounts = vec![VolumeMount {
+        name: "data".into(),
+        mount_path: "/var/lib/etcd".into(),
+        ..VolumeMount::default()
+    }];
+    for (kind, secret, prefix) in [
+        ("client", &client_secret, "ETCD"),
+        ("peer", &peer_secret, "ETCD_PEER"),
+    ] {
+        let Some(secret) = secret else { continue };
+        let directory = format!("/etc/etcd/tls/{kind}");
+        volumes.push(Volume {
+            name: format!("tls-{kind}"),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(secret.clone()),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
+        });
+        mounts.push(VolumeMount {
+            name: format!("tls-{kind}"),
+            mount_path: directory.clone(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        });
+        environment.push(env(
+            &format!("{prefix}_CERT_FILE"),
+            format!("{directory}/tls.crt"),
+        ));
+        environment.push(env(&format!("{prefix}_KEY_FILE"), format!("{directory}/tls.key")));
+        environment.push(env(
+            &format!("{prefix}_TRUSTED_CA_FILE"),
+            format!("{directory}/ca.crt"),
+        ));
+        environment.push(env(&format!("{prefix}_CLIENT_CERT_AUTH"), "true"));
+    }
+
+    let probe = |path: &str, period: i32, failures: i32| Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.into()),
+            port: IntOrString::String("client".into()),
+            scheme: Some(client_scheme.to_uppercase()),
+            ..HTTPGetAction::default()
+        }),
+        period_seconds: Some(period),
+        failure_threshold: Some(failures),
+        timeout_seconds: Some(5),
+        ..Probe::default()
+    };
+
+    let container = Container {
+        name: "etcd".into(),
+        image: Some(image(cluster)),
+        command: Some(vec!["/usr/local/bin/etcd".into()]),
+        env: Some(environment),
+        env_from: Some(vec![EnvFromSource {
+            config_map_ref: Some(ConfigMapEnvSource {
+                name: config_map_name(&name),
+                optional: Some(false),
+            }),
+            ..EnvFromSource::default()
+        }]),
+        ports: Some(vec![
+            ContainerPort {
+                name: Some("client".into()),
+                container_port: CLIENT_PORT,
+                ..ContainerPort::default()
+            },
+            ContainerPort {
+                name: Some("peer".into()),
+                container_port: PEER_PORT,
+                ..ContainerPort::default()
+            },
+        ]),
+        readiness_probe: Some(probe("/health", 5, 3)),
+        // Liveness must not depend on the leader: a follower cut off from the rest is alive.
+        liveness_probe: Some(probe("/health?serializable=true", 10, 6)),
+        resources: cluster.spec.resources.clone(),
+        volume_mounts: Some(mounts),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            read_only_root_filesystem: Some(true),
+            run_as_non_root: Some(true),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".into()]),
+                ..Capabilities::default()
+            }),
+            ..SecurityContext::default()
+        }),
+        ..Container::default()
+    };
+
+    let storage = &cluster.spec.storage;
+    Ok(StatefulSet {
+        metadata: child_metadata(cluster, client_service_name(&name), labels(cluster))?,
+        spec: Some(StatefulSetSpec {
+            replicas: Some(replicas),
+            service_name: Some(peer_service_name(&name)),
+            pod_management_policy: Some("Parallel".into()),
+            update_strategy: Some(StatefulSetUpdateStrategy {
+                type_: Some("OnDelete".into()),
+                ..StatefulSetUpdateStrategy::default()
+            }),
+            selector: LabelSelector {
+                match_labels: Some(member_selector(cluster)),
+                ..LabelSelector::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(pod_labels),
+                    annotations: (!overrides.annotations.is_empty()).then(|| overrides.annotations.clone()),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    containers: vec![container],
+                    volumes: (!volumes.is_empty()).then_some(volumes),
+                    node_selector: (!overrides.node_selector.is_empty())
+                        .then(|| overrides.node_selector.clone()),
+                    tolerations: (!overrides.tolerations.is_empty()).then(|| overrides.tolerations.clone()),
+                    affinity: overrides.affinity.clone(),
+                    priority_class_name: overrides.priority_class_name.clone(),
+                    automount_service_account_token: Some(false),
+                    enable_service_links: Some(false),
+                    security_context: Some(PodSecurityContext {
+                        run_as_non_root: Some(true),
+                        run_as_user: Some(65532),
+                        run_as_group: Some(65532),
+                        fs_group: Some(65532),
+                        seccomp_profile: Some(SeccompProfile {
+                            type_: "RuntimeDefault".into(),
+                            ..SeccompProfile::default()
+                        }),
+                        ..PodSecurityContext::default()
+                    }),
+                    ..PodSpec::default()
+                }),
+            },
+            volume_claim_templates: Some(vec![PersistentVolumeClaim {
+                metadata: ObjectMeta {
+                    name: Some("data".into()),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(PersistentVolumeClaimSpec {
+                    access_modes: Some(vec!["ReadWriteOnce".into()]),
+                    storage_class_name: storage.storage_class_name.clone(),
+                    resources: Some(VolumeResourceRequirements {
+                        requests: Some(BTreeMap::from([("storage".to_string(), storage.size.clone())])),
+                        ..VolumeResourceRequirements::default()
+                    }),
+                    ..PersistentVolumeClaimSpec::default()
+                }),
+                ..PersistentVolumeClaim::default()
+            }]),
+            ..StatefulSetSpec::default()
+        }),
+        ..StatefulSet::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    use super::*;
+    use crate::crd::{EtcdClusterSpec, EtcdStorage, EtcdTls};
+
+    fn cluster() -> EtcdCluster {
+        let mut cluster = EtcdCluster::new(
+            "main",
+            EtcdClusterSpec {
+                replicas: 3,
+                version: "3.6.16".into(),
+                image: None,
+                storage: EtcdStorage {
+                    size: Quantity("8Gi".into()),
+                    storage_class_name: Some("fast".into()),
+                },
+                resources: None,
+                pod_template: None,
+                tls: None,
+                backup: None,
+                restore_from: None,
+            },
+        );
+        cluster.metadata.namespace = Some("db".into());
+        cluster.metadata.uid = Some("1234abcd-0000".into());
+        cluster
+    }
+
+    fn env_of(statefulset: &StatefulSet) -> BTreeMap<String, String> {
+        statefulset
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+            .containers[0]
+            .env
+            .as_ref()
+            .unwrap()
+            .iter()
+            .filter_map(|e| Some((e.name.clone(), e.value.clone()?)))
+            .collect()
+    }
+
+    #[test]
+    fn statefulset_is_owned_parallel_on_delete_and_restricted() {
+        let statefulset = build_statefulset(&cluster(), 3, "cluster.local").unwrap();
+        let owner = &statefulset.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.controller),
+            ("EtcdCluster", Some(true))
+        );
+        let spec = statefulset.spec.as_ref().unwrap();
+        assert_eq!(spec.replicas, Some(3));
+        assert_eq!(spec.service_name.as_deref(), Some("main-peer"));
+        assert_eq!(spec.pod_management_policy.as_deref(), Some("Parallel"));
+        assert_eq!(
+            spec.update_strategy.as_ref().unwrap().type_.as_deref(),
+            Some("OnDelete")
+        );
+        let pod = spec.template.spec.as_ref().unwrap();
+        assert_eq!(pod.security_context.as_ref().unwrap().run_as_non_root, Some(true));
+        let container = &pod.containers[0];
+        assert_eq!(
+            container.image.as_deref(),
+            Some("gcr.io/etcd-development/etcd:v3.6.16")
+        );
+        let security = container.security_context.as_ref().unwrap();
+        assert_eq!(security.allow_privilege_escalation, Some(false));
+        assert_eq!(
+            security.capabilities.as_ref().unwrap().drop.as_ref().unwrap(),
+            &vec!["ALL".to_string()]
+        );
+        let claim = &spec.volume_claim_templates.as_ref().unwrap()[0];
+        assert_eq!(
+            claim.spec.as_ref().unwrap().storage_class_name.as_deref(),
+            Some("fast")
+        );
+    }
+
+    #[test]
+    fn members_advertise_their_stable_dns_names() {
+        let env = env_of(&build_statefulset(&cluster(), 3, "cluster.local").unwrap());
+        assert_eq!(env["ETCD_NAME"], "$(POD_NAME)");
+        assert_eq!(
+            env["ETCD_INITIAL_ADVERTISE_PEER_URLS"],
+            "http://$(POD_NAME).main-peer.db.svc.cluster.local:2380"
+        );
+        assert_eq!(
+            env["ETCD_ADVERTISE_CLIENT_URLS"],
+            "http://$(POD_NAME).main-peer.db.svc.cluster.local:2379"
+        );
+        let resolver = MemberResolver::ClusterDns {
+            cluster: "main".into(),
+            namespace: "db".into(),
+            cluster_domain: "cluster.local".into(),
+            tls: false,
+        };
+        assert_eq!(
+            env["ETCD_INITIAL_ADVERTISE_PEER_URLS"].replace("$(POD_NAME)", "main-1"),
+            resolver.peer_url(1).unwrap(),
+            "what a pod advertises is what the operator resolves"
+        );
+    }
+
+    #[test]
+    fn tls_switches_schemes_and_mounts_the_secrets() {
+        let mut cluster = cluster();
+        cluster.spec.tls = Some(EtcdTls {
+            client_secret_name: Some("client-tls".into()),
+            peer_secret_name: Some("peer-tls".into()),
+        });
+        let statefulset = build_statefulset(&cluster, 3, "cluster.local").unwrap();
+        let env = env_of(&statefulset);
+        assert!(env["ETCD_ADVERTISE_CLIENT_URLS"].starts_with("https://"));
+        assert!(env["ETCD_INITIAL_ADVERTISE_PEER_URLS"].starts_with("https://"));
+        assert_eq!(env["ETCD_PEER_TRUSTED_CA_FILE"], "/etc/etcd/tls/peer/ca.crt");
+        assert_eq!(env["ETCD_CERT_FILE"], "/etc/etcd/tls/client/tls.crt");
+        let volumes = statefulset.spec.unwrap().template.spec.unwrap().volumes.unwrap();
+        assert_eq!(volumes.len(), 2);
+    }
+
+    #[test]
+    fn the_operator_version_does_not_appear_in_the_pod_template() {
+        let template = serde_json::to_string(
+            &build_statefulset(&cluster(), 3, "cluster.local")
+                .unwrap()
+                .spec
+                .unwrap()
+                .template,
+        )
+        .unwrap();
+        assert!(!template.contains(env!("CARGO_PKG_VERSION")) || env!("CARGO_PKG_VERSION") == "3.6.16");
+        assert!(!template.contains(OPERATOR_NAME), "{template}");
+    }
+
+    #[test]
+    fn config_map_lists_the_bootstrap_members() {
+        let resolver = MemberResolver::ClusterDns {
+            cluster: "main".into(),
+            namespace: "db".into(),
+            cluster_domain: "cluster.local".into(),
+            tls: false,
+        };
+        let members = bootstrap_members(&cluster(), &resolver, 3);
+        let config = build_config_map(&cluster(), ClusterState::New, &members).unwrap();
+        let data = config.data.unwrap();
+        assert_eq!(
+            data["ETCD_INITIAL_CLUSTER"],
+            "main-0=http://main-0.main-peer.db.svc.cluster.local:2380,\
+             main-1=http://main-1.main-peer.db.svc.cluster.local:2380,\
+             main-2=http://main-2.main-peer.db.svc.cluster.local:2380"
+        );
+        assert_eq!(data["ETCD_INITIAL_CLUSTER_STATE"], "new");
+        assert_eq!(data["ETCD_INITIAL_CLUSTER_TOKEN"], "main-1234abcd");
+    }
+
+    #[test]
+    fn services_and_budget_select_the_members() {
+        let peer = build_peer_service(&cluster()).unwrap();
+        let peer_spec = peer.spec.unwrap();
+        assert_eq!(peer_spec.cluster_ip.as_deref(), Some("None"));
+        assert_eq!(peer_spec.publish_not_ready_addresses, Some(true));
+        let client = build_client_service(&cluster()).unwrap();
+        assert_eq!(client.metadata.name.as_deref(), Some("main"));
+        let budget = build_pod_disruption_budget(&cluster()).unwrap();
+        let budget_spec = budget.spec.unwrap();
+        assert_eq!(budget_spec.max_unavailable, Some(IntOrString::Int(1)));
+        assert_eq!(
+            budget_spec.selector.unwrap().match_labels.unwrap(),
+            member_selector(&cluster())
+        );
+        assert_eq!(
+            member_selector_string(&cluster()),
+            "app.kubernetes.io/component=member,app.kubernetes.io/instance=main,app.kubernetes.io/name=etcd"
+        );
+    }
+}
