@@ -8,7 +8,10 @@
 
 use k8s_openapi::{
     api::core::v1::{Affinity, ResourceRequirements, Toleration},
-    apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::Condition},
+    apimachinery::pkg::{
+        api::resource::Quantity,
+        apis::meta::v1::{Condition, Time},
+    },
 };
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
@@ -209,10 +212,49 @@ pub struct EtcdClusterStatus {
     /// The version every member runs, once they agree.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
+    /// etcd's cluster id, in hex, once the cluster has formed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_id: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub members: Vec<MemberStatus>,
+    /// The membership or disruptive step being taken, recorded before it is taken so that a
+    /// restarted operator resumes it instead of repeating it blindly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_flight: Option<InFlightStep>,
+    /// Ordinals of replaced members whose old volume must be wiped before their pod returns.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub wipe_pending: Vec<i32>,
+    /// The newest successful backup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_backup: Option<BackupRecord>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// A step in flight.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InFlightStep {
+    /// `AddLearner`, `Promote`, `Remove`, `Replace` or `Upgrade`.
+    pub action: String,
+    pub ordinal: i32,
+    /// etcd's member id, in hex, where the step names a member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member_id: Option<String>,
+    pub started_at: Time,
+}
+
+/// A backup that was taken and stored.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupRecord {
+    /// The `EtcdBackup` that took it.
+    pub name: String,
+    /// Where it is stored (URL).
+    pub location: String,
+    pub completed_at: Time,
+    pub size_bytes: i64,
+    pub sha256: String,
 }
 
 /// One member as etcd and the operator see it.
@@ -231,4 +273,7 @@ pub struct MemberStatus {
     pub leader: bool,
     #[serde(default)]
     pub learner: bool,
+    /// Since when the member has been continuously Unhealthy (not Unknown).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unhealthy_since: Option<Time>,
 }
