@@ -1,8 +1,11 @@
 # The two entry points for a fresh machine; everything else is in e2e/.
-.PHONY: demo test generate cluster-start cluster-stop
+.PHONY: demo demo-stop test generate cluster-start cluster-stop
 
 demo:
 	e2e/demo.sh
+
+demo-stop:
+	e2e/demo.sh stop
 
 test:
 	e2e/test.sh

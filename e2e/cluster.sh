@@ -19,6 +19,7 @@ run="$dir/run"
 etcd_client_port=${QUORUM_ETCD_PORT:-23379}
 apiserver_port=${QUORUM_APISERVER_PORT:-26443}
 nodes=${QUORUM_NODES:-3}
+volumes=${QUORUM_VOLUMES:-300}
 
 log() { echo "[cluster] $*" >&2; }
 
@@ -132,7 +133,7 @@ start() {
     --bind-address 127.0.0.1 --secure-port 0 \
     --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
     --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
-    --use-service-account-credentials=false --leader-elect=false \
+    --use-service-account-credentials=false --leader-elect=false --pvclaimbinder-sync-period 1s \
     --controllers '*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-route' \
     --profiling=false
   launch kube-scheduler "$k8s_bin/kube-scheduler" \
@@ -164,9 +165,31 @@ status:
 NODE
   done
   wait_for kwok 60 nodes_ready
+  make_volume_pool
   # The default ServiceAccount is created by the controller-manager; pods need it.
   wait_for kube-controller-manager 60 kubectl_ get serviceaccount default -n default
   log "ready: export KUBECONFIG=$dir/kubeconfig"
+}
+
+# No storage provisioner runs here, so claims bind to a pool of pre-made volumes (the
+# controller-manager's binder does the binding). Pods on KWOK nodes never touch the path.
+make_volume_pool() {
+  kubectl_ get pv quorum-pool-0 >/dev/null 2>&1 && return
+  for i in $(seq 0 $((volumes - 1))); do
+    cat <<PV
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata:
+  name: quorum-pool-$i
+  labels: {quorum.dev/pool: local}
+spec:
+  capacity: {storage: 100Gi}
+  accessModes: [ReadWriteOnce]
+  persistentVolumeReclaimPolicy: Retain
+  hostPath: {path: /var/lib/quorum-pool/$i}
+PV
+  done | kubectl_ apply -f - >/dev/null
 }
 
 nodes_ready() {

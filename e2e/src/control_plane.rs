@@ -41,6 +41,7 @@ pub async fn admin_client() -> Client {
 }
 
 async fn admin_client_from(path: &std::path::Path) -> Client {
+    quorum_core::install_crypto_provider();
     let hint = "start the local control plane with `e2e/cluster.sh start` (the test command does this)";
     let kubeconfig = Kubeconfig::read_from(path).unwrap_or_else(|error| {
         panic!(

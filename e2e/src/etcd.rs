@@ -205,6 +205,21 @@ impl EtcdProcesses {
     }
 }
 
+/// Restoring from a snapshot: new members start on data directories prepared beforehand.
+impl EtcdProcesses {
+    /// The data directory [`EtcdProcesses::spawn`] gives member `name`. A directory placed here
+    /// before the member starts (for example by `etcdutl snapshot restore`) is used as is: etcd
+    /// then ignores the initial-cluster flags and takes the membership from the data.
+    pub fn data_dir(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// The `--initial-cluster-token` every member of this set starts with.
+    pub fn cluster_token(&self) -> String {
+        format!("quorum-test-{}-{}", self.block[1], self.block[2])
+    }
+}
+
 impl Default for EtcdProcesses {
     fn default() -> Self {
         Self::new()

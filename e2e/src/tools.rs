@@ -38,6 +38,23 @@ pub fn etcd_binary() -> PathBuf {
     path
 }
 
+/// `etcdutl`, etcd's offline tool (snapshot restore), built beside [`etcd_binary`].
+///
+/// # Panics
+/// When it has not been built: run `e2e/toolchain/build.sh etcd`.
+pub fn etcdutl_binary() -> PathBuf {
+    let path = cache_root()
+        .join("bin")
+        .join(format!("etcd-{}", pinned_version("ETCD_VERSION")))
+        .join("etcdutl");
+    assert!(
+        path.exists(),
+        "{} is missing: run `e2e/toolchain/build.sh etcd`",
+        path.display()
+    );
+    path
+}
+
 /// The S3-compatible test server (`gofakes3`).
 ///
 /// # Panics

@@ -65,12 +65,15 @@ GO
 }
 
 # etcd's server module has relative replaces too; a two-line main calling etcdmain.Main avoids them.
+# etcdutl (offline snapshot restore, run by a restoring member's init container and by the restore
+# tests) keeps its command tree in a `main` package, which cannot be imported; its wrapper rebuilds
+# that tree from the importable go.etcd.io/etcd/etcdutl/v3/etcdutl commands, as upstream's ctl.go does.
 build_etcd() {
   local out="$cache/bin/etcd-$ETCD_VERSION"
-  if [[ -x "$out/etcd" && -x "$out/etcdctl" ]]; then echo "$out"; return; fi
-  log "building etcd, etcdctl $ETCD_VERSION"
+  if [[ -x "$out/etcd" && -x "$out/etcdctl" && -x "$out/etcdutl" ]]; then echo "$out"; return; fi
+  log "building etcd, etcdctl, etcdutl $ETCD_VERSION"
   local work="$cache/build/etcd-$ETCD_VERSION"
-  rm -rf "$work"; mkdir -p "$work/etcd" "$work/etcdctl" "$out"
+  rm -rf "$work"; mkdir -p "$work/etcd" "$work/etcdctl" "$work/etcdutl" "$out"
   cat > "$work/go.mod" <<GOMOD
 module quorum.dev/toolchain/etcd
 
@@ -79,6 +82,7 @@ go 1.24
 require (
 	go.etcd.io/etcd/server/v3 $ETCD_VERSION
 	go.etcd.io/etcd/etcdctl/v3 $ETCD_VERSION
+	go.etcd.io/etcd/etcdutl/v3 $ETCD_VERSION
 )
 GOMOD
   cat > "$work/etcd/main.go" <<'GO'
@@ -99,9 +103,36 @@ import "go.etcd.io/etcd/etcdctl/v3/ctlv3"
 
 func main() { ctlv3.MustStart() }
 GO
+  cat > "$work/etcdutl/main.go" <<'GO'
+package main
+
+import (
+	"github.com/spf13/cobra"
+
+	"go.etcd.io/etcd/etcdutl/v3/etcdutl"
+	"go.etcd.io/etcd/pkg/v3/cobrautl"
+)
+
+func main() {
+	root := &cobra.Command{Use: "etcdutl", Short: "An administrative command line tool for etcd3."}
+	root.PersistentFlags().StringVarP(&etcdutl.OutputFormat, "write-out", "w", "simple",
+		"set the output format (fields, json, protobuf, simple, table)")
+	root.AddCommand(
+		etcdutl.NewDefragCommand(),
+		etcdutl.NewSnapshotCommand(),
+		etcdutl.NewHashKVCommand(),
+		etcdutl.NewVersionCommand(),
+		etcdutl.NewMigrateCommand(),
+	)
+	if err := root.Execute(); err != nil {
+		cobrautl.ExitWithError(cobrautl.ExitError, err)
+	}
+}
+GO
   (cd "$work" && go mod tidy)
   (cd "$work" && go build -ldflags "-s -w" -o "$out/etcd.tmp" ./etcd && mv "$out/etcd.tmp" "$out/etcd")
   (cd "$work" && go build -ldflags "-s -w" -o "$out/etcdctl.tmp" ./etcdctl && mv "$out/etcdctl.tmp" "$out/etcdctl")
+  (cd "$work" && go build -ldflags "-s -w" -o "$out/etcdutl.tmp" ./etcdutl && mv "$out/etcdutl.tmp" "$out/etcdutl")
   echo "$out"
 }
 

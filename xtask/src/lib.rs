@@ -27,7 +27,10 @@ pub struct OperatorPackage {
 pub fn operators() -> Vec<OperatorPackage> {
     vec![OperatorPackage {
         package: "quorum-etcd-operator",
-        crds: vec![etcd_operator::crd::EtcdCluster::crd()],
+        crds: vec![
+            etcd_operator::crd::EtcdCluster::crd(),
+            etcd_operator::crd::EtcdBackup::crd(),
+        ],
     }]
 }
 

@@ -32,3 +32,12 @@ pub mod status;
 pub mod telemetry;
 
 pub use error::{Error, ReconcileError};
+
+/// Chooses the TLS crypto provider for the process (ring), before any client is built.
+///
+/// Several dependencies enable rustls with different providers (kube with ring, the object
+/// store's S3 client with aws-lc-rs); with two compiled in, rustls cannot pick one by itself
+/// and refuses to build a TLS client. Idempotent.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}

@@ -123,6 +123,7 @@ pub struct Runtime {
 impl Runtime {
     /// A runtime for the operator named `operator` (its field manager and event reporter).
     pub fn new(operator: &'static str, config: OperatorConfig, client: Client) -> Self {
+        crate::install_crypto_provider();
         let events = EventPublisher::new(client.clone(), operator, Some(config.identity()));
         Self {
             operator,

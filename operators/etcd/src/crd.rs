@@ -277,3 +277,98 @@ pub struct MemberStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unhealthy_since: Option<Time>,
 }
+
+/// A snapshot of an `EtcdCluster`, taken once on demand or on a cron schedule, streamed to an
+/// object store. The operator asks a healthy member (a follower when it can, to spare the
+/// leader) for etcd's own snapshot, verifies etcd's trailing checksum while streaming, and
+/// records size and SHA-256 of what was stored.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "etcd.quorum.dev",
+    version = "v1alpha1",
+    kind = "EtcdBackup",
+    namespaced,
+    status = "EtcdBackupStatus",
+    shortname = "etcdbackup",
+    category = "quorum",
+    printcolumn(name = "Cluster", type_ = "string", json_path = ".spec.clusterName"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(
+        name = "Size",
+        type_ = "integer",
+        json_path = ".status.lastSnapshot.sizeBytes"
+    ),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    doc = "A snapshot (one-shot or scheduled) of an etcd cluster managed by Quorum"
+)]
+#[x_kube(validation = Rule::new("!has(self.retain) || has(self.schedule)")
+    .message("retain applies only to scheduled backups: set schedule or remove retain"))]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdBackupSpec {
+    /// Name of the `EtcdCluster`, in the same namespace, to snapshot. Immutable: a backup's
+    /// history belongs to one cluster.
+    #[x_kube(validation = Rule::new("self == oldSelf").message("clusterName is immutable"))]
+    #[schemars(length(min = 1))]
+    pub cluster_name: String,
+
+    /// Where the snapshot goes: exactly one of `s3` or `filesystem`.
+    #[x_kube(validation = Rule::new("has(self.s3) != has(self.filesystem)")
+        .message("set exactly one of s3 or filesystem"))]
+    pub destination: BackupDestination,
+
+    /// Cron schedule, five fields (minute hour day-of-month month day-of-week), in UTC, for
+    /// example `0 */6 * * *`. Absent: one snapshot, taken as soon as the resource is created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^\s*\S+(\s+\S+){4}\s*$"))]
+    pub schedule: Option<String>,
+
+    /// How many successful snapshots of a schedule to keep; older ones are deleted. Only
+    /// meaningful with `schedule`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub retain: Option<u32>,
+}
+
+/// Where a backup run is.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum BackupPhase {
+    /// Accepted; waiting for its turn or for a healthy member.
+    Pending,
+    /// A snapshot is being streamed to the destination.
+    Running,
+    /// The last snapshot was stored completely and verified.
+    Succeeded,
+    /// The last snapshot failed; `message` says why. A schedule tries again at its next time.
+    Failed,
+}
+
+/// What the operator last did for an `EtcdBackup`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdBackupStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<BackupPhase>,
+    /// The newest snapshot this resource stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_snapshot: Option<BackupRecord>,
+    /// When the current (or last) run started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    /// When the last run ended, successfully or not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<Time>,
+    /// How long the last run took, in whole seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_seconds: Option<i64>,
+    /// The member that served the snapshot (its pod name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member: Option<String>,
+    /// Why the last run failed, or what it waits for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// When a scheduled backup runs next.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_scheduled_at: Option<Time>,
+}

@@ -3,12 +3,15 @@
 //! - [`crd`]: the `EtcdCluster` resource; the CRD is generated from these types.
 
 pub mod admin;
+pub mod backup;
 pub mod crd;
 pub mod decide;
 pub mod execute;
 pub mod observe;
+pub mod reconcile;
 pub mod resolver;
 pub mod resources;
+pub mod status;
 
 /// The operator's name: its field manager, event reporter and `app.kubernetes.io/managed-by`.
 pub const OPERATOR_NAME: &str = "quorum-etcd-operator";

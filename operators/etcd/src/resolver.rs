@@ -18,6 +18,21 @@ pub enum MemberResolver {
     },
     /// Fixed client and peer URLs by ordinal.
     Fixed(BTreeMap<usize, FixedAddresses>),
+    /// Members as processes on this machine, each on its own loopback address derived from
+    /// the cluster's namespace and name (see [`loopback_ip`]): for local demos and tests.
+    Loopback { namespace: String, cluster: String },
+}
+
+/// The loopback address of member `ordinal` of cluster `namespace/cluster` under
+/// [`MemberResolver::Loopback`]: `127.A.B.<ordinal + 1>`, with A and B from a hash of the name.
+pub fn loopback_ip(namespace: &str, cluster: &str, ordinal: usize) -> std::net::Ipv4Addr {
+    let hash = format!("{namespace}/{cluster}")
+        .bytes()
+        .fold(0xcbf29ce484222325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+        });
+    let octet = |shift: u32| ((hash >> shift) % 250) as u8 + 1;
+    std::net::Ipv4Addr::new(127, octet(0), octet(8), (ordinal + 1) as u8)
 }
 
 /// A member's URLs in a [`MemberResolver::Fixed`] table.
@@ -65,6 +80,10 @@ impl MemberResolver {
                 Self::dns_host(cluster, namespace, cluster_domain, ordinal)
             )),
             MemberResolver::Fixed(table) => table.get(&ordinal).map(|a| a.client_url.clone()),
+            MemberResolver::Loopback { namespace, cluster } => Some(format!(
+                "http://{}:2379",
+                loopback_ip(namespace, cluster, ordinal)
+            )),
         }
     }
 
@@ -82,6 +101,10 @@ impl MemberResolver {
                 Self::dns_host(cluster, namespace, cluster_domain, ordinal)
             )),
             MemberResolver::Fixed(table) => table.get(&ordinal).map(|a| a.peer_url.clone()),
+            MemberResolver::Loopback { namespace, cluster } => Some(format!(
+                "http://{}:2380",
+                loopback_ip(namespace, cluster, ordinal)
+            )),
         }
     }
 
@@ -96,6 +119,12 @@ impl MemberResolver {
             MemberResolver::Fixed(table) => table
                 .iter()
                 .find_map(|(ordinal, addresses)| (addresses.peer_url == url).then_some(*ordinal)),
+            MemberResolver::Loopback { namespace, cluster } => {
+                let host = url.split("://").nth(1)?.split(':').next()?;
+                let ip: std::net::Ipv4Addr = host.parse().ok()?;
+                let ordinal = usize::from(ip.octets()[3]).checked_sub(1)?;
+                (loopback_ip(namespace, cluster, ordinal) == ip).then_some(ordinal)
+            }
         }
     }
 }
@@ -120,6 +149,19 @@ mod tests {
         assert_eq!(peer, "http://main-4.main-peer.db.svc.cluster.local:2380");
         assert_eq!(resolver.ordinal_of_peer_url(&peer), Some(4));
         assert_eq!(resolver.ordinal_of_peer_url("http://other-4.x:2380"), None);
+    }
+
+    #[test]
+    fn loopback_addresses_are_stable_distinct_and_round_trip() {
+        let resolver = MemberResolver::Loopback {
+            namespace: "demo".into(),
+            cluster: "main".into(),
+        };
+        let peer = resolver.peer_url(2).unwrap();
+        assert_eq!(peer, format!("http://{}:2380", loopback_ip("demo", "main", 2)));
+        assert_eq!(resolver.ordinal_of_peer_url(&peer), Some(2));
+        assert_ne!(loopback_ip("demo", "main", 0), loopback_ip("demo", "other", 0));
+        assert_eq!(loopback_ip("demo", "main", 0).octets()[0], 127);
     }
 
     #[test]

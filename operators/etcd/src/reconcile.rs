@@ -1,0 +1,406 @@
+//! Reconciling an `EtcdCluster`: observe, decide one step, act, report.
+//!
+//! 1. Observe: the StatefulSet as it stands, and every member through the admin layer.
+//! 2. Decide: [`crate::decide::decide`], a pure function of those facts.
+//! 3. Act: apply the Kubernetes objects; take the one step, recording it in status first when
+//!    it changes membership or disrupts a member.
+//! 4. Report: status and conditions from what was observed, and an event for the step taken
+//!    or refused.
+
+use std::{sync::Arc, time::Duration};
+
+use k8s_openapi::{
+    api::{
+        apps::v1::StatefulSet,
+        core::v1::{PersistentVolumeClaim, Pod},
+    },
+    jiff::Timestamp,
+};
+use kube::{Api, ResourceExt, api::DeleteParams, runtime::controller::Action};
+use quorum_core::{ReconcileError, events::Severity, runner::Context, status::patch_status};
+
+use crate::{
+    crd::{EtcdCluster, EtcdClusterStatus},
+    decide::{Decision, Facts, InFlight, Step, decide},
+    execute::{StepError, StepOutcome, execute},
+    observe::EtcdClients,
+    resolver::{MemberResolver, member_name},
+    resources::{
+        ClusterState, bootstrap_members, build_client_service, build_config_map, build_peer_service,
+        build_pod_disruption_budget, build_statefulset, client_service_name,
+    },
+    status::{build_status, describe, in_flight_from_status, step_reason, unhealthy_durations},
+};
+
+/// How member addresses are found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum MemberAddresses {
+    /// In-cluster DNS names through the headless peer Service.
+    Dns,
+    /// Processes on this machine's loopback addresses (local demos).
+    Loopback,
+}
+
+/// Operator-wide settings.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub cluster_domain: String,
+    pub member_addresses: MemberAddresses,
+    /// How old an observation may be for the gate to act on it.
+    pub freshness: Duration,
+    /// How long a member must be Unhealthy (per its peers) before it is replaced.
+    pub replace_after: Duration,
+}
+
+/// The operator's own state in the shared context.
+pub struct State {
+    pub clients: EtcdClients,
+    pub settings: Settings,
+}
+
+impl State {
+    /// The resolver for one cluster's members.
+    pub fn resolver(&self, cluster: &EtcdCluster) -> MemberResolver {
+        let namespace = cluster.namespace().unwrap_or_default();
+        match self.settings.member_addresses {
+            MemberAddresses::Dns => MemberResolver::ClusterDns {
+                cluster: cluster.name_any(),
+                namespace,
+                cluster_domain: self.settings.cluster_domain.clone(),
+                tls: cluster
+                    .spec
+                    .tls
+                    .as_ref()
+                    .is_some_and(|t| t.client_secret_name.is_some()),
+            },
+            MemberAddresses::Loopback => MemberResolver::Loopback {
+                namespace,
+                cluster: cluster.name_any(),
+            },
+        }
+    }
+}
+
+/// A failed reconcile, naming the call that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Kubernetes(#[from] quorum_core::Error),
+    #[error("reading {what}: {source}")]
+    Read {
+        what: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("deleting {what}: {source}")]
+    Delete {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("{step}: {source}")]
+    Step {
+        step: String,
+        #[source]
+        source: StepError,
+    },
+}
+
+impl ReconcileError for Error {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kubernetes(error) => error.metric_label(),
+            Error::Read { .. } => "read",
+            Error::Delete { .. } => "delete",
+            Error::Step { .. } => "admin_step",
+        }
+    }
+}
+
+/// Reconciles one `EtcdCluster`.
+pub async fn reconcile(cluster: Arc<EtcdCluster>, context: Arc<Context<State>>) -> Result<Action, Error> {
+    let state = &context.state;
+    let name = cluster.name_any();
+    let namespace = cluster.namespace().unwrap_or_default();
+    let key = format!("{namespace}/{name}");
+    let resolver = state.resolver(&cluster);
+    let status = cluster.status.as_ref();
+    let now = Timestamp::now();
+
+    // Observe.
+    let statefulsets: Api<StatefulSet> = Api::namespaced(context.client.clone(), &namespace);
+    let existing = statefulsets
+        .get_opt(&client_service_name(&name))
+        .await
+        .map_err(|source| Error::Read {
+            what: "StatefulSet",
+            source,
+        })?;
+    let statefulset_replicas = existing
+        .as_ref()
+        .and_then(|s| s.spec.as_ref()?.replicas)
+        .map(|r| r.max(0) as usize);
+    let desired = usize::try_from(cluster.spec.replicas).unwrap_or(0);
+    let recorded_members = status.map_or(0, |s| s.members.len());
+    let candidates = statefulset_replicas
+        .unwrap_or(0)
+        .max(desired)
+        .max(recorded_members)
+        + 1;
+    let view = state.clients.observe(&key, &resolver, candidates).await;
+    let unhealthy_for = unhealthy_durations(status, now);
+    let mut members = view.members.clone();
+    for member in &mut members {
+        member.unhealthy_for = unhealthy_for.get(&member_name(&name, member.ordinal)).copied();
+    }
+    let bootstrapped = status.is_some_and(|s| s.cluster_id.is_some()) || view.membership.is_some();
+    let mut wipe_pending: Vec<usize> = status
+        .map(|s| {
+            s.wipe_pending
+                .iter()
+                .filter_map(|o| usize::try_from(*o).ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut in_flight = in_flight_from_status(status);
+
+    // Decide.
+    let decision = decide(&Facts {
+        desired_members: desired,
+        desired_version: cluster.spec.version.clone(),
+        bootstrapped,
+        statefulset_replicas,
+        members: view.membership.as_ref().map(|_| members.clone()),
+        wipe_pending: wipe_pending.clone(),
+        in_flight: in_flight.clone(),
+        freshness: state.settings.freshness,
+        replace_after: state.settings.replace_after,
+        now: std::time::Instant::now(),
+    });
+    tracing::info!(cluster = %key, ?decision, "decided");
+
+    // Act: the objects first (so a deleted Service comes back whatever the step), then the step.
+    let step = match &decision {
+        Decision::Act(step) => Some(step.clone()),
+        _ => None,
+    };
+    let applier = &context.applier;
+    if !bootstrapped {
+        let members = bootstrap_members(&cluster, &resolver, desired);
+        applier
+            .apply(&build_config_map(&cluster, ClusterState::New, &members)?)
+            .await?;
+    } else if let Some(membership) = view.membership.as_deref() {
+        let mut initial: Vec<(String, String)> = membership
+            .iter()
+            .filter_map(|m| {
+                let url = m.peer_urls.first()?;
+                Some((
+                    member_name(&name, resolver.ordinal_of_peer_url(url)?),
+                    url.clone(),
+                ))
+            })
+            .collect();
+        initial.sort();
+        applier
+            .apply(&build_config_map(&cluster, ClusterState::Existing, &initial)?)
+            .await?;
+    }
+    applier.apply(&build_peer_service(&cluster)?).await?;
+    applier.apply(&build_client_service(&cluster)?).await?;
+    applier.apply(&build_pod_disruption_budget(&cluster)?).await?;
+    let replicas = match step {
+        Some(Step::Bootstrap { members }) => members,
+        Some(Step::StartPod { ordinal }) => ordinal + 1,
+        Some(Step::StopPod { ordinal }) => ordinal,
+        _ => statefulset_replicas.unwrap_or_else(|| recorded_members.max(desired)),
+    };
+    applier
+        .apply(&build_statefulset(
+            &cluster,
+            replicas as i32,
+            &state.settings.cluster_domain,
+        )?)
+        .await?;
+
+    if let Some(step) = &step {
+        if let Some(recorded) = step.in_flight() {
+            // Written before the step is taken: a crash from here on resumes, not repeats.
+            in_flight = Some(recorded);
+            report(
+                &context,
+                &cluster,
+                &view,
+                &members,
+                &decision,
+                in_flight.as_ref(),
+                &wipe_pending,
+                now,
+            )
+            .await?;
+        }
+        match take(&context, &cluster, &resolver, &key, &view, step).await {
+            Ok(StepOutcome::Done) => {
+                context
+                    .events
+                    .publish(
+                        cluster.as_ref(),
+                        Severity::Normal,
+                        step_reason(step),
+                        "Reconcile",
+                        describe(step),
+                    )
+                    .await;
+                match step {
+                    Step::ClearInFlight => in_flight = None,
+                    Step::Replace { ordinal, .. } => wipe_pending.push(*ordinal),
+                    Step::WipeMember { ordinal } => wipe_pending.retain(|o| o != ordinal),
+                    _ => {}
+                }
+            }
+            Ok(StepOutcome::NotYet(why)) => {
+                tracing::info!(cluster = %key, ?step, %why, "etcd declined the step for now");
+            }
+            Err(error) => {
+                // The membership is as it was; say why, and retry with backoff.
+                context
+                    .events
+                    .publish(
+                        cluster.as_ref(),
+                        Severity::Warning,
+                        "StepFailed",
+                        "Reconcile",
+                        format!("{}: {error}", describe(step)),
+                    )
+                    .await;
+                report(
+                    &context,
+                    &cluster,
+                    &view,
+                    &members,
+                    &decision,
+                    in_flight.as_ref(),
+                    &wipe_pending,
+                    now,
+                )
+                .await?;
+                return Err(error);
+            }
+        }
+    }
+    if let Decision::Wait(wait) = &decision {
+        let severity = match wait.reason {
+            "MemberUnknown" | "MemberUnhealthy" | "QuorumAtRisk" | "StaleObservation"
+            | "NoMemberReachable" => Severity::Warning,
+            _ => Severity::Normal,
+        };
+        context
+            .events
+            .publish(
+                cluster.as_ref(),
+                severity,
+                wait.reason,
+                "Waiting",
+                wait.message.clone(),
+            )
+            .await;
+    }
+    if cluster.spec.replicas % 2 == 0 {
+        context
+            .events
+            .publish(
+                cluster.as_ref(),
+                Severity::Warning,
+                "EvenMemberCount",
+                "Validate",
+                format!(
+                    "{} members tolerate as many failures as {}; an odd count is recommended",
+                    cluster.spec.replicas,
+                    cluster.spec.replicas - 1
+                ),
+            )
+            .await;
+    }
+
+    // Report.
+    report(
+        &context,
+        &cluster,
+        &view,
+        &members,
+        &decision,
+        in_flight.as_ref(),
+        &wipe_pending,
+        now,
+    )
+    .await?;
+    Ok(match decision {
+        Decision::Settled => Action::requeue(Duration::from_secs(60)),
+        _ => Action::requeue(Duration::from_secs(5)),
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn report(
+    context: &Context<State>,
+    cluster: &EtcdCluster,
+    view: &crate::observe::ClusterView,
+    members: &[crate::decide::MemberFact],
+    decision: &Decision,
+    in_flight: Option<&InFlight>,
+    wipe_pending: &[usize],
+    now: Timestamp,
+) -> Result<(), Error> {
+    let status: EtcdClusterStatus =
+        build_status(cluster, view, members, decision, in_flight, wipe_pending, now);
+    patch_status(&context.client, cluster, cluster.status.as_ref(), &status).await?;
+    Ok(())
+}
+
+/// Takes one step: Kubernetes steps here, etcd's membership steps through [`execute`].
+async fn take(
+    context: &Context<State>,
+    cluster: &EtcdCluster,
+    resolver: &MemberResolver,
+    key: &str,
+    view: &crate::observe::ClusterView,
+    step: &Step,
+) -> Result<StepOutcome, Error> {
+    let name = cluster.name_any();
+    let namespace = cluster.namespace().unwrap_or_default();
+    let pods: Api<Pod> = Api::namespaced(context.client.clone(), &namespace);
+    let delete = |what: String| move |source| Error::Delete { what, source };
+    match step {
+        // Applied with the StatefulSet above.
+        Step::Bootstrap { .. } | Step::StartPod { .. } | Step::StopPod { .. } | Step::ClearInFlight => {
+            Ok(StepOutcome::Done)
+        }
+        Step::Upgrade { ordinal } => {
+            let pod = member_name(&name, *ordinal);
+            ignore_not_found(pods.delete(&pod, &DeleteParams::default()).await).map_err(delete(pod))?;
+            Ok(StepOutcome::Done)
+        }
+        Step::WipeMember { ordinal } => {
+            let claims: Api<PersistentVolumeClaim> = Api::namespaced(context.client.clone(), &namespace);
+            let claim = format!("data-{}", member_name(&client_service_name(&name), *ordinal));
+            ignore_not_found(claims.delete(&claim, &DeleteParams::default()).await).map_err(delete(claim))?;
+            let pod = member_name(&name, *ordinal);
+            ignore_not_found(pods.delete(&pod, &DeleteParams::default()).await).map_err(delete(pod))?;
+            Ok(StepOutcome::Done)
+        }
+        admin_step => execute(&context.state.clients, key, resolver, view, admin_step)
+            .await
+            .map_err(|source| Error::Step {
+                step: describe(admin_step),
+                source,
+            }),
+    }
+}
+
+fn ignore_not_found<T>(result: Result<T, kube::Error>) -> Result<(), kube::Error> {
+    match result {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(error) => Err(error),
+    }
+}

@@ -1,0 +1,282 @@
+//! Status as a pure function of what was observed and decided.
+//!
+//! Conditions are computed from the gathered facts, never from what was desired: `Ready`
+//! means the members answered and are healthy, not that objects were applied.
+
+use std::{collections::BTreeMap, time::Duration};
+
+use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
+use kube::ResourceExt;
+use quorum_core::{
+    availability::health::Health,
+    conditions::{ConditionType, ConditionUpdate, set_condition},
+};
+
+use crate::{
+    crd::{EtcdCluster, EtcdClusterStatus, InFlightStep, MemberStatus},
+    decide::{Decision, InFlight, MemberFact, Step},
+    observe::ClusterView,
+    resolver::member_name,
+    resources::member_selector_string,
+};
+
+/// How long each member has been Unhealthy, from the times recorded in status.
+pub fn unhealthy_durations(status: Option<&EtcdClusterStatus>, now: Timestamp) -> BTreeMap<String, Duration> {
+    status
+        .map(|s| s.members.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|m| {
+            let since = m.unhealthy_since.as_ref()?.0;
+            let elapsed = now.duration_since(since);
+            Some((m.name.clone(), Duration::try_from(elapsed).unwrap_or_default()))
+        })
+        .collect()
+}
+
+/// The step in flight as recorded in status.
+pub fn in_flight_from_status(status: Option<&EtcdClusterStatus>) -> Option<InFlight> {
+    let step = status?.in_flight.as_ref()?;
+    let ordinal = usize::try_from(step.ordinal).ok()?;
+    let id = || {
+        step.member_id
+            .as_deref()
+            .and_then(|id| u64::from_str_radix(id, 16).ok())
+    };
+    Some(match step.action.as_str() {
+        "AddLearner" => InFlight::AddLearner { ordinal },
+        "Promote" => InFlight::Promote { ordinal, id: id()? },
+        "Remove" => InFlight::Remove { ordinal, id: id()? },
+        "Replace" => InFlight::Replace { ordinal, id: id()? },
+        "Upgrade" => InFlight::Upgrade { ordinal },
+        _ => return None,
+    })
+}
+
+/// The status record of a step in flight.
+pub fn in_flight_to_status(in_flight: &InFlight, now: Timestamp) -> InFlightStep {
+    let (action, ordinal, id) = match *in_flight {
+        InFlight::AddLearner { ordinal } => ("AddLearner", ordinal, None),
+        InFlight::Promote { ordinal, id } => ("Promote", ordinal, Some(id)),
+        InFlight::Remove { ordinal, id } => ("Remove", ordinal, Some(id)),
+        InFlight::Replace { ordinal, id } => ("Replace", ordinal, Some(id)),
+        InFlight::Upgrade { ordinal } => ("Upgrade", ordinal, None),
+    };
+    InFlightStep {
+        action: action.to_string(),
+        ordinal: ordinal as i32,
+        member_id: id.map(|id| format!("{id:x}")),
+        started_at: Time(now),
+    }
+}
+
+/// The status after this pass.
+pub fn build_status(
+    cluster: &EtcdCluster,
+    view: &ClusterView,
+    members: &[MemberFact],
+    decision: &Decision,
+    in_flight: Option<&InFlight>,
+    wipe_pending: &[usize],
+    now: Timestamp,
+) -> EtcdClusterStatus {
+    let previous = cluster.status.clone().unwrap_or_default();
+    let name = cluster.name_any();
+    let previous_since: BTreeMap<&str, &Time> = previous
+        .members
+        .iter()
+        .filter_map(|m| Some((m.name.as_str(), m.unhealthy_since.as_ref()?)))
+        .collect();
+    let member_statuses: Vec<MemberStatus> = members
+        .iter()
+        .map(|m| {
+            let member = member_name(&name, m.ordinal);
+            let unhealthy_since = matches!(m.observation.health, Health::Unhealthy(_)).then(|| {
+                previous_since
+                    .get(member.as_str())
+                    .map(|t| (*t).clone())
+                    .unwrap_or(Time(now))
+            });
+            MemberStatus {
+                peer_url: view
+                    .membership
+                    .as_deref()
+                    .and_then(|list| list.iter().find(|i| i.id == m.id))
+                    .and_then(|i| i.peer_urls.first().cloned()),
+                name: member,
+                id: Some(format!("{:x}", m.id)),
+                health: m.observation.health.as_str().to_string(),
+                leader: m.leader,
+                learner: m.learner,
+                unhealthy_since,
+            }
+        })
+        .collect();
+    let voters_started = members.iter().filter(|m| !m.learner && m.started).count();
+    let versions: Vec<&str> = members.iter().filter_map(|m| m.version.as_deref()).collect();
+    let agreed_version = (!versions.is_empty()
+        && versions.len() == members.len()
+        && versions.windows(2).all(|w| w[0] == w[1]))
+    .then(|| versions[0].to_string())
+    .or(previous.version.clone());
+
+    let mut conditions = previous.conditions.clone();
+    let generation = cluster.metadata.generation;
+    let desired = usize::try_from(cluster.spec.replicas).unwrap_or(0);
+    let healthy_voters = members
+        .iter()
+        .filter(|m| !m.learner && m.observation.health.is_healthy())
+        .count();
+    let ready = view.membership.is_some() && healthy_voters == desired && members.len() == desired;
+    let ready_update = if ready {
+        ConditionUpdate::new(
+            ConditionType::Ready,
+            true,
+            "AllMembersHealthy",
+            format!("{healthy_voters} of {desired} members healthy"),
+        )
+    } else if view.membership.is_none() {
+        ConditionUpdate::new(
+            ConditionType::Ready,
+            false,
+            "NoMemberReachable",
+            "no member answered the operator yet",
+        )
+    } else {
+        ConditionUpdate::new(
+            ConditionType::Ready,
+            false,
+            "MembersNotReady",
+            format!("{healthy_voters} of {desired} members healthy"),
+        )
+    };
+    set_condition(&mut conditions, ready_update, generation, now);
+
+    let progressing = match decision {
+        Decision::Settled => ConditionUpdate::new(
+            ConditionType::Progressing,
+            false,
+            "Settled",
+            "the cluster matches its spec",
+        ),
+        Decision::Act(step) => ConditionUpdate::new(
+            ConditionType::Progressing,
+            true,
+            step_reason(step),
+            describe(step),
+        ),
+        Decision::Wait(wait) => ConditionUpdate::new(
+            ConditionType::Progressing,
+            true,
+            wait.reason,
+            wait.message.clone(),
+        ),
+    };
+    set_condition(&mut conditions, progressing, generation, now);
+
+    let troubled: Vec<&MemberFact> = members
+        .iter()
+        .filter(|m| !m.observation.health.is_healthy())
+        .collect();
+    let degraded = match troubled
+        .iter()
+        .find(|m| matches!(m.observation.health, Health::Unhealthy(_)))
+    {
+        Some(m) => ConditionUpdate::new(
+            ConditionType::Degraded,
+            true,
+            "MemberUnhealthy",
+            format!(
+                "member {}: {}",
+                m.ordinal,
+                m.observation.health.detail().unwrap_or_default()
+            ),
+        ),
+        None => match troubled.first() {
+            Some(m) => ConditionUpdate::new(
+                ConditionType::Degraded,
+                true,
+                "MemberUnknown",
+                format!(
+                    "member {} is unreachable from the operator (not assumed down): {}",
+                    m.ordinal,
+                    m.observation.health.detail().unwrap_or_default()
+                ),
+            ),
+            None => ConditionUpdate::new(
+                ConditionType::Degraded,
+                false,
+                "NoFault",
+                "every observed member is healthy",
+            ),
+        },
+    };
+    set_condition(&mut conditions, degraded, generation, now);
+
+    let in_flight = in_flight.map(|step| match &previous.in_flight {
+        // Keep the original start time of a step that is still the same step.
+        Some(recorded) if in_flight_from_status(Some(&previous)).as_ref() == Some(step) => recorded.clone(),
+        _ => in_flight_to_status(step, now),
+    });
+    EtcdClusterStatus {
+        observed_generation: generation,
+        replicas: voters_started as i32,
+        selector: member_selector_string(cluster),
+        leader: members
+            .iter()
+            .find(|m| m.leader)
+            .map(|m| member_name(&name, m.ordinal)),
+        version: agreed_version,
+        cluster_id: view
+            .reports
+            .values()
+            .next()
+            .map(|r| format!("{:x}", r.cluster_id))
+            .or(previous.cluster_id),
+        members: if view.membership.is_some() {
+            member_statuses
+        } else {
+            previous.members
+        },
+        in_flight,
+        wipe_pending: wipe_pending.iter().map(|o| *o as i32).collect(),
+        last_backup: previous.last_backup,
+        conditions,
+    }
+}
+
+/// The condition and event reason for a step.
+pub fn step_reason(step: &Step) -> &'static str {
+    match step {
+        Step::Bootstrap { .. } => "Bootstrapping",
+        Step::AddLearner { .. } => "AddingMember",
+        Step::StartPod { .. } => "StartingMember",
+        Step::Promote { .. } => "PromotingMember",
+        Step::Remove { .. } => "RemovingMember",
+        Step::StopPod { .. } => "StoppingMember",
+        Step::Replace { .. } => "ReplacingMember",
+        Step::WipeMember { .. } => "WipingMember",
+        Step::MoveLeader { .. } => "MovingLeader",
+        Step::Upgrade { .. } => "UpgradingMember",
+        Step::ClearInFlight => "StepCompleted",
+    }
+}
+
+/// A sentence for a step, for conditions and events.
+pub fn describe(step: &Step) -> String {
+    match step {
+        Step::Bootstrap { members } => format!("creating a new cluster of {members} members"),
+        Step::AddLearner { ordinal } => format!("adding member {ordinal} as a learner"),
+        Step::StartPod { ordinal } => format!("starting the pod of member {ordinal}"),
+        Step::Promote { ordinal, .. } => format!("promoting member {ordinal} to a voting member"),
+        Step::Remove { ordinal, .. } => format!("removing member {ordinal} from the membership"),
+        Step::StopPod { ordinal } => format!("stopping the pod of removed member {ordinal}"),
+        Step::Replace { ordinal, .. } => format!("replacing failed member {ordinal}"),
+        Step::WipeMember { ordinal } => format!("deleting the old volume of replaced member {ordinal}"),
+        Step::MoveLeader { from, .. } => {
+            format!("handing leadership over from member {from} before its restart")
+        }
+        Step::Upgrade { ordinal } => format!("restarting member {ordinal} with the new version"),
+        Step::ClearInFlight => "the recorded step completed".to_string(),
+    }
+}

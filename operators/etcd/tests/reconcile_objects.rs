@@ -1,0 +1,267 @@
+//! The Kubernetes half of the etcd operator against the real local control plane: objects
+//! and owner references, a deleted Service recreated, the scale subresource, status and
+//! conditions. Pods here are KWOK fakes with nothing listening, so every member is Unknown:
+//! the operator must bootstrap the objects and then wait, never guess.
+
+use std::{net::SocketAddr, sync::Arc, time::Duration};
+
+use etcd_operator::{
+    OPERATOR_NAME,
+    crd::{EtcdCluster, EtcdClusterSpec, EtcdStorage},
+    observe::EtcdClients,
+    reconcile::{MemberAddresses, Settings, State, reconcile},
+};
+use k8s_openapi::{
+    api::{
+        apps::v1::StatefulSet,
+        core::v1::{ConfigMap, Service},
+        policy::v1::PodDisruptionBudget,
+    },
+    apimachinery::pkg::api::resource::Quantity,
+};
+use kube::{
+    Api, CustomResourceExt, ResourceExt,
+    api::{DeleteParams, Patch, PatchParams, PostParams},
+};
+use quorum_core::{
+    availability::{breaker::BreakerSettings, metrics::AdminMetrics, retry::CallPolicy},
+    config::{LogFormat, OperatorConfig},
+    runner::{RetryPolicy, Runtime},
+};
+use quorum_e2e::{
+    control_plane::{TestNamespace, admin_client, install_crd},
+    wait,
+};
+
+fn spec(replicas: i32) -> EtcdClusterSpec {
+    EtcdClusterSpec {
+        replicas,
+        version: "3.6.16".into(),
+        image: None,
+        storage: EtcdStorage {
+            size: Quantity("1Gi".into()),
+            storage_class_name: None,
+        },
+        resources: None,
+        pod_template: None,
+        tls: None,
+        backup: None,
+        restore_from: None,
+    }
+}
+
+/// Starts the operator, as its binary would, watching one namespace.
+fn start_operator(client: kube::Client, namespace: &str) -> tokio_util_like::Running {
+    let config = OperatorConfig {
+        watch_namespaces: vec![namespace.to_string()],
+        log_format: LogFormat::Text,
+        metrics_address: SocketAddr::from(([127, 0, 0, 1], 0)),
+        leader_elect: false,
+        leader_election_namespace: None,
+        identity: Some("etcd-test".into()),
+        pod_namespace: None,
+    };
+    let runtime = Runtime::new(OPERATOR_NAME, config, client).with_retry_policy(RetryPolicy {
+        first: Duration::from_millis(200),
+        max: Duration::from_secs(2),
+    });
+    let state = State {
+        clients: EtcdClients::new(
+            CallPolicy {
+                timeout: Duration::from_millis(500),
+                read_attempts: 1,
+                ..CallPolicy::default()
+            },
+            BreakerSettings::default(),
+            AdminMetrics::default(),
+        ),
+        settings: Settings {
+            cluster_domain: "cluster.local".into(),
+            member_addresses: MemberAddresses::Dns,
+            freshness: Duration::from_secs(30),
+            replace_after: Duration::from_secs(300),
+        },
+    };
+    let context = runtime.context(state);
+    let controller = runtime.controller::<EtcdCluster, _, _, _, _>(context, reconcile);
+    let shutdown = runtime.shutdown_token();
+    let task = tokio::spawn(runtime.run(vec![controller]));
+    tokio_util_like::Running { shutdown, task }
+}
+
+mod tokio_util_like {
+    pub struct Running {
+        pub shutdown: tokio_util::sync::CancellationToken,
+        pub task: tokio::task::JoinHandle<Result<(), quorum_core::runner::RunError>>,
+    }
+
+    impl Running {
+        pub async fn stop(self) {
+            self.shutdown.cancel();
+            self.task.await.expect("operator task").expect("clean shutdown");
+        }
+    }
+}
+
+async fn get<K>(api: &Api<K>, name: &str) -> K
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    wait::until(&format!("{name} to exist"), Duration::from_secs(30), || async {
+        api.get_opt(name)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| "absent".to_string())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn creates_owned_objects_recreates_them_scales_and_reports_unknown_members_honestly() {
+    quorum_core::telemetry::init(LogFormat::Text);
+    let client = admin_client().await;
+    install_crd(&client, &EtcdCluster::crd()).await;
+    let namespace = TestNamespace::create(&client, "etcd").await;
+    let ns = namespace.name().to_string();
+    let operator = start_operator(client.clone(), &ns);
+
+    let clusters: Api<EtcdCluster> = Api::namespaced(client.clone(), &ns);
+    let created = clusters
+        .create(&PostParams::default(), &EtcdCluster::new("main", spec(3)))
+        .await
+        .expect("create EtcdCluster");
+    let uid = created.uid().unwrap();
+    let owned = |refs: &Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>>| {
+        refs.as_ref()
+            .is_some_and(|r| r.iter().any(|o| o.uid == uid && o.controller == Some(true)))
+    };
+
+    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    let services: Api<Service> = Api::namespaced(client.clone(), &ns);
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &ns);
+    let configs: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+
+    let statefulset = get(&statefulsets, "main").await;
+    assert!(owned(&statefulset.metadata.owner_references));
+    assert_eq!(
+        statefulset.spec.as_ref().unwrap().replicas,
+        Some(3),
+        "bootstrap starts all members"
+    );
+    let peer = get(&services, "main-peer").await;
+    assert!(owned(&peer.metadata.owner_references));
+    assert_eq!(peer.spec.unwrap().cluster_ip.as_deref(), Some("None"));
+    let client_service = get(&services, "main").await;
+    assert!(owned(&client_service.metadata.owner_references));
+    let budget = get(&budgets, "main").await;
+    assert!(owned(&budget.metadata.owner_references));
+    let config = get(&configs, "main-config").await;
+    assert!(owned(&config.metadata.owner_references));
+    let data = config.data.unwrap();
+    assert_eq!(data["ETCD_INITIAL_CLUSTER_STATE"], "new");
+    assert!(data["ETCD_INITIAL_CLUSTER"].contains("main-2=http://main-2.main-peer."));
+
+    // KWOK runs the pods; the StatefulSet controller counts them ready.
+    wait::until("three ready pods", Duration::from_secs(60), || async {
+        let s = statefulsets.get("main").await.map_err(|e| e.to_string())?;
+        let ready = s.status.and_then(|s| s.ready_replicas).unwrap_or(0);
+        if ready == 3 {
+            Ok(())
+        } else {
+            Err(format!("{ready} ready"))
+        }
+    })
+    .await;
+
+    // A deleted Service comes back.
+    services.delete("main", &DeleteParams::default()).await.unwrap();
+    wait::until(
+        "the client Service to be recreated",
+        Duration::from_secs(30),
+        || async {
+            match services.get_opt("main").await.map_err(|e| e.to_string())? {
+                Some(s) if s.uid() != client_service.uid() => Ok(()),
+                other => Err(format!("{:?}", other.map(|s| s.uid()))),
+            }
+        },
+    )
+    .await;
+
+    // Nothing answers at the members' addresses: the status says so, and the cluster is not
+    // called ready on the strength of pod readiness alone.
+    let status = wait::until("status with conditions", Duration::from_secs(30), || async {
+        let cluster = clusters.get("main").await.map_err(|e| e.to_string())?;
+        let status = cluster.status.clone().unwrap_or_default();
+        if status.conditions.len() == 3 {
+            Ok(status)
+        } else {
+            Err(format!("{status:?}"))
+        }
+    })
+    .await;
+    let condition = |type_: &str| {
+        status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(condition("Ready").status, "False");
+    assert_eq!(condition("Ready").reason, "NoMemberReachable");
+    assert_eq!(condition("Progressing").reason, "Bootstrapping");
+    assert_eq!(
+        condition("Ready").observed_generation,
+        created.metadata.generation
+    );
+    assert_eq!(
+        status.selector,
+        "app.kubernetes.io/component=member,app.kubernetes.io/instance=main,app.kubernetes.io/name=etcd"
+    );
+
+    // The scale subresource (what `kubectl scale` uses) sets spec.replicas; the operator does
+    // not touch the StatefulSet until members can be observed.
+    clusters
+        .patch_scale(
+            "main",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({ "spec": { "replicas": 5 } })),
+        )
+        .await
+        .expect("scale");
+    let scale = clusters.get_scale("main").await.unwrap();
+    assert_eq!(scale.spec.unwrap().replicas, Some(5));
+    assert_eq!(
+        scale.status.unwrap().selector.as_deref(),
+        Some(status.selector.as_str())
+    );
+    assert_eq!(clusters.get("main").await.unwrap().spec.replicas, 5);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        statefulsets.get("main").await.unwrap().spec.unwrap().replicas,
+        Some(3),
+        "no membership change on Unknown members"
+    );
+
+    // Invalid input is refused by the schema, naming the field.
+    let mut bad = EtcdCluster::new("bad", spec(3));
+    bad.spec.version = "3.4.0".into();
+    let error = clusters
+        .create(&PostParams::default(), &bad)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("spec.version"), "{error}");
+    let mut resized = clusters.get("main").await.unwrap();
+    resized.spec.storage.size = Quantity("2Gi".into());
+    let error = clusters
+        .replace("main", &PostParams::default(), &resized)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("storage is immutable"), "{error}");
+
+    operator.stop().await;
+    namespace.delete().await;
+    let _ = Arc::new(());
+}
