@@ -35,6 +35,15 @@ pub fn shorten(name: &str, max: usize) -> String {
     format!("{head}-{hash}")
 }
 
+/// The loopback address of member `ordinal` of the cluster `namespace/cluster`, for members
+/// run as processes on one machine (local demos and tests): `127.A.B.<ordinal + 1>`, with A and
+/// B from a hash of the name, so clusters get distinct blocks and members distinct addresses.
+pub fn loopback_ip(namespace: &str, cluster: &str, ordinal: usize) -> std::net::Ipv4Addr {
+    let hash = fnv1a(format!("{namespace}/{cluster}").as_bytes());
+    let octet = |shift: u32| ((hash >> shift) % 250) as u8 + 1;
+    std::net::Ipv4Addr::new(127, octet(0), octet(8), (ordinal + 1) as u8)
+}
+
 fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf29ce484222325, |hash, byte| {
         (hash ^ u64::from(*byte)).wrapping_mul(0x100000001b3)
@@ -82,6 +91,16 @@ mod tests {
         assert_eq!(a, child_name(&"a".repeat(70), "client"));
         assert_ne!(a, b);
         assert!(!a.contains("--"));
+    }
+
+    #[test]
+    fn loopback_blocks_differ_per_cluster_and_addresses_per_member() {
+        let a0 = loopback_ip("demo", "main", 0);
+        assert_eq!(a0.octets()[0], 127);
+        assert_eq!(a0.octets()[3], 1);
+        assert_eq!(loopback_ip("demo", "main", 4).octets()[..3], a0.octets()[..3]);
+        assert_ne!(loopback_ip("demo", "other", 0), a0);
+        assert_ne!(loopback_ip("other", "main", 0), a0);
     }
 
     #[test]

@@ -41,9 +41,54 @@ where
         field: "metadata.namespace",
     })?;
     let api: Api<K> = Api::namespaced(client.clone(), &namespace);
-    let patch = serde_json::json!({ "status": desired });
+    let desired_json = serde_json::to_value(desired).unwrap_or(serde_json::Value::Null);
+    let current_json = current
+        .and_then(|c| serde_json::to_value(c).ok())
+        .unwrap_or(serde_json::Value::Null);
+    let patch = serde_json::json!({ "status": merge_patch(&current_json, &desired_json) });
     api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map_err(|source| Error::PatchStatus { kind, name, source })?;
     Ok(true)
+}
+
+/// The JSON merge patch (RFC 7386) that turns `current` into `desired`: fields that `desired`
+/// leaves out are sent as `null`, so a field cleared in code (a step no longer in flight) is
+/// removed from the stored status rather than silently kept.
+pub fn merge_patch(current: &serde_json::Value, desired: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match (current, desired) {
+        (Value::Object(current), Value::Object(desired)) => {
+            let mut patch = serde_json::Map::new();
+            for (key, value) in desired {
+                let entry = match current.get(key) {
+                    Some(old) => merge_patch(old, value),
+                    None => value.clone(),
+                };
+                patch.insert(key.clone(), entry);
+            }
+            for key in current.keys().filter(|k| !desired.contains_key(*k)) {
+                patch.insert(key.clone(), Value::Null);
+            }
+            Value::Object(patch)
+        }
+        _ => desired.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::merge_patch;
+
+    #[test]
+    fn fields_left_out_are_removed_and_nested_objects_are_patched() {
+        let current = json!({"inFlight": {"action": "Remove"}, "replicas": 3, "last": {"a": 1, "b": 2}, "list": [1, 2]});
+        let desired = json!({"replicas": 4, "last": {"a": 1}, "list": [1]});
+        assert_eq!(
+            merge_patch(&current, &desired),
+            json!({"inFlight": null, "replicas": 4, "last": {"a": 1, "b": null}, "list": [1]})
+        );
+    }
 }

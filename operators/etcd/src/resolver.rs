@@ -23,17 +23,7 @@ pub enum MemberResolver {
     Loopback { namespace: String, cluster: String },
 }
 
-/// The loopback address of member `ordinal` of cluster `namespace/cluster` under
-/// [`MemberResolver::Loopback`]: `127.A.B.<ordinal + 1>`, with A and B from a hash of the name.
-pub fn loopback_ip(namespace: &str, cluster: &str, ordinal: usize) -> std::net::Ipv4Addr {
-    let hash = format!("{namespace}/{cluster}")
-        .bytes()
-        .fold(0xcbf29ce484222325u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
-        });
-    let octet = |shift: u32| ((hash >> shift) % 250) as u8 + 1;
-    std::net::Ipv4Addr::new(127, octet(0), octet(8), (ordinal + 1) as u8)
-}
+pub use quorum_core::naming::loopback_ip;
 
 /// A member's URLs in a [`MemberResolver::Fixed`] table.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -68,27 +58,15 @@ impl MemberResolver {
 
     /// The client URL of the member at `ordinal`.
     pub fn client_url(&self, ordinal: usize) -> Option<String> {
-        match self {
-            MemberResolver::ClusterDns {
-                cluster,
-                namespace,
-                cluster_domain,
-                tls,
-            } => Some(format!(
-                "{}://{}:2379",
-                if *tls { "https" } else { "http" },
-                Self::dns_host(cluster, namespace, cluster_domain, ordinal)
-            )),
-            MemberResolver::Fixed(table) => table.get(&ordinal).map(|a| a.client_url.clone()),
-            MemberResolver::Loopback { namespace, cluster } => Some(format!(
-                "http://{}:2379",
-                loopback_ip(namespace, cluster, ordinal)
-            )),
-        }
+        self.url(ordinal, 2379, |fixed| &fixed.client_url)
     }
 
     /// The peer URL the member at `ordinal` advertises.
     pub fn peer_url(&self, ordinal: usize) -> Option<String> {
+        self.url(ordinal, 2380, |fixed| &fixed.peer_url)
+    }
+
+    fn url(&self, ordinal: usize, port: u16, fixed: fn(&FixedAddresses) -> &String) -> Option<String> {
         match self {
             MemberResolver::ClusterDns {
                 cluster,
@@ -96,13 +74,13 @@ impl MemberResolver {
                 cluster_domain,
                 tls,
             } => Some(format!(
-                "{}://{}:2380",
+                "{}://{}:{port}",
                 if *tls { "https" } else { "http" },
                 Self::dns_host(cluster, namespace, cluster_domain, ordinal)
             )),
-            MemberResolver::Fixed(table) => table.get(&ordinal).map(|a| a.peer_url.clone()),
+            MemberResolver::Fixed(table) => table.get(&ordinal).map(|a| fixed(a).clone()),
             MemberResolver::Loopback { namespace, cluster } => Some(format!(
-                "http://{}:2380",
+                "http://{}:{port}",
                 loopback_ip(namespace, cluster, ordinal)
             )),
         }

@@ -1,6 +1,7 @@
 //! Membership changes and the safety gate, against real etcd processes: the operator's own
 //! observe -> decide -> execute loop, with a fault proxy between it and each member.
 
+#[allow(dead_code)] // each test binary uses part of the support
 mod support;
 
 use std::{

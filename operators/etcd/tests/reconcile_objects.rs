@@ -3,13 +3,14 @@
 //! conditions. Pods here are KWOK fakes with nothing listening, so every member is Unknown:
 //! the operator must bootstrap the objects and then wait, never guess.
 
-use std::{net::SocketAddr, sync::Arc, time::Duration};
+use std::time::Duration;
+
+#[allow(dead_code)] // each test binary uses part of the support
+mod support;
 
 use etcd_operator::{
-    OPERATOR_NAME,
     crd::{EtcdCluster, EtcdClusterSpec, EtcdStorage},
-    observe::EtcdClients,
-    reconcile::{MemberAddresses, Settings, State, reconcile},
+    reconcile::MemberAddresses,
 };
 use k8s_openapi::{
     api::{
@@ -23,11 +24,7 @@ use kube::{
     Api, CustomResourceExt, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, PostParams},
 };
-use quorum_core::{
-    availability::{breaker::BreakerSettings, metrics::AdminMetrics, retry::CallPolicy},
-    config::{LogFormat, OperatorConfig},
-    runner::{RetryPolicy, Runtime},
-};
+use quorum_core::config::LogFormat;
 use quorum_e2e::{
     control_plane::{TestNamespace, admin_client, install_crd},
     wait,
@@ -47,59 +44,6 @@ fn spec(replicas: i32) -> EtcdClusterSpec {
         tls: None,
         backup: None,
         restore_from: None,
-    }
-}
-
-/// Starts the operator, as its binary would, watching one namespace.
-fn start_operator(client: kube::Client, namespace: &str) -> tokio_util_like::Running {
-    let config = OperatorConfig {
-        watch_namespaces: vec![namespace.to_string()],
-        log_format: LogFormat::Text,
-        metrics_address: SocketAddr::from(([127, 0, 0, 1], 0)),
-        leader_elect: false,
-        leader_election_namespace: None,
-        identity: Some("etcd-test".into()),
-        pod_namespace: None,
-    };
-    let runtime = Runtime::new(OPERATOR_NAME, config, client).with_retry_policy(RetryPolicy {
-        first: Duration::from_millis(200),
-        max: Duration::from_secs(2),
-    });
-    let state = State {
-        clients: EtcdClients::new(
-            CallPolicy {
-                timeout: Duration::from_millis(500),
-                read_attempts: 1,
-                ..CallPolicy::default()
-            },
-            BreakerSettings::default(),
-            AdminMetrics::default(),
-        ),
-        settings: Settings {
-            cluster_domain: "cluster.local".into(),
-            member_addresses: MemberAddresses::Dns,
-            freshness: Duration::from_secs(30),
-            replace_after: Duration::from_secs(300),
-        },
-    };
-    let context = runtime.context(state);
-    let controller = runtime.controller::<EtcdCluster, _, _, _, _>(context, reconcile);
-    let shutdown = runtime.shutdown_token();
-    let task = tokio::spawn(runtime.run(vec![controller]));
-    tokio_util_like::Running { shutdown, task }
-}
-
-mod tokio_util_like {
-    pub struct Running {
-        pub shutdown: tokio_util::sync::CancellationToken,
-        pub task: tokio::task::JoinHandle<Result<(), quorum_core::runner::RunError>>,
-    }
-
-    impl Running {
-        pub async fn stop(self) {
-            self.shutdown.cancel();
-            self.task.await.expect("operator task").expect("clean shutdown");
-        }
     }
 }
 
@@ -123,7 +67,7 @@ async fn creates_owned_objects_recreates_them_scales_and_reports_unknown_members
     install_crd(&client, &EtcdCluster::crd()).await;
     let namespace = TestNamespace::create(&client, "etcd").await;
     let ns = namespace.name().to_string();
-    let operator = start_operator(client.clone(), &ns);
+    let operator = support::operator::start(client.clone(), &ns, MemberAddresses::Dns);
 
     let clusters: Api<EtcdCluster> = Api::namespaced(client.clone(), &ns);
     let created = clusters
@@ -263,5 +207,4 @@ async fn creates_owned_objects_recreates_them_scales_and_reports_unknown_members
 
     operator.stop().await;
     namespace.delete().await;
-    let _ = Arc::new(());
 }

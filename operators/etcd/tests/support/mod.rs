@@ -1,6 +1,10 @@
-//! A driver that plays the StatefulSet for real etcd processes: it runs the operator's own
+//! Test support: [`operator`] runs the operator in-process; [`Harness`] is a driver that plays
+//! the StatefulSet for real etcd processes: it runs the operator's own
 //! observe -> decide -> execute loop, and starts or stops a process where the reconciler
 //! would raise or lower the StatefulSet.
+
+
+pub mod operator;
 
 use std::{collections::BTreeMap, net::SocketAddr, time::Duration};
 

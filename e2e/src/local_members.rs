@@ -1,0 +1,284 @@
+//! Local members: real database processes standing in for member pods.
+//!
+//! The local control plane has no container runtime: KWOK marks pods Running but nothing runs.
+//! [`LocalMembers`] plays the kubelet's part for the StatefulSets an operator manages: for
+//! every pod a StatefulSet asks for, it runs one real process on the loopback address the
+//! operator's loopback resolver gives that member ([`quorum_core::naming::loopback_ip`]),
+//! configured from the cluster's ConfigMap as the pod's environment would be. A pod deleted and
+//! recreated (an upgrade, a wipe) has its process restarted; a volume claim that is replaced
+//! takes the data directory with it. The demo and the full-stack tests use it.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::Ipv4Addr,
+    path::{Path, PathBuf},
+    process::Stdio,
+    sync::Arc,
+    time::Duration,
+};
+
+use k8s_openapi::api::{
+    apps::v1::StatefulSet,
+    core::v1::{ConfigMap, PersistentVolumeClaim, Pod},
+};
+use kube::{Api, Client, ResourceExt, api::ListParams};
+use quorum_core::naming::loopback_ip;
+use tokio::{
+    process::{Child, Command},
+    sync::Mutex,
+    task::JoinHandle,
+};
+
+/// One member pod, as the launcher sees it.
+pub struct MemberPod {
+    pub namespace: String,
+    pub cluster: String,
+    pub ordinal: usize,
+    /// The pod's name, which is the member's name.
+    pub name: String,
+    pub ip: Ipv4Addr,
+    pub data_dir: PathBuf,
+    /// The cluster's ConfigMap data, as `envFrom` would give it.
+    pub config: BTreeMap<String, String>,
+    pub pod: Pod,
+}
+
+/// How to run one engine's member process.
+pub trait MemberLauncher: Send + Sync + 'static {
+    /// `app.kubernetes.io/managed-by` of the StatefulSets to back.
+    fn managed_by(&self) -> &str;
+    /// The ConfigMap a cluster's members read their settings from.
+    fn config_map(&self, cluster: &str) -> String;
+    /// The command that runs the member.
+    fn command(&self, member: &MemberPod) -> Command;
+}
+
+/// Runs etcd members, choosing the binary by the pod's `etcd.quorum.dev/version` label, so a
+/// rolling upgrade really changes the running version.
+pub struct EtcdLauncher {
+    /// Binaries by etcd version (`3.6.16` -> path).
+    pub binaries: BTreeMap<String, PathBuf>,
+}
+
+impl MemberLauncher for EtcdLauncher {
+    fn managed_by(&self) -> &str {
+        "quorum-etcd-operator"
+    }
+
+    fn config_map(&self, cluster: &str) -> String {
+        format!("{cluster}-config")
+    }
+
+    fn command(&self, member: &MemberPod) -> Command {
+        let version = member
+            .pod
+            .labels()
+            .get("etcd.quorum.dev/version")
+            .cloned()
+            .unwrap_or_default();
+        let binary = self
+            .binaries
+            .get(&version)
+            .or_else(|| self.binaries.values().next_back())
+            .cloned()
+            .unwrap_or_else(crate::tools::etcd_binary);
+        let ip = member.ip;
+        let mut command = Command::new(binary);
+        command
+            .env_clear()
+            .env("ETCD_NAME", &member.name)
+            .env("ETCD_DATA_DIR", &member.data_dir)
+            .env("ETCD_LISTEN_CLIENT_URLS", format!("http://{ip}:2379"))
+            .env("ETCD_ADVERTISE_CLIENT_URLS", format!("http://{ip}:2379"))
+            .env("ETCD_LISTEN_PEER_URLS", format!("http://{ip}:2380"))
+            .env("ETCD_INITIAL_ADVERTISE_PEER_URLS", format!("http://{ip}:2380"))
+            .env("ETCD_STRICT_RECONFIG_CHECK", "true")
+            .env("ETCD_UNSAFE_NO_FSYNC", "true")
+            .env("ETCD_HEARTBEAT_INTERVAL", "50")
+            .env("ETCD_ELECTION_TIMEOUT", "500")
+            .env("ETCD_LOG_LEVEL", "warn")
+            .envs(&member.config);
+        command
+    }
+}
+
+struct Running {
+    child: Child,
+    pod_uid: String,
+}
+
+/// The running stand-in. Dropping it stops every process it started.
+pub struct LocalMembers {
+    task: JoinHandle<()>,
+    processes: Arc<Mutex<BTreeMap<(String, String), Running>>>,
+    state: PathBuf,
+}
+
+impl LocalMembers {
+    /// Starts backing the launcher's StatefulSets in `namespace` (every namespace when
+    /// `None`), keeping member data under `state`.
+    pub fn start(
+        client: Client,
+        launcher: impl MemberLauncher,
+        state: PathBuf,
+        namespace: Option<String>,
+    ) -> Self {
+        let processes: Arc<Mutex<BTreeMap<(String, String), Running>>> = Arc::default();
+        let task = {
+            let processes = processes.clone();
+            let state = state.clone();
+            tokio::spawn(async move {
+                loop {
+                    if let Err(error) =
+                        pass(&client, &launcher, &state, namespace.as_deref(), &processes).await
+                    {
+                        tracing::warn!(%error, "local members pass failed");
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            })
+        };
+        Self {
+            task,
+            processes,
+            state,
+        }
+    }
+
+    /// Names (`namespace/pod`) of the members running now.
+    pub async fn running(&self) -> BTreeSet<String> {
+        let mut processes = self.processes.lock().await;
+        processes
+            .iter_mut()
+            .filter_map(|(key, running)| matches!(running.child.try_wait(), Ok(None)).then_some(key))
+            .map(|(ns, name)| format!("{ns}/{name}"))
+            .collect()
+    }
+
+    /// Kills one member's process, as a crashed node would stop it; it is not restarted
+    /// until its pod is replaced.
+    pub async fn kill(&self, namespace: &str, name: &str) {
+        if let Some(running) = self
+            .processes
+            .lock()
+            .await
+            .get_mut(&(namespace.to_string(), name.to_string()))
+        {
+            let _ = running.child.kill().await;
+        }
+    }
+
+    /// Where the member logs are.
+    pub fn state_dir(&self) -> &Path {
+        &self.state
+    }
+}
+
+impl Drop for LocalMembers {
+    fn drop(&mut self) {
+        self.task.abort();
+        if let Ok(mut processes) = self.processes.try_lock() {
+            for running in processes.values_mut() {
+                let _ = running.child.start_kill();
+            }
+        }
+    }
+}
+
+async fn pass(
+    client: &Client,
+    launcher: &impl MemberLauncher,
+    state: &Path,
+    namespace: Option<&str>,
+    processes: &Mutex<BTreeMap<(String, String), Running>>,
+) -> Result<(), kube::Error> {
+    let managed =
+        ListParams::default().labels(&format!("app.kubernetes.io/managed-by={}", launcher.managed_by()));
+    let mut wanted = BTreeSet::new();
+    let statefulsets: Api<StatefulSet> = match namespace {
+        Some(namespace) => Api::namespaced(client.clone(), namespace),
+        None => Api::all(client.clone()),
+    };
+    for statefulset in statefulsets.list(&managed).await? {
+        let namespace = statefulset.namespace().unwrap_or_default();
+        let cluster = statefulset.name_any();
+        let configs: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
+        let Some(config) = configs.get_opt(&launcher.config_map(&cluster)).await? else {
+            continue;
+        };
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &namespace);
+        let replicas = statefulset.spec.and_then(|s| s.replicas).unwrap_or(0).max(0) as usize;
+        for ordinal in 0..replicas {
+            let name = format!("{cluster}-{ordinal}");
+            let Some(pod) = pods.get_opt(&name).await? else {
+                continue;
+            };
+            if pod.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let key = (namespace.clone(), name.clone());
+            wanted.insert(key.clone());
+            let pod_uid = pod.uid().unwrap_or_default();
+            let mut processes = processes.lock().await;
+            if processes.get(&key).is_some_and(|r| r.pod_uid == pod_uid) {
+                // Same pod: a process that died stays dead, as a crashed container would
+                // until its pod is replaced.
+                continue;
+            }
+            if let Some(mut old) = processes.remove(&key) {
+                let _ = old.child.kill().await;
+            }
+            let directory = state.join(&namespace);
+            let _ = std::fs::create_dir_all(&directory);
+            let data_dir = directory.join(&name);
+            // A new claim is a new, empty volume.
+            let claim_uid = claims
+                .get_opt(&format!("data-{name}"))
+                .await?
+                .and_then(|c| c.uid())
+                .unwrap_or_default();
+            let marker = directory.join(format!("{name}.claim"));
+            if std::fs::read_to_string(&marker).ok().as_deref() != Some(claim_uid.as_str()) {
+                let _ = std::fs::remove_dir_all(&data_dir);
+                let _ = std::fs::write(&marker, &claim_uid);
+            }
+            let member = MemberPod {
+                ip: loopback_ip(&namespace, &cluster, ordinal),
+                namespace: namespace.clone(),
+                cluster: cluster.clone(),
+                ordinal,
+                name: name.clone(),
+                data_dir,
+                config: config.data.clone().unwrap_or_default(),
+                pod,
+            };
+            let log = match std::fs::File::create(directory.join(format!("{name}.log"))) {
+                Ok(log) => Stdio::from(log),
+                Err(_) => Stdio::null(),
+            };
+            let mut command = launcher.command(&member);
+            command.stdout(Stdio::null()).stderr(log).kill_on_drop(true);
+            match command.spawn() {
+                Ok(child) => {
+                    tracing::info!(member = %format!("{namespace}/{name}"), ip = %member.ip, "started local member");
+                    processes.insert(key, Running { child, pod_uid });
+                }
+                Err(error) => tracing::warn!(%error, member = %name, "could not start local member"),
+            }
+        }
+    }
+    let mut processes = processes.lock().await;
+    let gone: Vec<_> = processes
+        .keys()
+        .filter(|k| !wanted.contains(*k))
+        .cloned()
+        .collect();
+    for key in gone {
+        if let Some(mut running) = processes.remove(&key) {
+            let _ = running.child.kill().await;
+            tracing::info!(member = %format!("{}/{}", key.0, key.1), "stopped local member");
+        }
+    }
+    Ok(())
+}
