@@ -36,16 +36,33 @@ pub struct ConditionUpdate {
     pub message: String,
 }
 
+/// Anything that names a condition type: the standard ones, or an operator's own (`&str`).
+pub trait ConditionName {
+    fn condition_name(&self) -> String;
+}
+
+impl ConditionName for ConditionType {
+    fn condition_name(&self) -> String {
+        self.as_str().to_string()
+    }
+}
+
+impl ConditionName for &str {
+    fn condition_name(&self) -> String {
+        (*self).to_string()
+    }
+}
+
 impl ConditionUpdate {
-    /// A standard condition with the given status, reason and message.
+    /// A condition with the given status, reason and message.
     pub fn new(
-        type_: ConditionType,
+        type_: impl ConditionName,
         status: bool,
         reason: impl Into<String>,
         message: impl Into<String>,
     ) -> Self {
         Self {
-            type_: type_.as_str().to_string(),
+            type_: type_.condition_name(),
             status,
             reason: reason.into(),
             message: message.into(),

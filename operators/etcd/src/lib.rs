@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod backup;
+pub mod backup_controller;
 pub mod crd;
 pub mod decide;
 pub mod execute;

@@ -5,7 +5,8 @@ use std::time::Duration;
 use clap::Parser;
 use etcd_operator::{
     OPERATOR_NAME,
-    crd::EtcdCluster,
+    backup_controller::reconcile_backup,
+    crd::{EtcdBackup, EtcdCluster},
     observe::{EtcdClients, default_policy},
     reconcile::{MemberAddresses, Settings, State, reconcile},
 };
@@ -34,6 +35,11 @@ struct Cli {
     /// Seconds a member must stay Unhealthy (its peers report it down) before it is replaced.
     #[arg(long, env = "MEMBER_REPLACE_AFTER_SECONDS", default_value_t = 300)]
     member_replace_after_seconds: u64,
+
+    /// Allow backups to plain-HTTP S3 endpoints (credentials and data cross the network in
+    /// clear text; for local test stores only).
+    #[arg(long, env = "ALLOW_HTTP_BACKUPS", default_value_t = false, action = clap::ArgAction::Set)]
+    allow_http_backups: bool,
 }
 
 #[tokio::main]
@@ -54,9 +60,11 @@ async fn main() -> Result<(), RunError> {
             member_addresses: cli.member_addresses,
             freshness: Duration::from_secs(30),
             replace_after: Duration::from_secs(cli.member_replace_after_seconds),
+            allow_http_backups: cli.allow_http_backups,
         },
     };
     let context = runtime.context(state);
-    let clusters = runtime.controller::<EtcdCluster, _, _, _, _>(context, reconcile);
-    runtime.run(vec![clusters]).await
+    let clusters = runtime.controller::<EtcdCluster, _, _, _, _>(context.clone(), reconcile);
+    let backups = runtime.controller::<EtcdBackup, _, _, _, _>(context, reconcile_backup);
+    runtime.run(vec![clusters, backups]).await
 }

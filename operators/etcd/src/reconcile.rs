@@ -20,14 +20,14 @@ use kube::{Api, ResourceExt, api::DeleteParams, runtime::controller::Action};
 use quorum_core::{ReconcileError, events::Severity, runner::Context, status::patch_status};
 
 use crate::{
-    crd::{EtcdCluster, EtcdClusterStatus},
+    crd::{EtcdBackup, EtcdCluster, EtcdClusterStatus},
     decide::{Decision, Facts, InFlight, Step, decide},
     execute::{StepError, StepOutcome, execute},
     observe::EtcdClients,
     resolver::{MemberResolver, member_name},
     resources::{
         ClusterState, bootstrap_members, build_client_service, build_config_map, build_peer_service,
-        build_pod_disruption_budget, build_statefulset, client_service_name,
+        build_pod_disruption_budget, build_scheduled_backup, build_statefulset, client_service_name,
     },
     status::{build_status, describe, in_flight_from_status, step_reason, unhealthy_durations},
 };
@@ -50,6 +50,8 @@ pub struct Settings {
     pub freshness: Duration,
     /// How long a member must be Unhealthy (per its peers) before it is replaced.
     pub replace_after: Duration,
+    /// Whether backups may go to an `http://` S3 endpoint (credentials in clear text).
+    pub allow_http_backups: bool,
 }
 
 /// The operator's own state in the shared context.
@@ -206,6 +208,7 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, context: Arc<Context<State>>) 
             .apply(&build_config_map(&cluster, ClusterState::Existing, &initial)?)
             .await?;
     }
+    ensure_scheduled_backup(&context, &cluster).await?;
     applier.apply(&build_peer_service(&cluster)?).await?;
     applier.apply(&build_client_service(&cluster)?).await?;
     applier.apply(&build_pod_disruption_budget(&cluster)?).await?;
@@ -395,6 +398,28 @@ async fn take(
                 source,
             }),
     }
+}
+
+/// A cluster's backup policy is carried out by an `EtcdBackup` it owns, `<cluster>-scheduled`;
+/// removing the policy removes it.
+async fn ensure_scheduled_backup(context: &Context<State>, cluster: &EtcdCluster) -> Result<(), Error> {
+    let name = quorum_core::naming::child_name(&cluster.name_any(), "scheduled");
+    match build_scheduled_backup(cluster, &name)? {
+        Some(backup) => {
+            context.applier.apply(&backup).await?;
+        }
+        None => {
+            let backups: Api<EtcdBackup> =
+                Api::namespaced(context.client.clone(), &cluster.namespace().unwrap_or_default());
+            ignore_not_found(backups.delete(&name, &DeleteParams::default()).await).map_err(|source| {
+                Error::Delete {
+                    what: format!("EtcdBackup {name}"),
+                    source,
+                }
+            })?;
+        }
+    }
+    Ok(())
 }
 
 fn ignore_not_found<T>(result: Result<T, kube::Error>) -> Result<(), kube::Error> {

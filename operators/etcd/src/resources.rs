@@ -34,7 +34,7 @@ use quorum_core::{
 
 use crate::{
     OPERATOR_NAME,
-    crd::EtcdCluster,
+    crd::{EtcdBackup, EtcdBackupSpec, EtcdCluster},
     resolver::{MemberResolver, peer_service_name},
 };
 
@@ -441,6 +441,24 @@ pub fn build_statefulset(cluster: &EtcdCluster, replicas: i32, cluster_domain: &
     })
 }
 
+/// The `EtcdBackup` that carries out the cluster's backup policy, if it has one.
+pub fn build_scheduled_backup(cluster: &EtcdCluster, name: &str) -> Result<Option<EtcdBackup>> {
+    let Some(policy) = &cluster.spec.backup else {
+        return Ok(None);
+    };
+    let mut backup = EtcdBackup::new(
+        name,
+        EtcdBackupSpec {
+            cluster_name: cluster.name_any(),
+            destination: policy.destination.clone(),
+            schedule: Some(policy.schedule.clone()),
+            retain: Some(policy.retain),
+        },
+    );
+    backup.metadata = child_metadata(cluster, name, labels(cluster))?;
+    Ok(Some(backup))
+}
+
 #[cfg(test)]
 mod tests {
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -600,6 +618,36 @@ mod tests {
         );
         assert_eq!(data["ETCD_INITIAL_CLUSTER_STATE"], "new");
         assert_eq!(data["ETCD_INITIAL_CLUSTER_TOKEN"], "main-1234abcd");
+    }
+
+    #[test]
+    fn a_backup_policy_becomes_an_owned_scheduled_backup() {
+        use crate::crd::{BackupDestination, BackupPolicy, FilesystemDestination};
+        let mut cluster = cluster();
+        assert!(
+            build_scheduled_backup(&cluster, "main-scheduled")
+                .unwrap()
+                .is_none()
+        );
+        cluster.spec.backup = Some(BackupPolicy {
+            schedule: "0 */6 * * *".into(),
+            destination: BackupDestination {
+                s3: None,
+                filesystem: Some(FilesystemDestination {
+                    path: "/backups".into(),
+                }),
+            },
+            retain: 4,
+            max_age_minutes: Some(720),
+        });
+        let backup = build_scheduled_backup(&cluster, "main-scheduled")
+            .unwrap()
+            .unwrap();
+        assert_eq!(backup.spec.cluster_name, "main");
+        assert_eq!(backup.spec.schedule.as_deref(), Some("0 */6 * * *"));
+        assert_eq!(backup.spec.retain, Some(4));
+        assert_eq!(backup.metadata.namespace.as_deref(), Some("db"));
+        assert_eq!(backup.metadata.owner_references.unwrap()[0].kind, "EtcdCluster");
     }
 
     #[test]

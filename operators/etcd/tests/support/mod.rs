@@ -3,7 +3,6 @@
 //! observe -> decide -> execute loop, and starts or stops a process where the reconciler
 //! would raise or lower the StatefulSet.
 
-
 pub mod operator;
 
 use std::{collections::BTreeMap, net::SocketAddr, time::Duration};

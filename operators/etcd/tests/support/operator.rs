@@ -4,7 +4,8 @@ use std::{net::SocketAddr, time::Duration};
 
 use etcd_operator::{
     OPERATOR_NAME,
-    crd::EtcdCluster,
+    backup_controller::reconcile_backup,
+    crd::{EtcdBackup, EtcdCluster},
     observe::EtcdClients,
     reconcile::{MemberAddresses, Settings, State, reconcile},
 };
@@ -61,11 +62,13 @@ pub fn start(client: kube::Client, namespace: &str, addresses: MemberAddresses) 
             member_addresses: addresses,
             freshness: Duration::from_secs(30),
             replace_after: Duration::from_secs(300),
+            allow_http_backups: true,
         },
     };
     let context = runtime.context(state);
-    let controller = runtime.controller::<EtcdCluster, _, _, _, _>(context, reconcile);
+    let clusters = runtime.controller::<EtcdCluster, _, _, _, _>(context.clone(), reconcile);
+    let backups = runtime.controller::<EtcdBackup, _, _, _, _>(context, reconcile_backup);
     let shutdown = runtime.shutdown_token();
-    let task = tokio::spawn(runtime.run(vec![controller]));
+    let task = tokio::spawn(runtime.run(vec![clusters, backups]));
     Running { shutdown, task }
 }

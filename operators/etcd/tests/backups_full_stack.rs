@@ -1,0 +1,273 @@
+//! Backups through the whole operator: `EtcdBackup` resources on the real control plane, a
+//! real etcd cluster (local members), and real stores (a directory and an S3-compatible
+//! server). Also: a cluster's backup policy becomes an owned scheduled `EtcdBackup`, and the
+//! cluster reports whether its newest backup is recent enough.
+
+#[allow(dead_code)] // each test binary uses part of the support
+mod support;
+
+use std::{collections::BTreeMap, time::Duration};
+
+use etcd_operator::{
+    crd::{
+        BackupDestination, BackupPhase, BackupPolicy, EtcdBackup, EtcdBackupSpec, EtcdCluster,
+        EtcdClusterSpec, EtcdStorage, FilesystemDestination, S3Destination,
+    },
+    reconcile::MemberAddresses,
+};
+use k8s_openapi::{
+    ByteString, api::core::v1::Secret, apimachinery::pkg::api::resource::Quantity,
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+};
+use kube::{Api, CustomResourceExt, ResourceExt, api::PostParams};
+use quorum_core::backup::BackupSink;
+use quorum_e2e::{
+    control_plane::{TestNamespace, admin_client, install_crd},
+    local_members::{EtcdLauncher, LocalMembers},
+    s3::S3Server,
+    tools::{etcd_binary, pinned_version},
+    wait,
+};
+use sha2::{Digest, Sha256};
+
+fn cluster_spec(backup: Option<BackupPolicy>) -> EtcdClusterSpec {
+    EtcdClusterSpec {
+        replicas: 3,
+        version: pinned_version("ETCD_VERSION").trim_start_matches('v').to_string(),
+        image: None,
+        storage: EtcdStorage {
+            size: Quantity("1Gi".into()),
+            storage_class_name: None,
+        },
+        resources: None,
+        pod_template: None,
+        tls: None,
+        backup,
+        restore_from: None,
+    }
+}
+
+async fn succeeded(backups: &Api<EtcdBackup>, name: &str) -> EtcdBackup {
+    wait::until(
+        &format!("backup {name} to succeed"),
+        Duration::from_secs(120),
+        || async {
+            let backup = backups.get(name).await.map_err(|e| e.to_string())?;
+            let status = backup.status.clone().unwrap_or_default();
+            match status.phase {
+                Some(BackupPhase::Succeeded) => Ok(backup),
+                Some(BackupPhase::Failed) => panic!("backup {name} failed: {:?}", status.message),
+                _ => Err(format!("{status:?}")),
+            }
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn on_demand_backups_reach_a_directory_and_s3_and_are_recorded_on_the_cluster() {
+    quorum_core::telemetry::init(quorum_core::config::LogFormat::Text);
+    let client = admin_client().await;
+    install_crd(&client, &EtcdCluster::crd()).await;
+    install_crd(&client, &EtcdBackup::crd()).await;
+    let namespace = TestNamespace::create(&client, "etcd-backup").await;
+    let ns = namespace.name().to_string();
+    let scratch = std::env::temp_dir().join(format!("quorum-backups-{ns}"));
+    let _members = LocalMembers::start(
+        client.clone(),
+        EtcdLauncher {
+            binaries: BTreeMap::from([(cluster_spec(None).version, etcd_binary())]),
+        },
+        scratch.join("members"),
+        Some(ns.clone()),
+    );
+    let operator = support::operator::start(client.clone(), &ns, MemberAddresses::Loopback);
+    let s3 = S3Server::start().await;
+
+    let clusters: Api<EtcdCluster> = Api::namespaced(client.clone(), &ns);
+    clusters
+        .create(
+            &PostParams::default(),
+            &EtcdCluster::new("main", cluster_spec(None)),
+        )
+        .await
+        .unwrap();
+    wait::until("the cluster Ready", Duration::from_secs(120), || async {
+        let cluster = clusters.get("main").await.map_err(|e| e.to_string())?;
+        let ready = cluster.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+        });
+        if ready {
+            Ok(())
+        } else {
+            Err(format!("{:?}", cluster.status))
+        }
+    })
+    .await;
+    let url = format!("http://{}:2379", quorum_core::naming::loopback_ip(&ns, "main", 0));
+    let mut kv = etcd_client::Client::connect([url], None).await.unwrap();
+    for i in 0..20 {
+        kv.put(format!("backup/{i}"), "v", None).await.unwrap();
+    }
+
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    secrets
+        .create(
+            &PostParams::default(),
+            &Secret {
+                metadata: ObjectMeta {
+                    name: Some("s3-credentials".into()),
+                    ..ObjectMeta::default()
+                },
+                data: Some(BTreeMap::from([
+                    (
+                        "accessKeyId".to_string(),
+                        ByteString(s3.access_key_id().as_bytes().to_vec()),
+                    ),
+                    (
+                        "secretAccessKey".to_string(),
+                        ByteString(s3.secret_access_key().as_bytes().to_vec()),
+                    ),
+                ])),
+                ..Secret::default()
+            },
+        )
+        .await
+        .unwrap();
+
+    let backups: Api<EtcdBackup> = Api::namespaced(client.clone(), &ns);
+    let to_directory = EtcdBackup::new(
+        "to-directory",
+        EtcdBackupSpec {
+            cluster_name: "main".into(),
+            destination: BackupDestination {
+                s3: None,
+                filesystem: Some(FilesystemDestination {
+                    path: scratch.join("store").display().to_string(),
+                }),
+            },
+            schedule: None,
+            retain: None,
+        },
+    );
+    let to_s3 = EtcdBackup::new(
+        "to-s3",
+        EtcdBackupSpec {
+            cluster_name: "main".into(),
+            destination: BackupDestination {
+                s3: Some(S3Destination {
+                    bucket: s3.bucket().into(),
+                    prefix: Some("etcd".into()),
+                    endpoint: Some(s3.endpoint().into()),
+                    region: None,
+                    credentials_secret_name: "s3-credentials".into(),
+                }),
+                filesystem: None,
+            },
+            schedule: None,
+            retain: None,
+        },
+    );
+    backups
+        .create(&PostParams::default(), &to_directory)
+        .await
+        .unwrap();
+    backups.create(&PostParams::default(), &to_s3).await.unwrap();
+
+    // The directory backup: the file is where status says, with the size and checksum it says.
+    let done = succeeded(&backups, "to-directory").await;
+    let record = done.status.unwrap().last_snapshot.unwrap();
+    let path = std::path::PathBuf::from(&record.location);
+    assert!(
+        path.starts_with(scratch.join("store").join(&ns).join("main")),
+        "{path:?}"
+    );
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(bytes.len() as i64, record.size_bytes);
+    assert_eq!(hex::encode(Sha256::digest(&bytes)), record.sha256);
+
+    // The S3 backup: downloaded back with its checksum verified.
+    let done = succeeded(&backups, "to-s3").await;
+    let record = done.status.unwrap().last_snapshot.unwrap();
+    assert!(
+        record
+            .location
+            .starts_with(&format!("s3://{}/etcd/{ns}/main/", s3.bucket())),
+        "{}",
+        record.location
+    );
+    let sink = BackupSink::new(s3.backup_target(Some(&format!("etcd/{ns}/main")))).unwrap();
+    let objects = sink.list().await.unwrap();
+    assert_eq!(objects.len(), 1);
+    let mut downloaded = Vec::new();
+    let fetched = sink
+        .download(&objects[0].key, &mut downloaded, Some(&record.sha256))
+        .await
+        .unwrap();
+    assert_eq!(fetched.size as i64, record.size_bytes);
+
+    // The cluster records its newest backup.
+    let last = clusters
+        .get("main")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .last_backup
+        .unwrap();
+    assert!(last.name == "to-s3" || last.name == "to-directory");
+
+    // A backup policy on the cluster becomes an owned, scheduled EtcdBackup, and the cluster
+    // reports BackupStale from the newest backup's age.
+    let mut cluster = clusters.get("main").await.unwrap();
+    cluster.spec.backup = Some(BackupPolicy {
+        schedule: "0 3 * * *".into(),
+        destination: to_directory.spec.destination.clone(),
+        retain: 3,
+        max_age_minutes: Some(60),
+    });
+    clusters
+        .replace("main", &PostParams::default(), &cluster)
+        .await
+        .unwrap();
+    let scheduled = wait::until("the scheduled backup", Duration::from_secs(30), || async {
+        backups
+            .get_opt("main-scheduled")
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| "absent".to_string())
+    })
+    .await;
+    assert_eq!(scheduled.owner_references()[0].name, "main");
+    assert_eq!(scheduled.spec.schedule.as_deref(), Some("0 3 * * *"));
+    wait::until(
+        "BackupStale=False and a next run",
+        Duration::from_secs(30),
+        || async {
+            let cluster = clusters.get("main").await.map_err(|e| e.to_string())?;
+            let fresh = cluster.status.as_ref().is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "BackupStale" && c.status == "False")
+            });
+            let next = backups
+                .get("main-scheduled")
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .and_then(|s| s.next_scheduled_at);
+            if fresh && next.is_some() {
+                Ok(())
+            } else {
+                Err(format!("{:?} next {next:?}", cluster.status))
+            }
+        },
+    )
+    .await;
+
+    operator.stop().await;
+    namespace.delete().await;
+    let _ = std::fs::remove_dir_all(scratch);
+}
