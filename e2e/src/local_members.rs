@@ -51,6 +51,21 @@ pub trait MemberLauncher: Send + Sync + 'static {
     fn config_map(&self, cluster: &str) -> String;
     /// The command that runs the member.
     fn command(&self, member: &MemberPod) -> Command;
+
+    /// A command to run to completion before the member starts, standing in for the pod's
+    /// init containers; the member does not start unless it succeeds.
+    fn prepare(&self, _member: &MemberPod) -> Option<Command> {
+        None
+    }
+}
+
+/// Expands `$(NAME)` references as the kubelet does in container arguments.
+pub fn expand(text: &str, variables: &BTreeMap<String, String>) -> String {
+    let mut expanded = text.to_string();
+    for (name, value) in variables {
+        expanded = expanded.replace(&format!("$({name})"), value);
+    }
+    expanded
 }
 
 /// Runs etcd members, choosing the binary by the pod's `etcd.quorum.dev/version` label, so a
@@ -58,6 +73,39 @@ pub trait MemberLauncher: Send + Sync + 'static {
 pub struct EtcdLauncher {
     /// Binaries by etcd version (`3.6.16` -> path).
     pub binaries: BTreeMap<String, PathBuf>,
+    /// The operator binary and `etcdutl`, to run a pod's `restore` init container.
+    pub restore_with: Option<(PathBuf, PathBuf)>,
+}
+
+impl EtcdLauncher {
+    /// A launcher for the given binaries, without init containers.
+    pub fn new(binaries: BTreeMap<String, PathBuf>) -> Self {
+        Self {
+            binaries,
+            restore_with: None,
+        }
+    }
+
+    fn member_environment(member: &MemberPod) -> BTreeMap<String, String> {
+        let ip = member.ip;
+        let mut environment = BTreeMap::from([
+            ("POD_NAME".to_string(), member.name.clone()),
+            ("ETCD_NAME".to_string(), member.name.clone()),
+            ("ETCD_DATA_DIR".to_string(), member.data_dir.display().to_string()),
+            ("ETCD_LISTEN_CLIENT_URLS".to_string(), format!("http://{ip}:2379")),
+            (
+                "ETCD_ADVERTISE_CLIENT_URLS".to_string(),
+                format!("http://{ip}:2379"),
+            ),
+            ("ETCD_LISTEN_PEER_URLS".to_string(), format!("http://{ip}:2380")),
+            (
+                "ETCD_INITIAL_ADVERTISE_PEER_URLS".to_string(),
+                format!("http://{ip}:2380"),
+            ),
+        ]);
+        environment.extend(member.config.clone());
+        environment
+    }
 }
 
 impl MemberLauncher for EtcdLauncher {
@@ -82,23 +130,44 @@ impl MemberLauncher for EtcdLauncher {
             .or_else(|| self.binaries.values().next_back())
             .cloned()
             .unwrap_or_else(crate::tools::etcd_binary);
-        let ip = member.ip;
         let mut command = Command::new(binary);
         command
             .env_clear()
-            .env("ETCD_NAME", &member.name)
-            .env("ETCD_DATA_DIR", &member.data_dir)
-            .env("ETCD_LISTEN_CLIENT_URLS", format!("http://{ip}:2379"))
-            .env("ETCD_ADVERTISE_CLIENT_URLS", format!("http://{ip}:2379"))
-            .env("ETCD_LISTEN_PEER_URLS", format!("http://{ip}:2380"))
-            .env("ETCD_INITIAL_ADVERTISE_PEER_URLS", format!("http://{ip}:2380"))
+            .envs(Self::member_environment(member))
+            .env_remove("POD_NAME")
             .env("ETCD_STRICT_RECONFIG_CHECK", "true")
             .env("ETCD_UNSAFE_NO_FSYNC", "true")
             .env("ETCD_HEARTBEAT_INTERVAL", "50")
             .env("ETCD_ELECTION_TIMEOUT", "500")
-            .env("ETCD_LOG_LEVEL", "warn")
-            .envs(&member.config);
+            .env("ETCD_LOG_LEVEL", "warn");
         command
+    }
+
+    /// The pod's `restore` init container, run with the operator binary: its arguments with
+    /// `$(VAR)` expanded from the member's environment, the data directory mapped to the local
+    /// one, and the local `etcdutl`.
+    fn prepare(&self, member: &MemberPod) -> Option<Command> {
+        let (operator, etcdutl) = self.restore_with.as_ref()?;
+        let init = member
+            .pod
+            .spec
+            .as_ref()?
+            .init_containers
+            .as_ref()?
+            .iter()
+            .find(|c| c.name == "restore")?;
+        let environment = Self::member_environment(member);
+        let mut command = Command::new(operator);
+        for argument in init.args.clone().unwrap_or_default() {
+            if argument.starts_with("--data-dir=") {
+                command.arg(format!("--data-dir={}", member.data_dir.display()));
+            } else {
+                command.arg(expand(&argument, &environment));
+            }
+        }
+        command.arg(format!("--etcdutl={}", etcdutl.display()));
+        command.env_clear();
+        Some(command)
     }
 }
 
@@ -253,6 +322,23 @@ async fn pass(
                 config: config.data.clone().unwrap_or_default(),
                 pod,
             };
+            if let Some(mut prepare) = launcher.prepare(&member) {
+                let init_log = match std::fs::File::create(directory.join(format!("{name}.init.log"))) {
+                    Ok(log) => Stdio::from(log),
+                    Err(_) => Stdio::null(),
+                };
+                let succeeded = prepare
+                    .stdout(Stdio::null())
+                    .stderr(init_log)
+                    .status()
+                    .await
+                    .is_ok_and(|status| status.success());
+                if !succeeded {
+                    // As a failing init container would, keep the member from starting.
+                    tracing::warn!(member = %name, "init step failed; see its .init.log");
+                    continue;
+                }
+            }
             let log = match std::fs::File::create(directory.join(format!("{name}.log"))) {
                 Ok(log) => Stdio::from(log),
                 Err(_) => Stdio::null(),

@@ -20,9 +20,7 @@ async fn main() {
     let etcd = PathBuf::from(argument("--etcd").expect("--etcd <path to the etcd binary>"));
     let state = PathBuf::from(argument("--state").expect("--state <directory for member data>"));
     let client = kube::Client::try_default().await.expect("a kubeconfig");
-    let launcher = EtcdLauncher {
-        binaries: BTreeMap::from([(String::new(), etcd)]),
-    };
+    let launcher = EtcdLauncher::new(BTreeMap::from([(String::new(), etcd)]));
     let _members = LocalMembers::start(client, launcher, state, None);
     let _ = tokio::signal::ctrl_c().await;
 }

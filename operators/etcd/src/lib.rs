@@ -12,6 +12,7 @@ pub mod observe;
 pub mod reconcile;
 pub mod resolver;
 pub mod resources;
+pub mod restore;
 pub mod status;
 
 /// The operator's name: its field manager, event reporter and `app.kubernetes.io/managed-by`.

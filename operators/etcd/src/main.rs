@@ -5,10 +5,12 @@ use std::time::Duration;
 use clap::Parser;
 use etcd_operator::{
     OPERATOR_NAME,
+    backup::S3Credentials,
     backup_controller::reconcile_backup,
     crd::{EtcdBackup, EtcdCluster},
     observe::{EtcdClients, default_policy},
     reconcile::{MemberAddresses, Settings, State, reconcile},
+    restore::{RestoreMemberArgs, restore_member},
 };
 use quorum_core::{
     availability::breaker::BreakerSettings,
@@ -36,10 +38,25 @@ struct Cli {
     #[arg(long, env = "MEMBER_REPLACE_AFTER_SECONDS", default_value_t = 300)]
     member_replace_after_seconds: u64,
 
+    /// The operator's own image: the init container of restored members runs it.
+    #[arg(long, env = "OPERATOR_IMAGE", default_value = concat!("ghcr.io/quorum-dev/etcd-operator:", env!("CARGO_PKG_VERSION")))]
+    operator_image: String,
+
+    #[command(subcommand)]
+    command: Option<Command>,
+
     /// Allow backups to plain-HTTP S3 endpoints (credentials and data cross the network in
     /// clear text; for local test stores only).
     #[arg(long, env = "ALLOW_HTTP_BACKUPS", default_value_t = false, action = clap::ArgAction::Set)]
     allow_http_backups: bool,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum Command {
+    /// Restore this member's data directory from a snapshot (the init container of members of
+    /// a cluster created with `spec.restoreFrom`). S3 credentials come from AWS_ACCESS_KEY_ID
+    /// and AWS_SECRET_ACCESS_KEY.
+    RestoreMember(RestoreMemberArgs),
 }
 
 #[tokio::main]
@@ -47,6 +64,28 @@ async fn main() -> Result<(), RunError> {
     let cli = Cli::parse();
     telemetry::init(cli.operator.log_format);
     quorum_core::install_crypto_provider();
+    if let Some(Command::RestoreMember(args)) = &cli.command {
+        let credentials = match (
+            std::env::var("AWS_ACCESS_KEY_ID"),
+            std::env::var("AWS_SECRET_ACCESS_KEY"),
+        ) {
+            (Ok(access_key_id), Ok(secret_access_key)) => Some(S3Credentials {
+                access_key_id,
+                secret_access_key,
+            }),
+            _ => None,
+        };
+        match restore_member(args, credentials).await {
+            Ok(outcome) => {
+                tracing::info!(member = %args.name, ?outcome, "restore");
+                return Ok(());
+            }
+            Err(error) => {
+                tracing::error!(member = %args.name, %error, "restore failed");
+                std::process::exit(1);
+            }
+        }
+    }
     let client = kube::Client::try_default().await.map_err(RunError::ApiServer)?;
     let runtime = Runtime::new(OPERATOR_NAME, cli.operator, client);
     let state = State {
@@ -61,6 +100,7 @@ async fn main() -> Result<(), RunError> {
             freshness: Duration::from_secs(30),
             replace_after: Duration::from_secs(cli.member_replace_after_seconds),
             allow_http_backups: cli.allow_http_backups,
+            operator_image: cli.operator_image,
         },
     };
     let context = runtime.context(state);

@@ -26,8 +26,9 @@ use crate::{
     observe::EtcdClients,
     resolver::{MemberResolver, member_name},
     resources::{
-        ClusterState, bootstrap_members, build_client_service, build_config_map, build_peer_service,
-        build_pod_disruption_budget, build_scheduled_backup, build_statefulset, client_service_name,
+        ClusterState, RestoreInit, bootstrap_members, build_client_service, build_config_map,
+        build_peer_service, build_pod_disruption_budget, build_scheduled_backup, build_statefulset,
+        client_service_name,
     },
     status::{build_status, describe, in_flight_from_status, step_reason, unhealthy_durations},
 };
@@ -52,6 +53,8 @@ pub struct Settings {
     pub replace_after: Duration,
     /// Whether backups may go to an `http://` S3 endpoint (credentials in clear text).
     pub allow_http_backups: bool,
+    /// The operator's image, run by the restore init container.
+    pub operator_image: String,
 }
 
 /// The operator's own state in the shared context.
@@ -218,11 +221,48 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, context: Arc<Context<State>>) 
         Some(Step::StopPod { ordinal }) => ordinal,
         _ => statefulset_replicas.unwrap_or_else(|| recorded_members.max(desired)),
     };
+    let restore = match restore_source(&context, &cluster).await? {
+        RestoreSource::None => None,
+        RestoreSource::Ready(restore) => Some(restore),
+        RestoreSource::NotReady(why) => {
+            // Never bootstrap an empty cluster in place of the one the user asked to restore.
+            if !bootstrapped && statefulset_replicas.is_none() {
+                let wait = Decision::Wait(crate::decide::Wait {
+                    reason: "RestoreSourceNotReady",
+                    message: why.clone(),
+                });
+                context
+                    .events
+                    .publish(
+                        cluster.as_ref(),
+                        Severity::Warning,
+                        "RestoreSourceNotReady",
+                        "Restore",
+                        why,
+                    )
+                    .await;
+                report(
+                    &context,
+                    &cluster,
+                    &view,
+                    &members,
+                    &wait,
+                    in_flight.as_ref(),
+                    &wipe_pending,
+                    now,
+                )
+                .await?;
+                return Ok(Action::requeue(Duration::from_secs(10)));
+            }
+            None
+        }
+    };
     applier
         .apply(&build_statefulset(
             &cluster,
             replicas as i32,
             &state.settings.cluster_domain,
+            restore.as_ref(),
         )?)
         .await?;
 
@@ -398,6 +438,52 @@ async fn take(
                 source,
             }),
     }
+}
+
+/// Where a cluster restored from a backup gets its data.
+enum RestoreSource {
+    /// Not a restored cluster.
+    None,
+    Ready(RestoreInit),
+    /// The named backup has no stored snapshot (yet), or does not exist.
+    NotReady(String),
+}
+
+async fn restore_source(context: &Context<State>, cluster: &EtcdCluster) -> Result<RestoreSource, Error> {
+    let Some(source) = &cluster.spec.restore_from else {
+        return Ok(RestoreSource::None);
+    };
+    let backups: Api<EtcdBackup> =
+        Api::namespaced(context.client.clone(), &cluster.namespace().unwrap_or_default());
+    let backup = backups
+        .get_opt(&source.backup_name)
+        .await
+        .map_err(|source| Error::Read {
+            what: "EtcdBackup",
+            source,
+        })?;
+    let Some(backup) = backup else {
+        return Ok(RestoreSource::NotReady(format!(
+            "EtcdBackup {} does not exist",
+            source.backup_name
+        )));
+    };
+    let Some(snapshot) = backup.status.as_ref().and_then(|s| s.last_snapshot.clone()) else {
+        return Ok(RestoreSource::NotReady(format!(
+            "EtcdBackup {} has no stored snapshot yet",
+            source.backup_name
+        )));
+    };
+    let s3 = backup.spec.destination.s3.as_ref();
+    Ok(RestoreSource::Ready(RestoreInit {
+        image: context.state.settings.operator_image.clone(),
+        location: snapshot.location,
+        sha256: snapshot.sha256,
+        s3_endpoint: s3.and_then(|s3| s3.endpoint.clone()),
+        s3_region: s3.and_then(|s3| s3.region.clone()),
+        credentials_secret_name: s3.map(|s3| s3.credentials_secret_name.clone()),
+        allow_http: context.state.settings.allow_http_backups,
+    }))
 }
 
 /// A cluster's backup policy is carried out by an `EtcdBackup` it owns, `<cluster>-scheduled`;

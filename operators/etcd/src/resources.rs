@@ -225,13 +225,99 @@ fn env(name: &str, value: impl Into<String>) -> EnvVar {
     }
 }
 
+/// Where a restored cluster's bootstrap members get their data: the init container that runs
+/// `etcd-operator restore-member` (see [`crate::restore`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RestoreInit {
+    /// The operator's image (it carries `etcdutl`).
+    pub image: String,
+    /// `s3://bucket/key` or an absolute path, as the backup recorded it.
+    pub location: String,
+    pub sha256: String,
+    /// For an S3 location: endpoint, region and the credentials Secret.
+    pub s3_endpoint: Option<String>,
+    pub s3_region: Option<String>,
+    pub credentials_secret_name: Option<String>,
+    pub allow_http: bool,
+}
+
+fn restore_container(
+    restore: &RestoreInit,
+    environment: &[EnvVar],
+    env_from: &[EnvFromSource],
+    security: &SecurityContext,
+) -> Container {
+    let mut args = vec![
+        "restore-member".to_string(),
+        format!("--location={}", restore.location),
+        format!("--sha256={}", restore.sha256),
+        "--name=$(POD_NAME)".to_string(),
+        "--initial-cluster=$(ETCD_INITIAL_CLUSTER)".to_string(),
+        "--initial-cluster-state=$(ETCD_INITIAL_CLUSTER_STATE)".to_string(),
+        "--initial-cluster-token=$(ETCD_INITIAL_CLUSTER_TOKEN)".to_string(),
+        "--peer-url=$(ETCD_INITIAL_ADVERTISE_PEER_URLS)".to_string(),
+        format!("--data-dir={DATA_DIR}"),
+    ];
+    if let Some(endpoint) = &restore.s3_endpoint {
+        args.push(format!("--s3-endpoint={endpoint}"));
+    }
+    if let Some(region) = &restore.s3_region {
+        args.push(format!("--s3-region={region}"));
+    }
+    if restore.allow_http {
+        args.push("--allow-http".to_string());
+    }
+    let mut env = environment.to_vec();
+    if let Some(secret) = &restore.credentials_secret_name {
+        for (name, key) in [
+            ("AWS_ACCESS_KEY_ID", crate::backup::ACCESS_KEY_ID_KEY),
+            ("AWS_SECRET_ACCESS_KEY", crate::backup::SECRET_ACCESS_KEY_KEY),
+        ] {
+            env.push(EnvVar {
+                name: name.into(),
+                value_from: Some(EnvVarSource {
+                    secret_key_ref: Some(k8s_openapi::api::core::v1::SecretKeySelector {
+                        name: secret.clone(),
+                        key: key.into(),
+                        optional: Some(false),
+                    }),
+                    ..EnvVarSource::default()
+                }),
+                ..EnvVar::default()
+            });
+        }
+    }
+    Container {
+        name: "restore".into(),
+        image: Some(restore.image.clone()),
+        args: Some(args),
+        env: Some(env),
+        env_from: Some(env_from.to_vec()),
+        volume_mounts: Some(vec![VolumeMount {
+            name: "data".into(),
+            mount_path: "/var/lib/etcd".into(),
+            ..VolumeMount::default()
+        }]),
+        security_context: Some(security.clone()),
+        ..Container::default()
+    }
+}
+
 /// The StatefulSet of members, with `replicas` pods (the operator decides how many, one
 /// membership change at a time; it is not simply `spec.replicas`).
 ///
 /// Pods start in parallel (a new cluster needs all its members up to elect a leader) and are
 /// replaced only when the operator deletes them (`OnDelete`): version upgrades go one member
 /// at a time through the safety gate, never by the StatefulSet controller on its own.
-pub fn build_statefulset(cluster: &EtcdCluster, replicas: i32, cluster_domain: &str) -> Result<StatefulSet> {
+///
+/// A cluster restored from a backup gets a `restore` init container on every member; it acts
+/// only for bootstrap members with an empty volume.
+pub fn build_statefulset(
+    cluster: &EtcdCluster,
+    replicas: i32,
+    cluster_domain: &str,
+    restore: Option<&RestoreInit>,
+) -> Result<StatefulSet> {
     let name = cluster.name_any();
     let namespace = cluster.namespace().unwrap_or_default();
     let (client_secret, peer_secret) = tls(cluster);
@@ -332,6 +418,17 @@ pub fn build_statefulset(cluster: &EtcdCluster, replicas: i32, cluster_domain: &
         ..Probe::default()
     };
 
+    let security = SecurityContext {
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
+        run_as_non_root: Some(true),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            ..Capabilities::default()
+        }),
+        ..SecurityContext::default()
+    };
+    let environment_for_init = environment.clone();
     let container = Container {
         name: "etcd".into(),
         image: Some(image(cluster)),
@@ -361,18 +458,17 @@ pub fn build_statefulset(cluster: &EtcdCluster, replicas: i32, cluster_domain: &
         liveness_probe: Some(probe("/health?serializable=true", 10, 6)),
         resources: cluster.spec.resources.clone(),
         volume_mounts: Some(mounts),
-        security_context: Some(SecurityContext {
-            allow_privilege_escalation: Some(false),
-            read_only_root_filesystem: Some(true),
-            run_as_non_root: Some(true),
-            capabilities: Some(Capabilities {
-                drop: Some(vec!["ALL".into()]),
-                ..Capabilities::default()
-            }),
-            ..SecurityContext::default()
-        }),
+        security_context: Some(security.clone()),
         ..Container::default()
     };
+    let init_containers = restore.map(|restore| {
+        vec![restore_container(
+            restore,
+            &environment_for_init,
+            container.env_from.as_deref().unwrap_or_default(),
+            &security,
+        )]
+    });
 
     let storage = &cluster.spec.storage;
     Ok(StatefulSet {
@@ -397,6 +493,7 @@ pub fn build_statefulset(cluster: &EtcdCluster, replicas: i32, cluster_domain: &
                 }),
                 spec: Some(PodSpec {
                     containers: vec![container],
+                    init_containers,
                     volumes: (!volumes.is_empty()).then_some(volumes),
                     node_selector: (!overrides.node_selector.is_empty())
                         .then(|| overrides.node_selector.clone()),
@@ -509,7 +606,7 @@ mod tests {
 
     #[test]
     fn statefulset_is_owned_parallel_on_delete_and_restricted() {
-        let statefulset = build_statefulset(&cluster(), 3, "cluster.local").unwrap();
+        let statefulset = build_statefulset(&cluster(), 3, "cluster.local", None).unwrap();
         let owner = &statefulset.metadata.owner_references.as_ref().unwrap()[0];
         assert_eq!(
             (owner.kind.as_str(), owner.controller),
@@ -545,7 +642,7 @@ mod tests {
 
     #[test]
     fn members_advertise_their_stable_dns_names() {
-        let env = env_of(&build_statefulset(&cluster(), 3, "cluster.local").unwrap());
+        let env = env_of(&build_statefulset(&cluster(), 3, "cluster.local", None).unwrap());
         assert_eq!(env["ETCD_NAME"], "$(POD_NAME)");
         assert_eq!(
             env["ETCD_INITIAL_ADVERTISE_PEER_URLS"],
@@ -575,7 +672,7 @@ mod tests {
             client_secret_name: Some("client-tls".into()),
             peer_secret_name: Some("peer-tls".into()),
         });
-        let statefulset = build_statefulset(&cluster, 3, "cluster.local").unwrap();
+        let statefulset = build_statefulset(&cluster, 3, "cluster.local", None).unwrap();
         let env = env_of(&statefulset);
         assert!(env["ETCD_ADVERTISE_CLIENT_URLS"].starts_with("https://"));
         assert!(env["ETCD_INITIAL_ADVERTISE_PEER_URLS"].starts_with("https://"));
@@ -588,7 +685,7 @@ mod tests {
     #[test]
     fn the_operator_version_does_not_appear_in_the_pod_template() {
         let template = serde_json::to_string(
-            &build_statefulset(&cluster(), 3, "cluster.local")
+            &build_statefulset(&cluster(), 3, "cluster.local", None)
                 .unwrap()
                 .spec
                 .unwrap()
@@ -597,6 +694,56 @@ mod tests {
         .unwrap();
         assert!(!template.contains(env!("CARGO_PKG_VERSION")) || env!("CARGO_PKG_VERSION") == "3.6.16");
         assert!(!template.contains(OPERATOR_NAME), "{template}");
+    }
+
+    #[test]
+    fn a_restored_cluster_restores_in_an_init_container_from_the_recorded_snapshot() {
+        let restore = RestoreInit {
+            image: "quorum/etcd-operator:1".into(),
+            location: "s3://bucket/etcd/db/main/main-20261121T000000Z.db".into(),
+            sha256: "ab12".into(),
+            s3_endpoint: Some("https://s3.example".into()),
+            s3_region: None,
+            credentials_secret_name: Some("s3-credentials".into()),
+            allow_http: false,
+        };
+        let statefulset = build_statefulset(&cluster(), 3, "cluster.local", Some(&restore)).unwrap();
+        let pod = statefulset.spec.unwrap().template.spec.unwrap();
+        let init = &pod.init_containers.unwrap()[0];
+        assert_eq!(init.image.as_deref(), Some("quorum/etcd-operator:1"));
+        let args = init.args.clone().unwrap();
+        assert_eq!(args[0], "restore-member");
+        assert!(args.contains(&"--sha256=ab12".to_string()));
+        assert!(args.contains(&"--initial-cluster-state=$(ETCD_INITIAL_CLUSTER_STATE)".to_string()));
+        assert!(args.contains(&format!("--data-dir={DATA_DIR}")));
+        let env = init.env.clone().unwrap();
+        let secret = env
+            .iter()
+            .find(|e| e.name == "AWS_SECRET_ACCESS_KEY")
+            .and_then(|e| e.value_from.clone()?.secret_key_ref)
+            .unwrap();
+        assert_eq!(
+            (secret.name.as_str(), secret.key.as_str()),
+            ("s3-credentials", "secretAccessKey")
+        );
+        assert!(env.iter().any(|e| e.name == "ETCD_INITIAL_ADVERTISE_PEER_URLS"));
+        let config = init.env_from.clone().unwrap()[0].config_map_ref.clone().unwrap();
+        assert_eq!(
+            config.name, "main-config",
+            "the bootstrap settings come from the ConfigMap"
+        );
+        // Without a restore source there is no init container.
+        let plain = build_statefulset(&cluster(), 3, "cluster.local", None).unwrap();
+        assert!(
+            plain
+                .spec
+                .unwrap()
+                .template
+                .spec
+                .unwrap()
+                .init_containers
+                .is_none()
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::{collections::BTreeMap, time::Duration};
 use etcd_operator::{
     crd::{
         BackupDestination, BackupPhase, BackupPolicy, EtcdBackup, EtcdBackupSpec, EtcdCluster,
-        EtcdClusterSpec, EtcdStorage, FilesystemDestination, S3Destination,
+        EtcdClusterSpec, EtcdStorage, FilesystemDestination, RestoreSource, S3Destination,
     },
     reconcile::MemberAddresses,
 };
@@ -25,7 +25,7 @@ use quorum_e2e::{
     control_plane::{TestNamespace, admin_client, install_crd},
     local_members::{EtcdLauncher, LocalMembers},
     s3::S3Server,
-    tools::{etcd_binary, pinned_version},
+    tools::{etcd_binary, etcdutl_binary, pinned_version},
     wait,
 };
 use sha2::{Digest, Sha256};
@@ -65,7 +65,7 @@ async fn succeeded(backups: &Api<EtcdBackup>, name: &str) -> EtcdBackup {
 }
 
 #[tokio::test]
-async fn on_demand_backups_reach_a_directory_and_s3_and_are_recorded_on_the_cluster() {
+async fn backups_reach_a_directory_and_s3_are_recorded_and_restore_into_a_new_cluster() {
     quorum_core::telemetry::init(quorum_core::config::LogFormat::Text);
     let client = admin_client().await;
     install_crd(&client, &EtcdCluster::crd()).await;
@@ -76,7 +76,11 @@ async fn on_demand_backups_reach_a_directory_and_s3_and_are_recorded_on_the_clus
     let _members = LocalMembers::start(
         client.clone(),
         EtcdLauncher {
-            binaries: BTreeMap::from([(cluster_spec(None).version, etcd_binary())]),
+            restore_with: Some((
+                std::path::PathBuf::from(env!("CARGO_BIN_EXE_etcd-operator")),
+                etcdutl_binary(),
+            )),
+            ..EtcdLauncher::new(BTreeMap::from([(cluster_spec(None).version, etcd_binary())]))
         },
         scratch.join("members"),
         Some(ns.clone()),
@@ -218,6 +222,53 @@ async fn on_demand_backups_reach_a_directory_and_s3_and_are_recorded_on_the_clus
         .last_backup
         .unwrap();
     assert!(last.name == "to-s3" || last.name == "to-directory");
+
+    // A new cluster restored from the directory backup holds the same keys, as a new cluster.
+    let mut restored_spec = cluster_spec(None);
+    restored_spec.restore_from = Some(RestoreSource {
+        backup_name: "to-directory".into(),
+    });
+    clusters
+        .create(
+            &PostParams::default(),
+            &EtcdCluster::new("restored", restored_spec),
+        )
+        .await
+        .unwrap();
+    let restored = wait::until("the restored cluster Ready", Duration::from_secs(120), || async {
+        let cluster = clusters.get("restored").await.map_err(|e| e.to_string())?;
+        let status = cluster.status.clone().unwrap_or_default();
+        let ready = status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        if ready {
+            Ok(status)
+        } else {
+            Err(format!("{status:?}"))
+        }
+    })
+    .await;
+    let original = clusters.get("main").await.unwrap().status.unwrap();
+    assert_ne!(
+        restored.cluster_id, original.cluster_id,
+        "a new cluster, not a second copy of the old one"
+    );
+    assert_eq!(restored.members.len(), 3);
+    let url = format!(
+        "http://{}:2379",
+        quorum_core::naming::loopback_ip(&ns, "restored", 1)
+    );
+    let mut restored_kv = etcd_client::Client::connect([url], None).await.unwrap();
+    let keys = restored_kv
+        .get("backup/", Some(etcd_client::GetOptions::new().with_prefix()))
+        .await
+        .unwrap();
+    assert_eq!(
+        keys.kvs().len(),
+        20,
+        "every key of the backup is in the restored cluster"
+    );
 
     // A backup policy on the cluster becomes an owned, scheduled EtcdBackup, and the cluster
     // reports BackupStale from the newest backup's age.

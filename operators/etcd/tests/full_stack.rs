@@ -87,9 +87,7 @@ async fn a_real_cluster_forms_and_scales_three_to_five_to_three_keeping_its_keys
     let state = std::env::temp_dir().join(format!("quorum-local-members-{ns}"));
     let members = LocalMembers::start(
         client.clone(),
-        EtcdLauncher {
-            binaries: BTreeMap::from([(spec(1).version, etcd_binary())]),
-        },
+        EtcdLauncher::new(BTreeMap::from([(spec(1).version, etcd_binary())])),
         state.clone(),
         Some(ns.clone()),
     );

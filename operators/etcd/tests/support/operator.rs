@@ -63,6 +63,7 @@ pub fn start(client: kube::Client, namespace: &str, addresses: MemberAddresses) 
             freshness: Duration::from_secs(30),
             replace_after: Duration::from_secs(300),
             allow_http_backups: true,
+            operator_image: "quorum/etcd-operator:test".into(),
         },
     };
     let context = runtime.context(state);

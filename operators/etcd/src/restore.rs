@@ -1,0 +1,240 @@
+//! Restoring one member from a stored snapshot, before its etcd starts.
+//!
+//! A cluster created with `spec.restoreFrom` runs this in an init container of every member
+//! pod (`etcd-operator restore-member ...`, the operator image carries `etcdutl`). It restores
+//! only members of the bootstrap (initial cluster state `new`) whose data directory is empty:
+//! a pod restarted later, or a member added by a scale-up, keeps or syncs its own data.
+//! The snapshot's SHA-256, recorded when it was taken, is verified before it is used.
+
+use std::path::{Path, PathBuf};
+
+use quorum_core::backup::{BackupError, BackupSink, BackupTarget, S3Target};
+
+use crate::backup::{RestoreError, S3Credentials, restore_data_dir};
+
+/// What the init container is told (flags of `etcd-operator restore-member`).
+#[derive(clap::Args, Clone, Debug)]
+pub struct RestoreMemberArgs {
+    /// Where the snapshot is: `s3://bucket/key` or an absolute path.
+    #[arg(long)]
+    pub location: String,
+    /// The snapshot's SHA-256 (hex), as recorded by the backup.
+    #[arg(long)]
+    pub sha256: String,
+    /// This member's name.
+    #[arg(long)]
+    pub name: String,
+    /// `name=peerURL,...` of the bootstrap members.
+    #[arg(long)]
+    pub initial_cluster: String,
+    /// `new` restores; `existing` (a member joining later) does nothing.
+    #[arg(long)]
+    pub initial_cluster_state: String,
+    #[arg(long)]
+    pub initial_cluster_token: String,
+    /// This member's peer URL.
+    #[arg(long)]
+    pub peer_url: String,
+    #[arg(long)]
+    pub data_dir: PathBuf,
+    #[arg(long, default_value = "/usr/local/bin/etcdutl")]
+    pub etcdutl: PathBuf,
+    /// S3 endpoint URL, for `s3://` locations outside AWS.
+    #[arg(long)]
+    pub s3_endpoint: Option<String>,
+    #[arg(long)]
+    pub s3_region: Option<String>,
+    /// Allow a plain-HTTP S3 endpoint.
+    #[arg(long, default_value_t = false)]
+    pub allow_http: bool,
+}
+
+/// What happened.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RestoreOutcome {
+    Restored,
+    Skipped(&'static str),
+}
+
+/// Why the restore failed. Nothing is left in the data directory.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreMemberError {
+    #[error("location {0} is neither s3://bucket/key nor an absolute path")]
+    Location(String),
+    #[error("an s3:// location needs credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)")]
+    MissingCredentials,
+    #[error("fetching the snapshot: {0}")]
+    Fetch(#[from] BackupError),
+    #[error("writing the snapshot to {path}: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("restoring: {0}")]
+    Restore(#[from] RestoreError),
+}
+
+/// Splits a location into a store and the key within it.
+pub fn locate(
+    location: &str,
+    args: &RestoreMemberArgs,
+    credentials: Option<S3Credentials>,
+) -> Result<(BackupTarget, String), RestoreMemberError> {
+    if let Some(rest) = location.strip_prefix("s3://") {
+        let (bucket, key) = rest
+            .split_once('/')
+            .filter(|(b, k)| !b.is_empty() && !k.is_empty())
+            .ok_or_else(|| RestoreMemberError::Location(location.to_string()))?;
+        let credentials = credentials.ok_or(RestoreMemberError::MissingCredentials)?;
+        return Ok((
+            BackupTarget::S3(S3Target {
+                bucket: bucket.to_string(),
+                prefix: None,
+                endpoint: args.s3_endpoint.clone(),
+                region: args.s3_region.clone(),
+                access_key_id: credentials.access_key_id,
+                secret_access_key: credentials.secret_access_key,
+                allow_http: args.allow_http,
+            }),
+            key.to_string(),
+        ));
+    }
+    let path = Path::new(location);
+    match (path.is_absolute(), path.parent(), path.file_name()) {
+        (true, Some(parent), Some(file)) => Ok((
+            BackupTarget::Filesystem {
+                directory: parent.to_path_buf(),
+            },
+            file.to_string_lossy().into_owned(),
+        )),
+        _ => Err(RestoreMemberError::Location(location.to_string())),
+    }
+}
+
+/// Restores this member if it is a bootstrap member with an empty data directory.
+pub async fn restore_member(
+    args: &RestoreMemberArgs,
+    credentials: Option<S3Credentials>,
+) -> Result<RestoreOutcome, RestoreMemberError> {
+    if args.initial_cluster_state != "new" {
+        return Ok(RestoreOutcome::Skipped("the member joins an existing cluster"));
+    }
+    let has_data = std::fs::read_dir(&args.data_dir).is_ok_and(|mut entries| entries.next().is_some());
+    if has_data {
+        return Ok(RestoreOutcome::Skipped("the data directory already holds data"));
+    }
+    let (target, key) = locate(&args.location, args, credentials)?;
+    let sink = BackupSink::new(target)?;
+    let mut snapshot_path = args.data_dir.clone().into_os_string();
+    snapshot_path.push(".snapshot");
+    let snapshot_path = PathBuf::from(snapshot_path);
+    if let Some(parent) = snapshot_path.parent() {
+        std::fs::create_dir_all(parent).map_err(|source| RestoreMemberError::Write {
+            path: parent.to_path_buf(),
+            source,
+        })?;
+    }
+    let file = tokio::fs::File::create(&snapshot_path)
+        .await
+        .map_err(|source| RestoreMemberError::Write {
+            path: snapshot_path.clone(),
+            source,
+        })?;
+    let downloaded = sink.download(&key, file, Some(&args.sha256)).await;
+    if let Err(error) = downloaded {
+        let _ = std::fs::remove_file(&snapshot_path);
+        return Err(error.into());
+    }
+    let restored = restore_data_dir(
+        &args.etcdutl,
+        &snapshot_path,
+        &args.name,
+        &args.initial_cluster,
+        &args.initial_cluster_token,
+        &args.peer_url,
+        &args.data_dir,
+    )
+    .await;
+    let _ = std::fs::remove_file(&snapshot_path);
+    restored?;
+    Ok(RestoreOutcome::Restored)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: RestoreMemberArgs,
+    }
+
+    fn args(location: &str) -> RestoreMemberArgs {
+        Cli::parse_from([
+            "x",
+            "--location",
+            location,
+            "--sha256=00",
+            "--name=main-0",
+            "--initial-cluster=main-0=http://a:2380",
+            "--initial-cluster-state=new",
+            "--initial-cluster-token=t",
+            "--peer-url=http://a:2380",
+            "--data-dir=/var/lib/etcd/data",
+        ])
+        .args
+    }
+
+    #[test]
+    fn locations_split_into_a_store_and_a_key() {
+        let credentials = || {
+            Some(S3Credentials {
+                access_key_id: "a".into(),
+                secret_access_key: "s".into(),
+            })
+        };
+        let (target, key) = locate("s3://bucket/etcd/ns/main/main-1.db", &args("x"), credentials()).unwrap();
+        assert_eq!(key, "etcd/ns/main/main-1.db");
+        assert!(matches!(target, BackupTarget::S3(s3) if s3.bucket == "bucket" && s3.prefix.is_none()));
+        let (target, key) = locate("/backups/ns/main/main-1.db", &args("x"), None).unwrap();
+        assert_eq!(key, "main-1.db");
+        assert!(
+            matches!(target, BackupTarget::Filesystem { directory } if directory == Path::new("/backups/ns/main"))
+        );
+        assert!(matches!(
+            locate("s3://bucket/k", &args("x"), None),
+            Err(RestoreMemberError::MissingCredentials)
+        ));
+        assert!(matches!(
+            locate("relative/path.db", &args("x"), None),
+            Err(RestoreMemberError::Location(_))
+        ));
+        assert!(matches!(
+            locate("s3://bucket", &args("x"), credentials()),
+            Err(RestoreMemberError::Location(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn members_joining_later_or_holding_data_are_not_restored() {
+        let mut joining = args("/nowhere/x.db");
+        joining.initial_cluster_state = "existing".into();
+        assert_eq!(
+            restore_member(&joining, None).await.unwrap(),
+            RestoreOutcome::Skipped("the member joins an existing cluster")
+        );
+        let data = std::env::temp_dir().join(format!("quorum-restore-skip-{}", std::process::id()));
+        std::fs::create_dir_all(data.join("member")).unwrap();
+        let mut holding = args("/nowhere/x.db");
+        holding.data_dir = data.clone();
+        assert_eq!(
+            restore_member(&holding, None).await.unwrap(),
+            RestoreOutcome::Skipped("the data directory already holds data")
+        );
+        std::fs::remove_dir_all(data).unwrap();
+    }
+}
