@@ -54,6 +54,11 @@ pub fn generated_files() -> anyhow::Result<Vec<GeneratedFile>> {
             });
         }
     }
+    let (policy, binding) = etcd_operator::admission::odd_members_policy();
+    files.push(GeneratedFile {
+        path: Path::new("charts/quorum-etcd-operator/templates/odd-members-policy.yaml").to_path_buf(),
+        contents: format!("{}---\n{}", to_yaml(&policy)?, serde_yaml::to_string(&binding)?),
+    });
     Ok(files)
 }
 

@@ -3,6 +3,7 @@
 //! - [`crd`]: the `EtcdCluster` resource; the CRD is generated from these types.
 
 pub mod admin;
+pub mod admission;
 pub mod backup;
 pub mod backup_controller;
 pub mod crd;

@@ -316,12 +316,16 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, context: Arc<Context<State>>) 
                         format!("{}: {error}", describe(step)),
                     )
                     .await;
+                let failed = Decision::Wait(crate::decide::Wait {
+                    reason: "StepFailed",
+                    message: format!("{} failed; nothing was changed: {error}", describe(step)),
+                });
                 report(
                     &context,
                     &cluster,
                     &view,
                     &members,
-                    &decision,
+                    &failed,
                     in_flight.as_ref(),
                     &wipe_pending,
                     now,

@@ -1,0 +1,108 @@
+//! The odd-members admission policy against the real API server: an even member count is
+//! accepted with a warning that names the field; an odd count gets no warning.
+
+use std::{process::Command, time::Duration};
+
+use etcd_operator::{admission::odd_members_policy, crd::EtcdCluster};
+use kube::{
+    Api, CustomResourceExt,
+    api::{Patch, PatchParams},
+};
+use quorum_e2e::{
+    control_plane::{TestNamespace, admin_client, install_crd, kubeconfig_path},
+    tools::{cache_root, pinned_version},
+    wait,
+};
+
+fn kubectl(namespace: &str, manifest: &str) -> (bool, String) {
+    let binary = cache_root()
+        .join("bin")
+        .join(format!("k8s-{}", pinned_version("K8S_VERSION")))
+        .join("kubectl");
+    let mut child = Command::new(binary)
+        .args([
+            "--kubeconfig",
+            &kubeconfig_path().display().to_string(),
+            "-n",
+            namespace,
+            "apply",
+            "-f",
+            "-",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl");
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(manifest.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+fn manifest(name: &str, replicas: i32) -> String {
+    format!(
+        "apiVersion: etcd.quorum.dev/v1alpha1\nkind: EtcdCluster\nmetadata: {{name: {name}}}\n\
+         spec: {{replicas: {replicas}, version: \"3.6.16\", storage: {{size: 1Gi}}}}\n"
+    )
+}
+
+#[tokio::test]
+async fn even_member_counts_are_accepted_with_a_warning_naming_the_field() {
+    let client = admin_client().await;
+    install_crd(&client, &EtcdCluster::crd()).await;
+    let (policy, binding) = odd_members_policy();
+    let apply = PatchParams::apply("quorum-e2e").force();
+    Api::<k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy>::all(client.clone())
+        .patch(
+            policy.metadata.name.as_deref().unwrap(),
+            &apply,
+            &Patch::Apply(&policy),
+        )
+        .await
+        .unwrap();
+    Api::<k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding>::all(client.clone())
+        .patch(
+            binding.metadata.name.as_deref().unwrap(),
+            &apply,
+            &Patch::Apply(&binding),
+        )
+        .await
+        .unwrap();
+    let namespace = TestNamespace::create(&client, "etcd-admission").await;
+    let ns = namespace.name().to_string();
+
+    // The policy takes effect once the API server has loaded and type-checked it.
+    let mut attempt = 0;
+    let warning = wait::until("the even-count warning", Duration::from_secs(30), || {
+        attempt += 1;
+        let (accepted, stderr) = kubectl(&ns, &manifest(&format!("even-{attempt}"), 4));
+        async move {
+            assert!(accepted, "an even count is allowed: {stderr}");
+            if stderr.contains("Warning") {
+                Ok(stderr)
+            } else {
+                Err(stderr)
+            }
+        }
+    })
+    .await;
+    assert!(warning.contains("spec.replicas: 4"), "{warning}");
+    assert!(warning.contains("odd count is recommended"), "{warning}");
+
+    let (accepted, stderr) = kubectl(&ns, &manifest("odd", 3));
+    assert!(accepted, "{stderr}");
+    assert!(
+        !stderr.contains("Warning"),
+        "no warning for an odd count: {stderr}"
+    );
+    namespace.delete().await;
+}
