@@ -59,6 +59,39 @@ async fn admin_client_from(path: &std::path::Path) -> Client {
     client
 }
 
+/// A client that authenticates as the ServiceAccount `namespace/name` with a fresh token, as
+/// an operator pod running under that account would: what RBAC allows it is all it can do.
+///
+/// # Panics
+/// When the token cannot be issued.
+pub async fn service_account_client(admin: &Client, namespace: &str, name: &str) -> Client {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(admin.clone(), namespace);
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: vec![],
+            expiration_seconds: Some(3600),
+            ..TokenRequestSpec::default()
+        },
+        ..TokenRequest::default()
+    };
+    let issued = accounts
+        .create_token_request(name, &PostParams::default(), &request)
+        .await
+        .unwrap_or_else(|error| panic!("token for {namespace}/{name}: {error}"));
+    let token = issued.status.expect("an issued token").token;
+    let path = kubeconfig_path();
+    let kubeconfig = Kubeconfig::read_from(&path).expect("kubeconfig");
+    let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("config");
+    config.auth_info = kube::config::AuthInfo {
+        token: Some(secrecy::SecretString::from(token)),
+        ..kube::config::AuthInfo::default()
+    };
+    Client::try_from(config).expect("client")
+}
+
 /// A namespace that exists for one test.
 pub struct TestNamespace {
     client: Client,

@@ -10,6 +10,7 @@ pub mod crd;
 pub mod decide;
 pub mod execute;
 pub mod observe;
+pub mod packaging;
 pub mod reconcile;
 pub mod resolver;
 pub mod resources;

@@ -30,12 +30,22 @@ impl Running {
 
 /// Starts the operator watching `namespace`, finding members as `addresses` says.
 pub fn start(client: kube::Client, namespace: &str, addresses: MemberAddresses) -> Running {
+    start_with(client, namespace, addresses, false)
+}
+
+/// As [`start`], with leader election on a Lease in `namespace` when `leader_elect`.
+pub fn start_with(
+    client: kube::Client,
+    namespace: &str,
+    addresses: MemberAddresses,
+    leader_elect: bool,
+) -> Running {
     let config = OperatorConfig {
         watch_namespaces: vec![namespace.to_string()],
         log_format: LogFormat::Text,
         metrics_address: SocketAddr::from(([127, 0, 0, 1], 0)),
-        leader_elect: false,
-        leader_election_namespace: None,
+        leader_elect,
+        leader_election_namespace: Some(namespace.to_string()),
         identity: Some("etcd-test".into()),
         pod_namespace: None,
     };

@@ -1,0 +1,62 @@
+//! What the etcd operator needs from a cluster and says about itself, for the generator that
+//! writes its RBAC, Helm chart and OLM bundle (`cargo xtask generate`). Least privilege: each
+//! rule lists only the verbs the operator's code uses, and why.
+
+use k8s_openapi::api::rbac::v1::PolicyRule;
+
+fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
+    PolicyRule {
+        api_groups: Some(vec![group.to_string()]),
+        resources: Some(resources.iter().map(|r| r.to_string()).collect()),
+        verbs: verbs.iter().map(|v| v.to_string()).collect(),
+        ..PolicyRule::default()
+    }
+}
+
+/// The rules for the namespaces the operator manages.
+pub fn rules() -> Vec<PolicyRule> {
+    vec![
+        // The resources it reconciles; status is its to write. Scheduled backups are created
+        // (server-side apply) and deleted on behalf of a cluster's backup policy.
+        rule("etcd.quorum.dev", &["etcdclusters"], &["get", "list", "watch"]),
+        rule("etcd.quorum.dev", &["etcdclusters/status"], &["get", "patch"]),
+        rule(
+            "etcd.quorum.dev",
+            &["etcdbackups"],
+            &["get", "list", "watch", "create", "patch", "delete"],
+        ),
+        rule("etcd.quorum.dev", &["etcdbackups/status"], &["get", "patch"]),
+        // Child objects, applied with server-side apply and watched so deleted ones return.
+        rule(
+            "apps",
+            &["statefulsets"],
+            &["get", "list", "watch", "create", "patch"],
+        ),
+        rule(
+            "",
+            &["services", "configmaps"],
+            &["get", "list", "watch", "create", "patch"],
+        ),
+        rule(
+            "policy",
+            &["poddisruptionbudgets"],
+            &["get", "list", "watch", "create", "patch"],
+        ),
+        // Watched as owned objects; read for backup credentials. Never written.
+        rule("", &["secrets"], &["get", "list", "watch"]),
+        // One member restarted for an upgrade, or replaced with an empty volume.
+        rule("", &["pods"], &["delete"]),
+        rule("", &["persistentvolumeclaims"], &["delete"]),
+        // Events about the resources, through the de-duplicating recorder.
+        rule("events.k8s.io", &["events"], &["create", "patch"]),
+    ]
+}
+
+/// The rules for the operator's own namespace: its leader-election Lease.
+pub fn leader_election_rules() -> Vec<PolicyRule> {
+    vec![rule(
+        "coordination.k8s.io",
+        &["leases"],
+        &["get", "create", "update"],
+    )]
+}
