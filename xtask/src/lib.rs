@@ -17,20 +17,36 @@ pub struct GeneratedFile {
     pub contents: String,
 }
 
-/// One operator as packaged: its package name and the CRDs it owns.
+pub mod chart;
+
+/// One operator as packaged: names, what it says about itself, what it owns and needs.
 pub struct OperatorPackage {
+    /// The OLM package and Helm chart name.
     pub package: &'static str,
+    /// The binary and image name.
+    pub binary: &'static str,
+    pub description: &'static str,
+    pub keywords: Vec<&'static str>,
     pub crds: Vec<CustomResourceDefinition>,
+    /// Rules in the namespaces it manages.
+    pub rules: Vec<k8s_openapi::api::rbac::v1::PolicyRule>,
+    /// Rules in its own namespace (leader election).
+    pub leader_election_rules: Vec<k8s_openapi::api::rbac::v1::PolicyRule>,
 }
 
 /// Every operator the workspace ships.
 pub fn operators() -> Vec<OperatorPackage> {
     vec![OperatorPackage {
         package: "quorum-etcd-operator",
+        binary: "etcd-operator",
+        description: "Runs etcd clusters: membership through etcd's own API, one safe step at a time; rolling upgrades; snapshot backups and restores",
+        keywords: vec!["etcd", "database", "key-value", "operator", "backup"],
         crds: vec![
             etcd_operator::crd::EtcdCluster::crd(),
             etcd_operator::crd::EtcdBackup::crd(),
         ],
+        rules: etcd_operator::packaging::rules(),
+        leader_election_rules: etcd_operator::packaging::leader_election_rules(),
     }]
 }
 
@@ -54,10 +70,17 @@ pub fn generated_files() -> anyhow::Result<Vec<GeneratedFile>> {
             });
         }
     }
+    for operator in operators() {
+        files.extend(chart::chart_files(&operator)?);
+    }
     let (policy, binding) = etcd_operator::admission::odd_members_policy();
     files.push(GeneratedFile {
         path: Path::new("charts/quorum-etcd-operator/templates/odd-members-policy.yaml").to_path_buf(),
-        contents: format!("{}---\n{}", to_yaml(&policy)?, serde_yaml::to_string(&binding)?),
+        contents: format!(
+            "{HEADER}{{{{- if .Values.admissionPolicy }}}}\n{}---\n{}{{{{- end }}}}\n",
+            serde_yaml::to_string(&policy)?,
+            serde_yaml::to_string(&binding)?
+        ),
     });
     Ok(files)
 }

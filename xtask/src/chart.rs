@@ -1,0 +1,231 @@
+//! The Helm chart of each operator. Generated here: `Chart.yaml`, `values.yaml` and
+//! `values.schema.json` (both from [`ChartValues`], so they cannot disagree), the CRDs and the
+//! RBAC templates (from the operator's declared rules). Written by hand: the other templates
+//! (`templates/deployment.yaml` and friends), which read these values.
+
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::{
+    api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject},
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+};
+use schemars::JsonSchema;
+use serde::Serialize;
+
+use crate::{GeneratedFile, HEADER, OperatorPackage};
+
+/// Placeholder names replaced by Helm template expressions after serialization.
+const FULLNAME: &str = "QUORUM_FULLNAME";
+const NAMESPACE: &str = "QUORUM_NAMESPACE";
+const SERVICE_ACCOUNT: &str = "QUORUM_SERVICE_ACCOUNT";
+
+/// The chart's values: their defaults are `values.yaml`, their schema `values.schema.json`.
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(deny_unknown_fields)]
+pub struct ChartValues {
+    /// The operator's container image.
+    pub image: Image,
+    /// Operator replicas; one leads at a time (leader election), the others stand by.
+    #[schemars(range(min = 1))]
+    pub replica_count: u32,
+    /// Namespaces to watch; empty for all namespaces.
+    pub watch_namespaces: Vec<String>,
+    /// `text` or `json`.
+    #[schemars(regex(pattern = r"^(text|json)$"))]
+    pub log_format: String,
+    pub leader_election: bool,
+    /// Resources of the operator container.
+    pub resources: Resources,
+    pub metrics: Metrics,
+    /// The ServiceAccount the operator runs as.
+    pub service_account: ServiceAccount,
+    pub node_selector: std::collections::BTreeMap<String, String>,
+    pub tolerations: Vec<serde_json::Value>,
+    pub affinity: serde_json::Map<String, serde_json::Value>,
+    /// Install the ValidatingAdmissionPolicy that warns about even member counts.
+    pub admission_policy: bool,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Image {
+    pub repository: String,
+    /// Defaults to the chart's appVersion when empty.
+    pub tag: String,
+    #[schemars(regex(pattern = r"^(Always|IfNotPresent|Never)$"))]
+    pub pull_policy: String,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Resources {
+    pub requests: std::collections::BTreeMap<String, String>,
+    pub limits: std::collections::BTreeMap<String, String>,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Metrics {
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: u16,
+    pub service_monitor: ServiceMonitor,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ServiceMonitor {
+    /// Create a Prometheus Operator ServiceMonitor.
+    pub enabled: bool,
+    pub interval: String,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ServiceAccount {
+    pub create: bool,
+    /// Defaults to the release's full name when empty.
+    pub name: String,
+}
+
+impl ChartValues {
+    fn defaults(operator: &OperatorPackage) -> Self {
+        Self {
+            image: Image {
+                repository: format!("ghcr.io/quorum-dev/{}", operator.binary),
+                tag: String::new(),
+                pull_policy: "IfNotPresent".into(),
+            },
+            replica_count: 1,
+            watch_namespaces: Vec::new(),
+            log_format: "json".into(),
+            leader_election: true,
+            resources: Resources {
+                requests: [
+                    ("cpu".to_string(), "50m".to_string()),
+                    ("memory".to_string(), "64Mi".to_string()),
+                ]
+                .into(),
+                limits: [("memory".to_string(), "256Mi".to_string())].into(),
+            },
+            metrics: Metrics {
+                port: 8080,
+                service_monitor: ServiceMonitor {
+                    enabled: false,
+                    interval: "30s".into(),
+                },
+            },
+            service_account: ServiceAccount {
+                create: true,
+                name: String::new(),
+            },
+            node_selector: Default::default(),
+            tolerations: Vec::new(),
+            affinity: Default::default(),
+            admission_policy: true,
+        }
+    }
+}
+
+fn metadata(name: &str, namespace: Option<&str>) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_string()),
+        namespace: namespace.map(str::to_string),
+        labels: Some([("app.kubernetes.io/managed-by".to_string(), "Helm".to_string())].into()),
+        ..ObjectMeta::default()
+    }
+}
+
+/// The RBAC template: a ClusterRole with the operator's rules (a Role per watched namespace
+/// would need one template per namespace; the cluster-wide form is what `watchNamespaces: []`
+/// needs), and a Role for its leader-election Lease in its own namespace.
+fn rbac_template(rules: Vec<PolicyRule>, leader_rules: Vec<PolicyRule>) -> anyhow::Result<String> {
+    let subject = Subject {
+        kind: "ServiceAccount".into(),
+        name: SERVICE_ACCOUNT.into(),
+        namespace: Some(NAMESPACE.into()),
+        ..Subject::default()
+    };
+    let role_ref = |kind: &str| RoleRef {
+        api_group: "rbac.authorization.k8s.io".into(),
+        kind: kind.into(),
+        name: FULLNAME.into(),
+    };
+    let documents = [
+        serde_yaml::to_string(&ClusterRole {
+            metadata: metadata(FULLNAME, None),
+            rules: Some(rules),
+            ..ClusterRole::default()
+        })?,
+        serde_yaml::to_string(&ClusterRoleBinding {
+            metadata: metadata(FULLNAME, None),
+            role_ref: role_ref("ClusterRole"),
+            subjects: Some(vec![subject.clone()]),
+        })?,
+        serde_yaml::to_string(&Role {
+            metadata: metadata(FULLNAME, Some(NAMESPACE)),
+            rules: Some(leader_rules),
+        })?,
+        serde_yaml::to_string(&RoleBinding {
+            metadata: metadata(FULLNAME, Some(NAMESPACE)),
+            role_ref: role_ref("Role"),
+            subjects: Some(vec![subject]),
+        })?,
+    ];
+    let text = documents.join("---\n");
+    Ok(format!("{HEADER}{}", templated(&text)))
+}
+
+fn templated(text: &str) -> String {
+    text.replace(FULLNAME, "{{ include \"quorum.fullname\" . }}")
+        .replace(NAMESPACE, "{{ .Release.Namespace }}")
+        .replace(SERVICE_ACCOUNT, "{{ include \"quorum.serviceAccountName\" . }}")
+}
+
+/// The generated files of one operator's chart.
+pub fn chart_files(operator: &OperatorPackage) -> anyhow::Result<Vec<GeneratedFile>> {
+    let root = Path::new("charts").join(operator.package);
+    let file = |path: &str, contents: String| GeneratedFile {
+        path: root.join(path),
+        contents,
+    };
+    let chart = serde_json::json!({
+        "apiVersion": "v2",
+        "name": operator.package,
+        "description": operator.description,
+        "type": "application",
+        "version": env!("CARGO_PKG_VERSION"),
+        "appVersion": env!("CARGO_PKG_VERSION"),
+        "kubeVersion": ">=1.30.0-0",
+        "keywords": operator.keywords,
+        "home": "https://github.com/quorum-dev/quorum",
+        "sources": ["https://github.com/quorum-dev/quorum"],
+        "maintainers": [{"name": "Quorum developers", "email": "dev@quorum.dev"}],
+        "annotations": {"category": "Database"},
+    });
+    let values = ChartValues::defaults(operator);
+    let schema = schemars::schema_for!(ChartValues);
+    Ok(vec![
+        file(
+            "Chart.yaml",
+            format!("{HEADER}{}", serde_yaml::to_string(&chart)?),
+        ),
+        file(
+            "values.yaml",
+            format!("{HEADER}{}", serde_yaml::to_string(&values)?),
+        ),
+        file(
+            "values.schema.json",
+            format!("{}\n", serde_json::to_string_pretty(&schema)?),
+        ),
+        file(
+            "templates/rbac.yaml",
+            rbac_template(operator.rules.clone(), operator.leader_election_rules.clone())?,
+        ),
+    ])
+}
+
+/// Where the chart of `operator` lives.
+pub fn chart_directory(operator: &OperatorPackage) -> PathBuf {
+    Path::new("charts").join(operator.package)
+}
