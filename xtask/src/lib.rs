@@ -17,6 +17,7 @@ pub struct GeneratedFile {
     pub contents: String,
 }
 
+pub mod bundle;
 pub mod chart;
 
 /// One operator as packaged: names, what it says about itself, what it owns and needs.
@@ -32,6 +33,16 @@ pub struct OperatorPackage {
     pub rules: Vec<k8s_openapi::api::rbac::v1::PolicyRule>,
     /// Rules in its own namespace (leader election).
     pub leader_election_rules: Vec<k8s_openapi::api::rbac::v1::PolicyRule>,
+    /// The name shown in OperatorHub.
+    pub display_name: &'static str,
+    /// Markdown shown on the OperatorHub page.
+    pub long_description: &'static str,
+    /// SVG icon.
+    pub icon_svg: &'static str,
+    /// Sample resources (`alm-examples`), as YAML documents.
+    pub samples: &'static str,
+    /// Images the operator runs besides its own.
+    pub related_images: Vec<(&'static str, String)>,
 }
 
 /// Every operator the workspace ships.
@@ -47,6 +58,17 @@ pub fn operators() -> Vec<OperatorPackage> {
         ],
         rules: etcd_operator::packaging::rules(),
         leader_election_rules: etcd_operator::packaging::leader_election_rules(),
+        display_name: "Quorum etcd Operator",
+        long_description: include_str!("../../operators/etcd/README.md"),
+        icon_svg: include_str!("../../operators/etcd/assets/icon.svg"),
+        samples: include_str!("../../samples/etcd-cluster.yaml"),
+        related_images: vec![(
+            "etcd",
+            format!(
+                "gcr.io/etcd-development/etcd:{}",
+                etcd_operator::packaging::DEFAULT_ETCD_IMAGE_TAG
+            ),
+        )],
     }]
 }
 
@@ -72,7 +94,9 @@ pub fn generated_files() -> anyhow::Result<Vec<GeneratedFile>> {
     }
     for operator in operators() {
         files.extend(chart::chart_files(&operator)?);
+        files.extend(bundle::bundle_files(&operator)?);
     }
+    files.push(bundle::catalog_file(&operators())?);
     let (policy, binding) = etcd_operator::admission::odd_members_policy();
     files.push(GeneratedFile {
         path: Path::new("charts/quorum-etcd-operator/templates/odd-members-policy.yaml").to_path_buf(),

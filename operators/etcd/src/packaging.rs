@@ -4,6 +4,9 @@
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
 
+/// The etcd release the samples and the OLM bundle's related images name.
+pub const DEFAULT_ETCD_IMAGE_TAG: &str = "v3.6.16";
+
 fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
     PolicyRule {
         api_groups: Some(vec![group.to_string()]),

@@ -1,0 +1,277 @@
+//! The OLM bundle of each operator (`bundle/<package>/`) and the file-based catalog that lists
+//! them (`catalog/`). The ClusterServiceVersion is built here from the same description as the
+//! chart: CRDs, RBAC rules, samples, images.
+
+use std::path::Path;
+
+use base64::Engine;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use serde_json::{Value, json};
+
+use crate::{GeneratedFile, HEADER, OperatorPackage};
+
+/// The bundle's version: the workspace's.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The channel new bundles are published to first, and the default one.
+pub const CHANNELS: [&str; 2] = ["candidate", "stable"];
+
+fn operator_image(operator: &OperatorPackage) -> String {
+    format!("ghcr.io/quorum-dev/{}:v{VERSION}", operator.binary)
+}
+
+/// The samples as JSON objects, for `alm-examples`.
+fn samples(operator: &OperatorPackage) -> anyhow::Result<Vec<Value>> {
+    let mut documents = Vec::new();
+    for document in serde_yaml::Deserializer::from_str(operator.samples) {
+        let value: Value = serde::Deserialize::deserialize(document)?;
+        if !value.is_null() {
+            documents.push(value);
+        }
+    }
+    Ok(documents)
+}
+
+fn owned_crd(crd: &CustomResourceDefinition) -> Value {
+    let names = &crd.spec.names;
+    let version = &crd.spec.versions[0].name;
+    let kind = names.kind.as_str();
+    let (spec_descriptors, status_descriptors) = match kind {
+        "EtcdCluster" => (
+            json!([
+                {"path": "replicas", "displayName": "Members", "description": "Number of voting members (odd recommended)",
+                 "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:podCount"]},
+                {"path": "version", "displayName": "etcd version", "description": "3.5 or newer; changing it rolls the members",
+                 "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:text"]},
+                {"path": "storage.size", "displayName": "Storage size", "description": "Volume size of each member",
+                 "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:text"]}
+            ]),
+            json!([
+                {"path": "conditions", "displayName": "Conditions", "description": "Ready, Progressing, Degraded, BackupStale",
+                 "x-descriptors": ["urn:alm:descriptor:io.kubernetes.conditions"]},
+                {"path": "leader", "displayName": "Leader", "description": "The member that leads",
+                 "x-descriptors": ["urn:alm:descriptor:text"]},
+                {"path": "replicas", "displayName": "Members", "description": "Started voting members",
+                 "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:podCount"]}
+            ]),
+        ),
+        _ => (
+            json!([
+                {"path": "clusterName", "displayName": "Cluster", "description": "The EtcdCluster to back up",
+                 "x-descriptors": ["urn:alm:descriptor:io.kubernetes:etcd.quorum.dev:v1alpha1:EtcdCluster"]},
+                {"path": "schedule", "displayName": "Schedule", "description": "Cron schedule (UTC); empty for once",
+                 "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:text"]}
+            ]),
+            json!([
+                {"path": "phase", "displayName": "Phase", "description": "Pending, Running, Succeeded or Failed",
+                 "x-descriptors": ["urn:alm:descriptor:io.kubernetes.phase"]},
+                {"path": "conditions", "displayName": "Conditions", "description": "Ready when the snapshot is stored",
+                 "x-descriptors": ["urn:alm:descriptor:io.kubernetes.conditions"]}
+            ]),
+        ),
+    };
+    json!({
+        "name": crd.metadata.name,
+        "version": version,
+        "kind": kind,
+        "displayName": kind,
+        "description": crd.spec.versions[0].schema.as_ref()
+            .and_then(|s| s.open_api_v3_schema.as_ref())
+            .and_then(|s| s.description.clone())
+            .unwrap_or_default(),
+        "resources": [
+            {"kind": "StatefulSet", "version": "v1", "name": ""},
+            {"kind": "Service", "version": "v1", "name": ""},
+            {"kind": "ConfigMap", "version": "v1", "name": ""},
+            {"kind": "PodDisruptionBudget", "version": "v1", "name": ""}
+        ],
+        "specDescriptors": spec_descriptors,
+        "statusDescriptors": status_descriptors,
+    })
+}
+
+/// The ClusterServiceVersion.
+pub fn cluster_service_version(operator: &OperatorPackage) -> anyhow::Result<Value> {
+    let image = operator_image(operator);
+    let icon = base64::engine::general_purpose::STANDARD.encode(operator.icon_svg);
+    let deployment = json!({
+        "replicas": 1,
+        "selector": {"matchLabels": {"app.kubernetes.io/name": operator.package}},
+        "template": {
+            "metadata": {"labels": {"app.kubernetes.io/name": operator.package}},
+            "spec": {
+                "serviceAccountName": operator.package,
+                "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+                "containers": [{
+                    "name": "operator",
+                    "image": image,
+                    "args": ["--log-format=json", "--leader-elect=true", "--metrics-address=0.0.0.0:8080"],
+                    "env": [
+                        {"name": "WATCH_NAMESPACES", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['olm.targetNamespaces']"}}},
+                        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                        {"name": "OPERATOR_IMAGE", "value": image}
+                    ],
+                    "ports": [{"name": "metrics", "containerPort": 8080}],
+                    "livenessProbe": {"httpGet": {"path": "/healthz", "port": "metrics"}, "periodSeconds": 10},
+                    "readinessProbe": {"httpGet": {"path": "/readyz", "port": "metrics"}, "periodSeconds": 5},
+                    "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
+                    "securityContext": {
+                        "allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
+                        "runAsNonRoot": true, "capabilities": {"drop": ["ALL"]}
+                    }
+                }]
+            }
+        }
+    });
+    let mut related: Vec<Value> = vec![json!({"name": "operator", "image": image})];
+    related.extend(
+        operator
+            .related_images
+            .iter()
+            .map(|(name, image)| json!({"name": name, "image": image})),
+    );
+    Ok(json!({
+        "apiVersion": "operators.coreos.com/v1alpha1",
+        "kind": "ClusterServiceVersion",
+        "metadata": {
+            "name": format!("{}.v{VERSION}", operator.package),
+            "annotations": {
+                "alm-examples": serde_json::to_string_pretty(&samples(operator)?)?,
+                "capabilities": "Full Lifecycle",
+                "categories": "Database",
+                "containerImage": image,
+                "createdAt": "2026-11-21T00:00:00Z",
+                "description": operator.description,
+                "repository": "https://github.com/quorum-dev/quorum",
+                "support": "Quorum developers",
+                "operators.operatorframework.io/builder": "quorum-xtask",
+                "features.operators.openshift.io/disconnected": "false",
+                "features.operators.openshift.io/fips-compliant": "false",
+                "features.operators.openshift.io/proxy-aware": "false",
+                "features.operators.openshift.io/tls-profiles": "false",
+                "features.operators.openshift.io/token-auth-aws": "false",
+                "features.operators.openshift.io/token-auth-azure": "false",
+                "features.operators.openshift.io/token-auth-gcp": "false"
+            }
+        },
+        "spec": {
+            "displayName": operator.display_name,
+            "description": operator.long_description,
+            "version": VERSION,
+            "maturity": "alpha",
+            "minKubeVersion": "1.30.0",
+            "keywords": operator.keywords,
+            "maintainers": [{"name": "Quorum developers", "email": "dev@quorum.dev"}],
+            "provider": {"name": "Quorum", "url": "https://github.com/quorum-dev/quorum"},
+            "links": [
+                {"name": "Source", "url": "https://github.com/quorum-dev/quorum"},
+                {"name": "Documentation", "url": "https://github.com/quorum-dev/quorum/blob/main/docs/etcd.md"}
+            ],
+            "icon": [{"base64data": icon, "mediatype": "image/svg+xml"}],
+            "installModes": [
+                {"type": "OwnNamespace", "supported": true},
+                {"type": "SingleNamespace", "supported": true},
+                {"type": "MultiNamespace", "supported": true},
+                {"type": "AllNamespaces", "supported": true}
+            ],
+            "customresourcedefinitions": {"owned": operator.crds.iter().map(owned_crd).collect::<Vec<_>>()},
+            "install": {
+                "strategy": "deployment",
+                "spec": {
+                    "deployments": [{"name": operator.package, "label": {"app.kubernetes.io/name": operator.package}, "spec": deployment}],
+                    "clusterPermissions": [{"serviceAccountName": operator.package, "rules": operator.rules}],
+                    "permissions": [{"serviceAccountName": operator.package, "rules": operator.leader_election_rules}]
+                }
+            },
+            "relatedImages": related
+        }
+    }))
+}
+
+/// `bundle/<package>/`: manifests (CSV, CRDs), metadata and the bundle Dockerfile.
+pub fn bundle_files(operator: &OperatorPackage) -> anyhow::Result<Vec<GeneratedFile>> {
+    let root = Path::new("bundle").join(operator.package);
+    let mut files = vec![GeneratedFile {
+        path: root.join(format!(
+            "manifests/{}.clusterserviceversion.yaml",
+            operator.package
+        )),
+        contents: crate::to_yaml(&cluster_service_version(operator)?)?,
+    }];
+    for crd in &operator.crds {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        files.push(GeneratedFile {
+            path: root.join(format!("manifests/{name}.crd.yaml")),
+            contents: crate::to_yaml(crd)?,
+        });
+    }
+    let annotations = json!({"annotations": {
+        "operators.operatorframework.io.bundle.mediatype.v1": "registry+v1",
+        "operators.operatorframework.io.bundle.manifests.v1": "manifests/",
+        "operators.operatorframework.io.bundle.metadata.v1": "metadata/",
+        "operators.operatorframework.io.bundle.package.v1": operator.package,
+        "operators.operatorframework.io.bundle.channels.v1": CHANNELS.join(","),
+        "operators.operatorframework.io.bundle.channel.default.v1": "stable"
+    }});
+    files.push(GeneratedFile {
+        path: root.join("metadata/annotations.yaml"),
+        contents: crate::to_yaml(&annotations)?,
+    });
+    let labels: String = annotations["annotations"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(key, value)| format!("LABEL {key}={}\n", value.as_str().unwrap_or_default()))
+        .collect();
+    files.push(GeneratedFile {
+        path: root.join("bundle.Dockerfile"),
+        contents: format!(
+            "{HEADER}FROM scratch\n{labels}COPY manifests /manifests/\nCOPY metadata /metadata/\n"
+        ),
+    });
+    Ok(files)
+}
+
+/// `catalog/index.yaml`: the file-based catalog with every package, its channels and bundles.
+/// Bundles are referenced by image, as users with a registry consume them; the tests render an
+/// inline catalog from the bundle directories instead.
+pub fn catalog_file(operators: &[OperatorPackage]) -> anyhow::Result<GeneratedFile> {
+    let mut documents = Vec::new();
+    for operator in operators {
+        let bundle = format!("{}.v{VERSION}", operator.package);
+        documents.push(json!({
+            "schema": "olm.package",
+            "name": operator.package,
+            "defaultChannel": "stable",
+            "description": operator.description,
+            "icon": {"base64data": base64::engine::general_purpose::STANDARD.encode(operator.icon_svg), "mediatype": "image/svg+xml"}
+        }));
+        for channel in CHANNELS {
+            documents.push(json!({
+                "schema": "olm.channel",
+                "package": operator.package,
+                "name": channel,
+                "entries": [{"name": bundle, "skipRange": format!("<{VERSION}")}]
+            }));
+        }
+        documents.push(json!({
+            "schema": "olm.bundle",
+            "name": bundle,
+            "package": operator.package,
+            "image": format!("ghcr.io/quorum-dev/{}-bundle:v{VERSION}", operator.binary),
+            "properties": [
+                {"type": "olm.package", "value": {"packageName": operator.package, "version": VERSION}}
+            ]
+        }));
+    }
+    let mut text = String::from(HEADER);
+    for document in documents {
+        text.push_str("---\n");
+        text.push_str(&serde_yaml::to_string(&document)?);
+    }
+    Ok(GeneratedFile {
+        path: Path::new("catalog/index.yaml").to_path_buf(),
+        contents: text,
+    })
+}
