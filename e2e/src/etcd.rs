@@ -220,6 +220,152 @@ impl EtcdProcesses {
     }
 }
 
+/// The files of members that serve clients over TLS with client-certificate authentication:
+/// the CA that signed the certificates, and the certificate and key each member serves with
+/// (and accepts, signed by the same CA, from its clients). The certificate must name every
+/// member's address ([`EtcdProcesses::ip`]) and allow both server and client authentication.
+#[derive(Clone, Debug)]
+pub struct TlsFiles {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+impl EtcdProcess {
+    /// The client URL of a member started with client TLS.
+    pub fn https_client_url(&self) -> String {
+        format!("https://{}", self.client_address())
+    }
+}
+
+/// Members that serve clients on `https://` (`--client-cert-auth`); peers stay on plain HTTP.
+impl EtcdProcesses {
+    /// Starts `count` members named `<prefix>-<index>` as a new cluster on this set's
+    /// addresses, serving clients over TLS with `tls`, and waits until all answer. The set is
+    /// made with [`EtcdProcesses::new`] first, so the certificate can name its addresses.
+    pub async fn start_named_with_client_tls(&mut self, prefix: &str, count: usize, tls: &TlsFiles) {
+        let initial: Vec<String> = (0..count)
+            .map(|i| format!("{prefix}-{i}={}", self.peer_url(i)))
+            .collect();
+        for index in 0..count {
+            self.spawn_with_client_tls(
+                &format!("{prefix}-{index}"),
+                index,
+                &initial.join(","),
+                "new",
+                tls,
+            )
+            .await;
+        }
+        for index in 0..count {
+            self.wait_healthy_with_client_tls(index, tls).await;
+        }
+    }
+
+    /// As [`EtcdProcesses::spawn`], with the client port on `https://` and client certificates
+    /// required.
+    pub async fn spawn_with_client_tls(
+        &mut self,
+        name: &str,
+        index: usize,
+        initial_cluster: &str,
+        state: &str,
+        tls: &TlsFiles,
+    ) {
+        let ip = self.ip(index);
+        let data_dir = self.data_dir(name);
+        let log = std::fs::File::create(self.dir.join(format!("{name}.log"))).expect("log file");
+        let path = |file: &PathBuf| file.to_str().expect("utf-8 path").to_string();
+        let child = Command::new(crate::tools::etcd_binary())
+            .args([
+                "--name",
+                name,
+                "--data-dir",
+                &path(&data_dir),
+                "--listen-client-urls",
+                &format!("https://{ip}:2379"),
+                "--advertise-client-urls",
+                &format!("https://{ip}:2379"),
+                "--cert-file",
+                &path(&tls.cert),
+                "--key-file",
+                &path(&tls.key),
+                "--trusted-ca-file",
+                &path(&tls.ca),
+                "--client-cert-auth",
+                "--listen-peer-urls",
+                &format!("http://{ip}:2380"),
+                "--initial-advertise-peer-urls",
+                &format!("http://{ip}:2380"),
+                "--initial-cluster",
+                initial_cluster,
+                "--initial-cluster-state",
+                state,
+                "--initial-cluster-token",
+                &self.cluster_token(),
+                "--unsafe-no-fsync",
+                "--heartbeat-interval",
+                "50",
+                "--election-timeout",
+                "500",
+                "--log-level",
+                "warn",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start etcd");
+        let process = EtcdProcess {
+            name: name.to_string(),
+            ip,
+            data_dir,
+            child: Some(child),
+        };
+        match self.members.iter().position(|m| m.name == name) {
+            Some(existing) => self.members[existing] = process,
+            None => self.members.push(process),
+        }
+    }
+
+    /// Waits until the member at position `position` answers `/health` over TLS, presenting
+    /// the certificate in `tls` as its client.
+    pub async fn wait_healthy_with_client_tls(&self, position: usize, tls: &TlsFiles) {
+        let member = &self.members[position];
+        let url = format!("{}/health", member.https_client_url());
+        let log = self.dir.join(format!("{}.log", member.name));
+        let read = |file: &PathBuf| std::fs::read(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let mut identity = read(&tls.cert);
+        identity.push(b'\n');
+        identity.extend(read(&tls.key));
+        let client = reqwest::Client::builder()
+            .use_rustls_tls()
+            .tls_built_in_root_certs(false)
+            .add_root_certificate(reqwest::Certificate::from_pem(&read(&tls.ca)).expect("CA certificate"))
+            .identity(reqwest::Identity::from_pem(&identity).expect("client certificate and key"))
+            .timeout(Duration::from_secs(2))
+            .build()
+            .expect("TLS client");
+        crate::wait::until(
+            &format!("etcd {} healthy over TLS", member.name),
+            Duration::from_secs(30),
+            || async {
+                let answer = client.get(&url).send().await.map_err(|e| format!("{e:?}"))?;
+                let body = answer.text().await.map_err(|e| e.to_string())?;
+                if body.contains("\"health\":\"true\"") {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "{body}; log: {}",
+                        std::fs::read_to_string(&log).unwrap_or_default()
+                    ))
+                }
+            },
+        )
+        .await;
+    }
+}
+
 impl Default for EtcdProcesses {
     fn default() -> Self {
         Self::new()

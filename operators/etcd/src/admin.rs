@@ -5,7 +5,7 @@
 //! is that member's own view. Timeouts, retries and circuit breaking are the caller's, through
 //! `quorum_core::availability`.
 
-use etcd_client::{Client, ConnectOptions, MemberAddOptions};
+use etcd_client::{Certificate, Client, ConnectOptions, Identity, MemberAddOptions, TlsOptions};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
@@ -22,6 +22,13 @@ pub enum AdminError {
     #[error("reading metrics of {endpoint}: {source}")]
     Metrics {
         endpoint: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("TLS settings for {endpoint}: {what} cannot be used: {source}")]
+    Tls {
+        endpoint: String,
+        what: &'static str,
         #[source]
         source: reqwest::Error,
     },
@@ -84,25 +91,68 @@ pub struct SnapshotInfo {
     pub sha256: String,
 }
 
+/// The PEM material to reach members that serve clients over TLS with client-certificate
+/// authentication: the CA that signed their serving certificates, and the certificate and key
+/// the operator presents as its own identity.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TlsMaterial {
+    pub ca_pem: Vec<u8>,
+    pub cert_pem: Vec<u8>,
+    pub key_pem: Vec<u8>,
+}
+
+impl std::fmt::Debug for TlsMaterial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key: this ends up in logs.
+        f.debug_struct("TlsMaterial")
+            .field("ca_pem", &format_args!("{} bytes", self.ca_pem.len()))
+            .field("cert_pem", &format_args!("{} bytes", self.cert_pem.len()))
+            .field("key_pem", &format_args!("<redacted>"))
+            .finish()
+    }
+}
+
 /// Admin access to one member.
 #[derive(Clone)]
 pub struct EtcdAdmin {
     client: Client,
     endpoint: String,
     http: reqwest::Client,
+    /// Shared: an admin handle is cloned for every call.
+    tls: Option<std::sync::Arc<TlsMaterial>>,
 }
 
 impl EtcdAdmin {
     /// A client for the member at `endpoint` (its client URL). Connection is lazy: an
     /// unreachable member fails the first call, not this one.
     ///
+    /// For an `https://` endpoint, `tls` gives the CA to trust (and nothing else) and the client
+    /// identity to present, both to the gRPC admin API and to `/metrics`. Without it, calls
+    /// to an `https://` member fail (the gRPC client trusts no CA, and a member requiring client
+    /// certificates refuses a client without one): the member is unreachable, never asked
+    /// insecurely. For an `http://` endpoint `tls` is not used.
+    ///
     /// # Errors
-    /// [`AdminError::Etcd`] when the endpoint is malformed.
-    pub async fn connect(endpoint: &str, timeout: std::time::Duration) -> Result<Self, AdminError> {
-        let options = ConnectOptions::new()
+    /// [`AdminError::Etcd`] when the endpoint is malformed or the gRPC TLS settings are refused;
+    /// [`AdminError::Tls`] when the PEM material cannot be used for `/metrics`.
+    pub async fn connect(
+        endpoint: &str,
+        timeout: std::time::Duration,
+        tls: Option<&TlsMaterial>,
+    ) -> Result<Self, AdminError> {
+        let given = tls.cloned().map(std::sync::Arc::new);
+        let tls = tls.filter(|_| is_https(endpoint));
+        let mut options = ConnectOptions::new()
             .with_connect_timeout(timeout)
             .with_timeout(timeout)
             .with_keep_alive(timeout, timeout);
+        if let Some(material) = tls {
+            options = options.with_tls(
+                TlsOptions::new()
+                    .ca_certificate(Certificate::from_pem(&material.ca_pem))
+                    .identity(Identity::from_pem(&material.cert_pem, &material.key_pem)),
+            );
+        }
         let client = Client::connect([endpoint], Some(options))
             .await
             .map_err(|source| AdminError::Etcd {
@@ -110,16 +160,48 @@ impl EtcdAdmin {
                 endpoint: endpoint.to_string(),
                 source,
             })?;
-        let http = reqwest::Client::builder()
+        let mut http = reqwest::Client::builder()
             .timeout(timeout)
-            .connect_timeout(timeout)
-            .build()
-            .expect("a plain HTTP client builds");
+            .connect_timeout(timeout);
+        if let Some(material) = tls {
+            let tls_error = |what: &'static str| {
+                move |source| AdminError::Tls {
+                    endpoint: endpoint.to_string(),
+                    what,
+                    source,
+                }
+            };
+            let ca =
+                reqwest::Certificate::from_pem(&material.ca_pem).map_err(tls_error("the CA certificate"))?;
+            let mut identity_pem = material.cert_pem.clone();
+            if !identity_pem.ends_with(b"\n") {
+                identity_pem.push(b'\n');
+            }
+            identity_pem.extend_from_slice(&material.key_pem);
+            let identity = reqwest::Identity::from_pem(&identity_pem)
+                .map_err(tls_error("the client certificate and key"))?;
+            http = http
+                .use_rustls_tls()
+                .tls_built_in_root_certs(false)
+                .add_root_certificate(ca)
+                .identity(identity);
+        }
+        let http = http.build().map_err(|source| AdminError::Tls {
+            endpoint: endpoint.to_string(),
+            what: "the metrics client",
+            source,
+        })?;
         Ok(Self {
             client,
             endpoint: endpoint.to_string(),
             http,
+            tls: given,
         })
+    }
+
+    /// The TLS material this client was given (used only when its endpoint is `https://`).
+    pub fn tls(&self) -> Option<&TlsMaterial> {
+        self.tls.as_deref()
     }
 
     pub fn endpoint(&self) -> &str {
@@ -294,6 +376,11 @@ impl EtcdAdmin {
     }
 }
 
+/// As etcd-client tells them apart: only `https://` URLs are dialled with TLS.
+fn is_https(endpoint: &str) -> bool {
+    endpoint.starts_with("https://")
+}
+
 /// Parses `etcd_network_active_peers{Local="..",Remote=".."} 0|1` lines (ids in hex).
 pub fn parse_peer_links(metrics: &str) -> Vec<PeerLink> {
     metrics
@@ -379,6 +466,38 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn tls_material_debug_never_shows_the_key() {
+        let material = TlsMaterial {
+            ca_pem: b"-----BEGIN CERTIFICATE-----ca".to_vec(),
+            cert_pem: b"-----BEGIN CERTIFICATE-----cert".to_vec(),
+            key_pem: b"-----BEGIN PRIVATE KEY-----secret-key-bytes".to_vec(),
+        };
+        let shown = format!("{material:?}");
+        assert!(!shown.contains("secret-key-bytes"), "{shown}");
+        assert!(!shown.contains("PRIVATE KEY"), "{shown}");
+        assert!(shown.contains("<redacted>"), "{shown}");
+    }
+
+    #[tokio::test]
+    async fn plain_http_ignores_tls_material_and_https_without_it_still_connects_lazily() {
+        let material = TlsMaterial {
+            ca_pem: Vec::new(),
+            cert_pem: Vec::new(),
+            key_pem: Vec::new(),
+        };
+        let timeout = std::time::Duration::from_millis(200);
+        // An http:// member is reached in clear whatever material is set for its cluster.
+        let plain = EtcdAdmin::connect("http://127.0.0.1:1", timeout, Some(&material))
+            .await
+            .expect("plain http connects lazily");
+        assert_eq!(plain.tls(), Some(&material));
+        // An https:// member without material: connecting is lazy, calls fail (unverifiable).
+        EtcdAdmin::connect("https://127.0.0.1:1", timeout, None)
+            .await
+            .expect("https without material connects lazily");
     }
 
     #[test]

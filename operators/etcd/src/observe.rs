@@ -6,7 +6,11 @@
 //! taken from a member that answered. A member the operator cannot reach is `Unknown` unless a
 //! majority of its peers report their connection to it down, which makes it `Unhealthy`.
 
-use std::{collections::BTreeMap, sync::Arc, time::Duration};
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use quorum_core::availability::{
     breaker::BreakerSettings,
@@ -17,7 +21,7 @@ use quorum_core::availability::{
 };
 
 use crate::{
-    admin::{AdminError, EtcdAdmin, MemberInfo, MemberReport, PeerLink},
+    admin::{AdminError, EtcdAdmin, MemberInfo, MemberReport, PeerLink, TlsMaterial},
     decide::MemberFact,
     resolver::MemberResolver,
 };
@@ -31,6 +35,8 @@ pub struct EtcdClients {
     cache: ClientCache<EtcdAdmin>,
     policy: CallPolicy,
     metrics: AdminMetrics,
+    /// TLS material by cluster key (`namespace/name`), for members on `https://` client URLs.
+    tls: Mutex<HashMap<String, Arc<TlsMaterial>>>,
 }
 
 /// What one pass of gathering saw.
@@ -57,7 +63,35 @@ impl EtcdClients {
             cache: ClientCache::new(breaker),
             policy,
             metrics,
+            tls: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Sets the TLS material used to reach the members of `cluster` (`None`: plain HTTP, or
+    /// no material, so `https://` members cannot be reached). When the material changes, the
+    /// cluster's cached clients and breakers are dropped so the next calls connect with it;
+    /// setting the same material again keeps them.
+    pub async fn set_tls(&self, cluster: &str, tls: Option<TlsMaterial>) {
+        let changed = {
+            let mut by_cluster = self.tls.lock().expect("TLS table lock");
+            let current = by_cluster.get(cluster).map(Arc::as_ref);
+            if current == tls.as_ref() {
+                false
+            } else {
+                match tls {
+                    Some(material) => by_cluster.insert(cluster.to_string(), Arc::new(material)),
+                    None => by_cluster.remove(cluster),
+                };
+                true
+            }
+        };
+        if changed {
+            self.cache.forget_cluster(cluster).await;
+        }
+    }
+
+    fn tls_of(&self, cluster: &str) -> Option<Arc<TlsMaterial>> {
+        self.tls.lock().expect("TLS table lock").get(cluster).cloned()
     }
 
     /// Runs one admin verb against one member through its breaker, timeout and (for reads)
@@ -75,10 +109,18 @@ impl EtcdClients {
         Fut: Future<Output = Result<T, AdminError>>,
     {
         let breaker = self.cache.breaker(key, endpoint).await;
-        let client = match self.cache.client(key, endpoint).await {
+        let tls = self.tls_of(&key.cluster);
+        // A client connected with other material than the cluster's now (set_tls raced with
+        // its connection) is not reused.
+        let cached = self
+            .cache
+            .client(key, endpoint)
+            .await
+            .filter(|client| client.tls() == tls.as_deref());
+        let client = match cached {
             Some(client) => client,
             None => {
-                let client = EtcdAdmin::connect(endpoint, self.policy.timeout)
+                let client = EtcdAdmin::connect(endpoint, self.policy.timeout, tls.as_deref())
                     .await
                     .map_err(CallError::Failed)?;
                 self.cache.store(key, endpoint, client.clone()).await;
@@ -96,8 +138,9 @@ impl EtcdClients {
         call.run(|| verb_call(client.clone())).await
     }
 
-    /// Drops the cached clients of a deleted cluster.
+    /// Drops the cached clients and TLS material of a deleted cluster.
     pub async fn forget_cluster(&self, cluster: &str) {
+        self.tls.lock().expect("TLS table lock").remove(cluster);
         self.cache.forget_cluster(cluster).await;
     }
 

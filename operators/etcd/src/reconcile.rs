@@ -12,7 +12,7 @@ use std::{sync::Arc, time::Duration};
 use k8s_openapi::{
     api::{
         apps::v1::StatefulSet,
-        core::v1::{PersistentVolumeClaim, Pod},
+        core::v1::{PersistentVolumeClaim, Pod, Secret},
     },
     jiff::Timestamp,
 };
@@ -20,6 +20,7 @@ use kube::{Api, ResourceExt, api::DeleteParams, runtime::controller::Action};
 use quorum_core::{ReconcileError, events::Severity, runner::Context, status::patch_status};
 
 use crate::{
+    admin::TlsMaterial,
     crd::{EtcdBackup, EtcdCluster, EtcdClusterStatus},
     decide::{Decision, Facts, InFlight, Step, decide},
     execute::{StepError, StepOutcome, execute},
@@ -109,6 +110,16 @@ pub enum Error {
         #[source]
         source: StepError,
     },
+    /// The client TLS Secret (`spec.tls.clientSecretName`) does not exist (`missing: None`) or
+    /// lacks a key. The operator does not fall back to plain HTTP.
+    #[error("client TLS Secret {secret} {}", match missing {
+        Some(key) => format!("has no (or an empty) `{key}`"),
+        None => "does not exist".to_string(),
+    })]
+    TlsSecret {
+        secret: String,
+        missing: Option<&'static str>,
+    },
 }
 
 impl ReconcileError for Error {
@@ -118,6 +129,7 @@ impl ReconcileError for Error {
             Error::Read { .. } => "read",
             Error::Delete { .. } => "delete",
             Error::Step { .. } => "admin_step",
+            Error::TlsSecret { .. } => "tls_secret",
         }
     }
 }
@@ -128,6 +140,10 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, context: Arc<Context<State>>) 
     let name = cluster.name_any();
     let namespace = cluster.namespace().unwrap_or_default();
     let key = format!("{namespace}/{name}");
+    state
+        .clients
+        .set_tls(&key, client_tls(&context, &cluster).await?)
+        .await;
     let resolver = state.resolver(&cluster);
     let status = cluster.status.as_ref();
     let now = Timestamp::now();
@@ -442,6 +458,46 @@ async fn take(
                 source,
             }),
     }
+}
+
+/// The material to reach members serving clients over TLS: `ca.crt`, `tls.crt` and `tls.key`
+/// of `spec.tls.clientSecretName` (the certificate is presented as the operator's client
+/// identity, so it must allow client authentication). `None` when clients use plain HTTP.
+async fn client_tls(context: &Context<State>, cluster: &EtcdCluster) -> Result<Option<TlsMaterial>, Error> {
+    let Some(secret_name) = cluster
+        .spec
+        .tls
+        .as_ref()
+        .and_then(|t| t.client_secret_name.as_ref())
+    else {
+        return Ok(None);
+    };
+    let namespace = cluster.namespace().unwrap_or_default();
+    let secrets: Api<Secret> = Api::namespaced(context.client.clone(), &namespace);
+    let incomplete = |missing| Error::TlsSecret {
+        secret: format!("{namespace}/{secret_name}"),
+        missing,
+    };
+    let secret = secrets
+        .get_opt(secret_name)
+        .await
+        .map_err(|source| Error::Read {
+            what: "client TLS Secret",
+            source,
+        })?
+        .ok_or_else(|| incomplete(None))?;
+    let data = secret.data.unwrap_or_default();
+    let field = |key: &'static str| {
+        data.get(key)
+            .map(|value| value.0.clone())
+            .filter(|value| !value.is_empty())
+            .ok_or_else(|| incomplete(Some(key)))
+    };
+    Ok(Some(TlsMaterial {
+        ca_pem: field("ca.crt")?,
+        cert_pem: field("tls.crt")?,
+        key_pem: field("tls.key")?,
+    }))
 }
 
 /// Where a cluster restored from a backup gets its data.

@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 const TIMEOUT: Duration = Duration::from_secs(3);
 
 async fn admin(url: &str) -> EtcdAdmin {
-    EtcdAdmin::connect(url, TIMEOUT).await.expect("connect")
+    EtcdAdmin::connect(url, TIMEOUT, None).await.expect("connect")
 }
 
 #[tokio::test]
