@@ -38,6 +38,30 @@ pub fn etcd_binary() -> PathBuf {
     path
 }
 
+/// The etcd server binary at the version pinned as `version_variable` in
+/// `e2e/toolchain/versions.env`, e.g. `etcd_binary_for("ETCD_PREVIOUS_VERSION")` for the
+/// release a rolling upgrade starts from.
+///
+/// # Panics
+/// When that version is not pinned, or has not been built: run `e2e/toolchain/build.sh etcd`
+/// (for `ETCD_VERSION`) or `e2e/toolchain/build.sh etcd-previous` (for `ETCD_PREVIOUS_VERSION`).
+pub fn etcd_binary_for(version_variable: &str) -> PathBuf {
+    let path = cache_root()
+        .join("bin")
+        .join(format!("etcd-{}", pinned_version(version_variable)))
+        .join("etcd");
+    let target = match version_variable {
+        "ETCD_PREVIOUS_VERSION" => "etcd-previous",
+        _ => "etcd",
+    };
+    assert!(
+        path.exists(),
+        "{} is missing: run `e2e/toolchain/build.sh {target}`",
+        path.display()
+    );
+    path
+}
+
 /// `etcdutl`, etcd's offline tool (snapshot restore), built beside [`etcd_binary`].
 ///
 /// # Panics
@@ -67,6 +91,52 @@ pub fn s3_server_binary() -> PathBuf {
     assert!(
         path.exists(),
         "{} is missing: run `e2e/toolchain/build.sh s3`",
+        path.display()
+    );
+    path
+}
+
+/// The variable in `e2e/toolchain/versions.env` that pins a packaging tool.
+fn packaging_version_variable(tool: &str) -> &'static str {
+    match tool {
+        "helm" => "HELM_VERSION",
+        "opm" => "OPM_VERSION",
+        "operator-sdk" => "OPERATOR_SDK_VERSION",
+        other => panic!("{other} is not a packaging tool (helm, opm, operator-sdk)"),
+    }
+}
+
+/// A packaging tool (`helm`, `opm` or `operator-sdk`) at the version `e2e/toolchain/versions.env`
+/// pins, as `e2e/toolchain/packaging.sh` builds it.
+///
+/// # Panics
+/// When it has not been built: run `e2e/toolchain/packaging.sh <tool>`.
+pub fn packaging_tool(tool: &str) -> PathBuf {
+    let version = pinned_version(packaging_version_variable(tool));
+    let path = cache_root()
+        .join("bin")
+        .join(format!("{tool}-{version}"))
+        .join(tool);
+    assert!(
+        path.exists(),
+        "{} is missing: run `e2e/toolchain/packaging.sh {tool}`",
+        path.display()
+    );
+    path
+}
+
+/// `kubectl`, built beside the control plane at the pinned `K8S_VERSION`.
+///
+/// # Panics
+/// When it has not been built: run `e2e/toolchain/build.sh k8s`.
+pub fn kubectl_binary() -> PathBuf {
+    let path = cache_root()
+        .join("bin")
+        .join(format!("k8s-{}", pinned_version("K8S_VERSION")))
+        .join("kubectl");
+    assert!(
+        path.exists(),
+        "{} is missing: run `e2e/toolchain/build.sh k8s`",
         path.display()
     );
     path

@@ -2,7 +2,10 @@
 # Builds the control-plane binaries from their Go modules into a cache outside the repository,
 # keyed by version, and prints the directory that holds them. A warm run builds nothing.
 #
-#   e2e/toolchain/build.sh [k8s|etcd|kwok|s3|all]
+#   e2e/toolchain/build.sh [k8s|etcd|etcd-previous|kwok|s3|all]
+#
+# `etcd` is the pinned etcd ($ETCD_VERSION); `etcd-previous` the minor before it
+# ($ETCD_PREVIOUS_VERSION), which the rolling-upgrade test starts a cluster at.
 #
 # QUORUM_CACHE (default ~/.cache/quorum) is the cache root.
 set -euo pipefail
@@ -67,12 +70,22 @@ GO
 # etcd's server module has relative replaces too; a two-line main calling etcdmain.Main avoids them.
 # etcdutl (offline snapshot restore, run by a restoring member's init container and by the restore
 # tests) keeps its command tree in a `main` package, which cannot be imported; its wrapper rebuilds
-# that tree from the importable go.etcd.io/etcd/etcdutl/v3/etcdutl commands, as upstream's ctl.go does.
+# that tree from the importable go.etcd.io/etcd/etcdutl/v3/etcdutl commands, as upstream's ctl.go
+# does. The command set differs between minor versions (3.5 has backup and check; 3.6 hashkv and
+# migrate), so the tree is chosen by version. The 3.5 modules have the same layout otherwise.
+#
+#   build_etcd VERSION    builds etcd, etcdctl and etcdutl VERSION into $cache/bin/etcd-VERSION
 build_etcd() {
-  local out="$cache/bin/etcd-$ETCD_VERSION"
+  local version=$1
+  local out="$cache/bin/etcd-$version"
   if [[ -x "$out/etcd" && -x "$out/etcdctl" && -x "$out/etcdutl" ]]; then echo "$out"; return; fi
-  log "building etcd, etcdctl, etcdutl $ETCD_VERSION"
-  local work="$cache/build/etcd-$ETCD_VERSION"
+  log "building etcd, etcdctl, etcdutl $version"
+  local work="$cache/build/etcd-$version"
+  local utl_commands
+  case "$version" in
+    v3.5.*) utl_commands="NewBackupCommand NewDefragCommand NewSnapshotCommand NewVersionCommand NewCheckCommand" ;;
+    *) utl_commands="NewDefragCommand NewSnapshotCommand NewHashKVCommand NewVersionCommand NewMigrateCommand" ;;
+  esac
   rm -rf "$work"; mkdir -p "$work/etcd" "$work/etcdctl" "$work/etcdutl" "$out"
   cat > "$work/go.mod" <<GOMOD
 module quorum.dev/toolchain/etcd
@@ -80,9 +93,9 @@ module quorum.dev/toolchain/etcd
 go 1.24
 
 require (
-	go.etcd.io/etcd/server/v3 $ETCD_VERSION
-	go.etcd.io/etcd/etcdctl/v3 $ETCD_VERSION
-	go.etcd.io/etcd/etcdutl/v3 $ETCD_VERSION
+	go.etcd.io/etcd/server/v3 $version
+	go.etcd.io/etcd/etcdctl/v3 $version
+	go.etcd.io/etcd/etcdutl/v3 $version
 )
 GOMOD
   cat > "$work/etcd/main.go" <<'GO'
@@ -103,7 +116,8 @@ import "go.etcd.io/etcd/etcdctl/v3/ctlv3"
 
 func main() { ctlv3.MustStart() }
 GO
-  cat > "$work/etcdutl/main.go" <<'GO'
+  {
+    cat <<'GO'
 package main
 
 import (
@@ -118,17 +132,17 @@ func main() {
 	root.PersistentFlags().StringVarP(&etcdutl.OutputFormat, "write-out", "w", "simple",
 		"set the output format (fields, json, protobuf, simple, table)")
 	root.AddCommand(
-		etcdutl.NewDefragCommand(),
-		etcdutl.NewSnapshotCommand(),
-		etcdutl.NewHashKVCommand(),
-		etcdutl.NewVersionCommand(),
-		etcdutl.NewMigrateCommand(),
+GO
+    local command
+    for command in $utl_commands; do printf '\t\tetcdutl.%s(),\n' "$command"; done
+    cat <<'GO'
 	)
 	if err := root.Execute(); err != nil {
 		cobrautl.ExitWithError(cobrautl.ExitError, err)
 	}
 }
 GO
+  } > "$work/etcdutl/main.go"
   (cd "$work" && go mod tidy)
   (cd "$work" && go build -ldflags "-s -w" -o "$out/etcd.tmp" ./etcd && mv "$out/etcd.tmp" "$out/etcd")
   (cd "$work" && go build -ldflags "-s -w" -o "$out/etcdctl.tmp" ./etcdctl && mv "$out/etcdctl.tmp" "$out/etcdctl")
@@ -158,9 +172,10 @@ build_s3() {
 
 case "${1:-all}" in
   k8s) build_k8s ;;
-  etcd) build_etcd ;;
+  etcd) build_etcd "$ETCD_VERSION" ;;
+  etcd-previous) build_etcd "$ETCD_PREVIOUS_VERSION" ;;
   kwok) build_kwok ;;
   s3) build_s3 ;;
-  all) build_etcd; build_kwok; build_s3; build_k8s ;;
-  *) echo "usage: $0 [k8s|etcd|kwok|s3|all]" >&2; exit 2 ;;
+  all) build_etcd "$ETCD_VERSION"; build_etcd "$ETCD_PREVIOUS_VERSION"; build_kwok; build_s3; build_k8s ;;
+  *) echo "usage: $0 [k8s|etcd|etcd-previous|kwok|s3|all]" >&2; exit 2 ;;
 esac

@@ -20,10 +20,22 @@ fn operator_image(operator: &OperatorPackage) -> String {
     format!("ghcr.io/quorum-dev/{}:v{VERSION}", operator.binary)
 }
 
+/// Samples of owned kinds that `operator.samples` lacks. `operator-sdk bundle validate` (the
+/// operatorframework suite) warns about every provided API without an `alm-examples` entry.
+fn extra_samples(operator: &OperatorPackage) -> &'static str {
+    match operator.package {
+        "quorum-etcd-operator" => include_str!("../../samples/etcd-backup.yaml"),
+        _ => "",
+    }
+}
+
 /// The samples as JSON objects, for `alm-examples`.
 fn samples(operator: &OperatorPackage) -> anyhow::Result<Vec<Value>> {
     let mut documents = Vec::new();
-    for document in serde_yaml::Deserializer::from_str(operator.samples) {
+    let extra = extra_samples(operator);
+    for document in
+        serde_yaml::Deserializer::from_str(operator.samples).chain(serde_yaml::Deserializer::from_str(extra))
+    {
         let value: Value = serde::Deserialize::deserialize(document)?;
         if !value.is_null() {
             documents.push(value);
@@ -265,10 +277,14 @@ pub fn catalog_file(operators: &[OperatorPackage]) -> anyhow::Result<GeneratedFi
             ]
         }));
     }
+    // `---` only between documents: opm reads a leading `---` after the header comment as an
+    // empty first document and refuses it ("object '' is missing root schema field").
     let mut text = String::from(HEADER);
-    for document in documents {
-        text.push_str("---\n");
-        text.push_str(&serde_yaml::to_string(&document)?);
+    for (index, document) in documents.iter().enumerate() {
+        if index > 0 {
+            text.push_str("---\n");
+        }
+        text.push_str(&serde_yaml::to_string(document)?);
     }
     Ok(GeneratedFile {
         path: Path::new("catalog/index.yaml").to_path_buf(),

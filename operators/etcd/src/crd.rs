@@ -55,6 +55,9 @@ pub struct EtcdClusterSpec {
     /// etcd version, `3.MINOR.PATCH` (3.5 or newer). Changing it rolls the members one at a
     /// time, the leader last.
     #[schemars(regex(pattern = r"^3\.([5-9]|[1-9][0-9])\.[0-9]+$"))]
+    #[x_kube(validation = Rule::new(
+        "int(self.split('.')[1]) >= int(oldSelf.split('.')[1]) && int(self.split('.')[1]) <= int(oldSelf.split('.')[1]) + 1"
+    ).message("version: downgrades and skipping a minor version are not supported; upgrade one minor version at a time"))]
     pub version: String,
 
     /// The container image; default `gcr.io/etcd-development/etcd:v<version>`.

@@ -71,6 +71,9 @@ pub struct Facts {
     pub members: Option<Vec<MemberFact>>,
     /// Ordinals whose volume must be wiped before their pod may start again (being replaced).
     pub wipe_pending: Vec<usize>,
+    /// The etcd version each existing (not terminating) member pod was created for, by
+    /// ordinal: whether a recorded upgrade's pod restart has happened yet.
+    pub pod_versions: std::collections::BTreeMap<usize, String>,
     pub in_flight: Option<InFlight>,
     pub freshness: Duration,
     /// How long a member must stay Unhealthy (as its peers report) before it is replaced.
@@ -271,6 +274,12 @@ fn upgrade(facts: &Facts, members: &[MemberFact]) -> Decision {
         }
         return Decision::Settled;
     };
+    if let Some(refusal) = unsupported_change(
+        target.version.as_deref().unwrap_or_default(),
+        &facts.desired_version,
+    ) {
+        return wait("UnsupportedVersionChange", refusal);
+    }
     if target.leader {
         let successor = members.iter().find(|m| {
             !m.leader
@@ -301,6 +310,30 @@ fn upgrade(facts: &Facts, members: &[MemberFact]) -> Decision {
             ordinal: target.ordinal,
         },
     )
+}
+
+/// Why etcd cannot go from `running` to `desired` by restarting members, if it cannot: etcd
+/// refuses to start a member older than the cluster's version (a downgrade needs etcd's own
+/// downgrade procedure), and upgrades go one minor version at a time.
+pub fn unsupported_change(running: &str, desired: &str) -> Option<String> {
+    let minor = |version: &str| -> Option<(u64, u64)> {
+        let mut parts = version.split('.');
+        Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+    };
+    let (Some(from), Some(to)) = (minor(running), minor(desired)) else {
+        return None;
+    };
+    if to < from {
+        return Some(format!(
+            "members run {running}; going back to {desired} is a downgrade, which restarting members cannot do"
+        ));
+    }
+    if to.0 != from.0 || to.1 > from.1 + 1 {
+        return Some(format!(
+            "members run {running}; {desired} skips a minor version: upgrade one minor version at a time"
+        ));
+    }
+    None
 }
 
 /// Resumes the step recorded in status: clears it once its effect is visible, repeats it
@@ -335,6 +368,21 @@ fn resume(facts: &Facts, members: &[MemberFact], in_flight: &InFlight) -> Decisi
                     && m.version.as_deref() == Some(facts.desired_version.as_str()) =>
             {
                 Decision::Act(Step::ClearInFlight)
+            }
+            // The restart was recorded but its pod still has the old version (the operator
+            // stopped before deleting it, or the delete failed): take it again.
+            _ if facts
+                .pod_versions
+                .get(&ordinal)
+                .is_some_and(|version| *version != facts.desired_version) =>
+            {
+                through_gate(
+                    facts,
+                    members,
+                    ordinal,
+                    Disruption::Restart,
+                    Step::Upgrade { ordinal },
+                )
             }
             _ => wait(
                 "UpgradeInProgress",
@@ -443,6 +491,7 @@ mod tests {
             statefulset_replicas: replicas,
             members,
             wipe_pending: Vec::new(),
+            pod_versions: Default::default(),
             in_flight: None,
             freshness: Duration::from_secs(30),
             replace_after: Duration::from_secs(300),
@@ -715,6 +764,50 @@ mod tests {
             ..with(InFlight::Upgrade { ordinal: 1 }, healthy(3))
         };
         assert_eq!(reason(&decide(&upgrading)), "UpgradeInProgress");
+        // Recorded, but the pod was never restarted (the operator stopped first): again.
+        let never_restarted = Facts {
+            pod_versions: [(1, V_OLD.to_string())].into(),
+            ..upgrading.clone()
+        };
+        assert_eq!(
+            decide(&never_restarted),
+            Decision::Act(Step::Upgrade { ordinal: 1 })
+        );
+        // Restarted with the new version and still starting: wait.
+        let restarting = Facts {
+            pod_versions: [(1, V_NEW.to_string())].into(),
+            ..upgrading
+        };
+        assert_eq!(reason(&decide(&restarting)), "UpgradeInProgress");
+    }
+
+    #[test]
+    fn downgrades_and_minor_skips_are_refused_patch_changes_allowed() {
+        assert_eq!(unsupported_change("3.5.17", "3.6.16"), None);
+        assert_eq!(
+            unsupported_change("3.6.16", "3.6.15"),
+            None,
+            "patch releases of one minor interoperate"
+        );
+        assert!(
+            unsupported_change("3.6.16", "3.5.17")
+                .unwrap()
+                .contains("downgrade")
+        );
+        assert!(
+            unsupported_change("3.5.17", "3.7.0")
+                .unwrap()
+                .contains("skips a minor")
+        );
+        let downgrade = Facts {
+            desired_version: "3.4.0".into(),
+            ..facts(3, Some(healthy(3)))
+        };
+        assert_eq!(
+            reason(&decide(&downgrade)),
+            "UnsupportedVersionChange",
+            "no member is restarted"
+        );
     }
 
     #[test]

@@ -47,8 +47,9 @@ pub fn rules() -> Vec<PolicyRule> {
         ),
         // Watched as owned objects; read for backup credentials. Never written.
         rule("", &["secrets"], &["get", "list", "watch"]),
-        // One member restarted for an upgrade, or replaced with an empty volume.
-        rule("", &["pods"], &["delete"]),
+        // Member pods: listed to see which version each runs; one deleted at a time for an
+        // upgrade, or to replace a member with an empty volume.
+        rule("", &["pods"], &["list", "delete"]),
         rule("", &["persistentvolumeclaims"], &["delete"]),
         // Events about the resources, through the de-duplicating recorder.
         rule("events.k8s.io", &["events"], &["create", "patch"]),

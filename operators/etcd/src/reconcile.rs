@@ -186,6 +186,7 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, context: Arc<Context<State>>) 
     let mut in_flight = in_flight_from_status(status);
 
     // Decide.
+    let pod_versions = member_pod_versions(&context, &cluster).await?;
     let decision = decide(&Facts {
         desired_members: desired,
         desired_version: cluster.spec.version.clone(),
@@ -193,6 +194,7 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, context: Arc<Context<State>>) 
         statefulset_replicas,
         members: view.membership.as_ref().map(|_| members.clone()),
         wipe_pending: wipe_pending.clone(),
+        pod_versions,
         in_flight: in_flight.clone(),
         freshness: state.settings.freshness,
         replace_after: state.settings.replace_after,
@@ -498,6 +500,33 @@ async fn client_tls(context: &Context<State>, cluster: &EtcdCluster) -> Result<O
         cert_pem: field("tls.crt")?,
         key_pem: field("tls.key")?,
     }))
+}
+
+/// The version label of each member pod that exists and is not terminating, by ordinal.
+async fn member_pod_versions(
+    context: &Context<State>,
+    cluster: &EtcdCluster,
+) -> Result<std::collections::BTreeMap<usize, String>, Error> {
+    let pods: Api<Pod> = Api::namespaced(context.client.clone(), &cluster.namespace().unwrap_or_default());
+    let selector = crate::resources::member_selector_string(cluster);
+    let listed = pods
+        .list(&kube::api::ListParams::default().labels(&selector))
+        .await
+        .map_err(|source| Error::Read {
+            what: "member pods",
+            source,
+        })?;
+    let name = cluster.name_any();
+    Ok(listed
+        .items
+        .into_iter()
+        .filter(|pod| pod.metadata.deletion_timestamp.is_none())
+        .filter_map(|pod| {
+            let ordinal = crate::resolver::ordinal_of(&name, &pod.name_any())?;
+            let version = pod.labels().get(crate::resources::VERSION_LABEL)?.clone();
+            Some((ordinal, version))
+        })
+        .collect())
 }
 
 /// Where a cluster restored from a backup gets its data.

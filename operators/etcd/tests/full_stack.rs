@@ -82,6 +82,8 @@ async fn a_real_cluster_forms_and_scales_three_to_five_to_three_keeping_its_keys
     quorum_core::telemetry::init(quorum_core::config::LogFormat::Text);
     let client = admin_client().await;
     install_crd(&client, &EtcdCluster::crd()).await;
+    // The operator also runs the EtcdBackup controller, which needs its CRD.
+    install_crd(&client, &etcd_operator::crd::EtcdBackup::crd()).await;
     let namespace = TestNamespace::create(&client, "etcd-full").await;
     let ns = namespace.name().to_string();
     let state = std::env::temp_dir().join(format!("quorum-local-members-{ns}"));

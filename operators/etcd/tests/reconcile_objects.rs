@@ -65,6 +65,8 @@ async fn creates_owned_objects_recreates_them_scales_and_reports_unknown_members
     quorum_core::telemetry::init(LogFormat::Text);
     let client = admin_client().await;
     install_crd(&client, &EtcdCluster::crd()).await;
+    // The operator also runs the EtcdBackup controller, which needs its CRD.
+    install_crd(&client, &etcd_operator::crd::EtcdBackup::crd()).await;
     let namespace = TestNamespace::create(&client, "etcd").await;
     let ns = namespace.name().to_string();
     let operator = support::operator::start(client.clone(), &ns, MemberAddresses::Dns);
@@ -204,6 +206,19 @@ async fn creates_owned_objects_recreates_them_scales_and_reports_unknown_members
         .unwrap_err()
         .to_string();
     assert!(error.contains("storage is immutable"), "{error}");
+    for refused in ["3.5.17", "3.8.0"] {
+        let mut changed = clusters.get("main").await.unwrap();
+        changed.spec.version = refused.into();
+        let error = clusters
+            .replace("main", &PostParams::default(), &changed)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("upgrade one minor version at a time"),
+            "{refused}: {error}"
+        );
+    }
 
     operator.stop().await;
     namespace.delete().await;
