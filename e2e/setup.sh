@@ -35,3 +35,4 @@ if need_cmd rustup; then
 fi
 
 "$here/toolchain/build.sh" all >/dev/null
+"$here/toolchain/packaging.sh" all >/dev/null

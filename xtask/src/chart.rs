@@ -199,6 +199,12 @@ pub fn chart_files(operator: &OperatorPackage) -> anyhow::Result<Vec<GeneratedFi
         "kubeVersion": ">=1.30.0-0",
         "keywords": operator.keywords,
         "home": "https://github.com/quorum-dev/quorum",
+        // `helm lint` recommends an icon, and it must be a URL (not a data: URI): the SVG the
+        // bundle embeds, as the repository serves it.
+        "icon": format!(
+            "https://raw.githubusercontent.com/quorum-dev/quorum/main/operators/{}/assets/icon.svg",
+            operator.package.trim_start_matches("quorum-").trim_end_matches("-operator")
+        ),
         "sources": ["https://github.com/quorum-dev/quorum"],
         "maintainers": [{"name": "Quorum developers", "email": "dev@quorum.dev"}],
         "annotations": {"category": "Database"},

@@ -1,0 +1,632 @@
+//! The packaging (Helm chart, OLM bundle, file-based catalog) checked by the real tools, built
+//! from their Go modules by `e2e/toolchain/packaging.sh`: `operator-sdk bundle validate`, `opm
+//! validate` and `opm render`, `helm lint`, `helm template` and `helm install` against the local
+//! control plane. A missing tool fails the test; nothing is skipped.
+
+use std::{
+    io::Write,
+    path::{Path, PathBuf},
+    process::{Command, Output, Stdio},
+    time::Duration,
+};
+
+use k8s_openapi::api::{
+    apps::v1::Deployment,
+    core::v1::{Pod, ServiceAccount},
+    rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding},
+};
+use kube::{Api, api::ListParams};
+use quorum_e2e::{
+    control_plane::{TestNamespace, admin_client, kubeconfig_path},
+    tools::{kubectl_binary, packaging_tool},
+    wait,
+};
+use serde_json::Value;
+
+const CHART: &str = "charts/quorum-etcd-operator";
+const BUNDLE: &str = "bundle/quorum-etcd-operator";
+const CATALOG: &str = "catalog";
+
+/// The repository root: every path the tools get is relative to it, as a user would type them.
+fn repository_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("e2e lives in the workspace")
+        .to_path_buf()
+}
+
+/// Everything a finished tool said, for failure messages.
+fn transcript(command: &str, output: &Output) -> String {
+    format!(
+        "`{command}` exited with {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// Runs `program args…` in the repository root, feeding it `stdin`, and returns what it did.
+fn run(program: &Path, args: &[&str], stdin: Option<&[u8]>) -> (String, Output) {
+    let command = format!("{} {}", program.display(), args.join(" "));
+    let mut child = Command::new(program)
+        .args(args)
+        .current_dir(repository_root())
+        // The tools cache and write their state under HOME; keep that out of the user's.
+        .env("HELM_CACHE_HOME", std::env::temp_dir().join("quorum-helm/cache"))
+        .env(
+            "HELM_CONFIG_HOME",
+            std::env::temp_dir().join("quorum-helm/config"),
+        )
+        .env("HELM_DATA_HOME", std::env::temp_dir().join("quorum-helm/data"))
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|error| panic!("cannot run `{command}`: {error}"));
+    if let Some(input) = stdin {
+        child
+            .stdin
+            .take()
+            .expect("piped stdin")
+            .write_all(input)
+            .unwrap_or_else(|error| panic!("writing to `{command}`: {error}"));
+    }
+    let output = child
+        .wait_with_output()
+        .unwrap_or_else(|error| panic!("waiting for `{command}`: {error}"));
+    (command, output)
+}
+
+/// Runs a tool that must succeed; returns its stdout and stderr.
+fn succeeds(program: &Path, args: &[&str], stdin: Option<&[u8]>) -> (String, String) {
+    let (command, output) = run(program, args, stdin);
+    assert!(output.status.success(), "{}", transcript(&command, &output));
+    (
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// Runs a tool that must fail; returns everything it said.
+fn fails(program: &Path, args: &[&str]) -> String {
+    let (command, output) = run(program, args, None);
+    let said = transcript(&command, &output);
+    assert!(!output.status.success(), "expected a failure, got {said}");
+    said
+}
+
+/// Decodes standard base64 (what `opm render` puts in `olm.bundle.object` properties).
+fn base64_decode(text: &str) -> Vec<u8> {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut bytes = Vec::with_capacity(text.len() * 3 / 4);
+    let (mut buffer, mut bits) = (0u32, 0u32);
+    for character in text.bytes().filter(|c| !c.is_ascii_whitespace() && *c != b'=') {
+        let value = ALPHABET
+            .iter()
+            .position(|a| *a == character)
+            .unwrap_or_else(|| panic!("{:?} is not base64", character as char));
+        buffer = (buffer << 6) | u32::try_from(value).expect("< 64");
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            bytes.push(u8::try_from((buffer >> bits) & 0xff).expect("a byte"));
+        }
+    }
+    bytes
+}
+
+/// The `kind/name` of every object in a rendered multi-document YAML stream. Helm's output is
+/// block-style with `kind:` and `metadata.name` at fixed indentation, which is all this reads
+/// (the e2e crate has no YAML parser; the cluster tests hand the YAML to the API server).
+fn kinds_and_names(yaml: &str) -> Vec<String> {
+    yaml.split("\n---")
+        .filter_map(|document| {
+            let kind = document.lines().find_map(|line| line.strip_prefix("kind: "))?;
+            let mut in_metadata = false;
+            let name = document.lines().find_map(|line| {
+                if line == "metadata:" {
+                    in_metadata = true;
+                } else if in_metadata && !line.starts_with(' ') {
+                    in_metadata = false;
+                }
+                if in_metadata {
+                    line.strip_prefix("  name: ")
+                } else {
+                    None
+                }
+            })?;
+            Some(format!("{}/{}", kind.trim(), name.trim()))
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// OLM: operator-sdk and opm on the bundle directory and the catalog.
+
+/// `opm render` of the bundle directory, as JSON (stdout, stderr).
+fn opm_render_bundle() -> (String, String) {
+    succeeds(
+        &packaging_tool("opm"),
+        &["render", &format!("./{BUNDLE}"), "-o", "json"],
+        None,
+    )
+}
+
+/// The manifests of the bundle as `opm render` reads them (decoded `olm.bundle.object`s).
+fn bundle_manifests() -> Vec<Value> {
+    let (stdout, _) = opm_render_bundle();
+    let bundle: Value = serde_json::from_str(&stdout).unwrap_or_else(|error| panic!("{error}: {stdout}"));
+    bundle["properties"]
+        .as_array()
+        .expect("properties")
+        .iter()
+        .filter(|property| property["type"] == "olm.bundle.object")
+        .map(|property| {
+            let data = property["value"]["data"]
+                .as_str()
+                .expect("olm.bundle.object data");
+            serde_json::from_slice(&base64_decode(data)).expect("olm.bundle.object data is JSON")
+        })
+        .collect()
+}
+
+#[test]
+fn operator_sdk_validates_the_bundle_with_the_operatorframework_suite() {
+    let sdk = packaging_tool("operator-sdk");
+    let (stdout, stderr) = succeeds(
+        &sdk,
+        &[
+            "bundle",
+            "validate",
+            &format!("./{BUNDLE}"),
+            "--select-optional",
+            "suite=operatorframework",
+            "--optional-values=k8s-version=1.34",
+            "-b",
+            "none",
+        ],
+        None,
+    );
+    let said = format!("{stdout}{stderr}");
+    assert!(
+        said.contains("All validation tests have completed successfully"),
+        "operator-sdk did not report success:\n{said}"
+    );
+    let errors: Vec<&str> = said.lines().filter(|line| line.contains("level=error")).collect();
+    assert!(errors.is_empty(), "operator-sdk reported errors:\n{said}");
+    // Warnings do not fail `bundle validate`, but a new one fails this test: the only one
+    // accepted is a false positive. The removed-APIs check (operator-framework/api) matches RBAC
+    // rules by group and resource only, so a rule for `events.k8s.io` `events` (GA as v1 since
+    // 1.19; only v1beta1 went in 1.25) is reported as using an API removed in 1.25.
+    let unexpected: Vec<&str> = said
+        .lines()
+        .filter(|line| line.contains("level=warning"))
+        .filter(|line| {
+            !(line.contains("removed in v1.25") && line.contains("Migrate the API(s) for events:"))
+        })
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "new operator-sdk warnings: {unexpected:#?}\n{said}"
+    );
+}
+
+#[test]
+fn opm_validates_the_published_catalog() {
+    let opm = packaging_tool("opm");
+    succeeds(&opm, &["validate", CATALOG], None);
+}
+
+/// `opm render` of a bundle directory: JSON objects, one per line or pretty-printed; the
+/// bundle must be inline (no image, its manifests as `olm.bundle.object` properties), which is
+/// what lets OLM install it without a registry or an unpack Job.
+#[test]
+fn opm_renders_the_bundle_directory_as_an_inline_bundle_that_validates() {
+    let opm = packaging_tool("opm");
+    let (stdout, _) = opm_render_bundle();
+    let rendered: Vec<Value> = serde_json::Deserializer::from_str(&stdout)
+        .into_iter::<Value>()
+        .collect::<Result<_, _>>()
+        .unwrap_or_else(|error| panic!("opm render printed something that is not JSON: {error}\n{stdout}"));
+    assert_eq!(rendered.len(), 1, "one bundle expected:\n{stdout}");
+    let bundle = &rendered[0];
+    assert_eq!(bundle["schema"], "olm.bundle", "{stdout}");
+    assert_eq!(bundle["name"], "quorum-etcd-operator.v0.1.0", "{stdout}");
+    assert_eq!(bundle["package"], "quorum-etcd-operator", "{stdout}");
+    assert_eq!(
+        bundle["image"].as_str().unwrap_or_default(),
+        "",
+        "an inline bundle has no image:\n{stdout}"
+    );
+    let properties = bundle["properties"].as_array().expect("properties");
+    let of_type = |kind: &str| -> Vec<&Value> {
+        properties
+            .iter()
+            .filter(|property| property["type"] == kind)
+            .map(|property| &property["value"])
+            .collect()
+    };
+    let objects = of_type("olm.bundle.object");
+    assert_eq!(
+        objects.len(),
+        3,
+        "the CSV and both CRDs as olm.bundle.object properties:\n{stdout}"
+    );
+    let mut kinds: Vec<String> = objects
+        .iter()
+        .map(|object| {
+            let data = object["data"].as_str().expect("olm.bundle.object data");
+            let decoded = base64_decode(data);
+            let manifest: Value = serde_json::from_slice(&decoded).expect("olm.bundle.object data is JSON");
+            manifest["kind"].as_str().unwrap_or_default().to_string()
+        })
+        .collect();
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        [
+            "ClusterServiceVersion",
+            "CustomResourceDefinition",
+            "CustomResourceDefinition"
+        ]
+    );
+    let package = of_type("olm.package");
+    assert_eq!(package.len(), 1, "{stdout}");
+    assert_eq!(package[0]["packageName"], "quorum-etcd-operator");
+    assert_eq!(package[0]["version"], "0.1.0");
+    assert_eq!(
+        of_type("olm.gvk").len(),
+        2,
+        "both owned kinds are provided:\n{stdout}"
+    );
+
+    // The inline catalog the OLM tests serve: the published package and channels, with the
+    // rendered bundle in place of the image reference. `opm validate` accepts it.
+    let published = std::fs::read_to_string(repository_root().join(CATALOG).join("index.yaml"))
+        .expect("catalog/index.yaml");
+    let directory = std::env::temp_dir().join(format!("quorum-inline-catalog-{}", std::process::id()));
+    std::fs::create_dir_all(&directory).expect("inline catalog directory");
+    let without_bundles: String = published
+        .split("\n---\n")
+        .filter(|document| {
+            !document.contains("schema: olm.bundle\n") && !document.ends_with("schema: olm.bundle")
+        })
+        .collect::<Vec<_>>()
+        .join("\n---\n");
+    std::fs::write(directory.join("index.yaml"), format!("{without_bundles}\n")).expect("index.yaml");
+    std::fs::write(directory.join("bundle.json"), &stdout).expect("bundle.json");
+    let directory_arg = directory.display().to_string();
+    succeeds(&opm, &["validate", &directory_arg], None);
+    let _ = std::fs::remove_dir_all(&directory);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helm: lint, render, the values schema, and the chart against the real API server.
+
+#[test]
+fn helm_lint_strict_passes() {
+    let helm = packaging_tool("helm");
+    let (stdout, stderr) = succeeds(&helm, &["lint", "--strict", CHART], None);
+    assert!(
+        stdout.contains("1 chart(s) linted, 0 chart(s) failed"),
+        "helm lint:\n{stdout}{stderr}"
+    );
+}
+
+#[test]
+fn helm_template_renders_the_defaults() {
+    let helm = packaging_tool("helm");
+    let (rendered, _) = succeeds(
+        &helm,
+        &["template", "quorum-etcd-operator", CHART, "--namespace", "ops"],
+        None,
+    );
+    let objects = kinds_and_names(&rendered);
+    for expected in [
+        "ServiceAccount/quorum-etcd-operator",
+        "ClusterRole/quorum-etcd-operator",
+        "ClusterRoleBinding/quorum-etcd-operator",
+        "Role/quorum-etcd-operator",
+        "RoleBinding/quorum-etcd-operator",
+        "Service/quorum-etcd-operator-metrics",
+        "Deployment/quorum-etcd-operator",
+        "ValidatingAdmissionPolicy/quorum-etcd-odd-members",
+        "ValidatingAdmissionPolicyBinding/quorum-etcd-odd-members",
+    ] {
+        assert!(
+            objects.iter().any(|object| object == expected),
+            "{expected} is not rendered; rendered {objects:?}\n{rendered}"
+        );
+    }
+    assert!(
+        !objects.iter().any(|object| object.starts_with("ServiceMonitor/")),
+        "no ServiceMonitor by default:\n{rendered}"
+    );
+    assert!(
+        rendered.contains("image: \"ghcr.io/quorum-dev/etcd-operator:0.1.0\""),
+        "the image defaults to the appVersion:\n{rendered}"
+    );
+    assert!(!rendered.contains("--watch-namespaces"), "{rendered}");
+    assert!(rendered.contains("namespace: ops"), "{rendered}");
+}
+
+#[test]
+fn helm_template_renders_with_watched_namespaces_and_without_a_service_monitor() {
+    let helm = packaging_tool("helm");
+    let (rendered, _) = succeeds(
+        &helm,
+        &[
+            "template",
+            "quorum-etcd-operator",
+            CHART,
+            "--set",
+            "metrics.serviceMonitor.enabled=false,watchNamespaces={a,b}",
+        ],
+        None,
+    );
+    assert!(rendered.contains("- --watch-namespaces=a,b"), "{rendered}");
+    assert!(
+        !kinds_and_names(&rendered)
+            .iter()
+            .any(|object| object.starts_with("ServiceMonitor/")),
+        "{rendered}"
+    );
+
+    let (rendered, _) = succeeds(
+        &helm,
+        &[
+            "template",
+            "quorum-etcd-operator",
+            CHART,
+            "--set",
+            "metrics.serviceMonitor.enabled=true",
+        ],
+        None,
+    );
+    assert!(
+        kinds_and_names(&rendered).contains(&"ServiceMonitor/quorum-etcd-operator".to_string()),
+        "{rendered}"
+    );
+}
+
+#[test]
+fn the_values_schema_refuses_bad_values_naming_the_field() {
+    let helm = packaging_tool("helm");
+    for (setting, field) in [
+        ("replicaCount=0", "replicaCount"),
+        ("logFormat=xml", "logFormat"),
+        ("image.pullPolicy=Sometimes", "pullPolicy"),
+        ("metrics.port=70000", "port"),
+        ("replicas=3", "replicas"),
+    ] {
+        let said = fails(
+            &helm,
+            &["template", "quorum-etcd-operator", CHART, "--set", setting],
+        );
+        assert!(
+            said.contains("values don't meet the specifications of the schema") && said.contains(field),
+            "--set {setting} must be refused naming {field}:\n{said}"
+        );
+    }
+}
+
+/// Runs `kubectl` against the local control plane.
+fn kubectl(args: &[&str], stdin: Option<&[u8]>) -> (String, String) {
+    let kubeconfig = kubeconfig_path().display().to_string();
+    let mut all = vec!["--kubeconfig", kubeconfig.as_str()];
+    all.extend_from_slice(args);
+    succeeds(&kubectl_binary(), &all, stdin)
+}
+
+/// A release name no other test uses: its cluster-scoped objects (ClusterRole, binding) are
+/// named after it.
+fn release_name(prefix: &str) -> String {
+    format!("{prefix}-{:06x}", rand::random::<u32>() & 0xff_ffff)
+}
+
+#[tokio::test]
+async fn the_rendered_chart_passes_server_side_dry_run() {
+    let client = admin_client().await;
+    let namespace = TestNamespace::create(&client, "helm-dry-run").await;
+    let helm = packaging_tool("helm");
+    let release = release_name("dry");
+    for extra in [
+        &[][..],
+        &["--set", "watchNamespaces={a,b},replicaCount=2,logFormat=text"][..],
+    ] {
+        let mut args = vec![
+            "template",
+            release.as_str(),
+            CHART,
+            "--include-crds",
+            "--namespace",
+            namespace.name(),
+        ];
+        args.extend_from_slice(extra);
+        let (rendered, _) = succeeds(&helm, &args, None);
+        let (applied, _) = kubectl(
+            &[
+                "apply",
+                "--dry-run=server",
+                "--namespace",
+                namespace.name(),
+                "-f",
+                "-",
+            ],
+            Some(rendered.as_bytes()),
+        );
+        for expected in [
+            format!("deployment.apps/{release}-quorum-etcd-operator created (server dry run)"),
+            format!(
+                "clusterrole.rbac.authorization.k8s.io/{release}-quorum-etcd-operator created (server dry run)"
+            ),
+            "customresourcedefinition.apiextensions.k8s.io/etcdclusters.etcd.quorum.dev".to_string(),
+            "customresourcedefinition.apiextensions.k8s.io/etcdbackups.etcd.quorum.dev".to_string(),
+        ] {
+            assert!(
+                applied.contains(&expected),
+                "{expected} missing from kubectl's report:\n{applied}"
+            );
+        }
+    }
+
+    // The CSV's `alm-examples` (what OperatorHub offers to create) are accepted by the CRDs.
+    let csv = bundle_manifests()
+        .into_iter()
+        .find(|manifest| manifest["kind"] == "ClusterServiceVersion")
+        .expect("a CSV in the bundle");
+    let examples = csv["metadata"]["annotations"]["alm-examples"]
+        .as_str()
+        .expect("alm-examples");
+    let examples: Vec<Value> = serde_json::from_str(examples).expect("alm-examples is a JSON array");
+    let kinds: Vec<&str> = examples
+        .iter()
+        .filter_map(|example| example["kind"].as_str())
+        .collect();
+    assert_eq!(kinds, ["EtcdCluster", "EtcdBackup"], "an example per owned kind");
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": examples}).to_string();
+    let (created, _) = kubectl(
+        &[
+            "create",
+            "--dry-run=server",
+            "--namespace",
+            namespace.name(),
+            "-f",
+            "-",
+        ],
+        Some(list.as_bytes()),
+    );
+    assert_eq!(
+        created.matches("created (server dry run)").count(),
+        2,
+        "{created}"
+    );
+    namespace.delete().await;
+}
+
+#[tokio::test]
+async fn helm_install_creates_the_operator_and_its_rbac_and_uninstall_removes_them() {
+    let client = admin_client().await;
+    let namespace = TestNamespace::create(&client, "helm-install").await;
+    let helm = packaging_tool("helm");
+    let kubeconfig = kubeconfig_path().display().to_string();
+    let release = release_name("quorum");
+    let fullname = format!("{release}-quorum-etcd-operator");
+    let (stdout, _) = succeeds(
+        &helm,
+        &[
+            "install",
+            &release,
+            CHART,
+            "--kubeconfig",
+            &kubeconfig,
+            "--namespace",
+            namespace.name(),
+            // The policy is cluster-scoped with a fixed name: one release per cluster owns it.
+            "--set",
+            "admissionPolicy=false",
+            "--wait",
+            "--timeout",
+            "2m",
+        ],
+        None,
+    );
+    assert!(stdout.contains("STATUS: deployed"), "{stdout}");
+    assert!(
+        stdout.contains(&format!("running as {fullname} in {}", namespace.name())),
+        "NOTES:\n{stdout}"
+    );
+
+    let ns = namespace.name();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let deployment = deployments.get(&fullname).await.expect("the operator Deployment");
+    assert_eq!(deployment.spec.as_ref().and_then(|s| s.replicas), Some(1));
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let selector = format!("app.kubernetes.io/instance={release}");
+    let pod = wait::until(
+        "the operator pod Running (KWOK)",
+        Duration::from_secs(60),
+        || async {
+            let list = pods
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .map_err(|error| error.to_string())?;
+            list.items
+                .into_iter()
+                .find(|pod| pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                .ok_or_else(|| "no Running pod yet".to_string())
+        },
+    )
+    .await;
+    let spec = pod.spec.expect("a pod spec");
+    assert_eq!(spec.service_account_name.as_deref(), Some(fullname.as_str()));
+    assert_eq!(
+        spec.containers[0].image.as_deref(),
+        Some("ghcr.io/quorum-dev/etcd-operator:0.1.0")
+    );
+
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+    let roles: Api<Role> = Api::namespaced(client.clone(), ns);
+    let role_bindings: Api<RoleBinding> = Api::namespaced(client.clone(), ns);
+    let cluster_roles: Api<ClusterRole> = Api::all(client.clone());
+    let cluster_role_bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
+    accounts.get(&fullname).await.expect("the ServiceAccount");
+    roles.get(&fullname).await.expect("the leader-election Role");
+    let binding = role_bindings.get(&fullname).await.expect("the RoleBinding");
+    assert_eq!(binding.subjects.expect("subjects")[0].name, fullname);
+    let cluster_role = cluster_roles.get(&fullname).await.expect("the ClusterRole");
+    assert!(
+        cluster_role.rules.unwrap_or_default().iter().any(|rule| rule
+            .resources
+            .as_deref()
+            .unwrap_or_default()
+            .contains(&"etcdclusters".to_string())),
+        "the ClusterRole grants access to EtcdClusters"
+    );
+    let cluster_binding = cluster_role_bindings
+        .get(&fullname)
+        .await
+        .expect("the ClusterRoleBinding");
+    let subject = &cluster_binding.subjects.expect("subjects")[0];
+    assert_eq!(
+        (subject.name.as_str(), subject.namespace.as_deref()),
+        (fullname.as_str(), Some(ns))
+    );
+
+    let (stdout, _) = succeeds(
+        &helm,
+        &[
+            "uninstall",
+            &release,
+            "--kubeconfig",
+            &kubeconfig,
+            "--namespace",
+            ns,
+            "--wait",
+        ],
+        None,
+    );
+    assert!(stdout.contains("uninstalled"), "{stdout}");
+    wait::until("the release's objects gone", Duration::from_secs(60), || async {
+        let left = [
+            deployments.get_opt(&fullname).await.map(|o| o.is_some()),
+            accounts.get_opt(&fullname).await.map(|o| o.is_some()),
+            cluster_roles.get_opt(&fullname).await.map(|o| o.is_some()),
+            cluster_role_bindings
+                .get_opt(&fullname)
+                .await
+                .map(|o| o.is_some()),
+        ];
+        if left.iter().all(|exists| matches!(exists, Ok(false))) {
+            Ok(())
+        } else {
+            Err(format!("{left:?}"))
+        }
+    })
+    .await;
+    namespace.delete().await;
+}

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Builds the packaging tools (helm, opm, operator-sdk) from their Go modules into a cache outside the
+# repository, keyed by version, and prints the directory that holds them. A warm run builds nothing.
+#
+#   e2e/toolchain/packaging.sh [helm|opm|operator-sdk|all]
+#
+# QUORUM_CACHE (default ~/.cache/quorum) is the cache root. Versions come from versions.env.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=versions.env
+source "$here/versions.env"
+cache=${QUORUM_CACHE:-$HOME/.cache/quorum}
+export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-buildvcs=false
+
+log() { echo "[packaging] $*" >&2; }
+
+# helm v3 has no replaces in its go.mod: `go install` works. Its release builds stamp the version,
+# and the Kubernetes version that `helm template` and `helm lint` assume when there is no cluster:
+# derived from its k8s.io/client-go (v0.N => 1.N) as its Makefile does. Unstamped, that version is
+# v1.20.0, and a chart with `kubeVersion: >=1.30.0-0` is refused by `helm template`.
+build_helm() {
+  local out="$cache/bin/helm-$HELM_VERSION"
+  if [[ -x "$out/helm" ]]; then echo "$out"; return; fi
+  log "building helm $HELM_VERSION"
+  mkdir -p "$out"
+  local upstream_mod k8s_minor
+  upstream_mod=$(go mod download -json "helm.sh/helm/v3@$HELM_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+  k8s_minor=$(sed -n 's#^\s*k8s.io/client-go v0\.\([0-9]*\)\..*#\1#p' "$upstream_mod")
+  local ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+  ldflags+=" -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+  local pkg
+  for pkg in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
+    ldflags+=" -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=$k8s_minor"
+  done
+  GOBIN="$out" go install -ldflags "$ldflags" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  echo "$out"
+}
+
+# A wrapper module that requires MODULE@VERSION and builds PACKAGE from it into OUT/NAME.
+# `go install PACKAGE@VERSION` is not usable for the operator-framework modules: it asks the proxy
+# for the module's version list (to look for a deprecation notice), and the proxy answers that with
+# 403. Requiring an exact version in a wrapper's go.mod never asks for the list.
+#
+#   build_in_wrapper NAME MODULE VERSION PACKAGE TAGS LDFLAGS
+build_in_wrapper() {
+  local name=$1 module=$2 version=$3 package=$4 tags=$5 ldflags=$6
+  local out="$cache/bin/$name-$version" work="$cache/build/$name-$version"
+  rm -rf "$work"; mkdir -p "$work" "$out"
+  local upstream_mod
+  upstream_mod=$(go mod download -json "$module@$version" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+  {
+    echo "module quorum.dev/toolchain/$name"
+    echo
+    echo "go $(sed -n 's/^go //p' "$upstream_mod")"
+    echo
+    echo "require $module $version"
+    # Replaces only take effect in the main module: copy upstream's (none are local in the
+    # versions pinned here; a local one would fail loudly in `go mod tidy`).
+    sed -n '/^replace (/,/^)/p; /^replace [^(]/p' "$upstream_mod"
+  } > "$work/go.mod"
+  printf '//go:build tools\n\npackage tools\n\nimport _ "%s"\n' "$package" > "$work/tools.go"
+  (cd "$work" && go mod tidy)
+  (cd "$work" && go build -tags "$tags" -ldflags "$ldflags" -o "$out/$name.tmp" "$package")
+  mv "$out/$name.tmp" "$out/$name"
+}
+
+# opm: json1 is for the sqlite registry code; containers_image_openpgp avoids gpgme (cgo).
+build_opm() {
+  local out="$cache/bin/opm-$OPM_VERSION"
+  if [[ -x "$out/opm" ]]; then echo "$out"; return; fi
+  log "building opm $OPM_VERSION"
+  local v=github.com/operator-framework/operator-registry/cmd/opm/version
+  build_in_wrapper opm github.com/operator-framework/operator-registry "$OPM_VERSION" \
+    github.com/operator-framework/operator-registry/cmd/opm json1,containers_image_openpgp \
+    "-s -w -X $v.opmVersion=$OPM_VERSION -X $v.gitCommit=$OPM_VERSION -X $v.buildDate=1970-01-01T00:00:00Z"
+  echo "$out"
+}
+
+# operator-sdk: the module proxy serves v1.42.0's .info and .zip but answers 403 for its .mod and
+# for the version list, so neither `go install` nor a wrapper's `require` can resolve it. The zip is
+# fetched from the proxy directly, checked against the digest pinned in versions.env, and built as
+# the main module (so its own go.mod, go.sum and any replaces apply as upstream's release does).
+build_operator_sdk() {
+  local out="$cache/bin/operator-sdk-$OPERATOR_SDK_VERSION"
+  if [[ -x "$out/operator-sdk" ]]; then echo "$out"; return; fi
+  log "building operator-sdk $OPERATOR_SDK_VERSION"
+  local module=github.com/operator-framework/operator-sdk
+  local work="$cache/build/operator-sdk-$OPERATOR_SDK_VERSION"
+  local proxy; proxy=$(go env GOPROXY); proxy=${proxy%%[,|]*}
+  [[ $proxy == direct || $proxy == off ]] && proxy=https://proxy.golang.org
+  rm -rf "$work"; mkdir -p "$work" "$out"
+  curl -fsSL -o "$work/src.zip" "$proxy/$module/@v/$OPERATOR_SDK_VERSION.zip"
+  echo "$OPERATOR_SDK_ZIP_SHA256  $work/src.zip" | sha256sum -c --quiet -
+  (cd "$work" && unzip -q src.zip)
+  local src="$work/$module@$OPERATOR_SDK_VERSION"
+  local v=github.com/operator-framework/operator-sdk/internal/version
+  local k8s_minor
+  k8s_minor=$(sed -n 's#^\s*k8s.io/client-go v0\.\([0-9]*\)\..*#\1#p' "$src/go.mod")
+  (cd "$src" && go build -tags containers_image_openpgp \
+    -ldflags "-s -w -X $v.Version=$OPERATOR_SDK_VERSION -X $v.GitVersion=$OPERATOR_SDK_VERSION -X $v.GitCommit=$OPERATOR_SDK_VERSION -X $v.KubernetesVersion=v1.$k8s_minor.0" \
+    -o "$out/operator-sdk.tmp" ./cmd/operator-sdk)
+  mv "$out/operator-sdk.tmp" "$out/operator-sdk"
+  echo "$out"
+}
+
+case "${1:-all}" in
+  helm) build_helm ;;
+  opm) build_opm ;;
+  operator-sdk) build_operator_sdk ;;
+  all) build_helm; build_opm; build_operator_sdk ;;
+  *) echo "usage: $0 [helm|opm|operator-sdk|all]" >&2; exit 2 ;;
+esac
