@@ -87,7 +87,9 @@ build_operator_sdk() {
   local module=github.com/operator-framework/operator-sdk
   local work="$cache/build/operator-sdk-$OPERATOR_SDK_VERSION"
   local proxy; proxy=$(go env GOPROXY); proxy=${proxy%%[,|]*}
-  [[ $proxy == direct || $proxy == off ]] && proxy=https://proxy.golang.org
+  if [[ $proxy == direct || $proxy == off || -z $proxy ]]; then
+    log "operator-sdk is fetched from the Go module proxy; set GOPROXY to one"; exit 1
+  fi
   rm -rf "$work"; mkdir -p "$work" "$out"
   curl -fsSL -o "$work/src.zip" "$proxy/$module/@v/$OPERATOR_SDK_VERSION.zip"
   echo "$OPERATOR_SDK_ZIP_SHA256  $work/src.zip" | sha256sum -c --quiet -
