@@ -17,6 +17,7 @@ declare -A packages=(
   [curl]=curl
   [git]=git
   [protoc]=protobuf-compiler
+  [unzip]=unzip
 )
 missing=()
 for cmd in "${!packages[@]}"; do need_cmd "$cmd" || missing+=("${packages[$cmd]}"); done
