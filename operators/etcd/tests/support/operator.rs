@@ -40,6 +40,32 @@ pub fn start_with(
     addresses: MemberAddresses,
     leader_elect: bool,
 ) -> Running {
+    start_configured(
+        client,
+        namespace,
+        addresses,
+        leader_elect,
+        Duration::from_secs(300),
+    )
+}
+
+/// As [`start`], replacing a member once it has been Unhealthy for `replace_after`.
+pub fn start_replacing_after(
+    client: kube::Client,
+    namespace: &str,
+    addresses: MemberAddresses,
+    replace_after: Duration,
+) -> Running {
+    start_configured(client, namespace, addresses, false, replace_after)
+}
+
+fn start_configured(
+    client: kube::Client,
+    namespace: &str,
+    addresses: MemberAddresses,
+    leader_elect: bool,
+    replace_after: Duration,
+) -> Running {
     let config = OperatorConfig {
         watch_namespaces: vec![namespace.to_string()],
         log_format: LogFormat::Text,
@@ -71,7 +97,7 @@ pub fn start_with(
             cluster_domain: "cluster.local".into(),
             member_addresses: addresses,
             freshness: Duration::from_secs(30),
-            replace_after: Duration::from_secs(300),
+            replace_after,
             allow_http_backups: true,
             operator_image: "quorum/etcd-operator:test".into(),
         },
