@@ -1,6 +1,10 @@
 //! Paths of the binaries `e2e/toolchain/build.sh` builds, at the versions the repository pins.
 
-use std::path::PathBuf;
+use std::{
+    io::Write,
+    path::{Path, PathBuf},
+    process::{Command, Output, Stdio},
+};
 
 const VERSIONS: &str = include_str!("../toolchain/versions.env");
 
@@ -139,5 +143,89 @@ pub fn kubectl_binary() -> PathBuf {
         "{} is missing: run `e2e/toolchain/build.sh k8s`",
         path.display()
     );
+    path
+}
+
+/// The repository root: every path the tools get is relative to it, as a user would type them.
+pub fn repository_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("e2e lives in the workspace")
+        .to_path_buf()
+}
+
+/// Everything a finished tool said, for failure messages.
+pub fn transcript(command: &str, output: &Output) -> String {
+    format!(
+        "`{command}` exited with {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// Runs `program args…` in the repository root, feeding it `stdin`, and returns what it did.
+pub fn run_tool(program: &Path, args: &[&str], stdin: Option<&[u8]>) -> (String, Output) {
+    let command = format!("{} {}", program.display(), args.join(" "));
+    let mut child = Command::new(program)
+        .args(args)
+        .current_dir(repository_root())
+        // The tools cache and write their state under HOME; keep that out of the user's.
+        .env("HELM_CACHE_HOME", std::env::temp_dir().join("quorum-helm/cache"))
+        .env(
+            "HELM_CONFIG_HOME",
+            std::env::temp_dir().join("quorum-helm/config"),
+        )
+        .env("HELM_DATA_HOME", std::env::temp_dir().join("quorum-helm/data"))
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|error| panic!("cannot run `{command}`: {error}"));
+    if let Some(input) = stdin {
+        child
+            .stdin
+            .take()
+            .expect("piped stdin")
+            .write_all(input)
+            .unwrap_or_else(|error| panic!("writing to `{command}`: {error}"));
+    }
+    let output = child
+        .wait_with_output()
+        .unwrap_or_else(|error| panic!("waiting for `{command}`: {error}"));
+    (command, output)
+}
+
+/// Runs a tool that must succeed; returns its stdout and stderr.
+pub fn succeeds(program: &Path, args: &[&str], stdin: Option<&[u8]>) -> (String, String) {
+    let (command, output) = run_tool(program, args, stdin);
+    assert!(output.status.success(), "{}", transcript(&command, &output));
+    (
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// The directory `e2e/toolchain/packaging.sh olm` builds OLM into, at the pinned `OLM_VERSION`:
+/// the `olm` and `catalog` operators and, under `crds/`, the CRDs of the
+/// `github.com/operator-framework/api` version that OLM release requires.
+///
+/// # Panics
+/// When it has not been built: run `e2e/toolchain/packaging.sh olm`.
+pub fn olm_directory() -> PathBuf {
+    let path = cache_root()
+        .join("bin")
+        .join(format!("olm-{}", pinned_version("OLM_VERSION")));
+    for needed in ["olm", "catalog", "crds"] {
+        assert!(
+            path.join(needed).exists(),
+            "{} is missing: run `e2e/toolchain/packaging.sh olm`",
+            path.join(needed).display()
+        );
+    }
     path
 }

@@ -3,12 +3,7 @@
 //! validate` and `opm render`, `helm lint`, `helm template` and `helm install` against the local
 //! control plane. A missing tool fails the test; nothing is skipped.
 
-use std::{
-    io::Write,
-    path::{Path, PathBuf},
-    process::{Command, Output, Stdio},
-    time::Duration,
-};
+use std::{path::Path, time::Duration};
 
 use k8s_openapi::api::{
     apps::v1::Deployment,
@@ -18,7 +13,7 @@ use k8s_openapi::api::{
 use kube::{Api, api::ListParams};
 use quorum_e2e::{
     control_plane::{TestNamespace, admin_client, kubeconfig_path},
-    tools::{kubectl_binary, packaging_tool},
+    tools::{kubectl_binary, packaging_tool, repository_root, run_tool, succeeds, transcript},
     wait,
 };
 use serde_json::Value;
@@ -27,73 +22,9 @@ const CHART: &str = "charts/quorum-etcd-operator";
 const BUNDLE: &str = "bundle/quorum-etcd-operator";
 const CATALOG: &str = "catalog";
 
-/// The repository root: every path the tools get is relative to it, as a user would type them.
-fn repository_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("e2e lives in the workspace")
-        .to_path_buf()
-}
-
-/// Everything a finished tool said, for failure messages.
-fn transcript(command: &str, output: &Output) -> String {
-    format!(
-        "`{command}` exited with {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
-
-/// Runs `program args…` in the repository root, feeding it `stdin`, and returns what it did.
-fn run(program: &Path, args: &[&str], stdin: Option<&[u8]>) -> (String, Output) {
-    let command = format!("{} {}", program.display(), args.join(" "));
-    let mut child = Command::new(program)
-        .args(args)
-        .current_dir(repository_root())
-        // The tools cache and write their state under HOME; keep that out of the user's.
-        .env("HELM_CACHE_HOME", std::env::temp_dir().join("quorum-helm/cache"))
-        .env(
-            "HELM_CONFIG_HOME",
-            std::env::temp_dir().join("quorum-helm/config"),
-        )
-        .env("HELM_DATA_HOME", std::env::temp_dir().join("quorum-helm/data"))
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|error| panic!("cannot run `{command}`: {error}"));
-    if let Some(input) = stdin {
-        child
-            .stdin
-            .take()
-            .expect("piped stdin")
-            .write_all(input)
-            .unwrap_or_else(|error| panic!("writing to `{command}`: {error}"));
-    }
-    let output = child
-        .wait_with_output()
-        .unwrap_or_else(|error| panic!("waiting for `{command}`: {error}"));
-    (command, output)
-}
-
-/// Runs a tool that must succeed; returns its stdout and stderr.
-fn succeeds(program: &Path, args: &[&str], stdin: Option<&[u8]>) -> (String, String) {
-    let (command, output) = run(program, args, stdin);
-    assert!(output.status.success(), "{}", transcript(&command, &output));
-    (
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
-
 /// Runs a tool that must fail; returns everything it said.
 fn fails(program: &Path, args: &[&str]) -> String {
-    let (command, output) = run(program, args, None);
+    let (command, output) = run_tool(program, args, None);
     let said = transcript(&command, &output);
     assert!(!output.status.success(), "expected a failure, got {said}");
     said
