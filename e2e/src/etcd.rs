@@ -120,37 +120,67 @@ impl EtcdProcesses {
 
     /// Starts a process; `state` is `new` or `existing`.
     pub async fn spawn(&mut self, name: &str, index: usize, initial_cluster: &str, state: &str) {
+        self.spawn_process(name, index, initial_cluster, state, None);
+    }
+
+    /// Starts a member process, its client port on `https://` with client certificates
+    /// required when `tls` is given (peers stay plain HTTP).
+    fn spawn_process(
+        &mut self,
+        name: &str,
+        index: usize,
+        initial_cluster: &str,
+        state: &str,
+        tls: Option<&TlsFiles>,
+    ) {
         let ip = self.ip(index);
         let data_dir = self.dir.join(name);
         let log = std::fs::File::create(self.dir.join(format!("{name}.log"))).expect("log file");
+        let path = |file: &PathBuf| file.to_str().expect("utf-8 path").to_string();
+        let client_scheme = if tls.is_some() { "https" } else { "http" };
+        let mut args: Vec<String> = [
+            "--name",
+            name,
+            "--data-dir",
+            &path(&data_dir),
+            "--listen-client-urls",
+            &format!("{client_scheme}://{ip}:2379"),
+            "--advertise-client-urls",
+            &format!("{client_scheme}://{ip}:2379"),
+            "--listen-peer-urls",
+            &format!("http://{ip}:2380"),
+            "--initial-advertise-peer-urls",
+            &format!("http://{ip}:2380"),
+            "--initial-cluster",
+            initial_cluster,
+            "--initial-cluster-state",
+            state,
+            "--initial-cluster-token",
+            &self.cluster_token(),
+            "--unsafe-no-fsync",
+            "--heartbeat-interval",
+            "50",
+            "--election-timeout",
+            "500",
+            "--log-level",
+            "warn",
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+        if let Some(tls) = tls {
+            args.extend([
+                "--cert-file".to_string(),
+                path(&tls.cert),
+                "--key-file".to_string(),
+                path(&tls.key),
+                "--trusted-ca-file".to_string(),
+                path(&tls.ca),
+                "--client-cert-auth".to_string(),
+            ]);
+        }
         let child = Command::new(crate::tools::etcd_binary())
-            .args([
-                "--name",
-                name,
-                "--data-dir",
-                data_dir.to_str().expect("utf-8 path"),
-                "--listen-client-urls",
-                &format!("http://{ip}:2379"),
-                "--advertise-client-urls",
-                &format!("http://{ip}:2379"),
-                "--listen-peer-urls",
-                &format!("http://{ip}:2380"),
-                "--initial-advertise-peer-urls",
-                &format!("http://{ip}:2380"),
-                "--initial-cluster",
-                initial_cluster,
-                "--initial-cluster-state",
-                state,
-                "--initial-cluster-token",
-                &format!("quorum-test-{}-{}", self.block[1], self.block[2]),
-                "--unsafe-no-fsync",
-                "--heartbeat-interval",
-                "50",
-                "--election-timeout",
-                "500",
-                "--log-level",
-                "warn",
-            ])
+            .args(&args)
             .stdout(Stdio::null())
             .stderr(Stdio::from(log))
             .kill_on_drop(true)
@@ -272,60 +302,7 @@ impl EtcdProcesses {
         state: &str,
         tls: &TlsFiles,
     ) {
-        let ip = self.ip(index);
-        let data_dir = self.data_dir(name);
-        let log = std::fs::File::create(self.dir.join(format!("{name}.log"))).expect("log file");
-        let path = |file: &PathBuf| file.to_str().expect("utf-8 path").to_string();
-        let child = Command::new(crate::tools::etcd_binary())
-            .args([
-                "--name",
-                name,
-                "--data-dir",
-                &path(&data_dir),
-                "--listen-client-urls",
-                &format!("https://{ip}:2379"),
-                "--advertise-client-urls",
-                &format!("https://{ip}:2379"),
-                "--cert-file",
-                &path(&tls.cert),
-                "--key-file",
-                &path(&tls.key),
-                "--trusted-ca-file",
-                &path(&tls.ca),
-                "--client-cert-auth",
-                "--listen-peer-urls",
-                &format!("http://{ip}:2380"),
-                "--initial-advertise-peer-urls",
-                &format!("http://{ip}:2380"),
-                "--initial-cluster",
-                initial_cluster,
-                "--initial-cluster-state",
-                state,
-                "--initial-cluster-token",
-                &self.cluster_token(),
-                "--unsafe-no-fsync",
-                "--heartbeat-interval",
-                "50",
-                "--election-timeout",
-                "500",
-                "--log-level",
-                "warn",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(log))
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start etcd");
-        let process = EtcdProcess {
-            name: name.to_string(),
-            ip,
-            data_dir,
-            child: Some(child),
-        };
-        match self.members.iter().position(|m| m.name == name) {
-            Some(existing) => self.members[existing] = process,
-            None => self.members.push(process),
-        }
+        self.spawn_process(name, index, initial_cluster, state, Some(tls));
     }
 
     /// Waits until the member at position `position` answers `/health` over TLS, presenting

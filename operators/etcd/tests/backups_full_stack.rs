@@ -11,39 +11,26 @@ use std::{collections::BTreeMap, time::Duration};
 use etcd_operator::{
     crd::{
         BackupDestination, BackupPhase, BackupPolicy, EtcdBackup, EtcdBackupSpec, EtcdCluster,
-        EtcdClusterSpec, EtcdStorage, FilesystemDestination, RestoreSource, S3Destination,
+        EtcdClusterSpec, FilesystemDestination, RestoreSource, S3Destination,
     },
     reconcile::MemberAddresses,
 };
-use k8s_openapi::{
-    ByteString, api::core::v1::Secret, apimachinery::pkg::api::resource::Quantity,
-    apimachinery::pkg::apis::meta::v1::ObjectMeta,
-};
+use k8s_openapi::{ByteString, api::core::v1::Secret, apimachinery::pkg::apis::meta::v1::ObjectMeta};
 use kube::{Api, CustomResourceExt, ResourceExt, api::PostParams};
 use quorum_core::backup::BackupSink;
 use quorum_e2e::{
     control_plane::{TestNamespace, admin_client, install_crd},
     local_members::{EtcdLauncher, LocalMembers},
     s3::S3Server,
-    tools::{etcd_binary, etcdutl_binary, pinned_version},
+    tools::{etcd_binary, etcdutl_binary},
     wait,
 };
 use sha2::{Digest, Sha256};
 
 fn cluster_spec(backup: Option<BackupPolicy>) -> EtcdClusterSpec {
     EtcdClusterSpec {
-        replicas: 3,
-        version: pinned_version("ETCD_VERSION").trim_start_matches('v').to_string(),
-        image: None,
-        storage: EtcdStorage {
-            size: Quantity("1Gi".into()),
-            storage_class_name: None,
-        },
-        resources: None,
-        pod_template: None,
-        tls: None,
         backup,
-        restore_from: None,
+        ..support::cluster_spec(3, None)
     }
 }
 

@@ -9,13 +9,10 @@ mod support;
 use std::{collections::BTreeMap, time::Duration};
 
 use etcd_operator::{
-    crd::{EtcdCluster, EtcdClusterSpec, EtcdClusterStatus, EtcdStorage},
+    crd::{EtcdCluster, EtcdClusterSpec, EtcdClusterStatus},
     reconcile::MemberAddresses,
 };
-use k8s_openapi::{
-    api::{apps::v1::StatefulSet, core::v1::Event},
-    apimachinery::pkg::api::resource::Quantity,
-};
+use k8s_openapi::api::{apps::v1::StatefulSet, core::v1::Event};
 use kube::{
     Api, CustomResourceExt,
     api::{ListParams, Patch, PatchParams, PostParams},
@@ -24,25 +21,12 @@ use quorum_core::naming::loopback_ip;
 use quorum_e2e::{
     control_plane::{TestNamespace, admin_client, install_crd},
     local_members::{EtcdLauncher, LocalMembers},
-    tools::{etcd_binary, pinned_version},
+    tools::etcd_binary,
     wait,
 };
 
 fn spec(replicas: i32) -> EtcdClusterSpec {
-    EtcdClusterSpec {
-        replicas,
-        version: pinned_version("ETCD_VERSION").trim_start_matches('v').to_string(),
-        image: None,
-        storage: EtcdStorage {
-            size: Quantity("1Gi".into()),
-            storage_class_name: None,
-        },
-        resources: None,
-        pod_template: None,
-        tls: None,
-        backup: None,
-        restore_from: None,
-    }
+    support::cluster_spec(replicas, None)
 }
 
 async fn settled_with(clusters: &Api<EtcdCluster>, members: usize) -> EtcdClusterStatus {

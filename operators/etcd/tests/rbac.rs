@@ -8,10 +8,7 @@ mod support;
 use std::{collections::BTreeMap, time::Duration};
 
 use etcd_operator::{
-    crd::{
-        BackupDestination, BackupPhase, EtcdBackup, EtcdBackupSpec, EtcdCluster, EtcdClusterSpec,
-        EtcdStorage, FilesystemDestination,
-    },
+    crd::{BackupDestination, BackupPhase, EtcdBackup, EtcdBackupSpec, EtcdCluster, FilesystemDestination},
     packaging,
     reconcile::MemberAddresses,
 };
@@ -20,7 +17,7 @@ use k8s_openapi::{
         core::v1::ServiceAccount,
         rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding, RoleRef, Subject},
     },
-    apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::ObjectMeta},
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
 };
 use kube::{
     Api, CustomResourceExt,
@@ -133,20 +130,7 @@ async fn the_generated_rules_are_enough_to_run_the_operator() {
     let operator = support::operator::start_with(as_operator, &ns, MemberAddresses::Loopback, true);
 
     let clusters: Api<EtcdCluster> = Api::namespaced(admin.clone(), &ns);
-    let spec = EtcdClusterSpec {
-        replicas: 3,
-        version,
-        image: None,
-        storage: EtcdStorage {
-            size: Quantity("1Gi".into()),
-            storage_class_name: None,
-        },
-        resources: None,
-        pod_template: None,
-        tls: None,
-        backup: None,
-        restore_from: None,
-    };
+    let spec = support::cluster_spec(3, Some(&version));
     clusters
         .create(&post, &EtcdCluster::new("main", spec))
         .await

@@ -9,7 +9,7 @@ use std::time::Duration;
 mod support;
 
 use etcd_operator::{
-    crd::{EtcdCluster, EtcdClusterSpec, EtcdStorage},
+    crd::{EtcdCluster, EtcdClusterSpec},
     reconcile::MemberAddresses,
 };
 use k8s_openapi::{
@@ -31,20 +31,7 @@ use quorum_e2e::{
 };
 
 fn spec(replicas: i32) -> EtcdClusterSpec {
-    EtcdClusterSpec {
-        replicas,
-        version: "3.6.16".into(),
-        image: None,
-        storage: EtcdStorage {
-            size: Quantity("1Gi".into()),
-            storage_class_name: None,
-        },
-        resources: None,
-        pod_template: None,
-        tls: None,
-        backup: None,
-        restore_from: None,
-    }
+    support::cluster_spec(replicas, None)
 }
 
 async fn get<K>(api: &Api<K>, name: &str) -> K

@@ -10,10 +10,10 @@ mod support;
 use std::{collections::BTreeMap, time::Duration};
 
 use etcd_operator::{
-    crd::{EtcdBackup, EtcdCluster, EtcdClusterSpec, EtcdStorage},
+    crd::{EtcdBackup, EtcdCluster},
     reconcile::MemberAddresses,
 };
-use k8s_openapi::{api::core::v1::Event, apimachinery::pkg::api::resource::Quantity};
+use k8s_openapi::api::core::v1::Event;
 use kube::{
     Api, CustomResourceExt,
     api::{ListParams, PostParams},
@@ -49,20 +49,7 @@ async fn a_member_that_died_with_its_data_is_replaced_under_the_same_name() {
     );
 
     let clusters: Api<EtcdCluster> = Api::namespaced(client.clone(), &ns);
-    let spec = EtcdClusterSpec {
-        replicas: 3,
-        version,
-        image: None,
-        storage: EtcdStorage {
-            size: Quantity("1Gi".into()),
-            storage_class_name: None,
-        },
-        resources: None,
-        pod_template: None,
-        tls: None,
-        backup: None,
-        restore_from: None,
-    };
+    let spec = support::cluster_spec(3, Some(&version));
     clusters
         .create(&PostParams::default(), &EtcdCluster::new("main", spec))
         .await

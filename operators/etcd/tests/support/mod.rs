@@ -5,6 +5,26 @@
 
 pub mod operator;
 
+/// The spec of a cluster of `replicas` members at `version` (the pinned etcd when `None`),
+/// with small volumes: what most tests create.
+pub fn cluster_spec(replicas: i32, version: Option<&str>) -> etcd_operator::crd::EtcdClusterSpec {
+    let pinned = quorum_e2e::tools::pinned_version("ETCD_VERSION");
+    etcd_operator::crd::EtcdClusterSpec {
+        replicas,
+        version: version.unwrap_or(pinned.trim_start_matches('v')).to_string(),
+        image: None,
+        storage: etcd_operator::crd::EtcdStorage {
+            size: k8s_openapi::apimachinery::pkg::api::resource::Quantity("1Gi".into()),
+            storage_class_name: None,
+        },
+        resources: None,
+        pod_template: None,
+        tls: None,
+        backup: None,
+        restore_from: None,
+    }
+}
+
 use std::{collections::BTreeMap, net::SocketAddr, time::Duration};
 
 use etcd_operator::{
