@@ -2,7 +2,7 @@
 # Builds the packaging tools (helm, opm, operator-sdk) from their Go modules into a cache outside the
 # repository, keyed by version, and prints the directory that holds them. A warm run builds nothing.
 #
-#   e2e/toolchain/packaging.sh [helm|opm|operator-sdk|all]
+#   e2e/toolchain/packaging.sh [helm|opm|operator-sdk|olm|all]
 #
 # QUORUM_CACHE (default ~/.cache/quorum) is the cache root. Versions come from versions.env.
 set -euo pipefail
@@ -105,10 +105,53 @@ build_operator_sdk() {
   echo "$out"
 }
 
+# OLM v0's `olm` and `catalog` operators, run as host processes by the OLM tests, and the CRDs they
+# serve (from the github.com/operator-framework/api version OLM's go.mod requires, under `crds/`).
+# OLM's go.mod has non-local replaces (grpc, cel-go, openshift api/client-go), so `go install` is
+# refused: one wrapper module requires OLM, copies those replaces and builds both commands, which
+# share one dependency graph. Output: OUT/olm, OUT/catalog and OUT/crds/*.yaml.
+build_olm() {
+  local out="$cache/bin/olm-$OLM_VERSION"
+  if [[ -x "$out/olm" && -x "$out/catalog" && -d "$out/crds" ]]; then echo "$out"; return; fi
+  log "building OLM $OLM_VERSION (olm, catalog)"
+  local module=github.com/operator-framework/operator-lifecycle-manager
+  local work="$cache/build/olm-$OLM_VERSION"
+  rm -rf "$work"; mkdir -p "$work" "$out"
+  local upstream_mod
+  upstream_mod=$(go mod download -json "$module@$OLM_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+  {
+    echo "module quorum.dev/toolchain/olm"
+    echo
+    echo "go $(sed -n 's/^go //p' "$upstream_mod")"
+    echo
+    echo "require $module $OLM_VERSION"
+    sed -n '/^replace (/,/^)/p; /^replace [^(]/p' "$upstream_mod"
+  } > "$work/go.mod"
+  printf '//go:build tools\n\npackage tools\n\nimport (\n\t_ "%s/cmd/olm"\n\t_ "%s/cmd/catalog"\n)\n' \
+    "$module" "$module" > "$work/tools.go"
+  (cd "$work" && go mod tidy)
+  local v=$module/pkg/version
+  local ldflags="-s -w -X $v.OLMVersion=$OLM_VERSION -X $v.GitCommit=$OLM_VERSION"
+  local cmd
+  for cmd in olm catalog; do
+    (cd "$work" && go build -tags json1,containers_image_openpgp -ldflags "$ldflags" -o "$out/$cmd.tmp" "$module/cmd/$cmd")
+    mv "$out/$cmd.tmp" "$out/$cmd"
+  done
+  # The CRDs: from the operator-framework/api version the wrapper resolved (OLM's own requirement).
+  local api_dir
+  api_dir=$(cd "$work" && go list -m -f '{{.Dir}}' github.com/operator-framework/api)
+  rm -rf "$out/crds"; mkdir -p "$out/crds.tmp"
+  cp "$api_dir"/crds/operators.coreos.com_*.yaml "$out/crds.tmp/"
+  chmod u+w "$out"/crds.tmp/*.yaml
+  mv "$out/crds.tmp" "$out/crds"
+  echo "$out"
+}
+
 case "${1:-all}" in
   helm) build_helm ;;
   opm) build_opm ;;
   operator-sdk) build_operator_sdk ;;
-  all) build_helm; build_opm; build_operator_sdk ;;
-  *) echo "usage: $0 [helm|opm|operator-sdk|all]" >&2; exit 2 ;;
+  olm) build_olm ;;
+  all) build_helm; build_opm; build_operator_sdk; build_olm ;;
+  *) echo "usage: $0 [helm|opm|operator-sdk|olm|all]" >&2; exit 2 ;;
 esac
