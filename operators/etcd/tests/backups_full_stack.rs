@@ -83,20 +83,7 @@ async fn backups_reach_a_directory_and_s3_are_recorded_and_restore_into_a_new_cl
         )
         .await
         .unwrap();
-    wait::until("the cluster Ready", Duration::from_secs(120), || async {
-        let cluster = clusters.get("main").await.map_err(|e| e.to_string())?;
-        let ready = cluster.status.as_ref().is_some_and(|s| {
-            s.conditions
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True")
-        });
-        if ready {
-            Ok(())
-        } else {
-            Err(format!("{:?}", cluster.status))
-        }
-    })
-    .await;
+    support::ready_with(&clusters, "main", 3, Duration::from_secs(120)).await;
     let url = format!("http://{}:2379", quorum_core::naming::loopback_ip(&ns, "main", 0));
     let mut kv = etcd_client::Client::connect([url], None).await.unwrap();
     for i in 0..20 {
@@ -222,20 +209,7 @@ async fn backups_reach_a_directory_and_s3_are_recorded_and_restore_into_a_new_cl
         )
         .await
         .unwrap();
-    let restored = wait::until("the restored cluster Ready", Duration::from_secs(120), || async {
-        let cluster = clusters.get("restored").await.map_err(|e| e.to_string())?;
-        let status = cluster.status.clone().unwrap_or_default();
-        let ready = status
-            .conditions
-            .iter()
-            .any(|c| c.type_ == "Ready" && c.status == "True");
-        if ready {
-            Ok(status)
-        } else {
-            Err(format!("{status:?}"))
-        }
-    })
-    .await;
+    let restored = support::ready_with(&clusters, "restored", 3, Duration::from_secs(120)).await;
     let original = clusters.get("main").await.unwrap().status.unwrap();
     assert_ne!(
         restored.cluster_id, original.cluster_id,

@@ -14,7 +14,6 @@ use quorum_e2e::{
     control_plane::{TestNamespace, admin_client, kubeconfig_path, service_account_client},
     local_members::{EtcdLauncher, LocalMembers},
     tools::{etcd_binary, packaging_tool, pinned_version, repository_root, succeeds},
-    wait,
 };
 
 #[tokio::test]
@@ -66,28 +65,7 @@ async fn the_operator_runs_under_the_charts_service_account() {
     let name = sample.metadata.name.clone().unwrap();
     let clusters: Api<EtcdCluster> = Api::namespaced(admin.clone(), &ns);
     clusters.create(&PostParams::default(), &sample).await.unwrap();
-    wait::until(
-        "the sample Ready under the chart's account",
-        Duration::from_secs(120),
-        || async {
-            let status = clusters
-                .get(&name)
-                .await
-                .map_err(|e| e.to_string())?
-                .status
-                .unwrap_or_default();
-            let ready = status
-                .conditions
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True");
-            if ready && status.replicas == 3 {
-                Ok(())
-            } else {
-                Err(format!("{:?}", status.conditions))
-            }
-        },
-    )
-    .await;
+    support::ready_with(&clusters, &name, 3, Duration::from_secs(120)).await;
 
     operator.stop().await;
     succeeds(

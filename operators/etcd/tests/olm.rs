@@ -558,33 +558,8 @@ async fn a_subscription_installs_the_operator_through_olm_and_it_reconciles_the_
         serde_json::from_value(example).expect("the example is an EtcdCluster");
     let clusters: Api<EtcdCluster> = Api::namespaced(admin.clone(), &ns);
     clusters.create(&post, &example_cluster).await.unwrap();
-    let replicas = example_cluster.spec.replicas;
-    wait::until(
-        "the example EtcdCluster to be Ready",
-        Duration::from_secs(180),
-        || {
-            let clusters = clusters.clone();
-            let cluster_name = cluster_name.clone();
-            async move {
-                let status = clusters
-                    .get(&cluster_name)
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .status
-                    .unwrap_or_default();
-                let ready = status
-                    .conditions
-                    .iter()
-                    .any(|c| c.type_ == "Ready" && c.status == "True");
-                if ready && status.replicas == replicas {
-                    Ok(())
-                } else {
-                    Err(format!("replicas {} {:?}", status.replicas, status.conditions))
-                }
-            }
-        },
-    )
-    .await;
+    let replicas = usize::try_from(example_cluster.spec.replicas).expect("positive replicas");
+    support::ready_with(&clusters, &cluster_name, replicas, Duration::from_secs(180)).await;
     // The operator held its Lease under OLM's Role.
     let lease = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(admin.clone(), &ns)
         .get("quorum-etcd-operator-leader")

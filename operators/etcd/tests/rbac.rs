@@ -135,34 +135,7 @@ async fn the_generated_rules_are_enough_to_run_the_operator() {
         .create(&post, &EtcdCluster::new("main", spec))
         .await
         .unwrap();
-    let healthy = |count: usize| {
-        let clusters = clusters.clone();
-        async move {
-            wait::until(
-                &format!("{count} healthy members"),
-                Duration::from_secs(120),
-                || async {
-                    let status = clusters
-                        .get("main")
-                        .await
-                        .map_err(|e| e.to_string())?
-                        .status
-                        .unwrap_or_default();
-                    let ready = status
-                        .conditions
-                        .iter()
-                        .any(|c| c.type_ == "Ready" && c.status == "True");
-                    if ready && status.replicas == count as i32 {
-                        Ok(())
-                    } else {
-                        Err(format!("{:?}", status.conditions))
-                    }
-                },
-            )
-            .await
-        }
-    };
-    healthy(3).await;
+    support::ready_with(&clusters, "main", 3, Duration::from_secs(120)).await;
     clusters
         .patch_scale(
             "main",
@@ -171,7 +144,7 @@ async fn the_generated_rules_are_enough_to_run_the_operator() {
         )
         .await
         .unwrap();
-    healthy(4).await;
+    support::ready_with(&clusters, "main", 4, Duration::from_secs(120)).await;
 
     let backups: Api<EtcdBackup> = Api::namespaced(admin.clone(), &ns);
     let backup = EtcdBackup::new(

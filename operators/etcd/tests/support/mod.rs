@@ -5,6 +5,35 @@
 
 pub mod operator;
 
+/// Waits until the cluster `name` is Ready with `members` started voting members, and returns
+/// its status.
+pub async fn ready_with(
+    clusters: &kube::Api<etcd_operator::crd::EtcdCluster>,
+    name: &str,
+    members: usize,
+    timeout: Duration,
+) -> etcd_operator::crd::EtcdClusterStatus {
+    use quorum_core::conditions::{ConditionType, is_true};
+    quorum_e2e::wait::until(
+        &format!("{name} Ready with {members} members"),
+        timeout,
+        || async {
+            let status = clusters
+                .get(name)
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .unwrap_or_default();
+            if is_true(&status.conditions, ConditionType::Ready) && status.replicas == members as i32 {
+                Ok(status)
+            } else {
+                Err(format!("replicas {} {:?}", status.replicas, status.conditions))
+            }
+        },
+    )
+    .await
+}
+
 /// The spec of a cluster of `replicas` members at `version` (the pinned etcd when `None`),
 /// with small volumes: what most tests create.
 pub fn cluster_spec(replicas: i32, version: Option<&str>) -> etcd_operator::crd::EtcdClusterSpec {
