@@ -185,6 +185,20 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, context: Arc<Context<State>>) 
         .unwrap_or_default();
     let mut in_flight = in_flight_from_status(status);
 
+    // Status is computed from what this pass observed; `report` writes it (only if it changed).
+    let report = async |decision: &Decision, in_flight: Option<&InFlight>, wipe_pending: &[usize]| {
+        let status: EtcdClusterStatus =
+            build_status(&cluster, &view, &members, decision, in_flight, wipe_pending, now);
+        patch_status(
+            &context.client,
+            cluster.as_ref(),
+            cluster.status.as_ref(),
+            &status,
+        )
+        .await?;
+        Ok::<(), Error>(())
+    };
+
     // Decide.
     let pod_versions = member_pod_versions(&context, &cluster).await?;
     let decision = decide(&Facts {
@@ -259,17 +273,7 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, context: Arc<Context<State>>) 
                         why,
                     )
                     .await;
-                report(
-                    &context,
-                    &cluster,
-                    &view,
-                    &members,
-                    &wait,
-                    in_flight.as_ref(),
-                    &wipe_pending,
-                    now,
-                )
-                .await?;
+                report(&wait, in_flight.as_ref(), &wipe_pending).await?;
                 return Ok(Action::requeue(Duration::from_secs(10)));
             }
             None
@@ -288,17 +292,7 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, context: Arc<Context<State>>) 
         if let Some(recorded) = step.in_flight() {
             // Written before the step is taken: a crash from here on resumes, not repeats.
             in_flight = Some(recorded);
-            report(
-                &context,
-                &cluster,
-                &view,
-                &members,
-                &decision,
-                in_flight.as_ref(),
-                &wipe_pending,
-                now,
-            )
-            .await?;
+            report(&decision, in_flight.as_ref(), &wipe_pending).await?;
         }
         match take(&context, &cluster, &resolver, &key, &view, step).await {
             Ok(StepOutcome::Done) => {
@@ -338,17 +332,7 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, context: Arc<Context<State>>) 
                     reason: "StepFailed",
                     message: format!("{} failed; nothing was changed: {error}", describe(step)),
                 });
-                report(
-                    &context,
-                    &cluster,
-                    &view,
-                    &members,
-                    &failed,
-                    in_flight.as_ref(),
-                    &wipe_pending,
-                    now,
-                )
-                .await?;
+                report(&failed, in_flight.as_ref(), &wipe_pending).await?;
                 return Err(error);
             }
         }
@@ -388,38 +372,11 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, context: Arc<Context<State>>) 
     }
 
     // Report.
-    report(
-        &context,
-        &cluster,
-        &view,
-        &members,
-        &decision,
-        in_flight.as_ref(),
-        &wipe_pending,
-        now,
-    )
-    .await?;
+    report(&decision, in_flight.as_ref(), &wipe_pending).await?;
     Ok(match decision {
         Decision::Settled => Action::requeue(Duration::from_secs(60)),
         _ => Action::requeue(Duration::from_secs(5)),
     })
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn report(
-    context: &Context<State>,
-    cluster: &EtcdCluster,
-    view: &crate::observe::ClusterView,
-    members: &[crate::decide::MemberFact],
-    decision: &Decision,
-    in_flight: Option<&InFlight>,
-    wipe_pending: &[usize],
-    now: Timestamp,
-) -> Result<(), Error> {
-    let status: EtcdClusterStatus =
-        build_status(cluster, view, members, decision, in_flight, wipe_pending, now);
-    patch_status(&context.client, cluster, cluster.status.as_ref(), &status).await?;
-    Ok(())
 }
 
 /// Takes one step: Kubernetes steps here, etcd's membership steps through [`execute`].
