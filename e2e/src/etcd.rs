@@ -200,14 +200,19 @@ impl EtcdProcesses {
 
     /// Waits until the member at position `position` in `members` answers `/health`.
     pub async fn wait_healthy(&self, position: usize) {
+        let url = format!("{}/health", self.members[position].client_url());
+        self.wait_for_health(position, &url, reqwest::Client::new()).await;
+    }
+
+    /// Polls `url` with `client` until the member reports itself healthy; fails with its log.
+    async fn wait_for_health(&self, position: usize, url: &str, client: reqwest::Client) {
         let member = &self.members[position];
-        let url = format!("{}/health", member.client_url());
         let log = self.dir.join(format!("{}.log", member.name));
         crate::wait::until(
             &format!("etcd {} healthy", member.name),
             Duration::from_secs(30),
             || async {
-                let answer = reqwest::get(&url).await.map_err(|e| e.to_string())?;
+                let answer = client.get(url).send().await.map_err(|e| format!("{e:?}"))?;
                 let body = answer.text().await.map_err(|e| e.to_string())?;
                 if body.contains("\"health\":\"true\"") {
                     Ok(())
@@ -308,9 +313,7 @@ impl EtcdProcesses {
     /// Waits until the member at position `position` answers `/health` over TLS, presenting
     /// the certificate in `tls` as its client.
     pub async fn wait_healthy_with_client_tls(&self, position: usize, tls: &TlsFiles) {
-        let member = &self.members[position];
-        let url = format!("{}/health", member.https_client_url());
-        let log = self.dir.join(format!("{}.log", member.name));
+        let url = format!("{}/health", self.members[position].https_client_url());
         let read = |file: &PathBuf| std::fs::read(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
         let mut identity = read(&tls.cert);
         identity.push(b'\n');
@@ -323,23 +326,7 @@ impl EtcdProcesses {
             .timeout(Duration::from_secs(2))
             .build()
             .expect("TLS client");
-        crate::wait::until(
-            &format!("etcd {} healthy over TLS", member.name),
-            Duration::from_secs(30),
-            || async {
-                let answer = client.get(&url).send().await.map_err(|e| format!("{e:?}"))?;
-                let body = answer.text().await.map_err(|e| e.to_string())?;
-                if body.contains("\"health\":\"true\"") {
-                    Ok(())
-                } else {
-                    Err(format!(
-                        "{body}; log: {}",
-                        std::fs::read_to_string(&log).unwrap_or_default()
-                    ))
-                }
-            },
-        )
-        .await;
+        self.wait_for_health(position, &url, client).await;
     }
 }
 
