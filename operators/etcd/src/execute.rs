@@ -50,59 +50,48 @@ pub async fn execute(
                 return Ok(StepOutcome::Done);
             }
             let (key, endpoint) = healthy_member(view, resolver, cluster, None, "member_add")?;
-            match clients
-                .call(&key, &endpoint, "member_add", Idempotency::Mutation, |admin| {
-                    let peer_url = peer_url.clone();
-                    async move { admin.add_learner(&peer_url).await }
-                })
-                .await
-            {
-                Ok(_) => Ok(StepOutcome::Done),
-                // etcd's strict reconfiguration check: members must have been connected for a
-                // while. Nothing changed; ask again later.
-                Err(CallError::Failed(error)) if error.to_string().contains("unhealthy cluster") => {
-                    Ok(StepOutcome::NotYet(error.to_string()))
-                }
-                Err(error) => Err(error.into()),
-            }
+            membership_change(
+                clients
+                    .call(&key, &endpoint, "member_add", Idempotency::Mutation, |admin| {
+                        let peer_url = peer_url.clone();
+                        async move { admin.add_learner(&peer_url).await }
+                    })
+                    .await,
+            )
         }
         Step::Promote { id, .. } => {
             if membership.iter().any(|m| m.id == id && !m.learner) {
                 return Ok(StepOutcome::Done);
             }
             let (key, endpoint) = healthy_member(view, resolver, cluster, None, "member_promote")?;
-            match clients
-                .call(
-                    &key,
-                    &endpoint,
-                    "member_promote",
-                    Idempotency::Mutation,
-                    |admin| async move { admin.promote(id).await },
-                )
-                .await
-            {
-                Ok(()) => Ok(StepOutcome::Done),
-                Err(CallError::Failed(error)) if error.to_string().contains("not in sync") => {
-                    Ok(StepOutcome::NotYet(error.to_string()))
-                }
-                Err(error) => Err(error.into()),
-            }
+            membership_change(
+                clients
+                    .call(
+                        &key,
+                        &endpoint,
+                        "member_promote",
+                        Idempotency::Mutation,
+                        |admin| async move { admin.promote(id).await },
+                    )
+                    .await,
+            )
         }
         Step::Remove { ordinal, id } | Step::Replace { ordinal, id } => {
             if !membership.iter().any(|m| m.id == id) {
                 return Ok(StepOutcome::Done);
             }
             let (key, endpoint) = healthy_member(view, resolver, cluster, Some(ordinal), "member_remove")?;
-            clients
-                .call(
-                    &key,
-                    &endpoint,
-                    "member_remove",
-                    Idempotency::Mutation,
-                    |admin| async move { admin.remove_member(id).await },
-                )
-                .await?;
-            Ok(StepOutcome::Done)
+            membership_change(
+                clients
+                    .call(
+                        &key,
+                        &endpoint,
+                        "member_remove",
+                        Idempotency::Mutation,
+                        |admin| async move { admin.remove_member(id).await },
+                    )
+                    .await,
+            )
         }
         Step::MoveLeader { from, to_id } => {
             if view.members.iter().any(|m| m.leader && m.id == to_id) {
@@ -127,6 +116,24 @@ pub async fn execute(
         Step::WipeMember { .. } => Err(StepError::NotAnAdminStep("WipeMember")),
         Step::Upgrade { .. } => Err(StepError::NotAnAdminStep("Upgrade")),
         Step::ClearInFlight => Err(StepError::NotAnAdminStep("ClearInFlight")),
+    }
+}
+
+/// The outcome of a membership change. etcd refuses some changes for now without changing
+/// anything: its strict reconfiguration check ("unhealthy cluster": members must have been
+/// connected for a few seconds, as after a start or a promotion) and a learner not yet in sync
+/// with the leader. Those are "not yet", asked again on a later pass; anything else is an error.
+fn membership_change<T>(result: Result<T, CallError<AdminError>>) -> Result<StepOutcome, StepError> {
+    match result {
+        Ok(_) => Ok(StepOutcome::Done),
+        Err(CallError::Failed(error))
+            if ["unhealthy cluster", "not in sync"]
+                .iter()
+                .any(|transient| error.to_string().contains(transient)) =>
+        {
+            Ok(StepOutcome::NotYet(error.to_string()))
+        }
+        Err(error) => Err(error.into()),
     }
 }
 
