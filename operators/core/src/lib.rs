@@ -5,6 +5,8 @@
 //!
 //! - [`availability`]: the availability-aware admin layer (tri-state health, the safety gate,
 //!   breakers, timeouts and retries, cached clients);
+//! - [`crd`]: resource fragments every operator embeds (storage, pod overrides, backup policy,
+//!   destinations, restore source, backup records);
 //! - [`naming`]: deterministic object names and the standard `app.kubernetes.io` labels;
 //! - [`apply`]: server-side apply under one field manager per operator, with controller owner references;
 //! - [`conditions`]: `Ready`, `Progressing`, `Degraded` with `observedGeneration` and stable transition times;
@@ -21,6 +23,7 @@ pub mod availability;
 pub mod backup;
 pub mod conditions;
 pub mod config;
+pub mod crd;
 pub mod error;
 pub mod events;
 pub mod http;

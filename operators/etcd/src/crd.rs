@@ -7,16 +7,21 @@
 #![allow(clippy::duplicated_attributes)]
 
 use k8s_openapi::{
-    api::core::v1::{Affinity, ResourceRequirements, Toleration},
-    apimachinery::pkg::{
-        api::resource::Quantity,
-        apis::meta::v1::{Condition, Time},
-    },
+    api::core::v1::ResourceRequirements,
+    apimachinery::pkg::apis::meta::v1::{Condition, Time},
 };
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+
+pub use quorum_core::crd::{
+    BackupDestination, BackupPhase, BackupPolicy, BackupRecord, FilesystemDestination, PodOverrides,
+    RestoreSource, S3Destination, Storage,
+};
+
+/// The former name of [`Storage`], kept so `etcd_operator::crd::EtcdStorage` (used by the
+/// integration tests) still names it.
+pub type EtcdStorage = Storage;
 
 /// An etcd cluster: its members, version and storage, kept in shape through etcd's own
 /// membership API, one safe step at a time.
@@ -67,7 +72,7 @@ pub struct EtcdClusterSpec {
     /// Persistent storage for each member. Immutable: a StatefulSet's volume claim templates
     /// cannot change.
     #[x_kube(validation = Rule::new("self == oldSelf").message("storage is immutable"))]
-    pub storage: EtcdStorage,
+    pub storage: Storage,
 
     /// CPU and memory for each member's container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -91,35 +96,6 @@ pub struct EtcdClusterSpec {
     pub restore_from: Option<RestoreSource>,
 }
 
-/// Storage of one member.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct EtcdStorage {
-    /// Size of each member's volume, for example `8Gi`.
-    pub size: Quantity,
-    /// The StorageClass; the cluster default when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub storage_class_name: Option<String>,
-}
-
-/// Pod-level overrides merged into the member pods.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct PodOverrides {
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub labels: BTreeMap<String, String>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub annotations: BTreeMap<String, String>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub node_selector: BTreeMap<String, String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tolerations: Vec<Toleration>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub affinity: Option<Affinity>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub priority_class_name: Option<String>,
-}
-
 /// TLS material, by Secret name.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -130,71 +106,6 @@ pub struct EtcdTls {
     /// Secret with the peer certificate (`tls.crt`, `tls.key`, `ca.crt`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peer_secret_name: Option<String>,
-}
-
-/// Scheduled snapshots.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct BackupPolicy {
-    /// Cron schedule (five fields, UTC), for example `0 */6 * * *`.
-    pub schedule: String,
-    /// Where snapshots go.
-    pub destination: BackupDestination,
-    /// How many successful snapshots to keep.
-    #[serde(default = "default_retention")]
-    #[schemars(range(min = 1))]
-    pub retain: u32,
-    /// `BackupStale` turns true when the newest good snapshot is older than this many minutes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
-    pub max_age_minutes: Option<u32>,
-}
-
-fn default_retention() -> u32 {
-    7
-}
-
-/// An object store location for snapshots.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct BackupDestination {
-    /// S3-compatible bucket.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub s3: Option<S3Destination>,
-    /// A directory on a volume mounted into the operator (for tests and single-node setups).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub filesystem: Option<FilesystemDestination>,
-}
-
-/// An S3-compatible bucket.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct S3Destination {
-    pub bucket: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prefix: Option<String>,
-    /// Endpoint URL for non-AWS stores (MinIO, Ceph RGW, ...).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub endpoint: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub region: Option<String>,
-    /// Secret with `accessKeyId` and `secretAccessKey`.
-    pub credentials_secret_name: String,
-}
-
-/// A directory for snapshots.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct FilesystemDestination {
-    pub path: String,
-}
-
-/// The backup a new cluster starts from.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct RestoreSource {
-    /// Name of an `EtcdBackup` in the same namespace whose snapshot succeeded.
-    pub backup_name: String,
 }
 
 /// What the operator last observed of the cluster.
@@ -245,19 +156,6 @@ pub struct InFlightStep {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub member_id: Option<String>,
     pub started_at: Time,
-}
-
-/// A backup that was taken and stored.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct BackupRecord {
-    /// The `EtcdBackup` that took it.
-    pub name: String,
-    /// Where it is stored (URL).
-    pub location: String,
-    pub completed_at: Time,
-    pub size_bytes: i64,
-    pub sha256: String,
 }
 
 /// One member as etcd and the operator see it.
@@ -330,19 +228,6 @@ pub struct EtcdBackupSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub retain: Option<u32>,
-}
-
-/// Where a backup run is.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
-pub enum BackupPhase {
-    /// Accepted; waiting for its turn or for a healthy member.
-    Pending,
-    /// A snapshot is being streamed to the destination.
-    Running,
-    /// The last snapshot was stored completely and verified.
-    Succeeded,
-    /// The last snapshot failed; `message` says why. A schedule tries again at its next time.
-    Failed,
 }
 
 /// What the operator last did for an `EtcdBackup`.

@@ -1,6 +1,7 @@
 //! Quorum's etcd operator.
 //!
-//! - [`crd`]: the `EtcdCluster` resource; the CRD is generated from these types.
+//! - [`crd`]: the `EtcdCluster` and `EtcdBackup` resources; the CRDs are generated from these
+//!   types, which embed the shared fragments of [`quorum_core::crd`].
 
 pub mod admin;
 pub mod admission;

@@ -561,7 +561,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
     use super::*;
-    use crate::crd::{EtcdClusterSpec, EtcdStorage, EtcdTls};
+    use crate::crd::{EtcdClusterSpec, EtcdTls, Storage};
 
     fn cluster() -> EtcdCluster {
         let mut cluster = EtcdCluster::new(
@@ -570,7 +570,7 @@ mod tests {
                 replicas: 3,
                 version: "3.6.16".into(),
                 image: None,
-                storage: EtcdStorage {
+                storage: Storage {
                     size: Quantity("8Gi".into()),
                     storage_class_name: Some("fast".into()),
                 },

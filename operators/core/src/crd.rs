@@ -1,0 +1,151 @@
+//! Fragments of custom resources that every Quorum operator shares: member storage, pod
+//! overrides, backup policies and destinations, restore sources and backup records.
+//!
+//! Each operator embeds these in its own resources, so the same spec reads the same way for
+//! every engine. The schema of a field comes from these types; a field's own doc comment in the
+//! embedding resource replaces the type's description.
+
+use k8s_openapi::{
+    api::core::v1::{Affinity, Toleration},
+    apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::Time},
+};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Persistent storage of each member.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Storage {
+    /// Size of each member's volume, for example `8Gi`.
+    pub size: Quantity,
+    /// The StorageClass; the cluster default when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class_name: Option<String>,
+}
+
+/// Pod-level overrides merged into the member pods.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodOverrides {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
+}
+
+/// Scheduled snapshots.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupPolicy {
+    /// Cron schedule (five fields, UTC), for example `0 */6 * * *`.
+    pub schedule: String,
+    /// Where snapshots go.
+    pub destination: BackupDestination,
+    /// How many successful snapshots to keep.
+    #[serde(default = "default_retention")]
+    #[schemars(range(min = 1))]
+    pub retain: u32,
+    /// `BackupStale` turns true when the newest good snapshot is older than this many minutes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_age_minutes: Option<u32>,
+}
+
+/// How many successful snapshots a [`BackupPolicy`] keeps when `retain` is absent.
+fn default_retention() -> u32 {
+    7
+}
+
+/// An object store location for snapshots.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupDestination {
+    /// S3-compatible bucket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3: Option<S3Destination>,
+    /// A directory on a volume mounted into the operator (for tests and single-node setups).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filesystem: Option<FilesystemDestination>,
+}
+
+/// An S3-compatible bucket.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct S3Destination {
+    pub bucket: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+    /// Endpoint URL for non-AWS stores (MinIO, Ceph RGW, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// Secret with `accessKeyId` and `secretAccessKey`.
+    pub credentials_secret_name: String,
+}
+
+/// A directory for snapshots.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FilesystemDestination {
+    pub path: String,
+}
+
+/// The backup a new cluster starts from.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreSource {
+    /// Name of a backup resource of the same operator, in the same namespace, whose snapshot succeeded.
+    pub backup_name: String,
+}
+
+/// A backup that was taken and stored.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupRecord {
+    /// The backup resource that took it.
+    pub name: String,
+    /// Where it is stored (URL).
+    pub location: String,
+    pub completed_at: Time,
+    pub size_bytes: i64,
+    pub sha256: String,
+}
+
+/// Where a backup run is.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum BackupPhase {
+    /// Accepted; waiting for its turn or for a healthy member.
+    Pending,
+    /// A snapshot is being streamed to the destination.
+    Running,
+    /// The last snapshot was stored completely and verified.
+    Succeeded,
+    /// The last snapshot failed; `message` says why. A schedule tries again at its next time.
+    Failed,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retain_defaults_to_seven() {
+        let policy: BackupPolicy = serde_json::from_value(serde_json::json!({
+            "schedule": "0 * * * *",
+            "destination": {"filesystem": {"path": "/backups"}},
+        }))
+        .expect("a policy without retain");
+        assert_eq!(policy.retain, 7);
+        assert_eq!(policy.max_age_minutes, None);
+    }
+}
