@@ -19,7 +19,7 @@ use std::{
 
 use k8s_openapi::api::{
     apps::v1::StatefulSet,
-    core::v1::{ConfigMap, PersistentVolumeClaim, Pod},
+    core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret},
 };
 use kube::{Api, Client, ResourceExt, api::ListParams};
 use quorum_core::naming::loopback_ip;
@@ -40,6 +40,9 @@ pub struct MemberPod {
     pub data_dir: PathBuf,
     /// The cluster's ConfigMap data, as `envFrom` would give it.
     pub config: BTreeMap<String, String>,
+    /// Files of the pod's Secret volumes (`secret` and `projected` with Secret sources), keyed
+    /// `<volume>/<path>`, as the kubelet would mount them.
+    pub secret_files: BTreeMap<String, Vec<u8>>,
     pub pod: Pod,
 }
 
@@ -312,7 +315,9 @@ async fn pass(
                 let _ = std::fs::remove_dir_all(&data_dir);
                 let _ = std::fs::write(&marker, &claim_uid);
             }
+            let secret_files = secret_files(client, &namespace, &pod).await?;
             let member = MemberPod {
+                secret_files,
                 ip: loopback_ip(&namespace, &cluster, ordinal),
                 namespace: namespace.clone(),
                 cluster: cluster.clone(),
@@ -367,4 +372,100 @@ async fn pass(
         }
     }
     Ok(())
+}
+
+/// The files a pod's Secret volumes would hold, keyed `<volume>/<path>`. A missing Secret gives
+/// no files (the kubelet would keep the pod waiting; the launcher's script then fails).
+async fn secret_files(
+    client: &Client,
+    namespace: &str,
+    pod: &Pod,
+) -> Result<BTreeMap<String, Vec<u8>>, kube::Error> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let mut files = BTreeMap::new();
+    let volumes = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.clone())
+        .unwrap_or_default();
+    for volume in volumes {
+        let mut sources = Vec::new();
+        if let Some(secret) = &volume.secret {
+            sources.push((
+                secret.secret_name.clone().unwrap_or_default(),
+                secret.items.clone(),
+            ));
+        }
+        if let Some(projected) = &volume.projected {
+            for source in projected.sources.iter().flatten() {
+                if let Some(secret) = &source.secret {
+                    sources.push((secret.name.clone(), secret.items.clone()));
+                }
+            }
+        }
+        for (secret_name, items) in sources {
+            let Some(secret) = secrets.get_opt(&secret_name).await? else {
+                continue;
+            };
+            let data = secret.data.unwrap_or_default();
+            let paths: Vec<(String, String)> = match items {
+                Some(items) => items.into_iter().map(|item| (item.key, item.path)).collect(),
+                None => data.keys().map(|key| (key.clone(), key.clone())).collect(),
+            };
+            for (key, path) in paths {
+                if let Some(value) = data.get(&key) {
+                    files.insert(format!("{}/{path}", volume.name), value.0.clone());
+                }
+            }
+        }
+    }
+    Ok(files)
+}
+
+/// Runs MySQL-operator members with MariaDB from Debian's packages, through the very `start.sh`
+/// the member pods run (from the cluster's ConfigMap), with the pod's paths replaced by
+/// directories next to the member's data.
+pub struct MariaDbLauncher;
+
+impl MemberLauncher for MariaDbLauncher {
+    fn managed_by(&self) -> &str {
+        "quorum-mysql-operator"
+    }
+
+    fn config_map(&self, cluster: &str) -> String {
+        format!("{cluster}-config")
+    }
+
+    fn command(&self, member: &MemberPod) -> Command {
+        let root = member.data_dir.with_extension("pod");
+        let config_dir = root.join("config");
+        let credentials_dir = root.join("credentials");
+        let run_dir = root.join("run");
+        for directory in [&config_dir, &credentials_dir, &run_dir] {
+            let _ = std::fs::create_dir_all(directory);
+        }
+        for (name, content) in &member.config {
+            let _ = std::fs::write(config_dir.join(name), content);
+        }
+        for (path, content) in &member.secret_files {
+            if let Some(file) = path.strip_prefix("credentials/") {
+                let _ = std::fs::write(credentials_dir.join(file), content);
+            }
+        }
+        let mut command = Command::new("sh");
+        command
+            .arg(config_dir.join("start.sh"))
+            .env("CONFIG_DIR", &config_dir)
+            .env("CREDENTIALS_DIR", &credentials_dir)
+            .env("DATA_DIR", &member.data_dir)
+            .env("RUN_DIR", &run_dir)
+            .env("POD_IP", member.ip.to_string())
+            .env("POD_INDEX", member.ordinal.to_string())
+            .env("REPORT_HOST", member.ip.to_string())
+            .env("MYSQLD", "mariadbd")
+            // The test machine runs as root, which mariadbd refuses unless told.
+            .env("MYSQLD_ARGS", "--user=root")
+            .env("INSTALL_DB_ARGS", "--user=root");
+        command
+    }
 }

@@ -1,5 +1,5 @@
 //! Metrics of the admin layer: every call by engine, verb and outcome, its duration, retries,
-//! and circuit breakers. Labels are bounded: engines and verbs are fixed sets in code.
+//! circuit breakers, and changes of primary (failovers and switchovers). Labels are bounded: engines and verbs are fixed sets in code.
 
 use prometheus_client::{
     encoding::EncodeLabelSet,
@@ -62,6 +62,8 @@ pub struct AdminMetrics {
     retries: Family<VerbLabels, Counter>,
     breaker_trips: Family<EngineLabels, Counter>,
     breakers_open: Family<EngineLabels, Gauge>,
+    primary_changes: Family<VerbLabels, Counter>,
+    primary_change_durations: Family<VerbLabels, Histogram, fn() -> Histogram>,
 }
 
 impl Default for AdminMetrics {
@@ -72,6 +74,8 @@ impl Default for AdminMetrics {
             retries: Family::default(),
             breaker_trips: Family::default(),
             breakers_open: Family::default(),
+            primary_changes: Family::default(),
+            primary_change_durations: Family::new_with_constructor(call_histogram),
         }
     }
 }
@@ -104,6 +108,28 @@ impl AdminMetrics {
             "Circuit breakers open now",
             self.breakers_open.clone(),
         );
+        registry.register(
+            "primary_changes",
+            "Changes of primary by kind (verb: Failover or Switchover)",
+            self.primary_changes.clone(),
+        );
+        registry.register(
+            "primary_change_duration_seconds",
+            "From the decision to change primary to the new primary accepting writes",
+            self.primary_change_durations.clone(),
+        );
+    }
+
+    /// Records a completed change of primary of `kind` (`Failover`, `Switchover`).
+    pub fn observe_primary_change(&self, engine: &str, kind: &str, seconds: f64) {
+        let labels = VerbLabels {
+            engine: engine.into(),
+            verb: kind.into(),
+        };
+        self.primary_changes.get_or_create(&labels).inc();
+        self.primary_change_durations
+            .get_or_create(&labels)
+            .observe(seconds);
     }
 
     pub fn observe_call(&self, engine: &str, verb: &str, outcome: Outcome, seconds: f64) {

@@ -1,0 +1,461 @@
+//! The `MySQLCluster` and `MySQLBackup` custom resources (`mysql.quorum.dev/v1alpha1`).
+//!
+//! Validation lives in the schema and CEL rules, so `kubectl apply` refuses a bad spec with a
+//! message naming the field before the operator ever sees it.
+
+// Several `printcolumn(type_ = "string", ...)` arguments look like duplicates to clippy.
+#![allow(clippy::duplicated_attributes)]
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::{
+    api::core::v1::ResourceRequirements,
+    apimachinery::pkg::apis::meta::v1::{Condition, Time},
+};
+use kube::{CustomResource, KubeSchema};
+pub use quorum_core::crd::{
+    BackupDestination, BackupPhase, BackupPolicy, BackupRecord, PodOverrides, RestoreSource, Storage,
+};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// `my.cnf` settings the operator owns: replication, identity and fencing depend on them, so a
+/// `config` entry may not override them. Compared with dashes read as underscores, as the
+/// server reads them.
+pub const OPERATOR_OWNED_SETTINGS: &[&str] = &[
+    "bind_address",
+    "binlog_format",
+    "datadir",
+    "enforce_gtid_consistency",
+    "gtid_domain_id",
+    "gtid_mode",
+    "gtid_strict_mode",
+    "init_file",
+    "log_bin",
+    "log_replica_updates",
+    "log_slave_updates",
+    "pid_file",
+    "port",
+    "read_only",
+    "relay_log",
+    "report_host",
+    "server_id",
+    "skip_networking",
+    "skip_slave_start",
+    "skip_replica_start",
+    "socket",
+    "super_read_only",
+    "user",
+];
+
+/// Settings the operator owns by prefix (semi-synchronous replication).
+pub const OPERATOR_OWNED_PREFIXES: &[&str] = &["rpl_semi_sync_"];
+
+/// A MySQL or MariaDB cluster: one primary and its replicas, replicating by GTID, kept in
+/// shape through the server's own SQL admin statements, one safe step at a time.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "mysql.quorum.dev",
+    version = "v1alpha1",
+    kind = "MySQLCluster",
+    plural = "mysqlclusters",
+    namespaced,
+    status = "MySQLClusterStatus",
+    shortname = "mysql",
+    category = "quorum",
+    scale(
+        spec_replicas_path = ".spec.replicas",
+        status_replicas_path = ".status.replicas",
+        label_selector_path = ".status.selector"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(name = "Primary", type_ = "string", json_path = ".status.primary"),
+    printcolumn(name = "Replicas", type_ = "integer", json_path = ".status.readyReplicas"),
+    printcolumn(name = "Version", type_ = "string", json_path = ".spec.version"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    doc = "A MySQL or MariaDB cluster managed by Quorum"
+)]
+#[x_kube(validation = Rule::new(
+    "self.flavor == 'MySQL' ? self.version.matches('^8[.](0|4)[.][0-9]+$') : self.version.matches('^(10[.]11|11[.][0-9]+)[.][0-9]+$')"
+).message("version: MySQL supports 8.0.x and 8.4.x, MariaDB 10.11.x and 11.x.y").field_path(".version"))]
+#[x_kube(validation = Rule::new(
+    "!has(self.replication) || self.replication.mode != 'SemiSync' || self.replicas == 1 || self.replication.waitForReplicaCount < self.replicas"
+).message("replication.waitForReplicaCount must be less than replicas: a primary cannot wait for more replicas than exist")
+    .field_path(".replication.waitForReplicaCount"))]
+#[serde(rename_all = "camelCase")]
+pub struct MySQLClusterSpec {
+    /// Number of members: one primary and `replicas - 1` replicas.
+    #[schemars(range(min = 1, max = 9))]
+    pub replicas: i32,
+
+    /// `MySQL` or `MariaDB`. Immutable: the data directory of one cannot be served by the other.
+    #[x_kube(validation = Rule::new("self == oldSelf").message("flavor is immutable"))]
+    pub flavor: Flavor,
+
+    /// Server version: `8.0.x` or `8.4.x` for MySQL, `10.11.x` or `11.x.y` for MariaDB.
+    #[schemars(length(min = 1))]
+    pub version: String,
+
+    /// The container image; default `mysql:<version>` or `mariadb:<version>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+
+    /// Persistent storage for each member. Immutable: a StatefulSet's volume claim templates
+    /// cannot change.
+    #[x_kube(validation = Rule::new("self == oldSelf").message("storage is immutable"))]
+    pub storage: Storage,
+
+    /// CPU and memory for each member's container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+
+    /// Scheduling and metadata overrides for the member pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_template: Option<PodOverrides>,
+
+    /// `my.cnf` overrides for the `[mysqld]` section, for example `max_connections: "500"`.
+    /// Settings the operator owns (server identity, binary log and GTID settings, read-only
+    /// fencing, semi-synchronous replication, addresses and paths) are refused.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[x_kube(validation = Rule::new(format!(
+        "self.all(k, !(k.lowerAscii().replace('-', '_') in {owned}) && !{prefixes}.exists(p, k.lowerAscii().replace('-', '_').startsWith(p)))",
+        owned = cel_list(OPERATOR_OWNED_SETTINGS),
+        prefixes = cel_list(OPERATOR_OWNED_PREFIXES),
+    )).message(Message::Expression(format!(
+        "'config: ' + self.filter(k, k.lowerAscii().replace('-', '_') in {owned} || {prefixes}.exists(p, k.lowerAscii().replace('-', '_').startsWith(p))).join(', ') + ' is set by the operator and cannot be overridden'",
+        owned = cel_list(OPERATOR_OWNED_SETTINGS),
+        prefixes = cel_list(OPERATOR_OWNED_PREFIXES),
+    ))))]
+    pub config: BTreeMap<String, String>,
+
+    /// Secret holding the `root` password under the key `password`. When absent the operator
+    /// generates one in `<cluster>-root`. The password is read from files inside the pods; it
+    /// never appears on a command line or in a log.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_password_secret: Option<String>,
+
+    /// Application accounts the operator creates on the primary.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub users: Vec<UserSpec>,
+
+    /// How replicas acknowledge the primary's commits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication: Option<ReplicationSpec>,
+
+    /// TLS for client and replication traffic.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<MySqlTls>,
+
+    /// How often to take snapshots and how long to keep them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<BackupPolicy>,
+
+    /// Start the cluster from a `MySQLBackup` instead of empty. Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("restoreFrom is immutable"))]
+    pub restore_from: Option<RestoreSource>,
+}
+
+/// Renders a CEL list literal of strings.
+fn cel_list(items: &[&str]) -> String {
+    let quoted: Vec<String> = items.iter().map(|item| format!("'{item}'")).collect();
+    format!("[{}]", quoted.join(", "))
+}
+
+/// Which server the cluster runs. The SQL the operator speaks differs between them.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq, Hash)]
+pub enum Flavor {
+    /// MySQL 8.0 or 8.4 LTS.
+    #[default]
+    MySQL,
+    /// MariaDB 10.11 or 11.x.
+    MariaDB,
+}
+
+/// An application account.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UserSpec {
+    /// Account name (the host part is `%`). `root` and names starting with `quorum_` are the
+    /// operator's.
+    #[schemars(length(min = 1, max = 32), regex(pattern = r"^[A-Za-z_][A-Za-z0-9_]*$"))]
+    #[x_kube(validation = Rule::new("self != 'root' && !self.startsWith('quorum_')")
+        .message("users[].name: root and names starting with quorum_ are reserved for the operator"))]
+    pub name: String,
+    /// Secret (same namespace) holding the password under `password`.
+    #[schemars(length(min = 1))]
+    pub password_secret: String,
+    /// The database the account may use; created when missing.
+    #[schemars(length(min = 1, max = 64), regex(pattern = r"^[A-Za-z0-9_]+$"))]
+    pub database: String,
+    /// `ReadWrite` (all privileges on the database) or `ReadOnly` (SELECT).
+    #[serde(default)]
+    pub access: Access,
+}
+
+/// What an application account may do in its database.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum Access {
+    #[default]
+    ReadWrite,
+    ReadOnly,
+}
+
+/// How replicas acknowledge commits.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicationSpec {
+    /// `SemiSync` (default): a commit is acknowledged to the client only after
+    /// `waitForReplicaCount` replicas have received it, so a failover loses no acknowledged
+    /// write. `Async`: commits do not wait; a failover may lose the newest ones.
+    #[serde(default)]
+    pub mode: ReplicationMode,
+    /// How many replicas must receive a commit before it is acknowledged (MySQL only; MariaDB
+    /// waits for one).
+    #[serde(default = "default_wait_for_replica_count")]
+    #[schemars(range(min = 1, max = 8))]
+    pub wait_for_replica_count: i32,
+}
+
+impl Default for ReplicationSpec {
+    fn default() -> Self {
+        Self {
+            mode: ReplicationMode::default(),
+            wait_for_replica_count: default_wait_for_replica_count(),
+        }
+    }
+}
+
+fn default_wait_for_replica_count() -> i32 {
+    1
+}
+
+/// Replication acknowledgement mode.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum ReplicationMode {
+    #[default]
+    SemiSync,
+    Async,
+}
+
+/// TLS material, by Secret name.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MySqlTls {
+    /// Secret with the server certificate (`tls.crt`, `tls.key`, `ca.crt`). Clients and
+    /// replication connect over TLS; unencrypted connections are refused.
+    #[schemars(length(min = 1))]
+    pub secret_name: String,
+}
+
+/// The annotation that asks for a switchover to the named member (a pod name of the cluster).
+/// The operator removes it when the switchover is done or refused.
+pub const SWITCHOVER_ANNOTATION: &str = "mysql.quorum.dev/switchover-to";
+
+/// What the operator last observed of the cluster.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MySQLClusterStatus {
+    /// The generation the status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Members the StatefulSet runs (the scale subresource's current count).
+    #[serde(default)]
+    pub replicas: i32,
+    /// Replicas that are Healthy, replicating and caught up.
+    #[serde(default)]
+    pub ready_replicas: i32,
+    /// Label selector of the member pods, for the scale subresource.
+    #[serde(default)]
+    pub selector: String,
+    /// The member that accepts writes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<MemberStatus>,
+    /// The disruptive step being taken (failover, switchover, member removal), recorded before
+    /// it is taken so that a restarted operator resumes it instead of repeating it blindly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_flight: Option<InFlightStep>,
+    /// The last change of primary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failover: Option<FailoverRecord>,
+    /// The newest successful backup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_backup: Option<BackupRecord>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// One member as the server and the operator see it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberStatus {
+    pub name: String,
+    /// `Primary`, `Replica`, `Fenced` (a former primary kept read-only), or `Unknown`.
+    pub role: String,
+    /// `Healthy`, `Unhealthy` or `Unknown` (not reachable from the operator).
+    pub health: String,
+    /// Executed GTIDs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gtid: Option<String>,
+    /// Replication lag reported by the replica.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag_seconds: Option<i64>,
+    /// Transactions this member has that the primary does not: never discarded by the
+    /// operator, which keeps the member out of service until someone decides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub errant: Option<String>,
+    /// Why the member is not healthy, when it is not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// A step in flight.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InFlightStep {
+    /// `Failover`, `Switchover`, `RemoveMember` or `AddMember`.
+    pub action: String,
+    /// The member the step acts on (the new primary for a failover or switchover).
+    pub member: String,
+    /// The primary being replaced, for a failover or switchover.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    pub started_at: Time,
+}
+
+/// A change of primary.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FailoverRecord {
+    /// `Failover` (the primary was down) or `Switchover` (asked for).
+    pub kind: String,
+    pub from: String,
+    pub to: String,
+    pub started_at: Time,
+    pub completed_at: Time,
+    /// From the decision to the new primary accepting writes, in milliseconds.
+    pub duration_millis: i64,
+}
+
+/// A consistent logical snapshot of a `MySQLCluster` (one transaction, with the GTID position
+/// it corresponds to), taken once on demand or on a cron schedule and streamed to an object
+/// store. The operator reads it from a caught-up replica when it can, to spare the primary.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "mysql.quorum.dev",
+    version = "v1alpha1",
+    kind = "MySQLBackup",
+    plural = "mysqlbackups",
+    namespaced,
+    status = "MySQLBackupStatus",
+    shortname = "mysqlbackup",
+    category = "quorum",
+    printcolumn(name = "Cluster", type_ = "string", json_path = ".spec.clusterName"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(
+        name = "Size",
+        type_ = "integer",
+        json_path = ".status.lastSnapshot.sizeBytes"
+    ),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    doc = "A snapshot (one-shot or scheduled) of a MySQL or MariaDB cluster managed by Quorum"
+)]
+#[x_kube(validation = Rule::new("!has(self.retain) || has(self.schedule)")
+    .message("retain applies only to scheduled backups: set schedule or remove retain"))]
+#[serde(rename_all = "camelCase")]
+pub struct MySQLBackupSpec {
+    /// Name of the `MySQLCluster`, in the same namespace, to snapshot. Immutable.
+    #[x_kube(validation = Rule::new("self == oldSelf").message("clusterName is immutable"))]
+    #[schemars(length(min = 1))]
+    pub cluster_name: String,
+
+    /// Where the snapshot goes: exactly one of `s3` or `filesystem`.
+    #[x_kube(validation = Rule::new("has(self.s3) != has(self.filesystem)")
+        .message("set exactly one of s3 or filesystem"))]
+    pub destination: BackupDestination,
+
+    /// Cron schedule, five fields, in UTC, for example `0 */6 * * *`. Absent: one snapshot,
+    /// taken as soon as the resource is created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^\s*\S+(\s+\S+){4}\s*$"))]
+    pub schedule: Option<String>,
+
+    /// How many successful snapshots of a schedule to keep; older ones are deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub retain: Option<u32>,
+}
+
+/// What the operator last did for a `MySQLBackup`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MySQLBackupStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<BackupPhase>,
+    /// The newest snapshot this resource stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_snapshot: Option<BackupRecord>,
+    /// The GTID position the newest snapshot corresponds to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gtid_position: Option<String>,
+    /// The member that served the snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<Time>,
+    /// Why the last run failed, or what it waits for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// When a scheduled backup runs next.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_scheduled_at: Option<Time>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// The `config` keys the operator refuses: the same rule as the CRD's, for the operator's own
+/// check (a resource stored before the rule existed is not trusted).
+pub fn forbidden_config_keys(config: &BTreeMap<String, String>) -> Vec<String> {
+    config
+        .keys()
+        .filter(|key| {
+            let normalized = key.to_ascii_lowercase().replace('-', "_");
+            OPERATOR_OWNED_SETTINGS.contains(&normalized.as_str())
+                || OPERATOR_OWNED_PREFIXES
+                    .iter()
+                    .any(|prefix| normalized.starts_with(prefix))
+        })
+        .cloned()
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owned_settings_are_recognised_in_either_spelling() {
+        let config = BTreeMap::from([
+            ("max_connections".to_string(), "500".to_string()),
+            ("Server-Id".to_string(), "7".to_string()),
+            ("rpl-semi-sync-master-timeout".to_string(), "1".to_string()),
+            ("innodb_buffer_pool_size".to_string(), "1G".to_string()),
+        ]);
+        assert_eq!(
+            forbidden_config_keys(&config),
+            vec![
+                "Server-Id".to_string(),
+                "rpl-semi-sync-master-timeout".to_string()
+            ]
+        );
+    }
+}

@@ -1,0 +1,834 @@
+//! The decision: given what was observed, the one next step, or why to wait. Pure: no I/O,
+//! no clock reads (the caller passes `now`), so every rule is table-tested.
+//!
+//! The rules, in order:
+//! 1. A step in flight is finished before anything else is considered.
+//! 2. Pods come first: the StatefulSet grows to the desired size before members are wired.
+//! 3. The primary: with none recorded, the most advanced member is opened once every started
+//!    member answered; a recorded primary that restarted read-only is reopened; a primary that
+//!    is Unhealthy **as its replicas testify** (their IO threads lost it) is failed over to the
+//!    replica whose GTIDs include every other replica's, once every replica answered. A primary
+//!    that is merely Unknown to the operator is waited for, never failed over.
+//! 4. Replicas: a member with transactions the primary lacks (errant) is reported and kept out
+//!    of service, never rewound; an empty member is seeded from a consistent snapshot before it
+//!    replicates; a member not replicating from the primary is pointed at it; semi-synchronous
+//!    acknowledgement is set as the spec asks.
+//! 5. Scale in removes the highest ordinal, only while every other member is Healthy; a leaving
+//!    primary is first switched over.
+//! 6. A requested switchover, only while every member is Healthy.
+
+use std::time::{Duration, Instant};
+
+use quorum_core::availability::health::Health;
+
+use crate::admin::gtid::GtidPosition;
+
+/// What a reachable member reported, reduced to what the decision needs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServerState {
+    pub read_only: bool,
+    pub executed: GtidPosition,
+    /// Replication as configured on the member; `None` when it has no source.
+    pub replication: Option<Replication>,
+    pub semi_sync_source: bool,
+    pub semi_sync_replica: bool,
+}
+
+/// A member's replication from its source.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Replication {
+    /// The ordinal of the member it replicates from, when the source is one of the cluster's.
+    pub source: Option<usize>,
+    pub io_running: bool,
+    pub sql_running: bool,
+    /// The IO thread positively reports the source gone (connection refused, lost).
+    pub source_lost: bool,
+    pub lag_seconds: Option<u64>,
+}
+
+impl Replication {
+    pub fn running(&self) -> bool {
+        self.io_running && self.sql_running
+    }
+}
+
+/// One member as observed in this pass.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MemberFact {
+    pub ordinal: usize,
+    pub health: Health,
+    pub observed_at: Instant,
+    /// `Some` when the member answered.
+    pub state: Option<ServerState>,
+}
+
+impl MemberFact {
+    fn healthy_state(&self, now: Instant, freshness: Duration) -> Option<&ServerState> {
+        let fresh = now.saturating_duration_since(self.observed_at) <= freshness;
+        (fresh && self.health.is_healthy())
+            .then_some(self.state.as_ref())
+            .flatten()
+    }
+}
+
+/// A step recorded in status before it is taken.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InFlight {
+    Failover { from: usize, to: usize },
+    Switchover { from: usize, to: usize },
+    RemoveMember { ordinal: usize },
+}
+
+/// Everything the decision looks at.
+#[derive(Clone, Debug)]
+pub struct Facts {
+    pub desired_members: usize,
+    /// The StatefulSet's replicas; `None` when it does not exist yet.
+    pub statefulset_replicas: Option<usize>,
+    /// Members `0..statefulset_replicas`, by ordinal.
+    pub members: Vec<MemberFact>,
+    /// The primary recorded in status.
+    pub primary: Option<usize>,
+    pub in_flight: Option<InFlight>,
+    /// A switchover asked for through the annotation.
+    pub switchover_to: Option<usize>,
+    /// Whether commits should wait for a replica.
+    pub semi_sync: bool,
+    pub freshness: Duration,
+    pub now: Instant,
+}
+
+/// The one next step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Set the StatefulSet's replicas (pods only; no member is touched).
+    ScalePods { replicas: usize },
+    /// Make `ordinal` the primary of a cluster that has none: read-write, no source.
+    OpenPrimary { ordinal: usize },
+    /// The primary is down: fence it, promote `to`.
+    Failover { from: usize, to: usize },
+    /// Hand the primary role over without losing a write: fence `from`, wait for `to` to
+    /// apply everything, promote `to`.
+    Switchover { from: usize, to: usize },
+    /// Copy a consistent snapshot of the primary into an empty member, then replicate.
+    SeedMember { ordinal: usize },
+    /// Point `ordinal` at the primary and start replicating.
+    StartReplication { ordinal: usize },
+    /// Turn semi-synchronous acknowledgement on or off on `ordinal`, for its role.
+    SetSemiSync { ordinal: usize, on: bool },
+    /// Stop and reset replication on the highest member, then remove its pod.
+    RemoveMember { ordinal: usize },
+    /// The recorded step is complete.
+    ClearInFlight,
+}
+
+impl Step {
+    /// What to record in status before taking the step.
+    pub fn in_flight(&self) -> Option<InFlight> {
+        match *self {
+            Step::Failover { from, to } => Some(InFlight::Failover { from, to }),
+            Step::Switchover { from, to } => Some(InFlight::Switchover { from, to }),
+            Step::RemoveMember { ordinal } => Some(InFlight::RemoveMember { ordinal }),
+            _ => None,
+        }
+    }
+}
+
+/// Why nothing is done now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Wait {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    Act(Step),
+    Wait(Wait),
+    Settled,
+}
+
+fn wait(reason: &'static str, message: impl Into<String>) -> Decision {
+    Decision::Wait(Wait {
+        reason,
+        message: message.into(),
+    })
+}
+
+/// Decides the next step.
+pub fn decide(facts: &Facts) -> Decision {
+    if let Some(in_flight) = &facts.in_flight {
+        return continue_in_flight(facts, in_flight);
+    }
+    let started = facts.statefulset_replicas.unwrap_or(0);
+    if started < facts.desired_members {
+        return Decision::Act(Step::ScalePods {
+            replicas: facts.desired_members,
+        });
+    }
+    let primary = match choose_primary(facts) {
+        Ok(primary) => primary,
+        Err(decision) => return decision,
+    };
+    if let Some(decision) = wire_replicas(facts, primary) {
+        return decision;
+    }
+    if started > facts.desired_members {
+        return scale_in(facts, primary, started - 1);
+    }
+    if let Some(target) = facts.switchover_to.filter(|target| *target != primary) {
+        return switchover(facts, primary, target);
+    }
+    Decision::Settled
+}
+
+/// A step recorded in status: taken again until its effect is observed, then cleared.
+fn continue_in_flight(facts: &Facts, in_flight: &InFlight) -> Decision {
+    match *in_flight {
+        InFlight::Failover { to, .. } | InFlight::Switchover { to, .. } => {
+            let promoted = member(facts, to)
+                .and_then(|m| m.healthy_state(facts.now, facts.freshness))
+                .is_some_and(|state| !state.read_only && state.replication.is_none());
+            let target_answers = member(facts, to)
+                .and_then(|m| m.healthy_state(facts.now, facts.freshness))
+                .is_some();
+            if promoted && facts.primary == Some(to) {
+                Decision::Act(Step::ClearInFlight)
+            } else if let (InFlight::Switchover { from, .. }, false) = (in_flight, target_answers) {
+                // The target may or may not have been opened: reopening the old primary now
+                // could leave two writable. Writes wait until the target answers again.
+                wait(
+                    "SwitchoverTargetUnknown",
+                    format!(
+                        "switchover from member {from} to member {to}: the target stopped answering; the old primary stays read-only until it answers"
+                    ),
+                )
+            } else {
+                match *in_flight {
+                    InFlight::Failover { from, to } => Decision::Act(Step::Failover { from, to }),
+                    InFlight::Switchover { from, to } => Decision::Act(Step::Switchover { from, to }),
+                    InFlight::RemoveMember { .. } => unreachable!("matched above"),
+                }
+            }
+        }
+        InFlight::RemoveMember { ordinal } => {
+            if facts
+                .statefulset_replicas
+                .is_some_and(|replicas| replicas <= ordinal)
+            {
+                Decision::Act(Step::ClearInFlight)
+            } else {
+                Decision::Act(Step::RemoveMember { ordinal })
+            }
+        }
+    }
+}
+
+/// The primary to wire replicas to, or the decision to take about the primary first.
+fn choose_primary(facts: &Facts) -> Result<usize, Decision> {
+    let Some(primary) = facts.primary else {
+        return open_first_primary(facts);
+    };
+    let Some(fact) = member(facts, primary) else {
+        return Err(wait(
+            "PrimaryMissing",
+            format!("the recorded primary (ordinal {primary}) has no pod"),
+        ));
+    };
+    match &fact.health {
+        Health::Healthy => match fact.healthy_state(facts.now, facts.freshness) {
+            Some(state) if state.read_only || state.replication.is_some() => {
+                // Status names it primary and no failover happened: it restarted read-only.
+                Err(Decision::Act(Step::OpenPrimary { ordinal: primary }))
+            }
+            Some(_) => Ok(primary),
+            None => Err(wait(
+                "StaleObservation",
+                format!("the primary (ordinal {primary}) was not observed recently"),
+            )),
+        },
+        Health::Unknown(why) => Err(wait(
+            "PrimaryUnknown",
+            format!(
+                "the primary (ordinal {primary}) is unreachable from the operator but its replicas do not report it down; no failover: {why}"
+            ),
+        )),
+        Health::Unhealthy(why) => Err(failover(facts, primary, why)),
+    }
+}
+
+/// With no primary recorded: once every started member answered, the one whose GTIDs include
+/// everyone else's (the lowest ordinal among equals, so a new cluster starts on ordinal 0).
+fn open_first_primary(facts: &Facts) -> Result<usize, Decision> {
+    let mut states = Vec::new();
+    for fact in &facts.members {
+        match fact.healthy_state(facts.now, facts.freshness) {
+            Some(state) => states.push((fact.ordinal, state)),
+            None => {
+                return Err(wait(
+                    "MembersStarting",
+                    format!(
+                        "member {} has not answered yet; the first primary is chosen once every member has",
+                        fact.ordinal
+                    ),
+                ));
+            }
+        }
+    }
+    if states.is_empty() {
+        return Err(wait("MembersStarting", "no member has started yet"));
+    }
+    match most_advanced(&states) {
+        Some(ordinal) => Err(Decision::Act(Step::OpenPrimary { ordinal })),
+        None => Err(wait(
+            "Diverged",
+            "no member has every transaction the others have; choose a primary by hand (annotation)",
+        )),
+    }
+}
+
+/// The member whose executed GTIDs include every other's; the lowest ordinal among equals.
+fn most_advanced(states: &[(usize, &ServerState)]) -> Option<usize> {
+    states
+        .iter()
+        .find(|(_, candidate)| {
+            states
+                .iter()
+                .all(|(_, other)| candidate.executed.includes(&other.executed))
+        })
+        .map(|(ordinal, _)| *ordinal)
+}
+
+/// The primary is down as its replicas testify: fail over, if a safe candidate exists.
+fn failover(facts: &Facts, from: usize, why: &str) -> Decision {
+    let mut replicas = Vec::new();
+    for fact in facts.members.iter().filter(|m| m.ordinal != from) {
+        match fact.healthy_state(facts.now, facts.freshness) {
+            Some(state) => replicas.push((fact.ordinal, state)),
+            // It may hold the newest acknowledged commits: choosing without it could lose them.
+            None => {
+                return wait(
+                    "FailoverBlocked",
+                    format!(
+                        "the primary (ordinal {from}) is down ({why}), but replica {} is {}; every replica must answer before one is promoted",
+                        fact.ordinal,
+                        fact.health.as_str()
+                    ),
+                );
+            }
+        }
+    }
+    if replicas.is_empty() {
+        return wait(
+            "FailoverBlocked",
+            format!("the primary (ordinal {from}) is down ({why}) and there is no replica to promote"),
+        );
+    }
+    match most_advanced(&replicas) {
+        Some(to) => Decision::Act(Step::Failover { from, to }),
+        None => wait(
+            "FailoverBlocked",
+            format!(
+                "the primary (ordinal {from}) is down, but no replica has every transaction the others have (diverged); promote one by hand"
+            ),
+        ),
+    }
+}
+
+/// The first replica that needs wiring, as a step; `None` when every member is wired.
+fn wire_replicas(facts: &Facts, primary: usize) -> Option<Decision> {
+    let primary_state = member(facts, primary)?.healthy_state(facts.now, facts.freshness)?;
+    let replicas_exist = facts.members.len() > 1;
+    if primary_state.semi_sync_source != (facts.semi_sync && replicas_exist) {
+        return Some(Decision::Act(Step::SetSemiSync {
+            ordinal: primary,
+            on: facts.semi_sync && replicas_exist,
+        }));
+    }
+    for fact in facts.members.iter().filter(|m| m.ordinal != primary) {
+        let Some(state) = fact.healthy_state(facts.now, facts.freshness) else {
+            continue;
+        };
+        if let Some(errant) = errant(state, primary_state) {
+            return Some(wait(
+                "ErrantTransactions",
+                format!(
+                    "member {} has transactions the primary does not ({errant}); it is kept out of service and nothing is discarded",
+                    fact.ordinal
+                ),
+            ));
+        }
+        let replicating_from_primary = state
+            .replication
+            .as_ref()
+            .is_some_and(|r| r.source == Some(primary) && r.running());
+        if replicating_from_primary {
+            if state.semi_sync_replica != facts.semi_sync {
+                return Some(Decision::Act(Step::SetSemiSync {
+                    ordinal: fact.ordinal,
+                    on: facts.semi_sync,
+                }));
+            }
+            continue;
+        }
+        let empty = state.executed.is_empty() && state.replication.is_none();
+        if empty && !primary_state.executed.is_empty() {
+            return Some(Decision::Act(Step::SeedMember {
+                ordinal: fact.ordinal,
+            }));
+        }
+        return Some(Decision::Act(Step::StartReplication {
+            ordinal: fact.ordinal,
+        }));
+    }
+    None
+}
+
+/// Transactions `member` has that the primary does not, rendered; `None` when there are none.
+pub fn errant(member: &ServerState, primary: &ServerState) -> Option<String> {
+    (!primary.executed.includes(&member.executed)).then(|| format!("executed {}", member.executed))
+}
+
+/// Removes the highest member, once every other member is Healthy.
+fn scale_in(facts: &Facts, primary: usize, leaving: usize) -> Decision {
+    if let Some(blocking) = facts
+        .members
+        .iter()
+        .filter(|m| m.ordinal != leaving)
+        .find(|m| m.healthy_state(facts.now, facts.freshness).is_none())
+    {
+        return wait(
+            "ScaleInBlocked",
+            format!(
+                "member {} is {}; a member is removed only while all the others are Healthy",
+                blocking.ordinal,
+                blocking.health.as_str()
+            ),
+        );
+    }
+    if leaving == primary {
+        let candidates: Vec<(usize, &ServerState)> = facts
+            .members
+            .iter()
+            .filter(|m| m.ordinal != leaving)
+            .filter_map(|m| Some((m.ordinal, m.healthy_state(facts.now, facts.freshness)?)))
+            .collect();
+        return match most_advanced(&candidates) {
+            Some(to) => switchover(facts, primary, to),
+            None => wait("ScaleInBlocked", "the leaving primary has no caught-up successor"),
+        };
+    }
+    Decision::Act(Step::RemoveMember { ordinal: leaving })
+}
+
+/// A switchover to `to`, once every member is Healthy and `to` replicates from the primary.
+fn switchover(facts: &Facts, from: usize, to: usize) -> Decision {
+    if to >= facts.members.len() {
+        return wait(
+            "SwitchoverRefused",
+            format!("member {to} does not exist; nothing was changed"),
+        );
+    }
+    if let Some(blocking) = facts
+        .members
+        .iter()
+        .find(|m| m.healthy_state(facts.now, facts.freshness).is_none())
+    {
+        return wait(
+            "SwitchoverBlocked",
+            format!(
+                "member {} is {}; a switchover needs every member Healthy",
+                blocking.ordinal,
+                blocking.health.as_str()
+            ),
+        );
+    }
+    let replicating = member(facts, to)
+        .and_then(|m| m.healthy_state(facts.now, facts.freshness))
+        .and_then(|state| state.replication.as_ref())
+        .is_some_and(|r| r.source == Some(from) && r.running());
+    if !replicating {
+        return wait(
+            "SwitchoverBlocked",
+            format!("member {to} is not replicating from the primary yet"),
+        );
+    }
+    Decision::Act(Step::Switchover { from, to })
+}
+
+fn member(facts: &Facts, ordinal: usize) -> Option<&MemberFact> {
+    facts.members.iter().find(|m| m.ordinal == ordinal)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::Flavor;
+
+    fn gtid(text: &str) -> GtidPosition {
+        GtidPosition::parse(Flavor::MariaDB, text).unwrap()
+    }
+
+    fn primary_state(executed: &str) -> ServerState {
+        ServerState {
+            read_only: false,
+            executed: gtid(executed),
+            replication: None,
+            semi_sync_source: true,
+            semi_sync_replica: false,
+        }
+    }
+
+    fn replica_state(executed: &str, source: usize) -> ServerState {
+        ServerState {
+            read_only: true,
+            executed: gtid(executed),
+            replication: Some(Replication {
+                source: Some(source),
+                io_running: true,
+                sql_running: true,
+                source_lost: false,
+                lag_seconds: Some(0),
+            }),
+            semi_sync_source: false,
+            semi_sync_replica: true,
+        }
+    }
+
+    fn healthy(ordinal: usize, state: ServerState, now: Instant) -> MemberFact {
+        MemberFact {
+            ordinal,
+            health: Health::Healthy,
+            observed_at: now,
+            state: Some(state),
+        }
+    }
+
+    fn unreachable(ordinal: usize, health: Health, now: Instant) -> MemberFact {
+        MemberFact {
+            ordinal,
+            health,
+            observed_at: now,
+            state: None,
+        }
+    }
+
+    fn facts(members: Vec<MemberFact>, primary: Option<usize>, now: Instant) -> Facts {
+        Facts {
+            desired_members: members.len(),
+            statefulset_replicas: Some(members.len()),
+            members,
+            primary,
+            in_flight: None,
+            switchover_to: None,
+            semi_sync: true,
+            freshness: Duration::from_secs(30),
+            now,
+        }
+    }
+
+    fn settled_three(now: Instant) -> Vec<MemberFact> {
+        vec![
+            healthy(0, primary_state("0-1-10"), now),
+            healthy(1, replica_state("0-1-10", 0), now),
+            healthy(2, replica_state("0-1-9", 0), now),
+        ]
+    }
+
+    #[test]
+    fn a_wired_cluster_is_settled() {
+        let now = Instant::now();
+        assert_eq!(
+            decide(&facts(settled_three(now), Some(0), now)),
+            Decision::Settled
+        );
+    }
+
+    #[test]
+    fn pods_come_first() {
+        let now = Instant::now();
+        let mut facts = facts(vec![], None, now);
+        facts.desired_members = 3;
+        facts.statefulset_replicas = None;
+        assert_eq!(decide(&facts), Decision::Act(Step::ScalePods { replicas: 3 }));
+    }
+
+    #[test]
+    fn a_new_cluster_opens_ordinal_zero_once_every_member_answered() {
+        let now = Instant::now();
+        let fresh = |ordinal| {
+            healthy(
+                ordinal,
+                ServerState {
+                    read_only: true,
+                    executed: gtid(""),
+                    replication: None,
+                    semi_sync_source: false,
+                    semi_sync_replica: false,
+                },
+                now,
+            )
+        };
+        let starting = facts(
+            vec![
+                fresh(0),
+                unreachable(1, Health::Unknown("refused".into()), now),
+                fresh(2),
+            ],
+            None,
+            now,
+        );
+        assert!(matches!(
+            decide(&starting),
+            Decision::Wait(Wait {
+                reason: "MembersStarting",
+                ..
+            })
+        ));
+        let ready = facts(vec![fresh(0), fresh(1), fresh(2)], None, now);
+        assert_eq!(decide(&ready), Decision::Act(Step::OpenPrimary { ordinal: 0 }));
+    }
+
+    #[test]
+    fn an_unknown_primary_is_never_failed_over() {
+        let now = Instant::now();
+        let mut members = settled_three(now);
+        members[0] = unreachable(0, Health::Unknown("timed out".into()), now);
+        let decision = decide(&facts(members, Some(0), now));
+        assert!(matches!(
+            decision,
+            Decision::Wait(Wait {
+                reason: "PrimaryUnknown",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn a_primary_its_replicas_report_down_fails_over_to_the_most_advanced_replica() {
+        let now = Instant::now();
+        let mut members = settled_three(now);
+        members[0] = unreachable(0, Health::Unhealthy("2 of 2 replicas lost it".into()), now);
+        // Ordinal 2 is ahead of ordinal 1 here.
+        members[1] = healthy(1, replica_state("0-1-9", 0), now);
+        members[2] = healthy(2, replica_state("0-1-10", 0), now);
+        assert_eq!(
+            decide(&facts(members, Some(0), now)),
+            Decision::Act(Step::Failover { from: 0, to: 2 })
+        );
+    }
+
+    #[test]
+    fn failover_waits_for_every_replica_and_refuses_diverged_ones() {
+        let now = Instant::now();
+        let mut members = settled_three(now);
+        members[0] = unreachable(0, Health::Unhealthy("lost".into()), now);
+        members[2] = unreachable(2, Health::Unknown("timed out".into()), now);
+        let decision = decide(&facts(members.clone(), Some(0), now));
+        assert!(matches!(
+            decision,
+            Decision::Wait(Wait {
+                reason: "FailoverBlocked",
+                ..
+            })
+        ));
+
+        members[1] = healthy(1, replica_state("0-1-9,1-2-3", 0), now);
+        members[2] = healthy(2, replica_state("0-1-10", 0), now);
+        let decision = decide(&facts(members, Some(0), now));
+        assert!(matches!(
+            decision,
+            Decision::Wait(Wait {
+                reason: "FailoverBlocked",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn a_stale_observation_is_not_acted_on() {
+        let now = Instant::now();
+        let then = now - Duration::from_secs(120);
+        let mut members = settled_three(now);
+        members[0] = unreachable(0, Health::Unhealthy("lost".into()), now);
+        members[1].observed_at = then;
+        let decision = decide(&facts(members, Some(0), now));
+        assert!(matches!(
+            decision,
+            Decision::Wait(Wait {
+                reason: "FailoverBlocked",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn a_failover_in_flight_is_resumed_until_the_new_primary_is_open() {
+        let now = Instant::now();
+        let mut members = settled_three(now);
+        members[0] = unreachable(0, Health::Unhealthy("lost".into()), now);
+        let mut in_progress = facts(members.clone(), Some(0), now);
+        in_progress.in_flight = Some(InFlight::Failover { from: 0, to: 1 });
+        assert_eq!(
+            decide(&in_progress),
+            Decision::Act(Step::Failover { from: 0, to: 1 })
+        );
+
+        members[1] = healthy(1, primary_state("0-1-10"), now);
+        let mut done = facts(members, Some(1), now);
+        done.in_flight = Some(InFlight::Failover { from: 0, to: 1 });
+        assert_eq!(decide(&done), Decision::Act(Step::ClearInFlight));
+    }
+
+    #[test]
+    fn a_switchover_whose_target_stops_answering_never_reopens_the_old_primary_blindly() {
+        let now = Instant::now();
+        let mut members = settled_three(now);
+        members[2] = unreachable(2, Health::Unknown("timed out".into()), now);
+        let mut stuck = facts(members, Some(0), now);
+        stuck.in_flight = Some(InFlight::Switchover { from: 0, to: 2 });
+        assert!(matches!(
+            decide(&stuck),
+            Decision::Wait(Wait {
+                reason: "SwitchoverTargetUnknown",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn errant_transactions_are_reported_not_replicated_over() {
+        let now = Instant::now();
+        let mut members = settled_three(now);
+        // The old primary came back with a transaction nobody else received.
+        members[2] = healthy(
+            2,
+            ServerState {
+                replication: None,
+                ..replica_state("0-1-11", 0)
+            },
+            now,
+        );
+        let decision = decide(&facts(members, Some(0), now));
+        assert!(matches!(
+            decision,
+            Decision::Wait(Wait {
+                reason: "ErrantTransactions",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn empty_members_are_seeded_and_others_repointed() {
+        let now = Instant::now();
+        let mut members = settled_three(now);
+        members[2] = healthy(
+            2,
+            ServerState {
+                replication: None,
+                ..replica_state("", 0)
+            },
+            now,
+        );
+        assert_eq!(
+            decide(&facts(members.clone(), Some(0), now)),
+            Decision::Act(Step::SeedMember { ordinal: 2 })
+        );
+        // Replicating from a former primary: repointed.
+        members[2] = healthy(2, replica_state("0-1-9", 1), now);
+        assert_eq!(
+            decide(&facts(members, Some(0), now)),
+            Decision::Act(Step::StartReplication { ordinal: 2 })
+        );
+    }
+
+    #[test]
+    fn a_restarted_primary_is_reopened() {
+        let now = Instant::now();
+        let mut members = settled_three(now);
+        members[0] = healthy(
+            0,
+            ServerState {
+                read_only: true,
+                ..primary_state("0-1-10")
+            },
+            now,
+        );
+        assert_eq!(
+            decide(&facts(members, Some(0), now)),
+            Decision::Act(Step::OpenPrimary { ordinal: 0 })
+        );
+    }
+
+    #[test]
+    fn scale_in_removes_a_replica_only_while_the_rest_are_healthy() {
+        let now = Instant::now();
+        let mut wanted = facts(settled_three(now), Some(0), now);
+        wanted.desired_members = 2;
+        assert_eq!(decide(&wanted), Decision::Act(Step::RemoveMember { ordinal: 2 }));
+
+        wanted.members[1] = unreachable(1, Health::Unknown("timed out".into()), now);
+        assert!(matches!(
+            decide(&wanted),
+            Decision::Wait(Wait {
+                reason: "ScaleInBlocked",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn a_leaving_primary_is_switched_over_first() {
+        let now = Instant::now();
+        let members = vec![
+            healthy(0, replica_state("0-1-10", 1), now),
+            healthy(1, primary_state("0-1-10"), now),
+        ];
+        let mut wanted = facts(members, Some(1), now);
+        wanted.desired_members = 1;
+        assert_eq!(
+            decide(&wanted),
+            Decision::Act(Step::Switchover { from: 1, to: 0 })
+        );
+    }
+
+    #[test]
+    fn switchover_needs_every_member_healthy() {
+        let now = Instant::now();
+        let mut asked = facts(settled_three(now), Some(0), now);
+        asked.switchover_to = Some(2);
+        assert_eq!(decide(&asked), Decision::Act(Step::Switchover { from: 0, to: 2 }));
+        asked.members[1] = unreachable(1, Health::Unknown("timed out".into()), now);
+        assert!(matches!(
+            decide(&asked),
+            Decision::Wait(Wait {
+                reason: "SwitchoverBlocked",
+                ..
+            })
+        ));
+        asked.switchover_to = Some(7);
+        asked.members = settled_three(now);
+        assert!(matches!(
+            decide(&asked),
+            Decision::Wait(Wait {
+                reason: "SwitchoverRefused",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn semi_sync_follows_the_spec() {
+        let now = Instant::now();
+        let mut asynchronous = facts(settled_three(now), Some(0), now);
+        asynchronous.semi_sync = false;
+        assert_eq!(
+            decide(&asynchronous),
+            Decision::Act(Step::SetSemiSync {
+                ordinal: 0,
+                on: false
+            })
+        );
+    }
+}

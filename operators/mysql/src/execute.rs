@@ -1,0 +1,271 @@
+//! Taking a decided step through the servers' admin statements. No Kubernetes here: pod
+//! labels and the StatefulSet are the reconciler's.
+//!
+//! Every step is safe to take again: a crash between two statements resumes, it does not
+//! repeat something harmful. A new primary is made to wait for its replicas (semi-sync) before
+//! it is opened for writes, so no write is ever acknowledged by it alone.
+
+use std::time::Duration;
+
+use quorum_core::availability::retry::{CallError, Idempotency};
+use secrecy::SecretString;
+
+use crate::{
+    address::Addresses,
+    admin::{AdminError, MySqlAdmin, ReplicationSource, SemiSyncRole, snapshot},
+    decide::Step,
+    observe::MySqlClients,
+    resources::REPLICATION_USER,
+};
+
+/// How long a new primary may take to apply what it already received.
+pub const RELAY_LOG_WAIT: Duration = Duration::from_secs(20);
+/// How long a switchover waits for the target to catch up before giving the primary back.
+pub const SWITCHOVER_CATCH_UP: Duration = Duration::from_secs(30);
+
+/// What a step needs besides the decision.
+pub struct StepContext<'a> {
+    pub clients: &'a MySqlClients,
+    /// `namespace/name`.
+    pub cluster: &'a str,
+    pub addresses: &'a Addresses,
+    /// The recorded primary, for steps that wire replicas.
+    pub primary: Option<usize>,
+    pub replication_password: &'a SecretString,
+    pub tls: bool,
+    /// Semi-sync acknowledgement as the spec asks: `Some(replicas to wait for)` or `None`.
+    pub semi_sync_wait_for: Option<u32>,
+}
+
+/// How a step ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum StepOutcome {
+    Done,
+    /// Nothing harmful happened; the step is asked again next pass.
+    NotYet(String),
+}
+
+/// Why a step failed; the servers are as they were, or as a retry of the step expects them.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    #[error("member {ordinal}: {source}")]
+    Admin {
+        ordinal: usize,
+        #[source]
+        source: CallError<AdminError>,
+    },
+    #[error("snapshot from member {from} into member {to}: {source}")]
+    Seed {
+        from: usize,
+        to: usize,
+        #[source]
+        source: snapshot::SnapshotError,
+    },
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// Takes one admin step.
+pub async fn execute(context: &StepContext<'_>, step: &Step) -> Result<StepOutcome, StepError> {
+    match *step {
+        Step::OpenPrimary { ordinal } => open_primary(context, ordinal).await,
+        Step::StartReplication { ordinal } => start_replication(context, ordinal, None).await,
+        Step::SeedMember { ordinal } => seed_member(context, ordinal).await,
+        Step::SetSemiSync { ordinal, on } => {
+            let role = match (on, Some(ordinal) == context.primary) {
+                (false, _) => SemiSyncRole::Off,
+                (true, true) => source_role(context),
+                (true, false) => SemiSyncRole::Replica,
+            };
+            call(context, ordinal, "set_semi_sync", move |admin| async move {
+                admin.set_semi_sync(role).await
+            })
+            .await?;
+            Ok(StepOutcome::Done)
+        }
+        Step::Failover { from, to } => failover(context, from, to).await,
+        Step::Switchover { from, to } => switchover(context, from, to).await,
+        Step::RemoveMember { ordinal } => {
+            call(context, ordinal, "stop_replication", |admin| async move {
+                admin.stop_replication().await
+            })
+            .await?;
+            Ok(StepOutcome::Done)
+        }
+        Step::ScalePods { .. } | Step::ClearInFlight => Ok(StepOutcome::Done),
+    }
+}
+
+fn source_role(context: &StepContext<'_>) -> SemiSyncRole {
+    match context.semi_sync_wait_for {
+        Some(wait_for) => SemiSyncRole::Source {
+            wait_for,
+            // No fallback to asynchronous commits: an acknowledged write is on a replica.
+            timeout: Duration::from_secs(u64::from(u32::MAX) / 1000),
+        },
+        None => SemiSyncRole::Off,
+    }
+}
+
+/// Makes `ordinal` a primary: no source, semi-sync as asked, then writable. The order matters:
+/// opened first, it could acknowledge a write no replica has.
+async fn open_primary(context: &StepContext<'_>, ordinal: usize) -> Result<StepOutcome, StepError> {
+    call(context, ordinal, "stop_replication", |admin| async move {
+        admin.stop_replication().await
+    })
+    .await?;
+    let role = source_role(context);
+    call(context, ordinal, "set_semi_sync", move |admin| async move {
+        admin.set_semi_sync(role).await
+    })
+    .await?;
+    call(context, ordinal, "set_read_only", |admin| async move {
+        admin.set_read_only(false).await
+    })
+    .await?;
+    Ok(StepOutcome::Done)
+}
+
+fn replication_source(context: &StepContext<'_>, primary: usize) -> ReplicationSource {
+    ReplicationSource {
+        host: context.addresses.host(primary),
+        port: context.addresses.port(),
+        user: REPLICATION_USER.to_string(),
+        password: context.replication_password.clone(),
+        tls: context.tls,
+    }
+}
+
+async fn start_replication(
+    context: &StepContext<'_>,
+    ordinal: usize,
+    start_at: Option<crate::admin::gtid::GtidPosition>,
+) -> Result<StepOutcome, StepError> {
+    let Some(primary) = context.primary else {
+        return Ok(StepOutcome::NotYet("no primary yet".into()));
+    };
+    let source = replication_source(context, primary);
+    call(context, ordinal, "configure_replica", move |admin| {
+        let source = source.clone();
+        let start_at = start_at.clone();
+        async move { admin.configure_replica(&source, start_at.as_ref()).await }
+    })
+    .await?;
+    Ok(StepOutcome::Done)
+}
+
+/// Streams a consistent snapshot of the primary into an empty member, then replicates from
+/// the snapshot's position. A failed or truncated stream is refused by the receiving end, and
+/// the member stays empty as far as the decision is concerned (no source configured).
+async fn seed_member(context: &StepContext<'_>, ordinal: usize) -> Result<StepOutcome, StepError> {
+    let Some(primary) = context.primary else {
+        return Ok(StepOutcome::NotYet("no primary yet".into()));
+    };
+    let donor = admin_of(context, primary).await?;
+    let receiver = admin_of(context, ordinal).await?;
+    let (writer, reader) = tokio::io::duplex(1 << 20);
+    let out = async move {
+        let mut writer = writer;
+        snapshot::snapshot_out(&donor, &["root", REPLICATION_USER], &mut writer).await
+    };
+    let into = async move { snapshot::snapshot_in(&receiver, tokio::io::BufReader::new(reader)).await };
+    let (sent, received) = tokio::join!(out, into);
+    let seed_error = |source| StepError::Seed {
+        from: primary,
+        to: ordinal,
+        source,
+    };
+    sent.map_err(seed_error)?;
+    let position = received.map_err(seed_error)?;
+    start_replication(context, ordinal, Some(position)).await
+}
+
+/// The primary is down as its replicas testify. The reconciler has already taken it out of the
+/// primary Service. Fence it where it can still be reached, let the candidate apply what it
+/// received, then open the candidate.
+async fn failover(context: &StepContext<'_>, from: usize, to: usize) -> Result<StepOutcome, StepError> {
+    // Best effort: the old primary is usually unreachable; it restarts read-only anyway.
+    let _ = call(context, from, "set_read_only", |admin| async move {
+        admin.set_read_only(true).await
+    })
+    .await;
+    let applied = call(context, to, "wait_relay_log_applied", |admin| async move {
+        admin.wait_relay_log_applied(RELAY_LOG_WAIT).await
+    })
+    .await?;
+    if !applied {
+        return Ok(StepOutcome::NotYet(format!(
+            "member {to} is still applying what it received from the old primary"
+        )));
+    }
+    open_primary(context, to).await
+}
+
+/// Hands the primary role from `from` to `to` without losing an acknowledged write: `from` is
+/// made read-only and its client connections closed, `to` applies everything `from` executed,
+/// then `to` opens. When `to` does not catch up in time, `from` is opened again and nothing
+/// else has changed.
+async fn switchover(context: &StepContext<'_>, from: usize, to: usize) -> Result<StepOutcome, StepError> {
+    call(context, from, "set_read_only", |admin| async move {
+        admin.set_read_only(true).await
+    })
+    .await?;
+    call(context, from, "kill_client_connections", |admin| async move {
+        admin.kill_client_connections(&["root", REPLICATION_USER]).await
+    })
+    .await?;
+    let executed = call(
+        context,
+        from,
+        "report",
+        |admin| async move { admin.report().await },
+    )
+    .await?
+    .executed;
+    let caught_up = call(context, to, "wait_for_executed", move |admin| {
+        let executed = executed.clone();
+        async move { admin.wait_for_executed(&executed, SWITCHOVER_CATCH_UP).await }
+    })
+    .await?;
+    if !caught_up {
+        call(context, from, "set_read_only", |admin| async move {
+            admin.set_read_only(false).await
+        })
+        .await?;
+        return Err(StepError::Refused(format!(
+            "member {to} did not apply the primary's transactions within {}s; the primary was reopened and nothing changed",
+            SWITCHOVER_CATCH_UP.as_secs()
+        )));
+    }
+    open_primary(context, to).await
+}
+
+async fn admin_of(context: &StepContext<'_>, ordinal: usize) -> Result<MySqlAdmin, StepError> {
+    call(context, ordinal, "connect", |admin| async move { Ok(admin) }).await
+}
+
+/// One statement-level call to `ordinal`, through the availability layer. Writes are not
+/// retried by the layer: the next pass decides again from fresh observations.
+async fn call<T, F, Fut>(
+    context: &StepContext<'_>,
+    ordinal: usize,
+    verb: &'static str,
+    verb_call: F,
+) -> Result<T, StepError>
+where
+    F: Fn(MySqlAdmin) -> Fut,
+    Fut: Future<Output = Result<T, AdminError>>,
+{
+    context
+        .clients
+        .call(
+            context.cluster,
+            context.addresses,
+            ordinal,
+            verb,
+            Idempotency::Mutation,
+            verb_call,
+        )
+        .await
+        .map_err(|source| StepError::Admin { ordinal, source })
+}

@@ -1,0 +1,23 @@
+//! Quorum's MySQL/MariaDB operator.
+//!
+//! - [`crd`]: the `MySQLCluster` and `MySQLBackup` resources; the CRDs are generated from these
+//!   types.
+//! - [`admin`]: the server's own SQL admin interface, one [`admin::dialect::Dialect`] per
+//!   flavor (MySQL, MariaDB); the only place that speaks to a server.
+//! - [`observe`], [`decide`], [`execute`]: the availability-aware loop: tri-state health from
+//!   what each member and the replicas say, a pure decision, one safe step.
+//! - [`resources`] and [`status`]: pure builders of the Kubernetes objects and the status.
+//! - [`reconcile`]: the short story that ties them together.
+
+pub mod address;
+pub mod admin;
+pub mod crd;
+pub mod decide;
+pub mod execute;
+pub mod observe;
+pub mod reconcile;
+pub mod resources;
+pub mod status;
+
+/// The operator's name: its field manager, event reporter and `app.kubernetes.io/managed-by`.
+pub const OPERATOR_NAME: &str = "quorum-mysql-operator";

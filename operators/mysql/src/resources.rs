@@ -1,0 +1,719 @@
+//! Pure builders: a `MySQLCluster` in, the Kubernetes objects it needs out. No API calls here;
+//! every builder is unit-tested without a cluster.
+//!
+//! Members start read-only, with replication stopped: only the operator, after observing the
+//! cluster, opens the primary for writes and starts replication on the replicas. A former
+//! primary that comes back therefore never accepts writes on its own. The `start.sh` in the
+//! ConfigMap initialises an empty data directory and writes the operator's accounts from the
+//! mounted credential files into a file on a memory volume, so passwords are never on a
+//! command line, in an environment variable or in the ConfigMap.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::{
+    api::{
+        apps::v1::{StatefulSet, StatefulSetSpec},
+        core::v1::{
+            ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
+            EnvVarSource, ExecAction, KeyToPath, ObjectFieldSelector, PersistentVolumeClaim,
+            PersistentVolumeClaimSpec, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
+            ProjectedVolumeSource, Secret, SecretProjection, Service, ServicePort, ServiceSpec,
+            TCPSocketAction, Volume, VolumeMount, VolumeProjection, VolumeResourceRequirements,
+        },
+        policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec},
+    },
+    apimachinery::pkg::{
+        apis::meta::v1::{LabelSelector, ObjectMeta},
+        util::intstr::IntOrString,
+    },
+};
+use kube::ResourceExt;
+use quorum_core::{
+    apply::child_metadata,
+    naming::{child_name, selector_labels, standard_labels},
+};
+
+use crate::{
+    OPERATOR_NAME,
+    crd::{Flavor, MySQLBackup, MySQLBackupSpec, MySQLCluster, ReplicationMode},
+};
+
+/// `app.kubernetes.io/name` of everything this operator creates.
+pub const APP: &str = "mysql";
+/// `app.kubernetes.io/component` of the member pods.
+pub const COMPONENT: &str = "member";
+pub const PORT: i32 = 3306;
+/// The label the operator sets on member pods after each role change; the primary and
+/// replicas Services select on it.
+pub const ROLE_LABEL: &str = "mysql.quorum.dev/role";
+/// The account the replicas replicate with.
+pub const REPLICATION_USER: &str = "quorum_repl";
+/// Keys of the credentials in the generated Secrets and in the pods' credentials volume.
+pub const PASSWORD_KEY: &str = "password";
+pub const ROOT_PASSWORD_FILE: &str = "root-password";
+pub const REPLICATION_PASSWORD_FILE: &str = "replication-password";
+
+const CONFIG_DIR: &str = "/etc/mysql/quorum";
+const CREDENTIALS_DIR: &str = "/etc/mysql/credentials";
+const DATA_DIR: &str = "/var/lib/mysql";
+const RUN_DIR: &str = "/run/mysqld";
+
+type Result<T> = std::result::Result<T, quorum_core::Error>;
+
+/// A member's role, as its pod label says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RoleLabel {
+    /// Accepts writes; selected by the primary Service.
+    Primary,
+    /// Replicating and caught up; selected by the replicas Service.
+    Replica,
+    /// Replicating but not yet caught up, or not yet replicating: in no Service.
+    CatchingUp,
+    /// A former primary kept out of service.
+    Fenced,
+}
+
+impl RoleLabel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RoleLabel::Primary => "primary",
+            RoleLabel::Replica => "replica",
+            RoleLabel::CatchingUp => "catching-up",
+            RoleLabel::Fenced => "fenced",
+        }
+    }
+}
+
+/// The StatefulSet, the headless Service and the PodDisruptionBudget share the cluster's name.
+pub fn statefulset_name(cluster: &str) -> String {
+    child_name(cluster, "")
+}
+
+pub fn headless_service_name(cluster: &str) -> String {
+    child_name(cluster, "")
+}
+
+pub fn primary_service_name(cluster: &str) -> String {
+    child_name(cluster, "primary")
+}
+
+pub fn replicas_service_name(cluster: &str) -> String {
+    child_name(cluster, "replicas")
+}
+
+pub fn config_map_name(cluster: &str) -> String {
+    child_name(cluster, "config")
+}
+
+/// The generated root password Secret, used when `spec.rootPasswordSecret` is absent.
+pub fn generated_root_secret_name(cluster: &str) -> String {
+    child_name(cluster, "root")
+}
+
+pub fn replication_secret_name(cluster: &str) -> String {
+    child_name(cluster, "replication")
+}
+
+/// The Secret holding the root password, given or generated.
+pub fn root_secret_name(cluster: &MySQLCluster) -> String {
+    cluster
+        .spec
+        .root_password_secret
+        .clone()
+        .unwrap_or_else(|| generated_root_secret_name(&cluster.name_any()))
+}
+
+/// The pod (and member) name of `ordinal`.
+pub fn member_name(cluster: &str, ordinal: usize) -> String {
+    format!("{}-{ordinal}", statefulset_name(cluster))
+}
+
+/// The ordinal of a member (pod) name of `cluster`.
+pub fn ordinal_of(cluster: &str, member: &str) -> Option<usize> {
+    member
+        .strip_prefix(&statefulset_name(cluster))?
+        .strip_prefix('-')?
+        .parse()
+        .ok()
+}
+
+/// Labels selecting this cluster's member pods.
+pub fn member_selector(cluster: &MySQLCluster) -> BTreeMap<String, String> {
+    selector_labels(APP, &cluster.name_any(), COMPONENT)
+}
+
+/// The selector as a string, for the scale subresource and pod lists.
+pub fn member_selector_string(cluster: &MySQLCluster) -> String {
+    member_selector(cluster)
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn labels(cluster: &MySQLCluster) -> BTreeMap<String, String> {
+    standard_labels(APP, &cluster.name_any(), COMPONENT, OPERATOR_NAME)
+}
+
+/// The image the members run.
+pub fn image(cluster: &MySQLCluster) -> String {
+    cluster
+        .spec
+        .image
+        .clone()
+        .unwrap_or_else(|| match cluster.spec.flavor {
+            Flavor::MySQL => format!("mysql:{}", cluster.spec.version),
+            Flavor::MariaDB => format!("mariadb:{}", cluster.spec.version),
+        })
+}
+
+/// Whether commits wait for replicas: semi-synchronous mode with at least one replica.
+pub fn semi_sync(cluster: &MySQLCluster) -> bool {
+    cluster.spec.replicas > 1
+        && cluster
+            .spec
+            .replication
+            .as_ref()
+            .is_none_or(|replication| replication.mode == ReplicationMode::SemiSync)
+}
+
+/// `my.cnf`: the settings the operator owns, then the user's `config`. The operator's settings
+/// make every member start read-only with replication stopped.
+pub fn my_cnf(cluster: &MySQLCluster) -> String {
+    let mut lines = vec![
+        "# Written by the Quorum MySQL operator; edit spec.config of the MySQLCluster instead.".to_string(),
+        "[mysqld]".to_string(),
+        "log_bin = binlog".to_string(),
+        "relay_log = relay-bin".to_string(),
+        "binlog_format = ROW".to_string(),
+        "skip_name_resolve = ON".to_string(),
+        "read_only = ON".to_string(),
+    ];
+    let flavor_lines: &[&str] = match cluster.spec.flavor {
+        Flavor::MariaDB => &[
+            "log_slave_updates = ON",
+            "gtid_strict_mode = ON",
+            "skip_slave_start = ON",
+            "rpl_semi_sync_master_wait_point = AFTER_SYNC",
+        ],
+        Flavor::MySQL => &[
+            "super_read_only = ON",
+            "log_replica_updates = ON",
+            "gtid_mode = ON",
+            "enforce_gtid_consistency = ON",
+            "skip_replica_start = ON",
+            "plugin_load_add = semisync_source.so",
+            "plugin_load_add = semisync_replica.so",
+            "rpl_semi_sync_source_wait_point = AFTER_SYNC",
+        ],
+    };
+    lines.extend(flavor_lines.iter().map(|line| line.to_string()));
+    if cluster.spec.tls.is_some() {
+        lines.extend([
+            "ssl_ca = /etc/mysql/tls/ca.crt".to_string(),
+            "ssl_cert = /etc/mysql/tls/tls.crt".to_string(),
+            "ssl_key = /etc/mysql/tls/tls.key".to_string(),
+            "require_secure_transport = ON".to_string(),
+        ]);
+    }
+    if !cluster.spec.config.is_empty() {
+        lines.push("# spec.config".to_string());
+        lines.extend(
+            cluster
+                .spec
+                .config
+                .iter()
+                .map(|(key, value)| format!("{key} = {value}")),
+        );
+    }
+    lines.push(String::new());
+    lines.join("\n")
+}
+
+/// The member's entry point. Paths and programs come from the environment with the pod's
+/// values as defaults, so local test harnesses run the very same script.
+pub fn start_script(flavor: Flavor) -> String {
+    let (server, initialise) = match flavor {
+        Flavor::MariaDB => (
+            "mariadbd",
+            r#""${INSTALL_DB:-mariadb-install-db}" --datadir="$DATA_DIR" --auth-root-authentication-method=normal --skip-test-db ${INSTALL_DB_ARGS:-} >/dev/null"#,
+        ),
+        Flavor::MySQL => (
+            "mysqld",
+            r#""${MYSQLD:-mysqld}" --no-defaults --initialize-insecure --datadir="$DATA_DIR" ${INSTALL_DB_ARGS:-}"#,
+        ),
+    };
+    format!(
+        r#"#!/bin/sh
+# Starts one member: initialises an empty data directory, writes the operator's accounts from
+# the mounted credentials into a memory volume, then runs the server read-only.
+set -eu
+CONFIG_DIR="${{CONFIG_DIR:-{CONFIG_DIR}}}"
+CREDENTIALS_DIR="${{CREDENTIALS_DIR:-{CREDENTIALS_DIR}}}"
+DATA_DIR="${{DATA_DIR:-{DATA_DIR}}}"
+RUN_DIR="${{RUN_DIR:-{RUN_DIR}}}"
+MYSQLD="${{MYSQLD:-{server}}}"
+
+# A SQL string literal of a file's content (a trailing newline is not part of a password).
+literal() {{
+  printf "'%s'" "$(sed -e 's/\\/\\\\/g' -e "s/'/\\\\'/g" "$1" | tr -d '\n')"
+}}
+
+if [ ! -d "$DATA_DIR/mysql" ]; then
+  {initialise}
+fi
+
+umask 077
+ROOT="$(literal "$CREDENTIALS_DIR/{ROOT_PASSWORD_FILE}")"
+REPLICATION="$(literal "$CREDENTIALS_DIR/{REPLICATION_PASSWORD_FILE}")"
+cat > "$RUN_DIR/accounts.sql" <<EOF
+SET sql_log_bin = 0;
+CREATE USER IF NOT EXISTS 'root'@'%' IDENTIFIED BY $ROOT;
+ALTER USER 'root'@'%' IDENTIFIED BY $ROOT;
+GRANT ALL PRIVILEGES ON *.* TO 'root'@'%' WITH GRANT OPTION;
+CREATE USER IF NOT EXISTS '{REPLICATION_USER}'@'%' IDENTIFIED BY $REPLICATION;
+ALTER USER '{REPLICATION_USER}'@'%' IDENTIFIED BY $REPLICATION;
+GRANT REPLICATION SLAVE ON *.* TO '{REPLICATION_USER}'@'%';
+SET sql_log_bin = 1;
+EOF
+
+exec "$MYSQLD" --defaults-file="$CONFIG_DIR/my.cnf" \
+  --datadir="$DATA_DIR" --socket="$RUN_DIR/mysqld.sock" --pid-file="$RUN_DIR/mysqld.pid" \
+  --bind-address="${{POD_IP:-0.0.0.0}}" --port={PORT} \
+  --server-id="$((${{POD_INDEX}} + 1))" --report-host="${{REPORT_HOST:-$POD_IP}}" \
+  --init-file="$RUN_DIR/accounts.sql" ${{MYSQLD_ARGS:-}}
+"#
+    )
+}
+
+/// The ConfigMap with `my.cnf` and `start.sh`.
+pub fn build_config_map(cluster: &MySQLCluster) -> Result<ConfigMap> {
+    Ok(ConfigMap {
+        metadata: child_metadata(cluster, config_map_name(&cluster.name_any()), labels(cluster))?,
+        data: Some(BTreeMap::from([
+            ("my.cnf".to_string(), my_cnf(cluster)),
+            ("start.sh".to_string(), start_script(cluster.spec.flavor)),
+        ])),
+        ..ConfigMap::default()
+    })
+}
+
+/// A Secret with one generated password, created once; the operator never rewrites it.
+pub fn build_password_secret(cluster: &MySQLCluster, name: String, password: String) -> Result<Secret> {
+    Ok(Secret {
+        metadata: child_metadata(cluster, name, labels(cluster))?,
+        string_data: Some(BTreeMap::from([(PASSWORD_KEY.to_string(), password)])),
+        type_: Some("Opaque".into()),
+        ..Secret::default()
+    })
+}
+
+/// A random password of 32 letters and digits.
+pub fn generate_password() -> String {
+    use rand::{Rng, distr::Alphanumeric};
+    rand::rng()
+        .sample_iter(&Alphanumeric)
+        .take(32)
+        .map(char::from)
+        .collect()
+}
+
+/// The headless Service that gives each member a stable DNS name, ready or not: the operator
+/// and the replicas must reach a member before it is in service.
+pub fn build_headless_service(cluster: &MySQLCluster) -> Result<Service> {
+    let name = cluster.name_any();
+    Ok(Service {
+        metadata: child_metadata(cluster, headless_service_name(&name), labels(cluster))?,
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".into()),
+            publish_not_ready_addresses: Some(true),
+            selector: Some(member_selector(cluster)),
+            ports: Some(vec![mysql_port()]),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    })
+}
+
+/// The read-write Service: the one pod labelled primary. Removing that label (fencing) takes
+/// the old primary out of it before anything else happens.
+pub fn build_primary_service(cluster: &MySQLCluster) -> Result<Service> {
+    role_service(
+        cluster,
+        primary_service_name(&cluster.name_any()),
+        RoleLabel::Primary,
+    )
+}
+
+/// The read-only Service: replicas that are replicating and caught up.
+pub fn build_replicas_service(cluster: &MySQLCluster) -> Result<Service> {
+    role_service(
+        cluster,
+        replicas_service_name(&cluster.name_any()),
+        RoleLabel::Replica,
+    )
+}
+
+fn role_service(cluster: &MySQLCluster, name: String, role: RoleLabel) -> Result<Service> {
+    let mut selector = member_selector(cluster);
+    selector.insert(ROLE_LABEL.to_string(), role.as_str().to_string());
+    Ok(Service {
+        metadata: child_metadata(cluster, name, labels(cluster))?,
+        spec: Some(ServiceSpec {
+            selector: Some(selector),
+            ports: Some(vec![mysql_port()]),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    })
+}
+
+fn mysql_port() -> ServicePort {
+    ServicePort {
+        name: Some("mysql".into()),
+        port: PORT,
+        target_port: Some(IntOrString::String("mysql".into())),
+        ..ServicePort::default()
+    }
+}
+
+/// At most one member down at a time through voluntary disruptions (drains).
+pub fn build_pod_disruption_budget(cluster: &MySQLCluster) -> Result<PodDisruptionBudget> {
+    Ok(PodDisruptionBudget {
+        metadata: child_metadata(cluster, statefulset_name(&cluster.name_any()), labels(cluster))?,
+        spec: Some(PodDisruptionBudgetSpec {
+            max_unavailable: Some(IntOrString::Int(1)),
+            selector: Some(LabelSelector {
+                match_labels: Some(member_selector(cluster)),
+                ..LabelSelector::default()
+            }),
+            ..PodDisruptionBudgetSpec::default()
+        }),
+        ..PodDisruptionBudget::default()
+    })
+}
+
+/// The members' StatefulSet with `replicas` pods. Pods are created in parallel: ordinal 0 is
+/// not special after the first bootstrap, so later pods must not wait for it.
+pub fn build_statefulset(cluster: &MySQLCluster, replicas: i32) -> Result<StatefulSet> {
+    let name = cluster.name_any();
+    let namespace = cluster.namespace().unwrap_or_default();
+    let mut pod_labels = labels(cluster);
+    let overrides = cluster.spec.pod_template.clone().unwrap_or_default();
+    pod_labels.extend(overrides.labels.clone());
+    let env = vec![
+        field_env("POD_NAME", "metadata.name"),
+        field_env("POD_IP", "status.podIP"),
+        field_env("POD_INDEX", "metadata.labels['apps.kubernetes.io/pod-index']"),
+        EnvVar {
+            name: "REPORT_HOST".into(),
+            value: Some(format!(
+                "$(POD_NAME).{}.{namespace}.svc",
+                headless_service_name(&name)
+            )),
+            ..EnvVar::default()
+        },
+    ];
+    let mut mounts = vec![
+        mount("data", DATA_DIR, false),
+        mount("config", CONFIG_DIR, true),
+        mount("credentials", CREDENTIALS_DIR, true),
+        mount("run", RUN_DIR, false),
+    ];
+    let mut volumes = vec![
+        Volume {
+            name: "config".into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: config_map_name(&name),
+                ..ConfigMapVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+        credentials_volume(cluster),
+        Volume {
+            name: "run".into(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                medium: Some("Memory".into()),
+                ..EmptyDirVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+    ];
+    if let Some(tls) = &cluster.spec.tls {
+        mounts.push(mount("tls", "/etc/mysql/tls", true));
+        volumes.push(Volume {
+            name: "tls".into(),
+            secret: Some(k8s_openapi::api::core::v1::SecretVolumeSource {
+                secret_name: Some(tls.secret_name.clone()),
+                default_mode: Some(0o440),
+                ..Default::default()
+            }),
+            ..Volume::default()
+        });
+    }
+    let container = Container {
+        name: "mysqld".into(),
+        image: Some(image(cluster)),
+        command: Some(vec!["sh".into(), format!("{CONFIG_DIR}/start.sh")]),
+        env: Some(env),
+        ports: Some(vec![ContainerPort {
+            name: Some("mysql".into()),
+            container_port: PORT,
+            ..ContainerPort::default()
+        }]),
+        volume_mounts: Some(mounts),
+        resources: cluster.spec.resources.clone(),
+        readiness_probe: Some(Probe {
+            tcp_socket: Some(TCPSocketAction {
+                port: IntOrString::String("mysql".into()),
+                ..TCPSocketAction::default()
+            }),
+            period_seconds: Some(5),
+            ..Probe::default()
+        }),
+        liveness_probe: Some(Probe {
+            exec: Some(ExecAction {
+                command: Some(vec![
+                    "sh".into(),
+                    "-c".into(),
+                    format!("test -S {RUN_DIR}/mysqld.sock"),
+                ]),
+            }),
+            initial_delay_seconds: Some(60),
+            period_seconds: Some(10),
+            failure_threshold: Some(6),
+            ..Probe::default()
+        }),
+        ..Container::default()
+    };
+    Ok(StatefulSet {
+        metadata: child_metadata(cluster, statefulset_name(&name), labels(cluster))?,
+        spec: Some(StatefulSetSpec {
+            replicas: Some(replicas),
+            service_name: Some(headless_service_name(&name)),
+            pod_management_policy: Some("Parallel".into()),
+            selector: LabelSelector {
+                match_labels: Some(member_selector(cluster)),
+                ..LabelSelector::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(pod_labels),
+                    annotations: (!overrides.annotations.is_empty()).then_some(overrides.annotations),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    containers: vec![container],
+                    volumes: Some(volumes),
+                    node_selector: (!overrides.node_selector.is_empty()).then_some(overrides.node_selector),
+                    tolerations: (!overrides.tolerations.is_empty()).then_some(overrides.tolerations),
+                    affinity: overrides.affinity,
+                    priority_class_name: overrides.priority_class_name,
+                    security_context: Some(PodSecurityContext {
+                        fs_group: Some(999),
+                        ..PodSecurityContext::default()
+                    }),
+                    termination_grace_period_seconds: Some(60),
+                    ..PodSpec::default()
+                }),
+            },
+            volume_claim_templates: Some(vec![PersistentVolumeClaim {
+                metadata: ObjectMeta {
+                    name: Some("data".into()),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(PersistentVolumeClaimSpec {
+                    access_modes: Some(vec!["ReadWriteOnce".into()]),
+                    storage_class_name: cluster.spec.storage.storage_class_name.clone(),
+                    resources: Some(VolumeResourceRequirements {
+                        requests: Some(BTreeMap::from([(
+                            "storage".to_string(),
+                            cluster.spec.storage.size.clone(),
+                        )])),
+                        ..VolumeResourceRequirements::default()
+                    }),
+                    ..PersistentVolumeClaimSpec::default()
+                }),
+                ..PersistentVolumeClaim::default()
+            }]),
+            ..StatefulSetSpec::default()
+        }),
+        ..StatefulSet::default()
+    })
+}
+
+/// The root and replication passwords as files, readable by the server only.
+fn credentials_volume(cluster: &MySQLCluster) -> Volume {
+    let secret = |name: String, file: &str| VolumeProjection {
+        secret: Some(SecretProjection {
+            name,
+            items: Some(vec![KeyToPath {
+                key: PASSWORD_KEY.into(),
+                path: file.into(),
+                ..KeyToPath::default()
+            }]),
+            ..SecretProjection::default()
+        }),
+        ..VolumeProjection::default()
+    };
+    Volume {
+        name: "credentials".into(),
+        projected: Some(ProjectedVolumeSource {
+            default_mode: Some(0o400),
+            sources: Some(vec![
+                secret(root_secret_name(cluster), ROOT_PASSWORD_FILE),
+                secret(
+                    replication_secret_name(&cluster.name_any()),
+                    REPLICATION_PASSWORD_FILE,
+                ),
+            ]),
+        }),
+        ..Volume::default()
+    }
+}
+
+fn field_env(name: &str, path: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: path.into(),
+                ..ObjectFieldSelector::default()
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    }
+}
+
+fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        read_only: read_only.then_some(true),
+        ..VolumeMount::default()
+    }
+}
+
+/// The `MySQLBackup` that carries out a cluster's backup policy, named `name`; `None` without
+/// a policy.
+pub fn build_scheduled_backup(cluster: &MySQLCluster, name: &str) -> Result<Option<MySQLBackup>> {
+    let Some(policy) = &cluster.spec.backup else {
+        return Ok(None);
+    };
+    let mut backup = MySQLBackup::new(
+        name,
+        MySQLBackupSpec {
+            cluster_name: cluster.name_any(),
+            destination: policy.destination.clone(),
+            schedule: Some(policy.schedule.clone()),
+            retain: Some(policy.retain),
+        },
+    );
+    backup.metadata = child_metadata(cluster, name, labels(cluster))?;
+    Ok(Some(backup))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::{MySQLClusterSpec, ReplicationSpec};
+    use quorum_core::crd::Storage;
+
+    fn cluster(flavor: Flavor, replicas: i32) -> MySQLCluster {
+        let mut cluster = MySQLCluster::new(
+            "shop",
+            MySQLClusterSpec {
+                replicas,
+                flavor,
+                version: "10.11.6".into(),
+                image: None,
+                storage: Storage {
+                    size: k8s_openapi::apimachinery::pkg::api::resource::Quantity("1Gi".into()),
+                    storage_class_name: None,
+                },
+                resources: None,
+                pod_template: None,
+                config: BTreeMap::from([("max_connections".to_string(), "500".to_string())]),
+                root_password_secret: None,
+                users: vec![],
+                replication: None,
+                tls: None,
+                backup: None,
+                restore_from: None,
+            },
+        );
+        cluster.metadata.namespace = Some("prod".into());
+        cluster.metadata.uid = Some("uid-1".into());
+        cluster
+    }
+
+    #[test]
+    fn members_start_read_only_with_replication_stopped() {
+        let mariadb = my_cnf(&cluster(Flavor::MariaDB, 3));
+        assert!(mariadb.contains("read_only = ON"));
+        assert!(mariadb.contains("skip_slave_start = ON"));
+        assert!(mariadb.contains("gtid_strict_mode = ON"));
+        let mysql = my_cnf(&cluster(Flavor::MySQL, 3));
+        assert!(mysql.contains("super_read_only = ON"));
+        assert!(mysql.contains("skip_replica_start = ON"));
+        assert!(mysql.contains("gtid_mode = ON"));
+        assert!(mysql.ends_with("max_connections = 500\n"));
+    }
+
+    #[test]
+    fn passwords_reach_the_server_through_files_only() {
+        let statefulset = build_statefulset(&cluster(Flavor::MariaDB, 3), 3).unwrap();
+        let pod = statefulset.spec.unwrap().template.spec.unwrap();
+        let container = &pod.containers[0];
+        for env in container.env.as_ref().unwrap() {
+            assert!(
+                env.value_from
+                    .as_ref()
+                    .is_none_or(|from| from.secret_key_ref.is_none())
+            );
+        }
+        let script = start_script(Flavor::MariaDB);
+        assert!(script.contains("--init-file=\"$RUN_DIR/accounts.sql\""));
+        assert!(!script.contains("--password"));
+        let credentials = pod
+            .volumes
+            .unwrap()
+            .into_iter()
+            .find(|v| v.name == "credentials")
+            .unwrap();
+        let sources = credentials.projected.unwrap().sources.unwrap();
+        assert_eq!(sources[0].secret.as_ref().unwrap().name, "shop-root");
+        assert_eq!(sources[1].secret.as_ref().unwrap().name, "shop-replication");
+    }
+
+    #[test]
+    fn role_services_select_by_the_role_label() {
+        let cluster = cluster(Flavor::MariaDB, 3);
+        let primary = build_primary_service(&cluster).unwrap();
+        assert_eq!(primary.metadata.name.as_deref(), Some("shop-primary"));
+        let selector = primary.spec.unwrap().selector.unwrap();
+        assert_eq!(selector[ROLE_LABEL], "primary");
+        let replicas = build_replicas_service(&cluster).unwrap();
+        assert_eq!(replicas.spec.unwrap().selector.unwrap()[ROLE_LABEL], "replica");
+    }
+
+    #[test]
+    fn semi_sync_needs_a_replica_and_is_the_default() {
+        assert!(semi_sync(&cluster(Flavor::MariaDB, 3)));
+        assert!(!semi_sync(&cluster(Flavor::MariaDB, 1)));
+        let mut asynchronous = cluster(Flavor::MariaDB, 3);
+        asynchronous.spec.replication = Some(ReplicationSpec {
+            mode: ReplicationMode::Async,
+            wait_for_replica_count: 1,
+        });
+        assert!(!semi_sync(&asynchronous));
+    }
+
+    #[test]
+    fn member_names_round_trip() {
+        assert_eq!(member_name("shop", 2), "shop-2");
+        assert_eq!(ordinal_of("shop", "shop-2"), Some(2));
+        assert_eq!(ordinal_of("shop", "shopx-2"), None);
+    }
+}

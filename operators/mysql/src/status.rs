@@ -1,0 +1,317 @@
+//! Status and pod roles as pure functions of what was observed and decided.
+//!
+//! Conditions are computed from the gathered facts, never from what was desired: `Ready`
+//! means the primary accepts writes and every replica replicates from it.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
+use kube::ResourceExt;
+use quorum_core::{
+    availability::health::Health,
+    conditions::{ConditionType, ConditionUpdate, set_condition},
+};
+
+use crate::{
+    crd::{FailoverRecord, InFlightStep, MemberStatus, MySQLCluster, MySQLClusterStatus},
+    decide::{Decision, InFlight, MemberFact, Step, errant},
+    resources::{RoleLabel, member_name, member_selector_string, ordinal_of},
+};
+
+/// A replica this far behind or less is caught up and in the replicas Service.
+pub const CAUGHT_UP_LAG_SECONDS: u64 = 1;
+
+/// The step in flight as recorded in status.
+pub fn in_flight_from_status(cluster: &MySQLCluster) -> Option<InFlight> {
+    let name = cluster.name_any();
+    let step = cluster.status.as_ref()?.in_flight.as_ref()?;
+    let member = ordinal_of(&name, &step.member)?;
+    let from = || ordinal_of(&name, step.from.as_deref()?);
+    Some(match step.action.as_str() {
+        "Failover" => InFlight::Failover {
+            from: from()?,
+            to: member,
+        },
+        "Switchover" => InFlight::Switchover {
+            from: from()?,
+            to: member,
+        },
+        "RemoveMember" => InFlight::RemoveMember { ordinal: member },
+        _ => return None,
+    })
+}
+
+/// The status record of a step in flight, keeping the start time of a step already recorded.
+pub fn in_flight_to_status(cluster: &MySQLCluster, in_flight: &InFlight, now: Timestamp) -> InFlightStep {
+    if in_flight_from_status(cluster).as_ref() == Some(in_flight)
+        && let Some(recorded) = cluster.status.as_ref().and_then(|s| s.in_flight.clone())
+    {
+        return recorded;
+    }
+    let name = cluster.name_any();
+    let (action, member, from) = match *in_flight {
+        InFlight::Failover { from, to } => ("Failover", to, Some(from)),
+        InFlight::Switchover { from, to } => ("Switchover", to, Some(from)),
+        InFlight::RemoveMember { ordinal } => ("RemoveMember", ordinal, None),
+    };
+    InFlightStep {
+        action: action.into(),
+        member: member_name(&name, member),
+        from: from.map(|from| member_name(&name, from)),
+        started_at: Time(now),
+    }
+}
+
+/// The record of a completed change of primary, timed from when it was recorded in flight.
+pub fn failover_record(recorded: &InFlightStep, now: Timestamp) -> FailoverRecord {
+    let elapsed = now.duration_since(recorded.started_at.0);
+    FailoverRecord {
+        kind: recorded.action.clone(),
+        from: recorded.from.clone().unwrap_or_default(),
+        to: recorded.member.clone(),
+        started_at: recorded.started_at.clone(),
+        completed_at: Time(now),
+        duration_millis: elapsed.as_millis() as i64,
+    }
+}
+
+/// The role label each member's pod should carry; `None` leaves a pod's label as it is (a
+/// member the operator cannot see is not moved in or out of a Service on a guess).
+pub fn role_labels(
+    members: &[MemberFact],
+    primary: Option<usize>,
+    in_flight: Option<&InFlight>,
+) -> BTreeMap<usize, Option<RoleLabel>> {
+    let fenced = match in_flight {
+        Some(InFlight::Failover { from, .. } | InFlight::Switchover { from, .. }) => Some(*from),
+        _ => None,
+    };
+    let primary_state = primary
+        .and_then(|p| members.iter().find(|m| m.ordinal == p))
+        .and_then(|m| m.state.as_ref());
+    members
+        .iter()
+        .map(|member| {
+            let role = if Some(member.ordinal) == fenced {
+                Some(RoleLabel::Fenced)
+            } else if Some(member.ordinal) == primary {
+                Some(RoleLabel::Primary)
+            } else {
+                member.state.as_ref().map(|state| {
+                    let replicating = state.replication.as_ref().is_some_and(|r| {
+                        r.source == primary
+                            && r.running()
+                            && r.lag_seconds.is_some_and(|lag| lag <= CAUGHT_UP_LAG_SECONDS)
+                    });
+                    match primary_state {
+                        Some(primary) if errant(state, primary).is_some() => RoleLabel::Fenced,
+                        _ if replicating && member.health.is_healthy() => RoleLabel::Replica,
+                        _ => RoleLabel::CatchingUp,
+                    }
+                })
+            };
+            (member.ordinal, role)
+        })
+        .collect()
+}
+
+/// The status to write after this pass.
+pub fn build_status(
+    cluster: &MySQLCluster,
+    members: &[MemberFact],
+    decision: &Decision,
+    primary: Option<usize>,
+    in_flight: Option<&InFlight>,
+    last_failover: Option<FailoverRecord>,
+    now: Timestamp,
+) -> MySQLClusterStatus {
+    let previous = cluster.status.clone().unwrap_or_default();
+    let name = cluster.name_any();
+    let labels = role_labels(members, primary, in_flight);
+    let primary_state = primary
+        .and_then(|p| members.iter().find(|m| m.ordinal == p))
+        .and_then(|m| m.state.as_ref());
+    let member_statuses: Vec<MemberStatus> = members
+        .iter()
+        .map(|member| {
+            let role = match labels.get(&member.ordinal).copied().flatten() {
+                Some(RoleLabel::Primary) => "Primary",
+                Some(RoleLabel::Fenced) => "Fenced",
+                Some(RoleLabel::Replica | RoleLabel::CatchingUp) => "Replica",
+                None => "Unknown",
+            };
+            let state = member.state.as_ref();
+            MemberStatus {
+                name: member_name(&name, member.ordinal),
+                role: role.into(),
+                health: member.health.as_str().into(),
+                gtid: state.map(|s| s.executed.to_string()),
+                lag_seconds: state
+                    .and_then(|s| s.replication.as_ref())
+                    .and_then(|r| r.lag_seconds)
+                    .map(|lag| lag as i64),
+                errant: state.zip(primary_state).and_then(|(s, p)| errant(s, p)),
+                message: member.health.detail().map(str::to_string),
+            }
+        })
+        .collect();
+    let ready_replicas = labels
+        .values()
+        .filter(|role| **role == Some(RoleLabel::Replica))
+        .count();
+    let desired = usize::try_from(cluster.spec.replicas).unwrap_or(0);
+    let primary_open = primary_state.is_some_and(|s| !s.read_only);
+
+    let generation = cluster.metadata.generation;
+    let mut conditions = previous.conditions.clone();
+    let ready = if primary_open && ready_replicas + 1 == desired && members.len() == desired {
+        ConditionUpdate::new(
+            ConditionType::Ready,
+            true,
+            "AllMembersReplicating",
+            format!("the primary accepts writes and {ready_replicas} replicas are caught up"),
+        )
+    } else if !primary_open {
+        ConditionUpdate::new(
+            ConditionType::Ready,
+            false,
+            "NoWritablePrimary",
+            "no primary accepts writes yet",
+        )
+    } else {
+        ConditionUpdate::new(
+            ConditionType::Ready,
+            false,
+            "ReplicasNotReady",
+            format!(
+                "{ready_replicas} of {} replicas are caught up",
+                desired.saturating_sub(1)
+            ),
+        )
+    };
+    set_condition(&mut conditions, ready, generation, now);
+
+    let progressing = match decision {
+        Decision::Settled => ConditionUpdate::new(
+            ConditionType::Progressing,
+            false,
+            "Settled",
+            "the cluster matches its spec",
+        ),
+        Decision::Act(step) => ConditionUpdate::new(
+            ConditionType::Progressing,
+            true,
+            step_reason(step),
+            describe(&name, step),
+        ),
+        Decision::Wait(wait) => ConditionUpdate::new(
+            ConditionType::Progressing,
+            true,
+            wait.reason,
+            wait.message.clone(),
+        ),
+    };
+    set_condition(&mut conditions, progressing, generation, now);
+
+    let unhealthy = members.iter().find(|m| matches!(m.health, Health::Unhealthy(_)));
+    let unknown = members.iter().find(|m| matches!(m.health, Health::Unknown(_)));
+    let errant_member = member_statuses.iter().find(|m| m.errant.is_some());
+    let degraded = match (errant_member, unhealthy, unknown) {
+        (Some(member), _, _) => ConditionUpdate::new(
+            ConditionType::Degraded,
+            true,
+            "ErrantTransactions",
+            format!(
+                "{} has transactions the primary does not ({}); kept out of service, nothing discarded",
+                member.name,
+                member.errant.as_deref().unwrap_or_default()
+            ),
+        ),
+        (None, Some(member), _) => ConditionUpdate::new(
+            ConditionType::Degraded,
+            true,
+            "MemberUnhealthy",
+            format!(
+                "{}: {}",
+                member_name(&name, member.ordinal),
+                member.health.detail().unwrap_or_default()
+            ),
+        ),
+        (None, None, Some(member)) => ConditionUpdate::new(
+            ConditionType::Degraded,
+            true,
+            "MemberUnknown",
+            format!(
+                "{} is unreachable from the operator (not assumed down): {}",
+                member_name(&name, member.ordinal),
+                member.health.detail().unwrap_or_default()
+            ),
+        ),
+        (None, None, None) => ConditionUpdate::new(
+            ConditionType::Degraded,
+            false,
+            "NoFault",
+            "every member is healthy",
+        ),
+    };
+    set_condition(&mut conditions, degraded, generation, now);
+
+    MySQLClusterStatus {
+        observed_generation: generation,
+        replicas: members.len() as i32,
+        ready_replicas: ready_replicas as i32,
+        selector: member_selector_string(cluster),
+        primary: primary.map(|p| member_name(&name, p)),
+        members: member_statuses,
+        in_flight: in_flight.map(|step| in_flight_to_status(cluster, step, now)),
+        last_failover: last_failover.or(previous.last_failover),
+        last_backup: previous.last_backup,
+        conditions,
+    }
+}
+
+/// The condition and event reason for a step.
+pub fn step_reason(step: &Step) -> &'static str {
+    match step {
+        Step::ScalePods { .. } => "ScalingPods",
+        Step::OpenPrimary { .. } => "OpeningPrimary",
+        Step::Failover { .. } => "FailingOver",
+        Step::Switchover { .. } => "SwitchingOver",
+        Step::SeedMember { .. } => "SeedingMember",
+        Step::StartReplication { .. } => "StartingReplication",
+        Step::SetSemiSync { .. } => "SettingSemiSync",
+        Step::RemoveMember { .. } => "RemovingMember",
+        Step::ClearInFlight => "StepCompleted",
+    }
+}
+
+/// A sentence for a step, for conditions and events.
+pub fn describe(cluster: &str, step: &Step) -> String {
+    let name = |ordinal: usize| member_name(cluster, ordinal);
+    match *step {
+        Step::ScalePods { replicas } => format!("running {replicas} member pods"),
+        Step::OpenPrimary { ordinal } => format!("opening {} for writes as the primary", name(ordinal)),
+        Step::Failover { from, to } => format!(
+            "failing over from {} (down, as its replicas report) to {}",
+            name(from),
+            name(to)
+        ),
+        Step::Switchover { from, to } => {
+            format!("switching the primary over from {} to {}", name(from), name(to))
+        }
+        Step::SeedMember { ordinal } => format!(
+            "copying a consistent snapshot of the primary into {} before it replicates",
+            name(ordinal)
+        ),
+        Step::StartReplication { ordinal } => format!("pointing {} at the primary", name(ordinal)),
+        Step::SetSemiSync { ordinal, on } => format!(
+            "turning semi-synchronous replication {} on {}",
+            if on { "on" } else { "off" },
+            name(ordinal)
+        ),
+        Step::RemoveMember { ordinal } => {
+            format!("stopping replication on {} and removing it", name(ordinal))
+        }
+        Step::ClearInFlight => "the recorded step is complete".into(),
+    }
+}
