@@ -15,6 +15,19 @@
 //!   rest; the choice is the pure function [`choose_expired`].
 //!
 //! The prefix (or directory) belongs to the sink: every object under it counts as a backup.
+//!
+//! Around the sink, what every operator's backup controller needs besides its engine's own
+//! backup verb:
+//!
+//! - destinations: [`credentials`] reads a destination's S3 credentials Secret,
+//!   [`backup_target`] maps a [`BackupDestination`](crate::crd::BackupDestination) to a
+//!   [`BackupTarget`], [`scoped_target`] narrows it to one cluster, and [`object_name`] names
+//!   each backup by cluster and time;
+//! - schedules: [`next_due`] reads a five-field cron schedule (UTC), [`due_at`] says when a
+//!   backup resource runs next, and [`is_stale`] decides a cluster's `BackupStale` condition;
+//! - streaming: [`pipe`] runs the engine's producer (a snapshot or dump written into a
+//!   [`PipeWriter`]) and the sink's upload concurrently, so that a stream the producer failed,
+//!   or that stalled, is never stored.
 
 use std::{
     fmt,
@@ -30,6 +43,17 @@ use object_store::{
 };
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+mod destination;
+mod pipe;
+mod schedule;
+
+pub use destination::{
+    ACCESS_KEY_ID_KEY, CredentialsError, DestinationError, S3Credentials, SECRET_ACCESS_KEY_KEY,
+    backup_target, credentials, object_name, scoped_target,
+};
+pub use pipe::{PIPE_CAPACITY, PipeError, PipeReader, PipeWriter, Produce, pipe, producer};
+pub use schedule::{ScheduleError, due_at, is_stale, next_due};
 
 /// Size of one multipart part. S3 requires at least 5 MiB for every part but the last and allows
 /// 10 000 parts, so 8 MiB parts admit backups up to about 78 GiB.

@@ -13,7 +13,8 @@
 //! - [`status`]: writing `status` only when it changed;
 //! - [`events`]: one shared event recorder with a fixed catalogue of reasons;
 //! - [`metrics`] and [`http`]: `/metrics`, `/healthz`, `/readyz`;
-//! - [`backup`]: the backup sink, streaming checksummed backups to S3-compatible storage or a directory;
+//! - [`backup`]: the backup sink, streaming checksummed backups to S3-compatible storage or a directory,
+//!   and around it destinations, schedules and the producer-to-sink pipe;
 //! - [`leader`]: leader election on a `coordination.k8s.io` Lease;
 //! - [`runner`]: the controller runner that ties them together;
 //! - [`config`] and [`telemetry`]: flags, environment and structured logs.

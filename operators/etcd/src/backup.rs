@@ -1,11 +1,9 @@
 //! Backups and restore, engine level: no Kubernetes API calls here.
 //!
 //! - Taking a backup: [`choose_snapshot_member`] picks the member to ask, [`snapshot_to_sink`]
-//!   streams etcd's snapshot of it into a [`BackupSink`] under [`object_name`]. The reconciler
-//!   reads the destination's credentials Secret and maps the destination with
-//!   [`backup_target`].
-//! - Scheduling: [`next_due`] reads a five-field cron schedule (UTC); [`is_stale`] decides the
-//!   cluster's `BackupStale` condition.
+//!   streams etcd's snapshot of it into a [`BackupSink`] under [`object_name`], through
+//!   [`quorum_core::backup::pipe`]. Destinations, credentials and schedules are the shared
+//!   ones of [`quorum_core::backup`].
 //! - Restoring: [`restore_plan`] lays out the new cluster's membership, and
 //!   [`restore_data_dir`] turns a downloaded snapshot into one member's data directory by
 //!   running `etcdutl snapshot restore`, as the member pod's init container does.
@@ -15,154 +13,28 @@
 //! that looks like a good backup appears.
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::BTreeSet,
     ffi::OsString,
-    fmt,
-    future::Future,
     io,
     path::{Path, PathBuf},
-    pin::Pin,
-    sync::{
-        Arc,
-        atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering},
-    },
-    task::{Context, Poll},
     time::Duration,
 };
 
-use jiff::{Timestamp, tz::TimeZone};
-use k8s_openapi::ByteString;
+use jiff::Timestamp;
 use quorum_core::{
     availability::{
         clients::MemberKey,
         health::Health,
         retry::{CallError, Idempotency},
     },
-    backup::{BackupError, BackupSink, BackupTarget, S3Target, StoredBackup},
+    backup::{self, BackupError, BackupSink, PipeError, PipeReader, StoredBackup, pipe, producer},
 };
-use tokio::io::{AsyncRead, AsyncWrite, DuplexStream, ReadBuf};
 
 use crate::{
-    admin::{AdminError, SnapshotInfo},
-    crd::BackupDestination,
+    admin::AdminError,
     observe::{ClusterView, EtcdClients, self_health},
     resolver::MemberResolver,
 };
-
-// ---------------------------------------------------------------------------------------------
-// Destination
-// ---------------------------------------------------------------------------------------------
-
-/// The key of the access key id in an S3 credentials Secret.
-pub const ACCESS_KEY_ID_KEY: &str = "accessKeyId";
-/// The key of the secret access key in an S3 credentials Secret.
-pub const SECRET_ACCESS_KEY_KEY: &str = "secretAccessKey";
-
-/// S3 credentials, as read from the destination's Secret. `Debug` never prints the secret.
-#[derive(Clone, PartialEq, Eq)]
-pub struct S3Credentials {
-    pub access_key_id: String,
-    pub secret_access_key: String,
-}
-
-impl fmt::Debug for S3Credentials {
-    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        formatter
-            .debug_struct("S3Credentials")
-            .field("access_key_id", &self.access_key_id)
-            .field("secret_access_key", &"<redacted>")
-            .finish()
-    }
-}
-
-impl S3Credentials {
-    /// Reads `accessKeyId` and `secretAccessKey` from a Secret's `data`. Surrounding whitespace
-    /// (a trailing newline from `kubectl create secret --from-file`) is trimmed.
-    ///
-    /// # Errors
-    /// [`DestinationError::InvalidCredentials`] naming `secret_name` when a key is missing,
-    /// empty or not UTF-8. The message never contains the secret's value.
-    pub fn from_secret_data(
-        secret_name: &str,
-        data: &BTreeMap<String, ByteString>,
-    ) -> Result<Self, DestinationError> {
-        let read = |key: &'static str| {
-            let invalid = |reason: &'static str| DestinationError::InvalidCredentials {
-                secret: secret_name.to_string(),
-                key,
-                reason,
-            };
-            let bytes = data.get(key).ok_or_else(|| invalid("missing"))?;
-            let text = std::str::from_utf8(&bytes.0).map_err(|_| invalid("not UTF-8"))?;
-            let text = text.trim();
-            if text.is_empty() {
-                return Err(invalid("empty"));
-            }
-            Ok(text.to_string())
-        };
-        Ok(Self {
-            access_key_id: read(ACCESS_KEY_ID_KEY)?,
-            secret_access_key: read(SECRET_ACCESS_KEY_KEY)?,
-        })
-    }
-}
-
-/// Why a [`BackupDestination`] cannot become a sink target. Permanent until the resource (or
-/// its Secret) changes: the reconciler reports it and waits rather than retrying.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum DestinationError {
-    #[error("the destination names neither s3 nor filesystem")]
-    NoDestination,
-    #[error("the destination names both s3 and filesystem; choose one")]
-    BothDestinations,
-    #[error("the s3 destination needs the credentials of Secret {secret}, and none were given")]
-    MissingCredentials { secret: String },
-    #[error("Secret {secret}: {key} is {reason}")]
-    InvalidCredentials {
-        secret: String,
-        key: &'static str,
-        reason: &'static str,
-    },
-}
-
-/// Maps a resource's [`BackupDestination`] to a sink target. Pure: the reconciler reads the
-/// Secret named by `s3.credentialsSecretName` (see [`S3Credentials::from_secret_data`]) and
-/// passes the result; a filesystem destination ignores `credentials`.
-///
-/// `allow_http` is the operator's setting, not the resource's: whether an `http://` S3
-/// endpoint may be used (credentials and data would cross the network in clear text). The sink
-/// refuses such an endpoint when it is off.
-///
-/// # Errors
-/// [`DestinationError::NoDestination`], [`DestinationError::BothDestinations`],
-/// [`DestinationError::MissingCredentials`] for an S3 destination without credentials.
-pub fn backup_target(
-    destination: &BackupDestination,
-    credentials: Option<S3Credentials>,
-    allow_http: bool,
-) -> Result<BackupTarget, DestinationError> {
-    match (&destination.s3, &destination.filesystem) {
-        (None, None) => Err(DestinationError::NoDestination),
-        (Some(_), Some(_)) => Err(DestinationError::BothDestinations),
-        (None, Some(filesystem)) => Ok(BackupTarget::Filesystem {
-            directory: PathBuf::from(&filesystem.path),
-        }),
-        (Some(s3), None) => {
-            let credentials = credentials.ok_or_else(|| DestinationError::MissingCredentials {
-                secret: s3.credentials_secret_name.clone(),
-            })?;
-            Ok(BackupTarget::S3(S3Target {
-                bucket: s3.bucket.clone(),
-                prefix: s3.prefix.clone(),
-                endpoint: s3.endpoint.clone(),
-                region: s3.region.clone(),
-                access_key_id: credentials.access_key_id,
-                secret_access_key: credentials.secret_access_key,
-                allow_http,
-            }))
-        }
-    }
-}
 
 // ---------------------------------------------------------------------------------------------
 // Taking a snapshot
@@ -186,10 +58,6 @@ pub fn choose_snapshot_member(view: &ClusterView) -> Option<usize> {
 /// usually noticed sooner by the client's HTTP/2 keep-alive, which uses the call policy's
 /// timeout.)
 pub const SNAPSHOT_STALL_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// How much of the snapshot may sit between etcd and the sink. Small: the sink buffers its own
-/// multipart parts, this only decouples the two.
-const PIPE_CAPACITY: usize = 256 * 1024;
 
 /// Why a snapshot was not stored. Whatever the variant, no object was created under the name.
 #[derive(Debug, thiserror::Error)]
@@ -251,8 +119,9 @@ impl BackupStepError {
 /// stored (size and SHA-256 of the stored bytes, which are etcd's snapshot with its trailing
 /// checksum: what `etcdutl snapshot restore` expects).
 ///
-/// The snapshot and the upload run concurrently through a small in-memory pipe (256 KiB), so
-/// memory stays bounded by the sink's part buffers however large the database is.
+/// The snapshot and the upload run concurrently through a small in-memory [`pipe`]
+/// ([`PIPE_CAPACITY`](quorum_core::backup::PIPE_CAPACITY)), so memory stays bounded by the
+/// sink's part buffers however large the database is.
 ///
 /// Timeouts, and why the snapshot itself does not go through [`EtcdClients::call`]: `call`
 /// bounds a whole attempt by the call policy's timeout (seconds), and retries reads; a
@@ -305,271 +174,9 @@ pub async fn snapshot_to_sink(
 }
 
 /// The name of a snapshot of `cluster` taken at `at`: `<cluster>/<cluster>-YYYYMMDDTHHMMSSZ.db`
-/// (UTC, whole seconds). Deterministic, and names of one cluster sort by time. Two snapshots
-/// within one second share a name; the later replaces the earlier.
+/// (UTC, whole seconds); see [`quorum_core::backup::object_name`].
 pub fn object_name(cluster: &str, at: Timestamp) -> String {
-    format!("{cluster}/{cluster}-{}.db", at.strftime("%Y%m%dT%H%M%SZ"))
-}
-
-/// The snapshot producer's future: it writes into the pipe it was lent.
-type Produce<'w> = Pin<Box<dyn Future<Output = Result<SnapshotInfo, AdminError>> + Send + 'w>>;
-
-/// Gives a producer closure the higher-ranked signature [`pipe`] needs (closure signatures
-/// are only inferred that way where the bound is in sight).
-fn producer<F>(produce: F) -> F
-where
-    F: for<'w> FnOnce(&'w mut PipeWriter) -> Produce<'w>,
-{
-    produce
-}
-
-/// How the pipe between a producer and a consumer failed.
-#[derive(Debug)]
-enum PipeError<E> {
-    /// The producer failed (its bytes, if any, were refused by the consumer at the end).
-    Producer(AdminError),
-    /// The producer wrote nothing for this long while not blocked by the consumer.
-    Stalled(Duration),
-    /// The consumer failed on its own.
-    Consumer(E),
-}
-
-/// Runs `produce` (writing into a pipe) and `consume` (reading it) concurrently.
-///
-/// The consumer sees the end of the stream only after the producer succeeded; when the
-/// producer fails or stalls, the consumer's next read past the buffered bytes is an error, so
-/// a consumer that stores what it reads (a sink upload) aborts instead of storing a partial or
-/// unverified stream. When the consumer fails first, the producer is dropped.
-async fn pipe<P, C, CFut, T, E>(
-    produce: P,
-    consume: C,
-    stall_timeout: Duration,
-) -> Result<(T, SnapshotInfo), PipeError<E>>
-where
-    P: for<'w> FnOnce(&'w mut PipeWriter) -> Produce<'w>,
-    C: FnOnce(PipeReader) -> CFut,
-    CFut: Future<Output = Result<T, E>>,
-{
-    let (write_half, read_half) = tokio::io::duplex(PIPE_CAPACITY);
-    let state = Arc::new(PipeState::default());
-    let mut writer = PipeWriter {
-        inner: write_half,
-        state: state.clone(),
-    };
-    let reader = PipeReader {
-        inner: read_half,
-        state: state.clone(),
-    };
-    let producing = async {
-        let result = tokio::select! {
-            result = produce(&mut writer) => result.map_err(ProducerFailure::Admin),
-            stalled_for = watch_progress(&state, stall_timeout) => Err(ProducerFailure::Stalled(stalled_for)),
-        };
-        // The outcome must be known before the reader can see the end of the stream: set it,
-        // then close the pipe. Both happen in this poll, so the reader cannot run between.
-        state.conclude(result.is_ok());
-        drop(writer);
-        result
-    };
-    let consuming = consume(reader);
-    tokio::pin!(producing, consuming);
-    let mut produced = None;
-    let consumed = loop {
-        tokio::select! {
-            result = &mut producing, if produced.is_none() => produced = Some(result),
-            result = &mut consuming => break result,
-        }
-    };
-    let (produced, consumed) = match (produced, consumed) {
-        (Some(produced), consumed) => (produced, consumed),
-        // The consumer failed first: its error is the cause, and the producer (which would
-        // only fail writing into a closed pipe, or wait on the member) is dropped.
-        (None, Err(error)) => return Err(PipeError::Consumer(error)),
-        // A consumer only sees a clean end after the producer concluded, so this is ready.
-        (None, Ok(value)) => (producing.await, Ok(value)),
-    };
-    match (produced, consumed) {
-        (Ok(info), Ok(value)) => Ok((value, info)),
-        // The producer's failure explains the consumer's (which saw a failed stream).
-        (Err(ProducerFailure::Admin(error)), _) => Err(PipeError::Producer(error)),
-        (Err(ProducerFailure::Stalled(stalled_for)), _) => Err(PipeError::Stalled(stalled_for)),
-        (Ok(_), Err(error)) => Err(PipeError::Consumer(error)),
-    }
-}
-
-enum ProducerFailure {
-    Admin(AdminError),
-    Stalled(Duration),
-}
-
-/// What the two ends of the pipe share.
-#[derive(Default)]
-struct PipeState {
-    /// Bytes the producer has written.
-    written: AtomicU64,
-    /// The producer's last write found the pipe full: it waits for the consumer, not the
-    /// consumer for it.
-    writer_blocked: AtomicBool,
-    /// 0 while the producer runs, then [`OUTCOME_SUCCEEDED`] or [`OUTCOME_FAILED`].
-    outcome: AtomicU8,
-}
-
-const OUTCOME_SUCCEEDED: u8 = 1;
-const OUTCOME_FAILED: u8 = 2;
-
-impl PipeState {
-    fn conclude(&self, succeeded: bool) {
-        let outcome = if succeeded {
-            OUTCOME_SUCCEEDED
-        } else {
-            OUTCOME_FAILED
-        };
-        self.outcome.store(outcome, Ordering::SeqCst);
-    }
-}
-
-/// Resolves when the producer has written nothing for `stall_timeout` while not blocked on a
-/// full pipe, with how long it was silent. Checked four times per timeout, so it fires within
-/// 1.25 times the timeout.
-async fn watch_progress(state: &PipeState, stall_timeout: Duration) -> Duration {
-    let tick = (stall_timeout / 4).max(Duration::from_millis(1));
-    let mut last_written = state.written.load(Ordering::SeqCst);
-    let mut last_active = tokio::time::Instant::now();
-    loop {
-        tokio::time::sleep(tick).await;
-        let written = state.written.load(Ordering::SeqCst);
-        if written != last_written || state.writer_blocked.load(Ordering::SeqCst) {
-            last_written = written;
-            last_active = tokio::time::Instant::now();
-        } else if last_active.elapsed() >= stall_timeout {
-            return last_active.elapsed();
-        }
-    }
-}
-
-/// The producer's end of the pipe: counts progress for the stall watch.
-struct PipeWriter {
-    inner: DuplexStream,
-    state: Arc<PipeState>,
-}
-
-impl AsyncWrite for PipeWriter {
-    fn poll_write(self: Pin<&mut Self>, context: &mut Context<'_>, bytes: &[u8]) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let poll = Pin::new(&mut this.inner).poll_write(context, bytes);
-        match &poll {
-            Poll::Ready(Ok(written)) => {
-                this.state.written.fetch_add(*written as u64, Ordering::SeqCst);
-                this.state.writer_blocked.store(false, Ordering::SeqCst);
-            }
-            Poll::Ready(Err(_)) => this.state.writer_blocked.store(false, Ordering::SeqCst),
-            Poll::Pending => this.state.writer_blocked.store(true, Ordering::SeqCst),
-        }
-        poll
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_flush(context)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_shutdown(context)
-    }
-}
-
-/// The consumer's end of the pipe: the end of the stream is an error unless the producer
-/// succeeded.
-struct PipeReader {
-    inner: DuplexStream,
-    state: Arc<PipeState>,
-}
-
-impl AsyncRead for PipeReader {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        context: &mut Context<'_>,
-        buffer: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        let before = buffer.filled().len();
-        match Pin::new(&mut this.inner).poll_read(context, buffer) {
-            Poll::Ready(Ok(())) if buffer.filled().len() == before && buffer.remaining() > 0 => {
-                match this.state.outcome.load(Ordering::SeqCst) {
-                    OUTCOME_SUCCEEDED => Poll::Ready(Ok(())),
-                    OUTCOME_FAILED => Poll::Ready(Err(io::Error::other(
-                        "the snapshot failed; its bytes must not be stored",
-                    ))),
-                    _ => Poll::Ready(Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "the snapshot ended without a verdict",
-                    ))),
-                }
-            }
-            other => other,
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Schedule
-// ---------------------------------------------------------------------------------------------
-
-/// A schedule that cannot be used.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum ScheduleError {
-    /// Not a five-field cron expression croner accepts.
-    #[error("invalid schedule {schedule:?}: {reason}")]
-    Invalid { schedule: String, reason: String },
-    /// A valid expression that never fires after the given time (`0 0 30 2 *`).
-    #[error("schedule {schedule:?} never fires after {after}")]
-    NeverFires { schedule: String, after: Timestamp },
-}
-
-/// The first time strictly after `after` that the five-field cron `schedule` (minute hour
-/// day-of-month month day-of-week, UTC) fires. Vixie-cron semantics: when both day fields are
-/// restricted, either matching suffices. Names (`MON`, `JAN`) and `L`, `W`, `#` are accepted;
-/// seconds, years and `@` nicknames are not, matching the CRD's five-field rule.
-///
-/// # Errors
-/// [`ScheduleError::Invalid`] for anything but five valid fields; [`ScheduleError::NeverFires`]
-/// for a schedule with no occurrence (croner gives up after searching years ahead).
-pub fn next_due(schedule: &str, after: Timestamp) -> Result<Timestamp, ScheduleError> {
-    let invalid = |reason: String| ScheduleError::Invalid {
-        schedule: schedule.to_string(),
-        reason,
-    };
-    let fields = schedule.split_whitespace().count();
-    if fields != 5 {
-        return Err(invalid(format!("{fields} fields, expected 5")));
-    }
-    if schedule.contains('@') {
-        return Err(invalid("nicknames such as @daily are not accepted".to_string()));
-    }
-    let cron = croner::parser::CronParser::builder()
-        .seconds(croner::parser::Seconds::Disallowed)
-        .year(croner::parser::Year::Disallowed)
-        .build()
-        .parse(schedule)
-        .map_err(|error| invalid(error.to_string()))?;
-    let start = after.to_zoned(TimeZone::UTC);
-    cron.find_next_occurrence(&start, false)
-        .map(|next| next.timestamp())
-        .map_err(|_| ScheduleError::NeverFires {
-            schedule: schedule.to_string(),
-            after,
-        })
-}
-
-/// Whether the newest good backup is older than `max_age_minutes` at `now`: the cluster's
-/// `BackupStale` condition. No backup at all (`None`) is stale: the cluster is not protected. A
-/// reconciler that wants a grace period for a new cluster passes its creation time instead of
-/// `None`. A completion time in the future (clock skew) is not stale.
-pub fn is_stale(last_completed: Option<Timestamp>, max_age_minutes: u32, now: Timestamp) -> bool {
-    let Some(last_completed) = last_completed else {
-        return true;
-    };
-    let max_age = jiff::SignedDuration::from_mins(i64::from(max_age_minutes));
-    now.duration_since(last_completed) > max_age
+    backup::object_name(cluster, at, "db")
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -824,137 +431,11 @@ async fn directory_has_entries(directory: &Path) -> io::Result<bool> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
-    use crate::{
-        admin::MemberReport,
-        crd::{FilesystemDestination, S3Destination},
-        decide::MemberFact,
-    };
+    use crate::{admin::MemberReport, decide::MemberFact};
     use quorum_core::availability::health::Observation;
-
-    // -- destination ---------------------------------------------------------------------
-
-    fn s3_destination() -> BackupDestination {
-        BackupDestination {
-            s3: Some(S3Destination {
-                bucket: "backups".to_string(),
-                prefix: Some("etcd/prod".to_string()),
-                endpoint: Some("https://minio.example:9000".to_string()),
-                region: Some("eu-west-1".to_string()),
-                credentials_secret_name: "backup-credentials".to_string(),
-            }),
-            filesystem: None,
-        }
-    }
-
-    fn credentials() -> S3Credentials {
-        S3Credentials {
-            access_key_id: "AKIA".to_string(),
-            secret_access_key: "very-secret".to_string(),
-        }
-    }
-
-    #[test]
-    fn an_s3_destination_maps_every_field_and_the_credentials() {
-        let target = backup_target(&s3_destination(), Some(credentials()), false).expect("target");
-        assert_eq!(
-            target,
-            BackupTarget::S3(S3Target {
-                bucket: "backups".to_string(),
-                prefix: Some("etcd/prod".to_string()),
-                endpoint: Some("https://minio.example:9000".to_string()),
-                region: Some("eu-west-1".to_string()),
-                access_key_id: "AKIA".to_string(),
-                secret_access_key: "very-secret".to_string(),
-                allow_http: false,
-            })
-        );
-        let BackupTarget::S3(allowed) =
-            backup_target(&s3_destination(), Some(credentials()), true).expect("target")
-        else {
-            panic!("an S3 destination maps to an S3 target");
-        };
-        assert!(allowed.allow_http, "plain HTTP is the operator's setting");
-    }
-
-    #[test]
-    fn an_s3_destination_without_credentials_names_the_secret() {
-        assert_eq!(
-            backup_target(&s3_destination(), None, false),
-            Err(DestinationError::MissingCredentials {
-                secret: "backup-credentials".to_string()
-            })
-        );
-    }
-
-    #[test]
-    fn a_filesystem_destination_is_a_directory_and_needs_no_credentials() {
-        let destination = BackupDestination {
-            s3: None,
-            filesystem: Some(FilesystemDestination {
-                path: "/backups/etcd".to_string(),
-            }),
-        };
-        assert_eq!(
-            backup_target(&destination, None, false),
-            Ok(BackupTarget::Filesystem {
-                directory: PathBuf::from("/backups/etcd")
-            })
-        );
-    }
-
-    #[test]
-    fn a_destination_names_exactly_one_store() {
-        let neither = BackupDestination {
-            s3: None,
-            filesystem: None,
-        };
-        assert_eq!(
-            backup_target(&neither, Some(credentials()), false),
-            Err(DestinationError::NoDestination)
-        );
-        let both = BackupDestination {
-            filesystem: Some(FilesystemDestination {
-                path: "/backups".to_string(),
-            }),
-            ..s3_destination()
-        };
-        assert_eq!(
-            backup_target(&both, Some(credentials()), false),
-            Err(DestinationError::BothDestinations)
-        );
-    }
-
-    #[test]
-    fn credentials_come_from_secret_data_and_never_print_the_secret() {
-        let data: BTreeMap<String, ByteString> = [
-            (ACCESS_KEY_ID_KEY.to_string(), ByteString(b"AKIA\n".to_vec())),
-            (
-                SECRET_ACCESS_KEY_KEY.to_string(),
-                ByteString(b"very-secret".to_vec()),
-            ),
-        ]
-        .into();
-        let read = S3Credentials::from_secret_data("creds", &data).expect("credentials");
-        assert_eq!(read, credentials());
-        let printed = format!("{read:?}");
-        assert!(!printed.contains("very-secret"), "{printed}");
-
-        let mut missing = data.clone();
-        missing.remove(SECRET_ACCESS_KEY_KEY);
-        assert_eq!(
-            S3Credentials::from_secret_data("creds", &missing),
-            Err(DestinationError::InvalidCredentials {
-                secret: "creds".to_string(),
-                key: SECRET_ACCESS_KEY_KEY,
-                reason: "missing"
-            })
-        );
-        let mut empty = data;
-        empty.insert(ACCESS_KEY_ID_KEY.to_string(), ByteString(b" \n".to_vec()));
-        let error = S3Credentials::from_secret_data("creds", &empty).expect_err("empty key id");
-        assert!(!error.to_string().contains("very-secret"));
-    }
 
     // -- member choice -------------------------------------------------------------------
 
@@ -1016,109 +497,9 @@ mod tests {
     // -- naming --------------------------------------------------------------------------
 
     #[test]
-    fn object_names_are_per_cluster_and_sort_by_time() {
+    fn snapshot_names_keep_their_db_extension() {
         let at: Timestamp = "2026-11-21T15:30:00.75Z".parse().expect("timestamp");
         assert_eq!(object_name("main", at), "main/main-20261121T153000Z.db");
-        let later: Timestamp = "2026-11-21T15:30:01Z".parse().expect("timestamp");
-        let next_year: Timestamp = "2027-01-01T00:00:00Z".parse().expect("timestamp");
-        let mut names = vec![
-            object_name("main", next_year),
-            object_name("main", at),
-            object_name("main", later),
-        ];
-        names.sort();
-        assert_eq!(
-            names,
-            [
-                object_name("main", at),
-                object_name("main", later),
-                object_name("main", next_year)
-            ]
-        );
-    }
-
-    // -- schedule ------------------------------------------------------------------------
-
-    fn at(text: &str) -> Timestamp {
-        text.parse().expect("timestamp")
-    }
-
-    #[test]
-    fn next_due_is_strictly_after_and_in_utc() {
-        assert_eq!(
-            next_due("0 */6 * * *", at("2026-11-21T15:30:00Z")),
-            Ok(at("2026-11-21T18:00:00Z"))
-        );
-        assert_eq!(
-            next_due("0 */6 * * *", at("2026-11-21T18:00:00Z")),
-            Ok(at("2026-11-22T00:00:00Z")),
-            "a time that matches is not due again"
-        );
-        assert_eq!(
-            next_due("* * * * *", at("2026-11-21T15:30:00.500Z")),
-            Ok(at("2026-11-21T15:31:00Z"))
-        );
-        assert_eq!(
-            next_due("30 2 * * MON", at("2026-11-21T15:30:00Z")),
-            Ok(at("2026-11-23T02:30:00Z")),
-            "2026-11-21 is a Saturday"
-        );
-        assert_eq!(
-            next_due("0 0 1 1 *", at("2026-12-31T23:59:59Z")),
-            Ok(at("2027-01-01T00:00:00Z"))
-        );
-    }
-
-    #[test]
-    fn both_day_fields_restricted_means_either_matches() {
-        // The 1st of the month or a Monday, whichever is first.
-        assert_eq!(
-            next_due("0 0 1 * MON", at("2026-11-24T00:00:00Z")),
-            Ok(at("2026-11-30T00:00:00Z"))
-        );
-    }
-
-    #[test]
-    fn only_five_valid_fields_are_a_schedule() {
-        for invalid in [
-            "",
-            "* * * *",
-            "0 * * * * *",
-            "@daily",
-            "61 * * * *",
-            "* 24 * * *",
-            "every day",
-            "a b c d e",
-        ] {
-            assert!(
-                matches!(
-                    next_due(invalid, at("2026-11-21T00:00:00Z")),
-                    Err(ScheduleError::Invalid { .. })
-                ),
-                "{invalid:?} should be refused"
-            );
-        }
-    }
-
-    #[test]
-    fn a_schedule_that_never_fires_is_an_error() {
-        assert!(matches!(
-            next_due("0 0 30 2 *", at("2026-11-21T00:00:00Z")),
-            Err(ScheduleError::NeverFires { .. })
-        ));
-    }
-
-    #[test]
-    fn staleness_compares_the_newest_backup_with_the_maximum_age() {
-        let now = at("2026-11-21T12:00:00Z");
-        assert!(is_stale(None, 60, now), "no backup at all is stale");
-        assert!(!is_stale(Some(at("2026-11-21T11:30:00Z")), 60, now));
-        assert!(
-            !is_stale(Some(at("2026-11-21T11:00:00Z")), 60, now),
-            "exactly the maximum age"
-        );
-        assert!(is_stale(Some(at("2026-11-21T10:59:59Z")), 60, now));
-        assert!(!is_stale(Some(at("2026-11-21T13:00:00Z")), 60, now), "clock skew");
     }
 
     // -- restore -------------------------------------------------------------------------
@@ -1265,174 +646,6 @@ mod tests {
         .expect_err("false fails");
         assert!(matches!(error, RestoreError::Etcdutl { .. }), "{error}");
         assert!(!data_dir.exists());
-        std::fs::remove_dir_all(&directory).ok();
-    }
-
-    // -- the pipe ------------------------------------------------------------------------
-
-    fn filesystem_sink(label: &str) -> (BackupSink, PathBuf) {
-        let directory = scratch(label);
-        let sink = BackupSink::new(BackupTarget::Filesystem {
-            directory: directory.clone(),
-        })
-        .expect("sink");
-        (sink, directory)
-    }
-
-    fn info(bytes: &[u8]) -> SnapshotInfo {
-        use sha2::{Digest, Sha256};
-        SnapshotInfo {
-            size: bytes.len() as u64,
-            sha256: hex::encode(Sha256::digest(bytes)),
-        }
-    }
-
-    async fn write_in_chunks(writer: &mut PipeWriter, bytes: &[u8]) -> Result<(), AdminError> {
-        use tokio::io::AsyncWriteExt;
-        for chunk in bytes.chunks(4096) {
-            writer
-                .write_all(chunk)
-                .await
-                .map_err(|source| AdminError::Write {
-                    endpoint: "test".to_string(),
-                    source,
-                })?;
-        }
-        Ok(())
-    }
-
-    #[tokio::test]
-    async fn a_verified_stream_is_stored_whole() {
-        let (sink, directory) = filesystem_sink("whole");
-        let content: Vec<u8> = (0..2_000_000u32).map(|i| (i % 251) as u8).collect();
-        let expected = info(&content);
-        let produce = producer(|writer| {
-            let content = content.clone();
-            Box::pin(async move {
-                write_in_chunks(writer, &content).await?;
-                Ok(info(&content))
-            })
-        });
-        let upload = |reader: PipeReader| {
-            let sink = sink.clone();
-            async move { sink.upload("main/main-1.db", reader).await }
-        };
-        let (stored, produced) = pipe(produce, upload, Duration::from_secs(5))
-            .await
-            .expect("stored");
-        assert_eq!(produced, expected);
-        assert_eq!(
-            (stored.size, stored.sha256.as_str()),
-            (expected.size, expected.sha256.as_str())
-        );
-        assert_eq!(
-            std::fs::read(directory.join("main/main-1.db")).expect("stored file"),
-            content
-        );
-        std::fs::remove_dir_all(&directory).ok();
-    }
-
-    #[tokio::test]
-    async fn a_corrupt_snapshot_is_not_stored() {
-        let (sink, directory) = filesystem_sink("corrupt");
-        // All bytes arrive, then the trailing checksum fails: the verdict comes last.
-        let produce = producer(|writer| {
-            Box::pin(async move {
-                write_in_chunks(writer, &[7u8; 300_000]).await?;
-                Err(AdminError::CorruptSnapshot {
-                    endpoint: "test".to_string(),
-                    detail: "trailing SHA-256 does not match".to_string(),
-                })
-            })
-        });
-        let upload = |reader: PipeReader| {
-            let sink = sink.clone();
-            async move { sink.upload("main/main-1.db", reader).await }
-        };
-        let error = pipe(produce, upload, Duration::from_secs(5))
-            .await
-            .expect_err("corrupt");
-        assert!(
-            matches!(error, PipeError::Producer(AdminError::CorruptSnapshot { .. })),
-            "{error:?}"
-        );
-        assert!(sink.list().await.expect("list").is_empty(), "no object stored");
-        std::fs::remove_dir_all(&directory).ok();
-    }
-
-    #[tokio::test]
-    async fn a_member_that_stops_sending_is_given_up_and_nothing_is_stored() {
-        let (sink, directory) = filesystem_sink("stalled");
-        let produce = producer(|writer| {
-            Box::pin(async move {
-                write_in_chunks(writer, &[1u8; 10_000]).await?;
-                std::future::pending::<()>().await;
-                Ok(info(&[]))
-            })
-        });
-        let upload = |reader: PipeReader| {
-            let sink = sink.clone();
-            async move { sink.upload("main/main-1.db", reader).await }
-        };
-        let started = std::time::Instant::now();
-        let error = pipe(produce, upload, Duration::from_millis(200))
-            .await
-            .expect_err("stalled");
-        assert!(matches!(error, PipeError::Stalled(_)), "{error:?}");
-        assert!(
-            started.elapsed() < Duration::from_secs(2),
-            "{:?}",
-            started.elapsed()
-        );
-        assert!(sink.list().await.expect("list").is_empty(), "no object stored");
-        std::fs::remove_dir_all(&directory).ok();
-    }
-
-    #[tokio::test]
-    async fn a_slow_consumer_is_not_a_stalled_member() {
-        let content = vec![3u8; 4 * PIPE_CAPACITY];
-        let produce = producer(|writer| {
-            let content = content.clone();
-            Box::pin(async move {
-                write_in_chunks(writer, &content).await?;
-                Ok(info(&content))
-            })
-        });
-        // Reads nothing for 4 stall timeouts: the producer is blocked on a full pipe meanwhile.
-        let consume = |mut reader: PipeReader| async move {
-            use tokio::io::AsyncReadExt;
-            tokio::time::sleep(Duration::from_millis(400)).await;
-            let mut read = Vec::new();
-            reader.read_to_end(&mut read).await.map(|_| read.len())
-        };
-        let (read, _) = pipe(produce, consume, Duration::from_millis(100))
-            .await
-            .expect("a waiting producer is not stalled");
-        assert_eq!(read, content.len());
-    }
-
-    #[tokio::test]
-    async fn a_failing_sink_ends_the_snapshot() {
-        let (sink, directory) = filesystem_sink("invalid-name");
-        let produce = producer(|_writer| {
-            // A member that would never answer: the sink's failure must not wait for it.
-            Box::pin(std::future::pending())
-        });
-        let upload = |reader: PipeReader| {
-            let sink = sink.clone();
-            async move { sink.upload("../escape", reader).await }
-        };
-        let error = tokio::time::timeout(
-            Duration::from_secs(5),
-            pipe(produce, upload, Duration::from_secs(60)),
-        )
-        .await
-        .expect("does not wait for the producer")
-        .expect_err("invalid name");
-        assert!(
-            matches!(error, PipeError::Consumer(BackupError::InvalidName { .. })),
-            "{error:?}"
-        );
         std::fs::remove_dir_all(&directory).ok();
     }
 

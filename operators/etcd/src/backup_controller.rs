@@ -6,9 +6,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use k8s_openapi::{
-    ByteString, api::core::v1::Secret, apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp,
-};
+use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 use kube::{
     Api, ResourceExt,
     api::{Patch, PatchParams},
@@ -16,7 +14,10 @@ use kube::{
 };
 use quorum_core::{
     ReconcileError,
-    backup::{BackupError, BackupSink, BackupTarget},
+    backup::{
+        self, BackupError, BackupSink, CredentialsError, DestinationError, ScheduleError, backup_target,
+        credentials, next_due, scoped_target,
+    },
     conditions::{ConditionType, ConditionUpdate, set_condition},
     events::Severity,
     runner::Context,
@@ -24,10 +25,7 @@ use quorum_core::{
 };
 
 use crate::{
-    backup::{
-        BackupStepError, DestinationError, S3Credentials, ScheduleError, backup_target,
-        choose_snapshot_member, next_due, object_name, snapshot_to_sink,
-    },
+    backup::{BackupStepError, choose_snapshot_member, object_name, snapshot_to_sink},
     crd::{BackupPhase, BackupRecord, EtcdBackup, EtcdBackupStatus, EtcdCluster},
     reconcile::State,
     resolver::member_name,
@@ -80,68 +78,31 @@ impl ReconcileError for BackupControllerError {
 
 type Result<T> = std::result::Result<T, BackupControllerError>;
 
-/// The sink for one cluster's snapshots: the destination narrowed to `<namespace>/<cluster>`.
-pub fn scoped_target(target: BackupTarget, namespace: &str, cluster: &str) -> BackupTarget {
-    match target {
-        BackupTarget::S3(mut s3) => {
-            let base = s3.prefix.take().unwrap_or_default();
-            let base = base.trim_matches('/');
-            s3.prefix = Some(if base.is_empty() {
-                format!("{namespace}/{cluster}")
-            } else {
-                format!("{base}/{namespace}/{cluster}")
-            });
-            BackupTarget::S3(s3)
-        }
-        BackupTarget::Filesystem { directory } => BackupTarget::Filesystem {
-            directory: directory.join(namespace).join(cluster),
-        },
-    }
-}
-
-/// When the backup should run next: now for a one-shot backup that has not run, the next
-/// schedule time after the last run (or creation) for a scheduled one, never for a finished
-/// one-shot backup.
+/// When the backup should run next (see [`quorum_core::backup::due_at`]): now for a one-shot
+/// backup that has not run, the next schedule time after the last run (or creation) for a
+/// scheduled one, never for a finished one-shot backup.
 pub fn due_at(backup: &EtcdBackup) -> std::result::Result<Option<Timestamp>, ScheduleError> {
-    let status = backup.status.clone().unwrap_or_default();
-    match &backup.spec.schedule {
-        None => Ok(match status.phase {
-            Some(BackupPhase::Succeeded) | Some(BackupPhase::Failed) => None,
-            _ => Some(Timestamp::UNIX_EPOCH),
-        }),
-        Some(schedule) => {
-            let after = status
-                .started_at
-                .map(|t| t.0)
-                .or_else(|| backup.metadata.creation_timestamp.as_ref().map(|t| t.0))
-                .unwrap_or(Timestamp::UNIX_EPOCH);
-            next_due(schedule, after).map(Some)
-        }
-    }
+    let status = backup.status.as_ref();
+    backup::due_at(
+        backup.spec.schedule.as_deref(),
+        status.and_then(|status| status.phase),
+        status
+            .and_then(|status| status.started_at.as_ref())
+            .map(|time| time.0),
+        backup.metadata.creation_timestamp.as_ref().map(|time| time.0),
+    )
 }
 
-async fn credentials(
-    context: &Context<State>,
-    namespace: &str,
-    backup: &EtcdBackup,
-) -> Result<Option<S3Credentials>> {
-    let Some(s3) = &backup.spec.destination.s3 else {
-        return Ok(None);
-    };
-    let secrets: Api<Secret> = Api::namespaced(context.client.clone(), namespace);
-    let secret = secrets
-        .get_opt(&s3.credentials_secret_name)
-        .await
-        .map_err(|source| BackupControllerError::Read {
-            what: format!("Secret {}", s3.credentials_secret_name),
-            source,
-        })?;
-    let data = secret.and_then(|s| s.data).unwrap_or_default();
-    let data: std::collections::BTreeMap<String, ByteString> = data;
-    Ok(Some(S3Credentials::from_secret_data(
-        &s3.credentials_secret_name,
-        &data,
-    )?))
+impl From<CredentialsError> for BackupControllerError {
+    fn from(error: CredentialsError) -> Self {
+        match error {
+            CredentialsError::Read { secret, source } => BackupControllerError::Read {
+                what: format!("Secret {secret}"),
+                source,
+            },
+            CredentialsError::Invalid(error) => BackupControllerError::Destination(error),
+        }
+    }
 }
 
 /// Reconciles one `EtcdBackup`.
@@ -218,7 +179,7 @@ pub async fn reconcile_backup(backup: Arc<EtcdBackup>, context: Arc<Context<Stat
 
     let target = backup_target(
         &backup.spec.destination,
-        credentials(&context, &namespace, &backup).await?,
+        credentials(&context.client, &namespace, &backup.spec.destination).await?,
         state.settings.allow_http_backups,
     )?;
     let target = scoped_target(target, &namespace, cluster_name);
@@ -325,44 +286,6 @@ pub async fn reconcile_backup(backup: Arc<EtcdBackup>, context: Arc<Context<Stat
                 )
                 .await;
             Err(error.into())
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::path::PathBuf;
-
-    use quorum_core::backup::S3Target;
-
-    use super::*;
-
-    #[test]
-    fn snapshots_are_kept_per_namespace_and_cluster() {
-        let s3 = BackupTarget::S3(S3Target {
-            bucket: "b".into(),
-            prefix: Some("/etcd/".into()),
-            endpoint: None,
-            region: None,
-            access_key_id: "a".into(),
-            secret_access_key: "s".into(),
-            allow_http: false,
-        });
-        match scoped_target(s3, "prod", "main") {
-            BackupTarget::S3(s3) => assert_eq!(s3.prefix.as_deref(), Some("etcd/prod/main")),
-            other => panic!("{other:?}"),
-        }
-        match scoped_target(
-            BackupTarget::Filesystem {
-                directory: PathBuf::from("/backups"),
-            },
-            "prod",
-            "main",
-        ) {
-            BackupTarget::Filesystem { directory } => {
-                assert_eq!(directory, PathBuf::from("/backups/prod/main"))
-            }
-            other => panic!("{other:?}"),
         }
     }
 }

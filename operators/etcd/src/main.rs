@@ -5,7 +5,6 @@ use std::time::Duration;
 use clap::Parser;
 use etcd_operator::{
     OPERATOR_NAME,
-    backup::S3Credentials,
     backup_controller::reconcile_backup,
     crd::{EtcdBackup, EtcdCluster},
     observe::{EtcdClients, default_policy},
@@ -14,6 +13,7 @@ use etcd_operator::{
 };
 use quorum_core::{
     availability::breaker::BreakerSettings,
+    backup::S3Credentials,
     config::OperatorConfig,
     runner::{RunError, Runtime},
     telemetry,

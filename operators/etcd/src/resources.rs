@@ -29,6 +29,7 @@ use k8s_openapi::{
 use kube::ResourceExt;
 use quorum_core::{
     apply::child_metadata,
+    backup::{ACCESS_KEY_ID_KEY, SECRET_ACCESS_KEY_KEY},
     naming::{child_name, selector_labels, standard_labels},
 };
 
@@ -270,8 +271,8 @@ fn restore_container(
     let mut env = environment.to_vec();
     if let Some(secret) = &restore.credentials_secret_name {
         for (name, key) in [
-            ("AWS_ACCESS_KEY_ID", crate::backup::ACCESS_KEY_ID_KEY),
-            ("AWS_SECRET_ACCESS_KEY", crate::backup::SECRET_ACCESS_KEY_KEY),
+            ("AWS_ACCESS_KEY_ID", ACCESS_KEY_ID_KEY),
+            ("AWS_SECRET_ACCESS_KEY", SECRET_ACCESS_KEY_KEY),
         ] {
             env.push(EnvVar {
                 name: name.into(),

@@ -8,9 +8,9 @@
 
 use std::path::{Path, PathBuf};
 
-use quorum_core::backup::{BackupError, BackupSink, BackupTarget, S3Target};
+use quorum_core::backup::{BackupError, BackupSink, BackupTarget, S3Credentials, S3Target};
 
-use crate::backup::{RestoreError, S3Credentials, restore_data_dir};
+use crate::backup::{RestoreError, restore_data_dir};
 
 /// What the init container is told (flags of `etcd-operator restore-member`).
 #[derive(clap::Args, Clone, Debug)]

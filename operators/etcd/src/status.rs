@@ -223,7 +223,7 @@ pub fn build_status(
             .as_ref()
             .map(|b| b.completed_at.0)
             .or_else(|| cluster.metadata.creation_timestamp.as_ref().map(|t| t.0));
-        let stale = crate::backup::is_stale(newest, max_age, now);
+        let stale = quorum_core::backup::is_stale(newest, max_age, now);
         let update = if stale {
             ConditionUpdate::new(
                 BACKUP_STALE,
