@@ -20,8 +20,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// `my.cnf` settings the operator owns: replication, identity and fencing depend on them, so a
-/// `config` entry may not override them. Compared with dashes read as underscores, as the
-/// server reads them.
+/// `config` entry may not override them, in either spelling (dashes or underscores).
 pub const OPERATOR_OWNED_SETTINGS: &[&str] = &[
     "bind_address",
     "binlog_format",
@@ -97,7 +96,7 @@ pub struct MySQLClusterSpec {
     pub flavor: Flavor,
 
     /// Server version: `8.0.x` or `8.4.x` for MySQL, `10.11.x` or `11.x.y` for MariaDB.
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = 32))]
     pub version: String,
 
     /// The container image; default `mysql:<version>` or `mariadb:<version>`.
@@ -121,14 +120,15 @@ pub struct MySQLClusterSpec {
     /// Settings the operator owns (server identity, binary log and GTID settings, read-only
     /// fencing, semi-synchronous replication, addresses and paths) are refused.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 64))]
     #[x_kube(validation = Rule::new(format!(
-        "self.all(k, !(k.lowerAscii().replace('-', '_') in {owned}) && !{prefixes}.exists(p, k.lowerAscii().replace('-', '_').startsWith(p)))",
-        owned = cel_list(OPERATOR_OWNED_SETTINGS),
-        prefixes = cel_list(OPERATOR_OWNED_PREFIXES),
-    )).message(Message::Expression(format!(
-        "'config: ' + self.filter(k, k.lowerAscii().replace('-', '_') in {owned} || {prefixes}.exists(p, k.lowerAscii().replace('-', '_').startsWith(p))).join(', ') + ' is set by the operator and cannot be overridden'",
-        owned = cel_list(OPERATOR_OWNED_SETTINGS),
-        prefixes = cel_list(OPERATOR_OWNED_PREFIXES),
+        "self.all(k, !(k in {owned}) && !{prefixes}.exists(p, k.startsWith(p)))",
+        owned = cel_list(&owned_spellings(OPERATOR_OWNED_SETTINGS)),
+        prefixes = cel_list(&owned_spellings(OPERATOR_OWNED_PREFIXES)),
+    )).message(Message::Message(format!(
+        "config: these settings are set by the operator and cannot be overridden: {}, {}*",
+        OPERATOR_OWNED_SETTINGS.join(", "),
+        OPERATOR_OWNED_PREFIXES.join("*, "),
     ))))]
     pub config: BTreeMap<String, String>,
 
@@ -161,8 +161,18 @@ pub struct MySQLClusterSpec {
     pub restore_from: Option<RestoreSource>,
 }
 
+/// Each name as the server accepts it in `my.cnf`: with underscores and with dashes.
+fn owned_spellings(names: &[&str]) -> Vec<String> {
+    names
+        .iter()
+        .flat_map(|name| [name.to_string(), name.replace('_', "-")])
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect()
+}
+
 /// Renders a CEL list literal of strings.
-fn cel_list(items: &[&str]) -> String {
+fn cel_list(items: &[String]) -> String {
     let quoted: Vec<String> = items.iter().map(|item| format!("'{item}'")).collect();
     format!("[{}]", quoted.join(", "))
 }
@@ -428,7 +438,7 @@ pub fn forbidden_config_keys(config: &BTreeMap<String, String>) -> Vec<String> {
     config
         .keys()
         .filter(|key| {
-            let normalized = key.to_ascii_lowercase().replace('-', "_");
+            let normalized = key.replace('-', "_");
             OPERATOR_OWNED_SETTINGS.contains(&normalized.as_str())
                 || OPERATOR_OWNED_PREFIXES
                     .iter()
@@ -446,7 +456,7 @@ mod tests {
     fn owned_settings_are_recognised_in_either_spelling() {
         let config = BTreeMap::from([
             ("max_connections".to_string(), "500".to_string()),
-            ("Server-Id".to_string(), "7".to_string()),
+            ("server-id".to_string(), "7".to_string()),
             ("rpl-semi-sync-master-timeout".to_string(), "1".to_string()),
             ("innodb_buffer_pool_size".to_string(), "1G".to_string()),
         ]);

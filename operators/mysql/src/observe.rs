@@ -42,6 +42,10 @@ pub struct MySqlClients {
     /// The fingerprint of the application accounts last applied, by cluster key: accounts are
     /// written to the primary (and so to the binary log) only when they changed.
     applied_users: Mutex<HashMap<String, String>>,
+    /// Where the operator dials a member when that differs from the address the replicas use
+    /// (the operator outside the cluster network, behind a proxy or a tunnel), by cluster key
+    /// and ordinal.
+    routes: Mutex<HashMap<(String, usize), std::net::SocketAddr>>,
 }
 
 /// What one pass of gathering saw.
@@ -61,7 +65,19 @@ impl MySqlClients {
             metrics,
             credentials: Mutex::new(HashMap::new()),
             applied_users: Mutex::new(HashMap::new()),
+            routes: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Dials member `ordinal` of `cluster` at `address` instead of its member address.
+    pub async fn route(&self, cluster: &str, ordinal: usize, address: std::net::SocketAddr) {
+        self.routes
+            .lock()
+            .expect("routes lock")
+            .insert((cluster.to_string(), ordinal), address);
+        self.cache
+            .invalidate(&MemberKey::new(cluster, ordinal.to_string()))
+            .await;
     }
 
     /// Whether the accounts with `fingerprint` differ from those last applied to `cluster`.
@@ -130,8 +146,17 @@ impl MySqlClients {
         Fut: Future<Output = Result<T, AdminError>>,
     {
         let key = MemberKey::new(cluster, ordinal.to_string());
-        let host = addresses.host(ordinal);
-        let endpoint = format!("{host}:{}", addresses.port());
+        let route = self
+            .routes
+            .lock()
+            .expect("routes lock")
+            .get(&(cluster.to_string(), ordinal))
+            .copied();
+        let (host, port) = match route {
+            Some(address) => (address.ip().to_string(), address.port()),
+            None => (addresses.host(ordinal), addresses.port()),
+        };
+        let endpoint = format!("{host}:{port}");
         let breaker = self.cache.breaker(&key, &endpoint).await;
         let client = match self.cache.client(&key, &endpoint).await {
             Some(client) => client,
@@ -147,8 +172,7 @@ impl MySqlClients {
                             "no credentials known for {cluster}"
                         )))
                     })?;
-                let client =
-                    MySqlAdmin::new(flavor, &host, addresses.port(), &credentials, self.policy.timeout);
+                let client = MySqlAdmin::new(flavor, &host, port, &credentials, self.policy.timeout);
                 self.cache.store(&key, &endpoint, client.clone()).await;
                 client
             }

@@ -246,7 +246,8 @@ pub fn start_script(flavor: Flavor) -> String {
     format!(
         r#"#!/bin/sh
 # Starts one member: initialises an empty data directory, writes the operator's accounts from
-# the mounted credentials into a memory volume, then runs the server read-only.
+# the mounted credentials into a memory volume, then runs the server read-only. The initial
+# password-less root accounts for TCP loopback are dropped: root logs in with its password.
 set -eu
 CONFIG_DIR="${{CONFIG_DIR:-{CONFIG_DIR}}}"
 CREDENTIALS_DIR="${{CREDENTIALS_DIR:-{CREDENTIALS_DIR}}}"
@@ -268,6 +269,7 @@ ROOT="$(literal "$CREDENTIALS_DIR/{ROOT_PASSWORD_FILE}")"
 REPLICATION="$(literal "$CREDENTIALS_DIR/{REPLICATION_PASSWORD_FILE}")"
 cat > "$RUN_DIR/accounts.sql" <<EOF
 SET sql_log_bin = 0;
+DROP USER IF EXISTS 'root'@'127.0.0.1', 'root'@'::1';
 CREATE USER IF NOT EXISTS 'root'@'%' IDENTIFIED BY $ROOT;
 ALTER USER 'root'@'%' IDENTIFIED BY $ROOT;
 GRANT ALL PRIVILEGES ON *.* TO 'root'@'%' WITH GRANT OPTION;

@@ -1,0 +1,401 @@
+//! The whole operator against the real local control plane *and* real MariaDB servers: KWOK
+//! runs the pods, and `LocalMembers` runs a real `mariadbd` for each member pod (through the
+//! pods' own `start.sh`) on the loopback address the operator resolves for it.
+
+#[allow(dead_code)] // each test binary uses part of the support
+mod support;
+
+use std::{
+    collections::BTreeSet,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use k8s_openapi::api::{
+    apps::v1::StatefulSet,
+    core::v1::{ConfigMap, Event, Pod, Secret, Service},
+    policy::v1::PodDisruptionBudget,
+};
+use kube::{
+    Api, CustomResourceExt,
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
+};
+use mysql_async::prelude::Queryable;
+use mysql_operator::{
+    crd::{MySQLBackup, MySQLCluster},
+    resources::ROLE_LABEL,
+};
+use quorum_core::naming::loopback_ip;
+use quorum_e2e::{
+    control_plane::{TestNamespace, admin_client, install_crd},
+    fault_proxy::{Fault, FaultProxy},
+    local_members::{LocalMembers, MariaDbLauncher},
+    wait,
+};
+use support::{app_connection, converges, create_app_secret, item_ids, ready};
+
+struct Setup {
+    client: kube::Client,
+    namespace: TestNamespace,
+    members: LocalMembers,
+    operator: support::Running,
+    clusters: Api<MySQLCluster>,
+}
+
+async fn setup(prefix: &str) -> Setup {
+    quorum_core::telemetry::init(quorum_core::config::LogFormat::Text);
+    let client = admin_client().await;
+    install_crd(&client, &MySQLCluster::crd()).await;
+    install_crd(&client, &MySQLBackup::crd()).await;
+    let namespace = TestNamespace::create(&client, prefix).await;
+    let ns = namespace.name().to_string();
+    let state = std::env::temp_dir().join(format!("quorum-local-members-{ns}"));
+    let members = LocalMembers::start(client.clone(), MariaDbLauncher, state, Some(ns.clone()));
+    let operator = support::start_operator(client.clone(), &ns);
+    create_app_secret(&client, &ns).await;
+    let clusters = Api::namespaced(client.clone(), &ns);
+    Setup {
+        client,
+        namespace,
+        members,
+        operator,
+        clusters,
+    }
+}
+
+impl Setup {
+    fn ns(&self) -> &str {
+        self.namespace.name()
+    }
+
+    fn ip(&self, ordinal: usize) -> std::net::Ipv4Addr {
+        loopback_ip(self.ns(), "main", ordinal)
+    }
+
+    async fn create(&self, replicas: i32) {
+        self.clusters
+            .create(
+                &PostParams::default(),
+                &MySQLCluster::new("main", support::cluster_spec(replicas)),
+            )
+            .await
+            .expect("create MySQLCluster");
+    }
+
+    async fn events(&self, reason: &str) -> Vec<String> {
+        let events: Api<Event> = Api::namespaced(self.client.clone(), self.ns());
+        events
+            .list(&ListParams::default())
+            .await
+            .expect("events")
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .filter_map(|e| e.message)
+            .collect()
+    }
+
+    async fn finish(self) {
+        self.operator.stop().await;
+        drop(self.members);
+        self.namespace.delete().await;
+    }
+}
+
+async fn insert_items(ip: std::net::Ipv4Addr, ids: std::ops::Range<u64>) {
+    let mut conn = app_connection(ip).await.expect("app connection to the primary");
+    conn.query_drop("CREATE TABLE IF NOT EXISTS items (id BIGINT PRIMARY KEY, note VARCHAR(64))")
+        .await
+        .expect("create table");
+    for id in ids {
+        conn.exec_drop("INSERT INTO items VALUES (?, ?)", (id, format!("item {id}")))
+            .await
+            .expect("insert");
+    }
+}
+
+#[tokio::test]
+async fn a_cluster_forms_grows_by_snapshot_and_shrinks_with_roles_services_and_status() {
+    let setup = setup("mysql-full").await;
+    setup.create(2).await;
+    let status = ready(&setup.clusters, "main", 1).await;
+    assert_eq!(status.primary.as_deref(), Some("main-0"));
+
+    // Objects: the three Services select by role, and nothing else is missing.
+    let ns = setup.ns();
+    let services: Api<Service> = Api::namespaced(setup.client.clone(), ns);
+    for (name, role) in [
+        ("main-primary", Some("primary")),
+        ("main-replicas", Some("replica")),
+        ("main", None),
+    ] {
+        let service = services.get(name).await.expect(name);
+        let selector = service.spec.unwrap().selector.unwrap();
+        assert_eq!(selector.get(ROLE_LABEL).map(String::as_str), role, "{name}");
+    }
+    let _: PodDisruptionBudget = Api::namespaced(setup.client.clone(), ns)
+        .get("main")
+        .await
+        .expect("PDB");
+    let _: ConfigMap = Api::namespaced(setup.client.clone(), ns)
+        .get("main-config")
+        .await
+        .expect("ConfigMap");
+    let secrets: Api<Secret> = Api::namespaced(setup.client.clone(), ns);
+    secrets.get("main-root").await.expect("generated root password");
+    secrets
+        .get("main-replication")
+        .await
+        .expect("generated replication password");
+    let pods: Api<Pod> = Api::namespaced(setup.client.clone(), ns);
+    let role = |pod: &Pod| {
+        pod.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(ROLE_LABEL).cloned())
+    };
+    assert_eq!(
+        role(&pods.get("main-0").await.unwrap()).as_deref(),
+        Some("primary")
+    );
+    assert_eq!(
+        role(&pods.get("main-1").await.unwrap()).as_deref(),
+        Some("replica")
+    );
+
+    // Writes through the application account reach the replica.
+    insert_items(setup.ip(0), 0..100).await;
+    let written: Vec<u64> = (0..100).collect();
+    converges(setup.ip(1), &written).await;
+
+    // Scale out through the scale subresource: the new member is seeded from a consistent
+    // snapshot, then replicates.
+    setup
+        .clusters
+        .patch_scale(
+            "main",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"replicas": 3}})),
+        )
+        .await
+        .expect("scale to 3");
+    let status = ready(&setup.clusters, "main", 2).await;
+    assert_eq!(status.replicas, 3);
+    assert!(
+        setup
+            .events("SeedingMember")
+            .await
+            .iter()
+            .any(|m| m.contains("main-2")),
+        "the new member was seeded from a snapshot"
+    );
+    converges(setup.ip(2), &written).await;
+    insert_items(setup.ip(0), 100..110).await;
+    let written: Vec<u64> = (0..110).collect();
+    converges(setup.ip(2), &written).await;
+    let member_two = status
+        .members
+        .iter()
+        .find(|m| m.name == "main-2")
+        .expect("member 2 in status");
+    assert_eq!(member_two.role, "Replica");
+    assert!(member_two.gtid.is_some());
+
+    // Scale in: the highest replica stops replicating, then its pod goes.
+    setup
+        .clusters
+        .patch_scale(
+            "main",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"replicas": 2}})),
+        )
+        .await
+        .expect("scale to 2");
+    let status = ready(&setup.clusters, "main", 1).await;
+    assert_eq!(status.replicas, 2);
+    let statefulsets: Api<StatefulSet> = Api::namespaced(setup.client.clone(), ns);
+    let replicas = statefulsets.get("main").await.unwrap().spec.unwrap().replicas;
+    assert_eq!(replicas, Some(2));
+    assert!(!setup.events("RemovingMember").await.is_empty());
+    converges(setup.ip(1), &written).await;
+    setup.finish().await;
+}
+
+#[tokio::test]
+async fn failover_under_write_load_keeps_every_acknowledged_write_and_the_old_primary_stays_read_only() {
+    let setup = setup("mysql-failover").await;
+    setup.create(3).await;
+    ready(&setup.clusters, "main", 2).await;
+    insert_items(setup.ip(0), 0..1).await;
+
+    // A writer commits to the primary and remembers what was acknowledged (semi-sync: a
+    // replica has each of them).
+    let acknowledged = Arc::new(Mutex::new(Vec::<u64>::new()));
+    let primary_ip = setup.ip(0);
+    let writer = {
+        let acknowledged = acknowledged.clone();
+        tokio::spawn(async move {
+            let Ok(mut conn) = app_connection(primary_ip).await else {
+                return;
+            };
+            for id in 1_000u64.. {
+                let insert = conn.exec_drop("INSERT INTO items VALUES (?, 'under load')", (id,));
+                match tokio::time::timeout(Duration::from_secs(5), insert).await {
+                    Ok(Ok(())) => acknowledged.lock().unwrap().push(id),
+                    _ => return,
+                }
+            }
+        })
+    };
+    wait::until(
+        "the writer committed 200 rows",
+        Duration::from_secs(60),
+        || async {
+            let count = acknowledged.lock().unwrap().len();
+            if count >= 200 {
+                Ok(())
+            } else {
+                Err(format!("{count} so far"))
+            }
+        },
+    )
+    .await;
+    setup.members.kill(setup.ns(), "main-0").await;
+    let _ = tokio::time::timeout(Duration::from_secs(20), writer).await;
+
+    let status = wait::until("a failover to a replica", Duration::from_secs(90), || async {
+        let status = setup
+            .clusters
+            .get("main")
+            .await
+            .map_err(|e| e.to_string())?
+            .status
+            .unwrap_or_default();
+        match (&status.primary, &status.last_failover) {
+            (Some(primary), Some(record)) if primary != "main-0" && record.kind == "Failover" => Ok(status),
+            _ => Err(format!("{:?} {:?}", status.primary, status.conditions)),
+        }
+    })
+    .await;
+    let record = status.last_failover.clone().unwrap();
+    assert_eq!(record.from, "main-0");
+    assert!(record.duration_millis >= 0);
+    let new_primary: usize = status
+        .primary
+        .as_deref()
+        .unwrap()
+        .trim_start_matches("main-")
+        .parse()
+        .unwrap();
+
+    // Every acknowledged write is on the new primary.
+    let acknowledged: BTreeSet<u64> = acknowledged.lock().unwrap().iter().copied().collect();
+    assert!(acknowledged.len() >= 200);
+    let present: BTreeSet<u64> = wait::until("the new primary answers", Duration::from_secs(30), || async {
+        item_ids(setup.ip(new_primary)).await
+    })
+    .await
+    .into_iter()
+    .collect();
+    let lost: Vec<&u64> = acknowledged.difference(&present).collect();
+    assert!(
+        lost.is_empty(),
+        "acknowledged writes lost in the failover: {lost:?}"
+    );
+    // The new primary takes writes.
+    let mut conn = app_connection(setup.ip(new_primary)).await.expect("new primary");
+    conn.exec_drop("INSERT INTO items VALUES (?, 'after failover')", (5_000_000u64,))
+        .await
+        .expect("the new primary accepts writes");
+
+    // The old primary, restarted (its pod replaced on the same volume), does not accept writes.
+    let pods: Api<Pod> = Api::namespaced(setup.client.clone(), setup.ns());
+    pods.delete("main-0", &DeleteParams::default())
+        .await
+        .expect("delete the old primary's pod");
+    let mut old = wait::until("the old primary is back", Duration::from_secs(90), || async {
+        app_connection(setup.ip(0)).await.map_err(|e| e.to_string())
+    })
+    .await;
+    let refused = old
+        .exec_drop("INSERT INTO items VALUES (?, 'split brain')", (9_000_000u64,))
+        .await
+        .expect_err("the old primary must not accept writes");
+    assert!(
+        refused.to_string().contains("read-only") || refused.to_string().contains("READ-ONLY"),
+        "{refused}"
+    );
+    let status = setup.clusters.get("main").await.unwrap().status.unwrap();
+    assert_eq!(
+        status.primary.as_deref(),
+        Some(format!("main-{new_primary}").as_str())
+    );
+    setup.finish().await;
+}
+
+#[tokio::test]
+async fn a_primary_blackholed_from_the_operator_only_is_not_failed_over() {
+    let setup = setup("mysql-blackhole").await;
+    setup.create(3).await;
+    ready(&setup.clusters, "main", 2).await;
+
+    // The operator reaches the primary through a proxy; the replicas still connect directly.
+    let proxy = FaultProxy::start("127.0.0.1:0".parse().unwrap(), (setup.ip(0), 3306).into())
+        .await
+        .expect("fault proxy");
+    let key = format!("{}/main", setup.ns());
+    setup
+        .operator
+        .context
+        .state
+        .clients
+        .route(&key, 0, proxy.address())
+        .await;
+    ready(&setup.clusters, "main", 2).await;
+
+    proxy.set(Fault::Blackhole);
+    let unknown = wait::until(
+        "the primary reported Unknown",
+        Duration::from_secs(60),
+        || async {
+            let status = setup
+                .clusters
+                .get("main")
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .unwrap_or_default();
+            let primary = status.members.iter().find(|m| m.name == "main-0").cloned();
+            match primary {
+                Some(member) if member.health == "Unknown" => Ok(status),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    assert_eq!(unknown.primary.as_deref(), Some("main-0"));
+    // Long enough for many passes and the breaker to open and probe again.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let status = setup.clusters.get("main").await.unwrap().status.unwrap();
+    assert_eq!(
+        status.primary.as_deref(),
+        Some("main-0"),
+        "no failover on Unknown"
+    );
+    assert!(status.last_failover.is_none());
+    assert!(status.in_flight.is_none());
+    assert!(setup.events("FailingOver").await.is_empty());
+    let progressing = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Progressing")
+        .unwrap();
+    assert_eq!(progressing.reason, "PrimaryUnknown", "{}", progressing.message);
+    // The primary still serves: writes succeed and reach the replicas.
+    insert_items(setup.ip(0), 0..10).await;
+    converges(setup.ip(1), &(0..10).collect::<Vec<_>>()).await;
+
+    proxy.set(Fault::None);
+    ready(&setup.clusters, "main", 2).await;
+    setup.finish().await;
+}

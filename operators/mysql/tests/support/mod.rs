@@ -1,0 +1,196 @@
+//! Shared pieces of the MySQL operator's integration tests: the operator run in the test
+//! process, cluster specs, and SQL as an application would send it.
+
+use std::{collections::BTreeMap, net::SocketAddr, sync::Arc, time::Duration};
+
+use k8s_openapi::{api::core::v1::Secret, apimachinery::pkg::api::resource::Quantity};
+use kube::{Api, api::PostParams};
+use mysql_async::prelude::Queryable;
+use mysql_operator::{
+    OPERATOR_NAME,
+    crd::{Flavor, MySQLCluster, MySQLClusterSpec, MySQLClusterStatus, UserSpec},
+    observe::MySqlClients,
+    reconcile::{MemberAddresses, Settings, State, reconcile},
+};
+use quorum_core::{
+    availability::{breaker::BreakerSettings, retry::CallPolicy},
+    config::{LogFormat, OperatorConfig},
+    crd::Storage,
+    runner::{Context, RetryPolicy, RunError, Runtime},
+};
+use quorum_e2e::wait;
+
+/// The application account every test cluster has, and its password.
+pub const APP_USER: &str = "app";
+pub const APP_PASSWORD: &str = "app-secret-Pa55";
+pub const APP_DATABASE: &str = "shop";
+
+/// A running operator; [`Running::stop`] shuts it down as SIGTERM would.
+pub struct Running {
+    pub context: Arc<Context<State>>,
+    pub shutdown: tokio_util::sync::CancellationToken,
+    pub task: tokio::task::JoinHandle<Result<(), RunError>>,
+}
+
+impl Running {
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        self.task.await.expect("operator task").expect("clean shutdown");
+    }
+}
+
+/// Starts the operator on `namespace`, with members on loopback addresses.
+pub fn start_operator(client: kube::Client, namespace: &str) -> Running {
+    let config = OperatorConfig {
+        watch_namespaces: vec![namespace.to_string()],
+        log_format: LogFormat::Text,
+        metrics_address: SocketAddr::from(([127, 0, 0, 1], 0)),
+        leader_elect: false,
+        leader_election_namespace: Some(namespace.to_string()),
+        identity: Some("mysql-test".into()),
+        pod_namespace: None,
+    };
+    let runtime = Runtime::new(OPERATOR_NAME, config, client).with_retry_policy(RetryPolicy {
+        first: Duration::from_millis(200),
+        max: Duration::from_secs(2),
+    });
+    let state = State {
+        clients: MySqlClients::new(
+            CallPolicy {
+                timeout: Duration::from_millis(1500),
+                read_attempts: 2,
+                backoff_first: Duration::from_millis(50),
+                backoff_max: Duration::from_millis(200),
+            },
+            BreakerSettings {
+                failure_threshold: 5,
+                cooldown: Duration::from_secs(1),
+            },
+            runtime.metrics().admin.clone(),
+        ),
+        settings: Settings {
+            cluster_domain: "cluster.local".into(),
+            member_addresses: MemberAddresses::Loopback,
+            freshness: Duration::from_secs(30),
+            allow_http_backups: true,
+        },
+    };
+    let context = runtime.context(state);
+    let clusters = runtime.controller::<MySQLCluster, _, _, _, _>(context.clone(), reconcile);
+    let shutdown = runtime.shutdown_token();
+    let task = tokio::spawn(runtime.run(vec![clusters]));
+    Running {
+        context,
+        shutdown,
+        task,
+    }
+}
+
+/// A MariaDB cluster of `replicas` members with the application account, small buffers.
+pub fn cluster_spec(replicas: i32) -> MySQLClusterSpec {
+    MySQLClusterSpec {
+        replicas,
+        flavor: Flavor::MariaDB,
+        version: "10.11.19".into(),
+        image: None,
+        storage: Storage {
+            size: Quantity("1Gi".into()),
+            storage_class_name: None,
+        },
+        resources: None,
+        pod_template: None,
+        config: BTreeMap::from([
+            ("innodb_buffer_pool_size".to_string(), "16M".to_string()),
+            ("innodb_log_file_size".to_string(), "8M".to_string()),
+        ]),
+        root_password_secret: None,
+        users: vec![UserSpec {
+            name: APP_USER.into(),
+            password_secret: "app-password".into(),
+            database: APP_DATABASE.into(),
+            access: Default::default(),
+        }],
+        replication: None,
+        tls: None,
+        backup: None,
+        restore_from: None,
+    }
+}
+
+/// Creates the application account's Secret.
+pub async fn create_app_secret(client: &kube::Client, namespace: &str) {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let mut secret = Secret::default();
+    secret.metadata.name = Some("app-password".into());
+    secret.string_data = Some(BTreeMap::from([(
+        "password".to_string(),
+        APP_PASSWORD.to_string(),
+    )]));
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("app Secret");
+}
+
+/// Waits until the cluster is Ready with `replicas` caught-up replicas and nothing to do.
+pub async fn ready(clusters: &Api<MySQLCluster>, name: &str, replicas: i32) -> MySQLClusterStatus {
+    wait::until(
+        &format!("{name} Ready with {replicas} caught-up replicas"),
+        Duration::from_secs(180),
+        || async {
+            let cluster = clusters.get(name).await.map_err(|e| e.to_string())?;
+            let status = cluster.status.clone().unwrap_or_default();
+            let is = |type_: &str, value: &str| {
+                status
+                    .conditions
+                    .iter()
+                    .any(|c| c.type_ == type_ && c.status == value)
+            };
+            if is("Ready", "True") && is("Progressing", "False") && status.ready_replicas == replicas {
+                Ok(status)
+            } else {
+                Err(format!("{:?} {:?}", status.members, status.conditions))
+            }
+        },
+    )
+    .await
+}
+
+/// A connection as the application account to `ip`.
+pub async fn app_connection(ip: std::net::Ipv4Addr) -> Result<mysql_async::Conn, mysql_async::Error> {
+    let options = mysql_async::OptsBuilder::default()
+        .ip_or_hostname(ip.to_string())
+        .tcp_port(3306)
+        .user(Some(APP_USER))
+        .pass(Some(APP_PASSWORD))
+        .db_name(Some(APP_DATABASE))
+        .prefer_socket(false);
+    tokio::time::timeout(Duration::from_secs(3), mysql_async::Conn::new(options))
+        .await
+        .unwrap_or_else(|_| Err(mysql_async::Error::Other("connect timed out".into())))
+}
+
+/// The ids in `shop.items` on `ip`, sorted.
+pub async fn item_ids(ip: std::net::Ipv4Addr) -> Result<Vec<u64>, String> {
+    let mut conn = app_connection(ip).await.map_err(|e| e.to_string())?;
+    conn.query("SELECT id FROM items ORDER BY id")
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Waits until `ip` holds exactly `expected` in `shop.items`.
+pub async fn converges(ip: std::net::Ipv4Addr, expected: &[u64]) {
+    wait::until(
+        &format!("{ip} holds the {} rows written", expected.len()),
+        Duration::from_secs(60),
+        || async {
+            let ids = item_ids(ip).await?;
+            if ids == expected {
+                Ok(())
+            } else {
+                Err(format!("{} rows, expected {}", ids.len(), expected.len()))
+            }
+        },
+    )
+    .await
+}
