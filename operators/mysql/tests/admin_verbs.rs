@@ -1,0 +1,763 @@
+//! The MySQL/MariaDB admin verbs against real MariaDB processes on distinct loopback addresses:
+//! a primary and replicas wired together through the verbs under test.
+
+use std::time::{Duration, Instant};
+
+use mysql_async::prelude::Queryable;
+use mysql_operator::admin::{
+    AdminError, Credentials, IoThread, MySqlAdmin, ReplicationSource, SemiSyncRole,
+    gtid::{GtidPosition, MostAdvancedError, most_advanced},
+    snapshot::{self, SnapshotError},
+};
+use mysql_operator::crd::Flavor;
+use quorum_e2e::{
+    mariadb::{MariaDbProcesses, PORT, REPLICATION_PASSWORD, REPLICATION_USER, ROOT_PASSWORD},
+    wait,
+};
+use secrecy::SecretString;
+
+const TIMEOUT: Duration = Duration::from_secs(3);
+const CONVERGE: Duration = Duration::from_secs(30);
+
+fn admin_as(processes: &MariaDbProcesses, index: usize, user: &str, password: &str) -> MySqlAdmin {
+    let credentials = Credentials {
+        user: user.to_string(),
+        password: SecretString::from(password),
+    };
+    MySqlAdmin::new(
+        Flavor::MariaDB,
+        &processes.ip(index).to_string(),
+        PORT,
+        &credentials,
+        TIMEOUT,
+    )
+}
+
+fn admin(processes: &MariaDbProcesses, index: usize) -> MySqlAdmin {
+    admin_as(processes, index, "root", ROOT_PASSWORD)
+}
+
+fn source(processes: &MariaDbProcesses, index: usize) -> ReplicationSource {
+    ReplicationSource {
+        host: processes.ip(index).to_string(),
+        port: PORT,
+        user: REPLICATION_USER.to_string(),
+        password: SecretString::from(REPLICATION_PASSWORD),
+        tls: false,
+    }
+}
+
+/// `count` members: m-0 a writable primary, the others replicating from it.
+async fn replicated(count: usize) -> (MariaDbProcesses, Vec<MySqlAdmin>) {
+    let processes = MariaDbProcesses::start(count).await;
+    let admins: Vec<MySqlAdmin> = (0..count).map(|i| admin(&processes, i)).collect();
+    admins[0].set_read_only(false).await.expect("open the primary");
+    for replica in &admins[1..] {
+        replica
+            .configure_replica(&source(&processes, 0), None)
+            .await
+            .expect("configure replica");
+    }
+    (processes, admins)
+}
+
+/// Waits until `query` answers `expected` on member `index`.
+async fn until_answer(processes: &MariaDbProcesses, index: usize, query: &str, expected: &str) {
+    wait::until(
+        &format!("m-{index} to answer {expected:?} to {query}"),
+        CONVERGE,
+        || async {
+            let answer = processes.try_sql(index, query).await?;
+            if answer.trim() == expected {
+                Ok(())
+            } else {
+                Err(format!("{answer:?}"))
+            }
+        },
+    )
+    .await;
+}
+
+async fn count_rows(processes: &MariaDbProcesses, index: usize, table: &str) -> u64 {
+    let answer = processes
+        .sql(index, &format!("SELECT COUNT(*) FROM {table}"))
+        .await;
+    answer.trim().parse().expect("a count")
+}
+
+async fn executed(admin: &MySqlAdmin) -> GtidPosition {
+    admin.report().await.expect("report").executed
+}
+
+#[tokio::test]
+async fn replicas_follow_the_primary_and_report_positions_and_lag() {
+    let (processes, admins) = replicated(3).await;
+    processes
+        .sql(
+            0,
+            "CREATE DATABASE app; CREATE TABLE app.t (id INT PRIMARY KEY, v TEXT); \
+             INSERT INTO app.t VALUES (1, 'one'), (2, 'two')",
+        )
+        .await;
+    for replica in 1..3 {
+        until_answer(
+            &processes,
+            replica,
+            "SELECT GROUP_CONCAT(v ORDER BY id) FROM app.t",
+            "one,two",
+        )
+        .await;
+    }
+
+    let primary = admins[0].report().await.unwrap();
+    assert!(primary.replica.is_none(), "the primary replicates from nothing");
+    assert!(!primary.read_only);
+    assert_eq!(primary.server_id, 1);
+    assert!(primary.version.starts_with("10.11"), "{}", primary.version);
+    assert!(!primary.executed.is_empty());
+    for replica in &admins[1..] {
+        assert!(
+            replica
+                .wait_for_executed(&primary.executed, CONVERGE)
+                .await
+                .unwrap()
+        );
+        let report = replica.report().await.unwrap();
+        assert!(report.read_only, "replicas stay read-only");
+        let status = report.replica.expect("replica status");
+        assert_eq!(status.source_host, processes.ip(0).to_string());
+        assert_eq!(status.source_port, PORT);
+        assert_eq!(status.io_thread, IoThread::Running);
+        assert!(status.sql_running && status.source_connected() && !status.source_lost());
+        assert_eq!(status.seconds_behind, Some(0));
+        assert_eq!((status.last_io_errno, status.last_sql_errno), (0, 0));
+        assert!(status.received.includes(&primary.executed), "{status:?}");
+        assert!(report.executed.includes(&primary.executed));
+        assert_eq!(report.executed.errant_against(&primary.executed), None);
+    }
+
+    // Positions advance with writes, and the replicas catch up to the new one.
+    processes.sql(0, "INSERT INTO app.t VALUES (3, 'three')").await;
+    let later = executed(&admins[0]).await;
+    assert!(later.includes(&primary.executed) && !primary.executed.includes(&later));
+    for replica in &admins[1..] {
+        assert!(replica.wait_relay_log_applied(CONVERGE).await.unwrap());
+        assert!(replica.wait_for_executed(&later, CONVERGE).await.unwrap());
+        assert!(executed(replica).await.includes(&later));
+    }
+    assert_eq!(count_rows(&processes, 2, "app.t").await, 3);
+    assert!(
+        admins[0].wait_relay_log_applied(TIMEOUT).await.unwrap(),
+        "not a replica"
+    );
+
+    // A position nobody reached times out rather than succeeding.
+    let ahead = GtidPosition::parse(Flavor::MariaDB, "0-1-1000").unwrap();
+    let started = Instant::now();
+    assert!(
+        !admins[1]
+            .wait_for_executed(&ahead, Duration::from_millis(500))
+            .await
+            .unwrap()
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test]
+async fn semi_sync_roles_take_effect_on_the_primary_and_replicas() {
+    let (processes, admins) = replicated(2).await;
+    let source_role = SemiSyncRole::Source {
+        wait_for: 1,
+        timeout: Duration::from_secs(5),
+    };
+    admins[0].set_semi_sync(source_role).await.unwrap();
+    admins[1].set_semi_sync(SemiSyncRole::Replica).await.unwrap();
+    let primary = admins[0].report().await.unwrap();
+    assert!(primary.semi_sync_source_on && !primary.semi_sync_replica_on);
+    let replica = admins[1].report().await.unwrap();
+    assert!(!replica.semi_sync_source_on && replica.semi_sync_replica_on);
+    // The replica's receiving thread was restarted, so it now acknowledges as a semi-sync client.
+    until_answer(
+        &processes,
+        0,
+        "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS \
+         WHERE VARIABLE_NAME = 'RPL_SEMI_SYNC_MASTER_CLIENTS'",
+        "1",
+    )
+    .await;
+    processes.sql(0, "CREATE DATABASE acked").await;
+    let acknowledged = processes
+        .sql(0, "SHOW GLOBAL STATUS LIKE 'Rpl_semi_sync_master_yes_tx'")
+        .await;
+    assert!(!acknowledged.trim().ends_with("\t0"), "{acknowledged}");
+
+    let two = SemiSyncRole::Source {
+        wait_for: 2,
+        timeout: Duration::from_secs(5),
+    };
+    assert!(matches!(
+        admins[0].set_semi_sync(two).await,
+        Err(AdminError::Unsupported(_))
+    ));
+    admins[1].set_semi_sync(SemiSyncRole::Off).await.unwrap();
+    admins[0].set_semi_sync(SemiSyncRole::Off).await.unwrap();
+    let off = admins[1].report().await.unwrap();
+    assert!(!off.semi_sync_source_on && !off.semi_sync_replica_on);
+    assert!(off.replica.is_some_and(|r| r.io_thread != IoThread::Stopped));
+}
+
+#[tokio::test]
+async fn read_only_refuses_application_writes_and_fencing_ends_open_transactions() {
+    let processes = MariaDbProcesses::start(1).await;
+    let root = admin(&processes, 0);
+    root.set_read_only(false).await.unwrap();
+    processes
+        .sql(
+            0,
+            "CREATE DATABASE app; CREATE TABLE app.t (id INT PRIMARY KEY); CREATE DATABASE other",
+        )
+        .await;
+    let password = SecretString::from("app-'pass\\word");
+    let grants = vec!["ALL PRIVILEGES ON `app`.*".to_string()];
+    root.ensure_user("app", "%", &password, &grants).await.unwrap();
+    root.ensure_user("app", "%", &password, &grants)
+        .await
+        .expect("idempotent");
+
+    let options = mysql_async::OptsBuilder::default()
+        .ip_or_hostname(processes.ip(0).to_string())
+        .tcp_port(PORT)
+        .user(Some("app"))
+        .pass(Some("app-'pass\\word"))
+        .db_name(Some("app"));
+    let pool = mysql_async::Pool::new(options);
+    let mut app = pool
+        .get_conn()
+        .await
+        .expect("the app account logs in with its password");
+    app.query_drop("INSERT INTO t VALUES (1)").await.unwrap();
+    let elsewhere = app.query_drop("CREATE TABLE other.x (id INT)").await.unwrap_err();
+    assert!(elsewhere.to_string().contains("denied"), "{elsewhere}");
+
+    root.set_read_only(true).await.unwrap();
+    assert!(root.report().await.unwrap().read_only);
+    let refused = app.query_drop("INSERT INTO t VALUES (2)").await.unwrap_err();
+    match refused {
+        mysql_async::Error::Server(error) => assert_eq!(error.code, 1290, "{}", error.message),
+        other => panic!("expected the server's refusal, got {other}"),
+    }
+    let rows: Vec<u32> = app.query("SELECT id FROM t").await.unwrap();
+    assert_eq!(rows, [1], "reads still work");
+
+    // An open transaction from before the fence must never commit: its connection is ended.
+    root.set_read_only(false).await.unwrap();
+    app.query_drop("START TRANSACTION").await.unwrap();
+    app.query_drop("INSERT INTO t VALUES (3)").await.unwrap();
+    root.set_read_only(true).await.unwrap();
+    let killed = root.kill_client_connections(&["root"]).await.unwrap();
+    assert!(killed >= 1, "the app's connection ended");
+    assert!(
+        app.query_drop("COMMIT").await.is_err(),
+        "the transaction cannot commit"
+    );
+    assert_eq!(
+        processes
+            .sql(0, "SELECT GROUP_CONCAT(id) FROM app.t")
+            .await
+            .trim(),
+        "1"
+    );
+    root.set_read_only(false).await.unwrap();
+    assert!(!root.report().await.unwrap().read_only);
+    let mut again = pool.get_conn().await.unwrap();
+    again
+        .query_drop("INSERT INTO t VALUES (4)")
+        .await
+        .expect("open again");
+    drop((app, again));
+    pool.disconnect().await.unwrap();
+}
+
+#[tokio::test]
+async fn promote_a_replica_and_repoint_the_others_and_the_old_primary() {
+    let (processes, admins) = replicated(3).await;
+    processes
+        .sql(
+            0,
+            "CREATE DATABASE app; CREATE TABLE app.t (id INT PRIMARY KEY); INSERT INTO app.t VALUES (1)",
+        )
+        .await;
+    let before = executed(&admins[0]).await;
+
+    // Switchover: fence the old primary, let m-1 catch up, promote it, repoint the rest.
+    admins[0].set_read_only(true).await.unwrap();
+    assert!(admins[1].wait_for_executed(&before, CONVERGE).await.unwrap());
+    assert!(admins[1].wait_relay_log_applied(CONVERGE).await.unwrap());
+    let positions = [
+        executed(&admins[0]).await,
+        executed(&admins[1]).await,
+        executed(&admins[2]).await,
+    ];
+    assert!(most_advanced(&positions).is_ok());
+    admins[1].promote().await.unwrap();
+    let promoted = admins[1].report().await.unwrap();
+    assert!(promoted.replica.is_none() && !promoted.read_only);
+    admins[2]
+        .configure_replica(&source(&processes, 1), None)
+        .await
+        .unwrap();
+    // The old primary wrote its transactions itself; it must not fetch them again.
+    admins[0]
+        .configure_replica(&source(&processes, 1), None)
+        .await
+        .unwrap();
+
+    processes.sql(1, "INSERT INTO app.t VALUES (2)").await;
+    for member in [0, 2] {
+        until_answer(
+            &processes,
+            member,
+            "SELECT GROUP_CONCAT(id ORDER BY id) FROM app.t",
+            "1,2",
+        )
+        .await;
+        let report = admins[member].report().await.unwrap();
+        let status = report.replica.expect("a replica of m-1");
+        assert_eq!(status.source_host, processes.ip(1).to_string());
+        assert!(status.source_connected() && status.sql_running, "{status:?}");
+        assert!(report.read_only);
+    }
+    let new_primary = executed(&admins[1]).await;
+    for member in [0, 2] {
+        assert!(
+            admins[member]
+                .wait_for_executed(&new_primary, CONVERGE)
+                .await
+                .unwrap()
+        );
+        assert_eq!(executed(&admins[member]).await.errant_against(&new_primary), None);
+    }
+}
+
+#[tokio::test]
+async fn stop_replication_forgets_the_source() {
+    let (processes, admins) = replicated(2).await;
+    processes
+        .sql(0, "CREATE DATABASE app; CREATE TABLE app.t (id INT PRIMARY KEY)")
+        .await;
+    until_answer(&processes, 1, "SELECT COUNT(*) FROM app.t", "0").await;
+
+    admins[1].stop_replication().await.unwrap();
+    assert!(admins[1].report().await.unwrap().replica.is_none());
+    admins[1].stop_replication().await.expect("idempotent");
+    processes.sql(0, "INSERT INTO app.t VALUES (1)").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        count_rows(&processes, 1, "app.t").await,
+        0,
+        "no longer replicating"
+    );
+
+    // Configured again, it resumes where it stopped.
+    admins[1]
+        .configure_replica(&source(&processes, 0), None)
+        .await
+        .unwrap();
+    until_answer(&processes, 1, "SELECT COUNT(*) FROM app.t", "1").await;
+}
+
+#[tokio::test]
+async fn replication_works_with_a_password_that_needs_escaping() {
+    let processes = MariaDbProcesses::start(2).await;
+    let admins = [admin(&processes, 0), admin(&processes, 1)];
+    admins[0].set_read_only(false).await.unwrap();
+    let password = SecretString::from("q'uo\"te\\back\nslash, MASTER_HOST='evil'");
+    // The account exists on both (created on the primary, replicated as the first transaction).
+    admins[0]
+        .ensure_user(
+            "odd_repl",
+            "%",
+            &password,
+            &["REPLICATION SLAVE ON *.*".to_string()],
+        )
+        .await
+        .unwrap();
+    let odd = ReplicationSource {
+        user: "odd_repl".to_string(),
+        password,
+        ..source(&processes, 0)
+    };
+    admins[1].configure_replica(&odd, None).await.unwrap();
+    processes.sql(0, "CREATE DATABASE quoted").await;
+    until_answer(&processes, 1, "SHOW DATABASES LIKE 'quoted'", "quoted").await;
+    let status = admins[1].report().await.unwrap().replica.unwrap();
+    assert_eq!(
+        status.source_host,
+        processes.ip(0).to_string(),
+        "the host was not injected"
+    );
+}
+
+/// A primary with varied column types and awkward values, and an application account.
+async fn seed_primary(processes: &MariaDbProcesses) {
+    processes
+        .sql(
+            0,
+            "CREATE DATABASE app; \
+             CREATE TABLE app.kinds (id INT AUTO_INCREMENT PRIMARY KEY, name VARCHAR(100), note TEXT, \
+               raw BLOB, amount DECIMAL(12,4), ratio DOUBLE, small FLOAT, at DATETIME(6), day DATE, \
+               span TIME, flags BIT(8), doc JSON, twice INT AS (id * 2) VIRTUAL); \
+             SET SESSION sql_mode = 'NO_AUTO_VALUE_ON_ZERO'; \
+             INSERT INTO app.kinds (id, name, note, raw, amount, ratio, small, at, day, span, flags, doc) VALUES \
+               (0, 'zero', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL), \
+               (1, 'it''s', 'back\\\\slash', X'00FF80', 12.3456, 0.1, 1.5, '2024-02-29 23:59:59.123456', \
+                '2024-02-29', '-838:59:59', b'10100101', '{\"a\": [1, \"x\\\\ny\"]}'), \
+               (2, 'new\\nline\\r\\0nul', 'üñí 字 \\t tab', X'', -0.0001, 1e300, -3.25, \
+                '1970-01-01 00:00:01', '1000-01-01', '00:00:00', b'0', '[]'); \
+             CREATE TABLE app.`odd``name` (k VARCHAR(10) PRIMARY KEY) DEFAULT CHARSET=latin1; \
+             INSERT INTO app.`odd``name` VALUES ('é'); \
+             CREATE VIEW app.v AS SELECT id FROM app.kinds; \
+             CREATE TABLE app.busy (id INT AUTO_INCREMENT PRIMARY KEY, payload VARCHAR(50)); \
+             CREATE DATABASE `empty db`; \
+             CREATE USER 'reporting'@'10.%' IDENTIFIED BY 'r3p0rt'; \
+             GRANT SELECT ON app.* TO 'reporting'@'10.%'",
+        )
+        .await;
+}
+
+/// Inserts into `app.busy` on m-0 until told to stop; returns how many rows it wrote.
+fn start_writer(
+    processes: &MariaDbProcesses,
+) -> (tokio::sync::watch::Sender<bool>, tokio::task::JoinHandle<u64>) {
+    let url = format!("mysql://root:{ROOT_PASSWORD}@{}:{PORT}/app", processes.ip(0));
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let writer = tokio::spawn(async move {
+        let mut conn = mysql_async::Conn::new(mysql_async::Opts::from_url(&url).unwrap())
+            .await
+            .expect("writer connects");
+        let mut written = 0;
+        while !*stopped.borrow_and_update() {
+            conn.query_drop(format!("INSERT INTO busy (payload) VALUES ('row {written}')"))
+                .await
+                .expect("writer inserts");
+            written += 1;
+        }
+        written
+    });
+    (stop, writer)
+}
+
+#[tokio::test]
+async fn snapshot_of_a_busy_primary_restores_into_an_empty_server_that_then_converges() {
+    let processes = MariaDbProcesses::start(2).await;
+    let (primary, fresh) = (admin(&processes, 0), admin(&processes, 1));
+    primary.set_read_only(false).await.unwrap();
+    seed_primary(&processes).await;
+    let (stop, writer) = start_writer(&processes);
+    wait::until("the writer to have written", CONVERGE, || async {
+        let rows = count_rows(&processes, 0, "app.busy").await;
+        if rows > 50 {
+            Ok(())
+        } else {
+            Err(format!("{rows} rows"))
+        }
+    })
+    .await;
+
+    let mut stream = Vec::new();
+    let info = snapshot::snapshot_out(&primary, &["root", REPLICATION_USER], &mut stream)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!info.position.is_empty());
+    assert_eq!(info.bytes, stream.len() as u64);
+    let text = String::from_utf8(stream.clone()).unwrap();
+    assert!(
+        text.starts_with(&format!(
+            "-- quorum-mysql-snapshot v1 flavor=mariadb position={}\n",
+            info.position
+        )),
+        "{}",
+        text.lines().next().unwrap_or_default()
+    );
+    assert!(text.ends_with(&format!("-- end statements={}\n", info.statements)));
+    assert!(
+        !text.contains(REPLICATION_USER) && !text.contains("'root'"),
+        "excluded accounts"
+    );
+    assert!(
+        info.skipped.contains(&"view app.v".to_string()),
+        "{:?}",
+        info.skipped
+    );
+
+    let restored = snapshot::snapshot_in(&fresh, &stream[..]).await.unwrap();
+    assert_eq!(restored, info.position);
+    let after_restore = fresh.report().await.unwrap();
+    assert!(
+        after_restore.executed.is_empty(),
+        "the restore wrote nothing to the binary log: {}",
+        after_restore.executed
+    );
+    fresh
+        .configure_replica(&source(&processes, 0), Some(&restored))
+        .await
+        .unwrap();
+    stop.send(true).unwrap();
+    let written = writer.await.unwrap();
+    assert!(written > 50);
+
+    let final_position = executed(&primary).await;
+    assert!(fresh.wait_for_executed(&final_position, CONVERGE).await.unwrap());
+    let replica = fresh.report().await.unwrap();
+    assert_eq!(replica.executed.errant_against(&final_position), None);
+    assert!(final_position.includes(&replica.executed) && replica.executed.includes(&final_position));
+    let status = replica.replica.unwrap();
+    assert_eq!(
+        (status.last_sql_errno, status.last_io_errno),
+        (0, 0),
+        "{status:?}"
+    );
+
+    // Exactly the primary's rows: no duplicate, no gap, values identical.
+    for query in [
+        "SELECT COUNT(*), COUNT(DISTINCT id), MIN(id), MAX(id) FROM app.busy",
+        "SELECT id, name, note, HEX(raw), amount, ratio, small, at, day, span, HEX(flags), doc, twice \
+         FROM app.kinds ORDER BY id",
+        "SHOW GRANTS FOR 'reporting'@'10.%'",
+        "SHOW DATABASES LIKE 'empty db'",
+        "CHECKSUM TABLE app.busy, app.kinds, app.`odd``name`",
+    ] {
+        assert_eq!(
+            processes.sql(1, query).await,
+            processes.sql(0, query).await,
+            "{query}"
+        );
+    }
+    let busy = processes.sql(1, "SELECT COUNT(*), MAX(id) FROM app.busy").await;
+    assert_eq!(busy.trim(), format!("{written}\t{written}"));
+}
+
+#[tokio::test]
+async fn snapshot_in_refuses_truncated_and_foreign_streams() {
+    let processes = MariaDbProcesses::start(2).await;
+    let (primary, fresh) = (admin(&processes, 0), admin(&processes, 1));
+    primary.set_read_only(false).await.unwrap();
+    processes
+        .sql(
+            0,
+            "CREATE DATABASE app; CREATE TABLE app.t (id INT PRIMARY KEY); INSERT INTO app.t VALUES (1)",
+        )
+        .await;
+    let mut stream = Vec::new();
+    snapshot::snapshot_out(&primary, &["root", REPLICATION_USER], &mut stream)
+        .await
+        .unwrap();
+    let text = String::from_utf8(stream).unwrap();
+
+    let without_trailer = &text[..text.rfind("-- end").unwrap()];
+    let error = snapshot::snapshot_in(&fresh, without_trailer.as_bytes())
+        .await
+        .unwrap_err();
+    assert!(matches!(error, SnapshotError::Format(_)), "{error}");
+    assert!(error.to_string().contains("truncated"), "{error}");
+
+    let mysql = text.replacen("flavor=mariadb", "flavor=mysql", 1);
+    let error = snapshot::snapshot_in(&fresh, mysql.as_bytes()).await.unwrap_err();
+    assert!(
+        error.to_string().contains("a mysql snapshot cannot be restored"),
+        "{error}"
+    );
+
+    let mut lines: Vec<&str> = text.lines().collect();
+    let insert = lines.iter().position(|l| l.starts_with("INSERT INTO")).unwrap();
+    lines.remove(insert);
+    let dropped = lines.join("\n") + "\n";
+    let error = snapshot::snapshot_in(&fresh, dropped.as_bytes())
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("trailer counts"), "{error}");
+
+    let broken = text.replacen("CREATE TABLE", "CREATE TABLEX", 1);
+    let error = snapshot::snapshot_in(&fresh, broken.as_bytes())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            &error,
+            SnapshotError::Restore {
+                source: AdminError::Refused { code: 1064, .. },
+                ..
+            }
+        ),
+        "{error}"
+    );
+    assert!(
+        !error.to_string().contains("TABLEX"),
+        "the statement is not repeated: {error}"
+    );
+}
+
+#[tokio::test]
+async fn refused_statements_leave_replication_as_it_was() {
+    let (processes, admins) = replicated(2).await;
+    // An account that may look but not act.
+    processes
+        .sql(
+            0,
+            "CREATE USER 'watcher'@'%' IDENTIFIED BY 'w4tch'; \
+             GRANT SELECT, SLAVE MONITOR, BINLOG MONITOR ON *.* TO 'watcher'@'%'",
+        )
+        .await;
+    let watcher = admin_as(&processes, 1, "watcher", "w4tch");
+    until_answer(
+        &processes,
+        1,
+        "SELECT COUNT(*) FROM mysql.user WHERE User = 'watcher'",
+        "1",
+    )
+    .await;
+    let report = watcher.report().await.expect("watching is allowed");
+    assert!(report.replica.is_some());
+
+    let error = watcher.promote().await.unwrap_err();
+    assert!(
+        matches!(
+            error,
+            AdminError::Refused {
+                statement: "STOP SLAVE",
+                code: 1227,
+                ..
+            }
+        ),
+        "{error}"
+    );
+    let error = watcher
+        .configure_replica(&source(&processes, 0), None)
+        .await
+        .unwrap_err();
+    assert!(matches!(error, AdminError::Refused { .. }), "{error}");
+    assert!(!error.to_string().contains(REPLICATION_PASSWORD));
+    let error = watcher.set_read_only(false).await.unwrap_err();
+    assert!(matches!(error, AdminError::Refused { .. }), "{error}");
+
+    let after = admins[1].report().await.unwrap();
+    let status = after.replica.expect("still a replica");
+    assert!(status.source_connected() && status.sql_running, "{status:?}");
+    assert_eq!(status.source_host, processes.ip(0).to_string());
+    assert!(after.read_only, "still read-only");
+    processes.sql(0, "CREATE DATABASE still_replicating").await;
+    until_answer(
+        &processes,
+        1,
+        "SHOW DATABASES LIKE 'still_replicating'",
+        "still_replicating",
+    )
+    .await;
+
+    // A wrong password is refused at login, and the password is not in the error.
+    let wrong = admin_as(&processes, 1, "root", "not-the-password");
+    let error = wrong.report().await.unwrap_err();
+    assert!(matches!(error, AdminError::Refused { code: 1045, .. }), "{error}");
+    assert!(!error.to_string().contains("not-the-password"));
+}
+
+#[tokio::test]
+async fn unreachable_servers_fail_fast() {
+    let processes = MariaDbProcesses::new();
+    // Nothing listens on this address.
+    let nobody = admin(&processes, 200);
+    let started = Instant::now();
+    let error = nobody.report().await.unwrap_err();
+    assert!(error.is_unreachable(), "{error}");
+    assert!(started.elapsed() < TIMEOUT, "{:?}", started.elapsed());
+
+    // A listener that accepts and never says a word: the connect timeout decides.
+    let listener = tokio::net::TcpListener::bind((processes.ip(201), 0))
+        .await
+        .unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let silent = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    let credentials = Credentials {
+        user: "root".to_string(),
+        password: SecretString::from(ROOT_PASSWORD),
+    };
+    let mute = MySqlAdmin::new(
+        Flavor::MariaDB,
+        &processes.ip(201).to_string(),
+        port,
+        &credentials,
+        Duration::from_millis(700),
+    );
+    let started = Instant::now();
+    let error = mute.report().await.unwrap_err();
+    assert!(error.is_unreachable(), "{error}");
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed >= Duration::from_millis(700) && elapsed < Duration::from_secs(3),
+        "{elapsed:?}"
+    );
+    silent.abort();
+}
+
+#[tokio::test]
+async fn a_killed_primary_is_a_lost_source_and_a_restarted_one_is_reachable_again() {
+    let (mut processes, admins) = replicated(2).await;
+    processes.kill(0).await;
+    assert!(admins[0].report().await.unwrap_err().is_unreachable());
+    wait::until("the replica to see its source lost", CONVERGE, || async {
+        let status = admins[1]
+            .report()
+            .await
+            .map_err(|e| e.to_string())?
+            .replica
+            .unwrap();
+        if status.source_lost() {
+            Ok(())
+        } else {
+            Err(format!("{status:?}"))
+        }
+    })
+    .await;
+    processes.restart(0).await;
+    wait::until("the old primary to answer again", CONVERGE, || async {
+        admins[0].report().await.map(|_| ()).map_err(|e| e.to_string())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn errant_transactions_on_a_replica_are_detected() {
+    let (processes, admins) = replicated(2).await;
+    processes
+        .sql(0, "CREATE DATABASE app; CREATE TABLE app.t (id INT PRIMARY KEY)")
+        .await;
+    let primary = executed(&admins[0]).await;
+    assert!(admins[1].wait_for_executed(&primary, CONVERGE).await.unwrap());
+    assert_eq!(executed(&admins[1]).await.errant_against(&primary), None);
+
+    // root can write despite read_only (it has READ ONLY ADMIN), and this write is logged.
+    processes.sql(1, "INSERT INTO app.t VALUES (100)").await;
+    let replica = executed(&admins[1]).await;
+    let errant = replica.errant_against(&primary).expect("an errant transaction");
+    assert!(
+        errant.to_string().starts_with("0-2-"),
+        "written by server 2: {errant}"
+    );
+
+    // Once the primary writes again, the positions have diverged: neither can be promoted
+    // without losing the other's transaction.
+    processes.sql(0, "INSERT INTO app.t VALUES (1)").await;
+    let primary = executed(&admins[0]).await;
+    let replica = executed(&admins[1]).await;
+    assert!(replica.errant_against(&primary).is_some());
+    assert_eq!(
+        most_advanced(&[primary, replica]),
+        Err(MostAdvancedError::Diverged { left: 0, right: 1 })
+    );
+}
