@@ -11,10 +11,12 @@
 
 pub mod address;
 pub mod admin;
+pub mod backup_controller;
 pub mod crd;
 pub mod decide;
 pub mod execute;
 pub mod observe;
+pub mod packaging;
 pub mod reconcile;
 pub mod resources;
 pub mod status;

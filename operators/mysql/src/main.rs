@@ -5,7 +5,8 @@ use std::time::Duration;
 use clap::Parser;
 use mysql_operator::{
     OPERATOR_NAME,
-    crd::MySQLCluster,
+    backup_controller::reconcile_backup,
+    crd::{MySQLBackup, MySQLCluster},
     observe::{MySqlClients, default_policy},
     reconcile::{MemberAddresses, Settings, State, reconcile},
 };
@@ -58,6 +59,7 @@ async fn main() -> Result<(), RunError> {
         },
     };
     let context = runtime.context(state);
-    let clusters = runtime.controller::<MySQLCluster, _, _, _, _>(context, reconcile);
-    runtime.run(vec![clusters]).await
+    let clusters = runtime.controller::<MySQLCluster, _, _, _, _>(context.clone(), reconcile);
+    let backups = runtime.controller::<MySQLBackup, _, _, _, _>(context, reconcile_backup);
+    runtime.run(vec![clusters, backups]).await
 }

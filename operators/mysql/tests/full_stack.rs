@@ -399,3 +399,149 @@ async fn a_primary_blackholed_from_the_operator_only_is_not_failed_over() {
     ready(&setup.clusters, "main", 2).await;
     setup.finish().await;
 }
+
+#[tokio::test]
+async fn a_backup_is_a_consistent_snapshot_and_a_switchover_under_writes_loses_nothing() {
+    let setup = setup("mysql-switch").await;
+    setup.create(2).await;
+    ready(&setup.clusters, "main", 1).await;
+    insert_items(setup.ip(0), 0..50).await;
+
+    // An on-demand backup, read from the caught-up replica, lands in the destination with the
+    // GTID position it corresponds to.
+    let directory = std::env::temp_dir().join(format!("quorum-mysql-backups-{}", setup.ns()));
+    let backups: Api<MySQLBackup> = Api::namespaced(setup.client.clone(), setup.ns());
+    let backup: MySQLBackup = serde_json::from_value(serde_json::json!({
+        "apiVersion": "mysql.quorum.dev/v1alpha1",
+        "kind": "MySQLBackup",
+        "metadata": {"name": "now"},
+        "spec": {"clusterName": "main", "destination": {"filesystem": {"path": directory}}}
+    }))
+    .unwrap();
+    backups
+        .create(&PostParams::default(), &backup)
+        .await
+        .expect("create MySQLBackup");
+    let status = wait::until("the backup stored", Duration::from_secs(60), || async {
+        let status = backups
+            .get("now")
+            .await
+            .map_err(|e| e.to_string())?
+            .status
+            .unwrap_or_default();
+        match status.phase {
+            Some(mysql_operator::crd::BackupPhase::Succeeded) => Ok(status),
+            other => Err(format!("{other:?} {:?}", status.message)),
+        }
+    })
+    .await;
+    assert_eq!(
+        status.member.as_deref(),
+        Some("main-1"),
+        "read from the caught-up replica"
+    );
+    assert!(status.gtid_position.as_deref().is_some_and(|p| !p.is_empty()));
+    let record = status.last_snapshot.expect("snapshot record");
+    let path = record.location.trim_start_matches("file://");
+    let snapshot = std::fs::read_to_string(path).expect("the stored snapshot");
+    assert!(
+        snapshot.starts_with("-- quorum-mysql-snapshot"),
+        "{}",
+        &snapshot[..80.min(snapshot.len())]
+    );
+    assert_eq!(
+        snapshot.matches("'item ").count(),
+        50,
+        "every row is in the snapshot"
+    );
+    let on_cluster = setup
+        .clusters
+        .get("main")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .last_backup;
+    assert_eq!(on_cluster.map(|b| b.sha256), Some(record.sha256));
+
+    // A switchover asked for while a writer commits: every acknowledged write is on the new
+    // primary, and the old one rejoins as a replica.
+    let acknowledged = Arc::new(Mutex::new(Vec::<u64>::new()));
+    let old_primary = setup.ip(0);
+    let writer = {
+        let acknowledged = acknowledged.clone();
+        tokio::spawn(async move {
+            let Ok(mut conn) = app_connection(old_primary).await else {
+                return;
+            };
+            for id in 1_000u64.. {
+                let insert = conn.exec_drop("INSERT INTO items VALUES (?, 'during switchover')", (id,));
+                match tokio::time::timeout(Duration::from_secs(5), insert).await {
+                    Ok(Ok(())) => acknowledged.lock().unwrap().push(id),
+                    _ => return,
+                }
+            }
+        })
+    };
+    wait::until(
+        "the writer committed 50 rows",
+        Duration::from_secs(60),
+        || async {
+            let count = acknowledged.lock().unwrap().len();
+            if count >= 50 {
+                Ok(())
+            } else {
+                Err(format!("{count} so far"))
+            }
+        },
+    )
+    .await;
+    setup
+        .clusters
+        .patch(
+            "main",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"annotations": {"mysql.quorum.dev/switchover-to": "main-1"}}})),
+        )
+        .await
+        .expect("ask for a switchover");
+    let _ = tokio::time::timeout(Duration::from_secs(60), writer).await;
+    let status = wait::until("the switchover", Duration::from_secs(90), || async {
+        let cluster = setup.clusters.get("main").await.map_err(|e| e.to_string())?;
+        let status = cluster.status.clone().unwrap_or_default();
+        let done = status.primary.as_deref() == Some("main-1")
+            && status
+                .last_failover
+                .as_ref()
+                .is_some_and(|f| f.kind == "Switchover")
+            && !cluster
+                .metadata
+                .annotations
+                .unwrap_or_default()
+                .contains_key("mysql.quorum.dev/switchover-to");
+        if done {
+            Ok(status)
+        } else {
+            Err(format!("{:?} {:?}", status.primary, status.conditions))
+        }
+    })
+    .await;
+    assert_eq!(status.last_failover.unwrap().from, "main-0");
+    let acknowledged: BTreeSet<u64> = acknowledged.lock().unwrap().iter().copied().collect();
+    let present: BTreeSet<u64> = item_ids(setup.ip(1))
+        .await
+        .expect("new primary")
+        .into_iter()
+        .collect();
+    let lost: Vec<&u64> = acknowledged.difference(&present).collect();
+    assert!(
+        lost.is_empty(),
+        "acknowledged writes lost in the switchover: {lost:?}"
+    );
+    let status = ready(&setup.clusters, "main", 1).await;
+    let old = status.members.iter().find(|m| m.name == "main-0").unwrap();
+    assert_eq!(old.role, "Replica");
+    let expected: Vec<u64> = item_ids(setup.ip(1)).await.unwrap();
+    converges(setup.ip(0), &expected).await;
+    setup.finish().await;
+}

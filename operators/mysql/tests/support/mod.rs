@@ -8,7 +8,8 @@ use kube::{Api, api::PostParams};
 use mysql_async::prelude::Queryable;
 use mysql_operator::{
     OPERATOR_NAME,
-    crd::{Flavor, MySQLCluster, MySQLClusterSpec, MySQLClusterStatus, UserSpec},
+    backup_controller::reconcile_backup,
+    crd::{Flavor, MySQLBackup, MySQLCluster, MySQLClusterSpec, MySQLClusterStatus, UserSpec},
     observe::MySqlClients,
     reconcile::{MemberAddresses, Settings, State, reconcile},
 };
@@ -77,8 +78,9 @@ pub fn start_operator(client: kube::Client, namespace: &str) -> Running {
     };
     let context = runtime.context(state);
     let clusters = runtime.controller::<MySQLCluster, _, _, _, _>(context.clone(), reconcile);
+    let backups = runtime.controller::<MySQLBackup, _, _, _, _>(context.clone(), reconcile_backup);
     let shutdown = runtime.shutdown_token();
-    let task = tokio::spawn(runtime.run(vec![clusters]));
+    let task = tokio::spawn(runtime.run(vec![clusters, backups]));
     Running {
         context,
         shutdown,
