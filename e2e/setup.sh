@@ -18,6 +18,12 @@ declare -A packages=(
   [git]=git
   [protoc]=protobuf-compiler
   [unzip]=unzip
+  # Real database servers for the admin layers' and operators' tests (MySQL's own server is
+  # not packaged by Debian: MariaDB stands in, and MySQL's SQL is pinned by unit tests).
+  [mariadbd]=mariadb-server
+  [mariadb]=mariadb-client
+  [redis-server]=redis-server
+  [redis-sentinel]=redis-sentinel
 )
 missing=()
 for cmd in "${!packages[@]}"; do need_cmd "$cmd" || missing+=("${packages[$cmd]}"); done
@@ -25,7 +31,9 @@ if ((${#missing[@]})); then
   log "installing Debian packages: ${missing[*]}"
   sudo_=""; [[ $(id -u) -ne 0 ]] && sudo_=sudo
   $sudo_ apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo_ apt-get install -y -qq "${missing[@]}" >/dev/null
+  # A packaged service that starts listens on 127.0.0.1 only; the tests run their own server
+  # processes on other loopback addresses, so the two never collide.
+  DEBIAN_FRONTEND=noninteractive $sudo_ apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
 if need_cmd rustup; then
