@@ -207,6 +207,14 @@ async fn semi_sync_roles_take_effect_on_the_primary_and_replicas() {
 }
 
 #[tokio::test]
+async fn members_started_with_semi_sync_report_both_sides_on() {
+    let mut processes = MariaDbProcesses::new().with_semi_sync(true);
+    processes.start_members(1).await;
+    let report = admin(&processes, 0).report().await.unwrap();
+    assert!(report.semi_sync_source_on && report.semi_sync_replica_on);
+}
+
+#[tokio::test]
 async fn read_only_refuses_application_writes_and_fencing_ends_open_transactions() {
     let processes = MariaDbProcesses::start(1).await;
     let root = admin(&processes, 0);
