@@ -14,7 +14,7 @@ use k8s_openapi::{
 };
 use kube::{CustomResource, KubeSchema};
 pub use quorum_core::crd::{
-    BackupDestination, BackupPhase, BackupPolicy, BackupRecord, PodOverrides, RestoreSource, Storage,
+    BackupDestination, BackupPhase, BackupPolicy, BackupRecord, PodOverrides, Storage,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -154,11 +154,6 @@ pub struct MySQLClusterSpec {
     /// How often to take snapshots and how long to keep them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup: Option<BackupPolicy>,
-
-    /// Start the cluster from a `MySQLBackup` instead of empty. Immutable.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("self == oldSelf").message("restoreFrom is immutable"))]
-    pub restore_from: Option<RestoreSource>,
 }
 
 /// Each name as the server accepts it in `my.cnf`: with underscores and with dashes.

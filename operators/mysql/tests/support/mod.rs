@@ -115,7 +115,6 @@ pub fn cluster_spec(replicas: i32) -> MySQLClusterSpec {
         replication: None,
         tls: None,
         backup: None,
-        restore_from: None,
     }
 }
 
