@@ -458,8 +458,8 @@ mod tests {
         assert_eq!(
             forbidden_config_keys(&config),
             vec![
-                "Server-Id".to_string(),
-                "rpl-semi-sync-master-timeout".to_string()
+                "rpl-semi-sync-master-timeout".to_string(),
+                "server-id".to_string()
             ]
         );
     }
