@@ -556,7 +556,10 @@ async fn ensure_users(
             user.name.clone(),
             user.database.clone(),
             password,
-            vec![format!("{privileges} ON `{}`.*", user.database)],
+            vec![format!(
+                "{privileges} ON {}.*",
+                crate::admin::dialect::quote_identifier(&user.database)
+            )],
         ));
     }
     let fingerprint = hex::encode(fingerprint.finalize());
