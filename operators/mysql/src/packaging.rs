@@ -1,0 +1,76 @@
+//! What the MySQL/MariaDB operator needs from a cluster and says about itself, for the generator
+//! that writes its RBAC, Helm chart and OLM bundle (`cargo xtask generate`). Least privilege:
+//! each rule lists only the verbs the operator's code uses, and why.
+
+use k8s_openapi::api::rbac::v1::PolicyRule;
+
+/// The MariaDB release the samples and the OLM bundle's related images name.
+pub const DEFAULT_MARIADB_IMAGE_TAG: &str = "10.11.19";
+
+/// The MySQL release the MySQL-flavored sample and the OLM bundle's related images name.
+pub const DEFAULT_MYSQL_IMAGE_TAG: &str = "8.4.6";
+
+fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
+    PolicyRule {
+        api_groups: Some(vec![group.to_string()]),
+        resources: Some(resources.iter().map(|r| r.to_string()).collect()),
+        verbs: verbs.iter().map(|v| v.to_string()).collect(),
+        ..PolicyRule::default()
+    }
+}
+
+/// The rules for the namespaces the operator manages.
+pub fn rules() -> Vec<PolicyRule> {
+    vec![
+        // The clusters it reconciles; patched only to remove a handled switchover request.
+        // Status is its to write (the backup controller records the newest backup there too).
+        // No finalizers: children go with their owner references.
+        rule(
+            "mysql.quorum.dev",
+            &["mysqlclusters"],
+            &["get", "list", "watch", "patch"],
+        ),
+        rule("mysql.quorum.dev", &["mysqlclusters/status"], &["get", "patch"]),
+        // Scheduled backups are created (server-side apply) and deleted on behalf of a
+        // cluster's backup policy; every backup's status is the backup controller's to write.
+        rule(
+            "mysql.quorum.dev",
+            &["mysqlbackups"],
+            &["get", "list", "watch", "create", "patch", "delete"],
+        ),
+        rule("mysql.quorum.dev", &["mysqlbackups/status"], &["get", "patch"]),
+        // Child objects, applied with server-side apply and watched so deleted ones return.
+        rule(
+            "apps",
+            &["statefulsets"],
+            &["get", "list", "watch", "create", "patch"],
+        ),
+        rule(
+            "",
+            &["services", "configmaps"],
+            &["get", "list", "watch", "create", "patch"],
+        ),
+        rule(
+            "policy",
+            &["poddisruptionbudgets"],
+            &["get", "list", "watch", "create", "patch"],
+        ),
+        // Generated root and replication passwords are created once and never rewritten;
+        // user-supplied passwords and backup credentials are read. Watched as owned objects.
+        rule("", &["secrets"], &["get", "list", "watch", "create"]),
+        // Member pods: listed, and labelled with their role (primary or replica), which is what
+        // the primary and replicas Services select.
+        rule("", &["pods"], &["list", "patch"]),
+        // Events about the resources, through the de-duplicating recorder.
+        rule("events.k8s.io", &["events"], &["create", "patch"]),
+    ]
+}
+
+/// The rules for the operator's own namespace: its leader-election Lease.
+pub fn leader_election_rules() -> Vec<PolicyRule> {
+    vec![rule(
+        "coordination.k8s.io",
+        &["leases"],
+        &["get", "create", "update"],
+    )]
+}
