@@ -20,69 +20,38 @@ fn operator_image(operator: &OperatorPackage) -> String {
     format!("ghcr.io/quorum-dev/{}:v{VERSION}", operator.binary)
 }
 
-/// Samples of owned kinds that `operator.samples` lacks. `operator-sdk bundle validate` (the
-/// operatorframework suite) warns about every provided API without an `alm-examples` entry.
-fn extra_samples(operator: &OperatorPackage) -> &'static str {
-    match operator.package {
-        "quorum-etcd-operator" => include_str!("../../samples/etcd-backup.yaml"),
-        _ => "",
-    }
-}
-
-/// The samples as JSON objects, for `alm-examples`.
+/// The samples of owned kinds, as JSON objects, for `alm-examples`. `operator-sdk bundle
+/// validate` (the operatorframework suite) warns about every provided API without an entry, so
+/// each owned kind has a sample; documents of other kinds (a Secret a sample refers to) are
+/// left out: OperatorHub offers only what the operator provides.
 fn samples(operator: &OperatorPackage) -> anyhow::Result<Vec<Value>> {
+    let owned: Vec<&str> = operator
+        .crds
+        .iter()
+        .map(|crd| crd.spec.names.kind.as_str())
+        .collect();
     let mut documents = Vec::new();
-    let extra = extra_samples(operator);
-    for document in
-        serde_yaml::Deserializer::from_str(operator.samples).chain(serde_yaml::Deserializer::from_str(extra))
-    {
-        let value: Value = serde::Deserialize::deserialize(document)?;
-        if !value.is_null() {
-            documents.push(value);
+    for file in &operator.samples {
+        for document in serde_yaml::Deserializer::from_str(file) {
+            let value: Value = serde::Deserialize::deserialize(document)?;
+            if value["kind"].as_str().is_some_and(|kind| owned.contains(&kind)) {
+                documents.push(value);
+            }
         }
     }
     Ok(documents)
 }
 
-fn owned_crd(crd: &CustomResourceDefinition) -> Value {
+fn owned_crd(operator: &OperatorPackage, crd: &CustomResourceDefinition) -> anyhow::Result<Value> {
     let names = &crd.spec.names;
     let version = &crd.spec.versions[0].name;
     let kind = names.kind.as_str();
-    let (spec_descriptors, status_descriptors) = match kind {
-        "EtcdCluster" => (
-            json!([
-                {"path": "replicas", "displayName": "Members", "description": "Number of voting members (odd recommended)",
-                 "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:podCount"]},
-                {"path": "version", "displayName": "etcd version", "description": "3.5 or newer; changing it rolls the members",
-                 "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:text"]},
-                {"path": "storage.size", "displayName": "Storage size", "description": "Volume size of each member",
-                 "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:text"]}
-            ]),
-            json!([
-                {"path": "conditions", "displayName": "Conditions", "description": "Ready, Progressing, Degraded, BackupStale",
-                 "x-descriptors": ["urn:alm:descriptor:io.kubernetes.conditions"]},
-                {"path": "leader", "displayName": "Leader", "description": "The member that leads",
-                 "x-descriptors": ["urn:alm:descriptor:text"]},
-                {"path": "replicas", "displayName": "Members", "description": "Started voting members",
-                 "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:podCount"]}
-            ]),
-        ),
-        _ => (
-            json!([
-                {"path": "clusterName", "displayName": "Cluster", "description": "The EtcdCluster to back up",
-                 "x-descriptors": ["urn:alm:descriptor:io.kubernetes:etcd.quorum.dev:v1alpha1:EtcdCluster"]},
-                {"path": "schedule", "displayName": "Schedule", "description": "Cron schedule (UTC); empty for once",
-                 "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:text"]}
-            ]),
-            json!([
-                {"path": "phase", "displayName": "Phase", "description": "Pending, Running, Succeeded or Failed",
-                 "x-descriptors": ["urn:alm:descriptor:io.kubernetes.phase"]},
-                {"path": "conditions", "displayName": "Conditions", "description": "Ready when the snapshot is stored",
-                 "x-descriptors": ["urn:alm:descriptor:io.kubernetes.conditions"]}
-            ]),
-        ),
-    };
-    json!({
+    let descriptors = operator
+        .descriptors
+        .iter()
+        .find(|descriptors| descriptors.kind == kind)
+        .ok_or_else(|| anyhow::anyhow!("{}: no descriptors for {kind}", operator.package))?;
+    Ok(json!({
         "name": crd.metadata.name,
         "version": version,
         "kind": kind,
@@ -91,15 +60,12 @@ fn owned_crd(crd: &CustomResourceDefinition) -> Value {
             .and_then(|s| s.open_api_v3_schema.as_ref())
             .and_then(|s| s.description.clone())
             .unwrap_or_default(),
-        "resources": [
-            {"kind": "StatefulSet", "version": "v1", "name": ""},
-            {"kind": "Service", "version": "v1", "name": ""},
-            {"kind": "ConfigMap", "version": "v1", "name": ""},
-            {"kind": "PodDisruptionBudget", "version": "v1", "name": ""}
-        ],
-        "specDescriptors": spec_descriptors,
-        "statusDescriptors": status_descriptors,
-    })
+        "resources": operator.child_kinds.iter()
+            .map(|kind| json!({"kind": kind, "version": "v1", "name": ""}))
+            .collect::<Vec<_>>(),
+        "specDescriptors": descriptors.spec,
+        "statusDescriptors": descriptors.status,
+    }))
 }
 
 /// The ClusterServiceVersion.
@@ -178,7 +144,7 @@ pub fn cluster_service_version(operator: &OperatorPackage) -> anyhow::Result<Val
             "provider": {"name": "Quorum", "url": "https://github.com/quorum-dev/quorum"},
             "links": [
                 {"name": "Source", "url": "https://github.com/quorum-dev/quorum"},
-                {"name": "Documentation", "url": "https://github.com/quorum-dev/quorum/blob/main/docs/etcd.md"}
+                {"name": "Documentation", "url": format!("https://github.com/quorum-dev/quorum/blob/main/docs/{}.md", operator.engine)}
             ],
             "icon": [{"base64data": icon, "mediatype": "image/svg+xml"}],
             "installModes": [
@@ -187,7 +153,9 @@ pub fn cluster_service_version(operator: &OperatorPackage) -> anyhow::Result<Val
                 {"type": "MultiNamespace", "supported": true},
                 {"type": "AllNamespaces", "supported": true}
             ],
-            "customresourcedefinitions": {"owned": operator.crds.iter().map(owned_crd).collect::<Vec<_>>()},
+            "customresourcedefinitions": {"owned": operator.crds.iter()
+                .map(|crd| owned_crd(operator, crd))
+                .collect::<anyhow::Result<Vec<_>>>()?},
             "install": {
                 "strategy": "deployment",
                 "spec": {

@@ -43,8 +43,10 @@ pub struct ChartValues {
     pub node_selector: std::collections::BTreeMap<String, String>,
     pub tolerations: Vec<serde_json::Value>,
     pub affinity: serde_json::Map<String, serde_json::Value>,
-    /// Install the ValidatingAdmissionPolicy that warns about even member counts.
-    pub admission_policy: bool,
+    /// Install the operator's ValidatingAdmissionPolicy (only charts that have one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "bool")]
+    pub admission_policy: Option<bool>,
 }
 
 #[derive(Serialize, JsonSchema)]
@@ -122,7 +124,7 @@ impl ChartValues {
             node_selector: Default::default(),
             tolerations: Vec::new(),
             affinity: Default::default(),
-            admission_policy: true,
+            admission_policy: operator.admission_policy.as_ref().map(|_| true),
         }
     }
 }
@@ -203,15 +205,28 @@ pub fn chart_files(operator: &OperatorPackage) -> anyhow::Result<Vec<GeneratedFi
         // bundle embeds, as the repository serves it.
         "icon": format!(
             "https://raw.githubusercontent.com/quorum-dev/quorum/main/operators/{}/assets/icon.svg",
-            operator.package.trim_start_matches("quorum-").trim_end_matches("-operator")
+            operator.engine
         ),
         "sources": ["https://github.com/quorum-dev/quorum"],
         "maintainers": [{"name": "Quorum developers", "email": "dev@quorum.dev"}],
         "annotations": {"category": "Database"},
     });
     let values = ChartValues::defaults(operator);
-    let schema = schemars::schema_for!(ChartValues);
-    Ok(vec![
+    let mut schema = schemars::schema_for!(ChartValues);
+    match &operator.admission_policy {
+        // The schema refuses unknown values: a chart without a policy has no switch for one.
+        None => without_property(&mut schema, "admissionPolicy"),
+        Some(policy) => {
+            if let Some(described) = schema
+                .get_mut("properties")
+                .and_then(|p| p.get_mut("admissionPolicy"))
+                .and_then(|p| p.as_object_mut())
+            {
+                described.insert("description".into(), policy.description.into());
+            }
+        }
+    }
+    let mut files = vec![
         file(
             "Chart.yaml",
             format!("{HEADER}{}", serde_yaml::to_string(&chart)?),
@@ -228,7 +243,28 @@ pub fn chart_files(operator: &OperatorPackage) -> anyhow::Result<Vec<GeneratedFi
             "templates/rbac.yaml",
             rbac_template(operator.rules.clone(), operator.leader_election_rules.clone())?,
         ),
-    ])
+    ];
+    if let Some(policy) = &operator.admission_policy {
+        files.push(file(
+            &format!("templates/{}", policy.file),
+            format!(
+                "{HEADER}{{{{- if .Values.admissionPolicy }}}}\n{}---\n{}{{{{- end }}}}\n",
+                serde_yaml::to_string(&policy.policy)?,
+                serde_yaml::to_string(&policy.binding)?
+            ),
+        ));
+    }
+    Ok(files)
+}
+
+/// Removes a property (and its `required` entry) from a generated object schema.
+fn without_property(schema: &mut schemars::Schema, name: &str) {
+    if let Some(properties) = schema.get_mut("properties").and_then(|p| p.as_object_mut()) {
+        properties.remove(name);
+    }
+    if let Some(required) = schema.get_mut("required").and_then(|r| r.as_array_mut()) {
+        required.retain(|entry| entry != name);
+    }
 }
 
 /// Where the chart of `operator` lives.

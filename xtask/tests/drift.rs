@@ -22,3 +22,40 @@ fn drift_is_detected_when_a_committed_copy_changes() {
     assert_eq!(xtask::drifted(&scratch).unwrap(), vec![first.path]);
     std::fs::remove_dir_all(&scratch).unwrap();
 }
+
+#[test]
+fn every_operator_has_its_chart_bundle_and_catalog_entry_generated() {
+    let paths: Vec<String> = xtask::generated_files()
+        .unwrap()
+        .into_iter()
+        .map(|file| file.path.display().to_string())
+        .collect();
+    let catalog = xtask::generated_files()
+        .unwrap()
+        .into_iter()
+        .find(|file| file.path.ends_with("catalog/index.yaml"))
+        .expect("the catalog")
+        .contents;
+    let packages: Vec<&str> = xtask::operators().iter().map(|o| o.package).collect();
+    assert_eq!(packages, ["quorum-etcd-operator", "quorum-mysql-operator"]);
+    for package in packages {
+        for expected in [
+            format!("charts/{package}/Chart.yaml"),
+            format!("charts/{package}/values.yaml"),
+            format!("charts/{package}/values.schema.json"),
+            format!("charts/{package}/templates/rbac.yaml"),
+            format!("bundle/{package}/manifests/{package}.clusterserviceversion.yaml"),
+            format!("bundle/{package}/metadata/annotations.yaml"),
+            format!("bundle/{package}/bundle.Dockerfile"),
+        ] {
+            assert!(
+                paths.contains(&expected),
+                "{expected} is not generated: {paths:?}"
+            );
+        }
+        assert!(
+            catalog.contains(&format!("name: {package}\nschema: olm.package")),
+            "{package} is not in the catalog"
+        );
+    }
+}
