@@ -4,6 +4,7 @@
 //!   throwaway namespaces. Tests that need it fail loudly when it is not running: there is no
 //!   silent skip.
 //! - [`etcd`]: real etcd processes on distinct loopback addresses.
+//! - [`redis`]: real `redis-server` and `redis-sentinel` processes on distinct loopback addresses.
 //! - [`mariadb`]: real MariaDB processes on distinct loopback addresses.
 //! - [`local_members`]: real database processes standing in for member pods on KWOK nodes.
 //! - [`fault_proxy`]: a TCP proxy that blackholes, delays, resets or cuts one direction.
@@ -16,6 +17,7 @@ pub mod etcd;
 pub mod fault_proxy;
 pub mod local_members;
 pub mod mariadb;
+pub mod redis;
 pub mod s3;
 pub mod tools;
 pub mod wait;

@@ -136,6 +136,16 @@ pub fn owner_of(nodes: &[ClusterNode], slot: u16) -> Option<&ClusterNode> {
     nodes.iter().find(|node| node.owns(slot))
 }
 
+/// Each primary's slots in this view (primaries serving none included, nodes in handshake
+/// left out): the `current` of [`super::rebalance::plan_rebalance`].
+pub fn slot_ownership(nodes: &[ClusterNode]) -> std::collections::BTreeMap<String, Vec<SlotRange>> {
+    nodes
+        .iter()
+        .filter(|node| node.flags.primary && !node.flags.handshake)
+        .map(|node| (node.id.clone(), node.slots.clone()))
+        .collect()
+}
+
 /// Parses a whole `CLUSTER NODES` answer.
 ///
 /// # Errors
@@ -568,6 +578,9 @@ e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca 127.0.0.1:30001@31001,hostname1 myself,
         assert!(nodes[1].flags.handshake && !nodes[1].connected);
         assert_eq!(owner_of(&nodes, 9000).unwrap().id, nodes[0].id);
         assert_eq!(me.slot_count(), 8001);
+        let ownership = slot_ownership(&nodes);
+        assert_eq!(ownership.len(), 2, "the node in handshake owns nothing yet");
+        assert_eq!(ownership[&me.id], vec![SlotRange::new(0, 8000)]);
     }
 
     #[test]

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use super::{
     AdminError, RedisAdmin,
-    cluster::{MigrateOptions, SlotState, myself},
+    cluster::{MigrateOptions, SlotRange, SlotState, myself},
 };
 
 /// How a slot's keys are moved.
@@ -136,6 +136,29 @@ pub async fn migrate_slot(
     })
 }
 
+/// Moves every slot of `slots` with [`migrate_slot`], in order; the sum of their reports.
+///
+/// # Errors
+/// The first slot's error; the slots before it are moved, and calling again resumes.
+pub async fn migrate_slots(
+    source: &RedisAdmin,
+    target: &RedisAdmin,
+    slots: SlotRange,
+    others: &[RedisAdmin],
+    settings: MigrationSettings,
+) -> Result<MigrationReport, MigrationError> {
+    let mut total = MigrationReport {
+        keys_moved: 0,
+        already_done: true,
+    };
+    for slot in slots.slots() {
+        let report = migrate_slot(source, target, slot, others, settings).await?;
+        total.keys_moved += report.keys_moved;
+        total.already_done &= report.already_done;
+    }
+    Ok(total)
+}
+
 /// Step 3: `MIGRATE` batches until the source holds no key of `slot`.
 async fn move_keys(
     source: &RedisAdmin,
@@ -176,7 +199,15 @@ async fn announce_owner(
     target_id: &str,
 ) -> Result<(), AdminError> {
     let state = SlotState::Node(target_id.to_string());
-    source.cluster_set_slot(slot, &state).await?;
+    if let Err(error) = source.cluster_set_slot(slot, &state).await {
+        // Gossip can tell the source first. A source that so lost its last slot turns itself
+        // into a replica of the target (cluster-allow-replica-migration) and refuses SETSLOT:
+        // the move is complete when it neither owns nor migrates the slot any more.
+        let source_me = source.cluster_myself().await?;
+        if source_me.owns(slot) || source_me.migrating_to(slot).is_some() {
+            return Err(error);
+        }
+    }
     for other in others {
         if let Err(error) = other.cluster_set_slot(slot, &state).await {
             tracing::debug!(%error, node = other.endpoint(), slot, "telling a primary the new slot owner");

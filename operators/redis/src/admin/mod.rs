@@ -27,7 +27,7 @@ pub mod rebalance;
 pub mod sentinel;
 pub mod snapshot;
 
-use std::{net::SocketAddr, time::Duration};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use redis::{
     AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, ErrorKind, IntoConnectionInfo,
@@ -128,9 +128,15 @@ impl Credentials {
 }
 
 /// Admin access to one Redis server.
+///
+/// A connection that breaks (the server restarted, Sentinel killed its clients during a
+/// failover, `CLIENT KILL`) is reopened by the next call; the call that found it broken fails
+/// as [`AdminError::Unreachable`] and is not repeated, as it may have been applied.
 #[derive(Clone)]
 pub struct RedisAdmin {
-    connection: redis::aio::MultiplexedConnection,
+    /// Shared by clones; `None` after a connection broke, until the next call reopens it.
+    connection: Arc<tokio::sync::Mutex<Option<redis::aio::MultiplexedConnection>>>,
+    timeout: Duration,
     address: SocketAddr,
     endpoint: String,
     credentials: Option<Credentials>,
@@ -194,7 +200,8 @@ impl RedisAdmin {
     ) -> Result<Self, AdminError> {
         let connection = open_connection(address, credentials.as_ref(), timeout).await?;
         Ok(Self {
-            connection,
+            connection: Arc::new(tokio::sync::Mutex::new(Some(connection))),
+            timeout,
             address,
             endpoint: address.to_string(),
             credentials,
@@ -222,10 +229,33 @@ impl RedisAdmin {
         name: &'static str,
         command: &redis::Cmd,
     ) -> Result<T, AdminError> {
-        command
-            .query_async(&mut self.connection.clone())
-            .await
-            .map_err(|error| AdminError::from_redis(&self.endpoint, name, error))
+        let mut connection = self.open().await?;
+        let result = command.query_async(&mut connection).await;
+        result.map_err(|error| {
+            let error = AdminError::from_redis(&self.endpoint, name, error);
+            if error.is_unreachable() {
+                self.forget_connection();
+            }
+            error
+        })
+    }
+
+    /// The current connection, reopened when an earlier call found it broken.
+    async fn open(&self) -> Result<redis::aio::MultiplexedConnection, AdminError> {
+        let mut slot = self.connection.lock().await;
+        if let Some(connection) = slot.as_ref() {
+            return Ok(connection.clone());
+        }
+        let connection = open_connection(self.address, self.credentials.as_ref(), self.timeout).await?;
+        *slot = Some(connection.clone());
+        Ok(connection)
+    }
+
+    fn forget_connection(&self) {
+        // Never waits: a call holding the lock is reconnecting, which is what is wanted.
+        if let Ok(mut slot) = self.connection.try_lock() {
+            *slot = None;
+        }
     }
 
     fn unexpected(&self, command: &'static str, detail: impl Into<String>) -> AdminError {

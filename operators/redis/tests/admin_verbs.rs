@@ -1,0 +1,838 @@
+//! The admin verbs against real `redis-server` and `redis-sentinel` processes.
+
+use std::{
+    collections::{BTreeSet, HashMap},
+    net::SocketAddr,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use quorum_e2e::{
+    redis::{Mode, RedisProcesses},
+    wait,
+};
+use redis::{ErrorKind, IntoConnectionInfo, ServerErrorKind, aio::MultiplexedConnection};
+use redis_operator::admin::{
+    AdminError, Credentials, RedisAdmin, Role,
+    cluster::{SlotRange, SlotState, key_slot, myself, owner_of, slot_ownership},
+    migrate::{MigrationSettings, migrate_slot, migrate_slots},
+    rebalance::{PlanError, check_removable, initial_ranges, plan_rebalance},
+    sentinel::{SentinelAdmin, SentinelSetting},
+    snapshot::place_snapshot,
+};
+use sha2::{Digest, Sha256};
+
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+async fn admin(address: SocketAddr, password: &str) -> RedisAdmin {
+    RedisAdmin::connect(address, Some(Credentials::password(password)), TIMEOUT)
+        .await
+        .unwrap_or_else(|e| panic!("connect to {address}: {e}"))
+}
+
+async fn admins(processes: &RedisProcesses) -> Vec<RedisAdmin> {
+    let mut all = Vec::new();
+    for address in processes.addresses() {
+        all.push(admin(address, processes.password()).await);
+    }
+    all
+}
+
+/// A plain data connection, for writing and reading keys as an application would.
+async fn data_connection(address: SocketAddr, password: &str) -> MultiplexedConnection {
+    let info = redis::ConnectionAddr::Tcp(address.ip().to_string(), address.port())
+        .into_connection_info()
+        .unwrap()
+        .set_redis_settings(redis::RedisConnectionInfo::default().set_password(password));
+    redis::Client::open(info)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap_or_else(|e| panic!("data connection to {address}: {e}"))
+}
+
+async fn ids(nodes: &[RedisAdmin]) -> Vec<String> {
+    let mut ids = Vec::new();
+    for node in nodes {
+        ids.push(node.cluster_myid().await.unwrap());
+    }
+    ids
+}
+
+/// Waits until every node sees exactly `expected` (by id, links up) and reports
+/// `cluster_state:ok`.
+async fn wait_converged(nodes: &[RedisAdmin], expected: &[String], processes: &RedisProcesses) {
+    wait::until("the cluster to converge", Duration::from_secs(60), || async {
+        for node in nodes {
+            if !node
+                .cluster_sees_exactly(expected)
+                .await
+                .map_err(|e| e.to_string())?
+            {
+                let view = node.cluster_nodes().await.map_err(|e| e.to_string())?;
+                return Err(format!(
+                    "{} sees {view:?}\n{}",
+                    node.endpoint(),
+                    processes.log_tails(5)
+                ));
+            }
+            let info = node.cluster_info().await.map_err(|e| e.to_string())?;
+            if !info.state_ok {
+                return Err(format!("{} reports {info:?}", node.endpoint()));
+            }
+        }
+        Ok(())
+    })
+    .await;
+}
+
+/// MEETs every node from the first, assigns the slots evenly, waits for `cluster_state:ok`.
+async fn form_cluster(processes: &RedisProcesses) -> Vec<RedisAdmin> {
+    let nodes = admins(processes).await;
+    for other in &nodes[1..] {
+        nodes[0].cluster_meet(other.address()).await.unwrap();
+    }
+    for (node, range) in nodes.iter().zip(initial_ranges(nodes.len())) {
+        node.cluster_add_slot_ranges(&[range]).await.unwrap();
+    }
+    wait_converged(&nodes, &ids(&nodes).await, processes).await;
+    nodes
+}
+
+/// A minimal cluster-aware client: routes by slot, follows `MOVED` (and remembers it) and
+/// `ASK` (once, with `ASKING`), as applications do during a resharding.
+struct ClusterClient {
+    password: String,
+    seed: SocketAddr,
+    routes: Mutex<HashMap<u16, SocketAddr>>,
+    connections: tokio::sync::Mutex<HashMap<SocketAddr, MultiplexedConnection>>,
+}
+
+impl ClusterClient {
+    fn new(seed: SocketAddr, password: &str) -> Self {
+        Self {
+            password: password.to_string(),
+            seed,
+            routes: Mutex::new(HashMap::new()),
+            connections: tokio::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    async fn connection(&self, address: SocketAddr) -> MultiplexedConnection {
+        let mut connections = self.connections.lock().await;
+        if let Some(connection) = connections.get(&address) {
+            return connection.clone();
+        }
+        let connection = data_connection(address, &self.password).await;
+        connections.insert(address, connection.clone());
+        connection
+    }
+
+    async fn execute<T: redis::FromRedisValue>(
+        &self,
+        key: &str,
+        command: redis::Cmd,
+    ) -> redis::RedisResult<T> {
+        let slot = key_slot(key.as_bytes());
+        let mut last = None;
+        for _ in 0..50 {
+            let address = self
+                .routes
+                .lock()
+                .unwrap()
+                .get(&slot)
+                .copied()
+                .unwrap_or(self.seed);
+            let mut connection = self.connection(address).await;
+            let error = match command.query_async(&mut connection).await {
+                Ok(value) => return Ok(value),
+                Err(error) => error,
+            };
+            let redirect = error
+                .redirect_node()
+                .and_then(|(node, _)| node.parse::<SocketAddr>().ok());
+            match (error.kind(), redirect) {
+                (ErrorKind::Server(ServerErrorKind::Moved), Some(node)) => {
+                    self.routes.lock().unwrap().insert(slot, node);
+                }
+                (ErrorKind::Server(ServerErrorKind::Ask), Some(node)) => {
+                    let mut connection = self.connection(node).await;
+                    let (value,): (T,) = redis::pipe()
+                        .cmd("ASKING")
+                        .ignore()
+                        .add_command(command.clone())
+                        .query_async(&mut connection)
+                        .await?;
+                    return Ok(value);
+                }
+                (ErrorKind::Server(ServerErrorKind::TryAgain), _) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                (ErrorKind::Server(ServerErrorKind::ClusterDown), _) => {
+                    // A node that no longer knows the slot (a removed node after its reset):
+                    // ask the seed again, which redirects to the owner.
+                    if self.routes.lock().unwrap().remove(&slot).is_none() {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+                _ => return Err(error),
+            }
+            last = Some(error);
+        }
+        Err(last.expect("an error after 50 attempts"))
+    }
+
+    async fn set(&self, key: &str, value: &str) -> redis::RedisResult<()> {
+        self.execute(key, redis::cmd("SET").arg(key).arg(value).clone())
+            .await
+    }
+
+    async fn get(&self, key: &str) -> redis::RedisResult<Option<String>> {
+        self.execute(key, redis::cmd("GET").arg(key).clone()).await
+    }
+}
+
+fn value_of(key: &str) -> String {
+    format!("value-of-{key}")
+}
+
+/// Writes `writer-N` keys until stopped; returns the keys acknowledged and the errors seen.
+fn start_writer(
+    client: Arc<ClusterClient>,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<(Vec<String>, Vec<String>)> {
+    tokio::spawn(async move {
+        let mut written = Vec::new();
+        let mut errors = Vec::new();
+        let mut number = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            let key = format!("writer-{number}");
+            match client.set(&key, &value_of(&key)).await {
+                Ok(()) => written.push(key),
+                Err(error) => errors.push(format!("{key}: {error}")),
+            }
+            number += 1;
+            // Paced, so the servers' two cores are left for the migration itself.
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        (written, errors)
+    })
+}
+
+async fn assert_all_readable(client: &ClusterClient, keys: &[String]) {
+    for key in keys {
+        let value = client.get(key).await.unwrap_or_else(|e| panic!("GET {key}: {e}"));
+        assert_eq!(value.as_deref(), Some(value_of(key).as_str()), "key {key}");
+    }
+}
+
+fn by_id<'a>(nodes: &'a [RedisAdmin], node_ids: &[String], id: &str) -> &'a RedisAdmin {
+    let position = node_ids
+        .iter()
+        .position(|candidate| candidate == id)
+        .expect("a known node");
+    &nodes[position]
+}
+
+/// Plans the moves from the first node's view to an even share over `desired`, and carries
+/// them out slot by slot; returns how many slots moved.
+async fn rebalance(
+    nodes: &[RedisAdmin],
+    node_ids: &[String],
+    desired: &BTreeSet<String>,
+    processes: &RedisProcesses,
+) -> usize {
+    let current = slot_ownership(&nodes[0].cluster_nodes().await.unwrap());
+    let moves = plan_rebalance(&current, desired).unwrap();
+    for step in &moves {
+        let source = by_id(nodes, node_ids, &step.from);
+        let target = by_id(nodes, node_ids, &step.to);
+        let others: Vec<RedisAdmin> = nodes
+            .iter()
+            .zip(node_ids)
+            .filter(|(_, id)| **id != step.from && **id != step.to)
+            .map(|(node, _)| node.clone())
+            .collect();
+        migrate_slots(source, target, step.slots, &others, MigrationSettings::default())
+            .await
+            .unwrap_or_else(|e| panic!("moving {step:?}: {e}\n{}", processes.log_tails(30)));
+    }
+    moves.iter().map(|step| step.slots.len()).sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_scales_three_to_four_to_three_under_writes_without_losing_keys() {
+    let started = Instant::now();
+    let mut processes = RedisProcesses::start(Mode::Cluster, 3).await;
+    let mut nodes = form_cluster(&processes).await;
+    let client = Arc::new(ClusterClient::new(processes.address(0), processes.password()));
+    let preloaded: Vec<String> = (0..2000).map(|n| format!("preloaded-{n}")).collect();
+    for key in &preloaded {
+        client.set(key, &value_of(key)).await.unwrap();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = start_writer(client.clone(), stop.clone());
+
+    // Scale out: a fourth node meets the cluster and takes a quarter of the slots.
+    let fourth = processes.add_server().await;
+    nodes.push(admin(processes.address(fourth), processes.password()).await);
+    nodes[0].cluster_meet(processes.address(fourth)).await.unwrap();
+    let node_ids = ids(&nodes).await;
+    wait_converged(&nodes, &node_ids, &processes).await;
+    let four: BTreeSet<String> = node_ids.iter().cloned().collect();
+    let scale_out = Instant::now();
+    assert_eq!(rebalance(&nodes, &node_ids, &four, &processes).await, 4096);
+    eprintln!("moved 4096 slots to the new primary in {:?}", scale_out.elapsed());
+    for node in &nodes {
+        assert_eq!(
+            node.cluster_myself().await.unwrap().slot_count(),
+            4096,
+            "{}",
+            node.endpoint()
+        );
+    }
+    assert_eq!(
+        rebalance(&nodes, &node_ids, &four, &processes).await,
+        0,
+        "balanced: nothing more to move"
+    );
+
+    // Scale in: the fourth cannot be removed while it serves slots; its slots go back first.
+    let leaving = node_ids[3].clone();
+    let ownership = slot_ownership(&nodes[0].cluster_nodes().await.unwrap());
+    assert_eq!(
+        check_removable(&ownership, &leaving),
+        Err(PlanError::StillOwnsSlots {
+            node: leaving.clone(),
+            slots: 4096
+        })
+    );
+    let three: BTreeSet<String> = node_ids[..3].iter().cloned().collect();
+    let scale_in = Instant::now();
+    assert_eq!(rebalance(&nodes, &node_ids, &three, &processes).await, 4096);
+    let ownership = slot_ownership(&nodes[0].cluster_nodes().await.unwrap());
+    check_removable(&ownership, &leaving).unwrap();
+    eprintln!(
+        "moved 4096 slots off the leaving primary in {:?}",
+        scale_in.elapsed()
+    );
+    for node in &nodes[..3] {
+        node.cluster_forget(&leaving).await.unwrap();
+    }
+    // The removed node forgets the others too, so it does not gossip about them.
+    nodes[3].cluster_reset(true).await.unwrap();
+    wait_converged(&nodes[..3], &node_ids[..3], &processes).await;
+    eprintln!("forgotten after {:?}", scale_in.elapsed());
+
+    stop.store(true, Ordering::Relaxed);
+    let (written, errors) = writer.await.unwrap();
+    assert!(errors.is_empty(), "writes failed: {errors:?}");
+    assert!(
+        written.len() > 100,
+        "the writer wrote only {} keys",
+        written.len()
+    );
+    assert_all_readable(&client, &preloaded).await;
+    assert_all_readable(&client, &written).await;
+    let mut total = 0;
+    for node in &nodes[..3] {
+        total += node.key_count().await.unwrap();
+    }
+    assert_eq!(
+        total as usize,
+        preloaded.len() + written.len(),
+        "no key lost or duplicated"
+    );
+    eprintln!(
+        "scaled 3 -> 4 -> 3 with {} concurrent writes in {:?}",
+        written.len(),
+        started.elapsed()
+    );
+}
+
+/// Keys that all hash to one slot.
+fn keys_in_one_slot(tag: &str, count: usize) -> Vec<String> {
+    (0..count).map(|n| format!("{{{tag}}}:{n}")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_migration_stopped_halfway_is_completed_by_calling_it_again() {
+    let processes = RedisProcesses::start(Mode::Cluster, 3).await;
+    let nodes = form_cluster(&processes).await;
+    let node_ids = ids(&nodes).await;
+    let client = ClusterClient::new(processes.address(0), processes.password());
+
+    // Crash after IMPORTING, MIGRATING and one batch of keys.
+    let keys = keys_in_one_slot("half", 300);
+    for key in &keys {
+        client.set(key, &value_of(key)).await.unwrap();
+    }
+    let slot = key_slot(keys[0].as_bytes());
+    let view = nodes[0].cluster_nodes().await.unwrap();
+    let source_id = owner_of(&view, slot).unwrap().id.clone();
+    let source = by_id(&nodes, &node_ids, &source_id);
+    let target_id = node_ids.iter().find(|id| **id != source_id).unwrap().clone();
+    let target = by_id(&nodes, &node_ids, &target_id);
+    let others: Vec<RedisAdmin> = nodes
+        .iter()
+        .filter(|node| node.address() != source.address() && node.address() != target.address())
+        .cloned()
+        .collect();
+    target
+        .cluster_set_slot(slot, &SlotState::Importing(source_id.clone()))
+        .await
+        .unwrap();
+    source
+        .cluster_set_slot(slot, &SlotState::Migrating(target_id.clone()))
+        .await
+        .unwrap();
+    let batch = source.keys_in_slot(slot, 50).await.unwrap();
+    let options = redis_operator::admin::cluster::MigrateOptions {
+        timeout: TIMEOUT,
+        replace: true,
+    };
+    source
+        .migrate_keys(target.address(), target.credentials(), &batch, options)
+        .await
+        .unwrap();
+    assert_eq!(source.count_keys_in_slot(slot).await.unwrap(), 250);
+    assert_all_readable(&client, &keys).await; // through ASK while half moved
+
+    let report = migrate_slot(source, target, slot, &others, MigrationSettings::default())
+        .await
+        .unwrap();
+    assert_eq!(report.keys_moved, 250);
+    assert!(!report.already_done);
+    assert_eq!(target.count_keys_in_slot(slot).await.unwrap(), 300);
+    assert_eq!(source.count_keys_in_slot(slot).await.unwrap(), 0);
+    for node in &nodes {
+        let view = node.cluster_nodes().await.unwrap();
+        assert_eq!(
+            owner_of(&view, slot).unwrap().id,
+            target_id,
+            "{}",
+            node.endpoint()
+        );
+        let me = myself(&view).unwrap();
+        assert!(me.migrating_to(slot).is_none() && me.importing_from(slot).is_none());
+    }
+    assert_all_readable(&client, &keys).await;
+    let again = migrate_slot(source, target, slot, &others, MigrationSettings::default())
+        .await
+        .unwrap();
+    assert!(again.already_done, "a finished move is a no-op");
+
+    // Crash after the target took the slot but before the source was told.
+    let keys = keys_in_one_slot("late", 40);
+    for key in &keys {
+        client.set(key, &value_of(key)).await.unwrap();
+    }
+    let slot = key_slot(keys[0].as_bytes());
+    let view = nodes[0].cluster_nodes().await.unwrap();
+    let source_id = owner_of(&view, slot).unwrap().id.clone();
+    let source = by_id(&nodes, &node_ids, &source_id);
+    let target_id = node_ids.iter().find(|id| **id != source_id).unwrap().clone();
+    let target = by_id(&nodes, &node_ids, &target_id);
+    target
+        .cluster_set_slot(slot, &SlotState::Importing(source_id.clone()))
+        .await
+        .unwrap();
+    source
+        .cluster_set_slot(slot, &SlotState::Migrating(target_id.clone()))
+        .await
+        .unwrap();
+    let batch = source.keys_in_slot(slot, 100).await.unwrap();
+    source
+        .migrate_keys(target.address(), target.credentials(), &batch, options)
+        .await
+        .unwrap();
+    target
+        .cluster_set_slot(slot, &SlotState::Node(target_id.clone()))
+        .await
+        .unwrap();
+    let report = migrate_slot(source, target, slot, &[], MigrationSettings::default())
+        .await
+        .unwrap();
+    assert!(report.already_done);
+    let source_me = source.cluster_myself().await.unwrap();
+    assert!(!source_me.owns(slot) && source_me.migrating_to(slot).is_none());
+    assert_all_readable(&client, &keys).await;
+
+    // A slot neither node owns is refused, not taken from its owner.
+    let elsewhere = (0..16384u16)
+        .find(|slot| {
+            owner_of(&view, *slot).is_some_and(|owner| owner.id != source_id && owner.id != target_id)
+        })
+        .unwrap();
+    let refused = migrate_slot(source, target, elsewhere, &[], MigrationSettings::default()).await;
+    assert!(
+        matches!(
+            refused,
+            Err(redis_operator::admin::migrate::MigrationError::NotOwned { .. })
+        ),
+        "{refused:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_is_added_synced_and_removed() {
+    let processes = RedisProcesses::start(Mode::Standalone, 2).await;
+    let primary = admin(processes.address(0), processes.password()).await;
+    let replica = admin(processes.address(1), processes.password()).await;
+    let mut data = data_connection(processes.address(0), processes.password()).await;
+    for n in 0..500 {
+        let _: () = redis::cmd("SET")
+            .arg(format!("k{n}"))
+            .arg(n)
+            .query_async(&mut data)
+            .await
+            .unwrap();
+    }
+
+    replica
+        .set_primary_credentials(&Credentials::password(processes.password()))
+        .await
+        .unwrap();
+    replica.replicate_from(primary.address()).await.unwrap();
+    replica
+        .wait_for_sync(&primary, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(replica.key_count().await.unwrap(), 500);
+    let info = replica.replication_info().await.unwrap();
+    assert_eq!(info.role, Role::Replica);
+    assert!(info.follows(primary.address()) && info.link_up);
+    let seen = primary.replication_info().await.unwrap();
+    let replica_ip = processes.address(1).ip().to_string();
+    assert_eq!(
+        seen.replica(&replica_ip, 6379).map(|r| r.state.as_str()),
+        Some("online")
+    );
+    replica.ensure_replica_of(primary.address()).await.unwrap(); // already: no resync
+    assert_eq!(
+        replica.replication_info().await.unwrap().replication_id,
+        seen.replication_id
+    );
+
+    replica.promote().await.unwrap();
+    wait::until(
+        "the primary to drop its replica",
+        Duration::from_secs(10),
+        || async {
+            let seen = primary.replication_info().await.map_err(|e| e.to_string())?;
+            match seen.replica(&replica_ip, 6379) {
+                None => Ok(()),
+                Some(entry) => Err(format!("{entry:?}")),
+            }
+        },
+    )
+    .await;
+    let info = replica.replication_info().await.unwrap();
+    assert_eq!(info.role, Role::Primary);
+    assert_eq!(
+        replica.key_count().await.unwrap(),
+        500,
+        "a promoted replica keeps its data"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_and_refused_are_told_apart_and_passwords_never_show() {
+    let processes = RedisProcesses::start(Mode::Standalone, 1).await;
+    let password = processes.password().to_string();
+
+    let nobody: SocketAddr = format!("{}:6379", processes.ip(99)).parse().unwrap();
+    let error = RedisAdmin::connect(nobody, Some(Credentials::password(&password)), TIMEOUT)
+        .await
+        .unwrap_err();
+    assert!(error.is_unreachable(), "{error:?}");
+
+    let wrong = RedisAdmin::connect(
+        processes.address(0),
+        Some(Credentials::password("not-it")),
+        TIMEOUT,
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(wrong, AdminError::Refused { .. }), "{wrong:?}");
+    assert!(!format!("{wrong} {wrong:?}").contains("not-it"));
+
+    let node = admin(processes.address(0), &password).await;
+    let refused = node.cluster_myid().await.unwrap_err();
+    match &refused {
+        AdminError::Refused { command, message, .. } => {
+            assert_eq!(*command, "CLUSTER MYID");
+            assert!(message.contains("cluster support disabled"), "{message}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    let shown = format!("{node:?} {refused} {refused:?}");
+    assert!(!shown.contains(&password), "{shown}");
+    let server = node.server_info().await.unwrap();
+    assert!(server.version.starts_with('7'), "{server:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinels_fail_over_to_a_replica_and_the_old_primary_rejoins_as_a_replica() {
+    let mut processes = RedisProcesses::start(Mode::Standalone, 3).await;
+    let password = processes.password().to_string();
+    let servers = admins(&processes).await;
+    let mut data = data_connection(processes.address(0), &password).await;
+    let _: () = redis::cmd("SET")
+        .arg("before")
+        .arg("failover")
+        .query_async(&mut data)
+        .await
+        .unwrap();
+    for replica in &servers[1..] {
+        replica.replicate_from(servers[0].address()).await.unwrap();
+    }
+    for replica in &servers[1..] {
+        replica
+            .wait_for_sync(&servers[0], Duration::from_secs(30))
+            .await
+            .unwrap();
+    }
+
+    processes.start_sentinels(3).await;
+    let mut sentinels = Vec::new();
+    for index in 0..3 {
+        let sentinel = SentinelAdmin::connect(
+            processes.sentinel_address(index),
+            Some(Credentials::password(&password)),
+            TIMEOUT,
+        )
+        .await
+        .unwrap();
+        sentinel.monitor("main", servers[0].address(), 2).await.unwrap();
+        for setting in [
+            SentinelSetting::Auth(Credentials::password(&password)),
+            SentinelSetting::DownAfter(Duration::from_millis(1000)),
+            SentinelSetting::FailoverTimeout(Duration::from_millis(3000)),
+        ] {
+            sentinel.set("main", &setting).await.unwrap();
+        }
+        sentinels.push(sentinel);
+    }
+    wait::until(
+        "the sentinels to find each other and the replicas",
+        Duration::from_secs(30),
+        || async {
+            for sentinel in &sentinels {
+                let seen = sentinel.primary("main").await.map_err(|e| e.to_string())?;
+                if seen.other_sentinels != 2 || seen.replicas != 2 {
+                    return Err(format!("{} sees {seen:?}", sentinel.endpoint()));
+                }
+                sentinel.check_quorum("main").await.map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        },
+    )
+    .await;
+    assert_eq!(sentinels[0].replicas("main").await.unwrap().len(), 2);
+
+    processes.kill(0).await;
+    let old = servers[0].address();
+    let new_primary = wait::until("a replica to be promoted", Duration::from_secs(60), || async {
+        let mut answers = BTreeSet::new();
+        for sentinel in &sentinels {
+            answers.insert(
+                sentinel
+                    .primary_address("main")
+                    .await
+                    .map_err(|e| e.to_string())?,
+            );
+        }
+        match answers.into_iter().collect::<Vec<_>>().as_slice() {
+            [Some(address)] if *address != old => Ok(*address),
+            other => Err(format!("sentinels answer {other:?}\n{}", processes.log_tails(8))),
+        }
+    })
+    .await;
+    let promoted = servers.iter().find(|s| s.address() == new_primary).unwrap();
+    // Sentinel kills the promoted server's clients (ours included): the first call may find
+    // the connection broken, the next reconnects.
+    let role = match promoted.replication_info().await {
+        Err(error) if error.is_unreachable() => promoted.replication_info().await,
+        other => other,
+    };
+    assert_eq!(role.unwrap().role, Role::Primary);
+
+    // The old primary comes back (empty: nothing persisted) claiming to be a primary; the
+    // Sentinels turn it into a replica of the new one.
+    processes.restart(0).await;
+    let returned = admin(old, &password).await;
+    wait::until(
+        "the old primary to follow the new one",
+        Duration::from_secs(60),
+        || async {
+            let info = returned.replication_info().await.map_err(|e| e.to_string())?;
+            if info.follows(new_primary) && info.link_up {
+                Ok(())
+            } else {
+                Err(format!("{info:?}"))
+            }
+        },
+    )
+    .await;
+    returned.ensure_replica_of(new_primary).await.unwrap();
+    returned
+        .wait_for_sync(promoted, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let mut read = data_connection(old, &password).await;
+    let value: Option<String> = redis::cmd("GET")
+        .arg("before")
+        .query_async(&mut read)
+        .await
+        .unwrap();
+    assert_eq!(value.as_deref(), Some("failover"));
+
+    assert_eq!(sentinels[0].reset("main").await.unwrap(), 1);
+    sentinels[0].remove("main").await.unwrap();
+    assert_eq!(sentinels[0].primary_address("main").await.unwrap(), None);
+    assert!(
+        sentinels[0]
+            .primary("main")
+            .await
+            .unwrap_err()
+            .refusal()
+            .is_some()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_rdb_snapshot_taken_over_sync_restores_identical_keys() {
+    let mut processes = RedisProcesses::start(Mode::Standalone, 1).await;
+    let password = processes.password().to_string();
+    let source = admin(processes.address(0), &password).await;
+    let mut data = data_connection(processes.address(0), &password).await;
+    for n in 0..1000 {
+        let _: () = redis::cmd("SET")
+            .arg(format!("string-{n}"))
+            .arg(format!("v{n}").repeat(n % 7 + 1))
+            .query_async(&mut data)
+            .await
+            .unwrap();
+    }
+    for n in 0..20 {
+        let _: () = redis::cmd("HSET")
+            .arg(format!("hash-{n}"))
+            .arg("a")
+            .arg(n)
+            .arg("b")
+            .arg("x")
+            .query_async(&mut data)
+            .await
+            .unwrap();
+        let _: () = redis::cmd("RPUSH")
+            .arg(format!("list-{n}"))
+            .arg(1)
+            .arg(2)
+            .arg(n)
+            .query_async(&mut data)
+            .await
+            .unwrap();
+    }
+
+    // Both framings: a snapshot written to disk first ($<length>), and a diskless one
+    // ($EOF:<mark>, Redis 7's default).
+    let mut snapshots = Vec::new();
+    for diskless in ["no", "yes"] {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("repl-diskless-sync")
+            .arg(diskless)
+            .query_async(&mut data)
+            .await
+            .unwrap();
+        let mut bytes = Vec::new();
+        let info = source.snapshot(&mut bytes, TIMEOUT).await.unwrap();
+        assert_eq!(info.size, bytes.len() as u64);
+        assert_eq!(
+            info.sha256,
+            hex::encode(Sha256::digest(&bytes)),
+            "the checksum is of the bytes written"
+        );
+        assert!(bytes.starts_with(b"REDIS"));
+        snapshots.push((info, bytes));
+    }
+    let (info, bytes) = snapshots.pop().unwrap();
+
+    let index = 1;
+    let dir = processes.server_dir(index);
+    std::fs::create_dir_all(&dir).unwrap();
+    let damaged = place_snapshot(&mut &bytes[..bytes.len() - 1], &dir, &info.sha256).await;
+    assert!(damaged.is_err(), "a truncated snapshot is never placed");
+    place_snapshot(&mut &bytes[..], &dir, &info.sha256).await.unwrap();
+    assert_eq!(processes.add_server().await, index);
+    let restored = admin(processes.address(index), &password).await;
+    assert_eq!(
+        restored.key_count().await.unwrap(),
+        source.key_count().await.unwrap()
+    );
+    let mut restored_data = data_connection(processes.address(index), &password).await;
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query_async(&mut data).await.unwrap();
+    assert_eq!(keys.len(), 1040);
+    for key in &keys {
+        // DUMP serialises any type the same way on the same version: equal bytes, equal value.
+        let original: Vec<u8> = redis::cmd("DUMP").arg(key).query_async(&mut data).await.unwrap();
+        let copy: Vec<u8> = redis::cmd("DUMP")
+            .arg(key)
+            .query_async(&mut restored_data)
+            .await
+            .unwrap();
+        assert_eq!(original, copy, "key {key}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_restarted_on_new_addresses_keeps_its_ids_and_recovers_by_meet() {
+    let mut processes = RedisProcesses::start(Mode::Cluster, 3).await;
+    let nodes = form_cluster(&processes).await;
+    let before = ids(&nodes).await;
+    drop(nodes);
+
+    for index in 0..3 {
+        processes.kill(index).await;
+    }
+    for index in 0..3 {
+        let new_ip = processes.ip(50 + index as u8);
+        processes.restart_on(index, new_ip).await;
+    }
+    let nodes = admins(&processes).await;
+    assert_eq!(ids(&nodes).await, before, "node ids survive in nodes.conf");
+    // Each node still has the others at their old addresses: they cannot reach each other.
+    let view = nodes[0].cluster_nodes().await.unwrap();
+    let old_peer = view.iter().find(|node| node.id == before[1]).unwrap();
+    assert_ne!(old_peer.address, Some(processes.address(1)));
+
+    // What the operator does: introduce the nodes at their new addresses.
+    for other in &nodes[1..] {
+        nodes[0].cluster_meet(other.address()).await.unwrap();
+    }
+    wait_converged(&nodes, &before, &processes).await;
+    for node in &nodes {
+        let view = node.cluster_nodes().await.unwrap();
+        for (index, id) in before.iter().enumerate() {
+            let entry = view.iter().find(|n| n.id == *id).unwrap();
+            assert_eq!(
+                entry.address,
+                Some(processes.address(index)),
+                "{} sees {id}",
+                node.endpoint()
+            );
+        }
+        assert_eq!(
+            slot_ownership(&view)
+                .values()
+                .flatten()
+                .map(SlotRange::len)
+                .sum::<usize>(),
+            16384
+        );
+    }
+}
