@@ -1,0 +1,251 @@
+//! The Helm chart, checked by the real `helm` (built from its Go module by
+//! `e2e/toolchain/packaging.sh`): `helm lint --strict`, `helm template` with the defaults and
+//! with options, the values schema's refusals, and `helm install` into the local control plane.
+//! Then the operator runs (as a host process would: in this test process) under a token of the
+//! ServiceAccount the chart created, and brings the sample `MySQLCluster` (with its
+//! application account's Secret) to Ready with a real MariaDB behind each member pod.
+
+#[allow(dead_code)] // each test binary uses part of the support
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::{
+    apps::v1::Deployment,
+    core::v1::{Secret, ServiceAccount},
+    rbac::v1::ClusterRole,
+};
+use kube::{Api, CustomResourceExt, api::PostParams};
+use mysql_operator::crd::{MySQLBackup, MySQLCluster};
+use quorum_e2e::{
+    control_plane::{TestNamespace, admin_client, install_crd, kubeconfig_path, service_account_client},
+    local_members::{LocalMembers, MariaDbLauncher},
+    tools::{packaging_tool, repository_root, run_tool, succeeds, transcript},
+    wait,
+};
+
+const CHART: &str = "charts/quorum-mysql-operator";
+
+fn chart() -> String {
+    repository_root().join(CHART).display().to_string()
+}
+
+/// `kind/name` of every object in `helm template` output (block style, fixed indentation).
+fn kinds_and_names(yaml: &str) -> Vec<String> {
+    yaml.split("\n---")
+        .filter_map(|document| {
+            let kind = document.lines().find_map(|line| line.strip_prefix("kind: "))?;
+            let name = document
+                .lines()
+                .skip_while(|line| *line != "metadata:")
+                .skip(1)
+                .take_while(|line| line.starts_with(' '))
+                .find_map(|line| line.strip_prefix("  name: "))?;
+            Some(format!("{}/{}", kind.trim(), name.trim()))
+        })
+        .collect()
+}
+
+#[test]
+fn helm_lint_strict_passes() {
+    let (stdout, stderr) = succeeds(&packaging_tool("helm"), &["lint", "--strict", &chart()], None);
+    assert!(
+        stdout.contains("1 chart(s) linted, 0 chart(s) failed"),
+        "helm lint:\n{stdout}{stderr}"
+    );
+}
+
+#[test]
+fn helm_template_renders_the_operator_its_rbac_and_no_admission_policy() {
+    let helm = packaging_tool("helm");
+    let chart = chart();
+    let (rendered, _) = succeeds(
+        &helm,
+        &["template", "quorum-mysql-operator", &chart, "--namespace", "ops"],
+        None,
+    );
+    let objects = kinds_and_names(&rendered);
+    for expected in [
+        "ServiceAccount/quorum-mysql-operator",
+        "ClusterRole/quorum-mysql-operator",
+        "ClusterRoleBinding/quorum-mysql-operator",
+        "Role/quorum-mysql-operator",
+        "RoleBinding/quorum-mysql-operator",
+        "Service/quorum-mysql-operator-metrics",
+        "Deployment/quorum-mysql-operator",
+    ] {
+        assert!(
+            objects.iter().any(|object| object == expected),
+            "{expected} is not rendered; rendered {objects:?}\n{rendered}"
+        );
+    }
+    assert!(
+        !objects
+            .iter()
+            .any(|object| object.starts_with("ServiceMonitor/") || object.starts_with("ValidatingAdmission")),
+        "{objects:?}"
+    );
+    assert!(
+        rendered.contains("image: \"ghcr.io/quorum-dev/mysql-operator:0.1.0\""),
+        "the image defaults to the appVersion:\n{rendered}"
+    );
+    assert!(rendered.contains("- mysqlclusters\n"), "{rendered}");
+    assert!(rendered.contains("namespace: ops"), "{rendered}");
+    assert!(!rendered.contains("--watch-namespaces"), "{rendered}");
+
+    let (rendered, _) = succeeds(
+        &helm,
+        &[
+            "template",
+            "quorum-mysql-operator",
+            &chart,
+            "--set",
+            "metrics.serviceMonitor.enabled=true,watchNamespaces={a,b}",
+        ],
+        None,
+    );
+    assert!(rendered.contains("- --watch-namespaces=a,b"), "{rendered}");
+    assert!(
+        kinds_and_names(&rendered).contains(&"ServiceMonitor/quorum-mysql-operator".to_string()),
+        "{rendered}"
+    );
+}
+
+#[test]
+fn the_values_schema_refuses_bad_values_naming_the_field() {
+    let helm = packaging_tool("helm");
+    let chart = chart();
+    for (setting, field) in [
+        ("replicaCount=0", "replicaCount"),
+        ("logFormat=xml", "logFormat"),
+        // The etcd chart's switch: this chart has no admission policy to switch on.
+        ("admissionPolicy=true", "admissionPolicy"),
+    ] {
+        let (command, output) = run_tool(
+            &helm,
+            &["template", "quorum-mysql-operator", &chart, "--set", setting],
+            None,
+        );
+        let said = transcript(&command, &output);
+        assert!(
+            !output.status.success()
+                && said.contains("values don't meet the specifications of the schema")
+                && said.contains(field),
+            "--set {setting} must be refused naming {field}:\n{said}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_operator_runs_under_the_charts_service_account() {
+    quorum_core::telemetry::init(quorum_core::config::LogFormat::Text);
+    let admin = admin_client().await;
+    // The chart's CRDs are these; installing them first keeps a stale copy from an older run
+    // (which `helm install` would leave alone) out of the way.
+    install_crd(&admin, &MySQLCluster::crd()).await;
+    install_crd(&admin, &MySQLBackup::crd()).await;
+    let namespace = TestNamespace::create(&admin, "mysql-helm").await;
+    let ns = namespace.name().to_string();
+    let helm = packaging_tool("helm");
+    let kubeconfig = kubeconfig_path().display().to_string();
+    let release = format!("rbac-{}", &ns[ns.len() - 6..]);
+    let (stdout, _) = succeeds(
+        &helm,
+        &[
+            "install",
+            &release,
+            &chart(),
+            "--kubeconfig",
+            &kubeconfig,
+            "--namespace",
+            &ns,
+            "--set",
+            &format!("watchNamespaces={{{ns}}}"),
+        ],
+        None,
+    );
+    let account = format!("{release}-quorum-mysql-operator");
+    assert!(
+        stdout.contains("STATUS: deployed") && stdout.contains(&format!("running as {account} in {ns}")),
+        "{stdout}"
+    );
+    Api::<Deployment>::namespaced(admin.clone(), &ns)
+        .get(&account)
+        .await
+        .expect("the operator Deployment");
+    Api::<ServiceAccount>::namespaced(admin.clone(), &ns)
+        .get(&account)
+        .await
+        .expect("the ServiceAccount");
+    Api::<ClusterRole>::all(admin.clone())
+        .get(&account)
+        .await
+        .expect("the ClusterRole");
+    let as_chart = service_account_client(&admin, &ns, &account).await;
+
+    let state = std::env::temp_dir().join(format!("quorum-mysql-helm-{ns}"));
+    let members = LocalMembers::start(admin.clone(), MariaDbLauncher, state.clone(), Some(ns.clone()));
+    let operator = support::start_operator(as_chart, &ns);
+
+    // The sample users are shown (its MySQLCluster is also in the bundle's alm-examples): the
+    // application account's Secret, then the cluster.
+    let sample = std::fs::read_to_string(repository_root().join("samples/mysql-cluster.yaml")).unwrap();
+    let mut cluster: Option<MySQLCluster> = None;
+    for document in serde_yaml::Deserializer::from_str(&sample) {
+        let value: serde_json::Value = serde::Deserialize::deserialize(document).unwrap();
+        match value["kind"].as_str() {
+            Some("Secret") => {
+                let secret: Secret = serde_json::from_value(value).unwrap();
+                Api::<Secret>::namespaced(admin.clone(), &ns)
+                    .create(&PostParams::default(), &secret)
+                    .await
+                    .unwrap();
+            }
+            Some("MySQLCluster") => cluster = Some(serde_json::from_value(value).unwrap()),
+            other => panic!("unexpected {other:?} in the sample"),
+        }
+    }
+    let cluster = cluster.expect("a MySQLCluster in the sample");
+    let name = cluster.metadata.name.clone().unwrap();
+    let replicas = cluster.spec.replicas;
+    let clusters: Api<MySQLCluster> = Api::namespaced(admin.clone(), &ns);
+    clusters.create(&PostParams::default(), &cluster).await.unwrap();
+    let status = support::ready(&clusters, &name, replicas - 1).await;
+    let primary = status.primary.expect("a primary");
+    let ordinal = mysql_operator::resources::ordinal_of(&name, &primary).expect("a member of the sample");
+    wait::until(
+        "the sample's application account",
+        Duration::from_secs(60),
+        || async {
+            let options = mysql_async::OptsBuilder::default()
+                .ip_or_hostname(quorum_core::naming::loopback_ip(&ns, &name, ordinal).to_string())
+                .tcp_port(3306)
+                .user(Some(cluster.spec.users[0].name.clone()))
+                .pass(Some("change-me-Pa55"))
+                .db_name(Some(cluster.spec.users[0].database.clone()))
+                .prefer_socket(false);
+            mysql_async::Conn::new(options)
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string())
+        },
+    )
+    .await;
+
+    operator.stop().await;
+    drop(members);
+    succeeds(
+        &helm,
+        &[
+            "uninstall",
+            &release,
+            "--kubeconfig",
+            &kubeconfig,
+            "--namespace",
+            &ns,
+        ],
+        None,
+    );
+    namespace.delete().await;
+    let _ = std::fs::remove_dir_all(state);
+}

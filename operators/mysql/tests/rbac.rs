@@ -1,0 +1,235 @@
+//! The operator's declared permissions are enough: run it as a ServiceAccount bound to exactly
+//! the generated rules (and nothing else), with a real MariaDB behind each member pod, and it
+//! forms a cluster (generated password Secrets, child objects, role labels on the pods, the
+//! application account from a user's Secret), grows it by one member, hands the primary over on
+//! request (removing the request annotation), publishes events and can hold its
+//! leader-election Lease.
+
+#[allow(dead_code)] // each test binary uses part of the support
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::{
+    api::{
+        core::v1::{Event, Pod, ServiceAccount},
+        rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding, RoleRef, Subject},
+    },
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+};
+use kube::{
+    Api, CustomResourceExt, ResourceExt,
+    api::{ListParams, Patch, PatchParams, PostParams},
+};
+use mysql_operator::{
+    OPERATOR_NAME,
+    crd::{MySQLBackup, MySQLCluster, SWITCHOVER_ANNOTATION},
+    packaging,
+    resources::ROLE_LABEL,
+};
+use quorum_core::leader::{LeaderElector, LeaseTimings};
+use quorum_e2e::{
+    control_plane::{TestNamespace, admin_client, install_crd, service_account_client},
+    local_members::{LocalMembers, MariaDbLauncher},
+    wait,
+};
+
+fn named(name: &str, namespace: Option<&str>) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_string()),
+        namespace: namespace.map(str::to_string),
+        ..ObjectMeta::default()
+    }
+}
+
+#[tokio::test]
+async fn the_generated_rules_are_enough_to_run_the_operator() {
+    quorum_core::telemetry::init(quorum_core::config::LogFormat::Text);
+    let admin = admin_client().await;
+    install_crd(&admin, &MySQLCluster::crd()).await;
+    install_crd(&admin, &MySQLBackup::crd()).await;
+    let namespace = TestNamespace::create(&admin, "mysql-rbac").await;
+    let ns = namespace.name().to_string();
+
+    // The account, with the generated rules and nothing more.
+    let post = PostParams::default();
+    Api::<ServiceAccount>::namespaced(admin.clone(), &ns)
+        .create(
+            &post,
+            &ServiceAccount {
+                metadata: named("mysql-operator", None),
+                ..ServiceAccount::default()
+            },
+        )
+        .await
+        .unwrap();
+    let subject = Subject {
+        kind: "ServiceAccount".into(),
+        name: "mysql-operator".into(),
+        namespace: Some(ns.clone()),
+        ..Subject::default()
+    };
+    let cluster_wide = format!("quorum-mysql-operator-{ns}");
+    Api::<ClusterRole>::all(admin.clone())
+        .create(
+            &post,
+            &ClusterRole {
+                metadata: named(&cluster_wide, None),
+                rules: Some(packaging::rules()),
+                ..ClusterRole::default()
+            },
+        )
+        .await
+        .unwrap();
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .create(
+            &post,
+            &ClusterRoleBinding {
+                metadata: named(&cluster_wide, None),
+                role_ref: RoleRef {
+                    api_group: "rbac.authorization.k8s.io".into(),
+                    kind: "ClusterRole".into(),
+                    name: cluster_wide.clone(),
+                },
+                subjects: Some(vec![subject.clone()]),
+            },
+        )
+        .await
+        .unwrap();
+    Api::<Role>::namespaced(admin.clone(), &ns)
+        .create(
+            &post,
+            &Role {
+                metadata: named("leader-election", None),
+                rules: Some(packaging::leader_election_rules()),
+            },
+        )
+        .await
+        .unwrap();
+    Api::<RoleBinding>::namespaced(admin.clone(), &ns)
+        .create(
+            &post,
+            &RoleBinding {
+                metadata: named("leader-election", None),
+                role_ref: RoleRef {
+                    api_group: "rbac.authorization.k8s.io".into(),
+                    kind: "Role".into(),
+                    name: "leader-election".into(),
+                },
+                subjects: Some(vec![subject]),
+            },
+        )
+        .await
+        .unwrap();
+
+    let as_operator = service_account_client(&admin, &ns, "mysql-operator").await;
+    let scratch = std::env::temp_dir().join(format!("quorum-mysql-rbac-{ns}"));
+    let members = LocalMembers::start(
+        admin.clone(),
+        MariaDbLauncher,
+        scratch.join("members"),
+        Some(ns.clone()),
+    );
+    let operator = support::start_operator(as_operator.clone(), &ns);
+    support::create_app_secret(&admin, &ns).await;
+
+    // Formation: generated Secrets, objects, role labels, the application account.
+    let clusters: Api<MySQLCluster> = Api::namespaced(admin.clone(), &ns);
+    clusters
+        .create(&post, &MySQLCluster::new("main", support::cluster_spec(2)))
+        .await
+        .unwrap();
+    support::ready(&clusters, "main", 1).await;
+    let primary_ip = quorum_core::naming::loopback_ip(&ns, "main", 0);
+    wait::until(
+        "the application account on the primary",
+        Duration::from_secs(60),
+        || async {
+            support::app_connection(primary_ip)
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string())
+        },
+    )
+    .await;
+
+    // Growth by one member (seeded from a snapshot), through the scale subresource.
+    clusters
+        .patch_scale(
+            "main",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"replicas": 3}})),
+        )
+        .await
+        .unwrap();
+    support::ready(&clusters, "main", 2).await;
+
+    // A switchover on request: the pods' role labels move, the annotation is removed.
+    clusters
+        .patch(
+            "main",
+            &PatchParams::default(),
+            &Patch::Merge(
+                serde_json::json!({"metadata": {"annotations": {SWITCHOVER_ANNOTATION: "main-1"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    wait::until("the switchover to main-1", Duration::from_secs(90), || async {
+        let cluster = clusters.get("main").await.map_err(|e| e.to_string())?;
+        let primary = cluster.status.as_ref().and_then(|s| s.primary.clone());
+        let labelled = pods
+            .get("main-1")
+            .await
+            .map_err(|e| e.to_string())?
+            .labels()
+            .get(ROLE_LABEL)
+            .cloned();
+        let asked = cluster.annotations().contains_key(SWITCHOVER_ANNOTATION);
+        if primary.as_deref() == Some("main-1") && labelled.as_deref() == Some("primary") && !asked {
+            Ok(())
+        } else {
+            Err(format!(
+                "primary {primary:?}, main-1 labelled {labelled:?}, annotation still there: {asked}"
+            ))
+        }
+    })
+    .await;
+    support::ready(&clusters, "main", 2).await;
+
+    // Events were published as the operator.
+    let events: Api<Event> = Api::namespaced(admin.clone(), &ns);
+    let published = events.list(&ListParams::default()).await.unwrap().items;
+    assert!(
+        published
+            .iter()
+            .any(|e| e.reporting_component.as_deref() == Some(OPERATOR_NAME)),
+        "no event from the operator: {:?}",
+        published.iter().map(|e| &e.reason).collect::<Vec<_>>()
+    );
+
+    // The leader-election Lease, created and renewed under the generated Role.
+    let elector = LeaderElector::new(
+        as_operator,
+        &ns,
+        &format!("{OPERATOR_NAME}-leader"),
+        "rbac-test",
+        LeaseTimings::default(),
+    );
+    assert!(elector.try_acquire_or_renew().await.expect("create the Lease"));
+    assert!(elector.try_acquire_or_renew().await.expect("renew the Lease"));
+
+    operator.stop().await;
+    drop(members);
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .delete(&cluster_wide, &Default::default())
+        .await
+        .unwrap();
+    Api::<ClusterRole>::all(admin.clone())
+        .delete(&cluster_wide, &Default::default())
+        .await
+        .unwrap();
+    namespace.delete().await;
+    let _ = std::fs::remove_dir_all(scratch);
+}
