@@ -20,6 +20,8 @@ use serde_json::Value;
 
 const CHART: &str = "charts/quorum-etcd-operator";
 const BUNDLE: &str = "bundle/quorum-etcd-operator";
+/// Every operator's bundle (`bundle/<package>`), each validated on its own.
+const BUNDLES: [&str; 2] = [BUNDLE, "bundle/quorum-mysql-operator"];
 const CATALOG: &str = "catalog";
 
 /// Runs a tool that must fail; returns everything it said.
@@ -106,14 +108,20 @@ fn bundle_manifests() -> Vec<Value> {
 }
 
 #[test]
-fn operator_sdk_validates_the_bundle_with_the_operatorframework_suite() {
+fn operator_sdk_validates_every_bundle_with_the_operatorframework_suite() {
     let sdk = packaging_tool("operator-sdk");
+    for bundle in BUNDLES {
+        validate_bundle(&sdk, bundle);
+    }
+}
+
+fn validate_bundle(sdk: &Path, bundle: &str) {
     let (stdout, stderr) = succeeds(
-        &sdk,
+        sdk,
         &[
             "bundle",
             "validate",
-            &format!("./{BUNDLE}"),
+            &format!("./{bundle}"),
             "--select-optional",
             "suite=operatorframework",
             "--optional-values=k8s-version=1.34",
@@ -230,6 +238,20 @@ fn opm_renders_the_bundle_directory_as_an_inline_bundle_that_validates() {
         .join("\n---\n");
     std::fs::write(directory.join("index.yaml"), format!("{without_bundles}\n")).expect("index.yaml");
     std::fs::write(directory.join("bundle.json"), &stdout).expect("bundle.json");
+    // The catalog lists every package; the other bundles go in inline too.
+    for other in std::fs::read_dir(repository_root().join("bundle")).expect("bundle/") {
+        let other = other.expect("a bundle directory").path();
+        if other.ends_with(BUNDLE) {
+            continue;
+        }
+        let (rendered, _) = succeeds(
+            &opm,
+            &["render", &other.display().to_string(), "-o", "json"],
+            None,
+        );
+        let name = other.file_name().expect("a name").to_string_lossy().to_string();
+        std::fs::write(directory.join(format!("{name}.json")), rendered).expect("bundle json");
+    }
     let directory_arg = directory.display().to_string();
     succeeds(&opm, &["validate", &directory_arg], None);
     let _ = std::fs::remove_dir_all(&directory);

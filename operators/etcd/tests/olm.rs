@@ -162,6 +162,21 @@ fn render_inline_catalog(directory: &Path) {
     std::fs::create_dir_all(directory).expect("catalog directory");
     std::fs::write(directory.join("index.yaml"), format!("{without_bundles}\n")).expect("index.yaml");
     std::fs::write(directory.join("bundle.json"), &bundle).expect("bundle.json");
+    // The catalog lists every package: the other bundles go in inline too, or their channels
+    // would name bundles the catalog lacks.
+    for other in std::fs::read_dir(repository_root().join("bundle")).expect("bundle/") {
+        let other = other.expect("a bundle directory").path();
+        if other.ends_with(BUNDLE) {
+            continue;
+        }
+        let (rendered, _) = succeeds(
+            &opm,
+            &["render", &other.display().to_string(), "-o", "json"],
+            None,
+        );
+        let name = other.file_name().expect("a name").to_string_lossy().to_string();
+        std::fs::write(directory.join(format!("{name}.json")), rendered).expect("bundle json");
+    }
     succeeds(&opm, &["validate", &directory.display().to_string()], None);
 }
 
