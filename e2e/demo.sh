@@ -19,8 +19,12 @@ launch() {
 }
 
 if [[ "${1:-}" == "stop" ]]; then
-  for name in etcd-local-members etcd-operator; do
-    running "$name" && kill "$(cat "$demo/$name.pid")" || true
+  # SIGINT for the local members: they stop their database processes on it.
+  for name in etcd-local-members mysql-local-members etcd-operator mysql-operator; do
+    if running "$name"; then
+      case $name in *-local-members) kill -INT "$(cat "$demo/$name.pid")" ;; *) kill "$(cat "$demo/$name.pid")" ;; esac
+      for _ in $(seq 50); do running "$name" || break; sleep 0.1; done
+    fi
     rm -f "$demo/$name.pid"
   done
   e2e/cluster.sh stop
@@ -33,11 +37,12 @@ e2e/cluster.sh start
 eval "$(e2e/cluster.sh env)"
 mkdir -p "$demo"
 log "building the operators"
-cargo build --quiet -p etcd-operator --bins --examples
+cargo build --quiet -p etcd-operator -p mysql-operator --bins --examples
 target=${CARGO_TARGET_DIR:-$root/target}
 
 log "installing the CRDs"
 kubectl apply --server-side --force-conflicts -f charts/quorum-etcd-operator/crds/ >/dev/null
+kubectl apply --server-side --force-conflicts -f charts/quorum-mysql-operator/crds/ >/dev/null
 
 log "starting the etcd operator (members on loopback addresses) and the local members"
 launch etcd-operator "$target/debug/etcd-operator" --leader-elect=false \
@@ -46,13 +51,24 @@ etcd_dir=$(e2e/toolchain/build.sh etcd)
 launch etcd-local-members "$target/debug/examples/local_members" \
   --etcd "$etcd_dir/etcd" --state "$demo/members"
 
+log "starting the MySQL operator (members on loopback addresses) and the local MariaDB members"
+launch mysql-operator "$target/debug/mysql-operator" --leader-elect=false \
+  --metrics-address 127.0.0.1:18081 --member-addresses loopback
+launch mysql-local-members "$target/debug/examples/mysql_local_members" \
+  --state "$demo/mysql-members"
+
 log "applying the samples"
 kubectl apply -f samples/etcd-cluster.yaml >/dev/null
-if ! kubectl wait --for=condition=Ready etcdcluster/demo --timeout=180s >/dev/null; then
-  log "not ready in time; the operator's log:"
-  tail -n 30 "$demo/etcd-operator.log" >&2
-  exit 1
-fi
+kubectl apply -f samples/mysql-cluster.yaml >/dev/null
+ready() { # kind/name, operator
+  if ! kubectl wait --for=condition=Ready "$1" --timeout=300s >/dev/null; then
+    log "$1 not ready in time; the $2's log:"
+    tail -n 30 "$demo/$2.log" >&2
+    exit 1
+  fi
+}
+ready etcdcluster/demo etcd-operator
+ready mysqlcluster/shop mysql-operator
 
 kubectl get etcdclusters
 echo
@@ -60,6 +76,12 @@ kubectl get statefulsets,pods,services,poddisruptionbudgets -l app.kubernetes.io
 echo
 kubectl get etcdcluster demo -o jsonpath='{range .status.members[*]}{.name}{"\t"}{.health}{"\tleader="}{.leader}{"\n"}{end}'
 echo
+kubectl get mysqlclusters
+echo
+kubectl get mysqlcluster shop -o jsonpath='{range .status.members[*]}{.name}{"\t"}{.role}{"\t"}{.health}{"\n"}{end}'
+echo
 log "try: kubectl scale etcdcluster demo --replicas=5; kubectl get etcdclusters -w"
-log "metrics: curl -s 127.0.0.1:18080/metrics | grep quorum_"
+log "try: kubectl scale mysqlcluster shop --replicas=4; kubectl get mysqlclusters -w"
+log "     kubectl annotate mysqlcluster shop mysql.quorum.dev/switchover-to=shop-1"
+log "metrics: curl -s 127.0.0.1:18080/metrics | grep quorum_ (etcd), 127.0.0.1:18081 (MySQL)"
 log "stop everything: make demo-stop"
