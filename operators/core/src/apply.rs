@@ -108,3 +108,16 @@ where
         ..ObjectMeta::default()
     })
 }
+
+/// The outcome of a call whose target may already be gone (deleting a child that was never
+/// created, or was deleted by someone else): 404 is success.
+///
+/// # Errors
+/// Any other API error.
+pub fn ignore_not_found<T>(result: Result<T, kube::Error>) -> Result<(), kube::Error> {
+    match result {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(error) => Err(error),
+    }
+}

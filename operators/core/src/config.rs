@@ -39,6 +39,15 @@ pub struct OperatorConfig {
 }
 
 /// How log lines are written.
+/// How an operator finds its members' addresses (the `--member-addresses` flag).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum MemberAddresses {
+    /// In-cluster DNS names through the cluster's headless Service.
+    Dns,
+    /// Processes on this machine's loopback addresses (local demos and tests).
+    Loopback,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     /// Human-readable lines.

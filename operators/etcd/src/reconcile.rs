@@ -17,7 +17,9 @@ use k8s_openapi::{
     jiff::Timestamp,
 };
 use kube::{Api, ResourceExt, api::DeleteParams, runtime::controller::Action};
-use quorum_core::{ReconcileError, events::Severity, runner::Context, status::patch_status};
+use quorum_core::{
+    ReconcileError, apply::ignore_not_found, events::Severity, runner::Context, status::patch_status,
+};
 
 use crate::{
     admin::TlsMaterial,
@@ -34,14 +36,7 @@ use crate::{
     status::{build_status, describe, in_flight_from_status, step_reason, unhealthy_durations},
 };
 
-/// How member addresses are found.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum MemberAddresses {
-    /// In-cluster DNS names through the headless peer Service.
-    Dns,
-    /// Processes on this machine's loopback addresses (local demos).
-    Loopback,
-}
+pub use quorum_core::config::MemberAddresses;
 
 /// Operator-wide settings.
 #[derive(Clone, Debug)]
@@ -552,12 +547,4 @@ async fn ensure_scheduled_backup(context: &Context<State>, cluster: &EtcdCluster
         }
     }
     Ok(())
-}
-
-fn ignore_not_found<T>(result: Result<T, kube::Error>) -> Result<(), kube::Error> {
-    match result {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-        Err(error) => Err(error),
-    }
 }

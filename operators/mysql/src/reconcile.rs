@@ -23,7 +23,9 @@ use kube::{
     api::{DeleteParams, ListParams, Patch, PatchParams},
     runtime::controller::Action,
 };
-use quorum_core::{ReconcileError, events::Severity, runner::Context, status::patch_status};
+use quorum_core::{
+    ReconcileError, apply::ignore_not_found, events::Severity, runner::Context, status::patch_status,
+};
 use secrecy::SecretString;
 use sha2::{Digest, Sha256};
 
@@ -43,14 +45,7 @@ use crate::{
     status::{build_status, describe, failover_record, in_flight_from_status, role_labels, step_reason},
 };
 
-/// How member addresses are found.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum MemberAddresses {
-    /// In-cluster DNS names through the headless Service.
-    Dns,
-    /// Processes on this machine's loopback addresses (local demos and tests).
-    Loopback,
-}
+pub use quorum_core::config::MemberAddresses;
 
 /// Operator-wide settings.
 #[derive(Clone, Debug)]
@@ -609,11 +604,8 @@ async fn ensure_scheduled_backup(context: &Context<State>, cluster: &MySQLCluste
         None => {
             let backups: Api<MySQLBackup> =
                 Api::namespaced(context.client.clone(), &cluster.namespace().unwrap_or_default());
-            match backups.delete(&name, &DeleteParams::default()).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(status)) if status.code == 404 => {}
-                Err(source) => return Err(api(format!("deleting MySQLBackup {name}"))(source)),
-            }
+            ignore_not_found(backups.delete(&name, &DeleteParams::default()).await)
+                .map_err(api(format!("deleting MySQLBackup {name}")))?;
         }
     }
     Ok(())
