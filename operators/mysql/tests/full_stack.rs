@@ -5,11 +5,7 @@
 #[allow(dead_code)] // each test binary uses part of the support
 mod support;
 
-use std::{
-    collections::BTreeSet,
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::{collections::BTreeSet, time::Duration};
 
 use k8s_openapi::api::{
     apps::v1::StatefulSet,
@@ -230,38 +226,10 @@ async fn failover_under_write_load_keeps_every_acknowledged_write_and_the_old_pr
 
     // A writer commits to the primary and remembers what was acknowledged (semi-sync: a
     // replica has each of them).
-    let acknowledged = Arc::new(Mutex::new(Vec::<u64>::new()));
-    let primary_ip = setup.ip(0);
-    let writer = {
-        let acknowledged = acknowledged.clone();
-        tokio::spawn(async move {
-            let Ok(mut conn) = app_connection(primary_ip).await else {
-                return;
-            };
-            for id in 1_000u64.. {
-                let insert = conn.exec_drop("INSERT INTO items VALUES (?, 'under load')", (id,));
-                match tokio::time::timeout(Duration::from_secs(5), insert).await {
-                    Ok(Ok(())) => acknowledged.lock().unwrap().push(id),
-                    _ => return,
-                }
-            }
-        })
-    };
-    wait::until(
-        "the writer committed 200 rows",
-        Duration::from_secs(60),
-        || async {
-            let count = acknowledged.lock().unwrap().len();
-            if count >= 200 {
-                Ok(())
-            } else {
-                Err(format!("{count} so far"))
-            }
-        },
-    )
-    .await;
+    let writer = support::Writer::start(setup.ip(0), "under load");
+    writer.committed(200).await;
     setup.members.kill(setup.ns(), "main-0").await;
-    let _ = tokio::time::timeout(Duration::from_secs(20), writer).await;
+    let acknowledged = writer.stop(Duration::from_secs(20)).await;
 
     let status = wait::until("a failover to a replica", Duration::from_secs(90), || async {
         let status = setup
@@ -289,7 +257,6 @@ async fn failover_under_write_load_keeps_every_acknowledged_write_and_the_old_pr
         .unwrap();
 
     // Every acknowledged write is on the new primary.
-    let acknowledged: BTreeSet<u64> = acknowledged.lock().unwrap().iter().copied().collect();
     assert!(acknowledged.len() >= 200);
     let present: BTreeSet<u64> = wait::until("the new primary answers", Duration::from_secs(30), || async {
         item_ids(setup.ip(new_primary)).await
@@ -466,36 +433,8 @@ async fn a_backup_is_a_consistent_snapshot_and_a_switchover_under_writes_loses_n
 
     // A switchover asked for while a writer commits: every acknowledged write is on the new
     // primary, and the old one rejoins as a replica.
-    let acknowledged = Arc::new(Mutex::new(Vec::<u64>::new()));
-    let old_primary = setup.ip(0);
-    let writer = {
-        let acknowledged = acknowledged.clone();
-        tokio::spawn(async move {
-            let Ok(mut conn) = app_connection(old_primary).await else {
-                return;
-            };
-            for id in 1_000u64.. {
-                let insert = conn.exec_drop("INSERT INTO items VALUES (?, 'during switchover')", (id,));
-                match tokio::time::timeout(Duration::from_secs(5), insert).await {
-                    Ok(Ok(())) => acknowledged.lock().unwrap().push(id),
-                    _ => return,
-                }
-            }
-        })
-    };
-    wait::until(
-        "the writer committed 50 rows",
-        Duration::from_secs(60),
-        || async {
-            let count = acknowledged.lock().unwrap().len();
-            if count >= 50 {
-                Ok(())
-            } else {
-                Err(format!("{count} so far"))
-            }
-        },
-    )
-    .await;
+    let writer = support::Writer::start(setup.ip(0), "during switchover");
+    writer.committed(50).await;
     setup
         .clusters
         .patch(
@@ -505,7 +444,7 @@ async fn a_backup_is_a_consistent_snapshot_and_a_switchover_under_writes_loses_n
         )
         .await
         .expect("ask for a switchover");
-    let _ = tokio::time::timeout(Duration::from_secs(60), writer).await;
+    let acknowledged = writer.stop(Duration::from_secs(60)).await;
     let status = wait::until("the switchover", Duration::from_secs(90), || async {
         let cluster = setup.clusters.get("main").await.map_err(|e| e.to_string())?;
         let status = cluster.status.clone().unwrap_or_default();
@@ -527,7 +466,6 @@ async fn a_backup_is_a_consistent_snapshot_and_a_switchover_under_writes_loses_n
     })
     .await;
     assert_eq!(status.last_failover.unwrap().from, "main-0");
-    let acknowledged: BTreeSet<u64> = acknowledged.lock().unwrap().iter().copied().collect();
     let present: BTreeSet<u64> = item_ids(setup.ip(1))
         .await
         .expect("new primary")

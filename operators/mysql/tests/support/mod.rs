@@ -195,3 +195,59 @@ pub async fn converges(ip: std::net::Ipv4Addr, expected: &[u64]) {
     )
     .await
 }
+
+/// An application writing rows `1000, 1001, …` to one server until a commit fails or times out,
+/// remembering every commit the server acknowledged.
+pub struct Writer {
+    acknowledged: std::sync::Arc<std::sync::Mutex<Vec<u64>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Writer {
+    pub fn start(ip: std::net::Ipv4Addr, note: &'static str) -> Self {
+        let acknowledged = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let task = {
+            let acknowledged = acknowledged.clone();
+            tokio::spawn(async move {
+                let Ok(mut conn) = app_connection(ip).await else {
+                    return;
+                };
+                for id in 1_000u64.. {
+                    let insert = conn.exec_drop("INSERT INTO items VALUES (?, ?)", (id, note));
+                    match tokio::time::timeout(Duration::from_secs(5), insert).await {
+                        Ok(Ok(())) => acknowledged.lock().unwrap().push(id),
+                        _ => return,
+                    }
+                }
+            })
+        };
+        Self { acknowledged, task }
+    }
+
+    /// Waits until at least `count` commits were acknowledged.
+    pub async fn committed(&self, count: usize) {
+        wait::until(
+            &format!("the writer committed {count} rows"),
+            Duration::from_secs(60),
+            || async {
+                let so_far = self.acknowledged.lock().unwrap().len();
+                if so_far >= count {
+                    Ok(())
+                } else {
+                    Err(format!("{so_far} so far"))
+                }
+            },
+        )
+        .await;
+    }
+
+    /// Waits up to `timeout` for the writer to stop by itself, stops it otherwise, and returns
+    /// every commit that was acknowledged.
+    pub async fn stop(mut self, timeout: Duration) -> std::collections::BTreeSet<u64> {
+        if tokio::time::timeout(timeout, &mut self.task).await.is_err() {
+            self.task.abort();
+            let _ = (&mut self.task).await;
+        }
+        self.acknowledged.lock().unwrap().iter().copied().collect()
+    }
+}
