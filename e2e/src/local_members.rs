@@ -441,7 +441,10 @@ impl MemberLauncher for MariaDbLauncher {
         let config_dir = root.join("config");
         let credentials_dir = root.join("credentials");
         let run_dir = root.join("run");
-        for directory in [&config_dir, &credentials_dir, &run_dir] {
+        // A pod has a /tmp of its own; sharing the machine's would let one member's start-up
+        // temporary files meet another's.
+        let tmp_dir = root.join("tmp");
+        for directory in [&config_dir, &credentials_dir, &run_dir, &tmp_dir] {
             let _ = std::fs::create_dir_all(directory);
         }
         for (name, content) in &member.config {
@@ -459,6 +462,7 @@ impl MemberLauncher for MariaDbLauncher {
             .env("CREDENTIALS_DIR", &credentials_dir)
             .env("DATA_DIR", &member.data_dir)
             .env("RUN_DIR", &run_dir)
+            .env("TMPDIR", &tmp_dir)
             .env("POD_IP", member.ip.to_string())
             .env("POD_INDEX", member.ordinal.to_string())
             .env("REPORT_HOST", member.ip.to_string())
