@@ -3,7 +3,10 @@
 use std::path::PathBuf;
 
 use k8s_openapi::{
-    api::core::v1::Namespace,
+    api::{
+        core::v1::{Namespace, ServiceAccount},
+        rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject},
+    },
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
 };
@@ -90,6 +93,115 @@ pub async fn service_account_client(admin: &Client, namespace: &str, name: &str)
         ..kube::config::AuthInfo::default()
     };
     Client::try_from(config).expect("client")
+}
+
+/// A ServiceAccount bound to exactly the given rules and nothing else: `rules` cluster-wide
+/// (a ClusterRole named after the operator and the namespace) and `namespaced_rules` in its
+/// own namespace (leader election). [`BoundAccount::client`] acts as it.
+pub struct BoundAccount {
+    pub client: Client,
+    cluster_role: String,
+}
+
+impl BoundAccount {
+    /// # Panics
+    /// When an object cannot be created.
+    pub async fn create(
+        admin: &Client,
+        namespace: &str,
+        account: &str,
+        operator: &str,
+        rules: Vec<PolicyRule>,
+        namespaced_rules: Vec<PolicyRule>,
+    ) -> Self {
+        let post = PostParams::default();
+        let named = |name: &str| ObjectMeta {
+            name: Some(name.to_string()),
+            ..ObjectMeta::default()
+        };
+        let role_ref = |kind: &str, name: &str| RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: kind.into(),
+            name: name.into(),
+        };
+        let subjects = Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: account.into(),
+            namespace: Some(namespace.into()),
+            ..Subject::default()
+        }]);
+        Api::<ServiceAccount>::namespaced(admin.clone(), namespace)
+            .create(
+                &post,
+                &ServiceAccount {
+                    metadata: named(account),
+                    ..ServiceAccount::default()
+                },
+            )
+            .await
+            .unwrap_or_else(|error| panic!("creating ServiceAccount {account}: {error}"));
+        let cluster_role = format!("{operator}-{namespace}");
+        Api::<ClusterRole>::all(admin.clone())
+            .create(
+                &post,
+                &ClusterRole {
+                    metadata: named(&cluster_role),
+                    rules: Some(rules),
+                    ..ClusterRole::default()
+                },
+            )
+            .await
+            .unwrap_or_else(|error| panic!("creating ClusterRole {cluster_role}: {error}"));
+        Api::<ClusterRoleBinding>::all(admin.clone())
+            .create(
+                &post,
+                &ClusterRoleBinding {
+                    metadata: named(&cluster_role),
+                    role_ref: role_ref("ClusterRole", &cluster_role),
+                    subjects: subjects.clone(),
+                },
+            )
+            .await
+            .unwrap_or_else(|error| panic!("creating ClusterRoleBinding {cluster_role}: {error}"));
+        Api::<Role>::namespaced(admin.clone(), namespace)
+            .create(
+                &post,
+                &Role {
+                    metadata: named("leader-election"),
+                    rules: Some(namespaced_rules),
+                },
+            )
+            .await
+            .unwrap_or_else(|error| panic!("creating Role leader-election: {error}"));
+        Api::<RoleBinding>::namespaced(admin.clone(), namespace)
+            .create(
+                &post,
+                &RoleBinding {
+                    metadata: named("leader-election"),
+                    role_ref: role_ref("Role", "leader-election"),
+                    subjects,
+                },
+            )
+            .await
+            .unwrap_or_else(|error| panic!("creating RoleBinding leader-election: {error}"));
+        let client = service_account_client(admin, namespace, account).await;
+        Self { client, cluster_role }
+    }
+
+    /// Deletes the cluster-wide objects (the namespaced ones go with the namespace).
+    ///
+    /// # Panics
+    /// When one cannot be deleted.
+    pub async fn delete(self, admin: &Client) {
+        Api::<ClusterRoleBinding>::all(admin.clone())
+            .delete(&self.cluster_role, &DeleteParams::default())
+            .await
+            .expect("delete the ClusterRoleBinding");
+        Api::<ClusterRole>::all(admin.clone())
+            .delete(&self.cluster_role, &DeleteParams::default())
+            .await
+            .expect("delete the ClusterRole");
+    }
 }
 
 /// A namespace that exists for one test.

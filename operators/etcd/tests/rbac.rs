@@ -12,31 +12,16 @@ use etcd_operator::{
     packaging,
     reconcile::MemberAddresses,
 };
-use k8s_openapi::{
-    api::{
-        core::v1::ServiceAccount,
-        rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding, RoleRef, Subject},
-    },
-    apimachinery::pkg::apis::meta::v1::ObjectMeta,
-};
 use kube::{
     Api, CustomResourceExt,
     api::{Patch, PatchParams, PostParams},
 };
 use quorum_e2e::{
-    control_plane::{TestNamespace, admin_client, install_crd, service_account_client},
+    control_plane::{BoundAccount, TestNamespace, admin_client, install_crd},
     local_members::{EtcdLauncher, LocalMembers},
     tools::{etcd_binary, pinned_version},
     wait,
 };
-
-fn named(name: &str, namespace: Option<&str>) -> ObjectMeta {
-    ObjectMeta {
-        name: Some(name.to_string()),
-        namespace: namespace.map(str::to_string),
-        ..ObjectMeta::default()
-    }
-}
 
 #[tokio::test]
 async fn the_generated_rules_are_enough_to_run_the_operator() {
@@ -48,77 +33,17 @@ async fn the_generated_rules_are_enough_to_run_the_operator() {
     let ns = namespace.name().to_string();
 
     // The account, with the generated rules and nothing more.
+    let account = BoundAccount::create(
+        &admin,
+        &ns,
+        "etcd-operator",
+        "quorum-etcd-operator",
+        packaging::rules(),
+        packaging::leader_election_rules(),
+    )
+    .await;
+    let as_operator = account.client.clone();
     let post = PostParams::default();
-    Api::<ServiceAccount>::namespaced(admin.clone(), &ns)
-        .create(
-            &post,
-            &ServiceAccount {
-                metadata: named("etcd-operator", None),
-                ..ServiceAccount::default()
-            },
-        )
-        .await
-        .unwrap();
-    let subject = Subject {
-        kind: "ServiceAccount".into(),
-        name: "etcd-operator".into(),
-        namespace: Some(ns.clone()),
-        ..Subject::default()
-    };
-    let cluster_wide = format!("quorum-etcd-operator-{ns}");
-    Api::<ClusterRole>::all(admin.clone())
-        .create(
-            &post,
-            &ClusterRole {
-                metadata: named(&cluster_wide, None),
-                rules: Some(packaging::rules()),
-                ..ClusterRole::default()
-            },
-        )
-        .await
-        .unwrap();
-    Api::<ClusterRoleBinding>::all(admin.clone())
-        .create(
-            &post,
-            &ClusterRoleBinding {
-                metadata: named(&cluster_wide, None),
-                role_ref: RoleRef {
-                    api_group: "rbac.authorization.k8s.io".into(),
-                    kind: "ClusterRole".into(),
-                    name: cluster_wide.clone(),
-                },
-                subjects: Some(vec![subject.clone()]),
-            },
-        )
-        .await
-        .unwrap();
-    Api::<Role>::namespaced(admin.clone(), &ns)
-        .create(
-            &post,
-            &Role {
-                metadata: named("leader-election", None),
-                rules: Some(packaging::leader_election_rules()),
-            },
-        )
-        .await
-        .unwrap();
-    Api::<RoleBinding>::namespaced(admin.clone(), &ns)
-        .create(
-            &post,
-            &RoleBinding {
-                metadata: named("leader-election", None),
-                role_ref: RoleRef {
-                    api_group: "rbac.authorization.k8s.io".into(),
-                    kind: "Role".into(),
-                    name: "leader-election".into(),
-                },
-                subjects: Some(vec![subject]),
-            },
-        )
-        .await
-        .unwrap();
-
-    let as_operator = service_account_client(&admin, &ns, "etcd-operator").await;
     let version = pinned_version("ETCD_VERSION").trim_start_matches('v').to_string();
     let scratch = std::env::temp_dir().join(format!("quorum-rbac-{ns}"));
     let _members = LocalMembers::start(
@@ -184,14 +109,7 @@ async fn the_generated_rules_are_enough_to_run_the_operator() {
     assert!(lease.spec.unwrap().holder_identity.is_some());
 
     operator.stop().await;
-    Api::<ClusterRoleBinding>::all(admin.clone())
-        .delete(&cluster_wide, &Default::default())
-        .await
-        .unwrap();
-    Api::<ClusterRole>::all(admin.clone())
-        .delete(&cluster_wide, &Default::default())
-        .await
-        .unwrap();
+    account.delete(&admin).await;
     namespace.delete().await;
     let _ = std::fs::remove_dir_all(scratch);
 }

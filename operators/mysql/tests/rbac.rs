@@ -10,13 +10,7 @@ mod support;
 
 use std::time::Duration;
 
-use k8s_openapi::{
-    api::{
-        core::v1::{Event, Pod, ServiceAccount},
-        rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding, RoleRef, Subject},
-    },
-    apimachinery::pkg::apis::meta::v1::ObjectMeta,
-};
+use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::{
     Api, CustomResourceExt, ResourceExt,
     api::{ListParams, Patch, PatchParams, PostParams},
@@ -29,18 +23,10 @@ use mysql_operator::{
 };
 use quorum_core::leader::{LeaderElector, LeaseTimings};
 use quorum_e2e::{
-    control_plane::{TestNamespace, admin_client, install_crd, service_account_client},
+    control_plane::{BoundAccount, TestNamespace, admin_client, install_crd},
     local_members::{LocalMembers, MariaDbLauncher},
     wait,
 };
-
-fn named(name: &str, namespace: Option<&str>) -> ObjectMeta {
-    ObjectMeta {
-        name: Some(name.to_string()),
-        namespace: namespace.map(str::to_string),
-        ..ObjectMeta::default()
-    }
-}
 
 #[tokio::test]
 async fn the_generated_rules_are_enough_to_run_the_operator() {
@@ -52,77 +38,17 @@ async fn the_generated_rules_are_enough_to_run_the_operator() {
     let ns = namespace.name().to_string();
 
     // The account, with the generated rules and nothing more.
+    let account = BoundAccount::create(
+        &admin,
+        &ns,
+        "mysql-operator",
+        "quorum-mysql-operator",
+        packaging::rules(),
+        packaging::leader_election_rules(),
+    )
+    .await;
+    let as_operator = account.client.clone();
     let post = PostParams::default();
-    Api::<ServiceAccount>::namespaced(admin.clone(), &ns)
-        .create(
-            &post,
-            &ServiceAccount {
-                metadata: named("mysql-operator", None),
-                ..ServiceAccount::default()
-            },
-        )
-        .await
-        .unwrap();
-    let subject = Subject {
-        kind: "ServiceAccount".into(),
-        name: "mysql-operator".into(),
-        namespace: Some(ns.clone()),
-        ..Subject::default()
-    };
-    let cluster_wide = format!("quorum-mysql-operator-{ns}");
-    Api::<ClusterRole>::all(admin.clone())
-        .create(
-            &post,
-            &ClusterRole {
-                metadata: named(&cluster_wide, None),
-                rules: Some(packaging::rules()),
-                ..ClusterRole::default()
-            },
-        )
-        .await
-        .unwrap();
-    Api::<ClusterRoleBinding>::all(admin.clone())
-        .create(
-            &post,
-            &ClusterRoleBinding {
-                metadata: named(&cluster_wide, None),
-                role_ref: RoleRef {
-                    api_group: "rbac.authorization.k8s.io".into(),
-                    kind: "ClusterRole".into(),
-                    name: cluster_wide.clone(),
-                },
-                subjects: Some(vec![subject.clone()]),
-            },
-        )
-        .await
-        .unwrap();
-    Api::<Role>::namespaced(admin.clone(), &ns)
-        .create(
-            &post,
-            &Role {
-                metadata: named("leader-election", None),
-                rules: Some(packaging::leader_election_rules()),
-            },
-        )
-        .await
-        .unwrap();
-    Api::<RoleBinding>::namespaced(admin.clone(), &ns)
-        .create(
-            &post,
-            &RoleBinding {
-                metadata: named("leader-election", None),
-                role_ref: RoleRef {
-                    api_group: "rbac.authorization.k8s.io".into(),
-                    kind: "Role".into(),
-                    name: "leader-election".into(),
-                },
-                subjects: Some(vec![subject]),
-            },
-        )
-        .await
-        .unwrap();
-
-    let as_operator = service_account_client(&admin, &ns, "mysql-operator").await;
     let scratch = std::env::temp_dir().join(format!("quorum-mysql-rbac-{ns}"));
     let members = LocalMembers::start(
         admin.clone(),
@@ -222,14 +148,7 @@ async fn the_generated_rules_are_enough_to_run_the_operator() {
 
     operator.stop().await;
     drop(members);
-    Api::<ClusterRoleBinding>::all(admin.clone())
-        .delete(&cluster_wide, &Default::default())
-        .await
-        .unwrap();
-    Api::<ClusterRole>::all(admin.clone())
-        .delete(&cluster_wide, &Default::default())
-        .await
-        .unwrap();
+    account.delete(&admin).await;
     namespace.delete().await;
     let _ = std::fs::remove_dir_all(scratch);
 }
