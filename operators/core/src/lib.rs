@@ -8,6 +8,8 @@
 //! - [`crd`]: resource fragments every operator embeds (storage, pod overrides, backup policy,
 //!   destinations, restore source, backup records);
 //! - [`naming`]: deterministic object names and the standard `app.kubernetes.io` labels;
+//! - [`pod`]: pieces of pod specs (downward-API environment, mounts, memory volumes, the data
+//!   claim, generated passwords);
 //! - [`apply`]: server-side apply under one field manager per operator, with controller owner references;
 //! - [`conditions`]: `Ready`, `Progressing`, `Degraded` with `observedGeneration` and stable transition times;
 //! - [`status`]: writing `status` only when it changed;
@@ -31,6 +33,7 @@ pub mod http;
 pub mod leader;
 pub mod metrics;
 pub mod naming;
+pub mod pod;
 pub mod runner;
 pub mod status;
 pub mod telemetry;

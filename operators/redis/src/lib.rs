@@ -1,6 +1,22 @@
 //! Quorum's Redis operator.
 //!
-//! - [`admin`]: Redis's own admin commands (`CLUSTER`, `REPLICAOF`, `SENTINEL`, replication-protocol
-//!   RDB snapshots), the only place that speaks to a server.
+//! - [`crd`]: the `RedisCluster` and `RedisBackup` resources; the CRDs are generated from these
+//!   types.
+//! - [`admin`]: Redis's own admin commands (`CLUSTER`, `REPLICAOF`, `SENTINEL`,
+//!   replication-protocol RDB snapshots), the only place that speaks to a server.
+//! - [`clients`]: cached admin clients with breakers, timeouts and retries.
+//! - [`replication`] and [`sharded`]: each mode's observe, pure decision and step.
+//! - [`resources`]: pure builders of the Kubernetes objects.
+//! - [`reconcile`]: the Kubernetes side both modes share, and the dispatch to the mode.
 
+pub mod address;
 pub mod admin;
+pub mod clients;
+pub mod crd;
+pub mod reconcile;
+pub mod replication;
+pub mod resources;
+pub mod sharded;
+
+/// The operator's name: its field manager, event reporter and `app.kubernetes.io/managed-by`.
+pub const OPERATOR_NAME: &str = "quorum-redis-operator";

@@ -250,6 +250,16 @@ impl SentinelAdmin {
         self.admin.run("SENTINEL RESET", &command).await
     }
 
+    /// `SENTINEL FAILOVER name`: asks this Sentinel to fail over now, as if the primary were
+    /// down, without asking the others for agreement (a switchover on request). Refused when
+    /// no replica is eligible or a failover is already in progress.
+    pub async fn failover(&self, name: &str) -> Result<(), AdminError> {
+        let mut command = Self::sentinel("FAILOVER");
+        command.arg(name);
+        let _: String = self.admin.run("SENTINEL FAILOVER", &command).await?;
+        Ok(())
+    }
+
     /// `SENTINEL CKQUORUM name`: whether enough Sentinels are reachable to reach the quorum and
     /// to authorize a failover. A refusal (`NOQUORUM ...`) is the answer "no", with why.
     pub async fn check_quorum(&self, name: &str) -> Result<String, AdminError> {

@@ -1,0 +1,102 @@
+//! Small pieces of pod specs every operator's builders use: environment from the downward
+//! API, volume mounts, memory volumes, the data volume claim, generated passwords.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::{
+    api::core::v1::{
+        EmptyDirVolumeSource, EnvVar, EnvVarSource, ObjectFieldSelector, PersistentVolumeClaim,
+        PersistentVolumeClaimSpec, Volume, VolumeMount, VolumeResourceRequirements,
+    },
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+};
+
+use crate::crd::Storage;
+
+/// An environment variable from the pod's own fields (`status.podIP`, `metadata.name`...).
+pub fn field_env(name: &str, path: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: path.into(),
+                ..ObjectFieldSelector::default()
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    }
+}
+
+/// A plain environment variable.
+pub fn value_env(name: &str, value: impl Into<String>) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: Some(value.into()),
+        ..EnvVar::default()
+    }
+}
+
+pub fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        read_only: read_only.then_some(true),
+        ..VolumeMount::default()
+    }
+}
+
+/// A volume in memory: for files holding secrets, which must not reach a disk.
+pub fn memory_volume(name: &str) -> Volume {
+    Volume {
+        name: name.into(),
+        empty_dir: Some(EmptyDirVolumeSource {
+            medium: Some("Memory".into()),
+            ..EmptyDirVolumeSource::default()
+        }),
+        ..Volume::default()
+    }
+}
+
+/// The `data` volume claim template of a StatefulSet.
+pub fn data_claim(storage: &Storage) -> PersistentVolumeClaim {
+    PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some("data".into()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            storage_class_name: storage.storage_class_name.clone(),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([("storage".to_string(), storage.size.clone())])),
+                ..VolumeResourceRequirements::default()
+            }),
+            ..PersistentVolumeClaimSpec::default()
+        }),
+        ..PersistentVolumeClaim::default()
+    }
+}
+
+/// A random password of 32 letters and digits.
+pub fn generate_password() -> String {
+    use rand::{Rng, distr::Alphanumeric};
+    rand::rng()
+        .sample_iter(&Alphanumeric)
+        .take(32)
+        .map(char::from)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_passwords_are_long_and_differ() {
+        let (one, two) = (generate_password(), generate_password());
+        assert_eq!(one.len(), 32);
+        assert!(one.chars().all(|c| c.is_ascii_alphanumeric()));
+        assert_ne!(one, two);
+    }
+}

@@ -1,0 +1,115 @@
+//! Where the operator reaches each data node and Sentinel.
+//!
+//! Redis and Sentinel speak of one another by IP address (`INFO replication`, `SENTINEL
+//! GET-MASTER-ADDR-BY-NAME`, `CLUSTER NODES`), so the operator resolves each pod's stable name
+//! to the address it has now and maps the addresses the servers report back to pods.
+
+use std::net::{IpAddr, SocketAddr};
+
+use quorum_core::naming::loopback_ip;
+
+use crate::resources::{
+    PORT, SENTINEL_PORT, node_name, sentinel_name, sentinel_statefulset_name, statefulset_name,
+};
+
+/// How pod hosts are named.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Addresses {
+    /// `<pod>.<headless service>.<namespace>.svc.<domain>`, in a Kubernetes cluster.
+    ClusterDns {
+        cluster: String,
+        namespace: String,
+        cluster_domain: String,
+    },
+    /// Processes on this machine's loopback addresses (local demos and tests).
+    Loopback { namespace: String, cluster: String },
+}
+
+/// Which kind of pod.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    Node,
+    Sentinel,
+}
+
+impl Addresses {
+    /// The host name (or loopback IP) of pod `ordinal` of `kind`.
+    pub fn host(&self, kind: Kind, ordinal: usize) -> String {
+        match self {
+            Addresses::ClusterDns {
+                cluster,
+                namespace,
+                cluster_domain,
+            } => {
+                let (pod, service) = match kind {
+                    Kind::Node => (node_name(cluster, ordinal), statefulset_name(cluster)),
+                    Kind::Sentinel => (sentinel_name(cluster, ordinal), sentinel_statefulset_name(cluster)),
+                };
+                format!("{pod}.{service}.{namespace}.svc.{cluster_domain}")
+            }
+            Addresses::Loopback { namespace, cluster } => {
+                let statefulset = match kind {
+                    Kind::Node => statefulset_name(cluster),
+                    Kind::Sentinel => sentinel_statefulset_name(cluster),
+                };
+                loopback_ip(namespace, &statefulset, ordinal).to_string()
+            }
+        }
+    }
+
+    pub fn port(kind: Kind) -> u16 {
+        match kind {
+            Kind::Node => PORT as u16,
+            Kind::Sentinel => SENTINEL_PORT as u16,
+        }
+    }
+
+    /// The address pod `ordinal` of `kind` has now; `None` while its name does not resolve
+    /// (a pod not yet scheduled, or without an IP).
+    pub async fn resolve(&self, kind: Kind, ordinal: usize) -> Option<SocketAddr> {
+        let host = self.host(kind, ordinal);
+        let port = Self::port(kind);
+        if let Ok(ip) = host.parse::<IpAddr>() {
+            return Some(SocketAddr::new(ip, port));
+        }
+        tokio::net::lookup_host((host.as_str(), port))
+            .await
+            .ok()?
+            .next()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_follow_the_headless_services() {
+        let dns = Addresses::ClusterDns {
+            cluster: "cache".into(),
+            namespace: "prod".into(),
+            cluster_domain: "cluster.local".into(),
+        };
+        assert_eq!(dns.host(Kind::Node, 1), "cache-1.cache.prod.svc.cluster.local");
+        assert_eq!(
+            dns.host(Kind::Sentinel, 2),
+            "cache-sentinel-2.cache-sentinel.prod.svc.cluster.local"
+        );
+        let loopback = Addresses::Loopback {
+            namespace: "prod".into(),
+            cluster: "cache".into(),
+        };
+        assert_ne!(loopback.host(Kind::Node, 0), loopback.host(Kind::Sentinel, 0));
+    }
+
+    #[tokio::test]
+    async fn loopback_addresses_resolve_without_dns() {
+        let loopback = Addresses::Loopback {
+            namespace: "prod".into(),
+            cluster: "cache".into(),
+        };
+        let address = loopback.resolve(Kind::Sentinel, 1).await.unwrap();
+        assert_eq!(address.port(), 26379);
+        assert_eq!(address.ip().to_string(), loopback.host(Kind::Sentinel, 1));
+    }
+}

@@ -1,0 +1,250 @@
+//! Cached admin clients with breakers, timeouts and retries: the one way the operator talks to
+//! the data nodes and the Sentinels. No Kubernetes.
+
+use std::{
+    collections::HashMap,
+    net::SocketAddr,
+    sync::Mutex,
+    time::Duration,
+};
+
+use quorum_core::availability::{
+    breaker::BreakerSettings,
+    clients::{ClientCache, MemberKey},
+    metrics::AdminMetrics,
+    retry::{AdminCall, CallError, CallPolicy, Idempotency},
+};
+use secrecy::ExposeSecret;
+
+use crate::{
+    address::{Addresses, Kind},
+    admin::{AdminError, Credentials, RedisAdmin, sentinel::SentinelAdmin},
+};
+
+/// The engine label in metrics.
+pub const ENGINE: &str = "redis";
+
+/// A failed call to one pod.
+pub type CallFailure = CallError<AdminError>;
+
+pub struct RedisClients {
+    nodes: ClientCache<RedisAdmin>,
+    sentinels: ClientCache<SentinelAdmin>,
+    policy: CallPolicy,
+    metrics: AdminMetrics,
+    /// The password by cluster key (`namespace/name`).
+    credentials: Mutex<HashMap<String, Credentials>>,
+    /// Where the operator dials a pod when that differs from the address the servers use for
+    /// each other (the operator outside the pod network, behind a proxy or a tunnel).
+    routes: Mutex<HashMap<(String, Kind, usize), SocketAddr>>,
+}
+
+impl RedisClients {
+    pub fn new(policy: CallPolicy, breaker: BreakerSettings, metrics: AdminMetrics) -> Self {
+        Self {
+            nodes: ClientCache::new(breaker),
+            sentinels: ClientCache::new(breaker),
+            policy,
+            metrics,
+            credentials: Mutex::new(HashMap::new()),
+            routes: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn metrics(&self) -> &AdminMetrics {
+        &self.metrics
+    }
+
+    /// Dials pod `ordinal` of `kind` at `address` instead of its own address.
+    pub async fn route(&self, cluster: &str, kind: Kind, ordinal: usize, address: SocketAddr) {
+        self.routes
+            .lock()
+            .expect("routes lock")
+            .insert((cluster.to_string(), kind, ordinal), address);
+        let key = member_key(cluster, kind, ordinal);
+        match kind {
+            Kind::Node => self.nodes.invalidate(&key).await,
+            Kind::Sentinel => self.sentinels.invalidate(&key).await,
+        }
+    }
+
+    /// Sets the password of `cluster`'s servers. When it changes, the cluster's cached clients
+    /// are dropped so the next calls log in with it.
+    pub async fn set_credentials(&self, cluster: &str, credentials: Credentials) {
+        let changed = {
+            let mut by_cluster = self.credentials.lock().expect("credentials lock");
+            let same = by_cluster.get(cluster).is_some_and(|current| {
+                current.username == credentials.username
+                    && current.password.expose_secret() == credentials.password.expose_secret()
+            });
+            if !same {
+                by_cluster.insert(cluster.to_string(), credentials);
+            }
+            !same
+        };
+        if changed {
+            self.forget_clients(cluster).await;
+        }
+    }
+
+    pub fn credentials(&self, cluster: &str) -> Option<Credentials> {
+        self.credentials.lock().expect("credentials lock").get(cluster).cloned()
+    }
+
+    async fn forget_clients(&self, cluster: &str) {
+        self.nodes.forget_cluster(cluster).await;
+        self.sentinels.forget_cluster(cluster).await;
+    }
+
+    /// Drops the cached clients and credentials of a deleted cluster.
+    pub async fn forget_cluster(&self, cluster: &str) {
+        self.credentials.lock().expect("credentials lock").remove(cluster);
+        self.forget_clients(cluster).await;
+    }
+
+    /// The address the operator dials for pod `ordinal` of `kind`.
+    pub async fn dial_address(
+        &self,
+        cluster: &str,
+        addresses: &Addresses,
+        kind: Kind,
+        ordinal: usize,
+    ) -> Option<SocketAddr> {
+        let route = self
+            .routes
+            .lock()
+            .expect("routes lock")
+            .get(&(cluster.to_string(), kind, ordinal))
+            .copied();
+        match route {
+            Some(address) => Some(address),
+            None => addresses.resolve(kind, ordinal).await,
+        }
+    }
+
+    /// Runs one admin verb against data node `ordinal` through its breaker, timeout and (for
+    /// reads) retries.
+    pub async fn node<T, F, Fut>(
+        &self,
+        cluster: &str,
+        addresses: &Addresses,
+        ordinal: usize,
+        verb: &'static str,
+        idempotency: Idempotency,
+        verb_call: F,
+    ) -> Result<T, CallFailure>
+    where
+        F: Fn(RedisAdmin) -> Fut,
+        Fut: Future<Output = Result<T, AdminError>>,
+    {
+        let address = self.dial_address(cluster, addresses, Kind::Node, ordinal).await;
+        let credentials = self.credentials(cluster);
+        let timeout = self.policy.timeout;
+        self.call(
+            &self.nodes,
+            member_key(cluster, Kind::Node, ordinal),
+            address,
+            verb,
+            idempotency,
+            move |address| RedisAdmin::connect(address, credentials.clone(), timeout),
+            verb_call,
+        )
+        .await
+    }
+
+    /// Runs one admin verb against Sentinel `ordinal`.
+    pub async fn sentinel<T, F, Fut>(
+        &self,
+        cluster: &str,
+        addresses: &Addresses,
+        ordinal: usize,
+        verb: &'static str,
+        idempotency: Idempotency,
+        verb_call: F,
+    ) -> Result<T, CallFailure>
+    where
+        F: Fn(SentinelAdmin) -> Fut,
+        Fut: Future<Output = Result<T, AdminError>>,
+    {
+        let address = self.dial_address(cluster, addresses, Kind::Sentinel, ordinal).await;
+        let credentials = self.credentials(cluster);
+        let timeout = self.policy.timeout;
+        self.call(
+            &self.sentinels,
+            member_key(cluster, Kind::Sentinel, ordinal),
+            address,
+            verb,
+            idempotency,
+            move |address| SentinelAdmin::connect(address, credentials.clone(), timeout),
+            verb_call,
+        )
+        .await
+    }
+
+    /// Connects (once, cached) and calls, the connection counted as part of the call so that a
+    /// pod that cannot be reached trips its breaker.
+    #[allow(clippy::too_many_arguments)]
+    async fn call<C, T, Connect, ConnectFut, F, Fut>(
+        &self,
+        cache: &ClientCache<C>,
+        key: MemberKey,
+        address: Option<SocketAddr>,
+        verb: &'static str,
+        idempotency: Idempotency,
+        connect: Connect,
+        verb_call: F,
+    ) -> Result<T, CallFailure>
+    where
+        C: Clone,
+        Connect: Fn(SocketAddr) -> ConnectFut,
+        ConnectFut: Future<Output = Result<C, AdminError>>,
+        F: Fn(C) -> Fut,
+        Fut: Future<Output = Result<T, AdminError>>,
+    {
+        let Some(address) = address else {
+            return Err(CallError::Failed(AdminError::Unreachable {
+                endpoint: format!("{}/{}", key.cluster, key.member),
+                detail: "its name does not resolve (no pod, or no address yet)".to_string(),
+            }));
+        };
+        let endpoint = address.to_string();
+        let breaker = cache.breaker(&key, &endpoint).await;
+        let call = AdminCall {
+            engine: ENGINE,
+            verb,
+            idempotency,
+            policy: self.policy,
+            breaker: &breaker,
+            metrics: &self.metrics,
+        };
+        call.run(|| async {
+            let client = match cache.client(&key, &endpoint).await {
+                Some(client) => client,
+                None => {
+                    let client = connect(address).await?;
+                    cache.store(&key, &endpoint, client.clone()).await;
+                    client
+                }
+            };
+            verb_call(client).await
+        })
+        .await
+    }
+}
+
+fn member_key(cluster: &str, kind: Kind, ordinal: usize) -> MemberKey {
+    let member = match kind {
+        Kind::Node => ordinal.to_string(),
+        Kind::Sentinel => format!("sentinel-{ordinal}"),
+    };
+    MemberKey::new(cluster, member)
+}
+
+/// Default call policy: short enough that a blackholed pod does not stall a reconcile for
+/// long, long enough for a loaded server to answer.
+pub fn default_policy() -> CallPolicy {
+    CallPolicy {
+        timeout: Duration::from_secs(3),
+        ..CallPolicy::default()
+    }
+}

@@ -1,0 +1,647 @@
+//! The replication-mode decision: a pure function from what was observed to the one step to
+//! take, or why to wait. Table-tested below.
+//!
+//! Sentinel decides who the primary is; the operator follows. It never promotes a node on its
+//! own view: it tells new Sentinels what the others agree on, points stray nodes at the agreed
+//! primary (as Sentinel itself would), grows and shrinks the StatefulSets, and asks Sentinel to
+//! fail over when the primary's pod is the one leaving. Only at formation, when no Sentinel
+//! knows any primary and no primary was ever recorded, does it choose one: the first node.
+
+use std::{collections::BTreeMap, net::SocketAddr, time::Duration};
+
+use quorum_core::availability::health::Health;
+
+use crate::admin::{ReplicationInfo, Role};
+
+/// One data node, as observed.
+#[derive(Clone, Debug)]
+pub struct NodeFact {
+    pub ordinal: usize,
+    /// Where the servers reach it (its pod's address); `None` while it has none.
+    pub address: Option<SocketAddr>,
+    pub health: Health,
+    /// `INFO replication`, when it answered.
+    pub replication: Option<ReplicationInfo>,
+}
+
+impl NodeFact {
+    fn answered(&self) -> Option<&ReplicationInfo> {
+        self.replication.as_ref().filter(|_| self.health.is_healthy())
+    }
+}
+
+/// What one Sentinel says about the primary it monitors.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SentinelView {
+    pub primary: SocketAddr,
+    pub quorum: u32,
+    pub down_after: Duration,
+    pub failover_timeout: Duration,
+    pub failover_in_progress: bool,
+    /// Replicas and other Sentinels it has discovered (including ones long gone).
+    pub known_replicas: u32,
+    pub known_sentinels: u32,
+}
+
+/// One Sentinel, as observed.
+#[derive(Clone, Debug)]
+pub struct SentinelFact {
+    pub ordinal: usize,
+    pub health: Health,
+    /// `None` when it answered and monitors nothing (a new Sentinel), or did not answer.
+    pub view: Option<SentinelView>,
+}
+
+/// The Sentinel settings the spec asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SentinelSettings {
+    pub quorum: u32,
+    pub down_after: Duration,
+    pub failover_timeout: Duration,
+}
+
+/// Everything the decision looks at.
+#[derive(Clone, Debug)]
+pub struct Facts {
+    pub desired_nodes: usize,
+    /// The data StatefulSet's replicas; `None` before it exists.
+    pub node_pods: Option<usize>,
+    pub desired_sentinels: usize,
+    pub sentinel_pods: Option<usize>,
+    pub nodes: Vec<NodeFact>,
+    pub sentinels: Vec<SentinelFact>,
+    /// The primary recorded in status by an earlier pass.
+    pub recorded_primary: Option<usize>,
+    pub settings: SentinelSettings,
+}
+
+/// One step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Set the data StatefulSet's replicas (grow; shrinking goes through `RemoveNode`).
+    ScaleNodes { replicas: usize },
+    /// Set the Sentinel StatefulSet's replicas.
+    ScaleSentinels { replicas: usize },
+    /// Tell a Sentinel to monitor the primary, with the spec's settings and the password.
+    Monitor { sentinel: usize, primary: SocketAddr },
+    /// Correct a Sentinel's quorum, down-after or failover timeout.
+    Configure { sentinel: usize },
+    /// Point a node at the primary (`REPLICAOF`).
+    Replicate { node: usize, primary: SocketAddr },
+    /// Ask a Sentinel to fail over now, because the primary's pod is leaving.
+    SentinelFailover { sentinel: usize },
+    /// Remove the highest node, a replica, by shrinking the StatefulSet.
+    RemoveNode { ordinal: usize },
+    /// Make a Sentinel forget replicas and Sentinels that are gone (`SENTINEL RESET`); one
+    /// Sentinel per pass, so the others keep the quorum meanwhile.
+    ResetSentinel { sentinel: usize },
+}
+
+/// Why no step is taken now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Wait {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    Act(Step),
+    Wait(Wait),
+    Settled,
+}
+
+fn wait(reason: &'static str, message: impl Into<String>) -> Decision {
+    Decision::Wait(Wait {
+        reason,
+        message: message.into(),
+    })
+}
+
+/// Which node is the primary, and on whose word.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PrimaryFinding {
+    /// A majority of the Sentinels name it (or every Sentinel that monitors anything does,
+    /// and the node itself says it is a primary).
+    Agreed { ordinal: usize, address: SocketAddr },
+    /// No Sentinel monitors anything; the node recorded (or, at formation, chosen) is a
+    /// primary by its own word.
+    Recorded { ordinal: usize, address: SocketAddr },
+    Unknown(Wait),
+}
+
+impl PrimaryFinding {
+    pub fn ordinal(&self) -> Option<usize> {
+        match self {
+            PrimaryFinding::Agreed { ordinal, .. } | PrimaryFinding::Recorded { ordinal, .. } => {
+                Some(*ordinal)
+            }
+            PrimaryFinding::Unknown(_) => None,
+        }
+    }
+}
+
+/// The primary, as the Sentinels agree or, before any Sentinel knows one, as recorded.
+pub fn find_primary(facts: &Facts) -> PrimaryFinding {
+    let unknown = |reason, message: String| PrimaryFinding::Unknown(Wait { reason, message });
+    if facts.sentinels.iter().any(|s| s.view.as_ref().is_some_and(|v| v.failover_in_progress)) {
+        return unknown(
+            "FailoverInProgress",
+            "a Sentinel is failing over; waiting for it to finish".into(),
+        );
+    }
+    let mut votes: BTreeMap<SocketAddr, usize> = BTreeMap::new();
+    for view in facts.sentinels.iter().filter_map(|s| s.view.as_ref()) {
+        *votes.entry(view.primary).or_default() += 1;
+    }
+    let ordinal_at = |address: SocketAddr| facts.nodes.iter().find(|n| n.address == Some(address)).map(|n| n.ordinal);
+    let says_primary = |ordinal: usize| {
+        facts
+            .nodes
+            .iter()
+            .find(|n| n.ordinal == ordinal)
+            .and_then(NodeFact::answered)
+            .is_some_and(|info| info.role == Role::Primary)
+    };
+    let majority = facts.desired_sentinels.max(facts.sentinels.len()) / 2 + 1;
+    if let Some((&address, &count)) = votes.iter().max_by_key(|(_, count)| **count) {
+        let unanimous = votes.len() == 1;
+        let Some(ordinal) = ordinal_at(address) else {
+            return unknown(
+                "PrimaryNotANode",
+                format!("the Sentinels name {address} as the primary, which is no node of this cluster"),
+            );
+        };
+        if count >= majority || (unanimous && says_primary(ordinal)) {
+            return PrimaryFinding::Agreed { ordinal, address };
+        }
+        return unknown(
+            "SentinelsDisagree",
+            format!("no majority of the Sentinels names one primary ({votes:?})"),
+        );
+    }
+    // No Sentinel monitors anything: all are new, or none answered.
+    if facts.sentinels.iter().any(|s| !s.health.is_healthy()) && facts.recorded_primary.is_some() {
+        return unknown(
+            "SentinelsUnknown",
+            "a Sentinel does not answer and none that answers monitors a primary".into(),
+        );
+    }
+    let candidate = match facts.recorded_primary {
+        Some(recorded) => recorded,
+        None => {
+            // Formation: every node must have answered, so a node that is already a primary
+            // with replicas (an operator that lost its status) is not overruled.
+            if let Some(node) = facts.nodes.iter().find(|n| n.answered().is_none()) {
+                return unknown(
+                    "NodesStarting",
+                    format!("node {} has not answered yet", node.ordinal),
+                );
+            }
+            let leaders: Vec<usize> = facts
+                .nodes
+                .iter()
+                .filter(|n| n.answered().is_some_and(|i| i.role == Role::Primary && !i.replicas.is_empty()))
+                .map(|n| n.ordinal)
+                .collect();
+            match leaders.as_slice() {
+                [] => 0,
+                [only] => *only,
+                _ => {
+                    return unknown(
+                        "SeveralPrimaries",
+                        format!("nodes {leaders:?} each have replicas; not choosing between them"),
+                    );
+                }
+            }
+        }
+    };
+    let node = facts.nodes.iter().find(|n| n.ordinal == candidate);
+    match node.and_then(|n| n.address.zip(n.answered())) {
+        Some((address, info)) if info.role == Role::Primary => PrimaryFinding::Recorded {
+            ordinal: candidate,
+            address,
+        },
+        _ => unknown(
+            "PrimaryUnknown",
+            format!("node {candidate} is not a primary the operator can see; no Sentinel knows another"),
+        ),
+    }
+}
+
+/// The one step to take now.
+pub fn decide(facts: &Facts) -> Decision {
+    if facts.node_pods.is_none_or(|pods| pods < facts.desired_nodes) {
+        return Decision::Act(Step::ScaleNodes {
+            replicas: facts.desired_nodes.max(facts.node_pods.unwrap_or(0)),
+        });
+    }
+    if facts.sentinel_pods != Some(facts.desired_sentinels) {
+        return Decision::Act(Step::ScaleSentinels {
+            replicas: facts.desired_sentinels,
+        });
+    }
+    let (primary, primary_address) = match find_primary(facts) {
+        PrimaryFinding::Agreed { ordinal, address } | PrimaryFinding::Recorded { ordinal, address } => {
+            (ordinal, address)
+        }
+        PrimaryFinding::Unknown(why) => return Decision::Wait(why),
+    };
+    let primary_seen = facts
+        .nodes
+        .iter()
+        .find(|n| n.ordinal == primary)
+        .and_then(NodeFact::answered)
+        .is_some_and(|info| info.role == Role::Primary);
+
+    // Sentinels first: once they watch the primary, a failure from here on is theirs to
+    // handle.
+    for sentinel in facts.sentinels.iter().filter(|s| s.health.is_healthy()) {
+        match &sentinel.view {
+            None if primary_seen => {
+                return Decision::Act(Step::Monitor {
+                    sentinel: sentinel.ordinal,
+                    primary: primary_address,
+                });
+            }
+            Some(view)
+                if view.quorum != facts.settings.quorum
+                    || view.down_after != facts.settings.down_after
+                    || view.failover_timeout != facts.settings.failover_timeout =>
+            {
+                return Decision::Act(Step::Configure {
+                    sentinel: sentinel.ordinal,
+                });
+            }
+            _ => {}
+        }
+    }
+
+    // Stray nodes follow the primary: new, restarted or former primaries.
+    if primary_seen {
+        for node in &facts.nodes {
+            if node.ordinal == primary || node.ordinal >= facts.desired_nodes {
+                continue;
+            }
+            if let Some(info) = node.answered()
+                && !info.follows(primary_address)
+            {
+                return Decision::Act(Step::Replicate {
+                    node: node.ordinal,
+                    primary: primary_address,
+                });
+            }
+        }
+    }
+
+    // Scale in: the highest node leaves, never while it is the primary.
+    let node_pods = facts.node_pods.unwrap_or(0);
+    if node_pods > facts.desired_nodes {
+        let leaving = node_pods - 1;
+        if leaving == primary {
+            return match facts.sentinels.iter().find(|s| s.view.is_some() && s.health.is_healthy()) {
+                Some(sentinel) if primary_seen => Decision::Act(Step::SentinelFailover {
+                    sentinel: sentinel.ordinal,
+                }),
+                _ => wait(
+                    "PrimaryLeaving",
+                    format!("node {leaving} is the primary and must hand over before it leaves; no Sentinel can do it now"),
+                ),
+            };
+        }
+        if let Some(node) = facts
+            .nodes
+            .iter()
+            .filter(|n| n.ordinal != leaving && n.ordinal < node_pods)
+            .find(|n| !n.health.is_healthy())
+        {
+            return wait(
+                "ScaleInBlocked",
+                format!(
+                    "node {leaving} leaves only while every other node is healthy; node {} is {}",
+                    node.ordinal,
+                    node.health.as_str()
+                ),
+            );
+        }
+        return Decision::Act(Step::RemoveNode { ordinal: leaving });
+    }
+
+    // Sentinels that remember nodes or Sentinels that are gone forget them, one at a time.
+    let replicas_expected = facts.desired_nodes.saturating_sub(1) as u32;
+    let sentinels_expected = facts.desired_sentinels.saturating_sub(1) as u32;
+    if let Some(sentinel) = facts.sentinels.iter().find(|s| {
+        s.health.is_healthy()
+            && s.view.as_ref().is_some_and(|v| {
+                v.known_replicas > replicas_expected || v.known_sentinels > sentinels_expected
+            })
+    }) && facts.sentinels.iter().all(|s| s.health.is_healthy())
+    {
+        return Decision::Act(Step::ResetSentinel {
+            sentinel: sentinel.ordinal,
+        });
+    }
+
+    if !primary_seen {
+        return wait(
+            "PrimaryUnknown",
+            format!("the Sentinels name node {primary}, which the operator cannot reach"),
+        );
+    }
+    if let Some(node) = facts.nodes.iter().find(|n| !n.health.is_healthy()) {
+        return wait(
+            "NodeNotHealthy",
+            format!("node {} is {}", node.ordinal, node.health.as_str()),
+        );
+    }
+    if let Some(node) = facts
+        .nodes
+        .iter()
+        .filter(|n| n.ordinal != primary)
+        .find(|n| n.answered().is_some_and(|i| !i.link_up))
+    {
+        return wait(
+            "ReplicaSyncing",
+            format!("node {} is syncing from the primary", node.ordinal),
+        );
+    }
+    if facts.sentinels.iter().any(|s| s.view.is_none()) {
+        return wait("SentinelsStarting", "a Sentinel has not answered yet");
+    }
+    Decision::Settled
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admin::info::parse_replication;
+
+    fn address(ordinal: usize) -> SocketAddr {
+        format!("127.0.9.{}:6379", ordinal + 1).parse().unwrap()
+    }
+
+    fn primary_info(replicas: &[usize]) -> ReplicationInfo {
+        let mut text = format!("role:master\r\nconnected_slaves:{}\r\n", replicas.len());
+        for (index, replica) in replicas.iter().enumerate() {
+            text.push_str(&format!(
+                "slave{index}:ip=127.0.9.{},port=6379,state=online,offset=10,lag=0\r\n",
+                replica + 1
+            ));
+        }
+        text.push_str("master_replid:abc\r\nmaster_repl_offset:10\r\n");
+        parse_replication(&text).unwrap()
+    }
+
+    fn replica_info(of: usize, link_up: bool) -> ReplicationInfo {
+        parse_replication(&format!(
+            "role:slave\r\nmaster_host:127.0.9.{}\r\nmaster_port:6379\r\nmaster_link_status:{}\r\n\
+             master_last_io_seconds_ago:1\r\nmaster_sync_in_progress:0\r\nslave_repl_offset:10\r\n\
+             connected_slaves:0\r\nmaster_replid:abc\r\nmaster_repl_offset:10\r\n",
+            of + 1,
+            if link_up { "up" } else { "down" }
+        ))
+        .unwrap()
+    }
+
+    fn node(ordinal: usize, info: ReplicationInfo) -> NodeFact {
+        NodeFact {
+            ordinal,
+            address: Some(address(ordinal)),
+            health: Health::Healthy,
+            replication: Some(info),
+        }
+    }
+
+    fn unreachable_node(ordinal: usize) -> NodeFact {
+        NodeFact {
+            ordinal,
+            address: Some(address(ordinal)),
+            health: Health::Unknown("timed out".into()),
+            replication: None,
+        }
+    }
+
+    fn settings() -> SentinelSettings {
+        SentinelSettings {
+            quorum: 2,
+            down_after: Duration::from_secs(5),
+            failover_timeout: Duration::from_secs(60),
+        }
+    }
+
+    fn watching(ordinal: usize, primary: usize) -> SentinelFact {
+        SentinelFact {
+            ordinal,
+            health: Health::Healthy,
+            view: Some(SentinelView {
+                primary: address(primary),
+                quorum: 2,
+                down_after: Duration::from_secs(5),
+                failover_timeout: Duration::from_secs(60),
+                failover_in_progress: false,
+                known_replicas: 2,
+                known_sentinels: 2,
+            }),
+        }
+    }
+
+    fn new_sentinel(ordinal: usize) -> SentinelFact {
+        SentinelFact {
+            ordinal,
+            health: Health::Healthy,
+            view: None,
+        }
+    }
+
+    fn facts(nodes: Vec<NodeFact>, sentinels: Vec<SentinelFact>, recorded: Option<usize>) -> Facts {
+        Facts {
+            desired_nodes: 3,
+            node_pods: Some(3),
+            desired_sentinels: 3,
+            sentinel_pods: Some(3),
+            nodes,
+            sentinels,
+            recorded_primary: recorded,
+            settings: settings(),
+        }
+    }
+
+    fn settled_nodes(primary: usize) -> Vec<NodeFact> {
+        (0..3)
+            .map(|o| {
+                if o == primary {
+                    node(o, primary_info(&[(o + 1) % 3, (o + 2) % 3]))
+                } else {
+                    node(o, replica_info(primary, true))
+                }
+            })
+            .collect()
+    }
+
+    fn all_watching(primary: usize) -> Vec<SentinelFact> {
+        (0..3).map(|s| watching(s, primary)).collect()
+    }
+
+    #[test]
+    fn a_formed_deployment_is_settled() {
+        assert_eq!(decide(&facts(settled_nodes(0), all_watching(0), Some(0))), Decision::Settled);
+    }
+
+    #[test]
+    fn pods_come_first() {
+        let mut facts = facts(vec![], vec![], None);
+        facts.node_pods = None;
+        assert_eq!(decide(&facts), Decision::Act(Step::ScaleNodes { replicas: 3 }));
+        facts.node_pods = Some(3);
+        facts.sentinel_pods = Some(1);
+        assert_eq!(decide(&facts), Decision::Act(Step::ScaleSentinels { replicas: 3 }));
+    }
+
+    #[test]
+    fn formation_waits_for_every_node_then_chooses_the_first() {
+        let empty = |o| node(o, primary_info(&[]));
+        let starting = facts(
+            vec![empty(0), empty(1), unreachable_node(2)],
+            (0..3).map(new_sentinel).collect(),
+            None,
+        );
+        assert!(matches!(decide(&starting), Decision::Wait(Wait { reason: "NodesStarting", .. })));
+        let answered = facts(
+            vec![empty(0), empty(1), empty(2)],
+            (0..3).map(new_sentinel).collect(),
+            None,
+        );
+        assert_eq!(
+            decide(&answered),
+            Decision::Act(Step::Monitor {
+                sentinel: 0,
+                primary: address(0)
+            })
+        );
+        let monitored = facts(vec![empty(0), empty(1), empty(2)], all_watching(0), Some(0));
+        assert_eq!(
+            decide(&monitored),
+            Decision::Act(Step::Replicate {
+                node: 1,
+                primary: address(0)
+            })
+        );
+    }
+
+    #[test]
+    fn the_operator_follows_the_sentinels_after_a_failover() {
+        // Sentinel promoted node 1; node 0 came back as a primary with its old data.
+        let nodes = vec![
+            node(0, primary_info(&[])),
+            node(1, primary_info(&[2])),
+            node(2, replica_info(1, true)),
+        ];
+        let decision = decide(&facts(nodes, all_watching(1), Some(0)));
+        assert_eq!(
+            decision,
+            Decision::Act(Step::Replicate {
+                node: 0,
+                primary: address(1)
+            })
+        );
+    }
+
+    #[test]
+    fn the_operator_never_promotes_when_the_sentinels_disagree_or_are_failing_over() {
+        let disagreeing = vec![watching(0, 0), watching(1, 1), new_sentinel(2)];
+        assert!(matches!(
+            decide(&facts(settled_nodes(0), disagreeing, Some(0))),
+            Decision::Wait(Wait { reason: "SentinelsDisagree", .. })
+        ));
+        let mut failing_over = all_watching(0);
+        failing_over[2].view.as_mut().unwrap().failover_in_progress = true;
+        assert!(matches!(
+            decide(&facts(settled_nodes(0), failing_over, Some(0))),
+            Decision::Wait(Wait { reason: "FailoverInProgress", .. })
+        ));
+    }
+
+    #[test]
+    fn an_unreachable_primary_is_left_to_the_sentinels() {
+        let mut nodes = settled_nodes(0);
+        nodes[0] = unreachable_node(0);
+        let decision = decide(&facts(nodes, all_watching(0), Some(0)));
+        assert!(matches!(decision, Decision::Wait(Wait { reason: "PrimaryUnknown", .. })));
+    }
+
+    #[test]
+    fn a_new_sentinel_is_told_what_the_others_agree_on() {
+        let sentinels = vec![watching(0, 1), new_sentinel(1), watching(2, 1)];
+        let decision = decide(&facts(settled_nodes(1), sentinels, Some(0)));
+        assert_eq!(
+            decision,
+            Decision::Act(Step::Monitor {
+                sentinel: 1,
+                primary: address(1)
+            })
+        );
+    }
+
+    #[test]
+    fn no_sentinel_and_an_unreachable_recorded_primary_means_wait() {
+        let mut nodes = settled_nodes(0);
+        nodes[0] = unreachable_node(0);
+        let decision = decide(&facts(nodes, (0..3).map(new_sentinel).collect(), Some(0)));
+        assert!(matches!(decision, Decision::Wait(Wait { reason: "PrimaryUnknown", .. })));
+    }
+
+    #[test]
+    fn drifted_sentinel_settings_are_corrected() {
+        let mut sentinels = all_watching(0);
+        sentinels[1].view.as_mut().unwrap().down_after = Duration::from_secs(30);
+        assert_eq!(
+            decide(&facts(settled_nodes(0), sentinels, Some(0))),
+            Decision::Act(Step::Configure { sentinel: 1 })
+        );
+    }
+
+    #[test]
+    fn scale_in_removes_a_replica_only_while_the_rest_are_healthy() {
+        let mut shrinking = facts(settled_nodes(0), all_watching(0), Some(0));
+        shrinking.desired_nodes = 2;
+        assert_eq!(decide(&shrinking), Decision::Act(Step::RemoveNode { ordinal: 2 }));
+        shrinking.nodes[1] = unreachable_node(1);
+        assert!(matches!(decide(&shrinking), Decision::Wait(Wait { reason: "ScaleInBlocked", .. })));
+    }
+
+    #[test]
+    fn a_leaving_primary_is_failed_over_by_sentinel_first() {
+        let mut shrinking = facts(settled_nodes(2), all_watching(2), Some(2));
+        shrinking.desired_nodes = 2;
+        assert_eq!(
+            decide(&shrinking),
+            Decision::Act(Step::SentinelFailover { sentinel: 0 })
+        );
+    }
+
+    #[test]
+    fn sentinels_forget_gone_replicas_one_at_a_time_when_all_answer() {
+        let mut sentinels = all_watching(0);
+        sentinels[0].view.as_mut().unwrap().known_replicas = 3;
+        assert_eq!(
+            decide(&facts(settled_nodes(0), sentinels.clone(), Some(0))),
+            Decision::Act(Step::ResetSentinel { sentinel: 0 })
+        );
+        sentinels[2].health = Health::Unknown("timed out".into());
+        sentinels[2].view = None;
+        assert!(!matches!(
+            decide(&facts(settled_nodes(0), sentinels, Some(0))),
+            Decision::Act(Step::ResetSentinel { .. })
+        ));
+    }
+
+    #[test]
+    fn a_syncing_replica_is_not_settled() {
+        let mut nodes = settled_nodes(0);
+        nodes[2] = node(2, replica_info(0, false));
+        assert!(matches!(
+            decide(&facts(nodes, all_watching(0), Some(0))),
+            Decision::Wait(Wait { reason: "ReplicaSyncing", .. })
+        ));
+    }
+}

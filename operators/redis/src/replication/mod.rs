@@ -1,0 +1,514 @@
+//! Replication mode: one primary, its replicas, and the Sentinels that fail over.
+//!
+//! One pass: observe every node and Sentinel ([`observe`]), decide one step
+//! ([`decide::decide`], pure), size the StatefulSets, take the step ([`execute`]), label the
+//! pods from what is true now, and report.
+
+pub mod decide;
+
+use std::{collections::BTreeMap, time::Duration};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use quorum_core::{
+    availability::{
+        health::{Health, classify},
+        retry::Idempotency,
+    },
+    conditions::{ConditionType, ConditionUpdate},
+    events::Severity,
+};
+
+use crate::{
+    address::Kind,
+    admin::{AdminError, Role, sentinel::SentinelSetting},
+    crd::{FailoverRecord, NodeStatus, RedisClusterStatus, SentinelStatus},
+    reconcile::{Error, Pass, Progress, set_conditions},
+    resources::{
+        RoleLabel, SENTINEL_PRIMARY_NAME, build_sentinel_statefulset, build_statefulset, node_name,
+        ordinal_of, sentinel_name, sentinel_statefulset_name, statefulset_name,
+    },
+};
+
+use decide::{Decision, Facts, NodeFact, SentinelFact, SentinelSettings, SentinelView, Step, decide, find_primary};
+
+/// How long a new replica may take to load the primary's data before the step is retried.
+const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// One reconcile pass in replication mode.
+pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
+    let name = pass.name();
+    let spec = &pass.cluster.spec;
+    let sentinel_spec = spec.sentinel_settings();
+    let node_pods = pass.statefulset_replicas(&statefulset_name(&name)).await?;
+    let sentinel_pods = pass
+        .statefulset_replicas(&sentinel_statefulset_name(&name))
+        .await?;
+
+    // Observe.
+    let nodes = observe_nodes(pass, node_pods.unwrap_or(0)).await;
+    let sentinels = observe_sentinels(pass, sentinel_pods.unwrap_or(0)).await;
+    let recorded_primary = pass
+        .cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.primary.as_deref())
+        .and_then(|p| ordinal_of(&name, p));
+    let facts = Facts {
+        desired_nodes: spec.node_count(),
+        node_pods,
+        desired_sentinels: sentinel_spec.replicas.max(1) as usize,
+        sentinel_pods,
+        nodes,
+        sentinels,
+        recorded_primary,
+        settings: SentinelSettings {
+            quorum: sentinel_spec.effective_quorum(),
+            down_after: Duration::from_millis(sentinel_spec.down_after_millis.max(0) as u64),
+            failover_timeout: Duration::from_millis(sentinel_spec.failover_timeout_millis.max(0) as u64),
+        },
+    };
+
+    // Decide.
+    let decision = decide(&facts);
+    let primary = find_primary(&facts).ordinal();
+    tracing::info!(cluster = %pass.key, ?decision, ?primary, "decided");
+
+    // Act: the StatefulSets, then the step.
+    let (node_replicas, sentinel_replicas) = match &decision {
+        Decision::Act(Step::ScaleNodes { replicas }) => (*replicas, facts.sentinel_pods.unwrap_or(0)),
+        Decision::Act(Step::ScaleSentinels { replicas }) => (facts.node_pods.unwrap_or(0), *replicas),
+        _ => (
+            facts.node_pods.unwrap_or(facts.desired_nodes),
+            facts.sentinel_pods.unwrap_or(facts.desired_sentinels),
+        ),
+    };
+    pass.apply(&build_statefulset(pass.cluster, node_replicas as i32)?)
+        .await?;
+    pass.apply(&build_sentinel_statefulset(pass.cluster, sentinel_replicas as i32)?)
+        .await?;
+
+    let mut progress = match &decision {
+        Decision::Settled => Progress::Settled,
+        Decision::Wait(wait) => Progress::Waiting {
+            reason: wait.reason,
+            message: wait.message.clone(),
+        },
+        Decision::Act(step) => Progress::Acted {
+            reason: step_reason(step),
+            message: describe(&name, step),
+        },
+    };
+    let mut failure = None;
+    if let Decision::Act(step) = &decision {
+        match execute(pass, &facts, step).await {
+            Ok(()) => {
+                if let Step::RemoveNode { ordinal } = step {
+                    pass.apply(&build_statefulset(pass.cluster, *ordinal as i32)?)
+                        .await?;
+                }
+            }
+            Err(source) => {
+                let message = format!("{} failed; nothing else was changed: {source}", describe(&name, step));
+                progress = Progress::Waiting {
+                    reason: "StepFailed",
+                    message,
+                };
+                failure = Some(Error::Step {
+                    step: describe(&name, step),
+                    source,
+                });
+            }
+        }
+    }
+
+    // Labels from what is true now: only the agreed primary takes writes.
+    pass.set_role_labels(&role_labels(&facts, primary)).await?;
+
+    // Report.
+    pass.publish_progress(&progress, &["NodesStarting", "SentinelsStarting", "ReplicaSyncing"])
+        .await;
+    let mut status = build_status(pass, &facts, primary, &progress);
+    if let (Some(from), Some(to)) = (recorded_primary, primary)
+        && from != to
+    {
+        let record = FailoverRecord {
+            from: node_name(&name, from),
+            to: node_name(&name, to),
+            observed_at: Time(pass.now),
+        };
+        pass.publish(
+            Severity::Warning,
+            "PrimaryChanged",
+            format!("the Sentinels made {} the primary in place of {}", record.to, record.from),
+        )
+        .await;
+        pass.context
+            .state
+            .clients
+            .metrics()
+            .observe_primary_change(crate::clients::ENGINE, "Failover", 0.0);
+        status.last_failover = Some(record);
+    }
+    pass.report(&status).await?;
+    match failure {
+        Some(error) => Err(error),
+        None => Ok(progress),
+    }
+}
+
+/// Asks every node for `INFO replication`. A node the operator cannot reach is `Unhealthy`
+/// only when a majority of the others are its replicas and report their link to it down;
+/// otherwise `Unknown`.
+async fn observe_nodes(pass: &Pass<'_>, count: usize) -> Vec<NodeFact> {
+    let clients = &pass.context.state.clients;
+    let asks = (0..count).map(|ordinal| async move {
+        let address = pass.addresses.resolve(Kind::Node, ordinal).await;
+        let answer = clients
+            .node(&pass.key, &pass.addresses, ordinal, "replication_info", Idempotency::Read, |admin| async move {
+                admin.replication_info().await
+            })
+            .await;
+        (ordinal, address, answer)
+    });
+    let answers = futures::future::join_all(asks).await;
+    let infos: BTreeMap<usize, _> = answers
+        .iter()
+        .filter_map(|(ordinal, _, answer)| answer.as_ref().ok().map(|info| (*ordinal, info.clone())))
+        .collect();
+    answers
+        .into_iter()
+        .map(|(ordinal, address, answer)| {
+            let (health, replication) = match answer {
+                Ok(info) => (Health::Healthy, Some(info)),
+                Err(error) => {
+                    // Testimony: the replicas that follow this node's address.
+                    let testimony: Vec<bool> = address
+                        .map(|address| {
+                            infos
+                                .values()
+                                .filter(|info| info.follows(address))
+                                .map(|info| info.link_up)
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    (
+                        classify(Err(error.to_string()), &testimony, count.saturating_sub(1)),
+                        None,
+                    )
+                }
+            };
+            NodeFact {
+                ordinal,
+                address,
+                health,
+                replication,
+            }
+        })
+        .collect()
+}
+
+/// Asks every Sentinel what it monitors.
+async fn observe_sentinels(pass: &Pass<'_>, count: usize) -> Vec<SentinelFact> {
+    let clients = &pass.context.state.clients;
+    let asks = (0..count).map(|ordinal| async move {
+        let answer = clients
+            .sentinel(&pass.key, &pass.addresses, ordinal, "sentinel_master", Idempotency::Read, |admin| async move {
+                match admin.primary(SENTINEL_PRIMARY_NAME).await {
+                    Ok(primary) => Ok(Some(primary)),
+                    // "No such master with that name": a Sentinel that monitors nothing yet.
+                    Err(AdminError::Refused { message, .. }) if message.contains("No such master") => Ok(None),
+                    Err(error) => Err(error),
+                }
+            })
+            .await;
+        match answer {
+            Ok(view) => SentinelFact {
+                ordinal,
+                health: Health::Healthy,
+                view: view.map(|primary| SentinelView {
+                    primary: primary.address,
+                    quorum: primary.quorum,
+                    down_after: primary.down_after,
+                    failover_timeout: primary.failover_timeout,
+                    failover_in_progress: primary.flags.failover_in_progress,
+                    known_replicas: primary.replicas,
+                    known_sentinels: primary.other_sentinels,
+                }),
+            },
+            Err(error) => SentinelFact {
+                ordinal,
+                health: Health::Unknown(format!("unreachable from the operator: {error}")),
+                view: None,
+            },
+        }
+    });
+    futures::future::join_all(asks).await
+}
+
+/// Takes one step.
+async fn execute(pass: &Pass<'_>, facts: &Facts, step: &Step) -> Result<(), crate::clients::CallFailure> {
+    let clients = &pass.context.state.clients;
+    let (key, addresses) = (&pass.key, &pass.addresses);
+    match step {
+        Step::ScaleNodes { .. } | Step::ScaleSentinels { .. } | Step::RemoveNode { .. } => Ok(()),
+        Step::Monitor { sentinel, primary } => {
+            let credentials = clients.credentials(key);
+            let settings = facts.settings;
+            let primary = *primary;
+            clients
+                .sentinel(key, addresses, *sentinel, "sentinel_monitor", Idempotency::Mutation, |admin| {
+                    let credentials = credentials.clone();
+                    async move {
+                        admin.monitor(SENTINEL_PRIMARY_NAME, primary, settings.quorum).await?;
+                        if let Some(credentials) = credentials {
+                            admin
+                                .set(SENTINEL_PRIMARY_NAME, &SentinelSetting::Auth(credentials))
+                                .await?;
+                        }
+                        admin
+                            .set(SENTINEL_PRIMARY_NAME, &SentinelSetting::DownAfter(settings.down_after))
+                            .await?;
+                        admin
+                            .set(
+                                SENTINEL_PRIMARY_NAME,
+                                &SentinelSetting::FailoverTimeout(settings.failover_timeout),
+                            )
+                            .await
+                    }
+                })
+                .await
+        }
+        Step::Configure { sentinel } => {
+            let settings = facts.settings;
+            clients
+                .sentinel(key, addresses, *sentinel, "sentinel_set", Idempotency::Mutation, |admin| async move {
+                    admin
+                        .set(SENTINEL_PRIMARY_NAME, &SentinelSetting::Quorum(settings.quorum))
+                        .await?;
+                    admin
+                        .set(SENTINEL_PRIMARY_NAME, &SentinelSetting::DownAfter(settings.down_after))
+                        .await?;
+                    admin
+                        .set(
+                            SENTINEL_PRIMARY_NAME,
+                            &SentinelSetting::FailoverTimeout(settings.failover_timeout),
+                        )
+                        .await
+                })
+                .await
+        }
+        Step::Replicate { node, primary } => {
+            let primary = *primary;
+            clients
+                .node(key, addresses, *node, "replicaof", Idempotency::Mutation, |admin| async move {
+                    admin.ensure_replica_of(primary).await
+                })
+                .await?;
+            // Wait for the first sync, so the next pass does not see a half-loaded replica.
+            let primary_ordinal = facts.nodes.iter().find(|n| n.address == Some(primary)).map(|n| n.ordinal);
+            if let Some(primary_ordinal) = primary_ordinal {
+                let primary_admin = clients
+                    .node(key, addresses, primary_ordinal, "connect", Idempotency::Read, |admin| async move { Ok(admin) })
+                    .await?;
+                clients
+                    .node(key, addresses, *node, "wait_for_sync", Idempotency::Mutation, |admin| {
+                        let primary_admin = primary_admin.clone();
+                        async move { admin.wait_for_sync(&primary_admin, SYNC_TIMEOUT).await }
+                    })
+                    .await?;
+            }
+            Ok(())
+        }
+        Step::SentinelFailover { sentinel } => {
+            clients
+                .sentinel(key, addresses, *sentinel, "sentinel_failover", Idempotency::Mutation, |admin| async move {
+                    admin.failover(SENTINEL_PRIMARY_NAME).await
+                })
+                .await
+        }
+        Step::ResetSentinel { sentinel } => clients
+            .sentinel(key, addresses, *sentinel, "sentinel_reset", Idempotency::Mutation, |admin| async move {
+                admin.reset(SENTINEL_PRIMARY_NAME).await.map(|_| ())
+            })
+            .await,
+    }
+}
+
+/// The role label each data pod should carry: the primary the Sentinels agree on, replicas
+/// that follow it with their link up, and no role for the rest.
+pub fn role_labels(facts: &Facts, primary: Option<usize>) -> BTreeMap<usize, RoleLabel> {
+    let primary_address = primary.and_then(|p| facts.nodes.iter().find(|n| n.ordinal == p)?.address);
+    facts
+        .nodes
+        .iter()
+        .map(|node| {
+            let role = if Some(node.ordinal) == primary {
+                RoleLabel::Primary
+            } else {
+                // The operator cannot vouch for a node it cannot see, and only the agreed
+                // primary may carry that label.
+                let replicating = node.replication.as_ref().is_some_and(|info| {
+                    primary_address.is_some_and(|address| info.follows(address)) && info.link_up
+                });
+                if replicating { RoleLabel::Replica } else { RoleLabel::None }
+            };
+            (node.ordinal, role)
+        })
+        .collect()
+}
+
+fn build_status(pass: &Pass<'_>, facts: &Facts, primary: Option<usize>, progress: &Progress) -> RedisClusterStatus {
+    let name = pass.name();
+    let mut status = pass.cluster.status.clone().unwrap_or_default();
+    let labels = role_labels(facts, primary);
+    let address_names: BTreeMap<_, _> = facts
+        .nodes
+        .iter()
+        .filter_map(|n| Some((n.address?, node_name(&name, n.ordinal))))
+        .collect();
+    status.nodes = facts
+        .nodes
+        .iter()
+        .map(|node| {
+            let info = node.replication.as_ref();
+            let following = info
+                .filter(|i| i.role == Role::Replica)
+                .and_then(|i| {
+                    let host = i.primary_host.as_deref()?;
+                    let address = format!("{host}:{}", i.primary_port?).parse().ok()?;
+                    Some(address_names.get(&address).cloned().unwrap_or_else(|| host.to_string()))
+                });
+            NodeStatus {
+                name: node_name(&name, node.ordinal),
+                role: match info.map(|i| i.role) {
+                    Some(Role::Primary) => "Primary",
+                    Some(Role::Replica) => "Replica",
+                    None => "Unknown",
+                }
+                .into(),
+                health: node.health.as_str().into(),
+                node_id: None,
+                shard: None,
+                slots: vec![],
+                link: info
+                    .filter(|i| i.role == Role::Replica)
+                    .map(|i| if i.link_up { "up" } else { "down" }.to_string()),
+                following,
+                message: node.health.detail().map(str::to_string),
+            }
+        })
+        .collect();
+    status.sentinels = facts
+        .sentinels
+        .iter()
+        .map(|sentinel| SentinelStatus {
+            name: sentinel_name(&name, sentinel.ordinal),
+            health: sentinel.health.as_str().into(),
+            primary: sentinel.view.as_ref().map(|v| {
+                address_names
+                    .get(&v.primary)
+                    .cloned()
+                    .unwrap_or_else(|| v.primary.to_string())
+            }),
+        })
+        .collect();
+    status.primary = primary.map(|p| node_name(&name, p)).or(status.primary);
+    status.shards = 0;
+    status.rebalance = None;
+    let replicas_ready = labels.values().filter(|l| **l == RoleLabel::Replica).count();
+    let primary_ready = primary.is_some_and(|p| labels.get(&p) == Some(&RoleLabel::Primary))
+        && facts
+            .nodes
+            .iter()
+            .any(|n| Some(n.ordinal) == primary && n.health.is_healthy());
+    status.ready_nodes = (replicas_ready + usize::from(primary_ready)) as i32;
+    let watching = facts
+        .sentinels
+        .iter()
+        .filter(|s| s.view.as_ref().is_some_and(|v| Some(v.primary) == primary_address(facts, primary)))
+        .count();
+    let wanted_replicas = facts.desired_nodes.saturating_sub(1);
+    let ready = if !primary_ready {
+        ConditionUpdate::new(ConditionType::Ready, false, "NoPrimary", "no primary the Sentinels agree on answers")
+    } else if replicas_ready < wanted_replicas {
+        ConditionUpdate::new(
+            ConditionType::Ready,
+            false,
+            "ReplicasNotReady",
+            format!("{replicas_ready} of {wanted_replicas} replicas are linked to the primary"),
+        )
+    } else if watching < facts.settings.quorum as usize {
+        ConditionUpdate::new(
+            ConditionType::Ready,
+            false,
+            "SentinelsNotReady",
+            format!("{watching} Sentinels watch the primary; failover needs {}", facts.settings.quorum),
+        )
+    } else {
+        ConditionUpdate::new(
+            ConditionType::Ready,
+            true,
+            "Replicating",
+            format!("the primary takes writes, {replicas_ready} replicas follow it and {watching} Sentinels watch it"),
+        )
+    };
+    let degraded = facts
+        .nodes
+        .iter()
+        .find(|n| !n.health.is_healthy())
+        .map(|n| {
+            (
+                if matches!(n.health, Health::Unhealthy(_)) { "NodeUnhealthy" } else { "NodeUnknown" },
+                format!("{}: {}", node_name(&name, n.ordinal), n.health.detail().unwrap_or_default()),
+            )
+        });
+    set_conditions(&mut status, pass.cluster, ready, progress, degraded, pass.now);
+    status
+}
+
+fn primary_address(facts: &Facts, primary: Option<usize>) -> Option<std::net::SocketAddr> {
+    facts.nodes.iter().find(|n| Some(n.ordinal) == primary)?.address
+}
+
+/// The event reason of a step.
+pub fn step_reason(step: &Step) -> &'static str {
+    match step {
+        Step::ScaleNodes { .. } => "ScalingNodes",
+        Step::ScaleSentinels { .. } => "ScalingSentinels",
+        Step::Monitor { .. } => "SentinelMonitoring",
+        Step::Configure { .. } => "SentinelConfigured",
+        Step::Replicate { .. } => "ReplicaConfigured",
+        Step::SentinelFailover { .. } => "SwitchoverRequested",
+        Step::RemoveNode { .. } => "RemovingNode",
+        Step::ResetSentinel { .. } => "SentinelReset",
+    }
+}
+
+/// A step in words, for events and conditions.
+pub fn describe(cluster: &str, step: &Step) -> String {
+    match step {
+        Step::ScaleNodes { replicas } => format!("scaling the data nodes to {replicas} pods"),
+        Step::ScaleSentinels { replicas } => format!("scaling the Sentinels to {replicas} pods"),
+        Step::Monitor { sentinel, primary } => format!(
+            "telling {} to monitor the primary at {primary}",
+            sentinel_name(cluster, *sentinel)
+        ),
+        Step::Configure { sentinel } => format!(
+            "correcting the quorum and timeouts of {}",
+            sentinel_name(cluster, *sentinel)
+        ),
+        Step::Replicate { node, primary } => format!(
+            "pointing {} at the primary at {primary}",
+            node_name(cluster, *node)
+        ),
+        Step::SentinelFailover { sentinel } => format!(
+            "asking {} to fail over: the primary's pod is leaving",
+            sentinel_name(cluster, *sentinel)
+        ),
+        Step::RemoveNode { ordinal } => format!("removing replica {}", node_name(cluster, *ordinal)),
+        Step::ResetSentinel { sentinel } => format!(
+            "making {} forget nodes and Sentinels that are gone",
+            sentinel_name(cluster, *sentinel)
+        ),
+    }
+}

@@ -1,0 +1,742 @@
+//! Pure builders: a `RedisCluster` in, the Kubernetes objects it needs out. No API calls here;
+//! every builder is unit-tested without a cluster.
+//!
+//! Every data node starts as a primary of nothing (replication mode) or as a lone cluster node
+//! (cluster mode); only the operator, after observing the deployment, tells a node whom to
+//! follow or which slots to serve. The `start.sh` scripts in the ConfigMaps write the server's
+//! configuration, password included, into a memory volume from the mounted Secret, so the
+//! password is never on a command line, in an environment variable or in a ConfigMap.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::{
+    api::{
+        apps::v1::{StatefulSet, StatefulSetSpec},
+        core::v1::{
+            ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, KeyToPath, PodSecurityContext,
+            PodSpec, PodTemplateSpec, Probe, Secret, SecretVolumeSource, Service, ServicePort, ServiceSpec,
+            TCPSocketAction, Volume,
+        },
+        policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec},
+    },
+    apimachinery::pkg::{
+        apis::meta::v1::{LabelSelector, ObjectMeta},
+        util::intstr::IntOrString,
+    },
+};
+use kube::ResourceExt;
+use quorum_core::{
+    apply::child_metadata,
+    naming::{child_name, selector_labels, standard_labels},
+    pod::{data_claim, field_env, memory_volume, mount, value_env},
+};
+
+use crate::{
+    OPERATOR_NAME,
+    crd::{Mode, RedisBackup, RedisBackupSpec, RedisCluster},
+};
+
+/// `app.kubernetes.io/name` of everything this operator creates.
+pub const APP: &str = "redis";
+/// `app.kubernetes.io/component` of the data nodes and of the Sentinels.
+pub const NODE_COMPONENT: &str = "node";
+pub const SENTINEL_COMPONENT: &str = "sentinel";
+pub const PORT: i32 = 6379;
+pub const SENTINEL_PORT: i32 = 26379;
+/// The label the operator sets on data pods from what it observed: the primary and replicas
+/// Services select on it.
+pub const ROLE_LABEL: &str = "redis.quorum.dev/role";
+/// The key of the password in the auth Secret, and the file the pods read it from.
+pub const PASSWORD_KEY: &str = "password";
+/// The name Sentinel knows the primary by (`SENTINEL MONITOR <name> ...`).
+pub const SENTINEL_PRIMARY_NAME: &str = "primary";
+
+const CONFIG_DIR: &str = "/etc/redis/quorum";
+const CREDENTIALS_DIR: &str = "/etc/redis/credentials";
+const DATA_DIR: &str = "/data";
+const RUN_DIR: &str = "/run/redis";
+
+type Result<T> = std::result::Result<T, quorum_core::Error>;
+
+/// A data node's role, as its pod label says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RoleLabel {
+    /// Accepts writes; selected by the primary Service.
+    Primary,
+    /// Replicating with its link up; selected by the replicas Service.
+    Replica,
+    /// Anything else (starting, syncing, not reachable, not yet placed): in no role Service.
+    None,
+}
+
+impl RoleLabel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RoleLabel::Primary => "primary",
+            RoleLabel::Replica => "replica",
+            RoleLabel::None => "none",
+        }
+    }
+}
+
+/// The data StatefulSet, its headless Service and its PodDisruptionBudget share the name.
+pub fn statefulset_name(cluster: &str) -> String {
+    child_name(cluster, "")
+}
+
+pub fn sentinel_statefulset_name(cluster: &str) -> String {
+    child_name(cluster, "sentinel")
+}
+
+pub fn primary_service_name(cluster: &str) -> String {
+    child_name(cluster, "primary")
+}
+
+pub fn replicas_service_name(cluster: &str) -> String {
+    child_name(cluster, "replicas")
+}
+
+/// Cluster mode: the Service cluster-aware clients start from.
+pub fn client_service_name(cluster: &str) -> String {
+    child_name(cluster, "client")
+}
+
+/// The ConfigMap of a StatefulSet is named after it: `<statefulset>-config`.
+pub fn config_map_name(statefulset: &str) -> String {
+    child_name(statefulset, "config")
+}
+
+/// The generated password Secret, used when `spec.authSecret` is absent.
+pub fn generated_auth_secret_name(cluster: &str) -> String {
+    child_name(cluster, "auth")
+}
+
+/// The Secret holding the password, given or generated.
+pub fn auth_secret_name(cluster: &RedisCluster) -> String {
+    cluster
+        .spec
+        .auth_secret
+        .clone()
+        .unwrap_or_else(|| generated_auth_secret_name(&cluster.name_any()))
+}
+
+/// The pod (and node) name of data node `ordinal`.
+pub fn node_name(cluster: &str, ordinal: usize) -> String {
+    format!("{}-{ordinal}", statefulset_name(cluster))
+}
+
+pub fn sentinel_name(cluster: &str, ordinal: usize) -> String {
+    format!("{}-{ordinal}", sentinel_statefulset_name(cluster))
+}
+
+/// The ordinal of a data node (pod) name of `cluster`.
+pub fn ordinal_of(cluster: &str, node: &str) -> Option<usize> {
+    node.strip_prefix(&statefulset_name(cluster))?
+        .strip_prefix('-')?
+        .parse()
+        .ok()
+}
+
+/// Cluster mode: the shard a data pod belongs to. Each shard's pods are consecutive
+/// ordinals, its first one the primary the shard started with, so adding a shard appends pods
+/// and removing one takes the highest.
+pub fn shard_of(ordinal: usize, nodes_per_shard: usize) -> usize {
+    ordinal / nodes_per_shard.max(1)
+}
+
+/// Labels selecting this deployment's pods of `component`.
+pub fn selector(cluster: &RedisCluster, component: &str) -> BTreeMap<String, String> {
+    selector_labels(APP, &cluster.name_any(), component)
+}
+
+/// The data node selector as a string, for pod lists.
+pub fn node_selector_string(cluster: &RedisCluster) -> String {
+    selector(cluster, NODE_COMPONENT)
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn labels(cluster: &RedisCluster, component: &str) -> BTreeMap<String, String> {
+    standard_labels(APP, &cluster.name_any(), component, OPERATOR_NAME)
+}
+
+/// The image the nodes and Sentinels run.
+pub fn image(cluster: &RedisCluster) -> String {
+    cluster
+        .spec
+        .image
+        .clone()
+        .unwrap_or_else(|| format!("redis:{}", cluster.spec.version))
+}
+
+/// `redis.conf` from the spec: persistence and the user's `config`. The settings the operator
+/// owns (addresses, password, cluster membership) are appended by `start.sh` after it, so they
+/// win.
+pub fn redis_conf(cluster: &RedisCluster) -> String {
+    let persistence = &cluster.spec.persistence;
+    let mut lines = vec![
+        "# Written by the Quorum Redis operator; edit spec.config of the RedisCluster instead.".to_string(),
+    ];
+    if !cluster.spec.config.is_empty() {
+        lines.extend(
+            cluster
+                .spec
+                .config
+                .iter()
+                .map(|(key, value)| format!("{key} {value}")),
+        );
+    }
+    lines.push(format!("save \"{}\"", persistence.rdb_save.trim()));
+    lines.push(format!(
+        "appendonly {}",
+        if persistence.append_only { "yes" } else { "no" }
+    ));
+    lines.push(format!("appendfsync {}", persistence.append_fsync.as_config()));
+    lines.push("dbfilename dump.rdb".to_string());
+    lines.push("protected-mode no".to_string());
+    if cluster.spec.mode == Mode::Cluster {
+        lines.extend([
+            "cluster-enabled yes".to_string(),
+            "cluster-node-timeout 5000".to_string(),
+            // Redis would otherwise move a replica to a primary left without one on its own;
+            // the shard layout is the operator's to keep.
+            "cluster-allow-replica-migration no".to_string(),
+        ]);
+    }
+    lines.push(String::new());
+    lines.join("\n")
+}
+
+/// The shared opening of both start scripts: paths from the environment with the pod's
+/// values as defaults (so the local test harness runs the very same script), and the password
+/// read from its file as a quoted config string.
+fn script_preamble() -> String {
+    format!(
+        r#"#!/bin/sh
+set -eu
+CONFIG_DIR="${{CONFIG_DIR:-{CONFIG_DIR}}}"
+CREDENTIALS_DIR="${{CREDENTIALS_DIR:-{CREDENTIALS_DIR}}}"
+DATA_DIR="${{DATA_DIR:-{DATA_DIR}}}"
+RUN_DIR="${{RUN_DIR:-{RUN_DIR}}}"
+REDIS_SERVER="${{REDIS_SERVER:-redis-server}}"
+umask 077
+# The password as a double-quoted config string (a trailing newline is not part of it).
+PASSWORD="\"$(sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' "$CREDENTIALS_DIR/{PASSWORD_KEY}" | tr -d '\n')\""
+"#
+    )
+}
+
+/// The data node's entry point: the spec's `redis.conf`, then the operator's settings, in a
+/// file on the memory volume.
+pub fn node_start_script(mode: Mode) -> String {
+    let cluster_lines = match mode {
+        Mode::Cluster => {
+            r#"  echo "cluster-config-file $DATA_DIR/nodes.conf"
+  echo "cluster-announce-ip $POD_IP"
+"#
+        }
+        Mode::Replication => "",
+    };
+    format!(
+        r#"{preamble}# Starts one data node as a primary of nothing: the operator tells it whom to follow.
+{{
+  echo "include $CONFIG_DIR/redis.conf"
+  echo "bind $POD_IP"
+  echo "port {PORT}"
+  echo "dir $DATA_DIR"
+  echo "requirepass $PASSWORD"
+  echo "masterauth $PASSWORD"
+  echo "replica-announce-ip $POD_IP"
+{cluster_lines}}} > "$RUN_DIR/redis.conf"
+exec "$REDIS_SERVER" "$RUN_DIR/redis.conf"
+"#,
+        preamble = script_preamble()
+    )
+}
+
+/// The Sentinel's entry point. Sentinel rewrites its file with what it learns (what it
+/// monitors, its peers, its own id), so the file is written only once per pod and kept across
+/// container restarts; the operator tells a new Sentinel what to monitor.
+pub fn sentinel_start_script() -> String {
+    format!(
+        r#"{preamble}if [ ! -f "$DATA_DIR/sentinel.conf" ]; then
+  {{
+    echo "bind $POD_IP"
+    echo "port {SENTINEL_PORT}"
+    echo "dir $DATA_DIR"
+    echo "protected-mode no"
+    echo "requirepass $PASSWORD"
+    echo "sentinel sentinel-pass $PASSWORD"
+    echo "sentinel announce-ip $POD_IP"
+  }} > "$DATA_DIR/sentinel.conf"
+fi
+exec "$REDIS_SERVER" "$DATA_DIR/sentinel.conf" --sentinel
+"#,
+        preamble = script_preamble()
+    )
+}
+
+/// The data nodes' ConfigMap: `redis.conf` and `start.sh`.
+pub fn build_config_map(cluster: &RedisCluster) -> Result<ConfigMap> {
+    let name = cluster.name_any();
+    Ok(ConfigMap {
+        metadata: child_metadata(
+            cluster,
+            config_map_name(&statefulset_name(&name)),
+            labels(cluster, NODE_COMPONENT),
+        )?,
+        data: Some(BTreeMap::from([
+            ("redis.conf".to_string(), redis_conf(cluster)),
+            ("start.sh".to_string(), node_start_script(cluster.spec.mode)),
+        ])),
+        ..ConfigMap::default()
+    })
+}
+
+/// The Sentinels' ConfigMap: `start.sh`.
+pub fn build_sentinel_config_map(cluster: &RedisCluster) -> Result<ConfigMap> {
+    let name = cluster.name_any();
+    Ok(ConfigMap {
+        metadata: child_metadata(
+            cluster,
+            config_map_name(&sentinel_statefulset_name(&name)),
+            labels(cluster, SENTINEL_COMPONENT),
+        )?,
+        data: Some(BTreeMap::from([(
+            "start.sh".to_string(),
+            sentinel_start_script(),
+        )])),
+        ..ConfigMap::default()
+    })
+}
+
+/// The Secret with the generated password, created once; the operator never rewrites it.
+pub fn build_auth_secret(cluster: &RedisCluster, password: String) -> Result<Secret> {
+    Ok(Secret {
+        metadata: child_metadata(
+            cluster,
+            generated_auth_secret_name(&cluster.name_any()),
+            labels(cluster, NODE_COMPONENT),
+        )?,
+        string_data: Some(BTreeMap::from([(PASSWORD_KEY.to_string(), password)])),
+        type_: Some("Opaque".into()),
+        ..Secret::default()
+    })
+}
+
+/// The headless Service of a StatefulSet: a stable name per pod, ready or not, since the
+/// operator must reach a node before it is in service.
+fn headless_service(cluster: &RedisCluster, name: String, component: &str, port: i32) -> Result<Service> {
+    Ok(Service {
+        metadata: child_metadata(cluster, name, labels(cluster, component))?,
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".into()),
+            publish_not_ready_addresses: Some(true),
+            selector: Some(selector(cluster, component)),
+            ports: Some(vec![service_port(component, port)]),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    })
+}
+
+pub fn build_headless_service(cluster: &RedisCluster) -> Result<Service> {
+    headless_service(
+        cluster,
+        statefulset_name(&cluster.name_any()),
+        NODE_COMPONENT,
+        PORT,
+    )
+}
+
+/// The Sentinels' Service: Sentinel-aware clients ask it for the primary.
+pub fn build_sentinel_service(cluster: &RedisCluster) -> Result<Service> {
+    headless_service(
+        cluster,
+        sentinel_statefulset_name(&cluster.name_any()),
+        SENTINEL_COMPONENT,
+        SENTINEL_PORT,
+    )
+}
+
+/// Replication mode: the read-write Service, the one pod labelled primary (the primary the
+/// Sentinels agree on).
+pub fn build_primary_service(cluster: &RedisCluster) -> Result<Service> {
+    role_service(
+        cluster,
+        primary_service_name(&cluster.name_any()),
+        Some(RoleLabel::Primary),
+    )
+}
+
+/// Replication mode: the read-only Service, replicas whose link to the primary is up.
+pub fn build_replicas_service(cluster: &RedisCluster) -> Result<Service> {
+    role_service(
+        cluster,
+        replicas_service_name(&cluster.name_any()),
+        Some(RoleLabel::Replica),
+    )
+}
+
+/// Cluster mode: every node; cluster-aware clients are redirected from there.
+pub fn build_client_service(cluster: &RedisCluster) -> Result<Service> {
+    role_service(cluster, client_service_name(&cluster.name_any()), None)
+}
+
+fn role_service(cluster: &RedisCluster, name: String, role: Option<RoleLabel>) -> Result<Service> {
+    let mut selector = selector(cluster, NODE_COMPONENT);
+    if let Some(role) = role {
+        selector.insert(ROLE_LABEL.to_string(), role.as_str().to_string());
+    }
+    Ok(Service {
+        metadata: child_metadata(cluster, name, labels(cluster, NODE_COMPONENT))?,
+        spec: Some(ServiceSpec {
+            selector: Some(selector),
+            ports: Some(vec![service_port(NODE_COMPONENT, PORT)]),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    })
+}
+
+fn port_name(component: &str) -> &'static str {
+    if component == SENTINEL_COMPONENT {
+        "sentinel"
+    } else {
+        "redis"
+    }
+}
+
+fn service_port(component: &str, port: i32) -> ServicePort {
+    ServicePort {
+        name: Some(port_name(component).into()),
+        port,
+        target_port: Some(IntOrString::String(port_name(component).into())),
+        ..ServicePort::default()
+    }
+}
+
+/// At most one pod of `component` down at a time through voluntary disruptions (drains).
+pub fn build_pod_disruption_budget(cluster: &RedisCluster, component: &str) -> Result<PodDisruptionBudget> {
+    let name = cluster.name_any();
+    let budget_name = if component == SENTINEL_COMPONENT {
+        sentinel_statefulset_name(&name)
+    } else {
+        statefulset_name(&name)
+    };
+    Ok(PodDisruptionBudget {
+        metadata: child_metadata(cluster, budget_name, labels(cluster, component))?,
+        spec: Some(PodDisruptionBudgetSpec {
+            max_unavailable: Some(IntOrString::Int(1)),
+            selector: Some(LabelSelector {
+                match_labels: Some(selector(cluster, component)),
+                ..LabelSelector::default()
+            }),
+            ..PodDisruptionBudgetSpec::default()
+        }),
+        ..PodDisruptionBudget::default()
+    })
+}
+
+/// The data nodes' StatefulSet with `replicas` pods, each with a volume for its data (and, in
+/// cluster mode, its `nodes.conf`, so a node keeps its id when its pod and address change).
+pub fn build_statefulset(cluster: &RedisCluster, replicas: i32) -> Result<StatefulSet> {
+    statefulset(
+        cluster,
+        statefulset_name(&cluster.name_any()),
+        NODE_COMPONENT,
+        replicas,
+        PORT,
+        true,
+    )
+}
+
+/// The Sentinels' StatefulSet. A Sentinel keeps what it learns on a pod-lifetime volume: a
+/// new pod is a new Sentinel, told what to monitor by the operator.
+pub fn build_sentinel_statefulset(cluster: &RedisCluster, replicas: i32) -> Result<StatefulSet> {
+    statefulset(
+        cluster,
+        sentinel_statefulset_name(&cluster.name_any()),
+        SENTINEL_COMPONENT,
+        replicas,
+        SENTINEL_PORT,
+        false,
+    )
+}
+
+fn statefulset(
+    cluster: &RedisCluster,
+    name: String,
+    component: &str,
+    replicas: i32,
+    port: i32,
+    persistent: bool,
+) -> Result<StatefulSet> {
+    let mut pod_labels = labels(cluster, component);
+    let overrides = cluster.spec.pod_template.clone().unwrap_or_default();
+    pod_labels.extend(overrides.labels.clone());
+    let env: Vec<EnvVar> = vec![
+        field_env("POD_NAME", "metadata.name"),
+        field_env("POD_IP", "status.podIP"),
+        value_env("HOME", RUN_DIR),
+    ];
+    let mounts = vec![
+        mount("data", DATA_DIR, false),
+        mount("config", CONFIG_DIR, true),
+        mount("credentials", CREDENTIALS_DIR, true),
+        mount("run", RUN_DIR, false),
+    ];
+    let mut volumes = vec![
+        Volume {
+            name: "config".into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: config_map_name(&name),
+                ..ConfigMapVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+        Volume {
+            name: "credentials".into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(auth_secret_name(cluster)),
+                default_mode: Some(0o400),
+                items: Some(vec![KeyToPath {
+                    key: PASSWORD_KEY.into(),
+                    path: PASSWORD_KEY.into(),
+                    ..KeyToPath::default()
+                }]),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+        memory_volume("run"),
+    ];
+    if !persistent {
+        volumes.push(Volume {
+            name: "data".into(),
+            empty_dir: Some(Default::default()),
+            ..Volume::default()
+        });
+    }
+    let port_name = port_name(component);
+    let container = Container {
+        name: if persistent { "redis" } else { "sentinel" }.into(),
+        image: Some(image(cluster)),
+        command: Some(vec!["sh".into(), format!("{CONFIG_DIR}/start.sh")]),
+        env: Some(env),
+        ports: Some(vec![ContainerPort {
+            name: Some(port_name.into()),
+            container_port: port,
+            ..ContainerPort::default()
+        }]),
+        volume_mounts: Some(mounts),
+        resources: if persistent {
+            cluster.spec.resources.clone()
+        } else {
+            None
+        },
+        readiness_probe: Some(Probe {
+            tcp_socket: Some(TCPSocketAction {
+                port: IntOrString::String(port_name.into()),
+                ..TCPSocketAction::default()
+            }),
+            period_seconds: Some(5),
+            ..Probe::default()
+        }),
+        liveness_probe: Some(Probe {
+            tcp_socket: Some(TCPSocketAction {
+                port: IntOrString::String(port_name.into()),
+                ..TCPSocketAction::default()
+            }),
+            initial_delay_seconds: Some(30),
+            period_seconds: Some(10),
+            failure_threshold: Some(6),
+            ..Probe::default()
+        }),
+        ..Container::default()
+    };
+    Ok(StatefulSet {
+        metadata: child_metadata(cluster, name.clone(), labels(cluster, component))?,
+        spec: Some(StatefulSetSpec {
+            replicas: Some(replicas),
+            service_name: Some(name),
+            pod_management_policy: Some("Parallel".into()),
+            selector: LabelSelector {
+                match_labels: Some(selector(cluster, component)),
+                ..LabelSelector::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(pod_labels),
+                    annotations: (!overrides.annotations.is_empty()).then_some(overrides.annotations),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    containers: vec![container],
+                    volumes: Some(volumes),
+                    node_selector: (!overrides.node_selector.is_empty()).then_some(overrides.node_selector),
+                    tolerations: (!overrides.tolerations.is_empty()).then_some(overrides.tolerations),
+                    affinity: overrides.affinity,
+                    priority_class_name: overrides.priority_class_name,
+                    security_context: Some(PodSecurityContext {
+                        run_as_user: Some(999),
+                        run_as_non_root: Some(true),
+                        fs_group: Some(999),
+                        ..PodSecurityContext::default()
+                    }),
+                    termination_grace_period_seconds: Some(30),
+                    ..PodSpec::default()
+                }),
+            },
+            volume_claim_templates: persistent.then(|| vec![data_claim(&cluster.spec.storage)]),
+            ..StatefulSetSpec::default()
+        }),
+        ..StatefulSet::default()
+    })
+}
+
+/// The `RedisBackup` that carries out a cluster's backup policy, named `name`; `None` without
+/// a policy.
+pub fn build_scheduled_backup(cluster: &RedisCluster, name: &str) -> Result<Option<RedisBackup>> {
+    let Some(policy) = &cluster.spec.backup else {
+        return Ok(None);
+    };
+    let mut backup = RedisBackup::new(
+        name,
+        RedisBackupSpec {
+            cluster_name: cluster.name_any(),
+            destination: policy.destination.clone(),
+            schedule: Some(policy.schedule.clone()),
+            retain: Some(policy.retain),
+        },
+    );
+    backup.metadata = child_metadata(cluster, name, labels(cluster, NODE_COMPONENT))?;
+    Ok(Some(backup))
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::crd::{Persistence, RedisClusterSpec};
+    use quorum_core::crd::Storage;
+
+    pub(crate) fn cluster(mode: Mode) -> RedisCluster {
+        let (replicas, shards, replicas_per_shard) = match mode {
+            Mode::Replication => (Some(2), None, None),
+            Mode::Cluster => (None, Some(3), Some(1)),
+        };
+        let mut cluster = RedisCluster::new(
+            "cache",
+            RedisClusterSpec {
+                mode,
+                replicas,
+                sentinel: None,
+                shards,
+                replicas_per_shard,
+                version: "7.0.15".into(),
+                image: None,
+                storage: Storage {
+                    size: k8s_openapi::apimachinery::pkg::api::resource::Quantity("1Gi".into()),
+                    storage_class_name: None,
+                },
+                resources: None,
+                pod_template: None,
+                persistence: Persistence::default(),
+                config: BTreeMap::from([("maxmemory".to_string(), "100mb".to_string())]),
+                auth_secret: None,
+                backup: None,
+                restore_from: None,
+            },
+        );
+        cluster.metadata.namespace = Some("prod".into());
+        cluster.metadata.uid = Some("uid-1".into());
+        cluster
+    }
+
+    #[test]
+    fn the_password_reaches_the_server_through_a_file_only() {
+        let statefulset = build_statefulset(&cluster(Mode::Replication), 3).unwrap();
+        let pod = statefulset.spec.unwrap().template.spec.unwrap();
+        for env in pod.containers[0].env.as_ref().unwrap() {
+            assert!(
+                env.value_from
+                    .as_ref()
+                    .is_none_or(|from| from.secret_key_ref.is_none())
+            );
+        }
+        assert_eq!(
+            pod.containers[0].command.as_ref().unwrap(),
+            &vec!["sh".to_string(), "/etc/redis/quorum/start.sh".to_string()]
+        );
+        let credentials = pod
+            .volumes
+            .unwrap()
+            .into_iter()
+            .find(|v| v.name == "credentials")
+            .unwrap();
+        assert_eq!(
+            credentials.secret.unwrap().secret_name.as_deref(),
+            Some("cache-auth")
+        );
+        let script = node_start_script(Mode::Replication);
+        assert!(script.contains(r#"echo "requirepass $PASSWORD""#));
+        assert!(script.contains(r#"> "$RUN_DIR/redis.conf""#));
+        assert!(!script.contains("-a "));
+        assert!(!redis_conf(&cluster(Mode::Replication)).contains("requirepass"));
+    }
+
+    #[test]
+    fn cluster_nodes_keep_their_identity_on_the_data_volume() {
+        let script = node_start_script(Mode::Cluster);
+        assert!(script.contains(r#"cluster-config-file $DATA_DIR/nodes.conf"#));
+        let conf = redis_conf(&cluster(Mode::Cluster));
+        assert!(conf.contains("cluster-enabled yes"));
+        assert!(conf.contains("cluster-allow-replica-migration no"));
+        assert!(!redis_conf(&cluster(Mode::Replication)).contains("cluster-enabled"));
+        assert!(!node_start_script(Mode::Replication).contains("cluster-config-file"));
+    }
+
+    #[test]
+    fn the_users_settings_come_first_so_the_operators_win() {
+        let conf = redis_conf(&cluster(Mode::Replication));
+        assert!(conf.find("maxmemory 100mb").unwrap() < conf.find("save ").unwrap());
+        assert!(conf.contains("save \"3600 1 300 100 60 10000\""));
+        let script = node_start_script(Mode::Replication);
+        assert!(script.find("include").unwrap() < script.find("bind").unwrap());
+    }
+
+    #[test]
+    fn sentinels_keep_their_rewritten_file_and_have_no_claim() {
+        assert!(sentinel_start_script().contains(r#"if [ ! -f "$DATA_DIR/sentinel.conf" ]"#));
+        let statefulset = build_sentinel_statefulset(&cluster(Mode::Replication), 3).unwrap();
+        let spec = statefulset.spec.unwrap();
+        assert_eq!(spec.service_name.as_deref(), Some("cache-sentinel"));
+        assert!(spec.volume_claim_templates.is_none());
+        let volumes = spec.template.spec.unwrap().volumes.unwrap();
+        assert!(volumes.iter().any(|v| v.name == "data" && v.empty_dir.is_some()));
+    }
+
+    #[test]
+    fn role_services_select_by_the_role_label() {
+        let cluster = cluster(Mode::Replication);
+        let primary = build_primary_service(&cluster).unwrap();
+        assert_eq!(primary.metadata.name.as_deref(), Some("cache-primary"));
+        assert_eq!(primary.spec.unwrap().selector.unwrap()[ROLE_LABEL], "primary");
+        let replicas = build_replicas_service(&cluster).unwrap();
+        assert_eq!(replicas.spec.unwrap().selector.unwrap()[ROLE_LABEL], "replica");
+        let client = build_client_service(&cluster).unwrap();
+        assert!(!client.spec.unwrap().selector.unwrap().contains_key(ROLE_LABEL));
+    }
+
+    #[test]
+    fn names_and_shards_round_trip() {
+        assert_eq!(node_name("cache", 4), "cache-4");
+        assert_eq!(ordinal_of("cache", "cache-4"), Some(4));
+        assert_eq!(ordinal_of("cache", "cache-sentinel-1"), None);
+        assert_eq!(config_map_name(&sentinel_statefulset_name("cache")), "cache-sentinel-config");
+        assert_eq!(shard_of(5, 2), 2);
+        assert_eq!(shard_of(5, 1), 5);
+    }
+}
