@@ -473,3 +473,83 @@ impl MemberLauncher for MariaDbLauncher {
         command
     }
 }
+
+/// The directories a pod's volumes would give its container, next to the member's data: the
+/// ConfigMap's files in `config/`, the Secret volume `credentials` in `credentials/`, and
+/// empty `run/` and `tmp/` directories.
+struct PodDirectories {
+    config: PathBuf,
+    credentials: PathBuf,
+    run: PathBuf,
+    tmp: PathBuf,
+}
+
+impl PodDirectories {
+    fn prepare(member: &MemberPod) -> Self {
+        let root = member.data_dir.with_extension("pod");
+        let directories = Self {
+            config: root.join("config"),
+            credentials: root.join("credentials"),
+            run: root.join("run"),
+            // A pod has a /tmp of its own; sharing the machine's would let one member's
+            // temporary files meet another's.
+            tmp: root.join("tmp"),
+        };
+        for directory in [
+            &directories.config,
+            &directories.credentials,
+            &directories.run,
+            &directories.tmp,
+            &member.data_dir,
+        ] {
+            let _ = std::fs::create_dir_all(directory);
+        }
+        for (name, content) in &member.config {
+            let _ = std::fs::write(directories.config.join(name), content);
+        }
+        for (path, content) in &member.secret_files {
+            if let Some(file) = path.strip_prefix("credentials/") {
+                let _ = std::fs::write(directories.credentials.join(file), content);
+            }
+        }
+        directories
+    }
+
+    /// `sh start.sh` from the ConfigMap with the pod's paths replaced by these directories.
+    fn start_command(&self, member: &MemberPod) -> Command {
+        let mut command = Command::new("sh");
+        command
+            .arg(self.config.join("start.sh"))
+            .env("CONFIG_DIR", &self.config)
+            .env("CREDENTIALS_DIR", &self.credentials)
+            .env("DATA_DIR", &member.data_dir)
+            .env("RUN_DIR", &self.run)
+            .env("TMPDIR", &self.tmp)
+            .env("POD_NAME", &member.name)
+            .env("POD_IP", member.ip.to_string())
+            .env("POD_INDEX", member.ordinal.to_string());
+        command
+    }
+}
+
+/// Runs Redis-operator pods, data nodes and Sentinels alike, with `redis-server` from Debian's
+/// packages, through the very `start.sh` the pods run (from the StatefulSet's ConfigMap,
+/// `<statefulset>-config`).
+pub struct RedisLauncher;
+
+impl MemberLauncher for RedisLauncher {
+    fn managed_by(&self) -> &str {
+        "quorum-redis-operator"
+    }
+
+    fn config_map(&self, statefulset: &str) -> String {
+        format!("{statefulset}-config")
+    }
+
+    fn command(&self, member: &MemberPod) -> Command {
+        let directories = PodDirectories::prepare(member);
+        let mut command = directories.start_command(member);
+        command.env("REDIS_SERVER", "redis-server");
+        command
+    }
+}

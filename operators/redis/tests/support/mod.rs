@@ -1,0 +1,232 @@
+//! Shared pieces of the Redis operator's integration tests: the operator run in the test
+//! process, specs, the local control plane with real Redis processes behind the pods, and
+//! data access as an application would have it.
+
+use std::{collections::BTreeMap, net::SocketAddr, sync::Arc, time::Duration};
+
+use k8s_openapi::{api::core::v1::Secret, apimachinery::pkg::api::resource::Quantity};
+use kube::{Api, CustomResourceExt};
+use quorum_core::{
+    availability::{breaker::BreakerSettings, retry::CallPolicy},
+    config::{LogFormat, OperatorConfig},
+    crd::Storage,
+    runner::{Context, RetryPolicy, RunError, Runtime},
+};
+use quorum_e2e::{
+    control_plane::{TestNamespace, admin_client, install_crd},
+    local_members::{LocalMembers, RedisLauncher},
+    wait,
+};
+use redis_operator::{
+    OPERATOR_NAME,
+    clients::RedisClients,
+    crd::{Mode, Persistence, RedisBackup, RedisCluster, RedisClusterSpec, RedisClusterStatus, SentinelSpec},
+    reconcile::{MemberAddresses, Settings, State, reconcile},
+    resources::{PASSWORD_KEY, generated_auth_secret_name},
+};
+
+/// A running operator; [`Running::stop`] shuts it down as SIGTERM would.
+pub struct Running {
+    pub context: Arc<Context<State>>,
+    pub shutdown: tokio_util::sync::CancellationToken,
+    pub task: tokio::task::JoinHandle<Result<(), RunError>>,
+}
+
+impl Running {
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        self.task.await.expect("operator task").expect("clean shutdown");
+    }
+}
+
+/// Starts the operator on `namespace`, with pods on loopback addresses.
+pub fn start_operator(client: kube::Client, namespace: &str) -> Running {
+    let config = OperatorConfig {
+        watch_namespaces: vec![namespace.to_string()],
+        log_format: LogFormat::Text,
+        metrics_address: SocketAddr::from(([127, 0, 0, 1], 0)),
+        leader_elect: false,
+        leader_election_namespace: Some(namespace.to_string()),
+        identity: Some("redis-test".into()),
+        pod_namespace: None,
+    };
+    let runtime = Runtime::new(OPERATOR_NAME, config, client).with_retry_policy(RetryPolicy {
+        first: Duration::from_millis(200),
+        max: Duration::from_secs(2),
+    });
+    let state = State {
+        clients: RedisClients::new(
+            CallPolicy {
+                timeout: Duration::from_millis(1500),
+                read_attempts: 2,
+                backoff_first: Duration::from_millis(50),
+                backoff_max: Duration::from_millis(200),
+            },
+            BreakerSettings {
+                failure_threshold: 5,
+                cooldown: Duration::from_secs(1),
+            },
+            runtime.metrics().admin.clone(),
+        ),
+        settings: Settings {
+            cluster_domain: "cluster.local".into(),
+            member_addresses: MemberAddresses::Loopback,
+            allow_http_backups: true,
+        },
+    };
+    let context = runtime.context(state);
+    let clusters = runtime.controller::<RedisCluster, _, _, _, _>(context.clone(), reconcile);
+    let shutdown = runtime.shutdown_token();
+    let task = tokio::spawn(runtime.run(vec![clusters]));
+    Running {
+        context,
+        shutdown,
+        task,
+    }
+}
+
+/// The local control plane, a test namespace, real Redis processes for its pods, and the
+/// operator.
+pub struct Setup {
+    pub client: kube::Client,
+    pub namespace: TestNamespace,
+    pub pods: LocalMembers,
+    pub operator: Running,
+    pub clusters: Api<RedisCluster>,
+}
+
+impl Setup {
+    pub async fn start(prefix: &str) -> Self {
+        quorum_core::telemetry::init(LogFormat::Text);
+        quorum_core::install_crypto_provider();
+        let client = admin_client().await;
+        install_crd(&client, &RedisCluster::crd()).await;
+        install_crd(&client, &RedisBackup::crd()).await;
+        let namespace = TestNamespace::create(&client, prefix).await;
+        let ns = namespace.name().to_string();
+        let state = std::env::temp_dir().join(format!("quorum-local-redis-{ns}"));
+        let pods = LocalMembers::start(client.clone(), RedisLauncher, state, Some(ns.clone()));
+        let operator = start_operator(client.clone(), &ns);
+        let clusters = Api::namespaced(client.clone(), &ns);
+        Self {
+            client,
+            namespace,
+            pods,
+            operator,
+            clusters,
+        }
+    }
+
+    pub fn ns(&self) -> &str {
+        self.namespace.name()
+    }
+
+    /// The password the operator generated for `cluster`.
+    pub async fn password(&self, cluster: &str) -> String {
+        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), self.ns());
+        let secret = wait::until("the generated password Secret", Duration::from_secs(30), || async {
+            secrets
+                .get_opt(&generated_auth_secret_name(cluster))
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| "not yet".to_string())
+        })
+        .await;
+        String::from_utf8(secret.data.unwrap()[PASSWORD_KEY].0.clone()).unwrap()
+    }
+
+    pub async fn stop(self) {
+        self.operator.stop().await;
+        drop(self.pods);
+        self.namespace.delete().await;
+    }
+}
+
+/// A replication-mode deployment: a primary, `replicas` replicas and three Sentinels that
+/// deem a primary down after two seconds.
+pub fn replication_spec(replicas: i32) -> RedisClusterSpec {
+    RedisClusterSpec {
+        mode: Mode::Replication,
+        replicas: Some(replicas),
+        sentinel: Some(SentinelSpec {
+            replicas: 3,
+            quorum: None,
+            down_after_millis: 2000,
+            failover_timeout_millis: 10_000,
+        }),
+        shards: None,
+        replicas_per_shard: None,
+        ..base_spec()
+    }
+}
+
+/// A cluster-mode deployment of `shards` shards with `replicas_per_shard` replicas each.
+pub fn cluster_spec(shards: i32, replicas_per_shard: i32) -> RedisClusterSpec {
+    RedisClusterSpec {
+        mode: Mode::Cluster,
+        shards: Some(shards),
+        replicas_per_shard: Some(replicas_per_shard),
+        ..base_spec()
+    }
+}
+
+fn base_spec() -> RedisClusterSpec {
+    RedisClusterSpec {
+        mode: Mode::Replication,
+        replicas: None,
+        sentinel: None,
+        shards: None,
+        replicas_per_shard: None,
+        version: "7.0.15".into(),
+        image: None,
+        storage: Storage {
+            size: Quantity("1Gi".into()),
+            storage_class_name: None,
+        },
+        resources: None,
+        pod_template: None,
+        persistence: Persistence::default(),
+        config: BTreeMap::from([("maxmemory".to_string(), "64mb".to_string())]),
+        auth_secret: None,
+        backup: None,
+        restore_from: None,
+    }
+}
+
+/// Waits until the deployment is Ready with `nodes` ready nodes and nothing left to do.
+pub async fn ready(clusters: &Api<RedisCluster>, name: &str, nodes: i32) -> RedisClusterStatus {
+    wait::until(
+        &format!("{name} Ready with {nodes} ready nodes"),
+        Duration::from_secs(180),
+        || async {
+            let cluster = clusters.get(name).await.map_err(|e| e.to_string())?;
+            let status = cluster.status.clone().unwrap_or_default();
+            let is = |type_: &str, value: &str| {
+                status
+                    .conditions
+                    .iter()
+                    .any(|c| c.type_ == type_ && c.status == value)
+            };
+            if is("Ready", "True") && is("Progressing", "False") && status.ready_nodes == nodes {
+                Ok(status)
+            } else {
+                Err(format!("{:?}", status))
+            }
+        },
+    )
+    .await
+}
+
+/// A data connection to `address`, as an application would open one.
+pub async fn data_connection(
+    address: SocketAddr,
+    password: &str,
+) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
+    use redis::IntoConnectionInfo;
+    let info = redis::ConnectionAddr::Tcp(address.ip().to_string(), address.port())
+        .into_connection_info()?
+        .set_redis_settings(redis::RedisConnectionInfo::default().set_password(password));
+    redis::Client::open(info)?
+        .get_multiplexed_async_connection()
+        .await
+}
