@@ -10,19 +10,19 @@ use std::{collections::BTreeMap, net::SocketAddr, time::Duration};
 
 use k8s_openapi::api::{
     apps::v1::StatefulSet,
-    core::v1::{ConfigMap, Pod, Service},
+    core::v1::{ConfigMap, Event, Pod, Service},
 };
 use kube::{
     Api,
-    api::{ListParams, PostParams},
+    api::{ListParams, Patch, PatchParams, PostParams},
 };
 use quorum_core::naming::loopback_ip;
-use quorum_e2e::wait;
-use redis::AsyncCommands;
-use redis_operator::{
-    crd::RedisCluster,
-    resources::ROLE_LABEL,
+use quorum_e2e::{
+    fault_proxy::{Fault, FaultProxy},
+    wait,
 };
+use redis::AsyncCommands;
+use redis_operator::{address::Kind, crd::RedisCluster, resources::ROLE_LABEL};
 use support::{Setup, data_connection, ready, replication_spec};
 
 fn node_address(namespace: &str, cluster: &str, ordinal: usize) -> SocketAddr {
@@ -45,7 +45,13 @@ async fn role_labels(client: &kube::Client, namespace: &str) -> BTreeMap<String,
         .items
         .into_iter()
         .map(|pod| {
-            let role = pod.metadata.labels.unwrap_or_default().get(ROLE_LABEL).cloned().unwrap_or_default();
+            let role = pod
+                .metadata
+                .labels
+                .unwrap_or_default()
+                .get(ROLE_LABEL)
+                .cloned()
+                .unwrap_or_default();
             (pod.metadata.name.unwrap_or_default(), role)
         })
         .collect()
@@ -70,20 +76,37 @@ async fn a_replication_deployment_forms_with_sentinels_watching_and_role_service
     let ns = setup.ns().to_string();
     setup
         .clusters
-        .create(&PostParams::default(), &RedisCluster::new("cache", replication_spec(2)))
+        .create(
+            &PostParams::default(),
+            &RedisCluster::new("cache", replication_spec(2)),
+        )
         .await
         .unwrap();
     let status = ready(&setup.clusters, "cache", 3).await;
     assert_eq!(status.primary.as_deref(), Some("cache-0"));
     assert_eq!(status.nodes.len(), 3);
     assert_eq!(status.sentinels.len(), 3);
-    assert!(status.sentinels.iter().all(|s| s.primary.as_deref() == Some("cache-0")));
+    assert!(
+        status
+            .sentinels
+            .iter()
+            .all(|s| s.primary.as_deref() == Some("cache-0"))
+    );
 
     // The objects.
     let statefulsets: Api<StatefulSet> = Api::namespaced(setup.client.clone(), &ns);
-    assert_eq!(statefulsets.get("cache").await.unwrap().spec.unwrap().replicas, Some(3));
     assert_eq!(
-        statefulsets.get("cache-sentinel").await.unwrap().spec.unwrap().replicas,
+        statefulsets.get("cache").await.unwrap().spec.unwrap().replicas,
+        Some(3)
+    );
+    assert_eq!(
+        statefulsets
+            .get("cache-sentinel")
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .replicas,
         Some(3)
     );
     let services: Api<Service> = Api::namespaced(setup.client.clone(), &ns);
@@ -109,7 +132,9 @@ async fn a_replication_deployment_forms_with_sentinels_watching_and_role_service
             Some(node_address(&ns, "cache", 0))
         );
     }
-    let mut primary = data_connection(node_address(&ns, "cache", 0), &password).await.unwrap();
+    let mut primary = data_connection(node_address(&ns, "cache", 0), &password)
+        .await
+        .unwrap();
     let _: () = primary.set("greeting", "hello").await.unwrap();
     for ordinal in 1..3 {
         let mut replica = data_connection(node_address(&ns, "cache", ordinal), &password)
@@ -129,5 +154,247 @@ async fn a_replication_deployment_forms_with_sentinels_watching_and_role_service
         let refused: redis::RedisResult<()> = replica.set("greeting", "x").await;
         assert!(refused.is_err(), "a replica accepted a write");
     }
+    setup.stop().await;
+}
+
+/// Writes `count` keys on the primary and waits until `replicas` replicas acknowledged them.
+async fn write_replicated(address: SocketAddr, password: &str, prefix: &str, count: usize, replicas: usize) {
+    let mut primary = data_connection(address, password).await.unwrap();
+    for number in 0..count {
+        let _: () = primary.set(format!("{prefix}-{number}"), number).await.unwrap();
+    }
+    let acknowledged: usize = redis::cmd("WAIT")
+        .arg(replicas)
+        .arg(10_000)
+        .query_async(&mut primary)
+        .await
+        .unwrap();
+    assert!(
+        acknowledged >= replicas,
+        "only {acknowledged} replicas acknowledged"
+    );
+}
+
+async fn count_keys(address: SocketAddr, password: &str, prefix: &str) -> usize {
+    let mut connection = data_connection(address, password).await.unwrap();
+    let keys: Vec<String> = connection.keys(format!("{prefix}-*")).await.unwrap();
+    keys.len()
+}
+
+#[tokio::test]
+async fn sentinel_fails_over_a_killed_primary_and_the_operator_follows() {
+    let setup = Setup::start("redis-failover").await;
+    let ns = setup.ns().to_string();
+    setup
+        .clusters
+        .create(
+            &PostParams::default(),
+            &RedisCluster::new("cache", replication_spec(2)),
+        )
+        .await
+        .unwrap();
+    ready(&setup.clusters, "cache", 3).await;
+    let password = setup.password("cache").await;
+    write_replicated(node_address(&ns, "cache", 0), &password, "before", 200, 2).await;
+
+    setup.pods.kill(&ns, "cache-0").await;
+    let status = wait::until("a new primary in status", Duration::from_secs(60), || async {
+        let status = setup
+            .clusters
+            .get("cache")
+            .await
+            .map_err(|e| e.to_string())?
+            .status
+            .unwrap_or_default();
+        match (&status.primary, &status.last_failover) {
+            (Some(primary), Some(_)) if primary != "cache-0" => Ok(status),
+            _ => Err(format!("{:?} {:?}", status.primary, status.last_failover)),
+        }
+    })
+    .await;
+    let new_primary = status.primary.clone().unwrap();
+    let record = status.last_failover.unwrap();
+    assert_eq!(
+        (record.from.as_str(), record.to.as_str()),
+        ("cache-0", new_primary.as_str())
+    );
+    let new_ordinal: usize = new_primary.trim_start_matches("cache-").parse().unwrap();
+    wait::until("the new primary labelled", Duration::from_secs(30), || async {
+        let labels = role_labels(&setup.client, &ns).await;
+        (labels.get(&new_primary).map(String::as_str) == Some("primary")
+            && labels.get("cache-0").map(String::as_str) != Some("primary"))
+        .then_some(())
+        .ok_or_else(|| format!("{labels:?}"))
+    })
+    .await;
+    // Every acknowledged write is on the new primary, which takes writes.
+    let new_address = node_address(&ns, "cache", new_ordinal);
+    assert_eq!(count_keys(new_address, &password, "before").await, 200);
+    write_replicated(new_address, &password, "after", 50, 1).await;
+
+    // The old primary's pod is replaced; it comes back as a replica of the new primary.
+    let pods: Api<Pod> = Api::namespaced(setup.client.clone(), &ns);
+    pods.delete("cache-0", &Default::default()).await.unwrap();
+    let status = ready(&setup.clusters, "cache", 3).await;
+    assert_eq!(status.primary.as_deref(), Some(new_primary.as_str()));
+    let old = status.nodes.iter().find(|n| n.name == "cache-0").unwrap();
+    assert_eq!(old.role, "Replica");
+    assert_eq!(old.following.as_deref(), Some(new_primary.as_str()));
+    let mut old_connection = data_connection(node_address(&ns, "cache", 0), &password)
+        .await
+        .unwrap();
+    let refused: redis::RedisResult<()> = old_connection.set("stray", 1).await;
+    assert!(refused.is_err(), "the old primary accepted a write");
+    assert_eq!(
+        count_keys(node_address(&ns, "cache", 0), &password, "after").await,
+        50
+    );
+    setup.stop().await;
+}
+
+#[tokio::test]
+async fn replicas_are_added_synced_and_removed_and_sentinels_forget_them() {
+    let setup = Setup::start("redis-scale").await;
+    let ns = setup.ns().to_string();
+    setup
+        .clusters
+        .create(
+            &PostParams::default(),
+            &RedisCluster::new("cache", replication_spec(1)),
+        )
+        .await
+        .unwrap();
+    ready(&setup.clusters, "cache", 2).await;
+    let password = setup.password("cache").await;
+    write_replicated(node_address(&ns, "cache", 0), &password, "data", 300, 1).await;
+
+    let scale = |replicas: i32| serde_json::json!({"spec": {"replicas": replicas}});
+    setup
+        .clusters
+        .patch("cache", &PatchParams::default(), &Patch::Merge(&scale(3)))
+        .await
+        .unwrap();
+    ready(&setup.clusters, "cache", 4).await;
+    for ordinal in 2..4 {
+        assert_eq!(
+            count_keys(node_address(&ns, "cache", ordinal), &password, "data").await,
+            300
+        );
+    }
+
+    setup
+        .clusters
+        .patch("cache", &PatchParams::default(), &Patch::Merge(&scale(1)))
+        .await
+        .unwrap();
+    let status = ready(&setup.clusters, "cache", 2).await;
+    assert_eq!(status.primary.as_deref(), Some("cache-0"));
+    let statefulsets: Api<StatefulSet> = Api::namespaced(setup.client.clone(), &ns);
+    assert_eq!(
+        statefulsets.get("cache").await.unwrap().spec.unwrap().replicas,
+        Some(2)
+    );
+    // Every Sentinel forgot the removed replicas.
+    for ordinal in 0..3 {
+        let address = sentinel_address(&ns, "cache", ordinal);
+        wait::until(
+            "a Sentinel knowing one replica",
+            Duration::from_secs(60),
+            || async {
+                let mut connection = data_connection(address, &password)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let replicas: Vec<redis::Value> = redis::cmd("SENTINEL")
+                    .arg("REPLICAS")
+                    .arg("primary")
+                    .query_async(&mut connection)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                (replicas.len() == 1)
+                    .then_some(())
+                    .ok_or_else(|| format!("{} replicas", replicas.len()))
+            },
+        )
+        .await;
+    }
+    setup.stop().await;
+}
+
+#[tokio::test]
+async fn a_primary_blackholed_from_the_operator_is_unknown_and_nothing_is_done_about_it() {
+    let setup = Setup::start("redis-blackhole").await;
+    let ns = setup.ns().to_string();
+    setup
+        .clusters
+        .create(
+            &PostParams::default(),
+            &RedisCluster::new("cache", replication_spec(2)),
+        )
+        .await
+        .unwrap();
+    ready(&setup.clusters, "cache", 3).await;
+    let password = setup.password("cache").await;
+
+    let proxy = FaultProxy::start("127.0.0.1:0".parse().unwrap(), node_address(&ns, "cache", 0))
+        .await
+        .expect("fault proxy");
+    let key = format!("{ns}/cache");
+    let clients = &setup.operator.context.state.clients;
+    clients.route(&key, Kind::Node, 0, proxy.address()).await;
+    ready(&setup.clusters, "cache", 3).await;
+    proxy.set(Fault::Blackhole);
+
+    let status = wait::until(
+        "the primary reported Unknown",
+        Duration::from_secs(60),
+        || async {
+            let status = setup
+                .clusters
+                .get("cache")
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .unwrap_or_default();
+            let primary = status.nodes.iter().find(|n| n.name == "cache-0").cloned();
+            match primary {
+                Some(node) if node.health == "Unknown" => Ok(status),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    assert_eq!(status.primary.as_deref(), Some("cache-0"));
+    // Longer than the Sentinels' down-after and many operator passes: still the same primary,
+    // which still takes writes, and the operator asked for no change.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let status = setup.clusters.get("cache").await.unwrap().status.unwrap();
+    assert_eq!(status.primary.as_deref(), Some("cache-0"));
+    assert!(status.last_failover.is_none());
+    let progressing = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Progressing")
+        .unwrap();
+    assert_eq!(progressing.reason, "PrimaryUnknown", "{progressing:?}");
+    write_replicated(node_address(&ns, "cache", 0), &password, "during", 20, 2).await;
+    let events: Api<Event> = Api::namespaced(setup.client.clone(), &ns);
+    let reasons: Vec<String> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|e| e.reason)
+        .collect();
+    assert!(
+        !reasons
+            .iter()
+            .any(|r| r == "PrimaryChanged" || r == "SwitchoverRequested"),
+        "{reasons:?}"
+    );
+
+    proxy.set(Fault::None);
+    let status = ready(&setup.clusters, "cache", 3).await;
+    assert_eq!(status.primary.as_deref(), Some("cache-0"));
     setup.stop().await;
 }

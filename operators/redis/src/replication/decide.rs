@@ -123,10 +123,16 @@ fn wait(reason: &'static str, message: impl Into<String>) -> Decision {
 pub enum PrimaryFinding {
     /// A majority of the Sentinels name it (or every Sentinel that monitors anything does,
     /// and the node itself says it is a primary).
-    Agreed { ordinal: usize, address: SocketAddr },
+    Agreed {
+        ordinal: usize,
+        address: SocketAddr,
+    },
     /// No Sentinel monitors anything; the node recorded (or, at formation, chosen) is a
     /// primary by its own word.
-    Recorded { ordinal: usize, address: SocketAddr },
+    Recorded {
+        ordinal: usize,
+        address: SocketAddr,
+    },
     Unknown(Wait),
 }
 
@@ -144,7 +150,11 @@ impl PrimaryFinding {
 /// The primary, as the Sentinels agree or, before any Sentinel knows one, as recorded.
 pub fn find_primary(facts: &Facts) -> PrimaryFinding {
     let unknown = |reason, message: String| PrimaryFinding::Unknown(Wait { reason, message });
-    if facts.sentinels.iter().any(|s| s.view.as_ref().is_some_and(|v| v.failover_in_progress)) {
+    if facts
+        .sentinels
+        .iter()
+        .any(|s| s.view.as_ref().is_some_and(|v| v.failover_in_progress))
+    {
         return unknown(
             "FailoverInProgress",
             "a Sentinel is failing over; waiting for it to finish".into(),
@@ -154,7 +164,13 @@ pub fn find_primary(facts: &Facts) -> PrimaryFinding {
     for view in facts.sentinels.iter().filter_map(|s| s.view.as_ref()) {
         *votes.entry(view.primary).or_default() += 1;
     }
-    let ordinal_at = |address: SocketAddr| facts.nodes.iter().find(|n| n.address == Some(address)).map(|n| n.ordinal);
+    let ordinal_at = |address: SocketAddr| {
+        facts
+            .nodes
+            .iter()
+            .find(|n| n.address == Some(address))
+            .map(|n| n.ordinal)
+    };
     let says_primary = |ordinal: usize| {
         facts
             .nodes
@@ -201,7 +217,10 @@ pub fn find_primary(facts: &Facts) -> PrimaryFinding {
             let leaders: Vec<usize> = facts
                 .nodes
                 .iter()
-                .filter(|n| n.answered().is_some_and(|i| i.role == Role::Primary && !i.replicas.is_empty()))
+                .filter(|n| {
+                    n.answered()
+                        .is_some_and(|i| i.role == Role::Primary && !i.replicas.is_empty())
+                })
                 .map(|n| n.ordinal)
                 .collect();
             match leaders.as_slice() {
@@ -299,13 +318,19 @@ pub fn decide(facts: &Facts) -> Decision {
     if node_pods > facts.desired_nodes {
         let leaving = node_pods - 1;
         if leaving == primary {
-            return match facts.sentinels.iter().find(|s| s.view.is_some() && s.health.is_healthy()) {
+            return match facts
+                .sentinels
+                .iter()
+                .find(|s| s.view.is_some() && s.health.is_healthy())
+            {
                 Some(sentinel) if primary_seen => Decision::Act(Step::SentinelFailover {
                     sentinel: sentinel.ordinal,
                 }),
                 _ => wait(
                     "PrimaryLeaving",
-                    format!("node {leaving} is the primary and must hand over before it leaves; no Sentinel can do it now"),
+                    format!(
+                        "node {leaving} is the primary and must hand over before it leaves; no Sentinel can do it now"
+                    ),
                 ),
             };
         }
@@ -484,7 +509,10 @@ mod tests {
 
     #[test]
     fn a_formed_deployment_is_settled() {
-        assert_eq!(decide(&facts(settled_nodes(0), all_watching(0), Some(0))), Decision::Settled);
+        assert_eq!(
+            decide(&facts(settled_nodes(0), all_watching(0), Some(0))),
+            Decision::Settled
+        );
     }
 
     #[test]
@@ -494,7 +522,10 @@ mod tests {
         assert_eq!(decide(&facts), Decision::Act(Step::ScaleNodes { replicas: 3 }));
         facts.node_pods = Some(3);
         facts.sentinel_pods = Some(1);
-        assert_eq!(decide(&facts), Decision::Act(Step::ScaleSentinels { replicas: 3 }));
+        assert_eq!(
+            decide(&facts),
+            Decision::Act(Step::ScaleSentinels { replicas: 3 })
+        );
     }
 
     #[test]
@@ -505,7 +536,13 @@ mod tests {
             (0..3).map(new_sentinel).collect(),
             None,
         );
-        assert!(matches!(decide(&starting), Decision::Wait(Wait { reason: "NodesStarting", .. })));
+        assert!(matches!(
+            decide(&starting),
+            Decision::Wait(Wait {
+                reason: "NodesStarting",
+                ..
+            })
+        ));
         let answered = facts(
             vec![empty(0), empty(1), empty(2)],
             (0..3).map(new_sentinel).collect(),
@@ -551,13 +588,19 @@ mod tests {
         let disagreeing = vec![watching(0, 0), watching(1, 1), new_sentinel(2)];
         assert!(matches!(
             decide(&facts(settled_nodes(0), disagreeing, Some(0))),
-            Decision::Wait(Wait { reason: "SentinelsDisagree", .. })
+            Decision::Wait(Wait {
+                reason: "SentinelsDisagree",
+                ..
+            })
         ));
         let mut failing_over = all_watching(0);
         failing_over[2].view.as_mut().unwrap().failover_in_progress = true;
         assert!(matches!(
             decide(&facts(settled_nodes(0), failing_over, Some(0))),
-            Decision::Wait(Wait { reason: "FailoverInProgress", .. })
+            Decision::Wait(Wait {
+                reason: "FailoverInProgress",
+                ..
+            })
         ));
     }
 
@@ -566,7 +609,13 @@ mod tests {
         let mut nodes = settled_nodes(0);
         nodes[0] = unreachable_node(0);
         let decision = decide(&facts(nodes, all_watching(0), Some(0)));
-        assert!(matches!(decision, Decision::Wait(Wait { reason: "PrimaryUnknown", .. })));
+        assert!(matches!(
+            decision,
+            Decision::Wait(Wait {
+                reason: "PrimaryUnknown",
+                ..
+            })
+        ));
     }
 
     #[test]
@@ -587,7 +636,13 @@ mod tests {
         let mut nodes = settled_nodes(0);
         nodes[0] = unreachable_node(0);
         let decision = decide(&facts(nodes, (0..3).map(new_sentinel).collect(), Some(0)));
-        assert!(matches!(decision, Decision::Wait(Wait { reason: "PrimaryUnknown", .. })));
+        assert!(matches!(
+            decision,
+            Decision::Wait(Wait {
+                reason: "PrimaryUnknown",
+                ..
+            })
+        ));
     }
 
     #[test]
@@ -606,7 +661,13 @@ mod tests {
         shrinking.desired_nodes = 2;
         assert_eq!(decide(&shrinking), Decision::Act(Step::RemoveNode { ordinal: 2 }));
         shrinking.nodes[1] = unreachable_node(1);
-        assert!(matches!(decide(&shrinking), Decision::Wait(Wait { reason: "ScaleInBlocked", .. })));
+        assert!(matches!(
+            decide(&shrinking),
+            Decision::Wait(Wait {
+                reason: "ScaleInBlocked",
+                ..
+            })
+        ));
     }
 
     #[test]
@@ -641,7 +702,10 @@ mod tests {
         nodes[2] = node(2, replica_info(0, false));
         assert!(matches!(
             decide(&facts(nodes, all_watching(0), Some(0))),
-            Decision::Wait(Wait { reason: "ReplicaSyncing", .. })
+            Decision::Wait(Wait {
+                reason: "ReplicaSyncing",
+                ..
+            })
         ));
     }
 }

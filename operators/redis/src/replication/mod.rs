@@ -29,10 +29,9 @@ use crate::{
     },
 };
 
-use decide::{Decision, Facts, NodeFact, SentinelFact, SentinelSettings, SentinelView, Step, decide, find_primary};
-
-/// How long a new replica may take to load the primary's data before the step is retried.
-const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
+use decide::{
+    Decision, Facts, NodeFact, SentinelFact, SentinelSettings, SentinelView, Step, decide, find_primary,
+};
 
 /// One reconcile pass in replication mode.
 pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
@@ -84,8 +83,11 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
     };
     pass.apply(&build_statefulset(pass.cluster, node_replicas as i32)?)
         .await?;
-    pass.apply(&build_sentinel_statefulset(pass.cluster, sentinel_replicas as i32)?)
-        .await?;
+    pass.apply(&build_sentinel_statefulset(
+        pass.cluster,
+        sentinel_replicas as i32,
+    )?)
+    .await?;
 
     let mut progress = match &decision {
         Decision::Settled => Progress::Settled,
@@ -108,7 +110,10 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
                 }
             }
             Err(source) => {
-                let message = format!("{} failed; nothing else was changed: {source}", describe(&name, step));
+                let message = format!(
+                    "{} failed; nothing else was changed: {source}",
+                    describe(&name, step)
+                );
                 progress = Progress::Waiting {
                     reason: "StepFailed",
                     message,
@@ -125,8 +130,11 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
     pass.set_role_labels(&role_labels(&facts, primary)).await?;
 
     // Report.
-    pass.publish_progress(&progress, &["NodesStarting", "SentinelsStarting", "ReplicaSyncing"])
-        .await;
+    pass.publish_progress(
+        &progress,
+        &["NodesStarting", "SentinelsStarting", "ReplicaSyncing"],
+    )
+    .await;
     let mut status = build_status(pass, &facts, primary, &progress);
     if let (Some(from), Some(to)) = (recorded_primary, primary)
         && from != to
@@ -139,7 +147,10 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
         pass.publish(
             Severity::Warning,
             "PrimaryChanged",
-            format!("the Sentinels made {} the primary in place of {}", record.to, record.from),
+            format!(
+                "the Sentinels made {} the primary in place of {}",
+                record.to, record.from
+            ),
         )
         .await;
         pass.context
@@ -164,9 +175,14 @@ async fn observe_nodes(pass: &Pass<'_>, count: usize) -> Vec<NodeFact> {
     let asks = (0..count).map(|ordinal| async move {
         let address = pass.addresses.resolve(Kind::Node, ordinal).await;
         let answer = clients
-            .node(&pass.key, &pass.addresses, ordinal, "replication_info", Idempotency::Read, |admin| async move {
-                admin.replication_info().await
-            })
+            .node(
+                &pass.key,
+                &pass.addresses,
+                ordinal,
+                "replication_info",
+                Idempotency::Read,
+                |admin| async move { admin.replication_info().await },
+            )
             .await;
         (ordinal, address, answer)
     });
@@ -212,14 +228,23 @@ async fn observe_sentinels(pass: &Pass<'_>, count: usize) -> Vec<SentinelFact> {
     let clients = &pass.context.state.clients;
     let asks = (0..count).map(|ordinal| async move {
         let answer = clients
-            .sentinel(&pass.key, &pass.addresses, ordinal, "sentinel_master", Idempotency::Read, |admin| async move {
-                match admin.primary(SENTINEL_PRIMARY_NAME).await {
-                    Ok(primary) => Ok(Some(primary)),
-                    // "No such master with that name": a Sentinel that monitors nothing yet.
-                    Err(AdminError::Refused { message, .. }) if message.contains("No such master") => Ok(None),
-                    Err(error) => Err(error),
-                }
-            })
+            .sentinel(
+                &pass.key,
+                &pass.addresses,
+                ordinal,
+                "sentinel_master",
+                Idempotency::Read,
+                |admin| async move {
+                    match admin.primary(SENTINEL_PRIMARY_NAME).await {
+                        Ok(primary) => Ok(Some(primary)),
+                        // "No such master with that name": a Sentinel that monitors nothing yet.
+                        Err(AdminError::Refused { message, .. }) if message.contains("No such master") => {
+                            Ok(None)
+                        }
+                        Err(error) => Err(error),
+                    }
+                },
+            )
             .await;
         match answer {
             Ok(view) => SentinelFact {
@@ -256,17 +281,58 @@ async fn execute(pass: &Pass<'_>, facts: &Facts, step: &Step) -> Result<(), crat
             let settings = facts.settings;
             let primary = *primary;
             clients
-                .sentinel(key, addresses, *sentinel, "sentinel_monitor", Idempotency::Mutation, |admin| {
-                    let credentials = credentials.clone();
-                    async move {
-                        admin.monitor(SENTINEL_PRIMARY_NAME, primary, settings.quorum).await?;
-                        if let Some(credentials) = credentials {
+                .sentinel(
+                    key,
+                    addresses,
+                    *sentinel,
+                    "sentinel_monitor",
+                    Idempotency::Mutation,
+                    |admin| {
+                        let credentials = credentials.clone();
+                        async move {
                             admin
-                                .set(SENTINEL_PRIMARY_NAME, &SentinelSetting::Auth(credentials))
+                                .monitor(SENTINEL_PRIMARY_NAME, primary, settings.quorum)
                                 .await?;
+                            if let Some(credentials) = credentials {
+                                admin
+                                    .set(SENTINEL_PRIMARY_NAME, &SentinelSetting::Auth(credentials))
+                                    .await?;
+                            }
+                            admin
+                                .set(
+                                    SENTINEL_PRIMARY_NAME,
+                                    &SentinelSetting::DownAfter(settings.down_after),
+                                )
+                                .await?;
+                            admin
+                                .set(
+                                    SENTINEL_PRIMARY_NAME,
+                                    &SentinelSetting::FailoverTimeout(settings.failover_timeout),
+                                )
+                                .await
                         }
+                    },
+                )
+                .await
+        }
+        Step::Configure { sentinel } => {
+            let settings = facts.settings;
+            clients
+                .sentinel(
+                    key,
+                    addresses,
+                    *sentinel,
+                    "sentinel_set",
+                    Idempotency::Mutation,
+                    |admin| async move {
                         admin
-                            .set(SENTINEL_PRIMARY_NAME, &SentinelSetting::DownAfter(settings.down_after))
+                            .set(SENTINEL_PRIMARY_NAME, &SentinelSetting::Quorum(settings.quorum))
+                            .await?;
+                        admin
+                            .set(
+                                SENTINEL_PRIMARY_NAME,
+                                &SentinelSetting::DownAfter(settings.down_after),
+                            )
                             .await?;
                         admin
                             .set(
@@ -274,63 +340,51 @@ async fn execute(pass: &Pass<'_>, facts: &Facts, step: &Step) -> Result<(), crat
                                 &SentinelSetting::FailoverTimeout(settings.failover_timeout),
                             )
                             .await
-                    }
-                })
-                .await
-        }
-        Step::Configure { sentinel } => {
-            let settings = facts.settings;
-            clients
-                .sentinel(key, addresses, *sentinel, "sentinel_set", Idempotency::Mutation, |admin| async move {
-                    admin
-                        .set(SENTINEL_PRIMARY_NAME, &SentinelSetting::Quorum(settings.quorum))
-                        .await?;
-                    admin
-                        .set(SENTINEL_PRIMARY_NAME, &SentinelSetting::DownAfter(settings.down_after))
-                        .await?;
-                    admin
-                        .set(
-                            SENTINEL_PRIMARY_NAME,
-                            &SentinelSetting::FailoverTimeout(settings.failover_timeout),
-                        )
-                        .await
-                })
+                    },
+                )
                 .await
         }
         Step::Replicate { node, primary } => {
             let primary = *primary;
             clients
-                .node(key, addresses, *node, "replicaof", Idempotency::Mutation, |admin| async move {
-                    admin.ensure_replica_of(primary).await
-                })
-                .await?;
-            // Wait for the first sync, so the next pass does not see a half-loaded replica.
-            let primary_ordinal = facts.nodes.iter().find(|n| n.address == Some(primary)).map(|n| n.ordinal);
-            if let Some(primary_ordinal) = primary_ordinal {
-                let primary_admin = clients
-                    .node(key, addresses, primary_ordinal, "connect", Idempotency::Read, |admin| async move { Ok(admin) })
-                    .await?;
-                clients
-                    .node(key, addresses, *node, "wait_for_sync", Idempotency::Mutation, |admin| {
-                        let primary_admin = primary_admin.clone();
-                        async move { admin.wait_for_sync(&primary_admin, SYNC_TIMEOUT).await }
-                    })
-                    .await?;
-            }
-            Ok(())
+                .node(
+                    key,
+                    addresses,
+                    *node,
+                    "replicaof",
+                    Idempotency::Mutation,
+                    |admin| async move {
+                        // The sync that follows is watched by later passes (`ReplicaSyncing`),
+                        // not waited for here.
+                        admin.ensure_replica_of(primary).await
+                    },
+                )
+                .await
         }
         Step::SentinelFailover { sentinel } => {
             clients
-                .sentinel(key, addresses, *sentinel, "sentinel_failover", Idempotency::Mutation, |admin| async move {
-                    admin.failover(SENTINEL_PRIMARY_NAME).await
-                })
+                .sentinel(
+                    key,
+                    addresses,
+                    *sentinel,
+                    "sentinel_failover",
+                    Idempotency::Mutation,
+                    |admin| async move { admin.failover(SENTINEL_PRIMARY_NAME).await },
+                )
                 .await
         }
-        Step::ResetSentinel { sentinel } => clients
-            .sentinel(key, addresses, *sentinel, "sentinel_reset", Idempotency::Mutation, |admin| async move {
-                admin.reset(SENTINEL_PRIMARY_NAME).await.map(|_| ())
-            })
-            .await,
+        Step::ResetSentinel { sentinel } => {
+            clients
+                .sentinel(
+                    key,
+                    addresses,
+                    *sentinel,
+                    "sentinel_reset",
+                    Idempotency::Mutation,
+                    |admin| async move { admin.reset(SENTINEL_PRIMARY_NAME).await.map(|_| ()) },
+                )
+                .await
+        }
     }
 }
 
@@ -350,14 +404,23 @@ pub fn role_labels(facts: &Facts, primary: Option<usize>) -> BTreeMap<usize, Rol
                 let replicating = node.replication.as_ref().is_some_and(|info| {
                     primary_address.is_some_and(|address| info.follows(address)) && info.link_up
                 });
-                if replicating { RoleLabel::Replica } else { RoleLabel::None }
+                if replicating {
+                    RoleLabel::Replica
+                } else {
+                    RoleLabel::None
+                }
             };
             (node.ordinal, role)
         })
         .collect()
 }
 
-fn build_status(pass: &Pass<'_>, facts: &Facts, primary: Option<usize>, progress: &Progress) -> RedisClusterStatus {
+fn build_status(
+    pass: &Pass<'_>,
+    facts: &Facts,
+    primary: Option<usize>,
+    progress: &Progress,
+) -> RedisClusterStatus {
     let name = pass.name();
     let mut status = pass.cluster.status.clone().unwrap_or_default();
     let labels = role_labels(facts, primary);
@@ -371,13 +434,16 @@ fn build_status(pass: &Pass<'_>, facts: &Facts, primary: Option<usize>, progress
         .iter()
         .map(|node| {
             let info = node.replication.as_ref();
-            let following = info
-                .filter(|i| i.role == Role::Replica)
-                .and_then(|i| {
-                    let host = i.primary_host.as_deref()?;
-                    let address = format!("{host}:{}", i.primary_port?).parse().ok()?;
-                    Some(address_names.get(&address).cloned().unwrap_or_else(|| host.to_string()))
-                });
+            let following = info.filter(|i| i.role == Role::Replica).and_then(|i| {
+                let host = i.primary_host.as_deref()?;
+                let address = format!("{host}:{}", i.primary_port?).parse().ok()?;
+                Some(
+                    address_names
+                        .get(&address)
+                        .cloned()
+                        .unwrap_or_else(|| host.to_string()),
+                )
+            });
             NodeStatus {
                 name: node_name(&name, node.ordinal),
                 role: match info.map(|i| i.role) {
@@ -425,11 +491,20 @@ fn build_status(pass: &Pass<'_>, facts: &Facts, primary: Option<usize>, progress
     let watching = facts
         .sentinels
         .iter()
-        .filter(|s| s.view.as_ref().is_some_and(|v| Some(v.primary) == primary_address(facts, primary)))
+        .filter(|s| {
+            s.view
+                .as_ref()
+                .is_some_and(|v| Some(v.primary) == primary_address(facts, primary))
+        })
         .count();
     let wanted_replicas = facts.desired_nodes.saturating_sub(1);
     let ready = if !primary_ready {
-        ConditionUpdate::new(ConditionType::Ready, false, "NoPrimary", "no primary the Sentinels agree on answers")
+        ConditionUpdate::new(
+            ConditionType::Ready,
+            false,
+            "NoPrimary",
+            "no primary the Sentinels agree on answers",
+        )
     } else if replicas_ready < wanted_replicas {
         ConditionUpdate::new(
             ConditionType::Ready,
@@ -442,26 +517,35 @@ fn build_status(pass: &Pass<'_>, facts: &Facts, primary: Option<usize>, progress
             ConditionType::Ready,
             false,
             "SentinelsNotReady",
-            format!("{watching} Sentinels watch the primary; failover needs {}", facts.settings.quorum),
+            format!(
+                "{watching} Sentinels watch the primary; failover needs {}",
+                facts.settings.quorum
+            ),
         )
     } else {
         ConditionUpdate::new(
             ConditionType::Ready,
             true,
             "Replicating",
-            format!("the primary takes writes, {replicas_ready} replicas follow it and {watching} Sentinels watch it"),
+            format!(
+                "the primary takes writes, {replicas_ready} replicas follow it and {watching} Sentinels watch it"
+            ),
         )
     };
-    let degraded = facts
-        .nodes
-        .iter()
-        .find(|n| !n.health.is_healthy())
-        .map(|n| {
-            (
-                if matches!(n.health, Health::Unhealthy(_)) { "NodeUnhealthy" } else { "NodeUnknown" },
-                format!("{}: {}", node_name(&name, n.ordinal), n.health.detail().unwrap_or_default()),
-            )
-        });
+    let degraded = facts.nodes.iter().find(|n| !n.health.is_healthy()).map(|n| {
+        (
+            if matches!(n.health, Health::Unhealthy(_)) {
+                "NodeUnhealthy"
+            } else {
+                "NodeUnknown"
+            },
+            format!(
+                "{}: {}",
+                node_name(&name, n.ordinal),
+                n.health.detail().unwrap_or_default()
+            ),
+        )
+    });
     set_conditions(&mut status, pass.cluster, ready, progress, degraded, pass.now);
     status
 }
