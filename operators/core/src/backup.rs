@@ -27,7 +27,10 @@
 //!   backup resource runs next, and [`is_stale`] decides a cluster's `BackupStale` condition;
 //! - streaming: [`pipe`] runs the engine's producer (a snapshot or dump written into a
 //!   [`PipeWriter`]) and the sink's upload concurrently, so that a stream the producer failed,
-//!   or that stalled, is never stored.
+//!   or that stalled, is never stored;
+//! - a controller's run and a restore's fetch: [`due`] says whether a backup resource runs on
+//!   this pass, [`cluster_sink`] builds the sink of one cluster's backups from a destination,
+//!   and [`locate`] turns a recorded location back into a store and a key.
 
 use std::{
     fmt,
@@ -46,6 +49,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 mod destination;
 mod pipe;
+mod run;
 mod schedule;
 
 pub use destination::{
@@ -53,6 +57,7 @@ pub use destination::{
     backup_target, credentials, object_name, scoped_target,
 };
 pub use pipe::{PIPE_CAPACITY, PipeError, PipeReader, PipeWriter, Produce, pipe, producer};
+pub use run::{Due, LocateError, SinkSetupError, StoreSettings, cluster_sink, due, locate, until};
 pub use schedule::{ScheduleError, due_at, is_stale, next_due};
 
 /// Size of one multipart part. S3 requires at least 5 MiB for every part but the last and allows
