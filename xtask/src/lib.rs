@@ -76,7 +76,7 @@ pub struct AdmissionPolicy {
 
 /// Every operator the workspace ships.
 pub fn operators() -> Vec<OperatorPackage> {
-    vec![etcd(), mysql()]
+    vec![etcd(), mysql(), redis()]
 }
 
 fn etcd() -> OperatorPackage {
@@ -227,6 +227,77 @@ fn mysql() -> OperatorPackage {
                 format!("mysql:{}", mysql_operator::packaging::DEFAULT_MYSQL_IMAGE_TAG),
             ),
         ],
+        admission_policy: None,
+    }
+}
+
+fn redis() -> OperatorPackage {
+    OperatorPackage {
+        package: "quorum-redis-operator",
+        binary: "redis-operator",
+        engine: "redis",
+        description: "Runs Redis with Sentinel replication or as a sharded Redis Cluster: Sentinel-driven failover the operator follows, slot-safe scaling, RDB snapshot backups",
+        keywords: vec!["redis", "sentinel", "cache", "database", "key-value", "operator", "backup"],
+        crds: vec![
+            redis_operator::crd::RedisCluster::crd(),
+            redis_operator::crd::RedisBackup::crd(),
+        ],
+        descriptors: vec![
+            KindDescriptors {
+                kind: "RedisCluster",
+                spec: json!([
+                    {"path": "mode", "displayName": "Mode", "description": "Replication (with Sentinel) or Cluster (sharded); immutable",
+                     "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:select:Replication", "urn:alm:descriptor:com.tectonic.ui:select:Cluster"]},
+                    {"path": "replicas", "displayName": "Replicas", "description": "Replication mode: replicas of the primary",
+                     "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:podCount"]},
+                    {"path": "shards", "displayName": "Shards", "description": "Cluster mode: primaries sharing the hash slots (3 or more)",
+                     "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:number"]},
+                    {"path": "version", "displayName": "Redis version", "description": "7.0.x, 7.2.x or 7.4.x",
+                     "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:text"]},
+                    {"path": "storage.size", "displayName": "Storage size", "description": "Volume size of each node",
+                     "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:text"]}
+                ]),
+                status: json!([
+                    {"path": "conditions", "displayName": "Conditions", "description": "Ready, Progressing, Degraded",
+                     "x-descriptors": ["urn:alm:descriptor:io.kubernetes.conditions"]},
+                    {"path": "primary", "displayName": "Primary", "description": "Replication mode: the node the Sentinels agree takes writes",
+                     "x-descriptors": ["urn:alm:descriptor:text"]},
+                    {"path": "readyNodes", "displayName": "Ready nodes", "description": "Nodes that are healthy and linked",
+                     "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:podCount"]}
+                ]),
+            },
+            KindDescriptors {
+                kind: "RedisBackup",
+                spec: json!([
+                    {"path": "clusterName", "displayName": "Cluster", "description": "The RedisCluster to back up",
+                     "x-descriptors": ["urn:alm:descriptor:io.kubernetes:redis.quorum.dev:v1alpha1:RedisCluster"]},
+                    {"path": "schedule", "displayName": "Schedule", "description": "Cron schedule (UTC); empty for once",
+                     "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:text"]}
+                ]),
+                status: backup_status_descriptors(),
+            },
+        ],
+        child_kinds: vec![
+            "StatefulSet",
+            "Service",
+            "ConfigMap",
+            "Secret",
+            "PodDisruptionBudget",
+        ],
+        rules: redis_operator::packaging::rules(),
+        leader_election_rules: redis_operator::packaging::leader_election_rules(),
+        display_name: "Quorum Redis Operator",
+        long_description: include_str!("../../operators/redis/README.md"),
+        icon_svg: include_str!("../../operators/redis/assets/icon.svg"),
+        samples: vec![
+            include_str!("../../samples/redis-cluster.yaml"),
+            include_str!("../../samples/redis-cluster-sharded.yaml"),
+            include_str!("../../samples/redis-backup.yaml"),
+        ],
+        related_images: vec![(
+            "redis",
+            format!("redis:{}", redis_operator::packaging::DEFAULT_REDIS_IMAGE_TAG),
+        )],
         admission_policy: None,
     }
 }

@@ -43,7 +43,10 @@ impl Addresses {
             } => {
                 let (pod, service) = match kind {
                     Kind::Node => (node_name(cluster, ordinal), statefulset_name(cluster)),
-                    Kind::Sentinel => (sentinel_name(cluster, ordinal), sentinel_statefulset_name(cluster)),
+                    Kind::Sentinel => (
+                        sentinel_name(cluster, ordinal),
+                        sentinel_statefulset_name(cluster),
+                    ),
                 };
                 format!("{pod}.{service}.{namespace}.svc.{cluster_domain}")
             }
@@ -72,10 +75,7 @@ impl Addresses {
         if let Ok(ip) = host.parse::<IpAddr>() {
             return Some(SocketAddr::new(ip, port));
         }
-        tokio::net::lookup_host((host.as_str(), port))
-            .await
-            .ok()?
-            .next()
+        tokio::net::lookup_host((host.as_str(), port)).await.ok()?.next()
     }
 }
 

@@ -1,12 +1,7 @@
 //! Cached admin clients with breakers, timeouts and retries: the one way the operator talks to
 //! the data nodes and the Sentinels. No Kubernetes.
 
-use std::{
-    collections::HashMap,
-    net::SocketAddr,
-    sync::Mutex,
-    time::Duration,
-};
+use std::{collections::HashMap, net::SocketAddr, sync::Mutex, time::Duration};
 
 use quorum_core::availability::{
     breaker::BreakerSettings,
@@ -88,7 +83,11 @@ impl RedisClients {
     }
 
     pub fn credentials(&self, cluster: &str) -> Option<Credentials> {
-        self.credentials.lock().expect("credentials lock").get(cluster).cloned()
+        self.credentials
+            .lock()
+            .expect("credentials lock")
+            .get(cluster)
+            .cloned()
     }
 
     async fn forget_clients(&self, cluster: &str) {
@@ -166,7 +165,9 @@ impl RedisClients {
         F: Fn(SentinelAdmin) -> Fut,
         Fut: Future<Output = Result<T, AdminError>>,
     {
-        let address = self.dial_address(cluster, addresses, Kind::Sentinel, ordinal).await;
+        let address = self
+            .dial_address(cluster, addresses, Kind::Sentinel, ordinal)
+            .await;
         let credentials = self.credentials(cluster);
         let timeout = self.policy.timeout;
         self.call(

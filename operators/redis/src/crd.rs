@@ -219,9 +219,7 @@ impl Default for SentinelSpec {
 impl SentinelSpec {
     /// The configured quorum, or a majority of the Sentinels.
     pub fn effective_quorum(&self) -> u32 {
-        self.quorum
-            .map_or(self.replicas / 2 + 1, |quorum| quorum)
-            .max(1) as u32
+        self.quorum.map_or(self.replicas / 2 + 1, |quorum| quorum).max(1) as u32
     }
 }
 
@@ -319,8 +317,50 @@ pub struct RedisClusterStatus {
     /// The newest successful backup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_backup: Option<BackupRecord>,
+    /// A cluster created with `restoreFrom`: the snapshots it starts from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore: Option<RestoreStatus>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// The snapshots a cluster created with `restoreFrom` starts from, recorded when its backup
+/// first had them and before any data pod existed. The data pods' restore step is built from
+/// this record, not from the backup, so the pod template stays the same (and no pod restarts)
+/// when the backup later takes new snapshots or is deleted.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreStatus {
+    /// The `RedisBackup` they came from.
+    pub backup_name: String,
+    /// One per node that starts from a snapshot: the first primary (replication mode) or each
+    /// shard's first node (cluster mode).
+    pub snapshots: Vec<RestoreSnapshot>,
+    /// The image of the init step that fetches and places them: the operator's own.
+    pub image: String,
+    /// The backup's S3 endpoint, region and credentials Secret, for `s3://` locations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3_endpoint: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3_region: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_secret_name: Option<String>,
+    /// Whether a plain-HTTP S3 endpoint may be used (the operator's setting).
+    #[serde(default)]
+    pub allow_http: bool,
+}
+
+/// The snapshot one node starts from.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreSnapshot {
+    /// The data pod's ordinal.
+    pub ordinal: i32,
+    pub location: String,
+    pub sha256: String,
+    /// Cluster mode: the slot ranges the shard served when the snapshot was taken.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slots: Vec<String>,
 }
 
 /// One node as the server and the operator see it.

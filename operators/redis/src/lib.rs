@@ -13,6 +13,7 @@ pub mod address;
 pub mod admin;
 pub mod clients;
 pub mod crd;
+pub mod packaging;
 pub mod reconcile;
 pub mod replication;
 pub mod resources;

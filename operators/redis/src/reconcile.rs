@@ -33,7 +33,7 @@ use crate::{
     clients::RedisClients,
     crd::{Mode, RedisBackup, RedisCluster, RedisClusterStatus, forbidden_config_keys},
     resources::{
-        PASSWORD_KEY, ROLE_LABEL, RoleLabel, SENTINEL_COMPONENT, NODE_COMPONENT, auth_secret_name,
+        NODE_COMPONENT, PASSWORD_KEY, ROLE_LABEL, RoleLabel, SENTINEL_COMPONENT, auth_secret_name,
         build_auth_secret, build_client_service, build_config_map, build_headless_service,
         build_pod_disruption_budget, build_primary_service, build_replicas_service, build_scheduled_backup,
         build_sentinel_config_map, build_sentinel_service, node_selector_string, ordinal_of,
@@ -149,7 +149,14 @@ pub async fn reconcile(cluster: Arc<RedisCluster>, context: Arc<Context<State>>)
     let forbidden = forbidden_config_keys(&cluster.spec.config);
     if !forbidden.is_empty() {
         let error = Error::ForbiddenConfig(forbidden.join(", "));
-        publish(&context, &cluster, Severity::Warning, "InvalidSpec", error.to_string()).await;
+        publish(
+            &context,
+            &cluster,
+            Severity::Warning,
+            "InvalidSpec",
+            error.to_string(),
+        )
+        .await;
         return Err(error);
     }
 

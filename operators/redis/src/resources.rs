@@ -13,9 +13,9 @@ use k8s_openapi::{
     api::{
         apps::v1::{StatefulSet, StatefulSetSpec},
         core::v1::{
-            ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, KeyToPath, PodSecurityContext,
-            PodSpec, PodTemplateSpec, Probe, Secret, SecretVolumeSource, Service, ServicePort, ServiceSpec,
-            TCPSocketAction, Volume,
+            ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, KeyToPath,
+            PodSecurityContext, PodSpec, PodTemplateSpec, Probe, Secret, SecretVolumeSource, Service,
+            ServicePort, ServiceSpec, TCPSocketAction, Volume,
         },
         policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec},
     },
@@ -735,7 +735,10 @@ pub(crate) mod tests {
         assert_eq!(node_name("cache", 4), "cache-4");
         assert_eq!(ordinal_of("cache", "cache-4"), Some(4));
         assert_eq!(ordinal_of("cache", "cache-sentinel-1"), None);
-        assert_eq!(config_map_name(&sentinel_statefulset_name("cache")), "cache-sentinel-config");
+        assert_eq!(
+            config_map_name(&sentinel_statefulset_name("cache")),
+            "cache-sentinel-config"
+        );
         assert_eq!(shard_of(5, 2), 2);
         assert_eq!(shard_of(5, 1), 5);
     }

@@ -124,13 +124,17 @@ impl Setup {
     /// The password the operator generated for `cluster`.
     pub async fn password(&self, cluster: &str) -> String {
         let secrets: Api<Secret> = Api::namespaced(self.client.clone(), self.ns());
-        let secret = wait::until("the generated password Secret", Duration::from_secs(30), || async {
-            secrets
-                .get_opt(&generated_auth_secret_name(cluster))
-                .await
-                .map_err(|e| e.to_string())?
-                .ok_or_else(|| "not yet".to_string())
-        })
+        let secret = wait::until(
+            "the generated password Secret",
+            Duration::from_secs(30),
+            || async {
+                secrets
+                    .get_opt(&generated_auth_secret_name(cluster))
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .ok_or_else(|| "not yet".to_string())
+            },
+        )
         .await;
         String::from_utf8(secret.data.unwrap()[PASSWORD_KEY].0.clone()).unwrap()
     }

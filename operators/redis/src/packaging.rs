@@ -1,0 +1,69 @@
+//! What the Redis operator needs from a cluster and says about itself, for the generator that
+//! writes its RBAC, Helm chart and OLM bundle (`cargo xtask generate`). Least privilege: each
+//! rule lists only the verbs the operator's code uses, and why.
+
+use k8s_openapi::api::rbac::v1::PolicyRule;
+
+/// The Redis release the samples and the OLM bundle's related images name.
+pub const DEFAULT_REDIS_IMAGE_TAG: &str = "7.0.15";
+
+fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
+    PolicyRule {
+        api_groups: Some(vec![group.to_string()]),
+        resources: Some(resources.iter().map(|r| r.to_string()).collect()),
+        verbs: verbs.iter().map(|v| v.to_string()).collect(),
+        ..PolicyRule::default()
+    }
+}
+
+/// The rules for the namespaces the operator manages.
+pub fn rules() -> Vec<PolicyRule> {
+    vec![
+        // The deployments it reconciles; status is its to write. No finalizers: children go
+        // with their owner references.
+        rule("redis.quorum.dev", &["redisclusters"], &["get", "list", "watch"]),
+        rule("redis.quorum.dev", &["redisclusters/status"], &["get", "patch"]),
+        // Scheduled backups are created (server-side apply) and deleted on behalf of a
+        // deployment's backup policy; every backup's status is the backup controller's to
+        // write. A deployment created with `restoreFrom` reads the backup it names.
+        rule(
+            "redis.quorum.dev",
+            &["redisbackups"],
+            &["get", "list", "watch", "create", "patch", "delete"],
+        ),
+        rule("redis.quorum.dev", &["redisbackups/status"], &["get", "patch"]),
+        // Child objects, applied with server-side apply and watched so deleted ones return.
+        rule(
+            "apps",
+            &["statefulsets"],
+            &["get", "list", "watch", "create", "patch"],
+        ),
+        rule(
+            "",
+            &["services", "configmaps"],
+            &["get", "list", "watch", "create", "patch"],
+        ),
+        rule(
+            "policy",
+            &["poddisruptionbudgets"],
+            &["get", "list", "watch", "create", "patch"],
+        ),
+        // The generated password is created once and never rewritten; a given password and
+        // backup credentials are read. Watched as owned objects.
+        rule("", &["secrets"], &["get", "list", "watch", "create"]),
+        // Data pods: listed, and labelled with their role (primary or replica), which is what
+        // the primary and replicas Services select.
+        rule("", &["pods"], &["list", "patch"]),
+        // Events about the resources, through the de-duplicating recorder.
+        rule("events.k8s.io", &["events"], &["create", "patch"]),
+    ]
+}
+
+/// The rules for the operator's own namespace: its leader-election Lease.
+pub fn leader_election_rules() -> Vec<PolicyRule> {
+    vec![rule(
+        "coordination.k8s.io",
+        &["leases"],
+        &["get", "create", "update"],
+    )]
+}
