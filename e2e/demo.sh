@@ -20,7 +20,7 @@ launch() {
 
 if [[ "${1:-}" == "stop" ]]; then
   # SIGINT for the local members: they stop their database processes on it.
-  for name in etcd-local-members mysql-local-members etcd-operator mysql-operator; do
+  for name in etcd-local-members mysql-local-members redis-local-members etcd-operator mysql-operator redis-operator; do
     if running "$name"; then
       case $name in *-local-members) kill -INT "$(cat "$demo/$name.pid")" ;; *) kill "$(cat "$demo/$name.pid")" ;; esac
       for _ in $(seq 50); do running "$name" || break; sleep 0.1; done
@@ -37,12 +37,13 @@ e2e/cluster.sh start
 eval "$(e2e/cluster.sh env)"
 mkdir -p "$demo"
 log "building the operators"
-cargo build --quiet -p etcd-operator -p mysql-operator --bins --examples
+cargo build --quiet -p etcd-operator -p mysql-operator -p redis-operator --bins --examples
 target=${CARGO_TARGET_DIR:-$root/target}
 
 log "installing the CRDs"
 kubectl apply --server-side --force-conflicts -f charts/quorum-etcd-operator/crds/ >/dev/null
 kubectl apply --server-side --force-conflicts -f charts/quorum-mysql-operator/crds/ >/dev/null
+kubectl apply --server-side --force-conflicts -f charts/quorum-redis-operator/crds/ >/dev/null
 
 log "starting the etcd operator (members on loopback addresses) and the local members"
 launch etcd-operator "$target/debug/etcd-operator" --leader-elect=false \
@@ -57,9 +58,16 @@ launch mysql-operator "$target/debug/mysql-operator" --leader-elect=false \
 launch mysql-local-members "$target/debug/examples/mysql_local_members" \
   --state "$demo/mysql-members"
 
+log "starting the Redis operator (pods on loopback addresses) and the local redis-server processes"
+launch redis-operator "$target/debug/redis-operator" --leader-elect=false \
+  --metrics-address 127.0.0.1:18082 --member-addresses loopback
+launch redis-local-members "$target/debug/examples/redis_local_members" \
+  --state "$demo/redis-members"
+
 log "applying the samples"
 kubectl apply -f samples/etcd-cluster.yaml >/dev/null
 kubectl apply -f samples/mysql-cluster.yaml >/dev/null
+kubectl apply -f samples/redis-cluster.yaml >/dev/null
 ready() { # kind/name, operator
   if ! kubectl wait --for=condition=Ready "$1" --timeout=300s >/dev/null; then
     log "$1 not ready in time; the $2's log:"
@@ -69,6 +77,7 @@ ready() { # kind/name, operator
 }
 ready etcdcluster/demo etcd-operator
 ready mysqlcluster/shop mysql-operator
+ready rediscluster/cache redis-operator
 
 kubectl get etcdclusters
 echo
@@ -80,8 +89,13 @@ kubectl get mysqlclusters
 echo
 kubectl get mysqlcluster shop -o jsonpath='{range .status.members[*]}{.name}{"\t"}{.role}{"\t"}{.health}{"\n"}{end}'
 echo
+kubectl get redisclusters
+echo
+kubectl get rediscluster cache -o jsonpath='{range .status.nodes[*]}{.name}{"\t"}{.role}{"\t"}{.health}{"\n"}{end}'
+echo
 log "try: kubectl scale etcdcluster demo --replicas=5; kubectl get etcdclusters -w"
 log "try: kubectl scale mysqlcluster shop --replicas=4; kubectl get mysqlclusters -w"
 log "     kubectl annotate mysqlcluster shop mysql.quorum.dev/switchover-to=shop-1"
-log "metrics: curl -s 127.0.0.1:18080/metrics | grep quorum_ (etcd), 127.0.0.1:18081 (MySQL)"
+log "     kubectl patch rediscluster cache --type merge -p '{\"spec\":{\"replicas\":3}}'"
+log "metrics: curl -s 127.0.0.1:18080/metrics | grep quorum_ (etcd), 127.0.0.1:18081 (MySQL), 127.0.0.1:18082 (Redis)"
 log "stop everything: make demo-stop"
