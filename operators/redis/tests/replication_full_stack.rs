@@ -398,3 +398,115 @@ async fn a_primary_blackholed_from_the_operator_is_unknown_and_nothing_is_done_a
     assert_eq!(status.primary.as_deref(), Some("cache-0"));
     setup.stop().await;
 }
+
+#[tokio::test]
+async fn a_refused_replicaof_leaves_the_deployment_as_it_was_and_says_why() {
+    let setup = Setup::start("redis-refused").await;
+    let ns = setup.ns().to_string();
+    setup
+        .clusters
+        .create(
+            &PostParams::default(),
+            &RedisCluster::new("cache", replication_spec(2)),
+        )
+        .await
+        .unwrap();
+    ready(&setup.clusters, "cache", 3).await;
+    let password = setup.password("cache").await;
+    write_replicated(node_address(&ns, "cache", 0), &password, "data", 100, 2).await;
+
+    // Someone detaches node 2 by hand and forbids REPLICAOF on it: the operator's step to point
+    // it back at the primary is refused by the server.
+    let mut stray = data_connection(node_address(&ns, "cache", 2), &password)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query_async(&mut stray)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("default")
+        .arg("-replicaof")
+        .arg("-slaveof")
+        .query_async(&mut stray)
+        .await
+        .unwrap();
+
+    let status = wait::until("the step reported failed", Duration::from_secs(60), || async {
+        let status = setup
+            .clusters
+            .get("cache")
+            .await
+            .map_err(|e| e.to_string())?
+            .status
+            .unwrap_or_default();
+        let progressing = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Progressing")
+            .cloned();
+        match progressing {
+            Some(condition) if condition.reason == "StepFailed" => Ok((status, condition)),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let (status, condition) = status;
+    assert!(condition.message.contains("cache-2"), "{}", condition.message);
+    assert!(
+        condition.message.contains("NOPERM") || condition.message.contains("permission"),
+        "{}",
+        condition.message
+    );
+    let ready_condition = status.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+    assert_eq!(ready_condition.status, "False");
+    let events: Api<Event> = Api::namespaced(setup.client.clone(), &ns);
+    wait::until("a StepFailed event", Duration::from_secs(30), || async {
+        let events = events
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        events
+            .items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("StepFailed") && e.type_.as_deref() == Some("Warning"))
+            .then_some(())
+            .ok_or_else(|| "no StepFailed event yet".to_string())
+    })
+    .await;
+
+    // Everything else is as it was: the same primary with its data, node 1 still its replica,
+    // node 2 keeping its data, and no Sentinel changed its mind.
+    assert_eq!(status.primary.as_deref(), Some("cache-0"));
+    assert!(status.last_failover.is_none());
+    let node1 = status.nodes.iter().find(|n| n.name == "cache-1").unwrap();
+    assert_eq!(node1.following.as_deref(), Some("cache-0"));
+    assert_eq!(
+        count_keys(node_address(&ns, "cache", 2), &password, "data").await,
+        100
+    );
+    for ordinal in 0..3 {
+        assert_eq!(
+            sentinel_primary(sentinel_address(&ns, "cache", ordinal), &password).await,
+            Some(node_address(&ns, "cache", 0))
+        );
+    }
+    let labels = role_labels(&setup.client, &ns).await;
+    assert_eq!(labels["cache-0"], "primary");
+    assert_ne!(labels["cache-2"], "primary");
+
+    // Once the server allows it again, the deployment converges.
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("default")
+        .arg("+@all")
+        .query_async(&mut stray)
+        .await
+        .unwrap();
+    let status = ready(&setup.clusters, "cache", 3).await;
+    assert_eq!(status.primary.as_deref(), Some("cache-0"));
+    setup.stop().await;
+}
