@@ -21,7 +21,11 @@ use serde_json::Value;
 const CHART: &str = "charts/quorum-etcd-operator";
 const BUNDLE: &str = "bundle/quorum-etcd-operator";
 /// Every operator's bundle (`bundle/<package>`), each validated on its own.
-const BUNDLES: [&str; 2] = [BUNDLE, "bundle/quorum-mysql-operator"];
+const BUNDLES: [&str; 3] = [
+    BUNDLE,
+    "bundle/quorum-mysql-operator",
+    "bundle/quorum-redis-operator",
+];
 const CATALOG: &str = "catalog";
 
 /// Runs a tool that must fail; returns everything it said.
