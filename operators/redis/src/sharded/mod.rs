@@ -1,11 +1,581 @@
 //! Cluster mode: hash slots sharded over primaries, each with replicas.
+//!
+//! One pass: observe every node ([`observe`]), decide one step ([`decide::decide`], pure),
+//! size the StatefulSet, record the step in status (a slot move is recorded before it is
+//! made, so an operator restarted halfway resumes it), take it ([`execute`]), label the pods
+//! from what they said, and report. Failover is Redis Cluster's own; the operator only
+//! follows it in labels and status.
 
-use crate::reconcile::{Error, Pass, Progress};
+pub mod decide;
+pub mod observe;
+
+use std::{
+    collections::BTreeMap,
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use quorum_core::{
+    availability::{health::Health, retry::Idempotency},
+    conditions::{ConditionType, ConditionUpdate},
+};
+
+use crate::{
+    admin::{
+        AdminError, RedisAdmin,
+        cluster::SlotRange,
+        migrate::{MigrationError, MigrationSettings, migrate_slot},
+        rebalance::SlotMove,
+    },
+    clients::CallFailure,
+    crd::{NodeStatus, RebalanceStatus, RedisClusterStatus, SlotMoveStatus},
+    reconcile::{Error, Pass, Progress, set_conditions},
+    resources::{RoleLabel, build_statefulset, node_name, ordinal_of, shard_of, statefulset_name},
+};
+
+use decide::{Decision, Facts, Step, Topology, decide, pending_moves, serving};
+use observe::observe_nodes;
+
+/// How long one pass keeps moving slots before it reports and yields; the rest of the batch
+/// is left to the next pass.
+const MOVE_BUDGET: Duration = Duration::from_secs(5);
+
+/// Waits that are part of normal progress, published as normal events.
+const QUIET_WAITS: &[&str] = &["NodesStarting", "Joining", "ReplicaSyncing", "ClusterStateNotOk"];
 
 /// One reconcile pass in cluster mode.
-pub async fn pass(_pass: &Pass<'_>) -> Result<Progress, Error> {
-    Ok(Progress::Waiting {
-        reason: "NotImplemented",
-        message: "cluster mode is not available yet".into(),
+pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
+    let name = pass.name();
+    let spec = &pass.cluster.spec;
+    let pods = pass.statefulset_replicas(&statefulset_name(&name)).await?;
+    let previous = pass.cluster.status.clone().unwrap_or_default();
+    let recorded_ids: BTreeMap<usize, String> = previous
+        .nodes
+        .iter()
+        .filter_map(|node| Some((ordinal_of(&name, &node.name)?, node.node_id.clone()?)))
+        .collect();
+    let recorded_move = previous
+        .rebalance
+        .as_ref()
+        .and_then(|rebalance| rebalance.current.as_ref())
+        .and_then(parse_move);
+
+    // Observe.
+    let nodes = observe_nodes(pass, pods.unwrap_or(0), &recorded_ids).await;
+    let facts = Facts {
+        desired_shards: spec.shard_count(),
+        nodes_per_shard: spec.nodes_per_shard(),
+        pods,
+        nodes,
+        recorded_ids,
+        recorded_move,
+    };
+
+    // Decide.
+    let decision = decide(&facts);
+    let topology = Topology::new(&facts);
+    tracing::info!(cluster = %pass.key, ?decision, "decided");
+
+    // The StatefulSet: grown by a step; shrunk only after its leaving nodes are forgotten.
+    let replicas = match &decision {
+        Decision::Act(Step::ScaleNodes { replicas }) => *replicas,
+        _ => pods.unwrap_or(facts.desired_nodes()),
+    };
+    pass.apply(&build_statefulset(pass.cluster, replicas as i32)?)
+        .await?;
+
+    let mut progress = match &decision {
+        Decision::Settled => Progress::Settled,
+        Decision::Wait(wait) => Progress::Waiting {
+            reason: wait.reason,
+            message: wait.message.clone(),
+        },
+        Decision::Act(step) => Progress::Acted {
+            reason: step_reason(step),
+            message: describe(&name, step),
+        },
+    };
+
+    // Labels and status from what the nodes said, recorded before the step is taken.
+    pass.set_role_labels(&role_labels(&facts)).await?;
+    let rebalance = rebalance_record(&previous, &decision, pending_moves(&facts, &topology), pass);
+    let mut status = build_status(pass, &facts, &topology, &progress, rebalance);
+    pass.report(&status).await?;
+
+    // Act.
+    let mut failure = None;
+    let outcome = match &decision {
+        Decision::Act(step) => Some((step, execute(pass, &facts, step).await)),
+        _ => None,
+    };
+    if let Some((Step::RemoveShards { replicas, .. }, Ok(()))) = &outcome {
+        // Forgotten everywhere: now the pods may go.
+        pass.apply(&build_statefulset(pass.cluster, *replicas as i32)?)
+            .await?;
+    }
+    if let Some((step, Err(source))) = outcome {
+        let message = format!("{} failed: {source}", describe(&name, step));
+        progress = Progress::Waiting {
+            reason: "StepFailed",
+            message,
+        };
+        status = build_status(pass, &facts, &topology, &progress, status.rebalance.clone());
+        pass.report(&status).await?;
+        failure = Some(Error::Step {
+            step: describe(&name, step),
+            source,
+        });
+    }
+    pass.publish_progress(&progress, QUIET_WAITS).await;
+    match failure {
+        Some(error) => Err(error),
+        None => Ok(progress),
+    }
+}
+
+/// Takes one step.
+async fn execute(pass: &Pass<'_>, facts: &Facts, step: &Step) -> Result<(), CallFailure> {
+    let clients = &pass.context.state.clients;
+    let (key, addresses) = (&pass.key, &pass.addresses);
+    let address_of = |ordinal: usize| {
+        facts
+            .nodes
+            .iter()
+            .find(|n| n.ordinal == ordinal)
+            .and_then(|n| n.address)
+    };
+    match step {
+        Step::ScaleNodes { .. } => Ok(()),
+        Step::Form {
+            introducer,
+            meet,
+            assign,
+        } => {
+            for address in meet.iter().filter_map(|ordinal| address_of(*ordinal)) {
+                clients
+                    .node(
+                        key,
+                        addresses,
+                        *introducer,
+                        "cluster_meet",
+                        Idempotency::Mutation,
+                        |admin| async move { admin.cluster_meet(address).await },
+                    )
+                    .await?;
+            }
+            for (ordinal, ranges) in assign {
+                clients
+                    .node(
+                        key,
+                        addresses,
+                        *ordinal,
+                        "cluster_addslotsrange",
+                        Idempotency::Mutation,
+                        |admin| async move { admin.cluster_add_slot_ranges(ranges).await },
+                    )
+                    .await?;
+            }
+            Ok(())
+        }
+        Step::Meet { pairs } => {
+            let meetings = pairs
+                .iter()
+                .filter_map(|(from, to)| Some((*from, address_of(*to)?)))
+                .map(|(from, address)| {
+                    clients.node(
+                        key,
+                        addresses,
+                        from,
+                        "cluster_meet",
+                        Idempotency::Mutation,
+                        move |admin| async move { admin.cluster_meet(address).await },
+                    )
+                });
+            futures::future::join_all(meetings).await.into_iter().collect()
+        }
+        Step::Replicate { assignments } => {
+            for (node, _, primary_id) in assignments {
+                clients
+                    .node(
+                        key,
+                        addresses,
+                        *node,
+                        "cluster_replicate",
+                        Idempotency::Mutation,
+                        |admin| async move { admin.cluster_replicate(primary_id).await },
+                    )
+                    .await?;
+            }
+            Ok(())
+        }
+        Step::FinishMigration { slot, source, target } => {
+            move_slots(pass, facts, *source, *target, SlotRange::single(*slot)).await
+        }
+        Step::MoveSlots {
+            slots,
+            source,
+            target,
+            ..
+        } => move_slots(pass, facts, *source, *target, *slots).await,
+        Step::RemoveShards { forget, on, .. } => {
+            // Every remaining node at once: a forgotten node is kept out for 60 s only, and a
+            // node that still knows it would gossip it back afterwards.
+            let forgets = on.iter().map(|ordinal| {
+                clients.node(
+                    key,
+                    addresses,
+                    *ordinal,
+                    "cluster_forget",
+                    Idempotency::Mutation,
+                    |admin| async move {
+                        for id in forget {
+                            match admin.cluster_forget(id).await {
+                                Err(error) if error.refusal().is_some_and(|m| m.contains("Unknown node")) => {
+                                }
+                                other => other?,
+                            }
+                        }
+                        Ok(())
+                    },
+                )
+            });
+            futures::future::join_all(forgets).await.into_iter().collect()
+        }
+    }
+}
+
+/// Moves `slots` from pod `source` to pod `target` slot by slot with the resumable migration,
+/// for at most [`MOVE_BUDGET`]. The migration talks to both nodes (and tells the other
+/// primaries the new owner) over the cached clients; each command has the clients' timeout.
+async fn move_slots(
+    pass: &Pass<'_>,
+    facts: &Facts,
+    source: usize,
+    target: usize,
+    slots: SlotRange,
+) -> Result<(), CallFailure> {
+    let clients = &pass.context.state.clients;
+    let handle = |ordinal: usize| {
+        clients.node(
+            &pass.key,
+            &pass.addresses,
+            ordinal,
+            "connect",
+            Idempotency::Read,
+            |admin| async move { Ok(admin) },
+        )
+    };
+    let source_admin = handle(source).await?;
+    let target_admin = handle(target).await?;
+    let mut others: Vec<RedisAdmin> = Vec::new();
+    for node in facts
+        .nodes
+        .iter()
+        .filter(|n| n.ordinal != source && n.ordinal != target)
+        .filter(|n| n.me().is_some_and(|me| me.flags.primary))
+    {
+        if let Ok(admin) = handle(node.ordinal).await {
+            others.push(admin);
+        }
+    }
+    let started = Instant::now();
+    for slot in slots.slots() {
+        migrate_slot(
+            &source_admin,
+            &target_admin,
+            slot,
+            &others,
+            MigrationSettings::default(),
+        )
+        .await
+        .map_err(|error| match error {
+            MigrationError::Admin(error) => CallFailure::Failed(error),
+            other => CallFailure::Failed(AdminError::Unexpected {
+                endpoint: source_admin.endpoint().to_string(),
+                command: "migrate slot",
+                detail: other.to_string(),
+            }),
+        })?;
+        if started.elapsed() > MOVE_BUDGET {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// The role label of each pod that answered: a primary by its own word, a replica while its
+/// link is up. Pods that did not answer keep theirs (failover is Redis's; the operator does
+/// not guess).
+pub fn role_labels(facts: &Facts) -> BTreeMap<usize, RoleLabel> {
+    facts
+        .nodes
+        .iter()
+        .filter_map(|node| {
+            let view = node.answered()?;
+            let me = view.me()?;
+            let role = if me.flags.primary {
+                RoleLabel::Primary
+            } else if me.flags.replica && view.link_up {
+                RoleLabel::Replica
+            } else {
+                RoleLabel::None
+            };
+            Some((node.ordinal, role))
+        })
+        .collect()
+}
+
+/// The rebalance in status: a new record for a move about to be made (keeping when the
+/// rebalance started), none once nothing is left to move, else the one recorded.
+fn rebalance_record(
+    previous: &RedisClusterStatus,
+    decision: &Decision,
+    pending: Option<usize>,
+    pass: &Pass<'_>,
+) -> Option<RebalanceStatus> {
+    let target_shards = pass.cluster.spec.shard_count() as i32;
+    match decision {
+        Decision::Act(Step::MoveSlots {
+            planned,
+            remaining_moves,
+            ..
+        }) => Some(RebalanceStatus {
+            target_shards,
+            current: Some(SlotMoveStatus {
+                slots: format_range(planned.slots),
+                from: planned.from.clone(),
+                to: planned.to.clone(),
+            }),
+            remaining_moves: *remaining_moves as i32,
+            started_at: previous
+                .rebalance
+                .as_ref()
+                .filter(|r| r.target_shards == target_shards)
+                .map_or(Time(pass.now), |r| r.started_at.clone()),
+        }),
+        _ if pending == Some(0) => None,
+        _ => previous.rebalance.clone(),
+    }
+}
+
+fn build_status(
+    pass: &Pass<'_>,
+    facts: &Facts,
+    topology: &Topology,
+    progress: &Progress,
+    rebalance: Option<RebalanceStatus>,
+) -> RedisClusterStatus {
+    let name = pass.name();
+    let mut status = pass.cluster.status.clone().unwrap_or_default();
+    let name_of_id = |id: &str| {
+        topology
+            .ordinals
+            .get(id)
+            .map_or_else(|| id.to_string(), |ordinal| node_name(&name, *ordinal))
+    };
+    status.nodes = facts
+        .nodes
+        .iter()
+        .map(|node| {
+            let view = node.answered();
+            let me = view.and_then(|v| v.me());
+            let id = topology.ids.get(&node.ordinal);
+            let role = match me {
+                Some(me) if me.flags.primary => "Primary",
+                Some(me) if me.flags.replica => "Replica",
+                _ => "Unknown",
+            };
+            let slots = id
+                .and_then(|id| topology.ownership.get(id))
+                .map(|ranges| ranges.iter().copied().map(format_range).collect())
+                .unwrap_or_default();
+            let replica_of = me
+                .filter(|me| me.flags.replica)
+                .and_then(|me| me.primary_id.as_deref());
+            NodeStatus {
+                name: node_name(&name, node.ordinal),
+                role: role.into(),
+                health: node.health.as_str().into(),
+                node_id: id.cloned(),
+                shard: Some(shard_of(node.ordinal, facts.nodes_per_shard) as i32),
+                slots,
+                following: replica_of.map(name_of_id),
+                link: replica_of
+                    .and(view)
+                    .map(|v| if v.link_up { "up" } else { "down" }.to_string()),
+                message: node.health.detail().map(str::to_string),
+            }
+        })
+        .collect();
+    status.primary = None;
+    status.sentinels = vec![];
+    status.shards = topology.serving_primaries() as i32;
+    status.ready_nodes = facts
+        .nodes
+        .iter()
+        .filter(|node| {
+            node.answered().is_some_and(|view| {
+                view.state_ok
+                    && view
+                        .me()
+                        .is_some_and(|me| me.flags.primary || (me.flags.replica && view.link_up))
+            })
+        })
+        .count() as i32;
+    status.rebalance = rebalance;
+    let ready = match serving(facts, topology) {
+        Ok(message) => ConditionUpdate::new(ConditionType::Ready, true, "Serving", message),
+        Err((reason, message)) => ConditionUpdate::new(ConditionType::Ready, false, reason, message),
+    };
+    let (covered, _) = topology.coverage();
+    let degraded = match facts.nodes.iter().find(|n| !n.health.is_healthy()) {
+        Some(node) => Some((
+            if matches!(node.health, Health::Unhealthy(_)) {
+                "NodeUnhealthy"
+            } else {
+                "NodeUnknown"
+            },
+            format!(
+                "{}: {}",
+                node_name(&name, node.ordinal),
+                node.health.detail().unwrap_or_default()
+            ),
+        )),
+        None if covered != usize::from(crate::admin::cluster::SLOT_COUNT) && !facts.nodes.is_empty() => {
+            Some((
+                "SlotsUncovered",
+                format!("{covered} of 16384 slots are served by exactly one primary"),
+            ))
+        }
+        None => None,
+    };
+    set_conditions(&mut status, pass.cluster, ready, progress, degraded, pass.now);
+    status
+}
+
+/// `start-end`, as status writes slot ranges.
+fn format_range(range: SlotRange) -> String {
+    format!("{}-{}", range.start, range.end)
+}
+
+fn parse_range(text: &str) -> Option<SlotRange> {
+    let (start, end) = text.split_once('-').unwrap_or((text, text));
+    let range = SlotRange::new(start.trim().parse().ok()?, end.trim().parse().ok()?);
+    (range.start <= range.end).then_some(range)
+}
+
+fn parse_move(recorded: &SlotMoveStatus) -> Option<SlotMove> {
+    Some(SlotMove {
+        slots: parse_range(&recorded.slots)?,
+        from: recorded.from.clone(),
+        to: recorded.to.clone(),
     })
+}
+
+/// The event reason of a step.
+pub fn step_reason(step: &Step) -> &'static str {
+    match step {
+        Step::ScaleNodes { .. } => "ScalingNodes",
+        Step::Form { .. } => "FormingCluster",
+        Step::Meet { .. } => "MeetingNodes",
+        Step::FinishMigration { .. } => "FinishingSlotMove",
+        Step::Replicate { .. } => "PlacingReplicas",
+        Step::MoveSlots { .. } => "MovingSlots",
+        Step::RemoveShards { .. } => "RemovingShards",
+    }
+}
+
+/// A step in words, for events and conditions.
+pub fn describe(cluster: &str, step: &Step) -> String {
+    let node = |ordinal: &usize| node_name(cluster, *ordinal);
+    let nodes = |ordinals: &mut dyn Iterator<Item = usize>| {
+        ordinals
+            .map(|o| node_name(cluster, o))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match step {
+        Step::ScaleNodes { replicas } => format!("scaling the data nodes to {replicas} pods"),
+        Step::Form {
+            introducer, assign, ..
+        } => format!(
+            "forming the cluster: {} meets the others, and {} take the initial slots",
+            node(introducer),
+            nodes(&mut assign.iter().map(|(o, _)| *o))
+        ),
+        Step::Meet { pairs } => format!(
+            "introducing nodes: {}",
+            pairs
+                .iter()
+                .map(|(from, to)| format!("{} meets {}", node(from), node(to)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Step::FinishMigration { slot, source, target } => format!(
+            "finishing the move of slot {slot} from {} to {}",
+            node(source),
+            node(target)
+        ),
+        Step::Replicate { assignments } => format!(
+            "placing replicas: {}",
+            assignments
+                .iter()
+                .map(|(replica, primary, _)| format!("{} follows {}", node(replica), node(primary)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Step::MoveSlots {
+            planned,
+            slots,
+            source,
+            target,
+            remaining_moves,
+        } => format!(
+            "moving slots {} from {} to {} (part of {}; {remaining_moves} more moves planned)",
+            format_range(*slots),
+            node(source),
+            node(target),
+            format_range(planned.slots)
+        ),
+        Step::RemoveShards { forget, replicas, .. } => format!(
+            "removing {} nodes that serve no slots: every remaining node forgets them, then the StatefulSet \
+             shrinks to {replicas} pods",
+            forget.len()
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use decide::NodeFact;
+
+    #[test]
+    fn recorded_ranges_read_back() {
+        assert_eq!(parse_range("4096-5461"), Some(SlotRange::new(4096, 5461)));
+        assert_eq!(parse_range("7"), Some(SlotRange::single(7)));
+        assert_eq!(parse_range("9-3"), None);
+        assert_eq!(
+            parse_range(&format_range(SlotRange::new(1, 2))),
+            Some(SlotRange::new(1, 2))
+        );
+    }
+
+    #[test]
+    fn unanswered_pods_keep_their_labels() {
+        let facts = Facts {
+            desired_shards: 3,
+            nodes_per_shard: 1,
+            pods: Some(1),
+            nodes: vec![NodeFact {
+                ordinal: 0,
+                address: None,
+                health: Health::Unknown("timed out".into()),
+                view: None,
+            }],
+            recorded_ids: BTreeMap::new(),
+            recorded_move: None,
+        };
+        assert!(role_labels(&facts).is_empty());
+    }
 }

@@ -1,0 +1,1343 @@
+//! The cluster-mode decision: a pure function from what was observed to the one step to take,
+//! or why to wait. Table-tested below.
+//!
+//! Redis Cluster fails over on its own (a replica promotes itself once a majority of primaries
+//! agree its primary failed); the operator never does. It forms the cluster once, introduces
+//! nodes to one another with `CLUSTER MEET` (which is also how nodes that came back on new
+//! addresses find each other again), keeps each shard's replicas on their shard's primary,
+//! moves slots in bounded batches toward an even share, and removes a shard only once it
+//! serves no slot. Nodes are known by id, which they keep in `nodes.conf` across restarts and
+//! address changes, never by address.
+//!
+//! The order of the rules is the order of safety: formation only while no slot has an owner
+//! other than its initial one (so a cluster with data is never formed again); introductions
+//! next, as they change nothing but who talks to whom; then a slot left half-moved is finished
+//! before anything else moves; only then are replicas placed, slots moved and shards removed.
+//! A node the operator cannot reach is never the source or target of a move, never forgotten
+//! and never counted as removable.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::SocketAddr,
+    ops::Range,
+};
+
+use quorum_core::availability::health::Health;
+
+use crate::admin::{
+    cluster::{ClusterNode, SLOT_COUNT, SlotRange, myself},
+    rebalance::{SlotMove, check_removable, initial_ranges, plan_rebalance},
+};
+
+/// The most slots one pass moves, so a pass stays short and its progress is reported often.
+pub const MAX_SLOTS_PER_PASS: usize = 1024;
+
+/// What one node answered.
+#[derive(Clone, Debug)]
+pub struct NodeView {
+    /// Its `CLUSTER NODES`: its own line (`myself`) and its view of the others.
+    pub nodes: Vec<ClusterNode>,
+    /// `cluster_state:ok` in its `CLUSTER INFO`.
+    pub state_ok: bool,
+    /// For a replica, `master_link_status:up`.
+    pub link_up: bool,
+}
+
+impl NodeView {
+    pub fn me(&self) -> Option<&ClusterNode> {
+        myself(&self.nodes)
+    }
+
+    fn line(&self, id: &str) -> Option<&ClusterNode> {
+        self.nodes.iter().find(|node| node.id == id)
+    }
+
+    fn handshake_with(&self, address: SocketAddr) -> bool {
+        self.nodes
+            .iter()
+            .any(|node| node.flags.handshake && node.address == Some(address))
+    }
+}
+
+/// One data node (pod), as observed.
+#[derive(Clone, Debug)]
+pub struct NodeFact {
+    pub ordinal: usize,
+    /// Where the other nodes reach it (its pod's address); `None` while it has none.
+    pub address: Option<SocketAddr>,
+    pub health: Health,
+    /// Its answer, when it answered.
+    pub view: Option<NodeView>,
+}
+
+impl NodeFact {
+    pub fn answered(&self) -> Option<&NodeView> {
+        self.view.as_ref().filter(|_| self.health.is_healthy())
+    }
+
+    pub fn me(&self) -> Option<&ClusterNode> {
+        self.answered()?.me()
+    }
+}
+
+/// Everything the decision looks at.
+#[derive(Clone, Debug)]
+pub struct Facts {
+    pub desired_shards: usize,
+    /// A primary and its replicas.
+    pub nodes_per_shard: usize,
+    /// The StatefulSet's replicas; `None` before it exists.
+    pub pods: Option<usize>,
+    /// One per pod, by ordinal.
+    pub nodes: Vec<NodeFact>,
+    /// The node ids recorded in status by earlier passes, by ordinal.
+    pub recorded_ids: BTreeMap<usize, String>,
+    /// The slot move recorded in status before it was started.
+    pub recorded_move: Option<SlotMove>,
+}
+
+impl Facts {
+    pub fn desired_nodes(&self) -> usize {
+        self.desired_shards * self.nodes_per_shard
+    }
+
+    fn pod_count(&self) -> usize {
+        self.pods.unwrap_or(0)
+    }
+
+    fn node(&self, ordinal: usize) -> Option<&NodeFact> {
+        self.nodes.iter().find(|node| node.ordinal == ordinal)
+    }
+
+    fn healthy(&self, ordinal: usize) -> bool {
+        self.node(ordinal).is_some_and(|node| node.health.is_healthy())
+    }
+
+    fn health_of(&self, ordinal: usize) -> &'static str {
+        self.node(ordinal).map_or("Unknown", |node| node.health.as_str())
+    }
+
+    /// The pods of `shard`, those that exist.
+    pub fn shard_ordinals(&self, shard: usize) -> Range<usize> {
+        let nodes_per_shard = self.nodes_per_shard.max(1);
+        let start = shard * nodes_per_shard;
+        start..(start + nodes_per_shard).min(self.pod_count()).max(start)
+    }
+}
+
+/// The cluster as the facts show it: who is who, and who serves which slots.
+#[derive(Clone, Debug)]
+pub struct Topology {
+    /// Each pod's node id: its own answer, else the id recorded in status.
+    pub ids: BTreeMap<usize, String>,
+    pub ordinals: BTreeMap<String, usize>,
+    /// Each primary's slots. A node that answered speaks for itself; for one that did not,
+    /// the first answering node that lists it does, for slots no answering node claims.
+    pub ownership: BTreeMap<String, Vec<SlotRange>>,
+}
+
+impl Topology {
+    pub fn new(facts: &Facts) -> Self {
+        let mut ids = BTreeMap::new();
+        for node in &facts.nodes {
+            let id = match node.me() {
+                Some(me) => Some(me.id.clone()),
+                None => facts.recorded_ids.get(&node.ordinal).cloned(),
+            };
+            if let Some(id) = id {
+                ids.insert(node.ordinal, id);
+            }
+        }
+        let ordinals = ids.iter().map(|(ordinal, id)| (id.clone(), *ordinal)).collect();
+
+        let mut ownership: BTreeMap<String, Vec<SlotRange>> = BTreeMap::new();
+        let mut claimed = vec![false; usize::from(SLOT_COUNT)];
+        let answered: Vec<&ClusterNode> = facts.nodes.iter().filter_map(NodeFact::me).collect();
+        for me in answered.iter().filter(|me| me.flags.primary) {
+            ownership.insert(me.id.clone(), me.slots.clone());
+            for slot in me.slots.iter().flat_map(SlotRange::slots) {
+                claimed[usize::from(slot)] = true;
+            }
+        }
+        let speaking: BTreeSet<&str> = answered.iter().map(|me| me.id.as_str()).collect();
+        for view in facts.nodes.iter().filter_map(NodeFact::answered) {
+            for line in &view.nodes {
+                if !line.flags.primary
+                    || line.flags.handshake
+                    || speaking.contains(line.id.as_str())
+                    || ownership.contains_key(&line.id)
+                {
+                    continue;
+                }
+                let unclaimed = line
+                    .slots
+                    .iter()
+                    .flat_map(SlotRange::slots)
+                    .filter(|slot| !claimed[usize::from(*slot)]);
+                ownership.insert(line.id.clone(), as_ranges(unclaimed));
+            }
+        }
+        Self {
+            ids,
+            ordinals,
+            ownership,
+        }
+    }
+
+    pub fn slot_count(&self, id: &str) -> usize {
+        self.ownership
+            .get(id)
+            .map_or(0, |ranges| ranges.iter().map(SlotRange::len).sum())
+    }
+
+    fn slots_of_ordinal(&self, ordinal: usize) -> usize {
+        self.ids.get(&ordinal).map_or(0, |id| self.slot_count(id))
+    }
+
+    /// Slots served by exactly one primary, and slots claimed by more than one.
+    pub fn coverage(&self) -> (usize, usize) {
+        let mut seen = vec![0u8; usize::from(SLOT_COUNT)];
+        for slot in self.ownership.values().flatten().flat_map(SlotRange::slots) {
+            let count = &mut seen[usize::from(slot)];
+            *count = count.saturating_add(1);
+        }
+        (
+            seen.iter().filter(|count| **count == 1).count(),
+            seen.iter().filter(|count| **count > 1).count(),
+        )
+    }
+
+    /// Primaries that serve at least one slot.
+    pub fn serving_primaries(&self) -> usize {
+        self.ownership
+            .values()
+            .filter(|ranges| !ranges.is_empty())
+            .count()
+    }
+
+    /// The pod that is `shard`'s primary now: the one of its pods that serves slots (after a
+    /// failover, a former replica), or, while the shard serves none, the one its other pods
+    /// follow, else its first pod. `None` when two of its pods serve slots.
+    pub fn shard_primary(&self, facts: &Facts, shard: usize) -> Option<usize> {
+        let pods = facts.shard_ordinals(shard);
+        let serving: Vec<usize> = pods.clone().filter(|o| self.slots_of_ordinal(*o) > 0).collect();
+        match serving.as_slice() {
+            [one] => Some(*one),
+            [] => {
+                let first = pods.start;
+                if pods.is_empty() {
+                    return None;
+                }
+                let followed = facts
+                    .node(first)
+                    .and_then(NodeFact::me)
+                    .filter(|me| me.flags.replica)
+                    .and_then(|me| self.ordinals.get(me.primary_id.as_deref()?))
+                    .filter(|o| pods.contains(o));
+                Some(followed.copied().unwrap_or(first))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Sorted slots as contiguous ranges.
+pub fn as_ranges(slots: impl IntoIterator<Item = u16>) -> Vec<SlotRange> {
+    let mut ranges: Vec<SlotRange> = Vec::new();
+    for slot in slots {
+        match ranges.last_mut() {
+            Some(last) if last.end + 1 == slot => last.end = slot,
+            _ => ranges.push(SlotRange::single(slot)),
+        }
+    }
+    ranges
+}
+
+/// One step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Grow the StatefulSet (shrinking goes through [`Step::RemoveShards`]).
+    ScaleNodes { replicas: usize },
+    /// Form the cluster: `introducer` meets every node of `meet`, and each shard's first pod
+    /// takes the initial slots it does not have yet. Replicas are placed by later passes, once
+    /// the handshakes are done.
+    Form {
+        introducer: usize,
+        meet: Vec<usize>,
+        assign: Vec<(usize, Vec<SlotRange>)>,
+    },
+    /// `CLUSTER MEET`: each `(from, to)` pair, `from` meeting `to` at its current address.
+    Meet { pairs: Vec<(usize, usize)> },
+    /// Finish moving `slot`, left migrating or importing.
+    FinishMigration { slot: u16, source: usize, target: usize },
+    /// `CLUSTER REPLICATE`: each `(node, primary, primary id)`.
+    Replicate {
+        assignments: Vec<(usize, usize, String)>,
+    },
+    /// Move `slots` (a bounded batch of `planned`, recorded in status first) from pod `source`
+    /// to pod `target`.
+    MoveSlots {
+        planned: SlotMove,
+        slots: SlotRange,
+        source: usize,
+        target: usize,
+        /// Moves of the plan after `planned`.
+        remaining_moves: usize,
+    },
+    /// `CLUSTER FORGET` each id of `forget` on each pod of `on` (at once: a forgotten node is
+    /// kept out for only 60 s), then shrink the StatefulSet to `replicas`.
+    RemoveShards {
+        forget: Vec<String>,
+        on: Vec<usize>,
+        replicas: usize,
+    },
+}
+
+/// Why no step is taken now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Wait {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    Act(Step),
+    Wait(Wait),
+    Settled,
+}
+
+fn wait(reason: &'static str, message: impl Into<String>) -> Decision {
+    Decision::Wait(Wait {
+        reason,
+        message: message.into(),
+    })
+}
+
+/// The one step to take now.
+pub fn decide(facts: &Facts) -> Decision {
+    let desired = facts.desired_nodes();
+    if facts.pods.is_none_or(|pods| pods < desired) {
+        return Decision::Act(Step::ScaleNodes {
+            replicas: desired.max(facts.pod_count()),
+        });
+    }
+    let topology = Topology::new(facts);
+    if let Some(decision) = formation(facts, &topology) {
+        return decision;
+    }
+    let members = members(facts, &topology);
+    if let Some(pairs) = introductions(&topology, &members) {
+        return Decision::Act(Step::Meet { pairs });
+    }
+    if let Some(decision) = unfinished_migration(facts, &topology) {
+        return decision;
+    }
+    if let Some(why) = joining(&topology, &members) {
+        return Decision::Wait(why);
+    }
+    if let Some(assignments) = misplaced_replicas(facts, &topology) {
+        return Decision::Act(Step::Replicate { assignments });
+    }
+    rebalance_or_remove(facts, &topology)
+}
+
+/// Formation, or its completion after a pass that stopped halfway: only while every pod
+/// answered, each keeps the id recorded for it, and every slot with an owner is owned by the
+/// first pod of the shard the initial split gives it to. Anything else with uncovered slots
+/// is a cluster that lost data, which is not the operator's to paper over.
+fn formation(facts: &Facts, topology: &Topology) -> Option<Decision> {
+    let (covered, duplicated) = topology.coverage();
+    if covered == usize::from(SLOT_COUNT) || duplicated > 0 {
+        return None;
+    }
+    let ranges = initial_ranges(facts.desired_shards);
+    let initial_owner = |slot: u16| {
+        let shard = ranges.iter().position(|range| range.contains(slot))?;
+        topology.ids.get(&facts.shard_ordinals(shard).start)
+    };
+    let consistent = topology.ownership.iter().all(|(id, owned)| {
+        owned
+            .iter()
+            .flat_map(SlotRange::slots)
+            .all(|slot| initial_owner(slot) == Some(id))
+    });
+    if !consistent {
+        return None;
+    }
+    let staying = 0..facts.desired_nodes();
+    if let Some(node) = staying
+        .clone()
+        .filter_map(|o| facts.node(o))
+        .find(|n| n.me().is_none())
+    {
+        return Some(wait(
+            "NodesStarting",
+            format!(
+                "node {} has not answered yet; the cluster forms once every node has",
+                node.ordinal
+            ),
+        ));
+    }
+    let changed = facts
+        .recorded_ids
+        .iter()
+        .filter(|(ordinal, _)| staying.contains(ordinal))
+        .find(|(ordinal, id)| topology.ids.get(ordinal) != Some(id));
+    if let Some((ordinal, recorded)) = changed {
+        return Some(wait(
+            "NodeIdsChanged",
+            format!(
+                "node {ordinal} answers with id {}, not the {recorded} recorded for it: its nodes.conf was lost; \
+                 the operator does not form a new cluster in place of one that served slots",
+                topology.ids.get(ordinal).map_or("-", String::as_str)
+            ),
+        ));
+    }
+    let introducer = facts.node(0)?;
+    let introducer_view = introducer.answered()?;
+    let meet = staying
+        .clone()
+        .skip(1)
+        .filter(|ordinal| {
+            let node = facts.node(*ordinal);
+            let id = topology.ids.get(ordinal);
+            let address = node.and_then(|n| n.address);
+            address.is_some()
+                && id
+                    .and_then(|id| introducer_view.line(id))
+                    .and_then(|line| line.address)
+                    != address
+        })
+        .collect();
+    let mut assign = Vec::new();
+    for (shard, range) in ranges.iter().enumerate() {
+        let first = facts.shard_ordinals(shard).start;
+        let owned: BTreeSet<u16> = topology
+            .ids
+            .get(&first)
+            .and_then(|id| topology.ownership.get(id))
+            .into_iter()
+            .flatten()
+            .flat_map(SlotRange::slots)
+            .collect();
+        let missing = as_ranges(range.slots().filter(|slot| !owned.contains(slot)));
+        if !missing.is_empty() {
+            assign.push((first, missing));
+        }
+    }
+    Some(Decision::Act(Step::Form {
+        introducer: introducer.ordinal,
+        meet,
+        assign,
+    }))
+}
+
+/// The pods that must all know one another: every pod that stays, and a leaving pod while it
+/// still serves slots. Only pods that answered: the operator introduces nodes it can vouch for.
+fn members<'a>(facts: &'a Facts, topology: &Topology) -> Vec<&'a NodeFact> {
+    facts
+        .nodes
+        .iter()
+        .filter(|node| node.me().is_some())
+        .filter(|node| node.ordinal < facts.desired_nodes() || topology.slots_of_ordinal(node.ordinal) > 0)
+        .collect()
+}
+
+/// `(from, to)` pairs where `from` does not know `to` by its id at its current address (a new
+/// node, or one that came back on another address) and is not already shaking hands with
+/// it. The first member introduces everyone it lacks; the others' gaps are closed pair by pair
+/// only once it knows everyone, as gossip usually closes them first.
+fn introductions(topology: &Topology, members: &[&NodeFact]) -> Option<Vec<(usize, usize)>> {
+    let mut pairs = Vec::new();
+    for from in members {
+        let Some(view) = from.answered() else { continue };
+        for to in members.iter().filter(|to| to.ordinal != from.ordinal) {
+            let (Some(address), Some(id)) = (to.address, topology.ids.get(&to.ordinal)) else {
+                continue;
+            };
+            let known_there = view
+                .line(id)
+                .is_some_and(|line| line.address == Some(address) && !line.flags.no_address);
+            if !known_there && !view.handshake_with(address) {
+                pairs.push((from.ordinal, to.ordinal));
+            }
+        }
+    }
+    let first = members.first()?.ordinal;
+    let from_first: Vec<(usize, usize)> = pairs.iter().copied().filter(|(from, _)| *from == first).collect();
+    match (from_first.is_empty(), pairs.is_empty()) {
+        (_, true) => None,
+        (false, _) => Some(from_first),
+        (true, false) => Some(pairs),
+    }
+}
+
+/// A slot some node shows as migrating or importing: finished before any other move, by the
+/// resumable migration, once both of its nodes answer.
+fn unfinished_migration(facts: &Facts, topology: &Topology) -> Option<Decision> {
+    for node in &facts.nodes {
+        let Some(me) = node.me() else { continue };
+        let pending = me
+            .migrating
+            .iter()
+            .map(|(slot, target)| {
+                (
+                    *slot,
+                    Some(node.ordinal),
+                    topology.ordinals.get(target).copied(),
+                    target,
+                )
+            })
+            .chain(me.importing.iter().map(|(slot, source)| {
+                (
+                    *slot,
+                    topology.ordinals.get(source).copied(),
+                    Some(node.ordinal),
+                    source,
+                )
+            }))
+            .next();
+        let Some((slot, source, target, other)) = pending else {
+            continue;
+        };
+        return Some(match (source, target) {
+            (Some(source), Some(target)) if facts.healthy(source) && facts.healthy(target) => {
+                Decision::Act(Step::FinishMigration { slot, source, target })
+            }
+            (Some(source), Some(target)) => wait(
+                "MigrationBlocked",
+                format!(
+                    "slot {slot} is halfway from node {source} ({}) to node {target} ({}); it is finished \
+                     once both answer, and nothing else moves meanwhile",
+                    facts.health_of(source),
+                    facts.health_of(target)
+                ),
+            ),
+            _ => wait(
+                "StrayMigration",
+                format!(
+                    "node {} shows slot {slot} moving to or from {other}, which is no node of this cluster",
+                    node.ordinal
+                ),
+            ),
+        });
+    }
+    None
+}
+
+/// Members whose handshakes or links are not up yet.
+fn joining(topology: &Topology, members: &[&NodeFact]) -> Option<Wait> {
+    for from in members {
+        let Some(view) = from.answered() else { continue };
+        for to in members.iter().filter(|to| to.ordinal != from.ordinal) {
+            let Some(id) = topology.ids.get(&to.ordinal) else {
+                continue;
+            };
+            let joined = view
+                .line(id)
+                .is_some_and(|line| line.connected && !line.flags.handshake);
+            if !joined {
+                return Some(Wait {
+                    reason: "Joining",
+                    message: format!("node {} is not linked to node {} yet", from.ordinal, to.ordinal),
+                });
+            }
+        }
+    }
+    None
+}
+
+/// Pods of a staying shard that should replicate its primary and do not: new pods (empty
+/// primaries), and replicas of another node. A pod that serves slots is never made a replica.
+fn misplaced_replicas(facts: &Facts, topology: &Topology) -> Option<Vec<(usize, usize, String)>> {
+    let mut assignments = Vec::new();
+    for shard in 0..facts.desired_shards {
+        let Some(primary) = topology.shard_primary(facts, shard) else {
+            continue;
+        };
+        let Some(primary_id) = topology.ids.get(&primary) else {
+            continue;
+        };
+        for ordinal in facts.shard_ordinals(shard).filter(|o| *o != primary) {
+            let Some(view) = facts.node(ordinal).and_then(NodeFact::answered) else {
+                continue;
+            };
+            let Some(me) = view.me() else { continue };
+            let follows = me.flags.replica && me.primary_id.as_deref() == Some(primary_id.as_str());
+            let serves = me.flags.primary && !me.slots.is_empty();
+            let knows_primary = view
+                .line(primary_id)
+                .is_some_and(|line| line.flags.primary && !line.flags.handshake);
+            if !follows && !serves && knows_primary {
+                assignments.push((ordinal, primary, primary_id.clone()));
+            }
+        }
+    }
+    (!assignments.is_empty()).then_some(assignments)
+}
+
+fn rebalance_or_remove(facts: &Facts, topology: &Topology) -> Decision {
+    let desired = facts.desired_nodes();
+    let pods = facts.pod_count();
+    let scaling_in = pods > desired;
+    if let Some(ordinal) = (0..desired).find(|o| !topology.ids.contains_key(o)) {
+        return wait("NodesStarting", format!("node {ordinal} has not answered yet"));
+    }
+    let mut primaries = BTreeSet::new();
+    for shard in 0..facts.desired_shards {
+        match topology.shard_primary(facts, shard) {
+            Some(primary) if topology.ids.contains_key(&primary) => {
+                primaries.insert(topology.ids[&primary].clone());
+            }
+            _ => {
+                return wait(
+                    "ShardWithoutPrimary",
+                    format!(
+                        "shard {shard} has more than one node serving slots; waiting for Redis to settle it"
+                    ),
+                );
+            }
+        }
+    }
+    let plan = match plan_rebalance(&topology.ownership, &primaries) {
+        Ok(plan) => plan,
+        Err(error) => {
+            return wait(
+                "SlotsUncovered",
+                format!(
+                    "{error}; no slot moves and no node leaves until every slot is served by one primary"
+                ),
+            );
+        }
+    };
+    let blocked_reason = if scaling_in {
+        "ScaleInBlocked"
+    } else {
+        "RebalanceBlocked"
+    };
+    if let Some(first) = plan.first() {
+        return match choose_move(facts, topology, &plan) {
+            Some((planned, range)) => {
+                let source = topology.ordinals[&planned.from];
+                let target = topology.ordinals[&planned.to];
+                let batch_end = range.start as usize + range.len().min(MAX_SLOTS_PER_PASS) - 1;
+                Decision::Act(Step::MoveSlots {
+                    slots: SlotRange::new(range.start, batch_end as u16),
+                    planned,
+                    source,
+                    target,
+                    remaining_moves: plan.len() - 1,
+                })
+            }
+            None => wait(
+                blocked_reason,
+                format!(
+                    "{} slot moves are planned and every one involves a node the operator cannot vouch for \
+                     (the next: {} from {} to {}); slots move only between nodes that answer",
+                    plan.len(),
+                    first.slots,
+                    describe_id(facts, topology, &first.from),
+                    describe_id(facts, topology, &first.to),
+                ),
+            ),
+        };
+    }
+    if scaling_in {
+        return remove_shards(facts, topology);
+    }
+    settled_or_waiting(facts)
+}
+
+/// The recorded move while the plan still has it (so a restarted operator carries on with it),
+/// else the first planned move between two nodes that answer. The range is what is left of
+/// the move.
+fn choose_move(facts: &Facts, topology: &Topology, plan: &[SlotMove]) -> Option<(SlotMove, SlotRange)> {
+    let movable = |step: &SlotMove| {
+        let healthy = |id: &String| topology.ordinals.get(id).is_some_and(|o| facts.healthy(*o));
+        healthy(&step.from) && healthy(&step.to)
+    };
+    if let Some(recorded) = &facts.recorded_move {
+        for step in plan
+            .iter()
+            .filter(|s| s.from == recorded.from && s.to == recorded.to && movable(s))
+        {
+            let start = step.slots.start.max(recorded.slots.start);
+            let end = step.slots.end.min(recorded.slots.end);
+            if start <= end {
+                return Some((recorded.clone(), SlotRange::new(start, end)));
+            }
+        }
+    }
+    plan.iter()
+        .find(|s| movable(s))
+        .map(|step| (step.clone(), step.slots))
+}
+
+fn describe_id(facts: &Facts, topology: &Topology, id: &str) -> String {
+    match topology.ordinals.get(id) {
+        Some(ordinal) => format!("node {ordinal} ({})", facts.health_of(*ordinal)),
+        None => format!("node id {id} (no pod of this cluster)"),
+    }
+}
+
+/// The leaving pods serve no slot: every remaining node forgets them, then they go. Never
+/// while a leaving node is Unknown (it might serve slots the others do not know of), or a
+/// remaining node does not answer (it would keep the forgotten nodes and gossip them back).
+fn remove_shards(facts: &Facts, topology: &Topology) -> Decision {
+    let desired = facts.desired_nodes();
+    let leaving = desired..facts.pod_count();
+    let mut forget = Vec::new();
+    for ordinal in leaving.clone() {
+        let health = facts.node(ordinal).map(|n| &n.health);
+        if !matches!(health, Some(Health::Healthy | Health::Unhealthy(_))) {
+            return wait(
+                "ScaleInBlocked",
+                format!(
+                    "node {ordinal} is leaving and the operator cannot reach it; it is neither forgotten nor \
+                     removed until it answers or the cluster reports it failed"
+                ),
+            );
+        }
+        let Some(id) = topology.ids.get(&ordinal) else {
+            return wait(
+                "ScaleInBlocked",
+                format!("node {ordinal} is leaving and its node id was never seen"),
+            );
+        };
+        if let Err(error) = check_removable(&topology.ownership, id) {
+            return wait("ScaleInBlocked", format!("node {ordinal}: {error}"));
+        }
+        forget.push(id.clone());
+    }
+    if let Some(ordinal) = (0..desired).find(|o| !facts.healthy(*o)) {
+        return wait(
+            "ScaleInBlocked",
+            format!(
+                "every remaining node must forget the leaving ones within 60 s; node {ordinal} is {}",
+                facts.health_of(ordinal)
+            ),
+        );
+    }
+    let known: BTreeSet<&String> = (0..desired)
+        .filter_map(|o| facts.node(o)?.answered())
+        .flat_map(|view| view.nodes.iter().map(|line| &line.id))
+        .collect();
+    forget.retain(|id| known.contains(id));
+    Decision::Act(Step::RemoveShards {
+        forget,
+        on: (0..desired).collect(),
+        replicas: desired,
+    })
+}
+
+fn settled_or_waiting(facts: &Facts) -> Decision {
+    if let Some(node) = facts.nodes.iter().find(|n| !n.health.is_healthy()) {
+        return wait(
+            if matches!(node.health, Health::Unhealthy(_)) {
+                "NodeUnhealthy"
+            } else {
+                "NodeUnknown"
+            },
+            format!(
+                "node {} is {}",
+                node.ordinal,
+                node.health.detail().unwrap_or_default()
+            ),
+        );
+    }
+    if let Some(node) = facts
+        .nodes
+        .iter()
+        .find(|n| n.answered().is_some_and(|v| !v.state_ok))
+    {
+        return wait(
+            "ClusterStateNotOk",
+            format!("node {} does not report cluster_state:ok yet", node.ordinal),
+        );
+    }
+    if let Some(node) = facts.nodes.iter().find(|n| {
+        n.answered()
+            .is_some_and(|v| v.me().is_some_and(|me| me.flags.replica) && !v.link_up)
+    }) {
+        return wait(
+            "ReplicaSyncing",
+            format!("node {} is syncing from its primary", node.ordinal),
+        );
+    }
+    Decision::Settled
+}
+
+/// How many slot moves the even share still needs, when it can be planned (every staying
+/// shard has one primary with a known id, and every slot one owner).
+pub fn pending_moves(facts: &Facts, topology: &Topology) -> Option<usize> {
+    let primaries = (0..facts.desired_shards)
+        .map(|shard| topology.ids.get(&topology.shard_primary(facts, shard)?).cloned())
+        .collect::<Option<BTreeSet<String>>>()?;
+    plan_rebalance(&topology.ownership, &primaries)
+        .ok()
+        .map(|plan| plan.len())
+}
+
+/// Whether the cluster serves every slot with every shard whole: `Ok` with a summary, or the
+/// reason and message of the first thing missing.
+pub fn serving(facts: &Facts, topology: &Topology) -> Result<String, (&'static str, String)> {
+    let (covered, duplicated) = topology.coverage();
+    if covered != usize::from(SLOT_COUNT) {
+        return Err((
+            "SlotsUncovered",
+            format!(
+                "{covered} of {SLOT_COUNT} slots are served by one primary ({duplicated} are claimed twice)"
+            ),
+        ));
+    }
+    for node in &facts.nodes {
+        match node.answered() {
+            None => {
+                return Err((
+                    "NodeNotAnswering",
+                    format!("node {} is {}", node.ordinal, node.health.as_str()),
+                ));
+            }
+            Some(view) if !view.state_ok => {
+                return Err((
+                    "ClusterStateNotOk",
+                    format!("node {} does not report cluster_state:ok", node.ordinal),
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    for shard in 0..facts.desired_shards {
+        let Some(primary) = topology.shard_primary(facts, shard) else {
+            return Err(("ShardNotReady", format!("shard {shard} has no single primary")));
+        };
+        let Some(primary_id) = topology
+            .ids
+            .get(&primary)
+            .filter(|id| topology.slot_count(id) > 0)
+        else {
+            return Err(("ShardNotReady", format!("shard {shard} serves no slots")));
+        };
+        let shard_pods = facts.shard_ordinals(shard);
+        if shard_pods.len() < facts.nodes_per_shard {
+            return Err(("ShardNotReady", format!("shard {shard} is missing pods")));
+        }
+        for ordinal in shard_pods.filter(|o| *o != primary) {
+            let linked = facts
+                .node(ordinal)
+                .and_then(NodeFact::answered)
+                .is_some_and(|view| {
+                    view.link_up
+                        && view.me().is_some_and(|me| {
+                            me.flags.replica && me.primary_id.as_deref() == Some(primary_id.as_str())
+                        })
+                });
+            if !linked {
+                return Err((
+                    "ShardNotReady",
+                    format!(
+                        "node {ordinal} is not a linked replica of shard {shard}'s primary (node {primary})"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(format!(
+        "{} shards serve all {SLOT_COUNT} slots, each with its replicas linked",
+        topology.serving_primaries()
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admin::cluster::parse_cluster_nodes;
+
+    // Two pods per shard: ordinals 0,1 shard 0; 2,3 shard 1; 4,5 shard 2; 6,7 shard 3.
+    fn id(ordinal: usize) -> String {
+        format!("{:040x}", ordinal + 1)
+    }
+
+    fn address(ordinal: usize) -> SocketAddr {
+        format!("127.0.9.{}:6379", ordinal + 1).parse().unwrap()
+    }
+
+    /// One node's state, to render into `CLUSTER NODES` lines.
+    #[derive(Clone, Debug)]
+    struct Node {
+        ordinal: usize,
+        address: SocketAddr,
+        primary_of: Option<usize>,
+        slots: Vec<SlotRange>,
+        migrating: Vec<(u16, usize)>,
+        importing: Vec<(u16, usize)>,
+        failed: bool,
+    }
+
+    fn primary(ordinal: usize, slots: &[SlotRange]) -> Node {
+        Node {
+            ordinal,
+            address: address(ordinal),
+            primary_of: None,
+            slots: slots.to_vec(),
+            migrating: vec![],
+            importing: vec![],
+            failed: false,
+        }
+    }
+
+    fn replica(ordinal: usize, of: usize) -> Node {
+        Node {
+            primary_of: Some(of),
+            ..primary(ordinal, &[])
+        }
+    }
+
+    fn line(node: &Node, me: bool) -> String {
+        let mut flags = vec![];
+        if me {
+            flags.push("myself");
+        }
+        flags.push(if node.primary_of.is_some() {
+            "slave"
+        } else {
+            "master"
+        });
+        if node.failed {
+            flags.push("fail");
+        }
+        let mut text = format!(
+            "{} {}@{} {} {} 0 0 1 connected",
+            id(node.ordinal),
+            node.address,
+            node.address.port() + 10000,
+            flags.join(","),
+            node.primary_of.map_or("-".to_string(), id),
+        );
+        for range in &node.slots {
+            text.push_str(&format!(" {}-{}", range.start, range.end));
+        }
+        if me {
+            for (slot, to) in &node.migrating {
+                text.push_str(&format!(" [{slot}->-{}]", id(*to)));
+            }
+            for (slot, from) in &node.importing {
+                text.push_str(&format!(" [{slot}-<-{}]", id(*from)));
+            }
+        }
+        text
+    }
+
+    /// The view of `me` when it knows `known`.
+    fn view(me: &Node, known: &[Node]) -> NodeView {
+        let mut text = line(me, true);
+        for other in known.iter().filter(|o| o.ordinal != me.ordinal) {
+            text.push('\n');
+            text.push_str(&line(other, false));
+        }
+        NodeView {
+            nodes: parse_cluster_nodes(&text).unwrap(),
+            state_ok: true,
+            link_up: me.primary_of.is_some(),
+        }
+    }
+
+    fn answering(node: &Node, known: &[Node]) -> NodeFact {
+        NodeFact {
+            ordinal: node.ordinal,
+            address: Some(address(node.ordinal)),
+            health: Health::Healthy,
+            view: Some(view(node, known)),
+        }
+    }
+
+    fn unreachable(ordinal: usize) -> NodeFact {
+        NodeFact {
+            ordinal,
+            address: Some(address(ordinal)),
+            health: Health::Unknown("timed out".into()),
+            view: None,
+        }
+    }
+
+    fn facts(shards: usize, nodes: Vec<NodeFact>) -> Facts {
+        Facts {
+            desired_shards: shards,
+            nodes_per_shard: 2,
+            pods: Some(nodes.len()),
+            recorded_ids: (0..nodes.len()).map(|o| (o, id(o))).collect(),
+            nodes,
+            recorded_move: None,
+        }
+    }
+
+    /// A formed cluster of `shards` even shards, each primary with its replica.
+    fn formed(shards: usize) -> Vec<Node> {
+        initial_ranges(shards)
+            .into_iter()
+            .enumerate()
+            .flat_map(|(shard, range)| [primary(2 * shard, &[range]), replica(2 * shard + 1, 2 * shard)])
+            .collect()
+    }
+
+    fn everyone_knows_everyone(nodes: &[Node]) -> Vec<NodeFact> {
+        nodes.iter().map(|node| answering(node, nodes)).collect()
+    }
+
+    fn reason(decision: &Decision) -> &'static str {
+        match decision {
+            Decision::Wait(wait) => wait.reason,
+            other => panic!("expected a wait, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_formed_cluster_is_settled_and_serving() {
+        let facts = facts(3, everyone_knows_everyone(&formed(3)));
+        assert_eq!(decide(&facts), Decision::Settled);
+        let topology = Topology::new(&facts);
+        assert!(
+            serving(&facts, &topology).is_ok(),
+            "{:?}",
+            serving(&facts, &topology)
+        );
+        assert_eq!(topology.serving_primaries(), 3);
+    }
+
+    #[test]
+    fn pods_come_first() {
+        let mut facts = facts(3, vec![]);
+        facts.pods = None;
+        assert_eq!(decide(&facts), Decision::Act(Step::ScaleNodes { replicas: 6 }));
+        facts.pods = Some(4);
+        assert_eq!(decide(&facts), Decision::Act(Step::ScaleNodes { replicas: 6 }));
+    }
+
+    #[test]
+    fn fresh_nodes_form_a_cluster_once_every_one_answered() {
+        let fresh: Vec<Node> = (0..6).map(|o| primary(o, &[])).collect();
+        let mut starting: Vec<NodeFact> = fresh.iter().map(|n| answering(n, &[])).collect();
+        starting[5] = unreachable(5);
+        let mut waiting = facts(3, starting);
+        waiting.recorded_ids.clear();
+        assert_eq!(reason(&decide(&waiting)), "NodesStarting");
+
+        let mut answered = facts(3, fresh.iter().map(|n| answering(n, &[])).collect());
+        answered.recorded_ids.clear();
+        let ranges = initial_ranges(3);
+        assert_eq!(
+            decide(&answered),
+            Decision::Act(Step::Form {
+                introducer: 0,
+                meet: vec![1, 2, 3, 4, 5],
+                assign: vec![(0, vec![ranges[0]]), (2, vec![ranges[1]]), (4, vec![ranges[2]])],
+            })
+        );
+    }
+
+    #[test]
+    fn a_formation_stopped_halfway_is_completed_without_touching_assigned_slots() {
+        // Met, and shard 0 has its slots; the pass stopped before shards 1 and 2 got theirs.
+        let ranges = initial_ranges(3);
+        let mut nodes: Vec<Node> = (0..6).map(|o| primary(o, &[])).collect();
+        nodes[0].slots = vec![ranges[0]];
+        let facts = facts(3, everyone_knows_everyone(&nodes));
+        assert_eq!(
+            decide(&facts),
+            Decision::Act(Step::Form {
+                introducer: 0,
+                meet: vec![],
+                assign: vec![(2, vec![ranges[1]]), (4, vec![ranges[2]])],
+            })
+        );
+    }
+
+    #[test]
+    fn nodes_with_new_ids_and_no_slots_are_not_formed_over_a_recorded_cluster() {
+        // Every pod lost its nodes.conf: new ids, no slots. Status remembers the old cluster.
+        let fresh: Vec<Node> = (0..6).map(|o| primary(o, &[])).collect();
+        let mut lost = facts(3, fresh.iter().map(|n| answering(n, &[])).collect());
+        lost.recorded_ids = (0..6).map(|o| (o, format!("{:040x}", o + 100))).collect();
+        assert_eq!(reason(&decide(&lost)), "NodeIdsChanged");
+    }
+
+    #[test]
+    fn a_full_restart_on_new_addresses_is_met_again_not_formed() {
+        // Every node came back on a new address, keeping its id and slots, and still knows the
+        // others at their old addresses.
+        let old = formed(3);
+        let mut facts = facts(3, everyone_knows_everyone(&old));
+        for node in &mut facts.nodes {
+            node.address = Some(format!("127.0.8.{}:6379", node.ordinal + 1).parse().unwrap());
+        }
+        let decision = decide(&facts);
+        assert_eq!(
+            decision,
+            Decision::Act(Step::Meet {
+                pairs: (1..6).map(|to| (0, to)).collect()
+            })
+        );
+    }
+
+    #[test]
+    fn once_the_first_node_knows_everyone_the_others_gaps_are_closed() {
+        let nodes = formed(3);
+        let mut facts = facts(3, everyone_knows_everyone(&nodes));
+        // Node 3 does not know node 5 yet.
+        let without_five: Vec<Node> = nodes.iter().filter(|n| n.ordinal != 5).cloned().collect();
+        facts.nodes[3] = answering(&nodes[3], &without_five);
+        assert_eq!(decide(&facts), Decision::Act(Step::Meet { pairs: vec![(3, 5)] }));
+    }
+
+    #[test]
+    fn new_replicas_follow_their_shards_primary_after_joining() {
+        let mut nodes = formed(3);
+        nodes[3] = primary(3, &[]);
+        nodes[5] = primary(5, &[]);
+        let facts = facts(3, everyone_knows_everyone(&nodes));
+        assert_eq!(
+            decide(&facts),
+            Decision::Act(Step::Replicate {
+                assignments: vec![(3, 2, id(2)), (5, 4, id(4))]
+            })
+        );
+    }
+
+    #[test]
+    fn scaling_out_meets_the_new_shard_places_its_replica_then_moves_slots_in_batches() {
+        let mut nodes = formed(3);
+        nodes.push(primary(6, &[]));
+        nodes.push(primary(7, &[]));
+        // The new pods know nobody yet.
+        let mut out = facts(4, everyone_knows_everyone(&nodes[..6]));
+        out.nodes.push(answering(&nodes[6], &[]));
+        out.nodes.push(answering(&nodes[7], &[]));
+        out.pods = Some(8);
+        out.recorded_ids.retain(|o, _| *o < 6);
+        assert_eq!(
+            decide(&out),
+            Decision::Act(Step::Meet {
+                pairs: vec![(0, 6), (0, 7)]
+            })
+        );
+
+        let met = facts(4, everyone_knows_everyone(&nodes));
+        assert_eq!(
+            decide(&met),
+            Decision::Act(Step::Replicate {
+                assignments: vec![(7, 6, id(6))]
+            })
+        );
+
+        nodes[7] = replica(7, 6);
+        let placed = facts(4, everyone_knows_everyone(&nodes));
+        let Decision::Act(Step::MoveSlots {
+            planned,
+            slots,
+            source,
+            target,
+            remaining_moves,
+        }) = decide(&placed)
+        else {
+            panic!("expected a move, got {:?}", decide(&placed));
+        };
+        assert_eq!((source, target), (0, 6));
+        assert_eq!(planned.to, id(6));
+        assert_eq!(planned.slots, SlotRange::new(4096, 5461));
+        assert_eq!(slots, SlotRange::new(4096, 4096 + MAX_SLOTS_PER_PASS as u16 - 1));
+        assert_eq!(remaining_moves, 2);
+    }
+
+    #[test]
+    fn a_recorded_move_is_resumed_where_it_stopped() {
+        let mut nodes = formed(3);
+        nodes.push(primary(6, &[SlotRange::new(4096, 4999)]));
+        nodes.push(replica(7, 6));
+        nodes[0].slots = vec![SlotRange::new(0, 4095), SlotRange::new(5000, 5461)];
+        let mut resumed = facts(4, everyone_knows_everyone(&nodes));
+        // Recorded before it started: the second giver's move, chosen when the first was blocked.
+        let recorded = SlotMove {
+            slots: SlotRange::new(9558, 10922),
+            from: id(2),
+            to: id(6),
+        };
+        resumed.recorded_move = Some(recorded.clone());
+        // Node 2 already gave 9558-9999 away.
+        resumed.nodes[2] = answering(
+            &primary(2, &[SlotRange::new(5462, 9557), SlotRange::new(10000, 10922)]),
+            &nodes,
+        );
+        for node in &mut resumed.nodes {
+            if let Some(view) = &mut node.view
+                && let Some(line) = view.nodes.iter_mut().find(|l| l.id == id(6))
+            {
+                line.slots = vec![SlotRange::new(4096, 4999), SlotRange::new(9558, 9999)];
+            }
+        }
+        let Decision::Act(Step::MoveSlots {
+            planned,
+            slots,
+            source,
+            ..
+        }) = decide(&resumed)
+        else {
+            panic!("expected a move, got {:?}", decide(&resumed));
+        };
+        assert_eq!(planned, recorded);
+        assert_eq!(source, 2);
+        assert_eq!(slots, SlotRange::new(10000, 10922));
+    }
+
+    #[test]
+    fn a_migrating_slot_is_finished_before_anything_else() {
+        let mut nodes = formed(3);
+        nodes.push(primary(6, &[]));
+        nodes.push(primary(7, &[]));
+        nodes[0].migrating = vec![(4200, 6)];
+        nodes[6].importing = vec![(4200, 0)];
+        // A replica to place and slots to move are pending too.
+        let pending = facts(4, everyone_knows_everyone(&nodes));
+        assert_eq!(
+            decide(&pending),
+            Decision::Act(Step::FinishMigration {
+                slot: 4200,
+                source: 0,
+                target: 6
+            })
+        );
+        // Only the target shows it (the source's MIGRATING was never set).
+        nodes[0].migrating.clear();
+        let half = facts(4, everyone_knows_everyone(&nodes));
+        assert_eq!(
+            decide(&half),
+            Decision::Act(Step::FinishMigration {
+                slot: 4200,
+                source: 0,
+                target: 6
+            })
+        );
+        // The source does not answer: nothing moves, nothing else happens.
+        let mut blocked = facts(4, everyone_knows_everyone(&nodes));
+        blocked.nodes[0] = unreachable(0);
+        assert_eq!(reason(&decide(&blocked)), "MigrationBlocked");
+    }
+
+    #[test]
+    fn slots_never_move_to_or_from_an_unknown_node() {
+        let mut nodes = formed(3);
+        nodes.push(primary(6, &[]));
+        nodes.push(replica(7, 6));
+        let mut out = facts(4, everyone_knows_everyone(&nodes));
+        out.nodes[6] = unreachable(6);
+        assert_eq!(reason(&decide(&out)), "RebalanceBlocked");
+
+        // Only one giver is unknown: the others' moves go ahead.
+        let mut partly = facts(4, everyone_knows_everyone(&nodes));
+        partly.nodes[0] = unreachable(0);
+        let Decision::Act(Step::MoveSlots { source, target, .. }) = decide(&partly) else {
+            panic!("expected a move, got {:?}", decide(&partly));
+        };
+        assert_eq!((source, target), (2, 6));
+    }
+
+    #[test]
+    fn scaling_in_empties_the_leaving_primary_whichever_pod_it_is_now() {
+        // Shard 3 failed over: pod 7 is its primary now.
+        let mut nodes = formed(4);
+        nodes[6] = replica(6, 7);
+        nodes[7] = primary(7, &[initial_ranges(4)[3]]);
+        let shrinking = facts(3, everyone_knows_everyone(&nodes));
+        let Decision::Act(Step::MoveSlots { source, planned, .. }) = decide(&shrinking) else {
+            panic!("expected a move, got {:?}", decide(&shrinking));
+        };
+        assert_eq!(source, 7);
+        assert_eq!(planned.from, id(7));
+    }
+
+    #[test]
+    fn a_scale_in_involving_an_unknown_node_waits_and_forgets_nothing() {
+        let nodes = formed(4);
+        let mut shrinking = facts(3, everyone_knows_everyone(&nodes));
+        shrinking.nodes[6] = unreachable(6);
+        let decision = decide(&shrinking);
+        assert_eq!(reason(&decision), "ScaleInBlocked", "{decision:?}");
+
+        // Its slots are gone, but it is Unknown: still not forgotten.
+        let mut emptied = formed(4);
+        emptied[6].slots.clear();
+        for (shard, range) in initial_ranges(3).into_iter().enumerate() {
+            emptied[2 * shard].slots = vec![range];
+        }
+        let mut unknown_leaver = facts(3, everyone_knows_everyone(&emptied));
+        unknown_leaver.nodes[7] = unreachable(7);
+        assert_eq!(reason(&decide(&unknown_leaver)), "ScaleInBlocked");
+
+        // A remaining node is Unknown: the forget could not reach it in time.
+        let mut unknown_stayer = facts(3, everyone_knows_everyone(&emptied));
+        unknown_stayer.nodes[3] = unreachable(3);
+        assert_eq!(reason(&decide(&unknown_stayer)), "ScaleInBlocked");
+
+        let ready = facts(3, everyone_knows_everyone(&emptied));
+        assert_eq!(
+            decide(&ready),
+            Decision::Act(Step::RemoveShards {
+                forget: vec![id(6), id(7)],
+                on: (0..6).collect(),
+                replicas: 6
+            })
+        );
+    }
+
+    #[test]
+    fn a_leaving_node_that_still_owns_slots_is_never_forgotten() {
+        // The views cannot be balanced (a slot is unserved): no plan, so no move; and the
+        // leaving primary still owns slots, so it is not removed either.
+        let mut nodes = formed(4);
+        nodes[0].slots = vec![SlotRange::new(0, 4000)];
+        let shrinking = facts(3, everyone_knows_everyone(&nodes));
+        let decision = decide(&shrinking);
+        assert_eq!(reason(&decision), "SlotsUncovered");
+        assert!(!matches!(decision, Decision::Act(Step::RemoveShards { .. })));
+    }
+
+    #[test]
+    fn an_unreachable_node_that_the_cluster_reports_failed_is_unhealthy_not_unknown_for_removal() {
+        let mut emptied = formed(4);
+        emptied[6].slots.clear();
+        for (shard, range) in initial_ranges(3).into_iter().enumerate() {
+            emptied[2 * shard].slots = vec![range];
+        }
+        let mut crashed = facts(3, everyone_knows_everyone(&emptied));
+        crashed.nodes[7] = NodeFact {
+            health: Health::Unhealthy("5 of 7 peers flag it fail".into()),
+            ..unreachable(7)
+        };
+        assert!(matches!(
+            decide(&crashed),
+            Decision::Act(Step::RemoveShards { .. })
+        ));
+    }
+
+    #[test]
+    fn an_unknown_node_is_not_settled_and_keeps_its_slots_in_the_picture() {
+        let nodes = formed(3);
+        let mut facts = facts(3, everyone_knows_everyone(&nodes));
+        facts.nodes[2] = unreachable(2);
+        assert_eq!(reason(&decide(&facts)), "NodeUnknown");
+        let topology = Topology::new(&facts);
+        assert_eq!(topology.coverage(), (usize::from(SLOT_COUNT), 0));
+        assert_eq!(topology.slot_count(&id(2)), 5461);
+        assert_eq!(serving(&facts, &topology).unwrap_err().0, "NodeNotAnswering");
+    }
+
+    #[test]
+    fn a_replica_with_its_link_down_is_not_settled_nor_serving() {
+        let nodes = formed(3);
+        let mut facts = facts(3, everyone_knows_everyone(&nodes));
+        facts.nodes[1].view.as_mut().unwrap().link_up = false;
+        assert_eq!(reason(&decide(&facts)), "ReplicaSyncing");
+        let topology = Topology::new(&facts);
+        assert_eq!(serving(&facts, &topology).unwrap_err().0, "ShardNotReady");
+    }
+}
