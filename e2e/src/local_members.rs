@@ -534,7 +534,8 @@ impl PodDirectories {
 
 /// Runs Redis-operator pods, data nodes and Sentinels alike, with `redis-server` from Debian's
 /// packages, through the very `start.sh` the pods run (from the StatefulSet's ConfigMap,
-/// `<statefulset>-config`).
+/// `<statefulset>-config`). A data pod's `restore` init container is run too (see
+/// [`RedisLauncher::prepare`]).
 pub struct RedisLauncher;
 
 impl MemberLauncher for RedisLauncher {
@@ -551,5 +552,43 @@ impl MemberLauncher for RedisLauncher {
         let mut command = directories.start_command(member);
         command.env("REDIS_SERVER", "redis-server");
         command
+    }
+
+    /// The pod's `restore` init container. Nothing pulls images here, so its image must name
+    /// an executable on this machine (the operator binary a test configures as the operator
+    /// image); it runs with the container's arguments, `$(POD_NAME)` expanded and the data
+    /// directory mapped to the member's. Any other image fails the step, as an image that
+    /// cannot be run would keep the pod from starting.
+    fn prepare(&self, member: &MemberPod) -> Option<Command> {
+        let init = member
+            .pod
+            .spec
+            .as_ref()?
+            .init_containers
+            .as_ref()?
+            .iter()
+            .find(|c| c.name == "restore")?;
+        let image = init.image.clone().unwrap_or_default();
+        let program = Path::new(&image);
+        if !program.is_absolute() || !program.is_file() {
+            let mut command = Command::new("sh");
+            command.args([
+                "-c",
+                "echo \"the local launcher cannot run image $0: it is no executable on this machine\" >&2; exit 1",
+                &image,
+            ]);
+            return Some(command);
+        }
+        let environment = BTreeMap::from([("POD_NAME".to_string(), member.name.clone())]);
+        let mut command = Command::new(program);
+        for argument in init.args.clone().unwrap_or_default() {
+            if argument.starts_with("--data-dir=") {
+                command.arg(format!("--data-dir={}", member.data_dir.display()));
+            } else {
+                command.arg(expand(&argument, &environment));
+            }
+        }
+        command.env_clear();
+        Some(command)
     }
 }
