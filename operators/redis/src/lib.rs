@@ -8,15 +8,19 @@
 //! - [`replication`] and [`sharded`]: each mode's observe, pure decision and step.
 //! - [`resources`]: pure builders of the Kubernetes objects.
 //! - [`reconcile`]: the Kubernetes side both modes share, and the dispatch to the mode.
+//! - [`backup_controller`]: `RedisBackup`s, RDB snapshots streamed to their destination.
+//! - [`restore`]: a new cluster started from a backup's snapshots (`spec.restoreFrom`).
 
 pub mod address;
 pub mod admin;
+pub mod backup_controller;
 pub mod clients;
 pub mod crd;
 pub mod packaging;
 pub mod reconcile;
 pub mod replication;
 pub mod resources;
+pub mod restore;
 pub mod sharded;
 
 /// The operator's name: its field manager, event reporter and `app.kubernetes.io/managed-by`.

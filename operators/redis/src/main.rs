@@ -3,15 +3,18 @@
 use clap::Parser;
 use quorum_core::{
     availability::breaker::BreakerSettings,
+    backup::S3Credentials,
     config::OperatorConfig,
     runner::{RunError, Runtime},
     telemetry,
 };
 use redis_operator::{
     OPERATOR_NAME,
+    backup_controller::reconcile_backup,
     clients::{RedisClients, default_policy},
-    crd::RedisCluster,
+    crd::{RedisBackup, RedisCluster},
     reconcile::{MemberAddresses, Settings, State, reconcile},
+    restore::{RestoreNodeArgs, restore_node},
 };
 
 /// Quorum's Redis operator.
@@ -33,6 +36,22 @@ struct Cli {
     /// clear text; for local test stores only).
     #[arg(long, env = "ALLOW_HTTP_BACKUPS", default_value_t = false, action = clap::ArgAction::Set)]
     allow_http_backups: bool,
+
+    /// The operator's own image: the data pods of a cluster restored from a backup run it as
+    /// their restore step.
+    #[arg(long, env = "OPERATOR_IMAGE", default_value = concat!("quorum-dev/redis-operator:", env!("CARGO_PKG_VERSION")))]
+    operator_image: String,
+
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum Command {
+    /// Place this data node's snapshot before its server starts (the init step of the data
+    /// pods of a cluster created with `spec.restoreFrom`). S3 credentials come from
+    /// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.
+    RestoreNode(RestoreNodeArgs),
 }
 
 #[tokio::main]
@@ -40,6 +59,28 @@ async fn main() -> Result<(), RunError> {
     let cli = Cli::parse();
     telemetry::init(cli.operator.log_format);
     quorum_core::install_crypto_provider();
+    if let Some(Command::RestoreNode(args)) = &cli.command {
+        let credentials = match (
+            std::env::var("AWS_ACCESS_KEY_ID"),
+            std::env::var("AWS_SECRET_ACCESS_KEY"),
+        ) {
+            (Ok(access_key_id), Ok(secret_access_key)) => Some(S3Credentials {
+                access_key_id,
+                secret_access_key,
+            }),
+            _ => None,
+        };
+        match restore_node(args, credentials).await {
+            Ok(outcome) => {
+                tracing::info!(pod = %args.pod_name, ?outcome, "restore");
+                return Ok(());
+            }
+            Err(error) => {
+                tracing::error!(pod = %args.pod_name, %error, "restore failed");
+                std::process::exit(1);
+            }
+        }
+    }
     let client = kube::Client::try_default().await.map_err(RunError::ApiServer)?;
     let runtime = Runtime::new(OPERATOR_NAME, cli.operator, client);
     let state = State {
@@ -52,9 +93,11 @@ async fn main() -> Result<(), RunError> {
             cluster_domain: cli.cluster_domain,
             member_addresses: cli.member_addresses,
             allow_http_backups: cli.allow_http_backups,
+            operator_image: cli.operator_image,
         },
     };
     let context = runtime.context(state);
-    let clusters = runtime.controller::<RedisCluster, _, _, _, _>(context, reconcile);
-    runtime.run(vec![clusters]).await
+    let clusters = runtime.controller::<RedisCluster, _, _, _, _>(context.clone(), reconcile);
+    let backups = runtime.controller::<RedisBackup, _, _, _, _>(context.clone(), reconcile_backup);
+    runtime.run(vec![clusters, backups]).await
 }

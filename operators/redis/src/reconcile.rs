@@ -37,7 +37,9 @@ use crate::{
         build_auth_secret, build_client_service, build_config_map, build_headless_service,
         build_pod_disruption_budget, build_primary_service, build_replicas_service, build_scheduled_backup,
         build_sentinel_config_map, build_sentinel_service, node_selector_string, ordinal_of,
+        statefulset_name,
     },
+    restore::{RestoreRefusal, plan_restore, restore_status},
 };
 
 pub use quorum_core::config::MemberAddresses;
@@ -49,6 +51,8 @@ pub struct Settings {
     pub member_addresses: MemberAddresses,
     /// Whether backups may go to an `http://` S3 endpoint.
     pub allow_http_backups: bool,
+    /// The operator's own image: a restored cluster's data pods run it as their restore step.
+    pub operator_image: String,
 }
 
 /// The operator's own state in the shared context.
@@ -193,6 +197,13 @@ pub async fn reconcile(cluster: Arc<RedisCluster>, context: Arc<Context<State>>)
         }
     }
     ensure_scheduled_backup(&context, &cluster).await?;
+
+    // A cluster created from a backup forms only once its snapshots are known: never an
+    // empty cluster in place of the one asked for.
+    let cluster = match restore_gate(&context, &cluster).await? {
+        Some(cluster) => cluster,
+        None => return Ok(Action::requeue(Duration::from_secs(10))),
+    };
 
     let pass = Pass {
         context: &context,
@@ -373,7 +384,8 @@ async fn ensure_generated_secret(context: &Context<State>, cluster: &RedisCluste
     Ok(())
 }
 
-async fn read_password(context: &Context<State>, namespace: &str, name: &str) -> Result<String, Error> {
+/// The password in the Secret `name`, as the servers are configured with it.
+pub async fn read_password(context: &Context<State>, namespace: &str, name: &str) -> Result<String, Error> {
     let secrets: Api<Secret> = Api::namespaced(context.client.clone(), namespace);
     let secret = secrets
         .get_opt(name)
@@ -394,6 +406,89 @@ async fn read_password(context: &Context<State>, namespace: &str, name: &str) ->
             secret: format!("{namespace}/{name}"),
             problem: "has no (or an empty, or a non-UTF-8) `password`",
         })
+}
+
+/// For a cluster with `restoreFrom`, the cluster to form with its restore recorded in
+/// `status.restore` (which the data StatefulSet's restore step is built from), or `None` while
+/// it must wait, with a condition and an event saying why. The snapshots are recorded once,
+/// before the data StatefulSet exists; a cluster that already has one keeps what it has.
+async fn restore_gate(
+    context: &Context<State>,
+    cluster: &Arc<RedisCluster>,
+) -> Result<Option<Arc<RedisCluster>>, Error> {
+    let Some(source) = &cluster.spec.restore_from else {
+        return Ok(Some(cluster.clone()));
+    };
+    let recorded = cluster.status.as_ref().and_then(|s| s.restore.as_ref());
+    if recorded.is_some() {
+        return Ok(Some(cluster.clone()));
+    }
+    let namespace = cluster.namespace().unwrap_or_default();
+    let statefulset = statefulset_name(&cluster.name_any());
+    let statefulsets: Api<StatefulSet> = Api::namespaced(context.client.clone(), &namespace);
+    if statefulsets
+        .get_opt(&statefulset)
+        .await
+        .map_err(api(format!("reading StatefulSet {statefulset}")))?
+        .is_some()
+    {
+        // Its nodes have data of their own, which a restore must never replace.
+        publish(
+            context,
+            cluster,
+            Severity::Warning,
+            "RestoreIgnored",
+            "restoreFrom applies only to a new deployment; this one already has data nodes".into(),
+        )
+        .await;
+        return Ok(Some(cluster.clone()));
+    }
+    let backups: Api<RedisBackup> = Api::namespaced(context.client.clone(), &namespace);
+    let backup = backups
+        .get_opt(&source.backup_name)
+        .await
+        .map_err(api(format!("reading RedisBackup {}", source.backup_name)))?;
+    let (reason, message) = match plan_restore(&cluster.spec, &source.backup_name, backup.as_ref()) {
+        Ok(snapshots) => {
+            let backup = backup.expect("a plan comes from an existing backup");
+            let settings = &context.state.settings;
+            let mut status = cluster.status.clone().unwrap_or_default();
+            status.restore = Some(restore_status(
+                &backup,
+                snapshots,
+                &settings.operator_image,
+                settings.allow_http_backups,
+            ));
+            patch_status(
+                &context.client,
+                cluster.as_ref(),
+                cluster.status.as_ref(),
+                &status,
+            )
+            .await?;
+            let mut restored = cluster.as_ref().clone();
+            restored.status = Some(status);
+            return Ok(Some(Arc::new(restored)));
+        }
+        Err(RestoreRefusal::NotReady(message)) => ("RestoreSourceNotReady", message),
+        Err(RestoreRefusal::Invalid(message)) => ("RestoreSourceInvalid", message),
+    };
+    let mut status = cluster.status.clone().unwrap_or_default();
+    let progress = Progress::Waiting {
+        reason,
+        message: message.clone(),
+    };
+    let ready = ConditionUpdate::new(ConditionType::Ready, false, reason, message.clone());
+    set_conditions(&mut status, cluster, ready, &progress, None, Timestamp::now());
+    patch_status(
+        &context.client,
+        cluster.as_ref(),
+        cluster.status.as_ref(),
+        &status,
+    )
+    .await?;
+    publish(context, cluster, Severity::Warning, reason, message).await;
+    Ok(None)
 }
 
 /// A cluster's backup policy is carried out by a `RedisBackup` it owns, `<cluster>-scheduled`;

@@ -13,9 +13,9 @@ use k8s_openapi::{
     api::{
         apps::v1::{StatefulSet, StatefulSetSpec},
         core::v1::{
-            ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, KeyToPath,
-            PodSecurityContext, PodSpec, PodTemplateSpec, Probe, Secret, SecretVolumeSource, Service,
-            ServicePort, ServiceSpec, TCPSocketAction, Volume,
+            ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, KeyToPath,
+            PodSecurityContext, PodSpec, PodTemplateSpec, Probe, Secret, SecretKeySelector,
+            SecretVolumeSource, Service, ServicePort, ServiceSpec, TCPSocketAction, Volume,
         },
         policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec},
     },
@@ -27,13 +27,15 @@ use k8s_openapi::{
 use kube::ResourceExt;
 use quorum_core::{
     apply::child_metadata,
+    backup::{ACCESS_KEY_ID_KEY, SECRET_ACCESS_KEY_KEY},
     naming::{child_name, selector_labels, standard_labels},
     pod::{data_claim, field_env, memory_volume, mount, value_env},
 };
 
 use crate::{
     OPERATOR_NAME,
-    crd::{Mode, RedisBackup, RedisBackupSpec, RedisCluster},
+    crd::{Mode, RedisBackup, RedisBackupSpec, RedisCluster, RestoreStatus},
+    restore::snapshot_argument,
 };
 
 /// `app.kubernetes.io/name` of everything this operator creates.
@@ -50,6 +52,8 @@ pub const ROLE_LABEL: &str = "redis.quorum.dev/role";
 pub const PASSWORD_KEY: &str = "password";
 /// The name Sentinel knows the primary by (`SENTINEL MONITOR <name> ...`).
 pub const SENTINEL_PRIMARY_NAME: &str = "primary";
+/// The init container of a restored cluster's data pods.
+pub const RESTORE_CONTAINER: &str = "restore";
 
 const CONFIG_DIR: &str = "/etc/redis/quorum";
 const CREDENTIALS_DIR: &str = "/etc/redis/credentials";
@@ -135,6 +139,11 @@ pub fn ordinal_of(cluster: &str, node: &str) -> Option<usize> {
         .strip_prefix('-')?
         .parse()
         .ok()
+}
+
+/// The ordinal of any pod of a StatefulSet, from its name alone (`<statefulset>-<ordinal>`).
+pub fn ordinal_of_pod(pod: &str) -> Option<usize> {
+    pod.rsplit_once('-')?.1.parse().ok()
 }
 
 /// Cluster mode: the shard a data pod belongs to. Each shard's pods are consecutive
@@ -442,15 +451,83 @@ pub fn build_pod_disruption_budget(cluster: &RedisCluster, component: &str) -> R
 
 /// The data nodes' StatefulSet with `replicas` pods, each with a volume for its data (and, in
 /// cluster mode, its `nodes.conf`, so a node keeps its id when its pod and address change).
+///
+/// A cluster created with `restoreFrom` gets a `restore` init step once the reconciler has
+/// recorded its snapshots in `status.restore` (see [`crate::restore`]); it places a snapshot
+/// only into a data directory that holds no data.
 pub fn build_statefulset(cluster: &RedisCluster, replicas: i32) -> Result<StatefulSet> {
-    statefulset(
+    let mut statefulset = statefulset(
         cluster,
         statefulset_name(&cluster.name_any()),
         NODE_COMPONENT,
         replicas,
         PORT,
         true,
-    )
+    )?;
+    let restore = cluster.status.as_ref().and_then(|status| status.restore.as_ref());
+    if let (Some(_), Some(restore)) = (&cluster.spec.restore_from, restore)
+        && let Some(pod) = statefulset
+            .spec
+            .as_mut()
+            .and_then(|spec| spec.template.spec.as_mut())
+    {
+        pod.init_containers = Some(vec![restore_container(restore)]);
+    }
+    Ok(statefulset)
+}
+
+/// The init step of a restored cluster's data pods: `redis-operator restore-node` with every
+/// planned snapshot; each pod picks its own by ordinal. S3 credentials come from the backup's
+/// Secret as environment variables, so they are never in the arguments.
+fn restore_container(restore: &RestoreStatus) -> Container {
+    let mut args = vec![
+        "restore-node".to_string(),
+        "--pod-name=$(POD_NAME)".to_string(),
+        format!("--data-dir={DATA_DIR}"),
+    ];
+    args.extend(
+        restore
+            .snapshots
+            .iter()
+            .map(|snapshot| format!("--snapshot={}", snapshot_argument(snapshot))),
+    );
+    if let Some(endpoint) = &restore.s3_endpoint {
+        args.push(format!("--s3-endpoint={endpoint}"));
+    }
+    if let Some(region) = &restore.s3_region {
+        args.push(format!("--s3-region={region}"));
+    }
+    if restore.allow_http {
+        args.push("--allow-http".to_string());
+    }
+    let mut env = vec![field_env("POD_NAME", "metadata.name")];
+    if let Some(secret) = &restore.credentials_secret_name {
+        for (name, key) in [
+            ("AWS_ACCESS_KEY_ID", ACCESS_KEY_ID_KEY),
+            ("AWS_SECRET_ACCESS_KEY", SECRET_ACCESS_KEY_KEY),
+        ] {
+            env.push(EnvVar {
+                name: name.into(),
+                value_from: Some(EnvVarSource {
+                    secret_key_ref: Some(SecretKeySelector {
+                        name: secret.clone(),
+                        key: key.into(),
+                        optional: Some(false),
+                    }),
+                    ..EnvVarSource::default()
+                }),
+                ..EnvVar::default()
+            });
+        }
+    }
+    Container {
+        name: RESTORE_CONTAINER.into(),
+        image: Some(restore.image.clone()),
+        args: Some(args),
+        env: Some(env),
+        volume_mounts: Some(vec![mount("data", DATA_DIR, false)]),
+        ..Container::default()
+    }
 }
 
 /// The Sentinels' StatefulSet. A Sentinel keeps what it learns on a pod-lifetime volume: a
@@ -731,6 +808,81 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_restored_cluster_s_data_pods_place_the_recorded_snapshots_first() {
+        use crate::crd::{RedisClusterStatus, RestoreSnapshot};
+        use quorum_core::crd::RestoreSource;
+
+        let init = |cluster: &RedisCluster| {
+            build_statefulset(cluster, 3)
+                .unwrap()
+                .spec
+                .unwrap()
+                .template
+                .spec
+                .unwrap()
+                .init_containers
+        };
+        let mut restored = cluster(Mode::Replication);
+        restored.spec.restore_from = Some(RestoreSource {
+            backup_name: "nightly".into(),
+        });
+        assert_eq!(init(&restored), None, "nothing before the snapshots are recorded");
+        restored.status = Some(RedisClusterStatus {
+            restore: Some(RestoreStatus {
+                backup_name: "nightly".into(),
+                snapshots: vec![RestoreSnapshot {
+                    ordinal: 0,
+                    location: "s3://bucket/prod/old/old-1.rdb".into(),
+                    sha256: "a".repeat(64),
+                    slots: vec![],
+                }],
+                image: "operator:1".into(),
+                s3_endpoint: Some("https://s3.example".into()),
+                s3_region: None,
+                credentials_secret_name: Some("backup-credentials".into()),
+                allow_http: false,
+            }),
+            ..RedisClusterStatus::default()
+        });
+        let containers = init(&restored).expect("an init step");
+        assert_eq!(containers.len(), 1);
+        let restore = &containers[0];
+        assert_eq!(restore.name, RESTORE_CONTAINER);
+        assert_eq!(restore.image.as_deref(), Some("operator:1"));
+        let args = restore.args.clone().unwrap();
+        assert_eq!(args[0], "restore-node");
+        assert!(args.contains(&"--pod-name=$(POD_NAME)".to_string()));
+        assert!(args.contains(&"--data-dir=/data".to_string()));
+        assert!(args.contains(&format!(
+            "--snapshot=0={}=s3://bucket/prod/old/old-1.rdb",
+            "a".repeat(64)
+        )));
+        assert!(args.contains(&"--s3-endpoint=https://s3.example".to_string()));
+        let env = restore.env.clone().unwrap();
+        let secret_key = |name: &str| {
+            env.iter()
+                .find(|e| e.name == name)
+                .and_then(|e| e.value_from.as_ref()?.secret_key_ref.as_ref())
+                .map(|key| (key.name.clone(), key.key.clone()))
+        };
+        assert_eq!(
+            secret_key("AWS_SECRET_ACCESS_KEY"),
+            Some(("backup-credentials".into(), SECRET_ACCESS_KEY_KEY.into()))
+        );
+        assert!(!args.iter().any(|a| a.contains("backup-credentials")));
+        assert_eq!(restore.volume_mounts.as_ref().unwrap()[0].mount_path, "/data");
+
+        // The Sentinels never restore, and a cluster without restoreFrom has no init step.
+        let sentinels = build_sentinel_statefulset(&restored, 3).unwrap();
+        assert_eq!(
+            sentinels.spec.unwrap().template.spec.unwrap().init_containers,
+            None
+        );
+        restored.spec.restore_from = None;
+        assert_eq!(init(&restored), None);
+    }
+
+    #[test]
     fn names_and_shards_round_trip() {
         assert_eq!(node_name("cache", 4), "cache-4");
         assert_eq!(ordinal_of("cache", "cache-4"), Some(4));
@@ -741,5 +893,7 @@ pub(crate) mod tests {
         );
         assert_eq!(shard_of(5, 2), 2);
         assert_eq!(shard_of(5, 1), 5);
+        assert_eq!(ordinal_of_pod("cache-sentinel-12"), Some(12));
+        assert_eq!(ordinal_of_pod("cache"), None);
     }
 }

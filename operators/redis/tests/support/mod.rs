@@ -19,6 +19,7 @@ use quorum_e2e::{
 };
 use redis_operator::{
     OPERATOR_NAME,
+    backup_controller::reconcile_backup,
     clients::RedisClients,
     crd::{Mode, Persistence, RedisBackup, RedisCluster, RedisClusterSpec, RedisClusterStatus, SentinelSpec},
     reconcile::{MemberAddresses, Settings, State, reconcile},
@@ -72,12 +73,16 @@ pub fn start_operator(client: kube::Client, namespace: &str) -> Running {
             cluster_domain: "cluster.local".into(),
             member_addresses: MemberAddresses::Loopback,
             allow_http_backups: true,
+            // The local pods have no container runtime: their launcher runs this binary as
+            // the restore step's image.
+            operator_image: env!("CARGO_BIN_EXE_redis-operator").into(),
         },
     };
     let context = runtime.context(state);
     let clusters = runtime.controller::<RedisCluster, _, _, _, _>(context.clone(), reconcile);
+    let backups = runtime.controller::<RedisBackup, _, _, _, _>(context.clone(), reconcile_backup);
     let shutdown = runtime.shutdown_token();
-    let task = tokio::spawn(runtime.run(vec![clusters]));
+    let task = tokio::spawn(runtime.run(vec![clusters, backups]));
     Running {
         context,
         shutdown,

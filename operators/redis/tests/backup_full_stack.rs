@@ -1,0 +1,261 @@
+//! Backups and restore through the whole operator: `RedisBackup` resources on the real local
+//! control plane, real `redis-server` processes behind the pods, and a real directory as the
+//! destination. A new deployment restored from a backup runs the operator binary as its
+//! data pods' restore step, as the pods would run the operator image.
+
+#[allow(dead_code)] // each test binary uses part of the support
+mod support;
+
+use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf, time::Duration};
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use kube::{Api, api::PostParams};
+use quorum_core::{crd::FilesystemDestination, naming::loopback_ip};
+use quorum_e2e::wait;
+use redis::AsyncCommands;
+use redis_operator::crd::{
+    BackupDestination, BackupPhase, RedisBackup, RedisBackupSpec, RedisCluster, RedisClusterSpec,
+    RestoreSource,
+};
+use sha2::{Digest, Sha256};
+use support::{Setup, data_connection, ready, replication_spec};
+
+fn node_address(namespace: &str, cluster: &str, ordinal: usize) -> SocketAddr {
+    SocketAddr::new(loopback_ip(namespace, cluster, ordinal).into(), 6379)
+}
+
+/// Every key and its value (strings and hashes), as `address` holds them.
+async fn contents(address: SocketAddr, password: &str) -> BTreeMap<String, String> {
+    let mut connection = data_connection(address, password).await.unwrap();
+    let keys: Vec<String> = connection.keys("*").await.unwrap();
+    let mut contents = BTreeMap::new();
+    for key in keys {
+        let kind: String = redis::cmd("TYPE")
+            .arg(&key)
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        let value = match kind.as_str() {
+            "string" => connection.get(&key).await.unwrap(),
+            "hash" => {
+                let fields: BTreeMap<String, String> = connection.hgetall(&key).await.unwrap();
+                format!("{fields:?}")
+            }
+            other => panic!("unexpected type {other} of {key}"),
+        };
+        contents.insert(key, value);
+    }
+    contents
+}
+
+fn filesystem(path: &std::path::Path) -> BackupDestination {
+    BackupDestination {
+        s3: None,
+        filesystem: Some(FilesystemDestination {
+            path: path.display().to_string(),
+        }),
+    }
+}
+
+fn restored_from(backup: &str, replicas: i32) -> RedisClusterSpec {
+    RedisClusterSpec {
+        restore_from: Some(RestoreSource {
+            backup_name: backup.to_string(),
+        }),
+        ..replication_spec(replicas)
+    }
+}
+
+async fn succeeded(backups: &Api<RedisBackup>, name: &str) -> RedisBackup {
+    wait::until(
+        &format!("backup {name} to succeed"),
+        Duration::from_secs(120),
+        || async {
+            let backup = backups.get(name).await.map_err(|e| e.to_string())?;
+            let status = backup.status.clone().unwrap_or_default();
+            match status.phase {
+                Some(BackupPhase::Succeeded) => Ok(backup),
+                Some(BackupPhase::Failed) => panic!("backup {name} failed: {:?}", status.message),
+                _ => Err(format!("{status:?}")),
+            }
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn an_on_demand_backup_is_stored_verified_and_restores_a_new_deployment() {
+    let setup = Setup::start("redis-backup").await;
+    let ns = setup.ns().to_string();
+    let destination = std::env::temp_dir().join(format!("quorum-redis-backups-{ns}"));
+    let _ = std::fs::remove_dir_all(&destination);
+
+    // (a) A deployment with data, and an on-demand backup of it.
+    setup
+        .clusters
+        .create(
+            &PostParams::default(),
+            &RedisCluster::new("source", replication_spec(2)),
+        )
+        .await
+        .unwrap();
+    ready(&setup.clusters, "source", 3).await;
+    let source_password = setup.password("source").await;
+    let mut primary = data_connection(node_address(&ns, "source", 0), &source_password)
+        .await
+        .unwrap();
+    for number in 0..500 {
+        let _: () = primary
+            .set(format!("key-{number}"), format!("value-{number}"))
+            .await
+            .unwrap();
+    }
+    for number in 0..20 {
+        let _: () = primary
+            .hset_multiple(format!("hash-{number}"), &[("a", number), ("b", number * 2)])
+            .await
+            .unwrap();
+    }
+    let acknowledged: usize = redis::cmd("WAIT")
+        .arg(2)
+        .arg(10_000)
+        .query_async(&mut primary)
+        .await
+        .unwrap();
+    assert_eq!(acknowledged, 2, "the replicas hold every write before the backup");
+    let expected = contents(node_address(&ns, "source", 0), &source_password).await;
+    assert_eq!(expected.len(), 520);
+
+    let backups: Api<RedisBackup> = Api::namespaced(setup.client.clone(), &ns);
+    backups
+        .create(
+            &PostParams::default(),
+            &RedisBackup::new(
+                "once",
+                RedisBackupSpec {
+                    cluster_name: "source".into(),
+                    destination: filesystem(&destination),
+                    schedule: None,
+                    retain: None,
+                },
+            ),
+        )
+        .await
+        .unwrap();
+    let backup = succeeded(&backups, "once").await;
+    let status = backup.status.unwrap();
+    let snapshot = status.last_snapshot.expect("the snapshot is recorded");
+    assert!(status.shards.is_empty(), "a replication deployment has no shards");
+    let stored = std::fs::read(PathBuf::from(&snapshot.location)).expect("the stored object");
+    assert!(
+        snapshot.location.starts_with(&destination.display().to_string()),
+        "{}",
+        snapshot.location
+    );
+    assert!(stored.starts_with(b"REDIS"), "an RDB file");
+    assert_eq!(snapshot.size_bytes, stored.len() as i64);
+    assert_eq!(snapshot.sha256, hex::encode(Sha256::digest(&stored)));
+    let stored_condition = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .expect("a Ready condition");
+    assert_eq!(stored_condition.reason, "SnapshotStored");
+    assert!(
+        !stored_condition.message.contains("from source-0 "),
+        "the primary is spared while replicas are linked: {}",
+        stored_condition.message
+    );
+    let last_backup = wait::until("lastBackup on the cluster", Duration::from_secs(10), || async {
+        let cluster = setup.clusters.get("source").await.map_err(|e| e.to_string())?;
+        cluster
+            .status
+            .and_then(|s| s.last_backup)
+            .ok_or_else(|| "not yet".to_string())
+    })
+    .await;
+    assert_eq!(last_backup.sha256, snapshot.sha256);
+
+    // (b) A new deployment from that backup: its first primary loads the snapshot before it
+    // starts, and its replica syncs from it.
+    setup
+        .clusters
+        .create(
+            &PostParams::default(),
+            &RedisCluster::new("restored", restored_from("once", 1)),
+        )
+        .await
+        .unwrap();
+    let restored_status = ready(&setup.clusters, "restored", 2).await;
+    assert_eq!(restored_status.primary.as_deref(), Some("restored-0"));
+    let recorded = restored_status.restore.expect("the restore is recorded");
+    assert_eq!(recorded.backup_name, "once");
+    assert_eq!(recorded.snapshots.len(), 1);
+    assert_eq!(recorded.snapshots[0].sha256, snapshot.sha256);
+    let restored_password = setup.password("restored").await;
+    assert_eq!(
+        contents(node_address(&ns, "restored", 0), &restored_password).await,
+        expected,
+        "the restored primary holds exactly the backed-up keys"
+    );
+    wait::until(
+        "the replica to hold the restored keys",
+        Duration::from_secs(30),
+        || async {
+            let held = contents(node_address(&ns, "restored", 1), &restored_password).await;
+            if held == expected {
+                Ok(())
+            } else {
+                Err(format!("{} of {} keys", held.len(), expected.len()))
+            }
+        },
+    )
+    .await;
+
+    setup.stop().await;
+    let _ = std::fs::remove_dir_all(&destination);
+}
+
+#[tokio::test]
+async fn a_deployment_restored_from_a_missing_backup_waits_and_does_not_form() {
+    let setup = Setup::start("redis-restore-wait").await;
+    let ns = setup.ns().to_string();
+    setup
+        .clusters
+        .create(
+            &PostParams::default(),
+            &RedisCluster::new("orphan", restored_from("missing", 1)),
+        )
+        .await
+        .unwrap();
+    let condition = wait::until(
+        "the RestoreSourceNotReady condition",
+        Duration::from_secs(30),
+        || async {
+            let cluster = setup.clusters.get("orphan").await.map_err(|e| e.to_string())?;
+            cluster
+                .status
+                .unwrap_or_default()
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "Ready" && c.status == "False" && c.reason == "RestoreSourceNotReady")
+                .ok_or_else(|| "not yet".to_string())
+        },
+    )
+    .await;
+    assert!(
+        condition.message.contains("restoreFrom") && condition.message.contains("missing"),
+        "{}",
+        condition.message
+    );
+    // Several passes later, still no data node exists.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let statefulsets: Api<StatefulSet> = Api::namespaced(setup.client.clone(), &ns);
+    assert!(
+        statefulsets.get_opt("orphan").await.unwrap().is_none(),
+        "a deployment waiting for its restore source formed anyway"
+    );
+    let cluster = setup.clusters.get("orphan").await.unwrap();
+    assert!(cluster.status.unwrap_or_default().restore.is_none());
+    setup.stop().await;
+}
