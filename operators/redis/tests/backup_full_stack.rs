@@ -259,3 +259,126 @@ async fn a_deployment_restored_from_a_missing_backup_waits_and_does_not_form() {
     assert!(cluster.status.unwrap_or_default().restore.is_none());
     setup.stop().await;
 }
+
+/// The primary serving `slot`, from the deployment's status.
+fn owner(status: &redis_operator::crd::RedisClusterStatus, slot: u16) -> String {
+    status
+        .nodes
+        .iter()
+        .filter(|node| node.role == "Primary")
+        .find(|node| {
+            node.slots.iter().any(|range| {
+                let (start, end) = range.split_once('-').unwrap_or((range, range));
+                (start.parse::<u16>().unwrap()..=end.parse::<u16>().unwrap()).contains(&slot)
+            })
+        })
+        .map(|node| node.name.clone())
+        .unwrap_or_else(|| panic!("no primary serves slot {slot}: {status:?}"))
+}
+
+#[tokio::test]
+async fn a_cluster_mode_backup_stores_one_snapshot_per_shard_and_restores_each_shard() {
+    use redis_operator::admin::cluster::key_slot;
+    let setup = Setup::start("redis-shard-backup").await;
+    let ns = setup.ns().to_string();
+    let destination = std::env::temp_dir().join(format!("quorum-redis-backups-{ns}"));
+    let _ = std::fs::remove_dir_all(&destination);
+    setup
+        .clusters
+        .create(
+            &PostParams::default(),
+            &RedisCluster::new("sharded", support::cluster_spec(3, 1)),
+        )
+        .await
+        .unwrap();
+    let status = ready(&setup.clusters, "sharded", 6).await;
+    let password = setup.password("sharded").await;
+    let ordinal = |name: &str| name.rsplit_once('-').unwrap().1.parse::<usize>().unwrap();
+    let mut written = BTreeMap::new();
+    for number in 0..300 {
+        let key = format!("key-{number}");
+        let node = owner(&status, key_slot(key.as_bytes()));
+        let mut connection = data_connection(node_address(&ns, "sharded", ordinal(&node)), &password)
+            .await
+            .unwrap();
+        let _: () = connection.set(&key, number).await.unwrap();
+        let _: usize = redis::cmd("WAIT")
+            .arg(1)
+            .arg(10_000)
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        written.insert(key, number.to_string());
+    }
+
+    let backups: Api<RedisBackup> = Api::namespaced(setup.client.clone(), &ns);
+    backups
+        .create(
+            &PostParams::default(),
+            &RedisBackup::new(
+                "shards",
+                RedisBackupSpec {
+                    cluster_name: "sharded".into(),
+                    destination: filesystem(&destination),
+                    schedule: None,
+                    retain: None,
+                },
+            ),
+        )
+        .await
+        .unwrap();
+    let backup = succeeded(&backups, "shards").await.status.unwrap();
+    assert_eq!(backup.shards.len(), 3);
+    let mut covered = 0;
+    for (index, shard) in backup.shards.iter().enumerate() {
+        assert_eq!(shard.shard, index as i32);
+        let stored = std::fs::read(&shard.location).expect("the shard's object");
+        assert_eq!(shard.sha256, hex::encode(Sha256::digest(&stored)));
+        assert_eq!(shard.size_bytes, stored.len() as i64);
+        assert!(
+            ordinal(&shard.node) / 2 == index,
+            "{} is in shard {index}",
+            shard.node
+        );
+        for range in &shard.slots {
+            let (start, end) = range.split_once('-').unwrap_or((range, range));
+            covered += end.parse::<usize>().unwrap() - start.parse::<usize>().unwrap() + 1;
+        }
+    }
+    assert_eq!(covered, 16384, "the shards' slots cover the key space");
+    assert_eq!(
+        backup.last_snapshot.unwrap().sha256,
+        backup.shards[0].sha256,
+        "lastSnapshot is the first shard's"
+    );
+
+    // Each shard of a new deployment starts from its shard's snapshot.
+    setup
+        .clusters
+        .create(
+            &PostParams::default(),
+            &RedisCluster::new(
+                "copy",
+                RedisClusterSpec {
+                    restore_from: Some(RestoreSource {
+                        backup_name: "shards".into(),
+                    }),
+                    ..support::cluster_spec(3, 1)
+                },
+            ),
+        )
+        .await
+        .unwrap();
+    let copy = ready(&setup.clusters, "copy", 6).await;
+    let copy_password = setup.password("copy").await;
+    for (key, value) in &written {
+        let node = owner(&copy, key_slot(key.as_bytes()));
+        let mut connection = data_connection(node_address(&ns, "copy", ordinal(&node)), &copy_password)
+            .await
+            .unwrap();
+        let held: Option<String> = connection.get(key).await.unwrap();
+        assert_eq!(held.as_ref(), Some(value), "{key} on {node}");
+    }
+    setup.stop().await;
+    let _ = std::fs::remove_dir_all(&destination);
+}
