@@ -38,7 +38,24 @@ pub struct OperatorConfig {
     pub pod_namespace: Option<String>,
 }
 
-/// How log lines are written.
+/// Where an engine operator finds its members and may send backups: flags every engine's
+/// operator takes. Embed with `#[command(flatten)]`.
+#[derive(Args, Clone, Debug)]
+pub struct MemberConfig {
+    /// The cluster's DNS domain, for member addresses.
+    #[arg(long, env = "CLUSTER_DOMAIN", default_value = "cluster.local")]
+    pub cluster_domain: String,
+
+    /// How member addresses are found: in-cluster DNS, or loopback processes for local demos.
+    #[arg(long, env = "MEMBER_ADDRESSES", value_enum, default_value_t = MemberAddresses::Dns)]
+    pub member_addresses: MemberAddresses,
+
+    /// Allow backups to plain-HTTP S3 endpoints (credentials and data cross the network in
+    /// clear text; for local test stores only).
+    #[arg(long, env = "ALLOW_HTTP_BACKUPS", default_value_t = false, action = ArgAction::Set)]
+    pub allow_http_backups: bool,
+}
+
 /// How an operator finds its members' addresses (the `--member-addresses` flag).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum MemberAddresses {
@@ -48,6 +65,7 @@ pub enum MemberAddresses {
     Loopback,
 }
 
+/// How log lines are written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     /// Human-readable lines.

@@ -8,13 +8,13 @@ use etcd_operator::{
     backup_controller::reconcile_backup,
     crd::{EtcdBackup, EtcdCluster},
     observe::{EtcdClients, default_policy},
-    reconcile::{MemberAddresses, Settings, State, reconcile},
+    reconcile::{Settings, State, reconcile},
     restore::{RestoreMemberArgs, restore_member},
 };
 use quorum_core::{
     availability::breaker::BreakerSettings,
     backup::S3Credentials,
-    config::OperatorConfig,
+    config::{MemberConfig, OperatorConfig},
     runner::{RunError, Runtime},
     telemetry,
 };
@@ -26,13 +26,8 @@ struct Cli {
     #[command(flatten)]
     operator: OperatorConfig,
 
-    /// The cluster's DNS domain, for member addresses.
-    #[arg(long, env = "CLUSTER_DOMAIN", default_value = "cluster.local")]
-    cluster_domain: String,
-
-    /// How member addresses are found: in-cluster DNS, or loopback processes for local demos.
-    #[arg(long, env = "MEMBER_ADDRESSES", value_enum, default_value_t = MemberAddresses::Dns)]
-    member_addresses: MemberAddresses,
+    #[command(flatten)]
+    members: MemberConfig,
 
     /// Seconds a member must stay Unhealthy (its peers report it down) before it is replaced.
     #[arg(long, env = "MEMBER_REPLACE_AFTER_SECONDS", default_value_t = 300)]
@@ -44,11 +39,6 @@ struct Cli {
 
     #[command(subcommand)]
     command: Option<Command>,
-
-    /// Allow backups to plain-HTTP S3 endpoints (credentials and data cross the network in
-    /// clear text; for local test stores only).
-    #[arg(long, env = "ALLOW_HTTP_BACKUPS", default_value_t = false, action = clap::ArgAction::Set)]
-    allow_http_backups: bool,
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -95,11 +85,11 @@ async fn main() -> Result<(), RunError> {
             runtime.metrics().admin.clone(),
         ),
         settings: Settings {
-            cluster_domain: cli.cluster_domain,
-            member_addresses: cli.member_addresses,
+            cluster_domain: cli.members.cluster_domain,
+            member_addresses: cli.members.member_addresses,
             freshness: Duration::from_secs(30),
             replace_after: Duration::from_secs(cli.member_replace_after_seconds),
-            allow_http_backups: cli.allow_http_backups,
+            allow_http_backups: cli.members.allow_http_backups,
             operator_image: cli.operator_image,
         },
     };

@@ -8,11 +8,11 @@ use mysql_operator::{
     backup_controller::reconcile_backup,
     crd::{MySQLBackup, MySQLCluster},
     observe::{MySqlClients, default_policy},
-    reconcile::{MemberAddresses, Settings, State, reconcile},
+    reconcile::{Settings, State, reconcile},
 };
 use quorum_core::{
     availability::breaker::BreakerSettings,
-    config::OperatorConfig,
+    config::{MemberConfig, OperatorConfig},
     runner::{RunError, Runtime},
     telemetry,
 };
@@ -24,18 +24,8 @@ struct Cli {
     #[command(flatten)]
     operator: OperatorConfig,
 
-    /// The cluster's DNS domain, for member addresses.
-    #[arg(long, env = "CLUSTER_DOMAIN", default_value = "cluster.local")]
-    cluster_domain: String,
-
-    /// How member addresses are found: in-cluster DNS, or loopback processes for local demos.
-    #[arg(long, env = "MEMBER_ADDRESSES", value_enum, default_value_t = MemberAddresses::Dns)]
-    member_addresses: MemberAddresses,
-
-    /// Allow backups to plain-HTTP S3 endpoints (credentials and data cross the network in
-    /// clear text; for local test stores only).
-    #[arg(long, env = "ALLOW_HTTP_BACKUPS", default_value_t = false, action = clap::ArgAction::Set)]
-    allow_http_backups: bool,
+    #[command(flatten)]
+    members: MemberConfig,
 }
 
 #[tokio::main]
@@ -52,10 +42,10 @@ async fn main() -> Result<(), RunError> {
             runtime.metrics().admin.clone(),
         ),
         settings: Settings {
-            cluster_domain: cli.cluster_domain,
-            member_addresses: cli.member_addresses,
+            cluster_domain: cli.members.cluster_domain,
+            member_addresses: cli.members.member_addresses,
             freshness: Duration::from_secs(30),
-            allow_http_backups: cli.allow_http_backups,
+            allow_http_backups: cli.members.allow_http_backups,
         },
     };
     let context = runtime.context(state);

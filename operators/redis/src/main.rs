@@ -4,7 +4,7 @@ use clap::Parser;
 use quorum_core::{
     availability::breaker::BreakerSettings,
     backup::S3Credentials,
-    config::OperatorConfig,
+    config::{MemberConfig, OperatorConfig},
     runner::{RunError, Runtime},
     telemetry,
 };
@@ -13,7 +13,7 @@ use redis_operator::{
     backup_controller::reconcile_backup,
     clients::{RedisClients, default_policy},
     crd::{RedisBackup, RedisCluster},
-    reconcile::{MemberAddresses, Settings, State, reconcile},
+    reconcile::{Settings, State, reconcile},
     restore::{RestoreNodeArgs, restore_node},
 };
 
@@ -24,18 +24,8 @@ struct Cli {
     #[command(flatten)]
     operator: OperatorConfig,
 
-    /// The cluster's DNS domain, for pod addresses.
-    #[arg(long, env = "CLUSTER_DOMAIN", default_value = "cluster.local")]
-    cluster_domain: String,
-
-    /// How pod addresses are found: in-cluster DNS, or loopback processes for local demos.
-    #[arg(long, env = "MEMBER_ADDRESSES", value_enum, default_value_t = MemberAddresses::Dns)]
-    member_addresses: MemberAddresses,
-
-    /// Allow backups to plain-HTTP S3 endpoints (credentials and data cross the network in
-    /// clear text; for local test stores only).
-    #[arg(long, env = "ALLOW_HTTP_BACKUPS", default_value_t = false, action = clap::ArgAction::Set)]
-    allow_http_backups: bool,
+    #[command(flatten)]
+    members: MemberConfig,
 
     /// The operator's own image: the data pods of a cluster restored from a backup run it as
     /// their restore step.
@@ -90,9 +80,9 @@ async fn main() -> Result<(), RunError> {
             runtime.metrics().admin.clone(),
         ),
         settings: Settings {
-            cluster_domain: cli.cluster_domain,
-            member_addresses: cli.member_addresses,
-            allow_http_backups: cli.allow_http_backups,
+            cluster_domain: cli.members.cluster_domain,
+            member_addresses: cli.members.member_addresses,
+            allow_http_backups: cli.members.allow_http_backups,
             operator_image: cli.operator_image,
         },
     };
