@@ -185,7 +185,15 @@ impl MySqlClients {
             breaker: &breaker,
             metrics: &self.metrics,
         };
-        call.run(|| verb_call(client.clone())).await
+        let result = call.run(|| verb_call(client.clone())).await;
+        if let Err(CallError::Failed(error)) = &result
+            && error.is_access_denied()
+        {
+            // The pooled connections keep the privileges they logged in with: without new
+            // ones, a privilege granted to fix this refusal would never be seen.
+            self.cache.invalidate(&key).await;
+        }
+        result
     }
 
     /// Asks members `0..members` for their state, concurrently.

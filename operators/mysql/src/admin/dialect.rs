@@ -145,6 +145,12 @@ pub trait Dialect: Send + Sync {
     /// has `executed` itself. MySQL's auto-positioning does this alone; MariaDB replicates from
     /// `gtid_slave_pos`, which lacks what a former primary wrote itself.
     fn resume_position(&self, executed: &GtidPosition) -> Vec<String>;
+    /// Statements that make `position` the member's own GTID history, as if it had written
+    /// those transactions itself: after a backup was restored into it (without binary logging),
+    /// so that the transactions it writes as a primary continue the backup's history and its
+    /// replicas start from there. The binary log is reset first, so only for a member nothing
+    /// replicates from yet.
+    fn adopt_position(&self, position: &GtidPosition, version: &ServerVersion) -> Vec<String>;
 
     fn snapshot_start(&self) -> SnapshotStart;
     /// Session settings for reading accounts in a snapshot.
@@ -330,6 +336,19 @@ impl Dialect for MariaDbDialect {
             "SET GLOBAL gtid_slave_pos = {}",
             quote_literal(&executed.to_string())
         )]
+    }
+
+    /// `gtid_binlog_state` can be set only over an empty binary log, hence `RESET MASTER`
+    /// first. It decides the sequence numbers of the member's next transactions; the same
+    /// position in `gtid_slave_pos` keeps what the member reports as executed consistent should
+    /// it later replicate.
+    fn adopt_position(&self, position: &GtidPosition, _version: &ServerVersion) -> Vec<String> {
+        let position = quote_literal(&position.to_string());
+        vec![
+            "RESET MASTER".to_string(),
+            format!("SET GLOBAL gtid_binlog_state = {position}"),
+            format!("SET GLOBAL gtid_slave_pos = {position}"),
+        ]
     }
 
     /// MariaDB reports the binary log coordinates of a consistent snapshot
@@ -529,6 +548,13 @@ impl Dialect for MySqlDialect {
 
     fn resume_position(&self, _executed: &GtidPosition) -> Vec<String> {
         Vec::new()
+    }
+
+    /// `gtid_executed` is what the member executed and `gtid_purged` the part of it no longer
+    /// in its binary log: setting the purged set over a reset history is exactly a replica's
+    /// start position.
+    fn adopt_position(&self, position: &GtidPosition, version: &ServerVersion) -> Vec<String> {
+        self.set_start_position(position, version)
     }
 
     /// MySQL has no lock-free snapshot position: as `mysqldump --single-transaction` does, a
@@ -1077,6 +1103,43 @@ mod tests {
             ]
         );
         assert!(MYSQL.resume_position(&set).is_empty(), "auto-positioning");
+    }
+
+    #[test]
+    fn adopting_a_restored_position_resets_the_history_to_it() {
+        let maria = GtidPosition::parse(Flavor::MariaDB, "0-1-5,1-2-3").unwrap();
+        assert_eq!(
+            MARIADB.adopt_position(&maria, &ServerVersion::parse("10.11.6").unwrap()),
+            [
+                "RESET MASTER",
+                "SET GLOBAL gtid_binlog_state = '0-1-5,1-2-3'",
+                "SET GLOBAL gtid_slave_pos = '0-1-5,1-2-3'",
+            ]
+        );
+        let empty = GtidPosition::empty(Flavor::MariaDB);
+        assert_eq!(
+            MARIADB.adopt_position(&empty, &ServerVersion::parse("11.4.2").unwrap()),
+            [
+                "RESET MASTER",
+                "SET GLOBAL gtid_binlog_state = ''",
+                "SET GLOBAL gtid_slave_pos = ''",
+            ]
+        );
+        let set = GtidPosition::parse(Flavor::MySQL, &format!("{UUID}:1-5")).unwrap();
+        assert_eq!(
+            MYSQL.adopt_position(&set, &ServerVersion::parse("8.0.36").unwrap()),
+            [
+                "RESET MASTER".to_string(),
+                format!("SET GLOBAL gtid_purged = '{UUID}:1-5'")
+            ]
+        );
+        assert_eq!(
+            MYSQL.adopt_position(&set, &ServerVersion::parse("8.4.2").unwrap()),
+            [
+                "RESET BINARY LOGS AND GTIDS".to_string(),
+                format!("SET GLOBAL gtid_purged = '{UUID}:1-5'")
+            ]
+        );
     }
 
     #[test]

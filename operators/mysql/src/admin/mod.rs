@@ -165,7 +165,18 @@ impl AdminError {
             _ => None,
         }
     }
+
+    /// The server refused for want of a privilege. A connection keeps the global privileges
+    /// it logged in with, so a privilege granted since is seen only by a new connection.
+    pub fn is_access_denied(&self) -> bool {
+        self.refused_code()
+            .is_some_and(|code| ACCESS_DENIED.contains(&code))
+    }
 }
+
+/// Refusals for want of a privilege: global (1227), database (1044), table (1142), column
+/// (1143), routine (1370).
+const ACCESS_DENIED: &[u16] = &[1044, 1142, 1143, 1227, 1370];
 
 /// Server error codes that mean the connection, not the statement, failed: server shutting
 /// down (1053), connection killed (1927, MariaDB), too many connections (1040), and MySQL's
@@ -328,6 +339,51 @@ impl MySqlAdmin {
         self.bounded(self.statement_timeout, async {
             let mut conn = self.connection().await?;
             self.stop_and_reset_on(&mut conn).await
+        })
+        .await
+    }
+
+    /// Makes `position` the member's own GTID history (see
+    /// [`dialect::Dialect::adopt_position`]): after a backup was restored into a member that is
+    /// to become the first primary of a new cluster. Replication must not be configured on it.
+    ///
+    /// # Errors
+    /// `Refused` for the first statement refused: the history may then be reset to empty, and
+    /// calling again sets it; `Unexpected` for a position of the other flavor.
+    pub async fn adopt_position(&self, position: &GtidPosition) -> Result<(), AdminError> {
+        if position.flavor() != self.flavor() {
+            return Err(AdminError::Unexpected(format!(
+                "a {:?} position for a {:?} server",
+                position.flavor(),
+                self.flavor()
+            )));
+        }
+        self.bounded(self.statement_timeout, async {
+            let mut conn = self.connection().await?;
+            let version = self.state_on(&mut conn).await?.version;
+            let version = ServerVersion::parse(&version)
+                .ok_or_else(|| AdminError::Unexpected(format!("server version {version:?}")))?;
+            for statement in self.dialect.adopt_position(position, &version) {
+                run(&mut conn, &statement, "set the GTID history").await?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// Up to `limit` tables outside the server's own schemas, as `database.table`: empty for a
+    /// member that holds no data.
+    pub async fn user_tables(&self, limit: u32) -> Result<Vec<String>, AdminError> {
+        let query = format!(
+            "SELECT CONCAT(TABLE_SCHEMA, '.', TABLE_NAME) FROM information_schema.TABLES \
+             WHERE TABLE_SCHEMA NOT IN ({}) ORDER BY TABLE_SCHEMA, TABLE_NAME LIMIT {limit}",
+            snapshot::SYSTEM_DATABASES
+        );
+        self.bounded(self.statement_timeout, async {
+            let mut conn = self.connection().await?;
+            conn.query(&query)
+                .await
+                .map_err(|e| classify(e, "list tables", None))
         })
         .await
     }
@@ -835,7 +891,15 @@ mod tests {
             message: "Access denied; you need the SUPER privilege".to_string(),
             state: "42000".to_string(),
         });
-        assert_eq!(classify(denied, "STOP SLAVE", None).refused_code(), Some(1227));
+        let denied = classify(denied, "STOP SLAVE", None);
+        assert_eq!(denied.refused_code(), Some(1227));
+        assert!(denied.is_access_denied());
+        let duplicate = mysql_async::Error::Server(mysql_async::ServerError {
+            code: 1062,
+            message: "Duplicate entry".to_string(),
+            state: "23000".to_string(),
+        });
+        assert!(!classify(duplicate, "INSERT", None).is_access_denied());
     }
 
     #[test]

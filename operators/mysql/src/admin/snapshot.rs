@@ -43,7 +43,8 @@ const MAGIC: &str = "-- quorum-mysql-snapshot v1";
 const TRAILER: &str = "-- end statements=";
 /// An INSERT is sent once its text passes this size (servers accept 16 MiB by default).
 const INSERT_BATCH_BYTES: usize = 256 * 1024;
-const SYSTEM_DATABASES: &str = "'mysql', 'information_schema', 'performance_schema', 'sys'";
+/// The server's own schemas, as an SQL list: never dumped, and not data of the member's.
+pub(crate) const SYSTEM_DATABASES: &str = "'mysql', 'information_schema', 'performance_schema', 'sys'";
 
 /// What a snapshot was.
 #[derive(Clone, Debug, PartialEq, Eq)]
