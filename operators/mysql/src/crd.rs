@@ -14,7 +14,7 @@ use k8s_openapi::{
 };
 use kube::{CustomResource, KubeSchema};
 pub use quorum_core::crd::{
-    BackupDestination, BackupPhase, BackupPolicy, BackupRecord, PodOverrides, Storage,
+    BackupDestination, BackupPhase, BackupPolicy, BackupRecord, PodOverrides, RestoreSource, Storage,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -85,6 +85,11 @@ pub const OPERATOR_OWNED_PREFIXES: &[&str] = &["rpl_semi_sync_"];
     "!has(self.replication) || self.replication.mode != 'SemiSync' || self.replicas == 1 || self.replication.waitForReplicaCount < self.replicas"
 ).message("replication.waitForReplicaCount must be less than replicas: a primary cannot wait for more replicas than exist")
     .field_path(".replication.waitForReplicaCount"))]
+// The field's own rule sees only changes of a value that was there before and is still there;
+// this one refuses adding or removing it after creation.
+#[x_kube(validation = Rule::new("has(self.restoreFrom) == has(oldSelf.restoreFrom)")
+    .message("restoreFrom is immutable: it can be set only when the cluster is created")
+    .field_path(".restoreFrom"))]
 #[serde(rename_all = "camelCase")]
 pub struct MySQLClusterSpec {
     /// Number of members: one primary and `replicas - 1` replicas.
@@ -154,6 +159,15 @@ pub struct MySQLClusterSpec {
     /// How often to take snapshots and how long to keep them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup: Option<BackupPolicy>,
+
+    /// Start the cluster from a `MySQLBackup` (same namespace) instead of empty: its stored
+    /// snapshot is restored into the first member, whose GTID history continues from the
+    /// backup's position, before that member is opened as the primary; the other members are
+    /// copied from it. Until the backup has a stored snapshot no primary is opened. The restore
+    /// happens once, only into an empty member. Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("restoreFrom is immutable"))]
+    pub restore_from: Option<RestoreSource>,
 }
 
 /// Each name as the server accepts it in `my.cnf`: with underscores and with dashes.
@@ -293,8 +307,30 @@ pub struct MySQLClusterStatus {
     /// The newest successful backup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_backup: Option<BackupRecord>,
+    /// The backup a cluster created with `restoreFrom` was restored from. Once recorded, the
+    /// restore is never taken again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restored_from: Option<RestoreRecord>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// A completed restore of a `MySQLBackup` into a new cluster.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreRecord {
+    /// The `MySQLBackup` whose snapshot was restored.
+    pub backup_name: String,
+    /// Where the snapshot was read from.
+    pub location: String,
+    /// The snapshot's SHA-256, as recorded by the backup and verified while it was read.
+    pub sha256: String,
+    /// The GTID position the snapshot was taken at: the cluster's history continues from it.
+    pub gtid_position: String,
+    /// The member it was restored into, which then became the first primary.
+    pub member: String,
+    /// When the member held the snapshot and its GTID history.
+    pub completed_at: Time,
 }
 
 /// One member as the server and the operator see it.
@@ -325,7 +361,7 @@ pub struct MemberStatus {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct InFlightStep {
-    /// `Failover`, `Switchover`, `RemoveMember` or `AddMember`.
+    /// `Failover`, `Switchover`, `RemoveMember` or `Restore`.
     pub action: String,
     /// The member the step acts on (the new primary for a failover or switchover).
     pub member: String,

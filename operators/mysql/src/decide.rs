@@ -4,7 +4,9 @@
 //! The rules, in order:
 //! 1. A step in flight is finished before anything else is considered.
 //! 2. Pods come first: the StatefulSet grows to the desired size before members are wired.
-//! 3. The primary: with none recorded, the most advanced member is opened once every started
+//! 3. The primary: a cluster created from a backup opens none until the backup's snapshot is
+//!    restored into ordinal 0, which must be empty (the restore never writes over data);
+//!    with none recorded, the most advanced member is opened once every started
 //!    member answered; a recorded primary that restarted read-only is reopened; a primary that
 //!    is Unhealthy **as its replicas testify** (their IO threads lost it) is failed over to the
 //!    replica whose GTIDs include every other replica's, once every replica answered. A primary
@@ -74,9 +76,35 @@ impl MemberFact {
 /// A step recorded in status before it is taken.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum InFlight {
-    Failover { from: usize, to: usize },
-    Switchover { from: usize, to: usize },
-    RemoveMember { ordinal: usize },
+    Failover {
+        from: usize,
+        to: usize,
+    },
+    Switchover {
+        from: usize,
+        to: usize,
+    },
+    RemoveMember {
+        ordinal: usize,
+    },
+    /// A backup being restored into `ordinal`: what that member holds is the restore's own
+    /// doing, so taking the restore again over it is allowed.
+    Restore {
+        ordinal: usize,
+    },
+}
+
+/// The member a backup is restored into: the first primary of a new cluster.
+pub const RESTORE_TARGET: usize = 0;
+
+/// A cluster created from a backup whose restore is not recorded as done.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Restore {
+    /// The backup does not exist or has no stored snapshot (the message says which): no
+    /// primary is opened, so an empty cluster never stands in for the one asked for.
+    SourceNotReady(String),
+    /// The snapshot is stored; `position` is the GTID position it was taken at.
+    Ready { backup: String, position: GtidPosition },
 }
 
 /// Everything the decision looks at.
@@ -92,6 +120,8 @@ pub struct Facts {
     pub in_flight: Option<InFlight>,
     /// A switchover asked for through the annotation.
     pub switchover_to: Option<usize>,
+    /// `Some` while a cluster created from a backup has not been restored.
+    pub restore: Option<Restore>,
     /// Whether commits should wait for a replica.
     pub semi_sync: bool,
     pub freshness: Duration,
@@ -118,6 +148,10 @@ pub enum Step {
     SetSemiSync { ordinal: usize, on: bool },
     /// Stop and reset replication on the highest member, then remove its pod.
     RemoveMember { ordinal: usize },
+    /// Stream the backup's snapshot into `ordinal` (empty, or holding an interrupted restore
+    /// when `resume`), verify it, and make the backup's position the member's GTID history. The
+    /// member stays read-only; it is opened as the primary by the next step.
+    Restore { ordinal: usize, resume: bool },
     /// The recorded step is complete.
     ClearInFlight,
 }
@@ -129,6 +163,7 @@ impl Step {
             Step::Failover { from, to } => Some(InFlight::Failover { from, to }),
             Step::Switchover { from, to } => Some(InFlight::Switchover { from, to }),
             Step::RemoveMember { ordinal } => Some(InFlight::RemoveMember { ordinal }),
+            Step::Restore { ordinal, .. } => Some(InFlight::Restore { ordinal }),
             _ => None,
         }
     }
@@ -207,7 +242,9 @@ fn continue_in_flight(facts: &Facts, in_flight: &InFlight) -> Decision {
                 match *in_flight {
                     InFlight::Failover { from, to } => Decision::Act(Step::Failover { from, to }),
                     InFlight::Switchover { from, to } => Decision::Act(Step::Switchover { from, to }),
-                    InFlight::RemoveMember { .. } => unreachable!("matched above"),
+                    InFlight::RemoveMember { .. } | InFlight::Restore { .. } => {
+                        unreachable!("matched above")
+                    }
                 }
             }
         }
@@ -221,12 +258,59 @@ fn continue_in_flight(facts: &Facts, in_flight: &InFlight) -> Decision {
                 Decision::Act(Step::RemoveMember { ordinal })
             }
         }
+        InFlight::Restore { ordinal } => match &facts.restore {
+            // The restore is recorded as done: only the record in flight is left.
+            None => Decision::Act(Step::ClearInFlight),
+            Some(Restore::SourceNotReady(why)) => wait("RestoreSourceNotReady", why.clone()),
+            Some(Restore::Ready { position, .. }) => restore_into(facts, ordinal, position, true),
+        },
     }
+}
+
+/// The restore of a cluster created from a backup: into [`RESTORE_TARGET`], once the backup
+/// is stored and the member answers, only while it is empty.
+fn restore(facts: &Facts, restore: &Restore) -> Decision {
+    match restore {
+        Restore::SourceNotReady(why) => wait("RestoreSourceNotReady", why.clone()),
+        Restore::Ready { position, .. } => restore_into(facts, RESTORE_TARGET, position, false),
+    }
+}
+
+/// Restores into `ordinal` if it is a fresh member: read-only, not replicating, with no GTID
+/// history (or, when resuming, none but the restore's own). The step itself also checks that
+/// a member it was not already restoring holds no table.
+fn restore_into(facts: &Facts, ordinal: usize, position: &GtidPosition, resume: bool) -> Decision {
+    let Some(state) = member(facts, ordinal).and_then(|m| m.healthy_state(facts.now, facts.freshness)) else {
+        return wait(
+            "MembersStarting",
+            format!("member {ordinal} has not answered yet; the backup is restored into it once it does"),
+        );
+    };
+    let own_history = state.executed.is_empty() || (resume && position.includes(&state.executed));
+    if state.replication.is_some() || !state.read_only || !own_history {
+        return wait(
+            "RestoreRefused",
+            format!(
+                "member {ordinal} is not a fresh member ({}); a backup is restored only into an empty member, never over data",
+                if !own_history {
+                    format!("it executed {}", state.executed)
+                } else if state.replication.is_some() {
+                    "it has a replication source".to_string()
+                } else {
+                    "it accepts writes".to_string()
+                }
+            ),
+        );
+    }
+    Decision::Act(Step::Restore { ordinal, resume })
 }
 
 /// The primary to wire replicas to, or the decision to take about the primary first.
 fn choose_primary(facts: &Facts) -> Result<usize, Decision> {
     let Some(primary) = facts.primary else {
+        if let Some(pending) = &facts.restore {
+            return Err(restore(facts, pending));
+        }
         return open_first_primary(facts);
     };
     let Some(fact) = member(facts, primary) else {
@@ -521,10 +605,28 @@ mod tests {
             primary,
             in_flight: None,
             switchover_to: None,
+            restore: None,
             semi_sync: true,
             freshness: Duration::from_secs(30),
             now,
         }
+    }
+
+    fn fresh_state() -> ServerState {
+        ServerState {
+            read_only: true,
+            executed: gtid(""),
+            replication: None,
+            semi_sync_source: false,
+            semi_sync_replica: false,
+        }
+    }
+
+    fn stored(position: &str) -> Option<Restore> {
+        Some(Restore::Ready {
+            backup: "nightly".into(),
+            position: gtid(position),
+        })
     }
 
     fn settled_three(now: Instant) -> Vec<MemberFact> {
@@ -816,6 +918,166 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn a_restored_cluster_opens_no_primary_until_its_backup_is_stored() {
+        let now = Instant::now();
+        let mut waiting = facts(
+            vec![healthy(0, fresh_state(), now), healthy(1, fresh_state(), now)],
+            None,
+            now,
+        );
+        waiting.restore = Some(Restore::SourceNotReady(
+            "MySQLBackup nightly does not exist".into(),
+        ));
+        assert_eq!(
+            decide(&waiting),
+            Decision::Wait(Wait {
+                reason: "RestoreSourceNotReady",
+                message: "MySQLBackup nightly does not exist".into(),
+            })
+        );
+        // Pods still come first.
+        waiting.statefulset_replicas = None;
+        assert_eq!(decide(&waiting), Decision::Act(Step::ScalePods { replicas: 2 }));
+    }
+
+    #[test]
+    fn a_stored_backup_is_restored_into_an_empty_ordinal_zero_only() {
+        let now = Instant::now();
+        let mut restoring = facts(
+            vec![
+                healthy(0, fresh_state(), now),
+                unreachable(1, Health::Unknown("refused".into()), now),
+            ],
+            None,
+            now,
+        );
+        restoring.restore = stored("0-1-42");
+        // The other members need not answer: they are copied from the restored one later.
+        let step = Step::Restore {
+            ordinal: 0,
+            resume: false,
+        };
+        assert_eq!(decide(&restoring), Decision::Act(step.clone()));
+        assert_eq!(step.in_flight(), Some(InFlight::Restore { ordinal: 0 }));
+
+        restoring.members[0] = unreachable(0, Health::Unknown("refused".into()), now);
+        assert!(matches!(
+            decide(&restoring),
+            Decision::Wait(Wait {
+                reason: "MembersStarting",
+                ..
+            })
+        ));
+
+        let refused = |state: ServerState| {
+            let mut facts = restoring.clone();
+            facts.members[0] = healthy(0, state, now);
+            decide(&facts)
+        };
+        for not_fresh in [
+            ServerState {
+                executed: gtid("0-3-7"),
+                ..fresh_state()
+            },
+            ServerState {
+                read_only: false,
+                ..fresh_state()
+            },
+            ServerState {
+                replication: replica_state("", 1).replication,
+                ..fresh_state()
+            },
+        ] {
+            assert!(
+                matches!(
+                    refused(not_fresh.clone()),
+                    Decision::Wait(Wait {
+                        reason: "RestoreRefused",
+                        ..
+                    })
+                ),
+                "{not_fresh:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_interrupted_restore_is_taken_again_over_its_own_work_only() {
+        let now = Instant::now();
+        let mut resumed = facts(vec![healthy(0, fresh_state(), now)], None, now);
+        resumed.restore = stored("0-1-42");
+        resumed.in_flight = Some(InFlight::Restore { ordinal: 0 });
+        let again = Decision::Act(Step::Restore {
+            ordinal: 0,
+            resume: true,
+        });
+        assert_eq!(decide(&resumed), again);
+        // Interrupted after the history was set: still the restore's own.
+        resumed.members[0] = healthy(
+            0,
+            ServerState {
+                executed: gtid("0-1-42"),
+                ..fresh_state()
+            },
+            now,
+        );
+        assert_eq!(decide(&resumed), again);
+        // Anything else was written by someone else.
+        resumed.members[0] = healthy(
+            0,
+            ServerState {
+                executed: gtid("0-1-43"),
+                ..fresh_state()
+            },
+            now,
+        );
+        assert!(matches!(
+            decide(&resumed),
+            Decision::Wait(Wait {
+                reason: "RestoreRefused",
+                ..
+            })
+        ));
+        resumed.restore = Some(Restore::SourceNotReady("deleted".into()));
+        assert!(matches!(
+            decide(&resumed),
+            Decision::Wait(Wait {
+                reason: "RestoreSourceNotReady",
+                ..
+            })
+        ));
+        // Recorded as done: only the record in flight is left to clear.
+        resumed.restore = None;
+        assert_eq!(decide(&resumed), Decision::Act(Step::ClearInFlight));
+    }
+
+    #[test]
+    fn a_restored_member_is_opened_as_the_first_primary_and_never_restored_again() {
+        let now = Instant::now();
+        let restored = ServerState {
+            executed: gtid("0-1-42"),
+            ..fresh_state()
+        };
+        let done = facts(
+            vec![healthy(0, restored.clone(), now), healthy(1, fresh_state(), now)],
+            None,
+            now,
+        );
+        assert_eq!(decide(&done), Decision::Act(Step::OpenPrimary { ordinal: 0 }));
+        // A cluster with a primary is past any restore, whatever else is reported.
+        let mut opened = facts(
+            vec![
+                healthy(0, primary_state("0-1-42"), now),
+                healthy(1, replica_state("0-1-42", 0), now),
+            ],
+            Some(0),
+            now,
+        );
+        opened.restore = stored("0-1-42");
+        assert_eq!(decide(&opened), Decision::Settled);
     }
 
     #[test]

@@ -16,6 +16,7 @@ use crate::{
     decide::Step,
     observe::MySqlClients,
     resources::REPLICATION_USER,
+    restore::{RestoreError, StoredSnapshot, restore_snapshot},
 };
 
 /// How long a new primary may take to apply what it already received.
@@ -35,6 +36,8 @@ pub struct StepContext<'a> {
     pub tls: bool,
     /// Semi-sync acknowledgement as the spec asks: `Some(replicas to wait for)` or `None`.
     pub semi_sync_wait_for: Option<u32>,
+    /// The backup a new cluster is restored from, while it has not been.
+    pub restore: Option<&'a StoredSnapshot>,
 }
 
 /// How a step ended.
@@ -60,6 +63,14 @@ pub enum StepError {
         to: usize,
         #[source]
         source: snapshot::SnapshotError,
+    },
+    #[error("restoring MySQLBackup {backup} into member {ordinal}: {source}")]
+    Restore {
+        backup: String,
+        ordinal: usize,
+        /// Boxed: the store's errors are large, and every step's result carries the room.
+        #[source]
+        source: Box<RestoreError>,
     },
     #[error("{0}")]
     Refused(String),
@@ -92,6 +103,7 @@ pub async fn execute(context: &StepContext<'_>, step: &Step) -> Result<StepOutco
             .await?;
             Ok(StepOutcome::Done)
         }
+        Step::Restore { ordinal, resume } => restore(context, ordinal, resume).await,
         Step::ScalePods { .. } | Step::ClearInFlight => Ok(StepOutcome::Done),
     }
 }
@@ -178,6 +190,36 @@ async fn seed_member(context: &StepContext<'_>, ordinal: usize) -> Result<StepOu
     sent.map_err(seed_error)?;
     let position = received.map_err(seed_error)?;
     start_replication(context, ordinal, Some(position)).await
+}
+
+/// Restores the backup into `ordinal`, which stays read-only. A member the operator was not
+/// already restoring into must hold no table: the decision saw no GTID history on it, but data
+/// written without one is still data.
+async fn restore(context: &StepContext<'_>, ordinal: usize, resume: bool) -> Result<StepOutcome, StepError> {
+    let Some(snapshot) = context.restore else {
+        return Ok(StepOutcome::NotYet("the backup to restore is not known".into()));
+    };
+    if !resume {
+        let tables = call(context, ordinal, "user_tables", |admin| async move {
+            admin.user_tables(5).await
+        })
+        .await?;
+        if !tables.is_empty() {
+            return Err(StepError::Refused(format!(
+                "member {ordinal} holds tables ({}); a backup is restored only into an empty member, never over data",
+                tables.join(", ")
+            )));
+        }
+    }
+    let admin = admin_of(context, ordinal).await?;
+    restore_snapshot(&admin, snapshot)
+        .await
+        .map_err(|source| StepError::Restore {
+            backup: snapshot.backup.clone(),
+            ordinal,
+            source: Box::new(source),
+        })?;
+    Ok(StepOutcome::Done)
 }
 
 /// The primary is down as its replicas testify. The reconciler has already taken it out of the

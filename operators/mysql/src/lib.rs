@@ -7,6 +7,7 @@
 //! - [`observe`], [`decide`], [`execute`]: the availability-aware loop: tri-state health from
 //!   what each member and the replicas say, a pure decision, one safe step.
 //! - [`resources`] and [`status`]: pure builders of the Kubernetes objects and the status.
+//! - [`restore`]: reading a `MySQLBackup`'s stored snapshot back into a new cluster's member.
 //! - [`reconcile`]: the short story that ties them together.
 
 pub mod address;
@@ -19,6 +20,7 @@ pub mod observe;
 pub mod packaging;
 pub mod reconcile;
 pub mod resources;
+pub mod restore;
 pub mod status;
 
 /// The operator's name: its field manager, event reporter and `app.kubernetes.io/managed-by`.

@@ -33,6 +33,7 @@ pub fn rules() -> Vec<PolicyRule> {
         rule("mysql.quorum.dev", &["mysqlclusters/status"], &["get", "patch"]),
         // Scheduled backups are created (server-side apply) and deleted on behalf of a
         // cluster's backup policy; every backup's status is the backup controller's to write.
+        // A cluster created with `restoreFrom` reads the backup it names.
         rule(
             "mysql.quorum.dev",
             &["mysqlbackups"],

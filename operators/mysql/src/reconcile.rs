@@ -24,24 +24,34 @@ use kube::{
     runtime::controller::Action,
 };
 use quorum_core::{
-    ReconcileError, apply::ignore_not_found, events::Severity, runner::Context, status::patch_status,
+    ReconcileError,
+    apply::ignore_not_found,
+    backup::{backup_target, credentials},
+    events::Severity,
+    runner::Context,
+    status::patch_status,
 };
 use secrecy::SecretString;
 use sha2::{Digest, Sha256};
 
 use crate::{
     address::Addresses,
-    admin::Credentials,
-    crd::{Access, FailoverRecord, MySQLBackup, MySQLCluster, SWITCHOVER_ANNOTATION, forbidden_config_keys},
-    decide::{Decision, Facts, InFlight, Step, Wait, decide},
+    admin::{Credentials, gtid::GtidPosition},
+    crd::{
+        Access, BackupRecord, FailoverRecord, MySQLBackup, MySQLCluster, RestoreRecord,
+        SWITCHOVER_ANNOTATION, forbidden_config_keys,
+    },
+    decide::{Decision, Facts, InFlight, Restore, Step, Wait, decide},
     execute::{StepContext, StepError, StepOutcome, execute},
     observe::{ClusterView, MySqlClients},
     resources::{
         PASSWORD_KEY, ROLE_LABEL, build_config_map, build_headless_service, build_password_secret,
         build_pod_disruption_budget, build_primary_service, build_replicas_service, build_scheduled_backup,
-        build_statefulset, generate_password, generated_root_secret_name, member_selector_string, ordinal_of,
-        replication_secret_name, root_secret_name, semi_sync, statefulset_name,
+        build_statefulset, generate_password, generated_root_secret_name, member_name,
+        member_selector_string, ordinal_of, replication_secret_name, root_secret_name, semi_sync,
+        statefulset_name,
     },
+    restore::StoredSnapshot,
     status::{build_status, describe, failover_record, in_flight_from_status, role_labels, step_reason},
 };
 
@@ -130,6 +140,7 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, context: Arc<Context<State>>)
     let namespace = cluster.namespace().unwrap_or_default();
     let key = format!("{namespace}/{name}");
     let now = Timestamp::now();
+    let cluster = read_fresh_while_restoring(&context, cluster).await?;
 
     let forbidden = forbidden_config_keys(&cluster.spec.config);
     if !forbidden.is_empty() {
@@ -194,6 +205,11 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, context: Arc<Context<State>>)
         .get(SWITCHOVER_ANNOTATION)
         .and_then(|target| ordinal_of(&name, target));
     let desired = usize::try_from(cluster.spec.replicas).unwrap_or(0);
+    let pending_restore = pending_restore(&context, &cluster).await?;
+    let stored_snapshot = match &pending_restore {
+        Some(PendingRestore::Ready(snapshot)) => Some(snapshot),
+        _ => None,
+    };
 
     // Decide.
     let decision = decide(&Facts {
@@ -203,6 +219,13 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, context: Arc<Context<State>>)
         primary,
         in_flight: in_flight.clone(),
         switchover_to,
+        restore: pending_restore.as_ref().map(|pending| match pending {
+            PendingRestore::NotReady(why) => Restore::SourceNotReady(why.clone()),
+            PendingRestore::Ready(snapshot) => Restore::Ready {
+                backup: snapshot.backup.clone(),
+                position: snapshot.position.clone(),
+            },
+        }),
         semi_sync: semi_sync(&cluster),
         freshness: state.settings.freshness,
         now: std::time::Instant::now(),
@@ -230,6 +253,7 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, context: Arc<Context<State>>)
         .await?;
 
     let mut last_failover: Option<FailoverRecord> = None;
+    let mut restored: Option<RestoreRecord> = None;
     let mut decision = decision;
     if let Some(step) = &step {
         if let Some(recorded) = step.in_flight() {
@@ -242,6 +266,7 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, context: Arc<Context<State>>)
                 &decision,
                 primary,
                 in_flight.as_ref(),
+                None,
                 None,
                 now,
             )
@@ -268,19 +293,48 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, context: Arc<Context<State>>)
                     .as_ref()
                     .map_or(1, |r| r.wait_for_replica_count.max(1) as u32)
             }),
+            restore: stored_snapshot,
         };
         match execute(&step_context, step).await {
             Ok(StepOutcome::Done) => {
-                context
-                    .events
-                    .publish(
-                        cluster.as_ref(),
-                        Severity::Normal,
-                        step_reason(step),
-                        "Reconcile",
-                        describe(&name, step),
-                    )
-                    .await;
+                if let (Step::Restore { ordinal, .. }, Some(snapshot)) = (step, stored_snapshot) {
+                    // Written with this pass's status: from then on the restore is never taken
+                    // again, whatever restarts (the record in flight goes in the next pass).
+                    let record = RestoreRecord {
+                        backup_name: snapshot.backup.clone(),
+                        location: snapshot.location.clone(),
+                        sha256: snapshot.sha256.clone(),
+                        gtid_position: snapshot.position.to_string(),
+                        member: member_name(&name, *ordinal),
+                        completed_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()),
+                    };
+                    context
+                        .events
+                        .publish(
+                            cluster.as_ref(),
+                            Severity::Normal,
+                            "Restored",
+                            "Restore",
+                            format!(
+                                "restored MySQLBackup {} ({}, sha256 {} verified) into {} at GTID position {}",
+                                record.backup_name, record.location, record.sha256, record.member, record.gtid_position
+                            ),
+                        )
+                        .await;
+                    restored = Some(record);
+                    in_flight = None;
+                } else {
+                    context
+                        .events
+                        .publish(
+                            cluster.as_ref(),
+                            Severity::Normal,
+                            step_reason(step),
+                            "Reconcile",
+                            describe(&name, step),
+                        )
+                        .await;
+                }
                 match *step {
                     Step::OpenPrimary { ordinal } => primary = Some(ordinal),
                     Step::Failover { to, .. } | Step::Switchover { to, .. } => primary = Some(to),
@@ -336,6 +390,7 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, context: Arc<Context<State>>)
                     primary,
                     in_flight.as_ref(),
                     None,
+                    None,
                     now,
                 )
                 .await?;
@@ -390,6 +445,7 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, context: Arc<Context<State>>)
         primary,
         in_flight.as_ref(),
         last_failover,
+        restored,
         now,
     )
     .await?;
@@ -408,6 +464,7 @@ async fn report(
     primary: Option<usize>,
     in_flight: Option<&InFlight>,
     last_failover: Option<FailoverRecord>,
+    restored: Option<RestoreRecord>,
     now: Timestamp,
 ) -> Result<(), Error> {
     let status = build_status(
@@ -417,6 +474,7 @@ async fn report(
         primary,
         in_flight,
         last_failover,
+        restored,
         now,
     );
     patch_status(&context.client, cluster, cluster.status.as_ref(), &status).await?;
@@ -591,6 +649,111 @@ async fn ensure_users(
     }
     context.state.clients.users_applied(key, fingerprint);
     Ok(())
+}
+
+/// The cluster as the API server has it now, for a cluster whose restore is not recorded in
+/// the cached copy. The cache can lag this operator's own last status write by a moment, and a
+/// restore taken again on that stale view would copy the whole backup a second time.
+async fn read_fresh_while_restoring(
+    context: &Context<State>,
+    cluster: Arc<MySQLCluster>,
+) -> Result<Arc<MySQLCluster>, Error> {
+    let restoring = cluster.spec.restore_from.is_some()
+        && cluster
+            .status
+            .as_ref()
+            .is_none_or(|s| s.restored_from.is_none() && s.primary.is_none());
+    if !restoring {
+        return Ok(cluster);
+    }
+    let clusters: Api<MySQLCluster> =
+        Api::namespaced(context.client.clone(), &cluster.namespace().unwrap_or_default());
+    Ok(Arc::new(
+        clusters
+            .get(&cluster.name_any())
+            .await
+            .map_err(api("reading the cluster"))?,
+    ))
+}
+
+/// The restore a cluster created from a backup still has to take.
+enum PendingRestore {
+    /// The backup does not exist, has no stored snapshot, or its destination cannot be read.
+    NotReady(String),
+    Ready(StoredSnapshot),
+}
+
+/// What a cluster created with `restoreFrom` restores, while it has not: `None` for another
+/// cluster, and for one with a restore or a primary recorded (a restore never happens into a
+/// cluster that already served).
+async fn pending_restore(
+    context: &Context<State>,
+    cluster: &MySQLCluster,
+) -> Result<Option<PendingRestore>, Error> {
+    let Some(source) = &cluster.spec.restore_from else {
+        return Ok(None);
+    };
+    if cluster
+        .status
+        .as_ref()
+        .is_some_and(|s| s.restored_from.is_some() || s.primary.is_some())
+    {
+        return Ok(None);
+    }
+    let namespace = cluster.namespace().unwrap_or_default();
+    let name = &source.backup_name;
+    let backups: Api<MySQLBackup> = Api::namespaced(context.client.clone(), &namespace);
+    let Some(backup) = backups
+        .get_opt(name)
+        .await
+        .map_err(api(format!("reading MySQLBackup {name}")))?
+    else {
+        return Ok(Some(PendingRestore::NotReady(format!(
+            "MySQLBackup {name} does not exist"
+        ))));
+    };
+    let recorded = backup.status.clone().unwrap_or_default();
+    let (Some(snapshot), Some(position)) = (recorded.last_snapshot, recorded.gtid_position) else {
+        return Ok(Some(PendingRestore::NotReady(format!(
+            "MySQLBackup {name} has no stored snapshot yet"
+        ))));
+    };
+    Ok(Some(
+        match stored_snapshot(context, cluster, &backup, &snapshot, &position).await {
+            Ok(stored) => PendingRestore::Ready(stored),
+            Err(why) => PendingRestore::NotReady(format!("MySQLBackup {name}: {why}")),
+        },
+    ))
+}
+
+/// Where `backup`'s snapshot is and what it recorded about it, or why it cannot be read.
+async fn stored_snapshot(
+    context: &Context<State>,
+    cluster: &MySQLCluster,
+    backup: &MySQLBackup,
+    snapshot: &BackupRecord,
+    position: &str,
+) -> Result<StoredSnapshot, String> {
+    let namespace = cluster.namespace().unwrap_or_default();
+    let position = GtidPosition::parse(cluster.spec.flavor, position).map_err(|e| e.to_string())?;
+    let credentials = credentials(&context.client, &namespace, &backup.spec.destination)
+        .await
+        .map_err(|e| e.to_string())?;
+    let target = backup_target(
+        &backup.spec.destination,
+        credentials,
+        context.state.settings.allow_http_backups,
+    )
+    .map_err(|e| e.to_string())?;
+    StoredSnapshot::locate(
+        &backup.name_any(),
+        target,
+        &namespace,
+        &backup.spec.cluster_name,
+        &snapshot.location,
+        &snapshot.sha256,
+        position,
+    )
 }
 
 /// A cluster's backup policy is carried out by a `MySQLBackup` it owns, `<cluster>-scheduled`;

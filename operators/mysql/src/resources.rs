@@ -642,6 +642,7 @@ mod tests {
                 replication: None,
                 tls: None,
                 backup: None,
+                restore_from: None,
             },
         );
         cluster.metadata.namespace = Some("prod".into());

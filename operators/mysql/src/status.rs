@@ -13,8 +13,8 @@ use quorum_core::{
 };
 
 use crate::{
-    crd::{FailoverRecord, InFlightStep, MemberStatus, MySQLCluster, MySQLClusterStatus},
-    decide::{Decision, InFlight, MemberFact, Step, errant},
+    crd::{FailoverRecord, InFlightStep, MemberStatus, MySQLCluster, MySQLClusterStatus, RestoreRecord},
+    decide::{Decision, InFlight, MemberFact, RESTORE_TARGET, Step, errant},
     resources::{RoleLabel, member_name, member_selector_string, ordinal_of},
 };
 
@@ -37,6 +37,7 @@ pub fn in_flight_from_status(cluster: &MySQLCluster) -> Option<InFlight> {
             to: member,
         },
         "RemoveMember" => InFlight::RemoveMember { ordinal: member },
+        "Restore" => InFlight::Restore { ordinal: member },
         _ => return None,
     })
 }
@@ -53,6 +54,7 @@ pub fn in_flight_to_status(cluster: &MySQLCluster, in_flight: &InFlight, now: Ti
         InFlight::Failover { from, to } => ("Failover", to, Some(from)),
         InFlight::Switchover { from, to } => ("Switchover", to, Some(from)),
         InFlight::RemoveMember { ordinal } => ("RemoveMember", ordinal, None),
+        InFlight::Restore { ordinal } => ("Restore", ordinal, None),
     };
     InFlightStep {
         action: action.into(),
@@ -115,7 +117,8 @@ pub fn role_labels(
         .collect()
 }
 
-/// The status to write after this pass.
+/// The status to write after this pass. `restored` is a restore completed in this pass.
+#[allow(clippy::too_many_arguments)]
 pub fn build_status(
     cluster: &MySQLCluster,
     members: &[MemberFact],
@@ -123,9 +126,11 @@ pub fn build_status(
     primary: Option<usize>,
     in_flight: Option<&InFlight>,
     last_failover: Option<FailoverRecord>,
+    restored: Option<RestoreRecord>,
     now: Timestamp,
 ) -> MySQLClusterStatus {
     let previous = cluster.status.clone().unwrap_or_default();
+    let restored = restored.or(previous.restored_from.clone());
     let name = cluster.name_any();
     let labels = role_labels(members, primary, in_flight);
     let primary_state = primary
@@ -255,6 +260,14 @@ pub fn build_status(
         ),
     };
     set_condition(&mut conditions, degraded, generation, now);
+    if let Some(source) = &cluster.spec.restore_from {
+        set_condition(
+            &mut conditions,
+            restored_condition(&name, &source.backup_name, restored.as_ref(), decision),
+            generation,
+            now,
+        );
+    }
 
     MySQLClusterStatus {
         observed_generation: generation,
@@ -266,9 +279,46 @@ pub fn build_status(
         in_flight: in_flight.map(|step| in_flight_to_status(cluster, step, now)),
         last_failover: last_failover.or(previous.last_failover),
         last_backup: previous.last_backup,
+        restored_from: restored,
         conditions,
     }
 }
+
+/// The `Restored` condition of a cluster created from a backup: true once the restore is
+/// recorded, else why it has not happened yet.
+fn restored_condition(
+    cluster: &str,
+    backup: &str,
+    restored: Option<&RestoreRecord>,
+    decision: &Decision,
+) -> ConditionUpdate {
+    match (restored, decision) {
+        (Some(record), _) => ConditionUpdate::new(
+            RESTORED_CONDITION,
+            true,
+            "Restored",
+            format!(
+                "restored from MySQLBackup {} ({}, sha256 {}) into {} at GTID position {}",
+                record.backup_name, record.location, record.sha256, record.member, record.gtid_position
+            ),
+        ),
+        (None, Decision::Wait(wait)) if wait.reason.starts_with("Restore") => {
+            ConditionUpdate::new(RESTORED_CONDITION, false, wait.reason, wait.message.clone())
+        }
+        (None, _) => ConditionUpdate::new(
+            RESTORED_CONDITION,
+            false,
+            "RestorePending",
+            format!(
+                "MySQLBackup {backup} is restored into {} before a primary is opened",
+                member_name(cluster, RESTORE_TARGET)
+            ),
+        ),
+    }
+}
+
+/// The condition a cluster created with `restoreFrom` carries.
+pub const RESTORED_CONDITION: &str = "Restored";
 
 /// The condition and event reason for a step.
 pub fn step_reason(step: &Step) -> &'static str {
@@ -281,6 +331,7 @@ pub fn step_reason(step: &Step) -> &'static str {
         Step::StartReplication { .. } => "StartingReplication",
         Step::SetSemiSync { .. } => "SettingSemiSync",
         Step::RemoveMember { .. } => "RemovingMember",
+        Step::Restore { .. } => "Restoring",
         Step::ClearInFlight => "StepCompleted",
     }
 }
@@ -312,6 +363,174 @@ pub fn describe(cluster: &str, step: &Step) -> String {
         Step::RemoveMember { ordinal } => {
             format!("stopping replication on {} and removing it", name(ordinal))
         }
+        Step::Restore { ordinal, resume } => format!(
+            "{} the backup into {}, the first primary",
+            if resume {
+                "restoring again (interrupted)"
+            } else {
+                "restoring"
+            },
+            name(ordinal)
+        ),
         Step::ClearInFlight => "the recorded step is complete".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{collections::BTreeMap, time::Instant};
+
+    use super::*;
+    use crate::crd::{Flavor, MySQLClusterSpec, RestoreSource};
+    use crate::decide::Wait;
+
+    fn restored_cluster() -> MySQLCluster {
+        let mut cluster = MySQLCluster::new(
+            "copy",
+            MySQLClusterSpec {
+                replicas: 1,
+                flavor: Flavor::MariaDB,
+                version: "10.11.6".into(),
+                image: None,
+                storage: quorum_core::crd::Storage {
+                    size: k8s_openapi::apimachinery::pkg::api::resource::Quantity("1Gi".into()),
+                    storage_class_name: None,
+                },
+                resources: None,
+                pod_template: None,
+                config: BTreeMap::new(),
+                root_password_secret: None,
+                users: vec![],
+                replication: None,
+                tls: None,
+                backup: None,
+                restore_from: Some(RestoreSource {
+                    backup_name: "nightly".into(),
+                }),
+            },
+        );
+        cluster.metadata.namespace = Some("prod".into());
+        cluster
+    }
+
+    fn member() -> MemberFact {
+        MemberFact {
+            ordinal: 0,
+            health: Health::Healthy,
+            observed_at: Instant::now(),
+            state: None,
+        }
+    }
+
+    fn restored_condition_of(status: &MySQLClusterStatus) -> (String, String, String) {
+        let condition = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == RESTORED_CONDITION)
+            .expect("a Restored condition");
+        (
+            condition.status.clone(),
+            condition.reason.clone(),
+            condition.message.clone(),
+        )
+    }
+
+    #[test]
+    fn a_restore_in_flight_round_trips_through_status() {
+        let mut cluster = restored_cluster();
+        let step = InFlight::Restore { ordinal: 0 };
+        let recorded = in_flight_to_status(&cluster, &step, Timestamp::UNIX_EPOCH);
+        assert_eq!(
+            (recorded.action.as_str(), recorded.member.as_str()),
+            ("Restore", "copy-0")
+        );
+        cluster.status = Some(MySQLClusterStatus {
+            in_flight: Some(recorded),
+            ..MySQLClusterStatus::default()
+        });
+        assert_eq!(in_flight_from_status(&cluster), Some(step));
+    }
+
+    #[test]
+    fn the_restored_condition_says_what_the_restore_waits_for_then_what_was_restored() {
+        let mut cluster = restored_cluster();
+        let now = Timestamp::UNIX_EPOCH;
+        let waiting = Decision::Wait(Wait {
+            reason: "RestoreSourceNotReady",
+            message: "MySQLBackup nightly does not exist".into(),
+        });
+        let status = build_status(&cluster, &[member()], &waiting, None, None, None, None, now);
+        assert_eq!(
+            restored_condition_of(&status),
+            (
+                "False".into(),
+                "RestoreSourceNotReady".into(),
+                "MySQLBackup nightly does not exist".into()
+            )
+        );
+        let starting = Decision::Wait(Wait {
+            reason: "MembersStarting",
+            message: "member 0 has not answered yet".into(),
+        });
+        let status = build_status(&cluster, &[member()], &starting, None, None, None, None, now);
+        assert_eq!(restored_condition_of(&status).1, "RestorePending");
+
+        let record = RestoreRecord {
+            backup_name: "nightly".into(),
+            location: "/backups/prod/shop/shop/shop-20260101T000000Z.sql".into(),
+            sha256: "ab".repeat(32),
+            gtid_position: "0-1-42".into(),
+            member: "copy-0".into(),
+            completed_at: Time(now),
+        };
+        let status = build_status(
+            &cluster,
+            &[member()],
+            &Decision::Settled,
+            None,
+            None,
+            None,
+            Some(record.clone()),
+            now,
+        );
+        assert_eq!(status.restored_from.as_ref(), Some(&record));
+        let (value, reason, message) = restored_condition_of(&status);
+        assert_eq!((value.as_str(), reason.as_str()), ("True", "Restored"));
+        assert!(
+            message.contains("MySQLBackup nightly") && message.contains("0-1-42"),
+            "{message}"
+        );
+
+        // Kept from the previous status on every later pass.
+        cluster.status = Some(status);
+        let later = build_status(
+            &cluster,
+            &[member()],
+            &Decision::Settled,
+            Some(0),
+            None,
+            None,
+            None,
+            now,
+        );
+        assert_eq!(later.restored_from, Some(record));
+        assert_eq!(restored_condition_of(&later).0, "True");
+    }
+
+    #[test]
+    fn a_cluster_not_created_from_a_backup_has_no_restored_condition() {
+        let mut cluster = restored_cluster();
+        cluster.spec.restore_from = None;
+        let status = build_status(
+            &cluster,
+            &[member()],
+            &Decision::Settled,
+            None,
+            None,
+            None,
+            None,
+            Timestamp::UNIX_EPOCH,
+        );
+        assert!(status.conditions.iter().all(|c| c.type_ != RESTORED_CONDITION));
     }
 }

@@ -10,6 +10,8 @@ use mysql_operator::admin::{
     snapshot::{self, SnapshotError},
 };
 use mysql_operator::crd::Flavor;
+use mysql_operator::restore::{RestoreError, StoredSnapshot, restore_snapshot};
+use quorum_core::backup::{BackupError, BackupSink, BackupTarget, scoped_target};
 use quorum_e2e::{
     mariadb::{MariaDbProcesses, PORT, REPLICATION_PASSWORD, REPLICATION_USER, ROOT_PASSWORD},
     wait,
@@ -768,4 +770,116 @@ async fn errant_transactions_on_a_replica_are_detected() {
         most_advanced(&[primary, replica]),
         Err(MostAdvancedError::Diverged { left: 0, right: 1 })
     );
+}
+
+#[tokio::test]
+async fn a_stored_snapshot_is_restored_only_when_verified_and_the_restored_member_continues_its_history() {
+    let processes = MariaDbProcesses::start(3).await;
+    let (source_primary, restored, replica) =
+        (admin(&processes, 0), admin(&processes, 1), admin(&processes, 2));
+    source_primary.set_read_only(false).await.unwrap();
+    processes
+        .sql(
+            0,
+            "CREATE DATABASE shop; CREATE TABLE shop.items (id INT PRIMARY KEY, note VARCHAR(20)); \
+             INSERT INTO shop.items VALUES (1, 'item 1'), (2, 'item 2'), (3, 'item 3')",
+        )
+        .await;
+
+    // Stored as the backup controller stores it: below <namespace>/<cluster> of a directory.
+    let directory = processes.dir.join("backups");
+    let target = BackupTarget::Filesystem {
+        directory: directory.clone(),
+    };
+    let sink = BackupSink::new(scoped_target(target.clone(), "prod", "source")).unwrap();
+    let mut stream = Vec::new();
+    let info = snapshot::snapshot_out(&source_primary, &["root", REPLICATION_USER], &mut stream)
+        .await
+        .unwrap();
+    let stored = sink
+        .upload("source/source-20260101T000000Z.sql", &stream[..])
+        .await
+        .unwrap();
+    let snapshot = StoredSnapshot::locate(
+        "nightly",
+        target,
+        "prod",
+        "source",
+        &stored.location,
+        &stored.sha256,
+        info.position.clone(),
+    )
+    .unwrap();
+
+    // Bytes that differ from what the backup recorded: complete and well-formed, but refused,
+    // and the member's GTID history is left alone.
+    let path = std::path::Path::new(&stored.location);
+    let tampered = String::from_utf8(stream.clone())
+        .unwrap()
+        .replacen("'item 2'", "'itex 2'", 1);
+    std::fs::write(path, &tampered).unwrap();
+    let error = restore_snapshot(&restored, &snapshot).await.unwrap_err();
+    assert!(
+        matches!(
+            &error,
+            RestoreError::Fetch {
+                source: BackupError::ChecksumMismatch { .. },
+                ..
+            }
+        ),
+        "{error}"
+    );
+    assert!(executed(&restored).await.is_empty());
+
+    // A position other than the backup recorded is refused too.
+    std::fs::write(path, &stream).unwrap();
+    let elsewhere = StoredSnapshot {
+        position: GtidPosition::parse(Flavor::MariaDB, "0-1-1").unwrap(),
+        ..snapshot.clone()
+    };
+    let error = restore_snapshot(&restored, &elsewhere).await.unwrap_err();
+    assert!(matches!(error, RestoreError::PositionMismatch { .. }), "{error}");
+    assert!(executed(&restored).await.is_empty());
+
+    // The verified snapshot replaces what the refused attempts left, and the member's history
+    // is the backup's position.
+    let position = restore_snapshot(&restored, &snapshot).await.unwrap();
+    assert_eq!(position, info.position);
+    assert_eq!(executed(&restored).await, info.position);
+    let items = "SELECT id, note FROM shop.items ORDER BY id";
+    assert_eq!(processes.sql(1, items).await, processes.sql(0, items).await);
+
+    // Opened, it continues the history: its own next transaction follows the position.
+    restored.set_read_only(false).await.unwrap();
+    processes
+        .sql(1, "INSERT INTO shop.items VALUES (4, 'after restore')")
+        .await;
+    let continued = executed(&restored).await;
+    assert!(
+        continued.includes(&info.position) && continued != info.position,
+        "{continued}"
+    );
+    let binlog = processes.sql(1, "SELECT @@GLOBAL.gtid_binlog_pos").await;
+    let GtidPosition::MariaDb(before) = &info.position else {
+        unreachable!("a MariaDB position")
+    };
+    let next = before[&0].sequence + 1;
+    assert_eq!(binlog.trim(), format!("0-2-{next}"), "server 2's own transaction");
+
+    // A replica copied from it (as a new member is) replicates from there.
+    let mut copy = Vec::new();
+    let copied = snapshot::snapshot_out(&restored, &["root", REPLICATION_USER], &mut copy)
+        .await
+        .unwrap();
+    snapshot::snapshot_in(&replica, &copy[..]).await.unwrap();
+    replica
+        .configure_replica(&source(&processes, 1), Some(&copied.position))
+        .await
+        .unwrap();
+    processes
+        .sql(1, "INSERT INTO shop.items VALUES (5, 'replicated')")
+        .await;
+    let primary = executed(&restored).await;
+    assert!(replica.wait_for_executed(&primary, CONVERGE).await.unwrap());
+    assert_eq!(processes.sql(2, items).await, processes.sql(1, items).await);
 }

@@ -9,106 +9,20 @@ use std::{collections::BTreeSet, time::Duration};
 
 use k8s_openapi::api::{
     apps::v1::StatefulSet,
-    core::v1::{ConfigMap, Event, Pod, Secret, Service},
+    core::v1::{ConfigMap, Pod, Secret, Service},
     policy::v1::PodDisruptionBudget,
 };
 use kube::{
-    Api, CustomResourceExt,
-    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
+    Api,
+    api::{DeleteParams, Patch, PatchParams, PostParams},
 };
 use mysql_async::prelude::Queryable;
-use mysql_operator::{
-    crd::{MySQLBackup, MySQLCluster},
-    resources::ROLE_LABEL,
-};
-use quorum_core::naming::loopback_ip;
+use mysql_operator::{crd::MySQLBackup, resources::ROLE_LABEL};
 use quorum_e2e::{
-    control_plane::{TestNamespace, admin_client, install_crd},
     fault_proxy::{Fault, FaultProxy},
-    local_members::{LocalMembers, MariaDbLauncher},
     wait,
 };
-use support::{app_connection, converges, create_app_secret, item_ids, ready};
-
-struct Setup {
-    client: kube::Client,
-    namespace: TestNamespace,
-    members: LocalMembers,
-    operator: support::Running,
-    clusters: Api<MySQLCluster>,
-}
-
-async fn setup(prefix: &str) -> Setup {
-    quorum_core::telemetry::init(quorum_core::config::LogFormat::Text);
-    let client = admin_client().await;
-    install_crd(&client, &MySQLCluster::crd()).await;
-    install_crd(&client, &MySQLBackup::crd()).await;
-    let namespace = TestNamespace::create(&client, prefix).await;
-    let ns = namespace.name().to_string();
-    let state = std::env::temp_dir().join(format!("quorum-local-members-{ns}"));
-    let members = LocalMembers::start(client.clone(), MariaDbLauncher, state, Some(ns.clone()));
-    let operator = support::start_operator(client.clone(), &ns);
-    create_app_secret(&client, &ns).await;
-    let clusters = Api::namespaced(client.clone(), &ns);
-    Setup {
-        client,
-        namespace,
-        members,
-        operator,
-        clusters,
-    }
-}
-
-impl Setup {
-    fn ns(&self) -> &str {
-        self.namespace.name()
-    }
-
-    fn ip(&self, ordinal: usize) -> std::net::Ipv4Addr {
-        loopback_ip(self.ns(), "main", ordinal)
-    }
-
-    async fn create(&self, replicas: i32) {
-        self.clusters
-            .create(
-                &PostParams::default(),
-                &MySQLCluster::new("main", support::cluster_spec(replicas)),
-            )
-            .await
-            .expect("create MySQLCluster");
-    }
-
-    async fn events(&self, reason: &str) -> Vec<String> {
-        let events: Api<Event> = Api::namespaced(self.client.clone(), self.ns());
-        events
-            .list(&ListParams::default())
-            .await
-            .expect("events")
-            .items
-            .into_iter()
-            .filter(|e| e.reason.as_deref() == Some(reason))
-            .filter_map(|e| e.message)
-            .collect()
-    }
-
-    async fn finish(self) {
-        self.operator.stop().await;
-        drop(self.members);
-        self.namespace.delete().await;
-    }
-}
-
-async fn insert_items(ip: std::net::Ipv4Addr, ids: std::ops::Range<u64>) {
-    let mut conn = app_connection(ip).await.expect("app connection to the primary");
-    conn.query_drop("CREATE TABLE IF NOT EXISTS items (id BIGINT PRIMARY KEY, note VARCHAR(64))")
-        .await
-        .expect("create table");
-    for id in ids {
-        conn.exec_drop("INSERT INTO items VALUES (?, ?)", (id, format!("item {id}")))
-            .await
-            .expect("insert");
-    }
-}
+use support::{app_connection, converges, insert_items, item_ids, ready, setup};
 
 #[tokio::test]
 async fn a_cluster_forms_grows_by_snapshot_and_shrinks_with_roles_services_and_status() {

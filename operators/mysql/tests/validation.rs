@@ -8,7 +8,7 @@ use kube::{
     Api, CustomResourceExt,
     api::{Patch, PatchParams, PostParams},
 };
-use mysql_operator::crd::{Flavor, MySQLCluster, ReplicationMode, ReplicationSpec};
+use mysql_operator::crd::{Flavor, MySQLCluster, ReplicationMode, ReplicationSpec, RestoreSource};
 use quorum_e2e::control_plane::{TestNamespace, admin_client, install_crd};
 
 async fn refusal(clusters: &Api<MySQLCluster>, cluster: &MySQLCluster) -> String {
@@ -80,5 +80,40 @@ async fn invalid_clusters_are_refused_naming_the_field() {
         .await
         .expect_err("the flavor is immutable");
     assert!(error.to_string().contains("flavor is immutable"), "{error}");
+
+    // Where a cluster's data comes from is decided when it is created: restoreFrom can be
+    // neither added, changed nor removed afterwards.
+    let add = serde_json::json!({"spec": {"restoreFrom": {"backupName": "nightly"}}});
+    let error = clusters
+        .patch("valid", &PatchParams::default(), &Patch::Merge(&add))
+        .await
+        .expect_err("restoreFrom cannot be added");
+    assert!(
+        error.to_string().contains("spec.restoreFrom")
+            && error.to_string().contains("restoreFrom is immutable"),
+        "{error}"
+    );
+    let mut restored = MySQLCluster::new("restored", support::cluster_spec(3));
+    restored.spec.restore_from = Some(RestoreSource {
+        backup_name: "nightly".into(),
+    });
+    clusters
+        .create(&PostParams::default(), &restored)
+        .await
+        .expect("a cluster created from a backup is accepted");
+    for change in [
+        serde_json::json!({"spec": {"restoreFrom": {"backupName": "weekly"}}}),
+        serde_json::json!({"spec": {"restoreFrom": null}}),
+    ] {
+        let error = clusters
+            .patch("restored", &PatchParams::default(), &Patch::Merge(&change))
+            .await
+            .expect_err("restoreFrom is immutable");
+        assert!(
+            error.to_string().contains("spec.restoreFrom")
+                && error.to_string().contains("restoreFrom is immutable"),
+            "{change}: {error}"
+        );
+    }
     namespace.delete().await;
 }

@@ -3,8 +3,14 @@
 
 use std::{collections::BTreeMap, net::SocketAddr, sync::Arc, time::Duration};
 
-use k8s_openapi::{api::core::v1::Secret, apimachinery::pkg::api::resource::Quantity};
-use kube::{Api, api::PostParams};
+use k8s_openapi::{
+    api::core::v1::{Event, Secret},
+    apimachinery::pkg::api::resource::Quantity,
+};
+use kube::{
+    Api, CustomResourceExt,
+    api::{ListParams, PostParams},
+};
 use mysql_async::prelude::Queryable;
 use mysql_operator::{
     OPERATOR_NAME,
@@ -17,9 +23,14 @@ use quorum_core::{
     availability::{breaker::BreakerSettings, retry::CallPolicy},
     config::{LogFormat, OperatorConfig},
     crd::Storage,
+    naming::loopback_ip,
     runner::{Context, RetryPolicy, RunError, Runtime},
 };
-use quorum_e2e::wait;
+use quorum_e2e::{
+    control_plane::{TestNamespace, admin_client, install_crd},
+    local_members::{LocalMembers, MariaDbLauncher},
+    wait,
+};
 
 /// The application account every test cluster has, and its password.
 pub const APP_USER: &str = "app";
@@ -88,6 +99,120 @@ pub fn start_operator(client: kube::Client, namespace: &str) -> Running {
     }
 }
 
+/// A namespace of the local control plane with the operator watching it and real MariaDB
+/// servers behind its member pods (`LocalMembers` runs one for every pod a StatefulSet asks
+/// for, on the loopback address the operator resolves for it).
+pub struct Setup {
+    pub client: kube::Client,
+    pub namespace: TestNamespace,
+    pub members: LocalMembers,
+    pub operator: Running,
+    pub clusters: Api<MySQLCluster>,
+}
+
+/// A fresh namespace named after `prefix`, set up as [`Setup`] says, with the application
+/// account's Secret.
+pub async fn setup(prefix: &str) -> Setup {
+    quorum_core::telemetry::init(quorum_core::config::LogFormat::Text);
+    let client = admin_client().await;
+    install_crd(&client, &MySQLCluster::crd()).await;
+    install_crd(&client, &MySQLBackup::crd()).await;
+    let namespace = TestNamespace::create(&client, prefix).await;
+    let ns = namespace.name().to_string();
+    let state = std::env::temp_dir().join(format!("quorum-local-members-{ns}"));
+    let members = LocalMembers::start(client.clone(), MariaDbLauncher, state, Some(ns.clone()));
+    let operator = start_operator(client.clone(), &ns);
+    create_app_secret(&client, &ns).await;
+    let clusters = Api::namespaced(client.clone(), &ns);
+    Setup {
+        client,
+        namespace,
+        members,
+        operator,
+        clusters,
+    }
+}
+
+impl Setup {
+    pub fn ns(&self) -> &str {
+        self.namespace.name()
+    }
+
+    /// The address of member `ordinal` of the cluster `main`.
+    pub fn ip(&self, ordinal: usize) -> std::net::Ipv4Addr {
+        self.ip_of("main", ordinal)
+    }
+
+    pub fn ip_of(&self, cluster: &str, ordinal: usize) -> std::net::Ipv4Addr {
+        loopback_ip(self.ns(), cluster, ordinal)
+    }
+
+    /// Creates the cluster `main` of `replicas` members.
+    pub async fn create(&self, replicas: i32) {
+        self.clusters
+            .create(
+                &PostParams::default(),
+                &MySQLCluster::new("main", cluster_spec(replicas)),
+            )
+            .await
+            .expect("create MySQLCluster");
+    }
+
+    /// The messages of the namespace's events with `reason`.
+    pub async fn events(&self, reason: &str) -> Vec<String> {
+        let events: Api<Event> = Api::namespaced(self.client.clone(), self.ns());
+        events
+            .list(&ListParams::default())
+            .await
+            .expect("events")
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .filter_map(|e| e.message)
+            .collect()
+    }
+
+    /// Stops the operator as SIGTERM would and starts a new one, with nothing of the old
+    /// one's memory (cached clients, applied accounts).
+    pub async fn restart_operator(self) -> Self {
+        let Setup {
+            client,
+            namespace,
+            members,
+            operator,
+            clusters,
+        } = self;
+        operator.stop().await;
+        let operator = start_operator(client.clone(), namespace.name());
+        Setup {
+            client,
+            namespace,
+            members,
+            operator,
+            clusters,
+        }
+    }
+
+    pub async fn finish(self) {
+        self.operator.stop().await;
+        drop(self.members);
+        self.namespace.delete().await;
+    }
+}
+
+/// Creates `items` if needed and inserts `ids` through the application account.
+pub async fn insert_items(ip: std::net::Ipv4Addr, ids: std::ops::Range<u64>) {
+    let mut conn = app_connection(ip).await.expect("app connection to the primary");
+    conn.query_drop("CREATE TABLE IF NOT EXISTS items (id BIGINT PRIMARY KEY, note VARCHAR(64))")
+        .await
+        .expect("create table");
+    for id in ids {
+        conn.exec_drop("INSERT INTO items VALUES (?, ?)", (id, format!("item {id}")))
+            .await
+            .expect("insert");
+    }
+}
+
 /// A MariaDB cluster of `replicas` members with the application account, small buffers.
 pub fn cluster_spec(replicas: i32) -> MySQLClusterSpec {
     MySQLClusterSpec {
@@ -115,6 +240,7 @@ pub fn cluster_spec(replicas: i32) -> MySQLClusterSpec {
         replication: None,
         tls: None,
         backup: None,
+        restore_from: None,
     }
 }
 

@@ -1,0 +1,246 @@
+//! Restoring a new cluster from a `MySQLBackup`, through the whole operator: the real local
+//! control plane, KWOK pods, and a real MariaDB server behind every member pod.
+
+#[allow(dead_code)] // each test binary uses part of the support
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::{api::core::v1::Event, apimachinery::pkg::apis::meta::v1::Condition};
+use kube::{
+    Api,
+    api::{ListParams, PostParams},
+};
+use mysql_async::prelude::Queryable;
+use mysql_operator::{
+    admin::gtid::GtidPosition,
+    crd::{BackupPhase, Flavor, MySQLBackup, MySQLCluster, MySQLClusterStatus, RestoreSource},
+};
+use quorum_e2e::wait;
+use support::{app_connection, converges, insert_items, item_ids, ready, setup};
+
+fn condition<'a>(status: &'a MySQLClusterStatus, type_: &str) -> Option<&'a Condition> {
+    status.conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// What the primary at `ip` has executed, as its binary log says.
+async fn binlog_position(ip: std::net::Ipv4Addr) -> GtidPosition {
+    let mut conn = app_connection(ip).await.expect("app connection");
+    let text: Option<String> = conn
+        .query_first("SELECT @@GLOBAL.gtid_binlog_pos")
+        .await
+        .expect("gtid_binlog_pos");
+    GtidPosition::parse(Flavor::MariaDB, &text.unwrap_or_default()).expect("a MariaDB position")
+}
+
+/// How many times a `Restored` event was published: repeats of one event are folded into
+/// its series.
+async fn restores_published(setup: &support::Setup) -> i32 {
+    let events: Api<Event> = Api::namespaced(setup.client.clone(), setup.ns());
+    events
+        .list(&ListParams::default())
+        .await
+        .expect("events")
+        .items
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("Restored"))
+        .map(|e| {
+            e.series
+                .as_ref()
+                .and_then(|series| series.count)
+                .unwrap_or(1)
+                .max(1)
+        })
+        .sum()
+}
+
+#[tokio::test]
+async fn a_cluster_restored_from_a_backup_waits_for_it_then_holds_its_rows_and_continues_its_history() {
+    let setup = setup("mysql-restore").await;
+    setup.create(2).await;
+    ready(&setup.clusters, "main", 1).await;
+    insert_items(setup.ip(0), 0..100).await;
+    let rows: Vec<u64> = (0..100).collect();
+
+    // A cluster to restore from a backup that does not exist yet: its members start, but no
+    // primary is opened, and it says what it waits for.
+    let mut spec = support::cluster_spec(3);
+    spec.restore_from = Some(RestoreSource {
+        backup_name: "nightly".into(),
+    });
+    setup
+        .clusters
+        .create(&PostParams::default(), &MySQLCluster::new("copy", spec))
+        .await
+        .expect("create the cluster to restore");
+    let waiting = wait::until(
+        "copy waits for its backup with every member up",
+        Duration::from_secs(120),
+        || async {
+            let status = setup
+                .clusters
+                .get("copy")
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .unwrap_or_default();
+            let waits =
+                condition(&status, "Progressing").is_some_and(|c| c.reason == "RestoreSourceNotReady");
+            let members_up =
+                status.members.len() == 3 && status.members.iter().all(|m| m.health == "Healthy");
+            if waits && members_up {
+                Ok(status)
+            } else {
+                Err(format!("{:?} {:?}", status.members, status.conditions))
+            }
+        },
+    )
+    .await;
+    for type_ in ["Progressing", "Restored"] {
+        let waits = condition(&waiting, type_).unwrap();
+        assert_eq!(
+            (waits.status.as_str(), waits.reason.as_str()),
+            (
+                if type_ == "Restored" { "False" } else { "True" },
+                "RestoreSourceNotReady"
+            ),
+            "{type_}"
+        );
+        assert_eq!(waits.message, "MySQLBackup nightly does not exist", "{type_}");
+    }
+    assert!(
+        setup
+            .events("RestoreSourceNotReady")
+            .await
+            .iter()
+            .any(|m| m.contains("MySQLBackup nightly")),
+        "an event says what the cluster waits for"
+    );
+    // It stays so, every member up and empty, none opened.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let still = setup.clusters.get("copy").await.unwrap().status.unwrap();
+    assert_eq!(still.primary, None);
+    assert_eq!(condition(&still, "Ready").unwrap().status, "False");
+    assert!(
+        still.members.iter().all(|m| m.gtid.as_deref() == Some("")),
+        "{:?}",
+        still.members
+    );
+    assert!(
+        app_connection(setup.ip_of("copy", 0)).await.is_err(),
+        "no account, no data yet"
+    );
+
+    // The backup is taken; the cluster restores it into its first member, opens it, and copies
+    // the other members from it.
+    let directory = std::env::temp_dir().join(format!("quorum-mysql-backups-{}", setup.ns()));
+    let backups: Api<MySQLBackup> = Api::namespaced(setup.client.clone(), setup.ns());
+    let backup: MySQLBackup = serde_json::from_value(serde_json::json!({
+        "apiVersion": "mysql.quorum.dev/v1alpha1",
+        "kind": "MySQLBackup",
+        "metadata": {"name": "nightly"},
+        "spec": {"clusterName": "main", "destination": {"filesystem": {"path": directory}}}
+    }))
+    .unwrap();
+    backups
+        .create(&PostParams::default(), &backup)
+        .await
+        .expect("create MySQLBackup");
+    let taken = wait::until("the backup stored", Duration::from_secs(60), || async {
+        let status = backups
+            .get("nightly")
+            .await
+            .map_err(|e| e.to_string())?
+            .status
+            .unwrap_or_default();
+        match status.phase {
+            Some(BackupPhase::Succeeded) => Ok(status),
+            other => Err(format!("{other:?} {:?}", status.message)),
+        }
+    })
+    .await;
+    let backup_position =
+        GtidPosition::parse(Flavor::MariaDB, taken.gtid_position.as_deref().unwrap()).unwrap();
+    assert!(!backup_position.is_empty());
+    let snapshot = taken.last_snapshot.unwrap();
+
+    let status = ready(&setup.clusters, "copy", 2).await;
+    assert_eq!(status.primary.as_deref(), Some("copy-0"));
+    let record = status.restored_from.clone().expect("the restore is recorded");
+    assert_eq!(record.backup_name, "nightly");
+    assert_eq!(record.member, "copy-0");
+    assert_eq!(record.sha256, snapshot.sha256);
+    assert_eq!(record.location, snapshot.location);
+    assert_eq!(
+        GtidPosition::parse(Flavor::MariaDB, &record.gtid_position).unwrap(),
+        backup_position
+    );
+    let restored = condition(&status, "Restored").unwrap();
+    assert_eq!(
+        (restored.status.as_str(), restored.reason.as_str()),
+        ("True", "Restored")
+    );
+    assert!(
+        restored.message.contains("MySQLBackup nightly"),
+        "{}",
+        restored.message
+    );
+    let events = setup.events("Restored").await;
+    assert!(
+        events
+            .iter()
+            .any(|m| m.contains("MySQLBackup nightly") && m.contains("copy-0")),
+        "{events:?}"
+    );
+    assert_eq!(restores_published(&setup).await, 1, "restored once");
+    assert!(
+        setup
+            .events("SeedingMember")
+            .await
+            .iter()
+            .any(|m| m.contains("copy-1")),
+        "the replicas were copied from the restored primary"
+    );
+
+    // Every row of the backup on the primary and on both replicas; the primary's history
+    // continues from the backup's position.
+    for ordinal in 0..3 {
+        converges(setup.ip_of("copy", ordinal), &rows).await;
+    }
+    let restored_position = binlog_position(setup.ip_of("copy", 0)).await;
+    assert!(
+        restored_position.includes(&backup_position),
+        "{restored_position} includes {backup_position}"
+    );
+
+    // It takes writes, which replicate, and which extend that history.
+    insert_items(setup.ip_of("copy", 0), 1_000..1_010).await;
+    let mut written = rows.clone();
+    written.extend(1_000..1_010);
+    for ordinal in 0..3 {
+        converges(setup.ip_of("copy", ordinal), &written).await;
+    }
+    let after_writes = binlog_position(setup.ip_of("copy", 0)).await;
+    assert!(
+        after_writes.includes(&restored_position) && after_writes != restored_position,
+        "{after_writes} after {restored_position}"
+    );
+    // The source cluster is untouched.
+    assert_eq!(item_ids(setup.ip(0)).await.unwrap(), rows);
+
+    // A restarted operator, which remembers nothing, does not restore again: the rows written
+    // since are still there, and the record is the same.
+    let setup = setup.restart_operator().await;
+    ready(&setup.clusters, "copy", 2).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let status = ready(&setup.clusters, "copy", 2).await;
+    assert_eq!(status.restored_from, Some(record));
+    assert_eq!(restores_published(&setup).await, 1, "not restored again");
+    assert_eq!(item_ids(setup.ip_of("copy", 0)).await.unwrap(), written);
+    assert!(
+        binlog_position(setup.ip_of("copy", 0))
+            .await
+            .includes(&after_writes)
+    );
+    setup.finish().await;
+}
