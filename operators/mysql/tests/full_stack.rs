@@ -397,3 +397,179 @@ async fn a_backup_is_a_consistent_snapshot_and_a_switchover_under_writes_loses_n
     converges(setup.ip(0), &expected).await;
     setup.finish().await;
 }
+
+/// A session on member `ip` as `user`.
+async fn session(ip: std::net::Ipv4Addr, user: &str, password: &str) -> mysql_async::Conn {
+    let options = mysql_async::OptsBuilder::default()
+        .ip_or_hostname(ip.to_string())
+        .tcp_port(3306)
+        .user(Some(user))
+        .pass(Some(password))
+        .prefer_socket(false);
+    mysql_async::Conn::new(options).await.expect("a session")
+}
+
+#[tokio::test]
+async fn a_refused_step_is_reported_leaves_replication_as_it_was_and_completes_once_allowed() {
+    let setup = setup("mysql-refused").await;
+    setup.create(3).await;
+    ready(&setup.clusters, "main", 2).await;
+    insert_items(setup.ip(0), 0..20).await;
+
+    // On the member that will leave, and only there (nothing of this is binary-logged), the
+    // operator's account loses the privilege to stop replication. An account of the test's
+    // own keeps every privilege, to give it back later.
+    let secrets: Api<Secret> = Api::namespaced(setup.client.clone(), setup.ns());
+    let root_password = String::from_utf8(
+        secrets.get("main-root").await.unwrap().data.unwrap()["password"]
+            .0
+            .clone(),
+    )
+    .unwrap();
+    let leaving = setup.ip(2);
+    let mut root = session(leaving, "root", &root_password).await;
+    root.query_drop(
+        "SET SESSION sql_log_bin = 0; \
+         CREATE USER 'dba'@'%' IDENTIFIED BY 'dba-Pa55'; \
+         GRANT ALL PRIVILEGES ON *.* TO 'dba'@'%' WITH GRANT OPTION",
+    )
+    .await
+    .expect("a DBA account on main-2");
+    drop(root);
+    let mut dba = session(leaving, "dba", "dba-Pa55").await;
+    dba.query_drop(
+        "SET SESSION sql_log_bin = 0; \
+         REVOKE SUPER, REPLICATION SLAVE ADMIN ON *.* FROM 'root'@'%'",
+    )
+    .await
+    .expect("revoke");
+    // A session keeps the global privileges it logged in with; the operator's sessions are
+    // ended so that its next ones have what is now granted, as after a restart.
+    let sessions: Vec<u64> = dba
+        .query("SELECT ID FROM information_schema.PROCESSLIST WHERE USER = 'root'")
+        .await
+        .unwrap();
+    for id in sessions {
+        let _ = dba.query_drop(format!("KILL CONNECTION {id}")).await;
+    }
+
+    // Scale in: the operator stops replication on main-2 before removing it, and is refused.
+    setup
+        .clusters
+        .patch_scale(
+            "main",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"replicas": 2}})),
+        )
+        .await
+        .expect("scale to 2");
+    let refused = wait::until(
+        "the refused step in the Progressing condition",
+        Duration::from_secs(90),
+        || async {
+            let status = setup
+                .clusters
+                .get("main")
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .unwrap_or_default();
+            match status.conditions.iter().find(|c| c.type_ == "Progressing") {
+                Some(c) if c.reason == "StepFailed" && c.message.contains("refused") => Ok(status),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    let progressing = refused
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Progressing")
+        .unwrap();
+    assert_eq!(progressing.status, "True");
+    for part in [
+        "stopping replication on main-2 and removing it failed; nothing else was changed",
+        "STOP SLAVE refused: error 1227",
+        "REPLICATION SLAVE ADMIN",
+    ] {
+        assert!(
+            progressing.message.contains(part),
+            "{part}: {}",
+            progressing.message
+        );
+    }
+    let events = setup.events("StepFailed").await;
+    assert!(
+        events
+            .iter()
+            .any(|m| m.contains("main-2") && m.contains("STOP SLAVE refused: error 1227")),
+        "{events:?}"
+    );
+
+    // Replication is as it was: same primary, main-2 still a replica of it and in the
+    // replicas Service, its pod still there, and writes reach every member.
+    assert_eq!(refused.primary.as_deref(), Some("main-0"));
+    let in_flight = refused
+        .in_flight
+        .expect("the removal stays recorded until it is done");
+    assert_eq!(
+        (in_flight.action.as_str(), in_flight.member.as_str()),
+        ("RemoveMember", "main-2")
+    );
+    let statefulsets: Api<StatefulSet> = Api::namespaced(setup.client.clone(), setup.ns());
+    let replicas = statefulsets.get("main").await.unwrap().spec.unwrap().replicas;
+    assert_eq!(
+        replicas,
+        Some(3),
+        "main-2 is not removed while it still replicates"
+    );
+    let replica_status: Vec<mysql_async::Row> = dba.query("SHOW SLAVE STATUS").await.unwrap();
+    let row = replica_status.first().expect("main-2 is still a replica");
+    let column = |name: &str| row.get::<String, _>(name).unwrap_or_default();
+    assert_eq!(
+        (
+            column("Slave_IO_Running"),
+            column("Slave_SQL_Running"),
+            column("Master_Host")
+        ),
+        ("Yes".to_string(), "Yes".to_string(), setup.ip(0).to_string())
+    );
+    let pods: Api<Pod> = Api::namespaced(setup.client.clone(), setup.ns());
+    for (pod, role) in [
+        ("main-0", "primary"),
+        ("main-1", "replica"),
+        ("main-2", "replica"),
+    ] {
+        let labels = pods.get(pod).await.unwrap().metadata.labels.unwrap_or_default();
+        assert_eq!(labels.get(ROLE_LABEL).map(String::as_str), Some(role), "{pod}");
+    }
+    insert_items(setup.ip(0), 20..40).await;
+    let written: Vec<u64> = (0..40).collect();
+    converges(setup.ip(1), &written).await;
+    converges(leaving, &written).await;
+
+    // The privilege comes back: the removal completes without anyone touching the operator.
+    dba.query_drop(
+        "SET SESSION sql_log_bin = 0; \
+         GRANT SUPER, REPLICATION SLAVE ADMIN ON *.* TO 'root'@'%'",
+    )
+    .await
+    .expect("grant");
+    drop(dba);
+    let status = ready(&setup.clusters, "main", 1).await;
+    assert_eq!(status.replicas, 2);
+    assert_eq!(status.in_flight, None);
+    assert_eq!(status.primary.as_deref(), Some("main-0"));
+    let replicas = statefulsets.get("main").await.unwrap().spec.unwrap().replicas;
+    assert_eq!(replicas, Some(2));
+    assert!(
+        setup
+            .events("RemovingMember")
+            .await
+            .iter()
+            .any(|m| m.contains("main-2"))
+    );
+    insert_items(setup.ip(0), 40..50).await;
+    converges(setup.ip(1), &(0..50).collect::<Vec<_>>()).await;
+    setup.finish().await;
+}
