@@ -346,6 +346,7 @@ impl MySqlAdmin {
     /// Makes `position` the member's own GTID history (see
     /// [`dialect::Dialect::adopt_position`]): after a backup was restored into a member that is
     /// to become the first primary of a new cluster. Replication must not be configured on it.
+    /// Its read-only state is left as it was.
     ///
     /// # Errors
     /// `Refused` for the first statement refused: the history may then be reset to empty, and
@@ -360,13 +361,25 @@ impl MySqlAdmin {
         }
         self.bounded(self.statement_timeout, async {
             let mut conn = self.connection().await?;
-            let version = self.state_on(&mut conn).await?.version;
-            let version = ServerVersion::parse(&version)
-                .ok_or_else(|| AdminError::Unexpected(format!("server version {version:?}")))?;
-            for statement in self.dialect.adopt_position(position, &version) {
-                run(&mut conn, &statement, "set the GTID history").await?;
+            let state = self.state_on(&mut conn).await?;
+            let version = ServerVersion::parse(&state.version)
+                .ok_or_else(|| AdminError::Unexpected(format!("server version {:?}", state.version)))?;
+            // Resetting the history writes the server's own GTID table, which MySQL's
+            // `super_read_only` refuses even to the admin account: lifted as for the restore.
+            for statement in self.dialect.restore_begin() {
+                run(&mut conn, statement, "restore begin").await?;
             }
-            Ok(())
+            let mut adopted = Ok(());
+            for statement in self.dialect.adopt_position(position, &version) {
+                adopted = run(&mut conn, &statement, "set the GTID history").await;
+                if adopted.is_err() {
+                    break;
+                }
+            }
+            for statement in self.dialect.restore_end(state.read_only) {
+                run(&mut conn, statement, "restore end").await?;
+            }
+            adopted
         })
         .await
     }
