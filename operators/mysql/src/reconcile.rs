@@ -1,11 +1,11 @@
 //! Reconciling a `MySQLCluster`: observe, decide one step, act, report.
 //!
-//! 1. Observe: the StatefulSet, the member pods' role labels, and every member through the
-//!    admin layer.
+//! 1. Observe: the StatefulSet, the member pods' role labels, every member through the admin
+//!    layer, and for a cluster created from a backup and not yet restored, that backup.
 //! 2. Decide: [`crate::decide::decide`], a pure function of those facts.
 //! 3. Act: apply the Kubernetes objects; fence a failing primary out of the primary Service;
-//!    take the one step, recording it in status first when it changes the primary or removes a
-//!    member; set the pods' role labels from what is now true.
+//!    take the one step, recording it in status first when it changes the primary, removes a
+//!    member or restores a backup; set the pods' role labels from what is now true.
 //! 4. Report: status and conditions from what was observed, and an event for the step taken
 //!    or refused.
 
