@@ -371,13 +371,27 @@ fn formation(facts: &Facts, topology: &Topology) -> Option<Decision> {
         .filter_map(|o| facts.node(o))
         .find(|n| n.me().is_none())
     {
-        return Some(wait(
-            "NodesStarting",
-            format!(
-                "node {} has not answered yet; the cluster forms once every node has",
-                node.ordinal
-            ),
-        ));
+        // With ids recorded the cluster was seen formed: its nodes are down or out of
+        // sight, and what they serve is not known until they answer.
+        return Some(if facts.recorded_ids.is_empty() {
+            wait(
+                "NodesStarting",
+                format!(
+                    "node {} has not answered yet; the cluster forms once every node has",
+                    node.ordinal
+                ),
+            )
+        } else {
+            wait(
+                "NodesNotAnswering",
+                format!(
+                    "node {} is {} and no answering node shows the slots served; nothing is changed until \
+                     the nodes answer",
+                    node.ordinal,
+                    node.health.as_str()
+                ),
+            )
+        });
     }
     let changed = facts
         .recorded_ids
@@ -1060,6 +1074,12 @@ mod tests {
         let mut lost = facts(3, fresh.iter().map(|n| answering(n, &[])).collect());
         lost.recorded_ids = (0..6).map(|o| (o, format!("{:040x}", o + 100))).collect();
         assert_eq!(reason(&decide(&lost)), "NodeIdsChanged");
+    }
+
+    #[test]
+    fn a_formed_cluster_with_every_node_down_is_left_alone() {
+        let down = facts(3, (0..6).map(unreachable).collect());
+        assert_eq!(reason(&decide(&down)), "NodesNotAnswering");
     }
 
     #[test]
