@@ -237,7 +237,15 @@ fn redis() -> OperatorPackage {
         binary: "redis-operator",
         engine: "redis",
         description: "Runs Redis with Sentinel replication or as a sharded Redis Cluster: Sentinel-driven failover the operator follows, slot-safe scaling, RDB snapshot backups",
-        keywords: vec!["redis", "sentinel", "cache", "database", "key-value", "operator", "backup"],
+        keywords: vec![
+            "redis",
+            "sentinel",
+            "cache",
+            "database",
+            "key-value",
+            "operator",
+            "backup",
+        ],
         crds: vec![
             redis_operator::crd::RedisCluster::crd(),
             redis_operator::crd::RedisBackup::crd(),
