@@ -441,12 +441,11 @@ fn build_status(
                 node.health.detail().unwrap_or_default()
             ),
         )),
-        None if covered != usize::from(crate::admin::cluster::SLOT_COUNT) && !facts.nodes.is_empty() => {
-            Some((
-                "SlotsUncovered",
-                format!("{covered} of 16384 slots are served by exactly one primary"),
-            ))
-        }
+        // Before formation nothing is served yet, which is not a fault.
+        None if covered != usize::from(crate::admin::cluster::SLOT_COUNT) && covered > 0 => Some((
+            "SlotsUncovered",
+            format!("{covered} of 16384 slots are served by exactly one primary"),
+        )),
         None => None,
     };
     set_conditions(&mut status, pass.cluster, ready, progress, degraded, pass.now);
