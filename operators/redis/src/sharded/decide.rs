@@ -284,6 +284,9 @@ pub enum Step {
         /// Moves of the plan after `planned`.
         remaining_moves: usize,
     },
+    /// `CLUSTER FORGET` each id of `forget`, none of them a pod's, on each pod of `on` (at once,
+    /// as for [`Step::RemoveShards`]).
+    ForgetStrays { forget: Vec<String>, on: Vec<usize> },
     /// `CLUSTER FORGET` each id of `forget` on each pod of `on` (at once: a forgotten node is
     /// kept out for only 60 s), then shrink the StatefulSet to `replicas`.
     RemoveShards {
@@ -339,7 +342,62 @@ pub fn decide(facts: &Facts) -> Decision {
     if let Some(assignments) = misplaced_replicas(facts, &topology) {
         return Decision::Act(Step::Replicate { assignments });
     }
+    if let Some((forget, on)) = strays(facts, &topology) {
+        return Decision::Act(Step::ForgetStrays { forget, on });
+    }
     rebalance_or_remove(facts, &topology)
+}
+
+/// Node ids the nodes still list that are no pod's: what is left of a node whose volume was
+/// replaced (it came back with a new id) or of one removed by hand. Forgotten only while every
+/// pod answers (so none of them can be the owner of such an id), and only ids that serve no
+/// slot, follow no one that answers and that every node listing them flags `fail`, Redis's own
+/// verdict agreed by a majority of its primaries.
+fn strays(facts: &Facts, topology: &Topology) -> Option<(Vec<String>, Vec<usize>)> {
+    if facts.nodes.len() != facts.pod_count() || facts.nodes.iter().any(|n| n.answered().is_none()) {
+        return None;
+    }
+    let pods: BTreeSet<&String> = topology.ids.values().collect();
+    let views: Vec<(usize, &NodeView)> = facts
+        .nodes
+        .iter()
+        .filter_map(|n| Some((n.ordinal, n.answered()?)))
+        .collect();
+    let mut listed: BTreeMap<&str, Vec<&ClusterNode>> = BTreeMap::new();
+    for (_, view) in &views {
+        for line in view
+            .nodes
+            .iter()
+            .filter(|l| !l.flags.myself && !l.flags.handshake)
+        {
+            if !pods.contains(&line.id) {
+                listed.entry(line.id.as_str()).or_default().push(line);
+            }
+        }
+    }
+    let followed: BTreeSet<&str> = views
+        .iter()
+        .filter_map(|(_, view)| view.me()?.primary_id.as_deref())
+        .collect();
+    let forget: Vec<String> = listed
+        .into_iter()
+        .filter(|(id, lines)| {
+            !followed.contains(id)
+                && lines
+                    .iter()
+                    .all(|line| line.flags.failed && line.slots.is_empty())
+        })
+        .map(|(id, _)| id.to_string())
+        .collect();
+    if forget.is_empty() {
+        return None;
+    }
+    let on = views
+        .iter()
+        .filter(|(_, view)| view.nodes.iter().any(|line| forget.contains(&line.id)))
+        .map(|(ordinal, _)| *ordinal)
+        .collect();
+    Some((forget, on))
 }
 
 /// Formation, or its completion after a pass that stopped halfway: only while every pod
@@ -1336,6 +1394,44 @@ mod tests {
         assert!(matches!(
             decide(&crashed),
             Decision::Act(Step::RemoveShards { .. })
+        ));
+    }
+
+    #[test]
+    fn what_is_left_of_a_replaced_node_is_forgotten_once_every_pod_answers() {
+        let ghost = format!("{:040x}", 999);
+        let nodes = formed(3);
+        let haunted = |failed: bool| {
+            let mut facts = facts(3, everyone_knows_everyone(&nodes));
+            for node in &mut facts.nodes {
+                let line = format!(
+                    "{ghost} :0@0 master,{}noaddr - 0 0 0 disconnected",
+                    if failed { "fail," } else { "" }
+                );
+                node.view
+                    .as_mut()
+                    .unwrap()
+                    .nodes
+                    .extend(parse_cluster_nodes(&line).unwrap());
+            }
+            facts
+        };
+        assert_eq!(
+            decide(&haunted(true)),
+            Decision::Act(Step::ForgetStrays {
+                forget: vec![ghost.clone()],
+                on: (0..6).collect()
+            })
+        );
+        // Not agreed failed: it may be a node being added by hand; left alone.
+        assert_eq!(decide(&haunted(false)), Decision::Settled);
+        // A pod does not answer: the id might be its own.
+        let mut unsure = haunted(true);
+        unsure.nodes[3] = unreachable(3);
+        unsure.recorded_ids.remove(&3);
+        assert!(!matches!(
+            decide(&unsure),
+            Decision::Act(Step::ForgetStrays { .. })
         ));
     }
 

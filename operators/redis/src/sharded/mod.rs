@@ -217,7 +217,7 @@ async fn execute(pass: &Pass<'_>, facts: &Facts, step: &Step) -> Result<(), Call
             target,
             ..
         } => move_slots(pass, facts, *source, *target, *slots).await,
-        Step::RemoveShards { forget, on, .. } => {
+        Step::RemoveShards { forget, on, .. } | Step::ForgetStrays { forget, on } => {
             // Every remaining node at once: a forgotten node is kept out for 60 s only, and a
             // node that still knows it would gossip it back afterwards.
             let forgets = on.iter().map(|ordinal| {
@@ -481,6 +481,7 @@ pub fn step_reason(step: &Step) -> &'static str {
         Step::Replicate { .. } => "PlacingReplicas",
         Step::MoveSlots { .. } => "MovingSlots",
         Step::RemoveShards { .. } => "RemovingShards",
+        Step::ForgetStrays { .. } => "ForgettingStrayNodes",
     }
 }
 
@@ -535,6 +536,11 @@ pub fn describe(cluster: &str, step: &Step) -> String {
             node(source),
             node(target),
             format_range(planned.slots)
+        ),
+        Step::ForgetStrays { forget, on } => format!(
+            "making {} forget node ids no pod has, which the cluster reports failed: {}",
+            nodes(&mut on.iter().copied()),
+            forget.join(", ")
         ),
         Step::RemoveShards { forget, replicas, .. } => format!(
             "removing {} nodes that serve no slots: every remaining node forgets them, then the StatefulSet \
