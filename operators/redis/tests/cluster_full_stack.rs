@@ -340,7 +340,11 @@ async fn three_shards_form_serve_every_slot_and_take_cluster_aware_writes() {
     }
     let labels = role_labels(&setup.client, &ns).await;
     for ordinal in 0..6usize {
-        let expected = if ordinal.is_multiple_of(2) { "primary" } else { "replica" };
+        let expected = if ordinal.is_multiple_of(2) {
+            "primary"
+        } else {
+            "replica"
+        };
         assert_eq!(labels[&format!("cache-{ordinal}")], expected, "{labels:?}");
     }
     let statefulsets: Api<StatefulSet> = Api::namespaced(setup.client.clone(), &ns);
