@@ -68,6 +68,7 @@ log "applying the samples"
 kubectl apply -f samples/etcd-cluster.yaml >/dev/null
 kubectl apply -f samples/mysql-cluster.yaml >/dev/null
 kubectl apply -f samples/redis-cluster.yaml >/dev/null
+kubectl apply -f samples/redis-cluster-sharded.yaml >/dev/null
 ready() { # kind/name, operator
   if ! kubectl wait --for=condition=Ready "$1" --timeout=300s >/dev/null; then
     log "$1 not ready in time; the $2's log:"
@@ -78,6 +79,7 @@ ready() { # kind/name, operator
 ready etcdcluster/demo etcd-operator
 ready mysqlcluster/shop mysql-operator
 ready rediscluster/cache redis-operator
+ready rediscluster/sessions redis-operator
 
 kubectl get etcdclusters
 echo
@@ -93,9 +95,12 @@ kubectl get redisclusters
 echo
 kubectl get rediscluster cache -o jsonpath='{range .status.nodes[*]}{.name}{"\t"}{.role}{"\t"}{.health}{"\n"}{end}'
 echo
+kubectl get rediscluster sessions -o jsonpath='{range .status.nodes[*]}{.name}{"\tshard "}{.shard}{"\t"}{.role}{"\t"}{.slots}{"\n"}{end}'
+echo
 log "try: kubectl scale etcdcluster demo --replicas=5; kubectl get etcdclusters -w"
 log "try: kubectl scale mysqlcluster shop --replicas=4; kubectl get mysqlclusters -w"
 log "     kubectl annotate mysqlcluster shop mysql.quorum.dev/switchover-to=shop-1"
 log "     kubectl patch rediscluster cache --type merge -p '{\"spec\":{\"replicas\":3}}'"
+log "     kubectl patch rediscluster sessions --type merge -p '{\"spec\":{\"shards\":4}}'"
 log "metrics: curl -s 127.0.0.1:18080/metrics | grep quorum_ (etcd), 127.0.0.1:18081 (MySQL), 127.0.0.1:18082 (Redis)"
 log "stop everything: make demo-stop"
