@@ -37,7 +37,14 @@ fn every_operator_has_its_chart_bundle_and_catalog_entry_generated() {
         .expect("the catalog")
         .contents;
     let packages: Vec<&str> = xtask::operators().iter().map(|o| o.package).collect();
-    assert_eq!(packages, ["quorum-etcd-operator", "quorum-mysql-operator"]);
+    assert_eq!(
+        packages,
+        [
+            "quorum-etcd-operator",
+            "quorum-mysql-operator",
+            "quorum-redis-operator"
+        ]
+    );
     for package in packages {
         for expected in [
             format!("charts/{package}/Chart.yaml"),
