@@ -8,6 +8,7 @@
 //! - [`crd`]: resource fragments every operator embeds (storage, pod overrides, backup policy,
 //!   destinations, restore source, backup records);
 //! - [`naming`]: deterministic object names and the standard `app.kubernetes.io` labels;
+//! - [`rbac`]: the rules each operator declares for its generated RBAC;
 //! - [`pod`]: pieces of pod specs (downward-API environment, mounts, memory volumes, the data
 //!   claim, generated passwords);
 //! - [`apply`]: server-side apply under one field manager per operator, with controller owner references;
@@ -34,6 +35,7 @@ pub mod leader;
 pub mod metrics;
 pub mod naming;
 pub mod pod;
+pub mod rbac;
 pub mod runner;
 pub mod status;
 pub mod telemetry;

@@ -3,18 +3,10 @@
 //! rule lists only the verbs the operator's code uses, and why.
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
+use quorum_core::rbac::rule;
 
 /// The etcd release the samples and the OLM bundle's related images name.
 pub const DEFAULT_ETCD_IMAGE_TAG: &str = "v3.6.16";
-
-fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
-    PolicyRule {
-        api_groups: Some(vec![group.to_string()]),
-        resources: Some(resources.iter().map(|r| r.to_string()).collect()),
-        verbs: verbs.iter().map(|v| v.to_string()).collect(),
-        ..PolicyRule::default()
-    }
-}
 
 /// The rules for the namespaces the operator manages.
 pub fn rules() -> Vec<PolicyRule> {

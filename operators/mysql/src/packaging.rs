@@ -3,21 +3,13 @@
 //! each rule lists only the verbs the operator's code uses, and why.
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
+use quorum_core::rbac::rule;
 
 /// The MariaDB release the samples and the OLM bundle's related images name.
 pub const DEFAULT_MARIADB_IMAGE_TAG: &str = "10.11.19";
 
 /// The MySQL release the MySQL-flavored sample and the OLM bundle's related images name.
 pub const DEFAULT_MYSQL_IMAGE_TAG: &str = "8.4.6";
-
-fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
-    PolicyRule {
-        api_groups: Some(vec![group.to_string()]),
-        resources: Some(resources.iter().map(|r| r.to_string()).collect()),
-        verbs: verbs.iter().map(|v| v.to_string()).collect(),
-        ..PolicyRule::default()
-    }
-}
 
 /// The rules for the namespaces the operator manages.
 pub fn rules() -> Vec<PolicyRule> {
