@@ -437,34 +437,8 @@ impl MemberLauncher for MariaDbLauncher {
     }
 
     fn command(&self, member: &MemberPod) -> Command {
-        let root = member.data_dir.with_extension("pod");
-        let config_dir = root.join("config");
-        let credentials_dir = root.join("credentials");
-        let run_dir = root.join("run");
-        // A pod has a /tmp of its own; sharing the machine's would let one member's start-up
-        // temporary files meet another's.
-        let tmp_dir = root.join("tmp");
-        for directory in [&config_dir, &credentials_dir, &run_dir, &tmp_dir] {
-            let _ = std::fs::create_dir_all(directory);
-        }
-        for (name, content) in &member.config {
-            let _ = std::fs::write(config_dir.join(name), content);
-        }
-        for (path, content) in &member.secret_files {
-            if let Some(file) = path.strip_prefix("credentials/") {
-                let _ = std::fs::write(credentials_dir.join(file), content);
-            }
-        }
-        let mut command = Command::new("sh");
+        let mut command = PodDirectories::prepare(member).start_command(member);
         command
-            .arg(config_dir.join("start.sh"))
-            .env("CONFIG_DIR", &config_dir)
-            .env("CREDENTIALS_DIR", &credentials_dir)
-            .env("DATA_DIR", &member.data_dir)
-            .env("RUN_DIR", &run_dir)
-            .env("TMPDIR", &tmp_dir)
-            .env("POD_IP", member.ip.to_string())
-            .env("POD_INDEX", member.ordinal.to_string())
             .env("REPORT_HOST", member.ip.to_string())
             .env("MYSQLD", "mariadbd")
             // The test machine runs as root, which mariadbd refuses unless told.

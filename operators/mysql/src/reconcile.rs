@@ -47,9 +47,8 @@ use crate::{
     resources::{
         PASSWORD_KEY, ROLE_LABEL, build_config_map, build_headless_service, build_password_secret,
         build_pod_disruption_budget, build_primary_service, build_replicas_service, build_scheduled_backup,
-        build_statefulset, generate_password, generated_root_secret_name, member_name,
-        member_selector_string, ordinal_of, replication_secret_name, root_secret_name, semi_sync,
-        statefulset_name,
+        build_statefulset, generated_root_secret_name, member_name, member_selector_string, ordinal_of,
+        replication_secret_name, root_secret_name, semi_sync, statefulset_name,
     },
     restore::StoredSnapshot,
     status::{build_status, describe, failover_record, in_flight_from_status, role_labels, step_reason},
@@ -499,7 +498,7 @@ async fn ensure_generated_secret(
         .map_err(api(format!("reading Secret {name}")))?
         .is_none()
     {
-        let secret = build_password_secret(cluster, name.clone(), generate_password())?;
+        let secret = build_password_secret(cluster, name.clone(), quorum_core::pod::generate_password())?;
         secrets
             .create(&Default::default(), &secret)
             .await

@@ -14,11 +14,9 @@ use k8s_openapi::{
     api::{
         apps::v1::{StatefulSet, StatefulSetSpec},
         core::v1::{
-            ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
-            EnvVarSource, ExecAction, KeyToPath, ObjectFieldSelector, PersistentVolumeClaim,
-            PersistentVolumeClaimSpec, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
-            ProjectedVolumeSource, Secret, SecretProjection, Service, ServicePort, ServiceSpec,
-            TCPSocketAction, Volume, VolumeMount, VolumeProjection, VolumeResourceRequirements,
+            ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, ExecAction, KeyToPath,
+            PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ProjectedVolumeSource, Secret,
+            SecretProjection, Service, ServicePort, ServiceSpec, TCPSocketAction, Volume, VolumeProjection,
         },
         policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec},
     },
@@ -31,6 +29,7 @@ use kube::ResourceExt;
 use quorum_core::{
     apply::child_metadata,
     naming::{child_name, selector_labels, standard_labels},
+    pod::{data_claim, field_env, memory_volume, mount},
 };
 
 use crate::{
@@ -310,16 +309,6 @@ pub fn build_password_secret(cluster: &MySQLCluster, name: String, password: Str
     })
 }
 
-/// A random password of 32 letters and digits.
-pub fn generate_password() -> String {
-    use rand::{Rng, distr::Alphanumeric};
-    rand::rng()
-        .sample_iter(&Alphanumeric)
-        .take(32)
-        .map(char::from)
-        .collect()
-}
-
 /// The headless Service that gives each member a stable DNS name, ready or not: the operator
 /// and the replicas must reach a member before it is in service.
 pub fn build_headless_service(cluster: &MySQLCluster) -> Result<Service> {
@@ -432,14 +421,7 @@ pub fn build_statefulset(cluster: &MySQLCluster, replicas: i32) -> Result<Statef
             ..Volume::default()
         },
         credentials_volume(cluster),
-        Volume {
-            name: "run".into(),
-            empty_dir: Some(EmptyDirVolumeSource {
-                medium: Some("Memory".into()),
-                ..EmptyDirVolumeSource::default()
-            }),
-            ..Volume::default()
-        },
+        memory_volume("run"),
     ];
     if let Some(tls) = &cluster.spec.tls {
         mounts.push(mount("tls", "/etc/mysql/tls", true));
@@ -519,25 +501,7 @@ pub fn build_statefulset(cluster: &MySQLCluster, replicas: i32) -> Result<Statef
                     ..PodSpec::default()
                 }),
             },
-            volume_claim_templates: Some(vec![PersistentVolumeClaim {
-                metadata: ObjectMeta {
-                    name: Some("data".into()),
-                    ..ObjectMeta::default()
-                },
-                spec: Some(PersistentVolumeClaimSpec {
-                    access_modes: Some(vec!["ReadWriteOnce".into()]),
-                    storage_class_name: cluster.spec.storage.storage_class_name.clone(),
-                    resources: Some(VolumeResourceRequirements {
-                        requests: Some(BTreeMap::from([(
-                            "storage".to_string(),
-                            cluster.spec.storage.size.clone(),
-                        )])),
-                        ..VolumeResourceRequirements::default()
-                    }),
-                    ..PersistentVolumeClaimSpec::default()
-                }),
-                ..PersistentVolumeClaim::default()
-            }]),
+            volume_claim_templates: Some(vec![data_claim(&cluster.spec.storage)]),
             ..StatefulSetSpec::default()
         }),
         ..StatefulSet::default()
@@ -571,29 +535,6 @@ fn credentials_volume(cluster: &MySQLCluster) -> Volume {
             ]),
         }),
         ..Volume::default()
-    }
-}
-
-fn field_env(name: &str, path: &str) -> EnvVar {
-    EnvVar {
-        name: name.into(),
-        value_from: Some(EnvVarSource {
-            field_ref: Some(ObjectFieldSelector {
-                field_path: path.into(),
-                ..ObjectFieldSelector::default()
-            }),
-            ..EnvVarSource::default()
-        }),
-        ..EnvVar::default()
-    }
-}
-
-fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
-    VolumeMount {
-        name: name.into(),
-        mount_path: path.into(),
-        read_only: read_only.then_some(true),
-        ..VolumeMount::default()
     }
 }
 
