@@ -91,15 +91,7 @@ async fn an_on_demand_backup_is_stored_verified_and_restores_a_new_deployment() 
     let _ = std::fs::remove_dir_all(&destination);
 
     // (a) A deployment with data, and an on-demand backup of it.
-    setup
-        .clusters
-        .create(
-            &PostParams::default(),
-            &RedisCluster::new("source", replication_spec(2)),
-        )
-        .await
-        .unwrap();
-    ready(&setup.clusters, "source", 3).await;
+    setup.create_ready("source", replication_spec(2), 3).await;
     let source_password = setup.password("source").await;
     let mut primary = data_connection(node_address(&ns, "source", 0), &source_password)
         .await
@@ -178,15 +170,7 @@ async fn an_on_demand_backup_is_stored_verified_and_restores_a_new_deployment() 
 
     // (b) A new deployment from that backup: its first primary loads the snapshot before it
     // starts, and its replica syncs from it.
-    setup
-        .clusters
-        .create(
-            &PostParams::default(),
-            &RedisCluster::new("restored", restored_from("once", 1)),
-        )
-        .await
-        .unwrap();
-    let restored_status = ready(&setup.clusters, "restored", 2).await;
+    let restored_status = setup.create_ready("restored", restored_from("once", 1), 2).await;
     assert_eq!(restored_status.primary.as_deref(), Some("restored-0"));
     let recorded = restored_status.restore.expect("the restore is recorded");
     assert_eq!(recorded.backup_name, "once");
@@ -283,15 +267,9 @@ async fn a_cluster_mode_backup_stores_one_snapshot_per_shard_and_restores_each_s
     let ns = setup.ns().to_string();
     let destination = std::env::temp_dir().join(format!("quorum-redis-backups-{ns}"));
     let _ = std::fs::remove_dir_all(&destination);
-    setup
-        .clusters
-        .create(
-            &PostParams::default(),
-            &RedisCluster::new("sharded", support::cluster_spec(3, 1)),
-        )
-        .await
-        .unwrap();
-    let status = ready(&setup.clusters, "sharded", 6).await;
+    let status = setup
+        .create_ready("sharded", support::cluster_spec(3, 1), 6)
+        .await;
     let password = setup.password("sharded").await;
     let ordinal = |name: &str| name.rsplit_once('-').unwrap().1.parse::<usize>().unwrap();
     let mut written = BTreeMap::new();

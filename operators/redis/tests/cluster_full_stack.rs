@@ -312,15 +312,7 @@ async fn three_shards_form_serve_every_slot_and_take_cluster_aware_writes() {
     let started = Instant::now();
     let setup = Setup::start("redis-cluster-form").await;
     let ns = setup.ns().to_string();
-    setup
-        .clusters
-        .create(
-            &PostParams::default(),
-            &RedisCluster::new("cache", cluster_spec(3, 1)),
-        )
-        .await
-        .unwrap();
-    let status = ready(&setup.clusters, "cache", 6).await;
+    let status = setup.create_ready("cache", cluster_spec(3, 1), 6).await;
     let password = setup.password("cache").await;
     assert_serving(&setup, &password, 3, &status).await;
     eprintln!("formed and Ready after {:?}", started.elapsed());
@@ -379,15 +371,7 @@ async fn scaling_three_to_four_to_three_shards_under_writes_loses_no_key() {
     let started = Instant::now();
     let mut setup = Setup::start("redis-cluster-scale").await;
     let ns = setup.ns().to_string();
-    setup
-        .clusters
-        .create(
-            &PostParams::default(),
-            &RedisCluster::new("cache", cluster_spec(3, 1)),
-        )
-        .await
-        .unwrap();
-    ready(&setup.clusters, "cache", 6).await;
+    setup.create_ready("cache", cluster_spec(3, 1), 6).await;
     let password = setup.password("cache").await;
     let client = Arc::new(ClusterClient::new(seeds(&ns, 6), &password));
     let preloaded: Vec<String> = (0..1000).map(|n| format!("preloaded-{n}")).collect();
@@ -514,15 +498,7 @@ async fn scaling_three_to_four_to_three_shards_under_writes_loses_no_key() {
 async fn a_node_blackholed_from_the_operator_is_neither_forgotten_nor_emptied_by_a_scale_in() {
     let setup = Setup::start("redis-cluster-blackhole").await;
     let ns = setup.ns().to_string();
-    setup
-        .clusters
-        .create(
-            &PostParams::default(),
-            &RedisCluster::new("cache", cluster_spec(4, 1)),
-        )
-        .await
-        .unwrap();
-    let formed = ready(&setup.clusters, "cache", 8).await;
+    let formed = setup.create_ready("cache", cluster_spec(4, 1), 8).await;
     let password = setup.password("cache").await;
     let ids = recorded_ids(&formed);
     let leaving = ids["cache-6"].clone();

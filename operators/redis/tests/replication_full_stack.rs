@@ -14,7 +14,7 @@ use k8s_openapi::api::{
 };
 use kube::{
     Api,
-    api::{ListParams, Patch, PatchParams, PostParams},
+    api::{ListParams, Patch, PatchParams},
 };
 use quorum_core::naming::loopback_ip;
 use quorum_e2e::{
@@ -22,7 +22,7 @@ use quorum_e2e::{
     wait,
 };
 use redis::AsyncCommands;
-use redis_operator::{address::Kind, crd::RedisCluster, resources::ROLE_LABEL};
+use redis_operator::{address::Kind, resources::ROLE_LABEL};
 use support::{Setup, data_connection, ready, replication_spec};
 
 fn node_address(namespace: &str, cluster: &str, ordinal: usize) -> SocketAddr {
@@ -74,15 +74,7 @@ async fn sentinel_primary(address: SocketAddr, password: &str) -> Option<SocketA
 async fn a_replication_deployment_forms_with_sentinels_watching_and_role_services() {
     let setup = Setup::start("redis-form").await;
     let ns = setup.ns().to_string();
-    setup
-        .clusters
-        .create(
-            &PostParams::default(),
-            &RedisCluster::new("cache", replication_spec(2)),
-        )
-        .await
-        .unwrap();
-    let status = ready(&setup.clusters, "cache", 3).await;
+    let status = setup.create_ready("cache", replication_spec(2), 3).await;
     assert_eq!(status.primary.as_deref(), Some("cache-0"));
     assert_eq!(status.nodes.len(), 3);
     assert_eq!(status.sentinels.len(), 3);
@@ -185,33 +177,22 @@ async fn count_keys(address: SocketAddr, password: &str, prefix: &str) -> usize 
 async fn sentinel_fails_over_a_killed_primary_and_the_operator_follows() {
     let setup = Setup::start("redis-failover").await;
     let ns = setup.ns().to_string();
-    setup
-        .clusters
-        .create(
-            &PostParams::default(),
-            &RedisCluster::new("cache", replication_spec(2)),
-        )
-        .await
-        .unwrap();
-    ready(&setup.clusters, "cache", 3).await;
+    setup.create_ready("cache", replication_spec(2), 3).await;
     let password = setup.password("cache").await;
     write_replicated(node_address(&ns, "cache", 0), &password, "before", 200, 2).await;
 
     setup.pods.kill(&ns, "cache-0").await;
-    let status = wait::until("a new primary in status", Duration::from_secs(60), || async {
-        let status = setup
-            .clusters
-            .get("cache")
-            .await
-            .map_err(|e| e.to_string())?
-            .status
-            .unwrap_or_default();
-        match (&status.primary, &status.last_failover) {
-            (Some(primary), Some(_)) if primary != "cache-0" => Ok(status),
-            _ => Err(format!("{:?} {:?}", status.primary, status.last_failover)),
-        }
-    })
-    .await;
+    let status = setup
+        .status_until(
+            "cache",
+            "a new primary in status",
+            Duration::from_secs(60),
+            |status| match (&status.primary, &status.last_failover) {
+                (Some(primary), Some(_)) if primary != "cache-0" => Ok(status),
+                _ => Err(format!("{:?} {:?}", status.primary, status.last_failover)),
+            },
+        )
+        .await;
     let new_primary = status.primary.clone().unwrap();
     let record = status.last_failover.unwrap();
     assert_eq!(
@@ -256,15 +237,7 @@ async fn sentinel_fails_over_a_killed_primary_and_the_operator_follows() {
 async fn replicas_are_added_synced_and_removed_and_sentinels_forget_them() {
     let setup = Setup::start("redis-scale").await;
     let ns = setup.ns().to_string();
-    setup
-        .clusters
-        .create(
-            &PostParams::default(),
-            &RedisCluster::new("cache", replication_spec(1)),
-        )
-        .await
-        .unwrap();
-    ready(&setup.clusters, "cache", 2).await;
+    setup.create_ready("cache", replication_spec(1), 2).await;
     let password = setup.password("cache").await;
     write_replicated(node_address(&ns, "cache", 0), &password, "data", 300, 1).await;
 
@@ -324,15 +297,7 @@ async fn replicas_are_added_synced_and_removed_and_sentinels_forget_them() {
 async fn a_primary_blackholed_from_the_operator_is_unknown_and_nothing_is_done_about_it() {
     let setup = Setup::start("redis-blackhole").await;
     let ns = setup.ns().to_string();
-    setup
-        .clusters
-        .create(
-            &PostParams::default(),
-            &RedisCluster::new("cache", replication_spec(2)),
-        )
-        .await
-        .unwrap();
-    ready(&setup.clusters, "cache", 3).await;
+    setup.create_ready("cache", replication_spec(2), 3).await;
     let password = setup.password("cache").await;
 
     let proxy = FaultProxy::start("127.0.0.1:0".parse().unwrap(), node_address(&ns, "cache", 0))
@@ -344,25 +309,20 @@ async fn a_primary_blackholed_from_the_operator_is_unknown_and_nothing_is_done_a
     ready(&setup.clusters, "cache", 3).await;
     proxy.set(Fault::Blackhole);
 
-    let status = wait::until(
-        "the primary reported Unknown",
-        Duration::from_secs(60),
-        || async {
-            let status = setup
-                .clusters
-                .get("cache")
-                .await
-                .map_err(|e| e.to_string())?
-                .status
-                .unwrap_or_default();
-            let primary = status.nodes.iter().find(|n| n.name == "cache-0").cloned();
-            match primary {
-                Some(node) if node.health == "Unknown" => Ok(status),
-                other => Err(format!("{other:?}")),
-            }
-        },
-    )
-    .await;
+    let status = setup
+        .status_until(
+            "cache",
+            "the primary reported Unknown",
+            Duration::from_secs(60),
+            |status| {
+                let primary = status.nodes.iter().find(|n| n.name == "cache-0").cloned();
+                match primary {
+                    Some(node) if node.health == "Unknown" => Ok(status),
+                    other => Err(format!("{other:?}")),
+                }
+            },
+        )
+        .await;
     assert_eq!(status.primary.as_deref(), Some("cache-0"));
     // Longer than the Sentinels' down-after and many operator passes: still the same primary,
     // which still takes writes, and the operator asked for no change.
@@ -403,15 +363,7 @@ async fn a_primary_blackholed_from_the_operator_is_unknown_and_nothing_is_done_a
 async fn a_refused_replicaof_leaves_the_deployment_as_it_was_and_says_why() {
     let setup = Setup::start("redis-refused").await;
     let ns = setup.ns().to_string();
-    setup
-        .clusters
-        .create(
-            &PostParams::default(),
-            &RedisCluster::new("cache", replication_spec(2)),
-        )
-        .await
-        .unwrap();
-    ready(&setup.clusters, "cache", 3).await;
+    setup.create_ready("cache", replication_spec(2), 3).await;
     let password = setup.password("cache").await;
     write_replicated(node_address(&ns, "cache", 0), &password, "data", 100, 2).await;
 
@@ -435,25 +387,24 @@ async fn a_refused_replicaof_leaves_the_deployment_as_it_was_and_says_why() {
         .await
         .unwrap();
 
-    let status = wait::until("the step reported failed", Duration::from_secs(60), || async {
-        let status = setup
-            .clusters
-            .get("cache")
-            .await
-            .map_err(|e| e.to_string())?
-            .status
-            .unwrap_or_default();
-        let progressing = status
-            .conditions
-            .iter()
-            .find(|c| c.type_ == "Progressing")
-            .cloned();
-        match progressing {
-            Some(condition) if condition.reason == "StepFailed" => Ok((status, condition)),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
+    let status = setup
+        .status_until(
+            "cache",
+            "the step reported failed",
+            Duration::from_secs(60),
+            |status| {
+                let progressing = status
+                    .conditions
+                    .iter()
+                    .find(|c| c.type_ == "Progressing")
+                    .cloned();
+                match progressing {
+                    Some(condition) if condition.reason == "StepFailed" => Ok((status, condition)),
+                    other => Err(format!("{other:?}")),
+                }
+            },
+        )
+        .await;
     let (status, condition) = status;
     assert!(condition.message.contains("cache-2"), "{}", condition.message);
     assert!(

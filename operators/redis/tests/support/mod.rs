@@ -144,6 +144,31 @@ impl Setup {
         String::from_utf8(secret.data.unwrap()[PASSWORD_KEY].0.clone()).unwrap()
     }
 
+    /// Creates deployment `name` and waits until it is Ready with `nodes` ready nodes.
+    pub async fn create_ready(&self, name: &str, spec: RedisClusterSpec, nodes: i32) -> RedisClusterStatus {
+        self.clusters
+            .create(&kube::api::PostParams::default(), &RedisCluster::new(name, spec))
+            .await
+            .unwrap_or_else(|e| panic!("creating RedisCluster {name}: {e}"));
+        ready(&self.clusters, name, nodes).await
+    }
+
+    /// Polls deployment `name`'s status until `check` accepts it, and returns what `check`
+    /// returned; `check`'s error says what it saw instead.
+    pub async fn status_until<T>(
+        &self,
+        name: &str,
+        what: &str,
+        timeout: Duration,
+        check: impl Fn(RedisClusterStatus) -> Result<T, String>,
+    ) -> T {
+        wait::until(what, timeout, || async {
+            let cluster = self.clusters.get(name).await.map_err(|e| e.to_string())?;
+            check(cluster.status.unwrap_or_default())
+        })
+        .await
+    }
+
     pub async fn stop(self) {
         self.operator.stop().await;
         drop(self.pods);
