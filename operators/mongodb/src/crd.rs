@@ -1,0 +1,322 @@
+//! The `MongoDBReplicaSet` and `MongoDBBackup` custom resources (`mongodb.quorum.dev/v1alpha1`).
+//!
+//! Validation lives in the schema and CEL rules, so `kubectl apply` refuses a bad spec with a
+//! message naming the field before the operator ever sees it.
+
+// Several `printcolumn(type_ = "string", ...)` arguments look like duplicates to clippy.
+#![allow(clippy::duplicated_attributes)]
+
+use k8s_openapi::{
+    api::core::v1::ResourceRequirements,
+    apimachinery::pkg::apis::meta::v1::{Condition, Time},
+};
+use kube::{CustomResource, KubeSchema};
+pub use quorum_core::crd::{
+    BackupDestination, BackupPhase, BackupPolicy, BackupRecord, PodOverrides, RestoreSource, Storage,
+};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// MongoDB allows at most seven voting members in a replica set.
+pub const MAX_VOTING_MEMBERS: i32 = 7;
+/// MongoDB allows at most fifty members in a replica set.
+pub const MAX_MEMBERS: i32 = 50;
+
+/// A MongoDB replica set: voting members that elect a primary, optional non-voting (and hidden)
+/// members, an optional arbiter, kept in shape through the servers' own `replSetReconfig`, one
+/// safe membership change at a time.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "mongodb.quorum.dev",
+    version = "v1alpha1",
+    kind = "MongoDBReplicaSet",
+    plural = "mongodbreplicasets",
+    namespaced,
+    status = "MongoDBReplicaSetStatus",
+    shortname = "mongors",
+    category = "quorum",
+    scale(
+        spec_replicas_path = ".spec.members",
+        status_replicas_path = ".status.readyMembers"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(name = "Primary", type_ = "string", json_path = ".status.primary"),
+    printcolumn(name = "Members", type_ = "integer", json_path = ".status.readyMembers"),
+    printcolumn(name = "Version", type_ = "string", json_path = ".spec.version"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    doc = "A MongoDB replica set managed by Quorum"
+)]
+#[x_kube(validation = Rule::new("self.members + self.nonVotingMembers + (self.arbiter ? 1 : 0) <= 50")
+    .message("members + nonVotingMembers + arbiter: a replica set has at most 50 members").field_path(".nonVotingMembers"))]
+#[x_kube(validation = Rule::new("self.members + (self.arbiter ? 1 : 0) <= 7")
+    .message("members: at most 7 voting members (the arbiter votes too); add non-voting members with nonVotingMembers").field_path(".members"))]
+#[x_kube(validation = Rule::new("self.hiddenMembers <= self.nonVotingMembers")
+    .message("hiddenMembers: hidden members are chosen among the non-voting members, so it cannot exceed nonVotingMembers").field_path(".hiddenMembers"))]
+#[serde(rename_all = "camelCase")]
+pub struct MongoDBReplicaSetSpec {
+    /// Voting, electable data-bearing members (1 to 7). An odd count, or an even count with an
+    /// arbiter, keeps a majority possible after one loss; an even count alone is warned about.
+    #[schemars(range(min = 1, max = 7))]
+    pub members: i32,
+
+    /// Data-bearing members that neither vote nor stand for election (`votes: 0`,
+    /// `priority: 0`): read capacity that does not change the majority.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 49))]
+    pub non_voting_members: i32,
+
+    /// How many of the non-voting members are hidden from clients (for backups or analytics).
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 49))]
+    pub hidden_members: i32,
+
+    /// Run one arbiter: it votes in elections but holds no data.
+    #[serde(default)]
+    pub arbiter: bool,
+
+    /// MongoDB version: `6.0`, `7.0` or `8.0`, optionally with a patch (`7.0.14`). Raising it
+    /// rolls the members one at a time, secondaries first, the primary after stepping down,
+    /// then raises the featureCompatibilityVersion; one release at a time, never down.
+    #[schemars(length(min = 1, max = 32), regex(pattern = r"^(6\.0|7\.0|8\.0)(\.[0-9]+)?$"))]
+    #[x_kube(validation = Rule::new("self.substring(0, 3) >= oldSelf.substring(0, 3)")
+        .message("version: downgrades are not supported"))]
+    pub version: String,
+
+    /// The container image; default `mongo:<version>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+
+    /// Persistent storage for each data-bearing member. Immutable: a StatefulSet's volume
+    /// claim templates cannot change.
+    #[x_kube(validation = Rule::new("self == oldSelf").message("storage is immutable"))]
+    pub storage: Storage,
+
+    /// CPU and memory for each member's container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+
+    /// Scheduling and metadata overrides for the member pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_template: Option<PodOverrides>,
+
+    /// Secret with the administrator's `username` and `password`. When absent the operator
+    /// generates one in `<name>-admin`. Members read it from a file; it never appears on a
+    /// command line or in a log.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin_secret: Option<String>,
+
+    /// Secret with the members' shared `keyfile` (internal authentication). When absent the
+    /// operator generates one in `<name>-keyfile`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keyfile_secret: Option<String>,
+
+    /// How often to take snapshots and how long to keep them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<BackupPolicy>,
+
+    /// Start a new replica set from a stored snapshot: the `MongoDBBackup` whose latest
+    /// snapshot is loaded into the first member before any other joins. Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("restoreFrom is immutable"))]
+    pub restore_from: Option<RestoreSource>,
+}
+
+impl MongoDBReplicaSetSpec {
+    /// Data-bearing members the spec asks for (voting and non-voting): the StatefulSet's size.
+    pub fn data_members(&self) -> usize {
+        (self.members.max(0) + self.non_voting_members.max(0)) as usize
+    }
+
+    /// The release (`7.0`) of the version (`7.0` or `7.0.14`).
+    pub fn release(&self) -> String {
+        release_of(&self.version)
+    }
+}
+
+/// The release (`major.minor`) of a version string.
+pub fn release_of(version: &str) -> String {
+    version.split('.').take(2).collect::<Vec<_>>().join(".")
+}
+
+/// What the operator last observed of the replica set.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MongoDBReplicaSetStatus {
+    /// The generation the status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// When the operator initiated the set. Once set, the operator never initiates again,
+    /// even if every member later reports no configuration (wiped volumes are a human's call).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initiated_at: Option<Time>,
+    /// The member that accepts writes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary: Option<String>,
+    /// Members that are Healthy and PRIMARY, SECONDARY or ARBITER.
+    #[serde(default)]
+    pub ready_members: i32,
+    /// The replica set configuration's version, as the primary reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_version: Option<i64>,
+    /// The featureCompatibilityVersion the primary reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub feature_compatibility_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<MemberStatus>,
+    /// The membership change in progress, recorded before it is made, so a restarted operator
+    /// resumes it rather than repeat or forget it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub membership_change: Option<MembershipChange>,
+    /// The newest successful backup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_backup: Option<BackupRecord>,
+    /// A set created with `restoreFrom`: the snapshot it was restored from, recorded once
+    /// loaded so that it is never loaded again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restored_from: Option<BackupRecord>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// One member as the operator and the primary see it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberStatus {
+    /// The pod's name.
+    pub name: String,
+    /// `host:port` in the replica set configuration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// The member's replica set state as the primary reports it (`PRIMARY`, `SECONDARY`,
+    /// `STARTUP2`, `ARBITER`, ...), or `NotAMember` before it is added.
+    pub state: String,
+    /// `Healthy`, `Unhealthy` or `Unknown` (not reachable from the operator).
+    pub health: String,
+    pub votes: i32,
+    pub priority: f64,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hidden: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub arbiter: bool,
+    /// How far the member's last applied operation trails the primary's, in seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag_seconds: Option<i64>,
+    /// The server version the member runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Why the member is not healthy, when it is not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// A membership change in progress.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MembershipChange {
+    /// `Add`, `Promote`, `Demote`, `Remove`, `Reconfigure`, `StepDown` or `Restart`.
+    pub kind: String,
+    /// The member it concerns.
+    pub member: String,
+    /// The configuration version it was made from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_config_version: Option<i64>,
+    pub started_at: Time,
+}
+
+/// A logical snapshot of a `MongoDBReplicaSet`: every database and collection read from a
+/// secondary at one recorded cluster time, streamed as a BSON archive to an object store with
+/// its size and checksum, once on demand or on a cron schedule.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "mongodb.quorum.dev",
+    version = "v1alpha1",
+    kind = "MongoDBBackup",
+    plural = "mongodbbackups",
+    namespaced,
+    status = "MongoDBBackupStatus",
+    shortname = "mongobackup",
+    category = "quorum",
+    printcolumn(name = "Cluster", type_ = "string", json_path = ".spec.clusterName"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(
+        name = "Size",
+        type_ = "integer",
+        json_path = ".status.lastSnapshot.sizeBytes"
+    ),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    doc = "A logical snapshot (one-shot or scheduled) of a MongoDB replica set managed by Quorum"
+)]
+#[x_kube(validation = Rule::new("!has(self.retain) || has(self.schedule)")
+    .message("retain applies only to scheduled backups: set schedule or remove retain"))]
+#[serde(rename_all = "camelCase")]
+pub struct MongoDBBackupSpec {
+    /// Name of the `MongoDBReplicaSet`, in the same namespace, to snapshot. Immutable.
+    #[x_kube(validation = Rule::new("self == oldSelf").message("clusterName is immutable"))]
+    #[schemars(length(min = 1))]
+    pub cluster_name: String,
+
+    /// Where the snapshot goes: exactly one of `s3` or `filesystem`.
+    #[x_kube(validation = Rule::new("has(self.s3) != has(self.filesystem)")
+        .message("set exactly one of s3 or filesystem"))]
+    pub destination: BackupDestination,
+
+    /// Cron schedule, five fields, in UTC, for example `0 */6 * * *`. Absent: one snapshot,
+    /// taken as soon as the resource is created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^\s*\S+(\s+\S+){4}\s*$"))]
+    pub schedule: Option<String>,
+
+    /// How many successful snapshots of a schedule to keep; older ones are deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub retain: Option<u32>,
+}
+
+/// What the operator last did for a `MongoDBBackup`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MongoDBBackupStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<BackupPhase>,
+    /// The newest snapshot this resource stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_snapshot: Option<BackupRecord>,
+    /// The member the newest snapshot was read from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_from: Option<String>,
+    /// The cluster time (`seconds.increment`) the newest snapshot was read at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_time: Option<String>,
+    /// Databases and documents in the newest snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub databases: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub documents: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<Time>,
+    /// Why the last run failed, or what it waits for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// When a scheduled backup runs next.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_scheduled_at: Option<Time>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_release_drops_the_patch() {
+        assert_eq!(release_of("7.0.14"), "7.0");
+        assert_eq!(release_of("8.0"), "8.0");
+    }
+}

@@ -1,0 +1,26 @@
+//! Quorum's MongoDB operator.
+//!
+//! - [`crd`]: the `MongoDBReplicaSet` and `MongoDBBackup` resources; the CRDs are generated
+//!   from these types.
+//! - [`admin`]: MongoDB's own admin commands (`replSetInitiate`, `replSetReconfig`,
+//!   `replSetStepDown`, `replSetGetStatus`, `setFeatureCompatibilityVersion`) through the
+//!   official driver, the only place that speaks to a server.
+//! - [`clients`]: cached admin clients with breakers, timeouts and retries.
+//! - [`decide`]: the pure decision: from what was observed, the one next step.
+//! - [`resources`]: pure builders of the Kubernetes objects.
+//! - [`reconcile`]: observe, decide, act, report.
+//! - [`archive`]: logical snapshots as BSON archives, dumped from and restored into a set.
+//! - [`backup_controller`]: `MongoDBBackup`s, snapshots streamed to their destination.
+
+pub mod admin;
+pub mod archive;
+pub mod backup_controller;
+pub mod clients;
+pub mod crd;
+pub mod decide;
+pub mod packaging;
+pub mod reconcile;
+pub mod resources;
+
+/// The operator's name: its field manager, event reporter and `app.kubernetes.io/managed-by`.
+pub const OPERATOR_NAME: &str = "quorum-mongodb-operator";
