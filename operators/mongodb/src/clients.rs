@@ -1,1 +1,174 @@
-//! (being written)
+//! Cached admin clients with breakers, timeouts and retries: the one way the operator talks to
+//! the members. No Kubernetes.
+
+use std::{collections::HashMap, sync::Mutex, time::Duration};
+
+use quorum_core::availability::{
+    breaker::BreakerSettings,
+    clients::{CallSpec, ClientCache, MemberKey},
+    metrics::AdminMetrics,
+    retry::{CallError, CallPolicy, Idempotency},
+};
+use secrecy::ExposeSecret;
+
+use crate::admin::{AdminError, Credentials, MongoAdmin, codes};
+
+/// The engine label in metrics.
+pub const ENGINE: &str = "mongodb";
+
+/// A failed call to one member.
+pub type CallFailure = CallError<AdminError>;
+
+/// Whether a failed call says nothing about the member (it may be fine, only out of reach).
+pub fn is_unreachable(failure: &CallFailure) -> bool {
+    match failure {
+        CallError::Failed(error) => error.is_unreachable(),
+        other => other.is_unreachable(),
+    }
+}
+
+/// The server's refusal code, when it refused.
+pub fn refusal_code(failure: &CallFailure) -> Option<i32> {
+    match failure {
+        CallError::Failed(error) => error.code(),
+        _ => None,
+    }
+}
+
+pub struct MongoClients {
+    members: ClientCache<MongoAdmin>,
+    policy: CallPolicy,
+    metrics: AdminMetrics,
+    /// The administrator's login by cluster key (`namespace/name`).
+    credentials: Mutex<HashMap<String, Credentials>>,
+    /// Where the operator dials a member when that differs from the `host:port` the members
+    /// use for each other (the operator outside the pod network, behind a proxy or tunnel).
+    routes: Mutex<HashMap<(String, String), String>>,
+}
+
+impl MongoClients {
+    pub fn new(policy: CallPolicy, breaker: BreakerSettings, metrics: AdminMetrics) -> Self {
+        Self {
+            members: ClientCache::new(breaker),
+            policy,
+            metrics,
+            credentials: Mutex::new(HashMap::new()),
+            routes: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn metrics(&self) -> &AdminMetrics {
+        &self.metrics
+    }
+
+    pub fn policy(&self) -> CallPolicy {
+        self.policy
+    }
+
+    /// Dials the member known to the set as `host` at `address` instead.
+    pub async fn route(&self, cluster: &str, host: &str, address: &str) {
+        self.routes
+            .lock()
+            .expect("routes lock")
+            .insert((cluster.to_string(), host.to_string()), address.to_string());
+        self.members.invalidate(&MemberKey::new(cluster, host)).await;
+    }
+
+    /// The address the operator dials for the member known as `host`.
+    pub fn dial_address(&self, cluster: &str, host: &str) -> String {
+        self.routes
+            .lock()
+            .expect("routes lock")
+            .get(&(cluster.to_string(), host.to_string()))
+            .cloned()
+            .unwrap_or_else(|| host.to_string())
+    }
+
+    /// Sets the administrator's login for `cluster`; when it changes, the cluster's cached
+    /// clients are dropped so the next calls log in with it.
+    pub async fn set_credentials(&self, cluster: &str, credentials: Credentials) {
+        let changed = {
+            let mut by_cluster = self.credentials.lock().expect("credentials lock");
+            let same = by_cluster.get(cluster).is_some_and(|current| {
+                current.username == credentials.username
+                    && current.password.expose_secret() == credentials.password.expose_secret()
+            });
+            if !same {
+                by_cluster.insert(cluster.to_string(), credentials);
+            }
+            !same
+        };
+        if changed {
+            self.members.forget_cluster(cluster).await;
+        }
+    }
+
+    pub fn credentials(&self, cluster: &str) -> Option<Credentials> {
+        self.credentials
+            .lock()
+            .expect("credentials lock")
+            .get(cluster)
+            .cloned()
+    }
+
+    /// Drops the cached clients and login of a deleted cluster.
+    pub async fn forget_cluster(&self, cluster: &str) {
+        self.credentials.lock().expect("credentials lock").remove(cluster);
+        self.members.forget_cluster(cluster).await;
+    }
+
+    /// Runs one admin verb against the member known to the set as `host`.
+    pub async fn member<T, F, Fut>(
+        &self,
+        cluster: &str,
+        host: &str,
+        verb: &'static str,
+        idempotency: Idempotency,
+        verb_call: F,
+    ) -> Result<T, CallFailure>
+    where
+        F: Fn(MongoAdmin) -> Fut,
+        Fut: Future<Output = Result<T, AdminError>>,
+    {
+        let key = MemberKey::new(cluster, host);
+        let address = self.dial_address(cluster, host);
+        let credentials = self.credentials(cluster);
+        // The driver gets most of the call's time so that its own error (refused, no route)
+        // is what the operator reports, rather than a bare timeout.
+        let driver_timeout = self.policy.timeout.mul_f64(0.8).max(Duration::from_millis(100));
+        let spec = CallSpec {
+            engine: ENGINE,
+            verb,
+            idempotency,
+            policy: self.policy,
+            metrics: &self.metrics,
+        };
+        let result = self
+            .members
+            .call(
+                &key,
+                &address,
+                spec,
+                || async { MongoAdmin::connect(&address, credentials.as_ref(), driver_timeout) },
+                verb_call,
+            )
+            .await;
+        if let Err(CallError::Failed(error)) = &result {
+            // A server keeps a session's privileges as they were at login: after a refusal
+            // for lack of them, log in again next time.
+            if matches!(error.code(), Some(codes::UNAUTHORIZED | codes::AUTHENTICATION_FAILED)) {
+                self.members.invalidate(&key).await;
+            }
+        }
+        result
+    }
+}
+
+/// Default call policy: short enough that a blackholed member does not stall a reconcile for
+/// long, long enough for a loaded server to answer.
+pub fn default_policy() -> CallPolicy {
+    CallPolicy {
+        timeout: Duration::from_secs(3),
+        ..CallPolicy::default()
+    }
+}

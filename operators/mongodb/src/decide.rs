@@ -1,1 +1,1112 @@
-//! (being written)
+//! The decision: from what the operator observed of a replica set and what the spec asks for,
+//! the one next step. Pure: no I/O, table-tested.
+//!
+//! The rules, in the order they are applied:
+//! - A set is initiated once, with its first member only, and only when every member pod that
+//!   exists answered and none has a configuration. A set the operator initiated before is never
+//!   initiated again, whatever the members say.
+//! - Nothing changes without a primary, and nothing while the last configuration has not
+//!   reached every member that answers.
+//! - Leaving members go first: a leaving primary steps down; a leaving voter is demoted
+//!   (`votes: 0`) in one reconfiguration and removed in the next; none of it while any other
+//!   member is not positively healthy, never below one voter, and never a leaving member the
+//!   operator cannot reach while the primary still hears it (Unknown is not down).
+//! - Joining members are added with `votes: 0, priority: 0`, one per reconfiguration, and
+//!   promoted to voting only once SECONDARY and caught up, while every voter is healthy.
+//! - A version change restarts one member at a time, secondaries first, the primary after it
+//!   stepped down, each only while every member is serving; then the featureCompatibilityVersion
+//!   is raised once every member runs the new release.
+
+use crate::admin::{ConfigMember, Hello, MemberState, ReplConfig, ReplStatus};
+use crate::crd::release_of;
+
+/// How far (seconds) a member may trail the primary and still be promoted to voting, or be the
+/// secondary a primary steps down for.
+pub const MAX_CATCH_UP_LAG_SECONDS: i64 = 10;
+
+/// A member the spec asks for.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DesiredMember {
+    /// The pod's name.
+    pub name: String,
+    /// `host:port` in the configuration.
+    pub host: String,
+    /// The configuration's `_id`, stable for the pod.
+    pub id: i32,
+    pub votes: i32,
+    pub priority: f64,
+    pub hidden: bool,
+    pub arbiter: bool,
+}
+
+impl DesiredMember {
+    fn config_member(&self, votes: i32, priority: f64) -> ConfigMember {
+        ConfigMember {
+            id: self.id,
+            host: self.host.clone(),
+            votes,
+            priority,
+            hidden: self.hidden,
+            arbiter_only: self.arbiter,
+            other: Default::default(),
+        }
+    }
+}
+
+/// What the spec asks for.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Desired {
+    pub set_name: String,
+    /// Data members in ordinal order, then the arbiter.
+    pub members: Vec<DesiredMember>,
+    /// `spec.version`, as the pods are labelled with it.
+    pub version: String,
+}
+
+/// Whether the operator reached a member.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Reach {
+    Answered(Hello),
+    /// Not reachable from the operator: nothing is known about it.
+    Unknown(String),
+}
+
+/// One member (asked for, or in the configuration) as the operator saw it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SeenMember {
+    pub name: String,
+    pub host: String,
+    /// Whether its pod exists.
+    pub pod_exists: bool,
+    /// The version label of its pod.
+    pub pod_version: Option<String>,
+    pub reach: Reach,
+    /// The version its server reports.
+    pub server_version: Option<String>,
+}
+
+impl SeenMember {
+    pub fn hello(&self) -> Option<&Hello> {
+        match &self.reach {
+            Reach::Answered(hello) => Some(hello),
+            Reach::Unknown(_) => None,
+        }
+    }
+}
+
+/// Everything a decision is made from.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Observed {
+    /// The operator initiated this set before (`status.initiatedAt`).
+    pub initiated_before: bool,
+    pub members: Vec<SeenMember>,
+    /// The configuration, from the primary (or the newest a member holds, without one).
+    pub config: Option<ReplConfig>,
+    /// `replSetGetStatus` from the primary.
+    pub status: Option<ReplStatus>,
+    /// The primary's `host:port`.
+    pub primary: Option<String>,
+    pub feature_compatibility: Option<String>,
+    /// The set waits for its data to be restored before any member joins the first.
+    pub restore_pending: bool,
+}
+
+impl Observed {
+    fn seen(&self, host: &str) -> Option<&SeenMember> {
+        self.members.iter().find(|member| member.host == host)
+    }
+
+    fn name_of(&self, host: &str) -> String {
+        self.seen(host).map_or_else(|| host.to_string(), |member| member.name.clone())
+    }
+
+    /// Whether the member is positively healthy: the operator reached it and the primary hears
+    /// it and sees it serving (or syncing, for a member not yet voting).
+    fn healthy(&self, host: &str) -> bool {
+        let answered = self.seen(host).is_some_and(|member| member.hello().is_some());
+        let in_status = self
+            .status
+            .as_ref()
+            .and_then(|status| status.member(host))
+            .is_some_and(|member| member.healthy && member.state != MemberState::Down);
+        answered && in_status
+    }
+
+    fn state(&self, host: &str) -> Option<MemberState> {
+        self.status.as_ref()?.member(host).map(|member| member.state)
+    }
+
+    /// Seconds the member's last applied operation trails the primary's.
+    pub fn lag_seconds(&self, host: &str) -> Option<i64> {
+        let status = self.status.as_ref()?;
+        let primary = status.member(self.primary.as_deref()?)?.optime?;
+        let member = status.member(host)?.optime?;
+        Some((i64::from(primary.time) - i64::from(member.time)).max(0))
+    }
+
+    /// Members of the configuration, other than `except`, that are not positively healthy.
+    fn not_healthy(&self, config: &ReplConfig, except: &str) -> Vec<String> {
+        config
+            .members
+            .iter()
+            .filter(|member| member.host != except && !self.healthy(&member.host))
+            .map(|member| self.name_of(&member.host))
+            .collect()
+    }
+}
+
+/// What a reconfiguration changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// A new member, not voting.
+    Add,
+    /// A caught-up member made voting.
+    Promote,
+    /// A voter made non-voting (before it leaves, or as the spec asks).
+    Demote,
+    /// A non-voting member taken out.
+    Remove,
+    /// Priority or hidden of a non-voting member.
+    Adjust,
+}
+
+impl Change {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Change::Add => "Add",
+            Change::Promote => "Promote",
+            Change::Demote => "Demote",
+            Change::Remove => "Remove",
+            Change::Adjust => "Reconfigure",
+        }
+    }
+}
+
+/// Why a primary is asked to step down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepDownReason {
+    /// It leaves the set.
+    Leaving,
+    /// It is demoted to non-voting.
+    Demoted,
+    /// It is the last member to restart for a version change.
+    Upgrade,
+}
+
+/// The one next step.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    Initiate {
+        member: String,
+        host: String,
+        config: ReplConfig,
+    },
+    Reconfigure {
+        change: Change,
+        member: String,
+        config: ReplConfig,
+    },
+    StepDown {
+        member: String,
+        host: String,
+        reason: StepDownReason,
+    },
+    /// Delete the member's pod so it comes back with the new template.
+    Restart { member: String },
+    SetFeatureCompatibility { release: String },
+    Wait { reason: &'static str, message: String },
+    Settled,
+}
+
+fn wait(reason: &'static str, message: impl Into<String>) -> Step {
+    Step::Wait {
+        reason,
+        message: message.into(),
+    }
+}
+
+/// The next step for the set.
+pub fn decide(desired: &Desired, observed: &Observed) -> Step {
+    let Some(config) = &observed.config else {
+        return initiate(desired, observed);
+    };
+    if config.set_name != desired.set_name {
+        return wait(
+            "WrongReplicaSet",
+            format!(
+                "the members belong to replica set {}, not {}",
+                config.set_name, desired.set_name
+            ),
+        );
+    }
+    let Some(primary) = observed.primary.as_deref() else {
+        return no_primary(observed);
+    };
+    if observed.status.is_none() {
+        return wait("PrimaryStatusUnknown", "the primary did not report the set's status");
+    }
+    let behind: Vec<String> = config
+        .members
+        .iter()
+        .filter(|member| observed.healthy(&member.host))
+        .filter(|member| {
+            observed
+                .status
+                .as_ref()
+                .and_then(|status| status.member(&member.host))
+                .and_then(|member| member.config_version)
+                .is_some_and(|version| version < config.version)
+        })
+        .map(|member| observed.name_of(&member.host))
+        .collect();
+    if !behind.is_empty() {
+        return wait(
+            "ConfigurationPropagating",
+            format!(
+                "configuration version {} has not reached {} yet",
+                config.version,
+                behind.join(", ")
+            ),
+        );
+    }
+    if let Some(step) = leaving(desired, observed, config, primary) {
+        return step;
+    }
+    if observed.restore_pending {
+        return wait(
+            "RestorePending",
+            "no member joins before the backup is restored into the first",
+        );
+    }
+    if let Some(step) = joining(desired, observed, config) {
+        return step;
+    }
+    if let Some(step) = adjusting(desired, observed, config, primary) {
+        return step;
+    }
+    if let Some(step) = upgrading(desired, observed, config, primary) {
+        return step;
+    }
+    Step::Settled
+}
+
+fn initiate(desired: &Desired, observed: &Observed) -> Step {
+    let existing: Vec<&SeenMember> = observed.members.iter().filter(|m| m.pod_exists).collect();
+    let unknown: Vec<&str> = existing
+        .iter()
+        .filter(|member| member.hello().is_none())
+        .map(|member| member.name.as_str())
+        .collect();
+    if observed.initiated_before {
+        if !unknown.is_empty() && unknown.len() == existing.len() {
+            return wait(
+                "MembersUnknown",
+                format!("no member can be reached ({})", unknown.join(", ")),
+            );
+        }
+        return wait(
+            "ConfigurationMissing",
+            "the set was initiated, yet no member that answers reports its configuration; \
+             the operator will not initiate it again (restore the members' volumes or recreate the resource)",
+        );
+    }
+    if !unknown.is_empty() {
+        // A member out of reach may hold a configuration: initiating another would split the set.
+        return wait(
+            "MembersUnknown",
+            format!(
+                "not initiating while {} cannot be reached",
+                unknown.join(", ")
+            ),
+        );
+    }
+    let Some(first) = desired.members.first() else {
+        return wait("NoMembers", "the spec asks for no members");
+    };
+    match observed.seen(&first.host) {
+        Some(seen) if seen.pod_exists && seen.hello().is_some() => Step::Initiate {
+            member: first.name.clone(),
+            host: first.host.clone(),
+            config: ReplConfig::initial(&desired.set_name, vec![first.config_member(1, 1.0)]),
+        },
+        _ => wait(
+            "MemberStarting",
+            format!("waiting for {} to start before initiating the set", first.name),
+        ),
+    }
+}
+
+fn no_primary(observed: &Observed) -> Step {
+    let named: Vec<&str> = observed
+        .members
+        .iter()
+        .filter_map(|member| member.hello()?.primary.as_deref())
+        .collect();
+    if let Some(primary) = named.first() {
+        if observed.seen(primary).is_some_and(|member| member.hello().is_none()) {
+            return wait(
+                "PrimaryUnknown",
+                format!(
+                    "the members name {} as primary, which the operator cannot reach",
+                    observed.name_of(primary)
+                ),
+            );
+        }
+    }
+    wait(
+        "NoPrimary",
+        "no member is primary; waiting for the set to elect one",
+    )
+}
+
+fn leaving(desired: &Desired, observed: &Observed, config: &ReplConfig, primary: &str) -> Option<Step> {
+    // The highest ordinals leave first, as the StatefulSet shrinks from the top.
+    let leaving = config
+        .members
+        .iter()
+        .rev()
+        .find(|member| !desired.members.iter().any(|d| d.host == member.host))?;
+    let name = observed.name_of(&leaving.host);
+    if leaving.host == primary {
+        return Some(step_down(observed, config, primary, StepDownReason::Leaving));
+    }
+    let operator_reaches_it = observed.seen(&leaving.host).is_some_and(|m| m.hello().is_some());
+    let primary_hears_it = observed
+        .status
+        .as_ref()
+        .and_then(|status| status.member(&leaving.host))
+        .is_some_and(|member| member.healthy);
+    if !operator_reaches_it && primary_hears_it {
+        return Some(wait(
+            "MemberUnknown",
+            format!(
+                "{name} should leave, but the operator cannot reach it while the primary still hears it: \
+                 it is Unknown, not down, and is left in the set"
+            ),
+        ));
+    }
+    let not_healthy = observed.not_healthy(config, &leaving.host);
+    if !not_healthy.is_empty() {
+        return Some(wait(
+            "MemberNotHealthy",
+            format!(
+                "{name} leaves the set once every other member is healthy; not healthy: {}",
+                not_healthy.join(", ")
+            ),
+        ));
+    }
+    let mut members = config.members.clone();
+    // Arbiters always hold their vote: they leave in one step, which is one voting change.
+    if leaving.is_voting() && !leaving.arbiter_only {
+        if config.voting_members() <= 1 {
+            return Some(wait("LastVoter", format!("{name} is the last voting member")));
+        }
+        for member in &mut members {
+            if member.host == leaving.host {
+                member.votes = 0;
+                member.priority = 0.0;
+            }
+        }
+        return Some(Step::Reconfigure {
+            change: Change::Demote,
+            member: name,
+            config: config.next(members),
+        });
+    }
+    members.retain(|member| member.host != leaving.host);
+    Some(Step::Reconfigure {
+        change: Change::Remove,
+        member: name,
+        config: config.next(members),
+    })
+}
+
+fn joining(desired: &Desired, observed: &Observed, config: &ReplConfig) -> Option<Step> {
+    let joining = desired
+        .members
+        .iter()
+        .find(|member| config.member(&member.host).is_none())?;
+    let Some(hello) = observed.seen(&joining.host).and_then(SeenMember::hello) else {
+        return Some(wait(
+            "MemberStarting",
+            format!("waiting for {} to answer before adding it", joining.name),
+        ));
+    };
+    if let Some(other) = hello.set_name.as_deref().filter(|name| *name != desired.set_name) {
+        return Some(wait(
+            "MemberInAnotherSet",
+            format!("{} belongs to replica set {other}; not adding it", joining.name),
+        ));
+    }
+    if let Some(taken) = config.members.iter().find(|member| member.id == joining.id) {
+        return Some(wait(
+            "MemberIdInUse",
+            format!(
+                "{} would take _id {}, which {} holds",
+                joining.name, joining.id, taken.host
+            ),
+        ));
+    }
+    let member = if joining.arbiter {
+        // An arbiter votes from the start: one voting change, so the voters must be healthy.
+        let not_healthy = observed.not_healthy(config, &joining.host);
+        if !not_healthy.is_empty() {
+            return Some(wait(
+                "MemberNotHealthy",
+                format!(
+                    "the arbiter joins once every member is healthy; not healthy: {}",
+                    not_healthy.join(", ")
+                ),
+            ));
+        }
+        joining.config_member(1, 0.0)
+    } else {
+        joining.config_member(0, 0.0)
+    };
+    let mut members = config.members.clone();
+    members.push(member);
+    Some(Step::Reconfigure {
+        change: Change::Add,
+        member: joining.name.clone(),
+        config: config.next(members),
+    })
+}
+
+fn adjusting(desired: &Desired, observed: &Observed, config: &ReplConfig, primary: &str) -> Option<Step> {
+    let (wanted, current) = desired.members.iter().find_map(|wanted| {
+        let current = config.member(&wanted.host)?;
+        let differs = current.votes != wanted.votes
+            || current.priority != wanted.priority
+            || current.hidden != wanted.hidden;
+        differs.then_some((wanted, current))
+    })?;
+    let reconfigure = |change: Change| {
+        let members = config
+            .members
+            .iter()
+            .map(|member| {
+                if member.host == wanted.host {
+                    ConfigMember {
+                        votes: wanted.votes,
+                        priority: wanted.priority,
+                        hidden: wanted.hidden,
+                        ..member.clone()
+                    }
+                } else {
+                    member.clone()
+                }
+            })
+            .collect();
+        Step::Reconfigure {
+            change,
+            member: wanted.name.clone(),
+            config: config.next(members),
+        }
+    };
+    if current.votes == 0 && wanted.votes > 0 {
+        if observed.state(&wanted.host) != Some(MemberState::Secondary) {
+            return Some(wait(
+                "MemberSyncing",
+                format!(
+                    "{} becomes voting once it is SECONDARY (now {})",
+                    wanted.name,
+                    observed.state(&wanted.host).map_or("unknown", MemberState::as_str)
+                ),
+            ));
+        }
+        match observed.lag_seconds(&wanted.host) {
+            Some(lag) if lag <= MAX_CATCH_UP_LAG_SECONDS => {}
+            lag => {
+                return Some(wait(
+                    "MemberCatchingUp",
+                    format!(
+                        "{} becomes voting once within {MAX_CATCH_UP_LAG_SECONDS}s of the primary (now {})",
+                        wanted.name,
+                        lag.map_or("unknown".to_string(), |lag| format!("{lag}s"))
+                    ),
+                ));
+            }
+        }
+        let not_healthy = observed.not_healthy(config, &wanted.host);
+        if !not_healthy.is_empty() {
+            return Some(wait(
+                "MemberNotHealthy",
+                format!(
+                    "{} becomes voting once every member is healthy; not healthy: {}",
+                    wanted.name,
+                    not_healthy.join(", ")
+                ),
+            ));
+        }
+        return Some(reconfigure(Change::Promote));
+    }
+    if current.votes > 0 && wanted.votes == 0 {
+        if wanted.host == primary {
+            return Some(step_down(observed, config, primary, StepDownReason::Demoted));
+        }
+        let not_healthy = observed.not_healthy(config, &wanted.host);
+        if !not_healthy.is_empty() {
+            return Some(wait(
+                "MemberNotHealthy",
+                format!(
+                    "{} stops voting once every other member is healthy; not healthy: {}",
+                    wanted.name,
+                    not_healthy.join(", ")
+                ),
+            ));
+        }
+        return Some(reconfigure(Change::Demote));
+    }
+    Some(reconfigure(Change::Adjust))
+}
+
+fn upgrading(desired: &Desired, observed: &Observed, config: &ReplConfig, primary: &str) -> Option<Step> {
+    let stale: Vec<&SeenMember> = observed
+        .members
+        .iter()
+        .filter(|member| member.pod_exists && config.member(&member.host).is_some())
+        .filter(|member| member.pod_version.as_deref() != Some(desired.version.as_str()))
+        .collect();
+    if !stale.is_empty() {
+        let not_serving: Vec<String> = config
+            .members
+            .iter()
+            .filter(|member| {
+                !observed.healthy(&member.host) || !observed.state(&member.host).is_some_and(MemberState::is_serving)
+            })
+            .map(|member| observed.name_of(&member.host))
+            .collect();
+        if !not_serving.is_empty() {
+            return Some(wait(
+                "UpgradeWaiting",
+                format!(
+                    "the next member restarts for version {} once every member serves; not serving: {}",
+                    desired.version,
+                    not_serving.join(", ")
+                ),
+            ));
+        }
+        if let Some(secondary) = stale.iter().find(|member| member.host != primary) {
+            return Some(Step::Restart {
+                member: secondary.name.clone(),
+            });
+        }
+        return Some(step_down(observed, config, primary, StepDownReason::Upgrade));
+    }
+    let release = release_of(&desired.version);
+    let behind: Vec<String> = observed
+        .members
+        .iter()
+        .filter(|member| config.member(&member.host).is_some())
+        .filter(|member| member.server_version.as_deref().map(release_of) != Some(release.clone()))
+        .map(|member| member.name.clone())
+        .collect();
+    if observed.feature_compatibility.as_deref() == Some(release.as_str()) {
+        return None;
+    }
+    if !behind.is_empty() {
+        return Some(wait(
+            "UpgradeWaiting",
+            format!(
+                "featureCompatibilityVersion {release} waits until every member runs {release}; not yet: {}",
+                behind.join(", ")
+            ),
+        ));
+    }
+    observed.feature_compatibility.as_ref()?;
+    Some(Step::SetFeatureCompatibility { release })
+}
+
+/// Steps the primary down when an electable secondary has caught up and every other member is
+/// healthy; waits otherwise.
+fn step_down(observed: &Observed, config: &ReplConfig, primary: &str, reason: StepDownReason) -> Step {
+    let name = observed.name_of(primary);
+    let not_healthy = observed.not_healthy(config, primary);
+    if !not_healthy.is_empty() {
+        return wait(
+            "MemberNotHealthy",
+            format!(
+                "{name} (primary) steps down once every other member is healthy; not healthy: {}",
+                not_healthy.join(", ")
+            ),
+        );
+    }
+    let electable = config.members.iter().any(|member| {
+        member.host != primary
+            && member.is_voting()
+            && member.priority > 0.0
+            && !member.arbiter_only
+            && observed.state(&member.host) == Some(MemberState::Secondary)
+            && observed
+                .lag_seconds(&member.host)
+                .is_some_and(|lag| lag <= MAX_CATCH_UP_LAG_SECONDS)
+    });
+    if !electable {
+        return wait(
+            "NoElectableSecondary",
+            format!("{name} (primary) steps down once an electable secondary has caught up"),
+        );
+    }
+    Step::StepDown {
+        member: name,
+        host: primary.to_string(),
+        reason,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bson::Timestamp;
+
+    use super::*;
+    use crate::admin::StatusMember;
+
+    const SET: &str = "rs";
+
+    fn host(ordinal: usize) -> String {
+        format!("10.0.0.{ordinal}:27017")
+    }
+
+    fn name(ordinal: usize) -> String {
+        format!("rs-{ordinal}")
+    }
+
+    /// `voting` voting members then `non_voting` non-voting ones.
+    fn desired(voting: usize, non_voting: usize) -> Desired {
+        Desired {
+            set_name: SET.into(),
+            members: (0..voting + non_voting)
+                .map(|ordinal| {
+                    let votes = i32::from(ordinal < voting);
+                    DesiredMember {
+                        name: name(ordinal),
+                        host: host(ordinal),
+                        id: ordinal as i32,
+                        votes,
+                        priority: f64::from(votes),
+                        hidden: false,
+                        arbiter: false,
+                    }
+                })
+                .collect(),
+            version: "7.0".into(),
+        }
+    }
+
+    fn config_member(ordinal: usize, votes: i32) -> ConfigMember {
+        ConfigMember {
+            id: ordinal as i32,
+            host: host(ordinal),
+            votes,
+            priority: f64::from(votes),
+            hidden: false,
+            arbiter_only: false,
+            other: Default::default(),
+        }
+    }
+
+    fn hello(set: Option<&str>, primary: bool) -> Hello {
+        Hello {
+            set_name: set.map(str::to_string),
+            is_writable_primary: primary,
+            secondary: !primary && set.is_some(),
+            primary: set.map(|_| host(0)),
+            ..Hello::default()
+        }
+    }
+
+    /// A set of members `0..n` with the given votes, member 0 primary, all healthy, caught up,
+    /// on version 7.0.
+    fn set(votes: &[i32]) -> Observed {
+        let config = ReplConfig {
+            set_name: SET.into(),
+            version: 5,
+            members: votes
+                .iter()
+                .enumerate()
+                .map(|(ordinal, votes)| config_member(ordinal, *votes))
+                .collect(),
+            other: Default::default(),
+        };
+        let status = ReplStatus {
+            set_name: SET.into(),
+            term: Some(1),
+            members: (0..votes.len())
+                .map(|ordinal| StatusMember {
+                    host: host(ordinal),
+                    healthy: true,
+                    state: if ordinal == 0 {
+                        MemberState::Primary
+                    } else {
+                        MemberState::Secondary
+                    },
+                    optime: Some(Timestamp { time: 1000, increment: 1 }),
+                    config_version: Some(5),
+                })
+                .collect(),
+        };
+        Observed {
+            initiated_before: true,
+            members: (0..votes.len())
+                .map(|ordinal| SeenMember {
+                    name: name(ordinal),
+                    host: host(ordinal),
+                    pod_exists: true,
+                    pod_version: Some("7.0".into()),
+                    reach: Reach::Answered(hello(Some(SET), ordinal == 0)),
+                    server_version: Some("7.0.14".into()),
+                })
+                .collect(),
+            config: Some(config),
+            status: Some(status),
+            primary: Some(host(0)),
+            feature_compatibility: Some("7.0".into()),
+            restore_pending: false,
+        }
+    }
+
+    fn with_new_pod(mut observed: Observed, ordinal: usize) -> Observed {
+        observed.members.push(SeenMember {
+            name: name(ordinal),
+            host: host(ordinal),
+            pod_exists: true,
+            pod_version: Some("7.0".into()),
+            reach: Reach::Answered(hello(None, false)),
+            server_version: Some("7.0.14".into()),
+        });
+        observed
+    }
+
+    fn unknown(mut observed: Observed, ordinal: usize) -> Observed {
+        observed.members[ordinal].reach = Reach::Unknown("timed out".into());
+        observed
+    }
+
+    fn status_member(observed: &mut Observed, ordinal: usize) -> &mut StatusMember {
+        &mut observed.status.as_mut().unwrap().members[ordinal]
+    }
+
+    fn reason(step: &Step) -> &'static str {
+        match step {
+            Step::Wait { reason, .. } => reason,
+            other => panic!("expected a wait, got {other:?}"),
+        }
+    }
+
+    fn reconfigure(step: Step) -> (Change, String, ReplConfig) {
+        match step {
+            Step::Reconfigure {
+                change,
+                member,
+                config,
+            } => (change, member, config),
+            other => panic!("expected a reconfiguration, got {other:?}"),
+        }
+    }
+
+    fn fresh(pods: usize) -> Observed {
+        Observed {
+            members: (0..pods)
+                .map(|ordinal| SeenMember {
+                    name: name(ordinal),
+                    host: host(ordinal),
+                    pod_exists: true,
+                    pod_version: Some("7.0".into()),
+                    reach: Reach::Answered(hello(None, false)),
+                    server_version: Some("7.0.14".into()),
+                })
+                .collect(),
+            ..Observed::default()
+        }
+    }
+
+    #[test]
+    fn a_new_set_is_initiated_with_its_first_member_alone() {
+        match decide(&desired(3, 0), &fresh(3)) {
+            Step::Initiate { member, config, .. } => {
+                assert_eq!(member, "rs-0");
+                assert_eq!(config.version, 1);
+                assert_eq!(config.members, vec![config_member(0, 1)]);
+            }
+            other => panic!("expected initiate, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn no_initiation_while_a_member_pod_cannot_be_reached() {
+        let observed = unknown(fresh(3), 2);
+        assert_eq!(reason(&decide(&desired(3, 0), &observed)), "MembersUnknown");
+    }
+
+    #[test]
+    fn a_set_initiated_before_is_never_initiated_again() {
+        let observed = Observed {
+            initiated_before: true,
+            ..fresh(3)
+        };
+        assert_eq!(reason(&decide(&desired(3, 0), &observed)), "ConfigurationMissing");
+    }
+
+    #[test]
+    fn nothing_changes_without_a_primary() {
+        let mut observed = set(&[1, 1, 1]);
+        observed.primary = None;
+        observed = unknown(observed, 0);
+        assert_eq!(reason(&decide(&desired(3, 0), &observed)), "PrimaryUnknown");
+    }
+
+    #[test]
+    fn a_joining_member_is_added_without_a_vote() {
+        let observed = with_new_pod(set(&[1]), 1);
+        let (change, member, config) = reconfigure(decide(&desired(3, 0), &observed));
+        assert_eq!((change, member.as_str()), (Change::Add, "rs-1"));
+        assert_eq!(config.version, 6);
+        assert_eq!(config.member(&host(1)).unwrap().votes, 0);
+        assert_eq!(config.member(&host(1)).unwrap().priority, 0.0);
+    }
+
+    #[test]
+    fn a_joining_member_that_does_not_answer_is_waited_for() {
+        let observed = unknown(with_new_pod(set(&[1]), 1), 1);
+        assert_eq!(reason(&decide(&desired(2, 0), &observed)), "MemberStarting");
+    }
+
+    #[test]
+    fn a_member_of_another_set_is_not_added() {
+        let mut observed = with_new_pod(set(&[1]), 1);
+        observed.members[1].reach = Reach::Answered(hello(Some("other"), false));
+        assert_eq!(reason(&decide(&desired(2, 0), &observed)), "MemberInAnotherSet");
+    }
+
+    #[test]
+    fn an_added_member_is_promoted_once_secondary_and_caught_up() {
+        let mut observed = set(&[1, 0]);
+        status_member(&mut observed, 1).state = MemberState::Startup2;
+        assert_eq!(reason(&decide(&desired(2, 0), &observed)), "MemberSyncing");
+
+        status_member(&mut observed, 1).state = MemberState::Secondary;
+        status_member(&mut observed, 1).optime = Some(Timestamp { time: 900, increment: 1 });
+        assert_eq!(reason(&decide(&desired(2, 0), &observed)), "MemberCatchingUp");
+
+        status_member(&mut observed, 1).optime = Some(Timestamp { time: 995, increment: 1 });
+        let (change, member, config) = reconfigure(decide(&desired(2, 0), &observed));
+        assert_eq!((change, member.as_str()), (Change::Promote, "rs-1"));
+        assert_eq!(config.member(&host(1)).unwrap().votes, 1);
+        assert_eq!(config.voting_members(), 2);
+    }
+
+    #[test]
+    fn no_promotion_while_a_voter_is_unknown() {
+        let observed = unknown(set(&[1, 1, 0]), 1);
+        assert_eq!(reason(&decide(&desired(3, 0), &observed)), "MemberNotHealthy");
+    }
+
+    #[test]
+    fn a_leaving_voter_is_demoted_then_removed() {
+        let (change, member, config) = reconfigure(decide(&desired(2, 0), &set(&[1, 1, 1])));
+        assert_eq!((change, member.as_str()), (Change::Demote, "rs-2"));
+        assert_eq!(config.voting_members(), 2);
+        assert_eq!(config.members.len(), 3);
+
+        let (change, _, config) = reconfigure(decide(&desired(2, 0), &set(&[1, 1, 0])));
+        assert_eq!(change, Change::Remove);
+        assert_eq!(config.members.len(), 2);
+        assert!(config.member(&host(2)).is_none());
+    }
+
+    #[test]
+    fn one_voting_change_per_reconfiguration() {
+        // From five voters to three: one demotion at a time, each its own version.
+        let (_, member, config) = reconfigure(decide(&desired(3, 0), &set(&[1, 1, 1, 1, 1])));
+        assert_eq!(member, "rs-4");
+        let before = set(&[1, 1, 1, 1, 1]).config.unwrap();
+        let changed = before
+            .members
+            .iter()
+            .zip(&config.members)
+            .filter(|(a, b)| a.votes != b.votes)
+            .count();
+        assert_eq!(changed, 1);
+        assert_eq!(config.version, before.version + 1);
+    }
+
+    #[test]
+    fn nothing_is_removed_while_another_member_is_unknown() {
+        let observed = unknown(set(&[1, 1, 1]), 1);
+        let step = decide(&desired(2, 0), &observed);
+        assert_eq!(reason(&step), "MemberNotHealthy");
+        match step {
+            Step::Wait { message, .. } => assert!(message.contains("rs-1"), "{message}"),
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn a_member_the_primary_cannot_hear_blocks_removal_too() {
+        let mut observed = set(&[1, 1, 1]);
+        status_member(&mut observed, 1).healthy = false;
+        assert_eq!(reason(&decide(&desired(2, 0), &observed)), "MemberNotHealthy");
+    }
+
+    #[test]
+    fn a_leaving_member_blackholed_from_the_operator_only_is_not_removed() {
+        // The primary still hears it: it is Unknown to the operator, not down.
+        let observed = unknown(set(&[1, 1, 0]), 2);
+        assert_eq!(reason(&decide(&desired(2, 0), &observed)), "MemberUnknown");
+    }
+
+    #[test]
+    fn a_leaving_member_its_peers_see_down_is_removed() {
+        let mut observed = unknown(set(&[1, 1, 0]), 2);
+        status_member(&mut observed, 2).healthy = false;
+        status_member(&mut observed, 2).state = MemberState::Down;
+        let (change, member, _) = reconfigure(decide(&desired(2, 0), &observed));
+        assert_eq!((change, member.as_str()), (Change::Remove, "rs-2"));
+    }
+
+    #[test]
+    fn a_leaving_primary_steps_down_first() {
+        let mut observed = set(&[1, 1, 1]);
+        observed.primary = Some(host(2));
+        status_member(&mut observed, 0).state = MemberState::Secondary;
+        status_member(&mut observed, 2).state = MemberState::Primary;
+        match decide(&desired(2, 0), &observed) {
+            Step::StepDown { member, reason, .. } => {
+                assert_eq!(member, "rs-2");
+                assert_eq!(reason, StepDownReason::Leaving);
+            }
+            other => panic!("expected a step-down, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_primary_steps_down_only_for_a_caught_up_secondary() {
+        let mut wanted = desired(3, 0);
+        wanted.members.remove(0);
+        wanted.members.push(DesiredMember {
+            name: name(3),
+            host: host(3),
+            id: 3,
+            ..wanted.members[0].clone()
+        });
+        let mut observed = set(&[1, 1, 1]);
+        for ordinal in [1, 2] {
+            status_member(&mut observed, ordinal).optime = Some(Timestamp { time: 900, increment: 1 });
+        }
+        assert_eq!(reason(&decide(&wanted, &observed)), "NoElectableSecondary");
+    }
+
+    #[test]
+    fn no_step_while_the_configuration_propagates() {
+        let mut observed = set(&[1, 1, 1]);
+        status_member(&mut observed, 2).config_version = Some(4);
+        assert_eq!(reason(&decide(&desired(2, 0), &observed)), "ConfigurationPropagating");
+    }
+
+    #[test]
+    fn members_join_only_after_a_pending_restore() {
+        let mut observed = with_new_pod(set(&[1]), 1);
+        observed.restore_pending = true;
+        assert_eq!(reason(&decide(&desired(2, 0), &observed)), "RestorePending");
+    }
+
+    #[test]
+    fn a_non_voting_member_is_made_hidden_in_place() {
+        let mut wanted = desired(1, 1);
+        wanted.members[1].hidden = true;
+        let (change, _, config) = reconfigure(decide(&wanted, &set(&[1, 0])));
+        assert_eq!(change, Change::Adjust);
+        assert!(config.member(&host(1)).unwrap().hidden);
+    }
+
+    #[test]
+    fn an_arbiter_joins_with_its_vote_while_every_member_is_healthy() {
+        let mut wanted = desired(2, 0);
+        wanted.members.push(DesiredMember {
+            name: "rs-arbiter-0".into(),
+            host: host(7),
+            id: 200,
+            votes: 1,
+            priority: 0.0,
+            hidden: false,
+            arbiter: true,
+        });
+        let mut observed = set(&[1, 1]);
+        observed.members.push(SeenMember {
+            name: "rs-arbiter-0".into(),
+            host: host(7),
+            pod_exists: true,
+            pod_version: Some("7.0".into()),
+            reach: Reach::Answered(hello(None, false)),
+            server_version: None,
+        });
+        let (change, _, config) = reconfigure(decide(&wanted, &observed));
+        assert_eq!(change, Change::Add);
+        let arbiter = config.member(&host(7)).unwrap();
+        assert!(arbiter.arbiter_only);
+        assert_eq!(arbiter.votes, 1);
+
+        let observed = unknown(observed, 1);
+        assert_eq!(reason(&decide(&wanted, &observed)), "MemberNotHealthy");
+    }
+
+    fn upgrading_to_8(observed: &mut Observed) -> Desired {
+        let mut wanted = desired(observed.members.len(), 0);
+        wanted.version = "8.0".into();
+        let _ = observed;
+        wanted
+    }
+
+    #[test]
+    fn an_upgrade_restarts_secondaries_first_then_steps_the_primary_down() {
+        let mut observed = set(&[1, 1, 1]);
+        let wanted = upgrading_to_8(&mut observed);
+        assert_eq!(
+            decide(&wanted, &observed),
+            Step::Restart {
+                member: "rs-1".into()
+            }
+        );
+
+        observed.members[1].pod_version = Some("8.0".into());
+        status_member(&mut observed, 1).state = MemberState::Startup2;
+        assert_eq!(reason(&decide(&wanted, &observed)), "UpgradeWaiting");
+
+        status_member(&mut observed, 1).state = MemberState::Secondary;
+        observed.members[2].pod_version = Some("8.0".into());
+        match decide(&wanted, &observed) {
+            Step::StepDown { member, reason, .. } => {
+                assert_eq!(member, "rs-0");
+                assert_eq!(reason, StepDownReason::Upgrade);
+            }
+            other => panic!("expected the primary to step down, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_feature_compatibility_version_rises_after_every_member_runs_the_release() {
+        let mut observed = set(&[1, 1, 1]);
+        let wanted = upgrading_to_8(&mut observed);
+        for member in &mut observed.members {
+            member.pod_version = Some("8.0".into());
+            member.server_version = Some("8.0.3".into());
+        }
+        observed.members[2].server_version = Some("7.0.14".into());
+        assert_eq!(reason(&decide(&wanted, &observed)), "UpgradeWaiting");
+
+        observed.members[2].server_version = Some("8.0.3".into());
+        assert_eq!(
+            decide(&wanted, &observed),
+            Step::SetFeatureCompatibility {
+                release: "8.0".into()
+            }
+        );
+        observed.feature_compatibility = Some("8.0".into());
+        assert_eq!(decide(&wanted, &observed), Step::Settled);
+    }
+
+    #[test]
+    fn a_settled_set_needs_nothing() {
+        assert_eq!(decide(&desired(3, 0), &set(&[1, 1, 1])), Step::Settled);
+    }
+}

@@ -7,7 +7,21 @@ use std::{collections::HashMap, sync::Arc};
 
 use tokio::sync::Mutex;
 
-use super::breaker::{BreakerSettings, CircuitBreaker};
+use super::{
+    breaker::{BreakerSettings, CircuitBreaker},
+    metrics::AdminMetrics,
+    retry::{AdminCall, CallError, CallPolicy, Idempotency},
+};
+
+/// What an admin call is, for its timeout, retries and metrics.
+#[derive(Clone, Copy)]
+pub struct CallSpec<'a> {
+    pub engine: &'static str,
+    pub verb: &'static str,
+    pub idempotency: Idempotency,
+    pub policy: CallPolicy,
+    pub metrics: &'a AdminMetrics,
+}
 
 /// Identifies a member: the cluster (`namespace/name`) and the member's name.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -75,6 +89,46 @@ impl<C: Clone> ClientCache<C> {
     /// Drops every entry of a cluster.
     pub async fn forget_cluster(&self, cluster: &str) {
         self.entries.lock().await.retain(|key, _| key.cluster != cluster);
+    }
+
+    /// Runs one admin call against the member at `endpoint` through its breaker, timeout and
+    /// (for reads) retries, connecting first when no client is cached. The connection counts
+    /// as part of the call, so a member that cannot be reached trips its breaker.
+    pub async fn call<T, E, Connect, ConnectFut, F, Fut>(
+        &self,
+        key: &MemberKey,
+        endpoint: &str,
+        spec: CallSpec<'_>,
+        connect: Connect,
+        verb_call: F,
+    ) -> Result<T, CallError<E>>
+    where
+        Connect: Fn() -> ConnectFut,
+        ConnectFut: Future<Output = Result<C, E>>,
+        F: Fn(C) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let breaker = self.breaker(key, endpoint).await;
+        let call = AdminCall {
+            engine: spec.engine,
+            verb: spec.verb,
+            idempotency: spec.idempotency,
+            policy: spec.policy,
+            breaker: &breaker,
+            metrics: spec.metrics,
+        };
+        call.run(|| async {
+            let client = match self.client(key, endpoint).await {
+                Some(client) => client,
+                None => {
+                    let client = connect().await?;
+                    self.store(key, endpoint, client.clone()).await;
+                    client
+                }
+            };
+            verb_call(client).await
+        })
+        .await
     }
 
     /// How many members have entries (for tests and metrics).
