@@ -1,1 +1,52 @@
-fn main() {}
+//! The MongoDB operator's process: flags, logging, the runtime, the controllers.
+
+use clap::Parser;
+use mongodb_operator::{
+    OPERATOR_NAME,
+    backup_controller::reconcile_backup,
+    clients::{MongoClients, default_policy},
+    crd::{MongoDBBackup, MongoDBReplicaSet},
+    reconcile::{Settings, State, reconcile},
+};
+use quorum_core::{
+    availability::breaker::BreakerSettings,
+    config::{MemberConfig, OperatorConfig},
+    runner::{RunError, Runtime},
+    telemetry,
+};
+
+/// Quorum's MongoDB operator.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Cli {
+    #[command(flatten)]
+    operator: OperatorConfig,
+
+    #[command(flatten)]
+    members: MemberConfig,
+}
+
+#[tokio::main]
+async fn main() -> Result<(), RunError> {
+    let cli = Cli::parse();
+    telemetry::init(cli.operator.log_format);
+    quorum_core::install_crypto_provider();
+    let client = kube::Client::try_default().await.map_err(RunError::ApiServer)?;
+    let runtime = Runtime::new(OPERATOR_NAME, cli.operator, client);
+    let state = State {
+        clients: MongoClients::new(
+            default_policy(),
+            BreakerSettings::default(),
+            runtime.metrics().admin.clone(),
+        ),
+        settings: Settings {
+            cluster_domain: cli.members.cluster_domain,
+            member_addresses: cli.members.member_addresses,
+            allow_http_backups: cli.members.allow_http_backups,
+        },
+    };
+    let context = runtime.context(state);
+    let sets = runtime.controller::<MongoDBReplicaSet, _, _, _, _>(context.clone(), reconcile);
+    let backups = runtime.controller::<MongoDBBackup, _, _, _, _>(context.clone(), reconcile_backup);
+    runtime.run(vec![sets, backups]).await
+}

@@ -1,1 +1,812 @@
-//! (being written)
+//! Reconciling a `MongoDBReplicaSet`: apply the objects, observe the members, decide one step,
+//! take it, report.
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use futures::future::join_all;
+use k8s_openapi::{
+    api::core::v1::{Pod, Secret},
+    apimachinery::pkg::apis::meta::v1::Time,
+    jiff::Timestamp,
+};
+use kube::{
+    Api, ResourceExt,
+    api::{DeleteParams, ListParams, Preconditions},
+    runtime::controller::Action,
+};
+use quorum_core::{
+    ReconcileError,
+    apply::ignore_not_found,
+    availability::retry::Idempotency,
+    conditions::{ConditionType, ConditionUpdate, set_condition},
+    events::Severity,
+    pod::generate_password,
+    runner::Context,
+    status::patch_status,
+};
+use secrecy::SecretString;
+
+use crate::{
+    admin::{AdminError, Credentials, MemberState, ReplConfig, ReplStatus, codes},
+    clients::{CallFailure, MongoClients, is_unreachable, refusal_code},
+    crd::{MemberStatus, MembershipChange, MongoDBBackup, MongoDBReplicaSet, MongoDBReplicaSetStatus},
+    decide::{Change, Desired, DesiredMember, Observed, Reach, SeenMember, Step, decide},
+    resources::{
+        ARBITER_COMPONENT, DEFAULT_ADMIN_USERNAME, MEMBER_COMPONENT, PASSWORD_KEY, USERNAME_KEY, VERSION_LABEL,
+        admin_secret_name, arbiter_name, arbiter_statefulset_name, build_admin_secret, build_arbiter_config_map,
+        build_arbiter_statefulset, build_client_service, build_config_map, build_headless_service,
+        build_keyfile_secret, build_pod_disruption_budget, build_scheduled_backup, build_statefulset,
+        generate_keyfile, generated_admin_secret_name, generated_keyfile_secret_name, member_host, member_name,
+        selector, statefulset_name,
+    },
+};
+
+pub use quorum_core::config::MemberAddresses;
+
+/// The configuration `_id` of the arbiter; data members use their ordinal (below 50).
+pub const ARBITER_ID: i32 = 100;
+/// How long a primary that stepped down stays out of elections.
+const STEP_DOWN_SECONDS: u32 = 60;
+/// How long a stepping-down primary waits for a secondary to catch up.
+const STEP_DOWN_CATCH_UP_SECONDS: u32 = 10;
+
+/// Operator-wide settings.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub cluster_domain: String,
+    pub member_addresses: MemberAddresses,
+    /// Whether backups may go to an `http://` S3 endpoint.
+    pub allow_http_backups: bool,
+}
+
+/// The operator's own state in the shared context.
+pub struct State {
+    pub clients: MongoClients,
+    pub settings: Settings,
+}
+
+impl State {
+    /// The `host:port` of pod `ordinal` of `statefulset` in the set's configuration.
+    pub fn host(&self, replica_set: &MongoDBReplicaSet, statefulset: &str, ordinal: usize) -> String {
+        member_host(
+            replica_set,
+            statefulset,
+            ordinal,
+            self.settings.member_addresses,
+            &self.settings.cluster_domain,
+        )
+    }
+}
+
+/// A failed reconcile, naming the call that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Kubernetes(#[from] quorum_core::Error),
+    #[error("{what}: {source}")]
+    Api {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// A Secret the set needs is missing or lacks a key. Nothing is started without it.
+    #[error("Secret {secret} {problem}")]
+    Secret { secret: String, problem: &'static str },
+}
+
+impl ReconcileError for Error {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kubernetes(error) => error.metric_label(),
+            Error::Api { .. } => "api",
+            Error::Secret { .. } => "secret",
+        }
+    }
+}
+
+pub fn api(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+    let what = what.into();
+    move |source| Error::Api { what, source }
+}
+
+/// The members the spec asks for: voting members, then non-voting ones (the last
+/// `hiddenMembers` of them hidden), then the arbiter.
+pub fn desired(replica_set: &MongoDBReplicaSet, state: &State) -> Desired {
+    let spec = &replica_set.spec;
+    let name = replica_set.name_any();
+    let data_members = spec.data_members();
+    let voting = spec.members.max(0) as usize;
+    let hidden_from = data_members.saturating_sub(spec.hidden_members.max(0) as usize);
+    let mut members: Vec<DesiredMember> = (0..data_members)
+        .map(|ordinal| {
+            let is_voting = ordinal < voting;
+            DesiredMember {
+                name: member_name(&name, ordinal),
+                host: state.host(replica_set, &statefulset_name(&name), ordinal),
+                id: ordinal as i32,
+                votes: i32::from(is_voting),
+                priority: if is_voting { 1.0 } else { 0.0 },
+                hidden: !is_voting && ordinal >= hidden_from,
+                arbiter: false,
+            }
+        })
+        .collect();
+    if spec.arbiter {
+        members.push(DesiredMember {
+            name: arbiter_name(&name),
+            host: state.host(replica_set, &arbiter_statefulset_name(&name), 0),
+            id: ARBITER_ID,
+            votes: 1,
+            priority: 0.0,
+            hidden: false,
+            arbiter: true,
+        });
+    }
+    Desired {
+        set_name: name,
+        members,
+        version: spec.version.clone(),
+    }
+}
+
+/// Reconciles one `MongoDBReplicaSet`.
+pub async fn reconcile(
+    replica_set: Arc<MongoDBReplicaSet>,
+    context: Arc<Context<State>>,
+) -> Result<Action, Error> {
+    let state = &context.state;
+    let name = replica_set.name_any();
+    let namespace = replica_set.namespace().unwrap_or_default();
+    let key = format!("{namespace}/{name}");
+
+    // Credentials first: nothing can be observed or started without them.
+    ensure_generated_secrets(&context, &replica_set).await?;
+    let credentials = read_credentials(&context, &namespace, &admin_secret_name(&replica_set)).await?;
+    state.clients.set_credentials(&key, credentials).await;
+
+    let applier = &context.applier;
+    applier.apply(&build_config_map(&replica_set)?).await?;
+    applier.apply(&build_headless_service(&replica_set)?).await?;
+    applier.apply(&build_client_service(&replica_set)?).await?;
+    applier.apply(&build_pod_disruption_budget(&replica_set)?).await?;
+    if let Some(arbiter) = build_arbiter_statefulset(&replica_set)? {
+        applier.apply(&build_arbiter_config_map(&replica_set)?).await?;
+        applier.apply(&arbiter).await?;
+    }
+    ensure_scheduled_backup(&context, &replica_set).await?;
+
+    let desired = desired(&replica_set, state);
+    let observed = observe(&context, &replica_set, &key, &desired).await?;
+
+    // The StatefulSet shrinks only once the leaving members are out of the configuration.
+    let configured_ordinals = observed.config.as_ref().map_or(0, |config| {
+        config
+            .members
+            .iter()
+            .filter(|member| !member.arbiter_only && member.id < ARBITER_ID)
+            .map(|member| member.id as usize + 1)
+            .max()
+            .unwrap_or(0)
+    });
+    let replicas = replica_set.spec.data_members().max(configured_ordinals);
+    applier.apply(&build_statefulset(&replica_set, replicas as i32)?).await?;
+
+    let step = decide(&desired, &observed);
+    let now = Timestamp::now();
+    let mut status = status_from(&replica_set, &desired, &observed, now);
+    let progress = act(&context, &replica_set, &key, &observed, &step, &mut status).await?;
+    let settled = matches!(progress, Progress::Settled);
+    publish_progress(&context, &replica_set, &progress).await;
+
+    let not_healthy: Vec<String> = status
+        .members
+        .iter()
+        .filter(|member| member.health != "Healthy")
+        .map(|member| member.name.clone())
+        .collect();
+    let degraded =
+        (!not_healthy.is_empty()).then(|| ("MembersNotHealthy", format!("not healthy: {}", not_healthy.join(", "))));
+    let ready = match (&status.primary, settled && not_healthy.is_empty()) {
+        (Some(primary), true) => ConditionUpdate::new(
+            ConditionType::Ready,
+            true,
+            "Ready",
+            format!("{primary} is primary; every member serves as specified"),
+        ),
+        (None, _) => ConditionUpdate::new(ConditionType::Ready, false, "NoPrimary", "no member is primary"),
+        (Some(_), false) => {
+            let (reason, message) = match &progress {
+                Progress::Acted { reason, message } | Progress::Waiting { reason, message } => {
+                    (*reason, message.clone())
+                }
+                Progress::Settled => ("MembersNotHealthy", format!("not healthy: {}", not_healthy.join(", "))),
+            };
+            ConditionUpdate::new(ConditionType::Ready, false, reason, message)
+        }
+    };
+    set_conditions(&mut status, &replica_set, ready, &progress, degraded, now);
+    patch_status(
+        &context.client,
+        replica_set.as_ref(),
+        replica_set.status.as_ref(),
+        &status,
+    )
+    .await?;
+    Ok(if settled && not_healthy.is_empty() {
+        Action::requeue(Duration::from_secs(30))
+    } else {
+        Action::requeue(Duration::from_secs(2))
+    })
+}
+
+/// Where a pass left the set, for the `Progressing` condition and the requeue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Progress {
+    Settled,
+    Acted { reason: &'static str, message: String },
+    Waiting { reason: &'static str, message: String },
+}
+
+/// Asks every member about itself, and the primary about the set.
+async fn observe(
+    context: &Context<State>,
+    replica_set: &MongoDBReplicaSet,
+    key: &str,
+    desired: &Desired,
+) -> Result<Observed, Error> {
+    let clients = &context.state.clients;
+    let pods = member_pods(context, replica_set).await?;
+    let mut members = join_all(
+        desired
+            .members
+            .iter()
+            .map(|member| see(clients, key, &member.name, &member.host, pods.get(&member.name))),
+    )
+    .await;
+
+    let primaries: Vec<String> = members
+        .iter()
+        .filter(|member| member.hello().is_some_and(|hello| hello.is_writable_primary))
+        .map(|member| member.host.clone())
+        .collect();
+    let primary = match primaries.as_slice() {
+        [primary] => Some(primary.clone()),
+        _ => None,
+    };
+    let (mut config, mut status, mut feature_compatibility) = (None, None, None);
+    if let Some(primary) = &primary {
+        config = read(clients, key, primary, "replSetGetConfig", |admin| async move {
+            admin.config().await
+        })
+        .await
+        .flatten();
+        status = read(clients, key, primary, "replSetGetStatus", |admin| async move {
+            admin.status().await
+        })
+        .await
+        .flatten();
+        feature_compatibility = read(clients, key, primary, "getParameter", |admin| async move {
+            admin.feature_compatibility_version().await
+        })
+        .await;
+    } else {
+        // Without a primary, the newest configuration any member holds says who belongs.
+        let answered: Vec<String> = members
+            .iter()
+            .filter(|member| member.hello().is_some_and(|hello| hello.set_name.is_some()))
+            .map(|member| member.host.clone())
+            .collect();
+        for host in answered {
+            let held = read(clients, key, &host, "replSetGetConfig", |admin| async move {
+                admin.config().await
+            })
+            .await
+            .flatten();
+            if let Some(held) = held {
+                if config.as_ref().is_none_or(|current: &ReplConfig| held.version > current.version) {
+                    config = Some(held);
+                }
+            }
+        }
+    }
+
+    // Members still configured but no longer asked for: seen too, so they leave safely.
+    if let Some(config) = &config {
+        let extra: Vec<(String, String)> = config
+            .members
+            .iter()
+            .filter(|member| !desired.members.iter().any(|d| d.host == member.host))
+            .map(|member| (member_name_of(replica_set, context, &member.host), member.host.clone()))
+            .collect();
+        for (name, host) in extra {
+            members.push(see(clients, key, &name, &host, pods.get(&name)).await);
+        }
+    }
+
+    Ok(Observed {
+        initiated_before: replica_set
+            .status
+            .as_ref()
+            .is_some_and(|status| status.initiated_at.is_some()),
+        members,
+        config,
+        status,
+        primary,
+        feature_compatibility,
+        restore_pending: replica_set.spec.restore_from.is_some()
+            && replica_set
+                .status
+                .as_ref()
+                .is_none_or(|status| status.restored_from.is_none()),
+    })
+}
+
+/// The pod name of the member known as `host`: data members by ordinal, the arbiter, or the
+/// host itself when it matches no pod the set could have.
+fn member_name_of(replica_set: &MongoDBReplicaSet, context: &Context<State>, host: &str) -> String {
+    let name = replica_set.name_any();
+    let state = &context.state;
+    if state.host(replica_set, &arbiter_statefulset_name(&name), 0) == host {
+        return arbiter_name(&name);
+    }
+    (0..crate::crd::MAX_MEMBERS as usize)
+        .find(|ordinal| state.host(replica_set, &statefulset_name(&name), *ordinal) == host)
+        .map_or_else(|| host.to_string(), |ordinal| member_name(&name, ordinal))
+}
+
+async fn see(clients: &MongoClients, key: &str, name: &str, host: &str, pod: Option<&Pod>) -> SeenMember {
+    let hello = clients
+        .member(key, host, "hello", Idempotency::Read, |admin| async move {
+            admin.hello().await
+        })
+        .await;
+    let reach = match hello {
+        Ok(hello) => Reach::Answered(hello),
+        Err(failure) => Reach::Unknown(failure.to_string()),
+    };
+    let server_version = match &reach {
+        Reach::Answered(_) => read(clients, key, host, "buildInfo", |admin| async move {
+            admin.server_version().await
+        })
+        .await,
+        Reach::Unknown(_) => None,
+    };
+    SeenMember {
+        name: name.to_string(),
+        host: host.to_string(),
+        pod_exists: pod.is_some(),
+        pod_version: pod.and_then(|pod| pod.labels().get(VERSION_LABEL).cloned()),
+        reach,
+        server_version,
+    }
+}
+
+/// A read whose failure leaves the answer unknown.
+async fn read<T, F, Fut>(clients: &MongoClients, key: &str, host: &str, verb: &'static str, call: F) -> Option<T>
+where
+    F: Fn(crate::admin::MongoAdmin) -> Fut,
+    Fut: Future<Output = Result<T, AdminError>>,
+{
+    match clients.member(key, host, verb, Idempotency::Read, call).await {
+        Ok(value) => Some(value),
+        Err(failure) => {
+            tracing::debug!(%host, verb, %failure, "read failed");
+            None
+        }
+    }
+}
+
+/// The set's member pods (data and arbiter) by name.
+async fn member_pods(context: &Context<State>, replica_set: &MongoDBReplicaSet) -> Result<BTreeMap<String, Pod>, Error> {
+    let pods: Api<Pod> = Api::namespaced(context.client.clone(), &replica_set.namespace().unwrap_or_default());
+    let mut by_name = BTreeMap::new();
+    for component in [MEMBER_COMPONENT, ARBITER_COMPONENT] {
+        let labels = selector(replica_set, component)
+            .iter()
+            .map(|(key, value)| format!("{key}={value}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let listed = pods
+            .list(&ListParams::default().labels(&labels))
+            .await
+            .map_err(api("listing member pods"))?;
+        for pod in listed.items {
+            if pod.metadata.deletion_timestamp.is_none() {
+                by_name.insert(pod.name_any(), pod);
+            }
+        }
+    }
+    Ok(by_name)
+}
+
+/// The status of what was observed, before the step.
+fn status_from(
+    replica_set: &MongoDBReplicaSet,
+    desired: &Desired,
+    observed: &Observed,
+    now: Timestamp,
+) -> MongoDBReplicaSetStatus {
+    let mut status = replica_set.status.clone().unwrap_or_default();
+    if observed.config.is_some() && status.initiated_at.is_none() {
+        status.initiated_at = Some(Time(now));
+    }
+    status.primary = observed
+        .primary
+        .as_ref()
+        .and_then(|host| observed.members.iter().find(|member| &member.host == host))
+        .map(|member| member.name.clone());
+    status.config_version = observed.config.as_ref().map(|config| config.version);
+    status.feature_compatibility_version = observed.feature_compatibility.clone();
+    status.members = observed
+        .members
+        .iter()
+        .map(|seen| member_status(seen, desired, observed))
+        .collect();
+    status.ready_members = status
+        .members
+        .iter()
+        .filter(|member| {
+            member.health == "Healthy" && matches!(member.state.as_str(), "PRIMARY" | "SECONDARY" | "ARBITER")
+        })
+        .count() as i32;
+    status
+}
+
+fn member_status(seen: &SeenMember, desired: &Desired, observed: &Observed) -> MemberStatus {
+    let configured = observed.config.as_ref().and_then(|config| config.member(&seen.host));
+    let reported = observed
+        .status
+        .as_ref()
+        .and_then(|status: &ReplStatus| status.member(&seen.host));
+    let wanted = desired.members.iter().find(|member| member.host == seen.host);
+    let state = match (configured, reported) {
+        (None, _) => "NotAMember".to_string(),
+        (Some(_), Some(reported)) => reported.state.as_str().to_string(),
+        (Some(_), None) => "UNKNOWN".to_string(),
+    };
+    let (health, message) = match &seen.reach {
+        Reach::Unknown(why) => ("Unknown", Some(format!("not reachable from the operator: {why}"))),
+        Reach::Answered(_) => match reported {
+            Some(reported) if !reported.healthy || reported.state == MemberState::Down => (
+                "Unhealthy",
+                Some("the primary does not hear its heartbeats".to_string()),
+            ),
+            Some(reported)
+                if matches!(
+                    reported.state,
+                    MemberState::Recovering | MemberState::Rollback | MemberState::Removed | MemberState::Unknown
+                ) =>
+            {
+                ("Unhealthy", Some(format!("state {}", reported.state.as_str())))
+            }
+            _ => ("Healthy", None),
+        },
+    };
+    MemberStatus {
+        name: seen.name.clone(),
+        host: Some(seen.host.clone()),
+        state,
+        health: health.to_string(),
+        votes: configured.map_or(0, |member| member.votes),
+        priority: configured.map_or(0.0, |member| member.priority),
+        hidden: configured.is_some_and(|member| member.hidden),
+        arbiter: configured.map_or(wanted.is_some_and(|member| member.arbiter), |member| member.arbiter_only),
+        lag_seconds: configured.and_then(|_| observed.lag_seconds(&seen.host)),
+        version: seen.server_version.clone(),
+        message,
+    }
+}
+
+/// Takes the step, recording it in `status` first.
+async fn act(
+    context: &Context<State>,
+    replica_set: &MongoDBReplicaSet,
+    key: &str,
+    observed: &Observed,
+    step: &Step,
+    status: &mut MongoDBReplicaSetStatus,
+) -> Result<Progress, Error> {
+    let clients = &context.state.clients;
+    let config_version = observed.config.as_ref().map(|config| config.version);
+    let (kind, member) = match step {
+        Step::Settled => {
+            status.membership_change = None;
+            return Ok(Progress::Settled);
+        }
+        Step::Wait { reason, message } => {
+            return Ok(Progress::Waiting {
+                reason,
+                message: message.clone(),
+            });
+        }
+        Step::Initiate { member, .. } => ("Initiate", member.clone()),
+        Step::Reconfigure { change, member, .. } => (change.as_str(), member.clone()),
+        Step::StepDown { member, .. } => ("StepDown", member.clone()),
+        Step::Restart { member } => ("Restart", member.clone()),
+        Step::SetFeatureCompatibility { release } => ("SetFeatureCompatibilityVersion", release.clone()),
+    };
+    let change = MembershipChange {
+        kind: kind.to_string(),
+        member: member.clone(),
+        from_config_version: config_version,
+        started_at: Time(Timestamp::now()),
+    };
+    if status.membership_change.as_ref().map(|c| (&c.kind, &c.member, c.from_config_version))
+        != Some((&change.kind, &change.member, change.from_config_version))
+    {
+        status.membership_change = Some(change);
+        patch_status(
+            &context.client,
+            replica_set,
+            replica_set.status.as_ref(),
+            status,
+        )
+        .await?;
+    }
+
+    let result: Result<(&'static str, String), CallFailure> = match step {
+        Step::Initiate { host, config, .. } => clients
+            .member(key, host, "replSetInitiate", Idempotency::Mutation, |admin| {
+                let config = config.clone();
+                async move { admin.initiate(&config).await }
+            })
+            .await
+            .map(|()| ("Initiated", format!("initiated replica set {} with {member}", config.set_name))),
+        Step::Reconfigure { change, config, .. } => {
+            let primary = observed.primary.clone().unwrap_or_default();
+            clients
+                .member(key, &primary, "replSetReconfig", Idempotency::Mutation, |admin| {
+                    let config = config.clone();
+                    async move { admin.reconfig(&config).await }
+                })
+                .await
+                .map(|()| reconfigured(*change, &member, config))
+        }
+        Step::StepDown { host, reason, .. } => clients
+            .member(key, host, "replSetStepDown", Idempotency::Mutation, |admin| async move {
+                admin.step_down(STEP_DOWN_SECONDS, STEP_DOWN_CATCH_UP_SECONDS).await
+            })
+            .await
+            .map(|()| ("SteppedDown", format!("{member} stepped down as primary ({reason:?})"))),
+        Step::SetFeatureCompatibility { release } => {
+            let primary = observed.primary.clone().unwrap_or_default();
+            clients
+                .member(key, &primary, "setFeatureCompatibilityVersion", Idempotency::Mutation, |admin| {
+                    let release = release.clone();
+                    async move { admin.set_feature_compatibility_version(&release).await }
+                })
+                .await
+                .map(|()| ("FeatureCompatibilityVersionSet", format!("featureCompatibilityVersion is now {release}")))
+        }
+        Step::Restart { member } => {
+            restart(context, replica_set, member).await?;
+            Ok(("MemberRestarted", format!("restarted {member} for version {}", replica_set.spec.version)))
+        }
+        Step::Settled | Step::Wait { .. } => unreachable!("handled above"),
+    };
+    match result {
+        Ok((reason, message)) => Ok(Progress::Acted { reason, message }),
+        Err(failure) => Ok(failed(step, &member, &failure, status)),
+    }
+}
+
+fn reconfigured(change: Change, member: &str, config: &ReplConfig) -> (&'static str, String) {
+    let reason = match change {
+        Change::Add => "MemberAdded",
+        Change::Promote => "MemberPromoted",
+        Change::Demote => "MemberDemoted",
+        Change::Remove => "MemberRemoved",
+        Change::Adjust => "MemberReconfigured",
+    };
+    let what = match change {
+        Change::Add => "added without a vote",
+        Change::Promote => "made voting",
+        Change::Demote => "made non-voting",
+        Change::Remove => "removed",
+        Change::Adjust => "reconfigured",
+    };
+    (
+        reason,
+        format!("{member} {what} (configuration version {})", config.version),
+    )
+}
+
+/// A step that failed: refused (nothing changed, the record is cleared) or unanswered (it may
+/// have happened; the record stays and the next observation tells).
+fn failed(step: &Step, member: &str, failure: &CallFailure, status: &mut MongoDBReplicaSetStatus) -> Progress {
+    if matches!(step, Step::Initiate { .. }) && refusal_code(failure) == Some(codes::ALREADY_INITIALIZED) {
+        return Progress::Waiting {
+            reason: "AlreadyInitiated",
+            message: format!("{member} already has a configuration; observing it next"),
+        };
+    }
+    if !is_unreachable(failure) {
+        status.membership_change = None;
+    }
+    Progress::Waiting {
+        reason: "StepFailed",
+        message: format!("{} of {member} failed: {failure}", step_name(step)),
+    }
+}
+
+fn step_name(step: &Step) -> &'static str {
+    match step {
+        Step::Initiate { .. } => "replSetInitiate",
+        Step::Reconfigure { change, .. } => match change {
+            Change::Add => "adding",
+            Change::Promote => "promoting",
+            Change::Demote => "demoting",
+            Change::Remove => "removing",
+            Change::Adjust => "reconfiguring",
+        },
+        Step::StepDown { .. } => "replSetStepDown",
+        Step::Restart { .. } => "restarting",
+        Step::SetFeatureCompatibility { .. } => "setFeatureCompatibilityVersion",
+        Step::Settled | Step::Wait { .. } => "nothing",
+    }
+}
+
+/// Deletes a member's pod, exactly the one observed, so the StatefulSet recreates it from the
+/// current template (the set uses the OnDelete update strategy).
+async fn restart(context: &Context<State>, replica_set: &MongoDBReplicaSet, member: &str) -> Result<(), Error> {
+    let pods: Api<Pod> = Api::namespaced(context.client.clone(), &replica_set.namespace().unwrap_or_default());
+    let Some(pod) = pods.get_opt(member).await.map_err(api(format!("reading pod {member}")))? else {
+        return Ok(());
+    };
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: pod.uid(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    ignore_not_found(pods.delete(member, &params).await.map(|_| ()))
+        .map_err(api(format!("deleting pod {member}")))?;
+    Ok(())
+}
+
+/// Waits that are part of normal progress; any other wait is a warning event.
+const QUIET_WAITS: &[&str] = &[
+    "MemberStarting",
+    "MemberSyncing",
+    "MemberCatchingUp",
+    "ConfigurationPropagating",
+    "NoPrimary",
+    "UpgradeWaiting",
+    "AlreadyInitiated",
+];
+
+async fn publish_progress(context: &Context<State>, replica_set: &MongoDBReplicaSet, progress: &Progress) {
+    let (severity, reason, message) = match progress {
+        Progress::Settled => return,
+        Progress::Acted { reason, message } => (Severity::Normal, *reason, message.clone()),
+        Progress::Waiting { reason, message } => {
+            let severity = if QUIET_WAITS.contains(reason) {
+                Severity::Normal
+            } else {
+                Severity::Warning
+            };
+            (severity, *reason, message.clone())
+        }
+    };
+    context
+        .events
+        .publish(replica_set, severity, reason, "Reconcile", message)
+        .await;
+}
+
+/// Sets `Ready`, `Progressing` and `Degraded` from a pass's findings.
+fn set_conditions(
+    status: &mut MongoDBReplicaSetStatus,
+    replica_set: &MongoDBReplicaSet,
+    ready: ConditionUpdate,
+    progress: &Progress,
+    degraded: Option<(&'static str, String)>,
+    now: Timestamp,
+) {
+    let generation = replica_set.metadata.generation;
+    status.observed_generation = generation;
+    set_condition(&mut status.conditions, ready, generation, now);
+    let progressing = match progress {
+        Progress::Settled => ConditionUpdate::new(
+            ConditionType::Progressing,
+            false,
+            "Settled",
+            "the replica set matches its spec",
+        ),
+        Progress::Acted { reason, message } | Progress::Waiting { reason, message } => {
+            ConditionUpdate::new(ConditionType::Progressing, true, *reason, message.clone())
+        }
+    };
+    set_condition(&mut status.conditions, progressing, generation, now);
+    let degraded = match degraded {
+        Some((reason, message)) => ConditionUpdate::new(ConditionType::Degraded, true, reason, message),
+        None => ConditionUpdate::new(
+            ConditionType::Degraded,
+            false,
+            "AllHealthy",
+            "every member is healthy",
+        ),
+    };
+    set_condition(&mut status.conditions, degraded, generation, now);
+}
+
+/// Creates the generated administrator and keyfile Secrets once; existing ones are never
+/// rewritten (the members were started with them).
+async fn ensure_generated_secrets(context: &Context<State>, replica_set: &MongoDBReplicaSet) -> Result<(), Error> {
+    let secrets: Api<Secret> = Api::namespaced(context.client.clone(), &replica_set.namespace().unwrap_or_default());
+    let name = replica_set.name_any();
+    let wanted = [
+        (replica_set.spec.admin_secret.is_none(), generated_admin_secret_name(&name)),
+        (replica_set.spec.keyfile_secret.is_none(), generated_keyfile_secret_name(&name)),
+    ];
+    for (index, (generate, secret_name)) in wanted.into_iter().enumerate() {
+        if !generate
+            || secrets
+                .get_opt(&secret_name)
+                .await
+                .map_err(api(format!("reading Secret {secret_name}")))?
+                .is_some()
+        {
+            continue;
+        }
+        let secret = if index == 0 {
+            build_admin_secret(replica_set, DEFAULT_ADMIN_USERNAME.to_string(), generate_password())?
+        } else {
+            build_keyfile_secret(replica_set, generate_keyfile())?
+        };
+        secrets
+            .create(&Default::default(), &secret)
+            .await
+            .map_err(api(format!("creating Secret {secret_name}")))?;
+    }
+    Ok(())
+}
+
+/// The administrator's login from the Secret `name`.
+pub async fn read_credentials(context: &Context<State>, namespace: &str, name: &str) -> Result<Credentials, Error> {
+    let secrets: Api<Secret> = Api::namespaced(context.client.clone(), namespace);
+    let secret = secrets
+        .get_opt(name)
+        .await
+        .map_err(api(format!("reading Secret {name}")))?
+        .ok_or_else(|| Error::Secret {
+            secret: format!("{namespace}/{name}"),
+            problem: "does not exist",
+        })?;
+    let mut data = secret.data.unwrap_or_default();
+    let mut field = |key: &str, problem: &'static str| {
+        data.remove(key)
+            .and_then(|bytes| String::from_utf8(bytes.0).ok())
+            .map(|text| text.trim_end_matches(['\n', '\r']).to_string())
+            .filter(|text| !text.is_empty())
+            .ok_or_else(|| Error::Secret {
+                secret: format!("{namespace}/{name}"),
+                problem,
+            })
+    };
+    let username = field(USERNAME_KEY, "has no (or an empty, or a non-UTF-8) `username`")?;
+    let password = field(PASSWORD_KEY, "has no (or an empty, or a non-UTF-8) `password`")?;
+    Ok(Credentials {
+        username,
+        password: SecretString::from(password),
+    })
+}
+
+/// A set's backup policy is carried out by a `MongoDBBackup` it owns, `<name>-scheduled`;
+/// removing the policy removes it.
+async fn ensure_scheduled_backup(context: &Context<State>, replica_set: &MongoDBReplicaSet) -> Result<(), Error> {
+    let name = quorum_core::naming::child_name(&replica_set.name_any(), "scheduled");
+    match build_scheduled_backup(replica_set, &name)? {
+        Some(backup) => {
+            context.applier.apply(&backup).await?;
+        }
+        None => {
+            let backups: Api<MongoDBBackup> =
+                Api::namespaced(context.client.clone(), &replica_set.namespace().unwrap_or_default());
+            ignore_not_found(backups.delete(&name, &DeleteParams::default()).await.map(|_| ()))
+                .map_err(api(format!("deleting MongoDBBackup {name}")))?;
+        }
+    }
+    Ok(())
+}
