@@ -117,6 +117,16 @@ impl MongoClients {
         self.members.forget_cluster(cluster).await;
     }
 
+    /// A client of its own for a long operation (a restore) on the member known as `host`,
+    /// outside the cache, breaker and call timeout that suit short admin calls.
+    pub fn long_running(&self, cluster: &str, host: &str) -> Result<MongoAdmin, AdminError> {
+        MongoAdmin::connect(
+            &self.dial_address(cluster, host),
+            self.credentials(cluster).as_ref(),
+            self.policy.timeout,
+        )
+    }
+
     /// Runs one admin verb against the member known to the set as `host`.
     pub async fn member<T, F, Fut>(
         &self,

@@ -191,10 +191,15 @@ pub async fn reconcile(
     let replicas = replica_set.spec.data_members().max(configured_ordinals);
     applier.apply(&build_statefulset(&replica_set, replicas as i32)?).await?;
 
-    let step = decide(&desired, &observed);
     let now = Timestamp::now();
     let mut status = status_from(&replica_set, &desired, &observed, now);
-    let progress = act(&context, &replica_set, &key, &observed, &step, &mut status).await?;
+    let progress = match restore_step(&context, &replica_set, &key, &observed, &mut status).await? {
+        Some(progress) => progress,
+        None => {
+            let step = decide(&desired, &observed);
+            act(&context, &replica_set, &key, &observed, &step, &mut status).await?
+        }
+    };
     let settled = matches!(progress, Progress::Settled);
     publish_progress(&context, &replica_set, &progress).await;
 
@@ -237,6 +242,105 @@ pub async fn reconcile(
     } else {
         Action::requeue(Duration::from_secs(2))
     })
+}
+
+/// A set created with `restoreFrom` loads its backup into the first member once it is primary
+/// and alone, before any other member joins (they then copy it by initial sync). `None` when
+/// there is nothing to restore now.
+async fn restore_step(
+    context: &Context<State>,
+    replica_set: &MongoDBReplicaSet,
+    key: &str,
+    observed: &Observed,
+    status: &mut MongoDBReplicaSetStatus,
+) -> Result<Option<Progress>, Error> {
+    let Some(source) = replica_set.spec.restore_from.as_ref().filter(|_| observed.restore_pending) else {
+        return Ok(None);
+    };
+    let (Some(primary), Some(config)) = (&observed.primary, &observed.config) else {
+        return Ok(None);
+    };
+    if config.members.len() > 1 {
+        // Members joined before a restore could happen (restoreFrom was added to an existing
+        // set, which the schema refuses, or the record was lost): never load into live data.
+        return Ok(Some(Progress::Waiting {
+            reason: "RestoreSourceInvalid",
+            message: "restoreFrom applies only to a new replica set; this one already has members".into(),
+        }));
+    }
+    let namespace = replica_set.namespace().unwrap_or_default();
+    let backups: Api<MongoDBBackup> = Api::namespaced(context.client.clone(), &namespace);
+    let backup = backups
+        .get_opt(&source.backup_name)
+        .await
+        .map_err(api(format!("reading MongoDBBackup {}", source.backup_name)))?;
+    let not_ready = |message: String| {
+        Ok(Some(Progress::Waiting {
+            reason: "RestoreSourceNotReady",
+            message,
+        }))
+    };
+    let Some(backup) = backup else {
+        return not_ready(format!("MongoDBBackup {} does not exist", source.backup_name));
+    };
+    if backup.spec.cluster_name == replica_set.name_any() {
+        return Ok(Some(Progress::Waiting {
+            reason: "RestoreSourceInvalid",
+            message: format!("MongoDBBackup {} is a backup of this replica set", source.backup_name),
+        }));
+    }
+    let Some(record) = backup.status.as_ref().and_then(|status| status.last_snapshot.clone()) else {
+        return not_ready(format!(
+            "MongoDBBackup {} has no stored snapshot yet",
+            source.backup_name
+        ));
+    };
+    let destination = &backup.spec.destination;
+    let credentials = quorum_core::backup::credentials(&context.client, &namespace, destination)
+        .await
+        .map_err(|error| restore_failed(&error.to_string()));
+    let located = credentials.and_then(|credentials| {
+        let settings = quorum_core::backup::StoreSettings {
+            s3_endpoint: destination.s3.as_ref().and_then(|s3| s3.endpoint.clone()),
+            s3_region: destination.s3.as_ref().and_then(|s3| s3.region.clone()),
+            allow_http: context.state.settings.allow_http_backups,
+        };
+        let (target, object) = quorum_core::backup::locate(&record.location, &settings, credentials)
+            .map_err(|error| restore_failed(&error.to_string()))?;
+        let sink = quorum_core::backup::BackupSink::new(target).map_err(|error| restore_failed(&error.to_string()))?;
+        Ok((sink, object))
+    });
+    let (sink, object) = match located {
+        Ok(located) => located,
+        Err(progress) => return Ok(Some(progress)),
+    };
+    // A long stream, so not a timed admin call: its own connection, bounded by the store.
+    let restored = match context.state.clients.long_running(key, primary) {
+        Ok(admin) => crate::archive::restore_stored(admin.client(), &sink, &object, &record.sha256)
+            .await
+            .map_err(|error| error.to_string()),
+        Err(error) => Err(error.to_string()),
+    };
+    Ok(Some(match restored {
+        Ok(summary) => {
+            status.restored_from = Some(record.clone());
+            Progress::Acted {
+                reason: "Restored",
+                message: format!(
+                    "restored {} documents from MongoDBBackup {} ({})",
+                    summary.counts.documents, source.backup_name, record.location
+                ),
+            }
+        }
+        Err(failure) => restore_failed(&failure),
+    }))
+}
+
+fn restore_failed(detail: &str) -> Progress {
+    Progress::Waiting {
+        reason: "RestoreFailed",
+        message: format!("restoring the backup failed, nothing was kept: {detail}"),
+    }
 }
 
 /// Where a pass left the set, for the `Progressing` condition and the requeue.
