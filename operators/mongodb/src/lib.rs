@@ -13,6 +13,7 @@
 //! - [`backup_controller`]: `MongoDBBackup`s, snapshots streamed to their destination.
 
 pub mod admin;
+pub mod admission;
 pub mod archive;
 pub mod backup_controller;
 pub mod clients;
