@@ -56,6 +56,11 @@ pub const MAX_MEMBERS: i32 = 50;
     .message("members: at most 7 voting members (the arbiter votes too); add non-voting members with nonVotingMembers").field_path(".members"))]
 #[x_kube(validation = Rule::new("self.hiddenMembers <= self.nonVotingMembers")
     .message("hiddenMembers: hidden members are chosen among the non-voting members, so it cannot exceed nonVotingMembers").field_path(".hiddenMembers"))]
+// The field's own rule sees only changes of a value that was there before and is still there;
+// this one refuses adding or removing it after creation.
+#[x_kube(validation = Rule::new("has(self.restoreFrom) == has(oldSelf.restoreFrom)")
+    .message("restoreFrom is immutable: it can be set only when the replica set is created")
+    .field_path(".restoreFrom"))]
 #[serde(rename_all = "camelCase")]
 pub struct MongoDBReplicaSetSpec {
     /// Voting, electable data-bearing members (1 to 7). An odd count, or an even count with an
