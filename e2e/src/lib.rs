@@ -6,6 +6,14 @@
 //! - [`etcd`]: real etcd processes on distinct loopback addresses.
 //! - [`redis`]: real `redis-server` and `redis-sentinel` processes on distinct loopback addresses.
 //! - [`mariadb`]: real MariaDB processes on distinct loopback addresses.
+//! - [`mongo`]: MongoDB replica-set members on distinct loopback addresses: the simulator below,
+//!   or a real `mongod` when `QUORUM_MONGOD` names one.
+//! - [`mongo_sim`]: a MongoDB replica-set **simulator** (the `mongo-sim` binary), not MongoDB.
+//!   MongoDB's server cannot be installed on these machines, so the MongoDB admin layer is tested
+//!   against this stand-in: it speaks the real wire protocol to the real `mongodb` driver and
+//!   enforces the replica set's rules (elections, majority commit, reconfiguration checks,
+//!   SCRAM authentication), with members as separate processes talking over TCP. What it does
+//!   not do is listed in its module documentation.
 //! - [`local_members`]: real database processes standing in for member pods on KWOK nodes.
 //! - [`fault_proxy`]: a TCP proxy that blackholes, delays, resets or cuts one direction.
 //! - [`s3`]: a real S3-compatible server process (`gofakes3`, in memory) with one bucket.
@@ -17,6 +25,8 @@ pub mod etcd;
 pub mod fault_proxy;
 pub mod local_members;
 pub mod mariadb;
+pub mod mongo;
+pub mod mongo_sim;
 pub mod redis;
 pub mod s3;
 pub mod tools;

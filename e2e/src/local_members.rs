@@ -566,3 +566,91 @@ impl MemberLauncher for RedisLauncher {
         Some(command)
     }
 }
+
+/// Runs MongoDB-operator pods, data members (`<cluster>`) and arbiters (`<cluster>-arbiter`)
+/// alike, with the replica-set simulator (`mongo-sim`), or with the real `mongod` that
+/// `QUORUM_MONGOD` names ([`crate::mongo::member_command`]). The set's name comes from the
+/// StatefulSet's ConfigMap (`REPLICA_SET_NAME`), the simulated release from the pod's
+/// `mongodb.quorum.dev/version` label, else the ConfigMap's `MONGODB_VERSION`, so a rolling
+/// upgrade really changes what runs. The root user comes from the `admin-credentials` volume
+/// and the key file from the `keyfile` volume, copied into a file only the member may read.
+pub struct MongoLauncher;
+
+impl MongoLauncher {
+    fn credentials(member: &MemberPod) -> Option<crate::mongo::Credentials> {
+        let file = |name: &str| {
+            member
+                .secret_files
+                .get(&format!("admin-credentials/{name}"))
+                .map(|bytes| String::from_utf8_lossy(bytes).trim().to_string())
+        };
+        Some(crate::mongo::Credentials {
+            username: file("username")?,
+            password: file("password")?,
+        })
+    }
+}
+
+impl MemberLauncher for MongoLauncher {
+    fn managed_by(&self) -> &str {
+        "quorum-mongodb-operator"
+    }
+
+    fn config_map(&self, statefulset: &str) -> String {
+        format!("{statefulset}-config")
+    }
+
+    fn command(&self, member: &MemberPod) -> Command {
+        let directories = PodDirectories::prepare(member);
+        let root = directories
+            .config
+            .parent()
+            .unwrap_or(&directories.config)
+            .to_path_buf();
+        let key_file = member.secret_files.get("keyfile/keyfile").and_then(|key| {
+            let path = root.join("keyfile").join("keyfile");
+            crate::mongo::write_private_file(&path, key).ok().map(|_| path)
+        });
+        let version = member
+            .pod
+            .labels()
+            .get("mongodb.quorum.dev/version")
+            .or_else(|| member.config.get("MONGODB_VERSION"))
+            .cloned();
+        let set_name = member.config.get("REPLICA_SET_NAME").cloned().unwrap_or_default();
+        let credentials = Self::credentials(member);
+        let mut command = crate::mongo::member_command(&crate::mongo::MemberSpec {
+            set_name: &set_name,
+            ip: member.ip,
+            dbpath: &member.data_dir,
+            key_file: key_file.as_deref(),
+            version: version.as_deref(),
+            credentials: credentials.as_ref(),
+        });
+        command.env("TMPDIR", &directories.tmp);
+        command
+    }
+
+    /// For a real `mongod`, the root user is created on an empty dbpath first, as the official
+    /// image's entrypoint does ([`crate::mongo::bootstrap_root_user`], run through
+    /// `mongo-sim init-root-user`). The simulator needs no such step.
+    fn prepare(&self, member: &MemberPod) -> Option<Command> {
+        let mongod = crate::mongo::real_mongod()?;
+        let credentials = Self::credentials(member).unwrap_or(crate::mongo::Credentials {
+            username: String::new(),
+            password: String::new(),
+        });
+        let mut command = Command::new(crate::mongo::binary());
+        command
+            .arg("init-root-user")
+            .arg("--mongod")
+            .arg(mongod)
+            .arg("--bind_ip")
+            .arg(member.ip.to_string())
+            .arg("--dbpath")
+            .arg(&member.data_dir)
+            .env("MONGO_INITDB_ROOT_USERNAME", credentials.username)
+            .env("MONGO_INITDB_ROOT_PASSWORD", credentials.password);
+        Some(command)
+    }
+}

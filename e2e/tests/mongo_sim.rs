@@ -1,0 +1,458 @@
+//! The replica-set simulator against the real `mongodb` driver: it must enforce the rules a real
+//! replica set enforces (so the MongoDB admin layer cannot pass against a stub), and the driver's
+//! own server discovery must find and follow its primary.
+
+use std::time::Duration;
+
+use bson::{Document, doc};
+use mongodb::{
+    Client,
+    error::{Error, ErrorKind},
+    options::{ClientOptions, Credential, ReadPreference, SelectionCriteria, ServerAddress, WriteConcern},
+};
+use quorum_e2e::{
+    mongo::{Credentials, MongoProcesses, PORT},
+    wait,
+};
+
+/// Short timings, so elections and failovers take about a second.
+fn settings() -> Document {
+    doc! { "electionTimeoutMillis": 1000, "heartbeatIntervalMillis": 100 }
+}
+
+fn credentials() -> Credentials {
+    Credentials {
+        username: "root".into(),
+        password: format!("pw-{:x}", rand::random::<u64>()),
+    }
+}
+
+fn code(error: &Error) -> Option<i32> {
+    match error.kind.as_ref() {
+        ErrorKind::Command(command) => Some(command.code),
+        _ => None,
+    }
+}
+
+fn message(error: &Error) -> String {
+    match error.kind.as_ref() {
+        ErrorKind::Command(command) => command.message.clone(),
+        other => other.to_string(),
+    }
+}
+
+async fn admin(client: &Client, command: Document) -> Result<Document, Error> {
+    client.database("admin").run_command(command).await
+}
+
+/// Runs `command` and expects it refused with `expected`; returns the message.
+async fn refused(client: &Client, command: Document, expected: i32) -> String {
+    match admin(client, command.clone()).await {
+        Ok(reply) => panic!("{command} should be refused with {expected}, got {reply}"),
+        Err(error) => {
+            assert_eq!(code(&error), Some(expected), "{command}: {error}");
+            message(&error)
+        }
+    }
+}
+
+fn member(id: i32, host: &str, votes: i32, priority: f64) -> Document {
+    doc! { "_id": id, "host": host, "votes": votes, "priority": priority }
+}
+
+async fn reconfig(client: &Client, version: i32, members: Vec<Document>) -> Result<Document, Error> {
+    admin(
+        client,
+        doc! { "replSetReconfig": { "_id": "rs0", "version": version, "members": members, "settings": settings() } },
+    )
+    .await
+}
+
+/// Waits until member `observer` reports `host` in state `state_str`.
+async fn wait_member_state(
+    processes: &MongoProcesses,
+    client: &Client,
+    observer: usize,
+    host: &str,
+    state_str: &str,
+) {
+    wait::until(
+        &format!("{host} to be {state_str} as seen by m-{observer}"),
+        Duration::from_secs(20),
+        || async {
+            let status = admin(client, doc! { "replSetGetStatus": 1 })
+                .await
+                .map_err(|e| e.to_string())?;
+            let members = status.get_array("members").map_err(|e| e.to_string())?;
+            let seen = members
+                .iter()
+                .filter_map(|m| m.as_document())
+                .find(|m| m.get_str("name").ok() == Some(host))
+                .and_then(|m| m.get_str("stateStr").ok())
+                .unwrap_or("absent")
+                .to_string();
+            if seen == state_str {
+                Ok(())
+            } else {
+                Err(format!("{seen}\n{}", processes.log_tails(10)))
+            }
+        },
+    )
+    .await;
+}
+
+/// Waits until one of `among` says it is the writable primary; returns its index.
+async fn wait_primary(processes: &MongoProcesses, among: &[usize]) -> usize {
+    let clients: Vec<(usize, Client)> = among.iter().map(|i| (*i, processes.direct_client(*i))).collect();
+    wait::until("a primary", Duration::from_secs(20), || async {
+        for (index, client) in &clients {
+            if let Ok(hello) = admin(client, doc! { "hello": 1 }).await
+                && hello.get_bool("isWritablePrimary").unwrap_or(false)
+            {
+                return Ok(*index);
+            }
+        }
+        Err(format!("no primary among {among:?}\n{}", processes.log_tails(15)))
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn membership_changes_follow_the_replica_set_rules() {
+    let processes = MongoProcesses::start("rs0", 4, credentials()).await;
+    let hosts = processes.hosts();
+
+    // Authentication: a wrong password is refused; without any, only the handshake commands run.
+    let wrong = Client::with_options(
+        ClientOptions::builder()
+            .hosts(vec![ServerAddress::Tcp {
+                host: processes.ip(0).to_string(),
+                port: Some(PORT),
+            }])
+            .direct_connection(true)
+            .credential(
+                Credential::builder()
+                    .username("root".to_string())
+                    .password("not-the-password".to_string())
+                    .build(),
+            )
+            .server_selection_timeout(Duration::from_secs(5))
+            .build(),
+    )
+    .unwrap();
+    let error = admin(&wrong, doc! { "ping": 1 }).await.unwrap_err();
+    assert!(
+        matches!(error.kind.as_ref(), ErrorKind::Authentication { .. }),
+        "wrong password: {error}"
+    );
+    let anonymous = Client::with_options(
+        ClientOptions::builder()
+            .hosts(vec![ServerAddress::Tcp {
+                host: processes.ip(0).to_string(),
+                port: Some(PORT),
+            }])
+            .direct_connection(true)
+            .build(),
+    )
+    .unwrap();
+    admin(&anonymous, doc! { "ping": 1 }).await.unwrap();
+    refused(&anonymous, doc! { "replSetGetStatus": 1 }, 13).await;
+
+    let m0 = processes.direct_client(0);
+    let m1 = processes.direct_client(1);
+    refused(&m0, doc! { "replSetGetStatus": 1 }, 94).await;
+    let hello = admin(&m0, doc! { "hello": 1 }).await.unwrap();
+    assert_eq!(hello.get_bool("isreplicaset"), Ok(true), "{hello}");
+
+    // A configuration that does not name this member, then the real one, then again.
+    let elsewhere = doc! { "_id": "rs0", "members": [member(0, &hosts[1], 1, 1.0)] };
+    refused(&m0, doc! { "replSetInitiate": elsewhere }, 93).await;
+    let first = doc! { "_id": "rs0", "version": 1, "members": [member(0, &hosts[0], 1, 1.0)], "settings": settings() };
+    admin(&m0, doc! { "replSetInitiate": first.clone() })
+        .await
+        .unwrap();
+    refused(&m0, doc! { "replSetInitiate": first }, 23).await;
+    wait_member_state(&processes, &m0, 0, &hosts[0], "PRIMARY").await;
+
+    // A non-voting member joins, copies the data and becomes a secondary.
+    reconfig(
+        &m0,
+        2,
+        vec![member(0, &hosts[0], 1, 1.0), member(1, &hosts[1], 0, 0.0)],
+    )
+    .await
+    .unwrap();
+    wait_member_state(&processes, &m0, 0, &hosts[1], "SECONDARY").await;
+    let config = admin(&m0, doc! { "replSetGetConfig": 1 }).await.unwrap();
+    assert_eq!(config.get_document("config").unwrap().get_i32("version"), Ok(2));
+
+    // It is promoted to a voter: one voting change.
+    reconfig(
+        &m0,
+        3,
+        vec![member(0, &hosts[0], 1, 1.0), member(1, &hosts[1], 1, 1.0)],
+    )
+    .await
+    .unwrap();
+
+    // A stale version, two voters at once, and a secondary asked to reconfigure are refused.
+    let three = vec![
+        member(0, &hosts[0], 1, 1.0),
+        member(1, &hosts[1], 1, 1.0),
+        member(2, &hosts[2], 0, 0.0),
+    ];
+    let stale = refused(
+        &m0,
+        doc! { "replSetReconfig": { "_id": "rs0", "version": 3, "members": three.clone() } },
+        103,
+    )
+    .await;
+    assert!(
+        stale.contains("version field value of 3 is out of date"),
+        "{stale}"
+    );
+    let four_voting = vec![
+        member(0, &hosts[0], 1, 1.0),
+        member(1, &hosts[1], 1, 1.0),
+        member(2, &hosts[2], 1, 1.0),
+        member(3, &hosts[3], 1, 1.0),
+    ];
+    let two_voters = refused(
+        &m0,
+        doc! { "replSetReconfig": { "_id": "rs0", "version": 4, "members": four_voting } },
+        103,
+    )
+    .await;
+    assert!(two_voters.contains("at most 1 voting member"), "{two_voters}");
+    wait_member_state(&processes, &m1, 1, &hosts[1], "SECONDARY").await;
+    refused(
+        &m1,
+        doc! { "replSetReconfig": { "_id": "rs0", "version": 4, "members": three.clone() } },
+        10107,
+    )
+    .await;
+
+    // The failCommand fail point fails the next reconfig with the configured code, once.
+    admin(
+        &m0,
+        doc! {
+            "configureFailPoint": "failCommand",
+            "mode": { "times": 1 },
+            "data": { "failCommands": ["replSetReconfig"], "errorCode": 91 },
+        },
+    )
+    .await
+    .unwrap();
+    let three_voting = vec![
+        member(0, &hosts[0], 1, 1.0),
+        member(1, &hosts[1], 1, 1.0),
+        member(2, &hosts[2], 1, 1.0),
+    ];
+    let failed = reconfig(&m0, 4, three_voting.clone()).await.unwrap_err();
+    assert_eq!(code(&failed), Some(91), "{failed}");
+    reconfig(&m0, 4, three_voting).await.unwrap();
+    wait_member_state(&processes, &m0, 0, &hosts[2], "SECONDARY").await;
+    let status = admin(&m0, doc! { "replSetGetStatus": 1 }).await.unwrap();
+    assert_eq!(status.get_i32("votingMembersCount"), Ok(3), "{status}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_driver_follows_the_primary_through_failover_and_restarts() {
+    let mut processes = MongoProcesses::start("rs0", 3, credentials()).await;
+    let hosts = processes.hosts();
+    let members: Vec<Document> = (0..3).map(|i| member(i as i32, &hosts[i], 1, 1.0)).collect();
+    admin(
+        &processes.direct_client(0),
+        doc! { "replSetInitiate": { "_id": "rs0", "members": members, "settings": settings() } },
+    )
+    .await
+    .unwrap();
+    let first_primary = wait_primary(&processes, &[0, 1, 2]).await;
+
+    // Server discovery from a seed list; majority writes; a secondary read sees them.
+    let client = processes.client();
+    let things = client.database("app").collection::<Document>("things");
+    let batch: Vec<Document> = (0..20).map(|i| doc! { "_id": i, "n": i * 10 }).collect();
+    things
+        .insert_many(batch)
+        .write_concern(WriteConcern::majority())
+        .await
+        .unwrap();
+    let duplicate = things.insert_one(doc! { "_id": 3 }).await.unwrap_err();
+    assert!(duplicate.to_string().contains("E11000"), "{duplicate}");
+    let on_secondary = things.clone();
+    let secondary = SelectionCriteria::ReadPreference(ReadPreference::Secondary { options: None });
+    wait::until(
+        "a secondary to serve the 20 documents",
+        Duration::from_secs(10),
+        || async {
+            let n = on_secondary
+                .count_documents(doc! {})
+                .selection_criteria(secondary.clone())
+                .await
+                .map_err(|e| e.to_string())?;
+            (n == 20).then_some(()).ok_or(format!("{n} documents"))
+        },
+    )
+    .await;
+    let seventh = on_secondary
+        .find_one(doc! { "_id": 7 })
+        .selection_criteria(secondary.clone())
+        .await
+        .unwrap();
+    assert_eq!(seventh, Some(doc! { "_id": 7, "n": 70 }));
+
+    // With replication stopped on both secondaries, none is caught up: no step-down.
+    let others: Vec<usize> = (0..3).filter(|i| *i != first_primary).collect();
+    for index in &others {
+        admin(
+            &processes.direct_client(*index),
+            doc! { "configureFailPoint": "stopReplProducer", "mode": "alwaysOn" },
+        )
+        .await
+        .unwrap();
+    }
+    things
+        .insert_one(doc! { "_id": 100 })
+        .write_concern(WriteConcern::nodes(1))
+        .await
+        .unwrap();
+    let primary_client = processes.direct_client(first_primary);
+    let behind = refused(
+        &primary_client,
+        doc! { "replSetStepDown": 10, "secondaryCatchUpPeriodSecs": 1 },
+        262,
+    )
+    .await;
+    assert!(behind.contains("No electable secondaries caught up"), "{behind}");
+    for index in &others {
+        admin(
+            &processes.direct_client(*index),
+            doc! { "configureFailPoint": "stopReplProducer", "mode": "off" },
+        )
+        .await
+        .unwrap();
+    }
+    things
+        .insert_one(doc! { "_id": 101 })
+        .write_concern(WriteConcern::majority())
+        .await
+        .unwrap();
+
+    // The primary dies: another member is elected and the same client goes on writing.
+    processes.kill(first_primary).await;
+    things
+        .insert_one(doc! { "_id": 102 })
+        .write_concern(WriteConcern::majority())
+        .await
+        .unwrap_or_else(|e| panic!("write after failover: {e}\n{}", processes.log_tails(30)));
+    let second_primary = wait_primary(&processes, &others).await;
+    assert_ne!(second_primary, first_primary);
+    assert_eq!(things.count_documents(doc! {}).await.unwrap(), 23);
+
+    // The dead member comes back with its data and configuration, and catches up.
+    processes.restart(first_primary).await;
+    let returned = processes.direct_client(first_primary);
+    wait_member_state(
+        &processes,
+        &returned,
+        first_primary,
+        &hosts[first_primary],
+        "SECONDARY",
+    )
+    .await;
+    wait::until(
+        "the restarted member to catch up",
+        Duration::from_secs(10),
+        || async {
+            let n = returned
+                .database("app")
+                .collection::<Document>("things")
+                .count_documents(doc! {})
+                .await
+                .map_err(|e| e.to_string())?;
+            (n == 23).then_some(()).ok_or(format!("{n} documents"))
+        },
+    )
+    .await;
+
+    // Every member restarts: data, configuration and users survive on disk.
+    let version = admin(&returned, doc! { "replSetGetConfig": 1 })
+        .await
+        .unwrap()
+        .get_document("config")
+        .unwrap()
+        .get_i32("version")
+        .unwrap();
+    for index in 0..3 {
+        processes.kill(index).await;
+    }
+    for index in 0..3 {
+        processes.restart(index).await;
+    }
+    wait_primary(&processes, &[0, 1, 2]).await;
+    let client = processes.client();
+    let things = client.database("app").collection::<Document>("things");
+    assert_eq!(things.count_documents(doc! {}).await.unwrap(), 23);
+    for index in 0..3 {
+        let config = admin(&processes.direct_client(index), doc! { "replSetGetConfig": 1 })
+            .await
+            .unwrap();
+        assert_eq!(
+            config.get_document("config").unwrap().get_i32("version"),
+            Ok(version)
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_primary_steps_down_and_the_majority_elects() {
+    let processes = MongoProcesses::start("rs0", 3, credentials()).await;
+    let hosts = processes.hosts();
+    let members: Vec<Document> = (0..3).map(|i| member(i as i32, &hosts[i], 1, 1.0)).collect();
+    admin(
+        &processes.direct_client(0),
+        doc! { "replSetInitiate": { "_id": "rs0", "members": members, "settings": settings() } },
+    )
+    .await
+    .unwrap();
+    let old = wait_primary(&processes, &[0, 1, 2]).await;
+    let others: Vec<usize> = (0..3).filter(|i| *i != old).collect();
+    let cut_off: Vec<String> = others.iter().map(|i| hosts[*i].clone()).collect();
+    admin(&processes.direct_client(old), doc! { "simPartition": cut_off })
+        .await
+        .unwrap();
+    for index in &others {
+        admin(
+            &processes.direct_client(*index),
+            doc! { "simPartition": [&hosts[old]] },
+        )
+        .await
+        .unwrap();
+    }
+    let new = wait_primary(&processes, &others).await;
+    let isolated = processes.direct_client(old);
+    wait_member_state(&processes, &isolated, old, &hosts[old], "SECONDARY").await;
+    wait_member_state(
+        &processes,
+        &processes.direct_client(new),
+        new,
+        &hosts[old],
+        "(not reachable/healthy)",
+    )
+    .await;
+
+    for index in 0..3 {
+        admin(&processes.direct_client(index), doc! { "simPartition": [] })
+            .await
+            .unwrap();
+    }
+    wait_member_state(
+        &processes,
+        &processes.direct_client(new),
+        new,
+        &hosts[old],
+        "SECONDARY",
+    )
+    .await;
+}
