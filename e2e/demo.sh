@@ -20,7 +20,7 @@ launch() {
 
 if [[ "${1:-}" == "stop" ]]; then
   # SIGINT for the local members: they stop their database processes on it.
-  for name in etcd-local-members mysql-local-members redis-local-members etcd-operator mysql-operator redis-operator; do
+  for name in etcd-local-members mysql-local-members redis-local-members mongodb-local-members etcd-operator mysql-operator redis-operator mongodb-operator; do
     if running "$name"; then
       case $name in *-local-members) kill -INT "$(cat "$demo/$name.pid")" ;; *) kill "$(cat "$demo/$name.pid")" ;; esac
       for _ in $(seq 50); do running "$name" || break; sleep 0.1; done
@@ -37,13 +37,14 @@ e2e/cluster.sh start
 eval "$(e2e/cluster.sh env)"
 mkdir -p "$demo"
 log "building the operators"
-cargo build --quiet -p etcd-operator -p mysql-operator -p redis-operator --bins --examples
+cargo build --quiet -p etcd-operator -p mysql-operator -p redis-operator -p mongodb-operator -p quorum-e2e --bins --examples
 target=${CARGO_TARGET_DIR:-$root/target}
 
 log "installing the CRDs"
 kubectl apply --server-side --force-conflicts -f charts/quorum-etcd-operator/crds/ >/dev/null
 kubectl apply --server-side --force-conflicts -f charts/quorum-mysql-operator/crds/ >/dev/null
 kubectl apply --server-side --force-conflicts -f charts/quorum-redis-operator/crds/ >/dev/null
+kubectl apply --server-side --force-conflicts -f charts/quorum-mongodb-operator/crds/ >/dev/null
 
 log "starting the etcd operator (members on loopback addresses) and the local members"
 launch etcd-operator "$target/debug/etcd-operator" --leader-elect=false \
@@ -64,11 +65,19 @@ launch redis-operator "$target/debug/redis-operator" --leader-elect=false \
 launch redis-local-members "$target/debug/examples/redis_local_members" \
   --state "$demo/redis-members"
 
+log "starting the MongoDB operator (pods on loopback addresses) and the local members"
+log "  (the replica-set simulator, which speaks MongoDB's wire protocol; QUORUM_MONGOD=<mongod> runs a real server)"
+launch mongodb-operator "$target/debug/mongodb-operator" --leader-elect=false \
+  --metrics-address 127.0.0.1:18083 --member-addresses loopback
+launch mongodb-local-members "$target/debug/examples/mongodb_local_members" \
+  --state "$demo/mongodb-members"
+
 log "applying the samples"
 kubectl apply -f samples/etcd-cluster.yaml >/dev/null
 kubectl apply -f samples/mysql-cluster.yaml >/dev/null
 kubectl apply -f samples/redis-cluster.yaml >/dev/null
 kubectl apply -f samples/redis-cluster-sharded.yaml >/dev/null
+kubectl apply -f samples/mongodb-replicaset.yaml >/dev/null
 ready() { # kind/name, operator
   if ! kubectl wait --for=condition=Ready "$1" --timeout=300s >/dev/null; then
     log "$1 not ready in time; the $2's log:"
@@ -80,6 +89,7 @@ ready etcdcluster/demo etcd-operator
 ready mysqlcluster/shop mysql-operator
 ready rediscluster/cache redis-operator
 ready rediscluster/sessions redis-operator
+ready mongodbreplicaset/orders mongodb-operator
 
 kubectl get etcdclusters
 echo
@@ -97,10 +107,15 @@ kubectl get rediscluster cache -o jsonpath='{range .status.nodes[*]}{.name}{"\t"
 echo
 kubectl get rediscluster sessions -o jsonpath='{range .status.nodes[*]}{.name}{"\tshard "}{.shard}{"\t"}{.role}{"\t"}{.slots}{"\n"}{end}'
 echo
+kubectl get mongodbreplicasets
+echo
+kubectl get mongodbreplicaset orders -o jsonpath='{range .status.members[*]}{.name}{"\t"}{.state}{"\t"}{.health}{"\tvotes="}{.votes}{"\n"}{end}'
+echo
 log "try: kubectl scale etcdcluster demo --replicas=5; kubectl get etcdclusters -w"
 log "try: kubectl scale mysqlcluster shop --replicas=4; kubectl get mysqlclusters -w"
 log "     kubectl annotate mysqlcluster shop mysql.quorum.dev/switchover-to=shop-1"
 log "     kubectl patch rediscluster cache --type merge -p '{\"spec\":{\"replicas\":3}}'"
 log "     kubectl patch rediscluster sessions --type merge -p '{\"spec\":{\"shards\":4}}'"
-log "metrics: curl -s 127.0.0.1:18080/metrics | grep quorum_ (etcd), 127.0.0.1:18081 (MySQL), 127.0.0.1:18082 (Redis)"
+log "     kubectl scale mongodbreplicaset orders --replicas=5"
+log "metrics: curl -s 127.0.0.1:18080/metrics | grep quorum_ (etcd), 127.0.0.1:18081 (MySQL), 127.0.0.1:18082 (Redis), 127.0.0.1:18083 (MongoDB)"
 log "stop everything: make demo-stop"

@@ -1,0 +1,274 @@
+//! The whole operator against the real local control plane: KWOK runs the pods, and
+//! `LocalMembers` runs a member process for each pod on the loopback address the operator
+//! uses for it — the replica-set simulator (`mongo-sim`, the real wire protocol to the real
+//! driver), or a real `mongod` when `QUORUM_MONGOD` names one.
+
+#[allow(dead_code)] // each test binary uses part of the support
+mod support;
+
+use std::time::Duration;
+
+use bson::doc;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use kube::Api;
+use quorum_e2e::fault_proxy::{Fault, FaultProxy};
+use support::{Setup, insert_orders, order_ids, spec};
+
+fn condition(status: &mongodb_operator::crd::MongoDBReplicaSetStatus, type_: &str) -> Option<(String, String)> {
+    status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_set_forms_grows_through_non_voting_members_and_shrinks_keeping_every_write() {
+    let setup = Setup::start("mongodb-scale").await;
+    let status = setup.create_ready("shop", spec(3), 3).await;
+    assert_eq!(status.primary.as_deref(), Some("shop-0"), "the initiator is the first primary");
+    assert!(status.initiated_at.is_some());
+    let config = setup.config("shop", 3).await;
+    assert_eq!(config.voting_members(), 3);
+    assert!(config.members.iter().all(|member| member.priority == 1.0));
+
+    let application = setup.application("shop", 3).await;
+    let mut written = insert_orders(&application, 0, 200).await;
+
+    // Out to five: each newcomer joins without a vote and is promoted once caught up.
+    setup.scale("shop", 5).await;
+    setup.ready("shop", 5).await;
+    written.extend(insert_orders(&application, 200, 100).await);
+    let config = setup.config("shop", 5).await;
+    assert_eq!(config.voting_members(), 5);
+    let reasons: Vec<String> = setup
+        .events("shop")
+        .await
+        .into_iter()
+        .filter_map(|event| event.reason)
+        .collect();
+    for reason in ["Initiated", "MemberAdded", "MemberPromoted"] {
+        assert!(reasons.iter().any(|r| r == reason), "{reason} in {reasons:?}");
+    }
+
+    // Back to three: demoted, then removed, then the StatefulSet shrinks.
+    setup.scale("shop", 3).await;
+    setup.ready("shop", 3).await;
+    let config = setup.config("shop", 3).await;
+    assert_eq!(config.members.len(), 3);
+    assert_eq!(config.voting_members(), 3);
+    let statefulsets: Api<StatefulSet> = Api::namespaced(setup.client.clone(), setup.ns());
+    let replicas = statefulsets.get("shop").await.unwrap().spec.unwrap().replicas;
+    assert_eq!(replicas, Some(3));
+    for reason in ["MemberDemoted", "MemberRemoved"] {
+        let reasons: Vec<String> = setup
+            .events("shop")
+            .await
+            .into_iter()
+            .filter_map(|event| event.reason)
+            .collect();
+        assert!(reasons.iter().any(|r| r == reason), "{reason} in {reasons:?}");
+    }
+    assert_eq!(order_ids(&application).await, written, "every acknowledged write kept");
+    setup.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_member_blackholed_from_the_operator_only_is_unknown_and_not_removed() {
+    let setup = Setup::start("mongodb-blackhole").await;
+    setup.create_ready("ledger", spec(3), 3).await;
+    let version_before = setup.config("ledger", 3).await.version;
+
+    // The operator reaches member 2 through a proxy; the members still talk directly.
+    let proxy = FaultProxy::start("127.0.0.1:0".parse().unwrap(), setup.host("ledger", 2).parse().unwrap())
+        .await
+        .expect("fault proxy");
+    let key = format!("{}/ledger", setup.ns());
+    let clients = &setup.operator.context.state.clients;
+    clients
+        .route(&key, &setup.host("ledger", 2), &proxy.address().to_string())
+        .await;
+    proxy.set(Fault::Blackhole);
+
+    setup.scale("ledger", 2).await;
+    let waiting = setup
+        .status_until(
+            "ledger",
+            "member 2 Unknown and the scale-in waiting",
+            Duration::from_secs(60),
+            |status| {
+                let member = status.members.iter().find(|m| m.name == "ledger-2").cloned();
+                match (member, condition(&status, "Progressing")) {
+                    (Some(member), Some((value, reason)))
+                        if member.health == "Unknown" && value == "True" && reason == "MemberUnknown" =>
+                    {
+                        Ok(status)
+                    }
+                    other => Err(format!("{other:?}")),
+                }
+            },
+        )
+        .await;
+    assert_eq!(waiting.primary.as_deref(), Some("ledger-0"));
+    // Held for a while: still in the configuration with its vote, the StatefulSet unchanged.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let config = setup.config("ledger", 3).await;
+    assert_eq!(config.version, version_before, "no reconfiguration while it is Unknown");
+    let member = config.member(&setup.host("ledger", 2)).expect("still a member");
+    assert_eq!(member.votes, 1);
+    let statefulsets: Api<StatefulSet> = Api::namespaced(setup.client.clone(), setup.ns());
+    assert_eq!(statefulsets.get("ledger").await.unwrap().spec.unwrap().replicas, Some(3));
+
+    // The path heals: the scale-in proceeds.
+    proxy.set(Fault::None);
+    setup.ready("ledger", 2).await;
+    let config = setup.config("ledger", 2).await;
+    assert!(config.member(&setup.host("ledger", 2)).is_none());
+    setup.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_reconfiguration_the_primary_refuses_leaves_the_set_as_it_was_and_says_why() {
+    let setup = Setup::start("mongodb-refused").await;
+    setup.create_ready("orders", spec(3), 3).await;
+    let before = setup.config("orders", 3).await;
+
+    // The server's own test fail point: replSetReconfig refused as unauthorized.
+    let primary = setup.admin("orders", 0).await;
+    primary
+        .client()
+        .database("admin")
+        .run_command(doc! {
+            "configureFailPoint": "failCommand",
+            "mode": "alwaysOn",
+            "data": { "failCommands": ["replSetReconfig"], "errorCode": 13 },
+        })
+        .await
+        .expect("setting the fail point");
+
+    setup.scale("orders", 4).await;
+    let failed = setup
+        .status_until(
+            "orders",
+            "the refused step on Progressing",
+            Duration::from_secs(60),
+            |status| match condition(&status, "Progressing") {
+                Some((value, reason)) if value == "True" && reason == "StepFailed" => Ok(status),
+                other => Err(format!("{other:?}")),
+            },
+        )
+        .await;
+    let message = failed
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Progressing")
+        .unwrap()
+        .message
+        .clone();
+    assert!(message.contains("orders-3") && message.contains("13"), "{message}");
+    assert!(failed.membership_change.is_none(), "a refused step leaves no record in flight");
+    let warned = setup.events("orders").await.into_iter().any(|event| {
+        event.reason.as_deref() == Some("StepFailed") && event.type_.as_deref() == Some("Warning")
+    });
+    assert!(warned, "a warning event says why");
+    assert_eq!(setup.config("orders", 3).await, before, "the set is as it was");
+
+    primary
+        .client()
+        .database("admin")
+        .run_command(doc! { "configureFailPoint": "failCommand", "mode": "off" })
+        .await
+        .expect("clearing the fail point");
+    setup.ready("orders", 4).await;
+    setup.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_version_change_rolls_secondaries_first_then_the_primary_then_raises_compatibility() {
+    let setup = Setup::start("mongodb-upgrade").await;
+    let status = setup.create_ready("catalog", spec(3), 3).await;
+    assert_eq!(status.feature_compatibility_version.as_deref(), Some("7.0"));
+    let application = setup.application("catalog", 3).await;
+    let mut written = insert_orders(&application, 0, 100).await;
+
+    let patch = serde_json::json!({"spec": {"version": "8.0"}});
+    setup
+        .sets
+        .patch("catalog", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let upgraded = setup
+        .status_until(
+            "catalog",
+            "every member on 8.0 and compatibility 8.0",
+            Duration::from_secs(240),
+            |status| {
+                let all_new = status.members.len() == 3
+                    && status
+                        .members
+                        .iter()
+                        .all(|member| member.version.as_deref().is_some_and(|v| v.starts_with("8.0")));
+                if all_new && status.feature_compatibility_version.as_deref() == Some("8.0") {
+                    Ok(status)
+                } else {
+                    Err(format!("{status:?}"))
+                }
+            },
+        )
+        .await;
+    assert_ne!(upgraded.primary.as_deref(), Some("catalog-0"), "the old primary stepped down");
+
+    // The order the operator took: both secondaries restarted before the primary stepped down.
+    let mut steps: Vec<(String, String)> = setup
+        .events("catalog")
+        .await
+        .into_iter()
+        .filter(|event| matches!(event.reason.as_deref(), Some("MemberRestarted" | "SteppedDown")))
+        .map(|event| {
+            (
+                event.event_time.map(|t| t.0.to_string()).unwrap_or_default(),
+                event.message.unwrap_or_default(),
+            )
+        })
+        .collect();
+    steps.sort();
+    let notes: Vec<&str> = steps.iter().map(|(_, note)| note.as_str()).collect();
+    let step_down = notes.iter().position(|n| n.contains("stepped down")).expect("a step-down");
+    let restarts: Vec<usize> = notes
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| n.contains("restarted"))
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(restarts.len(), 3, "{notes:?}");
+    assert!(restarts[0] < step_down && restarts[1] < step_down, "{notes:?}");
+    assert!(restarts[2] > step_down, "the old primary restarts last: {notes:?}");
+
+    setup.ready("catalog", 3).await;
+    written.extend(insert_orders(&application, 100, 50).await);
+    assert_eq!(order_ids(&application).await, written);
+    setup.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_arbiter_and_a_hidden_member_take_their_places() {
+    let setup = Setup::start("mongodb-arbiter").await;
+    let mut wanted = spec(2);
+    wanted.arbiter = true;
+    wanted.non_voting_members = 1;
+    wanted.hidden_members = 1;
+    let status = setup.create_ready("inventory", wanted, 4).await;
+    let arbiter = status
+        .members
+        .iter()
+        .find(|member| member.name == "inventory-arbiter-0")
+        .expect("the arbiter in status");
+    assert_eq!(arbiter.state, "ARBITER");
+    assert!(arbiter.arbiter);
+    let hidden = status.members.iter().find(|member| member.name == "inventory-2").unwrap();
+    assert!(hidden.hidden);
+    assert_eq!(hidden.votes, 0);
+    let config = setup.config("inventory", 3).await;
+    assert_eq!(config.voting_members(), 3, "two data members and the arbiter vote");
+    setup.stop().await;
+}

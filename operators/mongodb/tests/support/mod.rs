@@ -1,0 +1,323 @@
+//! Shared pieces of the MongoDB operator's integration tests: the operator run in the test
+//! process, specs, the local control plane with a member process behind every pod (the
+//! replica-set simulator, or a real `mongod` when `QUORUM_MONGOD` names one), and data access
+//! as an application would have it.
+
+use std::{net::SocketAddr, sync::Arc, time::Duration};
+
+use bson::{Document, doc};
+use k8s_openapi::{
+    api::core::v1::{Event, Secret},
+    apimachinery::pkg::api::resource::Quantity,
+};
+use kube::{Api, CustomResourceExt, api::ListParams};
+use mongodb_operator::{
+    OPERATOR_NAME,
+    admin::{Credentials, MongoAdmin, ReplConfig},
+    backup_controller::reconcile_backup,
+    clients::MongoClients,
+    crd::{MongoDBBackup, MongoDBReplicaSet, MongoDBReplicaSetSpec, MongoDBReplicaSetStatus},
+    reconcile::{MemberAddresses, Settings, State, reconcile},
+    resources::{PASSWORD_KEY, USERNAME_KEY, generated_admin_secret_name},
+};
+use quorum_core::{
+    availability::{breaker::BreakerSettings, retry::CallPolicy},
+    config::{LogFormat, OperatorConfig},
+    crd::Storage,
+    naming::loopback_ip,
+    runner::{Context, RetryPolicy, RunError, Runtime},
+};
+use quorum_e2e::{
+    control_plane::{TestNamespace, admin_client, install_crd},
+    local_members::{LocalMembers, MongoLauncher},
+    wait,
+};
+use secrecy::SecretString;
+
+/// A running operator; [`Running::stop`] shuts it down as SIGTERM would.
+pub struct Running {
+    pub context: Arc<Context<State>>,
+    pub shutdown: tokio_util::sync::CancellationToken,
+    pub task: tokio::task::JoinHandle<Result<(), RunError>>,
+}
+
+impl Running {
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        self.task.await.expect("operator task").expect("clean shutdown");
+    }
+}
+
+/// Starts the operator on `namespace`, with members on loopback addresses.
+pub fn start_operator(client: kube::Client, namespace: &str) -> Running {
+    let config = OperatorConfig {
+        watch_namespaces: vec![namespace.to_string()],
+        log_format: LogFormat::Text,
+        metrics_address: SocketAddr::from(([127, 0, 0, 1], 0)),
+        leader_elect: false,
+        leader_election_namespace: Some(namespace.to_string()),
+        identity: Some("mongodb-test".into()),
+        pod_namespace: None,
+    };
+    let runtime = Runtime::new(OPERATOR_NAME, config, client).with_retry_policy(RetryPolicy {
+        first: Duration::from_millis(200),
+        max: Duration::from_secs(2),
+    });
+    let state = State {
+        clients: MongoClients::new(
+            CallPolicy {
+                timeout: Duration::from_millis(2000),
+                read_attempts: 2,
+                backoff_first: Duration::from_millis(50),
+                backoff_max: Duration::from_millis(200),
+            },
+            BreakerSettings {
+                failure_threshold: 5,
+                cooldown: Duration::from_secs(1),
+            },
+            runtime.metrics().admin.clone(),
+        ),
+        settings: Settings {
+            cluster_domain: "cluster.local".into(),
+            member_addresses: MemberAddresses::Loopback,
+            allow_http_backups: true,
+        },
+    };
+    let context = runtime.context(state);
+    let sets = runtime.controller::<MongoDBReplicaSet, _, _, _, _>(context.clone(), reconcile);
+    let backups = runtime.controller::<MongoDBBackup, _, _, _, _>(context.clone(), reconcile_backup);
+    let shutdown = runtime.shutdown_token();
+    let task = tokio::spawn(runtime.run(vec![sets, backups]));
+    Running {
+        context,
+        shutdown,
+        task,
+    }
+}
+
+/// The local control plane, a test namespace, a member process for each pod, and the operator.
+pub struct Setup {
+    pub client: kube::Client,
+    pub namespace: TestNamespace,
+    pub pods: LocalMembers,
+    pub operator: Running,
+    pub sets: Api<MongoDBReplicaSet>,
+}
+
+impl Setup {
+    pub async fn start(prefix: &str) -> Self {
+        quorum_core::telemetry::init(LogFormat::Text);
+        quorum_core::install_crypto_provider();
+        let client = admin_client().await;
+        install_crd(&client, &MongoDBReplicaSet::crd()).await;
+        install_crd(&client, &MongoDBBackup::crd()).await;
+        let namespace = TestNamespace::create(&client, prefix).await;
+        let ns = namespace.name().to_string();
+        let state = std::env::temp_dir().join(format!("quorum-local-mongodb-{ns}"));
+        let pods = LocalMembers::start(client.clone(), MongoLauncher, state, Some(ns.clone()));
+        let operator = start_operator(client.clone(), &ns);
+        let sets = Api::namespaced(client.clone(), &ns);
+        Self {
+            client,
+            namespace,
+            pods,
+            operator,
+            sets,
+        }
+    }
+
+    pub fn ns(&self) -> &str {
+        self.namespace.name()
+    }
+
+    /// `host:port` of data member `ordinal` of set `name`.
+    pub fn host(&self, name: &str, ordinal: usize) -> String {
+        format!("{}:27017", loopback_ip(self.ns(), name, ordinal))
+    }
+
+    /// The administrator's login the operator generated for set `name`.
+    pub async fn credentials(&self, name: &str) -> Credentials {
+        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), self.ns());
+        let secret = wait::until(
+            "the generated administrator Secret",
+            Duration::from_secs(30),
+            || async {
+                secrets
+                    .get_opt(&generated_admin_secret_name(name))
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .ok_or_else(|| "not yet".to_string())
+            },
+        )
+        .await;
+        let data = secret.data.unwrap();
+        let text = |key: &str| String::from_utf8(data[key].0.clone()).unwrap();
+        Credentials {
+            username: text(USERNAME_KEY),
+            password: SecretString::from(text(PASSWORD_KEY)),
+        }
+    }
+
+    /// A direct admin connection to data member `ordinal` of set `name`, as the operator has.
+    pub async fn admin(&self, name: &str, ordinal: usize) -> MongoAdmin {
+        let credentials = self.credentials(name).await;
+        MongoAdmin::connect(&self.host(name, ordinal), Some(&credentials), Duration::from_secs(3)).unwrap()
+    }
+
+    /// The set's configuration as its primary reports it.
+    pub async fn config(&self, name: &str, members: usize) -> ReplConfig {
+        let credentials = self.credentials(name).await;
+        wait::until("the primary's configuration", Duration::from_secs(30), || async {
+            for ordinal in 0..members {
+                let admin = MongoAdmin::connect(&self.host(name, ordinal), Some(&credentials), Duration::from_secs(2))
+                    .map_err(|e| e.to_string())?;
+                if admin.hello().await.is_ok_and(|hello| hello.is_writable_primary) {
+                    return admin
+                        .config()
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .ok_or_else(|| "no configuration".to_string());
+                }
+            }
+            Err("no primary".into())
+        })
+        .await
+    }
+
+    /// An application's client: the driver discovers the set from the seed list.
+    pub async fn application(&self, name: &str, members: usize) -> mongodb::Client {
+        let credentials = self.credentials(name).await;
+        let seeds: Vec<String> = (0..members).map(|ordinal| self.host(name, ordinal)).collect();
+        let uri = format!(
+            "mongodb://{}:{}@{}/?replicaSet={name}&authSource=admin&serverSelectionTimeoutMS=20000",
+            credentials.username,
+            secrecy::ExposeSecret::expose_secret(&credentials.password),
+            seeds.join(","),
+        );
+        mongodb::Client::with_uri_str(&uri).await.expect("application client")
+    }
+
+    /// Creates set `name` and waits until it is Ready with `members` ready members.
+    pub async fn create_ready(&self, name: &str, spec: MongoDBReplicaSetSpec, members: i32) -> MongoDBReplicaSetStatus {
+        self.sets
+            .create(&kube::api::PostParams::default(), &MongoDBReplicaSet::new(name, spec))
+            .await
+            .unwrap_or_else(|e| panic!("creating MongoDBReplicaSet {name}: {e}"));
+        self.ready(name, members).await
+    }
+
+    /// Waits until set `name` is Ready with `members` ready members and nothing left to do.
+    pub async fn ready(&self, name: &str, members: i32) -> MongoDBReplicaSetStatus {
+        self.status_until(
+            name,
+            &format!("{name} Ready with {members} ready members"),
+            Duration::from_secs(180),
+            |status| {
+                let is = |type_: &str, value: &str| {
+                    status
+                        .conditions
+                        .iter()
+                        .any(|c| c.type_ == type_ && c.status == value)
+                };
+                if is("Ready", "True") && is("Progressing", "False") && status.ready_members == members {
+                    Ok(status)
+                } else {
+                    Err(format!("{status:?}"))
+                }
+            },
+        )
+        .await
+    }
+
+    /// Polls set `name`'s status until `check` accepts it.
+    pub async fn status_until<T>(
+        &self,
+        name: &str,
+        what: &str,
+        timeout: Duration,
+        check: impl Fn(MongoDBReplicaSetStatus) -> Result<T, String>,
+    ) -> T {
+        wait::until(what, timeout, || async {
+            let set = self.sets.get(name).await.map_err(|e| e.to_string())?;
+            check(set.status.unwrap_or_default())
+        })
+        .await
+    }
+
+    /// The set's events, as `kubectl describe` shows them.
+    pub async fn events(&self, name: &str) -> Vec<Event> {
+        let events: Api<Event> = Api::namespaced(self.client.clone(), self.ns());
+        events
+            .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
+            .await
+            .unwrap()
+            .items
+    }
+
+    pub async fn scale(&self, name: &str, members: i32) {
+        let patch = serde_json::json!({"spec": {"members": members}});
+        self.sets
+            .patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+
+    pub async fn stop(self) {
+        self.operator.stop().await;
+        drop(self.pods);
+        self.namespace.delete().await;
+    }
+}
+
+/// A set of `members` voting members on MongoDB 7.0.
+pub fn spec(members: i32) -> MongoDBReplicaSetSpec {
+    MongoDBReplicaSetSpec {
+        members,
+        non_voting_members: 0,
+        hidden_members: 0,
+        arbiter: false,
+        version: "7.0".into(),
+        image: None,
+        storage: Storage {
+            size: Quantity("1Gi".into()),
+            storage_class_name: None,
+        },
+        resources: None,
+        pod_template: None,
+        admin_secret: None,
+        keyfile_secret: None,
+        backup: None,
+        restore_from: None,
+    }
+}
+
+/// Inserts `count` documents into `shop.orders` with majority write concern; returns their ids.
+pub async fn insert_orders(client: &mongodb::Client, first: i64, count: i64) -> Vec<i64> {
+    let orders = client.database("shop").collection::<Document>("orders");
+    let ids: Vec<i64> = (first..first + count).collect();
+    let documents: Vec<Document> = ids.iter().map(|id| doc! { "_id": id, "item": format!("item-{id}") }).collect();
+    orders
+        .insert_many(documents)
+        .write_concern(mongodb::options::WriteConcern::majority())
+        .await
+        .expect("inserting orders");
+    ids
+}
+
+/// Every order id in the set, read from the primary.
+pub async fn order_ids(client: &mongodb::Client) -> Vec<i64> {
+    use futures::TryStreamExt;
+    let orders = client.database("shop").collection::<Document>("orders");
+    let mut ids: Vec<i64> = orders
+        .find(doc! {})
+        .await
+        .expect("reading orders")
+        .try_collect::<Vec<Document>>()
+        .await
+        .expect("reading orders")
+        .iter()
+        .map(|document| document.get_i64("_id").expect("an order id"))
+        .collect();
+    ids.sort_unstable();
+    ids
+}
