@@ -5,8 +5,9 @@
 //! The snapshot is read from a secondary, so the primary serves its clients undisturbed: a
 //! healthy `SECONDARY` as the set's status last recorded it, hidden members first (that is what
 //! they are for), then non-voting ones, then the smallest lag ([`choose_source`]). The primary
-//! is read only in a set of one data-bearing member. Without such a member the backup stays
-//! `Pending` and says why. An object is stored only when the dump wrote its whole archive (the
+//! is read only in a set of one data-bearing member. The member must confirm that role itself
+//! before it is read (an election may have come after the status). Without such a member the
+//! backup stays `Pending` and says why. An object is stored only when the dump wrote its whole archive (the
 //! pipe fails the upload otherwise) and the stored bytes are the ones the dump hashed.
 
 use std::{sync::Arc, time::Duration};
@@ -184,6 +185,19 @@ pub async fn reconcile_backup(backup: Arc<MongoDBBackup>, context: Arc<Context<S
         }
     };
 
+    let host = source.host.clone().unwrap_or_default();
+    let address = context
+        .state
+        .clients
+        .dial_address(&format!("{namespace}/{cluster_name}"), &host);
+    let client = match confirm_source(&address, &credentials, source.state == "PRIMARY").await {
+        Ok(client) => client,
+        Err(why) => {
+            let message = format!("{} ({host}) cannot be read now: {why}", source.name);
+            return wait(&context, &backup, &previous, "NoSnapshotSource", message, 15).await;
+        }
+    };
+
     let running = MongoDBBackupStatus {
         phase: Some(BackupPhase::Running),
         started_at: Some(Time(now)),
@@ -191,14 +205,8 @@ pub async fn reconcile_backup(backup: Arc<MongoDBBackup>, context: Arc<Context<S
         ..previous.clone()
     };
     patch_status(&context.client, backup.as_ref(), Some(&previous), &running).await?;
-
-    let host = source.host.clone().unwrap_or_default();
-    let address = context
-        .state
-        .clients
-        .dial_address(&format!("{namespace}/{cluster_name}"), &host);
     let name = object_name(cluster_name, now, archive::EXTENSION);
-    let taken = take_snapshot(&address, &credentials, &sink, &name).await;
+    let taken = take_snapshot(client, &sink, &name).await;
 
     let mut done = running.clone();
     done.completed_at = Some(Time(Timestamp::now()));
@@ -285,14 +293,36 @@ struct StoredArchive {
     sha256: String,
 }
 
-/// Streams an archive of the member at `address` into the object `name`.
-async fn take_snapshot(
+/// A client of the member at `address`, once the member confirms the role it was chosen in
+/// (the set's status may be older than an election).
+async fn confirm_source(
     address: &str,
     credentials: &Credentials,
+    read_primary: bool,
+) -> std::result::Result<mongodb::Client, String> {
+    let client = archive::connect_direct(address, Some(credentials)).map_err(|error| error.to_string())?;
+    let hello = client
+        .database("admin")
+        .run_command(bson::doc! { "hello": 1 })
+        .await
+        .map_err(|error| format!("hello: {error}"))?;
+    let role = match (hello.get_bool("isWritablePrimary"), hello.get_bool("secondary")) {
+        (Ok(true), _) => "PRIMARY",
+        (_, Ok(true)) => "SECONDARY",
+        _ => "neither primary nor secondary",
+    };
+    if role != if read_primary { "PRIMARY" } else { "SECONDARY" } {
+        return Err(format!("it now reports {role}"));
+    }
+    Ok(client)
+}
+
+/// Streams an archive of the member behind `client` into the object `name`.
+async fn take_snapshot(
+    client: mongodb::Client,
     sink: &BackupSink,
     name: &str,
 ) -> std::result::Result<(StoredArchive, DumpSummary), String> {
-    let client = archive::connect_direct(address, Some(credentials)).map_err(|error| error.to_string())?;
     let produce = producer(move |writer| Box::pin(async move { archive::dump(&client, writer).await }));
     let upload = |reader| async move { sink.upload(name, reader).await };
     let (stored, summary) = pipe(produce, upload, DUMP_STALL_TIMEOUT)
