@@ -76,7 +76,7 @@ pub struct AdmissionPolicy {
 
 /// Every operator the workspace ships.
 pub fn operators() -> Vec<OperatorPackage> {
-    vec![etcd(), mysql(), redis()]
+    vec![etcd(), mysql(), redis(), mongodb()]
 }
 
 fn etcd() -> OperatorPackage {
@@ -307,6 +307,89 @@ fn redis() -> OperatorPackage {
             format!("redis:{}", redis_operator::packaging::DEFAULT_REDIS_IMAGE_TAG),
         )],
         admission_policy: None,
+    }
+}
+
+fn mongodb() -> OperatorPackage {
+    let (policy, binding) = mongodb_operator::admission::even_voting_members_policy();
+    OperatorPackage {
+        package: "quorum-mongodb-operator",
+        binary: "mongodb-operator",
+        engine: "mongodb",
+        description: "Runs MongoDB replica sets: membership through replSetReconfig, one safe change at a time; voting, non-voting, hidden members and an arbiter; rolling upgrades; logical snapshot backups and restores",
+        keywords: vec![
+            "mongodb",
+            "replication",
+            "database",
+            "document",
+            "operator",
+            "backup",
+        ],
+        crds: vec![
+            mongodb_operator::crd::MongoDBReplicaSet::crd(),
+            mongodb_operator::crd::MongoDBBackup::crd(),
+        ],
+        descriptors: vec![
+            KindDescriptors {
+                kind: "MongoDBReplicaSet",
+                spec: json!([
+                    {"path": "members", "displayName": "Voting members", "description": "Voting, electable members (1 to 7; odd, or even with an arbiter)",
+                     "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:podCount"]},
+                    {"path": "nonVotingMembers", "displayName": "Non-voting members", "description": "Data-bearing members that neither vote nor stand for election",
+                     "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:number"]},
+                    {"path": "arbiter", "displayName": "Arbiter", "description": "Run one arbiter: a vote without data",
+                     "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:booleanSwitch"]},
+                    {"path": "version", "displayName": "MongoDB version", "description": "6.0, 7.0 or 8.0, optionally with a patch; raising it rolls the members",
+                     "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:text"]},
+                    {"path": "storage.size", "displayName": "Storage size", "description": "Volume size of each data-bearing member",
+                     "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:text"]}
+                ]),
+                status: json!([
+                    {"path": "conditions", "displayName": "Conditions", "description": "Ready, Progressing, Degraded, BackupStale",
+                     "x-descriptors": ["urn:alm:descriptor:io.kubernetes.conditions"]},
+                    {"path": "primary", "displayName": "Primary", "description": "The member that accepts writes",
+                     "x-descriptors": ["urn:alm:descriptor:text"]},
+                    {"path": "readyMembers", "displayName": "Ready members", "description": "Members that are healthy and PRIMARY, SECONDARY or ARBITER",
+                     "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:podCount"]}
+                ]),
+            },
+            KindDescriptors {
+                kind: "MongoDBBackup",
+                spec: json!([
+                    {"path": "clusterName", "displayName": "Replica set", "description": "The MongoDBReplicaSet to back up",
+                     "x-descriptors": ["urn:alm:descriptor:io.kubernetes:mongodb.quorum.dev:v1alpha1:MongoDBReplicaSet"]},
+                    {"path": "schedule", "displayName": "Schedule", "description": "Cron schedule (UTC); empty for once",
+                     "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:text"]}
+                ]),
+                status: backup_status_descriptors(),
+            },
+        ],
+        child_kinds: vec![
+            "StatefulSet",
+            "Service",
+            "ConfigMap",
+            "Secret",
+            "PodDisruptionBudget",
+        ],
+        rules: mongodb_operator::packaging::rules(),
+        leader_election_rules: mongodb_operator::packaging::leader_election_rules(),
+        display_name: "Quorum MongoDB Operator",
+        long_description: include_str!("../../operators/mongodb/README.md"),
+        icon_svg: include_str!("../../operators/mongodb/assets/icon.svg"),
+        samples: vec![
+            include_str!("../../samples/mongodb-replicaset.yaml"),
+            include_str!("../../samples/mongodb-backup.yaml"),
+        ],
+        related_images: vec![(
+            "mongodb",
+            format!("mongo:{}", mongodb_operator::packaging::DEFAULT_MONGODB_IMAGE_TAG),
+        )],
+        admission_policy: Some(AdmissionPolicy {
+            file: "even-voting-members-policy.yaml",
+            description: "Install the ValidatingAdmissionPolicy that warns about an even number of voting members without an arbiter.",
+            policy,
+            binding,
+        }),
     }
 }
 
