@@ -21,10 +21,19 @@ use serde_json::Value;
 const CHART: &str = "charts/quorum-etcd-operator";
 const BUNDLE: &str = "bundle/quorum-etcd-operator";
 /// Every operator's bundle (`bundle/<package>`), each validated on its own.
-const BUNDLES: [&str; 3] = [
+const BUNDLES: [&str; 4] = [
     BUNDLE,
     "bundle/quorum-mysql-operator",
     "bundle/quorum-redis-operator",
+    "bundle/quorum-mongodb-operator",
+];
+const MONGODB_CHART: &str = "charts/quorum-mongodb-operator";
+/// Every operator's chart (`charts/<package>`), each linted on its own.
+const CHARTS: [&str; 4] = [
+    CHART,
+    "charts/quorum-mysql-operator",
+    "charts/quorum-redis-operator",
+    MONGODB_CHART,
 ];
 const CATALOG: &str = "catalog";
 
@@ -265,12 +274,63 @@ fn opm_renders_the_bundle_directory_as_an_inline_bundle_that_validates() {
 // Helm: lint, render, the values schema, and the chart against the real API server.
 
 #[test]
-fn helm_lint_strict_passes() {
+fn helm_lint_strict_passes_for_every_chart() {
     let helm = packaging_tool("helm");
-    let (stdout, stderr) = succeeds(&helm, &["lint", "--strict", CHART], None);
+    for chart in CHARTS {
+        let (stdout, stderr) = succeeds(&helm, &["lint", "--strict", chart], None);
+        assert!(
+            stdout.contains("1 chart(s) linted, 0 chart(s) failed"),
+            "helm lint {chart}:\n{stdout}{stderr}"
+        );
+    }
+}
+
+#[test]
+fn the_mongodb_chart_renders_its_admission_policy_unless_switched_off() {
+    let helm = packaging_tool("helm");
+    let policy = [
+        "ValidatingAdmissionPolicy/quorum-mongodb-even-voting-members",
+        "ValidatingAdmissionPolicyBinding/quorum-mongodb-even-voting-members",
+    ];
+    let (rendered, _) = succeeds(
+        &helm,
+        &[
+            "template",
+            "quorum-mongodb-operator",
+            MONGODB_CHART,
+            "--namespace",
+            "ops",
+        ],
+        None,
+    );
+    let objects = kinds_and_names(&rendered);
+    for expected in policy.iter().copied().chain([
+        "Deployment/quorum-mongodb-operator",
+        "ClusterRole/quorum-mongodb-operator",
+    ]) {
+        assert!(
+            objects.iter().any(|object| object == expected),
+            "{expected} is not rendered; rendered {objects:?}\n{rendered}"
+        );
+    }
+    assert!(rendered.contains("validationActions:\n  - Warn"), "{rendered}");
+    let (rendered, _) = succeeds(
+        &helm,
+        &[
+            "template",
+            "quorum-mongodb-operator",
+            MONGODB_CHART,
+            "--set",
+            "admissionPolicy=false",
+        ],
+        None,
+    );
+    let objects = kinds_and_names(&rendered);
     assert!(
-        stdout.contains("1 chart(s) linted, 0 chart(s) failed"),
-        "helm lint:\n{stdout}{stderr}"
+        !policy
+            .iter()
+            .any(|expected| objects.iter().any(|object| object == expected)),
+        "{rendered}"
     );
 }
 
