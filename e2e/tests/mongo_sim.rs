@@ -254,6 +254,59 @@ async fn membership_changes_follow_the_replica_set_rules() {
     wait_member_state(&processes, &m0, 0, &hosts[2], "SECONDARY").await;
     let status = admin(&m0, doc! { "replSetGetStatus": 1 }).await.unwrap();
     assert_eq!(status.get_i32("votingMembersCount"), Ok(3), "{status}");
+
+    // The feature compatibility version follows the binaries (7.0 here) and needs a confirm.
+    let fcv = |reply: Document| {
+        reply
+            .get_document("featureCompatibilityVersion")
+            .unwrap()
+            .get_str("version")
+            .unwrap()
+            .to_string()
+    };
+    let shown = admin(&m0, doc! { "getParameter": 1, "featureCompatibilityVersion": 1 })
+        .await
+        .unwrap();
+    assert_eq!(fcv(shown), "7.0");
+    refused(&m0, doc! { "setFeatureCompatibilityVersion": "6.0" }, 7369100).await;
+    refused(
+        &m0,
+        doc! { "setFeatureCompatibilityVersion": "8.0", "confirm": true },
+        2,
+    )
+    .await;
+    admin(
+        &m0,
+        doc! { "setFeatureCompatibilityVersion": "6.0", "confirm": true },
+    )
+    .await
+    .unwrap();
+    let shown = admin(&m0, doc! { "getParameter": 1, "featureCompatibilityVersion": 1 })
+        .await
+        .unwrap();
+    assert_eq!(fcv(shown), "6.0");
+
+    // An arbiter joins and votes without data; once removed, it says it has no valid config.
+    let mut with_arbiter = three_voting_members(&hosts);
+    with_arbiter.push(doc! { "_id": 3, "host": &hosts[3], "arbiterOnly": true });
+    reconfig(&m0, 5, with_arbiter).await.unwrap();
+    wait_member_state(&processes, &m0, 0, &hosts[3], "ARBITER").await;
+    reconfig(&m0, 6, three_voting_members(&hosts)).await.unwrap();
+    let m3 = processes.direct_client(3);
+    wait::until(
+        "the removed arbiter to notice",
+        Duration::from_secs(10),
+        || async {
+            let hello = admin(&m3, doc! { "hello": 1 }).await.map_err(|e| e.to_string())?;
+            hello.get_str("info").map(|_| ()).map_err(|_| hello.to_string())
+        },
+    )
+    .await;
+    refused(&m3, doc! { "replSetGetStatus": 1 }, 93).await;
+}
+
+fn three_voting_members(hosts: &[String]) -> Vec<Document> {
+    (0..3).map(|i| member(i as i32, &hosts[i], 1, 1.0)).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -267,7 +267,7 @@ async fn run(
         "ping" => Ok(ok(doc! {})),
         "buildInfo" | "buildinfo" => Ok(build_info(node)),
         "saslStart" => sasl_start(node, connection, db, command),
-        "saslContinue" => sasl_continue(connection, command),
+        "saslContinue" => sasl_continue(node, connection, command),
         "logout" => {
             connection.user = None;
             Ok(ok(doc! {}))
@@ -606,7 +606,7 @@ fn sasl_start(
     ))
 }
 
-fn sasl_continue(connection: &mut Connection, command: &Document) -> Result<Document, CmdError> {
+fn sasl_continue(node: &Node, connection: &mut Connection, command: &Document) -> Result<Document, CmdError> {
     let Some(mut sasl) = connection.sasl.take() else {
         return Err(CmdError::new(17, "No SASL session state found"));
     };
@@ -633,9 +633,12 @@ fn sasl_continue(connection: &mut Connection, command: &Document) -> Result<Docu
         }
         Err(ScramError::Malformed(message)) => Err(CmdError::new(2, message)),
         Err(ScramError::AuthenticationFailed) => {
-            eprintln!(
-                "Authentication failed for {}@{}: wrong proof",
-                sasl.conversation.username, sasl.db
+            log(
+                &node.me,
+                format!(
+                    "Authentication failed for {}@{}: wrong proof",
+                    sasl.conversation.username, sasl.db
+                ),
             );
             Err(CmdError::new(18, "Authentication failed."))
         }

@@ -135,18 +135,32 @@ pub struct Binary {
 }
 
 impl Binary {
-    pub fn for_release(release: &str) -> Result<Self, String> {
-        let (version, wire) = match release {
-            "4.4" => ("4.4.29", 9),
-            "5.0" => ("5.0.30", 13),
-            "6.0" => ("6.0.19", 17),
-            "7.0" => ("7.0.14", 21),
-            "8.0" => ("8.0.4", 25),
-            other => return Err(format!("--sim-version {other}: one of 4.4, 5.0, 6.0, 7.0, 8.0")),
+    /// A release (`7.0`) or a full version (`7.0.12`, reported as given).
+    pub fn for_release(requested: &str) -> Result<Self, String> {
+        let mut parts = requested.splitn(3, '.');
+        let release = format!(
+            "{}.{}",
+            parts.next().unwrap_or_default(),
+            parts.next().unwrap_or_default()
+        );
+        let patch = parts
+            .next()
+            .filter(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()));
+        let (default_patch, wire) = match release.as_str() {
+            "4.4" => ("29", 9),
+            "5.0" => ("30", 13),
+            "6.0" => ("19", 17),
+            "7.0" => ("14", 21),
+            "8.0" => ("4", 25),
+            _ => {
+                return Err(format!(
+                    "--sim-version {requested}: one of 4.4, 5.0, 6.0, 7.0, 8.0"
+                ));
+            }
         };
         Ok(Self {
-            release: release.to_string(),
-            version: version.to_string(),
+            version: format!("{release}.{}", patch.unwrap_or(default_patch)),
+            release,
             max_wire_version: wire,
         })
     }
@@ -299,6 +313,12 @@ mod tests {
         let binary = Binary::for_release("8.0").unwrap();
         assert_eq!(binary.max_wire_version, 25);
         assert_eq!(binary.version_array(), vec![8, 0, 4, 0]);
+        let patched = Binary::for_release("6.0.12").unwrap();
+        assert_eq!(
+            (patched.release.as_str(), patched.version.as_str()),
+            ("6.0", "6.0.12")
+        );
+        assert!(Binary::for_release("7.1").is_err());
     }
 
     #[test]

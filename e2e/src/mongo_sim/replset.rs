@@ -188,9 +188,15 @@ impl Inner {
         self.config.as_ref().map(ReplConfig::timing).unwrap_or(defaults)
     }
 
+    /// A timestamp after every one issued or in the oplog: this second's next increment.
     fn next_timestamp(&mut self) -> Timestamp {
         let now = (DateTime::now().timestamp_millis() / 1000) as u32;
-        let last = self.last_ts.max_by_key(self.store.last_optime().ts);
+        let logged = self.store.last_optime().ts;
+        let last = if (logged.time, logged.increment) > (self.last_ts.time, self.last_ts.increment) {
+            logged
+        } else {
+            self.last_ts
+        };
         let next = if now > last.time {
             Timestamp {
                 time: now,
@@ -233,20 +239,6 @@ impl Inner {
         self.store.oplog.push(entry);
         self.mark_dirty();
         Ok(optime)
-    }
-}
-
-trait MaxBy {
-    fn max_by_key(self, other: Timestamp) -> Timestamp;
-}
-
-impl MaxBy for Timestamp {
-    fn max_by_key(self, other: Timestamp) -> Timestamp {
-        if (other.time, other.increment) > (self.time, self.increment) {
-            other
-        } else {
-            self
-        }
     }
 }
 
@@ -772,7 +764,8 @@ impl Node {
     async fn writer_loop(self: Arc<Self>) {
         loop {
             self.persist_wake.notified().await;
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            // A short pause lets a burst of writes share one file write.
+            tokio::time::sleep(Duration::from_millis(2)).await;
             self.flush().await;
         }
     }
@@ -1964,6 +1957,12 @@ impl Node {
         let uptime = self.started.elapsed().as_secs() as i32;
         self.with(|inner| {
             let config = Self::require_config(inner)?.clone();
+            if inner.role == Role::Removed {
+                return Err(CmdError::new(
+                    93,
+                    "Our replica set config is invalid or we are not a member of it",
+                ));
+            }
             let timing = config.timing();
             let now = Instant::now();
             let mut members = Vec::new();
