@@ -117,7 +117,8 @@ impl Observed {
     }
 
     fn name_of(&self, host: &str) -> String {
-        self.seen(host).map_or_else(|| host.to_string(), |member| member.name.clone())
+        self.seen(host)
+            .map_or_else(|| host.to_string(), |member| member.name.clone())
     }
 
     /// Whether the member is positively healthy: the operator reached it and the primary hears
@@ -212,9 +213,16 @@ pub enum Step {
         reason: StepDownReason,
     },
     /// Delete the member's pod so it comes back with the new template.
-    Restart { member: String },
-    SetFeatureCompatibility { release: String },
-    Wait { reason: &'static str, message: String },
+    Restart {
+        member: String,
+    },
+    SetFeatureCompatibility {
+        release: String,
+    },
+    Wait {
+        reason: &'static str,
+        message: String,
+    },
     Settled,
 }
 
@@ -243,7 +251,10 @@ pub fn decide(desired: &Desired, observed: &Observed) -> Step {
         return no_primary(observed);
     };
     if observed.status.is_none() {
-        return wait("PrimaryStatusUnknown", "the primary did not report the set's status");
+        return wait(
+            "PrimaryStatusUnknown",
+            "the primary did not report the set's status",
+        );
     }
     let behind: Vec<String> = config
         .members
@@ -314,10 +325,7 @@ fn initiate(desired: &Desired, observed: &Observed) -> Step {
         // A member out of reach may hold a configuration: initiating another would split the set.
         return wait(
             "MembersUnknown",
-            format!(
-                "not initiating while {} cannot be reached",
-                unknown.join(", ")
-            ),
+            format!("not initiating while {} cannot be reached", unknown.join(", ")),
         );
     }
     let Some(first) = desired.members.first() else {
@@ -342,16 +350,18 @@ fn no_primary(observed: &Observed) -> Step {
         .iter()
         .filter_map(|member| member.hello()?.primary.as_deref())
         .collect();
-    if let Some(primary) = named.first() {
-        if observed.seen(primary).is_some_and(|member| member.hello().is_none()) {
-            return wait(
-                "PrimaryUnknown",
-                format!(
-                    "the members name {} as primary, which the operator cannot reach",
-                    observed.name_of(primary)
-                ),
-            );
-        }
+    if let Some(primary) = named.first()
+        && observed
+            .seen(primary)
+            .is_some_and(|member| member.hello().is_none())
+    {
+        return wait(
+            "PrimaryUnknown",
+            format!(
+                "the members name {} as primary, which the operator cannot reach",
+                observed.name_of(primary)
+            ),
+        );
     }
     wait(
         "NoPrimary",
@@ -510,7 +520,9 @@ fn adjusting(desired: &Desired, observed: &Observed, config: &ReplConfig, primar
                 format!(
                     "{} becomes voting once it is SECONDARY (now {})",
                     wanted.name,
-                    observed.state(&wanted.host).map_or("unknown", MemberState::as_str)
+                    observed
+                        .state(&wanted.host)
+                        .map_or("unknown", MemberState::as_str)
                 ),
             ));
         }
@@ -572,7 +584,8 @@ fn upgrading(desired: &Desired, observed: &Observed, config: &ReplConfig, primar
             .members
             .iter()
             .filter(|member| {
-                !observed.healthy(&member.host) || !observed.state(&member.host).is_some_and(MemberState::is_serving)
+                !observed.healthy(&member.host)
+                    || !observed.state(&member.host).is_some_and(MemberState::is_serving)
             })
             .map(|member| observed.name_of(&member.host))
             .collect();
@@ -740,7 +753,10 @@ mod tests {
                     } else {
                         MemberState::Secondary
                     },
-                    optime: Some(Timestamp { time: 1000, increment: 1 }),
+                    optime: Some(Timestamp {
+                        time: 1000,
+                        increment: 1,
+                    }),
                     config_version: Some(5),
                 })
                 .collect(),
@@ -885,10 +901,16 @@ mod tests {
         assert_eq!(reason(&decide(&desired(2, 0), &observed)), "MemberSyncing");
 
         status_member(&mut observed, 1).state = MemberState::Secondary;
-        status_member(&mut observed, 1).optime = Some(Timestamp { time: 900, increment: 1 });
+        status_member(&mut observed, 1).optime = Some(Timestamp {
+            time: 900,
+            increment: 1,
+        });
         assert_eq!(reason(&decide(&desired(2, 0), &observed)), "MemberCatchingUp");
 
-        status_member(&mut observed, 1).optime = Some(Timestamp { time: 995, increment: 1 });
+        status_member(&mut observed, 1).optime = Some(Timestamp {
+            time: 995,
+            increment: 1,
+        });
         let (change, member, config) = reconfigure(decide(&desired(2, 0), &observed));
         assert_eq!((change, member.as_str()), (Change::Promote, "rs-1"));
         assert_eq!(config.member(&host(1)).unwrap().votes, 1);
@@ -991,7 +1013,10 @@ mod tests {
         });
         let mut observed = set(&[1, 1, 1]);
         for ordinal in [1, 2] {
-            status_member(&mut observed, ordinal).optime = Some(Timestamp { time: 900, increment: 1 });
+            status_member(&mut observed, ordinal).optime = Some(Timestamp {
+                time: 900,
+                increment: 1,
+            });
         }
         assert_eq!(reason(&decide(&wanted, &observed)), "NoElectableSecondary");
     }
@@ -1000,7 +1025,10 @@ mod tests {
     fn no_step_while_the_configuration_propagates() {
         let mut observed = set(&[1, 1, 1]);
         status_member(&mut observed, 2).config_version = Some(4);
-        assert_eq!(reason(&decide(&desired(2, 0), &observed)), "ConfigurationPropagating");
+        assert_eq!(
+            reason(&decide(&desired(2, 0), &observed)),
+            "ConfigurationPropagating"
+        );
     }
 
     #[test]

@@ -32,12 +32,12 @@ use crate::{
     crd::{MemberStatus, MembershipChange, MongoDBBackup, MongoDBReplicaSet, MongoDBReplicaSetStatus},
     decide::{Change, Desired, DesiredMember, Observed, Reach, SeenMember, Step, decide},
     resources::{
-        ARBITER_COMPONENT, DEFAULT_ADMIN_USERNAME, MEMBER_COMPONENT, PASSWORD_KEY, USERNAME_KEY, VERSION_LABEL,
-        admin_secret_name, arbiter_name, arbiter_statefulset_name, build_admin_secret, build_arbiter_config_map,
-        build_arbiter_statefulset, build_client_service, build_config_map, build_headless_service,
-        build_keyfile_secret, build_pod_disruption_budget, build_scheduled_backup, build_statefulset,
-        generate_keyfile, generated_admin_secret_name, generated_keyfile_secret_name, member_host, member_name,
-        selector, statefulset_name,
+        ARBITER_COMPONENT, DEFAULT_ADMIN_USERNAME, MEMBER_COMPONENT, PASSWORD_KEY, USERNAME_KEY,
+        VERSION_LABEL, admin_secret_name, arbiter_name, arbiter_statefulset_name, build_admin_secret,
+        build_arbiter_config_map, build_arbiter_statefulset, build_client_service, build_config_map,
+        build_headless_service, build_keyfile_secret, build_pod_disruption_budget, build_scheduled_backup,
+        build_statefulset, generate_keyfile, generated_admin_secret_name, generated_keyfile_secret_name,
+        member_host, member_name, selector, statefulset_name,
     },
 };
 
@@ -189,15 +189,28 @@ pub async fn reconcile(
             .unwrap_or(0)
     });
     let replicas = replica_set.spec.data_members().max(configured_ordinals);
-    applier.apply(&build_statefulset(&replica_set, replicas as i32)?).await?;
+    applier
+        .apply(&build_statefulset(&replica_set, replicas as i32)?)
+        .await?;
 
     let now = Timestamp::now();
     let mut status = status_from(&replica_set, &desired, &observed, now);
+    // What the API server holds, for the final status patch to be computed against.
+    let mut reported = replica_set.status.clone();
     let progress = match restore_step(&context, &replica_set, &key, &observed, &mut status).await? {
         Some(progress) => progress,
         None => {
             let step = decide(&desired, &observed);
-            act(&context, &replica_set, &key, &observed, &step, &mut status).await?
+            act(
+                &context,
+                &replica_set,
+                &key,
+                &observed,
+                &step,
+                &mut status,
+                &mut reported,
+            )
+            .await?
         }
     };
     let settled = matches!(progress, Progress::Settled);
@@ -209,8 +222,12 @@ pub async fn reconcile(
         .filter(|member| member.health != "Healthy")
         .map(|member| member.name.clone())
         .collect();
-    let degraded =
-        (!not_healthy.is_empty()).then(|| ("MembersNotHealthy", format!("not healthy: {}", not_healthy.join(", "))));
+    let degraded = (!not_healthy.is_empty()).then(|| {
+        (
+            "MembersNotHealthy",
+            format!("not healthy: {}", not_healthy.join(", ")),
+        )
+    });
     let ready = match (&status.primary, settled && not_healthy.is_empty()) {
         (Some(primary), true) => ConditionUpdate::new(
             ConditionType::Ready,
@@ -224,19 +241,16 @@ pub async fn reconcile(
                 Progress::Acted { reason, message } | Progress::Waiting { reason, message } => {
                     (*reason, message.clone())
                 }
-                Progress::Settled => ("MembersNotHealthy", format!("not healthy: {}", not_healthy.join(", "))),
+                Progress::Settled => (
+                    "MembersNotHealthy",
+                    format!("not healthy: {}", not_healthy.join(", ")),
+                ),
             };
             ConditionUpdate::new(ConditionType::Ready, false, reason, message)
         }
     };
     set_conditions(&mut status, &replica_set, ready, &progress, degraded, now);
-    patch_status(
-        &context.client,
-        replica_set.as_ref(),
-        replica_set.status.as_ref(),
-        &status,
-    )
-    .await?;
+    patch_status(&context.client, replica_set.as_ref(), reported.as_ref(), &status).await?;
     Ok(if settled && not_healthy.is_empty() {
         Action::requeue(Duration::from_secs(30))
     } else {
@@ -254,7 +268,12 @@ async fn restore_step(
     observed: &Observed,
     status: &mut MongoDBReplicaSetStatus,
 ) -> Result<Option<Progress>, Error> {
-    let Some(source) = replica_set.spec.restore_from.as_ref().filter(|_| observed.restore_pending) else {
+    let Some(source) = replica_set
+        .spec
+        .restore_from
+        .as_ref()
+        .filter(|_| observed.restore_pending)
+    else {
         return Ok(None);
     };
     let (Some(primary), Some(config)) = (&observed.primary, &observed.config) else {
@@ -286,10 +305,17 @@ async fn restore_step(
     if backup.spec.cluster_name == replica_set.name_any() {
         return Ok(Some(Progress::Waiting {
             reason: "RestoreSourceInvalid",
-            message: format!("MongoDBBackup {} is a backup of this replica set", source.backup_name),
+            message: format!(
+                "MongoDBBackup {} is a backup of this replica set",
+                source.backup_name
+            ),
         }));
     }
-    let Some(record) = backup.status.as_ref().and_then(|status| status.last_snapshot.clone()) else {
+    let Some(record) = backup
+        .status
+        .as_ref()
+        .and_then(|status| status.last_snapshot.clone())
+    else {
         return not_ready(format!(
             "MongoDBBackup {} has no stored snapshot yet",
             source.backup_name
@@ -307,7 +333,8 @@ async fn restore_step(
         };
         let (target, object) = quorum_core::backup::locate(&record.location, &settings, credentials)
             .map_err(|error| restore_failed(&error.to_string()))?;
-        let sink = quorum_core::backup::BackupSink::new(target).map_err(|error| restore_failed(&error.to_string()))?;
+        let sink = quorum_core::backup::BackupSink::new(target)
+            .map_err(|error| restore_failed(&error.to_string()))?;
         Ok((sink, object))
     });
     let (sink, object) = match located {
@@ -406,10 +433,12 @@ async fn observe(
             })
             .await
             .flatten();
-            if let Some(held) = held {
-                if config.as_ref().is_none_or(|current: &ReplConfig| held.version > current.version) {
-                    config = Some(held);
-                }
+            if let Some(held) = held
+                && config
+                    .as_ref()
+                    .is_none_or(|current: &ReplConfig| held.version > current.version)
+            {
+                config = Some(held);
             }
         }
     }
@@ -420,7 +449,12 @@ async fn observe(
             .members
             .iter()
             .filter(|member| !desired.members.iter().any(|d| d.host == member.host))
-            .map(|member| (member_name_of(replica_set, context, &member.host), member.host.clone()))
+            .map(|member| {
+                (
+                    member_name_of(replica_set, context, &member.host),
+                    member.host.clone(),
+                )
+            })
             .collect();
         for (name, host) in extra {
             members.push(see(clients, key, &name, &host, pods.get(&name)).await);
@@ -469,10 +503,12 @@ async fn see(clients: &MongoClients, key: &str, name: &str, host: &str, pod: Opt
         Err(failure) => Reach::Unknown(failure.to_string()),
     };
     let server_version = match &reach {
-        Reach::Answered(_) => read(clients, key, host, "buildInfo", |admin| async move {
-            admin.server_version().await
-        })
-        .await,
+        Reach::Answered(_) => {
+            read(clients, key, host, "buildInfo", |admin| async move {
+                admin.server_version().await
+            })
+            .await
+        }
         Reach::Unknown(_) => None,
     };
     SeenMember {
@@ -486,7 +522,13 @@ async fn see(clients: &MongoClients, key: &str, name: &str, host: &str, pod: Opt
 }
 
 /// A read whose failure leaves the answer unknown.
-async fn read<T, F, Fut>(clients: &MongoClients, key: &str, host: &str, verb: &'static str, call: F) -> Option<T>
+async fn read<T, F, Fut>(
+    clients: &MongoClients,
+    key: &str,
+    host: &str,
+    verb: &'static str,
+    call: F,
+) -> Option<T>
 where
     F: Fn(crate::admin::MongoAdmin) -> Fut,
     Fut: Future<Output = Result<T, AdminError>>,
@@ -501,8 +543,14 @@ where
 }
 
 /// The set's member pods (data and arbiter) by name.
-async fn member_pods(context: &Context<State>, replica_set: &MongoDBReplicaSet) -> Result<BTreeMap<String, Pod>, Error> {
-    let pods: Api<Pod> = Api::namespaced(context.client.clone(), &replica_set.namespace().unwrap_or_default());
+async fn member_pods(
+    context: &Context<State>,
+    replica_set: &MongoDBReplicaSet,
+) -> Result<BTreeMap<String, Pod>, Error> {
+    let pods: Api<Pod> = Api::namespaced(
+        context.client.clone(),
+        &replica_set.namespace().unwrap_or_default(),
+    );
     let mut by_name = BTreeMap::new();
     for component in [MEMBER_COMPONENT, ARBITER_COMPONENT] {
         let labels = selector(replica_set, component)
@@ -557,7 +605,10 @@ fn status_from(
 }
 
 fn member_status(seen: &SeenMember, desired: &Desired, observed: &Observed) -> MemberStatus {
-    let configured = observed.config.as_ref().and_then(|config| config.member(&seen.host));
+    let configured = observed
+        .config
+        .as_ref()
+        .and_then(|config| config.member(&seen.host));
     let reported = observed
         .status
         .as_ref()
@@ -578,7 +629,10 @@ fn member_status(seen: &SeenMember, desired: &Desired, observed: &Observed) -> M
             Some(reported)
                 if matches!(
                     reported.state,
-                    MemberState::Recovering | MemberState::Rollback | MemberState::Removed | MemberState::Unknown
+                    MemberState::Recovering
+                        | MemberState::Rollback
+                        | MemberState::Removed
+                        | MemberState::Unknown
                 ) =>
             {
                 ("Unhealthy", Some(format!("state {}", reported.state.as_str())))
@@ -594,14 +648,16 @@ fn member_status(seen: &SeenMember, desired: &Desired, observed: &Observed) -> M
         votes: configured.map_or(0, |member| member.votes),
         priority: configured.map_or(0.0, |member| member.priority),
         hidden: configured.is_some_and(|member| member.hidden),
-        arbiter: configured.map_or(wanted.is_some_and(|member| member.arbiter), |member| member.arbiter_only),
+        arbiter: configured.map_or(wanted.is_some_and(|member| member.arbiter), |member| {
+            member.arbiter_only
+        }),
         lag_seconds: configured.and_then(|_| observed.lag_seconds(&seen.host)),
         version: seen.server_version.clone(),
         message,
     }
 }
 
-/// Takes the step, recording it in `status` first.
+/// Takes the step, recording it in `status` (and on the API server, `reported`) first.
 async fn act(
     context: &Context<State>,
     replica_set: &MongoDBReplicaSet,
@@ -609,6 +665,7 @@ async fn act(
     observed: &Observed,
     step: &Step,
     status: &mut MongoDBReplicaSetStatus,
+    reported: &mut Option<MongoDBReplicaSetStatus>,
 ) -> Result<Progress, Error> {
     let clients = &context.state.clients;
     let config_version = observed.config.as_ref().map(|config| config.version);
@@ -635,17 +692,15 @@ async fn act(
         from_config_version: config_version,
         started_at: Time(Timestamp::now()),
     };
-    if status.membership_change.as_ref().map(|c| (&c.kind, &c.member, c.from_config_version))
+    if status
+        .membership_change
+        .as_ref()
+        .map(|c| (&c.kind, &c.member, c.from_config_version))
         != Some((&change.kind, &change.member, change.from_config_version))
     {
         status.membership_change = Some(change);
-        patch_status(
-            &context.client,
-            replica_set,
-            replica_set.status.as_ref(),
-            status,
-        )
-        .await?;
+        patch_status(&context.client, replica_set, reported.as_ref(), status).await?;
+        *reported = Some(status.clone());
     }
 
     let result: Result<(&'static str, String), CallFailure> = match step {
@@ -655,7 +710,12 @@ async fn act(
                 async move { admin.initiate(&config).await }
             })
             .await
-            .map(|()| ("Initiated", format!("initiated replica set {} with {member}", config.set_name))),
+            .map(|()| {
+                (
+                    "Initiated",
+                    format!("initiated replica set {} with {member}", config.set_name),
+                )
+            }),
         Step::Reconfigure { change, config, .. } => {
             let primary = observed.primary.clone().unwrap_or_default();
             clients
@@ -667,24 +727,51 @@ async fn act(
                 .map(|()| reconfigured(*change, &member, config))
         }
         Step::StepDown { host, reason, .. } => clients
-            .member(key, host, "replSetStepDown", Idempotency::Mutation, |admin| async move {
-                admin.step_down(STEP_DOWN_SECONDS, STEP_DOWN_CATCH_UP_SECONDS).await
-            })
+            .member(
+                key,
+                host,
+                "replSetStepDown",
+                Idempotency::Mutation,
+                |admin| async move {
+                    admin
+                        .step_down(STEP_DOWN_SECONDS, STEP_DOWN_CATCH_UP_SECONDS)
+                        .await
+                },
+            )
             .await
-            .map(|()| ("SteppedDown", format!("{member} stepped down as primary ({reason:?})"))),
+            .map(|()| {
+                (
+                    "SteppedDown",
+                    format!("{member} stepped down as primary ({reason:?})"),
+                )
+            }),
         Step::SetFeatureCompatibility { release } => {
             let primary = observed.primary.clone().unwrap_or_default();
             clients
-                .member(key, &primary, "setFeatureCompatibilityVersion", Idempotency::Mutation, |admin| {
-                    let release = release.clone();
-                    async move { admin.set_feature_compatibility_version(&release).await }
-                })
+                .member(
+                    key,
+                    &primary,
+                    "setFeatureCompatibilityVersion",
+                    Idempotency::Mutation,
+                    |admin| {
+                        let release = release.clone();
+                        async move { admin.set_feature_compatibility_version(&release).await }
+                    },
+                )
                 .await
-                .map(|()| ("FeatureCompatibilityVersionSet", format!("featureCompatibilityVersion is now {release}")))
+                .map(|()| {
+                    (
+                        "FeatureCompatibilityVersionSet",
+                        format!("featureCompatibilityVersion is now {release}"),
+                    )
+                })
         }
         Step::Restart { member } => {
             restart(context, replica_set, member).await?;
-            Ok(("MemberRestarted", format!("restarted {member} for version {}", replica_set.spec.version)))
+            Ok((
+                "MemberRestarted",
+                format!("restarted {member} for version {}", replica_set.spec.version),
+            ))
         }
         Step::Settled | Step::Wait { .. } => unreachable!("handled above"),
     };
@@ -717,7 +804,12 @@ fn reconfigured(change: Change, member: &str, config: &ReplConfig) -> (&'static 
 
 /// A step that failed: refused (nothing changed, the record is cleared) or unanswered (it may
 /// have happened; the record stays and the next observation tells).
-fn failed(step: &Step, member: &str, failure: &CallFailure, status: &mut MongoDBReplicaSetStatus) -> Progress {
+fn failed(
+    step: &Step,
+    member: &str,
+    failure: &CallFailure,
+    status: &mut MongoDBReplicaSetStatus,
+) -> Progress {
     if matches!(step, Step::Initiate { .. }) && refusal_code(failure) == Some(codes::ALREADY_INITIALIZED) {
         return Progress::Waiting {
             reason: "AlreadyInitiated",
@@ -752,9 +844,20 @@ fn step_name(step: &Step) -> &'static str {
 
 /// Deletes a member's pod, exactly the one observed, so the StatefulSet recreates it from the
 /// current template (the set uses the OnDelete update strategy).
-async fn restart(context: &Context<State>, replica_set: &MongoDBReplicaSet, member: &str) -> Result<(), Error> {
-    let pods: Api<Pod> = Api::namespaced(context.client.clone(), &replica_set.namespace().unwrap_or_default());
-    let Some(pod) = pods.get_opt(member).await.map_err(api(format!("reading pod {member}")))? else {
+async fn restart(
+    context: &Context<State>,
+    replica_set: &MongoDBReplicaSet,
+    member: &str,
+) -> Result<(), Error> {
+    let pods: Api<Pod> = Api::namespaced(
+        context.client.clone(),
+        &replica_set.namespace().unwrap_or_default(),
+    );
+    let Some(pod) = pods
+        .get_opt(member)
+        .await
+        .map_err(api(format!("reading pod {member}")))?
+    else {
         return Ok(());
     };
     let params = DeleteParams {
@@ -837,12 +940,24 @@ fn set_conditions(
 
 /// Creates the generated administrator and keyfile Secrets once; existing ones are never
 /// rewritten (the members were started with them).
-async fn ensure_generated_secrets(context: &Context<State>, replica_set: &MongoDBReplicaSet) -> Result<(), Error> {
-    let secrets: Api<Secret> = Api::namespaced(context.client.clone(), &replica_set.namespace().unwrap_or_default());
+async fn ensure_generated_secrets(
+    context: &Context<State>,
+    replica_set: &MongoDBReplicaSet,
+) -> Result<(), Error> {
+    let secrets: Api<Secret> = Api::namespaced(
+        context.client.clone(),
+        &replica_set.namespace().unwrap_or_default(),
+    );
     let name = replica_set.name_any();
     let wanted = [
-        (replica_set.spec.admin_secret.is_none(), generated_admin_secret_name(&name)),
-        (replica_set.spec.keyfile_secret.is_none(), generated_keyfile_secret_name(&name)),
+        (
+            replica_set.spec.admin_secret.is_none(),
+            generated_admin_secret_name(&name),
+        ),
+        (
+            replica_set.spec.keyfile_secret.is_none(),
+            generated_keyfile_secret_name(&name),
+        ),
     ];
     for (index, (generate, secret_name)) in wanted.into_iter().enumerate() {
         if !generate
@@ -855,7 +970,11 @@ async fn ensure_generated_secrets(context: &Context<State>, replica_set: &MongoD
             continue;
         }
         let secret = if index == 0 {
-            build_admin_secret(replica_set, DEFAULT_ADMIN_USERNAME.to_string(), generate_password())?
+            build_admin_secret(
+                replica_set,
+                DEFAULT_ADMIN_USERNAME.to_string(),
+                generate_password(),
+            )?
         } else {
             build_keyfile_secret(replica_set, generate_keyfile())?
         };
@@ -868,7 +987,11 @@ async fn ensure_generated_secrets(context: &Context<State>, replica_set: &MongoD
 }
 
 /// The administrator's login from the Secret `name`.
-pub async fn read_credentials(context: &Context<State>, namespace: &str, name: &str) -> Result<Credentials, Error> {
+pub async fn read_credentials(
+    context: &Context<State>,
+    namespace: &str,
+    name: &str,
+) -> Result<Credentials, Error> {
     let secrets: Api<Secret> = Api::namespaced(context.client.clone(), namespace);
     let secret = secrets
         .get_opt(name)
@@ -899,15 +1022,20 @@ pub async fn read_credentials(context: &Context<State>, namespace: &str, name: &
 
 /// A set's backup policy is carried out by a `MongoDBBackup` it owns, `<name>-scheduled`;
 /// removing the policy removes it.
-async fn ensure_scheduled_backup(context: &Context<State>, replica_set: &MongoDBReplicaSet) -> Result<(), Error> {
+async fn ensure_scheduled_backup(
+    context: &Context<State>,
+    replica_set: &MongoDBReplicaSet,
+) -> Result<(), Error> {
     let name = quorum_core::naming::child_name(&replica_set.name_any(), "scheduled");
     match build_scheduled_backup(replica_set, &name)? {
         Some(backup) => {
             context.applier.apply(&backup).await?;
         }
         None => {
-            let backups: Api<MongoDBBackup> =
-                Api::namespaced(context.client.clone(), &replica_set.namespace().unwrap_or_default());
+            let backups: Api<MongoDBBackup> = Api::namespaced(
+                context.client.clone(),
+                &replica_set.namespace().unwrap_or_default(),
+            );
             ignore_not_found(backups.delete(&name, &DeleteParams::default()).await.map(|_| ()))
                 .map_err(api(format!("deleting MongoDBBackup {name}")))?;
         }
