@@ -236,7 +236,7 @@ impl Inner {
         };
         self.store.apply(&entry)?;
         let optime = entry.optime();
-        self.store.oplog.push(entry);
+        self.store.append(entry);
         self.mark_dirty();
         Ok(optime)
     }
@@ -1420,7 +1420,7 @@ impl Node {
                         format!("applying {:?} from {source}: {error}", entry.optime()),
                     );
                 }
-                inner.store.oplog.push(entry.clone());
+                inner.store.append(entry.clone());
             }
             if !entries.is_empty() {
                 inner.mark_dirty();

@@ -17,6 +17,9 @@ pub const STATE_FILE: &str = "mongo-sim.state";
 pub const USERS: (&str, &str) = ("admin", "system.users");
 pub const VERSION: (&str, &str) = ("admin", "system.version");
 pub const FCV_ID: &str = "featureCompatibilityVersion";
+/// Oplog entries kept, like the server's capped oplog: a member that falls further behind
+/// finds its last entry gone at its sync source and copies everything again.
+pub const OPLOG_ENTRIES: usize = 50_000;
 
 /// A position in the oplog. Ordered by term, then timestamp, as the server orders them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -240,6 +243,15 @@ impl Store {
         let temporary = path.with_extension("state.tmp");
         std::fs::write(&temporary, bytes)?;
         std::fs::rename(&temporary, &path)
+    }
+
+    /// Appends an applied entry to the oplog, dropping the oldest beyond [`OPLOG_ENTRIES`].
+    pub fn append(&mut self, entry: OplogEntry) {
+        self.oplog.push(entry);
+        if self.oplog.len() > OPLOG_ENTRIES {
+            let excess = self.oplog.len() - OPLOG_ENTRIES;
+            self.oplog.drain(..excess);
+        }
     }
 
     pub fn last_optime(&self) -> OpTime {
