@@ -469,7 +469,31 @@ async fn a_partitioned_primary_steps_down_and_the_majority_elects() {
     )
     .await
     .unwrap();
-    let old = wait_primary(&processes, &[0, 1, 2]).await;
+    let first = wait_primary(&processes, &[0, 1, 2]).await;
+
+    // A step-down with caught-up secondaries hands the primary role over; the old primary
+    // does not stand again while frozen.
+    let client = processes.client();
+    client
+        .database("app")
+        .collection::<Document>("things")
+        .insert_one(doc! { "_id": 1 })
+        .await
+        .unwrap();
+    admin(
+        &processes.direct_client(first),
+        doc! { "replSetStepDown": 30, "secondaryCatchUpPeriodSecs": 5 },
+    )
+    .await
+    .unwrap();
+    let candidates: Vec<usize> = (0..3).filter(|i| *i != first).collect();
+    let old = wait_primary(&processes, &candidates).await;
+    let hello = admin(&processes.direct_client(first), doc! { "hello": 1 })
+        .await
+        .unwrap();
+    assert_eq!(hello.get_bool("secondary"), Ok(true), "{hello}");
+
+    // The new primary is cut off from both others.
     let others: Vec<usize> = (0..3).filter(|i| *i != old).collect();
     let cut_off: Vec<String> = others.iter().map(|i| hosts[*i].clone()).collect();
     admin(&processes.direct_client(old), doc! { "simPartition": cut_off })

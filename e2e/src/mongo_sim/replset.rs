@@ -1326,6 +1326,28 @@ impl Node {
             return false;
         };
         let size = databases.values().map(|d| d.len()).sum::<usize>();
+        let fcv = databases
+            .get(VERSION.0)
+            .and_then(|d| d.get(VERSION.1))
+            .and_then(|c| c.documents.iter().find(|d| d.get_str("_id") == Ok(FCV_ID)))
+            .and_then(|d| d.get_str("version").ok().map(str::to_string));
+        if let Some(fcv) = fcv {
+            let accepted = rules::version_pair(&fcv)
+                .zip(rules::version_pair(&self.binary.release))
+                .is_some_and(|(fcv, binary)| rules::binary_accepts_fcv(binary, fcv));
+            if !accepted {
+                // As the server does, a binary that cannot run the set's data version stops.
+                log(
+                    &self.me,
+                    format!(
+                        "initial sync from {source}: the set's feature compatibility version is {fcv}, which binary version {} cannot run",
+                        self.binary.version
+                    ),
+                );
+                self.request_shutdown(62);
+                return false;
+            }
+        }
         self.with(|inner| {
             if !matches!(inner.role, Role::Startup2 | Role::Rollback) {
                 return;
