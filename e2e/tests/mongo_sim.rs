@@ -533,3 +533,99 @@ async fn a_partitioned_primary_steps_down_and_the_majority_elects() {
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_driver_helpers_read_and_write_through_the_simulator() {
+    let processes = MongoProcesses::start("rs0", 1, credentials()).await;
+    let client = processes.direct_client(0);
+    admin(
+        &client,
+        doc! { "replSetInitiate": { "_id": "rs0", "members": [member(0, &processes.host(0), 1, 1.0)], "settings": settings() } },
+    )
+    .await
+    .unwrap();
+    wait_primary(&processes, &[0]).await;
+    let database = client.database("shop");
+    let orders = database.collection::<Document>("orders");
+    orders
+        .insert_many((0..25).map(|i| doc! { "_id": i, "kind": if i % 2 == 0 { "even" } else { "odd" } }))
+        .await
+        .unwrap();
+    let generated = orders.insert_one(doc! { "kind": "none" }).await.unwrap();
+    assert!(generated.inserted_id.as_object_id().is_some());
+
+    // Cursors in small batches, sorted, filtered, skipped and limited.
+    let mut cursor = orders
+        .find(doc! { "kind": "odd" })
+        .sort(doc! { "_id": -1 })
+        .batch_size(2)
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    while cursor.advance().await.unwrap() {
+        ids.push(cursor.deserialize_current().unwrap().get_i32("_id").unwrap());
+    }
+    assert_eq!(ids, (0..25).rev().filter(|i| i % 2 == 1).collect::<Vec<_>>());
+    let page: Vec<Document> = {
+        use futures::TryStreamExt;
+        orders
+            .find(doc! { "_id": { "$gte": 10 } })
+            .sort(doc! { "_id": 1 })
+            .skip(2)
+            .limit(3)
+            .await
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap()
+    };
+    assert_eq!(
+        page.iter().map(|d| d.get_i32("_id").unwrap()).collect::<Vec<_>>(),
+        vec![12, 13, 14]
+    );
+    assert_eq!(orders.count_documents(doc! { "kind": "even" }).await.unwrap(), 13);
+    assert_eq!(orders.estimated_document_count().await.unwrap(), 26);
+
+    // Updates and deletes.
+    let updated = orders
+        .update_one(
+            doc! { "_id": 3 },
+            doc! { "$set": { "kind": "three" }, "$inc": { "seen": 1 } },
+        )
+        .await
+        .unwrap();
+    assert_eq!((updated.matched_count, updated.modified_count), (1, 1));
+    assert_eq!(
+        orders.find_one(doc! { "_id": 3 }).await.unwrap(),
+        Some(doc! { "_id": 3, "kind": "three", "seen": 1 })
+    );
+    let deleted = orders.delete_many(doc! { "kind": "even" }).await.unwrap();
+    assert_eq!(deleted.deleted_count, 13);
+
+    // Catalog commands.
+    orders
+        .create_index(mongodb::IndexModel::builder().keys(doc! { "kind": 1 }).build())
+        .await
+        .unwrap();
+    let mut indexes = orders.list_index_names().await.unwrap();
+    indexes.sort();
+    assert_eq!(indexes, vec!["_id_", "kind_1"]);
+    database.create_collection("empty").await.unwrap();
+    let mut collections = database.list_collection_names().await.unwrap();
+    collections.sort();
+    assert_eq!(collections, vec!["empty", "orders"]);
+    let names = client.list_database_names().await.unwrap();
+    assert!(
+        names.contains(&"shop".to_string()) && names.contains(&"admin".to_string()),
+        "{names:?}"
+    );
+    database.drop().await.unwrap();
+    assert!(
+        !client
+            .list_database_names()
+            .await
+            .unwrap()
+            .contains(&"shop".to_string())
+    );
+    refused(&client, doc! { "noSuchCommand": 1 }, 59).await;
+}
