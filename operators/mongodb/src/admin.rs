@@ -153,7 +153,10 @@ impl ConfigMember {
         }
         Ok(Self {
             id: number(member, "_id").ok_or("member without _id")? as i32,
-            host: member.get_str("host").map_err(|_| "member without host")?.to_string(),
+            host: member
+                .get_str("host")
+                .map_err(|_| "member without host")?
+                .to_string(),
             votes: number(member, "votes").unwrap_or(1) as i32,
             priority: float(member, "priority").unwrap_or(1.0),
             hidden: member.get_bool("hidden").unwrap_or(false),
@@ -232,7 +235,10 @@ impl ReplConfig {
             other.remove(field);
         }
         Ok(Self {
-            set_name: config.get_str("_id").map_err(|_| "configuration without _id")?.to_string(),
+            set_name: config
+                .get_str("_id")
+                .map_err(|_| "configuration without _id")?
+                .to_string(),
             version: number(config, "version").ok_or("configuration without version")?,
             members,
             other,
@@ -384,7 +390,11 @@ pub struct MongoAdmin {
 impl MongoAdmin {
     /// A client for the member at `address` (`host:port`). The driver connects lazily: an
     /// unreachable member shows up on the first command, as `Unreachable`.
-    pub fn connect(address: &str, credentials: Option<&Credentials>, timeout: Duration) -> Result<Self, AdminError> {
+    pub fn connect(
+        address: &str,
+        credentials: Option<&Credentials>,
+        timeout: Duration,
+    ) -> Result<Self, AdminError> {
         let unexpected = |detail: String| AdminError::Unexpected {
             endpoint: address.to_string(),
             detail,
@@ -454,16 +464,21 @@ impl MongoAdmin {
     /// The server's version (`7.0.14`).
     pub async fn server_version(&self) -> Result<String, AdminError> {
         let reply = self.command(doc! { "buildInfo": 1 }).await?;
-        reply.get_str("version").map(str::to_string).map_err(|_| AdminError::Unexpected {
-            endpoint: self.endpoint.clone(),
-            detail: "buildInfo without version".into(),
-        })
+        reply
+            .get_str("version")
+            .map(str::to_string)
+            .map_err(|_| AdminError::Unexpected {
+                endpoint: self.endpoint.clone(),
+                detail: "buildInfo without version".into(),
+            })
     }
 
     /// `replSetGetStatus`; `None` when the member was never initiated or added.
     pub async fn status(&self) -> Result<Option<ReplStatus>, AdminError> {
         match self.command(doc! { "replSetGetStatus": 1 }).await {
-            Ok(reply) => ReplStatus::from_document(&reply).map(Some).map_err(|detail| self.unexpected(detail)),
+            Ok(reply) => ReplStatus::from_document(&reply)
+                .map(Some)
+                .map_err(|detail| self.unexpected(detail)),
             Err(error) if error.code() == Some(codes::NOT_YET_INITIALIZED) => Ok(None),
             Err(error) => Err(error),
         }
@@ -476,7 +491,9 @@ impl MongoAdmin {
                 let config = reply
                     .get_document("config")
                     .map_err(|_| self.unexpected("replSetGetConfig without config".into()))?;
-                ReplConfig::from_document(config).map(Some).map_err(|detail| self.unexpected(detail))
+                ReplConfig::from_document(config)
+                    .map(Some)
+                    .map_err(|detail| self.unexpected(detail))
             }
             Err(error) if error.code() == Some(codes::NOT_YET_INITIALIZED) => Ok(None),
             Err(error) => Err(error),
@@ -484,13 +501,17 @@ impl MongoAdmin {
     }
 
     pub async fn initiate(&self, config: &ReplConfig) -> Result<(), AdminError> {
-        self.command(doc! { "replSetInitiate": config.to_document() }).await.map(|_| ())
+        self.command(doc! { "replSetInitiate": config.to_document() })
+            .await
+            .map(|_| ())
     }
 
     /// `replSetReconfig` without `force`: the set itself refuses what is unsafe (two voting
     /// changes, a stale version, a configuration not yet on a majority).
     pub async fn reconfig(&self, config: &ReplConfig) -> Result<(), AdminError> {
-        self.command(doc! { "replSetReconfig": config.to_document() }).await.map(|_| ())
+        self.command(doc! { "replSetReconfig": config.to_document() })
+            .await
+            .map(|_| ())
     }
 
     /// `replSetStepDown`: the primary hands over to a caught-up secondary and stays out of

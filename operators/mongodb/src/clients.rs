@@ -166,7 +166,10 @@ impl MongoClients {
         if let Err(CallError::Failed(error)) = &result {
             // A server keeps a session's privileges as they were at login: after a refusal
             // for lack of them, log in again next time.
-            if matches!(error.code(), Some(codes::UNAUTHORIZED | codes::AUTHENTICATION_FAILED)) {
+            if matches!(
+                error.code(),
+                Some(codes::UNAUTHORIZED | codes::AUTHENTICATION_FAILED)
+            ) {
                 self.members.invalidate(&key).await;
             }
         }

@@ -54,7 +54,11 @@ async fn until_primary(admin: &MongoAdmin) {
 
 async fn until_state(primary: &MongoAdmin, host: &str, state: MemberState) {
     wait::until(&format!("{host} {state:?}"), Duration::from_secs(30), || async {
-        let status = primary.status().await.map_err(|e| e.to_string())?.ok_or("no status")?;
+        let status = primary
+            .status()
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or("no status")?;
         match status.member(host) {
             Some(member) if member.state == state => Ok(()),
             other => Err(format!("{other:?}")),
@@ -64,20 +68,32 @@ async fn until_state(primary: &MongoAdmin, host: &str, state: MemberState) {
 }
 
 async fn config(admin: &MongoAdmin) -> ReplConfig {
-    admin.config().await.expect("replSetGetConfig").expect("a configuration")
+    admin
+        .config()
+        .await
+        .expect("replSetGetConfig")
+        .expect("a configuration")
 }
 
 /// Waits until every member of the configuration holds its version, as the set requires before
 /// the next reconfiguration.
 async fn until_committed(primary: &MongoAdmin, version: i64) {
-    wait::until("the configuration on every member", Duration::from_secs(30), || async {
-        let status = primary.status().await.map_err(|e| e.to_string())?.ok_or("no status")?;
-        if status.members.iter().all(|m| m.config_version == Some(version)) {
-            Ok(())
-        } else {
-            Err(format!("{status:?}"))
-        }
-    })
+    wait::until(
+        "the configuration on every member",
+        Duration::from_secs(30),
+        || async {
+            let status = primary
+                .status()
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or("no status")?;
+            if status.members.iter().all(|m| m.config_version == Some(version)) {
+                Ok(())
+            } else {
+                Err(format!("{status:?}"))
+            }
+        },
+    )
     .await;
 }
 
@@ -229,7 +245,11 @@ async fn step_down_hands_over_to_a_caught_up_secondary() {
     assert!(!first.hello().await.unwrap().is_writable_primary);
     wait::until("another primary", Duration::from_secs(30), || async {
         for index in 1..3 {
-            if admin(&processes, index).hello().await.is_ok_and(|h| h.is_writable_primary) {
+            if admin(&processes, index)
+                .hello()
+                .await
+                .is_ok_and(|h| h.is_writable_primary)
+            {
                 return Ok(index);
             }
         }

@@ -161,7 +161,12 @@ impl Setup {
     /// A direct admin connection to data member `ordinal` of set `name`, as the operator has.
     pub async fn admin(&self, name: &str, ordinal: usize) -> MongoAdmin {
         let credentials = self.credentials(name).await;
-        MongoAdmin::connect(&self.host(name, ordinal), Some(&credentials), Duration::from_secs(3)).unwrap()
+        MongoAdmin::connect(
+            &self.host(name, ordinal),
+            Some(&credentials),
+            Duration::from_secs(3),
+        )
+        .unwrap()
     }
 
     /// The set's configuration as its primary reports it.
@@ -169,8 +174,12 @@ impl Setup {
         let credentials = self.credentials(name).await;
         wait::until("the primary's configuration", Duration::from_secs(30), || async {
             for ordinal in 0..members {
-                let admin = MongoAdmin::connect(&self.host(name, ordinal), Some(&credentials), Duration::from_secs(2))
-                    .map_err(|e| e.to_string())?;
+                let admin = MongoAdmin::connect(
+                    &self.host(name, ordinal),
+                    Some(&credentials),
+                    Duration::from_secs(2),
+                )
+                .map_err(|e| e.to_string())?;
                 if admin.hello().await.is_ok_and(|hello| hello.is_writable_primary) {
                     return admin
                         .config()
@@ -194,13 +203,23 @@ impl Setup {
             secrecy::ExposeSecret::expose_secret(&credentials.password),
             seeds.join(","),
         );
-        mongodb::Client::with_uri_str(&uri).await.expect("application client")
+        mongodb::Client::with_uri_str(&uri)
+            .await
+            .expect("application client")
     }
 
     /// Creates set `name` and waits until it is Ready with `members` ready members.
-    pub async fn create_ready(&self, name: &str, spec: MongoDBReplicaSetSpec, members: i32) -> MongoDBReplicaSetStatus {
+    pub async fn create_ready(
+        &self,
+        name: &str,
+        spec: MongoDBReplicaSetSpec,
+        members: i32,
+    ) -> MongoDBReplicaSetStatus {
         self.sets
-            .create(&kube::api::PostParams::default(), &MongoDBReplicaSet::new(name, spec))
+            .create(
+                &kube::api::PostParams::default(),
+                &MongoDBReplicaSet::new(name, spec),
+            )
             .await
             .unwrap_or_else(|e| panic!("creating MongoDBReplicaSet {name}: {e}"));
         self.ready(name, members).await
@@ -257,7 +276,11 @@ impl Setup {
     pub async fn scale(&self, name: &str, members: i32) {
         let patch = serde_json::json!({"spec": {"members": members}});
         self.sets
-            .patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
+            .patch(
+                name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
             .await
             .unwrap();
     }
@@ -295,7 +318,10 @@ pub fn spec(members: i32) -> MongoDBReplicaSetSpec {
 pub async fn insert_orders(client: &mongodb::Client, first: i64, count: i64) -> Vec<i64> {
     let orders = client.database("shop").collection::<Document>("orders");
     let ids: Vec<i64> = (first..first + count).collect();
-    let documents: Vec<Document> = ids.iter().map(|id| doc! { "_id": id, "item": format!("item-{id}") }).collect();
+    let documents: Vec<Document> = ids
+        .iter()
+        .map(|id| doc! { "_id": id, "item": format!("item-{id}") })
+        .collect();
     orders
         .insert_many(documents)
         .write_concern(mongodb::options::WriteConcern::majority())
