@@ -197,7 +197,16 @@ pub async fn reconcile(
     let mut status = status_from(&replica_set, &desired, &observed, now);
     // What the API server holds, for the final status patch to be computed against.
     let mut reported = replica_set.status.clone();
-    let progress = match restore_step(&context, &replica_set, &key, &observed, &mut status).await? {
+    let progress = match restore_step(
+        &context,
+        &replica_set,
+        &key,
+        &observed,
+        &mut status,
+        &mut reported,
+    )
+    .await?
+    {
         Some(progress) => progress,
         None => {
             let step = decide(&desired, &observed);
@@ -267,6 +276,7 @@ async fn restore_step(
     key: &str,
     observed: &Observed,
     status: &mut MongoDBReplicaSetStatus,
+    reported: &mut Option<MongoDBReplicaSetStatus>,
 ) -> Result<Option<Progress>, Error> {
     let Some(source) = replica_set
         .spec
@@ -341,13 +351,36 @@ async fn restore_step(
         Ok(located) => located,
         Err(progress) => return Ok(Some(progress)),
     };
+    // Recorded before it starts: a restore cut short (a crash, a lost status write) leaves data
+    // the next pass must not take for someone else's, nor load over.
+    let interrupted = replica_set
+        .status
+        .as_ref()
+        .and_then(|status| status.membership_change.as_ref())
+        .is_some_and(|change| change.kind == RESTORE_STEP);
+    let first = observed
+        .members
+        .iter()
+        .find(|member| &member.host == primary)
+        .map_or_else(|| primary.clone(), |member| member.name.clone());
+    status.membership_change = Some(MembershipChange {
+        kind: RESTORE_STEP.to_string(),
+        member: first.clone(),
+        from_config_version: Some(config.version),
+        started_at: Time(Timestamp::now()),
+    });
+    patch_status(&context.client, replica_set, reported.as_ref(), status).await?;
+    *reported = Some(status.clone());
+
     // A long stream, so not a timed admin call: its own connection, bounded by the store.
     let restored = match context.state.clients.long_running(key, primary) {
-        Ok(admin) => crate::archive::restore_stored(admin.client(), &sink, &object, &record.sha256)
-            .await
-            .map_err(|error| error.to_string()),
-        Err(error) => Err(error.to_string()),
+        Ok(admin) => crate::archive::restore_stored(admin.client(), &sink, &object, &record.sha256).await,
+        Err(error) => {
+            status.membership_change = None;
+            return Ok(Some(restore_failed(&error.to_string())));
+        }
     };
+    status.membership_change = None;
     Ok(Some(match restored {
         Ok(summary) => {
             status.restored_from = Some(record.clone());
@@ -359,9 +392,35 @@ async fn restore_step(
                 ),
             }
         }
-        Err(failure) => restore_failed(&failure),
+        Err(crate::archive::ArchiveError::TargetNotEmpty { database }) if interrupted => {
+            // Keep the record: the state stays explained until a human decides.
+            status.membership_change = replica_set
+                .status
+                .as_ref()
+                .and_then(|s| s.membership_change.clone());
+            Progress::Waiting {
+                reason: "RestoreInterrupted",
+                message: format!(
+                    "a restore of MongoDBBackup {} into {first} was interrupted and {first} holds database \
+                     {database}, partly or wholly restored; the operator does not load over it. Drop the user \
+                     databases on {first} to restore again",
+                    source.backup_name
+                ),
+            }
+        }
+        Err(crate::archive::ArchiveError::TargetNotEmpty { database }) => Progress::Waiting {
+            reason: "RestoreTargetNotEmpty",
+            message: format!(
+                "{first} already holds database {database}; restoreFrom loads only into an empty set, and nothing \
+                 was changed"
+            ),
+        },
+        Err(error) => restore_failed(&error.to_string()),
     }))
 }
+
+/// The step kind recorded while a backup is loaded into the first member.
+const RESTORE_STEP: &str = "Restore";
 
 fn restore_failed(detail: &str) -> Progress {
     Progress::Waiting {
