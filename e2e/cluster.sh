@@ -127,6 +127,9 @@ start() {
     --profiling=false
   wait_for kube-apiserver 120 apiserver_ready
 
+  # KWOK posts node status without leases, at intervals that reach the default 50s grace period
+  # on a loaded machine; the node lifecycle controller then marks every pod on the node NotReady
+  # and KWOK never makes them Ready again. Fake nodes do not fail: a long grace period.
   launch kube-controller-manager "$k8s_bin/kube-controller-manager" \
     --kubeconfig "$dir/kubeconfig" --authentication-kubeconfig "$dir/kubeconfig" \
     --authorization-kubeconfig "$dir/kubeconfig" \
@@ -135,6 +138,7 @@ start() {
     --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
     --use-service-account-credentials=false --leader-elect=false --pvclaimbinder-sync-period 1s \
     --controllers '*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-route' \
+    --node-monitor-grace-period 10m \
     --profiling=false
   launch kube-scheduler "$k8s_bin/kube-scheduler" \
     --kubeconfig "$dir/kubeconfig" --authentication-kubeconfig "$dir/kubeconfig" \
