@@ -24,9 +24,15 @@ declare -A packages=(
   [mariadb]=mariadb-client
   [redis-server]=redis-server
   [redis-sentinel]=redis-sentinel
+  # Operator images as OCI layouts without a container engine (`cargo xtask image`), and the
+  # image test's look at the binaries inside them.
+  [umoci]=umoci
+  [file]=file
 )
 missing=()
 for cmd in "${!packages[@]}"; do need_cmd "$cmd" || missing+=("${packages[$cmd]}"); done
+# The CA bundle the images carry for the operators' TLS clients (S3 backups).
+[[ -f /etc/ssl/certs/ca-certificates.crt ]] || missing+=(ca-certificates)
 if ((${#missing[@]})); then
   log "installing Debian packages: ${missing[*]}"
   sudo_=""; [[ $(id -u) -ne 0 ]] && sudo_=sudo

@@ -364,8 +364,8 @@ fn helm_template_renders_the_defaults() {
         "no ServiceMonitor by default:\n{rendered}"
     );
     assert!(
-        rendered.contains("image: \"ghcr.io/quorum-dev/etcd-operator:0.1.0\""),
-        "the image defaults to the appVersion:\n{rendered}"
+        rendered.contains("image: \"ghcr.io/quorum-dev/etcd-operator:v0.1.0\""),
+        "the image defaults to the tag of the appVersion:\n{rendered}"
     );
     assert!(!rendered.contains("--watch-namespaces"), "{rendered}");
     assert!(rendered.contains("namespace: ops"), "{rendered}");
@@ -583,7 +583,7 @@ async fn helm_install_creates_the_operator_and_its_rbac_and_uninstall_removes_th
     assert_eq!(spec.service_account_name.as_deref(), Some(fullname.as_str()));
     assert_eq!(
         spec.containers[0].image.as_deref(),
-        Some("ghcr.io/quorum-dev/etcd-operator:0.1.0")
+        Some("ghcr.io/quorum-dev/etcd-operator:v0.1.0")
     );
 
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);

@@ -53,7 +53,7 @@ pub struct ChartValues {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Image {
     pub repository: String,
-    /// Defaults to the chart's appVersion when empty.
+    /// The tag the operator's images are published under for this chart's version.
     pub tag: String,
     #[schemars(regex(pattern = r"^(Always|IfNotPresent|Never)$"))]
     pub pull_policy: String,
@@ -94,8 +94,8 @@ impl ChartValues {
     fn defaults(operator: &OperatorPackage) -> Self {
         Self {
             image: Image {
-                repository: format!("ghcr.io/quorum-dev/{}", operator.binary),
-                tag: String::new(),
+                repository: crate::image::repository(operator),
+                tag: crate::image::tag(crate::bundle::VERSION),
                 pull_policy: "IfNotPresent".into(),
             },
             replica_count: 1,

@@ -23,6 +23,7 @@ pub struct GeneratedFile {
 
 pub mod bundle;
 pub mod chart;
+pub mod image;
 
 /// One operator as packaged: names, what it says about itself, what it owns and needs.
 pub struct OperatorPackage {

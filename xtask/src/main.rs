@@ -1,10 +1,22 @@
-//! `cargo xtask generate` writes the generated files; `cargo xtask check` fails on drift.
+//! `cargo xtask generate` writes the generated files; `cargo xtask check` fails on drift;
+//! `cargo xtask image` builds an operator's image as an OCI layout.
 
-use anyhow::bail;
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use xtask::{OperatorPackage, image};
+
+const USAGE: &str = "usage:
+  cargo xtask generate
+  cargo xtask check
+  cargo xtask image <operator> --layout <dir> [--profile release|dev]
+      the operator's image as an OCI layout (a directory), tagged v<workspace version>
+<operator> is an engine (etcd), a binary (etcd-operator) or an OLM package (quorum-etcd-operator).";
 
 fn main() -> anyhow::Result<()> {
     let root = xtask::repository_root();
-    match std::env::args().nth(1).as_deref() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
         Some("generate") => xtask::write_all(&root),
         Some("check") => {
             let drifted = xtask::drifted(&root)?;
@@ -16,6 +28,49 @@ fn main() -> anyhow::Result<()> {
             }
             bail!("generated files drifted from the Rust types; run `cargo xtask generate` and commit")
         }
-        _ => bail!("usage: cargo xtask generate|check"),
+        Some("image") => {
+            let (operator, options) = operator_and_options(&args[1..], &["--layout", "--profile"])?;
+            let layout = PathBuf::from(option(&options, "--layout")?);
+            let profile = match options.iter().find(|(name, _)| name == "--profile") {
+                Some((_, value)) => value.parse()?,
+                None => image::Profile::Release,
+            };
+            let built = image::build(&operator, &layout, profile)?;
+            println!("{}:{}", built.layout.display(), built.tag);
+            Ok(())
+        }
+        _ => bail!("{USAGE}"),
     }
+}
+
+/// The operator named first, then `--name value` pairs among `known`.
+fn operator_and_options(
+    args: &[String],
+    known: &[&str],
+) -> anyhow::Result<(OperatorPackage, Vec<(String, String)>)> {
+    let Some(name) = args.first() else {
+        bail!("{USAGE}")
+    };
+    let operator = xtask::operators()
+        .into_iter()
+        .find(|operator| [operator.engine, operator.binary, operator.package].contains(&name.as_str()))
+        .with_context(|| format!("no operator {name:?}\n{USAGE}"))?;
+    let mut options = Vec::new();
+    let mut rest = args[1..].iter();
+    while let Some(flag) = rest.next() {
+        if !known.contains(&flag.as_str()) {
+            bail!("unknown option {flag:?}\n{USAGE}");
+        }
+        let value = rest.next().with_context(|| format!("{flag} needs a value"))?;
+        options.push((flag.clone(), value.clone()));
+    }
+    Ok((operator, options))
+}
+
+fn option<'a>(options: &'a [(String, String)], name: &str) -> anyhow::Result<&'a str> {
+    options
+        .iter()
+        .find(|(flag, _)| flag == name)
+        .map(|(_, value)| value.as_str())
+        .with_context(|| format!("{name} is required\n{USAGE}"))
 }

@@ -34,7 +34,7 @@ struct Cli {
     member_replace_after_seconds: u64,
 
     /// The operator's own image: the init container of restored members runs it.
-    #[arg(long, env = "OPERATOR_IMAGE", default_value = concat!("ghcr.io/quorum-dev/etcd-operator:", env!("CARGO_PKG_VERSION")))]
+    #[arg(long, env = "OPERATOR_IMAGE", default_value = concat!("ghcr.io/quorum-dev/etcd-operator:v", env!("CARGO_PKG_VERSION")))]
     operator_image: String,
 
     #[command(subcommand)]

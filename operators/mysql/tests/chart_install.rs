@@ -86,8 +86,8 @@ fn helm_template_renders_the_operator_its_rbac_and_no_admission_policy() {
         "{objects:?}"
     );
     assert!(
-        rendered.contains("image: \"ghcr.io/quorum-dev/mysql-operator:0.1.0\""),
-        "the image defaults to the appVersion:\n{rendered}"
+        rendered.contains("image: \"ghcr.io/quorum-dev/mysql-operator:v0.1.0\""),
+        "the image defaults to the tag of the appVersion:\n{rendered}"
     );
     assert!(rendered.contains("- mysqlclusters\n"), "{rendered}");
     assert!(rendered.contains("namespace: ops"), "{rendered}");

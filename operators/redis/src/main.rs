@@ -29,7 +29,7 @@ struct Cli {
 
     /// The operator's own image: the data pods of a cluster restored from a backup run it as
     /// their restore step.
-    #[arg(long, env = "OPERATOR_IMAGE", default_value = concat!("quorum-dev/redis-operator:", env!("CARGO_PKG_VERSION")))]
+    #[arg(long, env = "OPERATOR_IMAGE", default_value = concat!("ghcr.io/quorum-dev/redis-operator:v", env!("CARGO_PKG_VERSION")))]
     operator_image: String,
 
     #[command(subcommand)]

@@ -1,0 +1,434 @@
+//! The operators' container images, built as OCI image layouts without a container engine or a
+//! base image: a static binary (plus the tools the operator runs, if any), a passwd entry for
+//! the non-root user, the system's CA bundle, assembled by `umoci` (daemonless, rootless).
+//!
+//! `cargo xtask image <operator> --layout <dir>` writes `<dir>` as an OCI layout tagged with the
+//! version the bundle and chart name; any OCI tool copies it to a registry from there. The
+//! image matches `operators/<engine>/Dockerfile`: same paths, user, entrypoint and labels.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context, bail, ensure};
+
+use crate::OperatorPackage;
+
+/// The non-root user and group the operators run as (distroless' `nonroot`).
+pub const USER: u32 = 65532;
+
+/// The only target whose standard library links statically here (glibc 2.34 and later carry
+/// the `files` and `dns` name-service modules inside libc, so a static binary resolves names
+/// without loading NSS modules the image does not have).
+pub const TARGET: &str = "x86_64-unknown-linux-gnu";
+
+/// Where the operators' own binaries go in the image.
+const BIN: &str = "usr/local/bin";
+
+/// The repository the images are built from (the workspace's `repository`).
+const SOURCE: &str = "https://github.com/quorum-dev/quorum";
+
+/// The image's repository, without a tag.
+pub fn repository(operator: &OperatorPackage) -> String {
+    format!("ghcr.io/quorum-dev/{}", operator.binary)
+}
+
+/// The tag images of `version` are published under.
+pub fn tag(version: &str) -> String {
+    format!("v{version}")
+}
+
+/// The image of `operator` at `version`, as the CSV, the chart and the operator itself name it.
+pub fn reference(operator: &OperatorPackage, version: &str) -> String {
+    format!("{}:{}", repository(operator), tag(version))
+}
+
+/// How the binary is compiled. Both strip symbols and debug information: an image carries
+/// neither.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Profile {
+    /// Optimized: what a published image holds.
+    Release,
+    /// Unoptimized and incremental: a warm rebuild after a change only recompiles the changed
+    /// crates and relinks, which is what the tests build (the image's shape does not depend on
+    /// optimization).
+    Dev,
+}
+
+impl Profile {
+    /// The cargo profile (defined on the command line, so the workspace's own profiles and
+    /// their build outputs are untouched) and its settings.
+    fn cargo_profile(self) -> (&'static str, [&'static str; 3]) {
+        match self {
+            Self::Release => (
+                "image-release",
+                [
+                    "profile.image-release.inherits=\"release\"",
+                    "profile.image-release.strip=true",
+                    "profile.image-release.debug=false",
+                ],
+            ),
+            Self::Dev => (
+                "image-dev",
+                [
+                    "profile.image-dev.inherits=\"dev\"",
+                    "profile.image-dev.strip=true",
+                    "profile.image-dev.debug=false",
+                ],
+            ),
+        }
+    }
+}
+
+impl std::str::FromStr for Profile {
+    type Err = anyhow::Error;
+
+    fn from_str(text: &str) -> anyhow::Result<Self> {
+        match text {
+            "release" => Ok(Self::Release),
+            "dev" => Ok(Self::Dev),
+            other => bail!("unknown profile {other:?}: release or dev"),
+        }
+    }
+}
+
+/// A file the image carries besides the operator's binary.
+pub struct ImageFile {
+    /// Path inside the image, relative to `/`.
+    pub path: String,
+    pub source: PathBuf,
+    pub mode: u32,
+}
+
+/// The tools an operator runs from its own image. The etcd operator's restore init container
+/// runs `etcdutl` (at the path `restore-member` defaults to), at the etcd release the bundle
+/// names; the others speak their databases' protocols themselves.
+fn tools(operator: &OperatorPackage) -> anyhow::Result<Vec<ImageFile>> {
+    match operator.engine {
+        "etcd" => {
+            let version = pinned_version("ETCD_VERSION")?;
+            ensure!(
+                version == etcd_operator::packaging::DEFAULT_ETCD_IMAGE_TAG,
+                "ETCD_VERSION ({version}) in e2e/toolchain/versions.env is not the etcd release the bundle names ({})",
+                etcd_operator::packaging::DEFAULT_ETCD_IMAGE_TAG
+            );
+            let source = cache_root().join(format!("bin/etcd-{version}/etcdutl"));
+            ensure!(
+                source.exists(),
+                "{} is missing: run `e2e/toolchain/build.sh etcd`",
+                source.display()
+            );
+            Ok(vec![ImageFile {
+                path: format!("{BIN}/etcdutl"),
+                source,
+                mode: 0o755,
+            }])
+        }
+        _ => Ok(Vec::new()),
+    }
+}
+
+/// What [`build`] made.
+#[derive(Debug)]
+pub struct BuiltImage {
+    pub layout: PathBuf,
+    pub tag: String,
+    /// The static binary that went in.
+    pub binary: PathBuf,
+}
+
+/// Builds `operator`'s image into the OCI layout `layout` (replaced if it is one already),
+/// tagged [`tag`] of the workspace's version.
+pub fn build(operator: &OperatorPackage, layout: &Path, profile: Profile) -> anyhow::Result<BuiltImage> {
+    let version = crate::bundle::VERSION;
+    ensure_replaceable(layout)?;
+    let binary = static_binary(operator, profile)?;
+    let entrypoint = format!("/{BIN}/{}", operator.binary);
+    let mut files = vec![ImageFile {
+        path: entrypoint[1..].to_string(),
+        source: binary.clone(),
+        mode: 0o755,
+    }];
+    files.extend(tools(operator)?);
+    for file in &files {
+        ensure_static(&file.source)?;
+    }
+    let ca_bundle = Path::new("/etc/ssl/certs/ca-certificates.crt");
+    ensure!(
+        ca_bundle.exists(),
+        "{} is missing: install the system's CA certificates (Debian: ca-certificates)",
+        ca_bundle.display()
+    );
+
+    let tag = tag(version);
+    let scratch = layout.with_extension("building");
+    remove_layout(layout)?;
+    remove_dir(&scratch)?;
+    std::fs::create_dir_all(&scratch)?;
+    let image = format!("{}:{tag}", layout.display());
+    umoci(&["init", "--layout", &layout.display().to_string()])?;
+    umoci(&["new", "--image", &image])?;
+    let bundle = scratch.join("bundle");
+    umoci(&[
+        "unpack",
+        "--rootless",
+        "--image",
+        &image,
+        &bundle.display().to_string(),
+    ])?;
+
+    let rootfs = bundle.join("rootfs");
+    for file in &files {
+        copy(&file.source, &rootfs.join(&file.path), file.mode)?;
+    }
+    write(
+        &rootfs.join("etc/passwd"),
+        &format!(
+            "root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:{USER}:{USER}:nonroot:/nonexistent:/sbin/nologin\n"
+        ),
+        0o644,
+    )?;
+    write(
+        &rootfs.join("etc/group"),
+        &format!("root:x:0:\nnonroot:x:{USER}:\n"),
+        0o644,
+    )?;
+    copy(
+        ca_bundle,
+        &rootfs.join("etc/ssl/certs/ca-certificates.crt"),
+        0o644,
+    )?;
+    make_dir(&rootfs.join("tmp"), 0o1777)?;
+    umoci(&[
+        "repack",
+        "--image",
+        &image,
+        "--history.created_by",
+        &format!("cargo xtask image {}", operator.engine),
+        &bundle.display().to_string(),
+    ])?;
+
+    let user = format!("{USER}:{USER}");
+    let labels = [
+        (
+            "org.opencontainers.image.title",
+            operator.display_name.to_string(),
+        ),
+        (
+            "org.opencontainers.image.description",
+            operator.description.to_string(),
+        ),
+        ("org.opencontainers.image.version", version.to_string()),
+        ("org.opencontainers.image.source", SOURCE.to_string()),
+        (
+            "org.opencontainers.image.licenses",
+            env!("CARGO_PKG_LICENSE").to_string(),
+        ),
+    ];
+    let mut config = vec![
+        "config".to_string(),
+        "--image".into(),
+        image.clone(),
+        "--config.user".into(),
+        user,
+        "--config.entrypoint".into(),
+        entrypoint,
+        "--config.env".into(),
+        "PATH=/usr/local/bin:/usr/bin:/bin".into(),
+        "--config.workingdir".into(),
+        "/".into(),
+        "--os".into(),
+        "linux".into(),
+        "--architecture".into(),
+        "amd64".into(),
+        "--history.created_by".into(),
+        "cargo xtask image".into(),
+    ];
+    for (key, value) in labels {
+        config.push("--config.label".into());
+        config.push(format!("{key}={value}"));
+    }
+    umoci(&config.iter().map(String::as_str).collect::<Vec<_>>())?;
+    // `repack` and `config` leave the blobs they superseded behind.
+    umoci(&["gc", "--layout", &layout.display().to_string()])?;
+    remove_dir(&scratch)?;
+    Ok(BuiltImage {
+        layout: layout.to_path_buf(),
+        tag,
+        binary,
+    })
+}
+
+/// Compiles the operator's binary statically, into its own target directory under the cache
+/// (the static flag and the profiles must not invalidate the workspace's usual builds), and
+/// returns its path. Cargo's fingerprints make a run after no change a no-op and a run after a
+/// change a rebuild of the changed crates.
+pub fn static_binary(operator: &OperatorPackage, profile: Profile) -> anyhow::Result<PathBuf> {
+    let (name, settings) = profile.cargo_profile();
+    let target_dir = cache_root().join("static-target");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut command = Command::new(cargo);
+    command
+        .current_dir(crate::repository_root())
+        .args([
+            "build",
+            "--quiet",
+            "-p",
+            operator.binary,
+            "--bin",
+            operator.binary,
+        ])
+        .args(["--target", TARGET, "--profile", name]);
+    for setting in settings {
+        command.args(["--config", setting]);
+    }
+    // RUSTFLAGS from the caller's environment would both override the static flag and change
+    // every fingerprint of this target directory: exactly this and nothing else. With
+    // `--target`, build scripts and proc macros are built for the host without it.
+    command
+        .env("CARGO_TARGET_DIR", &target_dir)
+        .env("RUSTFLAGS", "-C target-feature=+crt-static")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env_remove("CARGO_BUILD_RUSTFLAGS");
+    let status = command
+        .status()
+        .context("running cargo to build the static binary")?;
+    ensure!(
+        status.success(),
+        "cargo build of {} failed: {status}",
+        operator.binary
+    );
+    Ok(target_dir.join(TARGET).join(name).join(operator.binary))
+}
+
+/// Fails unless `path` is an ELF executable with no program interpreter (nothing for the
+/// kernel to load but the file itself) that runs `--help` here.
+pub fn ensure_static(path: &Path) -> anyhow::Result<()> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    ensure!(
+        bytes.starts_with(b"\x7fELF") && bytes.get(4) == Some(&2) && bytes.get(5) == Some(&1),
+        "{} is not a 64-bit little-endian ELF file",
+        path.display()
+    );
+    let field = |offset: usize, width: usize| -> anyhow::Result<u64> {
+        let slice = bytes
+            .get(offset..offset + width)
+            .with_context(|| format!("{} is truncated", path.display()))?;
+        let mut buffer = [0u8; 8];
+        buffer[..width].copy_from_slice(slice);
+        Ok(u64::from_le_bytes(buffer))
+    };
+    let table = usize::try_from(field(0x20, 8)?)?;
+    let entry_size = usize::try_from(field(0x36, 2)?)?;
+    let entries = usize::try_from(field(0x38, 2)?)?;
+    const PT_INTERP: u64 = 3;
+    for index in 0..entries {
+        if field(table + index * entry_size, 4)? == PT_INTERP {
+            bail!(
+                "{} is dynamically linked (it names a program interpreter)",
+                path.display()
+            );
+        }
+    }
+    let output = Command::new(path)
+        .arg("--help")
+        .output()
+        .with_context(|| format!("running {} --help", path.display()))?;
+    ensure!(
+        output.status.success(),
+        "{} --help failed: {}{}",
+        path.display(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(())
+}
+
+fn umoci(args: &[&str]) -> anyhow::Result<()> {
+    let output = Command::new("umoci")
+        .args(args)
+        .output()
+        .map_err(|error| anyhow::anyhow!("running umoci: {error} (install it: Debian's `umoci` package)"))?;
+    ensure!(
+        output.status.success(),
+        "umoci {} failed: {}{}",
+        args.join(" "),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(())
+}
+
+/// Refuses a `layout` that exists and is neither an OCI layout nor an empty directory, so a
+/// mistyped `--layout` never deletes someone's files.
+fn ensure_replaceable(layout: &Path) -> anyhow::Result<()> {
+    if !layout.exists() {
+        return Ok(());
+    }
+    let empty = layout.read_dir()?.next().is_none();
+    ensure!(
+        empty || layout.join("oci-layout").is_file(),
+        "{} exists and is not an OCI layout: choose another --layout",
+        layout.display()
+    );
+    Ok(())
+}
+
+fn remove_layout(layout: &Path) -> anyhow::Result<()> {
+    ensure_replaceable(layout)?;
+    remove_dir(layout)
+}
+
+fn remove_dir(path: &Path) -> anyhow::Result<()> {
+    match std::fs::remove_dir_all(path) {
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+            Err(error).with_context(|| format!("removing {}", path.display()))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn set_mode(path: &Path, mode: u32) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .with_context(|| format!("setting the mode of {}", path.display()))
+}
+
+fn make_dir(path: &Path, mode: u32) -> anyhow::Result<()> {
+    std::fs::create_dir_all(path).with_context(|| format!("creating {}", path.display()))?;
+    set_mode(path, mode)
+}
+
+fn copy(source: &Path, destination: &Path, mode: u32) -> anyhow::Result<()> {
+    if let Some(parent) = destination.parent() {
+        make_dir(parent, 0o755)?;
+    }
+    std::fs::copy(source, destination)
+        .with_context(|| format!("copying {} to {}", source.display(), destination.display()))?;
+    set_mode(destination, mode)
+}
+
+fn write(destination: &Path, contents: &str, mode: u32) -> anyhow::Result<()> {
+    if let Some(parent) = destination.parent() {
+        make_dir(parent, 0o755)?;
+    }
+    std::fs::write(destination, contents).with_context(|| format!("writing {}", destination.display()))?;
+    set_mode(destination, mode)
+}
+
+/// The cache root (`QUORUM_CACHE`, default `~/.cache/quorum`), as the toolchain scripts use it.
+pub fn cache_root() -> PathBuf {
+    std::env::var_os("QUORUM_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/quorum"))
+}
+
+/// A version pinned in `e2e/toolchain/versions.env`.
+fn pinned_version(variable: &str) -> anyhow::Result<String> {
+    include_str!("../../e2e/toolchain/versions.env")
+        .lines()
+        .find_map(|line| line.strip_prefix(&format!("{variable}=")))
+        .map(|value| value.trim().to_string())
+        .with_context(|| format!("{variable} is not pinned in e2e/toolchain/versions.env"))
+}
