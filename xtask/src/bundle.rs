@@ -13,11 +13,87 @@ use crate::{GeneratedFile, HEADER, OperatorPackage};
 /// The bundle's version: the workspace's.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
+/// Versions published before [`VERSION`], oldest first. Each release replaces the one before
+/// it in the channels, so an installed operator upgrades along this list; on a version bump,
+/// the version being left goes here.
+pub const PUBLISHED: &[&str] = &[];
+
 /// The channel new bundles are published to first, and the default one.
 pub const CHANNELS: [&str; 2] = ["candidate", "stable"];
 
-fn operator_image(operator: &OperatorPackage) -> String {
-    format!("ghcr.io/quorum-dev/{}:v{VERSION}", operator.binary)
+/// One version of a bundle and the upgrade edge into it. The CSV (`spec.replaces`, the
+/// `olm.skipRange` annotation) and the catalog's channel entry are both written from this, so
+/// the two cannot disagree about which versions upgrade to which.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Release {
+    pub version: String,
+    /// The version this one replaces (the previous entry of the channel), if any.
+    pub previous: Option<String>,
+}
+
+impl Release {
+    /// The release the workspace builds now.
+    pub fn current() -> Self {
+        releases().pop().expect("the workspace's version is a release")
+    }
+
+    /// A release after this one, replacing it.
+    pub fn followed_by(&self, version: &str) -> Self {
+        Self {
+            version: version.to_string(),
+            previous: Some(self.version.clone()),
+        }
+    }
+
+    /// The CSV name of this release of `package`: the bundle's name in the catalog.
+    pub fn csv_name(&self, package: &str) -> String {
+        csv_name(package, &self.version)
+    }
+
+    /// `spec.replaces` of the CSV and `replaces` of the channel entry.
+    pub fn replaces(&self, package: &str) -> Option<String> {
+        self.previous
+            .as_deref()
+            .map(|previous| csv_name(package, previous))
+    }
+
+    /// Every older version upgrades straight here (`olm.skipRange`), as well as along the
+    /// `replaces` chain: a cluster that missed releases takes one upgrade, not one per release.
+    pub fn skip_range(&self) -> String {
+        format!("<{}", self.version)
+    }
+}
+
+/// The name of `package`'s CSV at `version`.
+pub fn csv_name(package: &str, version: &str) -> String {
+    format!("{package}.v{version}")
+}
+
+/// Every release in the channels, oldest first: [`PUBLISHED`], then [`VERSION`].
+pub fn releases() -> Vec<Release> {
+    let mut releases: Vec<Release> = Vec::new();
+    for version in PUBLISHED.iter().copied().chain([VERSION]) {
+        releases.push(match releases.last() {
+            Some(previous) => previous.followed_by(version),
+            None => Release {
+                version: version.to_string(),
+                previous: None,
+            },
+        });
+    }
+    releases
+}
+
+/// The version after `version` with its patch number raised (`0.1.0` -> `0.1.1`).
+pub fn next_patch(version: &str) -> anyhow::Result<String> {
+    let mut parts: Vec<u64> = version
+        .split('.')
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .map_err(|error| anyhow::anyhow!("{version} is not major.minor.patch: {error}"))?;
+    anyhow::ensure!(parts.len() == 3, "{version} is not major.minor.patch");
+    parts[2] += 1;
+    Ok(format!("{}.{}.{}", parts[0], parts[1], parts[2]))
 }
 
 /// The samples of owned kinds, as JSON objects, for `alm-examples`. `operator-sdk bundle
@@ -70,7 +146,12 @@ fn owned_crd(operator: &OperatorPackage, crd: &CustomResourceDefinition) -> anyh
 
 /// The ClusterServiceVersion.
 pub fn cluster_service_version(operator: &OperatorPackage) -> anyhow::Result<Value> {
-    let image = operator_image(operator);
+    cluster_service_version_of(operator, &Release::current())
+}
+
+/// The ClusterServiceVersion of `release`.
+pub fn cluster_service_version_of(operator: &OperatorPackage, release: &Release) -> anyhow::Result<Value> {
+    let image = crate::image::reference(operator, &release.version);
     let icon = base64::engine::general_purpose::STANDARD.encode(operator.icon_svg);
     let deployment = json!({
         "replicas": 1,
@@ -109,12 +190,13 @@ pub fn cluster_service_version(operator: &OperatorPackage) -> anyhow::Result<Val
             .iter()
             .map(|(name, image)| json!({"name": name, "image": image})),
     );
-    Ok(json!({
+    let mut csv = json!({
         "apiVersion": "operators.coreos.com/v1alpha1",
         "kind": "ClusterServiceVersion",
         "metadata": {
-            "name": format!("{}.v{VERSION}", operator.package),
+            "name": release.csv_name(operator.package),
             "annotations": {
+                "olm.skipRange": release.skip_range(),
                 "alm-examples": serde_json::to_string_pretty(&samples(operator)?)?,
                 "capabilities": "Full Lifecycle",
                 "categories": "Database",
@@ -136,7 +218,7 @@ pub fn cluster_service_version(operator: &OperatorPackage) -> anyhow::Result<Val
         "spec": {
             "displayName": operator.display_name,
             "description": operator.long_description,
-            "version": VERSION,
+            "version": release.version,
             "maturity": "alpha",
             "minKubeVersion": "1.30.0",
             "keywords": operator.keywords,
@@ -166,23 +248,35 @@ pub fn cluster_service_version(operator: &OperatorPackage) -> anyhow::Result<Val
             },
             "relatedImages": related
         }
-    }))
+    });
+    if let Some(replaces) = release.replaces(operator.package) {
+        csv["spec"]["replaces"] = replaces.into();
+    }
+    Ok(csv)
 }
 
 /// `bundle/<package>/`: manifests (CSV, CRDs), metadata and the bundle Dockerfile.
 pub fn bundle_files(operator: &OperatorPackage) -> anyhow::Result<Vec<GeneratedFile>> {
     let root = Path::new("bundle").join(operator.package);
+    Ok(bundle_files_of(operator, &Release::current())?
+        .into_iter()
+        .map(|file| GeneratedFile {
+            path: root.join(file.path),
+            contents: file.contents,
+        })
+        .collect())
+}
+
+/// The bundle directory of `release`, with paths relative to it.
+pub fn bundle_files_of(operator: &OperatorPackage, release: &Release) -> anyhow::Result<Vec<GeneratedFile>> {
     let mut files = vec![GeneratedFile {
-        path: root.join(format!(
-            "manifests/{}.clusterserviceversion.yaml",
-            operator.package
-        )),
-        contents: crate::to_yaml(&cluster_service_version(operator)?)?,
+        path: format!("manifests/{}.clusterserviceversion.yaml", operator.package).into(),
+        contents: crate::to_yaml(&cluster_service_version_of(operator, release)?)?,
     }];
     for crd in &operator.crds {
         let name = crd.metadata.name.clone().unwrap_or_default();
         files.push(GeneratedFile {
-            path: root.join(format!("manifests/{name}.crd.yaml")),
+            path: format!("manifests/{name}.crd.yaml").into(),
             contents: crate::to_yaml(crd)?,
         });
     }
@@ -195,7 +289,7 @@ pub fn bundle_files(operator: &OperatorPackage) -> anyhow::Result<Vec<GeneratedF
         "operators.operatorframework.io.bundle.channel.default.v1": "stable"
     }});
     files.push(GeneratedFile {
-        path: root.join("metadata/annotations.yaml"),
+        path: "metadata/annotations.yaml".into(),
         contents: crate::to_yaml(&annotations)?,
     });
     let labels: String = annotations["annotations"]
@@ -205,7 +299,7 @@ pub fn bundle_files(operator: &OperatorPackage) -> anyhow::Result<Vec<GeneratedF
         .map(|(key, value)| format!("LABEL {key}={}\n", value.as_str().unwrap_or_default()))
         .collect();
     files.push(GeneratedFile {
-        path: root.join("bundle.Dockerfile"),
+        path: "bundle.Dockerfile".into(),
         contents: format!(
             "{HEADER}FROM scratch\n{labels}COPY manifests /manifests/\nCOPY metadata /metadata/\n"
         ),
@@ -213,38 +307,54 @@ pub fn bundle_files(operator: &OperatorPackage) -> anyhow::Result<Vec<GeneratedF
     Ok(files)
 }
 
-/// `catalog/index.yaml`: the file-based catalog with every package, its channels and bundles.
-/// Bundles are referenced by image, as users with a registry consume them; the tests render an
-/// inline catalog from the bundle directories instead.
-pub fn catalog_file(operators: &[OperatorPackage]) -> anyhow::Result<GeneratedFile> {
-    let mut documents = Vec::new();
-    for operator in operators {
-        let bundle = format!("{}.v{VERSION}", operator.package);
-        documents.push(json!({
-            "schema": "olm.package",
-            "name": operator.package,
-            "defaultChannel": "stable",
-            "description": operator.description,
-            "icon": {"base64data": base64::engine::general_purpose::STANDARD.encode(operator.icon_svg), "mediatype": "image/svg+xml"}
-        }));
-        for channel in CHANNELS {
-            documents.push(json!({
-                "schema": "olm.channel",
-                "package": operator.package,
-                "name": channel,
-                "entries": [{"name": bundle, "skipRange": format!("<{VERSION}")}]
-            }));
+/// Writes the bundle directory of `release` into `directory`.
+pub fn write_bundle(operator: &OperatorPackage, release: &Release, directory: &Path) -> anyhow::Result<()> {
+    for file in bundle_files_of(operator, release)? {
+        let path = directory.join(&file.path);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
         }
+        std::fs::write(&path, &file.contents)?;
+    }
+    Ok(())
+}
+
+/// The package's `olm.package` and `olm.channel` documents: every channel lists `releases`
+/// with the upgrade edges of each.
+pub fn package_documents(operator: &OperatorPackage, releases: &[Release]) -> Vec<Value> {
+    let mut documents = vec![json!({
+        "schema": "olm.package",
+        "name": operator.package,
+        "defaultChannel": "stable",
+        "description": operator.description,
+        "icon": {"base64data": base64::engine::general_purpose::STANDARD.encode(operator.icon_svg), "mediatype": "image/svg+xml"}
+    })];
+    let entries: Vec<Value> = releases
+        .iter()
+        .map(|release| {
+            let mut entry = json!({
+                "name": release.csv_name(operator.package),
+                "skipRange": release.skip_range(),
+            });
+            if let Some(replaces) = release.replaces(operator.package) {
+                entry["replaces"] = replaces.into();
+            }
+            entry
+        })
+        .collect();
+    for channel in CHANNELS {
         documents.push(json!({
-            "schema": "olm.bundle",
-            "name": bundle,
+            "schema": "olm.channel",
             "package": operator.package,
-            "image": format!("ghcr.io/quorum-dev/{}-bundle:v{VERSION}", operator.binary),
-            "properties": [
-                {"type": "olm.package", "value": {"packageName": operator.package, "version": VERSION}}
-            ]
+            "name": channel,
+            "entries": entries,
         }));
     }
+    documents
+}
+
+/// YAML documents as one file-based catalog file under the generated-file header.
+pub fn catalog_text(documents: &[Value]) -> anyhow::Result<String> {
     // `---` only between documents: opm reads a leading `---` after the header comment as an
     // empty first document and refuses it ("object '' is missing root schema field").
     let mut text = String::from(HEADER);
@@ -254,8 +364,31 @@ pub fn catalog_file(operators: &[OperatorPackage]) -> anyhow::Result<GeneratedFi
         }
         text.push_str(&serde_yaml::to_string(document)?);
     }
+    Ok(text)
+}
+
+/// `catalog/index.yaml`: the file-based catalog with every package, its channels and bundles.
+/// Bundles are referenced by image, as users with a registry consume them; the tests render an
+/// inline catalog from the bundle directories instead.
+pub fn catalog_file(operators: &[OperatorPackage]) -> anyhow::Result<GeneratedFile> {
+    let releases = releases();
+    let mut documents = Vec::new();
+    for operator in operators {
+        documents.extend(package_documents(operator, &releases));
+        for release in &releases {
+            documents.push(json!({
+                "schema": "olm.bundle",
+                "name": release.csv_name(operator.package),
+                "package": operator.package,
+                "image": format!("ghcr.io/quorum-dev/{}-bundle:v{}", operator.binary, release.version),
+                "properties": [
+                    {"type": "olm.package", "value": {"packageName": operator.package, "version": release.version}}
+                ]
+            }));
+        }
+    }
     Ok(GeneratedFile {
         path: Path::new("catalog/index.yaml").to_path_buf(),
-        contents: text,
+        contents: catalog_text(&documents)?,
     })
 }

@@ -1,14 +1,17 @@
 //! `cargo xtask generate` writes the generated files; `cargo xtask check` fails on drift;
-//! `cargo xtask image` builds an operator's image as an OCI layout.
+//! `cargo xtask bundle` writes a bundle of another version; `cargo xtask image` builds an
+//! operator's image as an OCI layout.
 
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
-use xtask::{OperatorPackage, image};
+use xtask::{OperatorPackage, bundle, image};
 
 const USAGE: &str = "usage:
   cargo xtask generate
   cargo xtask check
+  cargo xtask bundle <operator> --version <version> --out <dir>
+      the operator's bundle at <version>, upgrading from the workspace's version
   cargo xtask image <operator> --layout <dir> [--profile release|dev]
       the operator's image as an OCI layout (a directory), tagged v<workspace version>
 <operator> is an engine (etcd), a binary (etcd-operator) or an OLM package (quorum-etcd-operator).";
@@ -27,6 +30,15 @@ fn main() -> anyhow::Result<()> {
                 eprintln!("out of date: {}", path.display());
             }
             bail!("generated files drifted from the Rust types; run `cargo xtask generate` and commit")
+        }
+        Some("bundle") => {
+            let (operator, options) = operator_and_options(&args[1..], &["--version", "--out"])?;
+            let version = option(&options, "--version")?;
+            let out = PathBuf::from(option(&options, "--out")?);
+            let release = bundle::Release::current().followed_by(version);
+            bundle::write_bundle(&operator, &release, &out)?;
+            println!("{}", out.display());
+            Ok(())
         }
         Some("image") => {
             let (operator, options) = operator_and_options(&args[1..], &["--layout", "--profile"])?;
