@@ -16,6 +16,7 @@
 //!   not do is listed in its module documentation.
 //! - [`local_members`]: real database processes standing in for member pods on KWOK nodes.
 //! - [`fault_proxy`]: a TCP proxy that blackholes, delays, resets or cuts one direction.
+//! - [`olm`]: real OLM v0 out of cluster, and catalogs of inline bundles served by `opm serve`.
 //! - [`s3`]: a real S3-compatible server process (`gofakes3`, in memory) with one bucket.
 //! - [`tools`]: where the pinned, Go-built binaries are.
 //! - [`wait`]: polling with a deadline, for conditions that become true eventually.
@@ -27,6 +28,7 @@ pub mod local_members;
 pub mod mariadb;
 pub mod mongo;
 pub mod mongo_sim;
+pub mod olm;
 pub mod redis;
 pub mod s3;
 pub mod tools;

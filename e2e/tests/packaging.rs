@@ -13,7 +13,8 @@ use k8s_openapi::api::{
 use kube::{Api, api::ListParams};
 use quorum_e2e::{
     control_plane::{TestNamespace, admin_client, kubeconfig_path},
-    tools::{kubectl_binary, packaging_tool, repository_root, run_tool, succeeds, transcript},
+    olm::{published_bundles, published_packages_and_channels, write_inline_catalog},
+    tools::{kubectl_binary, packaging_tool, run_tool, succeeds, transcript},
     wait,
 };
 use serde_json::Value;
@@ -178,7 +179,6 @@ fn opm_validates_the_published_catalog() {
 /// what lets OLM install it without a registry or an unpack Job.
 #[test]
 fn opm_renders_the_bundle_directory_as_an_inline_bundle_that_validates() {
-    let opm = packaging_tool("opm");
     let (stdout, _) = opm_render_bundle();
     let rendered: Vec<Value> = serde_json::Deserializer::from_str(&stdout)
         .into_iter::<Value>()
@@ -236,37 +236,14 @@ fn opm_renders_the_bundle_directory_as_an_inline_bundle_that_validates() {
         "both owned kinds are provided:\n{stdout}"
     );
 
-    // The inline catalog the OLM tests serve: the published package and channels, with the
-    // rendered bundle in place of the image reference. `opm validate` accepts it.
-    let published = std::fs::read_to_string(repository_root().join(CATALOG).join("index.yaml"))
-        .expect("catalog/index.yaml");
+    // The inline catalog the OLM tests serve: the published packages and channels, with the
+    // rendered bundles in place of the image references. `opm validate` accepts it.
     let directory = std::env::temp_dir().join(format!("quorum-inline-catalog-{}", std::process::id()));
-    std::fs::create_dir_all(&directory).expect("inline catalog directory");
-    let without_bundles: String = published
-        .split("\n---\n")
-        .filter(|document| {
-            !document.contains("schema: olm.bundle\n") && !document.ends_with("schema: olm.bundle")
-        })
-        .collect::<Vec<_>>()
-        .join("\n---\n");
-    std::fs::write(directory.join("index.yaml"), format!("{without_bundles}\n")).expect("index.yaml");
-    std::fs::write(directory.join("bundle.json"), &stdout).expect("bundle.json");
-    // The catalog lists every package; the other bundles go in inline too.
-    for other in std::fs::read_dir(repository_root().join("bundle")).expect("bundle/") {
-        let other = other.expect("a bundle directory").path();
-        if other.ends_with(BUNDLE) {
-            continue;
-        }
-        let (rendered, _) = succeeds(
-            &opm,
-            &["render", &other.display().to_string(), "-o", "json"],
-            None,
-        );
-        let name = other.file_name().expect("a name").to_string_lossy().to_string();
-        std::fs::write(directory.join(format!("{name}.json")), rendered).expect("bundle json");
-    }
-    let directory_arg = directory.display().to_string();
-    succeeds(&opm, &["validate", &directory_arg], None);
+    write_inline_catalog(
+        &directory,
+        &published_packages_and_channels(),
+        &published_bundles(),
+    );
     let _ = std::fs::remove_dir_all(&directory);
 }
 

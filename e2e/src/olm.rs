@@ -1,0 +1,604 @@
+//! Real OLM v0, out of cluster, for the tests that install operators through it: OLM's CRDs on
+//! the local control plane, its `olm` and `catalog` operators as host processes (built by
+//! `e2e/toolchain/packaging.sh olm`), and a file-based catalog of inline bundles (`opm render`
+//! of bundle directories, no image) served by `opm serve` on a loopback port: no catalog pod,
+//! no bundle image, no unpack Job.
+
+use std::{
+    fs::File,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use k8s_openapi::api::{
+    core::v1::Namespace,
+    rbac::v1::{ClusterRole, ClusterRoleBinding},
+};
+use kube::{
+    Api, Client,
+    api::{
+        ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+        PostParams,
+    },
+};
+use serde_json::{Value, json};
+
+use crate::{
+    control_plane::kubeconfig_path,
+    tools::{kubectl_binary, olm_directory, packaging_tool, repository_root, succeeds},
+    wait,
+};
+
+/// OLM's global catalog namespace (the catalog operator's `--namespace`).
+pub const OLM_NAMESPACE: &str = "olm";
+
+/// A host process that is killed when dropped; its output goes to a log file whose tail is
+/// printed if the test is failing.
+pub struct HostProcess {
+    name: String,
+    child: Child,
+    log: PathBuf,
+}
+
+impl HostProcess {
+    pub fn spawn(name: &str, mut command: Command, logs: &Path) -> Self {
+        let log = logs.join(format!("{name}.log"));
+        let out = File::create(&log).expect("log file");
+        command
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().expect("log file"))
+            .stderr(out);
+        let child = command
+            .spawn()
+            .unwrap_or_else(|error| panic!("starting {name}: {error}"));
+        Self {
+            name: name.to_string(),
+            child,
+            log,
+        }
+    }
+
+    /// Panics (with its log) if the process has exited.
+    pub fn assert_running(&mut self) {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            panic!(
+                "{} exited with {status}:\n{}",
+                self.name,
+                std::fs::read_to_string(&self.log).unwrap_or_default()
+            );
+        }
+    }
+}
+
+impl Drop for HostProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = lines[lines.len().saturating_sub(60)..].join("\n");
+            eprintln!(
+                "--- last lines of {} ({}) ---\n{tail}",
+                self.name,
+                self.log.display()
+            );
+        }
+    }
+}
+
+/// A free TCP port on the loopback address (there is a small window before it is used).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// Runs `kubectl` against the local control plane; returns its stdout and stderr.
+pub fn kubectl(args: &[&str]) -> (String, String) {
+    let kubeconfig = kubeconfig_path().display().to_string();
+    let mut all = vec!["--kubeconfig", kubeconfig.as_str()];
+    all.extend_from_slice(args);
+    succeeds(&kubectl_binary(), &all, None)
+}
+
+/// A Kubernetes object from its JSON.
+pub fn object(value: Value) -> DynamicObject {
+    serde_json::from_value(value).expect("a Kubernetes object")
+}
+
+/// `status.phase` of an OLM object (InstallPlan, CSV), empty when it has none yet.
+pub fn phase(object: &DynamicObject) -> String {
+    object.data["status"]["phase"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The CSV's `alm-examples` entry of `kind`: what OperatorHub offers to create.
+///
+/// # Panics
+/// When the CSV has no such example.
+pub fn alm_example(csv: &DynamicObject, kind: &str) -> Value {
+    let examples: Vec<Value> = serde_json::from_str(
+        csv.metadata
+            .annotations
+            .as_ref()
+            .and_then(|annotations| annotations.get("alm-examples"))
+            .expect("alm-examples"),
+    )
+    .expect("alm-examples is JSON");
+    examples
+        .into_iter()
+        .find(|example| example["kind"] == kind)
+        .unwrap_or_else(|| panic!("no {kind} in alm-examples"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Catalogs of inline bundles.
+
+/// `opm render` of a bundle directory: one inline bundle (its manifests as `olm.bundle.object`
+/// properties, no image), as JSON.
+///
+/// # Panics
+/// When opm fails or the bundle is not inline.
+pub fn render_bundle(directory: &Path) -> String {
+    let (rendered, _) = succeeds(
+        &packaging_tool("opm"),
+        &["render", &directory.display().to_string(), "-o", "json"],
+        None,
+    );
+    let bundle: Value = serde_json::from_str(&rendered).unwrap_or_else(|error| panic!("{error}: {rendered}"));
+    assert_eq!(
+        bundle["image"].as_str().unwrap_or_default(),
+        "",
+        "the bundle must be inline (no image) so OLM needs no unpack Job:\n{rendered}"
+    );
+    rendered
+}
+
+/// The published `catalog/index.yaml` without its `olm.bundle` documents (which reference
+/// bundle images): every package and channel, for a catalog whose bundles are inline.
+pub fn published_packages_and_channels() -> String {
+    let published =
+        std::fs::read_to_string(repository_root().join("catalog/index.yaml")).expect("catalog/index.yaml");
+    let without_bundles: String = published
+        .split("\n---\n")
+        .filter(|document| {
+            !document.contains("schema: olm.bundle\n") && !document.ends_with("schema: olm.bundle")
+        })
+        .collect::<Vec<_>>()
+        .join("\n---\n");
+    assert!(
+        without_bundles.contains("schema: olm.channel") && without_bundles.contains("name: stable"),
+        "catalog/index.yaml has no stable channel:\n{published}"
+    );
+    format!("{without_bundles}\n")
+}
+
+/// Every bundle directory under `bundle/`.
+pub fn published_bundles() -> Vec<PathBuf> {
+    let mut bundles: Vec<PathBuf> = std::fs::read_dir(repository_root().join("bundle"))
+        .expect("bundle/")
+        .map(|entry| entry.expect("a bundle directory").path())
+        .collect();
+    bundles.sort();
+    bundles
+}
+
+/// Writes a file-based catalog into `directory`: `index` (packages and channels) and each of
+/// `bundles` rendered inline; `opm validate` must accept it. Returns the rendered bundles.
+pub fn write_inline_catalog(directory: &Path, index: &str, bundles: &[PathBuf]) -> Vec<String> {
+    std::fs::create_dir_all(directory).expect("catalog directory");
+    std::fs::write(directory.join("index.yaml"), index).expect("index.yaml");
+    let rendered: Vec<String> = bundles
+        .iter()
+        .enumerate()
+        .map(|(index, bundle)| {
+            let rendered = render_bundle(bundle);
+            let name = bundle.file_name().expect("a name").to_string_lossy();
+            std::fs::write(directory.join(format!("{index:02}-{name}.json")), &rendered)
+                .expect("bundle json");
+            rendered
+        })
+        .collect();
+    succeeds(
+        &packaging_tool("opm"),
+        &["validate", &directory.display().to_string()],
+        None,
+    );
+    rendered
+}
+
+/// `opm serve` of a catalog directory on a free loopback port.
+pub struct CatalogServer {
+    pub port: u16,
+    process: HostProcess,
+}
+
+impl CatalogServer {
+    /// Serves `catalog` and waits until it listens; `scratch` holds its logs and files.
+    pub async fn start(catalog: &Path, scratch: &Path) -> Self {
+        let port = free_port();
+        let mut serve = Command::new(packaging_tool("opm"));
+        serve
+            .args([
+                "serve",
+                &catalog.display().to_string(),
+                "-p",
+                &port.to_string(),
+                "-t",
+            ])
+            .arg(scratch.join("opm-termination.log"))
+            // Its startup profiler would otherwise take localhost:6060.
+            .arg(format!("--pprof-addr=127.0.0.1:{}", free_port()))
+            .current_dir(scratch);
+        let logs = scratch.join("logs");
+        std::fs::create_dir_all(&logs).expect("logs directory");
+        let mut process = HostProcess::spawn("opm-serve", serve, &logs);
+        wait::until("opm serve to listen", Duration::from_secs(60), || {
+            process.assert_running();
+            async move {
+                tokio::net::TcpStream::connect(("127.0.0.1", port))
+                    .await
+                    .map(drop)
+                    .map_err(|error| error.to_string())
+            }
+        })
+        .await;
+        Self { port, process }
+    }
+
+    pub fn assert_running(&mut self) {
+        self.process.assert_running();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// OLM itself.
+
+/// OLM's CRDs installed, its namespace created and its two operators running on the host.
+pub struct Olm {
+    pub catalog_operator: HostProcess,
+    pub olm_operator: HostProcess,
+}
+
+impl Olm {
+    /// Installs OLM's CRDs (server-side: the CSV CRD is too large for a client-side apply
+    /// annotation) and namespace, and starts its operators; `scratch` holds their logs.
+    pub async fn start(admin: &Client, scratch: &Path) -> Self {
+        let olm = olm_directory();
+        let crds = olm.join("crds").display().to_string();
+        kubectl(&[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=quorum-olm-test",
+            "-f",
+            &crds,
+        ]);
+        kubectl(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "-f",
+            &crds,
+        ]);
+        let namespaces: Api<Namespace> = Api::all(admin.clone());
+        if namespaces.get_opt(OLM_NAMESPACE).await.unwrap().is_none() {
+            let created = namespaces
+                .create(
+                    &PostParams::default(),
+                    &serde_json::from_value(json!({"metadata": {"name": OLM_NAMESPACE}})).unwrap(),
+                )
+                .await;
+            if let Err(kube::Error::Api(response)) = &created {
+                assert_eq!(
+                    response.code, 409,
+                    "creating namespace {OLM_NAMESPACE}: {created:?}"
+                );
+            }
+        }
+
+        let logs = scratch.join("logs");
+        std::fs::create_dir_all(&logs).expect("logs directory");
+        let kubeconfig = kubeconfig_path();
+        let (cert, key) = health_tls(scratch);
+        let mut catalog_command = Command::new(olm.join("catalog"));
+        catalog_command.arg("--kubeconfig").arg(&kubeconfig).args([
+            &format!("--namespace={OLM_NAMESPACE}"),
+            "--writeStatusName=",
+            &format!("--tls-cert={cert}"),
+            &format!("--tls-key={key}"),
+            &format!("--client-ca={cert}"),
+        ]);
+        let catalog_operator = HostProcess::spawn("olm-catalog", catalog_command, &logs);
+        let mut olm_command = Command::new(olm.join("olm"));
+        olm_command.env("KUBECONFIG", &kubeconfig).args([
+            &format!("--namespace={OLM_NAMESPACE}"),
+            "--writeStatusName=",
+            "--writePackageServerStatusName=",
+        ]);
+        let olm_operator = HostProcess::spawn("olm-olm", olm_command, &logs);
+        Self {
+            catalog_operator,
+            olm_operator,
+        }
+    }
+
+    /// Panics (with its log) if either operator has exited.
+    pub fn assert_running(&mut self) {
+        self.catalog_operator.assert_running();
+        self.olm_operator.assert_running();
+    }
+}
+
+/// A self-signed certificate and key for the catalog operator's health server: with TLS it
+/// listens on :8443, leaving :8080 to the olm operator.
+fn health_tls(directory: &Path) -> (String, String) {
+    let cert = directory.join("health.crt").display().to_string();
+    let key = directory.join("health.key").display().to_string();
+    let output = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-keyout",
+            &key,
+            "-out",
+            &cert,
+        ])
+        .output()
+        .expect("openssl");
+    assert!(output.status.success(), "openssl: {output:?}");
+    (cert, key)
+}
+
+/// OLM's namespaced APIs in one namespace.
+#[derive(Clone)]
+pub struct OlmApis {
+    pub namespace: String,
+    pub catalog_sources: Api<DynamicObject>,
+    pub operator_groups: Api<DynamicObject>,
+    pub subscriptions: Api<DynamicObject>,
+    pub install_plans: Api<DynamicObject>,
+    pub csvs: Api<DynamicObject>,
+}
+
+impl OlmApis {
+    pub fn new(client: &Client, namespace: &str) -> Self {
+        let api = |version: &str, kind: &str, plural: &str| {
+            let resource = ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("operators.coreos.com", version, kind),
+                plural,
+            );
+            Api::namespaced_with(client.clone(), namespace, &resource)
+        };
+        Self {
+            namespace: namespace.to_string(),
+            catalog_sources: api("v1alpha1", "CatalogSource", "catalogsources"),
+            operator_groups: api("v1", "OperatorGroup", "operatorgroups"),
+            subscriptions: api("v1alpha1", "Subscription", "subscriptions"),
+            install_plans: api("v1alpha1", "InstallPlan", "installplans"),
+            csvs: api("v1alpha1", "ClusterServiceVersion", "clusterserviceversions"),
+        }
+    }
+
+    /// An OperatorGroup targeting this namespace only, and a CatalogSource `name` of the
+    /// catalog served on `port`; waits until OLM has connected to it.
+    pub async fn add_catalog(&self, olm: &mut Olm, name: &str, port: u16) {
+        let post = PostParams::default();
+        self.catalog_sources
+            .create(
+                &post,
+                &object(json!({
+                    "apiVersion": "operators.coreos.com/v1alpha1",
+                    "kind": "CatalogSource",
+                    "metadata": {"name": name},
+                    "spec": {
+                        "sourceType": "grpc",
+                        "address": format!("127.0.0.1:{port}"),
+                        "displayName": "Quorum (inline, from bundle/)",
+                        "publisher": "Quorum tests",
+                    },
+                })),
+            )
+            .await
+            .unwrap();
+        self.operator_groups
+            .create(
+                &post,
+                &object(json!({
+                    "apiVersion": "operators.coreos.com/v1",
+                    "kind": "OperatorGroup",
+                    "metadata": {"name": "quorum"},
+                    "spec": {"targetNamespaces": [self.namespace]},
+                })),
+            )
+            .await
+            .unwrap();
+        wait::until(
+            "the CatalogSource to connect to opm serve",
+            Duration::from_secs(120),
+            || {
+                olm.assert_running();
+                let catalog_sources = self.catalog_sources.clone();
+                async move {
+                    let source = catalog_sources.get(name).await.map_err(|e| e.to_string())?;
+                    let state = &source.data["status"]["connectionState"]["lastObservedState"];
+                    if state == "READY" {
+                        Ok(())
+                    } else {
+                        Err(format!("{}", source.data["status"]))
+                    }
+                }
+            },
+        )
+        .await;
+    }
+
+    /// Subscribes to `package` on the `stable` channel of catalog `source`; `extra` is merged
+    /// into the spec (`startingCSV`, `installPlanApproval`).
+    pub async fn subscribe(&self, package: &str, source: &str, extra: Value) {
+        let mut spec = json!({
+            "channel": "stable",
+            "name": package,
+            "source": source,
+            "sourceNamespace": self.namespace,
+            "installPlanApproval": "Automatic",
+        });
+        for (key, value) in extra.as_object().into_iter().flatten() {
+            spec[key] = value.clone();
+        }
+        self.subscriptions
+            .create(
+                &PostParams::default(),
+                &object(json!({
+                    "apiVersion": "operators.coreos.com/v1alpha1",
+                    "kind": "Subscription",
+                    "metadata": {"name": package},
+                    "spec": spec,
+                })),
+            )
+            .await
+            .unwrap();
+    }
+
+    /// Waits until the Subscription `name` refers to an InstallPlan other than `not`, and
+    /// returns that plan's name.
+    pub async fn next_install_plan(&self, olm: &mut Olm, name: &str, not: Option<&str>) -> String {
+        wait::until(
+            &format!("an InstallPlan for Subscription {name}"),
+            Duration::from_secs(180),
+            || {
+                olm.assert_running();
+                let subscriptions = self.subscriptions.clone();
+                async move {
+                    let subscription = subscriptions.get(name).await.map_err(|e| e.to_string())?;
+                    match subscription.data["status"]["installPlanRef"]["name"].as_str() {
+                        Some(plan) if Some(plan) != not => Ok(plan.to_string()),
+                        _ => Err(format!("{}", subscription.data["status"])),
+                    }
+                }
+            },
+        )
+        .await
+    }
+
+    /// Approves a Manual InstallPlan.
+    pub async fn approve(&self, plan: &str) {
+        self.install_plans
+            .patch(
+                plan,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"approved": true}})),
+            )
+            .await
+            .unwrap_or_else(|error| panic!("approving InstallPlan {plan}: {error}"));
+    }
+
+    /// Waits until the InstallPlan `name` is Complete (panics when it Failed) and returns it.
+    pub async fn completed_plan(&self, olm: &mut Olm, name: &str) -> DynamicObject {
+        let plan = wait::until(
+            &format!("InstallPlan {name} to complete"),
+            Duration::from_secs(180),
+            || {
+                olm.assert_running();
+                let install_plans = self.install_plans.clone();
+                async move {
+                    let plan = install_plans.get(name).await.map_err(|e| e.to_string())?;
+                    match phase(&plan).as_str() {
+                        "Complete" | "Failed" => Ok(plan),
+                        _ => Err(format!("{}", plan.data["status"])),
+                    }
+                }
+            },
+        )
+        .await;
+        assert_eq!(phase(&plan), "Complete", "InstallPlan: {}", plan.data["status"]);
+        // Inline bundles: the plan carries the manifests itself, and no unpack Job was needed.
+        assert!(
+            plan.data["status"]["bundleLookups"]
+                .as_array()
+                .is_none_or(Vec::is_empty),
+            "an inline bundle needs no bundle lookup (unpack Job): {}",
+            plan.data["status"]
+        );
+        plan
+    }
+
+    /// Waits until the CSV `name` has succeeded and returns it.
+    pub async fn succeeded_csv(&self, olm: &mut Olm, name: &str) -> DynamicObject {
+        wait::until(
+            &format!("CSV {name} to succeed"),
+            Duration::from_secs(180),
+            || {
+                olm.assert_running();
+                let csvs = self.csvs.clone();
+                async move {
+                    let csv = csvs.get(name).await.map_err(|e| e.to_string())?;
+                    match phase(&csv).as_str() {
+                        "Succeeded" => Ok(csv),
+                        _ => Err(format!("{}", csv.data["status"])),
+                    }
+                }
+            },
+        )
+        .await
+    }
+
+    /// Waits until the CSV `name` is gone (OLM has finalized it).
+    pub async fn csv_gone(&self, olm: &mut Olm, name: &str) {
+        wait::until(
+            &format!("CSV {name} to be gone"),
+            Duration::from_secs(120),
+            || {
+                olm.assert_running();
+                let csvs = self.csvs.clone();
+                async move {
+                    match csvs.get_opt(name).await.map_err(|e| e.to_string())? {
+                        None => Ok(()),
+                        Some(csv) => Err(format!(
+                            "phase {:?}, finalizers {:?}",
+                            phase(&csv),
+                            csv.metadata.finalizers
+                        )),
+                    }
+                }
+            },
+        )
+        .await;
+    }
+
+    /// Uninstalls through OLM while it runs: the CSV carries OLM's `csv-cleanup` finalizer,
+    /// which only the olm operator removes (a namespace holding it would never finish
+    /// deleting).
+    pub async fn uninstall(&self, olm: &mut Olm, subscription: &str, csv: &str) {
+        self.subscriptions
+            .delete(subscription, &DeleteParams::default())
+            .await
+            .unwrap();
+        self.csvs.delete(csv, &DeleteParams::default()).await.unwrap();
+        self.csv_gone(olm, csv).await;
+    }
+
+    /// Deletes OLM's cluster-scoped objects for this namespace (the CSV's and the
+    /// OperatorGroup's RBAC), which nothing else deletes; call once OLM has stopped.
+    pub async fn remove_cluster_rbac(&self, admin: &Client) {
+        let for_namespace = ListParams::default().labels(&format!("olm.owner.namespace={}", self.namespace));
+        let _ = Api::<ClusterRoleBinding>::all(admin.clone())
+            .delete_collection(&DeleteParams::default(), &for_namespace)
+            .await;
+        let _ = Api::<ClusterRole>::all(admin.clone())
+            .delete_collection(&DeleteParams::default(), &for_namespace)
+            .await;
+    }
+}
