@@ -302,6 +302,8 @@ async fn membership_changes_follow_the_replica_set_rules() {
         },
     )
     .await;
+    // A new client: one connected while it was an arbiter did not authenticate.
+    let m3 = processes.direct_client(3);
     refused(&m3, doc! { "replSetGetStatus": 1 }, 93).await;
 }
 
@@ -401,7 +403,8 @@ async fn the_driver_follows_the_primary_through_failover_and_restarts() {
         .unwrap_or_else(|e| panic!("write after failover: {e}\n{}", processes.log_tails(30)));
     let second_primary = wait_primary(&processes, &others).await;
     assert_ne!(second_primary, first_primary);
-    assert_eq!(things.count_documents(doc! {}).await.unwrap(), 23);
+    let count = things.count_documents(doc! {}).await.unwrap();
+    assert_eq!(count, 23, "documents after failover\n{}", processes.log_tails(60));
 
     // The dead member comes back with its data and configuration, and catches up.
     processes.restart(first_primary).await;

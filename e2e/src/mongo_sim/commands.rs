@@ -647,23 +647,26 @@ fn sasl_continue(node: &Node, connection: &mut Connection, command: &Document) -
 
 /// A user document as `admin.system.users` holds it: a SCRAM-SHA-256 credential, never the
 /// password.
-pub fn user_document(db: &str, name: &str, password: &str, roles: Vec<Bson>) -> Result<Document, String> {
-    let credential = Credential::generate(password)?;
-    let roles: Vec<Bson> = roles
-        .into_iter()
-        .map(|role| match role {
-            Bson::String(role) => Bson::Document(doc! { "role": role, "db": db }),
-            other => other,
-        })
-        .collect();
-    Ok(doc! {
+pub fn user_document(db: &str, name: &str, credential: &Credential, roles: Vec<Bson>) -> Document {
+    doc! {
         "_id": format!("{db}.{name}"),
         "userId": Binary { subtype: BinarySubtype::Uuid, bytes: rand::random::<[u8; 16]>().to_vec() },
         "user": name,
         "db": db,
         "credentials": { scram::MECHANISM: credential.to_document() },
-        "roles": roles,
-    })
+        "roles": normalize_roles(db, roles),
+    }
+}
+
+/// Roles given by name belong to the user's database.
+fn normalize_roles(db: &str, roles: Vec<Bson>) -> Vec<Bson> {
+    roles
+        .into_iter()
+        .map(|role| match role {
+            Bson::String(role) => Bson::Document(doc! { "role": role, "db": db }),
+            other => other,
+        })
+        .collect()
 }
 
 // Reads.
@@ -1553,7 +1556,9 @@ async fn create_user(node: &Node, db: &str, command: &Document) -> Result<Docume
     {
         return Err(CmdError::new(2, "only SCRAM-SHA-256 credentials are simulated"));
     }
-    let user = user_document(db, &name, &password, roles_arg(command)?).map_err(|e| CmdError::new(2, e))?;
+    let credential =
+        Credential::generate(&password, node.options.scram_iterations).map_err(|e| CmdError::new(2, e))?;
+    let user = user_document(db, &name, &credential, roles_arg(command)?);
     let optime = node.with(|inner| {
         check_writable(inner, db)?;
         if inner.store.user(db, &name).is_some() {
@@ -1579,16 +1584,12 @@ async fn update_user(node: &Node, db: &str, command: &Document) -> Result<Docume
                 CmdError::new(11, format!("Could not find user \"{name}\" for db \"{db}\""))
             })?;
         if let Ok(password) = command.get_str("pwd") {
-            let fresh = user_document(db, &name, password, Vec::new()).map_err(|e| CmdError::new(2, e))?;
-            user.insert(
-                "credentials",
-                fresh.get_document("credentials").cloned().unwrap_or_default(),
-            );
+            let credential = Credential::generate(password, node.options.scram_iterations)
+                .map_err(|e| CmdError::new(2, e))?;
+            user.insert("credentials", doc! { scram::MECHANISM: credential.to_document() });
         }
         if command.contains_key("roles") {
-            let roles =
-                user_document(db, &name, "unused", roles_arg(command)?).map_err(|e| CmdError::new(2, e))?;
-            user.insert("roles", roles.get_array("roles").cloned().unwrap_or_default());
+            user.insert("roles", normalize_roles(db, roles_arg(command)?));
         }
         let id = user.get("_id").cloned().unwrap_or(Bson::Null);
         inner

@@ -183,6 +183,8 @@ pub struct Options {
     pub release: String,
     pub election_timeout: Duration,
     pub heartbeat_interval: Duration,
+    /// `--setParameter scramSHA256IterationCount=N`: PBKDF2 rounds of new credentials.
+    pub scram_iterations: u32,
     pub argv: Vec<String>,
 }
 
@@ -201,6 +203,7 @@ impl Options {
         let mut release = "7.0".to_string();
         let mut election_ms = 2000u64;
         let mut heartbeat_ms = 200u64;
+        let mut scram_iterations = scram::DEFAULT_ITERATIONS;
         let mut rest = args.iter().cloned();
         while let Some(arg) = rest.next() {
             let (flag, inline) = match arg.split_once('=') {
@@ -232,8 +235,20 @@ impl Options {
                 }
                 "--setParameter" => {
                     let setting = value()?;
-                    if !setting.contains('=') {
+                    let Some((name, parameter)) = setting.split_once('=') else {
                         return Err(format!("--setParameter {setting}: expected name=value"));
+                    };
+                    if name == "scramSHA256IterationCount" {
+                        scram_iterations = parameter
+                            .parse()
+                            .ok()
+                            .filter(|n| *n >= scram::MIN_ITERATIONS)
+                            .ok_or_else(|| {
+                                format!(
+                                    "{setting}: must be a number of at least {}",
+                                    scram::MIN_ITERATIONS
+                                )
+                            })?;
                     }
                 }
                 "--oplogSize" | "--wiredTigerCacheSizeGB" | "--logpath" | "--clusterAuthMode" => {
@@ -254,6 +269,7 @@ impl Options {
             release,
             election_timeout: Duration::from_millis(election_ms.max(1)),
             heartbeat_interval: Duration::from_millis(heartbeat_ms.max(1)),
+            scram_iterations,
             argv: args.to_vec(),
         })
     }
@@ -287,7 +303,8 @@ mod tests {
     fn parses_the_mongod_subset() {
         let options = Options::parse(&args(
             "--replSet rs0 --bind_ip 127.0.0.5,::1 --port=27018 --dbpath /d --keyFile /k \
-             --setParameter enableTestCommands=1 --sim-version 6.0 --sim-heartbeat-ms 100",
+             --setParameter enableTestCommands=1 --sim-version 6.0 --sim-heartbeat-ms 100 \
+             --setParameter scramSHA256IterationCount=5000",
         ))
         .unwrap();
         assert_eq!(options.host(), "127.0.0.5:27018");
@@ -295,6 +312,13 @@ mod tests {
         assert_eq!(options.release, "6.0");
         assert_eq!(options.heartbeat_interval, Duration::from_millis(100));
         assert_eq!(options.election_timeout, Duration::from_millis(2000));
+        assert_eq!(options.scram_iterations, 5000);
+        assert!(
+            Options::parse(&args(
+                "--replSet a --bind_ip 1.2.3.4 --dbpath /d --setParameter scramSHA256IterationCount=100"
+            ))
+            .is_err()
+        );
         assert!(
             Options::parse(&args("--bind_ip 1.2.3.4 --dbpath /d")).is_err(),
             "no --replSet"

@@ -252,6 +252,7 @@ pub struct Node {
     inner: Mutex<Inner>,
     pub changes: watch::Sender<u64>,
     persist_wake: Notify,
+    flushing: tokio::sync::Mutex<()>,
     heartbeat_wake: Notify,
     election_wake: Notify,
     shutdown: Notify,
@@ -298,7 +299,7 @@ impl Node {
         let me = options.host();
         let (store, fresh) = match Store::load(&options.dbpath)? {
             Some(store) => (store, false),
-            None => (fresh_store(&binary)?, true),
+            None => (fresh_store(&binary, &options)?, true),
         };
         if let Some(fcv) = store.fcv() {
             let accepted = rules::version_pair(&fcv)
@@ -370,6 +371,7 @@ impl Node {
             inner: Mutex::new(inner),
             changes: watch::channel(0).0,
             persist_wake: Notify::new(),
+            flushing: tokio::sync::Mutex::new(()),
             heartbeat_wake: Notify::new(),
             election_wake: Notify::new(),
             shutdown: Notify::new(),
@@ -568,8 +570,9 @@ impl Node {
             (_, wanted) => wanted,
         };
         if new_role == Role::Arbiter && inner.role != Role::Arbiter {
-            // An arbiter holds no data.
-            inner.store.databases = Databases::new();
+            // An arbiter replicates nothing and votes with no optime. What its dbpath held
+            // before (the root user its first start created) stays, as on the server, where
+            // clients therefore do not authenticate to arbiters.
             inner.store.oplog.clear();
             inner.store.synced = false;
         }
@@ -672,6 +675,19 @@ impl Node {
         let state = info.get_i32("state").ok();
         let applied = OpTime::from_bson(info.get("appliedOpTime")).unwrap_or(OpTime::NULL);
         let durable = OpTime::from_bson(info.get("durableOpTime")).unwrap_or(OpTime::NULL);
+        let seen = |inner: &Inner| {
+            inner.peer_view(from).map(|p| {
+                (
+                    p.state,
+                    p.applied,
+                    p.durable,
+                    p.config_version,
+                    p.config_term,
+                    p.term,
+                )
+            })
+        };
+        let before = seen(inner);
         {
             let peer = inner.peer(from);
             peer.state = state;
@@ -683,8 +699,21 @@ impl Node {
             peer.binary = info.get_str("binaryVersion").ok().map(str::to_string);
             peer.sync_source = info.get_str("syncSource").unwrap_or_default().to_string();
         }
+        if seen(inner) != before {
+            inner.changed = true;
+        }
         self.observe_term(inner, term, from);
-        if let Ok(document) = info.get_document("config")
+        // Only a configuration that could supersede this member's is worth parsing.
+        let offered_version = (
+            info.get_i32("configVersion").unwrap_or(-2),
+            info.get_i64("configTerm").unwrap_or(-1),
+        );
+        let maybe_newer = inner
+            .config
+            .as_ref()
+            .is_none_or(|c| config_order_newer(offered_version, (c.version, c.term)));
+        if maybe_newer
+            && let Ok(document) = info.get_document("config")
             && let Ok(offered) = ReplConfig::parse(document, self.defaults())
             && offered.name == self.options.repl_set
         {
@@ -699,6 +728,7 @@ impl Node {
         if state == Some(Role::Primary.code()) && term >= inner.store.term && inner.role != Role::Primary {
             if inner.primary.as_deref() != Some(from) {
                 log(&self.me, format!("{from} is primary in term {term}"));
+                inner.changed = true;
             }
             inner.primary = Some(from.to_string());
             self.reset_election_timer(inner);
@@ -706,11 +736,11 @@ impl Node {
             self.advance_commit_point(inner, commit);
         } else if inner.primary.as_deref() == Some(from) && state != Some(Role::Primary.code()) {
             inner.primary = None;
+            inner.changed = true;
         }
         if inner.role == Role::Primary {
             self.advance_commit_point(inner, None);
         }
-        inner.changed = true;
     }
 
     fn config_hosts(&self, inner: &Inner) -> Vec<String> {
@@ -737,7 +767,7 @@ impl Node {
     }
 }
 
-fn fresh_store(binary: &Binary) -> Result<Store, String> {
+fn fresh_store(binary: &Binary, options: &Options) -> Result<Store, String> {
     let mut store = Store::default();
     store.insert_local(
         VERSION.0,
@@ -747,15 +777,29 @@ fn fresh_store(binary: &Binary) -> Result<Store, String> {
     let username = std::env::var("MONGO_INITDB_ROOT_USERNAME").unwrap_or_default();
     let password = std::env::var("MONGO_INITDB_ROOT_PASSWORD").unwrap_or_default();
     if !username.is_empty() && !password.is_empty() {
+        // Every member started from the same environment gets the same salt, so a client
+        // derives the salted password once for the set, not once per member.
+        let seed = format!("mongo-sim root user of {}: {username}", options.repl_set);
+        let salt = super::scram::sha256(seed.as_bytes())[..28].to_vec();
+        let credential = super::scram::Credential::new(&password, salt, options.scram_iterations)?;
         let user = super::commands::user_document(
             "admin",
             &username,
-            &password,
+            &credential,
             vec![Bson::Document(doc! { "role": "root", "db": "admin" })],
-        )?;
+        );
         store.insert_local(USERS.0, USERS.1, user)?;
     }
     Ok(store)
+}
+
+/// Whether configuration `(version, term)` `a` supersedes `b` (see [`ReplConfig::is_newer_than`]).
+fn config_order_newer(a: (i32, i64), b: (i32, i64)) -> bool {
+    if a.1 == -1 || b.1 == -1 {
+        a.0 > b.0
+    } else {
+        (a.1, a.0) > (b.1, b.0)
+    }
 }
 
 /// The state writer, heartbeats and elections.
@@ -772,6 +816,9 @@ impl Node {
 
     /// Writes the state now and records the optime it covers as durable.
     pub async fn flush(&self) {
+        // One write at a time: two would share the temporary file, and an older snapshot
+        // renamed last would undo a newer one already reported durable.
+        let _writing = self.flushing.lock().await;
         let (bytes, optime) = self.with(|i| (i.store.encode(), i.applied()));
         let dbpath: PathBuf = self.options.dbpath.clone();
         let written = tokio::task::spawn_blocking(move || Store::write(&dbpath, &bytes)).await;
@@ -836,7 +883,13 @@ impl Node {
             let mut request = doc! { "simHeartbeat": &self.options.repl_set };
             request.extend(self.status_fields(inner));
             if let Some(config) = &inner.config {
-                request.insert("config", config.to_document());
+                // Sent until the member is known to hold it: a new member learns it this way.
+                let held = inner.peer_view(&host).is_some_and(|p| {
+                    p.healthy() && (p.config_version, p.config_term) == (config.version, config.term)
+                });
+                if !held {
+                    request.insert("config", config.to_document());
+                }
             }
             request
         });
@@ -869,15 +922,16 @@ impl Node {
                     peer.in_flight = false;
                     peer.failures += 1;
                     peer.message = error.to_string();
-                    if peer.failures >= 2 {
-                        if peer.up_since.take().is_some() {
-                            log(&self.me, format!("member {host} is now in state DOWN: {error}"));
-                        }
-                        if inner.primary.as_deref() == Some(host.as_str()) {
-                            inner.primary = None;
-                        }
+                    let down = peer.failures >= 2;
+                    if down && peer.up_since.take().is_some() {
+                        log(&self.me, format!("member {host} is now in state DOWN: {error}"));
                     }
-                    inner.changed = true;
+                    if peer.failures == 2 {
+                        inner.changed = true;
+                    }
+                    if down && inner.primary.as_deref() == Some(host.as_str()) {
+                        inner.primary = None;
+                    }
                 }
             }
         });
@@ -911,12 +965,7 @@ impl Node {
                 let newer = match requester {
                     (None, _) => true,
                     (Some(version), term) => {
-                        let theirs = (version, term);
-                        if config.term == -1 || theirs.1 == -1 {
-                            config.version > theirs.0
-                        } else {
-                            (config.term, config.version) > (theirs.1, theirs.0)
-                        }
+                        config_order_newer((config.version, config.term), (version, term))
                     }
                 };
                 if newer {
@@ -935,7 +984,7 @@ impl Node {
         loop {
             let timing = self.timing();
             let tick =
-                (timing.heartbeat_interval / 2).clamp(Duration::from_millis(10), Duration::from_millis(50));
+                (timing.heartbeat_interval / 2).clamp(Duration::from_millis(10), Duration::from_millis(100));
             let _ = tokio::time::timeout(tick, self.election_wake.notified()).await;
             if self.stopping.load(Ordering::SeqCst) {
                 return;
@@ -1375,7 +1424,9 @@ impl Node {
         let (source, request, after) = match self.with(|inner| {
             let after = inner.applied();
             let source = self.choose_source(inner, Some(after))?;
-            let wait = (timing.election_timeout / 2).min(Duration::from_millis(500));
+            // Long-polled: new entries answer at once, so the wait only bounds idle polling.
+            let wait =
+                (timing.election_timeout / 2).clamp(Duration::from_millis(100), Duration::from_secs(2));
             let request = doc! {
                 "simOplogFetch": &self.options.repl_set,
                 "from": self.my_host(inner),
@@ -1484,14 +1535,17 @@ impl Node {
         self.with(|inner| {
             self.observe_term(inner, request.get_i64("term").unwrap_or(0), &from);
             let peer = inner.peer(&from);
+            let before = (peer.applied, peer.durable);
             if let Some(applied) = OpTime::from_bson(request.get("appliedOpTime")) {
                 peer.applied = applied;
             }
             if let Some(durable) = OpTime::from_bson(request.get("durableOpTime")) {
                 peer.durable = durable;
             }
+            if (peer.applied, peer.durable) != before {
+                inner.changed = true;
+            }
             self.advance_commit_point(inner, None);
-            inner.changed = true;
         });
         let deadline = tokio::time::Instant::now() + wait;
         let mut changes = self.changes.subscribe();

@@ -12,6 +12,8 @@ use sha2::{Digest, Sha256};
 pub const MECHANISM: &str = "SCRAM-SHA-256";
 /// MongoDB's default for SCRAM-SHA-256 credentials.
 pub const DEFAULT_ITERATIONS: u32 = 15_000;
+/// The least `scramSHA256IterationCount` the server accepts.
+pub const MIN_ITERATIONS: u32 = 5_000;
 
 pub fn sha256(data: &[u8]) -> [u8; 32] {
     Sha256::digest(data).into()
@@ -72,9 +74,9 @@ impl Credential {
     }
 
     /// A fresh random salt, as `createUser` makes one.
-    pub fn generate(password: &str) -> Result<Self, String> {
+    pub fn generate(password: &str, iterations: u32) -> Result<Self, String> {
         let salt: [u8; 28] = rand::random();
-        Self::new(password, salt.to_vec(), DEFAULT_ITERATIONS)
+        Self::new(password, salt.to_vec(), iterations)
     }
 
     pub fn to_document(&self) -> Document {
