@@ -1059,28 +1059,33 @@ async fn await_write_concern(
     } else {
         Duration::from_secs(24 * 3600)
     };
-    let met = |inner: &Inner| match w {
-        None => inner.commit_point >= optime,
-        Some(count) => {
-            let others = inner.peers.values().filter(|p| p.durable >= optime).count();
-            usize::from(inner.durable >= optime) + others >= count
-        }
+    // Only the primary that wrote the entry, still primary in the term it wrote it in, can
+    // say it is replicated: once it steps down its commit point may come from a history that
+    // rolls the entry back, so the wait ends with an error instead, as on the server.
+    let leading = |inner: &Inner| inner.role == Role::Primary && inner.store.term == optime.t;
+    let met = |inner: &Inner| {
+        leading(inner)
+            && match w {
+                None => inner.commit_point >= optime,
+                Some(count) => {
+                    let others = inner.peers.values().filter(|p| p.durable >= optime).count();
+                    usize::from(inner.durable >= optime) + others >= count
+                }
+            }
     };
-    let done = node
-        .wait_for(timeout, |inner| met(inner) || inner.role != Role::Primary)
+    node.wait_for(timeout, |inner| met(inner) || !leading(inner))
         .await;
-    let (met_now, primary) = node.with(|inner| (met(inner), inner.role == Role::Primary));
+    let (met_now, still_leading) = node.with(|inner| (met(inner), leading(inner)));
     if met_now {
         return Ok(None);
     }
-    if !primary {
+    if !still_leading {
         return Ok(Some(doc! {
             "code": 189,
             "codeName": "PrimarySteppedDown",
             "errmsg": "Primary stepped down while waiting for replication",
         }));
     }
-    let _ = done;
     Ok(Some(doc! {
         "code": 64,
         "codeName": "WriteConcernFailed",

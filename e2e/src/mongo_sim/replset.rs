@@ -638,7 +638,21 @@ impl Node {
             });
             (majority.t == inner.store.term).then_some(majority)
         } else {
-            learned.map(|l| l.min(inner.applied()))
+            // Only what this member holds of the committed history: the primary's commit
+            // point, or this member's last entry when that is of the same term (the same
+            // primary wrote both). An entry of an older term may be one that is rolled back.
+            let applied = inner.applied();
+            learned.and_then(|learned| {
+                if learned <= applied {
+                    let oplog = &inner.store.oplog;
+                    oplog
+                        .binary_search_by(|e| e.optime().cmp(&learned))
+                        .is_ok()
+                        .then_some(learned)
+                } else {
+                    (learned.t == applied.t).then_some(applied)
+                }
+            })
         };
         if let Some(candidate) = candidate
             && candidate > inner.commit_point
@@ -1408,8 +1422,11 @@ impl Node {
             inner.store.synced = true;
             inner.sync_source = Some(source.clone());
             inner.mark_dirty();
-            let commit = OpTime::from_bson(reply.get("commitPoint"));
-            self.advance_commit_point(inner, commit);
+            // The copy holds the source's history up to its last entry, commit point included.
+            if let Some(commit) = OpTime::from_bson(reply.get("commitPoint")) {
+                inner.commit_point = commit.min(inner.applied());
+                inner.changed = true;
+            }
             self.set_role(
                 inner,
                 Role::Secondary,
