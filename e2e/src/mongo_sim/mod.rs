@@ -7,10 +7,28 @@
 //! `failCommand` fail point. Members talk to each other over TCP, so killing a process or
 //! putting a proxy in front of one behaves as it would with real servers.
 //!
-//! It is not a database: queries are the equality-and-comparison subset, there are no secondary
-//! indexes, transactions, change streams or TLS, and a member whose oplog diverged resyncs all
-//! its data instead of rolling back. The command line is a subset of `mongod`'s, so a launcher
-//! can run a real `mongod` with the same arguments.
+//! The command line is a subset of `mongod`'s, so a launcher can run a real `mongod` with the
+//! same arguments; the state (configuration, term, vote, data, oplog, users, feature
+//! compatibility version) is one BSON file in the dbpath, replaced atomically.
+//!
+//! Where it differs from a real `mongod`:
+//! - It is not a database: filters are equality and `$eq $ne $gt $gte $lt $lte $in $nin
+//!   $exists $and $or $nor`; updates are replacements, `$set`, `$unset` and `$inc`;
+//!   aggregation is `$match $sort $skip $limit $project $group($sum) $count`; indexes other
+//!   than `_id` are recorded, not used or enforced; read concerns are accepted and ignored.
+//!   No transactions, change streams, TLS, compression, sharding or OP_QUERY.
+//! - Roles are recorded, not enforced: any authenticated user may run anything. Users have
+//!   SCRAM-SHA-256 credentials only. Without a key file, members accept each other's internal
+//!   commands unauthenticated; test commands (`configureFailPoint`) need no
+//!   `enableTestCommands`. Fail points: `failCommand` (`times`/`alwaysOn`/`off`, `errorCode`,
+//!   `errorMessage`, `errorLabels`, `closeConnection`, `blockConnection`, `appName`,
+//!   `writeConcernError`) and `stopReplProducer`; `simPartition` is the simulator's own.
+//! - A member whose oplog diverged, or that fell more than the kept oplog behind, copies all
+//!   data again (state ROLLBACK, then SECONDARY) instead of rolling back entries.
+//! - A new primary has no catch-up phase, `secondaryDelaySecs` does not delay, `buildIndexes`
+//!   changes nothing, write concerns take `majority` or a number (no tag sets), and
+//!   `replSetReconfig` returns once a majority of the new voters hold the configuration or
+//!   after a bounded wait. Primaries do not close client connections on step-down.
 
 pub mod commands;
 pub mod config;
