@@ -37,7 +37,7 @@ use crate::{
         build_arbiter_config_map, build_arbiter_statefulset, build_client_service, build_config_map,
         build_headless_service, build_keyfile_secret, build_pod_disruption_budget, build_scheduled_backup,
         build_statefulset, generate_keyfile, generated_admin_secret_name, generated_keyfile_secret_name,
-        member_host, member_name, selector, statefulset_name,
+        member_host, member_name, selector_string, statefulset_name,
     },
 };
 
@@ -612,11 +612,7 @@ async fn member_pods(
     );
     let mut by_name = BTreeMap::new();
     for component in [MEMBER_COMPONENT, ARBITER_COMPONENT] {
-        let labels = selector(replica_set, component)
-            .iter()
-            .map(|(key, value)| format!("{key}={value}"))
-            .collect::<Vec<_>>()
-            .join(",");
+        let labels = selector_string(replica_set, component);
         let listed = pods
             .list(&ListParams::default().labels(&labels))
             .await
@@ -1008,39 +1004,42 @@ async fn ensure_generated_secrets(
         &replica_set.namespace().unwrap_or_default(),
     );
     let name = replica_set.name_any();
-    let wanted = [
-        (
-            replica_set.spec.admin_secret.is_none(),
-            generated_admin_secret_name(&name),
-        ),
-        (
-            replica_set.spec.keyfile_secret.is_none(),
-            generated_keyfile_secret_name(&name),
-        ),
-    ];
-    for (index, (generate, secret_name)) in wanted.into_iter().enumerate() {
-        if !generate
-            || secrets
-                .get_opt(&secret_name)
-                .await
-                .map_err(api(format!("reading Secret {secret_name}")))?
-                .is_some()
-        {
-            continue;
-        }
-        let secret = if index == 0 {
+    if replica_set.spec.admin_secret.is_none() {
+        create_once(&secrets, &generated_admin_secret_name(&name), || {
             build_admin_secret(
                 replica_set,
                 DEFAULT_ADMIN_USERNAME.to_string(),
                 generate_password(),
-            )?
-        } else {
-            build_keyfile_secret(replica_set, generate_keyfile())?
-        };
+            )
+        })
+        .await?;
+    }
+    if replica_set.spec.keyfile_secret.is_none() {
+        create_once(&secrets, &generated_keyfile_secret_name(&name), || {
+            build_keyfile_secret(replica_set, generate_keyfile())
+        })
+        .await?;
+    }
+    Ok(())
+}
+
+/// Creates the Secret `name` from `build` unless it exists; the secret is generated only when
+/// it is created.
+async fn create_once(
+    secrets: &Api<Secret>,
+    name: &str,
+    build: impl FnOnce() -> Result<Secret, quorum_core::Error>,
+) -> Result<(), Error> {
+    if secrets
+        .get_opt(name)
+        .await
+        .map_err(api(format!("reading Secret {name}")))?
+        .is_none()
+    {
         secrets
-            .create(&Default::default(), &secret)
+            .create(&Default::default(), &build()?)
             .await
-            .map_err(api(format!("creating Secret {secret_name}")))?;
+            .map_err(api(format!("creating Secret {name}")))?;
     }
     Ok(())
 }

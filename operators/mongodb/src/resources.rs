@@ -177,9 +177,9 @@ pub fn selector(replica_set: &MongoDBReplicaSet, component: &str) -> BTreeMap<St
     selector_labels(APP, &replica_set.name_any(), component)
 }
 
-/// The data member selector as a string, for pod lists.
-pub fn member_selector_string(replica_set: &MongoDBReplicaSet) -> String {
-    selector(replica_set, MEMBER_COMPONENT)
+/// The selector of this replica set's pods of `component` as a string, for pod lists.
+pub fn selector_string(replica_set: &MongoDBReplicaSet, component: &str) -> String {
+    selector(replica_set, component)
         .iter()
         .map(|(key, value)| format!("{key}={value}"))
         .collect::<Vec<_>>()
