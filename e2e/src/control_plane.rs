@@ -300,3 +300,17 @@ mod tests {
         super::admin_client_from(std::path::Path::new("/nonexistent/kubeconfig")).await;
     }
 }
+
+/// Panics unless `operator`'s leader-election Lease in `namespace` has a holder: the operator
+/// took it under the RBAC it runs with.
+pub async fn assert_lease_held(admin: &Client, namespace: &str, operator: &str) {
+    let name = format!("{operator}-leader");
+    let lease = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(admin.clone(), namespace)
+        .get(&name)
+        .await
+        .unwrap_or_else(|error| panic!("the operator's Lease {namespace}/{name}: {error}"));
+    assert!(
+        lease.spec.and_then(|spec| spec.holder_identity).is_some(),
+        "nobody holds {namespace}/{name}"
+    );
+}

@@ -16,6 +16,7 @@
 //!   not do is listed in its module documentation.
 //! - [`local_members`]: real database processes standing in for member pods on KWOK nodes.
 //! - [`fault_proxy`]: a TCP proxy that blackholes, delays, resets or cuts one direction.
+//! - [`helm`]: an operator installed from its Helm chart, its ServiceAccount's token at hand.
 //! - [`olm`]: real OLM v0 out of cluster, and catalogs of inline bundles served by `opm serve`.
 //! - [`s3`]: a real S3-compatible server process (`gofakes3`, in memory) with one bucket.
 //! - [`tools`]: where the pinned, Go-built binaries are.
@@ -24,6 +25,7 @@
 pub mod control_plane;
 pub mod etcd;
 pub mod fault_proxy;
+pub mod helm;
 pub mod local_members;
 pub mod mariadb;
 pub mod mongo;

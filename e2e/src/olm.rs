@@ -365,6 +365,7 @@ fn health_tls(directory: &Path) -> (String, String) {
 /// OLM's namespaced APIs in one namespace.
 #[derive(Clone)]
 pub struct OlmApis {
+    client: Client,
     pub namespace: String,
     pub catalog_sources: Api<DynamicObject>,
     pub operator_groups: Api<DynamicObject>,
@@ -383,6 +384,7 @@ impl OlmApis {
             Api::namespaced_with(client.clone(), namespace, &resource)
         };
         Self {
+            client: client.clone(),
             namespace: namespace.to_string(),
             catalog_sources: api("v1alpha1", "CatalogSource", "catalogsources"),
             operator_groups: api("v1", "OperatorGroup", "operatorgroups"),
@@ -578,6 +580,133 @@ impl OlmApis {
         .await;
     }
 
+    /// Subscribes to `package` of catalog `source` starting at CSV `from` with manual
+    /// approval, approves the one InstallPlan, and waits until `from` has succeeded with its
+    /// permissions made. Returns the plan's name and the CSV.
+    pub async fn install_at(
+        &self,
+        olm: &mut Olm,
+        package: &str,
+        source: &str,
+        from: &str,
+    ) -> (String, DynamicObject) {
+        self.subscribe(
+            package,
+            source,
+            json!({"startingCSV": from, "installPlanApproval": "Manual"}),
+        )
+        .await;
+        let plan = self.next_install_plan(olm, package, None).await;
+        let planned = self.install_plans.get(&plan).await.unwrap();
+        assert_eq!(planned.data["spec"]["clusterServiceVersionNames"], json!([from]));
+        self.approve(&plan).await;
+        self.completed_plan(olm, &plan).await;
+        let csv = self.succeeded_csv(olm, from).await;
+        let rbac = rbac_made_for(&self.client, &self.namespace, from).await;
+        assert!(
+            rbac.iter().any(|name| name.starts_with("Role/"))
+                && rbac.iter().any(|name| name.starts_with("ClusterRole/")),
+            "OLM made {from}'s permissions: {rbac:?}"
+        );
+        (plan, csv)
+    }
+
+    /// After `install_at`: OLM finds `to` in the channel and plans the upgrade by itself
+    /// (an InstallPlan other than `installed_by`, held for approval); once approved, `to`
+    /// succeeds as `from`'s replacement, `from`'s CSV and permissions are removed, `to`'s are
+    /// made, the Subscription is at `to` and the operator's Deployment is `to`'s. Returns that
+    /// Deployment.
+    pub async fn upgrade(
+        &self,
+        olm: &mut Olm,
+        package: &str,
+        installed_by: &str,
+        from: &str,
+        to: &str,
+    ) -> k8s_openapi::api::apps::v1::Deployment {
+        let plan = self.next_install_plan(olm, package, Some(installed_by)).await;
+        let planned = self.install_plans.get(&plan).await.unwrap();
+        assert_eq!(
+            planned.data["spec"]["clusterServiceVersionNames"],
+            json!([to]),
+            "{}",
+            planned.data["spec"]
+        );
+        assert_eq!(
+            planned.data["spec"]["approved"],
+            json!(false),
+            "manual approval holds the upgrade"
+        );
+        self.approve(&plan).await;
+        self.completed_plan(olm, &plan).await;
+        let upgraded = self.succeeded_csv(olm, to).await;
+        assert_eq!(
+            upgraded.data["spec"]["replaces"],
+            json!(from),
+            "OLM installed {to} as {from}'s replacement"
+        );
+        self.csv_gone(olm, from).await;
+        wait::until(
+            &format!("the Subscription at {to}"),
+            Duration::from_secs(60),
+            || {
+                olm.assert_running();
+                let subscriptions = self.subscriptions.clone();
+                async move {
+                    let status =
+                        subscriptions.get(package).await.map_err(|e| e.to_string())?.data["status"].clone();
+                    if status["installedCSV"] == json!(to)
+                        && status["currentCSV"] == json!(to)
+                        && status["state"] == "AtLatestKnown"
+                    {
+                        Ok(())
+                    } else {
+                        Err(status.to_string())
+                    }
+                }
+            },
+        )
+        .await;
+        wait::until(
+            &format!("{from}'s permissions removed"),
+            Duration::from_secs(60),
+            || {
+                olm.assert_running();
+                async move {
+                    let left = rbac_made_for(&self.client, &self.namespace, from).await;
+                    if left.is_empty() {
+                        Ok(())
+                    } else {
+                        Err(format!("{left:?}"))
+                    }
+                }
+            },
+        )
+        .await;
+        let rbac = rbac_made_for(&self.client, &self.namespace, to).await;
+        assert!(
+            rbac.iter().any(|name| name.starts_with("Role/"))
+                && rbac.iter().any(|name| name.starts_with("ClusterRole/")),
+            "OLM made {to}'s permissions: {rbac:?}"
+        );
+        let deployment =
+            Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(self.client.clone(), &self.namespace)
+                .get(package)
+                .await
+                .expect("the operator's Deployment");
+        assert_eq!(
+            deployment
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|labels| labels.get("olm.owner"))
+                .map(String::as_str),
+            Some(to),
+            "the Deployment is {to}'s"
+        );
+        deployment
+    }
+
     /// Uninstalls through OLM while it runs: the CSV carries OLM's `csv-cleanup` finalizer,
     /// which only the olm operator removes (a namespace holding it would never finish
     /// deleting).
@@ -601,4 +730,188 @@ impl OlmApis {
             .delete_collection(&DeleteParams::default(), &for_namespace)
             .await;
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// One package installed the way a user does it.
+
+/// A package installed through a Subscription: OLM running, an inline catalog of every
+/// published bundle served, the InstallPlan complete and the CSV `Succeeded`, and what OLM made
+/// from the CSV (ServiceAccount, RBAC, Deployment with its pod Running on KWOK) checked.
+pub struct SubscribedOperator {
+    pub olm: Olm,
+    pub catalog: CatalogServer,
+    pub apis: OlmApis,
+    pub csv: DynamicObject,
+    package: String,
+}
+
+impl SubscribedOperator {
+    /// Subscribes namespace `ns` to `package` on the `stable` channel and waits for `csv`;
+    /// `scratch` holds the catalog, logs and files.
+    pub async fn install(admin: &Client, ns: &str, package: &str, csv: &str, scratch: &Path) -> Self {
+        let catalog_dir = scratch.join("catalog");
+        let bundles = published_bundles();
+        assert!(
+            bundles.contains(&repository_root().join("bundle").join(package)),
+            "bundle/{package} is published: {bundles:?}"
+        );
+        write_inline_catalog(&catalog_dir, &published_packages_and_channels(), &bundles);
+        let catalog = CatalogServer::start(&catalog_dir, scratch).await;
+        let mut olm = Olm::start(admin, scratch).await;
+
+        let apis = OlmApis::new(admin, ns);
+        apis.add_catalog(&mut olm, "quorum-inline", catalog.port).await;
+        apis.subscribe(package, "quorum-inline", json!({})).await;
+        let plan_name = apis.next_install_plan(&mut olm, package, None).await;
+        let plan = apis.completed_plan(&mut olm, &plan_name).await;
+        assert_eq!(
+            plan.data["spec"]["clusterServiceVersionNames"],
+            json!([csv]),
+            "{}",
+            plan.data["spec"]
+        );
+        let csv = apis.succeeded_csv(&mut olm, csv).await;
+        let installed = Self {
+            olm,
+            catalog,
+            apis,
+            csv,
+            package: package.to_string(),
+        };
+        installed.assert_made_from_the_csv(admin).await;
+        installed
+    }
+
+    fn csv_name(&self) -> String {
+        self.csv.metadata.name.clone().expect("a CSV name")
+    }
+
+    /// The ServiceAccount the CSV's Deployment runs as.
+    pub fn service_account(&self) -> String {
+        self.csv.data["spec"]["install"]["spec"]["deployments"][0]["spec"]["template"]["spec"]
+            ["serviceAccountName"]
+            .as_str()
+            .expect("the CSV's Deployment names its ServiceAccount")
+            .to_string()
+    }
+
+    /// A client holding a token of the ServiceAccount OLM created: only the CSV's
+    /// `permissions` and `clusterPermissions` are behind it.
+    pub async fn service_account_client(&self, admin: &Client) -> Client {
+        crate::control_plane::service_account_client(admin, &self.apis.namespace, &self.service_account())
+            .await
+    }
+
+    /// The CSV's `alm-examples` entry of `kind`.
+    pub fn example(&self, kind: &str) -> Value {
+        alm_example(&self.csv, kind)
+    }
+
+    /// Panics (with its log) if OLM or the catalog server has exited.
+    pub fn assert_running(&mut self) {
+        self.olm.assert_running();
+        self.catalog.assert_running();
+    }
+
+    async fn assert_made_from_the_csv(&self, admin: &Client) {
+        use k8s_openapi::api::{
+            apps::v1::Deployment,
+            core::v1::{Pod, ServiceAccount},
+            rbac::v1::{Role, RoleBinding},
+        };
+        let ns = self.apis.namespace.as_str();
+        let csv = self.csv_name();
+        Api::<ServiceAccount>::namespaced(admin.clone(), ns)
+            .get(&self.service_account())
+            .await
+            .expect("OLM created the ServiceAccount");
+        let deployment = Api::<Deployment>::namespaced(admin.clone(), ns)
+            .get(&self.package)
+            .await
+            .expect("OLM created the Deployment");
+        assert_eq!(
+            deployment
+                .metadata
+                .labels
+                .unwrap_or_default()
+                .get("olm.owner")
+                .map(String::as_str),
+            Some(csv.as_str())
+        );
+        let pods = Api::<Pod>::namespaced(admin.clone(), ns)
+            .list(&ListParams::default().labels(&format!("app.kubernetes.io/name={}", self.package)))
+            .await
+            .unwrap();
+        assert!(
+            pods.items
+                .iter()
+                .any(|pod| pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")),
+            "the operator's pod is Running (KWOK): {:?}",
+            pods.items.iter().map(|pod| &pod.status).collect::<Vec<_>>()
+        );
+        let owned_by_csv = ListParams::default().labels(&format!("olm.owner={csv},olm.owner.namespace={ns}"));
+        let roles = Api::<Role>::namespaced(admin.clone(), ns)
+            .list(&owned_by_csv)
+            .await
+            .unwrap();
+        let role_bindings = Api::<RoleBinding>::namespaced(admin.clone(), ns)
+            .list(&owned_by_csv)
+            .await
+            .unwrap();
+        let cluster_roles = Api::<ClusterRole>::all(admin.clone())
+            .list(&owned_by_csv)
+            .await
+            .unwrap();
+        let cluster_role_bindings = Api::<ClusterRoleBinding>::all(admin.clone())
+            .list(&owned_by_csv)
+            .await
+            .unwrap();
+        assert!(
+            !roles.items.is_empty() && !role_bindings.items.is_empty(),
+            "OLM created the Role and RoleBinding for `permissions`"
+        );
+        assert!(
+            !cluster_roles.items.is_empty() && !cluster_role_bindings.items.is_empty(),
+            "OLM created the ClusterRole and ClusterRoleBinding for `clusterPermissions`"
+        );
+    }
+
+    /// Uninstalls through OLM (Subscription and CSV), stops OLM and the catalog server, and
+    /// removes the cluster-scoped RBAC OLM made for the namespace.
+    pub async fn uninstall(mut self, admin: &Client) {
+        let csv = self.csv_name();
+        self.apis.uninstall(&mut self.olm, &self.package, &csv).await;
+        let Self {
+            olm, catalog, apis, ..
+        } = self;
+        drop(olm);
+        drop(catalog);
+        apis.remove_cluster_rbac(admin).await;
+    }
+}
+
+/// `Role/<name>` and `ClusterRole/<name>` of what OLM made for `csv` in `namespace`.
+pub async fn rbac_made_for(client: &Client, namespace: &str, csv: &str) -> Vec<String> {
+    use k8s_openapi::api::rbac::v1::Role;
+    let owned = ListParams::default().labels(&format!("olm.owner={csv},olm.owner.namespace={namespace}"));
+    let roles = Api::<Role>::namespaced(client.clone(), namespace)
+        .list(&owned)
+        .await
+        .expect("listing Roles");
+    let cluster_roles = Api::<ClusterRole>::all(client.clone())
+        .list(&owned)
+        .await
+        .expect("listing ClusterRoles");
+    roles
+        .items
+        .iter()
+        .filter_map(|role| role.metadata.name.as_ref().map(|name| format!("Role/{name}")))
+        .chain(cluster_roles.items.iter().filter_map(|role| {
+            role.metadata
+                .name
+                .as_ref()
+                .map(|name| format!("ClusterRole/{name}"))
+        }))
+        .collect()
 }

@@ -11,9 +11,10 @@ use std::{collections::BTreeMap, time::Duration};
 use etcd_operator::{crd::EtcdCluster, reconcile::MemberAddresses};
 use kube::{Api, api::PostParams};
 use quorum_e2e::{
-    control_plane::{TestNamespace, admin_client, kubeconfig_path, service_account_client},
+    control_plane::{TestNamespace, admin_client},
+    helm::ChartRelease,
     local_members::{EtcdLauncher, LocalMembers},
-    tools::{etcd_binary, packaging_tool, pinned_version, repository_root, succeeds},
+    tools::{etcd_binary, pinned_version, repository_root},
 };
 
 #[tokio::test]
@@ -22,30 +23,9 @@ async fn the_operator_runs_under_the_charts_service_account() {
     let admin = admin_client().await;
     let namespace = TestNamespace::create(&admin, "helm-rbac").await;
     let ns = namespace.name().to_string();
-    let helm = packaging_tool("helm");
-    let kubeconfig = kubeconfig_path().display().to_string();
-    let release = format!("rbac-{}", &ns[ns.len() - 6..]);
-    let chart = repository_root().join("charts/quorum-etcd-operator");
-    succeeds(
-        &helm,
-        &[
-            "install",
-            &release,
-            &chart.display().to_string(),
-            "--kubeconfig",
-            &kubeconfig,
-            "--namespace",
-            &ns,
-            "--set",
-            // Cluster-scoped with a fixed name: another test's release may own it.
-            "admissionPolicy=false",
-            "--set",
-            &format!("watchNamespaces={{{ns}}}"),
-        ],
-        None,
-    );
-    let account = format!("{release}-quorum-etcd-operator");
-    let as_chart = service_account_client(&admin, &ns, &account).await;
+    // The admission policy is cluster-scoped with a fixed name: another test's release may own it.
+    let chart = ChartRelease::install(&admin, "quorum-etcd-operator", &ns, &["admissionPolicy=false"]).await;
+    let as_chart = chart.service_account_client(&admin).await;
 
     let version = pinned_version("ETCD_VERSION").trim_start_matches('v').to_string();
     let state = std::env::temp_dir().join(format!("quorum-helm-rbac-{ns}"));
@@ -68,18 +48,7 @@ async fn the_operator_runs_under_the_charts_service_account() {
     support::ready_with(&clusters, &name, 3, Duration::from_secs(120)).await;
 
     operator.stop().await;
-    succeeds(
-        &helm,
-        &[
-            "uninstall",
-            &release,
-            "--kubeconfig",
-            &kubeconfig,
-            "--namespace",
-            &ns,
-        ],
-        None,
-    );
+    chart.uninstall();
     namespace.delete().await;
     let _ = std::fs::remove_dir_all(state);
 }

@@ -18,27 +18,17 @@ use etcd_operator::{
     crd::{EtcdBackup, EtcdCluster},
     reconcile::MemberAddresses,
 };
-use k8s_openapi::api::{
-    apps::v1::Deployment,
-    core::v1::{Pod, ServiceAccount},
-    rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding},
-};
 use kube::{
     Api,
     api::{DeleteParams, ListParams, PostParams},
 };
 use quorum_e2e::{
-    control_plane::{TestNamespace, admin_client, service_account_client},
+    control_plane::{TestNamespace, admin_client, assert_lease_held},
     local_members::{EtcdLauncher, LocalMembers},
-    olm::{
-        CatalogServer, Olm, OlmApis, alm_example, published_bundles, published_packages_and_channels,
-        write_inline_catalog,
-    },
-    tools::{etcd_binary, pinned_version, repository_root},
+    olm::SubscribedOperator,
+    tools::{etcd_binary, pinned_version},
 };
-use serde_json::json;
 
-const BUNDLE: &str = "bundle/quorum-etcd-operator";
 const PACKAGE: &str = "quorum-etcd-operator";
 const CSV: &str = "quorum-etcd-operator.v0.1.0";
 
@@ -50,86 +40,10 @@ async fn a_subscription_installs_the_operator_through_olm_and_it_reconciles_the_
     let ns = namespace.name().to_string();
     let scratch = std::env::temp_dir().join(format!("quorum-olm-{ns}"));
     std::fs::create_dir_all(&scratch).expect("scratch directory");
-
-    // The catalog: the published packages and channels, every bundle inline.
-    let catalog_dir = scratch.join("catalog");
-    let bundles = published_bundles();
-    assert!(bundles.contains(&repository_root().join(BUNDLE)), "{bundles:?}");
-    write_inline_catalog(&catalog_dir, &published_packages_and_channels(), &bundles);
-    let mut opm_serve = CatalogServer::start(&catalog_dir, &scratch).await;
-    let mut olm = Olm::start(&admin, &scratch).await;
-
-    // CatalogSource -> OperatorGroup -> Subscription.
-    let apis = OlmApis::new(&admin, &ns);
-    apis.add_catalog(&mut olm, "quorum-inline", opm_serve.port).await;
-    apis.subscribe(PACKAGE, "quorum-inline", json!({})).await;
-    let plan_name = apis.next_install_plan(&mut olm, PACKAGE, None).await;
-    let plan = apis.completed_plan(&mut olm, &plan_name).await;
-    assert_eq!(
-        plan.data["spec"]["clusterServiceVersionNames"],
-        json!([CSV]),
-        "{}",
-        plan.data["spec"]
-    );
-    let csv = apis.succeeded_csv(&mut olm, CSV).await;
-
-    // What OLM created from the CSV: the ServiceAccount, the RBAC, the Deployment and its pod.
-    Api::<ServiceAccount>::namespaced(admin.clone(), &ns)
-        .get(PACKAGE)
-        .await
-        .expect("OLM created the ServiceAccount");
-    let deployment = Api::<Deployment>::namespaced(admin.clone(), &ns)
-        .get(PACKAGE)
-        .await
-        .expect("OLM created the Deployment");
-    assert_eq!(
-        deployment
-            .metadata
-            .labels
-            .unwrap_or_default()
-            .get("olm.owner")
-            .map(String::as_str),
-        Some(CSV)
-    );
-    let pods = Api::<Pod>::namespaced(admin.clone(), &ns)
-        .list(&ListParams::default().labels("app.kubernetes.io/name=quorum-etcd-operator"))
-        .await
-        .unwrap();
-    assert!(
-        pods.items
-            .iter()
-            .any(|pod| pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")),
-        "the operator's pod is Running (KWOK): {:?}",
-        pods.items.iter().map(|pod| &pod.status).collect::<Vec<_>>()
-    );
-    let owned_by_csv = ListParams::default().labels(&format!("olm.owner={CSV},olm.owner.namespace={ns}"));
-    let roles = Api::<Role>::namespaced(admin.clone(), &ns)
-        .list(&owned_by_csv)
-        .await
-        .unwrap();
-    let role_bindings = Api::<RoleBinding>::namespaced(admin.clone(), &ns)
-        .list(&owned_by_csv)
-        .await
-        .unwrap();
-    let cluster_roles = Api::<ClusterRole>::all(admin.clone())
-        .list(&owned_by_csv)
-        .await
-        .unwrap();
-    let cluster_role_bindings = Api::<ClusterRoleBinding>::all(admin.clone())
-        .list(&owned_by_csv)
-        .await
-        .unwrap();
-    assert!(
-        !roles.items.is_empty() && !role_bindings.items.is_empty(),
-        "OLM created the Role and RoleBinding for `permissions`"
-    );
-    assert!(
-        !cluster_roles.items.is_empty() && !cluster_role_bindings.items.is_empty(),
-        "OLM created the ClusterRole and ClusterRoleBinding for `clusterPermissions`"
-    );
+    let mut installed = SubscribedOperator::install(&admin, &ns, PACKAGE, CSV, &scratch).await;
 
     // The operator, in-process, with the ServiceAccount OLM created and nothing else.
-    let example = alm_example(&csv, "EtcdCluster");
+    let example = installed.example("EtcdCluster");
     let cluster_name = example["metadata"]["name"].as_str().expect("a name").to_string();
     let version = example["spec"]["version"]
         .as_str()
@@ -140,7 +54,7 @@ async fn a_subscription_installs_the_operator_through_olm_and_it_reconciles_the_
         pinned_version("ETCD_VERSION").trim_start_matches('v'),
         "the example's etcd version is the pinned one (the local members run that binary)"
     );
-    let as_operator = service_account_client(&admin, &ns, PACKAGE).await;
+    let as_operator = installed.service_account_client(&admin).await;
     let _members = LocalMembers::start(
         admin.clone(),
         EtcdLauncher::new(BTreeMap::from([(version.clone(), etcd_binary())])),
@@ -159,13 +73,8 @@ async fn a_subscription_installs_the_operator_through_olm_and_it_reconciles_the_
     let replicas = usize::try_from(example_cluster.spec.replicas).expect("positive replicas");
     support::ready_with(&clusters, &cluster_name, replicas, Duration::from_secs(180)).await;
     // The operator held its Lease under OLM's Role.
-    let lease = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(admin.clone(), &ns)
-        .get("quorum-etcd-operator-leader")
-        .await
-        .expect("the operator holds its Lease");
-    assert!(lease.spec.unwrap().holder_identity.is_some());
-    olm.assert_running();
-    opm_serve.assert_running();
+    assert_lease_held(&admin, &ns, PACKAGE).await;
+    installed.assert_running();
 
     operator.stop().await;
     let _ = Api::<EtcdCluster>::namespaced(admin.clone(), &ns)
@@ -174,10 +83,7 @@ async fn a_subscription_installs_the_operator_through_olm_and_it_reconciles_the_
     let _ = Api::<EtcdBackup>::namespaced(admin.clone(), &ns)
         .delete_collection(&DeleteParams::default(), &ListParams::default())
         .await;
-    apis.uninstall(&mut olm, PACKAGE, CSV).await;
-    drop(olm);
-    drop(opm_serve);
-    apis.remove_cluster_rbac(&admin).await;
+    installed.uninstall(&admin).await;
     namespace.delete().await;
     let _ = std::fs::remove_dir_all(scratch);
 }

@@ -8,20 +8,13 @@
 #[allow(dead_code)] // each test binary uses part of the support
 mod support;
 
-use std::time::Duration;
-
-use k8s_openapi::api::{
-    apps::v1::Deployment,
-    core::v1::{Secret, ServiceAccount},
-    rbac::v1::ClusterRole,
-};
 use kube::{Api, CustomResourceExt, api::PostParams};
 use mysql_operator::crd::{MySQLBackup, MySQLCluster};
 use quorum_e2e::{
-    control_plane::{TestNamespace, admin_client, install_crd, kubeconfig_path, service_account_client},
+    control_plane::{TestNamespace, admin_client, assert_lease_held, install_crd},
+    helm::ChartRelease,
     local_members::{LocalMembers, MariaDbLauncher},
     tools::{packaging_tool, repository_root, run_tool, succeeds, transcript},
-    wait,
 };
 
 const CHART: &str = "charts/quorum-mysql-operator";
@@ -146,106 +139,24 @@ async fn the_operator_runs_under_the_charts_service_account() {
     install_crd(&admin, &MySQLBackup::crd()).await;
     let namespace = TestNamespace::create(&admin, "mysql-helm").await;
     let ns = namespace.name().to_string();
-    let helm = packaging_tool("helm");
-    let kubeconfig = kubeconfig_path().display().to_string();
-    let release = format!("rbac-{}", &ns[ns.len() - 6..]);
-    let (stdout, _) = succeeds(
-        &helm,
-        &[
-            "install",
-            &release,
-            &chart(),
-            "--kubeconfig",
-            &kubeconfig,
-            "--namespace",
-            &ns,
-            "--set",
-            &format!("watchNamespaces={{{ns}}}"),
-        ],
-        None,
-    );
-    let account = format!("{release}-quorum-mysql-operator");
-    assert!(
-        stdout.contains("STATUS: deployed") && stdout.contains(&format!("running as {account} in {ns}")),
-        "{stdout}"
-    );
-    Api::<Deployment>::namespaced(admin.clone(), &ns)
-        .get(&account)
-        .await
-        .expect("the operator Deployment");
-    Api::<ServiceAccount>::namespaced(admin.clone(), &ns)
-        .get(&account)
-        .await
-        .expect("the ServiceAccount");
-    Api::<ClusterRole>::all(admin.clone())
-        .get(&account)
-        .await
-        .expect("the ClusterRole");
-    let as_chart = service_account_client(&admin, &ns, &account).await;
+    let chart = ChartRelease::install(&admin, "quorum-mysql-operator", &ns, &[]).await;
+    let as_chart = chart.service_account_client(&admin).await;
 
     let state = std::env::temp_dir().join(format!("quorum-mysql-helm-{ns}"));
     let members = LocalMembers::start(admin.clone(), MariaDbLauncher, state.clone(), Some(ns.clone()));
-    let operator = support::start_operator(as_chart, &ns);
+    let operator = support::start_operator_with(as_chart, &ns, true);
 
-    // The sample users are shown (its MySQLCluster is also in the bundle's alm-examples): the
-    // application account's Secret, then the cluster.
-    let sample = std::fs::read_to_string(repository_root().join("samples/mysql-cluster.yaml")).unwrap();
-    let mut cluster: Option<MySQLCluster> = None;
-    for document in serde_yaml::Deserializer::from_str(&sample) {
-        let value: serde_json::Value = serde::Deserialize::deserialize(document).unwrap();
-        match value["kind"].as_str() {
-            Some("Secret") => {
-                let secret: Secret = serde_json::from_value(value).unwrap();
-                Api::<Secret>::namespaced(admin.clone(), &ns)
-                    .create(&PostParams::default(), &secret)
-                    .await
-                    .unwrap();
-            }
-            Some("MySQLCluster") => cluster = Some(serde_json::from_value(value).unwrap()),
-            other => panic!("unexpected {other:?} in the sample"),
-        }
-    }
-    let cluster = cluster.expect("a MySQLCluster in the sample");
+    let cluster = support::create_sample_secret(&admin, &ns).await;
     let name = cluster.metadata.name.clone().unwrap();
-    let replicas = cluster.spec.replicas;
     let clusters: Api<MySQLCluster> = Api::namespaced(admin.clone(), &ns);
     clusters.create(&PostParams::default(), &cluster).await.unwrap();
-    let status = support::ready(&clusters, &name, replicas - 1).await;
-    let primary = status.primary.expect("a primary");
-    let ordinal = mysql_operator::resources::ordinal_of(&name, &primary).expect("a member of the sample");
-    wait::until(
-        "the sample's application account",
-        Duration::from_secs(60),
-        || async {
-            let options = mysql_async::OptsBuilder::default()
-                .ip_or_hostname(quorum_core::naming::loopback_ip(&ns, &name, ordinal).to_string())
-                .tcp_port(3306)
-                .user(Some(cluster.spec.users[0].name.clone()))
-                .pass(Some("change-me-Pa55"))
-                .db_name(Some(cluster.spec.users[0].database.clone()))
-                .prefer_socket(false);
-            mysql_async::Conn::new(options)
-                .await
-                .map(drop)
-                .map_err(|e| e.to_string())
-        },
-    )
-    .await;
+    let status = support::ready(&clusters, &name, cluster.spec.replicas - 1).await;
+    support::application_account_connects(&ns, &cluster, &status).await;
+    assert_lease_held(&admin, &ns, "quorum-mysql-operator").await;
 
     operator.stop().await;
     drop(members);
-    succeeds(
-        &helm,
-        &[
-            "uninstall",
-            &release,
-            "--kubeconfig",
-            &kubeconfig,
-            "--namespace",
-            &ns,
-        ],
-        None,
-    );
+    chart.uninstall();
     namespace.delete().await;
     let _ = std::fs::remove_dir_all(state);
 }

@@ -50,11 +50,17 @@ impl Running {
 
 /// Starts the operator on `namespace`, with members on loopback addresses.
 pub fn start_operator(client: kube::Client, namespace: &str) -> Running {
+    start_operator_with(client, namespace, false)
+}
+
+/// As [`start_operator`]; with `leader_elect`, it first takes its Lease in `namespace`, as a
+/// deployed operator does.
+pub fn start_operator_with(client: kube::Client, namespace: &str, leader_elect: bool) -> Running {
     let config = OperatorConfig {
         watch_namespaces: vec![namespace.to_string()],
         log_format: LogFormat::Text,
         metrics_address: SocketAddr::from(([127, 0, 0, 1], 0)),
-        leader_elect: false,
+        leader_elect,
         leader_election_namespace: Some(namespace.to_string()),
         identity: Some("mongodb-test".into()),
         pod_namespace: None,
@@ -137,25 +143,7 @@ impl Setup {
 
     /// The administrator's login the operator generated for set `name`.
     pub async fn credentials(&self, name: &str) -> Credentials {
-        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), self.ns());
-        let secret = wait::until(
-            "the generated administrator Secret",
-            Duration::from_secs(30),
-            || async {
-                secrets
-                    .get_opt(&generated_admin_secret_name(name))
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .ok_or_else(|| "not yet".to_string())
-            },
-        )
-        .await;
-        let data = secret.data.unwrap();
-        let text = |key: &str| String::from_utf8(data[key].0.clone()).unwrap();
-        Credentials {
-            username: text(USERNAME_KEY),
-            password: SecretString::from(text(PASSWORD_KEY)),
-        }
+        generated_credentials(&self.client, self.ns(), name).await
     }
 
     /// A direct admin connection to data member `ordinal` of set `name`, as the operator has.
@@ -195,17 +183,7 @@ impl Setup {
 
     /// An application's client: the driver discovers the set from the seed list.
     pub async fn application(&self, name: &str, members: usize) -> mongodb::Client {
-        let credentials = self.credentials(name).await;
-        let seeds: Vec<String> = (0..members).map(|ordinal| self.host(name, ordinal)).collect();
-        let uri = format!(
-            "mongodb://{}:{}@{}/?replicaSet={name}&authSource=admin&serverSelectionTimeoutMS=20000",
-            credentials.username,
-            secrecy::ExposeSecret::expose_secret(&credentials.password),
-            seeds.join(","),
-        );
-        mongodb::Client::with_uri_str(&uri)
-            .await
-            .expect("application client")
+        application_client(&self.client, self.ns(), name, members).await
     }
 
     /// Creates set `name` and waits until it is Ready with `members` ready members.
@@ -227,25 +205,7 @@ impl Setup {
 
     /// Waits until set `name` is Ready with `members` ready members and nothing left to do.
     pub async fn ready(&self, name: &str, members: i32) -> MongoDBReplicaSetStatus {
-        self.status_until(
-            name,
-            &format!("{name} Ready with {members} ready members"),
-            Duration::from_secs(180),
-            |status| {
-                let is = |type_: &str, value: &str| {
-                    status
-                        .conditions
-                        .iter()
-                        .any(|c| c.type_ == type_ && c.status == value)
-                };
-                if is("Ready", "True") && is("Progressing", "False") && status.ready_members == members {
-                    Ok(status)
-                } else {
-                    Err(format!("{status:?}"))
-                }
-            },
-        )
-        .await
+        ready(&self.sets, name, members).await
     }
 
     /// Polls set `name`'s status until `check` accepts it.
@@ -346,4 +306,86 @@ pub async fn order_ids(client: &mongodb::Client) -> Vec<i64> {
         .collect();
     ids.sort_unstable();
     ids
+}
+
+/// The administrator's login the operator generated for set `name` in `namespace`.
+pub async fn generated_credentials(client: &kube::Client, namespace: &str, name: &str) -> Credentials {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let secret = wait::until(
+        "the generated administrator Secret",
+        Duration::from_secs(30),
+        || async {
+            secrets
+                .get_opt(&generated_admin_secret_name(name))
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| "not yet".to_string())
+        },
+    )
+    .await;
+    let data = secret.data.unwrap();
+    let text = |key: &str| String::from_utf8(data[key].0.clone()).unwrap();
+    Credentials {
+        username: text(USERNAME_KEY),
+        password: SecretString::from(text(PASSWORD_KEY)),
+    }
+}
+
+/// An application's client of set `name` in `namespace`, logged in with the generated
+/// administrator's login: the driver discovers the set from the seed list of `members` hosts.
+pub async fn application_client(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    members: usize,
+) -> mongodb::Client {
+    let credentials = generated_credentials(client, namespace, name).await;
+    let seeds: Vec<String> = (0..members)
+        .map(|ordinal| format!("{}:27017", loopback_ip(namespace, name, ordinal)))
+        .collect();
+    let uri = format!(
+        "mongodb://{}:{}@{}/?replicaSet={name}&authSource=admin&serverSelectionTimeoutMS=20000",
+        credentials.username,
+        secrecy::ExposeSecret::expose_secret(&credentials.password),
+        seeds.join(","),
+    );
+    mongodb::Client::with_uri_str(&uri)
+        .await
+        .expect("application client")
+}
+
+/// Waits until set `name` is Ready with `members` ready members and nothing left to do.
+pub async fn ready(sets: &Api<MongoDBReplicaSet>, name: &str, members: i32) -> MongoDBReplicaSetStatus {
+    wait::until(
+        &format!("{name} Ready with {members} ready members"),
+        Duration::from_secs(180),
+        || async {
+            let status = sets
+                .get(name)
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .unwrap_or_default();
+            let is = |type_: &str, value: &str| {
+                status
+                    .conditions
+                    .iter()
+                    .any(|c| c.type_ == type_ && c.status == value)
+            };
+            if is("Ready", "True") && is("Progressing", "False") && status.ready_members == members {
+                Ok(status)
+            } else {
+                Err(format!("{status:?}"))
+            }
+        },
+    )
+    .await
+}
+
+/// An application's majority-acknowledged writes to set `name` are read back through the
+/// driver's discovery of the set.
+pub async fn writes_are_kept(client: &kube::Client, namespace: &str, name: &str, members: usize) {
+    let application = application_client(client, namespace, name, members).await;
+    let written = insert_orders(&application, 1, 20).await;
+    assert_eq!(order_ids(&application).await, written);
 }

@@ -53,11 +53,17 @@ impl Running {
 
 /// Starts the operator on `namespace`, with members on loopback addresses.
 pub fn start_operator(client: kube::Client, namespace: &str) -> Running {
+    start_operator_with(client, namespace, false)
+}
+
+/// As [`start_operator`]; with `leader_elect`, it first takes its Lease in `namespace`, as a
+/// deployed operator does.
+pub fn start_operator_with(client: kube::Client, namespace: &str, leader_elect: bool) -> Running {
     let config = OperatorConfig {
         watch_namespaces: vec![namespace.to_string()],
         log_format: LogFormat::Text,
         metrics_address: SocketAddr::from(([127, 0, 0, 1], 0)),
-        leader_elect: false,
+        leader_elect,
         leader_election_namespace: Some(namespace.to_string()),
         identity: Some("mysql-test".into()),
         pod_namespace: None,
@@ -376,4 +382,59 @@ impl Writer {
         }
         self.acknowledged.lock().unwrap().iter().copied().collect()
     }
+}
+
+/// The sample users are shown, `samples/mysql-cluster.yaml` (its MySQLCluster is also the
+/// bundle's first `alm-examples` entry): creates its application account's Secret in
+/// `namespace` and returns its MySQLCluster, not yet created.
+pub async fn create_sample_secret(client: &kube::Client, namespace: &str) -> MySQLCluster {
+    let sample =
+        std::fs::read_to_string(quorum_e2e::tools::repository_root().join("samples/mysql-cluster.yaml"))
+            .expect("samples/mysql-cluster.yaml");
+    let mut cluster = None;
+    for document in serde_yaml::Deserializer::from_str(&sample) {
+        let value: serde_json::Value = serde::Deserialize::deserialize(document).expect("YAML");
+        match value["kind"].as_str() {
+            Some("Secret") => {
+                let secret: Secret = serde_json::from_value(value).expect("a Secret");
+                Api::<Secret>::namespaced(client.clone(), namespace)
+                    .create(&PostParams::default(), &secret)
+                    .await
+                    .expect("creating the sample's Secret");
+            }
+            Some("MySQLCluster") => cluster = Some(serde_json::from_value(value).expect("a MySQLCluster")),
+            other => panic!("unexpected {other:?} in the sample"),
+        }
+    }
+    cluster.expect("a MySQLCluster in the sample")
+}
+
+/// The password in the sample's application account Secret.
+pub const SAMPLE_APP_PASSWORD: &str = "change-me-Pa55";
+
+/// Waits until the first of `cluster`'s users logs in to its database on the primary, with
+/// the sample's password, as an application would.
+pub async fn application_account_connects(
+    namespace: &str,
+    cluster: &MySQLCluster,
+    status: &MySQLClusterStatus,
+) {
+    let name = cluster.metadata.name.clone().expect("a name");
+    let primary = status.primary.as_deref().expect("a primary");
+    let ordinal = mysql_operator::resources::ordinal_of(&name, primary).expect("a member of the cluster");
+    let user = &cluster.spec.users[0];
+    wait::until("the application account", Duration::from_secs(60), || async {
+        let options = mysql_async::OptsBuilder::default()
+            .ip_or_hostname(loopback_ip(namespace, &name, ordinal).to_string())
+            .tcp_port(3306)
+            .user(Some(user.name.clone()))
+            .pass(Some(SAMPLE_APP_PASSWORD))
+            .db_name(Some(user.database.clone()))
+            .prefer_socket(false);
+        mysql_async::Conn::new(options)
+            .await
+            .map(drop)
+            .map_err(|e| e.to_string())
+    })
+    .await;
 }

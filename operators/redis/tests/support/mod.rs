@@ -10,6 +10,7 @@ use quorum_core::{
     availability::{breaker::BreakerSettings, retry::CallPolicy},
     config::{LogFormat, OperatorConfig},
     crd::Storage,
+    naming::loopback_ip,
     runner::{Context, RetryPolicy, RunError, Runtime},
 };
 use quorum_e2e::{
@@ -42,11 +43,17 @@ impl Running {
 
 /// Starts the operator on `namespace`, with pods on loopback addresses.
 pub fn start_operator(client: kube::Client, namespace: &str) -> Running {
+    start_operator_with(client, namespace, false)
+}
+
+/// As [`start_operator`]; with `leader_elect`, it first takes its Lease in `namespace`, as a
+/// deployed operator does.
+pub fn start_operator_with(client: kube::Client, namespace: &str, leader_elect: bool) -> Running {
     let config = OperatorConfig {
         watch_namespaces: vec![namespace.to_string()],
         log_format: LogFormat::Text,
         metrics_address: SocketAddr::from(([127, 0, 0, 1], 0)),
-        leader_elect: false,
+        leader_elect,
         leader_election_namespace: Some(namespace.to_string()),
         identity: Some("redis-test".into()),
         pod_namespace: None,
@@ -128,20 +135,7 @@ impl Setup {
 
     /// The password the operator generated for `cluster`.
     pub async fn password(&self, cluster: &str) -> String {
-        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), self.ns());
-        let secret = wait::until(
-            "the generated password Secret",
-            Duration::from_secs(30),
-            || async {
-                secrets
-                    .get_opt(&generated_auth_secret_name(cluster))
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .ok_or_else(|| "not yet".to_string())
-            },
-        )
-        .await;
-        String::from_utf8(secret.data.unwrap()[PASSWORD_KEY].0.clone()).unwrap()
+        generated_password(&self.client, self.ns(), cluster).await
     }
 
     /// Creates deployment `name` and waits until it is Ready with `nodes` ready nodes.
@@ -263,4 +257,64 @@ pub async fn data_connection(
     redis::Client::open(info)?
         .get_multiplexed_async_connection()
         .await
+}
+
+/// The password the operator generated for `cluster` in `namespace`.
+pub async fn generated_password(client: &kube::Client, namespace: &str, cluster: &str) -> String {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let secret = wait::until(
+        "the generated password Secret",
+        Duration::from_secs(30),
+        || async {
+            secrets
+                .get_opt(&generated_auth_secret_name(cluster))
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| "not yet".to_string())
+        },
+    )
+    .await;
+    String::from_utf8(secret.data.unwrap()[PASSWORD_KEY].0.clone()).unwrap()
+}
+
+/// An application's write to the primary `status` names, with the generated password, is read
+/// back from every replica of a replication-mode deployment.
+pub async fn writes_replicate(
+    client: &kube::Client,
+    namespace: &str,
+    cluster: &RedisCluster,
+    status: &RedisClusterStatus,
+) {
+    use redis::AsyncCommands;
+    let name = cluster.metadata.name.as_deref().expect("a name");
+    let password = generated_password(client, namespace, name).await;
+    let address = |ordinal: usize| SocketAddr::new(loopback_ip(namespace, name, ordinal).into(), 6379);
+    let primary = status.primary.as_deref().expect("a primary");
+    let primary_ordinal: usize = primary
+        .strip_prefix(&format!("{name}-"))
+        .and_then(|ordinal| ordinal.parse().ok())
+        .unwrap_or_else(|| panic!("{primary} is not a node of {name}"));
+    let mut connection = data_connection(address(primary_ordinal), &password)
+        .await
+        .unwrap();
+    let _: () = connection.set("greeting", "hello").await.unwrap();
+    let nodes = 1 + usize::try_from(cluster.spec.replicas.expect("replicas")).expect("positive");
+    for ordinal in (0..nodes).filter(|ordinal| *ordinal != primary_ordinal) {
+        let replica = data_connection(address(ordinal), &password).await.unwrap();
+        wait::until(
+            &format!("the write on {name}-{ordinal}"),
+            Duration::from_secs(30),
+            || {
+                let mut replica = replica.clone();
+                async move {
+                    let value: Option<String> = replica.get("greeting").await.map_err(|e| e.to_string())?;
+                    match value.as_deref() {
+                        Some("hello") => Ok(()),
+                        other => Err(format!("{other:?}")),
+                    }
+                }
+            },
+        )
+        .await;
+    }
 }

@@ -1,0 +1,98 @@
+//! Operators installed from their Helm chart (`charts/<package>`) by the real `helm`, built
+//! from its Go module by `e2e/toolchain/packaging.sh`.
+
+use k8s_openapi::api::{apps::v1::Deployment, core::v1::ServiceAccount, rbac::v1::ClusterRole};
+use kube::{Api, Client};
+
+use crate::{
+    control_plane::{kubeconfig_path, service_account_client},
+    tools::{packaging_tool, repository_root, succeeds},
+};
+
+/// A release of `charts/<package>` installed into one namespace, watching only that namespace.
+pub struct ChartRelease {
+    pub release: String,
+    pub namespace: String,
+    /// The chart's ServiceAccount (also the Deployment's, the Roles' and the bindings' name).
+    pub account: String,
+    /// What `helm install` printed, NOTES included.
+    pub installed: String,
+}
+
+impl ChartRelease {
+    /// `helm install` of `charts/<package>` into `namespace` with `settings` (`--set` values)
+    /// added; checks the release deployed and its Deployment, ServiceAccount and ClusterRole
+    /// exist.
+    pub async fn install(admin: &Client, package: &str, namespace: &str, settings: &[&str]) -> Self {
+        let release = format!("rbac-{}", &namespace[namespace.len().saturating_sub(6)..]);
+        let chart = repository_root()
+            .join("charts")
+            .join(package)
+            .display()
+            .to_string();
+        let kubeconfig = kubeconfig_path().display().to_string();
+        let watch = format!("watchNamespaces={{{namespace}}}");
+        let mut args = vec![
+            "install",
+            release.as_str(),
+            chart.as_str(),
+            "--kubeconfig",
+            kubeconfig.as_str(),
+            "--namespace",
+            namespace,
+            "--set",
+            watch.as_str(),
+        ];
+        for setting in settings {
+            args.extend(["--set", setting]);
+        }
+        let (installed, _) = succeeds(&packaging_tool("helm"), &args, None);
+        let account = format!("{release}-{package}");
+        assert!(
+            installed.contains("STATUS: deployed")
+                && installed.contains(&format!("running as {account} in {namespace}")),
+            "{installed}"
+        );
+        Api::<Deployment>::namespaced(admin.clone(), namespace)
+            .get(&account)
+            .await
+            .expect("the chart's Deployment");
+        Api::<ServiceAccount>::namespaced(admin.clone(), namespace)
+            .get(&account)
+            .await
+            .expect("the chart's ServiceAccount");
+        Api::<ClusterRole>::all(admin.clone())
+            .get(&account)
+            .await
+            .expect("the chart's ClusterRole");
+        Self {
+            release,
+            namespace: namespace.to_string(),
+            account,
+            installed,
+        }
+    }
+
+    /// A client holding a token of the chart's ServiceAccount: only the chart's RBAC is behind
+    /// it.
+    pub async fn service_account_client(&self, admin: &Client) -> Client {
+        service_account_client(admin, &self.namespace, &self.account).await
+    }
+
+    /// `helm uninstall`.
+    pub fn uninstall(self) {
+        let kubeconfig = kubeconfig_path().display().to_string();
+        succeeds(
+            &packaging_tool("helm"),
+            &[
+                "uninstall",
+                &self.release,
+                "--kubeconfig",
+                &kubeconfig,
+                "--namespace",
+                &self.namespace,
+            ],
+            None,
+        );
+    }
+}
