@@ -292,15 +292,6 @@ pub async fn install_crd(client: &Client, crd: &CustomResourceDefinition) {
     .await;
 }
 
-#[cfg(test)]
-mod tests {
-    #[tokio::test]
-    #[should_panic(expected = "no local control plane")]
-    async fn a_missing_control_plane_fails_loudly() {
-        super::admin_client_from(std::path::Path::new("/nonexistent/kubeconfig")).await;
-    }
-}
-
 /// Panics unless `operator`'s leader-election Lease in `namespace` has a holder: the operator
 /// took it under the RBAC it runs with.
 pub async fn assert_lease_held(admin: &Client, namespace: &str, operator: &str) {
@@ -313,4 +304,13 @@ pub async fn assert_lease_held(admin: &Client, namespace: &str, operator: &str) 
         lease.spec.and_then(|spec| spec.holder_identity).is_some(),
         "nobody holds {namespace}/{name}"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    #[tokio::test]
+    #[should_panic(expected = "no local control plane")]
+    async fn a_missing_control_plane_fails_loudly() {
+        super::admin_client_from(std::path::Path::new("/nonexistent/kubeconfig")).await;
+    }
 }

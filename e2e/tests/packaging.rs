@@ -14,7 +14,7 @@ use kube::{Api, api::ListParams};
 use quorum_e2e::{
     control_plane::{TestNamespace, admin_client, kubeconfig_path},
     olm::{published_bundles, published_packages_and_channels, write_inline_catalog},
-    tools::{kubectl_binary, packaging_tool, run_tool, succeeds, transcript},
+    tools::{kubectl_binary, packaging_tool, repository_root, run_tool, succeeds, transcript},
     wait,
 };
 use serde_json::Value;
@@ -94,18 +94,18 @@ fn kinds_and_names(yaml: &str) -> Vec<String> {
 // ---------------------------------------------------------------------------------------------
 // OLM: operator-sdk and opm on the bundle directory and the catalog.
 
-/// `opm render` of the bundle directory, as JSON (stdout, stderr).
-fn opm_render_bundle() -> (String, String) {
+/// `opm render` of a bundle directory, as JSON (stdout, stderr).
+fn opm_render_bundle(bundle: &str) -> (String, String) {
     succeeds(
         &packaging_tool("opm"),
-        &["render", &format!("./{BUNDLE}"), "-o", "json"],
+        &["render", &format!("./{bundle}"), "-o", "json"],
         None,
     )
 }
 
-/// The manifests of the bundle as `opm render` reads them (decoded `olm.bundle.object`s).
-fn bundle_manifests() -> Vec<Value> {
-    let (stdout, _) = opm_render_bundle();
+/// The manifests of a bundle as `opm render` reads them (decoded `olm.bundle.object`s).
+fn bundle_manifests(bundle: &str) -> Vec<Value> {
+    let (stdout, _) = opm_render_bundle(bundle);
     let bundle: Value = serde_json::from_str(&stdout).unwrap_or_else(|error| panic!("{error}: {stdout}"));
     bundle["properties"]
         .as_array()
@@ -179,7 +179,7 @@ fn opm_validates_the_published_catalog() {
 /// what lets OLM install it without a registry or an unpack Job.
 #[test]
 fn opm_renders_the_bundle_directory_as_an_inline_bundle_that_validates() {
-    let (stdout, _) = opm_render_bundle();
+    let (stdout, _) = opm_render_bundle(BUNDLE);
     let rendered: Vec<Value> = serde_json::Deserializer::from_str(&stdout)
         .into_iter::<Value>()
         .collect::<Result<_, _>>()
@@ -423,82 +423,134 @@ fn release_name(prefix: &str) -> String {
 }
 
 #[tokio::test]
-async fn the_rendered_chart_passes_server_side_dry_run() {
+async fn every_rendered_chart_passes_server_side_dry_run() {
     let client = admin_client().await;
     let namespace = TestNamespace::create(&client, "helm-dry-run").await;
     let helm = packaging_tool("helm");
     let release = release_name("dry");
-    for extra in [
-        &[][..],
-        &["--set", "watchNamespaces={a,b},replicaCount=2,logFormat=text"][..],
-    ] {
-        let mut args = vec![
-            "template",
-            release.as_str(),
-            CHART,
-            "--include-crds",
-            "--namespace",
-            namespace.name(),
-        ];
-        args.extend_from_slice(extra);
-        let (rendered, _) = succeeds(&helm, &args, None);
-        let (applied, _) = kubectl(
+    for chart in CHARTS {
+        let package = chart.trim_start_matches("charts/");
+        let crds: Vec<String> = std::fs::read_dir(repository_root().join(chart).join("crds"))
+            .expect("the chart's crds/")
+            .map(|entry| {
+                let file = entry.expect("a CRD file").path();
+                let name = file.file_stem().expect("a name").to_string_lossy().to_string();
+                format!("customresourcedefinition.apiextensions.k8s.io/{name}")
+            })
+            .collect();
+        assert_eq!(crds.len(), 2, "{chart}: a cluster kind and a backup kind");
+        for extra in [
+            &[][..],
+            &["--set", "watchNamespaces={a,b},replicaCount=2,logFormat=text"][..],
+        ] {
+            let mut args = vec![
+                "template",
+                release.as_str(),
+                chart,
+                "--include-crds",
+                "--namespace",
+                namespace.name(),
+            ];
+            args.extend_from_slice(extra);
+            let (rendered, _) = succeeds(&helm, &args, None);
+            let (applied, _) = kubectl(
+                &[
+                    "apply",
+                    "--dry-run=server",
+                    "--namespace",
+                    namespace.name(),
+                    "-f",
+                    "-",
+                ],
+                Some(rendered.as_bytes()),
+            );
+            for expected in [
+                format!("deployment.apps/{release}-{package} created (server dry run)"),
+                format!("clusterrole.rbac.authorization.k8s.io/{release}-{package} created (server dry run)"),
+                format!("rolebinding.rbac.authorization.k8s.io/{release}-{package} created (server dry run)"),
+            ]
+            .iter()
+            .chain(&crds)
+            {
+                assert!(
+                    applied.contains(expected.as_str()),
+                    "{chart}: {expected} missing from kubectl's report:\n{applied}"
+                );
+            }
+        }
+    }
+    namespace.delete().await;
+}
+
+#[tokio::test]
+async fn every_bundles_alm_examples_are_accepted_by_its_crds() {
+    let client = admin_client().await;
+    let namespace = TestNamespace::create(&client, "alm-examples").await;
+    for bundle in BUNDLES {
+        let manifests = bundle_manifests(bundle);
+        // The bundle's own CRDs, installed for real: the examples are checked against them.
+        let crds: Vec<&Value> = manifests
+            .iter()
+            .filter(|manifest| manifest["kind"] == "CustomResourceDefinition")
+            .collect();
+        let crd_list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": crds}).to_string();
+        kubectl(
             &[
                 "apply",
+                "--server-side",
+                "--force-conflicts",
+                "--field-manager=quorum-packaging-test",
+                "-f",
+                "-",
+            ],
+            Some(crd_list.as_bytes()),
+        );
+        kubectl(
+            &["wait", "--for=condition=Established", "--timeout=60s", "-f", "-"],
+            Some(crd_list.as_bytes()),
+        );
+
+        // What OperatorHub offers to create: an example of every owned kind, each accepted.
+        let csv = manifests
+            .iter()
+            .find(|manifest| manifest["kind"] == "ClusterServiceVersion")
+            .expect("a CSV in the bundle");
+        let examples = csv["metadata"]["annotations"]["alm-examples"]
+            .as_str()
+            .expect("alm-examples");
+        let examples: Vec<Value> = serde_json::from_str(examples).expect("alm-examples is a JSON array");
+        let mut example_kinds: Vec<&str> = examples
+            .iter()
+            .filter_map(|example| example["kind"].as_str())
+            .collect();
+        example_kinds.dedup();
+        let mut owned_kinds: Vec<&str> = csv["spec"]["customresourcedefinitions"]["owned"]
+            .as_array()
+            .expect("owned CRDs")
+            .iter()
+            .filter_map(|owned| owned["kind"].as_str())
+            .collect();
+        owned_kinds.sort_unstable();
+        example_kinds.sort_unstable();
+        assert_eq!(example_kinds, owned_kinds, "{bundle}: an example per owned kind");
+        let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": examples}).to_string();
+        let (created, _) = kubectl(
+            &[
+                "create",
                 "--dry-run=server",
                 "--namespace",
                 namespace.name(),
                 "-f",
                 "-",
             ],
-            Some(rendered.as_bytes()),
+            Some(list.as_bytes()),
         );
-        for expected in [
-            format!("deployment.apps/{release}-quorum-etcd-operator created (server dry run)"),
-            format!(
-                "clusterrole.rbac.authorization.k8s.io/{release}-quorum-etcd-operator created (server dry run)"
-            ),
-            "customresourcedefinition.apiextensions.k8s.io/etcdclusters.etcd.quorum.dev".to_string(),
-            "customresourcedefinition.apiextensions.k8s.io/etcdbackups.etcd.quorum.dev".to_string(),
-        ] {
-            assert!(
-                applied.contains(&expected),
-                "{expected} missing from kubectl's report:\n{applied}"
-            );
-        }
+        assert_eq!(
+            created.matches("created (server dry run)").count(),
+            examples.len(),
+            "{bundle}: {created}"
+        );
     }
-
-    // The CSV's `alm-examples` (what OperatorHub offers to create) are accepted by the CRDs.
-    let csv = bundle_manifests()
-        .into_iter()
-        .find(|manifest| manifest["kind"] == "ClusterServiceVersion")
-        .expect("a CSV in the bundle");
-    let examples = csv["metadata"]["annotations"]["alm-examples"]
-        .as_str()
-        .expect("alm-examples");
-    let examples: Vec<Value> = serde_json::from_str(examples).expect("alm-examples is a JSON array");
-    let kinds: Vec<&str> = examples
-        .iter()
-        .filter_map(|example| example["kind"].as_str())
-        .collect();
-    assert_eq!(kinds, ["EtcdCluster", "EtcdBackup"], "an example per owned kind");
-    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": examples}).to_string();
-    let (created, _) = kubectl(
-        &[
-            "create",
-            "--dry-run=server",
-            "--namespace",
-            namespace.name(),
-            "-f",
-            "-",
-        ],
-        Some(list.as_bytes()),
-    );
-    assert_eq!(
-        created.matches("created (server dry run)").count(),
-        2,
-        "{created}"
-    );
     namespace.delete().await;
 }
 

@@ -19,11 +19,7 @@ use etcd_operator::{
     reconcile::MemberAddresses,
     resources::client_service_name,
 };
-use k8s_openapi::api::{
-    apps::v1::Deployment,
-    core::v1::Service,
-    rbac::v1::{ClusterRole, Role},
-};
+use k8s_openapi::api::core::v1::Service;
 use kube::{
     Api, ResourceExt,
     api::{DeleteParams, ListParams, PostParams},
@@ -41,27 +37,6 @@ use xtask::bundle::{Release, catalog_text, next_patch, package_documents, write_
 const BUNDLE: &str = "bundle/quorum-etcd-operator";
 const PACKAGE: &str = "quorum-etcd-operator";
 const SOURCE: &str = "quorum-upgrade";
-
-/// Names of the Roles and ClusterRoles OLM made for `csv` in namespace `ns`.
-async fn rbac_of(admin: &kube::Client, ns: &str, csv: &str) -> Vec<String> {
-    let owned = ListParams::default().labels(&format!("olm.owner={csv},olm.owner.namespace={ns}"));
-    let roles = Api::<Role>::namespaced(admin.clone(), ns)
-        .list(&owned)
-        .await
-        .unwrap();
-    let cluster_roles = Api::<ClusterRole>::all(admin.clone()).list(&owned).await.unwrap();
-    roles
-        .items
-        .iter()
-        .map(|role| format!("Role/{}", role.name_any()))
-        .chain(
-            cluster_roles
-                .items
-                .iter()
-                .map(|role| format!("ClusterRole/{}", role.name_any())),
-        )
-        .collect()
-}
 
 #[tokio::test]
 async fn the_operator_upgrades_through_the_channel_with_olm_and_keeps_reconciling_its_clusters() {
@@ -113,24 +88,7 @@ async fn the_operator_upgrades_through_the_channel_with_olm_and_keeps_reconcilin
     apis.add_catalog(&mut olm, SOURCE, opm_serve.port).await;
 
     // Installed at N. Manual approval holds N+1 back until the cluster exists under N.
-    apis.subscribe(
-        PACKAGE,
-        SOURCE,
-        json!({"startingCSV": from, "installPlanApproval": "Manual"}),
-    )
-    .await;
-    let first = apis.next_install_plan(&mut olm, PACKAGE, None).await;
-    let plan = apis.install_plans.get(&first).await.unwrap();
-    assert_eq!(plan.data["spec"]["clusterServiceVersionNames"], json!([from]));
-    apis.approve(&first).await;
-    apis.completed_plan(&mut olm, &first).await;
-    let installed = apis.succeeded_csv(&mut olm, &from).await;
-    let rbac_of_n = rbac_of(&admin, &ns, &from).await;
-    assert!(
-        rbac_of_n.iter().any(|name| name.starts_with("Role/"))
-            && rbac_of_n.iter().any(|name| name.starts_with("ClusterRole/")),
-        "OLM made N's permissions: {rbac_of_n:?}"
-    );
+    let (first, installed) = apis.install_at(&mut olm, PACKAGE, SOURCE, &from).await;
 
     // Under N: the example cluster, reconciled by the operator with OLM's ServiceAccount.
     let example = alm_example(&installed, "EtcdCluster");
@@ -153,81 +111,15 @@ async fn the_operator_upgrades_through_the_channel_with_olm_and_keeps_reconcilin
     let created = clusters.create(&PostParams::default(), &example).await.unwrap();
     let before = support::ready_with(&clusters, &cluster_name, replicas, Duration::from_secs(120)).await;
 
-    // N+1: OLM finds it in the channel and plans the upgrade by itself.
-    let second = apis.next_install_plan(&mut olm, PACKAGE, Some(&first)).await;
-    let plan = apis.install_plans.get(&second).await.unwrap();
-    assert_eq!(
-        plan.data["spec"]["clusterServiceVersionNames"],
-        json!([to]),
-        "{}",
-        plan.data["spec"]
-    );
-    assert_eq!(
-        plan.data["spec"]["approved"],
-        json!(false),
-        "manual approval holds the upgrade"
-    );
-    apis.approve(&second).await;
-    apis.completed_plan(&mut olm, &second).await;
-    let upgraded = apis.succeeded_csv(&mut olm, &to).await;
-    assert_eq!(
-        upgraded.data["spec"]["replaces"],
-        json!(from),
-        "OLM installed N+1 as N's replacement"
-    );
-    apis.csv_gone(&mut olm, &from).await;
-    wait::until("the Subscription at N+1", Duration::from_secs(60), || {
-        olm.assert_running();
-        let subscriptions = apis.subscriptions.clone();
-        let to = to.clone();
-        async move {
-            let status = subscriptions.get(PACKAGE).await.map_err(|e| e.to_string())?.data["status"].clone();
-            if status["installedCSV"] == json!(to)
-                && status["currentCSV"] == json!(to)
-                && status["state"] == "AtLatestKnown"
-            {
-                Ok(())
-            } else {
-                Err(status.to_string())
-            }
-        }
-    })
-    .await;
-
-    // The Deployment is N+1's now, with N+1's image; N's permissions are gone, N+1's are there.
-    let deployment = Api::<Deployment>::namespaced(admin.clone(), &ns)
-        .get(PACKAGE)
-        .await
-        .expect("the operator's Deployment");
-    assert_eq!(
-        deployment.labels().get("olm.owner").map(String::as_str),
-        Some(to.as_str())
-    );
+    // N+1: OLM finds it in the channel and plans the upgrade by itself; N's CSV and
+    // permissions go, N+1's Deployment runs N+1's image.
+    let deployment = apis.upgrade(&mut olm, PACKAGE, &first, &from, &to).await;
     let image = deployment
         .spec
         .and_then(|spec| spec.template.spec)
         .and_then(|spec| spec.containers.into_iter().next())
         .and_then(|container| container.image);
     assert_eq!(image, Some(xtask::image::reference(&package, &next.version)));
-    wait::until("N's permissions removed", Duration::from_secs(60), || {
-        olm.assert_running();
-        let (admin, ns, from) = (admin.clone(), ns.clone(), from.clone());
-        async move {
-            let left = rbac_of(&admin, &ns, &from).await;
-            if left.is_empty() {
-                Ok(())
-            } else {
-                Err(format!("{left:?}"))
-            }
-        }
-    })
-    .await;
-    let rbac_of_next = rbac_of(&admin, &ns, &to).await;
-    assert!(
-        rbac_of_next.iter().any(|name| name.starts_with("Role/"))
-            && rbac_of_next.iter().any(|name| name.starts_with("ClusterRole/")),
-        "OLM made N+1's permissions: {rbac_of_next:?}"
-    );
 
     // The cluster created under N is the same object, Ready with the same leader.
     let after = support::ready_with(&clusters, &cluster_name, replicas, Duration::from_secs(60)).await;
