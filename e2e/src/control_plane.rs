@@ -292,6 +292,34 @@ pub async fn install_crd(client: &Client, crd: &CustomResourceDefinition) {
     .await;
 }
 
+/// Waits (up to 30 s) until Secret `namespace/name` exists, as one an operator generates, and
+/// returns its data as text.
+pub async fn generated_secret(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> std::collections::BTreeMap<String, String> {
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), namespace);
+    let secret = crate::wait::until(
+        &format!("the generated Secret {namespace}/{name}"),
+        std::time::Duration::from_secs(30),
+        || async {
+            secrets
+                .get_opt(name)
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| "not yet".to_string())
+        },
+    )
+    .await;
+    secret
+        .data
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(key, value)| (key, String::from_utf8(value.0).expect("text")))
+        .collect()
+}
+
 /// Panics unless `operator`'s leader-election Lease in `namespace` has a holder: the operator
 /// took it under the RBAC it runs with.
 pub async fn assert_lease_held(admin: &Client, namespace: &str, operator: &str) {

@@ -1,12 +1,19 @@
 //! Operators installed from their Helm chart (`charts/<package>`) by the real `helm`, built
 //! from its Go module by `e2e/toolchain/packaging.sh`.
 
-use k8s_openapi::api::{apps::v1::Deployment, core::v1::ServiceAccount, rbac::v1::ClusterRole};
-use kube::{Api, Client};
+use std::time::Duration;
+
+use k8s_openapi::api::{
+    apps::v1::Deployment,
+    core::v1::{Pod, ServiceAccount},
+    rbac::v1::ClusterRole,
+};
+use kube::{Api, Client, api::ListParams};
 
 use crate::{
     control_plane::{kubeconfig_path, service_account_client},
     tools::{packaging_tool, repository_root, succeeds},
+    wait,
 };
 
 /// A release of `charts/<package>` installed into one namespace, watching only that namespace.
@@ -21,8 +28,8 @@ pub struct ChartRelease {
 
 impl ChartRelease {
     /// `helm install` of `charts/<package>` into `namespace` with `settings` (`--set` values)
-    /// added; checks the release deployed and its Deployment, ServiceAccount and ClusterRole
-    /// exist.
+    /// added; checks the release deployed, its Deployment, ServiceAccount and ClusterRole
+    /// exist, and the Deployment's pod runs (on KWOK) as that ServiceAccount.
     pub async fn install(admin: &Client, package: &str, namespace: &str, settings: &[&str]) -> Self {
         let release = format!("rbac-{}", &namespace[namespace.len().saturating_sub(6)..]);
         let chart = repository_root()
@@ -65,6 +72,28 @@ impl ChartRelease {
             .get(&account)
             .await
             .expect("the chart's ClusterRole");
+        let pods: Api<Pod> = Api::namespaced(admin.clone(), namespace);
+        let selector = format!("app.kubernetes.io/instance={release}");
+        let pod = wait::until(
+            "the operator's pod Running (KWOK)",
+            Duration::from_secs(60),
+            || async {
+                pods.list(&ListParams::default().labels(&selector))
+                    .await
+                    .map_err(|error| error.to_string())?
+                    .items
+                    .into_iter()
+                    .find(|pod| {
+                        pod.status.as_ref().and_then(|status| status.phase.as_deref()) == Some("Running")
+                    })
+                    .ok_or_else(|| "no Running pod yet".to_string())
+            },
+        )
+        .await;
+        assert_eq!(
+            pod.spec.and_then(|spec| spec.service_account_name).as_deref(),
+            Some(account.as_str())
+        );
         Self {
             release,
             namespace: namespace.to_string(),

@@ -25,7 +25,7 @@ use kube::{
 use serde_json::{Value, json};
 
 use crate::{
-    control_plane::kubeconfig_path,
+    control_plane::{TestNamespace, kubeconfig_path},
     tools::{kubectl_binary, olm_directory, packaging_tool, repository_root, succeeds},
     wait,
 };
@@ -648,7 +648,7 @@ impl OlmApis {
         self.csv_gone(olm, from).await;
         wait::until(
             &format!("the Subscription at {to}"),
-            Duration::from_secs(60),
+            Duration::from_secs(120),
             || {
                 olm.assert_running();
                 let subscriptions = self.subscriptions.clone();
@@ -669,7 +669,7 @@ impl OlmApis {
         .await;
         wait::until(
             &format!("{from}'s permissions removed"),
-            Duration::from_secs(60),
+            Duration::from_secs(120),
             || {
                 olm.assert_running();
                 async move {
@@ -735,21 +735,29 @@ impl OlmApis {
 // ---------------------------------------------------------------------------------------------
 // One package installed the way a user does it.
 
-/// A package installed through a Subscription: OLM running, an inline catalog of every
-/// published bundle served, the InstallPlan complete and the CSV `Succeeded`, and what OLM made
-/// from the CSV (ServiceAccount, RBAC, Deployment with its pod Running on KWOK) checked.
+/// A package installed through a Subscription in a namespace of its own: OLM running, an
+/// inline catalog of every published bundle served, the InstallPlan complete and the CSV
+/// `Succeeded`, and what OLM made from the CSV (ServiceAccount, RBAC, Deployment with its pod
+/// Running on KWOK) checked.
 pub struct SubscribedOperator {
     pub olm: Olm,
     pub catalog: CatalogServer,
     pub apis: OlmApis,
     pub csv: DynamicObject,
+    /// Holds the catalog, the logs and whatever else the test keeps on disk.
+    pub scratch: PathBuf,
+    namespace: TestNamespace,
     package: String,
 }
 
 impl SubscribedOperator {
-    /// Subscribes namespace `ns` to `package` on the `stable` channel and waits for `csv`;
-    /// `scratch` holds the catalog, logs and files.
-    pub async fn install(admin: &Client, ns: &str, package: &str, csv: &str, scratch: &Path) -> Self {
+    /// Creates a namespace `<prefix>-<random>`, subscribes it to `package` on the `stable`
+    /// channel and waits for `csv`.
+    pub async fn install(admin: &Client, prefix: &str, package: &str, csv: &str) -> Self {
+        let namespace = TestNamespace::create(admin, prefix).await;
+        let ns = namespace.name().to_string();
+        let scratch = std::env::temp_dir().join(format!("quorum-olm-{ns}"));
+        std::fs::create_dir_all(&scratch).expect("scratch directory");
         let catalog_dir = scratch.join("catalog");
         let bundles = published_bundles();
         assert!(
@@ -757,10 +765,10 @@ impl SubscribedOperator {
             "bundle/{package} is published: {bundles:?}"
         );
         write_inline_catalog(&catalog_dir, &published_packages_and_channels(), &bundles);
-        let catalog = CatalogServer::start(&catalog_dir, scratch).await;
-        let mut olm = Olm::start(admin, scratch).await;
+        let catalog = CatalogServer::start(&catalog_dir, &scratch).await;
+        let mut olm = Olm::start(admin, &scratch).await;
 
-        let apis = OlmApis::new(admin, ns);
+        let apis = OlmApis::new(admin, &ns);
         apis.add_catalog(&mut olm, "quorum-inline", catalog.port).await;
         apis.subscribe(package, "quorum-inline", json!({})).await;
         let plan_name = apis.next_install_plan(&mut olm, package, None).await;
@@ -777,10 +785,17 @@ impl SubscribedOperator {
             catalog,
             apis,
             csv,
+            scratch,
+            namespace,
             package: package.to_string(),
         };
         installed.assert_made_from_the_csv(admin).await;
         installed
+    }
+
+    /// The namespace the package is installed in (and watches).
+    pub fn ns(&self) -> &str {
+        self.namespace.name()
     }
 
     fn csv_name(&self) -> String {
@@ -877,17 +892,25 @@ impl SubscribedOperator {
         );
     }
 
-    /// Uninstalls through OLM (Subscription and CSV), stops OLM and the catalog server, and
-    /// removes the cluster-scoped RBAC OLM made for the namespace.
+    /// Uninstalls through OLM (Subscription and CSV), stops OLM and the catalog server,
+    /// removes the cluster-scoped RBAC OLM made for the namespace, and deletes the namespace
+    /// and the scratch directory.
     pub async fn uninstall(mut self, admin: &Client) {
         let csv = self.csv_name();
         self.apis.uninstall(&mut self.olm, &self.package, &csv).await;
         let Self {
-            olm, catalog, apis, ..
+            olm,
+            catalog,
+            apis,
+            scratch,
+            namespace,
+            ..
         } = self;
         drop(olm);
         drop(catalog);
         apis.remove_cluster_rbac(admin).await;
+        namespace.delete().await;
+        let _ = std::fs::remove_dir_all(scratch);
     }
 }
 

@@ -60,6 +60,16 @@ pub fn selector_labels(app: &str, instance: &str, component: &str) -> BTreeMap<S
     ])
 }
 
+/// `labels` as a label selector string (`k=v,k=v`), as list calls and the scale subresource's
+/// `labelSelectorPath` take it.
+pub fn label_selector(labels: &BTreeMap<String, String>) -> String {
+    labels
+        .iter()
+        .map(|(key, value)| format!("{key}={value}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// The full standard label set: the selector labels plus `managed-by` and `part-of`.
 pub fn standard_labels(
     app: &str,
@@ -76,6 +86,15 @@ pub fn standard_labels(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn label_selector_joins_the_labels_in_key_order() {
+        assert_eq!(
+            label_selector(&selector_labels("etcd", "main", "member")),
+            "app.kubernetes.io/component=member,app.kubernetes.io/instance=main,app.kubernetes.io/name=etcd"
+        );
+        assert_eq!(label_selector(&BTreeMap::new()), "");
+    }
 
     #[test]
     fn short_names_are_joined_unchanged() {

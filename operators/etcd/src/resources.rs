@@ -29,7 +29,7 @@ use kube::ResourceExt;
 use quorum_core::{
     apply::child_metadata,
     backup::{ACCESS_KEY_ID_KEY, SECRET_ACCESS_KEY_KEY},
-    naming::{child_name, selector_labels, standard_labels},
+    naming::{child_name, label_selector, selector_labels, standard_labels},
     pod::data_claim,
 };
 
@@ -69,11 +69,7 @@ pub fn member_selector(cluster: &EtcdCluster) -> BTreeMap<String, String> {
 
 /// The selector as a string, for the scale subresource.
 pub fn member_selector_string(cluster: &EtcdCluster) -> String {
-    member_selector(cluster)
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(",")
+    label_selector(&member_selector(cluster))
 }
 
 fn labels(cluster: &EtcdCluster) -> BTreeMap<String, String> {

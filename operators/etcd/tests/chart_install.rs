@@ -1,6 +1,6 @@
 //! The Helm chart's RBAC is enough: install the chart into the local control plane, then run
 //! the operator (as a host process would: in this test process) under a token of the
-//! ServiceAccount the chart created, and it brings the sample `EtcdCluster` to Ready with a
+//! ServiceAccount the chart created, and it takes its Lease and brings the sample `EtcdCluster` to Ready with a
 //! real etcd behind each member pod.
 
 #[allow(dead_code)] // each test binary uses part of the support
@@ -11,7 +11,7 @@ use std::{collections::BTreeMap, time::Duration};
 use etcd_operator::{crd::EtcdCluster, reconcile::MemberAddresses};
 use kube::{Api, api::PostParams};
 use quorum_e2e::{
-    control_plane::{TestNamespace, admin_client},
+    control_plane::{TestNamespace, admin_client, assert_lease_held},
     helm::ChartRelease,
     local_members::{EtcdLauncher, LocalMembers},
     tools::{etcd_binary, pinned_version, repository_root},
@@ -46,6 +46,7 @@ async fn the_operator_runs_under_the_charts_service_account() {
     let clusters: Api<EtcdCluster> = Api::namespaced(admin.clone(), &ns);
     clusters.create(&PostParams::default(), &sample).await.unwrap();
     support::ready_with(&clusters, &name, 3, Duration::from_secs(120)).await;
+    assert_lease_held(&admin, &ns, "quorum-etcd-operator").await;
 
     operator.stop().await;
     chart.uninstall();

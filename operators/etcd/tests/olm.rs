@@ -23,7 +23,7 @@ use kube::{
     api::{DeleteParams, ListParams, PostParams},
 };
 use quorum_e2e::{
-    control_plane::{TestNamespace, admin_client, assert_lease_held},
+    control_plane::{admin_client, assert_lease_held},
     local_members::{EtcdLauncher, LocalMembers},
     olm::SubscribedOperator,
     tools::{etcd_binary, pinned_version},
@@ -36,11 +36,8 @@ const CSV: &str = "quorum-etcd-operator.v0.1.0";
 async fn a_subscription_installs_the_operator_through_olm_and_it_reconciles_the_example() {
     quorum_core::telemetry::init(quorum_core::config::LogFormat::Text);
     let admin = admin_client().await;
-    let namespace = TestNamespace::create(&admin, "etcd-olm").await;
-    let ns = namespace.name().to_string();
-    let scratch = std::env::temp_dir().join(format!("quorum-olm-{ns}"));
-    std::fs::create_dir_all(&scratch).expect("scratch directory");
-    let mut installed = SubscribedOperator::install(&admin, &ns, PACKAGE, CSV, &scratch).await;
+    let mut installed = SubscribedOperator::install(&admin, "etcd-olm", PACKAGE, CSV).await;
+    let ns = installed.ns().to_string();
 
     // The operator, in-process, with the ServiceAccount OLM created and nothing else.
     let example = installed.example("EtcdCluster");
@@ -58,7 +55,7 @@ async fn a_subscription_installs_the_operator_through_olm_and_it_reconciles_the_
     let _members = LocalMembers::start(
         admin.clone(),
         EtcdLauncher::new(BTreeMap::from([(version.clone(), etcd_binary())])),
-        scratch.join("members"),
+        installed.scratch.join("members"),
         Some(ns.clone()),
     );
     let operator = support::operator::start_with(as_operator, &ns, MemberAddresses::Loopback, true);
@@ -84,6 +81,4 @@ async fn a_subscription_installs_the_operator_through_olm_and_it_reconciles_the_
         .delete_collection(&DeleteParams::default(), &ListParams::default())
         .await;
     installed.uninstall(&admin).await;
-    namespace.delete().await;
-    let _ = std::fs::remove_dir_all(scratch);
 }

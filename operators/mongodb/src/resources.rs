@@ -29,7 +29,7 @@ use kube::ResourceExt;
 use quorum_core::{
     apply::child_metadata,
     config::MemberAddresses,
-    naming::{child_name, loopback_ip, selector_labels, standard_labels},
+    naming::{child_name, label_selector, loopback_ip, selector_labels, standard_labels},
     pod::{data_claim, generate_password, memory_volume, mount, value_env},
 };
 
@@ -179,11 +179,7 @@ pub fn selector(replica_set: &MongoDBReplicaSet, component: &str) -> BTreeMap<St
 
 /// The selector of this replica set's pods of `component` as a string, for pod lists.
 pub fn selector_string(replica_set: &MongoDBReplicaSet, component: &str) -> String {
-    selector(replica_set, component)
-        .iter()
-        .map(|(key, value)| format!("{key}={value}"))
-        .collect::<Vec<_>>()
-        .join(",")
+    label_selector(&selector(replica_set, component))
 }
 
 fn labels(replica_set: &MongoDBReplicaSet, component: &str) -> BTreeMap<String, String> {

@@ -15,7 +15,7 @@ use kube::{
 };
 use mongodb_operator::crd::MongoDBReplicaSet;
 use quorum_e2e::{
-    control_plane::{TestNamespace, admin_client, assert_lease_held},
+    control_plane::{admin_client, assert_lease_held},
     local_members::{LocalMembers, MongoLauncher},
     olm::SubscribedOperator,
 };
@@ -28,17 +28,14 @@ async fn a_subscription_installs_the_operator_through_olm_and_it_reconciles_the_
     quorum_core::telemetry::init(quorum_core::config::LogFormat::Text);
     quorum_core::install_crypto_provider();
     let admin = admin_client().await;
-    let namespace = TestNamespace::create(&admin, "mongodb-olm").await;
-    let ns = namespace.name().to_string();
-    let scratch = std::env::temp_dir().join(format!("quorum-olm-{ns}"));
-    std::fs::create_dir_all(&scratch).expect("scratch directory");
-    let mut installed = SubscribedOperator::install(&admin, &ns, PACKAGE, CSV, &scratch).await;
+    let mut installed = SubscribedOperator::install(&admin, "mongodb-olm", PACKAGE, CSV).await;
+    let ns = installed.ns().to_string();
 
     let as_operator = installed.service_account_client(&admin).await;
     let pods = LocalMembers::start(
         admin.clone(),
         MongoLauncher,
-        scratch.join("pods"),
+        installed.scratch.join("pods"),
         Some(ns.clone()),
     );
     let operator = support::start_operator_with(as_operator, &ns, true);
@@ -61,6 +58,4 @@ async fn a_subscription_installs_the_operator_through_olm_and_it_reconciles_the_
         .expect("deleting the example");
     drop(pods);
     installed.uninstall(&admin).await;
-    namespace.delete().await;
-    let _ = std::fs::remove_dir_all(scratch);
 }

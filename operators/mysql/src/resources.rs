@@ -28,7 +28,7 @@ use k8s_openapi::{
 use kube::ResourceExt;
 use quorum_core::{
     apply::child_metadata,
-    naming::{child_name, selector_labels, standard_labels},
+    naming::{child_name, label_selector, selector_labels, standard_labels},
     pod::{data_claim, field_env, memory_volume, mount},
 };
 
@@ -143,11 +143,7 @@ pub fn member_selector(cluster: &MySQLCluster) -> BTreeMap<String, String> {
 
 /// The selector as a string, for the scale subresource and pod lists.
 pub fn member_selector_string(cluster: &MySQLCluster) -> String {
-    member_selector(cluster)
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(",")
+    label_selector(&member_selector(cluster))
 }
 
 fn labels(cluster: &MySQLCluster) -> BTreeMap<String, String> {

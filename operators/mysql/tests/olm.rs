@@ -14,7 +14,7 @@ use kube::{
 };
 use mysql_operator::crd::MySQLCluster;
 use quorum_e2e::{
-    control_plane::{TestNamespace, admin_client, assert_lease_held},
+    control_plane::{admin_client, assert_lease_held},
     local_members::{LocalMembers, MariaDbLauncher},
     olm::SubscribedOperator,
 };
@@ -26,17 +26,14 @@ const CSV: &str = "quorum-mysql-operator.v0.1.0";
 async fn a_subscription_installs_the_operator_through_olm_and_it_reconciles_the_example() {
     quorum_core::telemetry::init(quorum_core::config::LogFormat::Text);
     let admin = admin_client().await;
-    let namespace = TestNamespace::create(&admin, "mysql-olm").await;
-    let ns = namespace.name().to_string();
-    let scratch = std::env::temp_dir().join(format!("quorum-olm-{ns}"));
-    std::fs::create_dir_all(&scratch).expect("scratch directory");
-    let mut installed = SubscribedOperator::install(&admin, &ns, PACKAGE, CSV, &scratch).await;
+    let mut installed = SubscribedOperator::install(&admin, "mysql-olm", PACKAGE, CSV).await;
+    let ns = installed.ns().to_string();
 
     let as_operator = installed.service_account_client(&admin).await;
     let members = LocalMembers::start(
         admin.clone(),
         MariaDbLauncher,
-        scratch.join("members"),
+        installed.scratch.join("members"),
         Some(ns.clone()),
     );
     let operator = support::start_operator_with(as_operator, &ns, true);
@@ -66,6 +63,4 @@ async fn a_subscription_installs_the_operator_through_olm_and_it_reconciles_the_
         .expect("deleting the example");
     drop(members);
     installed.uninstall(&admin).await;
-    namespace.delete().await;
-    let _ = std::fs::remove_dir_all(scratch);
 }

@@ -28,7 +28,7 @@ use kube::ResourceExt;
 use quorum_core::{
     apply::child_metadata,
     backup::{ACCESS_KEY_ID_KEY, SECRET_ACCESS_KEY_KEY},
-    naming::{child_name, selector_labels, standard_labels},
+    naming::{child_name, label_selector, selector_labels, standard_labels},
     pod::{data_claim, field_env, memory_volume, mount, value_env},
 };
 
@@ -160,11 +160,7 @@ pub fn selector(cluster: &RedisCluster, component: &str) -> BTreeMap<String, Str
 
 /// The data node selector as a string, for pod lists.
 pub fn node_selector_string(cluster: &RedisCluster) -> String {
-    selector(cluster, NODE_COMPONENT)
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(",")
+    label_selector(&selector(cluster, NODE_COMPONENT))
 }
 
 fn labels(cluster: &RedisCluster, component: &str) -> BTreeMap<String, String> {

@@ -6,10 +6,7 @@
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use bson::{Document, doc};
-use k8s_openapi::{
-    api::core::v1::{Event, Secret},
-    apimachinery::pkg::api::resource::Quantity,
-};
+use k8s_openapi::{api::core::v1::Event, apimachinery::pkg::api::resource::Quantity};
 use kube::{Api, CustomResourceExt, api::ListParams};
 use mongodb_operator::{
     OPERATOR_NAME,
@@ -28,7 +25,7 @@ use quorum_core::{
     runner::{Context, RetryPolicy, RunError, Runtime},
 };
 use quorum_e2e::{
-    control_plane::{TestNamespace, admin_client, install_crd},
+    control_plane::{TestNamespace, admin_client, generated_secret, install_crd},
     local_members::{LocalMembers, MongoLauncher},
     wait,
 };
@@ -310,24 +307,10 @@ pub async fn order_ids(client: &mongodb::Client) -> Vec<i64> {
 
 /// The administrator's login the operator generated for set `name` in `namespace`.
 pub async fn generated_credentials(client: &kube::Client, namespace: &str, name: &str) -> Credentials {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let secret = wait::until(
-        "the generated administrator Secret",
-        Duration::from_secs(30),
-        || async {
-            secrets
-                .get_opt(&generated_admin_secret_name(name))
-                .await
-                .map_err(|e| e.to_string())?
-                .ok_or_else(|| "not yet".to_string())
-        },
-    )
-    .await;
-    let data = secret.data.unwrap();
-    let text = |key: &str| String::from_utf8(data[key].0.clone()).unwrap();
+    let data = generated_secret(client, namespace, &generated_admin_secret_name(name)).await;
     Credentials {
-        username: text(USERNAME_KEY),
-        password: SecretString::from(text(PASSWORD_KEY)),
+        username: data[USERNAME_KEY].clone(),
+        password: SecretString::from(data[PASSWORD_KEY].clone()),
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::{collections::BTreeMap, net::SocketAddr, sync::Arc, time::Duration};
 
-use k8s_openapi::{api::core::v1::Secret, apimachinery::pkg::api::resource::Quantity};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::{Api, CustomResourceExt};
 use quorum_core::{
     availability::{breaker::BreakerSettings, retry::CallPolicy},
@@ -14,7 +14,7 @@ use quorum_core::{
     runner::{Context, RetryPolicy, RunError, Runtime},
 };
 use quorum_e2e::{
-    control_plane::{TestNamespace, admin_client, install_crd},
+    control_plane::{TestNamespace, admin_client, generated_secret, install_crd},
     local_members::{LocalMembers, RedisLauncher},
     wait,
 };
@@ -261,20 +261,7 @@ pub async fn data_connection(
 
 /// The password the operator generated for `cluster` in `namespace`.
 pub async fn generated_password(client: &kube::Client, namespace: &str, cluster: &str) -> String {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let secret = wait::until(
-        "the generated password Secret",
-        Duration::from_secs(30),
-        || async {
-            secrets
-                .get_opt(&generated_auth_secret_name(cluster))
-                .await
-                .map_err(|e| e.to_string())?
-                .ok_or_else(|| "not yet".to_string())
-        },
-    )
-    .await;
-    String::from_utf8(secret.data.unwrap()[PASSWORD_KEY].0.clone()).unwrap()
+    generated_secret(client, namespace, &generated_auth_secret_name(cluster)).await[PASSWORD_KEY].clone()
 }
 
 /// An application's write to the primary `status` names, with the generated password, is read
