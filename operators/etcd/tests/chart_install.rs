@@ -1,7 +1,7 @@
 //! The Helm chart's RBAC is enough: install the chart into the local control plane, then run
 //! the operator (as a host process would: in this test process) under a token of the
-//! ServiceAccount the chart created, and it takes its Lease and brings the sample `EtcdCluster` to Ready with a
-//! real etcd behind each member pod.
+//! ServiceAccount the chart created, and it takes its Lease and brings the sample
+//! `EtcdCluster` to Ready with a real etcd behind each member pod.
 
 #[allow(dead_code)] // each test binary uses part of the support
 mod support;
