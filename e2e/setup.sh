@@ -51,3 +51,9 @@ fi
 
 "$here/toolchain/build.sh" all >/dev/null
 "$here/toolchain/packaging.sh" all >/dev/null
+
+# Incremental-compilation state left by builds nobody repeats (other checkouts, old crate
+# versions) only fills the shared cache: drop what has not been touched for three days.
+if [[ -n ${CARGO_TARGET_DIR:-} && -d $CARGO_TARGET_DIR/debug/incremental ]]; then
+  find "$CARGO_TARGET_DIR/debug/incremental" -mindepth 1 -maxdepth 1 -type d -mtime +3 -exec rm -rf {} + 2>/dev/null || true
+fi
