@@ -135,6 +135,21 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, context: Arc<Context<State>>) 
     let name = cluster.name_any();
     let namespace = cluster.namespace().unwrap_or_default();
     let key = format!("{namespace}/{name}");
+    // The status is this operator's memory (the step in flight, the volumes still to wipe), so
+    // it is read from the API server: the watch cache can lag the last status write by a
+    // moment, and a pass on that copy would take a destructive step a second time (wiping a
+    // replacement that had already joined).
+    let Some(cluster) = Api::<EtcdCluster>::namespaced(context.client.clone(), &namespace)
+        .get_opt(&name)
+        .await
+        .map_err(|source| Error::Read {
+            what: "EtcdCluster",
+            source,
+        })?
+        .map(Arc::new)
+    else {
+        return Ok(Action::await_change());
+    };
     state
         .clients
         .set_tls(&key, client_tls(&context, &cluster).await?)

@@ -7,15 +7,15 @@
 #[allow(dead_code)] // each test binary uses part of the support
 mod support;
 
-use std::{collections::BTreeMap, time::Duration};
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use etcd_operator::{
     crd::{EtcdBackup, EtcdCluster},
     reconcile::MemberAddresses,
 };
-use k8s_openapi::api::core::v1::Event;
+use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
 use kube::{
-    Api, CustomResourceExt,
+    Api, CustomResourceExt, ResourceExt,
     api::{ListParams, PostParams},
 };
 use quorum_e2e::{
@@ -108,6 +108,32 @@ async fn a_member_that_died_with_its_data_is_replaced_under_the_same_name() {
         "the healthy members were left alone"
     );
     assert_eq!(ids(&after)["main-1"], ids(&before)["main-1"]);
+
+    // A pass handed a copy one status write behind (as a lagging watch cache can), which still
+    // lists main-2's old volume as to be wiped, must not wipe the replacement that joined.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    let pod_uid = pods.get("main-2").await.unwrap().uid();
+    let claim_uid = claims.get("data-main-2").await.unwrap().uid();
+    let mut stale = clusters.get("main").await.unwrap();
+    stale.status.get_or_insert_default().wipe_pending = vec![2];
+    etcd_operator::reconcile::reconcile(Arc::new(stale), operator.context.clone())
+        .await
+        .expect("a pass");
+    assert_eq!(
+        pods.get_opt("main-2").await.unwrap().and_then(|pod| pod.uid()),
+        pod_uid,
+        "main-2's pod kept"
+    );
+    assert_eq!(
+        claims
+            .get_opt("data-main-2")
+            .await
+            .unwrap()
+            .and_then(|claim| claim.uid()),
+        claim_uid,
+        "main-2's volume kept"
+    );
 
     let events: Api<Event> = Api::namespaced(client.clone(), &ns);
     let reasons: Vec<String> = events

@@ -12,11 +12,12 @@ use etcd_operator::{
 use quorum_core::{
     availability::{breaker::BreakerSettings, retry::CallPolicy},
     config::{LogFormat, OperatorConfig},
-    runner::{RetryPolicy, RunError, Runtime},
+    runner::{Context, RetryPolicy, RunError, Runtime},
 };
 
 /// A running operator; [`Running::stop`] shuts it down as SIGTERM would.
 pub struct Running {
+    pub context: std::sync::Arc<Context<State>>,
     pub shutdown: tokio_util::sync::CancellationToken,
     pub task: tokio::task::JoinHandle<Result<(), RunError>>,
 }
@@ -104,8 +105,12 @@ fn start_configured(
     };
     let context = runtime.context(state);
     let clusters = runtime.controller::<EtcdCluster, _, _, _, _>(context.clone(), reconcile);
-    let backups = runtime.controller::<EtcdBackup, _, _, _, _>(context, reconcile_backup);
+    let backups = runtime.controller::<EtcdBackup, _, _, _, _>(context.clone(), reconcile_backup);
     let shutdown = runtime.shutdown_token();
     let task = tokio::spawn(runtime.run(vec![clusters, backups]));
-    Running { shutdown, task }
+    Running {
+        context,
+        shutdown,
+        task,
+    }
 }
