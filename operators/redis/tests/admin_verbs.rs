@@ -575,6 +575,23 @@ async fn unreachable_and_refused_are_told_apart_and_passwords_never_show() {
     assert!(server.version.starts_with('7'), "{server:?}");
 }
 
+/// The primary every Sentinel names for `main`, once they agree on one other than `old`.
+async fn primary_all_name(sentinels: &[SentinelAdmin], old: SocketAddr) -> Result<SocketAddr, String> {
+    let mut answers = BTreeSet::new();
+    for sentinel in sentinels {
+        answers.insert(
+            sentinel
+                .primary_address("main")
+                .await
+                .map_err(|e| e.to_string())?,
+        );
+    }
+    match answers.into_iter().collect::<Vec<_>>().as_slice() {
+        [Some(address)] if *address != old => Ok(*address),
+        other => Err(format!("sentinels answer {other:?}")),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinels_fail_over_to_a_replica_and_the_old_primary_rejoins_as_a_replica() {
     let mut processes = RedisProcesses::start(Mode::Standalone, 3).await;
@@ -637,19 +654,9 @@ async fn sentinels_fail_over_to_a_replica_and_the_old_primary_rejoins_as_a_repli
     processes.kill(0).await;
     let old = servers[0].address();
     let new_primary = wait::until("a replica to be promoted", Duration::from_secs(60), || async {
-        let mut answers = BTreeSet::new();
-        for sentinel in &sentinels {
-            answers.insert(
-                sentinel
-                    .primary_address("main")
-                    .await
-                    .map_err(|e| e.to_string())?,
-            );
-        }
-        match answers.into_iter().collect::<Vec<_>>().as_slice() {
-            [Some(address)] if *address != old => Ok(*address),
-            other => Err(format!("sentinels answer {other:?}\n{}", processes.log_tails(8))),
-        }
+        primary_all_name(&sentinels, old)
+            .await
+            .map_err(|error| format!("{error}\n{}", processes.log_tails(8)))
     })
     .await;
     let promoted = servers.iter().find(|s| s.address() == new_primary).unwrap();
@@ -671,19 +678,7 @@ async fn sentinels_fail_over_to_a_replica_and_the_old_primary_rejoins_as_a_repli
         "the old primary to follow the primary the sentinels name",
         Duration::from_secs(60),
         || async {
-            let mut answers = BTreeSet::new();
-            for sentinel in &sentinels {
-                answers.insert(
-                    sentinel
-                        .primary_address("main")
-                        .await
-                        .map_err(|e| e.to_string())?,
-                );
-            }
-            let named = match answers.into_iter().collect::<Vec<_>>().as_slice() {
-                [Some(address)] if *address != old => *address,
-                other => return Err(format!("sentinels answer {other:?}")),
-            };
+            let named = primary_all_name(&sentinels, old).await?;
             let info = returned.replication_info().await.map_err(|e| e.to_string())?;
             if info.follows(named) && info.link_up {
                 Ok(named)
@@ -695,10 +690,11 @@ async fn sentinels_fail_over_to_a_replica_and_the_old_primary_rejoins_as_a_repli
         },
     )
     .await;
-    let promoted = servers.iter().find(|s| s.address() == new_primary).unwrap();
+    // A fresh connection: Sentinel kills the clients of every server it promotes.
+    let promoted = admin(new_primary, &password).await;
     returned.ensure_replica_of(new_primary).await.unwrap();
     returned
-        .wait_for_sync(promoted, Duration::from_secs(30))
+        .wait_for_sync(&promoted, Duration::from_secs(30))
         .await
         .unwrap();
     let mut read = data_connection(old, &password).await;
