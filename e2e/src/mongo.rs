@@ -111,7 +111,7 @@ fn is_fresh(binary: &Path) -> bool {
     let Ok(built) = binary.metadata().and_then(|m| m.modified()) else {
         return false;
     };
-    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let crate_dir = crate::tools::repository_root().join("e2e");
     let sources = newest_source(&crate_dir.join("src")).max(
         crate_dir
             .join("Cargo.toml")

@@ -454,10 +454,19 @@ pub fn drifted(root: &Path) -> anyhow::Result<Vec<PathBuf>> {
         .collect())
 }
 
-/// The repository root (the workspace holding this crate).
+/// The repository root (the workspace holding this crate), found from the package cargo runs
+/// this in rather than from where it was compiled: two checkouts sharing one build cache can
+/// otherwise hand one the other's compiled-in path.
 pub fn repository_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask lives in the workspace")
+    let start = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| std::env::current_dir().expect("a working directory"));
+    start
+        .ancestors()
+        .find(|directory| {
+            std::fs::read_to_string(directory.join("Cargo.toml"))
+                .is_ok_and(|manifest| manifest.contains("[workspace]"))
+        })
+        .unwrap_or_else(|| panic!("{} is not inside the Quorum workspace", start.display()))
         .to_path_buf()
 }
