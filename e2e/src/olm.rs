@@ -709,33 +709,48 @@ impl OlmApis {
 
     /// Uninstalls through OLM while it runs: the CSV carries OLM's `csv-cleanup` finalizer,
     /// which only the olm operator removes (a namespace holding it would never finish
-    /// deleting). Now and then the olm operator leaves a deleted CSV's finalizer in place for
-    /// minutes (seen right after an upgrade); this is clean-up, not what a test proves, so after
-    /// a minute the finalizer is removed here.
+    /// deleting). The Subscription and its InstallPlans go first, then the CSV. The catalog
+    /// operator can still be working through a queued sync of a plan from its cache, where the
+    /// plan is not yet complete; it then runs the plan's steps again and creates the deleted CSV
+    /// anew (seen right after an upgrade). So the CSV is deleted again whenever it reappears,
+    /// until it has stayed gone for a few seconds.
     pub async fn uninstall(&self, olm: &mut Olm, subscription: &str, csv: &str) {
         self.subscriptions
             .delete(subscription, &DeleteParams::default())
             .await
             .unwrap();
-        self.csvs.delete(csv, &DeleteParams::default()).await.unwrap();
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        while tokio::time::Instant::now() < deadline {
+        self.install_plans
+            .delete_collection(&DeleteParams::default(), &ListParams::default())
+            .await
+            .unwrap();
+        let settled = Duration::from_secs(5);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
+        let mut gone_since: Option<tokio::time::Instant> = None;
+        loop {
             olm.assert_running();
-            if self.csvs.get_opt(csv).await.unwrap().is_none() {
-                return;
+            let now = tokio::time::Instant::now();
+            match self.csvs.get_opt(csv).await.unwrap() {
+                None => {
+                    let since = *gone_since.get_or_insert(now);
+                    if now - since >= settled {
+                        return;
+                    }
+                }
+                Some(found) => {
+                    gone_since = None;
+                    assert!(
+                        now < deadline,
+                        "CSV {csv} still there after 180 s: phase {:?}, finalizers {:?}",
+                        phase(&found),
+                        found.metadata.finalizers
+                    );
+                    if found.metadata.deletion_timestamp.is_none() {
+                        self.csvs.delete(csv, &DeleteParams::default()).await.unwrap();
+                    }
+                }
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
-        tracing::warn!(csv, "OLM left the deleted CSV's finalizer; removing it");
-        let _ = self
-            .csvs
-            .patch(
-                csv,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-            )
-            .await;
-        self.csv_gone(olm, csv).await;
     }
 
     /// Deletes OLM's cluster-scoped objects for this namespace (the CSV's and the
