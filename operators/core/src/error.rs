@@ -19,6 +19,14 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    /// Reading an object from the API server failed.
+    #[error("reading {kind} {name}: {source}")]
+    Read {
+        kind: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
     /// Reading or writing the leader-election Lease failed.
     #[error("leader election lease {name}: {source}")]
     Lease {
@@ -37,6 +45,7 @@ impl Error {
         match self {
             Error::Apply { .. } => "apply",
             Error::PatchStatus { .. } => "patch_status",
+            Error::Read { .. } => "read",
             Error::Lease { .. } => "lease",
             Error::MissingField { .. } => "missing_field",
         }

@@ -13,7 +13,7 @@
 //!   claim, generated passwords);
 //! - [`apply`]: server-side apply under one field manager per operator, with controller owner references;
 //! - [`conditions`]: `Ready`, `Progressing`, `Degraded` with `observedGeneration` and stable transition times;
-//! - [`status`]: writing `status` only when it changed;
+//! - [`status`]: reading `status` as stored at the start of a pass, writing it only when it changed;
 //! - [`events`]: one shared event recorder with a fixed catalogue of reasons;
 //! - [`metrics`] and [`http`]: `/metrics`, `/healthz`, `/readyz`;
 //! - [`backup`]: the backup sink, streaming checksummed backups to S3-compatible storage or a directory,

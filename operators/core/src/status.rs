@@ -1,10 +1,16 @@
-//! Writing `status`, and only when it changed.
+//! Reading `status` as stored, and writing it only when it changed.
+//!
+//! Status is each operator's memory: the primary, the step in flight, the volumes still to
+//! wipe, the restore already taken. A controller is woken with its watch cache's copy, which
+//! can lag the last status write by a moment; a pass deciding on that copy could take a step a
+//! second time (wipe a replacement that already joined, open a second primary). So every
+//! reconcile starts from [`latest`], the object as the API server has it.
 //!
 //! Status is computed whole on every pass from what was observed, then written with a merge
 //! patch of the status subresource. Skipping unchanged writes keeps the API server quiet and
 //! does not wake other watchers for nothing.
 
-use std::fmt::Debug;
+use std::{fmt::Debug, sync::Arc};
 
 use k8s_openapi::NamespaceResourceScope;
 use kube::{
@@ -14,6 +20,28 @@ use kube::{
 use serde::{Serialize, de::DeserializeOwned};
 
 use crate::Error;
+
+/// `object` as the API server has it now (its status included), or `None` once it is gone.
+///
+/// # Errors
+/// [`Error::MissingField`] for an object without namespace; [`Error::Read`] when the API
+/// server cannot be read.
+pub async fn latest<K>(client: &Client, object: &K) -> Result<Option<Arc<K>>, Error>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + Debug + DeserializeOwned,
+{
+    let kind = K::kind(&()).to_string();
+    let name = object.name_any();
+    let namespace = object.namespace().ok_or_else(|| Error::MissingField {
+        kind: kind.clone(),
+        field: "metadata.namespace",
+    })?;
+    Api::<K>::namespaced(client.clone(), &namespace)
+        .get_opt(&name)
+        .await
+        .map(|found| found.map(Arc::new))
+        .map_err(|source| Error::Read { kind, name, source })
+}
 
 /// Writes `desired` as the status of `object` unless it equals `current`.
 /// Returns whether a write was made.

@@ -18,7 +18,11 @@ use k8s_openapi::{
 };
 use kube::{Api, ResourceExt, api::DeleteParams, runtime::controller::Action};
 use quorum_core::{
-    ReconcileError, apply::ignore_not_found, events::Severity, runner::Context, status::patch_status,
+    ReconcileError,
+    apply::ignore_not_found,
+    events::Severity,
+    runner::Context,
+    status::{latest, patch_status},
 };
 
 use crate::{
@@ -135,19 +139,9 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, context: Arc<Context<State>>) 
     let name = cluster.name_any();
     let namespace = cluster.namespace().unwrap_or_default();
     let key = format!("{namespace}/{name}");
-    // The status is this operator's memory (the step in flight, the volumes still to wipe), so
-    // it is read from the API server: the watch cache can lag the last status write by a
-    // moment, and a pass on that copy would take a destructive step a second time (wiping a
-    // replacement that had already joined).
-    let Some(cluster) = Api::<EtcdCluster>::namespaced(context.client.clone(), &namespace)
-        .get_opt(&name)
-        .await
-        .map_err(|source| Error::Read {
-            what: "EtcdCluster",
-            source,
-        })?
-        .map(Arc::new)
-    else {
+    // Status is this operator's memory (the step in flight, the volumes to wipe): decided on
+    // as stored, never on the watch cache's copy (`quorum_core::status::latest`).
+    let Some(cluster) = latest(&context.client, cluster.as_ref()).await? else {
         return Ok(Action::await_change());
     };
     state

@@ -22,7 +22,7 @@ use quorum_core::{
     events::Severity,
     pod::generate_password,
     runner::Context,
-    status::patch_status,
+    status::{latest, patch_status},
 };
 use secrecy::SecretString;
 
@@ -158,6 +158,11 @@ pub async fn reconcile(
     let name = replica_set.name_any();
     let namespace = replica_set.namespace().unwrap_or_default();
     let key = format!("{namespace}/{name}");
+    // Status is this operator's memory (the initiation, the membership change in flight):
+    // decided on as stored, never on the watch cache's copy (`quorum_core::status::latest`).
+    let Some(replica_set) = latest(&context.client, replica_set.as_ref()).await? else {
+        return Ok(Action::await_change());
+    };
 
     // Credentials first: nothing can be observed or started without them.
     ensure_generated_secrets(&context, &replica_set).await?;

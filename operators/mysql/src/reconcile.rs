@@ -29,7 +29,7 @@ use quorum_core::{
     backup::{backup_target, credentials},
     events::Severity,
     runner::Context,
-    status::patch_status,
+    status::{latest, patch_status},
 };
 use secrecy::SecretString;
 use sha2::{Digest, Sha256};
@@ -139,7 +139,11 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, context: Arc<Context<State>>)
     let namespace = cluster.namespace().unwrap_or_default();
     let key = format!("{namespace}/{name}");
     let now = Timestamp::now();
-    let cluster = read_fresh_while_restoring(&context, cluster).await?;
+    // Status is this operator's memory (the primary, the step in flight, the restore taken):
+    // decided on as stored, never on the watch cache's copy (`quorum_core::status::latest`).
+    let Some(cluster) = latest(&context.client, cluster.as_ref()).await? else {
+        return Ok(Action::await_change());
+    };
 
     let forbidden = forbidden_config_keys(&cluster.spec.config);
     if !forbidden.is_empty() {
@@ -648,31 +652,6 @@ async fn ensure_users(
     }
     context.state.clients.users_applied(key, fingerprint);
     Ok(())
-}
-
-/// The cluster as the API server has it now, for a cluster whose restore is not recorded in
-/// the cached copy. The cache can lag this operator's own last status write by a moment, and a
-/// restore taken again on that stale view would copy the whole backup a second time.
-async fn read_fresh_while_restoring(
-    context: &Context<State>,
-    cluster: Arc<MySQLCluster>,
-) -> Result<Arc<MySQLCluster>, Error> {
-    let restoring = cluster.spec.restore_from.is_some()
-        && cluster
-            .status
-            .as_ref()
-            .is_none_or(|s| s.restored_from.is_none() && s.primary.is_none());
-    if !restoring {
-        return Ok(cluster);
-    }
-    let clusters: Api<MySQLCluster> =
-        Api::namespaced(context.client.clone(), &cluster.namespace().unwrap_or_default());
-    Ok(Arc::new(
-        clusters
-            .get(&cluster.name_any())
-            .await
-            .map_err(api("reading the cluster"))?,
-    ))
 }
 
 /// The restore a cluster created from a backup still has to take.

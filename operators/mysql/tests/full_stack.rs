@@ -5,7 +5,7 @@
 #[allow(dead_code)] // each test binary uses part of the support
 mod support;
 
-use std::{collections::BTreeSet, time::Duration};
+use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
 use k8s_openapi::api::{
     apps::v1::StatefulSet,
@@ -395,6 +395,27 @@ async fn a_backup_is_a_consistent_snapshot_and_a_switchover_under_writes_loses_n
     assert_eq!(old.role, "Replica");
     let expected: Vec<u64> = item_ids(setup.ip(1)).await.unwrap();
     converges(setup.ip(0), &expected).await;
+
+    // A pass woken with a copy from before the switchover (a watch cache one status write
+    // behind still names main-0, now a read-only replica, as primary) decides on the stored
+    // status: main-0 is not reopened as a second writable primary.
+    let mut before_switchover = setup.clusters.get("main").await.unwrap();
+    before_switchover.status.as_mut().unwrap().primary = Some("main-0".into());
+    mysql_operator::reconcile::reconcile(Arc::new(before_switchover), setup.operator.context.clone())
+        .await
+        .expect("a pass");
+    let refused = app_connection(setup.ip(0))
+        .await
+        .expect("main-0 answers")
+        .exec_drop("INSERT INTO items VALUES (?, 'second primary')", (8_000_000u64,))
+        .await
+        .expect_err("main-0 must stay read-only");
+    assert!(
+        refused.to_string().to_lowercase().contains("read-only"),
+        "{refused}"
+    );
+    let status = setup.clusters.get("main").await.unwrap().status.unwrap();
+    assert_eq!(status.primary.as_deref(), Some("main-1"));
     setup.finish().await;
 }
 

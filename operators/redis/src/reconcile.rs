@@ -24,7 +24,7 @@ use quorum_core::{
     events::Severity,
     pod::generate_password,
     runner::Context,
-    status::patch_status,
+    status::{latest, patch_status},
 };
 
 use crate::{
@@ -149,6 +149,11 @@ pub async fn reconcile(cluster: Arc<RedisCluster>, context: Arc<Context<State>>)
     let name = cluster.name_any();
     let namespace = cluster.namespace().unwrap_or_default();
     let key = format!("{namespace}/{name}");
+    // Status is this operator's memory (the primary, the rebalance in flight, the restore recorded):
+    // decided on as stored, never on the watch cache's copy (`quorum_core::status::latest`).
+    let Some(cluster) = latest(&context.client, cluster.as_ref()).await? else {
+        return Ok(Action::await_change());
+    };
 
     let forbidden = forbidden_config_keys(&cluster.spec.config);
     if !forbidden.is_empty() {
