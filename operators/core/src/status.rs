@@ -30,14 +30,8 @@ pub async fn latest<K>(client: &Client, object: &K) -> Result<Option<Arc<K>>, Er
 where
     K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + Debug + DeserializeOwned,
 {
-    let kind = K::kind(&()).to_string();
-    let name = object.name_any();
-    let namespace = object.namespace().ok_or_else(|| Error::MissingField {
-        kind: kind.clone(),
-        field: "metadata.namespace",
-    })?;
-    Api::<K>::namespaced(client.clone(), &namespace)
-        .get_opt(&name)
+    let (api, kind, name) = api_of(client, object)?;
+    api.get_opt(&name)
         .await
         .map(|found| found.map(Arc::new))
         .map_err(|source| Error::Read { kind, name, source })
@@ -62,13 +56,7 @@ where
     if current == Some(desired) {
         return Ok(false);
     }
-    let kind = K::kind(&()).to_string();
-    let name = object.name_any();
-    let namespace = object.namespace().ok_or_else(|| Error::MissingField {
-        kind: kind.clone(),
-        field: "metadata.namespace",
-    })?;
-    let api: Api<K> = Api::namespaced(client.clone(), &namespace);
+    let (api, kind, name) = api_of(client, object)?;
     let desired_json = serde_json::to_value(desired).unwrap_or(serde_json::Value::Null);
     let current_json = current
         .and_then(|c| serde_json::to_value(c).ok())
@@ -78,6 +66,23 @@ where
         .await
         .map_err(|source| Error::PatchStatus { kind, name, source })?;
     Ok(true)
+}
+
+/// The API of `object`'s kind in its namespace, with its kind and name for error messages.
+fn api_of<K>(client: &Client, object: &K) -> Result<(Api<K>, String, String), Error>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>,
+{
+    let kind = K::kind(&()).to_string();
+    let namespace = object.namespace().ok_or_else(|| Error::MissingField {
+        kind: kind.clone(),
+        field: "metadata.namespace",
+    })?;
+    Ok((
+        Api::namespaced(client.clone(), &namespace),
+        kind,
+        object.name_any(),
+    ))
 }
 
 /// The JSON merge patch (RFC 7386) that turns `current` into `desired`: fields that `desired`
