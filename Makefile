@@ -1,5 +1,5 @@
 # The two entry points for a fresh machine; everything else is in e2e/.
-.PHONY: demo demo-stop test generate cluster-start cluster-stop
+.PHONY: demo demo-stop test fresh-check generate cluster-start cluster-stop
 
 demo:
 	e2e/demo.sh
@@ -10,11 +10,16 @@ demo-stop:
 test:
 	e2e/test.sh
 
+# The README's setup and a cold workspace build in a clean Debian root file system: proves the
+# setup installs every prerequisite, whatever this machine already has.
+fresh-check:
+	e2e/fresh-check.sh
+
 generate:
 	cargo xtask generate
 
 cluster-start:
-	e2e/setup.sh && e2e/cluster.sh start
+	e2e/setup.sh demo && e2e/cluster.sh start
 
 cluster-stop:
 	e2e/cluster.sh stop

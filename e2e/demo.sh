@@ -32,7 +32,7 @@ if [[ "${1:-}" == "stop" ]]; then
   exit 0
 fi
 
-e2e/setup.sh
+e2e/setup.sh demo
 e2e/cluster.sh start
 eval "$(e2e/cluster.sh env)"
 mkdir -p "$demo"

@@ -1,45 +1,102 @@
 #!/usr/bin/env bash
-# Installs what the demo and the tests need on a fresh machine, and nothing on a warm one:
-# Debian packages, Rust components, and the Go-built control plane (cached by version).
+# Installs what the demo and the tests need on a fresh machine, and nothing on a warm one.
+#
+#   e2e/setup.sh system   Debian packages and Rust components: what building the workspace needs
+#   e2e/setup.sh demo     system, then the local control plane and its real node (Go-built, cached by version)
+#   e2e/setup.sh [all]    demo, then the packaging tools only the packaging tests use (helm, opm,
+#                         operator-sdk, OLM) and the test-only servers (the previous etcd, an S3 server)
+#
+# Each prerequisite is checked by what the build or the tests actually use (a command, a file),
+# so a package that is installed but incomplete is found too. `e2e/setup.sh check` only lists
+# what is missing, one line each, and exits 1 if anything is.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 log() { echo "[setup] $*" >&2; }
 
 need_cmd() { command -v "$1" >/dev/null 2>&1; }
 
-for tool in go cargo; do
-  need_cmd "$tool" || { echo "[setup] $tool is required (Go >= 1.24, Rust >= 1.89) and was not found" >&2; exit 1; }
-done
-
-# Debian packages, by the command that proves each is present.
+# Debian packages, each by what proves it present: a command on PATH, or a file the build or the
+# tests read (an absolute path).
 declare -A packages=(
   [openssl]=openssl
   [curl]=curl
   [git]=git
-  [protoc]=protobuf-compiler
   [unzip]=unzip
-  # Real database servers for the admin layers' and operators' tests (MySQL's own server is
-  # not packaged by Debian: MariaDB stands in, and MySQL's SQL is pinned by unit tests).
+  [protoc]=protobuf-compiler
+  # The well-known .proto files (descriptor.proto and friends) that etcd-client's build script
+  # compiles against; protobuf-compiler alone, without recommends, leaves them out.
+  [/usr/include/google/protobuf/descriptor.proto]=libprotobuf-dev
+  # The linker driver and C compiler some crates' build scripts call (ring, the static images).
+  [cc]=gcc
+  [/usr/include/stdio.h]=libc6-dev
+  [make]=make
+  # The CA bundle the images carry for the operators' TLS clients (S3 backups).
+  [/etc/ssl/certs/ca-certificates.crt]=ca-certificates
+  # Real database servers for the admin layers' and operators' tests, and for the member images
+  # (MySQL's own server is not packaged by Debian: MariaDB stands in, and MySQL's SQL is pinned
+  # by unit tests).
   [mariadbd]=mariadb-server
   [mariadb]=mariadb-client
   [redis-server]=redis-server
   [redis-sentinel]=redis-sentinel
-  # Operator images as OCI layouts without a container engine (`cargo xtask image`), and the
+  # Images as OCI layouts without a container engine (`cargo xtask image`, e2e/images.sh), and the
   # image test's look at the binaries inside them.
   [umoci]=umoci
   [file]=file
+  # The real node: container runtime, CNI plugins, kube-proxy's and the kubelet's packet filter,
+  # and a static busybox for the small helper images.
+  [containerd]=containerd
+  [runc]=runc
+  [/usr/lib/cni/bridge]=containernetworking-plugins
+  [iptables]=iptables
+  [conntrack]=conntrack
+  [ip]=iproute2
+  [/bin/busybox]=busybox-static
 )
-missing=()
-for cmd in "${!packages[@]}"; do need_cmd "$cmd" || missing+=("${packages[$cmd]}"); done
-# The CA bundle the images carry for the operators' TLS clients (S3 backups).
-[[ -f /etc/ssl/certs/ca-certificates.crt ]] || missing+=(ca-certificates)
+
+missing_packages() {
+  local what
+  for what in "${!packages[@]}"; do
+    if [[ $what == /* ]]; then [[ -e $what ]] && continue; else need_cmd "$what" && continue; fi
+    echo "${packages[$what]} $what"
+  done | sort -u
+}
+
+check_toolchains() {
+  local ok=0
+  need_cmd go || { echo "missing: go (Go >= 1.24, on PATH)"; ok=1; }
+  need_cmd cargo || { echo "missing: cargo (Rust >= 1.89, on PATH)"; ok=1; }
+  return $ok
+}
+
+if [[ ${1:-} == check ]]; then
+  status=0
+  check_toolchains || status=1
+  while read -r package what; do
+    [[ -n $package ]] || continue
+    echo "missing: $what (Debian package $package)"; status=1
+  done < <(missing_packages)
+  exit $status
+fi
+
+stage=${1:-all}
+case $stage in system | demo | all) ;; *) echo "usage: $0 [system|demo|all|check]" >&2; exit 2 ;; esac
+
+check_toolchains >&2 || exit 1
+
+mapfile -t missing < <(missing_packages | cut -d' ' -f1 | sort -u)
 if ((${#missing[@]})); then
   log "installing Debian packages: ${missing[*]}"
   sudo_=""; [[ $(id -u) -ne 0 ]] && sudo_=sudo
   $sudo_ apt-get update -qq
   # A packaged service that starts listens on 127.0.0.1 only; the tests run their own server
-  # processes on other loopback addresses, so the two never collide.
+  # processes on other loopback addresses, so the two never collide. Debian's containerd service
+  # is never used: the real node runs its own containerd with its own socket and state.
   DEBIAN_FRONTEND=noninteractive $sudo_ apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  still=$(missing_packages)
+  if [[ -n $still ]]; then
+    log "still missing after the install (package, what it should provide):"; echo "$still" >&2; exit 1
+  fi
 fi
 
 if need_cmd rustup; then
@@ -49,11 +106,17 @@ if need_cmd rustup; then
   done
 fi
 
-"$here/toolchain/build.sh" all >/dev/null
-"$here/toolchain/packaging.sh" all >/dev/null
-
 # Incremental-compilation state left by builds nobody repeats (other checkouts, old crate
 # versions) only fills the shared cache: drop what has not been touched for three days.
 if [[ -n ${CARGO_TARGET_DIR:-} && -d $CARGO_TARGET_DIR/debug/incremental ]]; then
   find "$CARGO_TARGET_DIR/debug/incremental" -mindepth 1 -maxdepth 1 -type d -mtime +3 -exec rm -rf {} + 2>/dev/null || true
 fi
+
+[[ $stage == system ]] && exit 0
+
+for tool in etcd kwok k8s coredns local-path pause; do "$here/toolchain/build.sh" "$tool" >/dev/null; done
+
+[[ $stage == demo ]] && exit 0
+
+for tool in etcd-previous s3; do "$here/toolchain/build.sh" "$tool" >/dev/null; done
+"$here/toolchain/packaging.sh" all >/dev/null
