@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The local control plane: a real etcd, kube-apiserver, kube-controller-manager and
-# kube-scheduler on loopback, with KWOK playing kubelet for a few fake nodes so Pods reach
-# Running and Ready without a container runtime.
+# kube-scheduler, one real node (kubelet, kube-proxy, containerd and runc, CNI bridge, CoreDNS, a
+# volume provisioner: e2e/real-node.sh) where pods are real containers, and KWOK playing kubelet for
+# a few fake nodes (QUORUM_NODES, default 3) for tests that need many pods and no process behind them.
 #
 #   e2e/cluster.sh start    build what is missing, start everything, wait for health (idempotent)
 #   e2e/cluster.sh stop     stop everything and remove the cluster's data (idempotent)
@@ -22,6 +23,9 @@ nodes=${QUORUM_NODES:-3}
 volumes=${QUORUM_VOLUMES:-300}
 
 log() { echo "[cluster] $*" >&2; }
+
+# shellcheck source=real-node.sh
+source "$here/real-node.sh"
 
 bin_dirs() {
   etcd_bin=$("$here/toolchain/build.sh" etcd)
@@ -45,7 +49,7 @@ make_pki() {
 basicConstraints=CA:FALSE
 keyUsage=digitalSignature,keyEncipherment
 extendedKeyUsage=serverAuth
-subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc
+subjectAltName=IP:127.0.0.1,IP:$real_node_ip,IP:$kubernetes_service_ip,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
 EXT
     openssl req -newkey rsa:2048 -nodes -keyout apiserver.key -out apiserver.csr -subj "/CN=kube-apiserver" 2>/dev/null
     openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out apiserver.crt \
@@ -102,7 +106,10 @@ apiserver_ready() { kubectl_ get --raw /readyz; }
 start() {
   bin_dirs
   mkdir -p "$logs" "$run"
+  real_node_preflight
   make_pki
+  real_node_pki
+  real_node_network
   launch etcd "$etcd_bin/etcd" --name quorum-local --data-dir "$dir/etcd-data" \
     --listen-client-urls "http://127.0.0.1:$etcd_client_port" \
     --advertise-client-urls "http://127.0.0.1:$etcd_client_port" \
@@ -113,12 +120,15 @@ start() {
     --unsafe-no-fsync --quota-backend-bytes 4294967296
   wait_for etcd 30 curl -fsS "http://127.0.0.1:$((etcd_client_port + 2))/health"
 
+  # Host processes use 127.0.0.1; pods reach it through the kubernetes Service, whose endpoint is
+  # the node's address on the bridge.
   launch kube-apiserver "$k8s_bin/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:$etcd_client_port" \
-    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$apiserver_port" \
-    --endpoint-reconciler-type none \
-    --service-cluster-ip-range 10.0.0.0/24 \
-    --authorization-mode Node,RBAC \
+    --bind-address 0.0.0.0 --advertise-address "$real_node_ip" --secure-port "$apiserver_port" \
+    --service-cluster-ip-range "$service_cidr" \
+    --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
+    --kubelet-client-certificate "$pki/kubelet-client.crt" --kubelet-client-key "$pki/kubelet-client.key" \
+    --kubelet-preferred-address-types InternalIP \
     --cert-dir "$pki" --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
     --client-ca-file "$pki/ca.crt" \
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
@@ -146,7 +156,7 @@ start() {
     --bind-address 127.0.0.1 --secure-port 0 --leader-elect=false --profiling=false
   launch kwok "$kwok_bin/kwok" --kubeconfig "$dir/kubeconfig" \
     --manage-all-nodes=false --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
-    --cidr 10.244.0.0/16 --node-ip 10.240.0.1 --server-address 127.0.0.1:0
+    --cidr "$kwok_pod_cidr" --node-ip 10.240.0.1 --server-address 127.0.0.1:0
 
   for i in $(seq 1 "$nodes"); do
     kubectl_ apply -f - >/dev/null <<NODE
@@ -169,9 +179,10 @@ status:
 NODE
   done
   wait_for kwok 60 nodes_ready
-  make_volume_pool
+  ((nodes > 0)) && make_volume_pool
   # The default ServiceAccount is created by the controller-manager; pods need it.
   wait_for kube-controller-manager 60 kubectl_ get serviceaccount default -n default
+  real_node_start
   log "ready: export KUBECONFIG=$dir/kubeconfig"
 }
 
@@ -202,15 +213,21 @@ nodes_ready() {
   [[ "$ready" -ge "$nodes" ]]
 }
 
+stop_process() {
+  local name=$1
+  if running "$name"; then
+    kill "$(cat "$run/$name.pid")" 2>/dev/null || true
+    for _ in $(seq 20); do running "$name" || break; sleep 0.5; done
+    running "$name" && kill -9 "$(cat "$run/$name.pid")" 2>/dev/null || true
+  fi
+  rm -f "$run/$name.pid"
+}
+
 stop() {
-  for name in kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
-    if running "$name"; then
-      kill "$(cat "$run/$name.pid")" 2>/dev/null || true
-      for _ in $(seq 20); do running "$name" || break; sleep 0.5; done
-      running "$name" && kill -9 "$(cat "$run/$name.pid")" 2>/dev/null || true
-    fi
-    rm -f "$run/$name.pid"
-  done
+  # Only what is built already: stopping never builds.
+  k8s_bin="${QUORUM_CACHE:-$HOME/.cache/quorum}/bin/k8s-$(sed -n 's/^K8S_VERSION=//p' "$here/toolchain/versions.env")"
+  real_node_stop
+  for name in kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do stop_process "$name"; done
   rm -rf "$dir/etcd-data" "$pki" "$dir/kubeconfig"
   log "stopped"
 }

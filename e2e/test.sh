@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every test: formatting, lints, generated-file drift, unit tests, and the integration tests
-# against the real local control plane (started here, stopped on exit).
+# against the real local control plane and its real node (started here, stopped on exit).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -16,5 +16,7 @@ cargo xtask check
 
 e2e/cluster.sh start
 trap 'e2e/cluster.sh stop' EXIT
+log "operator images, imported into the real node"
+e2e/images.sh import operators
 log "cargo test"
 cargo test --workspace --no-fail-fast

@@ -12,9 +12,21 @@ use kube::{Api, Client, api::ListParams};
 
 use crate::{
     control_plane::{kubeconfig_path, service_account_client},
+    real_node,
     tools::{packaging_tool, repository_root, succeeds},
     wait,
 };
+
+/// Where the chart's operator pod runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// A KWOK node: the pod is Running with no process behind it (the operator runs in the
+    /// test process under the chart's ServiceAccount).
+    Kwok,
+    /// The real node: the operator runs as a container of its image, and its pod is Ready only
+    /// once its own readiness probe passes.
+    RealNode,
+}
 
 /// A release of `charts/<package>` installed into one namespace, watching only that namespace.
 pub struct ChartRelease {
@@ -31,6 +43,32 @@ impl ChartRelease {
     /// added; checks the release deployed, its Deployment, ServiceAccount and ClusterRole
     /// exist, and the Deployment's pod runs (on KWOK) as that ServiceAccount.
     pub async fn install(admin: &Client, package: &str, namespace: &str, settings: &[&str]) -> Self {
+        Self::install_placed(admin, package, namespace, settings, Placement::Kwok).await
+    }
+
+    /// `helm install` as [`Self::install`], with the operator's pod placed on the real node from
+    /// the locally imported image (`e2e/images.sh import operators`); waits until its pod is
+    /// Ready by its own `/readyz` probe.
+    pub async fn install_on_real_node(
+        admin: &Client,
+        package: &str,
+        namespace: &str,
+        settings: &[&str],
+    ) -> Self {
+        real_node::require(admin).await;
+        let placement = real_node::chart_settings();
+        let mut all: Vec<&str> = placement.iter().map(String::as_str).collect();
+        all.extend_from_slice(settings);
+        Self::install_placed(admin, package, namespace, &all, Placement::RealNode).await
+    }
+
+    async fn install_placed(
+        admin: &Client,
+        package: &str,
+        namespace: &str,
+        settings: &[&str],
+        placement: Placement,
+    ) -> Self {
         let release = format!("rbac-{}", &namespace[namespace.len().saturating_sub(6)..]);
         let chart = repository_root()
             .join("charts")
@@ -74,22 +112,40 @@ impl ChartRelease {
             .expect("the chart's ClusterRole");
         let pods: Api<Pod> = Api::namespaced(admin.clone(), namespace);
         let selector = format!("app.kubernetes.io/instance={release}");
-        let pod = wait::until(
-            "the operator's pod Running (KWOK)",
-            Duration::from_secs(60),
-            || async {
-                pods.list(&ListParams::default().labels(&selector))
-                    .await
-                    .map_err(|error| error.to_string())?
-                    .items
-                    .into_iter()
-                    .find(|pod| {
+        let (what, timeout) = match placement {
+            Placement::Kwok => ("the operator's pod Running (KWOK)", Duration::from_secs(60)),
+            Placement::RealNode => (
+                "the operator's pod Ready on the real node",
+                Duration::from_secs(120),
+            ),
+        };
+        let pod = wait::until(what, timeout, || async {
+            let pods = pods
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .map_err(|error| error.to_string())?
+                .items;
+            pods.iter()
+                .find(|pod| match placement {
+                    Placement::Kwok => {
                         pod.status.as_ref().and_then(|status| status.phase.as_deref()) == Some("Running")
-                    })
-                    .ok_or_else(|| "no Running pod yet".to_string())
-            },
-        )
+                    }
+                    Placement::RealNode => real_node::pod_ready(pod),
+                })
+                .cloned()
+                .ok_or_else(|| {
+                    format!(
+                        "not yet: {:?}",
+                        pods.iter()
+                            .map(|pod| pod.status.as_ref().map(|status| &status.container_statuses))
+                            .collect::<Vec<_>>()
+                    )
+                })
+        })
         .await;
+        if placement == Placement::RealNode {
+            real_node::assert_on_real_node(&pod);
+        }
         assert_eq!(
             pod.spec.and_then(|spec| spec.service_account_name).as_deref(),
             Some(account.as_str())

@@ -17,7 +17,10 @@
 //! - [`local_members`]: real database processes standing in for member pods on KWOK nodes.
 //! - [`fault_proxy`]: a TCP proxy that blackholes, delays, resets or cuts one direction.
 //! - [`helm`]: an operator installed from its Helm chart, its ServiceAccount's token at hand.
+//! - [`history`]: a client history of writes, checked for lost acknowledged writes.
 //! - [`olm`]: real OLM v0 out of cluster, and catalogs of inline bundles served by `opm serve`.
+//! - [`real_node`]: the real node, where pods are real containers: placing pods there, reaching
+//!   them through Services, `kubectl exec` and `logs`.
 //! - [`s3`]: a real S3-compatible server process (`gofakes3`, in memory) with one bucket.
 //! - [`tools`]: where the pinned, Go-built binaries are.
 //! - [`wait`]: polling with a deadline, for conditions that become true eventually.
@@ -26,11 +29,13 @@ pub mod control_plane;
 pub mod etcd;
 pub mod fault_proxy;
 pub mod helm;
+pub mod history;
 pub mod local_members;
 pub mod mariadb;
 pub mod mongo;
 pub mod mongo_sim;
 pub mod olm;
+pub mod real_node;
 pub mod redis;
 pub mod s3;
 pub mod tools;

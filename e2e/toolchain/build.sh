@@ -2,8 +2,11 @@
 # Builds the control-plane binaries from their Go modules into a cache outside the repository,
 # keyed by version, and prints the directory that holds them. A warm run builds nothing.
 #
-#   e2e/toolchain/build.sh [k8s|etcd|etcd-previous|kwok|s3|all]
+#   e2e/toolchain/build.sh [k8s|etcd|etcd-previous|kwok|s3|coredns|local-path|pause|all]
 #
+# `k8s` is the control plane and the real node's kubelet and kube-proxy, from one wrapper module.
+# `coredns`, `local-path` and `pause` are the real node's cluster DNS, volume provisioner and pod
+# sandbox (see e2e/real-node.sh).
 # `etcd` is the pinned etcd ($ETCD_VERSION); `etcd-previous` the minor before it
 # ($ETCD_PREVIOUS_VERSION), which the rolling-upgrade test starts a cluster at.
 #
@@ -21,10 +24,11 @@ log() { echo "[toolchain] $*" >&2; }
 # replaced by local paths. A wrapper module replaces each of them with its published v0.X.Y.
 build_k8s() {
   local out="$cache/bin/k8s-$K8S_VERSION"
-  if [[ -x "$out/kube-apiserver" && -x "$out/kube-controller-manager" && -x "$out/kube-scheduler" && -x "$out/kubectl" ]]; then
-    echo "$out"; return
-  fi
-  log "building kube-apiserver, kube-controller-manager, kube-scheduler, kubectl $K8S_VERSION (cold: many minutes)"
+  local commands=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy) command
+  local present=0
+  for command in "${commands[@]}"; do [[ -x "$out/$command" ]] && present=$((present + 1)); done
+  if ((present == ${#commands[@]})); then echo "$out"; return; fi
+  log "building ${commands[*]} $K8S_VERSION (cold: many minutes)"
   local work="$cache/build/k8s-$K8S_VERSION"
   rm -rf "$work"; mkdir -p "$work" "$out"
   local staging_version="v0.${K8S_VERSION#v1.}"
@@ -51,6 +55,8 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "k8s.io/kubernetes/cmd/kubelet"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
 )
 GO
   (cd "$work" && go mod tidy >/dev/null 2>&1 || (cd "$work" && go mod tidy))
@@ -60,7 +66,8 @@ GO
     ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
     ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
   done
-  for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+  for cmd in "${commands[@]}"; do
+    [[ -x "$out/$cmd" ]] && continue
     (cd "$work" && go build -tags tools -ldflags "$ldflags" -o "$out/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd")
     mv "$out/$cmd.tmp" "$out/$cmd"
   done
@@ -170,12 +177,60 @@ build_s3() {
   echo "$out"
 }
 
+# CoreDNS with the few plugins the local cluster uses (e2e/toolchain/node/coredns/main.go): its
+# module cannot be `go install`ed with a custom plugin list, so a wrapper module requires it.
+build_coredns() {
+  local out="$cache/bin/coredns-$COREDNS_VERSION"
+  if [[ -x "$out/coredns" ]]; then echo "$out"; return; fi
+  log "building coredns $COREDNS_VERSION"
+  local work="$cache/build/coredns-$COREDNS_VERSION"
+  rm -rf "$work"; mkdir -p "$work" "$out"
+  printf 'module quorum.dev/toolchain/coredns\n\ngo 1.24.0\n\nrequire github.com/coredns/coredns %s\n' \
+    "$COREDNS_VERSION" > "$work/go.mod"
+  cp "$here/node/coredns/main.go" "$work/main.go"
+  (cd "$work" && go mod tidy && go build -ldflags "-s -w" -o "$out/coredns.tmp" .)
+  mv "$out/coredns.tmp" "$out/coredns"
+  echo "$out"
+}
+
+# The dynamic volume provisioner: a claim deleted really loses its data.
+build_local_path() {
+  local out="$cache/bin/local-path-provisioner-$LOCAL_PATH_PROVISIONER_VERSION"
+  if [[ -x "$out/local-path-provisioner" ]]; then echo "$out"; return; fi
+  log "building local-path-provisioner $LOCAL_PATH_PROVISIONER_VERSION"
+  mkdir -p "$out"
+  GOBIN="$out" go install -ldflags "-s -w" \
+    "github.com/rancher/local-path-provisioner@$LOCAL_PATH_PROVISIONER_VERSION"
+  echo "$out"
+}
+
+# The pod sandbox's PID 1, keyed by its source.
+build_pause() {
+  local key; key=$(sha256sum "$here/node/pause/main.go" | cut -c1-12)
+  local out="$cache/bin/pause-$key"
+  if [[ -x "$out/pause" ]]; then echo "$out"; return; fi
+  log "building pause"
+  local work="$cache/build/pause-$key"
+  rm -rf "$work"; mkdir -p "$work" "$out"
+  printf 'module quorum.dev/toolchain/pause\n\ngo 1.24\n' > "$work/go.mod"
+  cp "$here/node/pause/main.go" "$work/main.go"
+  (cd "$work" && go build -ldflags "-s -w" -o "$out/pause.tmp" .)
+  mv "$out/pause.tmp" "$out/pause"
+  echo "$out"
+}
+
 case "${1:-all}" in
   k8s) build_k8s ;;
   etcd) build_etcd "$ETCD_VERSION" ;;
   etcd-previous) build_etcd "$ETCD_PREVIOUS_VERSION" ;;
   kwok) build_kwok ;;
   s3) build_s3 ;;
-  all) build_etcd "$ETCD_VERSION"; build_etcd "$ETCD_PREVIOUS_VERSION"; build_kwok; build_s3; build_k8s ;;
-  *) echo "usage: $0 [k8s|etcd|etcd-previous|kwok|s3|all]" >&2; exit 2 ;;
+  coredns) build_coredns ;;
+  local-path) build_local_path ;;
+  pause) build_pause ;;
+  all)
+    build_etcd "$ETCD_VERSION"; build_etcd "$ETCD_PREVIOUS_VERSION"; build_kwok; build_s3; build_k8s
+    build_coredns; build_local_path; build_pause
+    ;;
+  *) echo "usage: $0 [k8s|etcd|etcd-previous|kwok|s3|coredns|local-path|pause|all]" >&2; exit 2 ;;
 esac

@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# Images without a registry: each an OCI image assembled with umoci from pinned inputs (Go-built
+# binaries from e2e/toolchain, Debian's packages, the operators' own static binaries), written as an
+# OCI archive cached by its content under QUORUM_CACHE/images, and imported into the real node's
+# containerd under the same reference the charts, CSVs and operators name.
+#
+#   e2e/images.sh build [node|engines|operators|all]   build what is missing, print the archives
+#   e2e/images.sh import [node|engines|operators|all]  build, then import into the node's containerd
+#   e2e/images.sh references                           the references, as NAME=REFERENCE words
+#
+# node: the pod sandbox, CoreDNS, the volume provisioner and its helper; engines: the database
+# images; operators: the four operators (`cargo xtask image`, unoptimized; the image's shape does
+# not depend on optimization).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+# shellcheck source=toolchain/versions.env
+source "$here/toolchain/versions.env"
+cache=${QUORUM_CACHE:-$HOME/.cache/quorum}
+images="$cache/images"
+log() { echo "[images] $*" >&2; }
+
+# References, as the node's manifests, the operators and the charts name them.
+PAUSE_IMAGE=registry.k8s.io/pause:3.10
+COREDNS_IMAGE=registry.k8s.io/coredns/coredns:$COREDNS_VERSION
+LOCAL_PATH_IMAGE=docker.io/rancher/local-path-provisioner:$LOCAL_PATH_PROVISIONER_VERSION
+HELPER_IMAGE=docker.io/library/busybox:1.35
+ETCD_IMAGE=gcr.io/etcd-development/etcd:$ETCD_VERSION
+
+# Copies a static busybox and its applets into ROOTFS/bin (a shell for helper pods and for
+# `kubectl exec`).
+with_busybox() {
+  local rootfs=$1 applet
+  mkdir -p "$rootfs/bin" "$rootfs/tmp"; chmod 1777 "$rootfs/tmp"
+  cp /bin/busybox "$rootfs/bin/busybox"
+  for applet in $(/bin/busybox --list); do
+    [[ $applet == busybox || -e $rootfs/bin/$applet ]] || ln -s busybox "$rootfs/bin/$applet"
+  done
+}
+
+# Copies BINARY and the shared libraries it loads into ROOTFS at the same paths.
+with_libraries() {
+  local rootfs=$1 binary=$2 library
+  mkdir -p "$rootfs$(dirname "$binary")"; cp -L "$binary" "$rootfs$binary"
+  for library in $(ldd "$binary" | grep -o '/[^ :]*\.so[^ :]*' | sort -u); do
+    mkdir -p "$rootfs$(dirname "$library")"; cp -L "$library" "$rootfs$library"
+  done
+}
+
+# passwd and group with root and the non-root user the pods run as.
+with_users() {
+  local rootfs=$1 user=${2:-65532}
+  mkdir -p "$rootfs/etc"
+  printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:%s:%s:nonroot:/nonexistent:/sbin/nologin\n' "$user" "$user" > "$rootfs/etc/passwd"
+  printf 'root:x:0:\nnonroot:x:%s:\n' "$user" > "$rootfs/etc/group"
+}
+
+# pack REFERENCE ROOTFS USER ENTRYPOINT...: the archive of a one-layer image of ROOTFS, named by a
+# digest of its content, reference, user and entrypoint; built only when no such archive exists.
+pack() {
+  local reference=$1 rootfs=$2 user=$3; shift 3
+  local name=${reference##*/}; name=${name%%:*}
+  local key
+  key=$( { echo "$reference $user $*"
+    tar -C "$rootfs" --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -cf - . ; } | sha256sum | cut -c1-16)
+  local archive="$images/$name-$key.tar"
+  if [[ ! -s $archive ]]; then
+    local work; work=$(mktemp -d "$images/.pack.XXXXXX")
+    local tag=${reference##*:}
+    umoci init --layout "$work/oci"
+    umoci new --image "$work/oci:$tag"
+    umoci unpack --image "$work/oci:$tag" "$work/bundle" >/dev/null
+    cp -a "$rootfs/." "$work/bundle/rootfs/"
+    umoci repack --image "$work/oci:$tag" "$work/bundle"
+    local arguments=(--config.user "$user" --config.env PATH=/usr/local/bin:/usr/bin:/bin --config.workingdir /)
+    local part; for part in "$@"; do arguments+=(--config.entrypoint "$part"); done
+    umoci config --image "$work/oci:$tag" "${arguments[@]}"
+    umoci gc --layout "$work/oci"
+    tar -C "$work/oci" -cf "$archive.tmp" .
+    mv "$archive.tmp" "$archive"
+    rm -rf "$work"
+  fi
+  echo "$reference $archive"
+}
+
+build_node_images() {
+  local stage; stage=$(mktemp -d "$images/.stage.XXXXXX")
+  local pause coredns local_path
+  pause=$("$here/toolchain/build.sh" pause)
+  coredns=$("$here/toolchain/build.sh" coredns)
+  local_path=$("$here/toolchain/build.sh" local-path)
+  mkdir -p "$stage/pause"; cp "$pause/pause" "$stage/pause/pause"
+  pack "$PAUSE_IMAGE" "$stage/pause" 65535 /pause
+  mkdir -p "$stage/coredns"; cp "$coredns/coredns" "$stage/coredns/coredns"
+  pack "$COREDNS_IMAGE" "$stage/coredns" 65532 /coredns
+  mkdir -p "$stage/local-path/usr/bin"; cp "$local_path/local-path-provisioner" "$stage/local-path/usr/bin/"
+  pack "$LOCAL_PATH_IMAGE" "$stage/local-path" 0 /usr/bin/local-path-provisioner
+  with_busybox "$stage/busybox"
+  pack "$HELPER_IMAGE" "$stage/busybox" 0 /bin/sh
+  rm -rf "$stage"
+}
+
+build_engine_images() {
+  local stage; stage=$(mktemp -d "$images/.stage.XXXXXX")
+  local etcd; etcd=$("$here/toolchain/build.sh" etcd)
+  # etcd as upstream ships it: the three binaries under /usr/local/bin, no shell.
+  mkdir -p "$stage/etcd/usr/local/bin" "$stage/etcd/var/lib/etcd" "$stage/etcd/tmp"
+  chmod 1777 "$stage/etcd/tmp"
+  cp "$etcd"/{etcd,etcdctl,etcdutl} "$stage/etcd/usr/local/bin/"
+  with_users "$stage/etcd"
+  pack "$ETCD_IMAGE" "$stage/etcd" 0 /usr/local/bin/etcd
+  rm -rf "$stage"
+}
+
+build_operator_images() {
+  local operator layout reference
+  for operator in etcd-operator; do
+    layout="$images/.layout-$operator"
+    (cd "$root" && cargo xtask image "$operator" --layout "$layout" --profile dev >&2)
+    # The tag is the one the layout carries (the workspace's version); the repository is the
+    # one `cargo xtask image` documents and the CSVs and charts name.
+    local tag
+    tag=$(grep -o '"org.opencontainers.image.ref.name":"[^"]*"' "$layout/index.json" | head -n 1 | cut -d'"' -f4)
+    reference=ghcr.io/quorum-dev/$operator:$tag
+    local stage; stage=$(mktemp -d "$images/.stage.XXXXXX")
+    tar -C "$layout" -cf "$stage/layout.tar" .
+    local archive="$images/$operator-$(sha256sum "$stage/layout.tar" | cut -c1-16).tar"
+    [[ -s $archive ]] || mv "$stage/layout.tar" "$archive"
+    rm -rf "$stage"
+    echo "$reference $archive"
+  done
+}
+
+build() {
+  mkdir -p "$images"
+  case $1 in
+    node) build_node_images ;;
+    engines) build_engine_images ;;
+    operators) build_operator_images ;;
+    all) build_node_images; build_engine_images; build_operator_images ;;
+    *) echo "usage: $0 build|import [node|engines|operators|all]" >&2; exit 2 ;;
+  esac
+}
+
+# Imports into the real node's containerd (its socket from e2e/real-node.sh).
+import() {
+  local socket=${QUORUM_CONTAINERD_SOCKET:-${QUORUM_CLUSTER_DIR:-$cache/cluster}/node/containerd/containerd.sock}
+  [[ -S $socket ]] || { log "the real node's containerd is not running ($socket): e2e/cluster.sh start"; exit 1; }
+  local reference archive
+  while read -r reference archive; do
+    if ! ctr --address "$socket" -n k8s.io images import --base-name "${reference%:*}" "$archive" >/dev/null 2>"$images/import.err"; then
+      log "importing $reference from $archive failed: $(tail -n 1 "$images/import.err")"; exit 1
+    fi
+    ctr --address "$socket" -n k8s.io images ls -q | grep -qxF "$reference" \
+      || { log "imported $archive but containerd does not list $reference"; exit 1; }
+  done < <(build "$1")
+}
+
+case "${1:-}" in
+  references) # NAME=REFERENCE lines, for the node's manifests
+    echo "PAUSE_IMAGE=$PAUSE_IMAGE COREDNS_IMAGE=$COREDNS_IMAGE LOCAL_PATH_IMAGE=$LOCAL_PATH_IMAGE"
+    echo "HELPER_IMAGE=$HELPER_IMAGE ETCD_IMAGE=$ETCD_IMAGE" ;;
+  build) build "${2:-all}" ;;
+  import) import "${2:-all}" ;;
+  *) echo "usage: $0 build|import [node|engines|operators|all]" >&2; exit 2 ;;
+esac

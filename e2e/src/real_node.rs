@@ -1,0 +1,215 @@
+//! The local control plane's real node (`e2e/real-node.sh`): a kubelet with containerd and runc,
+//! kube-proxy, CoreDNS and a volume provisioner, where pods are real containers from the images
+//! `e2e/images.sh` built and imported. Tests that claim to show what a user runs put the operator
+//! (through its chart) and the members (through the cluster's pod template) there, and reach the
+//! databases through their Services' cluster IPs, as a client in the cluster would.
+//!
+//! The node is tainted while KWOK nodes exist, so a pod lands on it only when it carries
+//! [`tolerations`] and [`node_selector`]. Tests fail loudly when the node is not Ready.
+
+use std::{collections::BTreeMap, process::Output, time::Duration};
+
+use k8s_openapi::api::core::v1::{Node, Pod, Service, Toleration};
+use kube::{Api, Client};
+
+use crate::{
+    control_plane::kubeconfig_path,
+    tools::{kubectl_binary, run_tool, transcript},
+    wait,
+};
+
+/// The real node's name.
+pub const NODE_NAME: &str = "quorum-node";
+/// The taint that keeps pods off the real node unless they tolerate it.
+pub const TAINT_KEY: &str = "quorum.dev/real-node";
+/// The dynamic provisioner's StorageClass: a claim deleted loses its data.
+pub const STORAGE_CLASS: &str = "local-path";
+/// The pod network: real pods get their addresses from it.
+pub const POD_NETWORK_PREFIX: &str = "10.244.0.";
+
+/// The node selector that picks the real node.
+pub fn node_selector() -> BTreeMap<String, String> {
+    BTreeMap::from([("type".to_string(), "real".to_string())])
+}
+
+/// The toleration of the real node's taint.
+pub fn tolerations() -> Vec<Toleration> {
+    vec![Toleration {
+        key: Some(TAINT_KEY.into()),
+        operator: Some("Exists".into()),
+        effect: Some("NoSchedule".into()),
+        ..Toleration::default()
+    }]
+}
+
+/// Pod overrides (a cluster's `spec.podTemplate`) that place its members on the real node.
+pub fn pod_overrides() -> quorum_core::crd::PodOverrides {
+    quorum_core::crd::PodOverrides {
+        node_selector: node_selector(),
+        tolerations: tolerations(),
+        ..quorum_core::crd::PodOverrides::default()
+    }
+}
+
+/// `--set` values that place a chart's operator Deployment on the real node.
+pub fn chart_settings() -> Vec<String> {
+    vec![
+        "nodeSelector.type=real".to_string(),
+        format!("tolerations[0].key={TAINT_KEY}"),
+        "tolerations[0].operator=Exists".to_string(),
+        "tolerations[0].effect=NoSchedule".to_string(),
+    ]
+}
+
+/// Fails the test unless the real node is Ready.
+pub async fn require(admin: &Client) {
+    let node = Api::<Node>::all(admin.clone())
+        .get(NODE_NAME)
+        .await
+        .unwrap_or_else(|error| {
+            panic!("the real node {NODE_NAME} is not registered ({error}): e2e/cluster.sh start")
+        });
+    let ready = node
+        .status
+        .and_then(|status| status.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .any(|condition| condition.type_ == "Ready" && condition.status == "True");
+    assert!(ready, "the real node {NODE_NAME} is not Ready");
+}
+
+/// Whether every container of the pod passed its readiness probe.
+pub fn pod_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|status| status.conditions.as_ref())
+        .is_some_and(|conditions| {
+            conditions
+                .iter()
+                .any(|condition| condition.type_ == "Ready" && condition.status == "True")
+        })
+}
+
+/// How often the kubelet restarted the pod's container `container`.
+pub fn restart_count(pod: &Pod, container: &str) -> i32 {
+    pod.status
+        .as_ref()
+        .and_then(|status| status.container_statuses.as_ref())
+        .and_then(|statuses| statuses.iter().find(|status| status.name == container))
+        .map_or(0, |status| status.restart_count)
+}
+
+/// Asserts the pod runs on the real node with an address from the pod network.
+pub fn assert_on_real_node(pod: &Pod) {
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    let node = pod.spec.as_ref().and_then(|spec| spec.node_name.as_deref());
+    assert_eq!(node, Some(NODE_NAME), "{name} is not on the real node");
+    let ip = pod
+        .status
+        .as_ref()
+        .and_then(|status| status.pod_ip.as_deref())
+        .unwrap_or_default();
+    assert!(
+        ip.starts_with(POD_NETWORK_PREFIX),
+        "{name} has no address from the pod network: {ip:?}"
+    );
+}
+
+/// Waits until the pod `name` exists and is Ready, and returns it.
+pub async fn wait_pod_ready(admin: &Client, namespace: &str, name: &str, timeout: Duration) -> Pod {
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), namespace);
+    wait::until(&format!("pod {namespace}/{name} Ready"), timeout, || async {
+        let pod = pods.get(name).await.map_err(|error| error.to_string())?;
+        if pod_ready(&pod) {
+            Ok(pod)
+        } else {
+            Err(format!(
+                "{:?}",
+                pod.status.and_then(|status| status.container_statuses)
+            ))
+        }
+    })
+    .await
+}
+
+/// The Service's cluster IP: how a test on the host reaches the pods behind it (kube-proxy
+/// routes it; the host cannot resolve cluster DNS names).
+pub async fn cluster_ip(admin: &Client, namespace: &str, service: &str) -> String {
+    let service_object = Api::<Service>::namespaced(admin.clone(), namespace)
+        .get(service)
+        .await
+        .unwrap_or_else(|error| panic!("Service {namespace}/{service}: {error}"));
+    service_object
+        .spec
+        .and_then(|spec| spec.cluster_ip)
+        .filter(|ip| ip != "None")
+        .unwrap_or_else(|| panic!("Service {namespace}/{service} has no cluster IP"))
+}
+
+/// The real node's containerd socket (`e2e/real-node.sh`).
+pub fn containerd_socket() -> std::path::PathBuf {
+    std::env::var_os("QUORUM_CLUSTER_DIR")
+        .map_or_else(
+            || crate::tools::cache_root().join("cluster"),
+            std::path::PathBuf::from,
+        )
+        .join("node/containerd/containerd.sock")
+}
+
+/// Kills the main process of `container` in `pod` with SIGKILL, as a crash or the kernel's OOM
+/// killer would, leaving the pod in place for the kubelet to restart the container.
+pub fn kill_container(pod: &Pod, container: &str) {
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    let id = pod
+        .status
+        .as_ref()
+        .and_then(|status| status.container_statuses.as_ref())
+        .and_then(|statuses| statuses.iter().find(|status| status.name == container))
+        .and_then(|status| status.container_id.as_deref())
+        .and_then(|id| id.strip_prefix("containerd://"))
+        .unwrap_or_else(|| panic!("{name} has no running {container} container"))
+        .to_string();
+    let socket = containerd_socket().display().to_string();
+    let (command, output) = run_tool(
+        std::path::Path::new("ctr"),
+        &[
+            "--address",
+            &socket,
+            "-n",
+            "k8s.io",
+            "tasks",
+            "kill",
+            "-s",
+            "SIGKILL",
+            &id,
+        ],
+        None,
+    );
+    assert!(output.status.success(), "{}", transcript(&command, &output));
+}
+
+/// `kubectl ARGS` against the local control plane (what a user types): the command line and
+/// what it did.
+pub fn kubectl(args: &[&str]) -> (String, Output) {
+    let kubeconfig = kubeconfig_path().display().to_string();
+    let mut all = vec!["--kubeconfig", kubeconfig.as_str()];
+    all.extend_from_slice(args);
+    run_tool(&kubectl_binary(), &all, None)
+}
+
+/// `kubectl exec` of `command` in `container` of pod `namespace/pod`; panics with the transcript
+/// unless it exits 0, and returns its standard output.
+pub fn exec(namespace: &str, pod: &str, container: &str, command: &[&str]) -> String {
+    let mut args = vec!["exec", "-n", namespace, pod, "-c", container, "--"];
+    args.extend_from_slice(command);
+    let (command, output) = kubectl(&args);
+    assert!(output.status.success(), "{}", transcript(&command, &output));
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// `kubectl logs` of `container` in pod `namespace/pod`.
+pub fn logs(namespace: &str, pod: &str, container: &str) -> String {
+    let (command, output) = kubectl(&["logs", "-n", namespace, pod, "-c", container]);
+    assert!(output.status.success(), "{}", transcript(&command, &output));
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
