@@ -1,12 +1,16 @@
 //! Small pieces of pod specs every operator's builders use: environment from the downward
-//! API, volume mounts, memory volumes, the data volume claim, generated passwords.
+//! API, volume mounts, memory volumes, the data volume claim and its retention, generated
+//! passwords.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::{
-    api::core::v1::{
-        EmptyDirVolumeSource, EnvVar, EnvVarSource, ObjectFieldSelector, PersistentVolumeClaim,
-        PersistentVolumeClaimSpec, Volume, VolumeMount, VolumeResourceRequirements,
+    api::{
+        apps::v1::StatefulSetPersistentVolumeClaimRetentionPolicy,
+        core::v1::{
+            EmptyDirVolumeSource, EnvVar, EnvVarSource, ObjectFieldSelector, PersistentVolumeClaim,
+            PersistentVolumeClaimSpec, Volume, VolumeMount, VolumeResourceRequirements,
+        },
     },
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
 };
@@ -75,6 +79,18 @@ pub fn data_claim(storage: &Storage) -> PersistentVolumeClaim {
             ..PersistentVolumeClaimSpec::default()
         }),
         ..PersistentVolumeClaim::default()
+    }
+}
+
+/// The claim retention of a StatefulSet whose members the operator scales: the volume of a member
+/// removed by a scale-down is deleted with its pod, so a member added again under the same name
+/// starts empty instead of on data its cluster has already removed it from. Deleting the
+/// StatefulSet alone keeps every volume, so a StatefulSet re-created by the operator finds its
+/// members' data.
+pub fn claim_retention() -> StatefulSetPersistentVolumeClaimRetentionPolicy {
+    StatefulSetPersistentVolumeClaimRetentionPolicy {
+        when_scaled: Some("Delete".into()),
+        when_deleted: Some("Retain".into()),
     }
 }
 

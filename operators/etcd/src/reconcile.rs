@@ -68,16 +68,16 @@ impl State {
     pub fn resolver(&self, cluster: &EtcdCluster) -> MemberResolver {
         let namespace = cluster.namespace().unwrap_or_default();
         match self.settings.member_addresses {
-            MemberAddresses::Dns => MemberResolver::ClusterDns {
-                cluster: cluster.name_any(),
-                namespace,
-                cluster_domain: self.settings.cluster_domain.clone(),
-                tls: cluster
-                    .spec
-                    .tls
-                    .as_ref()
-                    .is_some_and(|t| t.client_secret_name.is_some()),
-            },
+            MemberAddresses::Dns => {
+                let tls = cluster.spec.tls.as_ref();
+                MemberResolver::ClusterDns {
+                    cluster: cluster.name_any(),
+                    namespace,
+                    cluster_domain: self.settings.cluster_domain.clone(),
+                    client_tls: tls.is_some_and(|tls| tls.client_secret_name.is_some()),
+                    peer_tls: tls.is_some_and(|tls| tls.peer_secret_name.is_some()),
+                }
+            }
             MemberAddresses::Loopback => MemberResolver::Loopback {
                 namespace,
                 cluster: cluster.name_any(),

@@ -9,12 +9,14 @@ use std::collections::BTreeMap;
 /// Addresses of one cluster's members.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MemberResolver {
-    /// `<scheme>://<cluster>-<ordinal>.<cluster>-peer.<namespace>.svc.<domain>:<port>`.
+    /// `<scheme>://<cluster>-<ordinal>.<cluster>-peer.<namespace>.svc.<domain>:<port>`, where
+    /// the client URL's scheme follows client TLS and the peer URL's follows peer TLS.
     ClusterDns {
         cluster: String,
         namespace: String,
         cluster_domain: String,
-        tls: bool,
+        client_tls: bool,
+        peer_tls: bool,
     },
     /// Fixed client and peer URLs by ordinal.
     Fixed(BTreeMap<usize, FixedAddresses>),
@@ -30,6 +32,12 @@ pub use quorum_core::naming::loopback_ip;
 pub struct FixedAddresses {
     pub client_url: String,
     pub peer_url: String,
+}
+
+#[derive(Clone, Copy)]
+enum Listener {
+    Client,
+    Peer,
 }
 
 /// The name of the member at `ordinal`: the pod's name.
@@ -58,27 +66,41 @@ impl MemberResolver {
 
     /// The client URL of the member at `ordinal`.
     pub fn client_url(&self, ordinal: usize) -> Option<String> {
-        self.url(ordinal, 2379, |fixed| &fixed.client_url)
+        self.url(ordinal, Listener::Client)
     }
 
     /// The peer URL the member at `ordinal` advertises.
     pub fn peer_url(&self, ordinal: usize) -> Option<String> {
-        self.url(ordinal, 2380, |fixed| &fixed.peer_url)
+        self.url(ordinal, Listener::Peer)
     }
 
-    fn url(&self, ordinal: usize, port: u16, fixed: fn(&FixedAddresses) -> &String) -> Option<String> {
+    fn url(&self, ordinal: usize, listener: Listener) -> Option<String> {
+        let port = match listener {
+            Listener::Client => 2379,
+            Listener::Peer => 2380,
+        };
         match self {
             MemberResolver::ClusterDns {
                 cluster,
                 namespace,
                 cluster_domain,
-                tls,
-            } => Some(format!(
-                "{}://{}:{port}",
-                if *tls { "https" } else { "http" },
-                Self::dns_host(cluster, namespace, cluster_domain, ordinal)
-            )),
-            MemberResolver::Fixed(table) => table.get(&ordinal).map(|a| fixed(a).clone()),
+                client_tls,
+                peer_tls,
+            } => {
+                let tls = match listener {
+                    Listener::Client => *client_tls,
+                    Listener::Peer => *peer_tls,
+                };
+                Some(format!(
+                    "{}://{}:{port}",
+                    if tls { "https" } else { "http" },
+                    Self::dns_host(cluster, namespace, cluster_domain, ordinal)
+                ))
+            }
+            MemberResolver::Fixed(table) => table.get(&ordinal).map(|addresses| match listener {
+                Listener::Client => addresses.client_url.clone(),
+                Listener::Peer => addresses.peer_url.clone(),
+            }),
             MemberResolver::Loopback { namespace, cluster } => Some(format!(
                 "http://{}:{port}",
                 loopback_ip(namespace, cluster, ordinal)
@@ -117,7 +139,8 @@ mod tests {
             cluster: "main".into(),
             namespace: "db".into(),
             cluster_domain: "cluster.local".into(),
-            tls: false,
+            client_tls: false,
+            peer_tls: false,
         };
         assert_eq!(
             resolver.client_url(2).unwrap(),
@@ -127,6 +150,32 @@ mod tests {
         assert_eq!(peer, "http://main-4.main-peer.db.svc.cluster.local:2380");
         assert_eq!(resolver.ordinal_of_peer_url(&peer), Some(4));
         assert_eq!(resolver.ordinal_of_peer_url("http://other-4.x:2380"), None);
+    }
+
+    #[test]
+    fn client_and_peer_schemes_follow_their_own_tls_settings() {
+        let resolver = |client_tls, peer_tls| MemberResolver::ClusterDns {
+            cluster: "main".into(),
+            namespace: "db".into(),
+            cluster_domain: "cluster.local".into(),
+            client_tls,
+            peer_tls,
+        };
+        let host = "main-0.main-peer.db.svc.cluster.local";
+        for (client_tls, peer_tls, client, peer) in [
+            (false, false, "http", "http"),
+            (true, false, "https", "http"),
+            (false, true, "http", "https"),
+            (true, true, "https", "https"),
+        ] {
+            let resolver = resolver(client_tls, peer_tls);
+            assert_eq!(resolver.client_url(0).unwrap(), format!("{client}://{host}:2379"));
+            assert_eq!(resolver.peer_url(0).unwrap(), format!("{peer}://{host}:2380"));
+            assert_eq!(
+                resolver.ordinal_of_peer_url(&resolver.peer_url(0).unwrap()),
+                Some(0)
+            );
+        }
     }
 
     #[test]

@@ -30,7 +30,7 @@ use quorum_core::{
     apply::child_metadata,
     backup::{ACCESS_KEY_ID_KEY, SECRET_ACCESS_KEY_KEY},
     naming::{child_name, label_selector, selector_labels, standard_labels},
-    pod::data_claim,
+    pod::{claim_retention, data_claim},
 };
 
 use crate::{
@@ -45,6 +45,9 @@ pub const APP: &str = "etcd";
 pub const COMPONENT: &str = "member";
 pub const CLIENT_PORT: i32 = 2379;
 pub const PEER_PORT: i32 = 2380;
+/// etcd's plain-HTTP listener for `/health` and `/metrics` only: the kubelet's probes use it, as
+/// they carry no client certificate and the client port may require one.
+pub const METRICS_PORT: i32 = 2381;
 /// Where a member keeps its data inside the pod.
 pub const DATA_DIR: &str = "/var/lib/etcd/data";
 /// The label carrying the etcd version a pod was created for.
@@ -360,6 +363,10 @@ pub fn build_statefulset(
             "ETCD_INITIAL_ADVERTISE_PEER_URLS",
             format!("{peer_scheme}://{host}:{PEER_PORT}"),
         ),
+        env(
+            "ETCD_LISTEN_METRICS_URLS",
+            format!("http://0.0.0.0:{METRICS_PORT}"),
+        ),
         // Refuse membership changes that would make the cluster unavailable, as a last line
         // of defence behind the operator's own gate.
         env("ETCD_STRICT_RECONFIG_CHECK", "true"),
@@ -405,8 +412,8 @@ pub fn build_statefulset(
     let probe = |path: &str, period: i32, failures: i32| Probe {
         http_get: Some(HTTPGetAction {
             path: Some(path.into()),
-            port: IntOrString::String("client".into()),
-            scheme: Some(client_scheme.to_uppercase()),
+            port: IntOrString::String("metrics".into()),
+            scheme: Some("HTTP".into()),
             ..HTTPGetAction::default()
         }),
         period_seconds: Some(period),
@@ -447,6 +454,11 @@ pub fn build_statefulset(
             ContainerPort {
                 name: Some("peer".into()),
                 container_port: PEER_PORT,
+                ..ContainerPort::default()
+            },
+            ContainerPort {
+                name: Some("metrics".into()),
+                container_port: METRICS_PORT,
                 ..ContainerPort::default()
             },
         ]),
@@ -514,6 +526,7 @@ pub fn build_statefulset(
                 }),
             },
             volume_claim_templates: Some(vec![data_claim(storage)]),
+            persistent_volume_claim_retention_policy: Some(claim_retention()),
             ..StatefulSetSpec::default()
         }),
         ..StatefulSet::default()
@@ -615,6 +628,15 @@ mod tests {
             security.capabilities.as_ref().unwrap().drop.as_ref().unwrap(),
             &vec!["ALL".to_string()]
         );
+        let retention = spec.persistent_volume_claim_retention_policy.as_ref().unwrap();
+        assert_eq!(
+            (
+                retention.when_scaled.as_deref(),
+                retention.when_deleted.as_deref()
+            ),
+            (Some("Delete"), Some("Retain")),
+            "a removed member's volume goes with it; the StatefulSet's deletion alone keeps data"
+        );
         let claim = &spec.volume_claim_templates.as_ref().unwrap()[0];
         assert_eq!(
             claim.spec.as_ref().unwrap().storage_class_name.as_deref(),
@@ -638,7 +660,8 @@ mod tests {
             cluster: "main".into(),
             namespace: "db".into(),
             cluster_domain: "cluster.local".into(),
-            tls: false,
+            client_tls: false,
+            peer_tls: false,
         };
         assert_eq!(
             env["ETCD_INITIAL_ADVERTISE_PEER_URLS"].replace("$(POD_NAME)", "main-1"),
@@ -662,6 +685,35 @@ mod tests {
         assert_eq!(env["ETCD_CERT_FILE"], "/etc/etcd/tls/client/tls.crt");
         let volumes = statefulset.spec.unwrap().template.spec.unwrap().volumes.unwrap();
         assert_eq!(volumes.len(), 2);
+    }
+
+    #[test]
+    fn probes_use_the_plain_metrics_listener_whatever_the_client_tls() {
+        // With client TLS the client port requires a client certificate, which the kubelet's
+        // probes do not carry: probing it would keep every member unready and restart it.
+        let mut cluster = cluster();
+        cluster.spec.tls = Some(EtcdTls {
+            client_secret_name: Some("client-tls".into()),
+            peer_secret_name: None,
+        });
+        let statefulset = build_statefulset(&cluster, 3, "cluster.local", None).unwrap();
+        let env = env_of(&statefulset);
+        assert_eq!(env["ETCD_CLIENT_CERT_AUTH"], "true");
+        assert_eq!(env["ETCD_LISTEN_METRICS_URLS"], "http://0.0.0.0:2381");
+        let container = &statefulset.spec.unwrap().template.spec.unwrap().containers[0];
+        assert!(
+            container
+                .ports
+                .as_ref()
+                .unwrap()
+                .iter()
+                .any(|port| port.name.as_deref() == Some("metrics") && port.container_port == METRICS_PORT)
+        );
+        for probe in [&container.readiness_probe, &container.liveness_probe] {
+            let get = probe.as_ref().unwrap().http_get.as_ref().unwrap();
+            assert_eq!(get.port, IntOrString::String("metrics".into()));
+            assert_eq!(get.scheme.as_deref(), Some("HTTP"));
+        }
     }
 
     #[test]
@@ -734,7 +786,8 @@ mod tests {
             cluster: "main".into(),
             namespace: "db".into(),
             cluster_domain: "cluster.local".into(),
-            tls: false,
+            client_tls: false,
+            peer_tls: false,
         };
         let members = bootstrap_members(&cluster(), &resolver, 3);
         let config = build_config_map(&cluster(), ClusterState::New, &members).unwrap();

@@ -1,0 +1,541 @@
+//! What a user runs, on the real node: the operator installed by its chart runs as a container
+//! of its image under the chart's restricted security context, and the members are real etcd
+//! containers from the StatefulSet the operator builds, found through cluster DNS, probed by the
+//! kubelet, reached by clients through the client Service and kept on volumes from the dynamic
+//! provisioner. Nothing here launches a database process itself.
+
+#[allow(dead_code)] // each test binary uses part of the support
+mod support;
+
+use std::time::Duration;
+
+use etcd_client::{Client as EtcdClient, ConnectOptions};
+use etcd_operator::crd::{EtcdCluster, EtcdTls};
+use k8s_openapi::{
+    ByteString,
+    api::{
+        apps::v1::StatefulSet,
+        core::v1::{Event, PersistentVolumeClaim, Pod, Secret},
+    },
+};
+use kube::{
+    Api, Client,
+    api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams},
+};
+use quorum_e2e::{
+    control_plane::{TestNamespace, admin_client},
+    helm::ChartRelease,
+    history::{History, Writer},
+    real_node::{self, STORAGE_CLASS},
+    wait,
+};
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
+    KeyUsagePurpose,
+};
+
+const CHART: &str = "quorum-etcd-operator";
+const CLUSTER: &str = "demo";
+
+/// A cluster of `replicas` members placed on the real node, on local-path volumes.
+fn real_cluster(replicas: i32, tls: Option<EtcdTls>) -> EtcdCluster {
+    let mut spec = support::cluster_spec(replicas, None);
+    spec.storage.storage_class_name = Some(STORAGE_CLASS.into());
+    spec.pod_template = Some(real_node::pod_overrides());
+    spec.tls = tls;
+    EtcdCluster::new(CLUSTER, spec)
+}
+
+/// The member pods, by name.
+async fn member_pods(admin: &Client, namespace: &str) -> Vec<Pod> {
+    let selector = format!("app.kubernetes.io/instance={CLUSTER},app.kubernetes.io/component=member");
+    let mut pods = Api::<Pod>::namespaced(admin.clone(), namespace)
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .unwrap()
+        .items;
+    pods.sort_by_key(|pod| pod.metadata.name.clone());
+    pods
+}
+
+/// Every member pod becomes Ready by its own probes, on the real node, with a pod-network address.
+async fn assert_members_ready_on_the_node(admin: &Client, namespace: &str, members: usize) {
+    let pods = wait::until(
+        &format!("{members} member pods Ready by their probes"),
+        Duration::from_secs(120),
+        || async {
+            let pods = member_pods(admin, namespace).await;
+            let ready = pods.iter().filter(|pod| real_node::pod_ready(pod)).count();
+            if pods.len() == members && ready == members {
+                Ok(pods)
+            } else {
+                Err(format!("{} pods, {ready} Ready", pods.len()))
+            }
+        },
+    )
+    .await;
+    for pod in &pods {
+        real_node::assert_on_real_node(pod);
+    }
+}
+
+/// A client of the cluster through its client Service's cluster IP, as an application in the
+/// cluster reaches it (retried while kube-proxy catches up with the endpoints).
+async fn service_client(admin: &Client, namespace: &str) -> EtcdClient {
+    let ip = real_node::cluster_ip(admin, namespace, CLUSTER).await;
+    let endpoint = format!("http://{ip}:2379");
+    wait::until(
+        &format!("a client through the Service at {endpoint}"),
+        Duration::from_secs(30),
+        || async {
+            let options = ConnectOptions::new()
+                .with_connect_timeout(Duration::from_secs(2))
+                .with_timeout(Duration::from_secs(5));
+            let mut client = EtcdClient::connect([endpoint.as_str()], Some(options))
+                .await
+                .map_err(|error| error.to_string())?;
+            client.status().await.map_err(|error| error.to_string())?;
+            Ok(client)
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn the_chart_installed_operator_forms_a_cluster_of_real_members() {
+    quorum_core::telemetry::init(quorum_core::config::LogFormat::Text);
+    let admin = admin_client().await;
+    real_node::require(&admin).await;
+    let namespace = TestNamespace::create(&admin, "real-etcd").await;
+    let ns = namespace.name().to_string();
+    let chart = ChartRelease::install_on_real_node(&admin, CHART, &ns, &["admissionPolicy=false"]).await;
+
+    let clusters: Api<EtcdCluster> = Api::namespaced(admin.clone(), &ns);
+    clusters
+        .create(&PostParams::default(), &real_cluster(3, None))
+        .await
+        .unwrap();
+    let status = support::ready_with(&clusters, CLUSTER, 3, Duration::from_secs(240)).await;
+    assert!(status.leader.is_some(), "{status:?}");
+    assert_members_ready_on_the_node(&admin, &ns, 3).await;
+
+    // The members' volumes come from the provisioner, bound to the real node.
+    let statefulset = Api::<StatefulSet>::namespaced(admin.clone(), &ns)
+        .get(CLUSTER)
+        .await
+        .unwrap();
+    let claim = &statefulset.spec.unwrap().volume_claim_templates.unwrap()[0];
+    assert_eq!(
+        claim.spec.as_ref().unwrap().storage_class_name.as_deref(),
+        Some(STORAGE_CLASS)
+    );
+
+    // An application's write and read through the client Service.
+    let mut client = service_client(&admin, &ns).await;
+    client
+        .put("greeting", "hello from a real pod", None)
+        .await
+        .unwrap();
+    let read = client.get("greeting", None).await.unwrap();
+    assert_eq!(read.kvs()[0].value_str().unwrap(), "hello from a real pod");
+
+    // What a user does by hand works: exec into a member, read its log.
+    let member = format!("{CLUSTER}-0");
+    let health = real_node::exec(&ns, &member, "etcd", &["etcdctl", "endpoint", "health"]);
+    assert!(health.contains("is healthy"), "{health}");
+    let got = real_node::exec(
+        &ns,
+        &member,
+        "etcd",
+        &["etcdctl", "get", "greeting", "--print-value-only"],
+    );
+    assert_eq!(got.trim(), "hello from a real pod");
+    let log = real_node::logs(&ns, &member, "etcd");
+    assert!(log.contains("ready to serve client requests"), "{log}");
+
+    // The operator container passes its own probes under the chart's security context; removing
+    // the operator leaves the databases running.
+    chart.uninstall();
+    let operator_pods = wait::until(
+        "the operator's pod gone after helm uninstall",
+        Duration::from_secs(60),
+        || async {
+            let pods = Api::<Pod>::namespaced(admin.clone(), &ns)
+                .list(&ListParams::default().labels("app.kubernetes.io/name=quorum-etcd-operator"))
+                .await
+                .map_err(|error| error.to_string())?
+                .items;
+            if pods.is_empty() {
+                Ok(pods)
+            } else {
+                Err(format!("{} left", pods.len()))
+            }
+        },
+    )
+    .await;
+    assert!(operator_pods.is_empty());
+    assert_members_ready_on_the_node(&admin, &ns, 3).await;
+    let read = client.get("greeting", None).await.unwrap();
+    assert_eq!(read.kvs()[0].value_str().unwrap(), "hello from a real pod");
+
+    namespace.delete().await;
+}
+
+/// A CA and one certificate, for servers and clients alike, naming every member's DNS name, the
+/// Services and loopback (as `kubernetes.io/tls` Secrets with `ca.crt` hold it).
+fn issue_for_members(namespace: &str) -> (String, String, String) {
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "real-pods CA");
+    ca_params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let mut names: Vec<String> = (0..7)
+        .map(|ordinal| format!("{CLUSTER}-{ordinal}.{CLUSTER}-peer.{namespace}.svc.cluster.local"))
+        .collect();
+    names.extend([
+        format!("{CLUSTER}.{namespace}.svc"),
+        format!("{CLUSTER}.{namespace}.svc.cluster.local"),
+        "localhost".to_string(),
+        "127.0.0.1".to_string(),
+    ]);
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(names).unwrap();
+    params.distinguished_name.push(DnType::CommonName, CLUSTER);
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    params.extended_key_usages = vec![
+        ExtendedKeyUsagePurpose::ServerAuth,
+        ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    let cert = params.signed_by(&key, &ca).unwrap();
+    (ca.pem(), cert.pem(), key.serialize_pem())
+}
+
+fn scheme(tls: bool) -> &'static str {
+    if tls { "https://" } else { "http://" }
+}
+
+async fn create_tls_secret(admin: &Client, namespace: &str, name: &str) {
+    let (ca, cert, key) = issue_for_members(namespace);
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        type_: Some("kubernetes.io/tls".into()),
+        data: Some(
+            [("ca.crt", ca), ("tls.crt", cert), ("tls.key", key)]
+                .into_iter()
+                .map(|(key, value)| (key.to_string(), ByteString(value.into_bytes())))
+                .collect(),
+        ),
+        ..Secret::default()
+    };
+    Api::<Secret>::namespaced(admin.clone(), namespace)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+}
+
+/// Client TLS (with client-certificate authentication), peer TLS, and both, from formation: the
+/// members' own probes pass in each, the operator sees every member through its TLS clients, and
+/// a client holding the certificate writes and reads inside a member.
+#[tokio::test]
+async fn members_with_client_peer_or_both_tls_form_and_pass_their_probes() {
+    quorum_core::telemetry::init(quorum_core::config::LogFormat::Text);
+    let admin = admin_client().await;
+    real_node::require(&admin).await;
+    for (label, client_tls, peer_tls) in [
+        ("client", true, false),
+        ("peer", false, true),
+        ("both", true, true),
+    ] {
+        let namespace = TestNamespace::create(&admin, &format!("real-tls-{label}")).await;
+        let ns = namespace.name().to_string();
+        let chart = ChartRelease::install_on_real_node(&admin, CHART, &ns, &["admissionPolicy=false"]).await;
+        for (wanted, secret) in [(client_tls, "client-tls"), (peer_tls, "peer-tls")] {
+            if wanted {
+                create_tls_secret(&admin, &ns, secret).await;
+            }
+        }
+        let tls = EtcdTls {
+            client_secret_name: client_tls.then(|| "client-tls".to_string()),
+            peer_secret_name: peer_tls.then(|| "peer-tls".to_string()),
+        };
+        let clusters: Api<EtcdCluster> = Api::namespaced(admin.clone(), &ns);
+        clusters
+            .create(&PostParams::default(), &real_cluster(3, Some(tls)))
+            .await
+            .unwrap();
+        let status = support::ready_with(&clusters, CLUSTER, 3, Duration::from_secs(240)).await;
+        assert!(status.leader.is_some(), "{label}: {status:?}");
+        assert_members_ready_on_the_node(&admin, &ns, 3).await;
+
+        let member = format!("{CLUSTER}-0");
+        let mut etcdctl = vec!["etcdctl"];
+        if client_tls {
+            etcdctl.extend([
+                "--endpoints=https://127.0.0.1:2379",
+                "--cacert=/etc/etcd/tls/client/ca.crt",
+                "--cert=/etc/etcd/tls/client/tls.crt",
+                "--key=/etc/etcd/tls/client/tls.key",
+            ]);
+        }
+        let put = [etcdctl.clone(), vec!["put", "secured", label]].concat();
+        real_node::exec(&ns, &member, "etcd", &put);
+        let get = [etcdctl.clone(), vec!["get", "secured", "--print-value-only"]].concat();
+        assert_eq!(real_node::exec(&ns, &member, "etcd", &get).trim(), label);
+        let members = [etcdctl, vec!["member", "list"]].concat();
+        let listed = real_node::exec(&ns, &member, "etcd", &members);
+        // `ID, status, name, peer URLs, client URLs, learner`: every member's advertised peer URL
+        // has the scheme of the peer TLS setting, and its client URL that of the client's.
+        let (peer_scheme, client_scheme) = (scheme(peer_tls), scheme(client_tls));
+        let rows: Vec<Vec<&str>> = listed.lines().map(|line| line.split(", ").collect()).collect();
+        assert_eq!(rows.len(), 3, "{label}: {listed}");
+        for row in rows {
+            assert!(row[3].starts_with(peer_scheme), "{label}: {listed}");
+            assert!(row[4].starts_with(client_scheme), "{label}: {listed}");
+        }
+
+        chart.uninstall();
+        namespace.delete().await;
+    }
+}
+
+/// A writer through the client Service: one put per interval, acknowledged when etcd answered.
+fn start_writer(client: &EtcdClient) -> Writer {
+    let client = client.clone();
+    Writer::start("history", Duration::from_millis(200), 3_000, move |key, value| {
+        let mut client = client.clone();
+        async move {
+            tokio::time::timeout(Duration::from_secs(5), client.put(key, value, None))
+                .await
+                .is_ok_and(|put| put.is_ok())
+        }
+    })
+}
+
+/// Reads back every key the history wrote (linearizable reads through the Service) and checks
+/// that no acknowledged write was lost; returns how many were checked.
+async fn check_history(client: &mut EtcdClient, history: &History) -> usize {
+    let mut held = std::collections::BTreeMap::new();
+    for operation in &history.operations {
+        let read = client.get(operation.key.as_str(), None).await.unwrap();
+        held.insert(
+            operation.key.clone(),
+            read.kvs().first().map(|kv| kv.value_str().unwrap().to_string()),
+        );
+    }
+    let checked = history
+        .check(&held)
+        .unwrap_or_else(|violations| panic!("lost or invented writes: {violations:#?}"));
+    assert!(checked > 0, "the writer had no write acknowledged");
+    checked
+}
+
+async fn scale(clusters: &Api<EtcdCluster>, replicas: i32) {
+    clusters
+        .patch(
+            CLUSTER,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"replicas": replicas}})),
+        )
+        .await
+        .unwrap();
+}
+
+/// Scale 3 -> 5 -> 3 -> 5 under a steady writer: the members removed by the scale-down lose their
+/// volumes with their pods, so the members added again under the same names start empty and join
+/// (an old volume would hold the data directory of a member the cluster removed, which etcd
+/// refuses to start from), and no acknowledged write is lost.
+#[tokio::test]
+async fn members_removed_and_added_again_start_from_empty_volumes() {
+    quorum_core::telemetry::init(quorum_core::config::LogFormat::Text);
+    let admin = admin_client().await;
+    real_node::require(&admin).await;
+    let namespace = TestNamespace::create(&admin, "real-scale").await;
+    let ns = namespace.name().to_string();
+    let chart = ChartRelease::install_on_real_node(&admin, CHART, &ns, &["admissionPolicy=false"]).await;
+    let clusters: Api<EtcdCluster> = Api::namespaced(admin.clone(), &ns);
+    clusters
+        .create(&PostParams::default(), &real_cluster(3, None))
+        .await
+        .unwrap();
+    support::ready_with(&clusters, CLUSTER, 3, Duration::from_secs(240)).await;
+    let mut client = service_client(&admin, &ns).await;
+    let writer = start_writer(&client);
+
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(admin.clone(), &ns);
+    let removed_claims = [format!("data-{CLUSTER}-3"), format!("data-{CLUSTER}-4")];
+    for (replicas, members) in [(5, 5), (3, 3), (5, 5)] {
+        scale(&clusters, replicas).await;
+        support::ready_with(&clusters, CLUSTER, members, Duration::from_secs(300)).await;
+        assert_members_ready_on_the_node(&admin, &ns, members).await;
+        if members == 3 {
+            for claim in &removed_claims {
+                wait::until(
+                    &format!("{claim} deleted with its member"),
+                    Duration::from_secs(60),
+                    || async {
+                        match claims.get_opt(claim).await.map_err(|error| error.to_string())? {
+                            None => Ok(()),
+                            Some(_) => Err("still there".to_string()),
+                        }
+                    },
+                )
+                .await;
+            }
+        }
+    }
+    let listed = real_node::exec(
+        &ns,
+        &format!("{CLUSTER}-4"),
+        "etcd",
+        &["etcdctl", "member", "list"],
+    );
+    assert_eq!(
+        listed.lines().filter(|line| line.contains(", started, ")).count(),
+        5,
+        "{listed}"
+    );
+
+    let history = writer.stop().await;
+    let checked = check_history(&mut client, &history).await;
+    eprintln!("{checked} acknowledged writes checked, none lost");
+
+    chart.uninstall();
+    namespace.delete().await;
+}
+
+/// The uid of a claim, to tell a volume kept from a new one.
+async fn claim_uid(claims: &Api<PersistentVolumeClaim>, claim: &str) -> String {
+    claims.get(claim).await.unwrap().metadata.uid.unwrap()
+}
+
+/// Member names and etcd member ids, as the operator reports them.
+async fn member_ids(clusters: &Api<EtcdCluster>) -> Vec<(String, Option<String>)> {
+    let status = clusters.get(CLUSTER).await.unwrap().status.unwrap_or_default();
+    let mut ids: Vec<_> = status
+        .members
+        .into_iter()
+        .map(|member| (member.name, member.id))
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// The etcd process killed inside a member's container: the kubelet restarts it and the member
+/// rejoins with its data. Then a member's pod deleted: the StatefulSet recreates it on the same
+/// volume and it rejoins. Neither changes the membership: the operator removes, replaces or wipes
+/// nothing, and no acknowledged write is lost.
+#[tokio::test]
+async fn a_killed_member_or_a_deleted_pod_rejoins_with_its_data_and_membership() {
+    quorum_core::telemetry::init(quorum_core::config::LogFormat::Text);
+    let admin = admin_client().await;
+    real_node::require(&admin).await;
+    let namespace = TestNamespace::create(&admin, "real-restart").await;
+    let ns = namespace.name().to_string();
+    let chart = ChartRelease::install_on_real_node(&admin, CHART, &ns, &["admissionPolicy=false"]).await;
+    let clusters: Api<EtcdCluster> = Api::namespaced(admin.clone(), &ns);
+    clusters
+        .create(&PostParams::default(), &real_cluster(3, None))
+        .await
+        .unwrap();
+    support::ready_with(&clusters, CLUSTER, 3, Duration::from_secs(240)).await;
+    let members_before = member_ids(&clusters).await;
+    assert!(
+        members_before.iter().all(|(_, id)| id.is_some()),
+        "{members_before:?}"
+    );
+    let mut client = service_client(&admin, &ns).await;
+    let writer = start_writer(&client);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(admin.clone(), &ns);
+
+    // The process dies; the pod, its address and its volume stay.
+    let killed = format!("{CLUSTER}-1");
+    let pod = pods.get(&killed).await.unwrap();
+    let volume = claim_uid(&claims, &format!("data-{killed}")).await;
+    real_node::kill_container(&pod, "etcd");
+    wait::until(
+        &format!("{killed} restarted by the kubelet and Ready again"),
+        Duration::from_secs(120),
+        || async {
+            let now = pods.get(&killed).await.map_err(|error| error.to_string())?;
+            let restarts = real_node::restart_count(&now, "etcd");
+            if restarts >= 1 && real_node::pod_ready(&now) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "restarts {restarts}, ready {}",
+                    real_node::pod_ready(&now)
+                ))
+            }
+        },
+    )
+    .await;
+    assert_eq!(pods.get(&killed).await.unwrap().metadata.uid, pod.metadata.uid);
+    support::ready_with(&clusters, CLUSTER, 3, Duration::from_secs(120)).await;
+    assert_eq!(claim_uid(&claims, &format!("data-{killed}")).await, volume);
+
+    // The pod goes; the StatefulSet makes a new one on the same claim.
+    let deleted = format!("{CLUSTER}-2");
+    let pod = pods.get(&deleted).await.unwrap();
+    let volume = claim_uid(&claims, &format!("data-{deleted}")).await;
+    pods.delete(&deleted, &Default::default()).await.unwrap();
+    wait::until(
+        &format!("{deleted} re-created and Ready"),
+        Duration::from_secs(120),
+        || async {
+            let now = pods.get(&deleted).await.map_err(|error| error.to_string())?;
+            if now.metadata.uid != pod.metadata.uid && real_node::pod_ready(&now) {
+                Ok(())
+            } else {
+                Err("not yet".to_string())
+            }
+        },
+    )
+    .await;
+    support::ready_with(&clusters, CLUSTER, 3, Duration::from_secs(120)).await;
+    assert_eq!(claim_uid(&claims, &format!("data-{deleted}")).await, volume);
+
+    assert_eq!(
+        member_ids(&clusters).await,
+        members_before,
+        "the membership changed"
+    );
+    let events = Api::<Event>::namespaced(admin.clone(), &ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    let disruptive: Vec<_> = events
+        .iter()
+        .filter_map(|event| event.reason.as_deref())
+        .filter(|reason| {
+            [
+                "RemovingMember",
+                "ReplacingMember",
+                "WipingMember",
+                "AddingMember",
+            ]
+            .contains(reason)
+        })
+        .collect();
+    assert!(disruptive.is_empty(), "membership steps taken: {disruptive:?}");
+
+    let history = writer.stop().await;
+    let checked = check_history(&mut client, &history).await;
+    eprintln!("{checked} acknowledged writes checked, none lost");
+
+    chart.uninstall();
+    namespace.delete().await;
+}
