@@ -7,6 +7,8 @@ cd "$root"
 log() { echo "[test] $*" >&2; }
 
 e2e/setup.sh
+log "fresh-machine check (the setup in a clean bookworm root, then cargo check of the workspace)"
+e2e/fresh-check.sh check
 log "cargo fmt --check"
 cargo fmt --all --check
 log "cargo clippy"

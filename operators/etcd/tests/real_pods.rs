@@ -101,23 +101,57 @@ async fn service_client(admin: &Client, namespace: &str) -> EtcdClient {
     .await
 }
 
+/// A test namespace with the etcd operator installed there by its chart, on the real node.
+struct OnRealNode {
+    admin: Client,
+    namespace: TestNamespace,
+    ns: String,
+    chart: ChartRelease,
+    clusters: Api<EtcdCluster>,
+}
+
+impl OnRealNode {
+    async fn install(prefix: &str) -> Self {
+        quorum_core::telemetry::init(quorum_core::config::LogFormat::Text);
+        let admin = admin_client().await;
+        real_node::require(&admin).await;
+        let namespace = TestNamespace::create(&admin, prefix).await;
+        let ns = namespace.name().to_string();
+        let chart = ChartRelease::install_on_real_node(&admin, CHART, &ns, &["admissionPolicy=false"]).await;
+        let clusters = Api::namespaced(admin.clone(), &ns);
+        Self {
+            admin,
+            namespace,
+            ns,
+            chart,
+            clusters,
+        }
+    }
+
+    /// Creates `cluster` and waits until the operator reports it Ready with 3 members and their
+    /// pods are Ready by their own probes.
+    async fn create_ready(&self, cluster: &EtcdCluster) -> etcd_operator::crd::EtcdClusterStatus {
+        self.clusters
+            .create(&PostParams::default(), cluster)
+            .await
+            .unwrap();
+        let status = support::ready_with(&self.clusters, CLUSTER, 3, Duration::from_secs(240)).await;
+        assert_members_ready_on_the_node(&self.admin, &self.ns, 3).await;
+        status
+    }
+
+    async fn remove(self) {
+        self.chart.uninstall();
+        self.namespace.delete().await;
+    }
+}
+
 #[tokio::test]
 async fn the_chart_installed_operator_forms_a_cluster_of_real_members() {
-    quorum_core::telemetry::init(quorum_core::config::LogFormat::Text);
-    let admin = admin_client().await;
-    real_node::require(&admin).await;
-    let namespace = TestNamespace::create(&admin, "real-etcd").await;
-    let ns = namespace.name().to_string();
-    let chart = ChartRelease::install_on_real_node(&admin, CHART, &ns, &["admissionPolicy=false"]).await;
-
-    let clusters: Api<EtcdCluster> = Api::namespaced(admin.clone(), &ns);
-    clusters
-        .create(&PostParams::default(), &real_cluster(3, None))
-        .await
-        .unwrap();
-    let status = support::ready_with(&clusters, CLUSTER, 3, Duration::from_secs(240)).await;
+    let setup = OnRealNode::install("real-etcd").await;
+    let (admin, ns) = (setup.admin.clone(), setup.ns.clone());
+    let status = setup.create_ready(&real_cluster(3, None)).await;
     assert!(status.leader.is_some(), "{status:?}");
-    assert_members_ready_on_the_node(&admin, &ns, 3).await;
 
     // The members' volumes come from the provisioner, bound to the real node.
     let statefulset = Api::<StatefulSet>::namespaced(admin.clone(), &ns)
@@ -155,7 +189,7 @@ async fn the_chart_installed_operator_forms_a_cluster_of_real_members() {
 
     // The operator container passes its own probes under the chart's security context; removing
     // the operator leaves the databases running.
-    chart.uninstall();
+    setup.chart.uninstall();
     let operator_pods = wait::until(
         "the operator's pod gone after helm uninstall",
         Duration::from_secs(60),
@@ -178,7 +212,7 @@ async fn the_chart_installed_operator_forms_a_cluster_of_real_members() {
     let read = client.get("greeting", None).await.unwrap();
     assert_eq!(read.kvs()[0].value_str().unwrap(), "hello from a real pod");
 
-    namespace.delete().await;
+    setup.namespace.delete().await;
 }
 
 /// A CA and one certificate, for servers and clients alike, naming every member's DNS name, the
@@ -250,34 +284,24 @@ async fn create_tls_secret(admin: &Client, namespace: &str, name: &str) {
 /// a client holding the certificate writes and reads inside a member.
 #[tokio::test]
 async fn members_with_client_peer_or_both_tls_form_and_pass_their_probes() {
-    quorum_core::telemetry::init(quorum_core::config::LogFormat::Text);
-    let admin = admin_client().await;
-    real_node::require(&admin).await;
     for (label, client_tls, peer_tls) in [
         ("client", true, false),
         ("peer", false, true),
         ("both", true, true),
     ] {
-        let namespace = TestNamespace::create(&admin, &format!("real-tls-{label}")).await;
-        let ns = namespace.name().to_string();
-        let chart = ChartRelease::install_on_real_node(&admin, CHART, &ns, &["admissionPolicy=false"]).await;
+        let setup = OnRealNode::install(&format!("real-tls-{label}")).await;
+        let ns = setup.ns.clone();
         for (wanted, secret) in [(client_tls, "client-tls"), (peer_tls, "peer-tls")] {
             if wanted {
-                create_tls_secret(&admin, &ns, secret).await;
+                create_tls_secret(&setup.admin, &ns, secret).await;
             }
         }
         let tls = EtcdTls {
             client_secret_name: client_tls.then(|| "client-tls".to_string()),
             peer_secret_name: peer_tls.then(|| "peer-tls".to_string()),
         };
-        let clusters: Api<EtcdCluster> = Api::namespaced(admin.clone(), &ns);
-        clusters
-            .create(&PostParams::default(), &real_cluster(3, Some(tls)))
-            .await
-            .unwrap();
-        let status = support::ready_with(&clusters, CLUSTER, 3, Duration::from_secs(240)).await;
+        let status = setup.create_ready(&real_cluster(3, Some(tls))).await;
         assert!(status.leader.is_some(), "{label}: {status:?}");
-        assert_members_ready_on_the_node(&admin, &ns, 3).await;
 
         let member = format!("{CLUSTER}-0");
         let mut etcdctl = vec!["etcdctl"];
@@ -305,8 +329,7 @@ async fn members_with_client_peer_or_both_tls_form_and_pass_their_probes() {
             assert!(row[4].starts_with(client_scheme), "{label}: {listed}");
         }
 
-        chart.uninstall();
-        namespace.delete().await;
+        setup.remove().await;
     }
 }
 
@@ -358,27 +381,18 @@ async fn scale(clusters: &Api<EtcdCluster>, replicas: i32) {
 /// refuses to start from), and no acknowledged write is lost.
 #[tokio::test]
 async fn members_removed_and_added_again_start_from_empty_volumes() {
-    quorum_core::telemetry::init(quorum_core::config::LogFormat::Text);
-    let admin = admin_client().await;
-    real_node::require(&admin).await;
-    let namespace = TestNamespace::create(&admin, "real-scale").await;
-    let ns = namespace.name().to_string();
-    let chart = ChartRelease::install_on_real_node(&admin, CHART, &ns, &["admissionPolicy=false"]).await;
-    let clusters: Api<EtcdCluster> = Api::namespaced(admin.clone(), &ns);
-    clusters
-        .create(&PostParams::default(), &real_cluster(3, None))
-        .await
-        .unwrap();
-    support::ready_with(&clusters, CLUSTER, 3, Duration::from_secs(240)).await;
-    let mut client = service_client(&admin, &ns).await;
+    let setup = OnRealNode::install("real-scale").await;
+    let (admin, ns, clusters) = (&setup.admin, setup.ns.clone(), &setup.clusters);
+    setup.create_ready(&real_cluster(3, None)).await;
+    let mut client = service_client(admin, &ns).await;
     let writer = start_writer(&client);
 
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(admin.clone(), &ns);
     let removed_claims = [format!("data-{CLUSTER}-3"), format!("data-{CLUSTER}-4")];
     for (replicas, members) in [(5, 5), (3, 3), (5, 5)] {
-        scale(&clusters, replicas).await;
-        support::ready_with(&clusters, CLUSTER, members, Duration::from_secs(300)).await;
-        assert_members_ready_on_the_node(&admin, &ns, members).await;
+        scale(clusters, replicas).await;
+        support::ready_with(clusters, CLUSTER, members, Duration::from_secs(300)).await;
+        assert_members_ready_on_the_node(admin, &ns, members).await;
         if members == 3 {
             for claim in &removed_claims {
                 wait::until(
@@ -411,8 +425,7 @@ async fn members_removed_and_added_again_start_from_empty_volumes() {
     let checked = check_history(&mut client, &history).await;
     eprintln!("{checked} acknowledged writes checked, none lost");
 
-    chart.uninstall();
-    namespace.delete().await;
+    setup.remove().await;
 }
 
 /// The uid of a claim, to tell a volume kept from a new one.
@@ -438,24 +451,15 @@ async fn member_ids(clusters: &Api<EtcdCluster>) -> Vec<(String, Option<String>)
 /// nothing, and no acknowledged write is lost.
 #[tokio::test]
 async fn a_killed_member_or_a_deleted_pod_rejoins_with_its_data_and_membership() {
-    quorum_core::telemetry::init(quorum_core::config::LogFormat::Text);
-    let admin = admin_client().await;
-    real_node::require(&admin).await;
-    let namespace = TestNamespace::create(&admin, "real-restart").await;
-    let ns = namespace.name().to_string();
-    let chart = ChartRelease::install_on_real_node(&admin, CHART, &ns, &["admissionPolicy=false"]).await;
-    let clusters: Api<EtcdCluster> = Api::namespaced(admin.clone(), &ns);
-    clusters
-        .create(&PostParams::default(), &real_cluster(3, None))
-        .await
-        .unwrap();
-    support::ready_with(&clusters, CLUSTER, 3, Duration::from_secs(240)).await;
-    let members_before = member_ids(&clusters).await;
+    let setup = OnRealNode::install("real-restart").await;
+    let (admin, ns, clusters) = (&setup.admin, setup.ns.clone(), &setup.clusters);
+    setup.create_ready(&real_cluster(3, None)).await;
+    let members_before = member_ids(clusters).await;
     assert!(
         members_before.iter().all(|(_, id)| id.is_some()),
         "{members_before:?}"
     );
-    let mut client = service_client(&admin, &ns).await;
+    let mut client = service_client(admin, &ns).await;
     let writer = start_writer(&client);
     let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(admin.clone(), &ns);
@@ -483,7 +487,7 @@ async fn a_killed_member_or_a_deleted_pod_rejoins_with_its_data_and_membership()
     )
     .await;
     assert_eq!(pods.get(&killed).await.unwrap().metadata.uid, pod.metadata.uid);
-    support::ready_with(&clusters, CLUSTER, 3, Duration::from_secs(120)).await;
+    support::ready_with(clusters, CLUSTER, 3, Duration::from_secs(120)).await;
     assert_eq!(claim_uid(&claims, &format!("data-{killed}")).await, volume);
 
     // The pod goes; the StatefulSet makes a new one on the same claim.
@@ -504,11 +508,11 @@ async fn a_killed_member_or_a_deleted_pod_rejoins_with_its_data_and_membership()
         },
     )
     .await;
-    support::ready_with(&clusters, CLUSTER, 3, Duration::from_secs(120)).await;
+    support::ready_with(clusters, CLUSTER, 3, Duration::from_secs(120)).await;
     assert_eq!(claim_uid(&claims, &format!("data-{deleted}")).await, volume);
 
     assert_eq!(
-        member_ids(&clusters).await,
+        member_ids(clusters).await,
         members_before,
         "the membership changed"
     );
@@ -536,6 +540,5 @@ async fn a_killed_member_or_a_deleted_pod_rejoins_with_its_data_and_membership()
     let checked = check_history(&mut client, &history).await;
     eprintln!("{checked} acknowledged writes checked, none lost");
 
-    chart.uninstall();
-    namespace.delete().await;
+    setup.remove().await;
 }
