@@ -151,7 +151,10 @@ import() {
     if ! ctr --address "$socket" -n k8s.io images import --base-name "${reference%:*}" "$archive" >/dev/null 2>"$images/import.err"; then
       log "importing $reference from $archive failed: $(tail -n 1 "$images/import.err")"; exit 1
     fi
-    ctr --address "$socket" -n k8s.io images ls -q | grep -qxF "$reference" \
+    # The list is read whole first: `grep -q` leaving early would fail the pipeline on SIGPIPE.
+    local listed
+    listed=$(ctr --address "$socket" -n k8s.io images ls -q)
+    grep -qxF "$reference" <<<"$listed" \
       || { log "imported $archive but containerd does not list $reference"; exit 1; }
   done < <(build "$1")
 }

@@ -55,7 +55,7 @@ real_node_preflight() {
   if [[ -z $problem ]] && ! running kubelet; then
     local port
     for port in 10250 10248 10249 10256; do
-      if ss -Hltn "sport = :$port" | grep -q .; then problem="port $port is in use (the kubelet or kube-proxy needs it)"; break; fi
+      if [[ -n $(ss -Hltn "sport = :$port") ]]; then problem="port $port is in use (the kubelet or kube-proxy needs it)"; break; fi
     done
   fi
   if [[ -n $problem ]]; then
@@ -65,8 +65,10 @@ real_node_preflight() {
 }
 
 real_node_network() {
+  # What the kubelet, kube-proxy and the bridge plugin change, restored by real_node_stop.
   [[ -f $dir/sysctl-before.txt ]] || sysctl vm.overcommit_memory kernel.panic kernel.panic_on_oops \
-    net.ipv4.ip_forward > "$dir/sysctl-before.txt"
+    net.ipv4.ip_forward net.ipv4.conf.all.route_localnet net.bridge.bridge-nf-call-iptables \
+    > "$dir/sysctl-before.txt" 2>/dev/null || true
   if ! ip link show "$real_node_bridge" >/dev/null 2>&1; then
     ip link add "$real_node_bridge" type bridge
     ip addr add "$real_node_ip/24" dev "$real_node_bridge"

@@ -455,7 +455,12 @@ async fn every_rendered_chart_passes_server_side_dry_run() {
             let (rendered, _) = succeeds(&helm, &args, None);
             let (applied, _) = kubectl(
                 &[
+                    // Server-side: the CRDs may be created meanwhile by another test (the
+                    // alm-examples one installs them), which a client-side apply that read them
+                    // as absent then fails on as AlreadyExists.
                     "apply",
+                    "--server-side",
+                    "--force-conflicts",
                     "--dry-run=server",
                     "--namespace",
                     namespace.name(),
@@ -465,9 +470,9 @@ async fn every_rendered_chart_passes_server_side_dry_run() {
                 Some(rendered.as_bytes()),
             );
             for expected in [
-                format!("deployment.apps/{release}-{package} created (server dry run)"),
-                format!("clusterrole.rbac.authorization.k8s.io/{release}-{package} created (server dry run)"),
-                format!("rolebinding.rbac.authorization.k8s.io/{release}-{package} created (server dry run)"),
+                format!("deployment.apps/{release}-{package} serverside-applied (server dry run)"),
+                format!("clusterrole.rbac.authorization.k8s.io/{release}-{package} serverside-applied (server dry run)"),
+                format!("rolebinding.rbac.authorization.k8s.io/{release}-{package} serverside-applied (server dry run)"),
             ]
             .iter()
             .chain(&crds)
