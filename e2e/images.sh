@@ -146,7 +146,9 @@ build() {
 import() {
   local socket=${QUORUM_CONTAINERD_SOCKET:-${QUORUM_CLUSTER_DIR:-$cache/cluster}/node/containerd/containerd.sock}
   [[ -S $socket ]] || { log "the real node's containerd is not running ($socket): e2e/cluster.sh start"; exit 1; }
-  local reference archive
+  # Built first, whole: a build failing inside a process substitution would go unnoticed.
+  local built reference archive
+  built=$(build "$1")
   while read -r reference archive; do
     if ! ctr --address "$socket" -n k8s.io images import --base-name "${reference%:*}" "$archive" >/dev/null 2>"$images/import.err"; then
       log "importing $reference from $archive failed: $(tail -n 1 "$images/import.err")"; exit 1
@@ -156,7 +158,7 @@ import() {
     listed=$(ctr --address "$socket" -n k8s.io images ls -q)
     grep -qxF "$reference" <<<"$listed" \
       || { log "imported $archive but containerd does not list $reference"; exit 1; }
-  done < <(build "$1")
+  done <<<"$built"
 }
 
 case "${1:-}" in

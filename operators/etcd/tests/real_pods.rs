@@ -29,10 +29,6 @@ use quorum_e2e::{
     real_node::{self, STORAGE_CLASS},
     wait,
 };
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
-    KeyUsagePurpose,
-};
 
 const CHART: &str = "quorum-etcd-operator";
 const CLUSTER: &str = "demo";
@@ -114,7 +110,6 @@ impl OnRealNode {
     async fn install(prefix: &str) -> Self {
         quorum_core::telemetry::init(quorum_core::config::LogFormat::Text);
         let admin = admin_client().await;
-        real_node::require(&admin).await;
         let namespace = TestNamespace::create(&admin, prefix).await;
         let ns = namespace.name().to_string();
         let chart = ChartRelease::install_on_real_node(&admin, CHART, &ns, &["admissionPolicy=false"]).await;
@@ -215,20 +210,8 @@ async fn the_chart_installed_operator_forms_a_cluster_of_real_members() {
     setup.namespace.delete().await;
 }
 
-/// A CA and one certificate, for servers and clients alike, naming every member's DNS name, the
-/// Services and loopback (as `kubernetes.io/tls` Secrets with `ca.crt` hold it).
-fn issue_for_members(namespace: &str) -> (String, String, String) {
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "real-pods CA");
-    ca_params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+/// A certificate naming every member's DNS name, the client Service and loopback.
+fn issue_for_members(namespace: &str) -> etcd_operator::admin::TlsMaterial {
     let mut names: Vec<String> = (0..7)
         .map(|ordinal| format!("{CLUSTER}-{ordinal}.{CLUSTER}-peer.{namespace}.svc.cluster.local"))
         .collect();
@@ -238,19 +221,7 @@ fn issue_for_members(namespace: &str) -> (String, String, String) {
         "localhost".to_string(),
         "127.0.0.1".to_string(),
     ]);
-    let key = KeyPair::generate().unwrap();
-    let mut params = CertificateParams::new(names).unwrap();
-    params.distinguished_name.push(DnType::CommonName, CLUSTER);
-    params.key_usages = vec![
-        KeyUsagePurpose::DigitalSignature,
-        KeyUsagePurpose::KeyEncipherment,
-    ];
-    params.extended_key_usages = vec![
-        ExtendedKeyUsagePurpose::ServerAuth,
-        ExtendedKeyUsagePurpose::ClientAuth,
-    ];
-    let cert = params.signed_by(&key, &ca).unwrap();
-    (ca.pem(), cert.pem(), key.serialize_pem())
+    support::issue_certificate(names, CLUSTER)
 }
 
 fn scheme(tls: bool) -> &'static str {
@@ -258,7 +229,7 @@ fn scheme(tls: bool) -> &'static str {
 }
 
 async fn create_tls_secret(admin: &Client, namespace: &str, name: &str) {
-    let (ca, cert, key) = issue_for_members(namespace);
+    let material = issue_for_members(namespace);
     let secret = Secret {
         metadata: ObjectMeta {
             name: Some(name.into()),
@@ -266,10 +237,14 @@ async fn create_tls_secret(admin: &Client, namespace: &str, name: &str) {
         },
         type_: Some("kubernetes.io/tls".into()),
         data: Some(
-            [("ca.crt", ca), ("tls.crt", cert), ("tls.key", key)]
-                .into_iter()
-                .map(|(key, value)| (key.to_string(), ByteString(value.into_bytes())))
-                .collect(),
+            [
+                ("ca.crt", material.ca_pem),
+                ("tls.crt", material.cert_pem),
+                ("tls.key", material.key_pem),
+            ]
+            .into_iter()
+            .map(|(key, value)| (key.to_string(), ByteString(value)))
+            .collect(),
         ),
         ..Secret::default()
     };

@@ -6,6 +6,9 @@
 //! Without it (or with material from another CA) no member can be verified: none is judged
 //! Unhealthy, the decision waits, and nothing is changed.
 
+#[allow(dead_code)] // each test binary uses part of the support
+mod support;
+
 use std::{collections::BTreeMap, net::Ipv4Addr, path::Path, time::Duration};
 
 use etcd_operator::{
@@ -26,47 +29,13 @@ use quorum_e2e::{
     etcd::{EtcdProcesses, TlsFiles},
     wait,
 };
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
-    KeyUsagePurpose,
-};
 
 const CLUSTER: &str = "secure";
 const KEY: &str = "test/secure";
 
-/// A CA, and one certificate for every member's address that serves and authenticates clients
-/// (as a `kubernetes.io/tls` Secret with `ca.crt` would hold it).
+/// A CA, and one certificate for every member's address that serves and authenticates clients.
 fn issue(ips: &[Ipv4Addr], common_name: &str) -> TlsMaterial {
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, format!("{common_name} CA"));
-    ca_params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
-
-    let key = KeyPair::generate().unwrap();
-    let names: Vec<String> = ips.iter().map(ToString::to_string).collect();
-    let mut params = CertificateParams::new(names).unwrap();
-    params.distinguished_name.push(DnType::CommonName, common_name);
-    params.key_usages = vec![
-        KeyUsagePurpose::DigitalSignature,
-        KeyUsagePurpose::KeyEncipherment,
-    ];
-    params.extended_key_usages = vec![
-        ExtendedKeyUsagePurpose::ServerAuth,
-        ExtendedKeyUsagePurpose::ClientAuth,
-    ];
-    let cert = params.signed_by(&key, &ca).unwrap();
-    TlsMaterial {
-        ca_pem: ca.pem().into_bytes(),
-        cert_pem: cert.pem().into_bytes(),
-        key_pem: key.serialize_pem().into_bytes(),
-    }
+    support::issue_certificate(ips.iter().map(ToString::to_string).collect(), common_name)
 }
 
 fn write_files(dir: &Path, material: &TlsMaterial) -> TlsFiles {
