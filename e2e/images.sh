@@ -26,6 +26,10 @@ COREDNS_IMAGE=registry.k8s.io/coredns/coredns:$COREDNS_VERSION
 LOCAL_PATH_IMAGE=docker.io/rancher/local-path-provisioner:$LOCAL_PATH_PROVISIONER_VERSION
 HELPER_IMAGE=docker.io/library/busybox:1.35
 ETCD_IMAGE=gcr.io/etcd-development/etcd:$ETCD_VERSION
+# The members' default images, as the operators name them (the tags are the packaged versions the
+# operators default to, and Debian's packages carry the same versions).
+MARIADB_IMAGE=docker.io/library/mariadb:10.11.19
+REDIS_IMAGE=docker.io/library/redis:7.0.15
 
 # Copies a static busybox and its applets into ROOTFS/bin (a shell for helper pods and for
 # `kubectl exec`).
@@ -55,13 +59,16 @@ with_users() {
   printf 'root:x:0:\nnonroot:x:%s:\n' "$user" > "$rootfs/etc/group"
 }
 
+# The search path every image sets, as the official images do (servers live in sbin).
+image_path=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+
 # pack REFERENCE ROOTFS USER ENTRYPOINT...: the archive of a one-layer image of ROOTFS, named by a
-# digest of its content, reference, user and entrypoint; built only when no such archive exists.
+# digest of its content, reference, user, search path and entrypoint; built only when no such archive exists.
 pack() {
   local reference=$1 rootfs=$2 user=$3; shift 3
   local name=${reference##*/}; name=${name%%:*}
   local key
-  key=$( { echo "$reference $user $*"
+  key=$( { echo "$reference $user $image_path $*"
     tar -C "$rootfs" --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -cf - . ; } | sha256sum | cut -c1-16)
   local archive="$images/$name-$key.tar"
   if [[ ! -s $archive ]]; then
@@ -72,7 +79,7 @@ pack() {
     umoci unpack --image "$work/oci:$tag" "$work/bundle" >/dev/null
     cp -a "$rootfs/." "$work/bundle/rootfs/"
     umoci repack --image "$work/oci:$tag" "$work/bundle"
-    local arguments=(--config.user "$user" --config.env PATH=/usr/local/bin:/usr/bin:/bin --config.workingdir /)
+    local arguments=(--config.user "$user" --config.env "PATH=$image_path" --config.workingdir /)
     local part; for part in "$@"; do arguments+=(--config.entrypoint "$part"); done
     umoci config --image "$work/oci:$tag" "${arguments[@]}"
     umoci gc --layout "$work/oci"
@@ -100,6 +107,40 @@ build_node_images() {
   rm -rf "$stage"
 }
 
+# The mirror apt is configured with, as a sources file mmdebstrap reads.
+apt_sources() {
+  local candidate
+  for candidate in /etc/apt/sources.list.d/debian.sources /etc/apt/sources.list; do
+    [[ -s $candidate ]] && grep -q '^[^#]' "$candidate" && { echo "$candidate"; return; }
+  done
+  log "no apt sources found to build the engine images from"; exit 1
+}
+
+# debian_rootfs DIRECTORY USER PACKAGE...: a bookworm minbase root file system with PACKAGES from
+# Debian's archive in DIRECTORY, their service account USER renumbered to 999:999 (the uid the
+# official images use and the operators' pods run as), without apt's lists or documentation.
+# The unpacked tree is cached by the sources, the packages and their candidate versions.
+debian_rootfs() {
+  local directory=$1 user=$2; shift 2
+  local sources; sources=$(apt_sources)
+  local packages; packages=$(IFS=,; echo "$*")
+  local key
+  key=$( { echo "bookworm minbase $packages $user"; grep -v '^#' "$sources"
+    apt-cache policy "$@" | grep -E '^[^ ]|Candidate'; } | sha256sum | cut -c1-16)
+  local cached="$images/rootfs-${1}-$key.tar"
+  if [[ ! -s $cached ]]; then
+    log "building a bookworm root file system with $packages (cached as $cached)"
+    # mmdebstrap picks the output's format by its extension: keep .tar on the partial file.
+    mmdebstrap --quiet --variant=minbase --include="$packages" \
+      --customize-hook="chroot \"\$1\" sh -c 'groupmod -g 999 $user && usermod -u 999 -g 999 $user'" \
+      --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/* "$1"/usr/share/doc "$1"/usr/share/man "$1"/usr/share/info' \
+      bookworm "${cached%.tar}.partial.tar" "$sources"
+    mv "${cached%.tar}.partial.tar" "$cached"
+  fi
+  mkdir -p "$directory"
+  tar -C "$directory" --same-owner -xf "$cached"
+}
+
 build_engine_images() {
   local stage; stage=$(mktemp -d "$images/.stage.XXXXXX")
   local etcd; etcd=$("$here/toolchain/build.sh" etcd)
@@ -109,12 +150,20 @@ build_engine_images() {
   cp "$etcd"/{etcd,etcdctl,etcdutl} "$stage/etcd/usr/local/bin/"
   with_users "$stage/etcd"
   pack "$ETCD_IMAGE" "$stage/etcd" 0 /usr/local/bin/etcd
+  # MariaDB and Redis from Debian's packages. Like the official images, the configured user is
+  # root and the server's account is uid 999: the pods the operators build run as 999.
+  debian_rootfs "$stage/mariadb" mysql mariadb-server
+  install -d -o 999 -g 999 "$stage/mariadb/var/lib/mysql" "$stage/mariadb/run/mysqld"
+  pack "$MARIADB_IMAGE" "$stage/mariadb" 0 /usr/sbin/mariadbd
+  debian_rootfs "$stage/redis" redis redis-server redis-sentinel redis-tools
+  install -d -o 999 -g 999 "$stage/redis/data"
+  pack "$REDIS_IMAGE" "$stage/redis" 0 /usr/bin/redis-server
   rm -rf "$stage"
 }
 
 build_operator_images() {
   local operator layout reference
-  for operator in etcd-operator; do
+  for operator in etcd-operator mysql-operator redis-operator mongodb-operator; do
     layout="$images/.layout-$operator"
     (cd "$root" && cargo xtask image "$operator" --layout "$layout" --profile dev >&2)
     # The tag is the one the layout carries (the workspace's version); the repository is the
@@ -164,7 +213,7 @@ import() {
 case "${1:-}" in
   references) # NAME=REFERENCE lines, for the node's manifests
     echo "PAUSE_IMAGE=$PAUSE_IMAGE COREDNS_IMAGE=$COREDNS_IMAGE LOCAL_PATH_IMAGE=$LOCAL_PATH_IMAGE"
-    echo "HELPER_IMAGE=$HELPER_IMAGE ETCD_IMAGE=$ETCD_IMAGE" ;;
+    echo "HELPER_IMAGE=$HELPER_IMAGE ETCD_IMAGE=$ETCD_IMAGE MARIADB_IMAGE=$MARIADB_IMAGE REDIS_IMAGE=$REDIS_IMAGE" ;;
   build) build "${2:-all}" ;;
   import) import "${2:-all}" ;;
   *) echo "usage: $0 build|import [node|engines|operators|all]" >&2; exit 2 ;;

@@ -36,6 +36,7 @@ pub mod mongo;
 pub mod mongo_sim;
 pub mod olm;
 pub mod real_node;
+pub mod real_pods;
 pub mod redis;
 pub mod s3;
 pub mod tools;

@@ -1,6 +1,6 @@
 //! Small pieces of pod specs every operator's builders use: environment from the downward
-//! API, volume mounts, memory volumes, the data volume claim and its retention, generated
-//! passwords.
+//! API, volume mounts, memory volumes, the data volume claim and its retention, the members'
+//! security contexts, generated passwords.
 
 use std::collections::BTreeMap;
 
@@ -8,8 +8,9 @@ use k8s_openapi::{
     api::{
         apps::v1::StatefulSetPersistentVolumeClaimRetentionPolicy,
         core::v1::{
-            EmptyDirVolumeSource, EnvVar, EnvVarSource, ObjectFieldSelector, PersistentVolumeClaim,
-            PersistentVolumeClaimSpec, Volume, VolumeMount, VolumeResourceRequirements,
+            Capabilities, EmptyDirVolumeSource, EnvVar, EnvVarSource, ObjectFieldSelector,
+            PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSecurityContext, SeccompProfile,
+            SecurityContext, Volume, VolumeMount, VolumeResourceRequirements,
         },
     },
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
@@ -91,6 +92,39 @@ pub fn claim_retention() -> StatefulSetPersistentVolumeClaimRetentionPolicy {
     StatefulSetPersistentVolumeClaimRetentionPolicy {
         when_scaled: Some("Delete".into()),
         when_deleted: Some("Retain".into()),
+    }
+}
+
+/// The members' pod security context: every container runs as the database's account `uid`
+/// (group `uid`, which also owns the volumes), never as root, under the runtime's default seccomp
+/// profile. The official database images are configured to start as root and switch users in an
+/// entry point the operators do not run, so the pod must say whom to run as.
+pub fn member_pod_security(uid: i64) -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_user: Some(uid),
+        run_as_group: Some(uid),
+        run_as_non_root: Some(true),
+        fs_group: Some(uid),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".into(),
+            ..SeccompProfile::default()
+        }),
+        ..PodSecurityContext::default()
+    }
+}
+
+/// The members' container security context: no privilege escalation, no capabilities, and a
+/// read-only root file system when the server writes only to its volumes.
+pub fn member_container_security(read_only_root: bool) -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(read_only_root),
+        run_as_non_root: Some(true),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            ..Capabilities::default()
+        }),
+        ..SecurityContext::default()
     }
 }
 

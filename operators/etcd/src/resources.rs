@@ -13,10 +13,9 @@ use k8s_openapi::{
     api::{
         apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy},
         core::v1::{
-            Capabilities, ConfigMap, ConfigMapEnvSource, Container, ContainerPort, EnvFromSource, EnvVar,
-            EnvVarSource, HTTPGetAction, ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec,
-            Probe, SeccompProfile, SecretVolumeSource, SecurityContext, Service, ServicePort, ServiceSpec,
-            Volume, VolumeMount,
+            ConfigMap, ConfigMapEnvSource, Container, ContainerPort, EnvFromSource, EnvVar, EnvVarSource,
+            HTTPGetAction, ObjectFieldSelector, PodSpec, PodTemplateSpec, Probe, SecretVolumeSource,
+            SecurityContext, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
         },
         policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec},
     },
@@ -30,7 +29,7 @@ use quorum_core::{
     apply::child_metadata,
     backup::{ACCESS_KEY_ID_KEY, SECRET_ACCESS_KEY_KEY},
     naming::{child_name, label_selector, selector_labels, standard_labels},
-    pod::{claim_retention, data_claim},
+    pod::{claim_retention, data_claim, member_container_security, member_pod_security},
 };
 
 use crate::{
@@ -422,16 +421,7 @@ pub fn build_statefulset(
         ..Probe::default()
     };
 
-    let security = SecurityContext {
-        allow_privilege_escalation: Some(false),
-        read_only_root_filesystem: Some(true),
-        run_as_non_root: Some(true),
-        capabilities: Some(Capabilities {
-            drop: Some(vec!["ALL".into()]),
-            ..Capabilities::default()
-        }),
-        ..SecurityContext::default()
-    };
+    let security = member_container_security(true);
     let environment_for_init = environment.clone();
     let container = Container {
         name: "etcd".into(),
@@ -511,17 +501,7 @@ pub fn build_statefulset(
                     priority_class_name: overrides.priority_class_name.clone(),
                     automount_service_account_token: Some(false),
                     enable_service_links: Some(false),
-                    security_context: Some(PodSecurityContext {
-                        run_as_non_root: Some(true),
-                        run_as_user: Some(65532),
-                        run_as_group: Some(65532),
-                        fs_group: Some(65532),
-                        seccomp_profile: Some(SeccompProfile {
-                            type_: "RuntimeDefault".into(),
-                            ..SeccompProfile::default()
-                        }),
-                        ..PodSecurityContext::default()
-                    }),
+                    security_context: Some(member_pod_security(65532)),
                     ..PodSpec::default()
                 }),
             },

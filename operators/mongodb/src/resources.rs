@@ -14,9 +14,9 @@ use k8s_openapi::{
     api::{
         apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy},
         core::v1::{
-            Capabilities, ConfigMap, ConfigMapEnvSource, Container, ContainerPort, EnvFromSource, KeyToPath,
-            PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile, Secret, SecretVolumeSource,
-            SecurityContext, Service, ServicePort, ServiceSpec, TCPSocketAction, Volume,
+            ConfigMap, ConfigMapEnvSource, Container, ContainerPort, EnvFromSource, KeyToPath, PodSpec,
+            PodTemplateSpec, Probe, Secret, SecretVolumeSource, Service, ServicePort, ServiceSpec,
+            TCPSocketAction, Volume,
         },
         policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec},
     },
@@ -30,7 +30,10 @@ use quorum_core::{
     apply::child_metadata,
     config::MemberAddresses,
     naming::{child_name, label_selector, loopback_ip, selector_labels, standard_labels},
-    pod::{data_claim, generate_password, memory_volume, mount, value_env},
+    pod::{
+        data_claim, generate_password, member_container_security, member_pod_security, memory_volume, mount,
+        value_env,
+    },
 };
 
 use crate::{
@@ -431,16 +434,7 @@ fn statefulset(
     pod_labels.extend(overrides.labels.clone());
     pod_labels.insert(VERSION_LABEL.to_string(), replica_set.spec.version.clone());
     let image = image(replica_set);
-    let security = SecurityContext {
-        allow_privilege_escalation: Some(false),
-        read_only_root_filesystem: Some(true),
-        run_as_non_root: Some(true),
-        capabilities: Some(Capabilities {
-            drop: Some(vec!["ALL".into()]),
-            ..Capabilities::default()
-        }),
-        ..SecurityContext::default()
-    };
+    let security = member_container_security(true);
     // `mongod` refuses a keyfile its group can read, and Secret volumes are group-readable
     // under an fsGroup whatever their mode: it gets a private copy on a memory volume.
     let keyfile_permissions = Container {
@@ -563,17 +557,7 @@ fn statefulset(
                     tolerations: (!overrides.tolerations.is_empty()).then_some(overrides.tolerations),
                     affinity: overrides.affinity,
                     priority_class_name: overrides.priority_class_name,
-                    security_context: Some(PodSecurityContext {
-                        run_as_user: Some(MONGODB_UID),
-                        run_as_group: Some(MONGODB_UID),
-                        run_as_non_root: Some(true),
-                        fs_group: Some(MONGODB_UID),
-                        seccomp_profile: Some(SeccompProfile {
-                            type_: "RuntimeDefault".into(),
-                            ..SeccompProfile::default()
-                        }),
-                        ..PodSecurityContext::default()
-                    }),
+                    security_context: Some(member_pod_security(MONGODB_UID)),
                     // A primary shutting down steps down first and waits for a secondary to
                     // catch up (up to ten seconds by default).
                     termination_grace_period_seconds: Some(30),

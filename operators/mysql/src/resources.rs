@@ -15,8 +15,8 @@ use k8s_openapi::{
         apps::v1::{StatefulSet, StatefulSetSpec},
         core::v1::{
             ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, ExecAction, KeyToPath,
-            PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ProjectedVolumeSource, Secret,
-            SecretProjection, Service, ServicePort, ServiceSpec, TCPSocketAction, Volume, VolumeProjection,
+            PodSpec, PodTemplateSpec, Probe, ProjectedVolumeSource, Secret, SecretProjection, Service,
+            ServicePort, ServiceSpec, TCPSocketAction, Volume, VolumeProjection,
         },
         policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec},
     },
@@ -29,7 +29,7 @@ use kube::ResourceExt;
 use quorum_core::{
     apply::child_metadata,
     naming::{child_name, label_selector, selector_labels, standard_labels},
-    pod::{data_claim, field_env, memory_volume, mount},
+    pod::{data_claim, field_env, member_container_security, member_pod_security, memory_volume, mount},
 };
 
 use crate::{
@@ -56,6 +56,10 @@ const CONFIG_DIR: &str = "/etc/mysql/quorum";
 const CREDENTIALS_DIR: &str = "/etc/mysql/credentials";
 const DATA_DIR: &str = "/var/lib/mysql";
 const RUN_DIR: &str = "/run/mysqld";
+/// The server's scratch space (`tmpdir`): the root file system is read-only.
+const TMP_DIR: &str = "/tmp";
+/// The official images' `mysql` account.
+const MYSQL_UID: i64 = 999;
 
 type Result<T> = std::result::Result<T, quorum_core::Error>;
 
@@ -406,6 +410,7 @@ pub fn build_statefulset(cluster: &MySQLCluster, replicas: i32) -> Result<Statef
         mount("config", CONFIG_DIR, true),
         mount("credentials", CREDENTIALS_DIR, true),
         mount("run", RUN_DIR, false),
+        mount("tmp", TMP_DIR, false),
     ];
     let mut volumes = vec![
         Volume {
@@ -418,6 +423,7 @@ pub fn build_statefulset(cluster: &MySQLCluster, replicas: i32) -> Result<Statef
         },
         credentials_volume(cluster),
         memory_volume("run"),
+        memory_volume("tmp"),
     ];
     if let Some(tls) = &cluster.spec.tls {
         mounts.push(mount("tls", "/etc/mysql/tls", true));
@@ -443,6 +449,7 @@ pub fn build_statefulset(cluster: &MySQLCluster, replicas: i32) -> Result<Statef
         }]),
         volume_mounts: Some(mounts),
         resources: cluster.spec.resources.clone(),
+        security_context: Some(member_container_security(true)),
         readiness_probe: Some(Probe {
             tcp_socket: Some(TCPSocketAction {
                 port: IntOrString::String("mysql".into()),
@@ -489,10 +496,7 @@ pub fn build_statefulset(cluster: &MySQLCluster, replicas: i32) -> Result<Statef
                     tolerations: (!overrides.tolerations.is_empty()).then_some(overrides.tolerations),
                     affinity: overrides.affinity,
                     priority_class_name: overrides.priority_class_name,
-                    security_context: Some(PodSecurityContext {
-                        fs_group: Some(999),
-                        ..PodSecurityContext::default()
-                    }),
+                    security_context: Some(member_pod_security(MYSQL_UID)),
                     termination_grace_period_seconds: Some(60),
                     ..PodSpec::default()
                 }),

@@ -14,8 +14,8 @@ use k8s_openapi::{
         apps::v1::{StatefulSet, StatefulSetSpec},
         core::v1::{
             ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, KeyToPath,
-            PodSecurityContext, PodSpec, PodTemplateSpec, Probe, Secret, SecretKeySelector,
-            SecretVolumeSource, Service, ServicePort, ServiceSpec, TCPSocketAction, Volume,
+            PodSpec, PodTemplateSpec, Probe, Secret, SecretKeySelector, SecretVolumeSource, Service,
+            ServicePort, ServiceSpec, TCPSocketAction, Volume,
         },
         policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec},
     },
@@ -29,7 +29,10 @@ use quorum_core::{
     apply::child_metadata,
     backup::{ACCESS_KEY_ID_KEY, SECRET_ACCESS_KEY_KEY},
     naming::{child_name, label_selector, selector_labels, standard_labels},
-    pod::{data_claim, field_env, memory_volume, mount, value_env},
+    pod::{
+        data_claim, field_env, member_container_security, member_pod_security, memory_volume, mount,
+        value_env,
+    },
 };
 
 use crate::{
@@ -59,6 +62,8 @@ const CONFIG_DIR: &str = "/etc/redis/quorum";
 const CREDENTIALS_DIR: &str = "/etc/redis/credentials";
 const DATA_DIR: &str = "/data";
 const RUN_DIR: &str = "/run/redis";
+/// The official images' `redis` account.
+const REDIS_UID: i64 = 999;
 
 type Result<T> = std::result::Result<T, quorum_core::Error>;
 
@@ -605,6 +610,7 @@ fn statefulset(
             ..ContainerPort::default()
         }]),
         volume_mounts: Some(mounts),
+        security_context: Some(member_container_security(true)),
         resources: if persistent {
             cluster.spec.resources.clone()
         } else {
@@ -653,12 +659,7 @@ fn statefulset(
                     tolerations: (!overrides.tolerations.is_empty()).then_some(overrides.tolerations),
                     affinity: overrides.affinity,
                     priority_class_name: overrides.priority_class_name,
-                    security_context: Some(PodSecurityContext {
-                        run_as_user: Some(999),
-                        run_as_non_root: Some(true),
-                        fs_group: Some(999),
-                        ..PodSecurityContext::default()
-                    }),
+                    security_context: Some(member_pod_security(REDIS_UID)),
                     termination_grace_period_seconds: Some(30),
                     ..PodSpec::default()
                 }),

@@ -1,0 +1,324 @@
+//! What a user runs, on the real node: the operator installed by its chart runs as a container
+//! of its image, and the members are MariaDB containers from the StatefulSet the operator builds
+//! (its `start.sh`, probes, security context and volumes), found through cluster DNS and reached
+//! by clients through the primary and replicas Services. Nothing here starts a server itself.
+
+#[allow(dead_code)] // each test binary uses part of the support
+mod support;
+
+use std::{collections::BTreeMap, time::Duration};
+
+use kube::{
+    Api,
+    api::{Patch, PatchParams, PostParams},
+};
+use mysql_async::{Pool, prelude::Queryable};
+use mysql_operator::crd::{MySQLCluster, MySQLClusterStatus};
+use quorum_e2e::{
+    history::{History, Writer},
+    real_node::{self, STORAGE_CLASS},
+    real_pods::OnRealNode,
+    wait,
+};
+use support::{APP_DATABASE, APP_PASSWORD, APP_USER};
+
+const CHART: &str = "quorum-mysql-operator";
+const CLUSTER: &str = "shop";
+const MEMBERS: &str =
+    "app.kubernetes.io/name=mysql,app.kubernetes.io/instance=shop,app.kubernetes.io/component=member";
+const SERVER: &str = "mysqld";
+
+/// A MariaDB cluster of `replicas` members placed on the real node, on local-path volumes.
+fn real_cluster(replicas: i32) -> MySQLCluster {
+    let mut spec = support::cluster_spec(replicas);
+    spec.storage.storage_class_name = Some(STORAGE_CLASS.into());
+    spec.pod_template = Some(real_node::pod_overrides());
+    MySQLCluster::new(CLUSTER, spec)
+}
+
+/// The application's connections through a Service's cluster IP, as a client in the cluster
+/// reaches it.
+async fn service_pool(setup: &OnRealNode, service: &str) -> Pool {
+    let ip = real_node::cluster_ip(&setup.admin, &setup.ns, service).await;
+    let options = mysql_async::OptsBuilder::default()
+        .ip_or_hostname(ip)
+        .tcp_port(3306)
+        .user(Some(APP_USER))
+        .pass(Some(APP_PASSWORD))
+        .db_name(Some(APP_DATABASE))
+        .prefer_socket(false);
+    Pool::new(options)
+}
+
+/// Runs `statement` on a connection from `pool`, retried while kube-proxy catches up with the
+/// Service's endpoints.
+async fn until_done(pool: &Pool, statement: &str) {
+    wait::until(statement, Duration::from_secs(60), || async {
+        let mut conn = pool.get_conn().await.map_err(|error| error.to_string())?;
+        conn.query_drop(statement)
+            .await
+            .map_err(|error| error.to_string())
+    })
+    .await;
+}
+
+/// Creates the cluster (and its application account's Secret) and waits until the operator
+/// reports it Ready and every member pod is Ready by its own probes on the real node.
+async fn create_ready(setup: &OnRealNode, replicas: i32) -> MySQLClusterStatus {
+    support::create_app_secret(&setup.admin, &setup.ns).await;
+    let clusters: Api<MySQLCluster> = Api::namespaced(setup.admin.clone(), &setup.ns);
+    clusters
+        .create(&PostParams::default(), &real_cluster(replicas))
+        .await
+        .unwrap();
+    let status = support::ready(&clusters, CLUSTER, replicas - 1).await;
+    setup
+        .members_ready(MEMBERS, replicas as usize, Duration::from_secs(120))
+        .await;
+    status
+}
+
+/// The `history` table's rows on one server.
+async fn rows(pool: &Pool) -> Result<BTreeMap<String, Option<String>>, String> {
+    let mut conn = pool.get_conn().await.map_err(|error| error.to_string())?;
+    let rows: Vec<(String, String)> = conn
+        .query("SELECT k, v FROM history")
+        .await
+        .map_err(|error| error.to_string())?;
+    Ok(rows.into_iter().map(|(key, value)| (key, Some(value))).collect())
+}
+
+/// A writer through the primary Service: one insert per interval, acknowledged when the commit
+/// returned (semi-synchronously, so a replica holds it too).
+async fn start_writer(primary: &Pool) -> Writer {
+    until_done(
+        primary,
+        "CREATE TABLE IF NOT EXISTS history (k VARCHAR(64) PRIMARY KEY, v VARCHAR(64))",
+    )
+    .await;
+    let primary = primary.clone();
+    Writer::start("history", Duration::from_millis(200), 3_000, move |key, value| {
+        let primary = primary.clone();
+        async move {
+            let insert = async {
+                let mut conn = primary.get_conn().await?;
+                conn.exec_drop("INSERT INTO history VALUES (?, ?)", (key, value))
+                    .await
+            };
+            tokio::time::timeout(Duration::from_secs(5), insert)
+                .await
+                .is_ok_and(|done| done.is_ok())
+        }
+    })
+}
+
+/// Checks that the primary holds every acknowledged write and nothing invented, and that each
+/// member converges to exactly the primary's rows; returns how many writes were checked.
+async fn check_history(setup: &OnRealNode, primary: &Pool, history: &History, members: usize) -> usize {
+    let mut held: BTreeMap<String, Option<String>> = rows(primary).await.unwrap();
+    for operation in &history.operations {
+        held.entry(operation.key.clone()).or_insert(None);
+    }
+    let checked = history
+        .check(&held)
+        .unwrap_or_else(|violations| panic!("lost or invented writes: {violations:#?}"));
+    assert!(checked > 0, "the writer had no write acknowledged");
+    let expected = rows(primary).await.unwrap();
+    for pod in setup
+        .members_ready(MEMBERS, members, Duration::from_secs(60))
+        .await
+    {
+        let ip = pod.status.unwrap().pod_ip.unwrap();
+        let member = Pool::new(
+            mysql_async::OptsBuilder::default()
+                .ip_or_hostname(ip.clone())
+                .tcp_port(3306)
+                .user(Some(APP_USER))
+                .pass(Some(APP_PASSWORD))
+                .db_name(Some(APP_DATABASE))
+                .prefer_socket(false),
+        );
+        wait::until(
+            &format!("{ip} holds the primary's {} rows", expected.len()),
+            Duration::from_secs(60),
+            || async {
+                let now = rows(&member).await?;
+                if now == expected {
+                    Ok(())
+                } else {
+                    Err(format!("{} rows", now.len()))
+                }
+            },
+        )
+        .await;
+    }
+    checked
+}
+
+/// Member `ordinal`'s pod name.
+fn member(ordinal: usize) -> String {
+    mysql_operator::resources::member_name(CLUSTER, ordinal)
+}
+
+/// The ordinal of the first member that is not the primary.
+fn a_replica(status: &MySQLClusterStatus) -> usize {
+    let primary = status.primary.as_deref().expect("a primary");
+    (0..3).find(|ordinal| member(*ordinal) != primary).unwrap()
+}
+
+#[tokio::test]
+async fn the_chart_installed_operator_forms_a_cluster_of_real_members() {
+    let mut setup = OnRealNode::install("real-mysql", CHART, &[]).await;
+    let status = create_ready(&setup, 3).await;
+    let primary_pod = status.primary.clone().expect("a primary");
+
+    // An application's write through the primary Service, read back through the replicas one.
+    let primary = service_pool(&setup, &mysql_operator::resources::primary_service_name(CLUSTER)).await;
+    until_done(
+        &primary,
+        "CREATE TABLE greeting (id INT PRIMARY KEY, text VARCHAR(64))",
+    )
+    .await;
+    until_done(
+        &primary,
+        "INSERT INTO greeting VALUES (1, 'hello from a real pod')",
+    )
+    .await;
+    let replicas = service_pool(&setup, &mysql_operator::resources::replicas_service_name(CLUSTER)).await;
+    wait::until(
+        "the write read through the replicas Service",
+        Duration::from_secs(60),
+        || async {
+            let mut conn = replicas.get_conn().await.map_err(|error| error.to_string())?;
+            let text: Option<String> = conn
+                .query_first("SELECT text FROM greeting WHERE id = 1")
+                .await
+                .map_err(|error| error.to_string())?;
+            text.filter(|text| text == "hello from a real pod")
+                .ok_or_else(|| "not there yet".to_string())
+        },
+    )
+    .await;
+
+    // The members run as the server's account, not root; exec and logs work as a user expects.
+    let uid = real_node::exec(&setup.ns, &primary_pod, SERVER, &["id", "-u"]);
+    assert_eq!(uid.trim(), "999");
+    let read = real_node::exec(
+        &setup.ns,
+        &primary_pod,
+        SERVER,
+        &[
+            "sh",
+            "-c",
+            "mariadb -uroot -p\"$(cat /etc/mysql/credentials/root-password)\" -h\"$POD_IP\" -N -e 'SELECT text FROM shop.greeting'",
+        ],
+    );
+    assert_eq!(read.trim(), "hello from a real pod");
+    let log = real_node::logs(&setup.ns, &primary_pod, SERVER);
+    assert!(log.contains("ready for connections"), "{log}");
+
+    // Removing the operator leaves the databases serving.
+    setup.uninstall_operator().await;
+    setup.members_ready(MEMBERS, 3, Duration::from_secs(30)).await;
+    let mut conn = primary.get_conn().await.unwrap();
+    let count: Option<u64> = conn.query_first("SELECT COUNT(*) FROM greeting").await.unwrap();
+    assert_eq!(count, Some(1));
+    drop(conn);
+
+    setup.remove().await;
+}
+
+/// A replica's server killed inside its container, then another member's pod deleted: the
+/// kubelet restarts the one and the StatefulSet recreates the other on its volume; the operator
+/// fails over, removes or reseeds nothing, and no acknowledged write is lost.
+#[tokio::test]
+async fn a_killed_server_or_a_deleted_pod_rejoins_with_its_data() {
+    let setup = OnRealNode::install("real-mysql-restart", CHART, &[]).await;
+    let status = create_ready(&setup, 3).await;
+    let clusters: Api<MySQLCluster> = Api::namespaced(setup.admin.clone(), &setup.ns);
+    let primary = service_pool(&setup, &mysql_operator::resources::primary_service_name(CLUSTER)).await;
+    let writer = start_writer(&primary).await;
+    const DISRUPTIVE: [&str; 4] = ["FailingOver", "SwitchingOver", "RemovingMember", "SeedingMember"];
+    let steps_before = setup.occurrences(&DISRUPTIVE).await;
+
+    let killed = member(a_replica(&status));
+    let volume = setup.claim_uid(&format!("data-{killed}")).await;
+    setup
+        .kill_and_await_restart(&killed, SERVER, Duration::from_secs(120))
+        .await;
+    support::ready(&clusters, CLUSTER, 2).await;
+    assert_eq!(setup.claim_uid(&format!("data-{killed}")).await, volume);
+
+    let deleted = member(
+        (0..3)
+            .find(|o| member(*o) != killed && Some(member(*o)) != status.primary)
+            .unwrap(),
+    );
+    let volume = setup.claim_uid(&format!("data-{deleted}")).await;
+    setup
+        .delete_and_await_recreated(&deleted, Duration::from_secs(120))
+        .await;
+    support::ready(&clusters, CLUSTER, 2).await;
+    assert_eq!(setup.claim_uid(&format!("data-{deleted}")).await, volume);
+
+    let now = clusters.get(CLUSTER).await.unwrap().status.unwrap();
+    assert_eq!(now.primary, status.primary, "the primary changed");
+    assert_eq!(
+        setup.occurrences(&DISRUPTIVE).await,
+        steps_before,
+        "steps were taken"
+    );
+
+    let history = writer.stop().await;
+    let checked = check_history(&setup, &primary, &history, 3).await;
+    eprintln!("{checked} acknowledged writes checked, none lost");
+    setup.remove().await;
+}
+
+/// Scale 3 -> 2 -> 3 under a steady writer: the member removed loses its volume with its pod,
+/// so the member added again under the same name starts empty and is seeded from the primary,
+/// and every member ends with exactly the primary's rows.
+#[tokio::test]
+async fn a_member_removed_and_added_again_starts_from_an_empty_volume() {
+    let setup = OnRealNode::install("real-mysql-scale", CHART, &[]).await;
+    create_ready(&setup, 3).await;
+    let clusters: Api<MySQLCluster> = Api::namespaced(setup.admin.clone(), &setup.ns);
+    let primary = service_pool(&setup, &mysql_operator::resources::primary_service_name(CLUSTER)).await;
+    let writer = start_writer(&primary).await;
+    let removed = format!("data-{}", member(2));
+    let volume = setup.claim_uid(&removed).await;
+    let seeded_before = setup.occurrences(&["SeedingMember"]).await;
+
+    for replicas in [2, 3] {
+        clusters
+            .patch(
+                CLUSTER,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"spec": {"replicas": replicas}})),
+            )
+            .await
+            .unwrap();
+        support::ready(&clusters, CLUSTER, replicas - 1).await;
+        setup
+            .members_ready(MEMBERS, replicas as usize, Duration::from_secs(120))
+            .await;
+        if replicas == 2 {
+            setup.claim_deleted(&removed, Duration::from_secs(60)).await;
+        }
+    }
+    assert_ne!(
+        setup.claim_uid(&removed).await,
+        volume,
+        "the old volume came back"
+    );
+    let seeded = setup.occurrences(&["SeedingMember"]).await;
+    assert!(
+        seeded > seeded_before,
+        "the re-added member was not seeded: {seeded:?}"
+    );
+
+    let history = writer.stop().await;
+    let checked = check_history(&setup, &primary, &history, 3).await;
+    eprintln!("{checked} acknowledged writes checked, none lost");
+    setup.remove().await;
+}
