@@ -29,7 +29,10 @@ use kube::ResourceExt;
 use quorum_core::{
     apply::child_metadata,
     naming::{child_name, label_selector, selector_labels, standard_labels},
-    pod::{data_claim, field_env, member_container_security, member_pod_security, memory_volume, mount},
+    pod::{
+        claim_retention, data_claim, field_env, member_container_security, member_pod_security,
+        memory_volume, mount,
+    },
 };
 
 use crate::{
@@ -502,6 +505,10 @@ pub fn build_statefulset(cluster: &MySQLCluster, replicas: i32) -> Result<Statef
                 }),
             },
             volume_claim_templates: Some(vec![data_claim(&cluster.spec.storage)]),
+            // A member removed by a scale-down loses its volume: added again, it starts empty
+            // and is seeded from the primary, never replicating on from history (possibly
+            // errant, possibly purged from the primary's binary logs) of a member it no longer is.
+            persistent_volume_claim_retention_policy: Some(claim_retention()),
             ..StatefulSetSpec::default()
         }),
         ..StatefulSet::default()
