@@ -63,13 +63,13 @@ with_users() {
 image_path=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
 # pack REFERENCE ROOTFS USER ENTRYPOINT...: the archive of a one-layer image of ROOTFS, named by a
-# digest of its content, reference, user, search path and entrypoint; built only when no such archive exists.
+# digest of its content (with owners and modes), reference, user, search path and entrypoint; built only when no such archive exists.
 pack() {
   local reference=$1 rootfs=$2 user=$3; shift 3
   local name=${reference##*/}; name=${name%%:*}
   local key
   key=$( { echo "$reference $user $image_path $*"
-    tar -C "$rootfs" --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -cf - . ; } | sha256sum | cut -c1-16)
+    tar -C "$rootfs" --sort=name --mtime=@0 --numeric-owner -cf - . ; } | sha256sum | cut -c1-16)
   local archive="$images/$name-$key.tar"
   if [[ ! -s $archive ]]; then
     local work; work=$(mktemp -d "$images/.pack.XXXXXX")
@@ -118,21 +118,22 @@ apt_sources() {
 
 # debian_rootfs DIRECTORY USER PACKAGE...: a bookworm minbase root file system with PACKAGES from
 # Debian's archive in DIRECTORY, their service account USER renumbered to 999:999 (the uid the
-# official images use and the operators' pods run as), without apt's lists or documentation.
+# official images use and the operators' pods run as) with the files it owned (Debian's
+# /etc/redis is the redis account's, mode 2770), without apt's lists or documentation.
 # The unpacked tree is cached by the sources, the packages and their candidate versions.
 debian_rootfs() {
   local directory=$1 user=$2; shift 2
   local sources; sources=$(apt_sources)
   local packages; packages=$(IFS=,; echo "$*")
   local key
-  key=$( { echo "bookworm minbase $packages $user"; grep -v '^#' "$sources"
+  key=$( { echo "bookworm minbase $packages $user renumbered-with-files"; grep -v '^#' "$sources"
     apt-cache policy "$@" | grep -E '^[^ ]|Candidate'; } | sha256sum | cut -c1-16)
   local cached="$images/rootfs-${1}-$key.tar"
   if [[ ! -s $cached ]]; then
     log "building a bookworm root file system with $packages (cached as $cached)"
     # mmdebstrap picks the output's format by its extension: keep .tar on the partial file.
     mmdebstrap --quiet --variant=minbase --include="$packages" \
-      --customize-hook="chroot \"\$1\" sh -c 'groupmod -g 999 $user && usermod -u 999 -g 999 $user'" \
+      --customize-hook="chroot \"\$1\" sh -c 'uid=\$(id -u $user) gid=\$(id -g $user) && groupmod -g 999 $user && usermod -u 999 -g 999 $user && find / -xdev \\( -uid \$uid -o -gid \$gid \\) -exec chown -h 999:999 {} +'" \
       --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/* "$1"/usr/share/doc "$1"/usr/share/man "$1"/usr/share/info' \
       bookworm "${cached%.tar}.partial.tar" "$sources"
     mv "${cached%.tar}.partial.tar" "$cached"

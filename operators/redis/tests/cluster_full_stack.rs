@@ -8,10 +8,10 @@
 mod support;
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap},
+    collections::{BTreeMap, BTreeSet},
     net::SocketAddr,
     sync::{
-        Arc, Mutex,
+        Arc,
         atomic::{AtomicBool, Ordering},
     },
     time::{Duration, Instant},
@@ -30,17 +30,16 @@ use quorum_e2e::{
     fault_proxy::{Fault, FaultProxy},
     wait,
 };
-use redis::{ErrorKind, ServerErrorKind, aio::MultiplexedConnection};
 use redis_operator::{
     address::Kind,
     admin::{
         Credentials, RedisAdmin,
-        cluster::{ClusterNode, SLOT_COUNT, key_slot, myself, slot_ownership},
+        cluster::{ClusterNode, SLOT_COUNT, myself, slot_ownership},
     },
     crd::{RedisCluster, RedisClusterStatus},
     resources::ROLE_LABEL,
 };
-use support::{Setup, cluster_spec, data_connection, ready, start_operator};
+use support::{ClusterClient, Setup, cluster_spec, ready, start_operator};
 
 fn node_address(namespace: &str, ordinal: usize) -> SocketAddr {
     SocketAddr::new(loopback_ip(namespace, "cache", ordinal).into(), 6379)
@@ -172,100 +171,6 @@ async fn assert_serving(setup: &Setup, password: &str, shards: usize, status: &R
             .await
             .unwrap();
         assert!(info.state_ok, "node {ordinal}: {info:?}");
-    }
-}
-
-/// A minimal cluster-aware client: routes by slot, follows `MOVED` (and remembers it) and
-/// `ASK` (once, with `ASKING`), and falls back to its seeds when a node goes away.
-struct ClusterClient {
-    password: String,
-    seeds: Vec<SocketAddr>,
-    routes: Mutex<HashMap<u16, SocketAddr>>,
-    connections: tokio::sync::Mutex<HashMap<SocketAddr, MultiplexedConnection>>,
-}
-
-impl ClusterClient {
-    fn new(seeds: Vec<SocketAddr>, password: &str) -> Self {
-        Self {
-            password: password.to_string(),
-            seeds,
-            routes: Mutex::new(HashMap::new()),
-            connections: tokio::sync::Mutex::new(HashMap::new()),
-        }
-    }
-
-    async fn connection(&self, address: SocketAddr) -> redis::RedisResult<MultiplexedConnection> {
-        let mut connections = self.connections.lock().await;
-        if let Some(connection) = connections.get(&address) {
-            return Ok(connection.clone());
-        }
-        let connection = data_connection(address, &self.password).await?;
-        connections.insert(address, connection.clone());
-        Ok(connection)
-    }
-
-    async fn execute<T: redis::FromRedisValue>(
-        &self,
-        key: &str,
-        command: redis::Cmd,
-    ) -> redis::RedisResult<T> {
-        let slot = key_slot(key.as_bytes());
-        let mut last = None;
-        for attempt in 0..50 {
-            let seed = self.seeds[attempt % self.seeds.len()];
-            let address = self.routes.lock().unwrap().get(&slot).copied().unwrap_or(seed);
-            let result = match self.connection(address).await {
-                Ok(mut connection) => command.query_async(&mut connection).await,
-                Err(error) => Err(error),
-            };
-            let error = match result {
-                Ok(value) => return Ok(value),
-                Err(error) => error,
-            };
-            let redirect = error
-                .redirect_node()
-                .and_then(|(node, _)| node.parse::<SocketAddr>().ok());
-            match (error.kind(), redirect) {
-                (ErrorKind::Server(ServerErrorKind::Moved), Some(node)) => {
-                    self.routes.lock().unwrap().insert(slot, node);
-                }
-                (ErrorKind::Server(ServerErrorKind::Ask), Some(node)) => {
-                    let mut connection = self.connection(node).await?;
-                    let (value,): (T,) = redis::pipe()
-                        .cmd("ASKING")
-                        .ignore()
-                        .add_command(command.clone())
-                        .query_async(&mut connection)
-                        .await?;
-                    return Ok(value);
-                }
-                (ErrorKind::Server(ServerErrorKind::TryAgain | ServerErrorKind::ClusterDown), _) => {
-                    self.routes.lock().unwrap().remove(&slot);
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                _ if error.is_io_error()
-                    || error.is_connection_refusal()
-                    || error.is_connection_dropped() =>
-                {
-                    // The node went away (a removed shard): ask a seed, which redirects.
-                    self.routes.lock().unwrap().remove(&slot);
-                    self.connections.lock().await.remove(&address);
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                _ => return Err(error),
-            }
-            last = Some(error);
-        }
-        Err(last.expect("an error after 50 attempts"))
-    }
-
-    async fn set(&self, key: &str, value: &str) -> redis::RedisResult<()> {
-        self.execute(key, redis::cmd("SET").arg(key).arg(value).clone())
-            .await
-    }
-
-    async fn get(&self, key: &str) -> redis::RedisResult<Option<String>> {
-        self.execute(key, redis::cmd("GET").arg(key).clone()).await
     }
 }
 

@@ -2,7 +2,12 @@
 //! process, specs, the local control plane with real Redis processes behind the pods, and
 //! data access as an application would have it.
 
-use std::{collections::BTreeMap, net::SocketAddr, sync::Arc, time::Duration};
+use std::{
+    collections::{BTreeMap, HashMap},
+    net::SocketAddr,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::{Api, CustomResourceExt};
@@ -18,8 +23,10 @@ use quorum_e2e::{
     local_members::{LocalMembers, RedisLauncher},
     wait,
 };
+use redis::{ErrorKind, ServerErrorKind, aio::MultiplexedConnection};
 use redis_operator::{
     OPERATOR_NAME,
+    admin::cluster::key_slot,
     backup_controller::reconcile_backup,
     clients::RedisClients,
     crd::{Mode, Persistence, RedisBackup, RedisCluster, RedisClusterSpec, RedisClusterStatus, SentinelSpec},
@@ -303,5 +310,99 @@ pub async fn writes_replicate(
             },
         )
         .await;
+    }
+}
+
+/// A minimal cluster-aware client: routes by slot, follows `MOVED` (and remembers it) and
+/// `ASK` (once, with `ASKING`), and falls back to its seeds when a node goes away.
+pub struct ClusterClient {
+    password: String,
+    seeds: Vec<SocketAddr>,
+    routes: Mutex<HashMap<u16, SocketAddr>>,
+    connections: tokio::sync::Mutex<HashMap<SocketAddr, MultiplexedConnection>>,
+}
+
+impl ClusterClient {
+    pub fn new(seeds: Vec<SocketAddr>, password: &str) -> Self {
+        Self {
+            password: password.to_string(),
+            seeds,
+            routes: Mutex::new(HashMap::new()),
+            connections: tokio::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    async fn connection(&self, address: SocketAddr) -> redis::RedisResult<MultiplexedConnection> {
+        let mut connections = self.connections.lock().await;
+        if let Some(connection) = connections.get(&address) {
+            return Ok(connection.clone());
+        }
+        let connection = data_connection(address, &self.password).await?;
+        connections.insert(address, connection.clone());
+        Ok(connection)
+    }
+
+    pub async fn execute<T: redis::FromRedisValue>(
+        &self,
+        key: &str,
+        command: redis::Cmd,
+    ) -> redis::RedisResult<T> {
+        let slot = key_slot(key.as_bytes());
+        let mut last = None;
+        for attempt in 0..50 {
+            let seed = self.seeds[attempt % self.seeds.len()];
+            let address = self.routes.lock().unwrap().get(&slot).copied().unwrap_or(seed);
+            let result = match self.connection(address).await {
+                Ok(mut connection) => command.query_async(&mut connection).await,
+                Err(error) => Err(error),
+            };
+            let error = match result {
+                Ok(value) => return Ok(value),
+                Err(error) => error,
+            };
+            let redirect = error
+                .redirect_node()
+                .and_then(|(node, _)| node.parse::<SocketAddr>().ok());
+            match (error.kind(), redirect) {
+                (ErrorKind::Server(ServerErrorKind::Moved), Some(node)) => {
+                    self.routes.lock().unwrap().insert(slot, node);
+                }
+                (ErrorKind::Server(ServerErrorKind::Ask), Some(node)) => {
+                    let mut connection = self.connection(node).await?;
+                    let (value,): (T,) = redis::pipe()
+                        .cmd("ASKING")
+                        .ignore()
+                        .add_command(command.clone())
+                        .query_async(&mut connection)
+                        .await?;
+                    return Ok(value);
+                }
+                (ErrorKind::Server(ServerErrorKind::TryAgain | ServerErrorKind::ClusterDown), _) => {
+                    self.routes.lock().unwrap().remove(&slot);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                _ if error.is_io_error()
+                    || error.is_connection_refusal()
+                    || error.is_connection_dropped() =>
+                {
+                    // The node went away (a removed shard): ask a seed, which redirects.
+                    self.routes.lock().unwrap().remove(&slot);
+                    self.connections.lock().await.remove(&address);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                _ => return Err(error),
+            }
+            last = Some(error);
+        }
+        Err(last.expect("an error after 50 attempts"))
+    }
+
+    pub async fn set(&self, key: &str, value: &str) -> redis::RedisResult<()> {
+        self.execute(key, redis::cmd("SET").arg(key).arg(value).clone())
+            .await
+    }
+
+    pub async fn get(&self, key: &str) -> redis::RedisResult<Option<String>> {
+        self.execute(key, redis::cmd("GET").arg(key).clone()).await
     }
 }

@@ -1,0 +1,321 @@
+//! What a user runs, on the real node: the operator installed by its chart runs as a container
+//! of its image, and the data nodes and Sentinels are Redis containers from the StatefulSets the
+//! operator builds (their `start.sh`, probes, security context and volumes), reached through the
+//! primary, replicas and client Services or, in cluster mode, the pod addresses the nodes
+//! announce. Nothing here starts a server itself.
+
+#[allow(dead_code)] // each test binary uses part of the support
+mod support;
+
+use std::{collections::BTreeMap, net::SocketAddr, sync::Arc, time::Duration};
+
+use kube::{
+    Api,
+    api::{Patch, PatchParams, PostParams},
+};
+use quorum_e2e::{
+    history::{History, Writer},
+    real_node::{self, STORAGE_CLASS},
+    real_pods::OnRealNode,
+    wait,
+};
+use redis::AsyncCommands;
+use redis_operator::{
+    crd::{RedisCluster, RedisClusterSpec, RedisClusterStatus},
+    resources::{node_name, primary_service_name, replicas_service_name},
+};
+use support::{ClusterClient, data_connection, generated_password};
+
+const CHART: &str = "quorum-redis-operator";
+const CLUSTER: &str = "cache";
+const NODES: &str =
+    "app.kubernetes.io/name=redis,app.kubernetes.io/instance=cache,app.kubernetes.io/component=node";
+const SENTINELS: &str =
+    "app.kubernetes.io/name=redis,app.kubernetes.io/instance=cache,app.kubernetes.io/component=sentinel";
+const SERVER: &str = "redis";
+
+/// `spec` placed on the real node, on local-path volumes.
+fn on_real_node(mut spec: RedisClusterSpec) -> RedisCluster {
+    spec.storage.storage_class_name = Some(STORAGE_CLASS.into());
+    spec.pod_template = Some(real_node::pod_overrides());
+    RedisCluster::new(CLUSTER, spec)
+}
+
+fn clusters(setup: &OnRealNode) -> Api<RedisCluster> {
+    Api::namespaced(setup.admin.clone(), &setup.ns)
+}
+
+/// Creates the deployment and waits until the operator reports it Ready with `nodes` nodes and
+/// every data node (and Sentinel) pod is Ready by its own probes on the real node.
+async fn create_ready(
+    setup: &OnRealNode,
+    cluster: RedisCluster,
+    nodes: i32,
+    sentinels: usize,
+) -> RedisClusterStatus {
+    clusters(setup)
+        .create(&PostParams::default(), &cluster)
+        .await
+        .unwrap();
+    let status = support::ready(&clusters(setup), CLUSTER, nodes).await;
+    setup
+        .members_ready(NODES, nodes as usize, Duration::from_secs(120))
+        .await;
+    if sentinels > 0 {
+        setup
+            .members_ready(SENTINELS, sentinels, Duration::from_secs(60))
+            .await;
+    }
+    status
+}
+
+/// A connection through a Service's cluster IP, as an application in the cluster opens one
+/// (retried while kube-proxy catches up with the endpoints).
+async fn service_connection(
+    setup: &OnRealNode,
+    service: &str,
+    password: &str,
+) -> redis::aio::MultiplexedConnection {
+    let ip: std::net::IpAddr = real_node::cluster_ip(&setup.admin, &setup.ns, service)
+        .await
+        .parse()
+        .unwrap();
+    wait::until(
+        &format!("a connection through {service}"),
+        Duration::from_secs(30),
+        || async {
+            let mut connection = data_connection(SocketAddr::new(ip, 6379), password)
+                .await
+                .map_err(|error| error.to_string())?;
+            let _: String = redis::cmd("PING")
+                .query_async(&mut connection)
+                .await
+                .map_err(|error| error.to_string())?;
+            Ok(connection)
+        },
+    )
+    .await
+}
+
+/// A writer of one key per interval, acknowledged when `SET` returned OK.
+fn start_writer<S, F>(set: S) -> Writer
+where
+    S: Fn(String, String) -> F + Send + Sync + 'static,
+    F: std::future::Future<Output = bool> + Send,
+{
+    Writer::start("history", Duration::from_millis(100), 3_000, move |key, value| {
+        let write = set(key, value);
+        async move {
+            tokio::time::timeout(Duration::from_secs(5), write)
+                .await
+                .unwrap_or(false)
+        }
+    })
+}
+
+/// Checks that `read` returns every acknowledged write and nothing invented; returns how many
+/// were checked.
+async fn check_history<R, F>(history: &History, read: R) -> usize
+where
+    R: Fn(String) -> F,
+    F: std::future::Future<Output = Option<String>>,
+{
+    let mut held = BTreeMap::new();
+    for operation in &history.operations {
+        held.insert(operation.key.clone(), read(operation.key.clone()).await);
+    }
+    let checked = history
+        .check(&held)
+        .unwrap_or_else(|violations| panic!("lost or invented writes: {violations:#?}"));
+    assert!(checked > 0, "the writer had no write acknowledged");
+    checked
+}
+
+#[tokio::test]
+async fn the_chart_installed_operator_runs_a_primary_replicas_and_sentinels_of_real_pods() {
+    let mut setup = OnRealNode::install("real-redis", CHART, &[]).await;
+    let status = create_ready(&setup, on_real_node(support::replication_spec(2)), 3, 3).await;
+    let primary_pod = status.primary.clone().expect("a primary");
+    let password = generated_password(&setup.admin, &setup.ns, CLUSTER).await;
+
+    // An application's write through the primary Service, read back through the replicas one.
+    let mut primary = service_connection(&setup, &primary_service_name(CLUSTER), &password).await;
+    let _: () = primary.set("greeting", "hello from a real pod").await.unwrap();
+    let replicas = service_connection(&setup, &replicas_service_name(CLUSTER), &password).await;
+    wait::until(
+        "the write read through the replicas Service",
+        Duration::from_secs(30),
+        || async {
+            let mut replicas = replicas.clone();
+            let value: Option<String> = replicas
+                .get("greeting")
+                .await
+                .map_err(|error| error.to_string())?;
+            value
+                .filter(|value| value == "hello from a real pod")
+                .ok_or_else(|| "not there yet".to_string())
+        },
+    )
+    .await;
+
+    // The nodes run as the server's account, not root; exec and logs work as a user expects.
+    let uid = real_node::exec(&setup.ns, &primary_pod, SERVER, &["id", "-u"]);
+    assert_eq!(uid.trim(), "999");
+    let read = real_node::exec(
+        &setup.ns,
+        &primary_pod,
+        SERVER,
+        &[
+            "sh",
+            "-c",
+            "REDISCLI_AUTH=\"$(cat /etc/redis/credentials/password)\" redis-cli -h \"$POD_IP\" GET greeting",
+        ],
+    );
+    assert_eq!(read.trim(), "hello from a real pod");
+    let log = real_node::logs(&setup.ns, &primary_pod, SERVER);
+    assert!(log.contains("Ready to accept connections"), "{log}");
+
+    // Removing the operator leaves the databases serving.
+    setup.uninstall_operator().await;
+    setup.members_ready(NODES, 3, Duration::from_secs(30)).await;
+    let value: Option<String> = primary.get("greeting").await.unwrap();
+    assert_eq!(value.as_deref(), Some("hello from a real pod"));
+
+    setup.remove().await;
+}
+
+/// A replica's server killed inside its container, then the other replica's pod deleted: the
+/// kubelet restarts the one and the StatefulSet recreates the other on its volume; the primary
+/// stays, the operator removes or reconfigures nothing, and no acknowledged write is lost.
+#[tokio::test]
+async fn a_killed_node_or_a_deleted_pod_rejoins_with_its_data() {
+    let setup = OnRealNode::install("real-redis-restart", CHART, &[]).await;
+    let status = create_ready(&setup, on_real_node(support::replication_spec(2)), 3, 3).await;
+    let password = generated_password(&setup.admin, &setup.ns, CLUSTER).await;
+    let primary = service_connection(&setup, &primary_service_name(CLUSTER), &password).await;
+    let writer = start_writer({
+        let primary = primary.clone();
+        move |key, value| {
+            let mut primary = primary.clone();
+            async move { primary.set::<_, _, ()>(key, value).await.is_ok() }
+        }
+    });
+    const DISRUPTIVE: [&str; 3] = ["SwitchoverRequested", "RemovingNode", "PrimaryChanged"];
+    let steps_before = setup.occurrences(&DISRUPTIVE).await;
+
+    let replicas: Vec<String> = (0..3)
+        .map(|ordinal| node_name(CLUSTER, ordinal))
+        .filter(|name| Some(name) != status.primary.as_ref())
+        .collect();
+    let volume = setup.claim_uid(&format!("data-{}", replicas[0])).await;
+    setup
+        .kill_and_await_restart(&replicas[0], SERVER, Duration::from_secs(120))
+        .await;
+    support::ready(&clusters(&setup), CLUSTER, 3).await;
+    assert_eq!(setup.claim_uid(&format!("data-{}", replicas[0])).await, volume);
+
+    let volume = setup.claim_uid(&format!("data-{}", replicas[1])).await;
+    setup
+        .delete_and_await_recreated(&replicas[1], Duration::from_secs(120))
+        .await;
+    support::ready(&clusters(&setup), CLUSTER, 3).await;
+    assert_eq!(setup.claim_uid(&format!("data-{}", replicas[1])).await, volume);
+
+    let now = clusters(&setup).get(CLUSTER).await.unwrap().status.unwrap();
+    assert_eq!(now.primary, status.primary, "the primary changed");
+    assert_eq!(
+        setup.occurrences(&DISRUPTIVE).await,
+        steps_before,
+        "steps were taken"
+    );
+
+    let history = writer.stop().await;
+    let checked = check_history(&history, |key| {
+        let mut primary = primary.clone();
+        async move { primary.get(key).await.unwrap() }
+    })
+    .await;
+    eprintln!("{checked} acknowledged writes checked, none lost");
+    setup.remove().await;
+}
+
+/// The data nodes' pod addresses, as cluster-aware clients learn them.
+async fn node_addresses(setup: &OnRealNode, nodes: usize) -> Vec<SocketAddr> {
+    setup
+        .members_ready(NODES, nodes, Duration::from_secs(60))
+        .await
+        .into_iter()
+        .map(|pod| SocketAddr::new(pod.status.unwrap().pod_ip.unwrap().parse().unwrap(), 6379))
+        .collect()
+}
+
+/// Cluster mode, shards 3 -> 4 -> 3 -> 4 under a cluster-aware writer: the nodes of the shard
+/// removed lose their volumes with their pods, so the shard added again starts from empty nodes
+/// (an old volume would bring back a node id the cluster forgot), every slot is served, and no
+/// acknowledged write is lost.
+#[tokio::test]
+async fn shards_removed_and_added_again_start_from_empty_volumes() {
+    let setup = OnRealNode::install("real-redis-shards", CHART, &[]).await;
+    create_ready(&setup, on_real_node(support::cluster_spec(3, 1)), 6, 0).await;
+    let password = generated_password(&setup.admin, &setup.ns, CLUSTER).await;
+    let client = Arc::new(ClusterClient::new(node_addresses(&setup, 6).await, &password));
+    let writer = start_writer({
+        let client = client.clone();
+        move |key, value| {
+            let client = client.clone();
+            async move { client.set(&key, &value).await.is_ok() }
+        }
+    });
+    let removed_claims = [
+        format!("data-{}", node_name(CLUSTER, 6)),
+        format!("data-{}", node_name(CLUSTER, 7)),
+    ];
+    let mut first_volumes = Vec::new();
+
+    for shards in [4, 3, 4] {
+        clusters(&setup)
+            .patch(
+                CLUSTER,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"spec": {"shards": shards}})),
+            )
+            .await
+            .unwrap();
+        let nodes = shards * 2;
+        support::ready(&clusters(&setup), CLUSTER, nodes).await;
+        setup
+            .members_ready(NODES, nodes as usize, Duration::from_secs(120))
+            .await;
+        match first_volumes.is_empty() {
+            true => {
+                for claim in &removed_claims {
+                    first_volumes.push(setup.claim_uid(claim).await);
+                }
+            }
+            false if shards == 3 => {
+                for claim in &removed_claims {
+                    setup.claim_deleted(claim, Duration::from_secs(60)).await;
+                }
+            }
+            false => {
+                for (claim, first) in removed_claims.iter().zip(&first_volumes) {
+                    assert_ne!(
+                        &setup.claim_uid(claim).await,
+                        first,
+                        "{claim}: the old volume came back"
+                    );
+                }
+            }
+        }
+    }
+
+    let history = writer.stop().await;
+    let reader = ClusterClient::new(node_addresses(&setup, 8).await, &password);
+    let checked = check_history(&history, |key| {
+        let reader = &reader;
+        async move { reader.get(&key).await.unwrap() }
+    })
+    .await;
+    eprintln!("{checked} acknowledged writes checked, none lost");
+    setup.remove().await;
+}
