@@ -30,8 +30,8 @@ use quorum_core::{
     backup::{ACCESS_KEY_ID_KEY, SECRET_ACCESS_KEY_KEY},
     naming::{child_name, label_selector, selector_labels, standard_labels},
     pod::{
-        data_claim, field_env, member_container_security, member_pod_security, memory_volume, mount,
-        value_env,
+        claim_retention, data_claim, field_env, member_container_security, member_pod_security,
+        memory_volume, mount, value_env,
     },
 };
 
@@ -665,6 +665,10 @@ fn statefulset(
                 }),
             },
             volume_claim_templates: persistent.then(|| vec![data_claim(&cluster.spec.storage)]),
+            // A node removed by a scale-down loses its volume: added again, it starts empty
+            // instead of with the `nodes.conf` of a node id the cluster has forgotten, or with
+            // keys of slots that have moved elsewhere since.
+            persistent_volume_claim_retention_policy: persistent.then(claim_retention),
             ..StatefulSetSpec::default()
         }),
         ..StatefulSet::default()
