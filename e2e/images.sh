@@ -30,6 +30,9 @@ ETCD_IMAGE=gcr.io/etcd-development/etcd:$ETCD_VERSION
 # operators default to, and Debian's packages carry the same versions).
 MARIADB_IMAGE=docker.io/library/mariadb:10.11.19
 REDIS_IMAGE=docker.io/library/redis:7.0.15
+# Not MongoDB: the replica-set simulator (e2e/src/mongo_sim) under the name and entry-point
+# contract of the official image, since no MongoDB server can be had here.
+MONGO_IMAGE=docker.io/library/mongo:7.0.14
 
 # Copies a static busybox and its applets into ROOTFS/bin (a shell for helper pods and for
 # `kubectl exec`).
@@ -159,6 +162,18 @@ build_engine_images() {
   debian_rootfs "$stage/redis" redis redis-server redis-sentinel redis-tools
   install -d -o 999 -g 999 "$stage/redis/data"
   pack "$REDIS_IMAGE" "$stage/redis" 0 /usr/bin/redis-server
+  # The simulator: its binary (the workspace's debug build) with the libraries it loads, a
+  # busybox for the entry point's shell and the init container's `install`, the uid 999 account.
+  (cd "$root" && cargo build --quiet -p quorum-e2e --bin mongo-sim >&2)
+  local mongo_sim=${CARGO_TARGET_DIR:-$root/target}/debug/mongo-sim
+  with_busybox "$stage/mongo"
+  with_libraries "$stage/mongo" "$mongo_sim"
+  mkdir -p "$stage/mongo/usr/local/bin"
+  mv "$stage/mongo$mongo_sim" "$stage/mongo/usr/local/bin/mongo-sim"
+  install -m 0755 "$here/images/mongo-sim-entrypoint.sh" "$stage/mongo/usr/local/bin/docker-entrypoint.sh"
+  with_users "$stage/mongo" 999
+  install -d -o 999 -g 999 "$stage/mongo/data/db"
+  pack "$MONGO_IMAGE" "$stage/mongo" 999 /usr/local/bin/docker-entrypoint.sh
   rm -rf "$stage"
 }
 
@@ -214,7 +229,7 @@ import() {
 case "${1:-}" in
   references) # NAME=REFERENCE lines, for the node's manifests
     echo "PAUSE_IMAGE=$PAUSE_IMAGE COREDNS_IMAGE=$COREDNS_IMAGE LOCAL_PATH_IMAGE=$LOCAL_PATH_IMAGE"
-    echo "HELPER_IMAGE=$HELPER_IMAGE ETCD_IMAGE=$ETCD_IMAGE MARIADB_IMAGE=$MARIADB_IMAGE REDIS_IMAGE=$REDIS_IMAGE" ;;
+    echo "HELPER_IMAGE=$HELPER_IMAGE ETCD_IMAGE=$ETCD_IMAGE MARIADB_IMAGE=$MARIADB_IMAGE REDIS_IMAGE=$REDIS_IMAGE MONGO_IMAGE=$MONGO_IMAGE" ;;
   build) build "${2:-all}" ;;
   import) import "${2:-all}" ;;
   *) echo "usage: $0 build|import [node|engines|operators|all]" >&2; exit 2 ;;

@@ -42,6 +42,9 @@ declare -A packages=(
   # Images as OCI layouts without a container engine (`cargo xtask image`, e2e/images.sh), and the
   # image test's look at the binaries inside them.
   [umoci]=umoci
+  # The MariaDB and Redis images' root file systems (e2e/images.sh) and the fresh-machine check's
+  # clean root (e2e/fresh-check.sh), from the configured Debian mirror.
+  [mmdebstrap]=mmdebstrap
   [file]=file
   # The real node: container runtime, CNI plugins, kube-proxy's and the kubelet's packet filter,
   # and a static busybox for the small helper images.

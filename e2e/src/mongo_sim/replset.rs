@@ -482,18 +482,17 @@ impl Node {
         let Some((name, port)) = host.rsplit_once(':') else {
             return false;
         };
-        let mine = port.parse::<u16>().ok() == Some(self.options.port) && {
-            if name.parse::<std::net::IpAddr>().is_ok() {
-                false
-            } else {
-                use std::net::ToSocketAddrs;
-                let wanted: Option<std::net::IpAddr> = self.options.bind_ip.parse().ok();
-                (name, self.options.port)
-                    .to_socket_addrs()
-                    .map(|mut addresses| addresses.any(|a| Some(a.ip()) == wanted))
-                    .unwrap_or(false)
-            }
+        if port.parse::<u16>().ok() != Some(self.options.port) || name.parse::<std::net::IpAddr>().is_ok() {
+            return false;
+        }
+        use std::net::ToSocketAddrs;
+        let wanted: Option<std::net::IpAddr> = self.options.bind_ip.parse().ok();
+        // A name that does not resolve yet (a pod's DNS record is published after it starts)
+        // is asked again next time, not remembered as someone else.
+        let Ok(mut addresses) = (name, self.options.port).to_socket_addrs() else {
+            return false;
         };
+        let mine = addresses.any(|a| Some(a.ip()) == wanted);
         self.me_cache.lock().expect("host cache").insert(host, mine);
         mine
     }

@@ -13,20 +13,16 @@ use etcd_client::{Client as EtcdClient, ConnectOptions};
 use etcd_operator::crd::{EtcdCluster, EtcdTls};
 use k8s_openapi::{
     ByteString,
-    api::{
-        apps::v1::StatefulSet,
-        core::v1::{Event, PersistentVolumeClaim, Pod, Secret},
-    },
+    api::{apps::v1::StatefulSet, core::v1::Secret},
 };
 use kube::{
     Api, Client,
-    api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams},
+    api::{ObjectMeta, Patch, PatchParams, PostParams},
 };
 use quorum_e2e::{
-    control_plane::{TestNamespace, admin_client},
-    helm::ChartRelease,
     history::{History, Writer},
     real_node::{self, STORAGE_CLASS},
+    real_pods::OnRealNode,
     wait,
 };
 
@@ -42,38 +38,7 @@ fn real_cluster(replicas: i32, tls: Option<EtcdTls>) -> EtcdCluster {
     EtcdCluster::new(CLUSTER, spec)
 }
 
-/// The member pods, by name.
-async fn member_pods(admin: &Client, namespace: &str) -> Vec<Pod> {
-    let selector = format!("app.kubernetes.io/instance={CLUSTER},app.kubernetes.io/component=member");
-    let mut pods = Api::<Pod>::namespaced(admin.clone(), namespace)
-        .list(&ListParams::default().labels(&selector))
-        .await
-        .unwrap()
-        .items;
-    pods.sort_by_key(|pod| pod.metadata.name.clone());
-    pods
-}
-
-/// Every member pod becomes Ready by its own probes, on the real node, with a pod-network address.
-async fn assert_members_ready_on_the_node(admin: &Client, namespace: &str, members: usize) {
-    let pods = wait::until(
-        &format!("{members} member pods Ready by their probes"),
-        Duration::from_secs(120),
-        || async {
-            let pods = member_pods(admin, namespace).await;
-            let ready = pods.iter().filter(|pod| real_node::pod_ready(pod)).count();
-            if pods.len() == members && ready == members {
-                Ok(pods)
-            } else {
-                Err(format!("{} pods, {ready} Ready", pods.len()))
-            }
-        },
-    )
-    .await;
-    for pod in &pods {
-        real_node::assert_on_real_node(pod);
-    }
-}
+const MEMBERS: &str = "app.kubernetes.io/instance=demo,app.kubernetes.io/component=member";
 
 /// A client of the cluster through its client Service's cluster IP, as an application in the
 /// cluster reaches it (retried while kube-proxy catches up with the endpoints).
@@ -97,55 +62,32 @@ async fn service_client(admin: &Client, namespace: &str) -> EtcdClient {
     .await
 }
 
-/// A test namespace with the etcd operator installed there by its chart, on the real node.
-struct OnRealNode {
-    admin: Client,
-    namespace: TestNamespace,
-    ns: String,
-    chart: ChartRelease,
-    clusters: Api<EtcdCluster>,
+/// The etcd operator installed by its chart in a new namespace, on the real node.
+async fn install(prefix: &str) -> OnRealNode {
+    OnRealNode::install(prefix, CHART, &["admissionPolicy=false"]).await
 }
 
-impl OnRealNode {
-    async fn install(prefix: &str) -> Self {
-        quorum_core::telemetry::init(quorum_core::config::LogFormat::Text);
-        let admin = admin_client().await;
-        let namespace = TestNamespace::create(&admin, prefix).await;
-        let ns = namespace.name().to_string();
-        let chart = ChartRelease::install_on_real_node(&admin, CHART, &ns, &["admissionPolicy=false"]).await;
-        let clusters = Api::namespaced(admin.clone(), &ns);
-        Self {
-            admin,
-            namespace,
-            ns,
-            chart,
-            clusters,
-        }
-    }
+fn clusters(setup: &OnRealNode) -> Api<EtcdCluster> {
+    Api::namespaced(setup.admin.clone(), &setup.ns)
+}
 
-    /// Creates `cluster` and waits until the operator reports it Ready with 3 members and their
-    /// pods are Ready by their own probes.
-    async fn create_ready(&self, cluster: &EtcdCluster) -> etcd_operator::crd::EtcdClusterStatus {
-        self.clusters
-            .create(&PostParams::default(), cluster)
-            .await
-            .unwrap();
-        let status = support::ready_with(&self.clusters, CLUSTER, 3, Duration::from_secs(240)).await;
-        assert_members_ready_on_the_node(&self.admin, &self.ns, 3).await;
-        status
-    }
-
-    async fn remove(self) {
-        self.chart.uninstall();
-        self.namespace.delete().await;
-    }
+/// Creates `cluster` and waits until the operator reports it Ready with 3 members and their
+/// pods are Ready by their own probes.
+async fn create_ready(setup: &OnRealNode, cluster: &EtcdCluster) -> etcd_operator::crd::EtcdClusterStatus {
+    clusters(setup)
+        .create(&PostParams::default(), cluster)
+        .await
+        .unwrap();
+    let status = support::ready_with(&clusters(setup), CLUSTER, 3, Duration::from_secs(240)).await;
+    setup.members_ready(MEMBERS, 3, Duration::from_secs(120)).await;
+    status
 }
 
 #[tokio::test]
 async fn the_chart_installed_operator_forms_a_cluster_of_real_members() {
-    let setup = OnRealNode::install("real-etcd").await;
+    let mut setup = install("real-etcd").await;
     let (admin, ns) = (setup.admin.clone(), setup.ns.clone());
-    let status = setup.create_ready(&real_cluster(3, None)).await;
+    let status = create_ready(&setup, &real_cluster(3, None)).await;
     assert!(status.leader.is_some(), "{status:?}");
 
     // The members' volumes come from the provisioner, bound to the real node.
@@ -184,30 +126,12 @@ async fn the_chart_installed_operator_forms_a_cluster_of_real_members() {
 
     // The operator container passes its own probes under the chart's security context; removing
     // the operator leaves the databases running.
-    setup.chart.uninstall();
-    let operator_pods = wait::until(
-        "the operator's pod gone after helm uninstall",
-        Duration::from_secs(60),
-        || async {
-            let pods = Api::<Pod>::namespaced(admin.clone(), &ns)
-                .list(&ListParams::default().labels("app.kubernetes.io/name=quorum-etcd-operator"))
-                .await
-                .map_err(|error| error.to_string())?
-                .items;
-            if pods.is_empty() {
-                Ok(pods)
-            } else {
-                Err(format!("{} left", pods.len()))
-            }
-        },
-    )
-    .await;
-    assert!(operator_pods.is_empty());
-    assert_members_ready_on_the_node(&admin, &ns, 3).await;
+    setup.uninstall_operator().await;
+    setup.members_ready(MEMBERS, 3, Duration::from_secs(30)).await;
     let read = client.get("greeting", None).await.unwrap();
     assert_eq!(read.kvs()[0].value_str().unwrap(), "hello from a real pod");
 
-    setup.namespace.delete().await;
+    setup.remove().await;
 }
 
 /// A certificate naming every member's DNS name, the client Service and loopback.
@@ -264,7 +188,7 @@ async fn members_with_client_peer_or_both_tls_form_and_pass_their_probes() {
         ("peer", false, true),
         ("both", true, true),
     ] {
-        let setup = OnRealNode::install(&format!("real-tls-{label}")).await;
+        let setup = install(&format!("real-tls-{label}")).await;
         let ns = setup.ns.clone();
         for (wanted, secret) in [(client_tls, "client-tls"), (peer_tls, "peer-tls")] {
             if wanted {
@@ -275,7 +199,7 @@ async fn members_with_client_peer_or_both_tls_form_and_pass_their_probes() {
             client_secret_name: client_tls.then(|| "client-tls".to_string()),
             peer_secret_name: peer_tls.then(|| "peer-tls".to_string()),
         };
-        let status = setup.create_ready(&real_cluster(3, Some(tls))).await;
+        let status = create_ready(&setup, &real_cluster(3, Some(tls))).await;
         assert!(status.leader.is_some(), "{label}: {status:?}");
 
         let member = format!("{CLUSTER}-0");
@@ -356,31 +280,22 @@ async fn scale(clusters: &Api<EtcdCluster>, replicas: i32) {
 /// refuses to start from), and no acknowledged write is lost.
 #[tokio::test]
 async fn members_removed_and_added_again_start_from_empty_volumes() {
-    let setup = OnRealNode::install("real-scale").await;
-    let (admin, ns, clusters) = (&setup.admin, setup.ns.clone(), &setup.clusters);
-    setup.create_ready(&real_cluster(3, None)).await;
+    let setup = install("real-scale").await;
+    let (admin, ns, clusters) = (&setup.admin, setup.ns.clone(), &clusters(&setup));
+    create_ready(&setup, &real_cluster(3, None)).await;
     let mut client = service_client(admin, &ns).await;
     let writer = start_writer(&client);
 
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(admin.clone(), &ns);
     let removed_claims = [format!("data-{CLUSTER}-3"), format!("data-{CLUSTER}-4")];
     for (replicas, members) in [(5, 5), (3, 3), (5, 5)] {
         scale(clusters, replicas).await;
         support::ready_with(clusters, CLUSTER, members, Duration::from_secs(300)).await;
-        assert_members_ready_on_the_node(admin, &ns, members).await;
+        setup
+            .members_ready(MEMBERS, members, Duration::from_secs(120))
+            .await;
         if members == 3 {
             for claim in &removed_claims {
-                wait::until(
-                    &format!("{claim} deleted with its member"),
-                    Duration::from_secs(60),
-                    || async {
-                        match claims.get_opt(claim).await.map_err(|error| error.to_string())? {
-                            None => Ok(()),
-                            Some(_) => Err("still there".to_string()),
-                        }
-                    },
-                )
-                .await;
+                setup.claim_deleted(claim, Duration::from_secs(60)).await;
             }
         }
     }
@@ -403,11 +318,6 @@ async fn members_removed_and_added_again_start_from_empty_volumes() {
     setup.remove().await;
 }
 
-/// The uid of a claim, to tell a volume kept from a new one.
-async fn claim_uid(claims: &Api<PersistentVolumeClaim>, claim: &str) -> String {
-    claims.get(claim).await.unwrap().metadata.uid.unwrap()
-}
-
 /// Member names and etcd member ids, as the operator reports them.
 async fn member_ids(clusters: &Api<EtcdCluster>) -> Vec<(String, Option<String>)> {
     let status = clusters.get(CLUSTER).await.unwrap().status.unwrap_or_default();
@@ -426,9 +336,9 @@ async fn member_ids(clusters: &Api<EtcdCluster>) -> Vec<(String, Option<String>)
 /// nothing, and no acknowledged write is lost.
 #[tokio::test]
 async fn a_killed_member_or_a_deleted_pod_rejoins_with_its_data_and_membership() {
-    let setup = OnRealNode::install("real-restart").await;
-    let (admin, ns, clusters) = (&setup.admin, setup.ns.clone(), &setup.clusters);
-    setup.create_ready(&real_cluster(3, None)).await;
+    let setup = install("real-restart").await;
+    let (admin, ns, clusters) = (&setup.admin, setup.ns.clone(), &clusters(&setup));
+    create_ready(&setup, &real_cluster(3, None)).await;
     let members_before = member_ids(clusters).await;
     assert!(
         members_before.iter().all(|(_, id)| id.is_some()),
@@ -436,80 +346,42 @@ async fn a_killed_member_or_a_deleted_pod_rejoins_with_its_data_and_membership()
     );
     let mut client = service_client(admin, &ns).await;
     let writer = start_writer(&client);
-    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(admin.clone(), &ns);
+    const MEMBERSHIP_STEPS: [&str; 4] = [
+        "RemovingMember",
+        "ReplacingMember",
+        "WipingMember",
+        "AddingMember",
+    ];
+    let steps_before = setup.occurrences(&MEMBERSHIP_STEPS).await;
 
     // The process dies; the pod, its address and its volume stay.
     let killed = format!("{CLUSTER}-1");
-    let pod = pods.get(&killed).await.unwrap();
-    let volume = claim_uid(&claims, &format!("data-{killed}")).await;
-    real_node::kill_container(&pod, "etcd");
-    wait::until(
-        &format!("{killed} restarted by the kubelet and Ready again"),
-        Duration::from_secs(120),
-        || async {
-            let now = pods.get(&killed).await.map_err(|error| error.to_string())?;
-            let restarts = real_node::restart_count(&now, "etcd");
-            if restarts >= 1 && real_node::pod_ready(&now) {
-                Ok(())
-            } else {
-                Err(format!(
-                    "restarts {restarts}, ready {}",
-                    real_node::pod_ready(&now)
-                ))
-            }
-        },
-    )
-    .await;
-    assert_eq!(pods.get(&killed).await.unwrap().metadata.uid, pod.metadata.uid);
+    let volume = setup.claim_uid(&format!("data-{killed}")).await;
+    setup
+        .kill_and_await_restart(&killed, "etcd", Duration::from_secs(120))
+        .await;
     support::ready_with(clusters, CLUSTER, 3, Duration::from_secs(120)).await;
-    assert_eq!(claim_uid(&claims, &format!("data-{killed}")).await, volume);
+    assert_eq!(setup.claim_uid(&format!("data-{killed}")).await, volume);
 
     // The pod goes; the StatefulSet makes a new one on the same claim.
     let deleted = format!("{CLUSTER}-2");
-    let pod = pods.get(&deleted).await.unwrap();
-    let volume = claim_uid(&claims, &format!("data-{deleted}")).await;
-    pods.delete(&deleted, &Default::default()).await.unwrap();
-    wait::until(
-        &format!("{deleted} re-created and Ready"),
-        Duration::from_secs(120),
-        || async {
-            let now = pods.get(&deleted).await.map_err(|error| error.to_string())?;
-            if now.metadata.uid != pod.metadata.uid && real_node::pod_ready(&now) {
-                Ok(())
-            } else {
-                Err("not yet".to_string())
-            }
-        },
-    )
-    .await;
+    let volume = setup.claim_uid(&format!("data-{deleted}")).await;
+    setup
+        .delete_and_await_recreated(&deleted, Duration::from_secs(120))
+        .await;
     support::ready_with(clusters, CLUSTER, 3, Duration::from_secs(120)).await;
-    assert_eq!(claim_uid(&claims, &format!("data-{deleted}")).await, volume);
+    assert_eq!(setup.claim_uid(&format!("data-{deleted}")).await, volume);
 
     assert_eq!(
         member_ids(clusters).await,
         members_before,
         "the membership changed"
     );
-    let events = Api::<Event>::namespaced(admin.clone(), &ns)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items;
-    let disruptive: Vec<_> = events
-        .iter()
-        .filter_map(|event| event.reason.as_deref())
-        .filter(|reason| {
-            [
-                "RemovingMember",
-                "ReplacingMember",
-                "WipingMember",
-                "AddingMember",
-            ]
-            .contains(reason)
-        })
-        .collect();
-    assert!(disruptive.is_empty(), "membership steps taken: {disruptive:?}");
+    assert_eq!(
+        setup.occurrences(&MEMBERSHIP_STEPS).await,
+        steps_before,
+        "membership steps taken"
+    );
 
     let history = writer.stop().await;
     let checked = check_history(&mut client, &history).await;

@@ -1,0 +1,274 @@
+//! What a user runs, on the real node: the operator installed by its chart runs as a container
+//! of its image, and the members are containers from the StatefulSet the operator builds (its
+//! init container, entry point contract, probes, security context and volumes), found through
+//! cluster DNS. The image is the replica-set simulator under the official image's name and entry
+//! point contract, not MongoDB: no MongoDB server can be had here (see the README).
+
+#[allow(dead_code)] // each test binary uses part of the support
+mod support;
+
+use std::{collections::BTreeMap, time::Duration};
+
+use kube::{Api, api::PostParams};
+use mongodb::bson::{Document, doc};
+use mongodb_operator::{
+    crd::{MongoDBReplicaSet, MongoDBReplicaSetStatus},
+    resources::member_name,
+};
+use quorum_e2e::{
+    history::{History, Writer},
+    real_node::{self, STORAGE_CLASS},
+    real_pods::OnRealNode,
+    wait,
+};
+
+const CHART: &str = "quorum-mongodb-operator";
+const SET: &str = "orders";
+const MEMBERS: &str =
+    "app.kubernetes.io/name=mongodb,app.kubernetes.io/instance=orders,app.kubernetes.io/component=member";
+const SERVER: &str = "mongod";
+
+async fn install(prefix: &str) -> OnRealNode {
+    OnRealNode::install(prefix, CHART, &["admissionPolicy=false"]).await
+}
+
+fn sets(setup: &OnRealNode) -> Api<MongoDBReplicaSet> {
+    Api::namespaced(setup.admin.clone(), &setup.ns)
+}
+
+/// Creates a set of `members` on the real node, on local-path volumes, and waits until the
+/// operator reports it Ready and every member pod is Ready by its own probes.
+async fn create_ready(setup: &OnRealNode, members: i32) -> MongoDBReplicaSetStatus {
+    let mut spec = support::spec(members);
+    spec.storage.storage_class_name = Some(STORAGE_CLASS.into());
+    spec.pod_template = Some(real_node::pod_overrides());
+    sets(setup)
+        .create(&PostParams::default(), &MongoDBReplicaSet::new(SET, spec))
+        .await
+        .unwrap();
+    let status = support::ready(&sets(setup), SET, members).await;
+    setup
+        .members_ready(MEMBERS, members as usize, Duration::from_secs(120))
+        .await;
+    status
+}
+
+/// A client logged in as the generated administrator, connected directly to member `pod` by its
+/// pod address (the members' configured names are cluster DNS names, which the host cannot
+/// resolve).
+async fn direct_client(setup: &OnRealNode, pod: &str) -> mongodb::Client {
+    let credentials = support::generated_credentials(&setup.admin, &setup.ns, SET).await;
+    let ip = setup
+        .pods()
+        .get(pod)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .pod_ip
+        .unwrap();
+    let uri = format!(
+        "mongodb://{}:{}@{ip}:27017/?directConnection=true&authSource=admin&serverSelectionTimeoutMS=20000",
+        credentials.username,
+        secrecy::ExposeSecret::expose_secret(&credentials.password),
+    );
+    mongodb::Client::with_uri_str(&uri).await.unwrap()
+}
+
+fn history_collection(client: &mongodb::Client) -> mongodb::Collection<Document> {
+    client.database("shop").collection("history")
+}
+
+/// A writer to the primary: one insert per interval with majority write concern, acknowledged
+/// when the server confirmed it.
+fn start_writer(primary: &mongodb::Client) -> Writer {
+    let collection = history_collection(primary);
+    Writer::start("history", Duration::from_millis(200), 3_000, move |key, value| {
+        let collection = collection.clone();
+        async move {
+            let insert = collection
+                .insert_one(doc! { "_id": key, "v": value })
+                .write_concern(mongodb::options::WriteConcern::majority());
+            tokio::time::timeout(Duration::from_secs(5), insert)
+                .await
+                .is_ok_and(|done| done.is_ok())
+        }
+    })
+}
+
+/// Checks that `member` holds every acknowledged write and nothing invented.
+async fn check_history(member: &mongodb::Client, history: &History) -> usize {
+    use futures::TryStreamExt;
+    let documents: Vec<Document> = history_collection(member)
+        .find(doc! {})
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    let mut held: BTreeMap<String, Option<String>> = documents
+        .iter()
+        .map(|document| {
+            (
+                document.get_str("_id").unwrap().to_string(),
+                document.get_str("v").ok().map(str::to_string),
+            )
+        })
+        .collect();
+    for operation in &history.operations {
+        held.entry(operation.key.clone()).or_insert(None);
+    }
+    let checked = history
+        .check(&held)
+        .unwrap_or_else(|violations| panic!("lost or invented writes: {violations:#?}"));
+    assert!(checked > 0, "the writer had no write acknowledged");
+    checked
+}
+
+#[tokio::test]
+async fn the_chart_installed_operator_forms_a_replica_set_of_real_pods() {
+    let mut setup = install("real-mongo").await;
+    let status = create_ready(&setup, 3).await;
+    let primary_pod = status.primary.clone().expect("a primary");
+    let primary = direct_client(&setup, &primary_pod).await;
+    history_collection(&primary)
+        .insert_one(doc! { "_id": "greeting", "v": "hello from a real pod" })
+        .write_concern(mongodb::options::WriteConcern::majority())
+        .await
+        .unwrap();
+
+    // The members run as uid 999, not root, from the image's entry point; logs and exec work.
+    let uid = real_node::exec(&setup.ns, &primary_pod, SERVER, &["id", "-u"]);
+    assert_eq!(uid.trim(), "999");
+    let log = real_node::logs(&setup.ns, &primary_pod, SERVER);
+    assert!(!log.trim().is_empty(), "no log from {primary_pod}");
+
+    // Removing the operator leaves the members serving.
+    setup.uninstall_operator().await;
+    setup.members_ready(MEMBERS, 3, Duration::from_secs(30)).await;
+    let found = history_collection(&primary)
+        .find_one(doc! { "_id": "greeting" })
+        .await
+        .unwrap();
+    assert_eq!(found.unwrap().get_str("v").unwrap(), "hello from a real pod");
+    setup.remove().await;
+}
+
+/// A secondary's server killed inside its container, then the other secondary's pod deleted:
+/// the kubelet restarts the one and the StatefulSet recreates the other on its volume; the
+/// operator changes no membership, and no majority-acknowledged write is lost.
+#[tokio::test]
+async fn a_killed_member_or_a_deleted_pod_rejoins_with_its_data() {
+    let setup = install("real-mongo-restart").await;
+    let status = create_ready(&setup, 3).await;
+    let primary_pod = status.primary.clone().expect("a primary");
+    let primary = direct_client(&setup, &primary_pod).await;
+    let writer = start_writer(&primary);
+    const MEMBERSHIP_STEPS: [&str; 4] = ["MemberAdded", "MemberRemoved", "MemberPromoted", "MemberDemoted"];
+    let steps_before = setup.occurrences(&MEMBERSHIP_STEPS).await;
+
+    let secondaries: Vec<String> = (0..3)
+        .map(|ordinal| member_name(SET, ordinal))
+        .filter(|name| *name != primary_pod)
+        .collect();
+    let volume = setup.claim_uid(&format!("data-{}", secondaries[0])).await;
+    setup
+        .kill_and_await_restart(&secondaries[0], SERVER, Duration::from_secs(120))
+        .await;
+    support::ready(&sets(&setup), SET, 3).await;
+    assert_eq!(setup.claim_uid(&format!("data-{}", secondaries[0])).await, volume);
+
+    let volume = setup.claim_uid(&format!("data-{}", secondaries[1])).await;
+    setup
+        .delete_and_await_recreated(&secondaries[1], Duration::from_secs(120))
+        .await;
+    support::ready(&sets(&setup), SET, 3).await;
+    assert_eq!(setup.claim_uid(&format!("data-{}", secondaries[1])).await, volume);
+    assert_eq!(
+        setup.occurrences(&MEMBERSHIP_STEPS).await,
+        steps_before,
+        "membership steps taken"
+    );
+
+    let history = writer.stop().await;
+    let checked = check_history(&primary, &history).await;
+    eprintln!("{checked} acknowledged writes checked, none lost");
+    setup.remove().await;
+}
+
+/// 3 -> 5 -> 3 -> 5 members under a steady writer: the members removed lose their volumes with
+/// their pods, so those added again under the same names start empty and sync from the set, and
+/// no majority-acknowledged write is lost.
+#[tokio::test]
+async fn members_removed_and_added_again_start_from_empty_volumes() {
+    let setup = install("real-mongo-scale").await;
+    let status = create_ready(&setup, 3).await;
+    let primary = direct_client(&setup, status.primary.as_deref().expect("a primary")).await;
+    let writer = start_writer(&primary);
+    let removed_claims = [
+        format!("data-{}", member_name(SET, 3)),
+        format!("data-{}", member_name(SET, 4)),
+    ];
+    let mut first_volumes = Vec::new();
+    for members in [5, 3, 5] {
+        wait::until("the scale accepted", Duration::from_secs(30), || async {
+            sets(&setup)
+                .patch(
+                    SET,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(serde_json::json!({"spec": {"members": members}})),
+                )
+                .await
+                .map(drop)
+                .map_err(|error| error.to_string())
+        })
+        .await;
+        support::ready(&sets(&setup), SET, members).await;
+        setup
+            .members_ready(MEMBERS, members as usize, Duration::from_secs(120))
+            .await;
+        if first_volumes.is_empty() {
+            for claim in &removed_claims {
+                first_volumes.push(setup.claim_uid(claim).await);
+            }
+        } else if members == 3 {
+            for claim in &removed_claims {
+                setup.claim_deleted(claim, Duration::from_secs(60)).await;
+            }
+        } else {
+            for (claim, first) in removed_claims.iter().zip(&first_volumes) {
+                assert_ne!(
+                    &setup.claim_uid(claim).await,
+                    first,
+                    "{claim}: the old volume came back"
+                );
+            }
+        }
+    }
+    let history = writer.stop().await;
+    let checked = check_history(&primary, &history).await;
+    eprintln!("{checked} acknowledged writes checked, none lost");
+    for ordinal in [3, 4] {
+        let added = direct_client(&setup, &member_name(SET, ordinal)).await;
+        wait::until(
+            &format!("{} holds the writes", member_name(SET, ordinal)),
+            Duration::from_secs(60),
+            || async {
+                let count = history_collection(&added)
+                    .count_documents(doc! {})
+                    .selection_criteria(mongodb::options::SelectionCriteria::ReadPreference(
+                        mongodb::options::ReadPreference::SecondaryPreferred { options: None },
+                    ))
+                    .await
+                    .map_err(|error| error.to_string())?;
+                if count as usize >= checked {
+                    Ok(())
+                } else {
+                    Err(format!("{count} documents"))
+                }
+            },
+        )
+        .await;
+    }
+    setup.remove().await;
+}
