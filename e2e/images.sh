@@ -168,6 +168,8 @@ build_engine_images() {
   local mongo_sim=${CARGO_TARGET_DIR:-$root/target}/debug/mongo-sim
   with_busybox "$stage/mongo"
   with_libraries "$stage/mongo" "$mongo_sim"
+  # Debian's busybox has no `install` applet: coreutils' own, for the key file's private copy.
+  with_libraries "$stage/mongo" /usr/bin/install
   mkdir -p "$stage/mongo/usr/local/bin"
   mv "$stage/mongo$mongo_sim" "$stage/mongo/usr/local/bin/mongo-sim"
   install -m 0755 "$here/images/mongo-sim-entrypoint.sh" "$stage/mongo/usr/local/bin/docker-entrypoint.sh"

@@ -40,6 +40,8 @@ fn sets(setup: &OnRealNode) -> Api<MongoDBReplicaSet> {
 /// operator reports it Ready and every member pod is Ready by its own probes.
 async fn create_ready(setup: &OnRealNode, members: i32) -> MongoDBReplicaSetStatus {
     let mut spec = support::spec(members);
+    // The release the operator defaults to, whose image the node holds.
+    spec.version = mongodb_operator::packaging::DEFAULT_MONGODB_IMAGE_TAG.into();
     spec.storage.storage_class_name = Some(STORAGE_CLASS.into());
     spec.pod_template = Some(real_node::pod_overrides());
     sets(setup)
