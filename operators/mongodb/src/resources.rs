@@ -31,8 +31,8 @@ use quorum_core::{
     config::MemberAddresses,
     naming::{child_name, label_selector, loopback_ip, selector_labels, standard_labels},
     pod::{
-        data_claim, generate_password, member_container_security, member_pod_security, memory_volume, mount,
-        value_env,
+        claim_retention, data_claim, generate_password, member_container_security, member_pod_security,
+        memory_volume, mount, value_env,
     },
 };
 
@@ -565,6 +565,10 @@ fn statefulset(
                 }),
             },
             volume_claim_templates: persistent.then(|| vec![data_claim(&replica_set.spec.storage)]),
+            // A member removed by a scale-down loses its volume: added again, it starts empty
+            // and syncs from the set, instead of with the data and configuration of a member
+            // the set has removed.
+            persistent_volume_claim_retention_policy: persistent.then(claim_retention),
             ..StatefulSetSpec::default()
         }),
         ..StatefulSet::default()
