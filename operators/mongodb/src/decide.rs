@@ -599,6 +599,31 @@ fn upgrading(desired: &Desired, observed: &Observed, config: &ReplConfig, primar
                 ),
             ));
         }
+        // A new pod is not yet a new server: the next restart waits until every restarted member
+        // reports the version itself, so it never rests on a process that is on its way out.
+        let not_yet_running: Vec<String> = observed
+            .members
+            .iter()
+            .filter(|member| member.pod_exists && config.member(&member.host).is_some())
+            .filter(|member| member.pod_version.as_deref() == Some(desired.version.as_str()))
+            .filter(|member| {
+                !member
+                    .server_version
+                    .as_deref()
+                    .is_some_and(|server| runs_version(server, &desired.version))
+            })
+            .map(|member| member.name.clone())
+            .collect();
+        if !not_yet_running.is_empty() {
+            return Some(wait(
+                "UpgradeWaiting",
+                format!(
+                    "the next member restarts for version {} once the restarted ones report it; not yet: {}",
+                    desired.version,
+                    not_yet_running.join(", ")
+                ),
+            ));
+        }
         if let Some(secondary) = stale.iter().find(|member| member.host != primary) {
             return Some(Step::Restart {
                 member: secondary.name.clone(),
@@ -628,6 +653,15 @@ fn upgrading(desired: &Desired, observed: &Observed, config: &ReplConfig, primar
     }
     observed.feature_compatibility.as_ref()?;
     Some(Step::SetFeatureCompatibility { release })
+}
+
+/// Whether a server reporting `server` runs the version asked for: the same version, or a patch
+/// of the release asked for (`8.0` is run by `8.0.3`).
+fn runs_version(server: &str, wanted: &str) -> bool {
+    server == wanted
+        || server
+            .strip_prefix(wanted)
+            .is_some_and(|rest| rest.starts_with('.'))
 }
 
 /// Steps the primary down when an electable secondary has caught up and every other member is
@@ -1101,7 +1135,21 @@ mod tests {
         assert_eq!(reason(&decide(&wanted, &observed)), "UpgradeWaiting");
 
         status_member(&mut observed, 1).state = MemberState::Secondary;
+        assert_eq!(
+            reason(&decide(&wanted, &observed)),
+            "UpgradeWaiting",
+            "a new pod whose server still reports the old version is not restarted yet"
+        );
+        observed.members[1].server_version = Some("8.0.3".into());
+        assert_eq!(
+            decide(&wanted, &observed),
+            Step::Restart {
+                member: "rs-2".into()
+            }
+        );
+
         observed.members[2].pod_version = Some("8.0".into());
+        observed.members[2].server_version = Some("8.0.3".into());
         match decide(&wanted, &observed) {
             Step::StepDown { member, reason, .. } => {
                 assert_eq!(member, "rs-0");
