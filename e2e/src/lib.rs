@@ -39,5 +39,6 @@ pub mod real_node;
 pub mod real_pods;
 pub mod redis;
 pub mod s3;
+pub mod tls;
 pub mod tools;
 pub mod wait;

@@ -112,6 +112,7 @@ impl MySqlClients {
                 *current_flavor == flavor
                     && current.user == credentials.user
                     && current.password.expose_secret() == credentials.password.expose_secret()
+                    && current.server_ca == credentials.server_ca
             });
             if !same {
                 by_cluster.insert(cluster.to_string(), (flavor, credentials));

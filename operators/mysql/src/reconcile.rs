@@ -172,6 +172,10 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, context: Arc<Context<State>>)
     ensure_generated_secret(&context, &cluster, replication_secret_name(&name), true).await?;
     let root_password = read_password(&context, &namespace, &root_secret_name(&cluster)).await?;
     let replication_password = read_password(&context, &namespace, &replication_secret_name(&name)).await?;
+    let server_ca = match &cluster.spec.tls {
+        Some(tls) => Some(read_server_ca(&context, &namespace, &tls.secret_name).await?),
+        None => None,
+    };
     state
         .clients
         .set_credentials(
@@ -180,6 +184,7 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, context: Arc<Context<State>>)
             Credentials {
                 user: "root".into(),
                 password: root_password,
+                server_ca,
             },
         )
         .await;
@@ -509,6 +514,29 @@ async fn ensure_generated_secret(
             .map_err(api(format!("creating Secret {name}")))?;
     }
     Ok(())
+}
+
+/// The CA certificate (`ca.crt`) of the TLS Secret `name`, which the operator verifies the
+/// members' certificates against; a missing Secret or key is an error naming it.
+async fn read_server_ca(context: &Context<State>, namespace: &str, name: &str) -> Result<Vec<u8>, Error> {
+    let secrets: Api<Secret> = Api::namespaced(context.client.clone(), namespace);
+    secrets
+        .get_opt(name)
+        .await
+        .map_err(api(format!("reading Secret {name}")))?
+        .ok_or_else(|| Error::Secret {
+            secret: format!("{namespace}/{name}"),
+            problem: "does not exist",
+        })?
+        .data
+        .unwrap_or_default()
+        .remove("ca.crt")
+        .map(|bytes| bytes.0)
+        .filter(|bytes| !bytes.is_empty())
+        .ok_or_else(|| Error::Secret {
+            secret: format!("{namespace}/{name}"),
+            problem: "has no (or an empty) `ca.crt`",
+        })
 }
 
 async fn read_password(context: &Context<State>, namespace: &str, name: &str) -> Result<SecretString, Error> {

@@ -23,6 +23,7 @@ const CONVERGE: Duration = Duration::from_secs(30);
 
 fn admin_as(processes: &MariaDbProcesses, index: usize, user: &str, password: &str) -> MySqlAdmin {
     let credentials = Credentials {
+        server_ca: None,
         user: user.to_string(),
         password: SecretString::from(password),
     };
@@ -694,6 +695,7 @@ async fn unreachable_servers_fail_fast() {
         }
     });
     let credentials = Credentials {
+        server_ca: None,
         user: "root".to_string(),
         password: SecretString::from(ROOT_PASSWORD),
     };

@@ -34,40 +34,14 @@ pub async fn ready_with(
     .await
 }
 
-/// A CA, and one certificate signed by it for `names` (DNS names or IP addresses) that serves and
-/// authenticates clients alike, as a `kubernetes.io/tls` Secret with `ca.crt` would hold it.
+/// A CA, and one certificate signed by it for `names` (DNS names or IP addresses), as the etcd
+/// operator's TLS clients take it.
 pub fn issue_certificate(names: Vec<String>, common_name: &str) -> etcd_operator::admin::TlsMaterial {
-    use rcgen::{
-        BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
-        KeyUsagePurpose,
-    };
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, format!("{common_name} CA"));
-    ca_params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let mut params = CertificateParams::new(names).unwrap();
-    params.distinguished_name.push(DnType::CommonName, common_name);
-    params.key_usages = vec![
-        KeyUsagePurpose::DigitalSignature,
-        KeyUsagePurpose::KeyEncipherment,
-    ];
-    params.extended_key_usages = vec![
-        ExtendedKeyUsagePurpose::ServerAuth,
-        ExtendedKeyUsagePurpose::ClientAuth,
-    ];
-    let cert = params.signed_by(&key, &ca).unwrap();
+    let issued = quorum_e2e::tls::issue_certificate(names, common_name);
     etcd_operator::admin::TlsMaterial {
-        ca_pem: ca.pem().into_bytes(),
-        cert_pem: cert.pem().into_bytes(),
-        key_pem: key.serialize_pem().into_bytes(),
+        ca_pem: issued.ca_pem,
+        cert_pem: issued.cert_pem,
+        key_pem: issued.key_pem,
     }
 }
 

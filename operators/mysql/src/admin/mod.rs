@@ -114,6 +114,9 @@ pub struct Credentials {
     pub user: String,
     /// Redacted in `Debug`.
     pub password: SecretString,
+    /// The CA (PEM) the servers' certificates are verified against. When present every
+    /// connection uses TLS: a server with `require_secure_transport` refuses any other.
+    pub server_ca: Option<Vec<u8>>,
 }
 
 /// A member's part in semi-synchronous replication.
@@ -231,6 +234,12 @@ impl MySqlAdmin {
             .pass(Some(credentials.password.expose_secret().to_string()))
             // TCP only, even to a loopback address: the server's socket may not be ours.
             .prefer_socket(false)
+            .ssl_opts(
+                credentials
+                    .server_ca
+                    .clone()
+                    .map(|ca| mysql_async::SslOpts::default().with_root_certs(vec![ca.into()])),
+            )
             .pool_opts(pool_options)
             // Literals are escaped with backslashes (dialect::quote_literal); make sure the
             // session honours them whatever the server's default sql_mode.
@@ -858,6 +867,7 @@ mod tests {
             tls: false,
         };
         let credentials = Credentials {
+            server_ca: None,
             user: "root".to_string(),
             password: SecretString::from("hunter3"),
         };
