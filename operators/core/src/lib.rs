@@ -11,6 +11,8 @@
 //! - [`rbac`]: the rules each operator declares for its generated RBAC;
 //! - [`pod`]: pieces of pod specs (downward-API environment, mounts, memory volumes, the data
 //!   claim, generated passwords);
+//! - [`predecessor`]: what a deleted cluster of the same name left (claims, a StatefulSet), which
+//!   holds a new cluster back until it is gone;
 //! - [`apply`]: server-side apply under one field manager per operator, with controller owner references;
 //! - [`conditions`]: `Ready`, `Progressing`, `Degraded` with `observedGeneration` and stable transition times;
 //! - [`status`]: reading `status` as stored at the start of a pass, writing it only when it changed;
@@ -35,6 +37,7 @@ pub mod leader;
 pub mod metrics;
 pub mod naming;
 pub mod pod;
+pub mod predecessor;
 pub mod rbac;
 pub mod runner;
 pub mod status;

@@ -43,6 +43,8 @@ pub fn rules() -> Vec<PolicyRule> {
         // upgrade, or to replace a member with an empty volume.
         rule("", &["pods"], &["list", "delete"]),
         rule("", &["persistentvolumeclaims"], &["delete"]),
+        // Claims listed to find a deleted cluster's leftovers (`quorum_core::predecessor`).
+        quorum_core::predecessor::rbac_rule(),
         // Events about the resources, through the de-duplicating recorder.
         rule("events.k8s.io", &["events"], &["create", "patch"]),
     ]

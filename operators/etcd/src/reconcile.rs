@@ -144,6 +144,22 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, context: Arc<Context<State>>) 
     let Some(cluster) = latest(&context.client, cluster.as_ref()).await? else {
         return Ok(Action::await_change());
     };
+    // A deleted cluster of the same name may have left its StatefulSet (for a few seconds) or its
+    // volumes (until a human removes them): nothing starts or is observed on them.
+    if quorum_core::predecessor::held_back(
+        &context.client,
+        &context.events,
+        cluster.as_ref(),
+        &[client_service_name(&name)],
+        cluster
+            .status
+            .as_ref()
+            .map_or(&[][..], |status| status.conditions.as_slice()),
+    )
+    .await?
+    {
+        return Ok(Action::requeue(quorum_core::predecessor::RECHECK));
+    }
     state
         .clients
         .set_tls(&key, client_tls(&context, &cluster).await?)

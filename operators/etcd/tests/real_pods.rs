@@ -389,3 +389,74 @@ async fn a_killed_member_or_a_deleted_pod_rejoins_with_its_data_and_membership()
 
     setup.remove().await;
 }
+
+/// A cluster deleted and created again under its name never starts on the deleted one's volumes:
+/// the operator holds it back, saying which claims to remove and how, and once a human has
+/// removed them the cluster forms empty.
+#[tokio::test]
+async fn a_cluster_created_again_under_its_name_never_starts_on_the_deleted_ones_volumes() {
+    let setup = install("real-recreate").await;
+    let (admin, ns, clusters) = (&setup.admin, setup.ns.clone(), &clusters(&setup));
+    create_ready(&setup, &real_cluster(3, None)).await;
+    let mut client = service_client(admin, &ns).await;
+    client.put("written-before", "old", None).await.unwrap();
+    drop(client);
+
+    clusters
+        .delete(CLUSTER, &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    wait::until("the deleted cluster gone", Duration::from_secs(60), || async {
+        match clusters.get_opt(CLUSTER).await.map_err(|e| e.to_string())? {
+            None => Ok(()),
+            Some(_) => Err("still there".to_string()),
+        }
+    })
+    .await;
+    clusters
+        .create(&PostParams::default(), &real_cluster(3, None))
+        .await
+        .unwrap();
+    let claims: Vec<String> = (0..3)
+        .map(|ordinal| format!("data-{CLUSTER}-{ordinal}"))
+        .collect();
+    let message = wait::until(
+        "the new cluster held back by the deleted one's claims",
+        Duration::from_secs(120),
+        || async {
+            let cluster = clusters.get(CLUSTER).await.map_err(|e| e.to_string())?;
+            let conditions = cluster.status.map(|s| s.conditions).unwrap_or_default();
+            let degraded = conditions.iter().find(|c| c.type_ == "Degraded");
+            match degraded {
+                Some(c)
+                    if c.status == "True"
+                        && c.reason == quorum_core::predecessor::REASON
+                        && claims.iter().all(|claim| c.message.contains(claim.as_str())) =>
+                {
+                    Ok(c.message.clone())
+                }
+                _ => Err(format!("{conditions:?}")),
+            }
+        },
+    )
+    .await;
+    assert!(message.contains("kubectl delete pvc"), "{message}");
+
+    // The human does what the condition says.
+    let mut delete = vec!["delete", "pvc", "-n", ns.as_str(), "--wait=false"];
+    delete.extend(claims.iter().map(String::as_str));
+    let (command, output) = real_node::kubectl(&delete);
+    assert!(output.status.success(), "{command}: {output:?}");
+    support::ready_with(clusters, CLUSTER, 3, Duration::from_secs(300)).await;
+    setup.members_ready(MEMBERS, 3, Duration::from_secs(120)).await;
+
+    let mut client = service_client(admin, &ns).await;
+    let read = client.get("written-before", None).await.unwrap();
+    assert!(
+        read.kvs().is_empty(),
+        "the deleted cluster's key is back: {:?}",
+        read.kvs()
+    );
+    client.put("written-after", "new", None).await.unwrap();
+    setup.remove().await;
+}

@@ -59,6 +59,8 @@ pub fn rules() -> Vec<PolicyRule> {
         // at a time for a rolling restart or upgrade (secondaries first, the primary after
         // stepping down).
         rule("", &["pods"], &["get", "list", "delete"]),
+        // Claims listed to find a deleted cluster's leftovers (`quorum_core::predecessor`).
+        quorum_core::predecessor::rbac_rule(),
         // Events about the resources, through the de-duplicating recorder.
         rule("events.k8s.io", &["events"], &["create", "patch"]),
     ]

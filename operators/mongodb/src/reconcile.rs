@@ -163,6 +163,25 @@ pub async fn reconcile(
     let Some(replica_set) = latest(&context.client, replica_set.as_ref()).await? else {
         return Ok(Action::await_change());
     };
+    // A deleted cluster of the same name may have left its StatefulSet (for a few seconds) or its
+    // volumes (until a human removes them): nothing starts or is observed on them.
+    if quorum_core::predecessor::held_back(
+        &context.client,
+        &context.events,
+        replica_set.as_ref(),
+        &[
+            crate::resources::statefulset_name(&replica_set.name_any()),
+            crate::resources::arbiter_statefulset_name(&replica_set.name_any()),
+        ],
+        replica_set
+            .status
+            .as_ref()
+            .map_or(&[][..], |status| status.conditions.as_slice()),
+    )
+    .await?
+    {
+        return Ok(Action::requeue(quorum_core::predecessor::RECHECK));
+    }
 
     // Credentials first: nothing can be observed or started without them.
     ensure_generated_secrets(&context, &replica_set).await?;

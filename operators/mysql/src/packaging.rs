@@ -54,6 +54,8 @@ pub fn rules() -> Vec<PolicyRule> {
         // Member pods: listed, and labelled with their role (primary or replica), which is what
         // the primary and replicas Services select.
         rule("", &["pods"], &["list", "patch"]),
+        // Claims listed to find a deleted cluster's leftovers (`quorum_core::predecessor`).
+        quorum_core::predecessor::rbac_rule(),
         // Events about the resources, through the de-duplicating recorder.
         rule("events.k8s.io", &["events"], &["create", "patch"]),
     ]

@@ -154,6 +154,25 @@ pub async fn reconcile(cluster: Arc<RedisCluster>, context: Arc<Context<State>>)
     let Some(cluster) = latest(&context.client, cluster.as_ref()).await? else {
         return Ok(Action::await_change());
     };
+    // A deleted cluster of the same name may have left its StatefulSet (for a few seconds) or its
+    // volumes (until a human removes them): nothing starts or is observed on them.
+    if quorum_core::predecessor::held_back(
+        &context.client,
+        &context.events,
+        cluster.as_ref(),
+        &[
+            crate::resources::statefulset_name(&name),
+            crate::resources::sentinel_statefulset_name(&name),
+        ],
+        cluster
+            .status
+            .as_ref()
+            .map_or(&[][..], |status| status.conditions.as_slice()),
+    )
+    .await?
+    {
+        return Ok(Action::requeue(quorum_core::predecessor::RECHECK));
+    }
 
     let forbidden = forbidden_config_keys(&cluster.spec.config);
     if !forbidden.is_empty() {
