@@ -11,6 +11,7 @@
 //! - [`rbac`]: the rules each operator declares for its generated RBAC;
 //! - [`pod`]: pieces of pod specs (downward-API environment, mounts, memory volumes, the data
 //!   claim, generated passwords);
+//! - [`pod_failures`]: member pods that cannot start, reported on their cluster's conditions and events;
 //! - [`predecessor`]: what a deleted cluster of the same name left (claims, a StatefulSet), which
 //!   holds a new cluster back until it is gone;
 //! - [`apply`]: server-side apply under one field manager per operator, with controller owner references;
@@ -37,6 +38,7 @@ pub mod leader;
 pub mod metrics;
 pub mod naming;
 pub mod pod;
+pub mod pod_failures;
 pub mod predecessor;
 pub mod rbac;
 pub mod runner;

@@ -40,6 +40,7 @@ use crate::{
     http::{self, Readiness},
     leader::{LeaderElector, LeaseTimings},
     metrics::Metrics,
+    pod_failures,
 };
 
 /// What every reconcile receives: the shared machinery plus the operator's own `state`
@@ -195,6 +196,51 @@ impl Runtime {
         F: Fn(Arc<K>, Arc<Context<S>>) -> Fut + Send + Sync + Clone + 'static,
         Fut: Future<Output = Result<Action, E>> + Send + 'static,
     {
+        self.controller_reporting(context, reconcile, false)
+    }
+
+    /// A controller for database clusters: as [`Runtime::controller`], and after every pass the
+    /// cluster's pods that cannot start are reported on it ([`crate::pod_failures`]).
+    pub fn cluster_controller<K, S, E, F, Fut>(
+        &self,
+        context: Arc<Context<S>>,
+        reconcile: F,
+    ) -> BoxFuture<'static, ()>
+    where
+        K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + Debug
+            + Send
+            + Sync
+            + 'static,
+        S: Send + Sync + 'static,
+        E: ReconcileError,
+        F: Fn(Arc<K>, Arc<Context<S>>) -> Fut + Send + Sync + Clone + 'static,
+        Fut: Future<Output = Result<Action, E>> + Send + 'static,
+    {
+        self.controller_reporting(context, reconcile, true)
+    }
+
+    fn controller_reporting<K, S, E, F, Fut>(
+        &self,
+        context: Arc<Context<S>>,
+        reconcile: F,
+        report_pods: bool,
+    ) -> BoxFuture<'static, ()>
+    where
+        K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + Debug
+            + Send
+            + Sync
+            + 'static,
+        S: Send + Sync + 'static,
+        E: ReconcileError,
+        F: Fn(Arc<K>, Arc<Context<S>>) -> Fut + Send + Sync + Clone + 'static,
+        Fut: Future<Output = Result<Action, E>> + Send + 'static,
+    {
         let scopes: Vec<Option<String>> = if self.config.watch_namespaces.is_empty() {
             vec![None]
         } else {
@@ -202,7 +248,7 @@ impl Runtime {
         };
         let controllers = scopes
             .into_iter()
-            .map(|namespace| self.controller_in(namespace, context.clone(), reconcile.clone()));
+            .map(|namespace| self.controller_in(namespace, context.clone(), reconcile.clone(), report_pods));
         let all = futures::future::join_all(controllers);
         Box::pin(async move {
             all.await;
@@ -214,6 +260,7 @@ impl Runtime {
         namespace: Option<String>,
         context: Arc<Context<S>>,
         reconcile: F,
+        report_pods: bool,
     ) -> BoxFuture<'static, ()>
     where
         K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
@@ -257,6 +304,7 @@ impl Runtime {
             );
         let controller_name = K::plural(&()).to_string();
         let retry = self.retry;
+        let operator = self.operator;
         let shutdown = self.shutdown.clone();
         let reconcile_name = controller_name.clone();
         let error_name = controller_name.clone();
@@ -274,7 +322,20 @@ impl Runtime {
                     async move {
                         let key = object_key(object.as_ref());
                         let started = std::time::Instant::now();
-                        let result = reconcile(object, context.clone()).await;
+                        let result = reconcile(object.clone(), context.clone()).await;
+                        if report_pods {
+                            // A report, never a reason to fail or retry the pass.
+                            let reported = pod_failures::report(
+                                &context.client,
+                                &context.events,
+                                object.as_ref(),
+                                operator,
+                            )
+                            .await;
+                            if let Err(error) = reported {
+                                tracing::warn!(object = %key, %error, "could not report failing pods");
+                            }
+                        }
                         context.metrics.observe_reconcile(&controller, started.elapsed());
                         match &result {
                             Ok(_) => {

@@ -94,7 +94,7 @@ async fn main() -> Result<(), RunError> {
         },
     };
     let context = runtime.context(state);
-    let clusters = runtime.controller::<EtcdCluster, _, _, _, _>(context.clone(), reconcile);
+    let clusters = runtime.cluster_controller::<EtcdCluster, _, _, _, _>(context.clone(), reconcile);
     let backups = runtime.controller::<EtcdBackup, _, _, _, _>(context, reconcile_backup);
     runtime.run(vec![clusters, backups]).await
 }

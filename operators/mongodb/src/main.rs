@@ -46,7 +46,7 @@ async fn main() -> Result<(), RunError> {
         },
     };
     let context = runtime.context(state);
-    let sets = runtime.controller::<MongoDBReplicaSet, _, _, _, _>(context.clone(), reconcile);
+    let sets = runtime.cluster_controller::<MongoDBReplicaSet, _, _, _, _>(context.clone(), reconcile);
     let backups = runtime.controller::<MongoDBBackup, _, _, _, _>(context.clone(), reconcile_backup);
     runtime.run(vec![sets, backups]).await
 }

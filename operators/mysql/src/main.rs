@@ -49,7 +49,7 @@ async fn main() -> Result<(), RunError> {
         },
     };
     let context = runtime.context(state);
-    let clusters = runtime.controller::<MySQLCluster, _, _, _, _>(context.clone(), reconcile);
+    let clusters = runtime.cluster_controller::<MySQLCluster, _, _, _, _>(context.clone(), reconcile);
     let backups = runtime.controller::<MySQLBackup, _, _, _, _>(context, reconcile_backup);
     runtime.run(vec![clusters, backups]).await
 }

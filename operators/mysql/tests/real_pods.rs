@@ -440,3 +440,65 @@ async fn members_with_tls_form_and_refuse_unencrypted_clients() {
     .await;
     setup.remove().await;
 }
+
+/// Members whose server cannot start (here a setting the server does not know) are reported on
+/// the cluster: the `PodsFailing` condition and a warning event name each pod, its container
+/// and the kubelet's reason, and no primary is chosen among them.
+#[tokio::test]
+async fn members_that_cannot_start_are_named_in_the_clusters_condition_and_events() {
+    let setup = OnRealNode::install("real-mysql-crash", CHART, &[]).await;
+    support::create_app_secret(&setup.admin, &setup.ns).await;
+    let mut cluster = real_cluster(3);
+    cluster
+        .spec
+        .config
+        .insert("no-such-server-setting".into(), "1".into());
+    let clusters: Api<MySQLCluster> = Api::namespaced(setup.admin.clone(), &setup.ns);
+    clusters.create(&PostParams::default(), &cluster).await.unwrap();
+
+    let message = wait::until(
+        "the crash loop of shop-0 in the cluster's conditions",
+        Duration::from_secs(180),
+        || async {
+            let cluster = clusters.get(CLUSTER).await.map_err(|e| e.to_string())?;
+            let conditions = cluster.status.map(|s| s.conditions).unwrap_or_default();
+            match conditions
+                .iter()
+                .find(|c| c.type_ == quorum_core::pod_failures::CONDITION)
+            {
+                Some(c) if c.status == "True" && c.message.contains(&format!("pod {}", member(0))) => {
+                    Ok(c.message.clone())
+                }
+                _ => Err(format!("{conditions:?}")),
+            }
+        },
+    )
+    .await;
+    eprintln!("PodsFailing: {message}");
+    assert!(
+        message.contains("CrashLoopBackOff") || message.contains("Error"),
+        "{message}"
+    );
+    let (_, output) = real_node::kubectl(&[
+        "get",
+        "events",
+        "-n",
+        &setup.ns,
+        "--field-selector",
+        &format!(
+            "involvedObject.name={CLUSTER},reason={}",
+            quorum_core::pod_failures::EVENT_REASON
+        ),
+        "-o",
+        "jsonpath={.items[*].message}",
+    ]);
+    let events = String::from_utf8_lossy(&output.stdout);
+    assert!(events.contains(&format!("pod {}", member(0))), "{events}");
+
+    let status = clusters.get(CLUSTER).await.unwrap().status.unwrap_or_default();
+    assert_eq!(
+        status.primary, None,
+        "no primary chosen among members that never started"
+    );
+    setup.remove().await;
+}

@@ -87,7 +87,7 @@ async fn main() -> Result<(), RunError> {
         },
     };
     let context = runtime.context(state);
-    let clusters = runtime.controller::<RedisCluster, _, _, _, _>(context.clone(), reconcile);
+    let clusters = runtime.cluster_controller::<RedisCluster, _, _, _, _>(context.clone(), reconcile);
     let backups = runtime.controller::<RedisBackup, _, _, _, _>(context.clone(), reconcile_backup);
     runtime.run(vec![clusters, backups]).await
 }

@@ -104,7 +104,7 @@ fn start_configured(
         },
     };
     let context = runtime.context(state);
-    let clusters = runtime.controller::<EtcdCluster, _, _, _, _>(context.clone(), reconcile);
+    let clusters = runtime.cluster_controller::<EtcdCluster, _, _, _, _>(context.clone(), reconcile);
     let backups = runtime.controller::<EtcdBackup, _, _, _, _>(context.clone(), reconcile_backup);
     let shutdown = runtime.shutdown_token();
     let task = tokio::spawn(runtime.run(vec![clusters, backups]));

@@ -87,7 +87,7 @@ pub fn start_operator_with(client: kube::Client, namespace: &str, leader_elect: 
         },
     };
     let context = runtime.context(state);
-    let sets = runtime.controller::<MongoDBReplicaSet, _, _, _, _>(context.clone(), reconcile);
+    let sets = runtime.cluster_controller::<MongoDBReplicaSet, _, _, _, _>(context.clone(), reconcile);
     let backups = runtime.controller::<MongoDBBackup, _, _, _, _>(context.clone(), reconcile_backup);
     let shutdown = runtime.shutdown_token();
     let task = tokio::spawn(runtime.run(vec![sets, backups]));

@@ -94,7 +94,7 @@ pub fn start_operator_with(client: kube::Client, namespace: &str, leader_elect: 
         },
     };
     let context = runtime.context(state);
-    let clusters = runtime.controller::<MySQLCluster, _, _, _, _>(context.clone(), reconcile);
+    let clusters = runtime.cluster_controller::<MySQLCluster, _, _, _, _>(context.clone(), reconcile);
     let backups = runtime.controller::<MySQLBackup, _, _, _, _>(context.clone(), reconcile_backup);
     let shutdown = runtime.shutdown_token();
     let task = tokio::spawn(runtime.run(vec![clusters, backups]));

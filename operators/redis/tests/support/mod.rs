@@ -93,7 +93,7 @@ pub fn start_operator_with(client: kube::Client, namespace: &str, leader_elect: 
         },
     };
     let context = runtime.context(state);
-    let clusters = runtime.controller::<RedisCluster, _, _, _, _>(context.clone(), reconcile);
+    let clusters = runtime.cluster_controller::<RedisCluster, _, _, _, _>(context.clone(), reconcile);
     let backups = runtime.controller::<RedisBackup, _, _, _, _>(context.clone(), reconcile_backup);
     let shutdown = runtime.shutdown_token();
     let task = tokio::spawn(runtime.run(vec![clusters, backups]));

@@ -1,0 +1,349 @@
+//! Member pods that cannot start (an image that cannot be pulled, a container in a crash loop,
+//! a pod no node can take), reported on the cluster that owns them.
+//!
+//! The admin layer sees such a member only as unreachable, which is rightly not "down"; the
+//! kubelet knows why. So after every pass the cluster's `PodsFailing` condition and a warning
+//! event carry each failing pod's name, container and the kubelet's reason, where `kubectl get`
+//! and `kubectl describe` on the cluster show them.
+
+use k8s_openapi::{
+    NamespaceResourceScope,
+    api::core::v1::{ContainerStatus, Pod},
+    apimachinery::pkg::apis::meta::v1::Condition,
+    jiff::Timestamp,
+};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams},
+};
+
+use crate::{
+    Error,
+    conditions::{ConditionUpdate, set_condition},
+    events::{EventPublisher, Severity},
+};
+
+/// The condition type: `True` while some pod of the cluster cannot start.
+pub const CONDITION: &str = "PodsFailing";
+/// The event reason of a failing pod.
+pub const EVENT_REASON: &str = "PodFailing";
+
+/// Waiting reasons of a container that will not start without a change by a human (or that
+/// keeps crashing): not the short, normal ones (`ContainerCreating`, `PodInitializing`).
+const FAILING_WAITING_REASONS: &[&str] = &[
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "ErrImageNeverPull",
+    "InvalidImageName",
+    "CrashLoopBackOff",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "RunContainerError",
+    "StartError",
+];
+
+/// One pod that cannot start, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodFailure {
+    pub pod: String,
+    /// The container (init containers included); `None` when the pod itself is not placed.
+    pub container: Option<String>,
+    /// The kubelet's or scheduler's reason (`ImagePullBackOff`, `CrashLoopBackOff`, `Unschedulable`).
+    pub reason: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for PodFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.container {
+            Some(container) => write!(f, "pod {} container {}: {}", self.pod, container, self.reason)?,
+            None => write!(f, "pod {}: {}", self.pod, self.reason)?,
+        }
+        if !self.message.is_empty() {
+            write!(f, " ({})", self.message)?;
+        }
+        Ok(())
+    }
+}
+
+/// The pods among `pods` that cannot start, in pod-name order.
+pub fn failures(pods: &[Pod]) -> Vec<PodFailure> {
+    let mut found = Vec::new();
+    for pod in pods {
+        let name = pod.name_any();
+        let Some(status) = &pod.status else { continue };
+        let unschedulable = status.conditions.iter().flatten().find(|condition| {
+            condition.type_ == "PodScheduled"
+                && condition.status == "False"
+                && condition.reason.as_deref() == Some("Unschedulable")
+        });
+        if let Some(condition) = unschedulable {
+            found.push(PodFailure {
+                pod: name.clone(),
+                container: None,
+                reason: "Unschedulable".into(),
+                message: condition.message.clone().unwrap_or_default(),
+            });
+            continue;
+        }
+        let containers = status
+            .init_container_statuses
+            .iter()
+            .flatten()
+            .chain(status.container_statuses.iter().flatten());
+        found.extend(containers.filter_map(|container| failing(&name, container)));
+    }
+    found.sort_by(|a, b| (&a.pod, &a.container).cmp(&(&b.pod, &b.container)));
+    found
+}
+
+fn failing(pod: &str, container: &ContainerStatus) -> Option<PodFailure> {
+    let waiting = container.state.as_ref()?.waiting.as_ref()?;
+    let reason = waiting.reason.as_deref()?;
+    FAILING_WAITING_REASONS.contains(&reason).then(|| PodFailure {
+        pod: pod.to_string(),
+        container: Some(container.name.clone()),
+        reason: reason.to_string(),
+        message: waiting.message.clone().unwrap_or_default(),
+    })
+}
+
+/// The `PodsFailing` condition for `failures`; `None` when nothing fails and the condition was
+/// never set (a healthy cluster does not carry it).
+pub fn condition(failures: &[PodFailure], current: &[Condition]) -> Option<ConditionUpdate> {
+    let Some(first) = failures.first() else {
+        return current
+            .iter()
+            .any(|condition| condition.type_ == CONDITION)
+            .then(|| {
+                ConditionUpdate::new(CONDITION, false, "NoneFailing", "every pod of the cluster starts")
+            });
+    };
+    let listed: Vec<String> = failures.iter().map(ToString::to_string).collect();
+    Some(ConditionUpdate::new(
+        CONDITION,
+        true,
+        first.reason.clone(),
+        format!(
+            "{}; these members stay unreachable to the operator until they start: fix the image, \
+             the configuration or the node (`kubectl describe pod` shows the details)",
+            listed.join("; ")
+        ),
+    ))
+}
+
+/// Lists the pods of `cluster` (labelled with its instance and managed by `operator`), records
+/// the `PodsFailing` condition on it, and publishes a warning event while some fail.
+///
+/// # Errors
+/// [`Error::Read`] when the pods or the cluster cannot be read, [`Error::PatchStatus`] when the
+/// condition cannot be written.
+pub async fn report<K>(
+    client: &Client,
+    events: &EventPublisher,
+    cluster: &K,
+    operator: &str,
+) -> Result<(), Error>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>,
+{
+    let kind = K::kind(&()).to_string();
+    let name = cluster.name_any();
+    let namespace = cluster.namespace().ok_or_else(|| Error::MissingField {
+        kind: kind.clone(),
+        field: "metadata.namespace",
+    })?;
+    let read = |what: &str| {
+        let (kind, name) = (what.to_string(), name.clone());
+        move |source| Error::Read { kind, name, source }
+    };
+    let selector = format!("app.kubernetes.io/instance={name},app.kubernetes.io/managed-by={operator}");
+    let pods = Api::<Pod>::namespaced(client.clone(), &namespace)
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(read("Pod"))?
+        .items;
+    let failures = failures(&pods);
+
+    // The conditions as stored now, after the pass's own status write.
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &namespace, &ApiResource::erase::<K>(&()));
+    let Some(latest) = api.get_opt(&name).await.map_err(read(&kind))? else {
+        return Ok(());
+    };
+    let current: Vec<Condition> =
+        serde_json::from_value(latest.data["status"]["conditions"].clone()).unwrap_or_default();
+    if let Some(update) = condition(&failures, &current) {
+        let mut conditions = current.clone();
+        set_condition(
+            &mut conditions,
+            update,
+            latest.meta().generation,
+            Timestamp::now(),
+        );
+        if conditions != current {
+            // The resource version makes the write conditional: a status written meanwhile
+            // wins, and the next pass reports again.
+            let patch = serde_json::json!({
+                "metadata": {"resourceVersion": latest.resource_version()},
+                "status": {"conditions": conditions},
+            });
+            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(|source| Error::PatchStatus {
+                    kind: kind.clone(),
+                    name: name.clone(),
+                    source,
+                })?;
+        }
+    }
+    for failure in &failures {
+        events
+            .publish(
+                cluster,
+                Severity::Warning,
+                EVENT_REASON,
+                "Observe",
+                failure.to_string(),
+            )
+            .await;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{
+        ContainerState, ContainerStateRunning, ContainerStateWaiting, PodCondition, PodStatus,
+    };
+    use kube::api::ObjectMeta;
+
+    use super::*;
+
+    fn container(name: &str, waiting: Option<&str>) -> ContainerStatus {
+        ContainerStatus {
+            name: name.into(),
+            state: Some(match waiting {
+                Some(reason) => ContainerState {
+                    waiting: Some(ContainerStateWaiting {
+                        reason: Some(reason.into()),
+                        message: Some(format!("{reason} details")),
+                    }),
+                    ..ContainerState::default()
+                },
+                None => ContainerState {
+                    running: Some(ContainerStateRunning::default()),
+                    ..ContainerState::default()
+                },
+            }),
+            ..ContainerStatus::default()
+        }
+    }
+
+    fn pod(name: &str, status: PodStatus) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..ObjectMeta::default()
+            },
+            status: Some(status),
+            ..Pod::default()
+        }
+    }
+
+    #[test]
+    fn pods_that_cannot_start_are_named_with_their_container_and_reason() {
+        let pods = vec![
+            pod(
+                "shop-2",
+                PodStatus {
+                    container_statuses: Some(vec![container("mysqld", Some("CrashLoopBackOff"))]),
+                    ..PodStatus::default()
+                },
+            ),
+            pod(
+                "shop-0",
+                PodStatus {
+                    container_statuses: Some(vec![container("mysqld", None)]),
+                    ..PodStatus::default()
+                },
+            ),
+            pod(
+                "shop-1",
+                PodStatus {
+                    init_container_statuses: Some(vec![container("init", Some("ImagePullBackOff"))]),
+                    container_statuses: Some(vec![container("mysqld", Some("PodInitializing"))]),
+                    ..PodStatus::default()
+                },
+            ),
+            pod(
+                "shop-3",
+                PodStatus {
+                    conditions: Some(vec![PodCondition {
+                        type_: "PodScheduled".into(),
+                        status: "False".into(),
+                        reason: Some("Unschedulable".into()),
+                        message: Some("0/4 nodes are available".into()),
+                        ..PodCondition::default()
+                    }]),
+                    ..PodStatus::default()
+                },
+            ),
+            pod(
+                "shop-4",
+                PodStatus {
+                    container_statuses: Some(vec![container("mysqld", Some("ContainerCreating"))]),
+                    ..PodStatus::default()
+                },
+            ),
+        ];
+        let found: Vec<(String, Option<String>, String)> = failures(&pods)
+            .into_iter()
+            .map(|f| (f.pod, f.container, f.reason))
+            .collect();
+        assert_eq!(
+            found,
+            vec![
+                ("shop-1".into(), Some("init".into()), "ImagePullBackOff".into()),
+                ("shop-2".into(), Some("mysqld".into()), "CrashLoopBackOff".into()),
+                ("shop-3".into(), None, "Unschedulable".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_condition_names_every_failing_pod_and_is_cleared_once_set() {
+        let failing = vec![PodFailure {
+            pod: "shop-1".into(),
+            container: Some("mysqld".into()),
+            reason: "ImagePullBackOff".into(),
+            message: "Back-off pulling image \"mariadb:nope\"".into(),
+        }];
+        let update = condition(&failing, &[]).unwrap();
+        assert!(update.status);
+        assert_eq!(update.reason, "ImagePullBackOff");
+        assert!(
+            update.message.starts_with(
+                "pod shop-1 container mysqld: ImagePullBackOff (Back-off pulling image \"mariadb:nope\")"
+            ),
+            "{}",
+            update.message
+        );
+        assert_eq!(
+            condition(&[], &[]),
+            None,
+            "a healthy cluster does not carry the condition"
+        );
+        let set = Condition {
+            type_: CONDITION.into(),
+            status: "True".into(),
+            reason: "ImagePullBackOff".into(),
+            message: String::new(),
+            observed_generation: None,
+            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()),
+        };
+        let cleared = condition(&[], &[set]).unwrap();
+        assert!(!cleared.status);
+        assert_eq!(cleared.reason, "NoneFailing");
+    }
+}
