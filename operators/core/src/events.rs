@@ -41,6 +41,24 @@ impl EventPublisher {
     where
         K: Resource<DynamicType = ()>,
     {
+        self.publish_related(object, None, severity, reason, action, note)
+            .await;
+    }
+
+    /// As [`EventPublisher::publish`], naming a second object the event is about (a member's
+    /// pod). Events are folded into a series by object, reason and action, and also by the
+    /// related object: one series per pod, so each pod's event keeps its own note.
+    pub async fn publish_related<K>(
+        &self,
+        object: &K,
+        related: Option<ObjectReference>,
+        severity: Severity,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) where
+        K: Resource<DynamicType = ()>,
+    {
         let reference: ObjectReference = object.object_ref(&());
         let event = Event {
             type_: match severity {
@@ -50,7 +68,7 @@ impl EventPublisher {
             reason: reason.to_string(),
             note: Some(note),
             action: action.to_string(),
-            secondary: None,
+            secondary: related,
         };
         if let Err(error) = self.recorder.publish(&event, &reference).await {
             tracing::warn!(%error, reason, "could not publish event");

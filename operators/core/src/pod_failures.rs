@@ -8,7 +8,7 @@
 
 use k8s_openapi::{
     NamespaceResourceScope,
-    api::core::v1::{ContainerStatus, Pod},
+    api::core::v1::{ContainerStatus, ObjectReference, Pod},
     apimachinery::pkg::apis::meta::v1::Condition,
     jiff::Timestamp,
 };
@@ -198,9 +198,17 @@ where
         }
     }
     for failure in &failures {
+        let pod = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some(failure.pod.clone()),
+            namespace: Some(namespace.clone()),
+            ..ObjectReference::default()
+        };
         events
-            .publish(
+            .publish_related(
                 cluster,
+                Some(pod),
                 Severity::Warning,
                 EVENT_REASON,
                 "Observe",

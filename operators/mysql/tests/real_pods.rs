@@ -479,21 +479,35 @@ async fn members_that_cannot_start_are_named_in_the_clusters_condition_and_event
         message.contains("CrashLoopBackOff") || message.contains("Error"),
         "{message}"
     );
-    let (_, output) = real_node::kubectl(&[
-        "get",
-        "events",
-        "-n",
-        &setup.ns,
-        "--field-selector",
-        &format!(
-            "involvedObject.name={CLUSTER},reason={}",
-            quorum_core::pod_failures::EVENT_REASON
-        ),
-        "-o",
-        "jsonpath={.items[*].message}",
-    ]);
-    let events = String::from_utf8_lossy(&output.stdout);
-    assert!(events.contains(&format!("pod {}", member(0))), "{events}");
+    // One event series per failing pod, published right after the condition is written: each
+    // member that cannot start is named in its own event (all three crash here).
+    let selector = format!(
+        "involvedObject.name={CLUSTER},reason={}",
+        quorum_core::pod_failures::EVENT_REASON
+    );
+    wait::until(
+        "a PodFailing event naming each member",
+        Duration::from_secs(30),
+        || async {
+            let (_, output) = real_node::kubectl(&[
+                "get",
+                "events",
+                "-n",
+                &setup.ns,
+                "--field-selector",
+                &selector,
+                "-o",
+                "jsonpath={.items[*].message}",
+            ]);
+            let events = String::from_utf8_lossy(&output.stdout).to_string();
+            if (0..3).all(|ordinal| events.contains(&format!("pod {} ", member(ordinal)))) {
+                Ok(())
+            } else {
+                Err(events)
+            }
+        },
+    )
+    .await;
 
     let status = clusters.get(CLUSTER).await.unwrap().status.unwrap_or_default();
     assert_eq!(

@@ -319,3 +319,83 @@ async fn shards_removed_and_added_again_start_from_empty_volumes() {
     eprintln!("{checked} acknowledged writes checked, none lost");
     setup.remove().await;
 }
+
+/// Replication mode, replicas 2 -> 1 -> 2 under a writer through the primary Service: the replica
+/// removed loses its volume with its pod, so the one added again starts empty and syncs from the
+/// primary; the primary is kept and no acknowledged write is lost.
+#[tokio::test]
+async fn a_replica_removed_and_added_again_starts_from_an_empty_volume() {
+    let setup = OnRealNode::install("real-redis-replicas", CHART, &[]).await;
+    let status = create_ready(&setup, on_real_node(support::replication_spec(2)), 3, 3).await;
+    let password = generated_password(&setup.admin, &setup.ns, CLUSTER).await;
+    let primary = service_connection(&setup, &primary_service_name(CLUSTER), &password).await;
+    let writer = start_writer({
+        let primary = primary.clone();
+        move |key, value| {
+            let mut primary = primary.clone();
+            async move { primary.set::<_, _, ()>(key, value).await.is_ok() }
+        }
+    });
+    let removed = node_name(CLUSTER, 2);
+    let claim = format!("data-{removed}");
+    let first_volume = setup.claim_uid(&claim).await;
+
+    for (replicas, nodes) in [(1, 2), (2, 3)] {
+        clusters(&setup)
+            .patch(
+                CLUSTER,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"spec": {"replicas": replicas}})),
+            )
+            .await
+            .unwrap();
+        support::ready(&clusters(&setup), CLUSTER, nodes).await;
+        setup
+            .members_ready(NODES, nodes as usize, Duration::from_secs(120))
+            .await;
+        if nodes == 2 {
+            setup.claim_deleted(&claim, Duration::from_secs(60)).await;
+        }
+    }
+    assert_ne!(
+        setup.claim_uid(&claim).await,
+        first_volume,
+        "{claim}: the old volume came back"
+    );
+    let now = clusters(&setup).get(CLUSTER).await.unwrap().status.unwrap();
+    assert_eq!(now.primary, status.primary, "the primary changed");
+
+    let history = writer.stop().await;
+    let checked = check_history(&history, |key| {
+        let mut primary = primary.clone();
+        async move { primary.get(key).await.unwrap() }
+    })
+    .await;
+    // The re-added replica holds exactly the primary's keys once it has synced.
+    let mut primary_conn = primary.clone();
+    let keys: usize = redis::cmd("DBSIZE").query_async(&mut primary_conn).await.unwrap();
+    let pods = setup.members_ready(NODES, 3, Duration::from_secs(60)).await;
+    let readded = pods
+        .iter()
+        .find(|pod| pod.metadata.name.as_deref() == Some(removed.as_str()))
+        .and_then(|pod| pod.status.as_ref()?.pod_ip.clone())
+        .expect("the re-added replica's address");
+    let address = SocketAddr::new(readded.parse().unwrap(), 6379);
+    wait::until("the re-added replica synced", Duration::from_secs(60), || async {
+        let mut connection = data_connection(address, &password)
+            .await
+            .map_err(|error| error.to_string())?;
+        let held: usize = redis::cmd("DBSIZE")
+            .query_async(&mut connection)
+            .await
+            .map_err(|error| error.to_string())?;
+        if held == keys {
+            Ok(())
+        } else {
+            Err(format!("{held} of {keys} keys"))
+        }
+    })
+    .await;
+    eprintln!("{checked} acknowledged writes checked, none lost");
+    setup.remove().await;
+}
