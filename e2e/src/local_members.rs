@@ -179,7 +179,8 @@ struct Running {
     pod_uid: String,
 }
 
-/// The running stand-in. Dropping it stops every process it started.
+/// The running stand-in. Dropping it stops every process it started and removes the members'
+/// data, unless the test is failing: then the data and logs stay for a human to read.
 pub struct LocalMembers {
     task: JoinHandle<()>,
     processes: Arc<Mutex<BTreeMap<(String, String), Running>>>,
@@ -254,7 +255,23 @@ impl Drop for LocalMembers {
                 let _ = running.child.start_kill();
             }
         }
+        if !std::thread::panicking() {
+            remove_state(&self.state);
+        }
     }
+}
+
+/// A killed server may still create a file while the tree is being removed, so a removal
+/// that failed is tried again a few times.
+fn remove_state(state: &Path) {
+    for _ in 0..5 {
+        match std::fs::remove_dir_all(state) {
+            Ok(()) => return,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return,
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+    tracing::warn!(state = %state.display(), "local members' data left behind");
 }
 
 async fn pass(
@@ -652,5 +669,24 @@ impl MemberLauncher for MongoLauncher {
             .env("MONGO_INITDB_ROOT_USERNAME", credentials.username)
             .env("MONGO_INITDB_ROOT_PASSWORD", credentials.password);
         Some(command)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn dropping_the_stand_in_removes_its_members_data() {
+        let state = std::env::temp_dir().join(format!("quorum-local-members-drop-{}", std::process::id()));
+        std::fs::create_dir_all(state.join("ns").join("main-0")).unwrap();
+        std::fs::write(state.join("ns").join("main-0").join("db"), b"data").unwrap();
+        quorum_core::install_crypto_provider();
+        // No API server answers here: the stand-in's passes fail, which is beside the point.
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = Client::try_from(config).unwrap();
+        let members = LocalMembers::start(client, MariaDbLauncher, state.clone(), Some("ns".into()));
+        drop(members);
+        assert!(!state.exists(), "{} is left behind", state.display());
     }
 }

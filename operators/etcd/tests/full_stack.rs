@@ -174,5 +174,4 @@ async fn a_real_cluster_forms_and_scales_three_to_five_to_three_keeping_its_keys
     operator.stop().await;
     drop(members);
     namespace.delete().await;
-    let _ = std::fs::remove_dir_all(state);
 }

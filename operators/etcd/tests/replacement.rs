@@ -159,5 +159,4 @@ async fn a_member_that_died_with_its_data_is_replaced_under_the_same_name() {
     operator.stop().await;
     drop(members);
     namespace.delete().await;
-    let _ = std::fs::remove_dir_all(state);
 }

@@ -681,5 +681,4 @@ async fn a_rolling_upgrade_restarts_one_member_at_a_time_the_leader_last_keeping
         .expect("the operator shuts down gracefully within a minute");
     drop(members);
     namespace.delete().await;
-    let _ = std::fs::remove_dir_all(state);
 }
