@@ -33,6 +33,9 @@ REDIS_IMAGE=docker.io/library/redis:7.0.15
 # Not MongoDB: the replica-set simulator (e2e/src/mongo_sim) under the name and entry-point
 # contract of the official image, since no MongoDB server can be had here.
 MONGO_IMAGE=docker.io/library/mongo:7.0.14
+# An S3-compatible store inside the cluster (gofakes3, in memory), for backups that the
+# operators' pods write and their members' init containers read. Tests only: not a product image.
+S3_IMAGE=localhost/quorum-e2e/gofakes3:$GOFAKES3_VERSION
 
 # Copies a static busybox and its applets into ROOTFS/bin (a shell for helper pods and for
 # `kubectl exec`).
@@ -176,6 +179,9 @@ build_engine_images() {
   with_users "$stage/mongo" 999
   install -d -o 999 -g 999 "$stage/mongo/data/db"
   pack "$MONGO_IMAGE" "$stage/mongo" 999 /usr/local/bin/docker-entrypoint.sh
+  local s3; s3=$("$here/toolchain/build.sh" s3)
+  mkdir -p "$stage/s3/usr/local/bin"; cp "$s3/gofakes3" "$stage/s3/usr/local/bin/"
+  pack "$S3_IMAGE" "$stage/s3" 65532 /usr/local/bin/gofakes3
   rm -rf "$stage"
 }
 
@@ -231,7 +237,7 @@ import() {
 case "${1:-}" in
   references) # NAME=REFERENCE lines, for the node's manifests
     echo "PAUSE_IMAGE=$PAUSE_IMAGE COREDNS_IMAGE=$COREDNS_IMAGE LOCAL_PATH_IMAGE=$LOCAL_PATH_IMAGE"
-    echo "HELPER_IMAGE=$HELPER_IMAGE ETCD_IMAGE=$ETCD_IMAGE MARIADB_IMAGE=$MARIADB_IMAGE REDIS_IMAGE=$REDIS_IMAGE MONGO_IMAGE=$MONGO_IMAGE" ;;
+    echo "HELPER_IMAGE=$HELPER_IMAGE ETCD_IMAGE=$ETCD_IMAGE MARIADB_IMAGE=$MARIADB_IMAGE REDIS_IMAGE=$REDIS_IMAGE MONGO_IMAGE=$MONGO_IMAGE S3_IMAGE=$S3_IMAGE" ;;
   build) build "${2:-all}" ;;
   import) import "${2:-all}" ;;
   *) echo "usage: $0 build|import [node|engines|operators|all]" >&2; exit 2 ;;

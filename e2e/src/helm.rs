@@ -145,6 +145,7 @@ impl ChartRelease {
         .await;
         if placement == Placement::RealNode {
             real_node::assert_on_real_node(&pod);
+            real_node::ProcessConfinement::of(&pod, "operator").assert_restricted("the operator's container");
         }
         assert_eq!(
             pod.spec.and_then(|spec| spec.service_account_name).as_deref(),

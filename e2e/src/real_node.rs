@@ -156,19 +156,109 @@ pub fn containerd_socket() -> std::path::PathBuf {
         .join("node/containerd/containerd.sock")
 }
 
-/// Kills the main process of `container` in `pod` with SIGKILL, as a crash or the kernel's OOM
-/// killer would, leaving the pod in place for the kubelet to restart the container.
-pub fn kill_container(pod: &Pod, container: &str) {
+/// The containerd id of `container` in `pod`.
+fn container_id(pod: &Pod, container: &str) -> String {
     let name = pod.metadata.name.as_deref().unwrap_or_default();
-    let id = pod
-        .status
+    pod.status
         .as_ref()
         .and_then(|status| status.container_statuses.as_ref())
         .and_then(|statuses| statuses.iter().find(|status| status.name == container))
         .and_then(|status| status.container_id.as_deref())
         .and_then(|id| id.strip_prefix("containerd://"))
         .unwrap_or_else(|| panic!("{name} has no running {container} container"))
-        .to_string();
+        .to_string()
+}
+
+/// The host process id of `container`'s main process in `pod` (`ctr tasks ls`).
+pub fn container_pid(pod: &Pod, container: &str) -> u32 {
+    let id = container_id(pod, container);
+    let socket = containerd_socket().display().to_string();
+    let (command, output) = run_tool(
+        std::path::Path::new("ctr"),
+        &["--address", &socket, "-n", "k8s.io", "tasks", "ls"],
+        None,
+    );
+    assert!(output.status.success(), "{}", transcript(&command, &output));
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .find_map(|line| {
+            let mut columns = line.split_whitespace();
+            (columns.next() == Some(id.as_str())).then(|| columns.next()?.parse().ok())?
+        })
+        .unwrap_or_else(|| panic!("containerd lists no task {id}: {}", transcript(&command, &output)))
+}
+
+/// What the kernel says of a container's main process: what the pod's security context promised,
+/// checked where it is enforced rather than in the pod's spec.
+#[derive(Debug)]
+pub struct ProcessConfinement {
+    /// Real, effective, saved and file-system user ids.
+    pub uids: Vec<u32>,
+    /// The effective capability set (hex, as `/proc/PID/status` writes it).
+    pub effective_capabilities: String,
+    pub no_new_privileges: bool,
+    /// The options of the container's root mount (`ro` when read-only).
+    pub root_mount_options: String,
+}
+
+impl ProcessConfinement {
+    /// Reads `/proc/PID/status` and `/proc/PID/mountinfo` of `container`'s main process in `pod`.
+    pub fn of(pod: &Pod, container: &str) -> Self {
+        let pid = container_pid(pod, container);
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap_or_else(|error| panic!("/proc/{pid}/status: {error}"));
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix(name))
+                .map(str::trim)
+                .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"))
+                .to_string()
+        };
+        let mountinfo = std::fs::read_to_string(format!("/proc/{pid}/mountinfo"))
+            .unwrap_or_else(|error| panic!("/proc/{pid}/mountinfo: {error}"));
+        // Fields: id, parent, major:minor, root, mount point, options, ...; the last mount on
+        // `/` is the one the process sees.
+        let root_mount_options = mountinfo
+            .lines()
+            .rev()
+            .map(|line| line.split_whitespace().collect::<Vec<_>>())
+            .find(|fields| fields.get(4) == Some(&"/"))
+            .and_then(|fields| fields.get(5).map(|options| options.to_string()))
+            .unwrap_or_else(|| panic!("no root mount in /proc/{pid}/mountinfo"));
+        Self {
+            uids: field("Uid:")
+                .split_whitespace()
+                .map(|uid| uid.parse().expect("a uid"))
+                .collect(),
+            effective_capabilities: field("CapEff:"),
+            no_new_privileges: field("NoNewPrivs:") == "1",
+            root_mount_options,
+        }
+    }
+
+    /// Asserts a non-root user, no capabilities, no privilege escalation and a read-only root.
+    pub fn assert_restricted(&self, what: &str) {
+        assert!(
+            !self.uids.is_empty() && self.uids.iter().all(|uid| *uid != 0),
+            "{what} runs as root: {self:?}"
+        );
+        assert!(
+            self.effective_capabilities.chars().all(|digit| digit == '0'),
+            "{what} holds capabilities: {self:?}"
+        );
+        assert!(self.no_new_privileges, "{what} may gain privileges: {self:?}");
+        assert!(
+            self.root_mount_options.split(',').any(|option| option == "ro"),
+            "{what}'s root file system is writable: {self:?}"
+        );
+    }
+}
+
+/// Kills the main process of `container` in `pod` with SIGKILL, as a crash or the kernel's OOM
+/// killer would, leaving the pod in place for the kubelet to restart the container.
+pub fn kill_container(pod: &Pod, container: &str) {
+    let id = container_id(pod, container);
     let socket = containerd_socket().display().to_string();
     let (command, output) = run_tool(
         std::path::Path::new("ctr"),
@@ -212,4 +302,42 @@ pub fn logs(namespace: &str, pod: &str, container: &str) -> String {
     let (command, output) = kubectl(&["logs", "-n", namespace, pod, "-c", container]);
     assert!(output.status.success(), "{}", transcript(&command, &output));
     String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ProcessConfinement;
+
+    fn confined() -> ProcessConfinement {
+        ProcessConfinement {
+            uids: vec![65532; 4],
+            effective_capabilities: "0000000000000000".into(),
+            no_new_privileges: true,
+            root_mount_options: "ro,relatime".into(),
+        }
+    }
+
+    #[test]
+    fn a_confined_process_passes() {
+        confined().assert_restricted("confined");
+    }
+
+    #[test]
+    fn each_broken_promise_is_caught() {
+        type Breaking = fn(&mut ProcessConfinement);
+        let broken: [(&str, Breaking); 4] = [
+            ("root", |c| c.uids[1] = 0),
+            ("capabilities", |c| {
+                c.effective_capabilities = "0000000000000400".into()
+            }),
+            ("privileges", |c| c.no_new_privileges = false),
+            ("writable", |c| c.root_mount_options = "rw,relatime".into()),
+        ];
+        for (what, breaking) in broken {
+            let mut confinement = confined();
+            breaking(&mut confinement);
+            let failed = std::panic::catch_unwind(|| confinement.assert_restricted(what)).is_err();
+            assert!(failed, "{what} passed");
+        }
+    }
 }

@@ -17,6 +17,56 @@ use crate::{
     real_node, wait,
 };
 
+/// The in-cluster S3 store's pod and Service.
+pub const S3_STORE: &str = "backups-s3";
+/// The Secret with the store's credentials (`accessKeyId`, `secretAccessKey`).
+pub const S3_CREDENTIALS: &str = "s3-credentials";
+const S3_PORT: u16 = 9000;
+
+/// An S3-compatible store in the test namespace ([`OnRealNode::deploy_s3_store`]).
+pub struct InClusterS3 {
+    /// What pods use: the Service's cluster DNS name.
+    pub endpoint: String,
+    /// What the test on the host uses: the Service's cluster IP.
+    pub host_endpoint: String,
+}
+
+impl InClusterS3 {
+    /// A backup destination in the store's bucket under `prefix`.
+    pub fn destination(&self, prefix: &str) -> quorum_core::crd::BackupDestination {
+        quorum_core::crd::BackupDestination {
+            s3: Some(quorum_core::crd::S3Destination {
+                bucket: crate::s3::DEFAULT_BUCKET.into(),
+                prefix: Some(prefix.into()),
+                endpoint: Some(self.endpoint.clone()),
+                region: None,
+                credentials_secret_name: S3_CREDENTIALS.into(),
+            }),
+            filesystem: None,
+        }
+    }
+
+    /// The keys of the objects stored under `prefix` (S3 `ListObjectsV2`; the store does not
+    /// check signatures, so a plain GET does).
+    pub async fn keys(&self, prefix: &str) -> Vec<String> {
+        let body = reqwest::get(format!(
+            "{}/{}?list-type=2&prefix={prefix}",
+            self.host_endpoint,
+            crate::s3::DEFAULT_BUCKET
+        ))
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .expect("list the store's objects")
+        .text()
+        .await
+        .expect("the listing's body");
+        body.split("<Key>")
+            .skip(1)
+            .filter_map(|rest| rest.split_once("</Key>").map(|(key, _)| key.to_string()))
+            .collect()
+    }
+}
+
 /// A test namespace with one operator installed there by its chart, running on the real node.
 pub struct OnRealNode {
     pub admin: Client,
@@ -90,6 +140,37 @@ impl OnRealNode {
             real_node::assert_on_real_node(pod);
         }
         pods
+    }
+
+    /// The sum of the operator's metric `name` over all its label sets, from its pod's own
+    /// `/metrics` (reached at the pod's address on the pod network); 0 when absent.
+    pub async fn operator_metric(&self, name: &str) -> Result<f64, String> {
+        let selector = format!("app.kubernetes.io/name={}", self.chart_name);
+        let pod = self
+            .pods_of(&selector)
+            .await
+            .into_iter()
+            .find(real_node::pod_ready)
+            .ok_or("no Ready operator pod")?;
+        let ip = pod
+            .status
+            .and_then(|status| status.pod_ip)
+            .ok_or("the operator's pod has no address")?;
+        let text = reqwest::get(format!("http://{ip}:8080/metrics"))
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .map_err(|error| error.to_string())?
+            .text()
+            .await
+            .map_err(|error| error.to_string())?;
+        Ok(text
+            .lines()
+            .filter(|line| {
+                line.strip_prefix(name)
+                    .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+            })
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum())
     }
 
     /// `helm uninstall`, then waits until the operator's pod is gone.
@@ -206,6 +287,74 @@ impl OnRealNode {
     }
 
     /// Removes the release and the namespace (and with it the clusters, pods and claims).
+    /// Runs an S3-compatible store (gofakes3, in memory, one bucket) as a pod on the real node
+    /// with a Service in front, and the credentials Secret backups name; waits until it serves.
+    /// The operator's pod writes backups there and the members' init containers read them, over
+    /// the pod network (plain HTTP: the chart needs `backups.allowHttp=true`).
+    pub async fn deploy_s3_store(&self) -> InClusterS3 {
+        let image = format!(
+            "localhost/quorum-e2e/gofakes3:{}",
+            crate::tools::pinned_version("GOFAKES3_VERSION")
+        );
+        let labels = serde_json::json!({ "app.kubernetes.io/name": S3_STORE });
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": S3_STORE, "labels": labels },
+            "spec": {
+                "nodeSelector": real_node::node_selector(),
+                "tolerations": real_node::tolerations(),
+                "securityContext": {
+                    "runAsNonRoot": true, "runAsUser": 65532, "seccompProfile": { "type": "RuntimeDefault" }
+                },
+                "containers": [{
+                    "name": "s3",
+                    "image": image,
+                    "imagePullPolicy": "IfNotPresent",
+                    "args": ["-backend", "memory", "-host", format!(":{S3_PORT}"),
+                             "-initialbucket", crate::s3::DEFAULT_BUCKET, "-quiet"],
+                    "ports": [{ "name": "s3", "containerPort": S3_PORT }],
+                    "readinessProbe": { "tcpSocket": { "port": S3_PORT }, "periodSeconds": 2 },
+                    "securityContext": {
+                        "allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
+                        "capabilities": { "drop": ["ALL"] }
+                    }
+                }]
+            }
+        }))
+        .expect("the store's pod");
+        let service: k8s_openapi::api::core::v1::Service = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": S3_STORE },
+            "spec": { "selector": labels, "ports": [{ "name": "s3", "port": S3_PORT }] }
+        }))
+        .expect("the store's Service");
+        let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": S3_CREDENTIALS },
+            "stringData": {
+                "accessKeyId": crate::s3::ACCESS_KEY_ID,
+                "secretAccessKey": crate::s3::SECRET_ACCESS_KEY
+            }
+        }))
+        .expect("the credentials Secret");
+        let create = kube::api::PostParams::default();
+        self.pods()
+            .create(&create, &pod)
+            .await
+            .expect("create the S3 store's pod");
+        Api::namespaced(self.admin.clone(), &self.ns)
+            .create(&create, &service)
+            .await
+            .expect("create the S3 store's Service");
+        Api::namespaced(self.admin.clone(), &self.ns)
+            .create(&create, &secret)
+            .await
+            .expect("create the S3 credentials Secret");
+        real_node::wait_pod_ready(&self.admin, &self.ns, S3_STORE, Duration::from_secs(120)).await;
+        let cluster_ip = real_node::cluster_ip(&self.admin, &self.ns, S3_STORE).await;
+        InClusterS3 {
+            endpoint: format!("http://{S3_STORE}.{}.svc.cluster.local:{S3_PORT}", self.ns),
+            host_endpoint: format!("http://{cluster_ip}:{S3_PORT}"),
+        }
+    }
+
     pub async fn remove(self) {
         if let Some(chart) = self.chart {
             chart.uninstall();

@@ -43,6 +43,7 @@ pub struct ChartValues {
     pub node_selector: std::collections::BTreeMap<String, String>,
     pub tolerations: Vec<serde_json::Value>,
     pub affinity: serde_json::Map<String, serde_json::Value>,
+    pub backups: Backups,
     /// Install the operator's ValidatingAdmissionPolicy (only charts that have one).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "bool")]
@@ -80,6 +81,14 @@ pub struct ServiceMonitor {
     /// Create a Prometheus Operator ServiceMonitor.
     pub enabled: bool,
     pub interval: String,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Backups {
+    /// Allow backups to plain-HTTP S3 endpoints (an in-cluster store without TLS). Credentials
+    /// and data then cross the network in clear text.
+    pub allow_http: bool,
 }
 
 #[derive(Serialize, JsonSchema)]
@@ -124,6 +133,7 @@ impl ChartValues {
             node_selector: Default::default(),
             tolerations: Vec::new(),
             affinity: Default::default(),
+            backups: Backups { allow_http: false },
             admission_policy: operator.admission_policy.as_ref().map(|_| true),
         }
     }

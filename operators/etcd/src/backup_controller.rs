@@ -157,8 +157,7 @@ pub async fn reconcile_backup(backup: Arc<EtcdBackup>, context: Arc<Context<Stat
         .status
         .as_ref()
         .map_or(0, |s| s.members.len())
-        .max(cluster.spec.replicas as usize)
-        + 1;
+        .max(cluster.spec.replicas as usize);
     let view = state.clients.observe(&key, &resolver, candidates).await;
     let Some(ordinal) = choose_snapshot_member(&view) else {
         status.phase = Some(BackupPhase::Pending);

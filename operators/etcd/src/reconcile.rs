@@ -183,11 +183,13 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, context: Arc<Context<State>>) 
         .map(|r| r.max(0) as usize);
     let desired = usize::try_from(cluster.spec.replicas).unwrap_or(0);
     let recorded_members = status.map_or(0, |s| s.members.len());
+    // Only ordinals that may hold a member: probing one past them would fail on every pass and
+    // keep that endpoint's circuit open for a healthy cluster. A member added but not yet in the
+    // StatefulSet or status still shows in etcd's member list, as not answering.
     let candidates = statefulset_replicas
         .unwrap_or(0)
         .max(desired)
-        .max(recorded_members)
-        + 1;
+        .max(recorded_members);
     let view = state.clients.observe(&key, &resolver, candidates).await;
     let unhealthy_for = unhealthy_durations(status, now);
     let mut members = view.members.clone();

@@ -124,6 +124,20 @@ async fn the_chart_installed_operator_forms_a_cluster_of_real_members() {
     let log = real_node::logs(&ns, &member, "etcd");
     assert!(log.contains("ready to serve client requests"), "{log}");
 
+    // A healthy cluster keeps no admin circuit open: circuits tripped while members started
+    // close once they answer, and nothing is probed that cannot answer.
+    wait::until(
+        "no admin circuit open for the healthy cluster",
+        Duration::from_secs(60),
+        || async {
+            match setup.operator_metric("quorum_admin_circuits_open").await? {
+                0.0 => Ok(()),
+                open => Err(format!("{open} open")),
+            }
+        },
+    )
+    .await;
+
     // The operator container passes its own probes under the chart's security context; removing
     // the operator leaves the databases running.
     setup.uninstall_operator().await;
@@ -390,18 +404,10 @@ async fn a_killed_member_or_a_deleted_pod_rejoins_with_its_data_and_membership()
     setup.remove().await;
 }
 
-/// A cluster deleted and created again under its name never starts on the deleted one's volumes:
-/// the operator holds it back, saying which claims to remove and how, and once a human has
-/// removed them the cluster forms empty.
-#[tokio::test]
-async fn a_cluster_created_again_under_its_name_never_starts_on_the_deleted_ones_volumes() {
-    let setup = install("real-recreate").await;
-    let (admin, ns, clusters) = (&setup.admin, setup.ns.clone(), &clusters(&setup));
-    create_ready(&setup, &real_cluster(3, None)).await;
-    let mut client = service_client(admin, &ns).await;
-    client.put("written-before", "old", None).await.unwrap();
-    drop(client);
-
+/// Deletes the cluster, creates `again` under its name, waits until the operator holds it back
+/// naming the deleted cluster's claims and how to remove them, and removes them as a human would.
+async fn recreate_after_removing_leftovers(setup: &OnRealNode, again: EtcdCluster) {
+    let (ns, clusters) = (setup.ns.clone(), &clusters(setup));
     clusters
         .delete(CLUSTER, &kube::api::DeleteParams::default())
         .await
@@ -413,10 +419,7 @@ async fn a_cluster_created_again_under_its_name_never_starts_on_the_deleted_ones
         }
     })
     .await;
-    clusters
-        .create(&PostParams::default(), &real_cluster(3, None))
-        .await
-        .unwrap();
+    clusters.create(&PostParams::default(), &again).await.unwrap();
     let claims: Vec<String> = (0..3)
         .map(|ordinal| format!("data-{CLUSTER}-{ordinal}"))
         .collect();
@@ -447,6 +450,21 @@ async fn a_cluster_created_again_under_its_name_never_starts_on_the_deleted_ones
     delete.extend(claims.iter().map(String::as_str));
     let (command, output) = real_node::kubectl(&delete);
     assert!(output.status.success(), "{command}: {output:?}");
+}
+
+/// A cluster deleted and created again under its name never starts on the deleted one's volumes:
+/// the operator holds it back, saying which claims to remove and how, and once a human has
+/// removed them the cluster forms empty.
+#[tokio::test]
+async fn a_cluster_created_again_under_its_name_never_starts_on_the_deleted_ones_volumes() {
+    let setup = install("real-recreate").await;
+    let (admin, ns, clusters) = (&setup.admin, setup.ns.clone(), &clusters(&setup));
+    create_ready(&setup, &real_cluster(3, None)).await;
+    let mut client = service_client(admin, &ns).await;
+    client.put("written-before", "old", None).await.unwrap();
+    drop(client);
+
+    recreate_after_removing_leftovers(&setup, real_cluster(3, None)).await;
     support::ready_with(clusters, CLUSTER, 3, Duration::from_secs(300)).await;
     setup.members_ready(MEMBERS, 3, Duration::from_secs(120)).await;
 
@@ -458,5 +476,99 @@ async fn a_cluster_created_again_under_its_name_never_starts_on_the_deleted_ones
         read.kvs()
     );
     client.put("written-after", "new", None).await.unwrap();
+    setup.remove().await;
+}
+
+/// The same with `restoreFrom`: a cluster deleted and created again from a backup holds exactly
+/// the backup's data, never what the deleted cluster's volumes held after it. The operator's pod
+/// writes the snapshot to an S3 store in the cluster, and each member's `restore` init container
+/// (the operator's image with etcdutl) reads it back over the pod network.
+#[tokio::test]
+async fn a_cluster_created_again_from_a_backup_holds_exactly_the_backups_data() {
+    use etcd_operator::crd::{BackupPhase, EtcdBackup, EtcdBackupSpec, RestoreSource};
+
+    let setup = OnRealNode::install(
+        "real-restore",
+        CHART,
+        &["admissionPolicy=false", "backups.allowHttp=true"],
+    )
+    .await;
+    let (admin, ns, clusters) = (&setup.admin, setup.ns.clone(), &clusters(&setup));
+    let store = setup.deploy_s3_store().await;
+    create_ready(&setup, &real_cluster(3, None)).await;
+    let mut client = service_client(admin, &ns).await;
+    client.put("in-the-backup", "kept", None).await.unwrap();
+
+    let backups: Api<EtcdBackup> = Api::namespaced(admin.clone(), &ns);
+    let backup = EtcdBackup::new(
+        "before-delete",
+        EtcdBackupSpec {
+            cluster_name: CLUSTER.into(),
+            destination: store.destination("etcd"),
+            schedule: None,
+            retain: None,
+        },
+    );
+    backups.create(&PostParams::default(), &backup).await.unwrap();
+    let snapshot = wait::until("the backup stored", Duration::from_secs(120), || async {
+        let status = backups
+            .get("before-delete")
+            .await
+            .map_err(|e| e.to_string())?
+            .status
+            .unwrap_or_default();
+        match (&status.phase, status.last_snapshot) {
+            (Some(BackupPhase::Succeeded), Some(snapshot)) => Ok(snapshot),
+            (Some(BackupPhase::Failed), _) => panic!("the backup failed: {:?}", status.message),
+            _ => Err(format!("{:?}", status.phase)),
+        }
+    })
+    .await;
+    let stored = store.keys("etcd/").await;
+    assert!(
+        stored.iter().any(|key| snapshot.location.ends_with(key.as_str())),
+        "{} is not in the store: {stored:?}",
+        snapshot.location
+    );
+    client
+        .put("after-the-backup", "lost-with-the-volumes", None)
+        .await
+        .unwrap();
+    drop(client);
+
+    let mut again = real_cluster(3, None);
+    again.spec.restore_from = Some(RestoreSource {
+        backup_name: "before-delete".into(),
+    });
+    recreate_after_removing_leftovers(&setup, again).await;
+    support::ready_with(clusters, CLUSTER, 3, Duration::from_secs(300)).await;
+    for pod in setup.members_ready(MEMBERS, 3, Duration::from_secs(120)).await {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let restore = pod
+            .status
+            .and_then(|status| status.init_container_statuses)
+            .unwrap_or_default()
+            .into_iter()
+            .find(|status| status.name == "restore")
+            .and_then(|status| status.state)
+            .and_then(|state| state.terminated)
+            .unwrap_or_else(|| panic!("{name} has no finished restore init container"));
+        assert_eq!(restore.exit_code, 0, "{name}'s restore: {restore:?}");
+    }
+
+    let mut client = service_client(admin, &ns).await;
+    let kept = client.get("in-the-backup", None).await.unwrap();
+    assert_eq!(
+        kept.kvs().first().map(|kv| kv.value().to_vec()),
+        Some(b"kept".to_vec()),
+        "the backup's key is not restored"
+    );
+    let after = client.get("after-the-backup", None).await.unwrap();
+    assert!(
+        after.kvs().is_empty(),
+        "a key written after the backup came back from the deleted cluster's volumes: {:?}",
+        after.kvs()
+    );
+    client.put("written-after-restore", "new", None).await.unwrap();
     setup.remove().await;
 }
