@@ -334,6 +334,39 @@ pub async fn assert_lease_held(admin: &Client, namespace: &str, operator: &str) 
     );
 }
 
+/// Asserts the API server refuses a resource named with `max + 1` characters, with a message
+/// naming `metadata.name` and the limit, and accepts (then deletes) one of exactly `max`.
+/// `named` builds a valid resource with the given name.
+pub async fn assert_names_limited_to<K>(api: &Api<K>, max: usize, named: impl Fn(&str) -> K)
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned,
+{
+    let name = |length: usize| format!("long-{}", "n".repeat(length - 5));
+    let too_long = name(max + 1);
+    match api
+        .create(&kube::api::PostParams::default(), &named(&too_long))
+        .await
+    {
+        Ok(_) => panic!("the API server accepted a {}-character name", max + 1),
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 422, "{status:?}");
+            assert!(
+                status.message.contains("metadata.name") && status.message.contains(&max.to_string()),
+                "{}",
+                status.message
+            );
+        }
+        Err(other) => panic!("unexpected error: {other}"),
+    }
+    let longest = name(max);
+    api.create(&kube::api::PostParams::default(), &named(&longest))
+        .await
+        .unwrap_or_else(|error| panic!("a {max}-character name is refused: {error}"));
+    api.delete(&longest, &kube::api::DeleteParams::default())
+        .await
+        .expect("delete the longest-named resource");
+}
+
 #[cfg(test)]
 mod tests {
     #[tokio::test]

@@ -11,6 +11,31 @@ pub const PART_OF: &str = "quorum";
 /// Kubernetes' limit for names that must also be DNS labels (Services, StatefulSet pods).
 pub const MAX_DNS_LABEL: usize = 63;
 
+/// The longest StatefulSet name whose pods get their `controller-revision-hash` label: the
+/// label's value is the StatefulSet's name, a dash and a hash of up to ten characters, and a
+/// label value holds at most 63.
+pub const MAX_STATEFULSET_NAME: usize = MAX_DNS_LABEL - 11;
+
+/// The longest name a cluster may have when its longest-named StatefulSet is
+/// `<cluster>-<suffix>` (or `<cluster>` for an empty suffix): longer names would make the
+/// StatefulSet controller fail to create pods, so admission refuses them.
+pub const fn max_cluster_name(longest_statefulset_suffix: &str) -> usize {
+    match longest_statefulset_suffix.len() {
+        0 => MAX_STATEFULSET_NAME,
+        suffix => MAX_STATEFULSET_NAME - suffix - 1,
+    }
+}
+
+/// The admission rule (at the custom resource's root) that refuses names longer than `max`,
+/// naming `metadata.name` and the limit.
+pub fn cluster_name_rule(max: usize) -> kube::core::Rule {
+    kube::core::Rule::new(format!("size(self.metadata.name) <= {max}")).message(kube::core::Message::Message(
+        format!(
+            "metadata.name must be at most {max} characters: the members' StatefulSet, pod names and labels are made from it"
+        ),
+    ))
+}
+
 /// The name of a child object: `<instance>-<suffix>`, or `<instance>` when the suffix is empty.
 ///
 /// Names longer than a DNS label are shortened deterministically: the tail is replaced by a
@@ -86,6 +111,19 @@ pub fn standard_labels(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_longest_allowed_cluster_name_gives_the_longest_statefulset_name_pods_can_have() {
+        for suffix in ["", "sentinel", "arbiter"] {
+            let cluster = "c".repeat(max_cluster_name(suffix));
+            let statefulset = child_name(&cluster, suffix);
+            assert_eq!(statefulset.len(), MAX_STATEFULSET_NAME, "{suffix}");
+            // The revision label: `<statefulset>-<hash of up to ten characters>`.
+            assert!(format!("{statefulset}-{}", "h".repeat(10)).len() <= MAX_DNS_LABEL);
+            let longer = child_name(&format!("{cluster}c"), suffix);
+            assert!(longer.len() > MAX_STATEFULSET_NAME, "{suffix}");
+        }
+    }
 
     #[test]
     fn label_selector_joins_the_labels_in_key_order() {

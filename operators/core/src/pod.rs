@@ -8,15 +8,40 @@ use k8s_openapi::{
     api::{
         apps::v1::StatefulSetPersistentVolumeClaimRetentionPolicy,
         core::v1::{
-            Capabilities, EmptyDirVolumeSource, EnvVar, EnvVarSource, ObjectFieldSelector,
-            PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSecurityContext, SeccompProfile,
-            SecurityContext, Volume, VolumeMount, VolumeResourceRequirements,
+            Affinity, Capabilities, EmptyDirVolumeSource, EnvVar, EnvVarSource, ObjectFieldSelector,
+            PersistentVolumeClaim, PersistentVolumeClaimSpec, PodAffinityTerm, PodAntiAffinity,
+            PodSecurityContext, SeccompProfile, SecurityContext, Volume, VolumeMount,
+            VolumeResourceRequirements, WeightedPodAffinityTerm,
         },
     },
-    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta},
 };
 
 use crate::crd::Storage;
+
+/// The pods' affinity: the user's, when `spec.podTemplate.affinity` is given; otherwise a
+/// preference (not a requirement, so a one-node cluster still schedules every member) to put
+/// each member selected by `members` on a different node, so one node lost takes at most one
+/// member, and a primary and its replicas do not share a node unless the user says so.
+pub fn affinity_or_spread(user: Option<Affinity>, members: &BTreeMap<String, String>) -> Affinity {
+    user.unwrap_or_else(|| Affinity {
+        pod_anti_affinity: Some(PodAntiAffinity {
+            preferred_during_scheduling_ignored_during_execution: Some(vec![WeightedPodAffinityTerm {
+                weight: 100,
+                pod_affinity_term: PodAffinityTerm {
+                    label_selector: Some(LabelSelector {
+                        match_labels: Some(members.clone()),
+                        ..LabelSelector::default()
+                    }),
+                    topology_key: "kubernetes.io/hostname".into(),
+                    ..PodAffinityTerm::default()
+                },
+            }]),
+            ..PodAntiAffinity::default()
+        }),
+        ..Affinity::default()
+    })
+}
 
 /// An environment variable from the pod's own fields (`status.podIP`, `metadata.name`...).
 pub fn field_env(name: &str, path: &str) -> EnvVar {
@@ -141,6 +166,37 @@ pub fn generate_password() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn members_prefer_distinct_hosts_and_a_users_affinity_wins() {
+        let members = BTreeMap::from([("app.kubernetes.io/instance".to_string(), "demo".to_string())]);
+        let spread = affinity_or_spread(None, &members);
+        let term = &spread
+            .pod_anti_affinity
+            .as_ref()
+            .and_then(|anti| anti.preferred_during_scheduling_ignored_during_execution.as_ref())
+            .expect("a preferred anti-affinity")[0];
+        assert_eq!(term.pod_affinity_term.topology_key, "kubernetes.io/hostname");
+        assert_eq!(
+            term.pod_affinity_term
+                .label_selector
+                .as_ref()
+                .and_then(|selector| selector.match_labels.as_ref()),
+            Some(&members)
+        );
+        assert!(
+            spread
+                .pod_anti_affinity
+                .as_ref()
+                .is_some_and(|anti| anti.required_during_scheduling_ignored_during_execution.is_none()),
+            "a requirement would leave members of a one-node cluster unscheduled"
+        );
+        let users = Affinity {
+            node_affinity: Some(Default::default()),
+            ..Affinity::default()
+        };
+        assert_eq!(affinity_or_spread(Some(users.clone()), &members), users);
+    }
 
     #[test]
     fn generated_passwords_are_long_and_differ() {

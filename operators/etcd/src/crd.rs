@@ -23,6 +23,9 @@ pub use quorum_core::crd::{
 /// integration tests) still names it.
 pub type EtcdStorage = Storage;
 
+/// The longest `metadata.name` an `EtcdCluster` may have: its StatefulSet is named after it.
+pub const MAX_NAME: usize = quorum_core::naming::max_cluster_name("");
+
 /// An etcd cluster: its members, version and storage, kept in shape through etcd's own
 /// membership API, one safe step at a time.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -48,7 +51,8 @@ pub type EtcdStorage = Storage;
     printcolumn(name = "Leader", type_ = "string", json_path = ".status.leader"),
     printcolumn(name = "Version", type_ = "string", json_path = ".status.version"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
-    doc = "An etcd cluster managed by Quorum"
+    doc = "An etcd cluster managed by Quorum",
+    validation = quorum_core::naming::cluster_name_rule(MAX_NAME)
 )]
 #[serde(rename_all = "camelCase")]
 pub struct EtcdClusterSpec {

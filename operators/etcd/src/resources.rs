@@ -497,7 +497,10 @@ pub fn build_statefulset(
                     node_selector: (!overrides.node_selector.is_empty())
                         .then(|| overrides.node_selector.clone()),
                     tolerations: (!overrides.tolerations.is_empty()).then(|| overrides.tolerations.clone()),
-                    affinity: overrides.affinity.clone(),
+                    affinity: Some(quorum_core::pod::affinity_or_spread(
+                        overrides.affinity.clone(),
+                        &member_selector(cluster),
+                    )),
                     priority_class_name: overrides.priority_class_name.clone(),
                     automount_service_account_token: Some(false),
                     enable_service_links: Some(false),
@@ -577,6 +580,28 @@ mod tests {
             .iter()
             .filter_map(|e| Some((e.name.clone(), e.value.clone()?)))
             .collect()
+    }
+
+    #[test]
+    fn members_prefer_distinct_nodes_unless_the_user_gives_an_affinity() {
+        let spread = |cluster: &EtcdCluster| {
+            let statefulset = build_statefulset(cluster, 3, "cluster.local", None).unwrap();
+            statefulset.spec.unwrap().template.spec.unwrap().affinity
+        };
+        let mut cluster = cluster();
+        assert_eq!(
+            spread(&cluster),
+            Some(quorum_core::pod::affinity_or_spread(
+                None,
+                &member_selector(&cluster)
+            ))
+        );
+        let own = k8s_openapi::api::core::v1::Affinity::default();
+        cluster.spec.pod_template = Some(quorum_core::crd::PodOverrides {
+            affinity: Some(own.clone()),
+            ..Default::default()
+        });
+        assert_eq!(spread(&cluster), Some(own));
     }
 
     #[test]

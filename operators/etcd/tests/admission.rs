@@ -106,3 +106,20 @@ async fn even_member_counts_are_accepted_with_a_warning_naming_the_field() {
     );
     namespace.delete().await;
 }
+
+/// A name too long for the StatefulSet (whose pods get a label made of its name and a hash) is
+/// refused at admission rather than failing pod creation later.
+#[tokio::test]
+async fn names_too_long_for_the_statefulset_are_refused_naming_metadata_name() {
+    let client = admin_client().await;
+    install_crd(&client, &EtcdCluster::crd()).await;
+    let namespace = TestNamespace::create(&client, "etcd-long-name").await;
+    let clusters: Api<EtcdCluster> = Api::namespaced(client.clone(), namespace.name());
+    let spec: etcd_operator::crd::EtcdClusterSpec =
+        serde_yaml::from_str("{replicas: 3, version: \"3.6.16\", storage: {size: 1Gi}}").unwrap();
+    quorum_e2e::control_plane::assert_names_limited_to(&clusters, etcd_operator::crd::MAX_NAME, |name| {
+        EtcdCluster::new(name, spec.clone())
+    })
+    .await;
+    namespace.delete().await;
+}

@@ -22,6 +22,9 @@ pub const MAX_VOTING_MEMBERS: i32 = 7;
 /// MongoDB allows at most fifty members in a replica set.
 pub const MAX_MEMBERS: i32 = 50;
 
+/// The longest `metadata.name` a `MongoDBReplicaSet` may have: its arbiter's StatefulSet is `<name>-arbiter`.
+pub const MAX_NAME: usize = quorum_core::naming::max_cluster_name(crate::resources::ARBITER_SUFFIX);
+
 /// A MongoDB replica set: voting members that elect a primary, optional non-voting (and hidden)
 /// members, an optional arbiter, kept in shape through the servers' own `replSetReconfig`, one
 /// safe membership change at a time.
@@ -48,7 +51,8 @@ pub const MAX_MEMBERS: i32 = 50;
     printcolumn(name = "Members", type_ = "integer", json_path = ".status.readyMembers"),
     printcolumn(name = "Version", type_ = "string", json_path = ".spec.version"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
-    doc = "A MongoDB replica set managed by Quorum"
+    doc = "A MongoDB replica set managed by Quorum",
+    validation = quorum_core::naming::cluster_name_rule(MAX_NAME)
 )]
 #[x_kube(validation = Rule::new("self.members + self.nonVotingMembers + (self.arbiter ? 1 : 0) <= 50")
     .message("members + nonVotingMembers + arbiter: a replica set has at most 50 members").field_path(".nonVotingMembers"))]

@@ -86,8 +86,12 @@ pub fn statefulset_name(replica_set: &str) -> String {
     child_name(replica_set, "")
 }
 
+/// The arbiter's StatefulSet is `<replica set>-arbiter`: the longest of a replica set's
+/// StatefulSet names.
+pub const ARBITER_SUFFIX: &str = "arbiter";
+
 pub fn arbiter_statefulset_name(replica_set: &str) -> String {
-    child_name(replica_set, "arbiter")
+    child_name(replica_set, ARBITER_SUFFIX)
 }
 
 /// The headless Service that gives every member, the arbiter included, a stable DNS name;
@@ -555,7 +559,10 @@ fn statefulset(
                     volumes: Some(volumes),
                     node_selector: (!overrides.node_selector.is_empty()).then_some(overrides.node_selector),
                     tolerations: (!overrides.tolerations.is_empty()).then_some(overrides.tolerations),
-                    affinity: overrides.affinity,
+                    affinity: Some(quorum_core::pod::affinity_or_spread(
+                        overrides.affinity,
+                        &selector(replica_set, component),
+                    )),
                     priority_class_name: overrides.priority_class_name,
                     security_context: Some(member_pod_security(MONGODB_UID)),
                     // A primary shutting down steps down first and waits for a secondary to
@@ -706,6 +713,19 @@ pub(crate) mod tests {
             format!("{}:27017", loopback_ip("shop", "orders", 2))
         );
         assert_ne!(loopback("orders", 0), loopback("orders-arbiter", 0));
+    }
+
+    #[test]
+    fn members_prefer_distinct_nodes() {
+        let set = replica_set(3, false);
+        let (template, _) = pod(build_statefulset(&set, 3).unwrap());
+        assert_eq!(
+            template.spec.unwrap().affinity,
+            Some(quorum_core::pod::affinity_or_spread(
+                None,
+                &selector(&set, MEMBER_COMPONENT)
+            ))
+        );
     }
 
     #[test]

@@ -385,3 +385,18 @@ async fn kubectl_shows_ready_primary_members_version_and_age() {
     assert!(listed && stdout.contains("7.0.14"), "{stdout}{stderr}");
     namespace.delete().await;
 }
+
+/// A name too long for the arbiter's StatefulSet (`<name>-arbiter`, whose pods get a label made
+/// of it and a hash) is refused at admission rather than failing pod creation later.
+#[tokio::test]
+async fn names_too_long_for_the_statefulsets_are_refused_naming_metadata_name() {
+    let client = admin_client().await;
+    install_crd(&client, &MongoDBReplicaSet::crd()).await;
+    let namespace = TestNamespace::create(&client, "mongodb-long-name").await;
+    let sets: Api<MongoDBReplicaSet> = Api::namespaced(client.clone(), namespace.name());
+    quorum_e2e::control_plane::assert_names_limited_to(&sets, mongodb_operator::crd::MAX_NAME, |name| {
+        MongoDBReplicaSet::new(name, spec(3, false))
+    })
+    .await;
+    namespace.delete().await;
+}

@@ -50,6 +50,9 @@ pub const OPERATOR_OWNED_SETTINGS: &[&str] = &[
 /// Settings the operator owns by prefix (semi-synchronous replication).
 pub const OPERATOR_OWNED_PREFIXES: &[&str] = &["rpl_semi_sync_"];
 
+/// The longest `metadata.name` a `MySQLCluster` may have: its StatefulSet is named after it.
+pub const MAX_NAME: usize = quorum_core::naming::max_cluster_name("");
+
 /// A MySQL or MariaDB cluster: one primary and its replicas, replicating by GTID, kept in
 /// shape through the server's own SQL admin statements, one safe step at a time.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -76,7 +79,8 @@ pub const OPERATOR_OWNED_PREFIXES: &[&str] = &["rpl_semi_sync_"];
     printcolumn(name = "Replicas", type_ = "integer", json_path = ".status.readyReplicas"),
     printcolumn(name = "Version", type_ = "string", json_path = ".spec.version"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
-    doc = "A MySQL or MariaDB cluster managed by Quorum"
+    doc = "A MySQL or MariaDB cluster managed by Quorum",
+    validation = quorum_core::naming::cluster_name_rule(MAX_NAME)
 )]
 #[x_kube(validation = Rule::new(
     "self.flavor == 'MySQL' ? self.version.matches('^8[.](0|4)[.][0-9]+$') : self.version.matches('^(10[.]11|11[.][0-9]+)[.][0-9]+$')"

@@ -117,3 +117,18 @@ async fn invalid_clusters_are_refused_naming_the_field() {
     }
     namespace.delete().await;
 }
+
+/// A name too long for the StatefulSet (whose pods get a label made of its name and a hash) is
+/// refused at admission rather than failing pod creation later.
+#[tokio::test]
+async fn names_too_long_for_the_statefulset_are_refused_naming_metadata_name() {
+    let client = admin_client().await;
+    install_crd(&client, &MySQLCluster::crd()).await;
+    let namespace = TestNamespace::create(&client, "mysql-long-name").await;
+    let clusters: Api<MySQLCluster> = Api::namespaced(client.clone(), namespace.name());
+    quorum_e2e::control_plane::assert_names_limited_to(&clusters, mysql_operator::crd::MAX_NAME, |name| {
+        MySQLCluster::new(name, support::cluster_spec(3))
+    })
+    .await;
+    namespace.delete().await;
+}

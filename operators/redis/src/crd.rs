@@ -48,6 +48,9 @@ pub const OPERATOR_OWNED_SETTINGS: &[&str] = &[
     "unixsocket",
 ];
 
+/// The longest `metadata.name` a `RedisCluster` may have: its Sentinels' StatefulSet is `<name>-sentinel`.
+pub const MAX_NAME: usize = quorum_core::naming::max_cluster_name(crate::resources::SENTINEL_SUFFIX);
+
 /// A Redis deployment: one primary with replicas watched by a Sentinel quorum (`Replication`),
 /// or a sharded Redis Cluster (`Cluster`), kept in shape through the servers' own admin
 /// commands, one safe step at a time.
@@ -71,7 +74,8 @@ pub const OPERATOR_OWNED_SETTINGS: &[&str] = &[
     printcolumn(name = "Nodes", type_ = "integer", json_path = ".status.readyNodes"),
     printcolumn(name = "Version", type_ = "string", json_path = ".spec.version"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
-    doc = "A Redis deployment (Sentinel replication or sharded cluster) managed by Quorum"
+    doc = "A Redis deployment (Sentinel replication or sharded cluster) managed by Quorum",
+    validation = quorum_core::naming::cluster_name_rule(MAX_NAME)
 )]
 #[x_kube(validation = Rule::new("self.mode == 'Cluster' ? has(self.shards) : !has(self.shards)")
     .message("shards: required in Cluster mode, not allowed in Replication mode").field_path(".shards"))]

@@ -132,3 +132,18 @@ async fn invalid_deployments_are_refused_naming_the_field() {
     );
     namespace.delete().await;
 }
+
+/// A name too long for the Sentinels' StatefulSet (`<name>-sentinel`, whose pods get a label made
+/// of it and a hash) is refused at admission rather than failing pod creation later.
+#[tokio::test]
+async fn names_too_long_for_the_statefulsets_are_refused_naming_metadata_name() {
+    let client = admin_client().await;
+    install_crd(&client, &RedisCluster::crd()).await;
+    let namespace = TestNamespace::create(&client, "redis-long-name").await;
+    let clusters: Api<RedisCluster> = Api::namespaced(client.clone(), namespace.name());
+    quorum_e2e::control_plane::assert_names_limited_to(&clusters, redis_operator::crd::MAX_NAME, |name| {
+        RedisCluster::new(name, replication_spec(2))
+    })
+    .await;
+    namespace.delete().await;
+}
