@@ -46,6 +46,8 @@ pub struct Replication {
     /// The IO thread positively reports the source gone (connection refused, lost).
     pub source_lost: bool,
     pub lag_seconds: Option<u64>,
+    /// What it has received from its source (applied or still in its relay log).
+    pub received: GtidPosition,
 }
 
 impl Replication {
@@ -373,14 +375,33 @@ fn open_first_primary(facts: &Facts) -> Result<usize, Decision> {
 
 /// The member whose executed GTIDs include every other's; the lowest ordinal among equals.
 fn most_advanced(states: &[(usize, &ServerState)]) -> Option<usize> {
-    states
+    most_advanced_by(states, |state| state.executed.clone())
+}
+
+/// The member whose `position` includes every other's; the lowest ordinal among equals.
+fn most_advanced_by(
+    states: &[(usize, &ServerState)],
+    position: impl Fn(&ServerState) -> GtidPosition,
+) -> Option<usize> {
+    let positions: Vec<(usize, GtidPosition)> = states
         .iter()
-        .find(|(_, candidate)| {
-            states
-                .iter()
-                .all(|(_, other)| candidate.executed.includes(&other.executed))
-        })
+        .map(|(ordinal, state)| (*ordinal, position(state)))
+        .collect();
+    positions
+        .iter()
+        .find(|(_, candidate)| positions.iter().all(|(_, other)| candidate.includes(other)))
         .map(|(ordinal, _)| *ordinal)
+}
+
+impl ServerState {
+    /// Every transaction the member holds: executed, or received and still in its relay log.
+    /// A semi-sync acknowledgement is sent on receipt, so this is what a failover must keep.
+    fn held(&self) -> GtidPosition {
+        match &self.replication {
+            Some(replication) => self.executed.union(&replication.received),
+            None => self.executed.clone(),
+        }
+    }
 }
 
 /// The primary is down as its replicas testify: fail over, if a safe candidate exists.
@@ -408,7 +429,9 @@ fn failover(facts: &Facts, from: usize, why: &str) -> Decision {
             format!("the primary (ordinal {from}) is down ({why}) and there is no replica to promote"),
         );
     }
-    match most_advanced(&replicas) {
+    // Chosen on what each replica received, not what it applied: the failover step lets the
+    // candidate apply its relay log before it opens.
+    match most_advanced_by(&replicas, ServerState::held) {
         Some(to) => Decision::Act(Step::Failover { from, to }),
         None => wait(
             "FailoverBlocked",
@@ -573,6 +596,7 @@ mod tests {
                 sql_running: true,
                 source_lost: false,
                 lag_seconds: Some(0),
+                received: gtid(executed),
             }),
             semi_sync_source: false,
             semi_sync_replica: true,
@@ -717,6 +741,25 @@ mod tests {
         assert_eq!(
             decide(&facts(members, Some(0), now)),
             Decision::Act(Step::Failover { from: 0, to: 2 })
+        );
+    }
+
+    #[test]
+    fn failover_chooses_the_replica_that_received_the_most_not_the_one_that_applied_the_most() {
+        let now = Instant::now();
+        let mut members = settled_three(now);
+        members[0] = unreachable(0, Health::Unhealthy("2 of 2 replicas lost it".into()), now);
+        // Ordinal 1 applied less but received (and acknowledged) transactions 8 to 12 that
+        // ordinal 2 never got: promoting 2 would lose them.
+        let mut behind_in_applying = replica_state("0-1-7", 0);
+        if let Some(replication) = behind_in_applying.replication.as_mut() {
+            replication.received = gtid("0-1-12");
+        }
+        members[1] = healthy(1, behind_in_applying, now);
+        members[2] = healthy(2, replica_state("0-1-9", 0), now);
+        assert_eq!(
+            decide(&facts(members, Some(0), now)),
+            Decision::Act(Step::Failover { from: 0, to: 1 })
         );
     }
 

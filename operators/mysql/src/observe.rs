@@ -290,6 +290,7 @@ pub fn server_state(report: &MemberReport, addresses: &Addresses, members: usize
             sql_running: replica.sql_running,
             source_lost: replica.source_lost(),
             lag_seconds: replica.seconds_behind,
+            received: replica.received.clone(),
         }),
         semi_sync_source: report.semi_sync_source_on,
         semi_sync_replica: report.semi_sync_replica_on,

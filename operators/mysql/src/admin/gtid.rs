@@ -173,6 +173,24 @@ impl GtidPosition {
         (!errant.is_empty()).then_some(errant)
     }
 
+    /// Every transaction of either position: MariaDB, per domain the later entry; MySQL, the
+    /// union of the sets. What a replica holds is what it executed together with what its
+    /// relay log received. Mixed flavors: `self` unchanged.
+    pub fn union(&self, other: &GtidPosition) -> GtidPosition {
+        match (self, other) {
+            (Self::MySql(mine), Self::MySql(theirs)) => {
+                let mut merged = mine.clone();
+                for (source, intervals) in theirs {
+                    let entry = merged.entry(source.clone()).or_default();
+                    entry.extend(intervals.iter().copied());
+                    normalize(entry);
+                }
+                Self::MySql(merged)
+            }
+            _ => self.latest_per_domain(other),
+        }
+    }
+
     /// MariaDB only: per domain, the later of the two entries (the higher sequence). Used to
     /// combine `gtid_binlog_pos` and `gtid_slave_pos` into everything a server has executed.
     /// For MySQL positions, or mixed flavors, `self` unchanged.
@@ -400,6 +418,19 @@ mod tests {
 
     fn mysql(text: &str) -> GtidPosition {
         GtidPosition::parse(Flavor::MySQL, text).unwrap()
+    }
+
+    #[test]
+    fn a_union_holds_every_transaction_of_both() {
+        let executed = mysql(&format!("{A}:1-5,{B}:1-2"));
+        let received = mysql(&format!("{A}:6-9:12"));
+        let held = executed.union(&received);
+        assert_eq!(held, mysql(&format!("{A}:1-9:12,{B}:1-2")));
+        assert!(held.includes(&executed) && held.includes(&received));
+        assert_eq!(
+            maria("0-1-7,1-2-3").union(&maria("0-1-12")),
+            maria("0-1-12,1-2-3")
+        );
     }
 
     #[test]
