@@ -1,15 +1,20 @@
 //! The operator's HTTP endpoint: `/metrics` for Prometheus, `/healthz` for liveness and
 //! `/readyz` for readiness.
 //!
-//! Liveness answers as long as the process serves HTTP. Readiness turns on once the operator
-//! has reached the API server and started its controllers (or is a standby waiting for the
-//! leader lease), and off again when it shuts down.
+//! Both follow the process's [`Phase`], which each answer names in its body. Readiness means
+//! the process has reached the API server and is either running its controllers or standing
+//! by for the leader lease: a standby must count as ready, or a one-replica Deployment's
+//! rolling update would wait for ever (the new pod cannot lead before the old one, which holds
+//! the lease, is stopped, and the old one is stopped only once the new one is ready).
+//! Liveness means the process is doing its job; it fails once the controllers stopped without
+//! a shutdown request (the process then also exits), so the kubelet restarts a process that
+//! would otherwise answer probes and reconcile nothing.
 
 use std::{
     net::SocketAddr,
     sync::{
         Arc,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicU8, Ordering},
     },
 };
 
@@ -18,17 +23,61 @@ use tokio::net::TcpListener;
 
 use crate::metrics::Metrics;
 
-/// Shared readiness flag.
-#[derive(Clone, Default)]
-pub struct Readiness(Arc<AtomicBool>);
+/// Where the process is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Phase {
+    /// Reaching the API server.
+    Starting = 0,
+    /// Waiting for the leader lease.
+    Standby = 1,
+    /// Leading (or alone) with its controllers running.
+    Running = 2,
+    /// Shutting down as asked.
+    Stopping = 3,
+    /// The controllers stopped without being asked to.
+    Failed = 4,
+}
 
-impl Readiness {
-    pub fn set(&self, ready: bool) {
-        self.0.store(ready, Ordering::SeqCst);
+impl Phase {
+    fn from_u8(value: u8) -> Self {
+        match value {
+            0 => Self::Starting,
+            1 => Self::Standby,
+            2 => Self::Running,
+            3 => Self::Stopping,
+            _ => Self::Failed,
+        }
     }
 
-    pub fn is_ready(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
+    /// `/readyz`: running its controllers, or ready to take over.
+    pub fn ready(self) -> bool {
+        matches!(self, Self::Standby | Self::Running)
+    }
+
+    /// `/healthz`: everything but controllers that stopped by themselves.
+    pub fn live(self) -> bool {
+        self != Self::Failed
+    }
+}
+
+/// The process's phase, shared between the runner and the HTTP endpoint.
+#[derive(Clone)]
+pub struct Readiness(Arc<AtomicU8>);
+
+impl Default for Readiness {
+    fn default() -> Self {
+        Self(Arc::new(AtomicU8::new(Phase::Starting as u8)))
+    }
+}
+
+impl Readiness {
+    pub fn set(&self, phase: Phase) {
+        self.0.store(phase as u8, Ordering::SeqCst);
+    }
+
+    pub fn phase(&self) -> Phase {
+        Phase::from_u8(self.0.load(Ordering::SeqCst))
     }
 }
 
@@ -42,7 +91,7 @@ struct Endpoints {
 pub fn router(metrics: Arc<Metrics>, readiness: Readiness) -> Router {
     Router::new()
         .route("/metrics", get(render_metrics))
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz", get(live))
         .route("/readyz", get(ready))
         .with_state(Endpoints { metrics, readiness })
 }
@@ -58,11 +107,20 @@ async fn render_metrics(State(endpoints): State<Endpoints>) -> impl IntoResponse
 }
 
 async fn ready(State(endpoints): State<Endpoints>) -> impl IntoResponse {
-    if endpoints.readiness.is_ready() {
-        (StatusCode::OK, "ok")
+    answer(endpoints.readiness.phase(), Phase::ready)
+}
+
+async fn live(State(endpoints): State<Endpoints>) -> impl IntoResponse {
+    answer(endpoints.readiness.phase(), Phase::live)
+}
+
+fn answer(phase: Phase, passes: fn(Phase) -> bool) -> (StatusCode, String) {
+    let status = if passes(phase) {
+        StatusCode::OK
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready")
-    }
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, format!("{phase:?}"))
 }
 
 /// Binds `address` and returns the bound address with the server future to spawn.
@@ -78,4 +136,26 @@ pub async fn bind(
     let bound = listener.local_addr()?;
     let app = router(metrics, readiness);
     Ok((bound, async move { axum::serve(listener, app).await }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_phase_answers_the_probes_as_documented() {
+        let table = [
+            (Phase::Starting, false, true),
+            (Phase::Standby, true, true),
+            (Phase::Running, true, true),
+            (Phase::Stopping, false, true),
+            (Phase::Failed, false, false),
+        ];
+        let readiness = Readiness::default();
+        for (phase, ready, live) in table {
+            readiness.set(phase);
+            assert_eq!(readiness.phase(), phase);
+            assert_eq!((phase.ready(), phase.live()), (ready, live), "{phase:?}");
+        }
+    }
 }

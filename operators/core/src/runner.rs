@@ -37,7 +37,7 @@ use crate::{
     apply::Applier,
     config::OperatorConfig,
     events::EventPublisher,
-    http::{self, Readiness},
+    http::{self, Phase, Readiness},
     leader::{LeaderElector, LeaseTimings},
     metrics::Metrics,
     pod_failures,
@@ -106,6 +106,8 @@ pub enum RunError {
     ApiServer(#[source] kube::Error),
     #[error("leadership was lost; exiting so a standby takes over")]
     LeadershipLost,
+    #[error("the controllers stopped without a shutdown request; exiting so the process is restarted")]
+    ControllersStopped,
 }
 
 /// One operator process.
@@ -383,7 +385,6 @@ impl Runtime {
             .apiserver_version()
             .await
             .map_err(RunError::ApiServer)?;
-        self.readiness.set(true);
 
         let shutdown = self.shutdown.clone();
         tokio::spawn(async move {
@@ -402,6 +403,7 @@ impl Runtime {
             )
         });
         if let Some(elector) = &elector {
+            self.readiness.set(Phase::Standby);
             tokio::select! {
                 () = elector.acquire() => {}
                 () = self.shutdown.cancelled() => return Ok(()),
@@ -409,24 +411,35 @@ impl Runtime {
         }
 
         let shutdown = self.shutdown.clone();
+        let any_controllers = !controllers.is_empty();
         let controllers = async move {
-            // Controllers end only after a shutdown request; a process with none waits for it.
+            // Controllers end after a shutdown request; one that ends before it has stopped
+            // working. A process with no controllers waits for the request.
             futures::future::join_all(controllers).await;
+            if any_controllers && !shutdown.is_cancelled() {
+                return Err(RunError::ControllersStopped);
+            }
             shutdown.cancelled().await;
+            Ok(())
         };
+        self.readiness.set(Phase::Running);
         let outcome = match &elector {
             Some(elector) => tokio::select! {
-                () = controllers => Ok(()),
+                outcome = controllers => outcome,
                 () = elector.hold() => Err(RunError::LeadershipLost),
             },
-            None => {
-                controllers.await;
-                Ok(())
-            }
+            None => controllers.await,
         };
-        self.readiness.set(false);
+        self.readiness.set(match outcome {
+            Err(RunError::ControllersStopped) => Phase::Failed,
+            _ => Phase::Stopping,
+        });
+        if let Err(error) = &outcome {
+            tracing::error!(%error, operator = self.operator, "stopping");
+        }
+        // A lost lease is another's now; otherwise hand it over at once.
         if let Some(elector) = &elector
-            && outcome.is_ok()
+            && !matches!(outcome, Err(RunError::LeadershipLost))
         {
             elector.release().await;
         }
