@@ -6,7 +6,7 @@ use std::time::Duration;
 use k8s_openapi::api::{
     apps::v1::Deployment,
     core::v1::{Pod, ServiceAccount},
-    rbac::v1::ClusterRole,
+    rbac::v1::{ClusterRole, Role},
 };
 use kube::{Api, Client, api::ListParams};
 
@@ -40,8 +40,9 @@ pub struct ChartRelease {
 
 impl ChartRelease {
     /// `helm install` of `charts/<package>` into `namespace` with `settings` (`--set` values)
-    /// added; checks the release deployed, its Deployment, ServiceAccount and ClusterRole
-    /// exist, and the Deployment's pod runs (on KWOK) as that ServiceAccount.
+    /// added, watching `namespace` only; checks the release deployed, its Deployment,
+    /// ServiceAccount and a Role in `namespace` exist (and no ClusterRole), and the Deployment's
+    /// pod runs (on KWOK) as that ServiceAccount.
     pub async fn install(admin: &Client, package: &str, namespace: &str, settings: &[&str]) -> Self {
         Self::install_placed(admin, package, namespace, settings, Placement::Kwok).await
     }
@@ -106,10 +107,19 @@ impl ChartRelease {
             .get(&account)
             .await
             .expect("the chart's ServiceAccount");
-        Api::<ClusterRole>::all(admin.clone())
+        // Watching one namespace, the chart grants its rules there and nothing cluster-wide.
+        Api::<Role>::namespaced(admin.clone(), namespace)
             .get(&account)
             .await
-            .expect("the chart's ClusterRole");
+            .expect("the chart's Role in the watched namespace");
+        assert!(
+            Api::<ClusterRole>::all(admin.clone())
+                .get_opt(&account)
+                .await
+                .expect("read ClusterRoles")
+                .is_none(),
+            "the chart grants a ClusterRole while watching only {namespace}"
+        );
         let pods: Api<Pod> = Api::namespaced(admin.clone(), namespace);
         let selector = format!("app.kubernetes.io/instance={release}");
         let (what, timeout) = match placement {

@@ -18,6 +18,7 @@ use crate::{GeneratedFile, HEADER, OperatorPackage};
 const FULLNAME: &str = "QUORUM_FULLNAME";
 const NAMESPACE: &str = "QUORUM_NAMESPACE";
 const SERVICE_ACCOUNT: &str = "QUORUM_SERVICE_ACCOUNT";
+const WATCHED_NAMESPACE: &str = "QUORUM_WATCHED_NAMESPACE";
 
 /// The chart's values: their defaults are `values.yaml`, their schema `values.schema.json`.
 #[derive(Serialize, JsonSchema)]
@@ -148,9 +149,10 @@ fn metadata(name: &str, namespace: Option<&str>) -> ObjectMeta {
     }
 }
 
-/// The RBAC template: a ClusterRole with the operator's rules (a Role per watched namespace
-/// would need one template per namespace; the cluster-wide form is what `watchNamespaces: []`
-/// needs), and a Role for its leader-election Lease in its own namespace.
+/// The RBAC template. With `watchNamespaces` set, a Role and RoleBinding with the operator's
+/// rules in each watched namespace and nothing cluster-wide (the operator then sees Secrets,
+/// pods and claims of those namespaces only); with it empty (all namespaces), a ClusterRole
+/// and its binding. Either way, a Role for the leader-election Lease in the release namespace.
 fn rbac_template(rules: Vec<PolicyRule>, leader_rules: Vec<PolicyRule>) -> anyhow::Result<String> {
     let subject = Subject {
         kind: "ServiceAccount".into(),
@@ -163,7 +165,19 @@ fn rbac_template(rules: Vec<PolicyRule>, leader_rules: Vec<PolicyRule>) -> anyho
         kind: kind.into(),
         name: FULLNAME.into(),
     };
-    let documents = [
+    let per_namespace = [
+        serde_yaml::to_string(&Role {
+            metadata: metadata(FULLNAME, Some(WATCHED_NAMESPACE)),
+            rules: Some(rules.clone()),
+        })?,
+        serde_yaml::to_string(&RoleBinding {
+            metadata: metadata(FULLNAME, Some(WATCHED_NAMESPACE)),
+            role_ref: role_ref("Role"),
+            subjects: Some(vec![subject.clone()]),
+        })?,
+    ]
+    .join("---\n");
+    let cluster_wide = [
         serde_yaml::to_string(&ClusterRole {
             metadata: metadata(FULLNAME, None),
             rules: Some(rules),
@@ -174,18 +188,36 @@ fn rbac_template(rules: Vec<PolicyRule>, leader_rules: Vec<PolicyRule>) -> anyho
             role_ref: role_ref("ClusterRole"),
             subjects: Some(vec![subject.clone()]),
         })?,
+    ]
+    .join("---\n");
+    // Named apart from the rules' Role: the release namespace may also be a watched one.
+    let leader_name = format!("{FULLNAME}-leader-election");
+    let leader = [
         serde_yaml::to_string(&Role {
-            metadata: metadata(FULLNAME, Some(NAMESPACE)),
+            metadata: metadata(&leader_name, Some(NAMESPACE)),
             rules: Some(leader_rules),
         })?,
         serde_yaml::to_string(&RoleBinding {
-            metadata: metadata(FULLNAME, Some(NAMESPACE)),
-            role_ref: role_ref("Role"),
+            metadata: metadata(&leader_name, Some(NAMESPACE)),
+            role_ref: RoleRef {
+                name: leader_name.clone(),
+                ..role_ref("Role")
+            },
             subjects: Some(vec![subject]),
         })?,
-    ];
-    let text = documents.join("---\n");
-    Ok(format!("{HEADER}{}", templated(&text)))
+    ]
+    .join("---\n");
+    // Inside `range`, `.` is the namespace: the release's values are reached through `$`.
+    let per_namespace = per_namespace
+        .replace(FULLNAME, "{{ include \"quorum.fullname\" $ }}")
+        .replace(WATCHED_NAMESPACE, "{{ $namespace }}")
+        .replace(NAMESPACE, "{{ $.Release.Namespace }}")
+        .replace(SERVICE_ACCOUNT, "{{ include \"quorum.serviceAccountName\" $ }}");
+    Ok(format!(
+        "{HEADER}{{{{- if .Values.watchNamespaces }}}}\n{{{{- range $namespace := .Values.watchNamespaces }}}}\n---\n{per_namespace}{{{{- end }}}}\n{{{{- else }}}}\n---\n{}{{{{- end }}}}\n---\n{}",
+        templated(&cluster_wide),
+        templated(&leader)
+    ))
 }
 
 fn templated(text: &str) -> String {

@@ -62,8 +62,8 @@ fn helm_template_renders_the_operator_its_rbac_and_no_admission_policy() {
         "ServiceAccount/quorum-mysql-operator",
         "ClusterRole/quorum-mysql-operator",
         "ClusterRoleBinding/quorum-mysql-operator",
-        "Role/quorum-mysql-operator",
-        "RoleBinding/quorum-mysql-operator",
+        "Role/quorum-mysql-operator-leader-election",
+        "RoleBinding/quorum-mysql-operator-leader-election",
         "Service/quorum-mysql-operator-metrics",
         "Deployment/quorum-mysql-operator",
     ] {
@@ -98,10 +98,24 @@ fn helm_template_renders_the_operator_its_rbac_and_no_admission_policy() {
         None,
     );
     assert!(rendered.contains("- --watch-namespaces=a,b"), "{rendered}");
+    let objects = kinds_and_names(&rendered);
     assert!(
-        kinds_and_names(&rendered).contains(&"ServiceMonitor/quorum-mysql-operator".to_string()),
+        objects.contains(&"ServiceMonitor/quorum-mysql-operator".to_string()),
         "{rendered}"
     );
+    // Watching namespaces a and b, the rules are granted there and nowhere else.
+    assert!(
+        !objects.iter().any(|object| object.starts_with("ClusterRole")),
+        "a cluster-wide grant while watching a and b: {objects:?}"
+    );
+    for namespace in ["a", "b"] {
+        assert!(
+            rendered.contains(&format!(
+                "kind: Role\nmetadata:\n  labels:\n    app.kubernetes.io/managed-by: Helm\n  name: quorum-mysql-operator\n  namespace: {namespace}\n"
+            )),
+            "no Role in {namespace}:\n{rendered}"
+        );
+    }
 }
 
 #[test]
