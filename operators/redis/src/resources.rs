@@ -184,6 +184,30 @@ pub fn image(cluster: &RedisCluster) -> String {
         .unwrap_or_else(|| format!("redis:{}", cluster.spec.version))
 }
 
+/// Seconds within which a replica must have acknowledged the primary's stream to count for
+/// its write fence.
+pub const WRITE_FENCE_MAX_LAG_SECONDS: u32 = 10;
+
+/// Replication mode's write fence: with replicas, a primary accepts writes only while at least
+/// one replica acknowledged its stream within [`WRITE_FENCE_MAX_LAG_SECONDS`], so a primary cut
+/// off from its replicas (and so, in practice, from the Sentinels that would replace it) stops
+/// acknowledging writes a failover would discard. Without replicas there is nothing to fence
+/// for. `min-replicas-to-write` and `min-replicas-max-lag` in `spec.config` replace the
+/// defaults. Cluster mode has its own: a primary on the minority side stops taking writes after
+/// the node timeout.
+pub fn write_fence(spec: &crate::crd::RedisClusterSpec) -> crate::admin::WriteFence {
+    let configured = |name: &str| {
+        spec.config
+            .get(name)
+            .and_then(|value| value.trim().parse::<u32>().ok())
+    };
+    let has_replicas = spec.mode == Mode::Replication && spec.node_count() > 1;
+    crate::admin::WriteFence {
+        min_replicas: configured("min-replicas-to-write").unwrap_or(u32::from(has_replicas)),
+        max_lag_seconds: configured("min-replicas-max-lag").unwrap_or(WRITE_FENCE_MAX_LAG_SECONDS),
+    }
+}
+
 /// `redis.conf` from the spec: persistence and the user's `config`. The settings the operator
 /// owns (addresses, password, cluster membership) are appended by `start.sh` after it, so they
 /// win.
@@ -209,6 +233,11 @@ pub fn redis_conf(cluster: &RedisCluster) -> String {
     lines.push(format!("appendfsync {}", persistence.append_fsync.as_config()));
     lines.push("dbfilename dump.rdb".to_string());
     lines.push("protected-mode no".to_string());
+    if cluster.spec.mode == Mode::Replication {
+        let fence = write_fence(&cluster.spec);
+        lines.push(format!("min-replicas-to-write {}", fence.min_replicas));
+        lines.push(format!("min-replicas-max-lag {}", fence.max_lag_seconds));
+    }
     if cluster.spec.mode == Mode::Cluster {
         lines.extend([
             "cluster-enabled yes".to_string(),

@@ -463,3 +463,78 @@ async fn a_refused_replicaof_leaves_the_deployment_as_it_was_and_says_why() {
     assert_eq!(status.primary.as_deref(), Some("cache-0"));
     setup.stop().await;
 }
+
+/// Write fencing: a primary whose replicas are all gone (as one cut off from them and from the
+/// Sentinels would find) refuses writes within the fence's lag instead of acknowledging writes
+/// a failover would discard, and takes writes again once a replica is back in sync.
+#[tokio::test]
+async fn a_primary_without_replicas_refuses_writes_until_one_is_back() {
+    let setup = Setup::start("redis-fence").await;
+    let ns = setup.ns().to_string();
+    setup.create_ready("cache", replication_spec(2), 3).await;
+    let password = setup.password("cache").await;
+    let primary = node_address(&ns, "cache", 0);
+    write_replicated(primary, &password, "before", 50, 2).await;
+
+    setup.pods.kill(&ns, "cache-1").await;
+    setup.pods.kill(&ns, "cache-2").await;
+    let refusal = wait::until("the primary refusing writes", Duration::from_secs(60), || async {
+        let mut connection = data_connection(primary, &password)
+            .await
+            .map_err(|e| e.to_string())?;
+        match connection.set::<_, _, ()>("during", 1).await {
+            Err(error) => Ok(error.to_string()),
+            Ok(()) => Err("the write was acknowledged".to_string()),
+        }
+    })
+    .await;
+    assert!(refusal.contains("NOREPLICAS"), "{refusal}");
+
+    let pods: Api<Pod> = Api::namespaced(setup.client.clone(), &ns);
+    for replica in ["cache-1", "cache-2"] {
+        pods.delete(replica, &Default::default()).await.unwrap();
+    }
+    ready(&setup.clusters, "cache", 3).await;
+    wait::until(
+        "the primary taking writes again",
+        Duration::from_secs(60),
+        || async {
+            let mut connection = data_connection(primary, &password)
+                .await
+                .map_err(|e| e.to_string())?;
+            connection
+                .set::<_, _, ()>("after", 1)
+                .await
+                .map_err(|e| e.to_string())
+        },
+    )
+    .await;
+    assert_eq!(count_keys(primary, &password, "before").await, 50);
+    setup.stop().await;
+}
+
+/// The fence follows the spec: scaled down to no replica, the primary's fence is lowered before
+/// the last replica leaves, so writes go on.
+#[tokio::test]
+async fn a_primary_left_without_replicas_by_the_spec_keeps_taking_writes() {
+    let setup = Setup::start("redis-unfence").await;
+    let ns = setup.ns().to_string();
+    setup.create_ready("cache", replication_spec(1), 2).await;
+    let password = setup.password("cache").await;
+    let primary = node_address(&ns, "cache", 0);
+    write_replicated(primary, &password, "before", 20, 1).await;
+
+    let scale = serde_json::json!({"spec": {"replicas": 0}});
+    setup
+        .clusters
+        .patch("cache", &PatchParams::default(), &Patch::Merge(&scale))
+        .await
+        .unwrap();
+    ready(&setup.clusters, "cache", 1).await;
+    let mut connection = data_connection(primary, &password).await.unwrap();
+    let _: () = connection
+        .set("alone", 1)
+        .await
+        .expect("a primary with no replica by the spec takes writes");
+    setup.stop().await;
+}

@@ -37,6 +37,15 @@ use secrecy::{ExposeSecret, SecretString};
 
 pub use info::{ConnectedReplica, ReplicationInfo, Role, ServerInfo};
 
+/// How many replicas must have acknowledged a primary's stream, and how recently, for it to
+/// accept writes (`min-replicas-to-write`, `min-replicas-max-lag`). A primary cut off from its
+/// replicas then refuses writes instead of acknowledging ones a failover would discard.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WriteFence {
+    pub min_replicas: u32,
+    pub max_lag_seconds: u32,
+}
+
 /// A failed admin call, naming the server and (when it answered) the command it refused.
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {
@@ -325,6 +334,42 @@ impl RedisAdmin {
             redis::cmd("REPLICAOF")
                 .arg(primary.ip().to_string())
                 .arg(primary.port()),
+        )
+        .await
+    }
+
+    /// `CONFIG GET min-replicas-*`: the write fence this server runs with now.
+    pub async fn write_fence(&self) -> Result<WriteFence, AdminError> {
+        let pairs: Vec<String> = self
+            .run(
+                "CONFIG GET",
+                redis::cmd("CONFIG").arg("GET").arg("min-replicas-*"),
+            )
+            .await?;
+        let value = |name: &str| {
+            pairs
+                .chunks(2)
+                .find(|pair| pair[0] == name)
+                .and_then(|pair| pair.get(1)?.parse::<u32>().ok())
+                .ok_or_else(|| self.unexpected("CONFIG GET", format!("no {name} in {pairs:?}")))
+        };
+        Ok(WriteFence {
+            min_replicas: value("min-replicas-to-write")?,
+            max_lag_seconds: value("min-replicas-max-lag")?,
+        })
+    }
+
+    /// `CONFIG SET min-replicas-to-write N min-replicas-max-lag S`: this server refuses writes
+    /// unless N replicas acknowledged its stream within S seconds.
+    pub async fn set_write_fence(&self, fence: WriteFence) -> Result<(), AdminError> {
+        self.run(
+            "CONFIG SET",
+            redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("min-replicas-to-write")
+                .arg(fence.min_replicas)
+                .arg("min-replicas-max-lag")
+                .arg(fence.max_lag_seconds),
         )
         .await
     }

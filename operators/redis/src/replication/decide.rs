@@ -11,7 +11,7 @@ use std::{collections::BTreeMap, net::SocketAddr, time::Duration};
 
 use quorum_core::availability::health::Health;
 
-use crate::admin::{ReplicationInfo, Role};
+use crate::admin::{ReplicationInfo, Role, WriteFence};
 
 /// One data node, as observed.
 #[derive(Clone, Debug)]
@@ -22,6 +22,8 @@ pub struct NodeFact {
     pub health: Health,
     /// `INFO replication`, when it answered.
     pub replication: Option<ReplicationInfo>,
+    /// The write fence it runs with, when it answered.
+    pub write_fence: Option<WriteFence>,
 }
 
 impl NodeFact {
@@ -73,6 +75,8 @@ pub struct Facts {
     /// The primary recorded in status by an earlier pass.
     pub recorded_primary: Option<usize>,
     pub settings: SentinelSettings,
+    /// The write fence every node should run with (a replica may be promoted by Sentinel).
+    pub write_fence: WriteFence,
 }
 
 /// One step.
@@ -88,6 +92,8 @@ pub enum Step {
     Configure { sentinel: usize },
     /// Point a node at the primary (`REPLICAOF`).
     Replicate { node: usize, primary: SocketAddr },
+    /// Set a node's write fence (`CONFIG SET min-replicas-*`).
+    FenceWrites { node: usize, fence: WriteFence },
     /// Ask a Sentinel to fail over now, because the primary's pod is leaving.
     SentinelFailover { sentinel: usize },
     /// Remove the highest node, a replica, by shrinking the StatefulSet.
@@ -249,6 +255,33 @@ pub fn find_primary(facts: &Facts) -> PrimaryFinding {
 }
 
 /// The one step to take now.
+/// The first node whose write fence differs from the wanted one and may be changed now.
+fn fence_writes(facts: &Facts, primary: usize) -> Option<Step> {
+    let wanted = facts.write_fence;
+    facts
+        .nodes
+        .iter()
+        .filter(|node| node.ordinal < facts.desired_nodes)
+        .find(|node| {
+            let (Some(info), Some(current)) = (node.answered(), node.write_fence) else {
+                return false;
+            };
+            if current == wanted {
+                return false;
+            }
+            let raising = wanted.min_replicas > current.min_replicas;
+            if node.ordinal != primary || !raising {
+                return true;
+            }
+            let in_sync = info.replicas.iter().filter(|r| r.state == "online").count();
+            in_sync >= wanted.min_replicas as usize
+        })
+        .map(|node| Step::FenceWrites {
+            node: node.ordinal,
+            fence: wanted,
+        })
+}
+
 pub fn decide(facts: &Facts) -> Decision {
     if facts.node_pods.is_none_or(|pods| pods < facts.desired_nodes) {
         return Decision::Act(Step::ScaleNodes {
@@ -311,6 +344,12 @@ pub fn decide(facts: &Facts) -> Decision {
                 });
             }
         }
+    }
+
+    // Write fences: lowered at once (a primary fenced for replicas it no longer has would refuse
+    // every write), raised on the primary only once enough replicas are in sync to meet it.
+    if primary_seen && let Some(step) = fence_writes(facts, primary) {
+        return Decision::Act(step);
     }
 
     // Scale in: the highest node leaves, never while it is the primary.
@@ -434,8 +473,18 @@ mod tests {
             address: Some(address(ordinal)),
             health: Health::Healthy,
             replication: Some(info),
+            write_fence: Some(FENCE),
         }
     }
+
+    const FENCE: WriteFence = WriteFence {
+        min_replicas: 1,
+        max_lag_seconds: 10,
+    };
+    const UNFENCED: WriteFence = WriteFence {
+        min_replicas: 0,
+        max_lag_seconds: 10,
+    };
 
     fn unreachable_node(ordinal: usize) -> NodeFact {
         NodeFact {
@@ -443,6 +492,7 @@ mod tests {
             address: Some(address(ordinal)),
             health: Health::Unknown("timed out".into()),
             replication: None,
+            write_fence: None,
         }
     }
 
@@ -488,7 +538,47 @@ mod tests {
             sentinels,
             recorded_primary: recorded,
             settings: settings(),
+            write_fence: FENCE,
         }
+    }
+
+    #[test]
+    fn an_unfenced_primary_is_fenced_once_a_replica_is_in_sync_and_every_node_follows() {
+        let mut nodes = settled_nodes(0);
+        nodes[0].write_fence = Some(UNFENCED);
+        nodes[2].write_fence = Some(UNFENCED);
+        let facts = facts(nodes.clone(), all_watching(0), Some(0));
+        assert_eq!(
+            decide(&facts),
+            Decision::Act(Step::FenceWrites {
+                node: 0,
+                fence: FENCE
+            })
+        );
+        // No replica in sync yet: fencing the primary now would refuse every write.
+        nodes[0] = node(0, primary_info(&[]));
+        nodes[0].write_fence = Some(UNFENCED);
+        assert_eq!(
+            decide(&super::tests::facts(nodes, all_watching(0), Some(0))),
+            Decision::Act(Step::FenceWrites {
+                node: 2,
+                fence: FENCE
+            })
+        );
+    }
+
+    #[test]
+    fn a_fence_the_spec_no_longer_wants_is_lowered_before_a_replica_leaves() {
+        let mut facts = facts(settled_nodes(0), all_watching(0), Some(0));
+        facts.desired_nodes = 1;
+        facts.write_fence = UNFENCED;
+        assert_eq!(
+            decide(&facts),
+            Decision::Act(Step::FenceWrites {
+                node: 0,
+                fence: UNFENCED
+            })
+        );
     }
 
     fn settled_nodes(primary: usize) -> Vec<NodeFact> {

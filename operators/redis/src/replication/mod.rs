@@ -65,6 +65,7 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
             down_after: Duration::from_millis(sentinel_spec.down_after_millis.max(0) as u64),
             failover_timeout: Duration::from_millis(sentinel_spec.failover_timeout_millis.max(0) as u64),
         },
+        write_fence: crate::resources::write_fence(spec),
     };
 
     // Decide.
@@ -181,7 +182,11 @@ async fn observe_nodes(pass: &Pass<'_>, count: usize) -> Vec<NodeFact> {
                 ordinal,
                 "replication_info",
                 Idempotency::Read,
-                |admin| async move { admin.replication_info().await },
+                |admin| async move {
+                    // The fence is read beside the role; a server that will not tell (a renamed
+                    // CONFIG) is still healthy, its fence just unknown.
+                    Ok((admin.replication_info().await?, admin.write_fence().await.ok()))
+                },
             )
             .await;
         (ordinal, address, answer)
@@ -189,13 +194,13 @@ async fn observe_nodes(pass: &Pass<'_>, count: usize) -> Vec<NodeFact> {
     let answers = futures::future::join_all(asks).await;
     let infos: BTreeMap<usize, _> = answers
         .iter()
-        .filter_map(|(ordinal, _, answer)| answer.as_ref().ok().map(|info| (*ordinal, info.clone())))
+        .filter_map(|(ordinal, _, answer)| answer.as_ref().ok().map(|(info, _)| (*ordinal, info.clone())))
         .collect();
     answers
         .into_iter()
         .map(|(ordinal, address, answer)| {
-            let (health, replication) = match answer {
-                Ok(info) => (Health::Healthy, Some(info)),
+            let (health, replication, write_fence) = match answer {
+                Ok((info, fence)) => (Health::Healthy, Some(info), fence),
                 Err(error) => {
                     // Testimony: the replicas that follow this node's address.
                     let testimony: Vec<bool> = address
@@ -210,6 +215,7 @@ async fn observe_nodes(pass: &Pass<'_>, count: usize) -> Vec<NodeFact> {
                     (
                         classify(Err(error.to_string()), &testimony, count.saturating_sub(1)),
                         None,
+                        None,
                     )
                 }
             };
@@ -218,6 +224,7 @@ async fn observe_nodes(pass: &Pass<'_>, count: usize) -> Vec<NodeFact> {
                 address,
                 health,
                 replication,
+                write_fence,
             }
         })
         .collect()
@@ -341,6 +348,19 @@ async fn execute(pass: &Pass<'_>, facts: &Facts, step: &Step) -> Result<(), crat
                             )
                             .await
                     },
+                )
+                .await
+        }
+        Step::FenceWrites { node, fence } => {
+            let fence = *fence;
+            clients
+                .node(
+                    key,
+                    addresses,
+                    *node,
+                    "set_write_fence",
+                    Idempotency::Mutation,
+                    |admin| async move { admin.set_write_fence(fence).await },
                 )
                 .await
         }
@@ -562,6 +582,7 @@ pub fn step_reason(step: &Step) -> &'static str {
         Step::Monitor { .. } => "SentinelMonitoring",
         Step::Configure { .. } => "SentinelConfigured",
         Step::Replicate { .. } => "ReplicaConfigured",
+        Step::FenceWrites { .. } => "WriteFenceSet",
         Step::SentinelFailover { .. } => "SwitchoverRequested",
         Step::RemoveNode { .. } => "RemovingNode",
         Step::ResetSentinel { .. } => "SentinelReset",
@@ -584,6 +605,12 @@ pub fn describe(cluster: &str, step: &Step) -> String {
         Step::Replicate { node, primary } => format!(
             "pointing {} at the primary at {primary}",
             node_name(cluster, *node)
+        ),
+        Step::FenceWrites { node, fence } => format!(
+            "making {} refuse writes unless {} replica(s) acknowledged within {} s",
+            node_name(cluster, *node),
+            fence.min_replicas,
+            fence.max_lag_seconds
         ),
         Step::SentinelFailover { sentinel } => format!(
             "asking {} to fail over: the primary's pod is leaving",
