@@ -179,12 +179,15 @@ struct Running {
     pod_uid: String,
 }
 
-/// The running stand-in. Dropping it stops every process it started and removes the members'
-/// data, unless the test is failing: then the data and logs stay for a human to read.
+/// The running stand-in. Dropping it stops every process it started and, when it created the
+/// state directory itself under the system's temporary directory (as tests do), removes it,
+/// unless the test is failing: then the data and logs stay for a human to read. A directory
+/// that existed before, or one named elsewhere (the demos' `--state`), is left alone.
 pub struct LocalMembers {
     task: JoinHandle<()>,
     processes: Arc<Mutex<BTreeMap<(String, String), Running>>>,
     state: PathBuf,
+    remove_state: bool,
 }
 
 impl LocalMembers {
@@ -196,6 +199,7 @@ impl LocalMembers {
         state: PathBuf,
         namespace: Option<String>,
     ) -> Self {
+        let remove_state = !state.exists() && state.starts_with(std::env::temp_dir());
         let processes: Arc<Mutex<BTreeMap<(String, String), Running>>> = Arc::default();
         let task = {
             let processes = processes.clone();
@@ -215,6 +219,7 @@ impl LocalMembers {
             task,
             processes,
             state,
+            remove_state,
         }
     }
 
@@ -255,7 +260,7 @@ impl Drop for LocalMembers {
                 let _ = running.child.start_kill();
             }
         }
-        if !std::thread::panicking() {
+        if self.remove_state && !std::thread::panicking() {
             remove_state(&self.state);
         }
     }
@@ -679,14 +684,31 @@ mod tests {
     #[tokio::test]
     async fn dropping_the_stand_in_removes_its_members_data() {
         let state = std::env::temp_dir().join(format!("quorum-local-members-drop-{}", std::process::id()));
-        std::fs::create_dir_all(state.join("ns").join("main-0")).unwrap();
-        std::fs::write(state.join("ns").join("main-0").join("db"), b"data").unwrap();
         quorum_core::install_crypto_provider();
         // No API server answers here: the stand-in's passes fail, which is beside the point.
         let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
         let client = Client::try_from(config).unwrap();
-        let members = LocalMembers::start(client, MariaDbLauncher, state.clone(), Some("ns".into()));
+        let members = LocalMembers::start(client.clone(), MariaDbLauncher, state.clone(), Some("ns".into()));
+        // What a member's server writes while the stand-in runs.
+        std::fs::create_dir_all(state.join("ns").join("main-0")).unwrap();
+        std::fs::write(state.join("ns").join("main-0").join("db"), b"data").unwrap();
         drop(members);
         assert!(!state.exists(), "{} is left behind", state.display());
+
+        // A directory that was there before is someone else's: kept.
+        let theirs = std::env::temp_dir().join(format!("quorum-local-members-theirs-{}", std::process::id()));
+        std::fs::create_dir_all(&theirs).unwrap();
+        std::fs::write(theirs.join("notes"), b"keep").unwrap();
+        drop(LocalMembers::start(
+            client,
+            MariaDbLauncher,
+            theirs.clone(),
+            Some("ns".into()),
+        ));
+        assert!(
+            theirs.join("notes").exists(),
+            "a directory the stand-in did not create was removed"
+        );
+        std::fs::remove_dir_all(&theirs).unwrap();
     }
 }

@@ -286,7 +286,6 @@ impl OnRealNode {
         seen
     }
 
-    /// Removes the release and the namespace (and with it the clusters, pods and claims).
     /// Runs an S3-compatible store (gofakes3, in memory, one bucket) as a pod on the real node
     /// with a Service in front, and the credentials Secret backups name; waits until it serves.
     /// The operator's pod writes backups there and the members' init containers read them, over
@@ -355,6 +354,7 @@ impl OnRealNode {
         }
     }
 
+    /// Removes the release and the namespace (and with it the clusters, pods and claims).
     pub async fn remove(self) {
         if let Some(chart) = self.chart {
             chart.uninstall();

@@ -324,8 +324,8 @@ fn helm_template_renders_the_defaults() {
         "ServiceAccount/quorum-etcd-operator",
         "ClusterRole/quorum-etcd-operator",
         "ClusterRoleBinding/quorum-etcd-operator",
-        "Role/quorum-etcd-operator",
-        "RoleBinding/quorum-etcd-operator",
+        "Role/quorum-etcd-operator-leader-election",
+        "RoleBinding/quorum-etcd-operator-leader-election",
         "Service/quorum-etcd-operator-metrics",
         "Deployment/quorum-etcd-operator",
         "ValidatingAdmissionPolicy/quorum-etcd-odd-members",
@@ -626,8 +626,15 @@ async fn helm_install_creates_the_operator_and_its_rbac_and_uninstall_removes_th
     let cluster_roles: Api<ClusterRole> = Api::all(client.clone());
     let cluster_role_bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
     accounts.get(&fullname).await.expect("the ServiceAccount");
-    roles.get(&fullname).await.expect("the leader-election Role");
-    let binding = role_bindings.get(&fullname).await.expect("the RoleBinding");
+    let leader_election = format!("{fullname}-leader-election");
+    roles
+        .get(&leader_election)
+        .await
+        .expect("the leader-election Role");
+    let binding = role_bindings
+        .get(&leader_election)
+        .await
+        .expect("the leader-election RoleBinding");
     assert_eq!(binding.subjects.expect("subjects")[0].name, fullname);
     let cluster_role = cluster_roles.get(&fullname).await.expect("the ClusterRole");
     assert!(

@@ -134,9 +134,9 @@ async fn a_standby_answers_its_phase_and_runs_once_it_leads() {
     let leader = runtime_named(&client, namespace.name(), "replica-a", leader_port);
     let stop_leader = leader.shutdown_token();
     let leader = tokio::spawn(leader.run(Vec::new()));
-    quorum_e2e::wait::until("the first replica ready", Duration::from_secs(20), || async {
+    quorum_e2e::wait::until("the first replica leading", Duration::from_secs(20), || async {
         match probes(leader_port).await? {
-            ((200, _), (200, _)) => Ok(()),
+            ((200, ready), (200, _)) if ready == "Running" => Ok(()),
             other => Err(format!("{other:?}")),
         }
     })
@@ -175,16 +175,17 @@ async fn a_standby_answers_its_phase_and_runs_once_it_leads() {
     namespace.delete().await;
 }
 
-/// A controller that ends without a shutdown request has stopped working: the process reports
-/// it and ends (so the kubelet restarts it) instead of serving probes with nothing reconciled,
-/// and hands its lease over.
+/// A controller that ends without a shutdown request has stopped working, even while another
+/// runs on: the process reports it and ends (so the kubelet restarts it) instead of serving
+/// probes with part of its work undone, and hands its lease over.
 #[tokio::test]
 async fn controllers_that_stop_by_themselves_end_the_process_and_release_the_lease() {
     let client = admin_client().await;
     let namespace = TestNamespace::create(&client, "runtime-stopped").await;
     let runtime = runtime_named(&client, namespace.name(), "replica-a", free_port());
     let stopped: futures::future::BoxFuture<'static, ()> = Box::pin(futures::future::ready(()));
-    let outcome = tokio::time::timeout(Duration::from_secs(20), runtime.run(vec![stopped]))
+    let running: futures::future::BoxFuture<'static, ()> = Box::pin(futures::future::pending());
+    let outcome = tokio::time::timeout(Duration::from_secs(20), runtime.run(vec![running, stopped]))
         .await
         .expect("the process ends when its controllers stop");
     assert!(

@@ -251,9 +251,16 @@ impl Runtime {
         let controllers = scopes
             .into_iter()
             .map(|namespace| self.controller_in(namespace, context.clone(), reconcile.clone(), report_pods));
-        let all = futures::future::join_all(controllers);
+        // One namespace's controller ending is this controller ending: the runner decides
+        // whether that was asked for (a shutdown, when the others finish their reconciles
+        // too) or a failure.
+        let first_to_end = futures::future::select_all(controllers);
+        let shutdown = self.shutdown.clone();
         Box::pin(async move {
-            all.await;
+            let (_, _, others) = first_to_end.await;
+            if shutdown.is_cancelled() {
+                futures::future::join_all(others).await;
+            }
         })
     }
 
@@ -411,15 +418,18 @@ impl Runtime {
         }
 
         let shutdown = self.shutdown.clone();
-        let any_controllers = !controllers.is_empty();
         let controllers = async move {
-            // Controllers end after a shutdown request; one that ends before it has stopped
-            // working. A process with no controllers waits for the request.
-            futures::future::join_all(controllers).await;
-            if any_controllers && !shutdown.is_cancelled() {
+            // Controllers end after a shutdown request; the first one that ends before it has
+            // stopped working, whatever the others do. A process with none waits for the request.
+            if controllers.is_empty() {
+                shutdown.cancelled().await;
+                return Ok(());
+            }
+            let (_, _, others) = futures::future::select_all(controllers).await;
+            if !shutdown.is_cancelled() {
                 return Err(RunError::ControllersStopped);
             }
-            shutdown.cancelled().await;
+            futures::future::join_all(others).await;
             Ok(())
         };
         self.readiness.set(Phase::Running);

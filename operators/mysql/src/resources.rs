@@ -497,10 +497,7 @@ pub fn build_statefulset(cluster: &MySQLCluster, replicas: i32) -> Result<Statef
                     volumes: Some(volumes),
                     node_selector: (!overrides.node_selector.is_empty()).then_some(overrides.node_selector),
                     tolerations: (!overrides.tolerations.is_empty()).then_some(overrides.tolerations),
-                    affinity: Some(quorum_core::pod::affinity_or_spread(
-                        overrides.affinity,
-                        &member_selector(cluster),
-                    )),
+                    affinity: overrides.affinity,
                     priority_class_name: overrides.priority_class_name,
                     security_context: Some(member_pod_security(MYSQL_UID)),
                     termination_grace_period_seconds: Some(60),
@@ -612,19 +609,6 @@ mod tests {
         assert!(mysql.contains("skip_replica_start = ON"));
         assert!(mysql.contains("gtid_mode = ON"));
         assert!(mysql.ends_with("max_connections = 500\n"));
-    }
-
-    #[test]
-    fn members_prefer_distinct_nodes() {
-        let cluster = cluster(Flavor::MariaDB, 3);
-        let statefulset = build_statefulset(&cluster, 3).unwrap();
-        assert_eq!(
-            statefulset.spec.unwrap().template.spec.unwrap().affinity,
-            Some(quorum_core::pod::affinity_or_spread(
-                None,
-                &member_selector(&cluster)
-            ))
-        );
     }
 
     #[test]

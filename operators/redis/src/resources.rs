@@ -689,10 +689,7 @@ fn statefulset(
                     volumes: Some(volumes),
                     node_selector: (!overrides.node_selector.is_empty()).then_some(overrides.node_selector),
                     tolerations: (!overrides.tolerations.is_empty()).then_some(overrides.tolerations),
-                    affinity: Some(quorum_core::pod::affinity_or_spread(
-                        overrides.affinity,
-                        &selector(cluster, component),
-                    )),
+                    affinity: overrides.affinity,
                     priority_class_name: overrides.priority_class_name,
                     security_context: Some(member_pod_security(REDIS_UID)),
                     termination_grace_period_seconds: Some(30),
@@ -766,22 +763,6 @@ pub(crate) mod tests {
         cluster.metadata.namespace = Some("prod".into());
         cluster.metadata.uid = Some("uid-1".into());
         cluster
-    }
-
-    #[test]
-    fn nodes_and_sentinels_prefer_distinct_nodes() {
-        let cluster = cluster(Mode::Replication);
-        let nodes = build_statefulset(&cluster, 3).unwrap();
-        let sentinels = build_sentinel_statefulset(&cluster, 3).unwrap();
-        for (statefulset, component) in [(nodes, NODE_COMPONENT), (sentinels, SENTINEL_COMPONENT)] {
-            assert_eq!(
-                statefulset.spec.unwrap().template.spec.unwrap().affinity,
-                Some(quorum_core::pod::affinity_or_spread(
-                    None,
-                    &selector(&cluster, component)
-                ))
-            );
-        }
     }
 
     #[test]

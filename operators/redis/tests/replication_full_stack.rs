@@ -213,6 +213,21 @@ async fn sentinel_fails_over_a_killed_primary_and_the_operator_follows() {
     // Every acknowledged write is on the new primary, which takes writes.
     let new_address = node_address(&ns, "cache", new_ordinal);
     assert_eq!(count_keys(new_address, &password, "before").await, 200);
+    // The new primary takes writes once the other replica follows it (the write fence).
+    wait::until(
+        "the new primary taking writes",
+        Duration::from_secs(60),
+        || async {
+            let mut connection = data_connection(new_address, &password)
+                .await
+                .map_err(|e| e.to_string())?;
+            connection
+                .set::<_, _, ()>("after-probe", 1)
+                .await
+                .map_err(|e| e.to_string())
+        },
+    )
+    .await;
     write_replicated(new_address, &password, "after", 50, 1).await;
 
     // The old primary's pod is replaced; it comes back as a replica of the new primary.

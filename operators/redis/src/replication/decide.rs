@@ -254,7 +254,6 @@ pub fn find_primary(facts: &Facts) -> PrimaryFinding {
     }
 }
 
-/// The one step to take now.
 /// The first node whose write fence differs from the wanted one and may be changed now.
 fn fence_writes(facts: &Facts, primary: usize) -> Option<Step> {
     let wanted = facts.write_fence;
@@ -282,6 +281,7 @@ fn fence_writes(facts: &Facts, primary: usize) -> Option<Step> {
         })
 }
 
+/// The one step to take now.
 pub fn decide(facts: &Facts) -> Decision {
     if facts.node_pods.is_none_or(|pods| pods < facts.desired_nodes) {
         return Decision::Act(Step::ScaleNodes {
