@@ -683,19 +683,23 @@ async fn failover_promotes_the_replica_that_received_the_most_after_it_applies_w
         .expect("release main-1's applier");
     drop(slow_applier);
 
-    let status = wait::until("main-1 the new primary", Duration::from_secs(90), || async {
-        let status = setup
-            .clusters
-            .get("main")
-            .await
-            .map_err(|e| e.to_string())?
-            .status
-            .unwrap_or_default();
-        match status.primary.as_deref() {
-            Some("main-1") => Ok(status),
-            other => Err(format!("primary {other:?}, {:?}", status.conditions)),
-        }
-    })
+    let status = wait::until(
+        "main-1 the new primary, the failover recorded",
+        Duration::from_secs(90),
+        || async {
+            let status = setup
+                .clusters
+                .get("main")
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .unwrap_or_default();
+            match (status.primary.as_deref(), &status.last_failover) {
+                (Some("main-1"), Some(_)) => Ok(status),
+                (other, _) => Err(format!("primary {other:?}, {:?}", status.conditions)),
+            }
+        },
+    )
     .await;
     assert_eq!(
         status.last_failover.map(|record| record.from).as_deref(),

@@ -222,7 +222,7 @@ async fn sentinel_fails_over_a_killed_primary_and_the_operator_follows() {
                 .await
                 .map_err(|e| e.to_string())?;
             connection
-                .set::<_, _, ()>("after-probe", 1)
+                .set::<_, _, ()>("probe-after-failover", 1)
                 .await
                 .map_err(|e| e.to_string())
         },
