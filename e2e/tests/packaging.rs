@@ -439,9 +439,21 @@ async fn every_rendered_chart_passes_server_side_dry_run() {
             })
             .collect();
         assert_eq!(crds.len(), 2, "{chart}: a cluster kind and a backup kind");
-        for extra in [
-            &[][..],
-            &["--set", "watchNamespaces={a,b},replicaCount=2,logFormat=text"][..],
+        // Watching all namespaces, the rules are a ClusterRole; watching the test's namespace,
+        // a Role there.
+        let watching = format!(
+            "watchNamespaces={{{}}},replicaCount=2,logFormat=text",
+            namespace.name()
+        );
+        for (extra, grant) in [
+            (
+                &[][..],
+                format!("clusterrole.rbac.authorization.k8s.io/{release}-{package}"),
+            ),
+            (
+                &["--set", watching.as_str()][..],
+                format!("role.rbac.authorization.k8s.io/{release}-{package}"),
+            ),
         ] {
             let mut args = vec![
                 "template",
@@ -471,8 +483,10 @@ async fn every_rendered_chart_passes_server_side_dry_run() {
             );
             for expected in [
                 format!("deployment.apps/{release}-{package} serverside-applied (server dry run)"),
-                format!("clusterrole.rbac.authorization.k8s.io/{release}-{package} serverside-applied (server dry run)"),
-                format!("rolebinding.rbac.authorization.k8s.io/{release}-{package} serverside-applied (server dry run)"),
+                format!("{grant} serverside-applied (server dry run)"),
+                format!(
+                    "rolebinding.rbac.authorization.k8s.io/{release}-{package}-leader-election serverside-applied (server dry run)"
+                ),
             ]
             .iter()
             .chain(&crds)

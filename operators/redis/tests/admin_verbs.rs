@@ -505,12 +505,22 @@ async fn a_replica_is_added_synced_and_removed() {
     let info = replica.replication_info().await.unwrap();
     assert_eq!(info.role, Role::Replica);
     assert!(info.follows(primary.address()) && info.link_up);
-    let seen = primary.replication_info().await.unwrap();
+    // The primary marks the replica online at its first acknowledgement after loading, a
+    // moment after the replica reports its link up.
     let replica_ip = processes.address(1).ip().to_string();
-    assert_eq!(
-        seen.replica(&replica_ip, 6379).map(|r| r.state.as_str()),
-        Some("online")
-    );
+    wait::until(
+        "the primary seeing the replica online",
+        Duration::from_secs(30),
+        || async {
+            let seen = primary.replication_info().await.map_err(|e| e.to_string())?;
+            match seen.replica(&replica_ip, 6379).map(|r| r.state.clone()) {
+                Some(state) if state == "online" => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    let seen = primary.replication_info().await.unwrap();
     replica.ensure_replica_of(primary.address()).await.unwrap(); // already: no resync
     assert_eq!(
         replica.replication_info().await.unwrap().replication_id,
