@@ -145,20 +145,18 @@ async fn failover_under_write_load_keeps_every_acknowledged_write_and_the_old_pr
     setup.members.kill(setup.ns(), "main-0").await;
     let acknowledged = writer.stop(Duration::from_secs(20)).await;
 
-    let status = wait::until("a failover to a replica", Duration::from_secs(90), || async {
-        let status = setup
-            .clusters
-            .get("main")
-            .await
-            .map_err(|e| e.to_string())?
-            .status
-            .unwrap_or_default();
-        match (&status.primary, &status.last_failover) {
-            (Some(primary), Some(record)) if primary != "main-0" && record.kind == "Failover" => Ok(status),
-            _ => Err(format!("{:?} {:?}", status.primary, status.conditions)),
-        }
-    })
-    .await;
+    let status = setup
+        .status_until(
+            "a failover to a replica",
+            Duration::from_secs(90),
+            |status| match (&status.primary, &status.last_failover) {
+                (Some(primary), Some(record)) if primary != "main-0" && record.kind == "Failover" => {
+                    Ok(status)
+                }
+                _ => Err(format!("{:?} {:?}", status.primary, status.conditions)),
+            },
+        )
+        .await;
     let record = status.last_failover.clone().unwrap();
     assert_eq!(record.from, "main-0");
     assert!(record.duration_millis >= 0);
@@ -235,25 +233,19 @@ async fn a_primary_blackholed_from_the_operator_only_is_not_failed_over() {
     ready(&setup.clusters, "main", 2).await;
 
     proxy.set(Fault::Blackhole);
-    let unknown = wait::until(
-        "the primary reported Unknown",
-        Duration::from_secs(60),
-        || async {
-            let status = setup
-                .clusters
-                .get("main")
-                .await
-                .map_err(|e| e.to_string())?
-                .status
-                .unwrap_or_default();
-            let primary = status.members.iter().find(|m| m.name == "main-0").cloned();
-            match primary {
-                Some(member) if member.health == "Unknown" => Ok(status),
-                other => Err(format!("{other:?}")),
-            }
-        },
-    )
-    .await;
+    let unknown = setup
+        .status_until(
+            "the primary reported Unknown",
+            Duration::from_secs(60),
+            |status| {
+                let primary = status.members.iter().find(|m| m.name == "main-0").cloned();
+                match primary {
+                    Some(member) if member.health == "Unknown" => Ok(status),
+                    other => Err(format!("{other:?}")),
+                }
+            },
+        )
+        .await;
     assert_eq!(unknown.primary.as_deref(), Some("main-0"));
     // Long enough for many passes and the breaker to open and probe again.
     tokio::time::sleep(Duration::from_secs(15)).await;
@@ -440,13 +432,7 @@ async fn a_refused_step_is_reported_leaves_replication_as_it_was_and_completes_o
     // On the member that will leave, and only there (nothing of this is binary-logged), the
     // operator's account loses the privilege to stop replication. An account of the test's
     // own keeps every privilege, to give it back later.
-    let secrets: Api<Secret> = Api::namespaced(setup.client.clone(), setup.ns());
-    let root_password = String::from_utf8(
-        secrets.get("main-root").await.unwrap().data.unwrap()["password"]
-            .0
-            .clone(),
-    )
-    .unwrap();
+    let root_password = setup.root_password().await;
     let leaving = setup.ip(2);
     let mut root = session(leaving, "root", &root_password).await;
     root.query_drop(
@@ -484,24 +470,16 @@ async fn a_refused_step_is_reported_leaves_replication_as_it_was_and_completes_o
         )
         .await
         .expect("scale to 2");
-    let refused = wait::until(
-        "the refused step in the Progressing condition",
-        Duration::from_secs(90),
-        || async {
-            let status = setup
-                .clusters
-                .get("main")
-                .await
-                .map_err(|e| e.to_string())?
-                .status
-                .unwrap_or_default();
-            match status.conditions.iter().find(|c| c.type_ == "Progressing") {
+    let refused = setup
+        .status_until(
+            "the refused step in the Progressing condition",
+            Duration::from_secs(90),
+            |status| match status.conditions.iter().find(|c| c.type_ == "Progressing") {
                 Some(c) if c.reason == "StepFailed" && c.message.contains("refused") => Ok(status),
                 other => Err(format!("{other:?}")),
-            }
-        },
-    )
-    .await;
+            },
+        )
+        .await;
     let progressing = refused
         .conditions
         .iter()
@@ -607,13 +585,7 @@ async fn failover_promotes_the_replica_that_received_the_most_after_it_applies_w
     for ordinal in [1, 2] {
         converges(setup.ip(ordinal), &[0]).await;
     }
-    let secrets: Api<Secret> = Api::namespaced(setup.client.clone(), setup.ns());
-    let root_password = String::from_utf8(
-        secrets.get("main-root").await.unwrap().data.unwrap()["password"]
-            .0
-            .clone(),
-    )
-    .unwrap();
+    let root_password = setup.root_password().await;
 
     // With the operator stopped, so it repairs nothing meanwhile: main-1 receives everything but
     // applies nothing (a global read lock holds its applier), main-2 applies rows 1 to 10 and
@@ -659,48 +631,32 @@ async fn failover_promotes_the_replica_that_received_the_most_after_it_applies_w
     };
 
     // The failover goes to main-1 and waits there until main-1 applied what it received.
-    wait::until(
-        "a failover to main-1 in flight",
-        Duration::from_secs(90),
-        || async {
-            let status = setup
-                .clusters
-                .get("main")
-                .await
-                .map_err(|e| e.to_string())?
-                .status
-                .unwrap_or_default();
-            match &status.in_flight {
+    setup
+        .status_until(
+            "a failover to main-1 in flight",
+            Duration::from_secs(90),
+            |status| match &status.in_flight {
                 Some(step) if step.action == "Failover" && step.member == "main-1" => Ok(()),
                 other => Err(format!("in flight {other:?}, primary {:?}", status.primary)),
-            }
-        },
-    )
-    .await;
+            },
+        )
+        .await;
     slow_applier
         .query_drop("UNLOCK TABLES")
         .await
         .expect("release main-1's applier");
     drop(slow_applier);
 
-    let status = wait::until(
-        "main-1 the new primary, the failover recorded",
-        Duration::from_secs(90),
-        || async {
-            let status = setup
-                .clusters
-                .get("main")
-                .await
-                .map_err(|e| e.to_string())?
-                .status
-                .unwrap_or_default();
-            match (status.primary.as_deref(), &status.last_failover) {
+    let status = setup
+        .status_until(
+            "main-1 the new primary, the failover recorded",
+            Duration::from_secs(90),
+            |status| match (status.primary.as_deref(), &status.last_failover) {
                 (Some("main-1"), Some(_)) => Ok(status),
                 (other, _) => Err(format!("primary {other:?}, {:?}", status.conditions)),
-            }
-        },
-    )
-    .await;
+            },
+        )
+        .await;
     assert_eq!(
         status.last_failover.map(|record| record.from).as_deref(),
         Some("main-0")

@@ -178,6 +178,31 @@ impl Setup {
             .collect()
     }
 
+    /// Polls the cluster `main`'s status until `check` accepts it, and returns what `check`
+    /// returned; `check`'s error says what it saw instead.
+    pub async fn status_until<T>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        check: impl Fn(MySQLClusterStatus) -> Result<T, String>,
+    ) -> T {
+        wait::until(what, timeout, || async {
+            let cluster = self.clusters.get("main").await.map_err(|e| e.to_string())?;
+            check(cluster.status.unwrap_or_default())
+        })
+        .await
+    }
+
+    /// The root password the operator generated for the cluster `main`.
+    pub async fn root_password(&self) -> String {
+        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), self.ns());
+        let secret = secrets
+            .get("main-root")
+            .await
+            .expect("the generated root password");
+        String::from_utf8(secret.data.expect("data")["password"].0.clone()).expect("UTF-8")
+    }
+
     /// Stops the operator as SIGTERM would and starts a new one, with nothing of the old
     /// one's memory (cached clients, applied accounts).
     pub async fn restart_operator(self) -> Self {
