@@ -167,6 +167,21 @@ async fn write_replicated(address: SocketAddr, password: &str, prefix: &str, cou
     );
 }
 
+/// Waits until `address` acknowledges a write of `key` (a fenced primary refuses it until a
+/// replica follows).
+async fn until_taking_writes(address: SocketAddr, password: &str, what: &str, key: &str) {
+    wait::until(what, Duration::from_secs(60), || async {
+        let mut connection = data_connection(address, password)
+            .await
+            .map_err(|e| e.to_string())?;
+        connection
+            .set::<_, _, ()>(key, 1)
+            .await
+            .map_err(|e| e.to_string())
+    })
+    .await;
+}
+
 async fn count_keys(address: SocketAddr, password: &str, prefix: &str) -> usize {
     let mut connection = data_connection(address, password).await.unwrap();
     let keys: Vec<String> = connection.keys(format!("{prefix}-*")).await.unwrap();
@@ -214,18 +229,11 @@ async fn sentinel_fails_over_a_killed_primary_and_the_operator_follows() {
     let new_address = node_address(&ns, "cache", new_ordinal);
     assert_eq!(count_keys(new_address, &password, "before").await, 200);
     // The new primary takes writes once the other replica follows it (the write fence).
-    wait::until(
+    until_taking_writes(
+        new_address,
+        &password,
         "the new primary taking writes",
-        Duration::from_secs(60),
-        || async {
-            let mut connection = data_connection(new_address, &password)
-                .await
-                .map_err(|e| e.to_string())?;
-            connection
-                .set::<_, _, ()>("probe-after-failover", 1)
-                .await
-                .map_err(|e| e.to_string())
-        },
+        "probe-after-failover",
     )
     .await;
     write_replicated(new_address, &password, "after", 50, 1).await;
@@ -510,20 +518,7 @@ async fn a_primary_without_replicas_refuses_writes_until_one_is_back() {
         pods.delete(replica, &Default::default()).await.unwrap();
     }
     ready(&setup.clusters, "cache", 3).await;
-    wait::until(
-        "the primary taking writes again",
-        Duration::from_secs(60),
-        || async {
-            let mut connection = data_connection(primary, &password)
-                .await
-                .map_err(|e| e.to_string())?;
-            connection
-                .set::<_, _, ()>("after", 1)
-                .await
-                .map_err(|e| e.to_string())
-        },
-    )
-    .await;
+    until_taking_writes(primary, &password, "the primary taking writes again", "after").await;
     assert_eq!(count_keys(primary, &password, "before").await, 50);
     setup.stop().await;
 }
