@@ -37,6 +37,9 @@ pub enum Error {
     /// The object lacks a field the machinery needs (a namespace, a name, a uid).
     #[error("{kind} is missing {field}")]
     MissingField { kind: String, field: &'static str },
+    /// An object under a child's name is not the cluster's: it was neither adopted nor changed.
+    #[error("{0}")]
+    NotOwned(Box<crate::ownership::NotOwned>),
 }
 
 impl Error {
@@ -48,6 +51,7 @@ impl Error {
             Error::Read { .. } => "read",
             Error::Lease { .. } => "lease",
             Error::MissingField { .. } => "missing_field",
+            Error::NotOwned(_) => "not_owned",
         }
     }
 }
@@ -62,10 +66,20 @@ pub trait ReconcileError: std::error::Error + Send + Sync + 'static {
     fn is_permanent(&self) -> bool {
         false
     }
+
+    /// The shared machinery's error behind this one, when it is one: the runner reports some of
+    /// them on the cluster ([`Error::NotOwned`]).
+    fn shared(&self) -> Option<&Error> {
+        None
+    }
 }
 
 impl ReconcileError for Error {
     fn metric_label(&self) -> &'static str {
         Error::metric_label(self)
+    }
+
+    fn shared(&self) -> Option<&Error> {
+        Some(self)
     }
 }

@@ -15,6 +15,8 @@
 //! - [`predecessor`]: what a deleted cluster of the same name left (claims, a StatefulSet), which
 //!   holds a new cluster back until it is gone;
 //! - [`apply`]: server-side apply under one field manager per operator, with controller owner references;
+//! - [`ownership`]: an object under a child's name that the cluster does not control, never
+//!   adopted or overwritten, and reported on the cluster;
 //! - [`conditions`]: `Ready`, `Progressing`, `Degraded` with `observedGeneration` and stable transition times;
 //! - [`status`]: reading `status` as stored at the start of a pass, writing it only when it changed;
 //! - [`events`]: one shared event recorder with a fixed catalogue of reasons;
@@ -37,6 +39,7 @@ pub mod http;
 pub mod leader;
 pub mod metrics;
 pub mod naming;
+pub mod ownership;
 pub mod pod;
 pub mod pod_failures;
 pub mod predecessor;

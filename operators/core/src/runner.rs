@@ -33,14 +33,14 @@ use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    ReconcileError,
+    Error, ReconcileError,
     apply::Applier,
     config::OperatorConfig,
     events::EventPublisher,
     http::{self, Phase, Readiness},
     leader::{LeaderElector, LeaseTimings},
     metrics::Metrics,
-    pod_failures,
+    ownership, pod_failures,
 };
 
 /// What every reconcile receives: the shared machinery plus the operator's own `state`
@@ -343,6 +343,16 @@ impl Runtime {
                             .await;
                             if let Err(error) = reported {
                                 tracing::warn!(object = %key, %error, "could not report failing pods");
+                            }
+                        }
+                        if let Err(error) = &result
+                            && let Some(Error::NotOwned(not_owned)) = error.shared()
+                        {
+                            let reported =
+                                ownership::report(&context.client, &context.events, object.as_ref(), not_owned)
+                                    .await;
+                            if let Err(error) = reported {
+                                tracing::warn!(object = %key, %error, "could not report an object in the way");
                             }
                         }
                         context.metrics.observe_reconcile(&controller, started.elapsed());

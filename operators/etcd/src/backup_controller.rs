@@ -67,6 +67,13 @@ impl ReconcileError for BackupControllerError {
         }
     }
 
+    fn shared(&self) -> Option<&quorum_core::Error> {
+        match self {
+            BackupControllerError::Kubernetes(error) => Some(error),
+            _ => None,
+        }
+    }
+
     fn is_permanent(&self) -> bool {
         // A bad schedule or destination will not fix itself: wait for the resource to change.
         matches!(

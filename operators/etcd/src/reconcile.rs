@@ -131,6 +131,13 @@ impl ReconcileError for Error {
             Error::TlsSecret { .. } => "tls_secret",
         }
     }
+
+    fn shared(&self) -> Option<&quorum_core::Error> {
+        match self {
+            Error::Kubernetes(error) => Some(error),
+            _ => None,
+        }
+    }
 }
 
 /// Reconciles one `EtcdCluster`.

@@ -15,14 +15,14 @@ use etcd_operator::{
 use k8s_openapi::{
     api::{
         apps::v1::StatefulSet,
-        core::v1::{ConfigMap, Service},
+        core::v1::{ConfigMap, Event, Service},
         policy::v1::PodDisruptionBudget,
     },
     apimachinery::pkg::api::resource::Quantity,
 };
 use kube::{
     Api, CustomResourceExt, ResourceExt,
-    api::{DeleteParams, Patch, PatchParams, PostParams},
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
 };
 use quorum_core::config::LogFormat;
 use quorum_e2e::{
@@ -206,6 +206,119 @@ async fn creates_owned_objects_recreates_them_scales_and_reports_unknown_members
             "{refused}: {error}"
         );
     }
+
+    operator.stop().await;
+    namespace.delete().await;
+}
+
+/// A Service someone else made under the name of the cluster's client Service is neither adopted
+/// nor changed: the cluster reports it (`Degraded`, reason `ObjectNotOwned`, a warning event
+/// naming it) and takes no further step until it is gone.
+#[tokio::test]
+async fn a_same_name_service_not_controlled_by_the_cluster_is_reported_and_left_untouched() {
+    quorum_core::telemetry::init(LogFormat::Text);
+    let client = admin_client().await;
+    install_crd(&client, &EtcdCluster::crd()).await;
+    install_crd(&client, &etcd_operator::crd::EtcdBackup::crd()).await;
+    let namespace = TestNamespace::create(&client, "etcd-foreign").await;
+    let ns = namespace.name().to_string();
+    let services: Api<Service> = Api::namespaced(client.clone(), &ns);
+    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    let theirs: Service = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "main", "labels": {"app": "someone-else"}},
+        "spec": {"selector": {"app": "someone-else"}, "ports": [{"name": "web", "port": 8080}]},
+    }))
+    .unwrap();
+    let theirs = services.create(&PostParams::default(), &theirs).await.unwrap();
+    let operator = support::operator::start(client.clone(), &ns, MemberAddresses::Dns);
+    let clusters: Api<EtcdCluster> = Api::namespaced(client.clone(), &ns);
+    clusters
+        .create(&PostParams::default(), &EtcdCluster::new("main", spec(3)))
+        .await
+        .expect("create EtcdCluster");
+
+    let degraded = wait::until(
+        "the cluster to report the Service in the way",
+        Duration::from_secs(30),
+        || async {
+            let cluster = clusters.get("main").await.map_err(|e| e.to_string())?;
+            let conditions = cluster.status.map(|s| s.conditions).unwrap_or_default();
+            conditions
+                .iter()
+                .find(|c| c.type_ == "Degraded" && c.status == "True" && c.reason == "ObjectNotOwned")
+                .cloned()
+                .ok_or_else(|| format!("{conditions:?}"))
+        },
+    )
+    .await;
+    assert!(
+        degraded
+            .message
+            .contains("Service main was not created by this cluster"),
+        "{}",
+        degraded.message
+    );
+    assert!(
+        degraded
+            .message
+            .contains(&format!("kubectl delete service -n {ns} main")),
+        "{}",
+        degraded.message
+    );
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+    let warning = wait::until("the ObjectNotOwned event", Duration::from_secs(30), || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?
+            .items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("ObjectNotOwned"))
+            .ok_or_else(|| "none yet".to_string())
+    })
+    .await;
+    assert_eq!(warning.type_.as_deref(), Some("Warning"));
+    assert_eq!(
+        warning.related.as_ref().and_then(|r| r.name.as_deref()),
+        Some("main"),
+        "the event names the Service as its related object"
+    );
+
+    let now = services.get("main").await.unwrap();
+    assert_eq!(
+        now.resource_version(),
+        theirs.resource_version(),
+        "their Service is not written"
+    );
+    assert_eq!(now.metadata.owner_references, None);
+    assert!(
+        statefulsets.get_opt("main").await.unwrap().is_none(),
+        "no member is started while the cluster's Service is someone else's"
+    );
+
+    // Once it is gone the cluster makes its own and goes on.
+    services.delete("main", &DeleteParams::default()).await.unwrap();
+    let uid = clusters.get("main").await.unwrap().uid().unwrap();
+    wait::until(
+        "the cluster's own Service and StatefulSet",
+        Duration::from_secs(30),
+        || async {
+            let service = services.get_opt("main").await.map_err(|e| e.to_string())?;
+            let controlled = service
+                .and_then(|s| s.metadata.owner_references)
+                .is_some_and(|refs| refs.iter().any(|r| r.uid == uid && r.controller == Some(true)));
+            let statefulset = statefulsets.get_opt("main").await.map_err(|e| e.to_string())?;
+            if controlled && statefulset.is_some() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "service controlled: {controlled}, statefulset: {}",
+                    statefulset.is_some()
+                ))
+            }
+        },
+    )
+    .await;
 
     operator.stop().await;
     namespace.delete().await;

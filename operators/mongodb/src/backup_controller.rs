@@ -73,6 +73,13 @@ impl ReconcileError for BackupControllerError {
             BackupControllerError::RecordOnCluster(_) => "record",
         }
     }
+
+    fn shared(&self) -> Option<&quorum_core::Error> {
+        match self {
+            BackupControllerError::Kubernetes(error) => Some(error),
+            _ => None,
+        }
+    }
 }
 
 type Result<T> = std::result::Result<T, BackupControllerError>;

@@ -36,8 +36,7 @@ use crate::{
         VERSION_LABEL, admin_secret_name, arbiter_name, arbiter_statefulset_name, build_admin_secret,
         build_arbiter_config_map, build_arbiter_statefulset, build_client_service, build_config_map,
         build_headless_service, build_keyfile_secret, build_pod_disruption_budget, build_scheduled_backup,
-        build_statefulset, generate_keyfile, generated_admin_secret_name, generated_keyfile_secret_name,
-        member_host, member_name, selector_string, statefulset_name,
+        build_statefulset, generate_keyfile, member_host, member_name, selector_string, statefulset_name,
     },
 };
 
@@ -100,6 +99,13 @@ impl ReconcileError for Error {
             Error::Kubernetes(error) => error.metric_label(),
             Error::Api { .. } => "api",
             Error::Secret { .. } => "secret",
+        }
+    }
+
+    fn shared(&self) -> Option<&quorum_core::Error> {
+        match self {
+            Error::Kubernetes(error) => Some(error),
+            _ => None,
         }
     }
 }
@@ -1023,47 +1029,17 @@ async fn ensure_generated_secrets(
     context: &Context<State>,
     replica_set: &MongoDBReplicaSet,
 ) -> Result<(), Error> {
-    let secrets: Api<Secret> = Api::namespaced(
-        context.client.clone(),
-        &replica_set.namespace().unwrap_or_default(),
-    );
-    let name = replica_set.name_any();
     if replica_set.spec.admin_secret.is_none() {
-        create_once(&secrets, &generated_admin_secret_name(&name), || {
-            build_admin_secret(
-                replica_set,
-                DEFAULT_ADMIN_USERNAME.to_string(),
-                generate_password(),
-            )
-        })
-        .await?;
+        let admin = build_admin_secret(
+            replica_set,
+            DEFAULT_ADMIN_USERNAME.to_string(),
+            generate_password(),
+        )?;
+        context.applier.create_once(&admin).await?;
     }
     if replica_set.spec.keyfile_secret.is_none() {
-        create_once(&secrets, &generated_keyfile_secret_name(&name), || {
-            build_keyfile_secret(replica_set, generate_keyfile())
-        })
-        .await?;
-    }
-    Ok(())
-}
-
-/// Creates the Secret `name` from `build` unless it exists; the secret is generated only when
-/// it is created.
-async fn create_once(
-    secrets: &Api<Secret>,
-    name: &str,
-    build: impl FnOnce() -> Result<Secret, quorum_core::Error>,
-) -> Result<(), Error> {
-    if secrets
-        .get_opt(name)
-        .await
-        .map_err(api(format!("reading Secret {name}")))?
-        .is_none()
-    {
-        secrets
-            .create(&Default::default(), &build()?)
-            .await
-            .map_err(api(format!("creating Secret {name}")))?;
+        let keyfile = build_keyfile_secret(replica_set, generate_keyfile())?;
+        context.applier.create_once(&keyfile).await?;
     }
     Ok(())
 }

@@ -125,6 +125,13 @@ impl ReconcileError for Error {
             Error::ForbiddenConfig(_) => "invalid_spec",
         }
     }
+
+    fn shared(&self) -> Option<&quorum_core::Error> {
+        match self {
+            Error::Kubernetes(error) => Some(error),
+            _ => None,
+        }
+    }
 }
 
 fn api(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
@@ -512,22 +519,9 @@ async fn ensure_generated_secret(
     name: String,
     wanted: bool,
 ) -> Result<(), Error> {
-    if !wanted {
-        return Ok(());
-    }
-    let secrets: Api<Secret> =
-        Api::namespaced(context.client.clone(), &cluster.namespace().unwrap_or_default());
-    if secrets
-        .get_opt(&name)
-        .await
-        .map_err(api(format!("reading Secret {name}")))?
-        .is_none()
-    {
-        let secret = build_password_secret(cluster, name.clone(), quorum_core::pod::generate_password())?;
-        secrets
-            .create(&Default::default(), &secret)
-            .await
-            .map_err(api(format!("creating Secret {name}")))?;
+    if wanted {
+        let secret = build_password_secret(cluster, name, quorum_core::pod::generate_password())?;
+        context.applier.create_once(&secret).await?;
     }
     Ok(())
 }

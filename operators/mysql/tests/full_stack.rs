@@ -670,3 +670,70 @@ async fn failover_promotes_the_replica_that_received_the_most_after_it_applies_w
     eprintln!("{} acknowledged writes checked, none lost", acknowledged.len());
     setup.finish().await;
 }
+
+/// A Secret someone else made under the name of the cluster's generated root password is never
+/// taken as the cluster's: no member starts on a password the operator did not make, the cluster
+/// says which object is in the way, and the Secret is left as it was.
+#[tokio::test]
+async fn a_same_name_secret_not_created_by_the_cluster_is_never_used_as_its_password() {
+    let setup = setup("mysql-foreign").await;
+    let secrets: Api<Secret> = Api::namespaced(setup.client.clone(), setup.ns());
+    let theirs: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "main-root"},
+        "stringData": {"password": "someone-elses-password"},
+    }))
+    .unwrap();
+    let theirs = secrets.create(&PostParams::default(), &theirs).await.unwrap();
+    setup.create(1).await;
+
+    let message = setup
+        .status_until(
+            "the cluster to report the Secret in the way",
+            Duration::from_secs(30),
+            |status| {
+                status
+                    .conditions
+                    .iter()
+                    .find(|c| c.type_ == "Degraded" && c.status == "True" && c.reason == "ObjectNotOwned")
+                    .map(|c| c.message.clone())
+                    .ok_or_else(|| format!("{:?}", status.conditions))
+            },
+        )
+        .await;
+    assert!(
+        message.contains("Secret main-root was not created by this cluster"),
+        "{message}"
+    );
+    let events = wait::until("the ObjectNotOwned event", Duration::from_secs(30), || async {
+        let events = setup.events("ObjectNotOwned").await;
+        if events.is_empty() {
+            Err("none yet".to_string())
+        } else {
+            Ok(events)
+        }
+    })
+    .await;
+    assert!(events[0].contains("Secret main-root"), "{events:?}");
+    let now = secrets.get("main-root").await.unwrap();
+    assert_eq!(
+        now.metadata.resource_version, theirs.metadata.resource_version,
+        "their Secret is not written"
+    );
+    assert!(
+        Api::<StatefulSet>::namespaced(setup.client.clone(), setup.ns())
+            .get_opt("main")
+            .await
+            .unwrap()
+            .is_none(),
+        "no member is started on someone else's password"
+    );
+
+    // Once it is gone the cluster generates its own and forms.
+    secrets
+        .delete("main-root", &DeleteParams::default())
+        .await
+        .unwrap();
+    ready(&setup.clusters, "main", 0).await;
+    assert_ne!(setup.root_password().await, "someone-elses-password");
+    setup.finish().await;
+}

@@ -115,6 +115,13 @@ impl ReconcileError for Error {
             Error::ForbiddenConfig(_) => "invalid_spec",
         }
     }
+
+    fn shared(&self) -> Option<&quorum_core::Error> {
+        match self {
+            Error::Kubernetes(error) => Some(error),
+            _ => None,
+        }
+    }
 }
 
 pub fn api(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
@@ -390,21 +397,8 @@ async fn publish(
 
 /// Creates the generated password Secret once; an existing one is never rewritten.
 async fn ensure_generated_secret(context: &Context<State>, cluster: &RedisCluster) -> Result<(), Error> {
-    let secrets: Api<Secret> =
-        Api::namespaced(context.client.clone(), &cluster.namespace().unwrap_or_default());
-    let name = auth_secret_name(cluster);
-    if secrets
-        .get_opt(&name)
-        .await
-        .map_err(api(format!("reading Secret {name}")))?
-        .is_none()
-    {
-        let secret = build_auth_secret(cluster, generate_password())?;
-        secrets
-            .create(&Default::default(), &secret)
-            .await
-            .map_err(api(format!("creating Secret {name}")))?;
-    }
+    let secret = build_auth_secret(cluster, generate_password())?;
+    context.applier.create_once(&secret).await?;
     Ok(())
 }
 

@@ -1,0 +1,216 @@
+//! Objects that carry a cluster's child's name but are not the cluster's.
+//!
+//! A cluster's children (its StatefulSets, Services, budgets, ConfigMaps, generated Secrets) have
+//! fixed names. An object already under such a name that the cluster does not control (made by
+//! hand, by another tool, or by another cluster) is never adopted or overwritten: applying over it
+//! would take its fields, and deleting it with the cluster would remove something the operator
+//! never made. The write is refused ([`crate::Error::NotOwned`]), the pass takes no further step,
+//! and the cluster says which object is in the way and what a human can do ([`report`]).
+
+use k8s_openapi::{
+    NamespaceResourceScope,
+    api::core::v1::ObjectReference,
+    apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta},
+    jiff::Timestamp,
+};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::{ApiResource, DynamicObject, Patch, PatchParams},
+};
+
+use crate::{
+    Error,
+    conditions::{ConditionType, ConditionUpdate, set_condition},
+    events::{EventPublisher, Severity},
+};
+
+/// The condition and event reason while an object not controlled by the cluster holds its name.
+pub const REASON: &str = "ObjectNotOwned";
+
+/// An object under a child's name that the cluster does not control.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NotOwned {
+    /// Its API version and kind (`v1`, `Service`), for the event's related object.
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    /// What controls it (`kind/name`), or `None` when nothing does.
+    pub controller: Option<String>,
+}
+
+impl NotOwned {
+    /// What is in the way and what a human can do, for the condition, the event and the error.
+    pub fn message(&self) -> String {
+        let held_by = match &self.controller {
+            Some(controller) => format!("is controlled by {controller}"),
+            None => "was not created by this cluster".to_string(),
+        };
+        format!(
+            "{kind} {name} {held_by}; the operator neither adopts nor changes it and takes no \
+             other step: remove it once nothing needs it (`kubectl delete {lower} -n {namespace} {name}`), \
+             or create this cluster under another name",
+            kind = self.kind,
+            name = self.name,
+            lower = self.kind.to_lowercase(),
+            namespace = self.namespace,
+        )
+    }
+}
+
+impl std::fmt::Display for NotOwned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message())
+    }
+}
+
+/// Whether `existing`, found under the name of a child of the object with uid `owner`, belongs to
+/// another: `None` when `owner` controls it.
+pub fn conflict(api_version: &str, kind: &str, existing: &ObjectMeta, owner: &str) -> Option<NotOwned> {
+    let controller = existing
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|reference| reference.controller == Some(true));
+    if controller.is_some_and(|reference| reference.uid == owner) {
+        return None;
+    }
+    Some(NotOwned {
+        api_version: api_version.to_string(),
+        kind: kind.to_string(),
+        namespace: existing.namespace.clone().unwrap_or_default(),
+        name: existing.name.clone().unwrap_or_default(),
+        controller: controller.map(|reference| format!("{}/{}", reference.kind, reference.name)),
+    })
+}
+
+/// Records on `cluster` that `not_owned` holds one of its children's names: `Ready` false and
+/// `Degraded` true with the reason [`REASON`], and a warning event naming the object. The rest of
+/// the status is left as it is; the cluster's next successful pass writes its own conditions.
+///
+/// # Errors
+/// [`Error::Read`] when the cluster cannot be read, [`Error::PatchStatus`] when the conditions
+/// cannot be written.
+pub async fn report<K>(
+    client: &Client,
+    events: &EventPublisher,
+    cluster: &K,
+    not_owned: &NotOwned,
+) -> Result<(), Error>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>,
+{
+    let kind = K::kind(&()).to_string();
+    let name = cluster.name_any();
+    let namespace = cluster.namespace().unwrap_or_default();
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &namespace, &ApiResource::erase::<K>(&()));
+    let Some(latest) = api.get_opt(&name).await.map_err(|source| Error::Read {
+        kind: kind.clone(),
+        name: name.clone(),
+        source,
+    })?
+    else {
+        return Ok(());
+    };
+    let current: Vec<Condition> =
+        serde_json::from_value(latest.data["status"]["conditions"].clone()).unwrap_or_default();
+    let message = not_owned.message();
+    let mut conditions = current.clone();
+    for (type_, status) in [(ConditionType::Ready, false), (ConditionType::Degraded, true)] {
+        set_condition(
+            &mut conditions,
+            ConditionUpdate::new(type_, status, REASON, message.clone()),
+            latest.meta().generation,
+            Timestamp::now(),
+        );
+    }
+    if conditions != current {
+        // Conditional on the version read: a status written meanwhile wins, and the next
+        // refused pass reports again.
+        let patch = serde_json::json!({
+            "metadata": {"resourceVersion": latest.resource_version()},
+            "status": {"conditions": conditions},
+        });
+        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|source| Error::PatchStatus {
+                kind: kind.clone(),
+                name: name.clone(),
+                source,
+            })?;
+    }
+    let related = ObjectReference {
+        api_version: Some(not_owned.api_version.clone()),
+        kind: Some(not_owned.kind.clone()),
+        name: Some(not_owned.name.clone()),
+        namespace: Some(not_owned.namespace.clone()),
+        ..ObjectReference::default()
+    };
+    events
+        .publish_related(
+            cluster,
+            Some(related),
+            Severity::Warning,
+            REASON,
+            "Apply",
+            message,
+        )
+        .await;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+    use super::*;
+
+    fn object(owners: Vec<OwnerReference>) -> ObjectMeta {
+        ObjectMeta {
+            name: Some("shop-client".into()),
+            namespace: Some("prod".into()),
+            owner_references: (!owners.is_empty()).then_some(owners),
+            ..ObjectMeta::default()
+        }
+    }
+
+    fn owner(uid: &str, controller: bool) -> OwnerReference {
+        OwnerReference {
+            api_version: "etcd.quorum.dev/v1alpha1".into(),
+            kind: "EtcdCluster".into(),
+            name: "shop".into(),
+            uid: uid.into(),
+            controller: Some(controller),
+            ..OwnerReference::default()
+        }
+    }
+
+    #[test]
+    fn only_an_object_the_cluster_controls_is_its_own() {
+        assert_eq!(
+            conflict("v1", "Service", &object(vec![owner("ours", true)]), "ours"),
+            None
+        );
+
+        let unowned = conflict("v1", "Service", &object(vec![]), "ours").expect("not ours");
+        assert_eq!(unowned.controller, None);
+        assert!(
+            unowned
+                .message()
+                .contains("Service shop-client was not created by this cluster")
+        );
+        assert!(
+            unowned
+                .message()
+                .contains("kubectl delete service -n prod shop-client")
+        );
+
+        let theirs =
+            conflict("v1", "Service", &object(vec![owner("theirs", true)]), "ours").expect("not ours");
+        assert_eq!(theirs.controller.as_deref(), Some("EtcdCluster/shop"));
+
+        // An owner reference that does not control (garbage collection only) is not control.
+        assert!(conflict("v1", "Service", &object(vec![owner("ours", false)]), "ours").is_some());
+    }
+}
