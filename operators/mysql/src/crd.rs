@@ -23,9 +23,11 @@ use serde::{Deserialize, Serialize};
 /// `config` entry may not override them, in either spelling (dashes or underscores).
 pub const OPERATOR_OWNED_SETTINGS: &[&str] = &[
     "bind_address",
+    "binlog_expire_logs_seconds",
     "binlog_format",
     "datadir",
     "enforce_gtid_consistency",
+    "expire_logs_days",
     "gtid_domain_id",
     "gtid_mode",
     "gtid_strict_mode",
@@ -243,6 +245,13 @@ pub struct ReplicationSpec {
     #[serde(default = "default_wait_for_replica_count")]
     #[schemars(range(min = 1, max = 8))]
     pub wait_for_replica_count: i32,
+    /// How long members keep their binary logs, in seconds: 7 days by default, at most 99 days
+    /// (MariaDB's limit); 0 keeps them for ever. Logs expire only while every member is
+    /// replicating: while a member is down, unreachable or being copied, every member keeps all
+    /// of its logs, so none that a member still needs is purged.
+    #[serde(default = "default_binlog_expire_seconds")]
+    #[schemars(range(min = 0, max = 8553600))]
+    pub binlog_expire_seconds: u32,
 }
 
 impl Default for ReplicationSpec {
@@ -250,12 +259,17 @@ impl Default for ReplicationSpec {
         Self {
             mode: ReplicationMode::default(),
             wait_for_replica_count: default_wait_for_replica_count(),
+            binlog_expire_seconds: default_binlog_expire_seconds(),
         }
     }
 }
 
 fn default_wait_for_replica_count() -> i32 {
     1
+}
+
+fn default_binlog_expire_seconds() -> u32 {
+    7 * 24 * 3600
 }
 
 /// Replication acknowledgement mode.

@@ -34,6 +34,8 @@ pub struct ServerState {
     pub replication: Option<Replication>,
     pub semi_sync_source: bool,
     pub semi_sync_replica: bool,
+    /// How long it keeps binary logs; 0 for ever.
+    pub binlog_expire_seconds: u32,
 }
 
 /// A member's replication from its source.
@@ -126,6 +128,8 @@ pub struct Facts {
     pub restore: Option<Restore>,
     /// Whether commits should wait for a replica.
     pub semi_sync: bool,
+    /// How long members keep binary logs while every member replicates.
+    pub binlog_expire_seconds: u32,
     pub freshness: Duration,
     pub now: Instant,
 }
@@ -148,6 +152,8 @@ pub enum Step {
     StartReplication { ordinal: usize },
     /// Turn semi-synchronous acknowledgement on or off on `ordinal`, for its role.
     SetSemiSync { ordinal: usize, on: bool },
+    /// Keep `ordinal`'s binary logs for `seconds` (0: for ever).
+    SetBinlogExpiry { ordinal: usize, seconds: u32 },
     /// Stop and reset replication on the highest member, then remove its pod.
     RemoveMember { ordinal: usize },
     /// Stream the backup's snapshot into `ordinal` (empty, or holding an interrupted restore
@@ -207,6 +213,9 @@ pub fn decide(facts: &Facts) -> Decision {
         Ok(primary) => primary,
         Err(decision) => return decision,
     };
+    if let Some(step) = binlog_expiry(facts, primary) {
+        return Decision::Act(step);
+    }
     if let Some(decision) = wire_replicas(facts, primary) {
         return decision;
     }
@@ -442,6 +451,36 @@ fn failover(facts: &Facts, from: usize, why: &str) -> Decision {
     }
 }
 
+/// The first member whose binary log expiry is not what the cluster's state calls for. Logs may
+/// expire only while every wanted member answers and replicates from the primary: a member that
+/// is down, unreachable or not yet copied may need any of them to catch up, so until it does
+/// every member keeps them all (expiry 0), which is also what each member starts with.
+fn binlog_expiry(facts: &Facts, primary: usize) -> Option<Step> {
+    let replicating = |ordinal: usize| {
+        member(facts, ordinal)
+            .and_then(|m| m.healthy_state(facts.now, facts.freshness))
+            .is_some_and(|state| {
+                ordinal == primary
+                    || state
+                        .replication
+                        .as_ref()
+                        .is_some_and(|r| r.source == Some(primary) && r.running())
+            })
+    };
+    let seconds = if (0..facts.desired_members).all(replicating) {
+        facts.binlog_expire_seconds
+    } else {
+        0
+    };
+    facts.members.iter().find_map(|fact| {
+        let state = fact.healthy_state(facts.now, facts.freshness)?;
+        (state.binlog_expire_seconds != seconds).then_some(Step::SetBinlogExpiry {
+            ordinal: fact.ordinal,
+            seconds,
+        })
+    })
+}
+
 /// The first replica that needs wiring, as a step; `None` when every member is wired.
 fn wire_replicas(facts: &Facts, primary: usize) -> Option<Decision> {
     let primary_state = member(facts, primary)?.healthy_state(facts.now, facts.freshness)?;
@@ -572,6 +611,8 @@ mod tests {
     use super::*;
     use crate::crd::Flavor;
 
+    const WEEK: u32 = 604_800;
+
     fn gtid(text: &str) -> GtidPosition {
         GtidPosition::parse(Flavor::MariaDB, text).unwrap()
     }
@@ -583,6 +624,7 @@ mod tests {
             replication: None,
             semi_sync_source: true,
             semi_sync_replica: false,
+            binlog_expire_seconds: WEEK,
         }
     }
 
@@ -600,6 +642,7 @@ mod tests {
             }),
             semi_sync_source: false,
             semi_sync_replica: true,
+            binlog_expire_seconds: WEEK,
         }
     }
 
@@ -631,6 +674,7 @@ mod tests {
             switchover_to: None,
             restore: None,
             semi_sync: true,
+            binlog_expire_seconds: WEEK,
             freshness: Duration::from_secs(30),
             now,
         }
@@ -643,6 +687,7 @@ mod tests {
             replication: None,
             semi_sync_source: false,
             semi_sync_replica: false,
+            binlog_expire_seconds: WEEK,
         }
     }
 
@@ -653,12 +698,97 @@ mod tests {
         })
     }
 
+    /// `members` as they are while one of them does not replicate: keeping every binary log.
+    fn keeping_logs(mut members: Vec<MemberFact>) -> Vec<MemberFact> {
+        for state in members.iter_mut().filter_map(|m| m.state.as_mut()) {
+            state.binlog_expire_seconds = 0;
+        }
+        members
+    }
+
     fn settled_three(now: Instant) -> Vec<MemberFact> {
         vec![
             healthy(0, primary_state("0-1-10"), now),
             healthy(1, replica_state("0-1-10", 0), now),
             healthy(2, replica_state("0-1-9", 0), now),
         ]
+    }
+
+    /// Binary logs expire only while every wanted member replicates from the primary.
+    #[test]
+    fn binary_logs_expire_only_while_every_member_replicates() {
+        let now = Instant::now();
+        let expiry = |seconds: u32, mut state: ServerState| {
+            state.binlog_expire_seconds = seconds;
+            state
+        };
+        let expire = |ordinal, seconds| Decision::Act(Step::SetBinlogExpiry { ordinal, seconds });
+        let cases: Vec<(&str, Vec<MemberFact>, Decision)> = vec![
+            (
+                "members start keeping everything; all replicate: the primary expires first",
+                vec![
+                    healthy(0, expiry(0, primary_state("0-1-10")), now),
+                    healthy(1, expiry(0, replica_state("0-1-10", 0)), now),
+                ],
+                expire(0, WEEK),
+            ),
+            (
+                "then each replica",
+                vec![
+                    healthy(0, primary_state("0-1-10"), now),
+                    healthy(1, expiry(0, replica_state("0-1-10", 0)), now),
+                ],
+                expire(1, WEEK),
+            ),
+            (
+                "a replica that does not answer may need any log: the primary keeps them all",
+                vec![
+                    healthy(0, primary_state("0-1-10"), now),
+                    unreachable(1, Health::Unknown("refused".into()), now),
+                ],
+                expire(0, 0),
+            ),
+            (
+                "a member not yet copied: keep them all before seeding it",
+                vec![
+                    healthy(0, primary_state("0-1-10"), now),
+                    healthy(1, fresh_state(), now),
+                ],
+                expire(0, 0),
+            ),
+            (
+                "kept on every member, the seeding goes on",
+                vec![
+                    healthy(0, expiry(0, primary_state("0-1-10")), now),
+                    healthy(1, expiry(0, fresh_state()), now),
+                ],
+                Decision::Act(Step::SeedMember { ordinal: 1 }),
+            ),
+            (
+                "a replica whose replication stopped",
+                vec![
+                    healthy(0, primary_state("0-1-10"), now),
+                    healthy(
+                        1,
+                        {
+                            let mut stopped = replica_state("0-1-10", 0);
+                            stopped.replication.as_mut().unwrap().io_running = false;
+                            stopped
+                        },
+                        now,
+                    ),
+                ],
+                expire(0, 0),
+            ),
+            (
+                "all replicating at the wanted expiry",
+                settled_three(now),
+                Decision::Settled,
+            ),
+        ];
+        for (case, members, expected) in cases {
+            assert_eq!(decide(&facts(members, Some(0), now)), expected, "{case}");
+        }
     }
 
     #[test]
@@ -691,6 +821,7 @@ mod tests {
                     replication: None,
                     semi_sync_source: false,
                     semi_sync_replica: false,
+                    binlog_expire_seconds: WEEK,
                 },
                 now,
             )
@@ -854,7 +985,7 @@ mod tests {
             },
             now,
         );
-        let decision = decide(&facts(members, Some(0), now));
+        let decision = decide(&facts(keeping_logs(members), Some(0), now));
         assert!(matches!(
             decision,
             Decision::Wait(Wait {
@@ -877,13 +1008,13 @@ mod tests {
             now,
         );
         assert_eq!(
-            decide(&facts(members.clone(), Some(0), now)),
+            decide(&facts(keeping_logs(members.clone()), Some(0), now)),
             Decision::Act(Step::SeedMember { ordinal: 2 })
         );
         // Replicating from a former primary: repointed.
         members[2] = healthy(2, replica_state("0-1-9", 1), now);
         assert_eq!(
-            decide(&facts(members, Some(0), now)),
+            decide(&facts(keeping_logs(members), Some(0), now)),
             Decision::Act(Step::StartReplication { ordinal: 2 })
         );
     }
@@ -914,6 +1045,7 @@ mod tests {
         assert_eq!(decide(&wanted), Decision::Act(Step::RemoveMember { ordinal: 2 }));
 
         wanted.members[1] = unreachable(1, Health::Unknown("timed out".into()), now);
+        wanted.members = keeping_logs(wanted.members);
         assert!(matches!(
             decide(&wanted),
             Decision::Wait(Wait {
@@ -945,6 +1077,7 @@ mod tests {
         asked.switchover_to = Some(2);
         assert_eq!(decide(&asked), Decision::Act(Step::Switchover { from: 0, to: 2 }));
         asked.members[1] = unreachable(1, Health::Unknown("timed out".into()), now);
+        asked.members = keeping_logs(asked.members);
         assert!(matches!(
             decide(&asked),
             Decision::Wait(Wait {

@@ -94,6 +94,13 @@ pub async fn execute(context: &StepContext<'_>, step: &Step) -> Result<StepOutco
             .await?;
             Ok(StepOutcome::Done)
         }
+        Step::SetBinlogExpiry { ordinal, seconds } => {
+            call(context, ordinal, "set_binlog_expiry", move |admin| async move {
+                admin.set_binlog_expiry(seconds).await
+            })
+            .await?;
+            Ok(StepOutcome::Done)
+        }
         Step::Failover { from, to } => failover(context, from, to).await,
         Step::Switchover { from, to } => switchover(context, from, to).await,
         Step::RemoveMember { ordinal } => {

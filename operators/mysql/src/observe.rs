@@ -294,6 +294,7 @@ pub fn server_state(report: &MemberReport, addresses: &Addresses, members: usize
         }),
         semi_sync_source: report.semi_sync_source_on,
         semi_sync_replica: report.semi_sync_replica_on,
+        binlog_expire_seconds: report.binlog_expire_seconds,
     }
 }
 

@@ -45,10 +45,11 @@ use crate::{
     execute::{StepContext, StepError, StepOutcome, execute},
     observe::{ClusterView, MySqlClients},
     resources::{
-        PASSWORD_KEY, ROLE_LABEL, build_config_map, build_headless_service, build_password_secret,
-        build_pod_disruption_budget, build_primary_service, build_replicas_service, build_scheduled_backup,
-        build_statefulset, generated_root_secret_name, member_name, member_selector_string, ordinal_of,
-        replication_secret_name, root_secret_name, semi_sync, statefulset_name,
+        PASSWORD_KEY, ROLE_LABEL, binlog_expire_seconds, build_config_map, build_headless_service,
+        build_password_secret, build_pod_disruption_budget, build_primary_service, build_replicas_service,
+        build_scheduled_backup, build_statefulset, generated_root_secret_name, member_name,
+        member_selector_string, ordinal_of, replication_secret_name, root_secret_name, semi_sync,
+        statefulset_name,
     },
     restore::StoredSnapshot,
     status::{build_status, describe, failover_record, in_flight_from_status, role_labels, step_reason},
@@ -258,6 +259,7 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, context: Arc<Context<State>>)
             },
         }),
         semi_sync: semi_sync(&cluster),
+        binlog_expire_seconds: binlog_expire_seconds(&cluster),
         freshness: state.settings.freshness,
         now: std::time::Instant::now(),
     });

@@ -179,8 +179,20 @@ pub fn semi_sync(cluster: &MySQLCluster) -> bool {
             .is_none_or(|replication| replication.mode == ReplicationMode::SemiSync)
 }
 
+/// How long members keep binary logs once every member replicates
+/// (`spec.replication.binlogExpireSeconds`).
+pub fn binlog_expire_seconds(cluster: &MySQLCluster) -> u32 {
+    cluster
+        .spec
+        .replication
+        .clone()
+        .unwrap_or_default()
+        .binlog_expire_seconds
+}
+
 /// `my.cnf`: the settings the operator owns, then the user's `config`. The operator's settings
-/// make every member start read-only with replication stopped.
+/// make every member start read-only with replication stopped, keeping every binary log until
+/// the operator sees all members replicating.
 pub fn my_cnf(cluster: &MySQLCluster) -> String {
     let mut lines = vec![
         "# Written by the Quorum MySQL operator; edit spec.config of the MySQLCluster instead.".to_string(),
@@ -188,6 +200,7 @@ pub fn my_cnf(cluster: &MySQLCluster) -> String {
         "log_bin = binlog".to_string(),
         "relay_log = relay-bin".to_string(),
         "binlog_format = ROW".to_string(),
+        "binlog_expire_logs_seconds = 0".to_string(),
         "skip_name_resolve = ON".to_string(),
         "read_only = ON".to_string(),
     ];
@@ -655,7 +668,7 @@ mod tests {
         let mut asynchronous = cluster(Flavor::MariaDB, 3);
         asynchronous.spec.replication = Some(ReplicationSpec {
             mode: ReplicationMode::Async,
-            wait_for_replica_count: 1,
+            ..ReplicationSpec::default()
         });
         assert!(!semi_sync(&asynchronous));
     }

@@ -330,6 +330,7 @@ pub fn step_reason(step: &Step) -> &'static str {
         Step::SeedMember { .. } => "SeedingMember",
         Step::StartReplication { .. } => "StartingReplication",
         Step::SetSemiSync { .. } => "SettingSemiSync",
+        Step::SetBinlogExpiry { .. } => "SettingBinlogExpiry",
         Step::RemoveMember { .. } => "RemovingMember",
         Step::Restore { .. } => "Restoring",
         Step::ClearInFlight => "StepCompleted",
@@ -358,6 +359,14 @@ pub fn describe(cluster: &str, step: &Step) -> String {
         Step::SetSemiSync { ordinal, on } => format!(
             "turning semi-synchronous replication {} on {}",
             if on { "on" } else { "off" },
+            name(ordinal)
+        ),
+        Step::SetBinlogExpiry { ordinal, seconds: 0 } => format!(
+            "keeping every binary log on {} until all members replicate",
+            name(ordinal)
+        ),
+        Step::SetBinlogExpiry { ordinal, seconds } => format!(
+            "expiring binary logs on {} after {seconds} s: every member replicates",
             name(ordinal)
         ),
         Step::RemoveMember { ordinal } => {

@@ -737,3 +737,137 @@ async fn a_same_name_secret_not_created_by_the_cluster_is_never_used_as_its_pass
     assert_ne!(setup.root_password().await, "someone-elses-password");
     setup.finish().await;
 }
+
+/// `@@GLOBAL.binlog_expire_logs_seconds` on `ip`, through the root account.
+async fn binlog_expiry(ip: std::net::Ipv4Addr, root_password: &str) -> Result<u32, String> {
+    let options = mysql_async::OptsBuilder::default()
+        .ip_or_hostname(ip.to_string())
+        .tcp_port(3306)
+        .user(Some("root"))
+        .pass(Some(root_password))
+        .prefer_socket(false);
+    let mut conn = mysql_async::Conn::new(options).await.map_err(|e| e.to_string())?;
+    let seconds: Option<u32> = conn
+        .query_first("SELECT @@GLOBAL.binlog_expire_logs_seconds")
+        .await
+        .map_err(|e| e.to_string())?;
+    seconds.ok_or_else(|| "no value".to_string())
+}
+
+/// The primary's binary logs, oldest first, after a rotation (when expiry is applied).
+async fn binary_logs_after_rotation(root: &mut mysql_async::Conn) -> Vec<String> {
+    root.query_drop("FLUSH BINARY LOGS")
+        .await
+        .expect("FLUSH BINARY LOGS");
+    let rows: Vec<mysql_async::Row> = root.query("SHOW BINARY LOGS").await.expect("SHOW BINARY LOGS");
+    rows.into_iter()
+        .map(|row| row.get::<String, _>(0).expect("a log name"))
+        .collect()
+}
+
+/// Binary logs expire (`spec.replication.binlogExpireSeconds`) while every member replicates,
+/// and none expires while a member is down: it comes back and catches up on everything written
+/// meanwhile, from the primary's logs.
+#[tokio::test]
+async fn binary_logs_expire_while_all_replicate_and_are_kept_for_a_member_that_is_down() {
+    let setup = setup("mysql-binlogs").await;
+    let mut spec = support::cluster_spec(2);
+    spec.replication = Some(mysql_operator::crd::ReplicationSpec {
+        mode: mysql_operator::crd::ReplicationMode::Async,
+        binlog_expire_seconds: 1,
+        ..Default::default()
+    });
+    setup
+        .clusters
+        .create(
+            &PostParams::default(),
+            &mysql_operator::crd::MySQLCluster::new("main", spec),
+        )
+        .await
+        .expect("create MySQLCluster");
+    ready(&setup.clusters, "main", 1).await;
+    insert_items(setup.ip(0), 0..20).await;
+    let root_password = setup.root_password().await;
+    let expiry_becomes = |ip, seconds: u32| {
+        let root_password = root_password.clone();
+        async move {
+            wait::until(
+                &format!("{ip}'s binary log expiry to be {seconds} s"),
+                Duration::from_secs(60),
+                || async {
+                    match binlog_expiry(ip, &root_password).await? {
+                        found if found == seconds => Ok(()),
+                        found => Err(format!("{found} s")),
+                    }
+                },
+            )
+            .await
+        }
+    };
+    expiry_becomes(setup.ip(0), 1).await;
+    expiry_becomes(setup.ip(1), 1).await;
+    let mut root = session(setup.ip(0), "root", &root_password).await;
+    let first = binary_logs_after_rotation(&mut root).await[0].clone();
+    wait::until(
+        "the oldest binary log to expire",
+        Duration::from_secs(30),
+        || async {
+            let logs =
+                binary_logs_after_rotation(&mut session(setup.ip(0), "root", &root_password).await).await;
+            if logs.contains(&first) {
+                Err(format!("{logs:?}"))
+            } else {
+                Ok(())
+            }
+        },
+    )
+    .await;
+
+    // The replica goes down: every member keeps its logs from then on.
+    setup.members.kill(setup.ns(), "main-1").await;
+    expiry_becomes(setup.ip(0), 0).await;
+    insert_items(setup.ip(0), 20..60).await;
+    let written_while_down = binary_logs_after_rotation(&mut root).await;
+    // Older than the expiry by the server's own clock, the logs would now be purged at the
+    // next rotation.
+    let since: f64 = root
+        .query_first("SELECT UNIX_TIMESTAMP(NOW(6))")
+        .await
+        .unwrap()
+        .unwrap();
+    wait::until(
+        "the logs to age past the expiry",
+        Duration::from_secs(10),
+        || async {
+            let now: f64 = session(setup.ip(0), "root", &root_password)
+                .await
+                .query_first("SELECT UNIX_TIMESTAMP(NOW(6))")
+                .await
+                .map_err(|e| e.to_string())?
+                .unwrap_or_default();
+            if now - since > 2.0 {
+                Ok(())
+            } else {
+                Err(format!("{:.1} s", now - since))
+            }
+        },
+    )
+    .await;
+    let after = binary_logs_after_rotation(&mut root).await;
+    for log in &written_while_down {
+        assert!(
+            after.contains(log),
+            "{log} purged while main-1 was down: {after:?}"
+        );
+    }
+
+    // Back (its pod replaced), it catches up on every acknowledged write from those logs, and
+    // logs expire again.
+    let pods: Api<Pod> = Api::namespaced(setup.client.clone(), setup.ns());
+    pods.delete("main-1", &DeleteParams::default()).await.unwrap();
+    let written: Vec<u64> = (0..60).collect();
+    converges(setup.ip(1), &written).await;
+    expiry_becomes(setup.ip(0), 1).await;
+    drop(root);
+    setup.finish().await;
+}

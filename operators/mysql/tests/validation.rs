@@ -49,7 +49,18 @@ async fn invalid_clusters_are_refused_naming_the_field() {
     too_many_acks.spec.replication = Some(ReplicationSpec {
         mode: ReplicationMode::SemiSync,
         wait_for_replica_count: 2,
+        ..ReplicationSpec::default()
     });
+    let mut kept_too_long = MySQLCluster::new("binlogs", support::cluster_spec(2));
+    kept_too_long.spec.replication = Some(ReplicationSpec {
+        binlog_expire_seconds: 8_553_601,
+        ..ReplicationSpec::default()
+    });
+    let message = refusal(&clusters, &kept_too_long).await;
+    assert!(
+        message.contains("spec.replication.binlogExpireSeconds"),
+        "{message}"
+    );
     let message = refusal(&clusters, &too_many_acks).await;
     assert!(
         message.contains("spec.replication.waitForReplicaCount"),

@@ -75,6 +75,8 @@ pub struct ServerState {
     /// The server refuses writes as [`Dialect::read_only`]`(true)` leaves it.
     pub read_only: bool,
     pub executed: GtidPosition,
+    /// `binlog_expire_logs_seconds`: 0 keeps binary logs for ever.
+    pub binlog_expire_seconds: u32,
 }
 
 /// How to open a snapshot transaction and learn the GTID position consistent with it.
@@ -114,6 +116,11 @@ pub trait Dialect: Send + Sync {
     fn parse_replica_status(&self, columns: &Columns) -> Result<ReplicaStatus, String>;
 
     fn report_query(&self) -> &'static str;
+
+    /// How long binary logs are kept (both flavors name it alike).
+    fn binlog_expiry(&self, seconds: u32) -> String {
+        format!("SET GLOBAL binlog_expire_logs_seconds = {seconds}")
+    }
     fn parse_report(&self, columns: &Columns) -> Result<ServerState, String>;
 
     /// Statements that close (`on`) or open the server to writes.
@@ -237,7 +244,8 @@ impl Dialect for MariaDbDialect {
     fn report_query(&self) -> &'static str {
         "SELECT @@GLOBAL.server_id AS server_id, @@GLOBAL.version AS version, \
          @@GLOBAL.read_only AS read_only, @@GLOBAL.gtid_binlog_pos AS gtid_binlog_pos, \
-         @@GLOBAL.gtid_slave_pos AS gtid_slave_pos"
+         @@GLOBAL.gtid_slave_pos AS gtid_slave_pos, \
+         @@GLOBAL.binlog_expire_logs_seconds AS binlog_expire_logs_seconds"
     }
 
     /// What the server executed is, per domain, the later of `gtid_binlog_pos` (everything it
@@ -254,6 +262,7 @@ impl Dialect for MariaDbDialect {
             version: text(columns, "version")?,
             read_only: switch(columns, "read_only")?,
             executed: binlog.latest_per_domain(&slave),
+            binlog_expire_seconds: number(columns, "binlog_expire_logs_seconds")?,
         })
     }
 
@@ -450,7 +459,8 @@ impl Dialect for MySqlDialect {
 
     fn report_query(&self) -> &'static str {
         "SELECT @@GLOBAL.server_id AS server_id, @@GLOBAL.version AS version, \
-         @@GLOBAL.super_read_only AS read_only, @@GLOBAL.gtid_executed AS gtid_executed"
+         @@GLOBAL.super_read_only AS read_only, @@GLOBAL.gtid_executed AS gtid_executed, \
+         @@GLOBAL.binlog_expire_logs_seconds AS binlog_expire_logs_seconds"
     }
 
     fn parse_report(&self, columns: &Columns) -> Result<ServerState, String> {
@@ -459,6 +469,7 @@ impl Dialect for MySqlDialect {
             version: text(columns, "version")?,
             read_only: switch(columns, "read_only")?,
             executed: parse_position(Flavor::MySQL, columns, "gtid_executed")?,
+            binlog_expire_seconds: number(columns, "binlog_expire_logs_seconds")?,
         })
     }
 
@@ -953,8 +964,10 @@ mod tests {
                 ("read_only", Some("1")),
                 ("gtid_binlog_pos", Some("0-2-9,1-1-3")),
                 ("gtid_slave_pos", Some("0-1-12")),
+                ("binlog_expire_logs_seconds", Some("604800")),
             ]))
             .unwrap();
+        assert_eq!(maria.binlog_expire_seconds, 604_800);
         assert_eq!(maria.server_id, 2);
         assert!(maria.read_only);
         assert_eq!(maria.executed.to_string(), "0-1-12,1-1-3");
@@ -964,6 +977,7 @@ mod tests {
                 ("version", Some("8.4.2")),
                 ("read_only", Some("0")),
                 ("gtid_executed", Some(&format!("{UUID}:1-3"))),
+                ("binlog_expire_logs_seconds", Some("0")),
             ]))
             .unwrap();
         assert!(!mysql.read_only);
@@ -971,7 +985,8 @@ mod tests {
         assert_eq!(
             MYSQL.report_query(),
             "SELECT @@GLOBAL.server_id AS server_id, @@GLOBAL.version AS version, \
-             @@GLOBAL.super_read_only AS read_only, @@GLOBAL.gtid_executed AS gtid_executed"
+             @@GLOBAL.super_read_only AS read_only, @@GLOBAL.gtid_executed AS gtid_executed, \
+             @@GLOBAL.binlog_expire_logs_seconds AS binlog_expire_logs_seconds"
         );
     }
 

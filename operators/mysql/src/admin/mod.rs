@@ -106,6 +106,8 @@ pub struct MemberReport {
     pub semi_sync_source_on: bool,
     /// The server acknowledges what it receives to a semi-synchronous source.
     pub semi_sync_replica_on: bool,
+    /// How long binary logs are kept; 0 for ever.
+    pub binlog_expire_seconds: u32,
 }
 
 /// The account the operator administers a server as.
@@ -493,6 +495,16 @@ impl MySqlAdmin {
         .await
     }
 
+    /// Keeps binary logs for `seconds` (0: for ever). Takes effect at the next log rotation.
+    pub async fn set_binlog_expiry(&self, seconds: u32) -> Result<(), AdminError> {
+        let statement = self.dialect.binlog_expiry(seconds);
+        self.bounded(self.statement_timeout, async {
+            let mut conn = self.connection().await?;
+            run(&mut conn, &statement, "SET GLOBAL binlog_expire_logs_seconds").await
+        })
+        .await
+    }
+
     /// Creates the database `name` if missing (written to the binary log: call it on the
     /// primary).
     pub async fn ensure_database(&self, name: &str) -> Result<(), AdminError> {
@@ -628,6 +640,7 @@ impl MySqlAdmin {
             replica,
             semi_sync_source_on,
             semi_sync_replica_on,
+            binlog_expire_seconds: state.binlog_expire_seconds,
         })
     }
 
