@@ -52,7 +52,19 @@ pub const MAX_NAME: usize = quorum_core::naming::max_cluster_name(crate::resourc
     printcolumn(name = "Version", type_ = "string", json_path = ".spec.version"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     doc = "A MongoDB replica set managed by Quorum",
-    validation = quorum_core::naming::cluster_name_rule(MAX_NAME)
+    validation = quorum_core::naming::cluster_name_rule(MAX_NAME),
+    validation = Rule::new(
+        "self.spec.version.substring(0, 3) == oldSelf.spec.version.substring(0, 3) || \
+         (has(oldSelf.status) && has(oldSelf.status.featureCompatibilityVersion) && \
+         oldSelf.status.featureCompatibilityVersion == oldSelf.spec.version.substring(0, 3) && \
+         int(self.spec.version.split('.')[0]) == int(oldSelf.spec.version.split('.')[0]) + 1)"
+    )
+    .message(
+        "spec.version: upgrade one release at a time (6.0 to 7.0 to 8.0), and only once \
+         status.featureCompatibilityVersion has reached the release running now: a server \
+         refuses data more than one release older, and a downgrade is not possible"
+    )
+    .field_path(".spec.version")
 )]
 #[x_kube(validation = Rule::new("self.members + self.nonVotingMembers + (self.arbiter ? 1 : 0) <= 50")
     .message("members + nonVotingMembers + arbiter: a replica set has at most 50 members").field_path(".nonVotingMembers"))]

@@ -580,6 +580,20 @@ fn upgrading(desired: &Desired, observed: &Observed, config: &ReplConfig, primar
         .filter(|member| member.pod_version.as_deref() != Some(desired.version.as_str()))
         .collect();
     if !stale.is_empty() {
+        // A server refuses data more than one release older than itself, and cannot be taken
+        // back: no member restarts for a release its data is not compatible with.
+        let release = release_of(&desired.version);
+        let compatibility = observed.feature_compatibility.as_deref();
+        if !compatibility.is_some_and(|fcv| runs_on_compatibility(&release, fcv)) {
+            return Some(wait(
+                "FeatureCompatibilityBehind",
+                format!(
+                    "no member restarts for version {}: its servers refuse data whose featureCompatibilityVersion is older than the release before {release}, and it is {}; set spec.version back to the release the members run, let it complete, then upgrade one release at a time",
+                    desired.version,
+                    compatibility.unwrap_or("not known")
+                ),
+            ));
+        }
         let not_serving: Vec<String> = config
             .members
             .iter()
@@ -653,6 +667,16 @@ fn upgrading(desired: &Desired, observed: &Observed, config: &ReplConfig, primar
     }
     observed.feature_compatibility.as_ref()?;
     Some(Step::SetFeatureCompatibility { release })
+}
+
+/// Whether servers of `release` run on data at featureCompatibilityVersion `fcv`: their own
+/// release or the one before (releases are `6.0`, `7.0`, `8.0`).
+fn runs_on_compatibility(release: &str, fcv: &str) -> bool {
+    let major = |version: &str| version.split('.').next()?.parse::<u32>().ok();
+    match (major(release), major(fcv)) {
+        (Some(release), Some(fcv)) => fcv == release || fcv + 1 == release,
+        _ => false,
+    }
 }
 
 /// Whether a server reporting `server` runs the version asked for: the same version, or a patch
@@ -1179,6 +1203,26 @@ mod tests {
         );
         observed.feature_compatibility = Some("8.0".into());
         assert_eq!(decide(&wanted, &observed), Step::Settled);
+    }
+
+    #[test]
+    fn no_member_restarts_for_a_release_its_data_is_not_compatible_with() {
+        let mut observed = set(&[1, 1, 1]);
+        let wanted = upgrading_to_8(&mut observed);
+        for (compatibility, expected) in [
+            (Some("6.0"), "FeatureCompatibilityBehind"),
+            (None, "FeatureCompatibilityBehind"),
+        ] {
+            observed.feature_compatibility = compatibility.map(str::to_string);
+            assert_eq!(reason(&decide(&wanted, &observed)), expected, "{compatibility:?}");
+        }
+        observed.feature_compatibility = Some("7.0".into());
+        assert_eq!(
+            decide(&wanted, &observed),
+            Step::Restart {
+                member: "rs-1".into()
+            }
+        );
     }
 
     #[test]

@@ -229,16 +229,69 @@ async fn invalid_replica_sets_and_backups_are_refused_naming_the_field() {
         let message = refused_change(&sets, name, change.clone()).await;
         assert!(message.contains(expected), "{change} on {name}: {message}");
     }
-    // Raising the release, or the patch within one, is allowed.
-    for version in ["7.0.15", "8.0"] {
-        sets.patch(
-            "orders",
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"spec": {"version": version}})),
-        )
+    // A patch within the release is allowed at any time; the next release once the
+    // featureCompatibilityVersion has reached the release running now, one release at a time.
+    let set_version = |name: &'static str, version: &'static str| {
+        let sets = sets.clone();
+        async move {
+            sets.patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"spec": {"version": version}})),
+            )
+            .await
+            .map(drop)
+        }
+    };
+    let report_compatibility = |name: &'static str, release: &'static str| {
+        let sets = sets.clone();
+        async move {
+            sets.patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"status": {"featureCompatibilityVersion": release}})),
+            )
+            .await
+            .expect("status written");
+        }
+    };
+    set_version("orders", "7.0.15")
         .await
-        .unwrap_or_else(|error| panic!("upgrade to {version} refused: {error}"));
-    }
+        .expect("a patch within the release");
+    let one_release =
+        "upgrade one release at a time (6.0 to 7.0 to 8.0), and only once status.featureCompatibilityVersion";
+    let message = refused_change(&sets, "orders", serde_json::json!({"spec": {"version": "8.0"}})).await;
+    assert!(
+        message.contains(one_release),
+        "before any compatibility is reported: {message}"
+    );
+    report_compatibility("orders", "7.0").await;
+    set_version("orders", "8.0")
+        .await
+        .expect("the next release once compatibility reached 7.0");
+
+    // A release skipped (6.0 to 8.0), or two steps taken before the first completed: a server of
+    // the new release would refuse the data, and the way back is closed.
+    sets.create(
+        &PostParams::default(),
+        &replica_set("legacy", |s| s.version = "6.0".into()),
+    )
+    .await
+    .expect("a 6.0 replica set");
+    report_compatibility("legacy", "6.0").await;
+    let message = refused_change(&sets, "legacy", serde_json::json!({"spec": {"version": "8.0"}})).await;
+    assert!(message.contains(one_release), "6.0 to 8.0: {message}");
+    assert!(message.contains("spec.version"), "{message}");
+    set_version("legacy", "7.0").await.expect("6.0 to 7.0");
+    let message = refused_change(&sets, "legacy", serde_json::json!({"spec": {"version": "8.0"}})).await;
+    assert!(
+        message.contains(one_release),
+        "8.0 before compatibility reached 7.0: {message}"
+    );
+    report_compatibility("legacy", "7.0").await;
+    set_version("legacy", "8.0")
+        .await
+        .expect("7.0 to 8.0 once compatibility is 7.0");
 
     let backups: Api<MongoDBBackup> = Api::namespaced(client.clone(), namespace.name());
     let backup = |destination: serde_json::Value, schedule: Option<&str>, retain: Option<u32>| {
