@@ -117,6 +117,9 @@ pub trait Dialect: Send + Sync {
 
     fn report_query(&self) -> &'static str;
 
+    /// The `ALTER EVENT` clause that keeps an event from running on replicas.
+    fn event_disabled_on_replicas(&self) -> &'static str;
+
     /// How long binary logs are kept (both flavors name it alike).
     fn binlog_expiry(&self, seconds: u32) -> String {
         format!("SET GLOBAL binlog_expire_logs_seconds = {seconds}")
@@ -239,6 +242,10 @@ impl Dialect for MariaDbDialect {
             },
             Flavor::MariaDB,
         )
+    }
+
+    fn event_disabled_on_replicas(&self) -> &'static str {
+        "DISABLE ON SLAVE"
     }
 
     fn report_query(&self) -> &'static str {
@@ -455,6 +462,11 @@ impl Dialect for MySqlDialect {
             },
             Flavor::MySQL,
         )
+    }
+
+    /// `DISABLE ON SLAVE` is deprecated from 8.0.22.
+    fn event_disabled_on_replicas(&self) -> &'static str {
+        "DISABLE ON REPLICA"
     }
 
     fn report_query(&self) -> &'static str {

@@ -17,12 +17,16 @@
 //!
 //! What is in it: every database but the server's own (`mysql`, `information_schema`,
 //! `performance_schema`, `sys`), each base table's definition and rows (generated columns are
-//! left to the server to compute), and the accounts other than the server's own and those the
-//! caller excludes, with their grants. What is not, and is listed in
-//! [`SnapshotInfo::skipped`] instead: views, triggers, stored routines, events, sequences and
-//! system-versioned tables, roles and grants of roles. Definitions are read as they are when the
-//! dump reaches them, not as of the snapshot: DDL while a snapshot runs can make it fail
-//! (MariaDB and MySQL refuse to read a table changed after the snapshot began).
+//! left to the server to compute); then every view, in an order where a view comes after the
+//! views it reads; then stored procedures and functions, triggers (after the rows, so restoring
+//! fires none of them) and events, each created under the `sql_mode` (and, for events, the time
+//! zone) it was defined with; last the accounts other than the server's own and those the caller
+//! excludes, with their grants (which may name the views and routines). A restored event is
+//! disabled on replicas, as replication leaves one: it runs on the primary only. What is not in
+//! it, and is listed in [`SnapshotInfo::skipped`] instead: sequences, system-versioned tables,
+//! packages, roles and grants of roles. Definitions are read as they are when the dump reaches
+//! them, not as of the snapshot: DDL while a snapshot runs can make it fail (MariaDB and MySQL
+//! refuse to read a table changed after the snapshot began).
 //!
 //! The position in the header is the GTID position consistent with the rows: MariaDB gives it
 //! without locking (see [`super::dialect::MariaDbDialect::snapshot_start`]); MySQL holds a
@@ -34,7 +38,7 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 
-use super::dialect::{account, quote_identifier};
+use super::dialect::{Dialect, account, quote_identifier, quote_literal};
 use super::gtid::GtidPosition;
 use super::{AdminError, MySqlAdmin, classify, rows};
 use crate::crd::Flavor;
@@ -45,6 +49,8 @@ const TRAILER: &str = "-- end statements=";
 const INSERT_BATCH_BYTES: usize = 256 * 1024;
 /// The server's own schemas, as an SQL list: never dumped, and not data of the member's.
 pub(crate) const SYSTEM_DATABASES: &str = "'mysql', 'information_schema', 'performance_schema', 'sys'";
+/// The restore session's `sql_mode`, put back after each object created under its own.
+const RESTORE_SQL_MODE: &str = "NO_AUTO_VALUE_ON_ZERO,NO_ENGINE_SUBSTITUTION";
 
 /// What a snapshot was.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -111,8 +117,13 @@ pub async fn snapshot_out(
     ))
     .await?;
     let mut skipped = Vec::new();
-    for database in list(&mut conn, &databases_query()).await? {
-        dump_database(&mut conn, &database, &mut out, &mut skipped).await?;
+    let databases = list(&mut conn, &databases_query()).await?;
+    for database in &databases {
+        dump_database(&mut conn, database, &mut out, &mut skipped).await?;
+    }
+    dump_views(&mut conn, &mut out).await?;
+    for database in &databases {
+        dump_programs(&mut conn, dialect, database, &mut out, &mut skipped).await?;
     }
     dump_accounts(admin, &mut conn, exclude_users, &mut out, &mut skipped).await?;
     run(&mut conn, "COMMIT", "COMMIT").await?;
@@ -157,10 +168,15 @@ pub async fn snapshot_in(
         "SET SESSION time_zone = '+00:00'",
         "SET SESSION foreign_key_checks = 0",
         "SET SESSION unique_checks = 0",
-        "SET SESSION sql_mode = 'NO_AUTO_VALUE_ON_ZERO,NO_ENGINE_SUBSTITUTION'",
     ] {
         run(&mut conn, statement, "restore session").await?;
     }
+    run(
+        &mut conn,
+        &format!("SET SESSION sql_mode = {}", quote_literal(RESTORE_SQL_MODE)),
+        "restore session",
+    )
+    .await?;
     let read_only_was_on = admin.state_on(&mut conn).await?.read_only;
     for statement in dialect.restore_begin() {
         run(&mut conn, statement, "restore begin").await?;
@@ -253,31 +269,182 @@ async fn dump_database(
         .await
         .map_err(|e| classify(e, "list tables", None))?;
     for (table, kind) in tables {
-        if kind == "BASE TABLE" {
-            dump_table(conn, database, &table, out).await?;
-        } else {
-            skipped.push(format!("{} {database}.{table}", kind.to_lowercase()));
+        match kind.as_str() {
+            "BASE TABLE" => dump_table(conn, database, &table, out).await?,
+            // Dumped once every database's tables are (`dump_views`).
+            "VIEW" => {}
+            _ => skipped.push(format!("{} {database}.{table}", kind.to_lowercase())),
         }
     }
-    for (kind, query) in [
-        (
-            "trigger",
-            "SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = ?",
-        ),
-        (
-            "routine",
-            "SELECT ROUTINE_NAME FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = ?",
-        ),
-        (
-            "event",
-            "SELECT EVENT_NAME FROM information_schema.EVENTS WHERE EVENT_SCHEMA = ?",
-        ),
-    ] {
-        let names: Vec<String> = conn
-            .exec(query, (database,))
-            .await
-            .map_err(|e| classify(e, "list skipped objects", None))?;
-        skipped.extend(names.into_iter().map(|name| format!("{kind} {database}.{name}")));
+    Ok(())
+}
+
+/// A view and its definition as `SHOW CREATE VIEW` gives it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct View {
+    database: String,
+    name: String,
+    create: String,
+}
+
+impl View {
+    /// How the server writes a reference to this view in another view's definition.
+    fn reference(&self) -> String {
+        format!(
+            "{}.{}",
+            quote_identifier(&self.database),
+            quote_identifier(&self.name)
+        )
+    }
+}
+
+/// `views` in an order where each comes after every other view its definition names (the
+/// server writes references qualified and quoted), so each can be created in turn.
+fn in_dependency_order(mut views: Vec<View>) -> Vec<View> {
+    let mut ordered: Vec<View> = Vec::with_capacity(views.len());
+    while !views.is_empty() {
+        let ready = views.iter().position(|view| {
+            views
+                .iter()
+                .filter(|other| *other != view)
+                .all(|other| !view.create.contains(&other.reference()))
+        });
+        // A cycle cannot be created; should one be read, the rest keep their order.
+        let next = views.remove(ready.unwrap_or(0));
+        ordered.push(next);
+    }
+    ordered
+}
+
+/// Every view of every database but the server's own, after all tables.
+async fn dump_views(conn: &mut Conn, out: &mut Output<impl AsyncWrite + Unpin>) -> Result<(), SnapshotError> {
+    let names: Vec<(String, String)> = conn
+        .query(format!(
+            "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.VIEWS \
+             WHERE TABLE_SCHEMA NOT IN ({SYSTEM_DATABASES}) ORDER BY TABLE_SCHEMA, TABLE_NAME"
+        ))
+        .await
+        .map_err(|e| classify(e, "list views", None))?;
+    let mut views = Vec::new();
+    for (database, name) in names {
+        let query = format!(
+            "SHOW CREATE VIEW {}.{}",
+            quote_identifier(&database),
+            quote_identifier(&name)
+        );
+        let create = second_column(conn, &query).await?;
+        views.push(View {
+            database,
+            name,
+            create,
+        });
+    }
+    for view in in_dependency_order(views) {
+        out.statement(&format!("USE {}", quote_identifier(&view.database)))
+            .await?;
+        out.statement(&view.create).await?;
+    }
+    Ok(())
+}
+
+/// The database's procedures, functions, triggers and events.
+async fn dump_programs(
+    conn: &mut Conn,
+    dialect: &dyn Dialect,
+    database: &str,
+    out: &mut Output<impl AsyncWrite + Unpin>,
+    skipped: &mut Vec<String>,
+) -> Result<(), SnapshotError> {
+    let named = |name: &str| format!("{}.{}", quote_identifier(database), quote_identifier(name));
+    let routines: Vec<(String, String)> = conn
+        .exec(
+            "SELECT ROUTINE_NAME, ROUTINE_TYPE FROM information_schema.ROUTINES \
+             WHERE ROUTINE_SCHEMA = ? ORDER BY ROUTINE_TYPE, ROUTINE_NAME",
+            (database,),
+        )
+        .await
+        .map_err(|e| classify(e, "list routines", None))?;
+    for (name, kind) in routines {
+        if kind == "PROCEDURE" || kind == "FUNCTION" {
+            let show = format!("SHOW CREATE {kind} {}", named(&name));
+            dump_program(conn, database, &show, 2, None, out).await?;
+        } else {
+            skipped.push(format!("{} {database}.{name}", kind.to_lowercase()));
+        }
+    }
+    let triggers: Vec<String> = conn
+        .exec(
+            "SELECT TRIGGER_NAME FROM information_schema.TRIGGERS \
+             WHERE TRIGGER_SCHEMA = ? ORDER BY EVENT_OBJECT_TABLE, ACTION_ORDER",
+            (database,),
+        )
+        .await
+        .map_err(|e| classify(e, "list triggers", None))?;
+    for name in triggers {
+        let show = format!("SHOW CREATE TRIGGER {}", named(&name));
+        dump_program(conn, database, &show, 2, None, out).await?;
+    }
+    let events: Vec<String> = conn
+        .exec(
+            "SELECT EVENT_NAME FROM information_schema.EVENTS WHERE EVENT_SCHEMA = ? ORDER BY EVENT_NAME",
+            (database,),
+        )
+        .await
+        .map_err(|e| classify(e, "list events", None))?;
+    for name in events {
+        let show = format!("SHOW CREATE EVENT {}", named(&name));
+        dump_program(conn, database, &show, 3, Some(2), out).await?;
+        out.statement(&format!(
+            "ALTER EVENT {} {}",
+            named(&name),
+            dialect.event_disabled_on_replicas()
+        ))
+        .await?;
+    }
+    Ok(())
+}
+
+/// One stored program from its `SHOW CREATE …` row: its statement (column `create`), created in
+/// its database under its own `sql_mode` (column 1) and, for events, time zone (column
+/// `time_zone`), the restore session's put back after.
+async fn dump_program(
+    conn: &mut Conn,
+    database: &str,
+    show: &str,
+    create: usize,
+    time_zone: Option<usize>,
+    out: &mut Output<impl AsyncWrite + Unpin>,
+) -> Result<(), SnapshotError> {
+    let row: Option<mysql_async::Row> = conn
+        .query_first(show)
+        .await
+        .map_err(|e| classify(e, "SHOW CREATE", None))?;
+    let missing = || {
+        SnapshotError::Admin(AdminError::Unexpected(format!(
+            "{show}: no definition (missing privileges?)"
+        )))
+    };
+    let mut row = row.ok_or_else(missing)?;
+    let column = |row: &mut mysql_async::Row, index: usize| row.take::<Option<String>, _>(index).flatten();
+    let sql_mode = column(&mut row, 1).unwrap_or_default();
+    let zone = time_zone.and_then(|index| column(&mut row, index));
+    let statement = column(&mut row, create).ok_or_else(missing)?;
+    out.statement(&format!("USE {}", quote_identifier(database)))
+        .await?;
+    out.statement(&format!("SET SESSION sql_mode = {}", quote_literal(&sql_mode)))
+        .await?;
+    if let Some(zone) = &zone {
+        out.statement(&format!("SET SESSION time_zone = {}", quote_literal(zone)))
+            .await?;
+    }
+    out.statement(&statement).await?;
+    out.statement(&format!(
+        "SET SESSION sql_mode = {}",
+        quote_literal(RESTORE_SQL_MODE)
+    ))
+    .await?;
+    if zone.is_some() {
+        out.statement("SET SESSION time_zone = '+00:00'").await?;
     }
     Ok(())
 }
@@ -552,6 +719,32 @@ impl<W: AsyncWrite + Unpin> Output<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn views_come_after_the_views_they_read() {
+        let view = |name: &str, create: &str| View {
+            database: "app".into(),
+            name: name.into(),
+            create: create.into(),
+        };
+        let ordered = in_dependency_order(vec![
+            view(
+                "a_top",
+                "CREATE VIEW `a_top` AS select `app`.`m_middle`.`id` AS `id` from `app`.`m_middle`",
+            ),
+            view(
+                "m_middle",
+                "CREATE VIEW `m_middle` AS select `app`.`z_base`.`id` AS `id` from `app`.`z_base`",
+            ),
+            view(
+                "z_base",
+                "CREATE VIEW `z_base` AS select `app`.`t`.`id` AS `id` from `app`.`t`",
+            ),
+            view("alone", "CREATE VIEW `alone` AS select 1 AS `one`"),
+        ]);
+        let names: Vec<&str> = ordered.iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(names, ["z_base", "m_middle", "a_top", "alone"]);
+    }
 
     #[test]
     fn lines_round_trip_statements_with_line_breaks_and_backslashes() {
