@@ -491,18 +491,17 @@ fn wire_replicas(facts: &Facts, primary: usize) -> Option<Decision> {
             on: facts.semi_sync && replicas_exist,
         }));
     }
+    // A member with errant transactions is kept out of service; the others are still wired,
+    // so one such member never leaves the rest without a source (or a semi-sync primary
+    // without the replica its commits wait for).
+    let mut first_errant = None;
     for fact in facts.members.iter().filter(|m| m.ordinal != primary) {
         let Some(state) = fact.healthy_state(facts.now, facts.freshness) else {
             continue;
         };
         if let Some(errant) = errant(state, primary_state) {
-            return Some(wait(
-                "ErrantTransactions",
-                format!(
-                    "member {} has transactions the primary does not ({errant}); it is kept out of service and nothing is discarded",
-                    fact.ordinal
-                ),
-            ));
+            first_errant.get_or_insert((fact.ordinal, errant));
+            continue;
         }
         let replicating_from_primary = state
             .replication
@@ -527,7 +526,14 @@ fn wire_replicas(facts: &Facts, primary: usize) -> Option<Decision> {
             ordinal: fact.ordinal,
         }));
     }
-    None
+    first_errant.map(|(ordinal, errant)| {
+        wait(
+            "ErrantTransactions",
+            format!(
+                "member {ordinal} has transactions the primary does not ({errant}); it is kept out of service and nothing is discarded"
+            ),
+        )
+    })
 }
 
 /// Transactions `member` has that the primary does not, rendered; `None` when there are none.
@@ -988,6 +994,41 @@ mod tests {
         let decision = decide(&facts(keeping_logs(members), Some(0), now));
         assert!(matches!(
             decision,
+            Decision::Wait(Wait {
+                reason: "ErrantTransactions",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn an_errant_member_does_not_keep_the_others_from_being_wired() {
+        let now = Instant::now();
+        let mut members = settled_three(now);
+        // Member 1 came back with a transaction nobody else received; member 2 is empty.
+        members[1] = healthy(
+            1,
+            ServerState {
+                replication: None,
+                ..replica_state("0-1-11", 0)
+            },
+            now,
+        );
+        members[2] = healthy(
+            2,
+            ServerState {
+                replication: None,
+                ..replica_state("", 0)
+            },
+            now,
+        );
+        assert_eq!(
+            decide(&facts(keeping_logs(members.clone()), Some(0), now)),
+            Decision::Act(Step::SeedMember { ordinal: 2 })
+        );
+        members[2] = healthy(2, replica_state("0-1-10", 0), now);
+        assert!(matches!(
+            decide(&facts(keeping_logs(members), Some(0), now)),
             Decision::Wait(Wait {
                 reason: "ErrantTransactions",
                 ..

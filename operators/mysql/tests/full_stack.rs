@@ -871,3 +871,82 @@ async fn binary_logs_expire_while_all_replicate_and_are_kept_for_a_member_that_i
     drop(root);
     setup.finish().await;
 }
+
+/// A member holding transactions the primary does not (errant) is kept out of service, and
+/// every other member is still wired: here a replica whose replication was stopped is pointed
+/// at the primary again and receives every write made since.
+#[tokio::test]
+async fn an_errant_member_does_not_keep_the_others_from_replicating() {
+    let setup = setup("mysql-errant").await;
+    setup.create(3).await;
+    ready(&setup.clusters, "main", 2).await;
+    insert_items(setup.ip(0), 0..10).await;
+    let written: Vec<u64> = (0..10).collect();
+    converges(setup.ip(1), &written).await;
+    converges(setup.ip(2), &written).await;
+    let root_password = setup.root_password().await;
+
+    // main-1 stops replicating and commits a transaction of its own, in one go, so the operator
+    // never sees it stopped and clean.
+    let mut errant = session(setup.ip(1), "root", &root_password).await;
+    errant
+        .query_drop(
+            "STOP SLAVE; SET GLOBAL read_only = OFF; \
+             CREATE DATABASE only_on_main_1; SET GLOBAL read_only = ON",
+        )
+        .await
+        .expect("an errant transaction on main-1");
+    drop(errant);
+    setup
+        .status_until("main-1 reported errant", Duration::from_secs(60), |status| {
+            status
+                .members
+                .iter()
+                .any(|m| m.name == "main-1" && m.errant.is_some())
+                .then_some(())
+                .ok_or_else(|| format!("{:?}", status.members))
+        })
+        .await;
+
+    // main-2's replication stops too: it is pointed at the primary again all the same.
+    let mut other = session(setup.ip(2), "root", &root_password).await;
+    other
+        .query_drop("STOP SLAVE")
+        .await
+        .expect("STOP SLAVE on main-2");
+    drop(other);
+    // Semi-sync without fallback: commits wait until a replica receives them again.
+    tokio::time::timeout(Duration::from_secs(90), insert_items(setup.ip(0), 10..40))
+        .await
+        .expect("commits acknowledged once main-2 replicates again");
+    let written: Vec<u64> = (0..40).collect();
+    converges(setup.ip(2), &written).await;
+    let status = setup
+        .status_until(
+            "main-1 still reported errant, the rest replicating",
+            Duration::from_secs(60),
+            |status| {
+                let errant = status
+                    .members
+                    .iter()
+                    .any(|m| m.name == "main-1" && m.errant.is_some());
+                let reported = status.conditions.iter().any(|c| {
+                    c.type_ == "Degraded" && c.reason == "ErrantTransactions" && c.message.contains("main-1")
+                });
+                (errant && reported)
+                    .then_some(status.clone())
+                    .ok_or_else(|| format!("{:?} {:?}", status.members, status.conditions))
+            },
+        )
+        .await;
+    assert_eq!(status.primary.as_deref(), Some("main-0"));
+    // Nothing of main-1 was discarded.
+    let mut errant = session(setup.ip(1), "root", &root_password).await;
+    let kept: Option<String> = errant
+        .query_first("SHOW DATABASES LIKE 'only_on_main_1'")
+        .await
+        .unwrap();
+    assert_eq!(kept.as_deref(), Some("only_on_main_1"));
+    drop(errant);
+    setup.finish().await;
+}
