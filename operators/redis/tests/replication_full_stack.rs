@@ -318,6 +318,76 @@ async fn replicas_are_added_synced_and_removed_and_sentinels_forget_them() {
     setup.stop().await;
 }
 
+/// Every Sentinel down is no write outage: the primary they last agreed on keeps its role label
+/// (so the primary Service keeps selecting it) and takes writes; once the Sentinels are back
+/// they watch the same primary, with nothing failed over and every acknowledged write kept.
+#[tokio::test]
+async fn every_sentinel_down_keeps_the_agreed_primary_serving_writes() {
+    let setup = Setup::start("redis-sentinels-down").await;
+    let ns = setup.ns().to_string();
+    setup.create_ready("cache", replication_spec(2), 3).await;
+    let password = setup.password("cache").await;
+    let primary = node_address(&ns, "cache", 0);
+    write_replicated(primary, &password, "before", 100, 2).await;
+
+    for ordinal in 0..3 {
+        setup.pods.kill(&ns, &format!("cache-sentinel-{ordinal}")).await;
+    }
+    setup
+        .status_until(
+            "cache",
+            "the operator to find no Sentinel answering",
+            Duration::from_secs(60),
+            |status| {
+                let down =
+                    status.sentinels.len() == 3 && status.sentinels.iter().all(|s| s.health != "Healthy");
+                down.then_some(())
+                    .ok_or_else(|| format!("{:?}", status.sentinels))
+            },
+        )
+        .await;
+    let labels = role_labels(&setup.client, &ns).await;
+    assert_eq!(
+        labels.get("cache-0").map(String::as_str),
+        Some("primary"),
+        "the agreed primary keeps its label while no Sentinel answers: {labels:?}"
+    );
+    write_replicated(primary, &password, "during", 100, 2).await;
+
+    // The Sentinels' pods are replaced: they come back and watch the same primary.
+    let pods: Api<Pod> = Api::namespaced(setup.client.clone(), &ns);
+    for ordinal in 0..3 {
+        pods.delete(&format!("cache-sentinel-{ordinal}"), &Default::default())
+            .await
+            .unwrap();
+    }
+    wait::until(
+        "the Sentinels to watch cache-0 again",
+        Duration::from_secs(90),
+        || async {
+            let mut named = Vec::new();
+            for ordinal in 0..3 {
+                named.push(sentinel_primary(sentinel_address(&ns, "cache", ordinal), &password).await);
+            }
+            named
+                .iter()
+                .all(|address| *address == Some(primary))
+                .then_some(())
+                .ok_or_else(|| format!("{named:?}"))
+        },
+    )
+    .await;
+    let status = ready(&setup.clusters, "cache", 3).await;
+    assert_eq!(status.primary.as_deref(), Some("cache-0"));
+    assert!(status.last_failover.is_none(), "{:?}", status.last_failover);
+    for ordinal in 0..3 {
+        let node = node_address(&ns, "cache", ordinal);
+        assert_eq!(count_keys(node, &password, "before").await, 100, "node {ordinal}");
+        assert_eq!(count_keys(node, &password, "during").await, 100, "node {ordinal}");
+    }
+    setup.stop().await;
+}
+
 #[tokio::test]
 async fn a_primary_blackholed_from_the_operator_is_unknown_and_nothing_is_done_about_it() {
     let setup = Setup::start("redis-blackhole").await;

@@ -254,6 +254,26 @@ pub fn find_primary(facts: &Facts) -> PrimaryFinding {
     }
 }
 
+/// The node that takes writes now: the primary the Sentinels agree on or, while they cannot
+/// agree (restarting, unreachable, split, failing over), the one last recorded, for as long as it
+/// does not itself say it is no longer a primary. A Sentinel outage is then no write outage, and
+/// only a majority of the Sentinels naming another node moves the primary.
+pub fn serving_primary(facts: &Facts) -> Option<usize> {
+    match find_primary(facts) {
+        PrimaryFinding::Agreed { ordinal, .. } | PrimaryFinding::Recorded { ordinal, .. } => Some(ordinal),
+        PrimaryFinding::Unknown(_) => {
+            let recorded = facts.recorded_primary?;
+            let demoted = facts
+                .nodes
+                .iter()
+                .find(|node| node.ordinal == recorded)
+                .and_then(NodeFact::answered)
+                .is_some_and(|info| info.role != Role::Primary);
+            (!demoted).then_some(recorded)
+        }
+    }
+}
+
 /// The first node whose write fence differs from the wanted one and may be changed now.
 fn fence_writes(facts: &Facts, primary: usize) -> Option<Step> {
     let wanted = facts.write_fence;
@@ -520,6 +540,14 @@ mod tests {
         }
     }
 
+    fn unreachable_sentinel(ordinal: usize) -> SentinelFact {
+        SentinelFact {
+            ordinal,
+            health: Health::Unknown("connection refused".into()),
+            view: None,
+        }
+    }
+
     fn new_sentinel(ordinal: usize) -> SentinelFact {
         SentinelFact {
             ordinal,
@@ -706,6 +734,63 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn the_last_agreed_primary_keeps_serving_until_a_majority_names_another() {
+        let cases: Vec<(&str, Vec<NodeFact>, Vec<SentinelFact>, Option<usize>)> = vec![
+            ("agreed", settled_nodes(1), all_watching(1), Some(1)),
+            (
+                "every Sentinel down: the recorded primary serves on",
+                settled_nodes(1),
+                vec![
+                    unreachable_sentinel(0),
+                    unreachable_sentinel(1),
+                    unreachable_sentinel(2),
+                ],
+                Some(1),
+            ),
+            (
+                "Sentinels split one to one, the third down",
+                settled_nodes(1),
+                vec![watching(0, 1), watching(1, 2), unreachable_sentinel(2)],
+                Some(1),
+            ),
+            (
+                "a majority names another node",
+                settled_nodes(1),
+                vec![watching(0, 2), watching(1, 2), watching(2, 1)],
+                Some(2),
+            ),
+            (
+                "the recorded primary says it is a replica now",
+                {
+                    let mut nodes = settled_nodes(1);
+                    nodes[1] = node(1, replica_info(2, true));
+                    nodes
+                },
+                vec![watching(0, 1), watching(1, 2), unreachable_sentinel(2)],
+                None,
+            ),
+            (
+                "the recorded primary unreachable: it may still be the primary",
+                {
+                    let mut nodes = settled_nodes(1);
+                    nodes[1] = unreachable_node(1);
+                    nodes
+                },
+                vec![
+                    unreachable_sentinel(0),
+                    unreachable_sentinel(1),
+                    unreachable_sentinel(2),
+                ],
+                Some(1),
+            ),
+        ];
+        for (case, nodes, sentinels, expected) in cases {
+            let facts = facts(nodes, sentinels, Some(1));
+            assert_eq!(serving_primary(&facts), expected, "{case}");
+        }
     }
 
     #[test]

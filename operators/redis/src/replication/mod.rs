@@ -30,7 +30,7 @@ use crate::{
 };
 
 use decide::{
-    Decision, Facts, NodeFact, SentinelFact, SentinelSettings, SentinelView, Step, decide, find_primary,
+    Decision, Facts, NodeFact, SentinelFact, SentinelSettings, SentinelView, Step, decide, serving_primary,
 };
 
 /// One reconcile pass in replication mode.
@@ -70,7 +70,7 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
 
     // Decide.
     let decision = decide(&facts);
-    let primary = find_primary(&facts).ordinal();
+    let primary = serving_primary(&facts);
     tracing::info!(cluster = %pass.key, ?decision, ?primary, "decided");
 
     // Act: the StatefulSets, then the step.
@@ -127,7 +127,8 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
         }
     }
 
-    // Labels from what is true now: only the agreed primary takes writes.
+    // Labels from what is true now: only the agreed (or, while the Sentinels cannot agree, the
+    // last agreed) primary takes writes.
     pass.set_role_labels(&role_labels(&facts, primary)).await?;
 
     // Report.
