@@ -9,7 +9,10 @@ mod support;
 use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf, time::Duration};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use kube::{Api, api::PostParams};
+use kube::{
+    Api,
+    api::{Patch, PatchParams, PostParams},
+};
 use quorum_core::{crd::FilesystemDestination, naming::loopback_ip};
 use quorum_e2e::wait;
 use redis::AsyncCommands;
@@ -262,14 +265,38 @@ fn owner(status: &redis_operator::crd::RedisClusterStatus, slot: u16) -> String 
 
 #[tokio::test]
 async fn a_cluster_mode_backup_stores_one_snapshot_per_shard_and_restores_each_shard() {
-    use redis_operator::admin::cluster::key_slot;
+    use redis_operator::admin::{cluster::key_slot, rebalance::initial_ranges};
     let setup = Setup::start("redis-shard-backup").await;
     let ns = setup.ns().to_string();
     let destination = std::env::temp_dir().join(format!("quorum-redis-backups-{ns}"));
     let _ = std::fs::remove_dir_all(&destination);
-    let status = setup
+    // Formed with three shards and grown to four: the rebalance leaves a slot layout other than
+    // the even split a new four-shard cluster forms with.
+    setup
         .create_ready("sharded", support::cluster_spec(3, 1), 6)
         .await;
+    setup
+        .clusters
+        .patch(
+            "sharded",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"shards": 4}})),
+        )
+        .await
+        .unwrap();
+    setup
+        .status_until(
+            "sharded",
+            "four shards, rebalanced",
+            Duration::from_secs(180),
+            |status| {
+                (status.shards == 4 && status.rebalance.is_none())
+                    .then_some(())
+                    .ok_or_else(|| format!("{} shards, {:?}", status.shards, status.rebalance))
+            },
+        )
+        .await;
+    let status = ready(&setup.clusters, "sharded", 8).await;
     let password = setup.password("sharded").await;
     let ordinal = |name: &str| name.rsplit_once('-').unwrap().1.parse::<usize>().unwrap();
     let mut written = BTreeMap::new();
@@ -306,7 +333,7 @@ async fn a_cluster_mode_backup_stores_one_snapshot_per_shard_and_restores_each_s
         .await
         .unwrap();
     let backup = succeeded(&backups, "shards").await.status.unwrap();
-    assert_eq!(backup.shards.len(), 3);
+    assert_eq!(backup.shards.len(), 4);
     let mut covered = 0;
     for (index, shard) in backup.shards.iter().enumerate() {
         assert_eq!(shard.shard, index as i32);
@@ -324,6 +351,9 @@ async fn a_cluster_mode_backup_stores_one_snapshot_per_shard_and_restores_each_s
         }
     }
     assert_eq!(covered, 16384, "the shards' slots cover the key space");
+    let even: Vec<Vec<String>> = initial_ranges(4).iter().map(|r| vec![r.to_string()]).collect();
+    let recorded: Vec<Vec<String>> = backup.shards.iter().map(|s| s.slots.clone()).collect();
+    assert_ne!(recorded, even, "the backup's layout is not the even split");
     assert_eq!(
         backup.last_snapshot.unwrap().sha256,
         backup.shards[0].sha256,
@@ -341,13 +371,13 @@ async fn a_cluster_mode_backup_stores_one_snapshot_per_shard_and_restores_each_s
                     restore_from: Some(RestoreSource {
                         backup_name: "shards".into(),
                     }),
-                    ..support::cluster_spec(3, 1)
+                    ..support::cluster_spec(4, 1)
                 },
             ),
         )
         .await
         .unwrap();
-    let copy = ready(&setup.clusters, "copy", 6).await;
+    let copy = ready(&setup.clusters, "copy", 8).await;
     let copy_password = setup.password("copy").await;
     for (key, value) in &written {
         let node = owner(&copy, key_slot(key.as_bytes()));

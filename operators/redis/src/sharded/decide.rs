@@ -94,6 +94,17 @@ pub struct Facts {
     pub recorded_ids: BTreeMap<usize, String>,
     /// The slot move recorded in status before it was started.
     pub recorded_move: Option<SlotMove>,
+    /// The slots each shard's first node is given at formation, by shard: the layout a restored
+    /// backup recorded (its keys are in those slots), or an even split.
+    pub layout: Vec<Vec<SlotRange>>,
+}
+
+/// `shards` shards sharing the slots evenly: the layout of a new, empty cluster.
+pub fn even_layout(shards: usize) -> Vec<Vec<SlotRange>> {
+    initial_ranges(shards)
+        .into_iter()
+        .map(|range| vec![range])
+        .collect()
 }
 
 impl Facts {
@@ -409,9 +420,11 @@ fn formation(facts: &Facts, topology: &Topology) -> Option<Decision> {
     if covered == usize::from(SLOT_COUNT) || duplicated > 0 {
         return None;
     }
-    let ranges = initial_ranges(facts.desired_shards);
     let initial_owner = |slot: u16| {
-        let shard = ranges.iter().position(|range| range.contains(slot))?;
+        let shard = facts
+            .layout
+            .iter()
+            .position(|ranges| ranges.iter().any(|range| range.contains(slot)))?;
         topology.ids.get(&facts.shard_ordinals(shard).start)
     };
     let consistent = topology.ownership.iter().all(|(id, owned)| {
@@ -483,7 +496,7 @@ fn formation(facts: &Facts, topology: &Topology) -> Option<Decision> {
         })
         .collect();
     let mut assign = Vec::new();
-    for (shard, range) in ranges.iter().enumerate() {
+    for (shard, ranges) in facts.layout.iter().enumerate() {
         let first = facts.shard_ordinals(shard).start;
         let owned: BTreeSet<u16> = topology
             .ids
@@ -493,7 +506,12 @@ fn formation(facts: &Facts, topology: &Topology) -> Option<Decision> {
             .flatten()
             .flat_map(SlotRange::slots)
             .collect();
-        let missing = as_ranges(range.slots().filter(|slot| !owned.contains(slot)));
+        let missing = as_ranges(
+            ranges
+                .iter()
+                .flat_map(SlotRange::slots)
+                .filter(|slot| !owned.contains(slot)),
+        );
         if !missing.is_empty() {
             assign.push((first, missing));
         }
@@ -1041,6 +1059,7 @@ mod tests {
             recorded_ids: (0..nodes.len()).map(|o| (o, id(o))).collect(),
             nodes,
             recorded_move: None,
+            layout: even_layout(shards),
         }
     }
 
@@ -1104,6 +1123,32 @@ mod tests {
                 introducer: 0,
                 meet: vec![1, 2, 3, 4, 5],
                 assign: vec![(0, vec![ranges[0]]), (2, vec![ranges[1]]), (4, vec![ranges[2]])],
+            })
+        );
+    }
+
+    #[test]
+    fn a_restored_cluster_forms_with_the_slots_its_backup_recorded() {
+        // Backed up after a rebalance: each shard's keys are in these slots, not an even split.
+        let layout = vec![
+            vec![SlotRange::new(0, 99), SlotRange::new(200, 5000)],
+            vec![SlotRange::new(100, 199), SlotRange::new(5001, 10999)],
+            vec![SlotRange::new(11000, 16383)],
+        ];
+        let fresh: Vec<Node> = (0..6).map(|o| primary(o, &[])).collect();
+        let mut restored = facts(3, fresh.iter().map(|n| answering(n, &[])).collect());
+        restored.recorded_ids.clear();
+        restored.layout = layout.clone();
+        assert_eq!(
+            decide(&restored),
+            Decision::Act(Step::Form {
+                introducer: 0,
+                meet: vec![1, 2, 3, 4, 5],
+                assign: vec![
+                    (0, layout[0].clone()),
+                    (2, layout[1].clone()),
+                    (4, layout[2].clone())
+                ],
             })
         );
     }

@@ -69,6 +69,7 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
         nodes,
         recorded_ids,
         recorded_move,
+        layout: formation_layout(&previous, spec.shard_count(), spec.nodes_per_shard()),
     };
 
     // Decide.
@@ -457,6 +458,26 @@ fn format_range(range: SlotRange) -> String {
     format!("{}-{}", range.start, range.end)
 }
 
+/// The slots each shard starts with: a restored backup's, whose keys are in those slots, as
+/// recorded with its snapshots; an even split for a new, empty cluster.
+fn formation_layout(
+    status: &RedisClusterStatus,
+    shards: usize,
+    nodes_per_shard: usize,
+) -> Vec<Vec<SlotRange>> {
+    let restored = status.restore.as_ref().and_then(|restore| {
+        let mut layout = vec![Vec::new(); shards];
+        for snapshot in &restore.snapshots {
+            let shard = usize::try_from(snapshot.ordinal).ok()? / nodes_per_shard.max(1);
+            let ranges: Option<Vec<SlotRange>> =
+                snapshot.slots.iter().map(|text| parse_range(text)).collect();
+            layout.get_mut(shard)?.extend(ranges?);
+        }
+        layout.iter().all(|ranges| !ranges.is_empty()).then_some(layout)
+    });
+    restored.unwrap_or_else(|| decide::even_layout(shards))
+}
+
 fn parse_range(text: &str) -> Option<SlotRange> {
     let (start, end) = text.split_once('-').unwrap_or((text, text));
     let range = SlotRange::new(start.trim().parse().ok()?, end.trim().parse().ok()?);
@@ -556,6 +577,40 @@ mod tests {
     use decide::NodeFact;
 
     #[test]
+    fn a_restored_cluster_takes_the_layout_its_snapshots_recorded() {
+        let snapshot = |ordinal: i32, slots: &[&str]| crate::crd::RestoreSnapshot {
+            ordinal,
+            location: format!("s3://backups/shard-{ordinal}.rdb"),
+            sha256: "0".repeat(64),
+            slots: slots.iter().map(|s| s.to_string()).collect(),
+        };
+        let mut status = RedisClusterStatus {
+            restore: Some(crate::crd::RestoreStatus {
+                backup_name: "nightly".into(),
+                snapshots: vec![
+                    snapshot(0, &["0-99", "200-8000"]),
+                    snapshot(2, &["100-199", "8001-16383"]),
+                ],
+                image: "operator".into(),
+                s3_endpoint: None,
+                s3_region: None,
+                credentials_secret_name: None,
+                allow_http: false,
+            }),
+            ..RedisClusterStatus::default()
+        };
+        assert_eq!(
+            formation_layout(&status, 2, 2),
+            vec![
+                vec![SlotRange::new(0, 99), SlotRange::new(200, 8000)],
+                vec![SlotRange::new(100, 199), SlotRange::new(8001, 16383)],
+            ]
+        );
+        status.restore = None;
+        assert_eq!(formation_layout(&status, 2, 2), decide::even_layout(2));
+    }
+
+    #[test]
     fn recorded_ranges_read_back() {
         assert_eq!(parse_range("4096-5461"), Some(SlotRange::new(4096, 5461)));
         assert_eq!(parse_range("7"), Some(SlotRange::single(7)));
@@ -580,6 +635,7 @@ mod tests {
             }],
             recorded_ids: BTreeMap::new(),
             recorded_move: None,
+            layout: decide::even_layout(3),
         };
         assert!(role_labels(&facts).is_empty());
     }
