@@ -738,7 +738,8 @@ mod tests {
 
     #[test]
     fn the_last_agreed_primary_keeps_serving_until_a_majority_names_another() {
-        let cases: Vec<(&str, Vec<NodeFact>, Vec<SentinelFact>, Option<usize>)> = vec![
+        type Case = (&'static str, Vec<NodeFact>, Vec<SentinelFact>, Option<usize>);
+        let cases: Vec<Case> = vec![
             ("agreed", settled_nodes(1), all_watching(1), Some(1)),
             (
                 "every Sentinel down: the recorded primary serves on",
