@@ -201,9 +201,10 @@ async fn sentinel_fails_over_a_killed_primary_and_the_operator_follows() {
         .status_until(
             "cache",
             "a new primary in status",
-            // Room for Sentinel's retry: an attempt that finds no replica in sync (a loaded
-            // machine) is aborted and tried again after twice the 10 s failover timeout.
-            Duration::from_secs(120),
+            // Room for Sentinel's retries: an attempt that finds no replica in sync or elects
+            // no leader (a loaded machine, with the other tests of this file running beside
+            // it) is aborted and tried again after twice the 10 s failover timeout.
+            Duration::from_secs(180),
             |status| match (&status.primary, &status.last_failover) {
                 (Some(primary), Some(_)) if primary != "cache-0" => Ok(status),
                 _ => Err(format!("{:?} {:?}", status.primary, status.last_failover)),
