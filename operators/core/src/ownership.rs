@@ -8,20 +8,15 @@
 //! and the cluster says which object is in the way and what a human can do ([`report`]).
 
 use k8s_openapi::{
-    NamespaceResourceScope,
-    api::core::v1::ObjectReference,
-    apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta},
-    jiff::Timestamp,
+    NamespaceResourceScope, api::core::v1::ObjectReference, apimachinery::pkg::apis::meta::v1::ObjectMeta,
 };
-use kube::{
-    Api, Client, Resource, ResourceExt,
-    api::{ApiResource, DynamicObject, Patch, PatchParams},
-};
+use kube::{Client, Resource};
 
 use crate::{
     Error,
-    conditions::{ConditionType, ConditionUpdate, set_condition},
+    conditions::{ConditionType, ConditionUpdate},
     events::{EventPublisher, Severity},
+    status::update_conditions,
 };
 
 /// The condition and event reason while an object not controlled by the cluster holds its name.
@@ -100,45 +95,16 @@ pub async fn report<K>(
 where
     K: Resource<DynamicType = (), Scope = NamespaceResourceScope>,
 {
-    let kind = K::kind(&()).to_string();
-    let name = cluster.name_any();
-    let namespace = cluster.namespace().unwrap_or_default();
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), &namespace, &ApiResource::erase::<K>(&()));
-    let Some(latest) = api.get_opt(&name).await.map_err(|source| Error::Read {
-        kind: kind.clone(),
-        name: name.clone(),
-        source,
-    })?
-    else {
-        return Ok(());
-    };
-    let current: Vec<Condition> =
-        serde_json::from_value(latest.data["status"]["conditions"].clone()).unwrap_or_default();
     let message = not_owned.message();
-    let mut conditions = current.clone();
-    for (type_, status) in [(ConditionType::Ready, false), (ConditionType::Degraded, true)] {
-        set_condition(
-            &mut conditions,
-            ConditionUpdate::new(type_, status, REASON, message.clone()),
-            latest.meta().generation,
-            Timestamp::now(),
-        );
-    }
-    if conditions != current {
-        // Conditional on the version read: a status written meanwhile wins, and the next
-        // refused pass reports again.
-        let patch = serde_json::json!({
-            "metadata": {"resourceVersion": latest.resource_version()},
-            "status": {"conditions": conditions},
-        });
-        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(|source| Error::PatchStatus {
-                kind: kind.clone(),
-                name: name.clone(),
-                source,
-            })?;
+    let stored = update_conditions(client, cluster, |_| {
+        [(ConditionType::Ready, false), (ConditionType::Degraded, true)]
+            .into_iter()
+            .map(|(type_, status)| ConditionUpdate::new(type_, status, REASON, message.clone()))
+            .collect()
+    })
+    .await?;
+    if !stored {
+        return Ok(());
     }
     let related = ObjectReference {
         api_version: Some(not_owned.api_version.clone()),

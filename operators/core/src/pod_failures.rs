@@ -10,17 +10,14 @@ use k8s_openapi::{
     NamespaceResourceScope,
     api::core::v1::{ContainerStatus, ObjectReference, Pod},
     apimachinery::pkg::apis::meta::v1::Condition,
-    jiff::Timestamp,
 };
-use kube::{
-    Api, Client, Resource, ResourceExt,
-    api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams},
-};
+use kube::{Api, Client, Resource, ResourceExt, api::ListParams};
 
 use crate::{
     Error,
-    conditions::{ConditionUpdate, set_condition},
+    conditions::ConditionUpdate,
     events::{EventPublisher, Severity},
+    status::update_conditions,
 };
 
 /// The condition type: `True` while some pod of the cluster cannot start.
@@ -166,36 +163,12 @@ where
     let failures = failures(&pods);
 
     // The conditions as stored now, after the pass's own status write.
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), &namespace, &ApiResource::erase::<K>(&()));
-    let Some(latest) = api.get_opt(&name).await.map_err(read(&kind))? else {
+    let stored = update_conditions(client, cluster, |current| {
+        condition(&failures, current).into_iter().collect()
+    })
+    .await?;
+    if !stored {
         return Ok(());
-    };
-    let current: Vec<Condition> =
-        serde_json::from_value(latest.data["status"]["conditions"].clone()).unwrap_or_default();
-    if let Some(update) = condition(&failures, &current) {
-        let mut conditions = current.clone();
-        set_condition(
-            &mut conditions,
-            update,
-            latest.meta().generation,
-            Timestamp::now(),
-        );
-        if conditions != current {
-            // The resource version makes the write conditional: a status written meanwhile
-            // wins, and the next pass reports again.
-            let patch = serde_json::json!({
-                "metadata": {"resourceVersion": latest.resource_version()},
-                "status": {"conditions": conditions},
-            });
-            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map_err(|source| Error::PatchStatus {
-                    kind: kind.clone(),
-                    name: name.clone(),
-                    source,
-                })?;
-        }
     }
     for failure in &failures {
         let pod = ObjectReference {
@@ -348,7 +321,9 @@ mod tests {
             reason: "ImagePullBackOff".into(),
             message: String::new(),
             observed_generation: None,
-            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()),
+            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::now(),
+            ),
         };
         let cleared = condition(&[], &[set]).unwrap();
         assert!(!cleared.status);

@@ -12,14 +12,68 @@
 
 use std::{fmt::Debug, sync::Arc};
 
-use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::{NamespaceResourceScope, apimachinery::pkg::apis::meta::v1::Condition, jiff::Timestamp};
 use kube::{
     Api, Client, Resource, ResourceExt,
-    api::{Patch, PatchParams},
+    api::{ApiResource, DynamicObject, Patch, PatchParams},
 };
 use serde::{Serialize, de::DeserializeOwned};
 
-use crate::Error;
+use crate::{
+    Error,
+    conditions::{ConditionUpdate, set_condition},
+};
+
+/// Sets on `object` the conditions `updates` asks for, given its conditions as stored now (read
+/// afresh, not from the watch cache), and writes them only when they changed. The write is
+/// conditional on the version read: a status written meanwhile wins, and the caller reports
+/// again on its next pass. `Ok(false)` when the object is gone.
+///
+/// # Errors
+/// [`Error::Read`] when the object cannot be read, [`Error::PatchStatus`] when the conditions
+/// cannot be written.
+pub async fn update_conditions<K>(
+    client: &Client,
+    object: &K,
+    updates: impl FnOnce(&[Condition]) -> Vec<ConditionUpdate>,
+) -> Result<bool, Error>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>,
+{
+    let kind = K::kind(&()).to_string();
+    let name = object.name_any();
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &object.namespace().unwrap_or_default(),
+        &ApiResource::erase::<K>(&()),
+    );
+    let Some(stored) = api.get_opt(&name).await.map_err(|source| Error::Read {
+        kind: kind.clone(),
+        name: name.clone(),
+        source,
+    })?
+    else {
+        return Ok(false);
+    };
+    let current: Vec<Condition> =
+        serde_json::from_value(stored.data["status"]["conditions"].clone()).unwrap_or_default();
+    let mut conditions = current.clone();
+    let now = Timestamp::now();
+    for update in updates(&current) {
+        set_condition(&mut conditions, update, stored.meta().generation, now);
+    }
+    if conditions == current {
+        return Ok(true);
+    }
+    let patch = serde_json::json!({
+        "metadata": {"resourceVersion": stored.resource_version()},
+        "status": {"conditions": conditions},
+    });
+    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|source| Error::PatchStatus { kind, name, source })?;
+    Ok(true)
+}
 
 /// `object` as the API server has it now (its status included), or `None` once it is gone.
 ///
