@@ -510,7 +510,10 @@ pub fn build_statefulset(cluster: &MySQLCluster, replicas: i32) -> Result<Statef
                     volumes: Some(volumes),
                     node_selector: (!overrides.node_selector.is_empty()).then_some(overrides.node_selector),
                     tolerations: (!overrides.tolerations.is_empty()).then_some(overrides.tolerations),
-                    affinity: overrides.affinity,
+                    affinity: Some(quorum_core::pod::affinity_or_spread(
+                        overrides.affinity,
+                        &member_selector(cluster),
+                    )),
                     priority_class_name: overrides.priority_class_name,
                     security_context: Some(member_pod_security(MYSQL_UID)),
                     termination_grace_period_seconds: Some(60),
@@ -671,6 +674,28 @@ mod tests {
             ..ReplicationSpec::default()
         });
         assert!(!semi_sync(&asynchronous));
+    }
+
+    #[test]
+    fn members_prefer_distinct_nodes_unless_the_user_gives_an_affinity() {
+        let spread = |cluster: &MySQLCluster| {
+            let statefulset = build_statefulset(cluster, 3).unwrap();
+            statefulset.spec.unwrap().template.spec.unwrap().affinity
+        };
+        let mut cluster = cluster(Flavor::MariaDB, 3);
+        assert_eq!(
+            spread(&cluster),
+            Some(quorum_core::pod::affinity_or_spread(
+                None,
+                &member_selector(&cluster)
+            ))
+        );
+        let own = k8s_openapi::api::core::v1::Affinity::default();
+        cluster.spec.pod_template = Some(quorum_core::crd::PodOverrides {
+            affinity: Some(own.clone()),
+            ..Default::default()
+        });
+        assert_eq!(spread(&cluster), Some(own));
     }
 
     #[test]

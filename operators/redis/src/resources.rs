@@ -689,7 +689,10 @@ fn statefulset(
                     volumes: Some(volumes),
                     node_selector: (!overrides.node_selector.is_empty()).then_some(overrides.node_selector),
                     tolerations: (!overrides.tolerations.is_empty()).then_some(overrides.tolerations),
-                    affinity: overrides.affinity,
+                    affinity: Some(quorum_core::pod::affinity_or_spread(
+                        overrides.affinity,
+                        &selector(cluster, component),
+                    )),
                     priority_class_name: overrides.priority_class_name,
                     security_context: Some(member_pod_security(REDIS_UID)),
                     termination_grace_period_seconds: Some(30),
@@ -913,6 +916,36 @@ pub(crate) mod tests {
         );
         restored.spec.restore_from = None;
         assert_eq!(init(&restored), None);
+    }
+
+    #[test]
+    fn nodes_and_sentinels_prefer_distinct_nodes_unless_the_user_gives_an_affinity() {
+        let template = |statefulset: StatefulSet| statefulset.spec.unwrap().template.spec.unwrap().affinity;
+        for mode in [Mode::Replication, Mode::Cluster] {
+            let mut cluster = cluster(mode);
+            assert_eq!(
+                template(build_statefulset(&cluster, 3).unwrap()),
+                Some(quorum_core::pod::affinity_or_spread(
+                    None,
+                    &selector(&cluster, NODE_COMPONENT)
+                ))
+            );
+            if mode == Mode::Replication {
+                assert_eq!(
+                    template(build_sentinel_statefulset(&cluster, 3).unwrap()),
+                    Some(quorum_core::pod::affinity_or_spread(
+                        None,
+                        &selector(&cluster, SENTINEL_COMPONENT)
+                    ))
+                );
+            }
+            let own = k8s_openapi::api::core::v1::Affinity::default();
+            cluster.spec.pod_template = Some(quorum_core::crd::PodOverrides {
+                affinity: Some(own.clone()),
+                ..Default::default()
+            });
+            assert_eq!(template(build_statefulset(&cluster, 3).unwrap()), Some(own));
+        }
     }
 
     #[test]
