@@ -22,6 +22,8 @@ use serde::{Deserialize, Serialize};
 /// `redis.conf` settings the operator owns: addresses, authentication, replication, cluster
 /// membership and persistence depend on them, so a `config` entry may not override them.
 pub const OPERATOR_OWNED_SETTINGS: &[&str] = &[
+    "appenddirname",
+    "appendfilename",
     "appendfsync",
     "appendonly",
     "bind",
@@ -135,6 +137,9 @@ pub struct RedisClusterSpec {
 
     /// How the nodes keep their data on disk.
     #[serde(default)]
+    #[x_kube(validation = Rule::new("self.appendOnly || !oldSelf.appendOnly").message(
+        "persistence.appendOnly cannot be turned off: the nodes would restart from their older RDB snapshots"
+    ))]
     pub persistence: Persistence,
 
     /// `redis.conf` overrides, for example `maxmemory: 1gb`. Settings the operator owns
@@ -248,8 +253,13 @@ pub struct Persistence {
     #[serde(default = "default_rdb_save")]
     #[schemars(regex(pattern = r"^(\s*[0-9]+\s+[0-9]+)*\s*$"))]
     pub rdb_save: String,
-    /// Keep an append-only file as well.
-    #[serde(default)]
+    /// Keep an append-only file as well (the default): every write a node acknowledged is in
+    /// it before the answer, so a node whose server is killed and restarted comes back with all
+    /// of them, where from its last RDB snapshot alone it would come back without the writes
+    /// since (and its replicas, syncing from it, would drop them too). Turning it on for a
+    /// deployment with data starts each node's file from its RDB snapshot. It cannot be turned
+    /// off again: the nodes would restart from that older snapshot.
+    #[serde(default = "default_append_only")]
     pub append_only: bool,
     /// When the append-only file is flushed to disk.
     #[serde(default)]
@@ -260,10 +270,14 @@ impl Default for Persistence {
     fn default() -> Self {
         Self {
             rdb_save: default_rdb_save(),
-            append_only: false,
+            append_only: default_append_only(),
             append_fsync: AppendFsync::default(),
         }
     }
+}
+
+fn default_append_only() -> bool {
+    true
 }
 
 fn default_rdb_save() -> String {

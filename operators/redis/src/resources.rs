@@ -231,6 +231,8 @@ pub fn redis_conf(cluster: &RedisCluster) -> String {
         if persistence.append_only { "yes" } else { "no" }
     ));
     lines.push(format!("appendfsync {}", persistence.append_fsync.as_config()));
+    lines.push(format!("appenddirname {APPEND_ONLY_DIR}"));
+    lines.push(format!("appendfilename {APPEND_ONLY_FILE}"));
     lines.push("dbfilename dump.rdb".to_string());
     lines.push("protected-mode no".to_string());
     if cluster.spec.mode == Mode::Replication {
@@ -270,6 +272,31 @@ PASSWORD="\"$(sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' "$CREDENTIALS_DIR/{PASSWORD_KE
     )
 }
 
+/// Where a node keeps its append-only files, under its data directory.
+pub const APPEND_ONLY_DIR: &str = "appendonlydir";
+const APPEND_ONLY_FILE: &str = "appendonly.aof";
+
+/// With the append-only file on, the server loads only that file, and starts an empty one when
+/// there is none, even beside an RDB snapshot (Redis 7). So a node that has a snapshot and no
+/// append-only directory yet (persistence turned on for a deployment with data, or a node
+/// restored from a backup) gets one whose base is the snapshot, written aside and renamed into
+/// place only when complete.
+fn append_only_from_snapshot() -> String {
+    format!(
+        r#"if grep -qx 'appendonly yes' "$CONFIG_DIR/redis.conf" && [ ! -e "$DATA_DIR/{APPEND_ONLY_DIR}" ] && [ -f "$DATA_DIR/dump.rdb" ]; then
+  rm -rf "$DATA_DIR/{APPEND_ONLY_DIR}.new"
+  mkdir "$DATA_DIR/{APPEND_ONLY_DIR}.new"
+  cp "$DATA_DIR/dump.rdb" "$DATA_DIR/{APPEND_ONLY_DIR}.new/{APPEND_ONLY_FILE}.1.base.rdb"
+  : > "$DATA_DIR/{APPEND_ONLY_DIR}.new/{APPEND_ONLY_FILE}.1.incr.aof"
+  printf 'file {APPEND_ONLY_FILE}.1.base.rdb seq 1 type b\nfile {APPEND_ONLY_FILE}.1.incr.aof seq 1 type i\n' \
+    > "$DATA_DIR/{APPEND_ONLY_DIR}.new/{APPEND_ONLY_FILE}.manifest"
+  sync
+  mv "$DATA_DIR/{APPEND_ONLY_DIR}.new" "$DATA_DIR/{APPEND_ONLY_DIR}"
+fi
+"#
+    )
+}
+
 /// The data node's entry point: the spec's `redis.conf`, then the operator's settings, in a
 /// file on the memory volume.
 pub fn node_start_script(mode: Mode) -> String {
@@ -282,7 +309,7 @@ pub fn node_start_script(mode: Mode) -> String {
         Mode::Replication => "",
     };
     format!(
-        r#"{preamble}# Starts one data node as a primary of nothing: the operator tells it whom to follow.
+        r#"{preamble}{append_only}# Starts one data node as a primary of nothing: the operator tells it whom to follow.
 {{
   echo "include $CONFIG_DIR/redis.conf"
   echo "bind $POD_IP"
@@ -294,7 +321,8 @@ pub fn node_start_script(mode: Mode) -> String {
 {cluster_lines}}} > "$RUN_DIR/redis.conf"
 exec "$REDIS_SERVER" "$RUN_DIR/redis.conf"
 "#,
-        preamble = script_preamble()
+        preamble = script_preamble(),
+        append_only = append_only_from_snapshot(),
     )
 }
 

@@ -16,7 +16,7 @@ use quorum_core::backup::{BackupError, BackupSink, LocateError, S3Credentials, S
 use crate::{
     admin::snapshot::{DUMP_FILE, RestoreError, place_snapshot},
     crd::{Mode, RedisBackup, RedisClusterSpec, RestoreSnapshot, RestoreStatus},
-    resources::ordinal_of_pod,
+    resources::{APPEND_ONLY_DIR, ordinal_of_pod},
 };
 
 /// Why a cluster cannot start from its `restoreFrom` now.
@@ -220,7 +220,7 @@ pub fn existing_data<'a>(names: impl IntoIterator<Item = &'a str>) -> Option<&'a
     names.into_iter().find(|name| {
         matches!(
             *name,
-            DUMP_FILE | "nodes.conf" | "appendonlydir" | "appendonly.aof"
+            DUMP_FILE | "nodes.conf" | APPEND_ONLY_DIR | "appendonly.aof"
         )
     })
 }

@@ -239,6 +239,110 @@ async fn a_killed_node_or_a_deleted_pod_rejoins_with_its_data() {
     setup.remove().await;
 }
 
+/// The primary's server killed inside its container and restarted by the kubelet long before
+/// the Sentinels would deem it down: it comes back as the primary with every write it
+/// acknowledged, and its replicas, which resynchronise from it, keep them too.
+#[tokio::test]
+async fn a_primary_restarted_before_the_sentinels_notice_keeps_every_acknowledged_write() {
+    let setup = OnRealNode::install("real-redis-primary-restart", CHART, &[]).await;
+    let mut spec = support::replication_spec(2);
+    if let Some(sentinel) = spec.sentinel.as_mut() {
+        sentinel.down_after_millis = 120_000;
+    }
+    let status = create_ready(&setup, on_real_node(spec), 3, 3).await;
+    let primary_pod = status.primary.clone().expect("a primary");
+    let password = generated_password(&setup.admin, &setup.ns, CLUSTER).await;
+    let primary_ip: std::net::IpAddr =
+        real_node::cluster_ip(&setup.admin, &setup.ns, &primary_service_name(CLUSTER))
+            .await
+            .parse()
+            .unwrap();
+    let primary_address = SocketAddr::new(primary_ip, 6379);
+    // A connection per write, as a client that reconnects after the restart would.
+    let writer = start_writer({
+        let password = password.clone();
+        move |key, value| {
+            let password = password.clone();
+            async move {
+                match data_connection(primary_address, &password).await {
+                    Ok(mut connection) => connection.set::<_, _, ()>(key, value).await.is_ok(),
+                    Err(_) => false,
+                }
+            }
+        }
+    });
+    let primary = service_connection(&setup, &primary_service_name(CLUSTER), &password).await;
+    wait::until(
+        "writes acknowledged before the kill",
+        Duration::from_secs(60),
+        || async {
+            let keys: usize = redis::cmd("DBSIZE")
+                .query_async(&mut primary.clone())
+                .await
+                .map_err(|error| error.to_string())?;
+            (keys >= 30).then_some(()).ok_or(format!("{keys} keys"))
+        },
+    )
+    .await;
+
+    setup
+        .kill_and_await_restart(&primary_pod, SERVER, Duration::from_secs(120))
+        .await;
+    let primary = service_connection(&setup, &primary_service_name(CLUSTER), &password).await;
+    wait::until(
+        "writes acknowledged after the restart",
+        Duration::from_secs(60),
+        || async {
+            let mut primary = primary.clone();
+            let keys: usize = redis::cmd("DBSIZE")
+                .query_async(&mut primary)
+                .await
+                .map_err(|error| error.to_string())?;
+            let role: Vec<redis::Value> = redis::cmd("ROLE")
+                .query_async(&mut primary)
+                .await
+                .map_err(|error| error.to_string())?;
+            let connected = match role.get(2) {
+                Some(redis::Value::Array(replicas)) => replicas.len(),
+                _ => 0,
+            };
+            (connected == 2 && keys >= 40)
+                .then_some(())
+                .ok_or(format!("{keys} keys, {connected} replicas connected"))
+        },
+    )
+    .await;
+    let history = writer.stop().await;
+    let now = clusters(&setup).get(CLUSTER).await.unwrap().status.unwrap();
+    assert_eq!(now.primary, status.primary, "the Sentinels failed over");
+
+    let checked = check_history(&history, |key| {
+        let mut primary = primary.clone();
+        async move { primary.get(key).await.unwrap() }
+    })
+    .await;
+    let replicas = service_connection(&setup, &replicas_service_name(CLUSTER), &password).await;
+    let last_acknowledged = history.acknowledged().last().expect("a write").key.clone();
+    wait::until("the replicas caught up", Duration::from_secs(30), || async {
+        let value: Option<String> = replicas
+            .clone()
+            .get(&last_acknowledged)
+            .await
+            .map_err(|error| error.to_string())?;
+        value.map(|_| ()).ok_or_else(|| "not yet".to_string())
+    })
+    .await;
+    let on_replicas = check_history(&history, |key| {
+        let mut replicas = replicas.clone();
+        async move { replicas.get(key).await.unwrap() }
+    })
+    .await;
+    eprintln!(
+        "{checked} acknowledged writes checked on the primary and {on_replicas} on a replica, none lost"
+    );
+    setup.remove().await;
+}
+
 /// The data nodes' pod addresses, as cluster-aware clients learn them.
 async fn node_addresses(setup: &OnRealNode, nodes: usize) -> Vec<SocketAddr> {
     setup

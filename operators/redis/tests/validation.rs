@@ -99,6 +99,11 @@ async fn invalid_deployments_are_refused_naming_the_field() {
             serde_json::json!({"spec": {"replicasPerShard": 2}}),
             "replicasPerShard is immutable",
         ),
+        (
+            "cache",
+            serde_json::json!({"spec": {"persistence": {"appendOnly": false}}}),
+            "persistence.appendOnly cannot be turned off",
+        ),
     ] {
         let error = clusters
             .patch(name, &PatchParams::default(), &Patch::Merge(&change))
