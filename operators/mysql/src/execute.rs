@@ -116,7 +116,13 @@ pub async fn execute(context: &StepContext<'_>, step: &Step) -> Result<StepOutco
 }
 
 fn source_role(context: &StepContext<'_>) -> SemiSyncRole {
-    match context.semi_sync_wait_for {
+    semi_sync_source_role(context.semi_sync_wait_for)
+}
+
+/// A primary's semi-sync role: waiting for `wait_for` replicas' acknowledgement of each commit
+/// (none: asynchronous).
+pub fn semi_sync_source_role(wait_for: Option<u32>) -> SemiSyncRole {
+    match wait_for {
         Some(wait_for) => SemiSyncRole::Source {
             wait_for,
             // No fallback to asynchronous commits: an acknowledged write is on a replica.

@@ -209,6 +209,102 @@ async fn semi_sync_roles_take_effect_on_the_primary_and_replicas() {
     assert!(off.replica.is_some_and(|r| r.io_thread != IoThread::Stopped));
 }
 
+/// The server's count of a global status variable on member `index`.
+async fn status_count(processes: &MariaDbProcesses, index: usize, variable: &str) -> u64 {
+    let answer = processes
+        .sql(
+            index,
+            &format!(
+                "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = '{variable}'"
+            ),
+        )
+        .await;
+    answer
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{variable}: {answer:?}"))
+}
+
+/// The primary's only replica killed (as an isolation from every replica looks to it): with the
+/// operator's SemiSync source role a commit waits, however long, until a replica has received
+/// it; the server never falls back to acknowledging commits no replica holds.
+#[tokio::test]
+async fn an_isolated_semi_sync_primary_acknowledges_no_commit_until_a_replica_has_it() {
+    let (mut processes, admins) = replicated(2).await;
+    admins[0]
+        .set_semi_sync(mysql_operator::execute::semi_sync_source_role(Some(1)))
+        .await
+        .unwrap();
+    admins[1].set_semi_sync(SemiSyncRole::Replica).await.unwrap();
+    until_answer(
+        &processes,
+        0,
+        "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS \
+         WHERE VARIABLE_NAME = 'RPL_SEMI_SYNC_MASTER_CLIENTS'",
+        "1",
+    )
+    .await;
+    processes
+        .sql(
+            0,
+            "CREATE DATABASE fenced; CREATE TABLE fenced.t (id INT PRIMARY KEY)",
+        )
+        .await;
+    assert_eq!(status_count(&processes, 0, "RPL_SEMI_SYNC_MASTER_NO_TX").await, 0);
+
+    processes.kill(1).await;
+    let (user, password) = processes.root_credentials();
+    let options = mysql_async::OptsBuilder::default()
+        .ip_or_hostname(processes.ip(0).to_string())
+        .tcp_port(PORT)
+        .user(Some(user))
+        .pass(Some(password));
+    let commit = tokio::spawn(async move {
+        let pool = mysql_async::Pool::new(options);
+        let mut connection = pool.get_conn().await?;
+        connection.query_drop("INSERT INTO fenced.t VALUES (1)").await
+    });
+    until_answer(
+        &processes,
+        0,
+        "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS \
+         WHERE VARIABLE_NAME = 'RPL_SEMI_SYNC_MASTER_WAIT_SESSIONS'",
+        "1",
+    )
+    .await;
+    assert!(!commit.is_finished(), "a commit returned with no replica");
+
+    // The replica back, as after the isolation ends: the commit returns once it has it.
+    processes.restart(1).await;
+    admins[1].set_semi_sync(SemiSyncRole::Replica).await.unwrap();
+    admins[1]
+        .configure_replica(&source(&processes, 0), None)
+        .await
+        .unwrap();
+    assert!(
+        !commit.is_finished(),
+        "the primary acknowledged a commit while no replica could have it"
+    );
+    // MariaDB asks a returning replica to acknowledge only what is written after it is back:
+    // the waiting commit is released by the acknowledgement of the next one.
+    processes.sql(0, "INSERT INTO fenced.t VALUES (2)").await;
+    commit
+        .await
+        .unwrap()
+        .expect("the commit, acknowledged once the returning replica had it");
+    assert_eq!(
+        status_count(&processes, 0, "RPL_SEMI_SYNC_MASTER_NO_TX").await,
+        0,
+        "the primary acknowledged a commit no replica had received"
+    );
+    assert_eq!(
+        status_count(&processes, 0, "RPL_SEMI_SYNC_MASTER_NO_TIMES").await,
+        0,
+        "the primary fell back to asynchronous commits"
+    );
+    until_answer(&processes, 1, "SELECT COUNT(*) FROM fenced.t", "2").await;
+}
+
 #[tokio::test]
 async fn members_started_with_semi_sync_report_both_sides_on() {
     let mut processes = MariaDbProcesses::new().with_semi_sync(true);
