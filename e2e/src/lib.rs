@@ -1,5 +1,7 @@
 //! Test support for Quorum's integration tests.
 //!
+//! - [`admission`]: table-driven admission tests (rows of a change and the expected acceptance
+//!   or refusal naming the field), with the rows every engine's resources share.
 //! - [`control_plane`]: a client for the local control plane started by `e2e/cluster.sh`, and
 //!   throwaway namespaces. Tests that need it fail loudly when it is not running: there is no
 //!   silent skip.
@@ -25,6 +27,7 @@
 //! - [`tools`]: where the pinned, Go-built binaries are.
 //! - [`wait`]: polling with a deadline, for conditions that become true eventually.
 
+pub mod admission;
 pub mod control_plane;
 pub mod etcd;
 pub mod fault_proxy;

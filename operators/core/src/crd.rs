@@ -5,22 +5,29 @@
 //! every engine. The schema of a field comes from these types; a field's own doc comment in the
 //! embedding resource replaces the type's description.
 
+pub mod validation;
+
 use k8s_openapi::{
     api::core::v1::{Affinity, Toleration},
     apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::Time},
 };
+use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+
+use validation::{DNS_SUBDOMAIN, MAX_OBJECT_NAME, MAX_SCHEDULE, POSITIVE_QUANTITY};
 
 /// Persistent storage of each member.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Storage {
-    /// Size of each member's volume, for example `8Gi`.
+    /// Size of each member's volume, greater than zero, for example `8Gi`.
+    #[schemars(extend("pattern" = POSITIVE_QUANTITY))]
     pub size: Quantity,
     /// The StorageClass; the cluster default when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_OBJECT_NAME), regex(pattern = DNS_SUBDOMAIN))]
     pub storage_class_name: Option<String>,
 }
 
@@ -28,25 +35,38 @@ pub struct Storage {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PodOverrides {
+    /// Labels added to the member pods: keys and values as Kubernetes labels.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(transform = validation::label_map)]
     pub labels: BTreeMap<String, String>,
+    /// Annotations added to the member pods.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(transform = validation::annotation_map)]
     pub annotations: BTreeMap<String, String>,
+    /// Node labels the member pods must run on.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(transform = validation::label_map)]
     pub node_selector: BTreeMap<String, String>,
+    /// Taints the member pods tolerate.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = validation::tolerations)]
     pub tolerations: Vec<Toleration>,
+    /// Replaces the operator's default affinity (members preferring distinct nodes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub affinity: Option<Affinity>,
+    /// The PriorityClass of the member pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_OBJECT_NAME), regex(pattern = DNS_SUBDOMAIN))]
     pub priority_class_name: Option<String>,
 }
 
 /// Scheduled snapshots.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BackupPolicy {
     /// Cron schedule (five fields, UTC), for example `0 */6 * * *`.
+    #[schemars(length(max = MAX_SCHEDULE))]
+    #[x_kube(validation = validation::schedule_rule())]
     pub schedule: String,
     /// Where snapshots go.
     pub destination: BackupDestination,
@@ -65,8 +85,10 @@ fn default_retention() -> u32 {
     7
 }
 
-/// An object store location for snapshots.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+/// An object store location for snapshots: exactly one of `s3` or `filesystem`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[x_kube(validation = Rule::new("has(self.s3) != has(self.filesystem)")
+    .message("set exactly one of s3 or filesystem"))]
 #[serde(rename_all = "camelCase")]
 pub struct BackupDestination {
     /// S3-compatible bucket.
@@ -81,15 +103,24 @@ pub struct BackupDestination {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct S3Destination {
+    /// The bucket's name: 3 to 63 lowercase letters, digits, `.` and `-`.
+    #[schemars(regex(pattern = r"^[a-z0-9][-a-z0-9.]{1,61}[a-z0-9]$"))]
     pub bucket: String,
+    /// Objects are stored under this prefix (no leading `/`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 512), regex(pattern = r"^[^/\s][^\s]*$"))]
     pub prefix: Option<String>,
-    /// Endpoint URL for non-AWS stores (MinIO, Ceph RGW, ...).
+    /// Endpoint URL for non-AWS stores (MinIO, Ceph RGW, ...): `https://host[:port][/path]`
+    /// (`http://` only where the operator allows it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 2048), regex(pattern = r"^https?://[^/\s]+(/[^\s]*)?$"))]
     pub endpoint: Option<String>,
+    /// The bucket's region, for example `eu-west-1`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64), regex(pattern = r"^[a-z0-9][-a-z0-9]*$"))]
     pub region: Option<String>,
     /// Secret with `accessKeyId` and `secretAccessKey`.
+    #[schemars(length(max = MAX_OBJECT_NAME), regex(pattern = DNS_SUBDOMAIN))]
     pub credentials_secret_name: String,
 }
 
@@ -97,6 +128,8 @@ pub struct S3Destination {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FilesystemDestination {
+    /// An absolute path on a volume mounted into the operator.
+    #[schemars(length(max = 4096), regex(pattern = r"^/"))]
     pub path: String,
 }
 
@@ -105,6 +138,7 @@ pub struct FilesystemDestination {
 #[serde(rename_all = "camelCase")]
 pub struct RestoreSource {
     /// Name of a backup resource of the same operator, in the same namespace, whose snapshot succeeded.
+    #[schemars(length(max = MAX_OBJECT_NAME), regex(pattern = DNS_SUBDOMAIN))]
     pub backup_name: String,
 }
 

@@ -27,13 +27,19 @@ pub const fn max_cluster_name(longest_statefulset_suffix: &str) -> usize {
 }
 
 /// The admission rule (at the custom resource's root) that refuses names longer than `max`,
-/// naming `metadata.name` and the limit.
+/// or that are not a DNS-1035 label (lowercase letters, digits and `-`, starting with a letter):
+/// the members' Services must be named so, and their pods' host names must be DNS labels. The
+/// message names `metadata.name` and the limit.
 pub fn cluster_name_rule(max: usize) -> kube::core::Rule {
-    kube::core::Rule::new(format!("size(self.metadata.name) <= {max}")).message(kube::core::Message::Message(
-        format!(
-            "metadata.name must be at most {max} characters: the members' StatefulSet, pod names and labels are made from it"
-        ),
+    kube::core::Rule::new(format!(
+        "size(self.metadata.name) <= {max} && self.metadata.name.matches('{}')",
+        crate::crd::validation::DNS_1035_LABEL
     ))
+    .message(kube::core::Message::Message(format!(
+        "metadata.name must be at most {max} characters of lowercase letters, digits and '-', starting with a \
+         letter and ending with a letter or digit: the members' StatefulSet, Services, pod names and labels are \
+         made from it"
+    )))
 }
 
 /// The name of a child object: `<instance>-<suffix>`, or `<instance>` when the suffix is empty.

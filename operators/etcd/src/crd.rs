@@ -14,6 +14,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use quorum_core::crd::validation::{self, DNS_SUBDOMAIN, IMAGE, MAX_IMAGE, MAX_OBJECT_NAME, MAX_SCHEDULE};
 pub use quorum_core::crd::{
     BackupDestination, BackupPhase, BackupPolicy, BackupRecord, FilesystemDestination, PodOverrides,
     RestoreSource, S3Destination, Storage,
@@ -54,6 +55,14 @@ pub const MAX_NAME: usize = quorum_core::naming::max_cluster_name("");
     doc = "An etcd cluster managed by Quorum",
     validation = quorum_core::naming::cluster_name_rule(MAX_NAME)
 )]
+// A field's own rule sees only changes of a value that was there before and is still there;
+// these refuse adding or removing it after creation.
+#[x_kube(validation = Rule::new("has(self.restoreFrom) == has(oldSelf.restoreFrom)")
+    .message("restoreFrom is immutable: it can be set only when the cluster is created")
+    .field_path(".restoreFrom"))]
+#[x_kube(validation = Rule::new("has(self.tls) == has(oldSelf.tls)")
+    .message("tls is immutable: members cannot move between plain and TLS traffic while running")
+    .field_path(".tls"))]
 #[serde(rename_all = "camelCase")]
 pub struct EtcdClusterSpec {
     /// Number of voting members. Odd counts are recommended: four members tolerate one
@@ -71,6 +80,7 @@ pub struct EtcdClusterSpec {
 
     /// The container image; default `gcr.io/etcd-development/etcd:v<version>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_IMAGE), regex(pattern = IMAGE))]
     pub image: Option<String>,
 
     /// Persistent storage for each member. Immutable: a StatefulSet's volume claim templates
@@ -80,6 +90,7 @@ pub struct EtcdClusterSpec {
 
     /// CPU and memory for each member's container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = validation::resource_requirements)]
     pub resources: Option<ResourceRequirements>,
 
     /// Scheduling and metadata overrides for the member pods.
@@ -87,7 +98,9 @@ pub struct EtcdClusterSpec {
     pub pod_template: Option<PodOverrides>,
 
     /// TLS for client and peer traffic, from Secrets of type `kubernetes.io/tls` (with `ca.crt`).
+    /// Immutable: members cannot move between plain and TLS traffic while running.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("tls is immutable"))]
     pub tls: Option<EtcdTls>,
 
     /// How often to take snapshots and how long to keep them.
@@ -106,9 +119,11 @@ pub struct EtcdClusterSpec {
 pub struct EtcdTls {
     /// Secret with the client-facing serving certificate (`tls.crt`, `tls.key`, `ca.crt`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_OBJECT_NAME), regex(pattern = DNS_SUBDOMAIN))]
     pub client_secret_name: Option<String>,
     /// Secret with the peer certificate (`tls.crt`, `tls.key`, `ca.crt`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_OBJECT_NAME), regex(pattern = DNS_SUBDOMAIN))]
     pub peer_secret_name: Option<String>,
 }
 
@@ -213,18 +228,17 @@ pub struct EtcdBackupSpec {
     /// Name of the `EtcdCluster`, in the same namespace, to snapshot. Immutable: a backup's
     /// history belongs to one cluster.
     #[x_kube(validation = Rule::new("self == oldSelf").message("clusterName is immutable"))]
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = MAX_OBJECT_NAME), regex(pattern = DNS_SUBDOMAIN))]
     pub cluster_name: String,
 
     /// Where the snapshot goes: exactly one of `s3` or `filesystem`.
-    #[x_kube(validation = Rule::new("has(self.s3) != has(self.filesystem)")
-        .message("set exactly one of s3 or filesystem"))]
     pub destination: BackupDestination,
 
     /// Cron schedule, five fields (minute hour day-of-month month day-of-week), in UTC, for
     /// example `0 */6 * * *`. Absent: one snapshot, taken as soon as the resource is created.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^\s*\S+(\s+\S+){4}\s*$"))]
+    #[schemars(length(max = MAX_SCHEDULE))]
+    #[x_kube(validation = validation::schedule_rule())]
     pub schedule: Option<String>,
 
     /// How many successful snapshots of a schedule to keep; older ones are deleted. Only

@@ -123,3 +123,97 @@ async fn names_too_long_for_the_statefulset_are_refused_naming_metadata_name() {
     .await;
     namespace.delete().await;
 }
+
+/// Every field of the `EtcdCluster` and `EtcdBackup` specs is checked at admission: what the
+/// operator could not build is refused with a message naming the field, boundary values are
+/// accepted, and version and TLS changes follow what etcd supports.
+#[tokio::test]
+async fn every_field_of_the_spec_is_validated_naming_the_field() {
+    use etcd_operator::crd::EtcdBackup;
+    use quorum_e2e::admission::{self, Row, spec};
+    use serde_json::json;
+
+    let (clusters, backups) = (EtcdCluster::crd(), EtcdBackup::crd());
+    let valid: etcd_operator::crd::EtcdClusterSpec =
+        serde_yaml::from_str("{replicas: 3, version: \"3.6.16\", storage: {size: 1Gi}}").unwrap();
+    let valid = serde_json::to_value(EtcdCluster::new("valid", valid)).unwrap();
+    let version = |version: &str| spec(json!({"version": version}));
+    let tls = |tls: serde_json::Value| spec(json!({"tls": tls}));
+
+    let mut rows = admission::cluster_rows();
+    rows.extend([
+        Row::refused("no members", spec(json!({"replicas": 0})), &["spec.replicas"]),
+        Row::refused("ten members", spec(json!({"replicas": 10})), &["spec.replicas"]),
+        Row::accepted("one member", spec(json!({"replicas": 1}))),
+        Row::accepted("nine members", spec(json!({"replicas": 9}))),
+        Row::refused("etcd 3.4", version("3.4.27"), &["spec.version"]),
+        Row::refused("a version without a patch", version("3.6"), &["spec.version"]),
+        Row::update_refused(
+            "a downgrade",
+            json!({}),
+            version("3.5.35"),
+            &["spec.version", "downgrades"],
+        ),
+        Row::update_refused(
+            "a skipped minor version",
+            version("3.5.35"),
+            version("3.7.0"),
+            &["spec.version", "one minor version at a time"],
+        ),
+        Row::update_accepted("the next minor version", version("3.5.35"), version("3.6.16")),
+        Row::update_accepted("a patch release", json!({}), version("3.6.17")),
+        Row::refused(
+            "a client certificate Secret that is no object name",
+            tls(json!({"clientSecretName": "Etcd_TLS"})),
+            &["spec.tls.clientSecretName"],
+        ),
+        Row::refused(
+            "a peer certificate Secret that is no object name",
+            tls(json!({"peerSecretName": "peer tls"})),
+            &["spec.tls.peerSecretName"],
+        ),
+        Row::accepted(
+            "client and peer TLS",
+            tls(json!({"clientSecretName": "etcd-client-tls", "peerSecretName": "etcd.peer.tls"})),
+        ),
+        Row::update_refused(
+            "TLS turned on after creation",
+            json!({}),
+            tls(json!({"clientSecretName": "etcd-client-tls"})),
+            &["spec.tls", "tls is immutable"],
+        ),
+        Row::update_refused(
+            "TLS turned off after creation",
+            tls(json!({"clientSecretName": "etcd-client-tls"})),
+            spec(json!({"tls": null})),
+            &["spec.tls", "tls is immutable"],
+        ),
+        Row::update_refused(
+            "peer TLS added after creation",
+            tls(json!({"clientSecretName": "etcd-client-tls"})),
+            tls(json!({"peerSecretName": "etcd-peer-tls"})),
+            &["spec.tls", "tls is immutable"],
+        ),
+    ]);
+    admission::assert_every_field_covered(&clusters, &rows, &["affinity", "claims"]);
+    let backup_rows = admission::backup_rows();
+    admission::assert_every_field_covered(&backups, &backup_rows, &[]);
+
+    let client = admin_client().await;
+    install_crd(&client, &clusters).await;
+    install_crd(&client, &backups).await;
+    let namespace = TestNamespace::create(&client, "etcd-every-field").await;
+    let mut failures = admission::check_rows(&client, namespace.name(), &clusters, &valid, &rows).await;
+    failures.extend(
+        admission::check_rows(
+            &client,
+            namespace.name(),
+            &backups,
+            &admission::valid_backup(&backups),
+            &backup_rows,
+        )
+        .await,
+    );
+    admission::assert_no_failures(&failures);
+    namespace.delete().await;
+}

@@ -11,6 +11,7 @@ use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::{Condition, Time},
 };
 use kube::{CustomResource, KubeSchema};
+use quorum_core::crd::validation::{self, DNS_SUBDOMAIN, IMAGE, MAX_IMAGE, MAX_OBJECT_NAME, MAX_SCHEDULE};
 pub use quorum_core::crd::{
     BackupDestination, BackupPhase, BackupPolicy, BackupRecord, PodOverrides, RestoreSource, Storage,
 };
@@ -109,6 +110,7 @@ pub struct MongoDBReplicaSetSpec {
 
     /// The container image; default `mongo:<version>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_IMAGE), regex(pattern = IMAGE))]
     pub image: Option<String>,
 
     /// Persistent storage for each data-bearing member. Immutable: a StatefulSet's volume
@@ -118,6 +120,7 @@ pub struct MongoDBReplicaSetSpec {
 
     /// CPU and memory for each member's container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = validation::resource_requirements)]
     pub resources: Option<ResourceRequirements>,
 
     /// Scheduling and metadata overrides for the member pods.
@@ -128,11 +131,13 @@ pub struct MongoDBReplicaSetSpec {
     /// generates one in `<name>-admin`. Members read it from a file; it never appears on a
     /// command line or in a log.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_OBJECT_NAME), regex(pattern = DNS_SUBDOMAIN))]
     pub admin_secret: Option<String>,
 
     /// Secret with the members' shared `keyfile` (internal authentication). When absent the
     /// operator generates one in `<name>-keyfile`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_OBJECT_NAME), regex(pattern = DNS_SUBDOMAIN))]
     pub keyfile_secret: Option<String>,
 
     /// How often to take snapshots and how long to keep them.
@@ -277,18 +282,17 @@ pub struct MembershipChange {
 pub struct MongoDBBackupSpec {
     /// Name of the `MongoDBReplicaSet`, in the same namespace, to snapshot. Immutable.
     #[x_kube(validation = Rule::new("self == oldSelf").message("clusterName is immutable"))]
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = MAX_OBJECT_NAME), regex(pattern = DNS_SUBDOMAIN))]
     pub cluster_name: String,
 
     /// Where the snapshot goes: exactly one of `s3` or `filesystem`.
-    #[x_kube(validation = Rule::new("has(self.s3) != has(self.filesystem)")
-        .message("set exactly one of s3 or filesystem"))]
     pub destination: BackupDestination,
 
     /// Cron schedule, five fields, in UTC, for example `0 */6 * * *`. Absent: one snapshot,
     /// taken as soon as the resource is created.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^\s*\S+(\s+\S+){4}\s*$"))]
+    #[schemars(length(max = MAX_SCHEDULE))]
+    #[x_kube(validation = validation::schedule_rule())]
     pub schedule: Option<String>,
 
     /// How many successful snapshots of a schedule to keep; older ones are deleted.

@@ -453,3 +453,106 @@ async fn names_too_long_for_the_statefulsets_are_refused_naming_metadata_name() 
     .await;
     namespace.delete().await;
 }
+
+/// Every field of the `MongoDBReplicaSet` and `MongoDBBackup` specs is checked at admission:
+/// what the operator could not build is refused with a message naming the field, and boundary
+/// values are accepted.
+#[tokio::test]
+async fn every_field_of_the_spec_is_validated_naming_the_field() {
+    use quorum_e2e::admission::{self, Row, spec as change};
+    use serde_json::json;
+
+    let (sets, backups) = (MongoDBReplicaSet::crd(), MongoDBBackup::crd());
+    let valid = serde_json::to_value(MongoDBReplicaSet::new("valid", spec(3, false))).unwrap();
+    let version = |version: &str| change(json!({"version": version}));
+
+    let mut rows = admission::cluster_rows();
+    rows.extend([
+        Row::refused("no members", change(json!({"members": 0})), &["spec.members"]),
+        Row::refused("eight members", change(json!({"members": 8})), &["spec.members"]),
+        Row::refused(
+            "seven members and an arbiter",
+            change(json!({"members": 7, "arbiter": true})),
+            &["spec.members", "at most 7 voting members"],
+        ),
+        Row::accepted(
+            "two members and an arbiter",
+            change(json!({"members": 2, "arbiter": true})),
+        ),
+        Row::refused(
+            "a negative number of non-voting members",
+            change(json!({"nonVotingMembers": -1})),
+            &["spec.nonVotingMembers"],
+        ),
+        Row::refused(
+            "51 members",
+            change(json!({"members": 7, "nonVotingMembers": 44})),
+            &["spec.nonVotingMembers", "at most 50 members"],
+        ),
+        Row::refused(
+            "more hidden than non-voting members",
+            change(json!({"nonVotingMembers": 1, "hiddenMembers": 2})),
+            &["spec.hiddenMembers"],
+        ),
+        Row::refused(
+            "negative hidden members",
+            change(json!({"hiddenMembers": -1})),
+            &["spec.hiddenMembers"],
+        ),
+        Row::accepted(
+            "50 members, every non-voting one hidden",
+            change(json!({"members": 7, "nonVotingMembers": 43, "hiddenMembers": 43})),
+        ),
+        Row::refused("MongoDB 5.0", version("5.0.29"), &["spec.version"]),
+        Row::refused("a bare major version", version("7"), &["spec.version"]),
+        Row::accepted("a release without a patch", version("8.0")),
+        Row::update_accepted("a patch release", json!({}), version("7.0.15")),
+        Row::update_refused(
+            "a downgrade",
+            json!({}),
+            version("6.0.20"),
+            &["spec.version", "downgrades are not supported"],
+        ),
+        Row::update_refused(
+            "the next release before the compatibility version reached this one",
+            json!({}),
+            version("8.0"),
+            &["spec.version", "featureCompatibilityVersion"],
+        ),
+        Row::refused(
+            "an admin Secret that is no object name",
+            change(json!({"adminSecret": "Admin Secret"})),
+            &["spec.adminSecret"],
+        ),
+        Row::refused(
+            "a keyfile Secret that is no object name",
+            change(json!({"keyfileSecret": "keyfile_secret"})),
+            &["spec.keyfileSecret"],
+        ),
+        Row::accepted(
+            "admin and keyfile Secrets",
+            change(json!({"adminSecret": "orders-admin", "keyfileSecret": "orders.keyfile"})),
+        ),
+    ]);
+    admission::assert_every_field_covered(&sets, &rows, &["affinity", "claims"]);
+    let backup_rows = admission::backup_rows();
+    admission::assert_every_field_covered(&backups, &backup_rows, &[]);
+
+    let client = admin_client().await;
+    install_crd(&client, &sets).await;
+    install_crd(&client, &backups).await;
+    let namespace = TestNamespace::create(&client, "mongodb-every-field").await;
+    let mut failures = admission::check_rows(&client, namespace.name(), &sets, &valid, &rows).await;
+    failures.extend(
+        admission::check_rows(
+            &client,
+            namespace.name(),
+            &backups,
+            &admission::valid_backup(&backups),
+            &backup_rows,
+        )
+        .await,
+    );
+    admission::assert_no_failures(&failures);
+    namespace.delete().await;
+}

@@ -13,6 +13,10 @@ use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::{Condition, Time},
 };
 use kube::{CustomResource, KubeSchema};
+use quorum_core::crd::validation::{
+    self, DNS_SUBDOMAIN, IMAGE, MAX_IMAGE, MAX_OBJECT_NAME, MAX_SCHEDULE, cel_release_number,
+    cel_version_number,
+};
 pub use quorum_core::crd::{
     BackupDestination, BackupPhase, BackupPolicy, BackupRecord, PodOverrides, RestoreSource, Storage,
 };
@@ -96,6 +100,10 @@ pub const MAX_NAME: usize = quorum_core::naming::max_cluster_name("");
 #[x_kube(validation = Rule::new("has(self.restoreFrom) == has(oldSelf.restoreFrom)")
     .message("restoreFrom is immutable: it can be set only when the cluster is created")
     .field_path(".restoreFrom"))]
+#[x_kube(validation = Rule::new("has(self.tls) == has(oldSelf.tls)")
+    .message("tls is immutable: members cannot move between plain and TLS connections while running")
+    .field_path(".tls"))]
+#[x_kube(validation = version_transition_rule())]
 #[serde(rename_all = "camelCase")]
 pub struct MySQLClusterSpec {
     /// Number of members: one primary and `replicas - 1` replicas.
@@ -112,6 +120,7 @@ pub struct MySQLClusterSpec {
 
     /// The container image; default `mysql:<version>` or `mariadb:<version>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_IMAGE), regex(pattern = IMAGE))]
     pub image: Option<String>,
 
     /// Persistent storage for each member. Immutable: a StatefulSet's volume claim templates
@@ -121,6 +130,7 @@ pub struct MySQLClusterSpec {
 
     /// CPU and memory for each member's container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = validation::resource_requirements)]
     pub resources: Option<ResourceRequirements>,
 
     /// Scheduling and metadata overrides for the member pods.
@@ -147,6 +157,7 @@ pub struct MySQLClusterSpec {
     /// generates one in `<cluster>-root`. The password is read from files inside the pods; it
     /// never appears on a command line or in a log.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_OBJECT_NAME), regex(pattern = DNS_SUBDOMAIN))]
     pub root_password_secret: Option<String>,
 
     /// Application accounts the operator creates on the primary.
@@ -158,8 +169,10 @@ pub struct MySQLClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replication: Option<ReplicationSpec>,
 
-    /// TLS for client and replication traffic.
+    /// TLS for client and replication traffic. Immutable: members cannot move between plain and
+    /// TLS connections while running.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("tls is immutable"))]
     pub tls: Option<MySqlTls>,
 
     /// How often to take snapshots and how long to keep them.
@@ -174,6 +187,36 @@ pub struct MySQLClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self == oldSelf").message("restoreFrom is immutable"))]
     pub restore_from: Option<RestoreSource>,
+}
+
+/// MariaDB's long-term releases, as `major * 1000 + minor`: an upgrade moves at most to the
+/// next one after the release running (10.11 to 11.4 to 11.8), as MariaDB supports.
+const MARIADB_LTS_RELEASES: [i64; 2] = [11_004, 11_008];
+
+/// The admission rule of `spec.version` changes: never down (neither server reads data
+/// written by a newer release); MySQL 8.0 to 8.4 LTS; MariaDB at most to the next LTS release
+/// after the one running. A rule on the spec, which a status write leaves unchanged.
+fn version_transition_rule() -> kube::core::Rule {
+    let pattern = "^[0-9]+[.][0-9]+[.][0-9]+$";
+    let old_release = cel_release_number("oldSelf.version");
+    let next_lts = MARIADB_LTS_RELEASES
+        .iter()
+        .rev()
+        .fold("99999".to_string(), |later, lts| {
+            format!("({old_release} < {lts} ? {lts} : {later})")
+        });
+    kube::core::Rule::new(format!(
+        "self.flavor != oldSelf.flavor || !self.version.matches('{pattern}') || !oldSelf.version.matches('{pattern}') \
+         || ({new} >= {old} && (self.flavor == 'MySQL' || {new_release} <= {next_lts}))",
+        new = cel_version_number("self.version"),
+        old = cel_version_number("oldSelf.version"),
+        new_release = cel_release_number("self.version"),
+    ))
+    .message(
+        "version: downgrades are not supported; MySQL upgrades from 8.0 to 8.4, MariaDB one LTS release at a time \
+         (10.11 to 11.4 to 11.8)",
+    )
+    .field_path(".version")
 }
 
 /// Each name as the server accepts it in `my.cnf`: with underscores and with dashes.
@@ -213,7 +256,7 @@ pub struct UserSpec {
         .message("users[].name: root and names starting with quorum_ are reserved for the operator"))]
     pub name: String,
     /// Secret (same namespace) holding the password under `password`.
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = MAX_OBJECT_NAME), regex(pattern = DNS_SUBDOMAIN))]
     pub password_secret: String,
     /// The database the account may use; created when missing.
     #[schemars(length(min = 1, max = 64), regex(pattern = r"^[A-Za-z0-9_]+$"))]
@@ -286,7 +329,7 @@ pub enum ReplicationMode {
 pub struct MySqlTls {
     /// Secret with the server certificate (`tls.crt`, `tls.key`, `ca.crt`). Clients and
     /// replication connect over TLS; unencrypted connections are refused.
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = MAX_OBJECT_NAME), regex(pattern = DNS_SUBDOMAIN))]
     pub secret_name: String,
 }
 
@@ -432,18 +475,17 @@ pub struct FailoverRecord {
 pub struct MySQLBackupSpec {
     /// Name of the `MySQLCluster`, in the same namespace, to snapshot. Immutable.
     #[x_kube(validation = Rule::new("self == oldSelf").message("clusterName is immutable"))]
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = MAX_OBJECT_NAME), regex(pattern = DNS_SUBDOMAIN))]
     pub cluster_name: String,
 
     /// Where the snapshot goes: exactly one of `s3` or `filesystem`.
-    #[x_kube(validation = Rule::new("has(self.s3) != has(self.filesystem)")
-        .message("set exactly one of s3 or filesystem"))]
     pub destination: BackupDestination,
 
     /// Cron schedule, five fields, in UTC, for example `0 */6 * * *`. Absent: one snapshot,
     /// taken as soon as the resource is created.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^\s*\S+(\s+\S+){4}\s*$"))]
+    #[schemars(length(max = MAX_SCHEDULE))]
+    #[x_kube(validation = validation::schedule_rule())]
     pub schedule: Option<String>,
 
     /// How many successful snapshots of a schedule to keep; older ones are deleted.

@@ -143,3 +143,223 @@ async fn names_too_long_for_the_statefulset_are_refused_naming_metadata_name() {
     .await;
     namespace.delete().await;
 }
+
+/// Every field of the `MySQLCluster` and `MySQLBackup` specs is checked at admission: what the
+/// operator could not build is refused with a message naming the field, boundary values are
+/// accepted, and version and TLS changes follow what MySQL and MariaDB support.
+#[tokio::test]
+async fn every_field_of_the_spec_is_validated_naming_the_field() {
+    use mysql_operator::crd::MySQLBackup;
+    use quorum_e2e::admission::{self, Row, spec};
+    use serde_json::json;
+
+    let (clusters, backups) = (MySQLCluster::crd(), MySQLBackup::crd());
+    let valid = serde_json::to_value(MySQLCluster::new("valid", support::cluster_spec(3))).unwrap();
+    let version = |flavor: &str, version: &str| spec(json!({"flavor": flavor, "version": version}));
+    let upgrade = |version: &str| spec(json!({"version": version}));
+    let user = |user: serde_json::Value| {
+        let mut valid = json!({"name": "app", "passwordSecret": "app-password", "database": "shop"});
+        admission::merge(&mut valid, &user);
+        spec(json!({"users": [valid]}))
+    };
+    let replication = |replication: serde_json::Value| spec(json!({"replication": replication}));
+    let tls = |secret: &str| spec(json!({"tls": {"secretName": secret}}));
+
+    let mut rows = admission::cluster_rows();
+    rows.extend([
+        Row::refused("no members", spec(json!({"replicas": 0})), &["spec.replicas"]),
+        Row::refused("ten members", spec(json!({"replicas": 10})), &["spec.replicas"]),
+        Row::accepted("nine members", spec(json!({"replicas": 9}))),
+        Row::refused(
+            "an unknown flavor",
+            spec(json!({"flavor": "Percona"})),
+            &["spec.flavor"],
+        ),
+        Row::update_refused(
+            "the flavor changed after creation",
+            json!({}),
+            version("MySQL", "8.4.3"),
+            &["flavor is immutable"],
+        ),
+        Row::refused("MySQL 5.7", version("MySQL", "5.7.44"), &["spec.version"]),
+        Row::refused(
+            "a MariaDB version for MySQL",
+            version("MySQL", "10.11.19"),
+            &["spec.version"],
+        ),
+        Row::refused("MariaDB 10.6", upgrade("10.6.20"), &["spec.version"]),
+        Row::accepted("MySQL 8.4", version("MySQL", "8.4.3")),
+        Row::update_accepted(
+            "MySQL 8.0 to 8.4 LTS",
+            version("MySQL", "8.0.40"),
+            upgrade("8.4.3"),
+        ),
+        Row::update_accepted(
+            "a MySQL patch release",
+            version("MySQL", "8.0.40"),
+            upgrade("8.0.41"),
+        ),
+        Row::update_refused(
+            "MySQL 8.4 back to 8.0",
+            version("MySQL", "8.4.3"),
+            upgrade("8.0.40"),
+            &["spec.version", "downgrades are not supported"],
+        ),
+        Row::update_refused(
+            "a MySQL patch downgrade",
+            version("MySQL", "8.0.40"),
+            upgrade("8.0.39"),
+            &["spec.version", "downgrades are not supported"],
+        ),
+        Row::update_accepted(
+            "MariaDB 10.11 to the next LTS, 11.4",
+            json!({}),
+            upgrade("11.4.5"),
+        ),
+        Row::update_accepted(
+            "MariaDB 10.11 to a release before the next LTS",
+            json!({}),
+            upgrade("11.2.6"),
+        ),
+        Row::update_accepted(
+            "MariaDB 11.4 to the next LTS, 11.8",
+            upgrade("11.4.5"),
+            upgrade("11.8.3"),
+        ),
+        Row::update_accepted("a MariaDB patch release", json!({}), upgrade("10.11.20")),
+        Row::update_refused(
+            "MariaDB 10.11 to 11.8, skipping the LTS 11.4",
+            json!({}),
+            upgrade("11.8.3"),
+            &["spec.version", "one LTS release at a time"],
+        ),
+        Row::update_refused(
+            "MariaDB 11.4 back to 10.11",
+            upgrade("11.4.5"),
+            upgrade("10.11.19"),
+            &["spec.version", "downgrades are not supported"],
+        ),
+        Row::update_refused(
+            "a MariaDB patch downgrade",
+            json!({}),
+            upgrade("10.11.18"),
+            &["spec.version", "downgrades are not supported"],
+        ),
+        Row::refused(
+            "a setting the operator owns",
+            spec(json!({"config": {"gtid-mode": "OFF"}})),
+            &["spec.config", "gtid_mode"],
+        ),
+        Row::accepted(
+            "a setting the operator leaves alone",
+            spec(json!({"config": {"max_connections": "500"}})),
+        ),
+        Row::refused(
+            "a root password Secret that is no object name",
+            spec(json!({"rootPasswordSecret": "root password"})),
+            &["spec.rootPasswordSecret"],
+        ),
+        Row::accepted(
+            "a root password Secret",
+            spec(json!({"rootPasswordSecret": "shop-root"})),
+        ),
+        Row::refused(
+            "a reserved account",
+            user(json!({"name": "root"})),
+            &["spec.users[0].name"],
+        ),
+        Row::refused(
+            "an account name with a dash",
+            user(json!({"name": "shop-app"})),
+            &["spec.users[0].name"],
+        ),
+        Row::refused(
+            "an account password Secret that is no object name",
+            user(json!({"passwordSecret": "App_Password"})),
+            &["spec.users[0].passwordSecret"],
+        ),
+        Row::refused(
+            "a database name with a dash",
+            user(json!({"database": "my-shop"})),
+            &["spec.users[0].database"],
+        ),
+        Row::refused(
+            "an unknown access",
+            user(json!({"access": "Admin"})),
+            &["spec.users[0].access"],
+        ),
+        Row::accepted(
+            "a read-only account at the name limits",
+            user(json!({"name": "a".repeat(32), "database": "d".repeat(64), "access": "ReadOnly"})),
+        ),
+        Row::refused(
+            "an unknown replication mode",
+            replication(json!({"mode": "Sync"})),
+            &["spec.replication.mode"],
+        ),
+        Row::refused(
+            "waiting for no replica",
+            replication(json!({"waitForReplicaCount": 0})),
+            &["spec.replication.waitForReplicaCount"],
+        ),
+        Row::refused(
+            "waiting for as many replicas as members",
+            replication(json!({"waitForReplicaCount": 3})),
+            &["spec.replication.waitForReplicaCount"],
+        ),
+        Row::refused(
+            "binary logs kept longer than MariaDB allows",
+            replication(json!({"binlogExpireSeconds": 8_553_601})),
+            &["spec.replication.binlogExpireSeconds"],
+        ),
+        Row::accepted(
+            "asynchronous replication keeping binary logs for ever",
+            replication(json!({"mode": "Async", "waitForReplicaCount": 2, "binlogExpireSeconds": 0})),
+        ),
+        Row::refused(
+            "a TLS Secret that is no object name",
+            tls("MySQL TLS"),
+            &["spec.tls.secretName"],
+        ),
+        Row::accepted("TLS", tls("shop-tls")),
+        Row::update_refused(
+            "TLS turned on after creation",
+            json!({}),
+            tls("shop-tls"),
+            &["spec.tls", "tls is immutable"],
+        ),
+        Row::update_refused(
+            "TLS turned off after creation",
+            tls("shop-tls"),
+            spec(json!({"tls": null})),
+            &["spec.tls", "tls is immutable"],
+        ),
+        Row::update_refused(
+            "the TLS Secret changed after creation",
+            tls("shop-tls"),
+            tls("other-tls"),
+            &["spec.tls", "tls is immutable"],
+        ),
+    ]);
+    admission::assert_every_field_covered(&clusters, &rows, &["affinity", "claims"]);
+    let backup_rows = admission::backup_rows();
+    admission::assert_every_field_covered(&backups, &backup_rows, &[]);
+
+    let client = admin_client().await;
+    install_crd(&client, &clusters).await;
+    install_crd(&client, &backups).await;
+    let namespace = TestNamespace::create(&client, "mysql-every-field").await;
+    let mut failures = admission::check_rows(&client, namespace.name(), &clusters, &valid, &rows).await;
+    failures.extend(
+        admission::check_rows(
+            &client,
+            namespace.name(),
+            &backups,
+            &admission::valid_backup(&backups),
+            &backup_rows,
+        )
+        .await,
+    );
+    admission::assert_no_failures(&failures);
+    namespace.delete().await;
+}

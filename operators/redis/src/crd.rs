@@ -13,6 +13,10 @@ use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::{Condition, Time},
 };
 use kube::{CustomResource, KubeSchema};
+use quorum_core::crd::validation::{
+    self, DNS_SUBDOMAIN, IMAGE, MAX_IMAGE, MAX_OBJECT_NAME, MAX_SCHEDULE, cel_release_number,
+    cel_version_number,
+};
 pub use quorum_core::crd::{
     BackupDestination, BackupPhase, BackupPolicy, BackupRecord, PodOverrides, RestoreSource, Storage,
 };
@@ -85,6 +89,11 @@ pub const MAX_NAME: usize = quorum_core::naming::max_cluster_name(crate::resourc
     .message("replicasPerShard: only for Cluster mode; Replication mode uses replicas").field_path(".replicasPerShard"))]
 #[x_kube(validation = Rule::new("self.mode == 'Replication' || (!has(self.replicas) && !has(self.sentinel))")
     .message("replicas and sentinel: only for Replication mode; Cluster mode uses shards and replicasPerShard").field_path(".replicas"))]
+// The field's own rule sees only changes of a value that was there before and is still there;
+// this one refuses adding or removing it after creation.
+#[x_kube(validation = Rule::new("has(self.restoreFrom) == has(oldSelf.restoreFrom)")
+    .message("restoreFrom is immutable: it can be set only when the cluster is created")
+    .field_path(".restoreFrom"))]
 #[serde(rename_all = "camelCase")]
 pub struct RedisClusterSpec {
     /// `Replication` (one primary, its replicas and a Sentinel quorum) or `Cluster` (hash
@@ -114,12 +123,15 @@ pub struct RedisClusterSpec {
     #[x_kube(validation = Rule::new("self == oldSelf").message("replicasPerShard is immutable"))]
     pub replicas_per_shard: Option<i32>,
 
-    /// Redis version: `7.0.x`, `7.2.x` or `7.4.x`.
+    /// Redis version: `7.0.x`, `7.2.x` or `7.4.x`. An upgrade goes one release at a time (7.0
+    /// to 7.2 to 7.4), never down: a server cannot load the snapshot of a newer one.
     #[schemars(length(min = 1, max = 32), regex(pattern = r"^7\.(0|2|4)\.[0-9]+$"))]
+    #[x_kube(validation = version_transition_rule())]
     pub version: String,
 
     /// The container image; default `redis:<version>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_IMAGE), regex(pattern = IMAGE))]
     pub image: Option<String>,
 
     /// Persistent storage for each node. Immutable: a StatefulSet's volume claim templates
@@ -129,6 +141,7 @@ pub struct RedisClusterSpec {
 
     /// CPU and memory for each node's container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = validation::resource_requirements)]
     pub resources: Option<ResourceRequirements>,
 
     /// Scheduling and metadata overrides for the node pods.
@@ -160,6 +173,7 @@ pub struct RedisClusterSpec {
     /// the operator generates one in `<cluster>-auth`. Servers read it from a file; it never
     /// appears on a command line or in a log.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_OBJECT_NAME), regex(pattern = DNS_SUBDOMAIN))]
     pub auth_secret: Option<String>,
 
     /// How often to take snapshots and how long to keep them.
@@ -171,6 +185,22 @@ pub struct RedisClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self == oldSelf").message("restoreFrom is immutable"))]
     pub restore_from: Option<RestoreSource>,
+}
+
+/// The admission rule of `spec.version` changes: never down (a server cannot load the RDB
+/// snapshot of a newer release), and one release at a time (7.0 to 7.2 to 7.4). A rule on the
+/// field, which a status write leaves unchanged.
+fn version_transition_rule() -> kube::core::Rule {
+    let pattern = "^[0-9]+[.][0-9]+[.][0-9]+$";
+    kube::core::Rule::new(format!(
+        "!self.matches('{pattern}') || !oldSelf.matches('{pattern}') \
+         || ({new} >= {old} && {new_release} <= {old_release} + 2)",
+        new = cel_version_number("self"),
+        old = cel_version_number("oldSelf"),
+        new_release = cel_release_number("self"),
+        old_release = cel_release_number("oldSelf"),
+    ))
+    .message("version: downgrades are not supported; upgrade one release at a time (7.0 to 7.2 to 7.4)")
 }
 
 /// Renders a CEL list literal of strings.
@@ -486,18 +516,17 @@ pub struct FailoverRecord {
 pub struct RedisBackupSpec {
     /// Name of the `RedisCluster`, in the same namespace, to snapshot. Immutable.
     #[x_kube(validation = Rule::new("self == oldSelf").message("clusterName is immutable"))]
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = MAX_OBJECT_NAME), regex(pattern = DNS_SUBDOMAIN))]
     pub cluster_name: String,
 
     /// Where the snapshot goes: exactly one of `s3` or `filesystem`.
-    #[x_kube(validation = Rule::new("has(self.s3) != has(self.filesystem)")
-        .message("set exactly one of s3 or filesystem"))]
     pub destination: BackupDestination,
 
     /// Cron schedule, five fields, in UTC, for example `0 */6 * * *`. Absent: one snapshot,
     /// taken as soon as the resource is created.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^\s*\S+(\s+\S+){4}\s*$"))]
+    #[schemars(length(max = MAX_SCHEDULE))]
+    #[x_kube(validation = validation::schedule_rule())]
     pub schedule: Option<String>,
 
     /// How many successful snapshots of a schedule to keep; older ones are deleted.

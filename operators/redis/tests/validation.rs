@@ -152,3 +152,202 @@ async fn names_too_long_for_the_statefulsets_are_refused_naming_metadata_name() 
     .await;
     namespace.delete().await;
 }
+
+/// Every field of the `RedisCluster` and `RedisBackup` specs is checked at admission: what the
+/// operator could not build is refused with a message naming the field, boundary values are
+/// accepted, and version changes follow Redis's upgrade path.
+#[tokio::test]
+async fn every_field_of_the_spec_is_validated_naming_the_field() {
+    use quorum_e2e::admission::{self, Row, spec};
+    use serde_json::json;
+
+    let (clusters, backups) = (RedisCluster::crd(), RedisBackup::crd());
+    let valid = serde_json::to_value(RedisCluster::new("valid", replication_spec(1))).unwrap();
+    // A cluster-mode deployment, from the valid replication-mode one.
+    let cluster_mode = |extra: serde_json::Value| {
+        let mut change = spec(
+            json!({"mode": "Cluster", "replicas": null, "sentinel": null, "shards": 3, "replicasPerShard": 1}),
+        );
+        admission::merge(&mut change, &spec(extra));
+        change
+    };
+    let sentinel = |sentinel: serde_json::Value| spec(json!({"sentinel": sentinel}));
+    let version = |version: &str| spec(json!({"version": version}));
+    let persistence = |persistence: serde_json::Value| spec(json!({"persistence": persistence}));
+
+    let mut rows = admission::cluster_rows();
+    rows.extend([
+        Row::refused(
+            "an unknown mode",
+            spec(json!({"mode": "Standalone"})),
+            &["spec.mode"],
+        ),
+        Row::update_refused(
+            "the mode changed after creation",
+            json!({}),
+            cluster_mode(json!({})),
+            &["mode is immutable"],
+        ),
+        Row::refused(
+            "a negative replica count",
+            spec(json!({"replicas": -1})),
+            &["spec.replicas"],
+        ),
+        Row::refused("nine replicas", spec(json!({"replicas": 9})), &["spec.replicas"]),
+        Row::accepted("no replicas", spec(json!({"replicas": 0}))),
+        Row::accepted("eight replicas", spec(json!({"replicas": 8}))),
+        Row::refused(
+            "four Sentinels",
+            sentinel(json!({"replicas": 4})),
+            &["spec.sentinel.replicas"],
+        ),
+        Row::refused(
+            "nine Sentinels",
+            sentinel(json!({"replicas": 9})),
+            &["spec.sentinel.replicas"],
+        ),
+        Row::refused(
+            "a quorum above the Sentinels",
+            sentinel(json!({"quorum": 4})),
+            &["spec.sentinel.quorum"],
+        ),
+        Row::refused(
+            "a quorum of zero",
+            sentinel(json!({"quorum": 0})),
+            &["spec.sentinel.quorum"],
+        ),
+        Row::refused(
+            "a down-after below a second",
+            sentinel(json!({"downAfterMillis": 999})),
+            &["spec.sentinel.downAfterMillis"],
+        ),
+        Row::refused(
+            "a failover timeout below five seconds",
+            sentinel(json!({"failoverTimeoutMillis": 4999})),
+            &["spec.sentinel.failoverTimeoutMillis"],
+        ),
+        Row::accepted(
+            "seven Sentinels at their limits",
+            sentinel(
+                json!({"replicas": 7, "quorum": 7, "downAfterMillis": 1000, "failoverTimeoutMillis": 5000}),
+            ),
+        ),
+        Row::refused(
+            "shards in replication mode",
+            spec(json!({"shards": 3})),
+            &["spec.shards"],
+        ),
+        Row::refused(
+            "replicas per shard in replication mode",
+            spec(json!({"replicasPerShard": 1})),
+            &["spec.replicasPerShard"],
+        ),
+        Row::refused("two shards", cluster_mode(json!({"shards": 2})), &["spec.shards"]),
+        Row::refused("33 shards", cluster_mode(json!({"shards": 33})), &["spec.shards"]),
+        Row::refused(
+            "five replicas per shard",
+            cluster_mode(json!({"replicasPerShard": 5})),
+            &["spec.replicasPerShard"],
+        ),
+        Row::refused(
+            "Sentinels in cluster mode",
+            cluster_mode(json!({"sentinel": {"replicas": 3}})),
+            &["spec.replicas"],
+        ),
+        Row::accepted(
+            "a sharded cluster at its limits",
+            cluster_mode(json!({"shards": 32, "replicasPerShard": 4})),
+        ),
+        Row::update_refused(
+            "replicas per shard changed after creation",
+            cluster_mode(json!({})),
+            spec(json!({"replicasPerShard": 2})),
+            &["replicasPerShard is immutable"],
+        ),
+        Row::update_accepted(
+            "shards added after creation",
+            cluster_mode(json!({})),
+            spec(json!({"shards": 4})),
+        ),
+        Row::refused("Redis 6.2", version("6.2.14"), &["spec.version"]),
+        Row::refused("Redis 7.1", version("7.1.0"), &["spec.version"]),
+        Row::accepted("Redis 7.4", version("7.4.2")),
+        Row::update_accepted("7.0 to 7.2", json!({}), version("7.2.7")),
+        Row::update_accepted("7.2 to 7.4", version("7.2.7"), version("7.4.2")),
+        Row::update_accepted("a patch release", json!({}), version("7.0.16")),
+        Row::update_refused(
+            "7.0 to 7.4, skipping 7.2",
+            json!({}),
+            version("7.4.2"),
+            &["spec.version", "one release at a time"],
+        ),
+        Row::update_refused(
+            "7.2 back to 7.0",
+            version("7.2.7"),
+            version("7.0.15"),
+            &["spec.version", "downgrades are not supported"],
+        ),
+        Row::update_refused(
+            "a patch downgrade",
+            json!({}),
+            version("7.0.14"),
+            &["spec.version", "downgrades are not supported"],
+        ),
+        Row::refused(
+            "an odd RDB save list",
+            persistence(json!({"rdbSave": "3600"})),
+            &["spec.persistence.rdbSave"],
+        ),
+        Row::refused(
+            "an unknown fsync policy",
+            persistence(json!({"appendFsync": "Sometimes"})),
+            &["spec.persistence.appendFsync"],
+        ),
+        Row::accepted(
+            "no RDB snapshots, fsync on every write",
+            persistence(json!({"rdbSave": "", "appendOnly": true, "appendFsync": "Always"})),
+        ),
+        Row::update_refused(
+            "the append-only file turned off",
+            json!({}),
+            persistence(json!({"appendOnly": false})),
+            &["persistence.appendOnly cannot be turned off"],
+        ),
+        Row::refused(
+            "a setting the operator owns",
+            spec(json!({"config": {"RequirePass": "x"}})),
+            &["spec.config", "requirepass"],
+        ),
+        Row::accepted(
+            "a setting the operator leaves alone",
+            spec(json!({"config": {"maxmemory-policy": "allkeys-lru"}})),
+        ),
+        Row::refused(
+            "an auth Secret that is no object name",
+            spec(json!({"authSecret": "Redis Auth"})),
+            &["spec.authSecret"],
+        ),
+        Row::accepted("an auth Secret", spec(json!({"authSecret": "cache-auth"}))),
+    ]);
+    admission::assert_every_field_covered(&clusters, &rows, &["affinity", "claims"]);
+    let backup_rows = admission::backup_rows();
+    admission::assert_every_field_covered(&backups, &backup_rows, &[]);
+
+    let client = admin_client().await;
+    install_crd(&client, &clusters).await;
+    install_crd(&client, &backups).await;
+    let namespace = TestNamespace::create(&client, "redis-every-field").await;
+    let mut failures = admission::check_rows(&client, namespace.name(), &clusters, &valid, &rows).await;
+    failures.extend(
+        admission::check_rows(
+            &client,
+            namespace.name(),
+            &backups,
+            &admission::valid_backup(&backups),
+            &backup_rows,
+        )
+        .await,
+    );
+    admission::assert_no_failures(&failures);
+    namespace.delete().await;
+}

@@ -17,8 +17,10 @@ pub enum ScheduleError {
 
 /// The first time strictly after `after` that the five-field cron `schedule` (minute hour
 /// day-of-month month day-of-week, UTC) fires. Vixie-cron semantics: when both day fields are
-/// restricted, either matching suffices. Names (`MON`, `JAN`) and `L`, `W`, `#` are accepted;
-/// seconds, years and `@` nicknames are not, matching the CRDs' five-field rule.
+/// restricted, either matching suffices. Exactly what the CRDs' schedule rule admits
+/// ([`crate::crd::validation::schedule_admitted`]): each field `*`, a value within the field's range
+/// (names `JAN`-`DEC`, `SUN`-`SAT` too), a range or a list, each with an optional step; not
+/// `L`, `W`, `#`, `?`, seconds, years or `@` nicknames.
 ///
 /// # Errors
 /// [`ScheduleError::Invalid`] for anything but five valid fields; [`ScheduleError::NeverFires`]
@@ -32,8 +34,10 @@ pub fn next_due(schedule: &str, after: Timestamp) -> Result<Timestamp, ScheduleE
     if fields != 5 {
         return Err(invalid(format!("{fields} fields, expected 5")));
     }
-    if schedule.contains('@') {
-        return Err(invalid("nicknames such as @daily are not accepted".to_string()));
+    if !crate::crd::validation::schedule_admitted(schedule) {
+        return Err(invalid(
+            "a field is out of its range or uses a syntax the schedule rule does not admit".to_string(),
+        ));
     }
     let cron = croner::parser::CronParser::builder()
         .seconds(croner::parser::Seconds::Disallowed)
