@@ -747,6 +747,38 @@ pub fn valid_backup(crd: &CustomResourceDefinition) -> Value {
 mod tests {
     use super::*;
 
+    fn crd_with_spec(spec: Value) -> CustomResourceDefinition {
+        serde_json::from_value(json!({
+            "metadata": {"name": "things.example.com"},
+            "spec": {
+                "group": "example.com",
+                "names": {"kind": "Thing", "plural": "things"},
+                "scope": "Namespaced",
+                "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
+                    "type": "object", "properties": {"spec": spec}
+                }}}]
+            }
+        }))
+        .expect("a CRD")
+    }
+
+    #[test]
+    #[should_panic(expected = "[\"spec.items[].name\", \"spec.size\"]")]
+    fn a_field_no_row_changes_is_named() {
+        let crd = crd_with_spec(json!({"type": "object", "properties": {
+            "storage": {"type": "object", "properties": {"size": {"type": "string"}}},
+            "items": {"type": "array", "items": {"type": "object", "properties": {"name": {"type": "string"}}}},
+            "affinity": {"type": "object", "properties": {"nodeAffinity": {"type": "object"}}},
+            "size": {"type": "integer"}
+        }}));
+        let rows = [
+            Row::accepted("storage", spec(json!({"storage": {"size": "1Gi"}}))),
+            Row::accepted("affinity", spec(json!({"affinity": {}}))),
+            Row::update_accepted("items", json!({}), spec(json!({"items": []}))),
+        ];
+        assert_every_field_covered(&crd, &rows, &["affinity"]);
+    }
+
     #[test]
     fn merge_follows_rfc_7386() {
         let mut target = json!({"a": {"b": 1, "c": 2}, "d": [1]});
