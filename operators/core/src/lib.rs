@@ -25,6 +25,7 @@
 //!   and around it destinations, schedules and the producer-to-sink pipe;
 //! - [`leader`]: leader election on a `coordination.k8s.io` Lease;
 //! - [`runner`]: the controller runner that ties them together;
+//! - [`wakeups`]: requests from the database's own events to reconcile a cluster now;
 //! - [`config`] and [`telemetry`]: flags, environment and structured logs.
 
 pub mod apply;
@@ -47,6 +48,7 @@ pub mod rbac;
 pub mod runner;
 pub mod status;
 pub mod telemetry;
+pub mod wakeups;
 
 pub use error::{Error, ReconcileError};
 

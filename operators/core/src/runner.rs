@@ -41,6 +41,7 @@ use crate::{
     leader::{LeaderElector, LeaseTimings},
     metrics::Metrics,
     ownership, pod_failures,
+    wakeups::Wakeups,
 };
 
 /// What every reconcile receives: the shared machinery plus the operator's own `state`
@@ -198,7 +199,7 @@ impl Runtime {
         F: Fn(Arc<K>, Arc<Context<S>>) -> Fut + Send + Sync + Clone + 'static,
         Fut: Future<Output = Result<Action, E>> + Send + 'static,
     {
-        self.controller_reporting(context, reconcile, false)
+        self.controller_reporting(context, reconcile, false, None)
     }
 
     /// A controller for database clusters: as [`Runtime::controller`], and after every pass the
@@ -221,7 +222,32 @@ impl Runtime {
         F: Fn(Arc<K>, Arc<Context<S>>) -> Fut + Send + Sync + Clone + 'static,
         Fut: Future<Output = Result<Action, E>> + Send + 'static,
     {
-        self.controller_reporting(context, reconcile, true)
+        self.controller_reporting(context, reconcile, true, None)
+    }
+
+    /// As [`Runtime::cluster_controller`], and a cluster is also reconciled whenever
+    /// `wakeups` names it: the database's own events (a failover its processes decided) reach
+    /// the pass at once instead of at the next scheduled one ([`crate::wakeups`]).
+    pub fn cluster_controller_woken<K, S, E, F, Fut>(
+        &self,
+        context: Arc<Context<S>>,
+        reconcile: F,
+        wakeups: Wakeups,
+    ) -> BoxFuture<'static, ()>
+    where
+        K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + Debug
+            + Send
+            + Sync
+            + 'static,
+        S: Send + Sync + 'static,
+        E: ReconcileError,
+        F: Fn(Arc<K>, Arc<Context<S>>) -> Fut + Send + Sync + Clone + 'static,
+        Fut: Future<Output = Result<Action, E>> + Send + 'static,
+    {
+        self.controller_reporting(context, reconcile, true, Some(wakeups))
     }
 
     fn controller_reporting<K, S, E, F, Fut>(
@@ -229,6 +255,7 @@ impl Runtime {
         context: Arc<Context<S>>,
         reconcile: F,
         report_pods: bool,
+        wakeups: Option<Wakeups>,
     ) -> BoxFuture<'static, ()>
     where
         K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
@@ -248,9 +275,15 @@ impl Runtime {
         } else {
             self.config.watch_namespaces.iter().cloned().map(Some).collect()
         };
-        let controllers = scopes
-            .into_iter()
-            .map(|namespace| self.controller_in(namespace, context.clone(), reconcile.clone(), report_pods));
+        let controllers = scopes.into_iter().map(|namespace| {
+            self.controller_in(
+                namespace,
+                context.clone(),
+                reconcile.clone(),
+                report_pods,
+                wakeups.clone(),
+            )
+        });
         // One namespace's controller ending is this controller ending: the runner decides
         // whether that was asked for (a shutdown, when the others finish their reconciles
         // too) or a failure.
@@ -270,6 +303,7 @@ impl Runtime {
         context: Arc<Context<S>>,
         reconcile: F,
         report_pods: bool,
+        wakeups: Option<Wakeups>,
     ) -> BoxFuture<'static, ()>
     where
         K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
@@ -317,7 +351,11 @@ impl Runtime {
         let shutdown = self.shutdown.clone();
         let reconcile_name = controller_name.clone();
         let error_name = controller_name.clone();
-        let stream = Controller::for_stream(trigger, reader)
+        let mut controller = Controller::for_stream(trigger, reader);
+        if let Some(wakeups) = wakeups {
+            controller = controller.reconcile_on(wakeups.stream::<K>(namespace.clone()));
+        }
+        let stream = controller
             .owns(owned::<StatefulSet>(&client, &namespace), managed.clone())
             .owns(owned::<Service>(&client, &namespace), managed.clone())
             .owns(owned::<PodDisruptionBudget>(&client, &namespace), managed.clone())

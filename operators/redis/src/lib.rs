@@ -5,6 +5,8 @@
 //! - [`admin`]: Redis's own admin commands (`CLUSTER`, `REPLICAOF`, `SENTINEL`,
 //!   replication-protocol RDB snapshots), the only place that speaks to a server.
 //! - [`clients`]: cached admin clients with breakers, timeouts and retries.
+//! - [`sentinel_events`]: the Sentinels' `+switch-master` announcements, which wake a cluster's
+//!   pass at once.
 //! - [`replication`] and [`sharded`]: each mode's observe, pure decision and step.
 //! - [`resources`]: pure builders of the Kubernetes objects.
 //! - [`reconcile`]: the Kubernetes side both modes share, and the dispatch to the mode.
@@ -21,6 +23,7 @@ pub mod reconcile;
 pub mod replication;
 pub mod resources;
 pub mod restore;
+pub mod sentinel_events;
 pub mod sharded;
 
 /// The operator's name: its field manager, event reporter and `app.kubernetes.io/managed-by`.

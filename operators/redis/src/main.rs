@@ -1,5 +1,7 @@
 //! The Redis operator's process: flags, logging, the runtime, the controllers.
 
+use std::time::Duration;
+
 use clap::Parser;
 use quorum_core::{
     availability::breaker::BreakerSettings,
@@ -7,6 +9,7 @@ use quorum_core::{
     config::{MemberConfig, OperatorConfig},
     runner::{RunError, Runtime},
     telemetry,
+    wakeups::Wakeups,
 };
 use redis_operator::{
     OPERATOR_NAME,
@@ -15,6 +18,7 @@ use redis_operator::{
     crd::{RedisBackup, RedisCluster},
     reconcile::{Settings, State, reconcile},
     restore::{RestoreNodeArgs, restore_node},
+    sentinel_events::{ListenSettings, SentinelEvents},
 };
 
 /// Quorum's Redis operator.
@@ -73,6 +77,7 @@ async fn main() -> Result<(), RunError> {
     }
     let client = kube::Client::try_default().await.map_err(RunError::ApiServer)?;
     let runtime = Runtime::new(OPERATOR_NAME, cli.operator, client);
+    let wakeups = Wakeups::new();
     let state = State {
         clients: RedisClients::new(
             default_policy(),
@@ -84,10 +89,13 @@ async fn main() -> Result<(), RunError> {
             member_addresses: cli.members.member_addresses,
             allow_http_backups: cli.members.allow_http_backups,
             operator_image: cli.operator_image,
+            settled_recheck: Duration::from_secs(30),
         },
+        sentinel_events: SentinelEvents::new(wakeups.clone(), ListenSettings::default()),
     };
     let context = runtime.context(state);
-    let clusters = runtime.cluster_controller::<RedisCluster, _, _, _, _>(context.clone(), reconcile);
+    let clusters =
+        runtime.cluster_controller_woken::<RedisCluster, _, _, _, _>(context.clone(), reconcile, wakeups);
     let backups = runtime.controller::<RedisBackup, _, _, _, _>(context.clone(), reconcile_backup);
     runtime.run(vec![clusters, backups]).await
 }

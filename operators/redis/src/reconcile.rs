@@ -25,6 +25,7 @@ use quorum_core::{
     pod::generate_password,
     runner::Context,
     status::{latest, patch_status},
+    wakeups::ObjectKey,
 };
 
 use crate::{
@@ -40,6 +41,7 @@ use crate::{
         statefulset_name,
     },
     restore::{RestoreRefusal, plan_restore, restore_status},
+    sentinel_events::SentinelEvents,
 };
 
 pub use quorum_core::config::MemberAddresses;
@@ -53,12 +55,17 @@ pub struct Settings {
     pub allow_http_backups: bool,
     /// The operator's own image: a restored cluster's data pods run it as their restore step.
     pub operator_image: String,
+    /// How long a settled cluster waits for its next pass when nothing wakes it sooner (a watched
+    /// object changing, a Sentinel switching the primary).
+    pub settled_recheck: Duration,
 }
 
 /// The operator's own state in the shared context.
 pub struct State {
     pub clients: RedisClients,
     pub settings: Settings,
+    /// Subscriptions to the Sentinels' primary switches of replication-mode clusters.
+    pub sentinel_events: SentinelEvents,
 }
 
 impl State {
@@ -159,6 +166,9 @@ pub async fn reconcile(cluster: Arc<RedisCluster>, context: Arc<Context<State>>)
     // Status is this operator's memory (the primary, the rebalance in flight, the restore recorded):
     // decided on as stored, never on the watch cache's copy (`quorum_core::status::latest`).
     let Some(cluster) = latest(&context.client, cluster.as_ref()).await? else {
+        state
+            .sentinel_events
+            .forget(&ObjectKey::new(namespace.as_str(), name.as_str()));
         return Ok(Action::await_change());
     };
     // A deleted cluster of the same name may have left its StatefulSet (for a few seconds) or its
@@ -248,7 +258,7 @@ pub async fn reconcile(cluster: Arc<RedisCluster>, context: Arc<Context<State>>)
         Mode::Cluster => crate::sharded::pass(&pass).await?,
     };
     Ok(match progress {
-        Progress::Settled => Action::requeue(Duration::from_secs(30)),
+        Progress::Settled => Action::requeue(state.settings.settled_recheck),
         _ => Action::requeue(Duration::from_secs(2)),
     })
 }

@@ -259,6 +259,97 @@ async fn sentinel_fails_over_a_killed_primary_and_the_operator_follows() {
     setup.stop().await;
 }
 
+/// A failover the Sentinels decide on their own changes nothing Kubernetes watches (no pod
+/// restarts, no object changes). The operator learns of it from the Sentinels' `+switch-master`
+/// announcements: with its scheduled pass an hour away, the new primary still gets the primary
+/// role label (and with it the primary Service), the failover is recorded, and every write the
+/// old primary acknowledged is on the new one.
+#[tokio::test]
+async fn a_sentinel_failover_moves_the_primary_label_without_waiting_for_a_scheduled_pass() {
+    let setup = Setup::start_rechecking("redis-switch", Duration::from_secs(3600)).await;
+    let ns = setup.ns().to_string();
+    setup.create_ready("cache", replication_spec(2), 3).await;
+    let password = setup.password("cache").await;
+    // Settled: the pass that said so scheduled the next one an hour later.
+    setup
+        .status_until(
+            "cache",
+            "the deployment settled",
+            Duration::from_secs(120),
+            |status| {
+                let progressing = status.conditions.iter().find(|c| c.type_ == "Progressing");
+                match progressing {
+                    Some(condition) if condition.status == "False" => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            },
+        )
+        .await;
+    write_replicated(node_address(&ns, "cache", 0), &password, "before", 100, 2).await;
+
+    let mut sentinel = data_connection(sentinel_address(&ns, "cache", 0), &password)
+        .await
+        .unwrap();
+    let _: String = redis::cmd("SENTINEL")
+        .arg("FAILOVER")
+        .arg("primary")
+        .query_async(&mut sentinel)
+        .await
+        .expect("SENTINEL FAILOVER accepted");
+    let old_primary = node_address(&ns, "cache", 0);
+    let new_address = wait::until(
+        "the Sentinels naming a new primary",
+        Duration::from_secs(60),
+        || async {
+            match sentinel_primary(sentinel_address(&ns, "cache", 0), &password).await {
+                Some(address) if address != old_primary => Ok(address),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    let new_ordinal = (1..3)
+        .find(|&ordinal| node_address(&ns, "cache", ordinal) == new_address)
+        .expect("the new primary is a node of the deployment");
+    let new_primary = format!("cache-{new_ordinal}");
+
+    let status = setup
+        .status_until(
+            "cache",
+            "the operator following the switch",
+            Duration::from_secs(60),
+            |status| match (&status.primary, &status.last_failover) {
+                (Some(primary), Some(_)) if *primary == new_primary => Ok(status),
+                _ => Err(format!("{:?} {:?}", status.primary, status.last_failover)),
+            },
+        )
+        .await;
+    let record = status.last_failover.unwrap();
+    assert_eq!(
+        (record.from.as_str(), record.to.as_str()),
+        ("cache-0", new_primary.as_str())
+    );
+    wait::until("the new primary labelled", Duration::from_secs(30), || async {
+        let labels = role_labels(&setup.client, &ns).await;
+        (labels.get(&new_primary).map(String::as_str) == Some("primary")
+            && labels.get("cache-0").map(String::as_str) == Some("replica"))
+        .then_some(())
+        .ok_or_else(|| format!("{labels:?}"))
+    })
+    .await;
+    assert_eq!(count_keys(new_address, &password, "before").await, 100);
+    until_taking_writes(
+        new_address,
+        &password,
+        "the new primary taking writes",
+        "probe-after-switch",
+    )
+    .await;
+    write_replicated(new_address, &password, "after", 50, 2).await;
+    assert_eq!(count_keys(old_primary, &password, "after").await, 50);
+    setup.stop().await;
+}
+
 #[tokio::test]
 async fn replicas_are_added_synced_and_removed_and_sentinels_forget_them() {
     let setup = Setup::start("redis-scale").await;

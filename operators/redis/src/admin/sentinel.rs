@@ -6,6 +6,7 @@
 
 use std::{collections::HashMap, net::SocketAddr, time::Duration};
 
+use futures::StreamExt;
 use secrecy::ExposeSecret;
 
 use super::{AdminError, Credentials, RedisAdmin};
@@ -269,6 +270,125 @@ impl SentinelAdmin {
     }
 }
 
+/// The channel on which a Sentinel announces that it names another primary.
+pub const SWITCH_CHANNEL: &str = "+switch-master";
+
+/// A Sentinel's announcement that a monitored primary moved (`+switch-master`): it now names
+/// `to` where it named `from`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PrimarySwitch {
+    pub name: String,
+    pub from: SocketAddr,
+    pub to: SocketAddr,
+}
+
+/// Parses a `+switch-master` payload: `<name> <old-ip> <old-port> <new-ip> <new-port>`.
+///
+/// # Errors
+/// Says what is malformed.
+pub fn parse_primary_switch(payload: &str) -> Result<PrimarySwitch, String> {
+    let words: Vec<&str> = payload.split_whitespace().collect();
+    let [name, from_ip, from_port, to_ip, to_port] = words.as_slice() else {
+        return Err(format!("expected five words, got {payload:?}"));
+    };
+    let address = |ip: &str, port: &str| -> Result<SocketAddr, String> {
+        let ip = ip.parse().map_err(|_| format!("{ip} is not an IP address"))?;
+        let port = port.parse().map_err(|_| format!("{port} is not a port"))?;
+        Ok(SocketAddr::new(ip, port))
+    };
+    Ok(PrimarySwitch {
+        name: (*name).to_string(),
+        from: address(from_ip, from_port)?,
+        to: address(to_ip, to_port)?,
+    })
+}
+
+/// A subscription to one Sentinel's primary switches, on a connection of its own (a
+/// subscribed connection can carry nothing else).
+pub struct SwitchSubscription {
+    sink: redis::aio::PubSubSink,
+    messages: redis::aio::PubSubStream,
+    endpoint: String,
+    timeout: Duration,
+}
+
+impl SwitchSubscription {
+    /// Connects to the Sentinel at `address` and subscribes to [`SWITCH_CHANNEL`]; `timeout`
+    /// bounds the connection, the subscription and every later link check.
+    ///
+    /// # Errors
+    /// As [`RedisAdmin::connect`].
+    pub async fn open(
+        address: SocketAddr,
+        credentials: Option<&Credentials>,
+        timeout: Duration,
+    ) -> Result<Self, AdminError> {
+        let endpoint = address.to_string();
+        let unreachable = |detail: String| AdminError::Unreachable {
+            endpoint: endpoint.clone(),
+            detail,
+        };
+        let client = redis::Client::open(super::connection_info(address, credentials))
+            .map_err(|error| AdminError::from_redis(&endpoint, "connect", error))?;
+        let pubsub = tokio::time::timeout(timeout, client.get_async_pubsub())
+            .await
+            .map_err(|_| unreachable(format!("no connection within {timeout:?}")))?
+            .map_err(|error| AdminError::from_redis(&endpoint, "connect", error))?;
+        let (mut sink, messages) = pubsub.split();
+        tokio::time::timeout(timeout, sink.subscribe(SWITCH_CHANNEL))
+            .await
+            .map_err(|_| unreachable(format!("no answer to SUBSCRIBE within {timeout:?}")))?
+            .map_err(|error| AdminError::from_redis(&endpoint, "SUBSCRIBE", error))?;
+        Ok(Self {
+            sink,
+            messages,
+            endpoint,
+            timeout,
+        })
+    }
+
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// Waits for the Sentinel's next switch. While none comes, the link is checked every
+    /// `keepalive` with a `PING`, so a Sentinel that is gone without closing the connection (its
+    /// pod deleted, the network cut) ends the wait with [`AdminError::Unreachable`] instead of
+    /// leaving it waiting for ever.
+    ///
+    /// # Errors
+    /// [`AdminError::Unreachable`] when the connection closed or a link check went unanswered;
+    /// [`AdminError::Unexpected`] for a payload that is no switch.
+    pub async fn next(&mut self, keepalive: Duration) -> Result<PrimarySwitch, AdminError> {
+        let endpoint = self.endpoint.clone();
+        let unreachable = |detail: &str| AdminError::Unreachable {
+            endpoint: endpoint.clone(),
+            detail: detail.to_string(),
+        };
+        loop {
+            match tokio::time::timeout(keepalive, self.messages.next()).await {
+                Ok(Some(message)) => {
+                    let payload: String = message
+                        .get_payload()
+                        .map_err(|error| AdminError::from_redis(&self.endpoint, SWITCH_CHANNEL, error))?;
+                    return parse_primary_switch(&payload).map_err(|detail| AdminError::Unexpected {
+                        endpoint: self.endpoint.clone(),
+                        command: SWITCH_CHANNEL,
+                        detail,
+                    });
+                }
+                Ok(None) => return Err(unreachable("the subscription's connection closed")),
+                Err(_) => {
+                    tokio::time::timeout(self.timeout, self.sink.ping::<redis::Value>())
+                        .await
+                        .map_err(|_| unreachable("no answer to a PING on the subscription"))?
+                        .map_err(|error| AdminError::from_redis(&self.endpoint, "PING", error))?;
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -325,5 +445,20 @@ mod tests {
     fn missing_fields_are_named() {
         let error = parse_monitored_primary(&flat("name|x|ip|127.0.0.1|port|1")).unwrap_err();
         assert_eq!(error, "no flags");
+    }
+
+    #[test]
+    fn a_primary_switch_is_read() {
+        let switch = parse_primary_switch("quorum 10.244.0.7 6379 10.244.0.9 6379").unwrap();
+        assert_eq!(
+            switch,
+            PrimarySwitch {
+                name: "quorum".into(),
+                from: "10.244.0.7:6379".parse().unwrap(),
+                to: "10.244.0.9:6379".parse().unwrap(),
+            }
+        );
+        assert!(parse_primary_switch("quorum 10.244.0.7 6379").is_err());
+        assert!(parse_primary_switch("quorum host 6379 10.244.0.9 6379").is_err());
     }
 }

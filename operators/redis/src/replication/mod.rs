@@ -16,6 +16,7 @@ use quorum_core::{
     },
     conditions::{ConditionType, ConditionUpdate},
     events::Severity,
+    wakeups::ObjectKey,
 };
 
 use crate::{
@@ -46,6 +47,7 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
     // Observe.
     let nodes = observe_nodes(pass, node_pods.unwrap_or(0)).await;
     let sentinels = observe_sentinels(pass, sentinel_pods.unwrap_or(0)).await;
+    follow_sentinel_events(pass, sentinel_pods.unwrap_or(0)).await;
     let recorded_primary = pass
         .cluster
         .status
@@ -229,6 +231,24 @@ async fn observe_nodes(pass: &Pass<'_>, count: usize) -> Vec<NodeFact> {
             }
         })
         .collect()
+}
+
+/// Keeps a subscription to every Sentinel's primary switches, so a failover wakes the next pass
+/// at once ([`crate::sentinel_events`]).
+async fn follow_sentinel_events(pass: &Pass<'_>, count: usize) {
+    let clients = &pass.context.state.clients;
+    let addresses =
+        (0..count).map(|ordinal| clients.dial_address(&pass.key, &pass.addresses, Kind::Sentinel, ordinal));
+    let sentinels = futures::future::join_all(addresses)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    pass.context.state.sentinel_events.follow(
+        ObjectKey::new(pass.namespace(), pass.name()),
+        sentinels,
+        clients.credentials(&pass.key),
+    );
 }
 
 /// Asks every Sentinel what it monitors.

@@ -17,6 +17,7 @@ use quorum_core::{
     crd::Storage,
     naming::loopback_ip,
     runner::{Context, RetryPolicy, RunError, Runtime},
+    wakeups::Wakeups,
 };
 use quorum_e2e::{
     control_plane::{TestNamespace, admin_client, generated_secret, install_crd},
@@ -32,6 +33,7 @@ use redis_operator::{
     crd::{Mode, Persistence, RedisBackup, RedisCluster, RedisClusterSpec, RedisClusterStatus, SentinelSpec},
     reconcile::{MemberAddresses, Settings, State, reconcile},
     resources::{PASSWORD_KEY, generated_auth_secret_name},
+    sentinel_events::{ListenSettings, SentinelEvents},
 };
 
 /// A running operator; [`Running::stop`] shuts it down as SIGTERM would.
@@ -56,6 +58,17 @@ pub fn start_operator(client: kube::Client, namespace: &str) -> Running {
 /// As [`start_operator`]; with `leader_elect`, it first takes its Lease in `namespace`, as a
 /// deployed operator does.
 pub fn start_operator_with(client: kube::Client, namespace: &str, leader_elect: bool) -> Running {
+    start_operator_rechecking(client, namespace, leader_elect, Duration::from_secs(30))
+}
+
+/// As [`start_operator_with`], a settled cluster's next pass `settled_recheck` away unless
+/// something wakes it sooner.
+pub fn start_operator_rechecking(
+    client: kube::Client,
+    namespace: &str,
+    leader_elect: bool,
+    settled_recheck: Duration,
+) -> Running {
     let config = OperatorConfig {
         watch_namespaces: vec![namespace.to_string()],
         log_format: LogFormat::Text,
@@ -69,6 +82,7 @@ pub fn start_operator_with(client: kube::Client, namespace: &str, leader_elect: 
         first: Duration::from_millis(200),
         max: Duration::from_secs(2),
     });
+    let wakeups = Wakeups::new();
     let state = State {
         clients: RedisClients::new(
             CallPolicy {
@@ -90,10 +104,21 @@ pub fn start_operator_with(client: kube::Client, namespace: &str, leader_elect: 
             // The local pods have no container runtime: their launcher runs this binary as
             // the restore step's image.
             operator_image: env!("CARGO_BIN_EXE_redis-operator").into(),
+            settled_recheck,
         },
+        sentinel_events: SentinelEvents::new(
+            wakeups.clone(),
+            ListenSettings {
+                timeout: Duration::from_millis(1500),
+                keepalive: Duration::from_secs(5),
+                max_retry_delay: Duration::from_secs(2),
+                ..ListenSettings::default()
+            },
+        ),
     };
     let context = runtime.context(state);
-    let clusters = runtime.cluster_controller::<RedisCluster, _, _, _, _>(context.clone(), reconcile);
+    let clusters =
+        runtime.cluster_controller_woken::<RedisCluster, _, _, _, _>(context.clone(), reconcile, wakeups);
     let backups = runtime.controller::<RedisBackup, _, _, _, _>(context.clone(), reconcile_backup);
     let shutdown = runtime.shutdown_token();
     let task = tokio::spawn(runtime.run(vec![clusters, backups]));
@@ -116,6 +141,12 @@ pub struct Setup {
 
 impl Setup {
     pub async fn start(prefix: &str) -> Self {
+        Self::start_rechecking(prefix, Duration::from_secs(30)).await
+    }
+
+    /// As [`Setup::start`], with the operator's settled clusters rechecked every
+    /// `settled_recheck` unless something wakes them sooner.
+    pub async fn start_rechecking(prefix: &str, settled_recheck: Duration) -> Self {
         quorum_core::telemetry::init(LogFormat::Text);
         quorum_core::install_crypto_provider();
         let client = admin_client().await;
@@ -125,7 +156,7 @@ impl Setup {
         let ns = namespace.name().to_string();
         let state = std::env::temp_dir().join(format!("quorum-local-redis-{ns}"));
         let pods = LocalMembers::start(client.clone(), RedisLauncher, state, Some(ns.clone()));
-        let operator = start_operator(client.clone(), &ns);
+        let operator = start_operator_rechecking(client.clone(), &ns, false, settled_recheck);
         let clusters = Api::namespaced(client.clone(), &ns);
         Self {
             client,
