@@ -632,3 +632,94 @@ async fn the_driver_helpers_read_and_write_through_the_simulator() {
     );
     refused(&client, doc! { "noSuchCommand": 1 }, 59).await;
 }
+
+/// A member that was down while more was written than any member's oplog keeps (the
+/// simulator keeps 50,000 entries) cannot catch up, as on the server: it says RECOVERING with
+/// `error RS102 too stale to catch up`, the primary shows the same in its heartbeat message,
+/// and it does not copy the data again by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_behind_every_oplog_is_recovering_too_stale_and_stays_so() {
+    let mut processes = MongoProcesses::start("rs0", 3, credentials()).await;
+    let hosts = processes.hosts();
+    admin(
+        &processes.direct_client(0),
+        doc! { "replSetInitiate": { "_id": "rs0", "members": three_voting_members(&hosts), "settings": settings() } },
+    )
+    .await
+    .unwrap();
+    let primary = wait_primary(&processes, &[0, 1, 2]).await;
+    let stale = (0..3).find(|index| *index != primary).unwrap();
+    let things = processes
+        .client()
+        .database("app")
+        .collection::<Document>("things");
+    things
+        .insert_one(doc! { "_id": -1 })
+        .write_concern(WriteConcern::majority())
+        .await
+        .unwrap();
+    wait_member_state(
+        &processes,
+        &processes.direct_client(primary),
+        primary,
+        &hosts[stale],
+        "SECONDARY",
+    )
+    .await;
+
+    processes.kill(stale).await;
+    // More entries than an oplog keeps, in batches the other secondary acknowledges.
+    for batch in 0..51 {
+        let documents: Vec<Document> = (0..1000).map(|n| doc! { "_id": batch * 1000 + n }).collect();
+        things
+            .insert_many(documents)
+            .write_concern(WriteConcern::majority())
+            .await
+            .unwrap();
+    }
+    processes.restart(stale).await;
+
+    let own_view = processes.direct_client(stale);
+    wait_member_state(&processes, &own_view, stale, &hosts[stale], "RECOVERING").await;
+    let status = admin(&own_view, doc! { "replSetGetStatus": 1 }).await.unwrap();
+    assert_eq!(status.get_i32("myState"), Ok(3), "{status}");
+    let itself = status
+        .get_array("members")
+        .unwrap()
+        .iter()
+        .filter_map(|m| m.as_document())
+        .find(|m| m.get_bool("self").unwrap_or(false))
+        .unwrap()
+        .clone();
+    assert!(
+        itself
+            .get_str("infoMessage")
+            .unwrap_or_default()
+            .contains("RS102 too stale"),
+        "{itself}"
+    );
+    let primary_view = processes.direct_client(primary);
+    wait_member_state(&processes, &primary_view, primary, &hosts[stale], "RECOVERING").await;
+    let status = admin(&primary_view, doc! { "replSetGetStatus": 1 })
+        .await
+        .unwrap();
+    let seen = status
+        .get_array("members")
+        .unwrap()
+        .iter()
+        .filter_map(|m| m.as_document())
+        .find(|m| m.get_str("name").ok() == Some(hosts[stale].as_str()))
+        .unwrap()
+        .clone();
+    assert!(
+        seen.get_str("lastHeartbeatMessage")
+            .unwrap_or_default()
+            .contains("RS102 too stale"),
+        "{seen}"
+    );
+    // Still RECOVERING on its own word once the primary has seen it so: no silent resync.
+    let status = admin(&own_view, doc! { "replSetGetStatus": 1 }).await.unwrap();
+    assert_eq!(status.get_i32("myState"), Ok(3), "{status}");
+    let count = things.count_documents(doc! {}).await.unwrap();
+    assert_eq!(count, 51_001);
+}

@@ -23,8 +23,10 @@
 //!   `enableTestCommands`. Fail points: `failCommand` (`times`/`alwaysOn`/`off`, `errorCode`,
 //!   `errorMessage`, `errorLabels`, `closeConnection`, `blockConnection`, `appName`,
 //!   `writeConcernError`) and `stopReplProducer`; `simPartition` is the simulator's own.
-//! - A member whose oplog diverged, or that fell more than the kept oplog behind, copies all
-//!   data again (state ROLLBACK, then SECONDARY) instead of rolling back entries.
+//! - A member whose oplog diverged copies all data again (state ROLLBACK, then SECONDARY)
+//!   instead of rolling back entries. One that fell further behind than any sync source's kept
+//!   oplog (50,000 entries whatever `--oplogSize` says) is too stale to catch up, as on the
+//!   server: RECOVERING, `error RS102 too stale to catch up`, until it is wiped and syncs anew.
 //! - A new primary has no catch-up phase, `secondaryDelaySecs` does not delay, `buildIndexes`
 //!   changes nothing, write concerns take `majority` or a number (no tag sets), and
 //!   `replSetReconfig` returns once a majority of the new voters hold the configuration or

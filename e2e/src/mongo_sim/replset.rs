@@ -41,6 +41,9 @@ pub enum Role {
     Startup,
     Primary,
     Secondary,
+    /// Alive, not serving: here only a member whose oplog no sync source still covers
+    /// (`error RS102 too stale to catch up`); it leaves this state only by an initial sync.
+    Recovering,
     Startup2,
     Arbiter,
     Rollback,
@@ -53,6 +56,7 @@ impl Role {
             Role::Startup => 0,
             Role::Primary => 1,
             Role::Secondary => 2,
+            Role::Recovering => 3,
             Role::Startup2 => 5,
             Role::Arbiter => 7,
             Role::Rollback => 9,
@@ -76,6 +80,9 @@ pub fn state_name(code: i32) -> &'static str {
         _ => "UNKNOWN",
     }
 }
+
+/// What a member too stale to catch up says of itself, as the server does.
+pub const TOO_STALE: &str = "error RS102 too stale to catch up";
 
 /// What this member knows of another, from heartbeats and oplog fetches.
 #[derive(Clone, Debug, Default)]
@@ -159,6 +166,10 @@ pub struct Inner {
     pub fail_command: Option<FailCommand>,
     pub stop_replication: bool,
     pub sync_source: Option<String>,
+    /// Sync sources whose oplog no longer reaches this member's last applied entry.
+    too_stale_for: HashSet<String>,
+    /// What this member says of itself in heartbeats and `replSetGetStatus` (`infoMessage`).
+    pub heartbeat_message: String,
     last_ts: Timestamp,
     pub reconfig_running: bool,
     dirty: bool,
@@ -353,6 +364,8 @@ impl Node {
             fail_command: None,
             stop_replication: false,
             sync_source: None,
+            too_stale_for: HashSet::new(),
+            heartbeat_message: String::new(),
             last_ts: Timestamp {
                 time: 0,
                 increment: 0,
@@ -566,6 +579,7 @@ impl Node {
                 if electable { Role::Primary } else { Role::Secondary }
             }
             (Role::Rollback, Role::Secondary | Role::Startup2) => Role::Rollback,
+            (Role::Recovering, Role::Secondary) => Role::Recovering,
             (_, wanted) => wanted,
         };
         if new_role == Role::Arbiter && inner.role != Role::Arbiter {
@@ -674,6 +688,7 @@ impl Node {
             "binaryVersion": &self.binary.release,
             "syncSource": inner.sync_source.clone().unwrap_or_default(),
             "initialized": inner.config.is_some(),
+            "hbmsg": &inner.heartbeat_message,
         };
         if let Some(config) = &inner.config {
             fields.insert("configVersion", config.version);
@@ -709,6 +724,9 @@ impl Node {
             peer.durable = durable;
             peer.config_version = info.get_i32("configVersion").unwrap_or(-2);
             peer.config_term = info.get_i64("configTerm").unwrap_or(-1);
+            if let Ok(message) = info.get_str("hbmsg") {
+                peer.message = message.to_string();
+            }
             peer.binary = info.get_str("binaryVersion").ok().map(str::to_string);
             peer.sync_source = info.get_str("syncSource").unwrap_or_default().to_string();
         }
@@ -1304,7 +1322,7 @@ impl Node {
             let (role, stopped) = self.with(|i| (i.role, i.stop_replication));
             let worked = match role {
                 Role::Startup2 | Role::Rollback => self.initial_sync(timing).await,
-                Role::Secondary if !stopped => self.fetch_once(timing).await,
+                Role::Secondary | Role::Recovering if !stopped => self.fetch_once(timing).await,
                 _ => false,
             };
             if !worked {
@@ -1319,6 +1337,7 @@ impl Node {
         let config = inner.config.as_ref()?;
         let usable = |host: &str| {
             !self.is_me(host)
+                && !inner.too_stale_for.contains(&host.to_ascii_lowercase())
                 && !inner.partitioned.contains(&host.to_ascii_lowercase())
                 && inner.peer_view(host).is_some_and(PeerStatus::healthy)
         };
@@ -1439,7 +1458,10 @@ impl Node {
     async fn fetch_once(&self, timing: Timing) -> bool {
         let (source, request, after) = match self.with(|inner| {
             let after = inner.applied();
-            let source = self.choose_source(inner, Some(after))?;
+            let Some(source) = self.choose_source(inner, Some(after)) else {
+                self.no_source_covers_me(inner);
+                return None;
+            };
             // Long-polled: new entries answer at once, so the wait only bounds idle polling.
             let wait =
                 (timing.election_timeout / 2).clamp(Duration::from_millis(100), Duration::from_secs(2));
@@ -1471,6 +1493,18 @@ impl Node {
             }
             Err(CallError::Network(_)) => return false,
         };
+        if reply.get_bool("tooStale").unwrap_or(false) {
+            self.with(|inner| {
+                inner.sync_source = None;
+                if inner.too_stale_for.insert(source.to_ascii_lowercase()) {
+                    log(
+                        &self.me,
+                        format!("too stale to sync from {source}: its oplog starts after my last applied {after:?}"),
+                    );
+                }
+            });
+            return true;
+        }
         if reply.get_bool("divergent").unwrap_or(false) {
             self.with(|inner| {
                 if inner.role == Role::Secondary && inner.applied() == after {
@@ -1495,10 +1529,21 @@ impl Node {
             inner.peer(&source).term = reply.get_i64("term").unwrap_or(0);
             self.observe_term(inner, reply.get_i64("term").unwrap_or(0), &source);
             // A fetch that was in flight when replication was stopped is dropped unapplied.
-            if inner.role != Role::Secondary || inner.applied() != after || inner.stop_replication {
+            if !matches!(inner.role, Role::Secondary | Role::Recovering)
+                || inner.applied() != after
+                || inner.stop_replication
+            {
                 return None;
             }
             inner.sync_source = Some(source.clone());
+            if inner.role == Role::Recovering {
+                inner.heartbeat_message.clear();
+                self.set_role(
+                    inner,
+                    Role::Secondary,
+                    &format!("{source}'s oplog covers mine again"),
+                );
+            }
             if reply.get_i32("state").ok() == Some(Role::Primary.code()) {
                 self.reset_election_timer(inner);
             }
@@ -1599,6 +1644,12 @@ impl Node {
                     Err(_) if after > inner.applied() => {
                         Err(CmdError::new(13436, "sync source is behind the fetcher"))
                     }
+                    // The fetcher's last entry is older than the first one kept here: this oplog
+                    // no longer reaches it.
+                    Err(0) if !after.is_null() && !oplog.is_empty() => {
+                        reply.insert("tooStale", true);
+                        Ok(Some(reply))
+                    }
                     Err(_) => {
                         reply.insert("divergent", true);
                         Ok(Some(reply))
@@ -1621,6 +1672,21 @@ impl Node {
                 return Ok(reply);
             }
         }
+    }
+
+    /// No sync source is usable. When that is because every one's oplog starts after this
+    /// member's last applied entry, it is too stale to catch up: RECOVERING, as the server, until
+    /// an initial sync on an empty volume. Meanwhile it keeps asking, in case a source that still
+    /// covers it comes back.
+    fn no_source_covers_me(&self, inner: &mut Inner) {
+        if inner.too_stale_for.is_empty() {
+            return;
+        }
+        if inner.role == Role::Secondary {
+            inner.heartbeat_message = TOO_STALE.to_string();
+            self.set_role(inner, Role::Recovering, TOO_STALE);
+        }
+        inner.too_stale_for.clear();
     }
 
     /// Answers a `simInitialSync`: all data and the oplog entry it is consistent with.
@@ -2073,7 +2139,7 @@ impl Node {
                         "lastDurableWallTime": inner.durable.date(),
                         "syncSourceHost": inner.sync_source.clone().unwrap_or_default(),
                         "syncSourceId": inner.sync_source.as_deref().and_then(|s| config.member(s)).map_or(-1, |m| m.id),
-                        "infoMessage": "",
+                        "infoMessage": &inner.heartbeat_message,
                         "configVersion": config.version,
                         "configTerm": config.term,
                         "self": true,

@@ -26,6 +26,7 @@
 //! - [`leader`]: leader election on a `coordination.k8s.io` Lease;
 //! - [`runner`]: the controller runner that ties them together;
 //! - [`wakeups`]: requests from the database's own events to reconcile a cluster now;
+//! - [`wipe`]: a member's volume and pod deleted, so it starts again empty and copies its peers;
 //! - [`config`] and [`telemetry`]: flags, environment and structured logs.
 
 pub mod apply;
@@ -49,6 +50,7 @@ pub mod runner;
 pub mod status;
 pub mod telemetry;
 pub mod wakeups;
+pub mod wipe;
 
 pub use error::{Error, ReconcileError};
 

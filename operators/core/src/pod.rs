@@ -88,11 +88,19 @@ pub fn memory_volume(name: &str) -> Volume {
     }
 }
 
+/// The name of the members' data volume claim template.
+pub const DATA_CLAIM: &str = "data";
+
+/// The claim the StatefulSet made for pod `pod` from the [`DATA_CLAIM`] template.
+pub fn data_claim_name(pod: &str) -> String {
+    format!("{DATA_CLAIM}-{pod}")
+}
+
 /// The `data` volume claim template of a StatefulSet.
 pub fn data_claim(storage: &Storage) -> PersistentVolumeClaim {
     PersistentVolumeClaim {
         metadata: ObjectMeta {
-            name: Some("data".into()),
+            name: Some(DATA_CLAIM.into()),
             ..ObjectMeta::default()
         },
         spec: Some(PersistentVolumeClaimSpec {

@@ -42,7 +42,7 @@ pub fn rules() -> Vec<PolicyRule> {
         // Member pods: listed to see which version each runs; one deleted at a time for an
         // upgrade, or to replace a member with an empty volume.
         rule("", &["pods"], &["list", "delete"]),
-        rule("", &["persistentvolumeclaims"], &["delete"]),
+        quorum_core::wipe::rbac_rule(),
         // Claims listed to find a deleted cluster's leftovers (`quorum_core::predecessor`).
         quorum_core::predecessor::rbac_rule(),
         // Events about the resources, through the de-duplicating recorder.

@@ -12,7 +12,7 @@ use std::{sync::Arc, time::Duration};
 use k8s_openapi::{
     api::{
         apps::v1::StatefulSet,
-        core::v1::{PersistentVolumeClaim, Pod, Secret},
+        core::v1::{Pod, Secret},
     },
     jiff::Timestamp,
 };
@@ -432,11 +432,10 @@ async fn take(
             Ok(StepOutcome::Done)
         }
         Step::WipeMember { ordinal } => {
-            let claims: Api<PersistentVolumeClaim> = Api::namespaced(context.client.clone(), &namespace);
-            let claim = format!("data-{}", member_name(&client_service_name(&name), *ordinal));
-            ignore_not_found(claims.delete(&claim, &DeleteParams::default()).await).map_err(delete(claim))?;
             let pod = member_name(&name, *ordinal);
-            ignore_not_found(pods.delete(&pod, &DeleteParams::default()).await).map_err(delete(pod))?;
+            quorum_core::wipe::wipe_member(&context.client, &namespace, &pod, None)
+                .await
+                .map_err(delete(pod))?;
             Ok(StepOutcome::Done)
         }
         admin_step => execute(&context.state.clients, key, resolver, view, admin_step)

@@ -321,6 +321,25 @@ pub struct StatusMember {
     /// The last operation it applied.
     pub optime: Option<Timestamp>,
     pub config_version: Option<i64>,
+    /// The answering member's own entry.
+    pub is_self: bool,
+    /// What the member says of its state: `infoMessage` on the answering member's own entry,
+    /// `lastHeartbeatMessage` on the others'. Empty when it says nothing.
+    pub message: String,
+}
+
+/// What a member too stale to catch up says of itself (the server's error RS102).
+const TOO_STALE_MARKERS: [&str; 2] = ["RS102", "too stale to catch up"];
+
+impl StatusMember {
+    /// RECOVERING because its last applied operation is older than any sync source's oplog
+    /// still reaches: it cannot catch up, only copy everything again.
+    pub fn too_stale(&self) -> bool {
+        self.state == MemberState::Recovering
+            && TOO_STALE_MARKERS
+                .iter()
+                .any(|marker| self.message.contains(marker))
+    }
 }
 
 /// `replSetGetStatus`.
@@ -334,6 +353,11 @@ pub struct ReplStatus {
 impl ReplStatus {
     pub fn member(&self, host: &str) -> Option<&StatusMember> {
         self.members.iter().find(|member| member.host == host)
+    }
+
+    /// The answering member's entry for itself.
+    pub fn own(&self) -> Option<&StatusMember> {
+        self.members.iter().find(|member| member.is_self)
     }
 
     fn from_document(status: &Document) -> Result<Self, String> {
@@ -351,6 +375,13 @@ impl ReplStatus {
                     .ok()
                     .and_then(|optime| optime.get_timestamp("ts").ok()),
                 config_version: number(member, "configVersion"),
+                is_self: member.get_bool("self").unwrap_or(false),
+                message: ["infoMessage", "lastHeartbeatMessage", "errmsg"]
+                    .iter()
+                    .filter_map(|field| member.get_str(field).ok())
+                    .find(|message| !message.is_empty())
+                    .unwrap_or_default()
+                    .to_string(),
             })
             .collect();
         Ok(Self {

@@ -83,6 +83,9 @@ pub struct SeenMember {
     pub reach: Reach,
     /// The version its server reports.
     pub server_version: Option<String>,
+    /// It says itself (its own `replSetGetStatus`) that it is too stale to catch up: RECOVERING,
+    /// `error RS102 too stale to catch up`.
+    pub too_stale: bool,
 }
 
 impl SeenMember {
@@ -216,6 +219,11 @@ pub enum Step {
     Restart {
         member: String,
     },
+    /// Wipe the member's volume and pod so it comes back empty and copies the data again
+    /// (an initial sync): the only way back for a member too stale to catch up.
+    Resync {
+        member: String,
+    },
     SetFeatureCompatibility {
         release: String,
     },
@@ -281,6 +289,9 @@ pub fn decide(desired: &Desired, observed: &Observed) -> Step {
         );
     }
     if let Some(step) = leaving(desired, observed, config, primary) {
+        return step;
+    }
+    if let Some(step) = resyncing(observed, config, primary) {
         return step;
     }
     if observed.restore_pending {
@@ -367,6 +378,30 @@ fn no_primary(observed: &Observed) -> Step {
         "NoPrimary",
         "no member is primary; waiting for the set to elect one",
     )
+}
+
+/// A member too stale to catch up (on its own word) never will: the operator wipes it so it
+/// copies everything again from a healthy member. Never the primary, and only while every other
+/// member is healthy, so the set keeps its majority and a source to copy from meanwhile.
+fn resyncing(observed: &Observed, config: &ReplConfig, primary: &str) -> Option<Step> {
+    let stale = config.members.iter().find(|member| {
+        member.host != primary
+            && !member.arbiter_only
+            && observed.seen(&member.host).is_some_and(|seen| seen.too_stale)
+    })?;
+    let name = observed.name_of(&stale.host);
+    let not_healthy = observed.not_healthy(config, &stale.host);
+    if !not_healthy.is_empty() {
+        return Some(wait(
+            "ResyncBlocked",
+            format!(
+                "{name} is too stale to catch up and must copy the data again, which waits until every \
+                 other member is healthy; not healthy: {}",
+                not_healthy.join(", ")
+            ),
+        ));
+    }
+    Some(Step::Resync { member: name })
 }
 
 fn leaving(desired: &Desired, observed: &Observed, config: &ReplConfig, primary: &str) -> Option<Step> {
@@ -816,6 +851,8 @@ mod tests {
                         increment: 1,
                     }),
                     config_version: Some(5),
+                    is_self: ordinal == 0,
+                    message: String::new(),
                 })
                 .collect(),
         };
@@ -829,6 +866,7 @@ mod tests {
                     pod_version: Some("7.0".into()),
                     reach: Reach::Answered(hello(Some(SET), ordinal == 0)),
                     server_version: Some("7.0.14".into()),
+                    too_stale: false,
                 })
                 .collect(),
             config: Some(config),
@@ -847,6 +885,7 @@ mod tests {
             pod_version: Some("7.0".into()),
             reach: Reach::Answered(hello(None, false)),
             server_version: Some("7.0.14".into()),
+            too_stale: false,
         });
         observed
     }
@@ -888,6 +927,7 @@ mod tests {
                     pod_version: Some("7.0".into()),
                     reach: Reach::Answered(hello(None, false)),
                     server_version: Some("7.0.14".into()),
+                    too_stale: false,
                 })
                 .collect(),
             ..Observed::default()
@@ -1125,6 +1165,7 @@ mod tests {
             pod_version: Some("7.0".into()),
             reach: Reach::Answered(hello(None, false)),
             server_version: None,
+            too_stale: false,
         });
         let (change, _, config) = reconfigure(decide(&wanted, &observed));
         assert_eq!(change, Change::Add);
@@ -1228,5 +1269,70 @@ mod tests {
     #[test]
     fn a_settled_set_needs_nothing() {
         assert_eq!(decide(&desired(3, 0), &set(&[1, 1, 1])), Step::Settled);
+    }
+
+    /// Member `ordinal` says it is too stale to catch up, and the primary sees it RECOVERING.
+    fn too_stale(mut observed: Observed, ordinal: usize) -> Observed {
+        observed.members[ordinal].too_stale = true;
+        observed.members[ordinal].reach = Reach::Answered(hello(Some(SET), false));
+        status_member(&mut observed, ordinal).state = MemberState::Recovering;
+        observed
+    }
+
+    #[test]
+    fn a_member_too_stale_to_catch_up_is_resynced_only_while_the_others_are_healthy() {
+        let cases: Vec<(&str, Observed, Result<&str, &str>)> = vec![
+            (
+                "too stale, the others healthy: wiped to copy the data again",
+                too_stale(set(&[1, 1, 1]), 2),
+                Ok("rs-2"),
+            ),
+            (
+                "a non-voting member too stale is resynced the same way",
+                too_stale(set(&[1, 1, 1, 0]), 3),
+                Ok("rs-3"),
+            ),
+            (
+                "too stale while another member is Unknown: waits",
+                unknown(too_stale(set(&[1, 1, 1]), 2), 1),
+                Err("ResyncBlocked"),
+            ),
+            (
+                "too stale while another is down in the primary's view: waits",
+                {
+                    let mut observed = too_stale(set(&[1, 1, 1]), 2);
+                    status_member(&mut observed, 1).healthy = false;
+                    observed
+                },
+                Err("ResyncBlocked"),
+            ),
+            (
+                "RECOVERING for any other reason is not too stale: nothing is wiped",
+                {
+                    let mut observed = set(&[1, 1, 1]);
+                    status_member(&mut observed, 2).state = MemberState::Recovering;
+                    observed
+                },
+                Err("settled"),
+            ),
+        ];
+        for (case, observed, expected) in cases {
+            let voting = observed.config.as_ref().unwrap().voting_members();
+            let wanted = desired(voting, observed.members.len() - voting);
+            let step = decide(&wanted, &observed);
+            match (expected, &step) {
+                (Ok(member), Step::Resync { member: wiped }) => assert_eq!(wiped, member, "{case}"),
+                (Err("settled"), step) => assert!(!matches!(step, Step::Resync { .. }), "{case}: {step:?}"),
+                (Err(wanted), Step::Wait { reason, .. }) => assert_eq!(reason, &wanted, "{case}"),
+                (_, other) => panic!("{case}: got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_primary_is_never_resynced() {
+        let mut observed = set(&[1, 1, 1]);
+        observed.members[0].too_stale = true;
+        assert!(!matches!(decide(&desired(3, 0), &observed), Step::Resync { .. }));
     }
 }

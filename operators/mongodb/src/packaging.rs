@@ -57,8 +57,9 @@ pub fn rules() -> Vec<PolicyRule> {
         rule("", &["secrets"], &["get", "list", "watch", "create"]),
         // Member pods: read to see which version each runs; under `OnDelete` one is deleted
         // at a time for a rolling restart or upgrade (secondaries first, the primary after
-        // stepping down).
+        // stepping down), or with its claim to resync a member too stale to catch up.
         rule("", &["pods"], &["get", "list", "delete"]),
+        quorum_core::wipe::rbac_rule(),
         // Claims listed to find a deleted cluster's leftovers (`quorum_core::predecessor`).
         quorum_core::predecessor::rbac_rule(),
         // Events about the resources, through the de-duplicating recorder.

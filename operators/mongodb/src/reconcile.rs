@@ -27,7 +27,7 @@ use quorum_core::{
 use secrecy::SecretString;
 
 use crate::{
-    admin::{AdminError, Credentials, MemberState, ReplConfig, ReplStatus, codes},
+    admin::{AdminError, Credentials, MemberState, ReplConfig, ReplStatus, StatusMember, codes},
     clients::{CallFailure, MongoClients, is_unreachable, refusal_code},
     crd::{MemberStatus, MembershipChange, MongoDBBackup, MongoDBReplicaSet, MongoDBReplicaSetStatus},
     decide::{Change, Desired, DesiredMember, Observed, Reach, SeenMember, Step, decide},
@@ -600,6 +600,21 @@ async fn see(clients: &MongoClients, key: &str, name: &str, host: &str, pod: Opt
         }
         Reach::Unknown(_) => None,
     };
+    // A member of a set that neither serves nor votes as an arbiter is asked what it is doing:
+    // only its own word says whether it is too stale to catch up.
+    let idle = match &reach {
+        Reach::Answered(hello) => {
+            hello.set_name.is_some() && !hello.is_writable_primary && !hello.secondary && !hello.arbiter_only
+        }
+        Reach::Unknown(_) => false,
+    };
+    let too_stale = idle
+        && read(clients, key, host, "replSetGetStatus", |admin| async move {
+            admin.status().await
+        })
+        .await
+        .flatten()
+        .is_some_and(|status| status.own().is_some_and(StatusMember::too_stale));
     SeenMember {
         name: name.to_string(),
         host: host.to_string(),
@@ -607,6 +622,7 @@ async fn see(clients: &MongoClients, key: &str, name: &str, host: &str, pod: Opt
         pod_version: pod.and_then(|pod| pod.labels().get(VERSION_LABEL).cloned()),
         reach,
         server_version,
+        too_stale,
     }
 }
 
@@ -769,6 +785,7 @@ async fn act(
         Step::Reconfigure { change, member, .. } => (change.as_str(), member.clone()),
         Step::StepDown { member, .. } => ("StepDown", member.clone()),
         Step::Restart { member } => ("Restart", member.clone()),
+        Step::Resync { member } => ("Resync", member.clone()),
         Step::SetFeatureCompatibility { release } => ("SetFeatureCompatibilityVersion", release.clone()),
     };
     let change = MembershipChange {
@@ -858,6 +875,16 @@ async fn act(
                 format!("restarted {member} for version {}", replica_set.spec.version),
             ))
         }
+        Step::Resync { member } => {
+            resync(context, replica_set, member).await?;
+            Ok((
+                "MemberResynced",
+                format!(
+                    "{member} was too stale to catch up (error RS102): its volume was deleted with its pod, \
+                     and it copies the data again from the set"
+                ),
+            ))
+        }
         Step::Settled | Step::Wait { .. } => unreachable!("handled above"),
     };
     match result {
@@ -922,6 +949,7 @@ fn step_name(step: &Step) -> &'static str {
         },
         Step::StepDown { .. } => "replSetStepDown",
         Step::Restart { .. } => "restarting",
+        Step::Resync { .. } => "resyncing",
         Step::SetFeatureCompatibility { .. } => "setFeatureCompatibilityVersion",
         Step::Settled | Step::Wait { .. } => "nothing",
     }
@@ -955,6 +983,27 @@ async fn restart(
     ignore_not_found(pods.delete(member, &params).await.map(|_| ()))
         .map_err(api(format!("deleting pod {member}")))?;
     Ok(())
+}
+
+/// Wipes a member, exactly the pod observed, so the StatefulSet recreates it on an empty volume
+/// and it runs an initial sync.
+async fn resync(
+    context: &Context<State>,
+    replica_set: &MongoDBReplicaSet,
+    member: &str,
+) -> Result<(), Error> {
+    let namespace = replica_set.namespace().unwrap_or_default();
+    let pods: Api<Pod> = Api::namespaced(context.client.clone(), &namespace);
+    let Some(pod) = pods
+        .get_opt(member)
+        .await
+        .map_err(api(format!("reading pod {member}")))?
+    else {
+        return Ok(());
+    };
+    quorum_core::wipe::wipe_member(&context.client, &namespace, member, pod.uid())
+        .await
+        .map_err(api(format!("wiping {member}")))
 }
 
 /// Waits that are part of normal progress; any other wait is a warning event.

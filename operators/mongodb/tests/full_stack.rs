@@ -324,3 +324,109 @@ async fn an_arbiter_and_a_hidden_member_take_their_places() {
     );
     setup.stop().await;
 }
+
+/// A secondary that stops replicating while more is written than any oplog keeps cannot catch
+/// up: it says so itself (RECOVERING, `error RS102 too stale to catch up`) and would stay so for
+/// ever, as on the server. The operator wipes its volume with its pod; it copies the data again
+/// and holds every majority-acknowledged write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_member_too_stale_to_catch_up_is_wiped_and_copies_every_write_again() {
+    use futures::TryStreamExt;
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+    use mongodb::options::{ReadPreference, SelectionCriteria};
+    use quorum_e2e::wait;
+
+    let setup = Setup::start("mongodb-stale").await;
+    let status = setup.create_ready("ledger", spec(3), 3).await;
+    let primary = status.primary.clone().expect("a primary");
+    let stale = (0..3)
+        .find(|ordinal| format!("ledger-{ordinal}") != primary)
+        .unwrap();
+    let stale_pod = format!("ledger-{stale}");
+    let application = setup.application("ledger", 3).await;
+    let mut written = insert_orders(&application, 0, 100).await;
+
+    let member = setup.admin("ledger", stale).await;
+    let fail_point = |mode: &str| doc! { "configureFailPoint": "stopReplProducer", "mode": mode };
+    member
+        .client()
+        .database("admin")
+        .run_command(fail_point("alwaysOn"))
+        .await
+        .expect("stopping the member's replication");
+    // More than an oplog keeps (50,000 entries), each batch acknowledged by a majority.
+    for batch in 0..51 {
+        written.extend(insert_orders(&application, 100 + batch * 1000, 1000).await);
+    }
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(setup.client.clone(), setup.ns());
+    let claim = format!("data-{stale_pod}");
+    let old_claim = claims.get(&claim).await.unwrap().metadata.uid;
+    member
+        .client()
+        .database("admin")
+        .run_command(fail_point("off"))
+        .await
+        .expect("resuming the member's replication");
+
+    wait::until(
+        "the stale member's volume replaced",
+        Duration::from_secs(120),
+        || async {
+            match claims.get_opt(&claim).await.map_err(|e| e.to_string())? {
+                Some(current) if current.metadata.uid != old_claim => Ok(()),
+                other => Err(format!("{:?}", other.map(|c| c.metadata.uid))),
+            }
+        },
+    )
+    .await;
+    setup.ready("ledger", 3).await;
+    let reasons: Vec<String> = setup
+        .events("ledger")
+        .await
+        .into_iter()
+        .filter_map(|event| event.reason)
+        .collect();
+    assert!(reasons.iter().any(|r| r == "MemberResynced"), "{reasons:?}");
+
+    // Every acknowledged write, on the set and on the member that copied it again.
+    assert_eq!(
+        order_ids(&application).await,
+        written,
+        "every acknowledged write kept"
+    );
+    let resynced = setup.admin("ledger", stale).await;
+    let orders = resynced
+        .client()
+        .database("shop")
+        .collection::<bson::Document>("orders");
+    let held = wait::until(
+        "the resynced member holding every write",
+        Duration::from_secs(60),
+        || async {
+            let mut ids: Vec<i64> = orders
+                .find(doc! {})
+                .selection_criteria(SelectionCriteria::ReadPreference(
+                    ReadPreference::SecondaryPreferred {
+                        options: Default::default(),
+                    },
+                ))
+                .await
+                .map_err(|e| e.to_string())?
+                .try_collect::<Vec<bson::Document>>()
+                .await
+                .map_err(|e| e.to_string())?
+                .iter()
+                .filter_map(|document| document.get_i64("_id").ok())
+                .collect();
+            ids.sort_unstable();
+            if ids.len() == written.len() {
+                Ok(ids)
+            } else {
+                Err(format!("{} of {} writes", ids.len(), written.len()))
+            }
+        },
+    )
+    .await;
+    assert_eq!(held, written);
+    setup.stop().await;
+}
