@@ -157,8 +157,15 @@ impl MariaDbProcesses {
     /// Starts member `index` again on its data directory (after [`MariaDbProcesses::kill`])
     /// and waits until it answers.
     pub async fn restart(&mut self, index: usize) {
+        self.restart_with(index, &[]).await;
+    }
+
+    /// As [`MariaDbProcesses::restart`], with `extra` server options for this start (a member
+    /// pod's `my.cnf` may carry options the harness does not give by default, such as
+    /// `--init-rpl-role=SLAVE`).
+    pub async fn restart_with(&mut self, index: usize, extra: &[&str]) {
         self.kill(index).await;
-        self.spawn(index);
+        self.spawn_with(index, extra);
         self.wait_ready(index).await;
     }
 
@@ -217,6 +224,10 @@ impl MariaDbProcesses {
 
     /// Starts the server of member `index` on its (installed) data directory.
     fn spawn(&mut self, index: usize) {
+        self.spawn_with(index, &[]);
+    }
+
+    fn spawn_with(&mut self, index: usize, extra: &[&str]) {
         let dir = self.member_dir(index);
         let init_file = dir.join("init.sql");
         std::fs::write(&init_file, init_sql()).expect("init file");
@@ -261,6 +272,7 @@ impl MariaDbProcesses {
                 .map(String::from),
             );
         }
+        args.extend(extra.iter().map(|option| option.to_string()));
         let child = Command::new(SERVER)
             .args(&args)
             .stdin(Stdio::null())

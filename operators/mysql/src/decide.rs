@@ -334,7 +334,7 @@ fn choose_primary(facts: &Facts) -> Result<usize, Decision> {
         Health::Healthy => match fact.healthy_state(facts.now, facts.freshness) {
             Some(state) if state.read_only || state.replication.is_some() => {
                 // Status names it primary and no failover happened: it restarted read-only.
-                Err(Decision::Act(Step::OpenPrimary { ordinal: primary }))
+                Err(reopen_primary(facts, primary, state))
             }
             Some(_) => Ok(primary),
             None => Err(wait(
@@ -349,6 +349,50 @@ fn choose_primary(facts: &Facts) -> Result<usize, Decision> {
             ),
         )),
         Health::Unhealthy(why) => Err(failover(facts, primary, why)),
+    }
+}
+
+/// The recorded primary restarted and no failover happened. In SemiSync mode a MariaDB member
+/// recovers as a replica would, discarding what it wrote but had not committed (never
+/// acknowledged); a replica may already have received that. Reopening the primary then would let
+/// it write other transactions under the same GTIDs, and the replica would skip them: the two
+/// diverge with equal positions, which no comparison can tell. So it is reopened only once every
+/// other member answered and none holds a transaction it lacks; otherwise the member holding
+/// everything takes over, as in a failover.
+fn reopen_primary(facts: &Facts, primary: usize, state: &ServerState) -> Decision {
+    if !facts.semi_sync {
+        return Decision::Act(Step::OpenPrimary { ordinal: primary });
+    }
+    let mut states = vec![(primary, state)];
+    for fact in facts.members.iter().filter(|m| m.ordinal != primary) {
+        match fact.healthy_state(facts.now, facts.freshness) {
+            Some(replica) => states.push((fact.ordinal, replica)),
+            None => {
+                return wait(
+                    "PrimaryReopenBlocked",
+                    format!(
+                        "the primary (ordinal {primary}) restarted and is reopened once every member answers: member {} is {} and may hold a transaction the restart discarded",
+                        fact.ordinal,
+                        fact.health.as_str()
+                    ),
+                );
+            }
+        }
+    }
+    if states
+        .iter()
+        .all(|(_, other)| state.executed.includes(&other.held()))
+    {
+        return Decision::Act(Step::OpenPrimary { ordinal: primary });
+    }
+    match most_advanced_by(&states, ServerState::held) {
+        Some(to) if to != primary => Decision::Act(Step::Failover { from: primary, to }),
+        _ => wait(
+            "Diverged",
+            format!(
+                "the restarted primary (ordinal {primary}) and its replicas each hold transactions the others lack; choose a primary by hand (annotation)"
+            ),
+        ),
     }
 }
 
@@ -1309,5 +1353,82 @@ mod tests {
                 on: false
             })
         );
+    }
+
+    #[test]
+    fn a_restarted_primary_is_reopened_only_when_no_replica_holds_what_it_lacks() {
+        let now = Instant::now();
+        let restarted = |executed: &str| ServerState {
+            read_only: true,
+            ..primary_state(executed)
+        };
+        let received = |executed: &str, received: &str| {
+            let mut state = replica_state(executed, 0);
+            state.replication.as_mut().unwrap().received = gtid(received);
+            state
+        };
+        let cases: Vec<(&str, Vec<MemberFact>, bool, Decision)> = vec![
+            (
+                "holds everything the replicas have: reopened",
+                vec![
+                    healthy(0, restarted("0-1-10"), now),
+                    healthy(1, replica_state("0-1-10", 0), now),
+                    healthy(2, replica_state("0-1-9", 0), now),
+                ],
+                true,
+                Decision::Act(Step::OpenPrimary { ordinal: 0 }),
+            ),
+            (
+                "a replica received what the restart discarded: it takes over",
+                vec![
+                    healthy(0, restarted("0-1-9"), now),
+                    healthy(1, received("0-1-9", "0-1-10"), now),
+                    healthy(2, replica_state("0-1-9", 0), now),
+                ],
+                true,
+                Decision::Act(Step::Failover { from: 0, to: 1 }),
+            ),
+            (
+                "a replica that does not answer may hold it: waits",
+                vec![
+                    healthy(0, restarted("0-1-10"), now),
+                    healthy(1, replica_state("0-1-10", 0), now),
+                    unreachable(2, Health::Unknown("timed out".into()), now),
+                ],
+                true,
+                Decision::Wait(Wait {
+                    reason: "PrimaryReopenBlocked",
+                    message: "the primary (ordinal 0) restarted and is reopened once every member answers: member 2 is Unknown and may hold a transaction the restart discarded".into(),
+                }),
+            ),
+            (
+                "each holds what the other lacks: a human chooses",
+                vec![
+                    healthy(0, restarted("0-1-9,1-1-1"), now),
+                    healthy(1, received("0-1-9", "0-1-10"), now),
+                    healthy(2, replica_state("0-1-9", 0), now),
+                ],
+                true,
+                Decision::Wait(Wait {
+                    reason: "Diverged",
+                    message: "the restarted primary (ordinal 0) and its replicas each hold transactions the others lack; choose a primary by hand (annotation)".into(),
+                }),
+            ),
+            (
+                "asynchronous mode discards nothing at restart: reopened as before",
+                vec![
+                    healthy(0, restarted("0-1-10"), now),
+                    healthy(1, replica_state("0-1-10", 0), now),
+                    unreachable(2, Health::Unknown("timed out".into()), now),
+                ],
+                false,
+                Decision::Act(Step::OpenPrimary { ordinal: 0 }),
+            ),
+        ];
+        for (case, members, semi_sync, expected) in cases {
+            let mut facts = facts(members, Some(0), now);
+            facts.semi_sync = semi_sync;
+            assert_eq!(decide(&facts), expected, "{case}");
+        }
     }
 }

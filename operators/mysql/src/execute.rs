@@ -158,6 +158,7 @@ fn replication_source(context: &StepContext<'_>, primary: usize) -> ReplicationS
         user: REPLICATION_USER.to_string(),
         password: context.replication_password.clone(),
         tls: context.tls,
+        semi_sync: context.semi_sync_wait_for.is_some(),
     }
 }
 

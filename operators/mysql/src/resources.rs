@@ -223,6 +223,15 @@ pub fn my_cnf(cluster: &MySQLCluster) -> String {
         ],
     };
     lines.extend(flavor_lines.iter().map(|line| line.to_string()));
+    if cluster.spec.flavor == Flavor::MariaDB && semi_sync(cluster) {
+        // A member that crashed while commits waited for an acknowledgement recovers as a
+        // replica would: the transactions it wrote to its binary log but had not committed (never
+        // acknowledged to a client) are discarded rather than committed, so an old primary comes
+        // back with nothing the new primary lacks, instead of errant. Every member, since any may
+        // be the primary when it crashes; the operator reopens a restarted primary only when no
+        // replica holds what it discarded (docs/mysql.md).
+        lines.push("init_rpl_role = SLAVE".to_string());
+    }
     if cluster.spec.tls.is_some() {
         lines.extend([
             "ssl_ca = /etc/mysql/tls/ca.crt".to_string(),
@@ -625,6 +634,19 @@ mod tests {
         assert!(mysql.contains("skip_replica_start = ON"));
         assert!(mysql.contains("gtid_mode = ON"));
         assert!(mysql.ends_with("max_connections = 500\n"));
+    }
+
+    #[test]
+    fn semi_sync_mariadb_members_recover_from_a_crash_as_replicas() {
+        let semi_sync = my_cnf(&cluster(Flavor::MariaDB, 3));
+        assert!(semi_sync.contains("init_rpl_role = SLAVE\n"), "{semi_sync}");
+        let mut asynchronous = cluster(Flavor::MariaDB, 3);
+        asynchronous.spec.replication = Some(ReplicationSpec {
+            mode: crate::crd::ReplicationMode::Async,
+            ..ReplicationSpec::default()
+        });
+        assert!(!my_cnf(&asynchronous).contains("init_rpl_role"));
+        assert!(!my_cnf(&cluster(Flavor::MySQL, 3)).contains("init_rpl_role"));
     }
 
     #[test]

@@ -47,6 +47,7 @@ fn source(processes: &MariaDbProcesses, index: usize) -> ReplicationSource {
         user: REPLICATION_USER.to_string(),
         password: SecretString::from(REPLICATION_PASSWORD),
         tls: false,
+        semi_sync: false,
     }
 }
 
@@ -1005,4 +1006,94 @@ async fn a_stored_snapshot_is_restored_only_when_verified_and_the_restored_membe
     let primary = executed(&restored).await;
     assert!(replica.wait_for_executed(&primary, CONVERGE).await.unwrap());
     assert_eq!(processes.sql(2, items).await, processes.sql(1, items).await);
+}
+
+/// A SemiSync primary crashes while a commit waits for its acknowledgement; a replica had
+/// already received that commit, and is promoted. The old primary restarts as the members do
+/// (`init_rpl_role = SLAVE` in their `my.cnf`): it discards the commit it never acknowledged,
+/// so it holds nothing the new primary lacks (not errant), and when it is pointed at the new
+/// primary it takes that commit back from it. Before, pointed as an asynchronous replica, it
+/// skipped the commit as its own (same server id) while its GTID position moved past it: equal
+/// positions, different rows.
+#[tokio::test]
+async fn a_crashed_primary_discards_its_unacknowledged_commit_and_takes_it_back_from_the_new_primary() {
+    let (mut processes, admins) = replicated(2).await;
+    processes
+        .sql(
+            0,
+            "CREATE DATABASE doubt; CREATE TABLE doubt.t (id INT PRIMARY KEY)",
+        )
+        .await;
+    processes.sql(0, "INSERT INTO doubt.t VALUES (1)").await;
+    until_answer(&processes, 1, "SELECT COUNT(*) FROM doubt.t", "1").await;
+    // The primary waits for an acknowledgement nobody sends: m-1 receives and applies as an
+    // asynchronous replica.
+    admins[0]
+        .set_semi_sync(mysql_operator::execute::semi_sync_source_role(Some(1)))
+        .await
+        .unwrap();
+    let (user, password) = processes.root_credentials();
+    let options = mysql_async::OptsBuilder::default()
+        .ip_or_hostname(processes.ip(0).to_string())
+        .tcp_port(PORT)
+        .user(Some(user))
+        .pass(Some(password));
+    let commit = tokio::spawn(async move {
+        let pool = mysql_async::Pool::new(options);
+        let mut connection = pool.get_conn().await?;
+        connection.query_drop("INSERT INTO doubt.t VALUES (2)").await
+    });
+    until_answer(
+        &processes,
+        0,
+        "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS \
+         WHERE VARIABLE_NAME = 'RPL_SEMI_SYNC_MASTER_WAIT_SESSIONS'",
+        "1",
+    )
+    .await;
+    until_answer(&processes, 1, "SELECT COUNT(*) FROM doubt.t", "2").await;
+    assert!(!commit.is_finished(), "the commit was acknowledged");
+
+    // The primary crashes; the replica that received the commit takes over and writes.
+    processes.kill(0).await;
+    let _ = commit.await;
+    admins[1].stop_replication().await.unwrap();
+    admins[1].set_read_only(false).await.unwrap();
+    processes.sql(1, "INSERT INTO doubt.t VALUES (3)").await;
+
+    // The old primary restarts as a replica would: the unacknowledged commit is discarded.
+    processes.restart_with(0, &["--init-rpl-role=SLAVE"]).await;
+    let log = std::fs::read_to_string(processes.members[0].error_log()).unwrap_or_default();
+    assert!(
+        log.contains("Successfully truncated binlog"),
+        "{}",
+        processes.error_log_tail(0)
+    );
+    assert_eq!(count_rows(&processes, 0, "doubt.t").await, 1);
+    let old = executed(&admins[0]).await;
+    let new = executed(&admins[1]).await;
+    assert!(
+        new.includes(&old),
+        "the old primary holds {old:?}, beyond {new:?}: errant"
+    );
+
+    // Pointed at the new primary, it takes its discarded commit back with everything after it.
+    admins[0]
+        .configure_replica(
+            &ReplicationSource {
+                semi_sync: true,
+                ..source(&processes, 1)
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    until_answer(
+        &processes,
+        0,
+        "SELECT GROUP_CONCAT(id ORDER BY id) FROM doubt.t",
+        "1,2,3",
+    )
+    .await;
+    assert_eq!(executed(&admins[0]).await, executed(&admins[1]).await);
 }

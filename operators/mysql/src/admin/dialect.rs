@@ -743,6 +743,7 @@ mod tests {
             user: "quorum_repl".to_string(),
             password: SecretString::from("p'w\\d"),
             tls,
+            semi_sync: false,
         }
     }
 

@@ -36,6 +36,11 @@ pub struct ReplicationSource {
     pub password: SecretString,
     /// Replicate over TLS.
     pub tls: bool,
+    /// Acknowledge as a semi-synchronous replica from the first event received. A MariaDB old
+    /// primary that discarded its unacknowledged tail at restart takes its own transactions back
+    /// from the new primary only as a semi-synchronous replica; otherwise it skips them as its
+    /// own (same server id) while its GTID position moves past them.
+    pub semi_sync: bool,
 }
 
 /// The state of a replica's receiving (IO) thread.
@@ -338,6 +343,15 @@ impl MySqlAdmin {
             }
             let change = self.dialect.change_source(source);
             run_secret(&mut conn, &change, self.change_source_kind(), &source.password).await?;
+            if source.semi_sync {
+                let statements = self
+                    .dialect
+                    .semi_sync(&SemiSyncRole::Replica)
+                    .map_err(AdminError::Unexpected)?;
+                for statement in &statements {
+                    run(&mut conn, statement, "acknowledge as a semi-synchronous replica").await?;
+                }
+            }
             let start = self.dialect.start_replica();
             run(&mut conn, start, start).await
         })
@@ -878,6 +892,7 @@ mod tests {
             user: "u".to_string(),
             password: SecretString::from("hunter2"),
             tls: false,
+            semi_sync: false,
         };
         let credentials = Credentials {
             server_ca: None,
