@@ -955,6 +955,21 @@ fn step_name(step: &Step) -> &'static str {
     }
 }
 
+/// The member's pod as it is now, `None` when it is gone.
+async fn current_pod(
+    context: &Context<State>,
+    replica_set: &MongoDBReplicaSet,
+    member: &str,
+) -> Result<Option<Pod>, Error> {
+    let pods: Api<Pod> = Api::namespaced(
+        context.client.clone(),
+        &replica_set.namespace().unwrap_or_default(),
+    );
+    pods.get_opt(member)
+        .await
+        .map_err(api(format!("reading pod {member}")))
+}
+
 /// Deletes a member's pod, exactly the one observed, so the StatefulSet recreates it from the
 /// current template (the set uses the OnDelete update strategy).
 async fn restart(
@@ -962,17 +977,13 @@ async fn restart(
     replica_set: &MongoDBReplicaSet,
     member: &str,
 ) -> Result<(), Error> {
+    let Some(pod) = current_pod(context, replica_set, member).await? else {
+        return Ok(());
+    };
     let pods: Api<Pod> = Api::namespaced(
         context.client.clone(),
         &replica_set.namespace().unwrap_or_default(),
     );
-    let Some(pod) = pods
-        .get_opt(member)
-        .await
-        .map_err(api(format!("reading pod {member}")))?
-    else {
-        return Ok(());
-    };
     let params = DeleteParams {
         preconditions: Some(Preconditions {
             uid: pod.uid(),
@@ -992,15 +1003,10 @@ async fn resync(
     replica_set: &MongoDBReplicaSet,
     member: &str,
 ) -> Result<(), Error> {
-    let namespace = replica_set.namespace().unwrap_or_default();
-    let pods: Api<Pod> = Api::namespaced(context.client.clone(), &namespace);
-    let Some(pod) = pods
-        .get_opt(member)
-        .await
-        .map_err(api(format!("reading pod {member}")))?
-    else {
+    let Some(pod) = current_pod(context, replica_set, member).await? else {
         return Ok(());
     };
+    let namespace = replica_set.namespace().unwrap_or_default();
     quorum_core::wipe::wipe_member(&context.client, &namespace, member, pod.uid())
         .await
         .map_err(api(format!("wiping {member}")))

@@ -82,6 +82,35 @@ async fn until_answer(processes: &MariaDbProcesses, index: usize, query: &str, e
     .await;
 }
 
+/// Sends `statement` to member `index` as root from a task of its own, and returns once the
+/// commit is waiting for a semi-synchronous acknowledgement; the task ends with the commit.
+async fn commit_waiting_for_an_acknowledgement(
+    processes: &MariaDbProcesses,
+    index: usize,
+    statement: &'static str,
+) -> tokio::task::JoinHandle<Result<(), mysql_async::Error>> {
+    let (user, password) = processes.root_credentials();
+    let options = mysql_async::OptsBuilder::default()
+        .ip_or_hostname(processes.ip(index).to_string())
+        .tcp_port(PORT)
+        .user(Some(user))
+        .pass(Some(password));
+    let commit = tokio::spawn(async move {
+        let pool = mysql_async::Pool::new(options);
+        let mut connection = pool.get_conn().await?;
+        connection.query_drop(statement).await
+    });
+    until_answer(
+        processes,
+        index,
+        "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS \
+         WHERE VARIABLE_NAME = 'RPL_SEMI_SYNC_MASTER_WAIT_SESSIONS'",
+        "1",
+    )
+    .await;
+    commit
+}
+
 async fn count_rows(processes: &MariaDbProcesses, index: usize, table: &str) -> u64 {
     let answer = processes
         .sql(index, &format!("SELECT COUNT(*) FROM {table}"))
@@ -254,25 +283,8 @@ async fn an_isolated_semi_sync_primary_acknowledges_no_commit_until_a_replica_ha
     assert_eq!(status_count(&processes, 0, "RPL_SEMI_SYNC_MASTER_NO_TX").await, 0);
 
     processes.kill(1).await;
-    let (user, password) = processes.root_credentials();
-    let options = mysql_async::OptsBuilder::default()
-        .ip_or_hostname(processes.ip(0).to_string())
-        .tcp_port(PORT)
-        .user(Some(user))
-        .pass(Some(password));
-    let commit = tokio::spawn(async move {
-        let pool = mysql_async::Pool::new(options);
-        let mut connection = pool.get_conn().await?;
-        connection.query_drop("INSERT INTO fenced.t VALUES (1)").await
-    });
-    until_answer(
-        &processes,
-        0,
-        "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS \
-         WHERE VARIABLE_NAME = 'RPL_SEMI_SYNC_MASTER_WAIT_SESSIONS'",
-        "1",
-    )
-    .await;
+    let commit =
+        commit_waiting_for_an_acknowledgement(&processes, 0, "INSERT INTO fenced.t VALUES (1)").await;
     assert!(!commit.is_finished(), "a commit returned with no replica");
 
     // The replica back, as after the isolation ends: the commit returns once it has it.
@@ -1032,25 +1044,7 @@ async fn a_crashed_primary_discards_its_unacknowledged_commit_and_takes_it_back_
         .set_semi_sync(mysql_operator::execute::semi_sync_source_role(Some(1)))
         .await
         .unwrap();
-    let (user, password) = processes.root_credentials();
-    let options = mysql_async::OptsBuilder::default()
-        .ip_or_hostname(processes.ip(0).to_string())
-        .tcp_port(PORT)
-        .user(Some(user))
-        .pass(Some(password));
-    let commit = tokio::spawn(async move {
-        let pool = mysql_async::Pool::new(options);
-        let mut connection = pool.get_conn().await?;
-        connection.query_drop("INSERT INTO doubt.t VALUES (2)").await
-    });
-    until_answer(
-        &processes,
-        0,
-        "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS \
-         WHERE VARIABLE_NAME = 'RPL_SEMI_SYNC_MASTER_WAIT_SESSIONS'",
-        "1",
-    )
-    .await;
+    let commit = commit_waiting_for_an_acknowledgement(&processes, 0, "INSERT INTO doubt.t VALUES (2)").await;
     until_answer(&processes, 1, "SELECT COUNT(*) FROM doubt.t", "2").await;
     assert!(!commit.is_finished(), "the commit was acknowledged");
 

@@ -591,14 +591,7 @@ async fn failover_promotes_the_replica_that_received_the_most_after_it_applies_w
     // applies nothing (a global read lock holds its applier), main-2 applies rows 1 to 10 and
     // then stops receiving, and rows 11 to 20 are acknowledged by main-1 alone.
     let ip: Vec<std::net::Ipv4Addr> = (0..3).map(|ordinal| setup.ip(ordinal)).collect();
-    let support::Setup {
-        client,
-        namespace,
-        members,
-        operator,
-        clusters,
-    } = setup;
-    operator.stop().await;
+    let stopped = setup.stop_operator().await;
     let mut slow_applier = session(ip[1], "root", &root_password).await;
     slow_applier
         .query_drop("FLUSH TABLES WITH READ LOCK")
@@ -615,20 +608,13 @@ async fn failover_promotes_the_replica_that_received_the_most_after_it_applies_w
     let acknowledged: Vec<u64> = (0..21).collect();
 
     // The primary crashes; main-2's receiver tries again and finds it gone.
-    members.kill(namespace.name(), "main-0").await;
+    stopped.members.kill(stopped.ns(), "main-0").await;
     stopped_receiver
         .query_drop("START SLAVE IO_THREAD")
         .await
         .expect("restart main-2's receiver");
     drop(stopped_receiver);
-    let operator = support::start_operator(client.clone(), namespace.name());
-    let setup = support::Setup {
-        client,
-        namespace,
-        members,
-        operator,
-        clusters,
-    };
+    let setup = stopped.start_operator();
 
     // The failover goes to main-1 and waits there until main-1 applied what it received.
     setup
@@ -971,14 +957,7 @@ async fn a_primary_crashed_mid_commit_rejoins_as_a_replica_after_the_failover() 
 
     // With the operator stopped (it would restart what the test stops), both replicas stop
     // receiving: the next commit is written to the primary's binary log and waits.
-    let support::Setup {
-        client,
-        namespace,
-        members,
-        operator,
-        clusters,
-    } = setup;
-    operator.stop().await;
+    let stopped = setup.stop_operator().await;
     let mut receivers = Vec::new();
     for ordinal in [1, 2] {
         let mut receiver = session(ip[ordinal], "root", &root_password).await;
@@ -1014,7 +993,7 @@ async fn a_primary_crashed_mid_commit_rejoins_as_a_replica_after_the_failover() 
     .await;
 
     // The primary crashes; the replicas try their source again and find it gone.
-    members.kill(namespace.name(), "main-0").await;
+    stopped.members.kill(stopped.ns(), "main-0").await;
     assert!(
         in_doubt.await.unwrap().is_err(),
         "the in-doubt commit was acknowledged"
@@ -1026,14 +1005,7 @@ async fn a_primary_crashed_mid_commit_rejoins_as_a_replica_after_the_failover() 
             .expect("receive again");
     }
     drop(receivers);
-    let operator = support::start_operator(client.clone(), namespace.name());
-    let setup = support::Setup {
-        client,
-        namespace,
-        members,
-        operator,
-        clusters,
-    };
+    let setup = stopped.start_operator();
     let status = setup
         .status_until(
             "a failover away from main-0",

@@ -206,6 +206,12 @@ impl Setup {
     /// Stops the operator as SIGTERM would and starts a new one, with nothing of the old
     /// one's memory (cached clients, applied accounts).
     pub async fn restart_operator(self) -> Self {
+        self.stop_operator().await.start_operator()
+    }
+
+    /// Stops the operator as SIGTERM would, so a scenario can be set up that it must not repair
+    /// meanwhile; [`Stopped::start_operator`] starts a new one.
+    pub async fn stop_operator(self) -> Stopped {
         let Setup {
             client,
             namespace,
@@ -214,12 +220,10 @@ impl Setup {
             clusters,
         } = self;
         operator.stop().await;
-        let operator = start_operator(client.clone(), namespace.name());
-        Setup {
+        Stopped {
             client,
             namespace,
             members,
-            operator,
             clusters,
         }
     }
@@ -228,6 +232,38 @@ impl Setup {
         self.operator.stop().await;
         drop(self.members);
         self.namespace.delete().await;
+    }
+}
+
+/// A [`Setup`] whose operator is stopped.
+pub struct Stopped {
+    pub client: kube::Client,
+    pub namespace: TestNamespace,
+    pub members: LocalMembers,
+    pub clusters: Api<MySQLCluster>,
+}
+
+impl Stopped {
+    pub fn ns(&self) -> &str {
+        self.namespace.name()
+    }
+
+    /// Starts a new operator, with nothing of the old one's memory.
+    pub fn start_operator(self) -> Setup {
+        let Stopped {
+            client,
+            namespace,
+            members,
+            clusters,
+        } = self;
+        let operator = start_operator(client.clone(), namespace.name());
+        Setup {
+            client,
+            namespace,
+            members,
+            operator,
+            clusters,
+        }
     }
 }
 
