@@ -36,6 +36,9 @@ pub const OPERATOR_OWNED_SETTINGS: &[&str] = &[
     "gtid_mode",
     "gtid_strict_mode",
     "init_file",
+    // Members recover from a crash as replicas (docs/mysql.md); a different role, or a heuristic
+    // commit or rollback of in-doubt transactions, would bring back what no client was told.
+    "init_rpl_role",
     "log_bin",
     "log_replica_updates",
     "log_slave_updates",
@@ -50,6 +53,7 @@ pub const OPERATOR_OWNED_SETTINGS: &[&str] = &[
     "skip_replica_start",
     "socket",
     "super_read_only",
+    "tc_heuristic_recover",
     "user",
 ];
 
@@ -550,12 +554,16 @@ mod tests {
             ("server-id".to_string(), "7".to_string()),
             ("rpl-semi-sync-master-timeout".to_string(), "1".to_string()),
             ("innodb_buffer_pool_size".to_string(), "1G".to_string()),
+            ("init-rpl-role".to_string(), "MASTER".to_string()),
+            ("tc_heuristic_recover".to_string(), "COMMIT".to_string()),
         ]);
         assert_eq!(
             forbidden_config_keys(&config),
             vec![
+                "init-rpl-role".to_string(),
                 "rpl-semi-sync-master-timeout".to_string(),
-                "server-id".to_string()
+                "server-id".to_string(),
+                "tc_heuristic_recover".to_string(),
             ]
         );
     }
