@@ -126,6 +126,41 @@ pub async fn check_rows(
     failures
 }
 
+/// The whole table test of one engine: checks that `rows` cover every field of the cluster CRD
+/// (but `affinity` and `claims`, taken whole from Kubernetes types, whose API server checks are
+/// its own) and the shared backup rows every field of the backup CRD, installs both CRDs, runs
+/// every row in a new namespace named `namespace`, and panics listing the rows whose outcome
+/// differed.
+pub async fn check_engine(
+    namespace: &str,
+    clusters: &CustomResourceDefinition,
+    valid: &Value,
+    rows: &[Row],
+    backups: &CustomResourceDefinition,
+) {
+    assert_every_field_covered(clusters, rows, &["affinity", "claims"]);
+    let backup_rows = backup_rows();
+    assert_every_field_covered(backups, &backup_rows, &[]);
+
+    let client = crate::control_plane::admin_client().await;
+    crate::control_plane::install_crd(&client, clusters).await;
+    crate::control_plane::install_crd(&client, backups).await;
+    let namespace = crate::control_plane::TestNamespace::create(&client, namespace).await;
+    let mut failures = check_rows(&client, namespace.name(), clusters, valid, rows).await;
+    failures.extend(
+        check_rows(
+            &client,
+            namespace.name(),
+            backups,
+            &valid_backup(backups),
+            &backup_rows,
+        )
+        .await,
+    );
+    assert_no_failures(&failures);
+    namespace.delete().await;
+}
+
 /// Panics listing `failures` (from [`check_rows`]), if any.
 pub fn assert_no_failures(failures: &[String]) {
     assert!(

@@ -534,25 +534,5 @@ async fn every_field_of_the_spec_is_validated_naming_the_field() {
             change(json!({"adminSecret": "orders-admin", "keyfileSecret": "orders.keyfile"})),
         ),
     ]);
-    admission::assert_every_field_covered(&sets, &rows, &["affinity", "claims"]);
-    let backup_rows = admission::backup_rows();
-    admission::assert_every_field_covered(&backups, &backup_rows, &[]);
-
-    let client = admin_client().await;
-    install_crd(&client, &sets).await;
-    install_crd(&client, &backups).await;
-    let namespace = TestNamespace::create(&client, "mongodb-every-field").await;
-    let mut failures = admission::check_rows(&client, namespace.name(), &sets, &valid, &rows).await;
-    failures.extend(
-        admission::check_rows(
-            &client,
-            namespace.name(),
-            &backups,
-            &admission::valid_backup(&backups),
-            &backup_rows,
-        )
-        .await,
-    );
-    admission::assert_no_failures(&failures);
-    namespace.delete().await;
+    admission::check_engine("mongodb-every-field", &sets, &valid, &rows, &backups).await;
 }

@@ -341,25 +341,5 @@ async fn every_field_of_the_spec_is_validated_naming_the_field() {
             &["spec.tls", "tls is immutable"],
         ),
     ]);
-    admission::assert_every_field_covered(&clusters, &rows, &["affinity", "claims"]);
-    let backup_rows = admission::backup_rows();
-    admission::assert_every_field_covered(&backups, &backup_rows, &[]);
-
-    let client = admin_client().await;
-    install_crd(&client, &clusters).await;
-    install_crd(&client, &backups).await;
-    let namespace = TestNamespace::create(&client, "mysql-every-field").await;
-    let mut failures = admission::check_rows(&client, namespace.name(), &clusters, &valid, &rows).await;
-    failures.extend(
-        admission::check_rows(
-            &client,
-            namespace.name(),
-            &backups,
-            &admission::valid_backup(&backups),
-            &backup_rows,
-        )
-        .await,
-    );
-    admission::assert_no_failures(&failures);
-    namespace.delete().await;
+    admission::check_engine("mysql-every-field", &clusters, &valid, &rows, &backups).await;
 }
