@@ -343,6 +343,11 @@ pub struct RedisClusterStatus {
     /// Replication mode: the node that accepts writes, as the Sentinels agree.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub primary: Option<String>,
+    /// Replication mode: the address (`ip:port`) `primary` had when a majority of the Sentinels
+    /// last agreed on it. When every data pod comes back on a new address, the Sentinels still
+    /// name this one; it is how the operator knows which node they mean.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary_address: Option<String>,
     /// Cluster mode: primaries serving slots.
     #[serde(default)]
     pub shards: i32,

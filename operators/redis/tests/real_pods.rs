@@ -113,6 +113,29 @@ where
     })
 }
 
+/// The primary Service's cluster address.
+async fn primary_service_address(setup: &OnRealNode) -> SocketAddr {
+    let ip: std::net::IpAddr = real_node::cluster_ip(&setup.admin, &setup.ns, &primary_service_name(CLUSTER))
+        .await
+        .parse()
+        .unwrap();
+    SocketAddr::new(ip, 6379)
+}
+
+/// A writer that opens a connection per write, as a client that reconnects after a restart would.
+fn start_reconnecting_writer(address: SocketAddr, password: &str) -> Writer {
+    let password = password.to_string();
+    start_writer(move |key, value| {
+        let password = password.clone();
+        async move {
+            match data_connection(address, &password).await {
+                Ok(mut connection) => connection.set::<_, _, ()>(key, value).await.is_ok(),
+                Err(_) => false,
+            }
+        }
+    })
+}
+
 /// Checks that `read` returns every acknowledged write and nothing invented; returns how many
 /// were checked.
 async fn check_history<R, F>(history: &History, read: R) -> usize
@@ -129,6 +152,40 @@ where
         .unwrap_or_else(|violations| panic!("lost or invented writes: {violations:#?}"));
     assert!(checked > 0, "the writer had no write acknowledged");
     checked
+}
+
+/// Checks every acknowledged write on the primary, then, once the replicas hold the last one,
+/// on a replica (through the replicas Service).
+async fn check_history_on_primary_and_replicas(
+    setup: &OnRealNode,
+    primary: &redis::aio::MultiplexedConnection,
+    password: &str,
+    history: &History,
+) {
+    let checked = check_history(history, |key| {
+        let mut primary = primary.clone();
+        async move { primary.get(key).await.unwrap() }
+    })
+    .await;
+    let replicas = service_connection(setup, &replicas_service_name(CLUSTER), password).await;
+    let last_acknowledged = history.acknowledged().last().expect("a write").key.clone();
+    wait::until("the replicas caught up", Duration::from_secs(30), || async {
+        let value: Option<String> = replicas
+            .clone()
+            .get(&last_acknowledged)
+            .await
+            .map_err(|error| error.to_string())?;
+        value.map(|_| ()).ok_or_else(|| "not yet".to_string())
+    })
+    .await;
+    let on_replicas = check_history(history, |key| {
+        let mut replicas = replicas.clone();
+        async move { replicas.get(key).await.unwrap() }
+    })
+    .await;
+    eprintln!(
+        "{checked} acknowledged writes checked on the primary and {on_replicas} on a replica, none lost"
+    );
 }
 
 #[tokio::test]
@@ -252,25 +309,8 @@ async fn a_primary_restarted_before_the_sentinels_notice_keeps_every_acknowledge
     let status = create_ready(&setup, on_real_node(spec), 3, 3).await;
     let primary_pod = status.primary.clone().expect("a primary");
     let password = generated_password(&setup.admin, &setup.ns, CLUSTER).await;
-    let primary_ip: std::net::IpAddr =
-        real_node::cluster_ip(&setup.admin, &setup.ns, &primary_service_name(CLUSTER))
-            .await
-            .parse()
-            .unwrap();
-    let primary_address = SocketAddr::new(primary_ip, 6379);
-    // A connection per write, as a client that reconnects after the restart would.
-    let writer = start_writer({
-        let password = password.clone();
-        move |key, value| {
-            let password = password.clone();
-            async move {
-                match data_connection(primary_address, &password).await {
-                    Ok(mut connection) => connection.set::<_, _, ()>(key, value).await.is_ok(),
-                    Err(_) => false,
-                }
-            }
-        }
-    });
+    let primary_address = primary_service_address(&setup).await;
+    let writer = start_reconnecting_writer(primary_address, &password);
     let primary = service_connection(&setup, &primary_service_name(CLUSTER), &password).await;
     wait::until(
         "writes acknowledged before the kill",
@@ -316,30 +356,155 @@ async fn a_primary_restarted_before_the_sentinels_notice_keeps_every_acknowledge
     let now = clusters(&setup).get(CLUSTER).await.unwrap().status.unwrap();
     assert_eq!(now.primary, status.primary, "the Sentinels failed over");
 
-    let checked = check_history(&history, |key| {
-        let mut primary = primary.clone();
-        async move { primary.get(key).await.unwrap() }
-    })
-    .await;
-    let replicas = service_connection(&setup, &replicas_service_name(CLUSTER), &password).await;
-    let last_acknowledged = history.acknowledged().last().expect("a write").key.clone();
-    wait::until("the replicas caught up", Duration::from_secs(30), || async {
-        let value: Option<String> = replicas
-            .clone()
-            .get(&last_acknowledged)
+    check_history_on_primary_and_replicas(&setup, &primary, &password, &history).await;
+    setup.remove().await;
+}
+
+/// Every data pod deleted at once: the StatefulSet re-creates them on their volumes but on new
+/// pod addresses, so the Sentinels name an address no node has any more. The operator maps it
+/// back to the primary it recorded there, re-points the Sentinels one at a time, and the others
+/// follow that node again: the same primary, no failover, no acknowledged write lost.
+#[tokio::test]
+async fn every_data_pod_back_on_a_new_address_keeps_its_primary_and_every_acknowledged_write() {
+    let setup = OnRealNode::install("real-redis-new-addresses", CHART, &[]).await;
+    let status = create_ready(&setup, on_real_node(support::replication_spec(2)), 3, 3).await;
+    let primary_pod = status.primary.clone().expect("a primary");
+    let password = generated_password(&setup.admin, &setup.ns, CLUSTER).await;
+    let primary_service = primary_service_address(&setup).await;
+    let writer = start_reconnecting_writer(primary_service, &password);
+    let keys_on_primary = || async {
+        let mut connection = data_connection(primary_service, &password)
             .await
             .map_err(|error| error.to_string())?;
-        value.map(|_| ()).ok_or_else(|| "not yet".to_string())
-    })
+        redis::cmd("DBSIZE")
+            .query_async::<usize>(&mut connection)
+            .await
+            .map_err(|error| error.to_string())
+    };
+    wait::until(
+        "writes acknowledged before the pods go",
+        Duration::from_secs(60),
+        || async {
+            let keys = keys_on_primary().await?;
+            (keys >= 30).then_some(()).ok_or(format!("{keys} keys"))
+        },
+    )
     .await;
-    let on_replicas = check_history(&history, |key| {
-        let mut replicas = replicas.clone();
-        async move { replicas.get(key).await.unwrap() }
-    })
+    let repointed_before = setup.occurrences(&["SentinelRepointed"]).await;
+    let failovers_before = setup.occurrences(&["PrimaryChanged"]).await;
+
+    // Delete them all together; again if the pod network happened to hand an old address back.
+    let addresses = |pods: &[k8s_openapi::api::core::v1::Pod]| -> BTreeMap<String, String> {
+        pods.iter()
+            .map(|pod| {
+                let ip = pod
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.pod_ip.clone())
+                    .unwrap_or_default();
+                (pod.metadata.name.clone().unwrap(), ip)
+            })
+            .collect()
+    };
+    let mut old: Vec<String> = addresses(&setup.pods_of(NODES).await).into_values().collect();
+    let mut new_addresses = BTreeMap::new();
+    for attempt in 1..=3 {
+        let uids: Vec<_> = setup
+            .pods_of(NODES)
+            .await
+            .into_iter()
+            .map(|pod| pod.metadata.uid)
+            .collect();
+        setup
+            .pods()
+            .delete_collection(
+                &kube::api::DeleteParams::default(),
+                &kube::api::ListParams::default().labels(NODES),
+            )
+            .await
+            .unwrap();
+        let pods = wait::until(
+            "every data pod re-created with an address",
+            Duration::from_secs(120),
+            || async {
+                let pods = setup.pods_of(NODES).await;
+                let renewed = pods
+                    .iter()
+                    .filter(|pod| !uids.contains(&pod.metadata.uid))
+                    .count();
+                let addressed = addresses(&pods).values().filter(|ip| !ip.is_empty()).count();
+                (pods.len() == 3 && renewed == 3 && addressed == 3)
+                    .then_some(pods.clone())
+                    .ok_or_else(|| quorum_e2e::real_pods::describe_pods(&pods))
+            },
+        )
+        .await;
+        new_addresses = addresses(&pods);
+        if new_addresses.values().all(|ip| !old.contains(ip)) {
+            break;
+        }
+        assert!(
+            attempt < 3,
+            "the pod network keeps handing old addresses back: {new_addresses:?}"
+        );
+        old.extend(new_addresses.values().cloned());
+    }
+    let primary_now = format!("{}:6379", new_addresses[&primary_pod]);
+
+    let recovered = wait::until(
+        "the same primary Ready at its new address",
+        Duration::from_secs(240),
+        || async {
+            let status = clusters(&setup)
+                .get(CLUSTER)
+                .await
+                .map_err(|error| error.to_string())?
+                .status
+                .unwrap_or_default();
+            let ready = status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            (ready && status.ready_nodes == 3 && status.primary_address.as_deref() == Some(&primary_now))
+                .then_some(status.clone())
+                .ok_or_else(|| format!("{status:?}"))
+        },
+    )
     .await;
-    eprintln!(
-        "{checked} acknowledged writes checked on the primary and {on_replicas} on a replica, none lost"
+    assert_eq!(
+        recovered.primary, status.primary,
+        "another node became the primary"
     );
+    for sentinel in &recovered.sentinels {
+        assert_eq!(sentinel.primary.as_ref(), Some(&primary_pod), "{sentinel:?}");
+    }
+    let repointed = setup.occurrences(&["SentinelRepointed"]).await;
+    assert!(
+        repointed.get("SentinelRepointed").copied().unwrap_or(0)
+            >= repointed_before.get("SentinelRepointed").copied().unwrap_or(0) + 3,
+        "not every Sentinel was re-pointed: {repointed:?}"
+    );
+    assert_eq!(
+        setup.occurrences(&["PrimaryChanged"]).await,
+        failovers_before,
+        "the Sentinels failed over"
+    );
+
+    let keys_before = keys_on_primary().await.unwrap_or(0);
+    wait::until(
+        "writes acknowledged after the return",
+        Duration::from_secs(60),
+        || async {
+            let keys = keys_on_primary().await?;
+            (keys >= keys_before + 10)
+                .then_some(())
+                .ok_or(format!("{keys} keys, {keys_before} before"))
+        },
+    )
+    .await;
+    let history = writer.stop().await;
+    let primary = service_connection(&setup, &primary_service_name(CLUSTER), &password).await;
+    check_history_on_primary_and_replicas(&setup, &primary, &password, &history).await;
     setup.remove().await;
 }
 

@@ -6,6 +6,11 @@
 //! primary (as Sentinel itself would), grows and shrinks the StatefulSets, and asks Sentinel to
 //! fail over when the primary's pod is the one leaving. Only at formation, when no Sentinel
 //! knows any primary and no primary was ever recorded, does it choose one: the first node.
+//!
+//! The Sentinels know nodes by address. When every data pod comes back on a new one, they name
+//! an address no node has any more; the operator maps it back to the node it recorded at that
+//! address when the Sentinels last agreed (never by offset or run id: a restart from the
+//! append-only file resets both), and re-points the Sentinels there one at a time.
 
 use std::{collections::BTreeMap, net::SocketAddr, time::Duration};
 
@@ -24,6 +29,8 @@ pub struct NodeFact {
     pub replication: Option<ReplicationInfo>,
     /// The write fence it runs with, when it answered.
     pub write_fence: Option<WriteFence>,
+    /// How many keys it holds; `None` while it cannot tell (loading its data, or no answer).
+    pub keys: Option<u64>,
 }
 
 impl NodeFact {
@@ -74,6 +81,8 @@ pub struct Facts {
     pub sentinels: Vec<SentinelFact>,
     /// The primary recorded in status by an earlier pass.
     pub recorded_primary: Option<usize>,
+    /// The address the recorded primary had when a majority of the Sentinels last agreed on it.
+    pub recorded_primary_address: Option<SocketAddr>,
     pub settings: SentinelSettings,
     /// The write fence every node should run with (a replica may be promoted by Sentinel).
     pub write_fence: WriteFence,
@@ -88,6 +97,9 @@ pub enum Step {
     ScaleSentinels { replicas: usize },
     /// Tell a Sentinel to monitor the primary, with the spec's settings and the password.
     Monitor { sentinel: usize, primary: SocketAddr },
+    /// Tell a Sentinel that names the primary's old address to monitor it at its new one
+    /// (`SENTINEL REMOVE`, then as `Monitor`); one Sentinel per pass.
+    RepointSentinel { sentinel: usize, primary: SocketAddr },
     /// Correct a Sentinel's quorum, down-after or failover timeout.
     Configure { sentinel: usize },
     /// Point a node at the primary (`REPLICAOF`).
@@ -139,17 +151,56 @@ pub enum PrimaryFinding {
         ordinal: usize,
         address: SocketAddr,
     },
+    /// A majority of the Sentinels name the recorded primary, some of them at the address it had
+    /// when they last agreed (`from`), which no node has now; it answers at `to`.
+    Moved {
+        ordinal: usize,
+        from: SocketAddr,
+        to: SocketAddr,
+    },
     Unknown(Wait),
 }
 
 impl PrimaryFinding {
     pub fn ordinal(&self) -> Option<usize> {
         match self {
-            PrimaryFinding::Agreed { ordinal, .. } | PrimaryFinding::Recorded { ordinal, .. } => {
-                Some(*ordinal)
-            }
+            PrimaryFinding::Agreed { ordinal, .. }
+            | PrimaryFinding::Recorded { ordinal, .. }
+            | PrimaryFinding::Moved { ordinal, .. } => Some(*ordinal),
             PrimaryFinding::Unknown(_) => None,
         }
+    }
+}
+
+/// The node an address a Sentinel names belongs to.
+enum Named {
+    /// The node that has this address now.
+    Node(usize),
+    /// The recorded primary, at the address it had when the Sentinels last agreed.
+    FormerAddressOf(usize),
+    /// Another node has the recorded primary's former address now: the Sentinels may be
+    /// talking to the wrong server there.
+    Reused {
+        holder: usize,
+        recorded: usize,
+    },
+    NoNode,
+}
+
+fn named(facts: &Facts, address: SocketAddr) -> Named {
+    let holder = facts
+        .nodes
+        .iter()
+        .find(|n| n.address == Some(address))
+        .map(|n| n.ordinal);
+    let former = facts
+        .recorded_primary
+        .filter(|_| facts.recorded_primary_address == Some(address));
+    match (holder, former) {
+        (Some(holder), Some(recorded)) if holder != recorded => Named::Reused { holder, recorded },
+        (Some(holder), _) => Named::Node(holder),
+        (None, Some(recorded)) => Named::FormerAddressOf(recorded),
+        (None, None) => Named::NoNode,
     }
 }
 
@@ -166,16 +217,37 @@ pub fn find_primary(facts: &Facts) -> PrimaryFinding {
             "a Sentinel is failing over; waiting for it to finish".into(),
         );
     }
-    let mut votes: BTreeMap<SocketAddr, usize> = BTreeMap::new();
+    // Votes per node: a Sentinel naming the recorded primary's former address votes for it.
+    let mut votes: BTreeMap<usize, usize> = BTreeMap::new();
+    let mut former_addresses: BTreeMap<usize, SocketAddr> = BTreeMap::new();
+    let mut no_node: BTreeMap<SocketAddr, usize> = BTreeMap::new();
     for view in facts.sentinels.iter().filter_map(|s| s.view.as_ref()) {
-        *votes.entry(view.primary).or_default() += 1;
+        match named(facts, view.primary) {
+            Named::Node(ordinal) => *votes.entry(ordinal).or_default() += 1,
+            Named::FormerAddressOf(ordinal) => {
+                *votes.entry(ordinal).or_default() += 1;
+                former_addresses.insert(ordinal, view.primary);
+            }
+            Named::Reused { holder, recorded } => {
+                return unknown(
+                    "PrimaryAddressReused",
+                    format!(
+                        "the Sentinels name {}, the address of node {recorded} when they last agreed on it as the primary, \
+                         which node {holder} has now; not deciding which server they mean: check the nodes' data and \
+                         re-point the Sentinels by hand",
+                        view.primary
+                    ),
+                );
+            }
+            Named::NoNode => *no_node.entry(view.primary).or_default() += 1,
+        }
     }
-    let ordinal_at = |address: SocketAddr| {
+    let current_address = |ordinal: usize| {
         facts
             .nodes
             .iter()
-            .find(|n| n.address == Some(address))
-            .map(|n| n.ordinal)
+            .find(|n| n.ordinal == ordinal)
+            .and_then(|n| n.address)
     };
     let says_primary = |ordinal: usize| {
         facts
@@ -186,20 +258,46 @@ pub fn find_primary(facts: &Facts) -> PrimaryFinding {
             .is_some_and(|info| info.role == Role::Primary)
     };
     let majority = facts.desired_sentinels.max(facts.sentinels.len()) / 2 + 1;
-    if let Some((&address, &count)) = votes.iter().max_by_key(|(_, count)| **count) {
-        let unanimous = votes.len() == 1;
-        let Some(ordinal) = ordinal_at(address) else {
-            return unknown(
-                "PrimaryNotANode",
-                format!("the Sentinels name {address} as the primary, which is no node of this cluster"),
-            );
+    let leading = votes
+        .iter()
+        .max_by_key(|(_, count)| **count)
+        .map(|(o, c)| (*o, *c));
+    let not_a_node = no_node.iter().max_by_key(|(_, count)| **count);
+    if let Some((address, &count)) = not_a_node
+        && leading.is_none_or(|(_, leading)| count >= leading)
+    {
+        let recorded = match (facts.recorded_primary, facts.recorded_primary_address) {
+            (Some(ordinal), Some(at)) => format!("; node {ordinal} was the primary at {at}"),
+            _ => String::new(),
         };
+        return unknown(
+            "PrimaryNotANode",
+            format!(
+                "the Sentinels name {address} as the primary, which is no node of this cluster{recorded}"
+            ),
+        );
+    }
+    if let Some((ordinal, count)) = leading {
+        let unanimous = votes.len() == 1 && no_node.is_empty();
         if count >= majority || (unanimous && says_primary(ordinal)) {
-            return PrimaryFinding::Agreed { ordinal, address };
+            let Some(address) = current_address(ordinal) else {
+                return unknown(
+                    "PrimaryUnknown",
+                    format!("the Sentinels name node {ordinal}, whose pod has no address"),
+                );
+            };
+            return match former_addresses.get(&ordinal) {
+                Some(&from) => PrimaryFinding::Moved {
+                    ordinal,
+                    from,
+                    to: address,
+                },
+                None => PrimaryFinding::Agreed { ordinal, address },
+            };
         }
         return unknown(
             "SentinelsDisagree",
-            format!("no majority of the Sentinels names one primary ({votes:?})"),
+            format!("no majority of the Sentinels names one primary (votes per node: {votes:?})"),
         );
     }
     // No Sentinel monitors anything: all are new, or none answered.
@@ -260,7 +358,9 @@ pub fn find_primary(facts: &Facts) -> PrimaryFinding {
 /// only a majority of the Sentinels naming another node moves the primary.
 pub fn serving_primary(facts: &Facts) -> Option<usize> {
     match find_primary(facts) {
-        PrimaryFinding::Agreed { ordinal, .. } | PrimaryFinding::Recorded { ordinal, .. } => Some(ordinal),
+        PrimaryFinding::Agreed { ordinal, .. }
+        | PrimaryFinding::Recorded { ordinal, .. }
+        | PrimaryFinding::Moved { ordinal, .. } => Some(ordinal),
         PrimaryFinding::Unknown(_) => {
             let recorded = facts.recorded_primary?;
             let demoted = facts
@@ -272,6 +372,46 @@ pub fn serving_primary(facts: &Facts) -> Option<usize> {
             (!demoted).then_some(recorded)
         }
     }
+}
+
+/// Why a node found again after a restart (rather than agreed on by Sentinels that watched it
+/// all along) may not be the source every other node resynchronises from yet: it must answer as
+/// a primary, have loaded its data, and not be empty while another node holds keys (a
+/// re-created volume).
+fn unfit_source(facts: &Facts, ordinal: usize) -> Option<Wait> {
+    let node = facts.nodes.iter().find(|n| n.ordinal == ordinal);
+    let Some((node, info)) = node.and_then(|n| Some((n, n.answered()?))) else {
+        return Some(Wait {
+            reason: "PrimaryUnknown",
+            message: format!("node {ordinal}, the recorded primary, does not answer"),
+        });
+    };
+    if info.role != Role::Primary {
+        return Some(Wait {
+            reason: "PrimaryUnknown",
+            message: format!("node {ordinal}, the recorded primary, says it is a replica"),
+        });
+    }
+    let Some(keys) = node.keys else {
+        return Some(Wait {
+            reason: "PrimaryLoading",
+            message: format!("node {ordinal}, the recorded primary, has not finished loading its data"),
+        });
+    };
+    if keys == 0
+        && let Some(other) = facts.nodes.iter().find(|n| n.keys.is_some_and(|k| k > 0))
+    {
+        return Some(Wait {
+            reason: "PrimaryEmpty",
+            message: format!(
+                "node {ordinal}, the recorded primary, holds no key while node {} holds {}; its volume may be new. \
+                 Not making the others copy it: check which node holds the data and re-point the Sentinels by hand",
+                other.ordinal,
+                other.keys.unwrap_or_default()
+            ),
+        });
+    }
+    None
 }
 
 /// The first node whose write fence differs from the wanted one and may be changed now.
@@ -314,8 +454,33 @@ pub fn decide(facts: &Facts) -> Decision {
         });
     }
     let (primary, primary_address) = match find_primary(facts) {
-        PrimaryFinding::Agreed { ordinal, address } | PrimaryFinding::Recorded { ordinal, address } => {
+        PrimaryFinding::Agreed { ordinal, address } => (ordinal, address),
+        PrimaryFinding::Recorded { ordinal, address } => {
+            if facts.recorded_primary.is_some()
+                && let Some(why) = unfit_source(facts, ordinal)
+            {
+                return Decision::Wait(why);
+            }
             (ordinal, address)
+        }
+        PrimaryFinding::Moved { ordinal, from, to } => {
+            if let Some(why) = unfit_source(facts, ordinal) {
+                return Decision::Wait(why);
+            }
+            return match facts
+                .sentinels
+                .iter()
+                .find(|s| s.health.is_healthy() && s.view.as_ref().is_some_and(|v| v.primary == from))
+            {
+                Some(sentinel) => Decision::Act(Step::RepointSentinel {
+                    sentinel: sentinel.ordinal,
+                    primary: to,
+                }),
+                None => wait(
+                    "PrimaryUnknown",
+                    format!("no Sentinel that names node {ordinal} at {from} answers"),
+                ),
+            };
         }
         PrimaryFinding::Unknown(why) => return Decision::Wait(why),
     };
@@ -494,6 +659,7 @@ mod tests {
             health: Health::Healthy,
             replication: Some(info),
             write_fence: Some(FENCE),
+            keys: Some(100),
         }
     }
 
@@ -513,6 +679,7 @@ mod tests {
             health: Health::Unknown("timed out".into()),
             replication: None,
             write_fence: None,
+            keys: None,
         }
     }
 
@@ -565,6 +732,7 @@ mod tests {
             nodes,
             sentinels,
             recorded_primary: recorded,
+            recorded_primary_address: recorded.map(address),
             settings: settings(),
             write_fence: FENCE,
         }
@@ -880,6 +1048,179 @@ mod tests {
             decide(&facts(nodes, all_watching(0), Some(0))),
             Decision::Wait(Wait {
                 reason: "ReplicaSyncing",
+                ..
+            })
+        ));
+    }
+    /// Every data pod came back on a new address (`127.0.10.x`); the Sentinels still name the
+    /// primary's old one (`127.0.9.1`), and every node is a primary of nothing.
+    fn moved_nodes() -> Vec<NodeFact> {
+        (0..3)
+            .map(|o| NodeFact {
+                address: Some(moved(o)),
+                ..node(o, primary_info(&[]))
+            })
+            .collect()
+    }
+
+    fn moved(ordinal: usize) -> SocketAddr {
+        format!("127.0.10.{}:6379", ordinal + 1).parse().unwrap()
+    }
+
+    fn naming(ordinal: usize, primary: SocketAddr) -> SentinelFact {
+        let mut sentinel = watching(ordinal, 0);
+        sentinel.view.as_mut().unwrap().primary = primary;
+        sentinel
+    }
+
+    #[test]
+    fn every_node_on_a_new_address_repoints_the_sentinels_to_the_recorded_primary_one_at_a_time() {
+        type Case = (&'static str, Vec<SentinelFact>, Decision);
+        let cases: Vec<Case> = vec![
+            (
+                "every Sentinel names the old address",
+                all_watching(0),
+                Decision::Act(Step::RepointSentinel {
+                    sentinel: 0,
+                    primary: moved(0),
+                }),
+            ),
+            (
+                "one re-pointed: the majority holds across old and new address",
+                vec![naming(0, moved(0)), watching(1, 0), watching(2, 0)],
+                Decision::Act(Step::RepointSentinel {
+                    sentinel: 1,
+                    primary: moved(0),
+                }),
+            ),
+            (
+                "all re-pointed: the others follow the primary at its new address",
+                (0..3).map(|s| naming(s, moved(0))).collect(),
+                Decision::Act(Step::Replicate {
+                    node: 1,
+                    primary: moved(0),
+                }),
+            ),
+        ];
+        for (case, sentinels, expected) in cases {
+            assert_eq!(
+                decide(&facts(moved_nodes(), sentinels, Some(0))),
+                expected,
+                "{case}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_moved_primary_is_followed_only_when_it_is_a_fit_source() {
+        let waits = |nodes: Vec<NodeFact>, reason: &str| {
+            let decision = decide(&facts(nodes, all_watching(0), Some(0)));
+            assert!(
+                matches!(&decision, Decision::Wait(w) if w.reason == reason),
+                "{reason}: {decision:?}"
+            );
+        };
+        let mut unreachable = moved_nodes();
+        unreachable[0] = NodeFact {
+            address: Some(moved(0)),
+            ..unreachable_node(0)
+        };
+        waits(unreachable, "PrimaryUnknown");
+        let mut loading = moved_nodes();
+        loading[0].keys = None;
+        waits(loading, "PrimaryLoading");
+        let mut empty = moved_nodes();
+        empty[0].keys = Some(0);
+        waits(empty, "PrimaryEmpty");
+        // Nothing anywhere: an empty primary is as good as any.
+        let mut all_empty = moved_nodes();
+        for node in &mut all_empty {
+            node.keys = Some(0);
+        }
+        assert_eq!(
+            decide(&facts(all_empty, all_watching(0), Some(0))),
+            Decision::Act(Step::RepointSentinel {
+                sentinel: 0,
+                primary: moved(0)
+            })
+        );
+    }
+
+    #[test]
+    fn an_address_of_the_recorded_primary_that_another_node_has_now_waits_for_a_human() {
+        // Node 1 came back on the primary's old address, node 0 on a new one.
+        let mut nodes = moved_nodes();
+        nodes[1].address = Some(address(0));
+        let decision = decide(&facts(nodes.clone(), all_watching(0), Some(0)));
+        assert!(
+            matches!(&decision, Decision::Wait(w) if w.reason == "PrimaryAddressReused"),
+            "{decision:?}"
+        );
+        assert_eq!(serving_primary(&facts(nodes, all_watching(0), Some(0))), Some(0));
+    }
+
+    #[test]
+    fn an_address_nobody_recorded_still_waits() {
+        let stray: SocketAddr = "127.0.9.7:6379".parse().unwrap();
+        let sentinels: Vec<_> = (0..3).map(|s| naming(s, stray)).collect();
+        let decision = decide(&facts(moved_nodes(), sentinels, Some(0)));
+        assert!(
+            matches!(&decision, Decision::Wait(w) if w.reason == "PrimaryNotANode"),
+            "{decision:?}"
+        );
+        let mut unrecorded = facts(moved_nodes(), all_watching(0), Some(0));
+        unrecorded.recorded_primary_address = None;
+        assert!(matches!(
+            decide(&unrecorded),
+            Decision::Wait(Wait {
+                reason: "PrimaryNotANode",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn a_minority_naming_a_gone_address_does_not_block_the_majority() {
+        let gone: SocketAddr = "127.0.9.7:6379".parse().unwrap();
+        let sentinels = vec![watching(0, 0), watching(1, 0), naming(2, gone)];
+        assert_eq!(
+            find_primary(&facts(settled_nodes(0), sentinels, Some(0))),
+            PrimaryFinding::Agreed {
+                ordinal: 0,
+                address: address(0)
+            }
+        );
+    }
+
+    #[test]
+    fn sentinels_that_forgot_everything_monitor_the_recorded_primary_only_if_it_holds_the_data() {
+        let new_sentinels = || (0..3).map(new_sentinel).collect::<Vec<_>>();
+        assert_eq!(
+            decide(&facts(moved_nodes(), new_sentinels(), Some(0))),
+            Decision::Act(Step::Monitor {
+                sentinel: 0,
+                primary: moved(0)
+            })
+        );
+        let mut empty = moved_nodes();
+        empty[0].keys = Some(0);
+        assert!(matches!(
+            decide(&facts(empty, new_sentinels(), Some(0))),
+            Decision::Wait(Wait {
+                reason: "PrimaryEmpty",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn a_failover_attempt_toward_a_moved_primary_is_not_interrupted() {
+        let mut sentinels = all_watching(0);
+        sentinels[1].view.as_mut().unwrap().failover_in_progress = true;
+        assert!(matches!(
+            decide(&facts(moved_nodes(), sentinels, Some(0))),
+            Decision::Wait(Wait {
+                reason: "FailoverInProgress",
                 ..
             })
         ));

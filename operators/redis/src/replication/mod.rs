@@ -21,7 +21,10 @@ use quorum_core::{
 
 use crate::{
     address::Kind,
-    admin::{AdminError, Role, sentinel::SentinelSetting},
+    admin::{
+        AdminError, Role,
+        sentinel::{SentinelAdmin, SentinelSetting},
+    },
     crd::{FailoverRecord, NodeStatus, RedisClusterStatus, SentinelStatus},
     reconcile::{Error, Pass, Progress, set_conditions},
     resources::{
@@ -31,7 +34,8 @@ use crate::{
 };
 
 use decide::{
-    Decision, Facts, NodeFact, SentinelFact, SentinelSettings, SentinelView, Step, decide, serving_primary,
+    Decision, Facts, NodeFact, PrimaryFinding, SentinelFact, SentinelSettings, SentinelView, Step, decide,
+    find_primary, serving_primary,
 };
 
 /// One reconcile pass in replication mode.
@@ -54,6 +58,12 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
         .as_ref()
         .and_then(|s| s.primary.as_deref())
         .and_then(|p| ordinal_of(&name, p));
+    let recorded_primary_address = pass
+        .cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.primary_address.as_deref())
+        .and_then(|address| address.parse().ok());
     let facts = Facts {
         desired_nodes: spec.node_count(),
         node_pods,
@@ -62,6 +72,7 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
         nodes,
         sentinels,
         recorded_primary,
+        recorded_primary_address,
         settings: SentinelSettings {
             quorum: sentinel_spec.effective_quorum(),
             down_after: Duration::from_millis(sentinel_spec.down_after_millis.max(0) as u64),
@@ -72,6 +83,7 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
 
     // Decide.
     let decision = decide(&facts);
+    let finding = find_primary(&facts);
     let primary = serving_primary(&facts);
     tracing::info!(cluster = %pass.key, ?decision, ?primary, "decided");
 
@@ -140,6 +152,11 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
     )
     .await;
     let mut status = build_status(pass, &facts, primary, &progress);
+    status.primary_address = match finding {
+        PrimaryFinding::Agreed { address, .. } => Some(address.to_string()),
+        _ if primary == recorded_primary => status.primary_address,
+        _ => None,
+    };
     if let (Some(from), Some(to)) = (recorded_primary, primary)
         && from != to
     {
@@ -186,9 +203,14 @@ async fn observe_nodes(pass: &Pass<'_>, count: usize) -> Vec<NodeFact> {
                 "replication_info",
                 Idempotency::Read,
                 |admin| async move {
-                    // The fence is read beside the role; a server that will not tell (a renamed
-                    // CONFIG) is still healthy, its fence just unknown.
-                    Ok((admin.replication_info().await?, admin.write_fence().await.ok()))
+                    // The fence and key count are read beside the role; a server that will not
+                    // tell (a renamed CONFIG, or still loading its data) is still healthy, what
+                    // it withheld just unknown.
+                    Ok((
+                        admin.replication_info().await?,
+                        admin.write_fence().await.ok(),
+                        admin.key_count().await.ok(),
+                    ))
                 },
             )
             .await;
@@ -197,13 +219,13 @@ async fn observe_nodes(pass: &Pass<'_>, count: usize) -> Vec<NodeFact> {
     let answers = futures::future::join_all(asks).await;
     let infos: BTreeMap<usize, _> = answers
         .iter()
-        .filter_map(|(ordinal, _, answer)| answer.as_ref().ok().map(|(info, _)| (*ordinal, info.clone())))
+        .filter_map(|(ordinal, _, answer)| answer.as_ref().ok().map(|(info, ..)| (*ordinal, info.clone())))
         .collect();
     answers
         .into_iter()
         .map(|(ordinal, address, answer)| {
-            let (health, replication, write_fence) = match answer {
-                Ok((info, fence)) => (Health::Healthy, Some(info), fence),
+            let (health, replication, write_fence, keys) = match answer {
+                Ok((info, fence, keys)) => (Health::Healthy, Some(info), fence, keys),
                 Err(error) => {
                     // Testimony: the replicas that follow this node's address.
                     let testimony: Vec<bool> = address
@@ -219,6 +241,7 @@ async fn observe_nodes(pass: &Pass<'_>, count: usize) -> Vec<NodeFact> {
                         classify(Err(error.to_string()), &testimony, count.saturating_sub(1)),
                         None,
                         None,
+                        None,
                     )
                 }
             };
@@ -228,6 +251,7 @@ async fn observe_nodes(pass: &Pass<'_>, count: usize) -> Vec<NodeFact> {
                 health,
                 replication,
                 write_fence,
+                keys,
             }
         })
         .collect()
@@ -305,43 +329,26 @@ async fn execute(pass: &Pass<'_>, facts: &Facts, step: &Step) -> Result<(), crat
     match step {
         Step::ScaleNodes { .. } | Step::ScaleSentinels { .. } | Step::RemoveNode { .. } => Ok(()),
         Step::Monitor { sentinel, primary } => {
-            let credentials = clients.credentials(key);
-            let settings = facts.settings;
-            let primary = *primary;
-            clients
-                .sentinel(
-                    key,
-                    addresses,
-                    *sentinel,
-                    "sentinel_monitor",
-                    Idempotency::Mutation,
-                    |admin| {
-                        let credentials = credentials.clone();
-                        async move {
-                            admin
-                                .monitor(SENTINEL_PRIMARY_NAME, primary, settings.quorum)
-                                .await?;
-                            if let Some(credentials) = credentials {
-                                admin
-                                    .set(SENTINEL_PRIMARY_NAME, &SentinelSetting::Auth(credentials))
-                                    .await?;
-                            }
-                            admin
-                                .set(
-                                    SENTINEL_PRIMARY_NAME,
-                                    &SentinelSetting::DownAfter(settings.down_after),
-                                )
-                                .await?;
-                            admin
-                                .set(
-                                    SENTINEL_PRIMARY_NAME,
-                                    &SentinelSetting::FailoverTimeout(settings.failover_timeout),
-                                )
-                                .await
-                        }
-                    },
-                )
-                .await
+            monitor(
+                pass,
+                *sentinel,
+                *primary,
+                facts.settings,
+                false,
+                "sentinel_monitor",
+            )
+            .await
+        }
+        Step::RepointSentinel { sentinel, primary } => {
+            monitor(
+                pass,
+                *sentinel,
+                *primary,
+                facts.settings,
+                true,
+                "sentinel_repoint",
+            )
+            .await
         }
         Step::Configure { sentinel } => {
             let settings = facts.settings;
@@ -356,18 +363,7 @@ async fn execute(pass: &Pass<'_>, facts: &Facts, step: &Step) -> Result<(), crat
                         admin
                             .set(SENTINEL_PRIMARY_NAME, &SentinelSetting::Quorum(settings.quorum))
                             .await?;
-                        admin
-                            .set(
-                                SENTINEL_PRIMARY_NAME,
-                                &SentinelSetting::DownAfter(settings.down_after),
-                            )
-                            .await?;
-                        admin
-                            .set(
-                                SENTINEL_PRIMARY_NAME,
-                                &SentinelSetting::FailoverTimeout(settings.failover_timeout),
-                            )
-                            .await
+                        set_timeouts(&admin, settings).await
                     },
                 )
                 .await
@@ -427,6 +423,68 @@ async fn execute(pass: &Pass<'_>, facts: &Facts, step: &Step) -> Result<(), crat
                 .await
         }
     }
+}
+
+/// Tells a Sentinel to monitor the primary at `primary` with the spec's settings and the
+/// password; `forget_first` drops what it monitored before (`SENTINEL REMOVE`: the primary's old
+/// address and the replicas it knew there).
+async fn monitor(
+    pass: &Pass<'_>,
+    sentinel: usize,
+    primary: std::net::SocketAddr,
+    settings: SentinelSettings,
+    forget_first: bool,
+    operation: &'static str,
+) -> Result<(), crate::clients::CallFailure> {
+    let clients = &pass.context.state.clients;
+    let credentials = clients.credentials(&pass.key);
+    clients
+        .sentinel(
+            &pass.key,
+            &pass.addresses,
+            sentinel,
+            operation,
+            Idempotency::Mutation,
+            |admin| {
+                let credentials = credentials.clone();
+                async move {
+                    if forget_first {
+                        match admin.remove(SENTINEL_PRIMARY_NAME).await {
+                            // Removed by an earlier attempt whose MONITOR did not follow.
+                            Err(AdminError::Refused { message, .. })
+                                if message.contains("No such master") => {}
+                            other => other?,
+                        }
+                    }
+                    admin
+                        .monitor(SENTINEL_PRIMARY_NAME, primary, settings.quorum)
+                        .await?;
+                    if let Some(credentials) = credentials {
+                        admin
+                            .set(SENTINEL_PRIMARY_NAME, &SentinelSetting::Auth(credentials))
+                            .await?;
+                    }
+                    set_timeouts(&admin, settings).await
+                }
+            },
+        )
+        .await
+}
+
+/// The spec's `down-after` and failover timeout, on the primary a Sentinel monitors.
+async fn set_timeouts(admin: &SentinelAdmin, settings: SentinelSettings) -> Result<(), AdminError> {
+    admin
+        .set(
+            SENTINEL_PRIMARY_NAME,
+            &SentinelSetting::DownAfter(settings.down_after),
+        )
+        .await?;
+    admin
+        .set(
+            SENTINEL_PRIMARY_NAME,
+            &SentinelSetting::FailoverTimeout(settings.failover_timeout),
+        )
+        .await
 }
 
 /// The role label each data pod should carry: the primary the Sentinels agree on, replicas
@@ -601,6 +659,7 @@ pub fn step_reason(step: &Step) -> &'static str {
         Step::ScaleNodes { .. } => "ScalingNodes",
         Step::ScaleSentinels { .. } => "ScalingSentinels",
         Step::Monitor { .. } => "SentinelMonitoring",
+        Step::RepointSentinel { .. } => "SentinelRepointed",
         Step::Configure { .. } => "SentinelConfigured",
         Step::Replicate { .. } => "ReplicaConfigured",
         Step::FenceWrites { .. } => "WriteFenceSet",
@@ -617,6 +676,10 @@ pub fn describe(cluster: &str, step: &Step) -> String {
         Step::ScaleSentinels { replicas } => format!("scaling the Sentinels to {replicas} pods"),
         Step::Monitor { sentinel, primary } => format!(
             "telling {} to monitor the primary at {primary}",
+            sentinel_name(cluster, *sentinel)
+        ),
+        Step::RepointSentinel { sentinel, primary } => format!(
+            "telling {}, which names the primary's old address, to monitor it at {primary}",
             sentinel_name(cluster, *sentinel)
         ),
         Step::Configure { sentinel } => format!(
