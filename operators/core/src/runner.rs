@@ -46,6 +46,16 @@ use crate::{
 
 /// What every reconcile receives: the shared machinery plus the operator's own `state`
 /// (for example its cache of database admin clients).
+/// What a cluster controller's state does once one of its clusters is gone: drop what it keeps
+/// per cluster (clients, breakers, credentials), so that memory and the open-circuit gauge
+/// follow the clusters that exist. `key` is `namespace/name`.
+pub trait ForgetsClusters: Send + Sync + 'static {
+    fn forget_cluster<'a>(&'a self, key: &'a str) -> BoxFuture<'a, ()>;
+}
+
+/// Called with `namespace/name` when a controller learns that its object is gone.
+type OnGone = Arc<dyn Fn(String) -> BoxFuture<'static, ()> + Send + Sync>;
+
 pub struct Context<S> {
     pub client: Client,
     pub applier: Applier,
@@ -199,11 +209,12 @@ impl Runtime {
         F: Fn(Arc<K>, Arc<Context<S>>) -> Fut + Send + Sync + Clone + 'static,
         Fut: Future<Output = Result<Action, E>> + Send + 'static,
     {
-        self.controller_reporting(context, reconcile, false, None)
+        self.controller_reporting(context, reconcile, false, None, None)
     }
 
     /// A controller for database clusters: as [`Runtime::controller`], and after every pass the
-    /// cluster's pods that cannot start are reported on it ([`crate::pod_failures`]).
+    /// cluster's pods that cannot start are reported on it ([`crate::pod_failures`]); once a
+    /// cluster is gone, the state forgets it ([`ForgetsClusters`]).
     pub fn cluster_controller<K, S, E, F, Fut>(
         &self,
         context: Arc<Context<S>>,
@@ -217,12 +228,13 @@ impl Runtime {
             + Send
             + Sync
             + 'static,
-        S: Send + Sync + 'static,
+        S: ForgetsClusters,
         E: ReconcileError,
         F: Fn(Arc<K>, Arc<Context<S>>) -> Fut + Send + Sync + Clone + 'static,
         Fut: Future<Output = Result<Action, E>> + Send + 'static,
     {
-        self.controller_reporting(context, reconcile, true, None)
+        let on_gone = forgetting(&context);
+        self.controller_reporting(context, reconcile, true, None, Some(on_gone))
     }
 
     /// As [`Runtime::cluster_controller`], and a cluster is also reconciled whenever
@@ -242,12 +254,13 @@ impl Runtime {
             + Send
             + Sync
             + 'static,
-        S: Send + Sync + 'static,
+        S: ForgetsClusters,
         E: ReconcileError,
         F: Fn(Arc<K>, Arc<Context<S>>) -> Fut + Send + Sync + Clone + 'static,
         Fut: Future<Output = Result<Action, E>> + Send + 'static,
     {
-        self.controller_reporting(context, reconcile, true, Some(wakeups))
+        let on_gone = forgetting(&context);
+        self.controller_reporting(context, reconcile, true, Some(wakeups), Some(on_gone))
     }
 
     fn controller_reporting<K, S, E, F, Fut>(
@@ -256,6 +269,7 @@ impl Runtime {
         reconcile: F,
         report_pods: bool,
         wakeups: Option<Wakeups>,
+        on_gone: Option<OnGone>,
     ) -> BoxFuture<'static, ()>
     where
         K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
@@ -282,6 +296,7 @@ impl Runtime {
                 reconcile.clone(),
                 report_pods,
                 wakeups.clone(),
+                on_gone.clone(),
             )
         });
         // One namespace's controller ending is this controller ending: the runner decides
@@ -304,6 +319,7 @@ impl Runtime {
         reconcile: F,
         report_pods: bool,
         wakeups: Option<Wakeups>,
+        on_gone: Option<OnGone>,
     ) -> BoxFuture<'static, ()>
     where
         K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
@@ -351,6 +367,7 @@ impl Runtime {
         let shutdown = self.shutdown.clone();
         let reconcile_name = controller_name.clone();
         let error_name = controller_name.clone();
+        let gone_context = context.clone();
         let mut controller = Controller::for_stream(trigger, reader);
         if let Some(wakeups) = wakeups {
             controller = controller.reconcile_on(wakeups.stream::<K>(namespace.clone()));
@@ -409,13 +426,26 @@ impl Runtime {
                 context,
             );
         Box::pin(stream.for_each(move |result| {
-            match result {
-                Ok((object, _)) => {
-                    tracing::debug!(controller = %controller_name, object = %object, "reconciled")
+            let (on_gone, context, controller_name) =
+                (on_gone.clone(), gone_context.clone(), controller_name.clone());
+            async move {
+                match result {
+                    Ok((object, _)) => {
+                        tracing::debug!(controller = %controller_name, object = %object, "reconciled")
+                    }
+                    // A pass that came due (a requeue, an owned object's deletion) for an object
+                    // deleted meanwhile: the object is gone, and so is what was kept for it.
+                    Err(kube::runtime::controller::Error::ObjectNotFound(object)) => {
+                        let key = format!("{}/{}", object.namespace.clone().unwrap_or_default(), object.name);
+                        context.failures.lock().await.remove(&key);
+                        if let Some(on_gone) = on_gone {
+                            on_gone(key.clone()).await;
+                        }
+                        tracing::debug!(controller = %controller_name, object = %key, "gone; forgotten");
+                    }
+                    Err(error) => tracing::warn!(controller = %controller_name, %error, "reconcile failed"),
                 }
-                Err(error) => tracing::warn!(controller = %controller_name, %error, "reconcile failed"),
             }
-            futures::future::ready(())
         }))
     }
 
@@ -507,6 +537,15 @@ impl Runtime {
 
 fn object_key<K: Resource>(object: &K) -> String {
     format!("{}/{}", object.namespace().unwrap_or_default(), object.name_any())
+}
+
+/// The hook by which a cluster controller tells its state that a cluster is gone.
+fn forgetting<S: ForgetsClusters>(context: &Arc<Context<S>>) -> OnGone {
+    let context = context.clone();
+    Arc::new(move |key: String| {
+        let context = context.clone();
+        Box::pin(async move { context.state.forget_cluster(&key).await })
+    })
 }
 
 fn error_policy<K: Resource, S, E: ReconcileError>(

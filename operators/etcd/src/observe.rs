@@ -86,7 +86,7 @@ impl EtcdClients {
             }
         };
         if changed {
-            self.cache.forget_cluster(cluster).await;
+            self.cache.forget_cluster(cluster, &self.metrics, ENGINE).await;
         }
     }
 
@@ -141,7 +141,7 @@ impl EtcdClients {
     /// Drops the cached clients and TLS material of a deleted cluster.
     pub async fn forget_cluster(&self, cluster: &str) {
         self.tls.lock().expect("TLS table lock").remove(cluster);
-        self.cache.forget_cluster(cluster).await;
+        self.cache.forget_cluster(cluster, &self.metrics, ENGINE).await;
     }
 
     /// Gathers the cluster's state, asking members `0..candidates`.

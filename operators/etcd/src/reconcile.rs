@@ -63,6 +63,12 @@ pub struct State {
     pub settings: Settings,
 }
 
+impl quorum_core::runner::ForgetsClusters for State {
+    fn forget_cluster<'a>(&'a self, key: &'a str) -> futures::future::BoxFuture<'a, ()> {
+        Box::pin(self.clients.forget_cluster(key))
+    }
+}
+
 impl State {
     /// The resolver for one cluster's members.
     pub fn resolver(&self, cluster: &EtcdCluster) -> MemberResolver {

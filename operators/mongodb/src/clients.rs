@@ -99,7 +99,7 @@ impl MongoClients {
             !same
         };
         if changed {
-            self.members.forget_cluster(cluster).await;
+            self.members.forget_cluster(cluster, &self.metrics, ENGINE).await;
         }
     }
 
@@ -114,7 +114,7 @@ impl MongoClients {
     /// Drops the cached clients and login of a deleted cluster.
     pub async fn forget_cluster(&self, cluster: &str) {
         self.credentials.lock().expect("credentials lock").remove(cluster);
-        self.members.forget_cluster(cluster).await;
+        self.members.forget_cluster(cluster, &self.metrics, ENGINE).await;
     }
 
     /// A client of its own for a long operation (a restore) on the member known as `host`,

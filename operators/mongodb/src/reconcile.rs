@@ -64,6 +64,12 @@ pub struct State {
     pub settings: Settings,
 }
 
+impl quorum_core::runner::ForgetsClusters for State {
+    fn forget_cluster<'a>(&'a self, key: &'a str) -> futures::future::BoxFuture<'a, ()> {
+        Box::pin(self.clients.forget_cluster(key))
+    }
+}
+
 impl State {
     /// The `host:port` of pod `ordinal` of `statefulset` in the set's configuration.
     pub fn host(&self, replica_set: &MongoDBReplicaSet, statefulset: &str, ordinal: usize) -> String {

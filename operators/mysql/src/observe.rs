@@ -120,7 +120,7 @@ impl MySqlClients {
             !same
         };
         if changed {
-            self.cache.forget_cluster(cluster).await;
+            self.cache.forget_cluster(cluster, &self.metrics, ENGINE).await;
         }
     }
 
@@ -128,7 +128,7 @@ impl MySqlClients {
     pub async fn forget_cluster(&self, cluster: &str) {
         self.credentials.lock().expect("credentials lock").remove(cluster);
         self.applied_users.lock().expect("users lock").remove(cluster);
-        self.cache.forget_cluster(cluster).await;
+        self.cache.forget_cluster(cluster, &self.metrics, ENGINE).await;
     }
 
     /// Runs one admin verb against one member through its breaker, timeout and (for reads)

@@ -74,6 +74,12 @@ pub struct State {
     pub settings: Settings,
 }
 
+impl quorum_core::runner::ForgetsClusters for State {
+    fn forget_cluster<'a>(&'a self, key: &'a str) -> futures::future::BoxFuture<'a, ()> {
+        Box::pin(self.clients.forget_cluster(key))
+    }
+}
+
 impl State {
     pub fn addresses(&self, cluster: &MySQLCluster) -> Addresses {
         let namespace = cluster.namespace().unwrap_or_default();

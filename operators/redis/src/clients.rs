@@ -91,8 +91,15 @@ impl RedisClients {
     }
 
     async fn forget_clients(&self, cluster: &str) {
-        self.nodes.forget_cluster(cluster).await;
-        self.sentinels.forget_cluster(cluster).await;
+        self.nodes.forget_cluster(cluster, &self.metrics, ENGINE).await;
+        self.sentinels
+            .forget_cluster(cluster, &self.metrics, ENGINE)
+            .await;
+    }
+
+    /// How many data nodes and Sentinels, of every cluster, have a cached client or breaker.
+    pub async fn cached_members(&self) -> usize {
+        self.nodes.len().await + self.sentinels.len().await
     }
 
     /// Drops the cached clients and credentials of a deleted cluster.

@@ -410,6 +410,51 @@ async fn replicas_are_added_synced_and_removed_and_sentinels_forget_them() {
     setup.stop().await;
 }
 
+/// A deleted deployment leaves nothing behind in the operator: its cached clients, breakers
+/// and password go, and a circuit that was open for one of its Sentinels no longer counts in
+/// `quorum_admin_circuits_open`.
+#[tokio::test]
+async fn a_deleted_deployment_leaves_no_client_and_no_open_circuit_behind() {
+    let setup = Setup::start("redis-forgotten").await;
+    let ns = setup.ns().to_string();
+    setup.create_ready("cache", replication_spec(1), 2).await;
+    let state = &setup.operator.context.state;
+    assert!(
+        state.clients.cached_members().await >= 4,
+        "the operator caches a client per node and Sentinel"
+    );
+
+    setup.pods.kill(&ns, "cache-sentinel-2").await;
+    let metrics = state.clients.metrics();
+    wait::until(
+        "the circuit to the killed Sentinel open",
+        Duration::from_secs(60),
+        || async {
+            let open = metrics.open_circuits(redis_operator::clients::ENGINE);
+            (open >= 1).then_some(()).ok_or(format!("{open} open"))
+        },
+    )
+    .await;
+
+    setup.clusters.delete("cache", &Default::default()).await.unwrap();
+    wait::until(
+        "the deleted deployment forgotten",
+        Duration::from_secs(90),
+        || async {
+            let cached = state.clients.cached_members().await;
+            let open = metrics.open_circuits(redis_operator::clients::ENGINE);
+            let credentials = state.clients.credentials(&format!("{ns}/cache")).is_some();
+            (cached == 0 && open == 0 && !credentials)
+                .then_some(())
+                .ok_or(format!(
+                    "{cached} members cached, {open} circuits open, password kept: {credentials}"
+                ))
+        },
+    )
+    .await;
+    setup.stop().await;
+}
+
 /// Every Sentinel down is no write outage: the primary they last agreed on keeps its role label
 /// (so the primary Service keeps selecting it) and takes writes; once the Sentinels are back
 /// they watch the same primary, with nothing failed over and every acknowledged write kept.

@@ -86,9 +86,16 @@ impl<C: Clone> ClientCache<C> {
         }
     }
 
-    /// Drops every entry of a cluster.
-    pub async fn forget_cluster(&self, cluster: &str) {
-        self.entries.lock().await.retain(|key, _| key.cluster != cluster);
+    /// Drops every entry of a cluster (deleted, or its credentials or TLS changed). A breaker
+    /// dropped while open no longer counts in the open-circuit gauge.
+    pub async fn forget_cluster(&self, cluster: &str, metrics: &AdminMetrics, engine: &str) {
+        self.entries.lock().await.retain(|key, entry| {
+            let keep = key.cluster != cluster;
+            if !keep && entry.breaker.is_open() {
+                metrics.breaker_closed(engine);
+            }
+            keep
+        });
     }
 
     /// Runs one admin call against the member at `endpoint` through its breaker, timeout and
@@ -190,7 +197,40 @@ mod tests {
         assert!(!cache.breaker(&m0, "10.0.0.2:2379").await.is_open());
 
         cache.store(&MemberKey::new("ns/b", "b-0"), "x", 1).await;
-        cache.forget_cluster("ns/a").await;
+        let metrics = AdminMetrics::default();
+        cache.forget_cluster("ns/a", &metrics, "etcd").await;
         assert_eq!(cache.len().await, 1);
+    }
+
+    #[tokio::test]
+    async fn a_forgotten_cluster_leaves_no_open_circuit_in_the_gauge() {
+        let cache: ClientCache<u32> = ClientCache::new(BreakerSettings {
+            failure_threshold: 1,
+            cooldown: std::time::Duration::from_secs(60),
+        });
+        let metrics = AdminMetrics::default();
+        let spec = CallSpec {
+            engine: "etcd",
+            verb: "status",
+            idempotency: Idempotency::Mutation,
+            policy: CallPolicy::default(),
+            metrics: &metrics,
+        };
+        for member in ["a-0", "a-1"] {
+            let failed: Result<u32, _> = cache
+                .call(
+                    &MemberKey::new("ns/a", member),
+                    member,
+                    spec,
+                    || async { Err::<u32, _>("connection refused") },
+                    |client| async move { Ok(client) },
+                )
+                .await;
+            assert!(failed.is_err());
+        }
+        assert_eq!(metrics.open_circuits("etcd"), 2);
+        cache.forget_cluster("ns/a", &metrics, "etcd").await;
+        assert_eq!(cache.len().await, 0);
+        assert_eq!(metrics.open_circuits("etcd"), 0);
     }
 }

@@ -167,6 +167,15 @@ impl AdminMetrics {
         self.breakers_open.get_or_create(&labels).inc();
     }
 
+    /// How many breakers of `engine` are open now, as the gauge says.
+    pub fn open_circuits(&self, engine: &str) -> i64 {
+        self.breakers_open
+            .get_or_create(&EngineLabels {
+                engine: engine.into(),
+            })
+            .get()
+    }
+
     pub fn breaker_closed(&self, engine: &str) {
         self.breakers_open
             .get_or_create(&EngineLabels {
