@@ -115,7 +115,18 @@ impl<C: Clone> ClientCache<C> {
         F: Fn(C) -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
-        let breaker = self.breaker(key, endpoint).await;
+        let breaker = {
+            let mut entries = self.entries.lock().await;
+            // A member at a new endpoint gets a fresh breaker; an open one it replaces no longer
+            // counts as open.
+            if entries
+                .get(key)
+                .is_some_and(|entry| entry.endpoint != endpoint && entry.breaker.is_open())
+            {
+                spec.metrics.breaker_closed(spec.engine);
+            }
+            self.entry(&mut entries, key, endpoint).breaker.clone()
+        };
         let call = AdminCall {
             engine: spec.engine,
             verb: spec.verb,
@@ -229,6 +240,18 @@ mod tests {
             assert!(failed.is_err());
         }
         assert_eq!(metrics.open_circuits("etcd"), 2);
+        // a-1 moved: its open breaker is replaced by a closed one.
+        let moved: Result<u32, CallError<&str>> = cache
+            .call(
+                &MemberKey::new("ns/a", "a-1"),
+                "a-1 elsewhere",
+                spec,
+                || async { Ok(1) },
+                |client| async move { Ok(client) },
+            )
+            .await;
+        assert_eq!(moved.ok(), Some(1));
+        assert_eq!(metrics.open_circuits("etcd"), 1);
         cache.forget_cluster("ns/a", &metrics, "etcd").await;
         assert_eq!(cache.len().await, 0);
         assert_eq!(metrics.open_circuits("etcd"), 0);
