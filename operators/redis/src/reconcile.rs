@@ -129,6 +129,12 @@ impl ReconcileError for Error {
         }
     }
 
+    /// A spec that overrides what the operator owns stays invalid until it is changed: one
+    /// warning, then the pass waits for the change instead of retrying with backoff.
+    fn is_permanent(&self) -> bool {
+        matches!(self, Error::ForbiddenConfig(_))
+    }
+
     fn shared(&self) -> Option<&quorum_core::Error> {
         match self {
             Error::Kubernetes(error) => Some(error),
@@ -541,4 +547,20 @@ async fn ensure_scheduled_backup(context: &Context<State>, cluster: &RedisCluste
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_invalid_spec_waits_for_a_change_instead_of_retrying() {
+        assert!(Error::ForbiddenConfig("requirepass".into()).is_permanent());
+        // A missing Secret can appear without the cluster changing: that is retried.
+        let missing = Error::Secret {
+            secret: "auth".into(),
+            problem: "is missing",
+        };
+        assert!(!missing.is_permanent());
+    }
 }
