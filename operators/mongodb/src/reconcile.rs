@@ -653,15 +653,20 @@ where
     }
 }
 
+/// The pods of the set's namespace.
+fn pods_api(context: &Context<State>, replica_set: &MongoDBReplicaSet) -> Api<Pod> {
+    Api::namespaced(
+        context.client.clone(),
+        &replica_set.namespace().unwrap_or_default(),
+    )
+}
+
 /// The set's member pods (data and arbiter) by name.
 async fn member_pods(
     context: &Context<State>,
     replica_set: &MongoDBReplicaSet,
 ) -> Result<BTreeMap<String, Pod>, Error> {
-    let pods: Api<Pod> = Api::namespaced(
-        context.client.clone(),
-        &replica_set.namespace().unwrap_or_default(),
-    );
+    let pods = pods_api(context, replica_set);
     let mut by_name = BTreeMap::new();
     for component in [MEMBER_COMPONENT, ARBITER_COMPONENT] {
         let labels = selector_string(replica_set, component);
@@ -967,10 +972,7 @@ async fn current_pod(
     replica_set: &MongoDBReplicaSet,
     member: &str,
 ) -> Result<Option<Pod>, Error> {
-    let pods: Api<Pod> = Api::namespaced(
-        context.client.clone(),
-        &replica_set.namespace().unwrap_or_default(),
-    );
+    let pods = pods_api(context, replica_set);
     pods.get_opt(member)
         .await
         .map_err(api(format!("reading pod {member}")))
@@ -986,10 +988,7 @@ async fn restart(
     let Some(pod) = current_pod(context, replica_set, member).await? else {
         return Ok(());
     };
-    let pods: Api<Pod> = Api::namespaced(
-        context.client.clone(),
-        &replica_set.namespace().unwrap_or_default(),
-    );
+    let pods = pods_api(context, replica_set);
     let params = DeleteParams {
         preconditions: Some(Preconditions {
             uid: pod.uid(),

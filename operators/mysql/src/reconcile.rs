@@ -459,7 +459,7 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, context: Arc<Context<State>>)
                 remove_switchover_annotation(&context, &cluster).await?;
             }
             let severity = match wait.reason {
-                "MembersStarting" | "MembersStarting " => Severity::Normal,
+                "MembersStarting" => Severity::Normal,
                 _ => Severity::Warning,
             };
             context
