@@ -23,6 +23,8 @@ use crate::{
 pub const RELAY_LOG_WAIT: Duration = Duration::from_secs(20);
 /// How long a switchover waits for the target to catch up before giving the primary back.
 pub const SWITCHOVER_CATCH_UP: Duration = Duration::from_secs(30);
+/// One server-side wait for the switchover target, repeated until [`SWITCHOVER_CATCH_UP`].
+const CATCH_UP_POLL: Duration = Duration::from_millis(500);
 
 /// What a step needs besides the decision.
 pub struct StepContext<'a> {
@@ -74,6 +76,10 @@ pub enum StepError {
     },
     #[error("{0}")]
     Refused(String),
+    /// A switchover given up with the old primary reopened: nothing changed, so nothing of it
+    /// is to be resumed.
+    #[error("{0}")]
+    SwitchoverAbandoned(String),
 }
 
 /// Takes one admin step.
@@ -278,17 +284,25 @@ async fn switchover(context: &StepContext<'_>, from: usize, to: usize) -> Result
     )
     .await?
     .executed;
-    let caught_up = call(context, to, "wait_for_executed", move |admin| {
-        let executed = executed.clone();
-        async move { admin.wait_for_executed(&executed, SWITCHOVER_CATCH_UP).await }
-    })
-    .await?;
+    // Waited for in short server-side waits, each well within one admin call's timeout: a
+    // single long wait would be cut by that timeout and leave the primary read-only for ever.
+    let deadline = std::time::Instant::now() + SWITCHOVER_CATCH_UP;
+    let caught_up = loop {
+        let reached = call(context, to, "wait_for_executed", |admin| {
+            let executed = executed.clone();
+            async move { admin.wait_for_executed(&executed, CATCH_UP_POLL).await }
+        })
+        .await?;
+        if reached || std::time::Instant::now() >= deadline {
+            break reached;
+        }
+    };
     if !caught_up {
         call(context, from, "set_read_only", |admin| async move {
             admin.set_read_only(false).await
         })
         .await?;
-        return Err(StepError::Refused(format!(
+        return Err(StepError::SwitchoverAbandoned(format!(
             "member {to} did not apply the primary's transactions within {}s; the primary was reopened and nothing changed",
             SWITCHOVER_CATCH_UP.as_secs()
         )));

@@ -409,19 +409,28 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, context: Arc<Context<State>>)
                 tracing::info!(cluster = %key, ?step, %why, "not yet");
             }
             Err(error) => {
-                // The servers are as they were (or as a retry of the step expects them).
+                // The servers are as they were (or as a retry of the step expects them). A
+                // switchover given up is not resumed: its record and the request go, or every
+                // retry would make the primary read-only again.
+                let reason = if matches!(error, StepError::SwitchoverAbandoned(_)) {
+                    in_flight = None;
+                    remove_switchover_annotation(&context, &cluster).await?;
+                    "SwitchoverRefused"
+                } else {
+                    "StepFailed"
+                };
                 context
                     .events
                     .publish(
                         cluster.as_ref(),
                         Severity::Warning,
-                        "StepFailed",
+                        reason,
                         "Reconcile",
                         format!("{}: {error}", describe(&name, step)),
                     )
                     .await;
                 decision = Decision::Wait(Wait {
-                    reason: "StepFailed",
+                    reason,
                     message: format!(
                         "{} failed; nothing else was changed: {error}",
                         describe(&name, step)

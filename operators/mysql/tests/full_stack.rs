@@ -422,6 +422,73 @@ async fn session(ip: std::net::Ipv4Addr, user: &str, password: &str) -> mysql_as
     mysql_async::Conn::new(options).await.expect("a session")
 }
 
+/// A switchover whose target cannot apply the primary's transactions in time is given up once:
+/// the primary is reopened, its record and the request go, a `SwitchoverRefused` warning says
+/// why, and nothing is tried again (before, every retry made the primary read-only once more).
+#[tokio::test]
+async fn a_switchover_the_target_cannot_catch_up_with_is_given_up_once_and_the_primary_keeps_writing() {
+    let setup = setup("mysql-abandoned").await;
+    setup.create(3).await;
+    ready(&setup.clusters, "main", 2).await;
+    insert_items(setup.ip(0), 0..20).await;
+
+    // main-2's applier waits behind a global read lock held by the test: replication stays
+    // running, but what the primary commits from now on is not applied there.
+    let root_password = setup.root_password().await;
+    let mut lock = session(setup.ip(2), "root", &root_password).await;
+    lock.query_drop("FLUSH TABLES WITH READ LOCK")
+        .await
+        .expect("a global read lock on main-2");
+    insert_items(setup.ip(0), 20..30).await;
+
+    setup
+        .clusters
+        .patch(
+            "main",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"annotations": {"mysql.quorum.dev/switchover-to": "main-2"}}})),
+        )
+        .await
+        .expect("ask for a switchover");
+    wait::until("the switchover given up", Duration::from_secs(120), || async {
+        let cluster = setup.clusters.get("main").await.map_err(|e| e.to_string())?;
+        let status = cluster.status.clone().unwrap_or_default();
+        let asked = cluster
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key("mysql.quorum.dev/switchover-to");
+        let refused = setup.events("SwitchoverRefused").await;
+        (!asked && status.in_flight.is_none() && !refused.is_empty())
+            .then_some(())
+            .ok_or(format!(
+                "asked: {asked}, in flight: {:?}, refused: {refused:?}, {:?}",
+                status.in_flight, status.conditions
+            ))
+    })
+    .await;
+    let refused = setup.events("SwitchoverRefused").await;
+    assert!(
+        refused
+            .iter()
+            .any(|m| m.contains("main-2") && m.contains("the primary was reopened")),
+        "{refused:?}"
+    );
+    // The primary takes writes again and keeps them.
+    insert_items(setup.ip(0), 30..40).await;
+
+    // Once main-2 applies again it catches up, and nothing moves the primary.
+    lock.query_drop("UNLOCK TABLES").await.expect("unlock");
+    drop(lock);
+    let expected: Vec<u64> = item_ids(setup.ip(0)).await.unwrap();
+    assert_eq!(expected.len(), 40);
+    converges(setup.ip(2), &expected).await;
+    let status = ready(&setup.clusters, "main", 2).await;
+    assert_eq!(status.primary.as_deref(), Some("main-0"));
+    assert!(status.in_flight.is_none(), "{:?}", status.in_flight);
+    setup.finish().await;
+}
+
 #[tokio::test]
 async fn a_refused_step_is_reported_leaves_replication_as_it_was_and_completes_once_allowed() {
     let setup = setup("mysql-refused").await;
