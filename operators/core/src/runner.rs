@@ -44,8 +44,6 @@ use crate::{
     wakeups::Wakeups,
 };
 
-/// What every reconcile receives: the shared machinery plus the operator's own `state`
-/// (for example its cache of database admin clients).
 /// What a cluster controller's state does once one of its clusters is gone: drop what it keeps
 /// per cluster (clients, breakers, credentials), so that memory and the open-circuit gauge
 /// follow the clusters that exist. `key` is `namespace/name`.
@@ -56,6 +54,8 @@ pub trait ForgetsClusters: Send + Sync + 'static {
 /// Called with `namespace/name` when a controller learns that its object is gone.
 type OnGone = Arc<dyn Fn(String) -> BoxFuture<'static, ()> + Send + Sync>;
 
+/// What every reconcile receives: the shared machinery plus the operator's own `state`
+/// (for example its cache of database admin clients).
 pub struct Context<S> {
     pub client: Client,
     pub applier: Applier,

@@ -357,7 +357,12 @@ pub fn find_primary(facts: &Facts) -> PrimaryFinding {
 /// does not itself say it is no longer a primary. A Sentinel outage is then no write outage, and
 /// only a majority of the Sentinels naming another node moves the primary.
 pub fn serving_primary(facts: &Facts) -> Option<usize> {
-    match find_primary(facts) {
+    serving_primary_given(facts, &find_primary(facts))
+}
+
+/// [`serving_primary`], from a [`find_primary`] already made.
+pub fn serving_primary_given(facts: &Facts, finding: &PrimaryFinding) -> Option<usize> {
+    match *finding {
         PrimaryFinding::Agreed { ordinal, .. }
         | PrimaryFinding::Recorded { ordinal, .. }
         | PrimaryFinding::Moved { ordinal, .. } => Some(ordinal),

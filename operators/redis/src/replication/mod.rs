@@ -35,7 +35,7 @@ use crate::{
 
 use decide::{
     Decision, Facts, NodeFact, PrimaryFinding, SentinelFact, SentinelSettings, SentinelView, Step, decide,
-    find_primary, serving_primary,
+    find_primary, serving_primary_given,
 };
 
 /// One reconcile pass in replication mode.
@@ -84,7 +84,7 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
     // Decide.
     let decision = decide(&facts);
     let finding = find_primary(&facts);
-    let primary = serving_primary(&facts);
+    let primary = serving_primary_given(&facts, &finding);
     tracing::info!(cluster = %pass.key, ?decision, ?primary, "decided");
 
     // Act: the StatefulSets, then the step.
