@@ -17,6 +17,8 @@
 //! - [`apply`]: server-side apply under one field manager per operator, with controller owner references;
 //! - [`ownership`]: an object under a child's name that the cluster does not control, never
 //!   adopted or overwritten, and reported on the cluster;
+//! - [`pass`]: one pass shape: typed reasons ([`reasons!`]), decisions, where a pass left the
+//!   cluster and its one event, typed records of steps in flight ([`recorded_kinds!`]);
 //! - [`conditions`]: `Ready`, `Progressing`, `Degraded` with `observedGeneration` and stable transition times;
 //! - [`status`]: reading `status` as stored at the start of a pass, writing it only when it changed;
 //! - [`events`]: one shared event recorder with a fixed catalogue of reasons;
@@ -42,6 +44,7 @@ pub mod leader;
 pub mod metrics;
 pub mod naming;
 pub mod ownership;
+pub mod pass;
 pub mod pod;
 pub mod pod_failures;
 pub mod predecessor;

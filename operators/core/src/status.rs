@@ -122,6 +122,46 @@ where
     Ok(true)
 }
 
+/// Writes one object's status during one pass. Each write is diffed against what this pass
+/// last wrote (the status as stored, before the first), so a field written mid-pass (a step
+/// recorded before it is taken) and cleared later in the same pass is removed from the stored
+/// status, not left behind by a diff against the stale baseline.
+pub struct StatusWriter<'a, K, S> {
+    client: &'a Client,
+    object: &'a K,
+    written: Option<S>,
+}
+
+impl<'a, K, S> StatusWriter<'a, K, S>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + Debug + DeserializeOwned,
+    S: Serialize + PartialEq + Clone,
+{
+    /// A writer for `object`, whose status as stored is `stored`.
+    pub fn new(client: &'a Client, object: &'a K, stored: Option<&S>) -> Self {
+        Self {
+            client,
+            object,
+            written: stored.cloned(),
+        }
+    }
+
+    /// Writes `desired` unless it equals what is stored; returns whether a write was made.
+    ///
+    /// # Errors
+    /// As [`patch_status`]; after an error the baseline is unchanged.
+    pub async fn write(&mut self, desired: &S) -> Result<bool, Error> {
+        let wrote = patch_status(self.client, self.object, self.written.as_ref(), desired).await?;
+        self.written = Some(desired.clone());
+        Ok(wrote)
+    }
+
+    /// The status as stored after the last write (or as read, before any).
+    pub fn stored(&self) -> Option<&S> {
+        self.written.as_ref()
+    }
+}
+
 /// The API of `object`'s kind in its namespace, with its kind and name for error messages.
 fn api_of<K>(client: &Client, object: &K) -> Result<(Api<K>, String, String), Error>
 where

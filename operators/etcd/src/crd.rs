@@ -164,12 +164,24 @@ pub struct EtcdClusterStatus {
     pub conditions: Vec<Condition>,
 }
 
+quorum_core::recorded_kinds! {
+    /// The kind of a step in flight, as stored in `status.inFlight.action`.
+    pub enum InFlightAction in "status.inFlight.action" {
+        AddLearner,
+        Promote,
+        Remove,
+        Replace,
+        Upgrade,
+    }
+}
+
 /// A step in flight.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct InFlightStep {
     /// `AddLearner`, `Promote`, `Remove`, `Replace` or `Upgrade`.
-    pub action: String,
+    #[schemars(with = "String")]
+    pub action: InFlightAction,
     pub ordinal: i32,
     /// etcd's member id, in hex, where the step names a member.
     #[serde(default, skip_serializing_if = "Option::is_none")]

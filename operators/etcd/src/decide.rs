@@ -19,6 +19,8 @@ use quorum_core::availability::{
     health::{Health, Observation},
 };
 
+pub use crate::reasons::Reason;
+
 /// One member as gathered: identity from the membership list, health from the observation.
 #[derive(Clone, Debug)]
 pub struct MemberFact {
@@ -122,27 +124,14 @@ impl Step {
     }
 }
 
-/// Why no step is taken now. `reason` is the condition reason; `message` says it for people.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Wait {
-    pub reason: &'static str,
-    pub message: String,
-}
+/// Why no step is taken now: a reason from [`Reason`] and a sentence for people.
+pub type Wait = quorum_core::pass::Wait<Reason>;
 
-/// The decision.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Decision {
-    Act(Step),
-    Wait(Wait),
-    /// The cluster matches its spec.
-    Settled,
-}
+/// The decision: a step, a wait, or `Settled` (the cluster matches its spec).
+pub type Decision = quorum_core::pass::Decision<Step, Reason>;
 
-fn wait(reason: &'static str, message: impl Into<String>) -> Decision {
-    Decision::Wait(Wait {
-        reason,
-        message: message.into(),
-    })
+fn wait(reason: Reason, message: impl Into<String>) -> Decision {
+    Decision::wait(reason, message)
 }
 
 /// Decides the one next step.
@@ -154,14 +143,14 @@ pub fn decide(facts: &Facts) -> Decision {
             }),
             Some(_) if facts.members.is_some() => Decision::Settled,
             Some(_) => wait(
-                "Bootstrapping",
+                Reason::Bootstrapping,
                 "waiting for the first members to form the cluster",
             ),
         };
     }
     let Some(members) = facts.members.as_deref() else {
         return wait(
-            "NoMemberReachable",
+            Reason::NoMemberReachable,
             "no member answered; unreachable is not down, so nothing changes until one does",
         );
     };
@@ -187,7 +176,7 @@ pub fn decide(facts: &Facts) -> Decision {
         }
         if !learner.started || !learner.observation.health.is_healthy() {
             return wait(
-                "LearnerCatchingUp",
+                Reason::LearnerCatchingUp,
                 format!(
                     "member {} is starting and catching up as a learner",
                     learner.ordinal
@@ -268,7 +257,7 @@ fn upgrade(facts: &Facts, members: &[MemberFact]) -> Decision {
     else {
         if !unreported.is_empty() {
             return wait(
-                "MemberUnknown",
+                Reason::MemberUnknown,
                 format!("members {unreported:?} did not report their version"),
             );
         }
@@ -278,7 +267,7 @@ fn upgrade(facts: &Facts, members: &[MemberFact]) -> Decision {
         target.version.as_deref().unwrap_or_default(),
         &facts.desired_version,
     ) {
-        return wait("UnsupportedVersionChange", refusal);
+        return wait(Reason::UnsupportedVersionChange, refusal);
     }
     if target.leader {
         let successor = members.iter().find(|m| {
@@ -385,7 +374,7 @@ fn resume(facts: &Facts, members: &[MemberFact], in_flight: &InFlight) -> Decisi
                 )
             }
             _ => wait(
-                "UpgradeInProgress",
+                Reason::UpgradeInProgress,
                 format!(
                     "member {ordinal} is restarting with version {}",
                     facts.desired_version
@@ -431,7 +420,7 @@ fn through_gate(
         now: facts.now,
     }) {
         Verdict::Proceed => Decision::Act(step),
-        Verdict::Wait(reason) => wait(reason.reason(), reason.to_string()),
+        Verdict::Wait(reason) => wait(Reason::of_gate(&reason), reason.to_string()),
     }
 }
 
@@ -443,14 +432,14 @@ fn others_not_healthy(members: &[MemberFact], except: usize) -> Option<Decision>
         .find_map(|m| match &m.observation.health {
             Health::Healthy => None,
             Health::Unknown(why) => Some(wait(
-                "MemberUnknown",
+                Reason::MemberUnknown,
                 format!(
                     "member {} is unreachable ({why}); membership waits until it is observed",
                     m.ordinal
                 ),
             )),
             Health::Unhealthy(why) => Some(wait(
-                "MemberUnhealthy",
+                Reason::MemberUnhealthy,
                 format!("member {} is unhealthy ({why})", m.ordinal),
             )),
         })
@@ -507,7 +496,7 @@ mod tests {
         Health::Unhealthy("peers report it disconnected".into())
     }
 
-    fn reason(decision: &Decision) -> &'static str {
+    fn reason(decision: &Decision) -> Reason {
         match decision {
             Decision::Wait(wait) => wait.reason,
             other => panic!("expected a wait, got {other:?}"),
@@ -563,7 +552,7 @@ mod tests {
             (
                 "nothing happens while no member answers",
                 facts(3, None),
-                wait("NoMemberReachable", ""),
+                wait(Reason::NoMemberReachable, ""),
             ),
             (
                 "a cluster matching its spec is settled",
@@ -591,12 +580,12 @@ mod tests {
             (
                 "a learner still catching up is waited for",
                 facts(5, Some(learner_lagging)),
-                wait("LearnerCatchingUp", ""),
+                wait(Reason::LearnerCatchingUp, ""),
             ),
             (
                 "scale up waits while another member is Unknown",
                 facts(5, Some(one_unknown.clone())),
-                wait("MemberUnknown", ""),
+                wait(Reason::MemberUnknown, ""),
             ),
             (
                 "scale down removes the highest ordinal through the gate",
@@ -606,7 +595,7 @@ mod tests {
             (
                 "scale down waits while another member is Unknown",
                 facts(2, Some(one_unknown.clone())),
-                wait("MemberUnknown", ""),
+                wait(Reason::MemberUnknown, ""),
             ),
             (
                 "scale down lets an Unknown target go only if quorum holds without it",
@@ -624,7 +613,7 @@ mod tests {
             (
                 "stale observations block a removal",
                 facts(3, Some(stale)),
-                wait("StaleObservation", ""),
+                wait(Reason::StaleObservation, ""),
             ),
             (
                 "a member failed past the grace period is replaced",
@@ -644,7 +633,7 @@ mod tests {
             (
                 "two failed members of three: replacing one would lose quorum",
                 facts(3, Some(two_failed)),
-                wait("MemberUnhealthy", ""),
+                wait(Reason::MemberUnhealthy, ""),
             ),
             (
                 "a replaced member's learner is added before its volume is wiped",

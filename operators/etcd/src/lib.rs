@@ -12,6 +12,7 @@ pub mod decide;
 pub mod execute;
 pub mod observe;
 pub mod packaging;
+pub mod reasons;
 pub mod reconcile;
 pub mod resolver;
 pub mod resources;

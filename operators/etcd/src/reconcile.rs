@@ -7,7 +7,7 @@
 //! 4. Report: status and conditions from what was observed, and an event for the step taken
 //!    or refused.
 
-use std::{sync::Arc, time::Duration};
+use std::{ops::ControlFlow, sync::Arc, time::Duration};
 
 use k8s_openapi::{
     api::{
@@ -21,14 +21,15 @@ use quorum_core::{
     ReconcileError,
     apply::ignore_not_found,
     events::Severity,
+    pass::{Progress, Reason as _, UnreadableRecord, publish},
     runner::Context,
-    status::{latest, patch_status},
+    status::{StatusWriter, latest},
 };
 
 use crate::{
     admin::TlsMaterial,
     crd::{EtcdBackup, EtcdCluster, EtcdClusterStatus},
-    decide::{Decision, Facts, InFlight, Step, decide},
+    decide::{Decision, Facts, InFlight, Reason, Step, decide},
     execute::{StepError, StepOutcome, execute},
     observe::EtcdClients,
     resolver::{MemberResolver, member_name},
@@ -146,43 +147,161 @@ impl ReconcileError for Error {
     }
 }
 
-/// Reconciles one `EtcdCluster`.
+/// Reconciles one `EtcdCluster`: observe, decide one step, apply the objects, record and take
+/// the step, report.
 pub async fn reconcile(cluster: Arc<EtcdCluster>, context: Arc<Context<State>>) -> Result<Action, Error> {
-    let state = &context.state;
-    let name = cluster.name_any();
-    let namespace = cluster.namespace().unwrap_or_default();
-    let key = format!("{namespace}/{name}");
-    // Status is this operator's memory (the step in flight, the volumes to wipe): decided on
-    // as stored, never on the watch cache's copy (`quorum_core::status::latest`).
-    let Some(cluster) = latest(&context.client, cluster.as_ref()).await? else {
-        return Ok(Action::await_change());
+    let cluster = match admit(&context, &cluster).await? {
+        ControlFlow::Continue(cluster) => cluster,
+        ControlFlow::Break(action) => return Ok(action),
     };
-    // A deleted cluster of the same name may have left its StatefulSet (for a few seconds) or its
-    // volumes (until a human removes them): nothing starts or is observed on them.
+    let resolver = context.state.resolver(&cluster);
+    let now = Timestamp::now();
+    let observed = observe(&context, &cluster, &resolver, now).await?;
+    let mut report = Report::new(&context, &cluster, &observed, now);
+    let in_flight = match &observed.in_flight {
+        Ok(in_flight) => in_flight.clone(),
+        Err(unreadable) => return report.unreadable_record(unreadable).await,
+    };
+
+    let decision = decide(&observed.facts(&cluster, in_flight.clone(), &context.state.settings));
+    tracing::info!(cluster = %observed.key, ?decision, "decided");
+
+    // The objects first (so a deleted Service comes back whatever the step), then the step.
+    if let ControlFlow::Break(action) = apply_objects(
+        &context,
+        &cluster,
+        &resolver,
+        &observed,
+        decision.step(),
+        &mut report,
+    )
+    .await?
+    {
+        return Ok(action);
+    }
+    let mut memory = Memory {
+        in_flight,
+        wipe_pending: observed.wipe_pending.clone(),
+    };
+    let progress = match decision.step() {
+        Some(step) => {
+            act(
+                &context,
+                &cluster,
+                &resolver,
+                &observed,
+                step,
+                &mut memory,
+                &mut report,
+            )
+            .await?
+        }
+        None => match &decision {
+            Decision::Wait(wait) => Progress::from(wait.clone()),
+            _ => Progress::Settled,
+        },
+    };
+    publish(&context.events, cluster.as_ref(), &progress).await;
+    warn_on_even_member_count(&context, &cluster).await;
+
+    report.write(&decision, &memory).await?;
+    Ok(match decision {
+        Decision::Settled => Action::requeue(Duration::from_secs(60)),
+        _ => Action::requeue(Duration::from_secs(5)),
+    })
+}
+
+/// The cluster as stored, if a pass may run on it now. Status is this operator's memory (the
+/// step in flight, the volumes to wipe): decided on as stored, never on the watch cache's copy
+/// (`quorum_core::status::latest`). A deleted cluster of the same name may have left its
+/// StatefulSet (for a few seconds) or its volumes (until a human removes them): nothing starts
+/// or is observed on them.
+async fn admit(
+    context: &Context<State>,
+    cluster: &EtcdCluster,
+) -> Result<ControlFlow<Action, Arc<EtcdCluster>>, Error> {
+    let Some(cluster) = latest(&context.client, cluster).await? else {
+        return Ok(ControlFlow::Break(Action::await_change()));
+    };
+    let conditions = cluster
+        .status
+        .as_ref()
+        .map_or(&[][..], |status| status.conditions.as_slice());
+    let leftovers = [client_service_name(&cluster.name_any())];
     if quorum_core::predecessor::held_back(
         &context.client,
         &context.events,
         cluster.as_ref(),
-        &[client_service_name(&name)],
-        cluster
-            .status
-            .as_ref()
-            .map_or(&[][..], |status| status.conditions.as_slice()),
+        &leftovers,
+        conditions,
     )
     .await?
     {
-        return Ok(Action::requeue(quorum_core::predecessor::RECHECK));
+        return Ok(ControlFlow::Break(Action::requeue(
+            quorum_core::predecessor::RECHECK,
+        )));
     }
-    state
+    let key = cluster_key(&cluster);
+    context
+        .state
         .clients
-        .set_tls(&key, client_tls(&context, &cluster).await?)
+        .set_tls(&key, client_tls(context, &cluster).await?)
         .await;
-    let resolver = state.resolver(&cluster);
-    let status = cluster.status.as_ref();
-    let now = Timestamp::now();
+    Ok(ControlFlow::Continue(cluster))
+}
 
-    // Observe.
-    let statefulsets: Api<StatefulSet> = Api::namespaced(context.client.clone(), &namespace);
+fn cluster_key(cluster: &EtcdCluster) -> String {
+    format!(
+        "{}/{}",
+        cluster.namespace().unwrap_or_default(),
+        cluster.name_any()
+    )
+}
+
+/// What one pass observed: the StatefulSet, every member through the admin layer, the member
+/// pods' versions, and the operator's memory as stored in status.
+struct Observed {
+    key: String,
+    statefulset_replicas: Option<usize>,
+    desired: usize,
+    recorded_members: usize,
+    view: crate::observe::ClusterView,
+    members: Vec<crate::decide::MemberFact>,
+    bootstrapped: bool,
+    wipe_pending: Vec<usize>,
+    in_flight: Result<Option<InFlight>, UnreadableRecord>,
+    pod_versions: std::collections::BTreeMap<usize, String>,
+}
+
+impl Observed {
+    fn facts(&self, cluster: &EtcdCluster, in_flight: Option<InFlight>, settings: &Settings) -> Facts {
+        Facts {
+            desired_members: self.desired,
+            desired_version: cluster.spec.version.clone(),
+            bootstrapped: self.bootstrapped,
+            statefulset_replicas: self.statefulset_replicas,
+            members: self.view.membership.as_ref().map(|_| self.members.clone()),
+            wipe_pending: self.wipe_pending.clone(),
+            pod_versions: self.pod_versions.clone(),
+            in_flight,
+            freshness: settings.freshness,
+            replace_after: settings.replace_after,
+            now: std::time::Instant::now(),
+        }
+    }
+}
+
+async fn observe(
+    context: &Context<State>,
+    cluster: &EtcdCluster,
+    resolver: &MemberResolver,
+    now: Timestamp,
+) -> Result<Observed, Error> {
+    let name = cluster.name_any();
+    let key = cluster_key(cluster);
+    let status = cluster.status.as_ref();
+    let statefulsets: Api<StatefulSet> =
+        Api::namespaced(context.client.clone(), &cluster.namespace().unwrap_or_default());
     let existing = statefulsets
         .get_opt(&client_service_name(&name))
         .await
@@ -203,14 +322,14 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, context: Arc<Context<State>>) 
         .unwrap_or(0)
         .max(desired)
         .max(recorded_members);
-    let view = state.clients.observe(&key, &resolver, candidates).await;
+    let view = context.state.clients.observe(&key, resolver, candidates).await;
     let unhealthy_for = unhealthy_durations(status, now);
     let mut members = view.members.clone();
     for member in &mut members {
         member.unhealthy_for = unhealthy_for.get(&member_name(&name, member.ordinal)).copied();
     }
     let bootstrapped = status.is_some_and(|s| s.cluster_id.is_some()) || view.membership.is_some();
-    let mut wipe_pending: Vec<usize> = status
+    let wipe_pending = status
         .map(|s| {
             s.wipe_pending
                 .iter()
@@ -218,51 +337,107 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, context: Arc<Context<State>>) 
                 .collect()
         })
         .unwrap_or_default();
-    let mut in_flight = in_flight_from_status(status);
-
-    // Status is computed from what this pass observed; `report` writes it (only if it changed).
-    let report = async |decision: &Decision, in_flight: Option<&InFlight>, wipe_pending: &[usize]| {
-        let status: EtcdClusterStatus =
-            build_status(&cluster, &view, &members, decision, in_flight, wipe_pending, now);
-        patch_status(
-            &context.client,
-            cluster.as_ref(),
-            cluster.status.as_ref(),
-            &status,
-        )
-        .await?;
-        Ok::<(), Error>(())
-    };
-
-    // Decide.
-    let pod_versions = member_pod_versions(&context, &cluster).await?;
-    let decision = decide(&Facts {
-        desired_members: desired,
-        desired_version: cluster.spec.version.clone(),
-        bootstrapped,
+    Ok(Observed {
+        key,
         statefulset_replicas,
-        members: view.membership.as_ref().map(|_| members.clone()),
-        wipe_pending: wipe_pending.clone(),
-        pod_versions,
-        in_flight: in_flight.clone(),
-        freshness: state.settings.freshness,
-        replace_after: state.settings.replace_after,
-        now: std::time::Instant::now(),
-    });
-    tracing::info!(cluster = %key, ?decision, "decided");
+        desired,
+        recorded_members,
+        bootstrapped,
+        wipe_pending,
+        in_flight: in_flight_from_status(status),
+        pod_versions: member_pod_versions(context, cluster).await?,
+        view,
+        members,
+    })
+}
 
-    // Act: the objects first (so a deleted Service comes back whatever the step), then the step.
-    let step = match &decision {
-        Decision::Act(step) => Some(step.clone()),
-        _ => None,
-    };
+/// What the pass changes of the operator's memory in status: the step in flight and the
+/// volumes still to wipe.
+struct Memory {
+    in_flight: Option<InFlight>,
+    wipe_pending: Vec<usize>,
+}
+
+/// The status writer of one pass: status is computed from what the pass observed and written
+/// only when it changed, each write diffed against the one before.
+struct Report<'a> {
+    cluster: &'a EtcdCluster,
+    observed: &'a Observed,
+    now: Timestamp,
+    writer: StatusWriter<'a, EtcdCluster, EtcdClusterStatus>,
+}
+
+impl<'a> Report<'a> {
+    fn new(
+        context: &'a Context<State>,
+        cluster: &'a EtcdCluster,
+        observed: &'a Observed,
+        now: Timestamp,
+    ) -> Self {
+        Self {
+            cluster,
+            observed,
+            now,
+            writer: StatusWriter::new(&context.client, cluster, cluster.status.as_ref()),
+        }
+    }
+
+    async fn write(&mut self, decision: &Decision, memory: &Memory) -> Result<(), Error> {
+        let status = build_status(
+            self.cluster,
+            &self.observed.view,
+            &self.observed.members,
+            decision,
+            memory.in_flight.as_ref(),
+            &memory.wipe_pending,
+            self.now,
+        );
+        self.writer.write(&status).await?;
+        Ok(())
+    }
+
+    /// A step in flight that this operator cannot read: status says so and no step is taken, so
+    /// a recorded membership change is never forgotten (and never repeated on a guess). The
+    /// record stays as stored until a person removes it or an operator that can read it resumes
+    /// it.
+    async fn unreadable_record(&mut self, unreadable: &UnreadableRecord) -> Result<Action, Error> {
+        let message = unreadable.wait_message("etcdcluster", &self.cluster.name_any(), "/status/inFlight");
+        let decision = Decision::wait(Reason::InFlightUnreadable, message.clone());
+        let mut status = build_status(
+            self.cluster,
+            &self.observed.view,
+            &self.observed.members,
+            &decision,
+            None,
+            &self.observed.wipe_pending,
+            self.now,
+        );
+        status.in_flight = self.cluster.status.as_ref().and_then(|s| s.in_flight.clone());
+        self.writer.write(&status).await?;
+        Ok(Action::requeue(Duration::from_secs(30)))
+    }
+}
+
+/// Applies the cluster's objects: the configuration for new or existing members, the scheduled
+/// backup, the Services, the disruption budget, and the StatefulSet at the size the step asks
+/// for. A cluster restored from a backup that is not ready yet stops the pass (never an empty
+/// cluster in place of the one asked for).
+async fn apply_objects(
+    context: &Context<State>,
+    cluster: &EtcdCluster,
+    resolver: &MemberResolver,
+    observed: &Observed,
+    step: Option<&Step>,
+    report: &mut Report<'_>,
+) -> Result<ControlFlow<Action>, Error> {
+    let name = cluster.name_any();
     let applier = &context.applier;
-    if !bootstrapped {
-        let members = bootstrap_members(&cluster, &resolver, desired);
+    if !observed.bootstrapped {
+        let members = bootstrap_members(cluster, resolver, observed.desired);
         applier
-            .apply(&build_config_map(&cluster, ClusterState::New, &members)?)
+            .apply(&build_config_map(cluster, ClusterState::New, &members)?)
             .await?;
-    } else if let Some(membership) = view.membership.as_deref() {
+    } else if let Some(membership) = observed.view.membership.as_deref() {
         let mut initial: Vec<(String, String)> = membership
             .iter()
             .filter_map(|m| {
@@ -275,143 +450,129 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, context: Arc<Context<State>>) 
             .collect();
         initial.sort();
         applier
-            .apply(&build_config_map(&cluster, ClusterState::Existing, &initial)?)
+            .apply(&build_config_map(cluster, ClusterState::Existing, &initial)?)
             .await?;
     }
-    ensure_scheduled_backup(&context, &cluster).await?;
-    applier.apply(&build_peer_service(&cluster)?).await?;
-    applier.apply(&build_client_service(&cluster)?).await?;
-    applier.apply(&build_pod_disruption_budget(&cluster)?).await?;
+    ensure_scheduled_backup(context, cluster).await?;
+    applier.apply(&build_peer_service(cluster)?).await?;
+    applier.apply(&build_client_service(cluster)?).await?;
+    applier.apply(&build_pod_disruption_budget(cluster)?).await?;
     let replicas = match step {
-        Some(Step::Bootstrap { members }) => members,
+        Some(Step::Bootstrap { members }) => *members,
         Some(Step::StartPod { ordinal }) => ordinal + 1,
-        Some(Step::StopPod { ordinal }) => ordinal,
-        _ => statefulset_replicas.unwrap_or_else(|| recorded_members.max(desired)),
+        Some(Step::StopPod { ordinal }) => *ordinal,
+        _ => observed
+            .statefulset_replicas
+            .unwrap_or_else(|| observed.recorded_members.max(observed.desired)),
     };
-    let restore = match restore_source(&context, &cluster).await? {
+    let restore = match restore_source(context, cluster).await? {
         RestoreSource::None => None,
         RestoreSource::Ready(restore) => Some(restore),
         RestoreSource::NotReady(why) => {
-            // Never bootstrap an empty cluster in place of the one the user asked to restore.
-            if !bootstrapped && statefulset_replicas.is_none() {
-                let wait = Decision::Wait(crate::decide::Wait {
-                    reason: "RestoreSourceNotReady",
-                    message: why.clone(),
-                });
+            if !observed.bootstrapped && observed.statefulset_replicas.is_none() {
+                let wait = Decision::wait(Reason::RestoreSourceNotReady, why.clone());
                 context
                     .events
                     .publish(
-                        cluster.as_ref(),
+                        cluster,
                         Severity::Warning,
-                        "RestoreSourceNotReady",
+                        Reason::RestoreSourceNotReady.as_str(),
                         "Restore",
                         why,
                     )
                     .await;
-                report(&wait, in_flight.as_ref(), &wipe_pending).await?;
-                return Ok(Action::requeue(Duration::from_secs(10)));
+                let memory = Memory {
+                    in_flight: observed.in_flight.clone().ok().flatten(),
+                    wipe_pending: observed.wipe_pending.clone(),
+                };
+                report.write(&wait, &memory).await?;
+                return Ok(ControlFlow::Break(Action::requeue(Duration::from_secs(10))));
             }
             None
         }
     };
     applier
         .apply(&build_statefulset(
-            &cluster,
+            cluster,
             replicas as i32,
-            &state.settings.cluster_domain,
+            &context.state.settings.cluster_domain,
             restore.as_ref(),
         )?)
         .await?;
+    Ok(ControlFlow::Continue(()))
+}
 
-    if let Some(step) = &step {
-        if let Some(recorded) = step.in_flight() {
-            // Written before the step is taken: a crash from here on resumes, not repeats.
-            in_flight = Some(recorded);
-            report(&decision, in_flight.as_ref(), &wipe_pending).await?;
+/// Records the step in status when it changes membership or disrupts a member (a crash from
+/// then on resumes it, never repeats it blindly), takes it, and says where that left the
+/// cluster. A failed step is reported, then returned as the error: the membership is as it was,
+/// and the runner retries with backoff.
+async fn act(
+    context: &Context<State>,
+    cluster: &EtcdCluster,
+    resolver: &MemberResolver,
+    observed: &Observed,
+    step: &Step,
+    memory: &mut Memory,
+    report: &mut Report<'_>,
+) -> Result<Progress<Reason>, Error> {
+    let decision = Decision::Act(step.clone());
+    if let Some(recorded) = step.in_flight() {
+        memory.in_flight = Some(recorded);
+        report.write(&decision, memory).await?;
+    }
+    match take(context, cluster, resolver, &observed.key, &observed.view, step).await {
+        Ok(StepOutcome::Done) => {
+            match step {
+                Step::ClearInFlight => memory.in_flight = None,
+                Step::Replace { ordinal, .. } => memory.wipe_pending.push(*ordinal),
+                Step::WipeMember { ordinal } => memory.wipe_pending.retain(|o| o != ordinal),
+                _ => {}
+            }
+            Ok(Progress::Acted {
+                reason: step_reason(step),
+                message: describe(step),
+            })
         }
-        match take(&context, &cluster, &resolver, &key, &view, step).await {
-            Ok(StepOutcome::Done) => {
-                context
-                    .events
-                    .publish(
-                        cluster.as_ref(),
-                        Severity::Normal,
-                        step_reason(step),
-                        "Reconcile",
-                        describe(step),
-                    )
-                    .await;
-                match step {
-                    Step::ClearInFlight => in_flight = None,
-                    Step::Replace { ordinal, .. } => wipe_pending.push(*ordinal),
-                    Step::WipeMember { ordinal } => wipe_pending.retain(|o| o != ordinal),
-                    _ => {}
-                }
-            }
-            Ok(StepOutcome::NotYet(why)) => {
-                tracing::info!(cluster = %key, ?step, %why, "etcd declined the step for now");
-            }
-            Err(error) => {
-                // The membership is as it was; say why, and retry with backoff.
-                context
-                    .events
-                    .publish(
-                        cluster.as_ref(),
-                        Severity::Warning,
-                        "StepFailed",
-                        "Reconcile",
-                        format!("{}: {error}", describe(step)),
-                    )
-                    .await;
-                let failed = Decision::Wait(crate::decide::Wait {
-                    reason: "StepFailed",
-                    message: format!("{} failed; nothing was changed: {error}", describe(step)),
-                });
-                report(&failed, in_flight.as_ref(), &wipe_pending).await?;
-                return Err(error);
-            }
+        Ok(StepOutcome::NotYet(why)) => {
+            tracing::info!(cluster = %observed.key, ?step, %why, "etcd declined the step for now");
+            Ok(Progress::Settled)
+        }
+        Err(error) => {
+            let failed = Progress::Failed {
+                reason: Reason::StepFailed,
+                message: format!("{}: {error}", describe(step)),
+            };
+            publish(&context.events, cluster, &failed).await;
+            let failed = Decision::wait(
+                Reason::StepFailed,
+                format!("{} failed; nothing was changed: {error}", describe(step)),
+            );
+            report.write(&failed, memory).await?;
+            Err(error)
         }
     }
-    if let Decision::Wait(wait) = &decision {
-        let severity = match wait.reason {
-            "MemberUnknown" | "MemberUnhealthy" | "QuorumAtRisk" | "StaleObservation"
-            | "NoMemberReachable" => Severity::Warning,
-            _ => Severity::Normal,
-        };
-        context
-            .events
-            .publish(
-                cluster.as_ref(),
-                severity,
-                wait.reason,
-                "Waiting",
-                wait.message.clone(),
-            )
-            .await;
-    }
-    if cluster.spec.replicas % 2 == 0 {
-        context
-            .events
-            .publish(
-                cluster.as_ref(),
-                Severity::Warning,
-                "EvenMemberCount",
-                "Validate",
-                format!(
-                    "{} members tolerate as many failures as {}; an odd count is recommended",
-                    cluster.spec.replicas,
-                    cluster.spec.replicas - 1
-                ),
-            )
-            .await;
-    }
+}
 
-    // Report.
-    report(&decision, in_flight.as_ref(), &wipe_pending).await?;
-    Ok(match decision {
-        Decision::Settled => Action::requeue(Duration::from_secs(60)),
-        _ => Action::requeue(Duration::from_secs(5)),
-    })
+/// An even member count tolerates no more failures than one member fewer: said on every pass
+/// while the spec asks for it.
+async fn warn_on_even_member_count(context: &Context<State>, cluster: &EtcdCluster) {
+    if cluster.spec.replicas % 2 != 0 {
+        return;
+    }
+    context
+        .events
+        .publish(
+            cluster,
+            Severity::Warning,
+            Reason::EvenMemberCount.as_str(),
+            "Validate",
+            format!(
+                "{} members tolerate as many failures as {}; an odd count is recommended",
+                cluster.spec.replicas,
+                cluster.spec.replicas - 1
+            ),
+        )
+        .await;
 }
 
 /// Takes one step: Kubernetes steps here, etcd's membership steps through [`execute`].

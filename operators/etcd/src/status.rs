@@ -10,11 +10,12 @@ use kube::ResourceExt;
 use quorum_core::{
     availability::health::Health,
     conditions::{ConditionType, ConditionUpdate, set_condition},
+    pass::UnreadableRecord,
 };
 
 use crate::{
-    crd::{EtcdCluster, EtcdClusterStatus, InFlightStep, MemberStatus},
-    decide::{Decision, InFlight, MemberFact, Step},
+    crd::{EtcdCluster, EtcdClusterStatus, InFlightAction, InFlightStep, MemberStatus},
+    decide::{Decision, InFlight, MemberFact, Reason, Step},
     observe::ClusterView,
     resolver::member_name,
     resources::member_selector_string,
@@ -37,36 +38,50 @@ pub fn unhealthy_durations(status: Option<&EtcdClusterStatus>, now: Timestamp) -
         .collect()
 }
 
-/// The step in flight as recorded in status.
-pub fn in_flight_from_status(status: Option<&EtcdClusterStatus>) -> Option<InFlight> {
-    let step = status?.in_flight.as_ref()?;
-    let ordinal = usize::try_from(step.ordinal).ok()?;
-    let id = || {
-        step.member_id
-            .as_deref()
-            .and_then(|id| u64::from_str_radix(id, 16).ok())
+/// The step in flight as recorded in status; a record this operator cannot read (an unknown
+/// action, a member id that is not hex) is an error, never taken for no step.
+pub fn in_flight_from_status(
+    status: Option<&EtcdClusterStatus>,
+) -> Result<Option<InFlight>, UnreadableRecord> {
+    let Some(step) = status.and_then(|s| s.in_flight.as_ref()) else {
+        return Ok(None);
     };
-    Some(match step.action.as_str() {
-        "AddLearner" => InFlight::AddLearner { ordinal },
-        "Promote" => InFlight::Promote { ordinal, id: id()? },
-        "Remove" => InFlight::Remove { ordinal, id: id()? },
-        "Replace" => InFlight::Replace { ordinal, id: id()? },
-        "Upgrade" => InFlight::Upgrade { ordinal },
-        _ => return None,
-    })
+    let ordinal = usize::try_from(step.ordinal).map_err(|_| {
+        UnreadableRecord::new("status.inFlight.ordinal", format!("{} is negative", step.ordinal))
+    })?;
+    let id = || match step.member_id.as_deref() {
+        Some(id) => u64::from_str_radix(id, 16).map_err(|_| {
+            UnreadableRecord::new(
+                "status.inFlight.memberId",
+                format!("`{id}` is not a hex member id"),
+            )
+        }),
+        None => Err(UnreadableRecord::new(
+            "status.inFlight.memberId",
+            format!("missing for {}", step.action),
+        )),
+    };
+    Ok(Some(match step.action.known()? {
+        InFlightAction::AddLearner => InFlight::AddLearner { ordinal },
+        InFlightAction::Promote => InFlight::Promote { ordinal, id: id()? },
+        InFlightAction::Remove => InFlight::Remove { ordinal, id: id()? },
+        InFlightAction::Replace => InFlight::Replace { ordinal, id: id()? },
+        InFlightAction::Upgrade => InFlight::Upgrade { ordinal },
+        InFlightAction::Unrecognized(_) => unreachable!("known() refuses it"),
+    }))
 }
 
 /// The status record of a step in flight.
 pub fn in_flight_to_status(in_flight: &InFlight, now: Timestamp) -> InFlightStep {
     let (action, ordinal, id) = match *in_flight {
-        InFlight::AddLearner { ordinal } => ("AddLearner", ordinal, None),
-        InFlight::Promote { ordinal, id } => ("Promote", ordinal, Some(id)),
-        InFlight::Remove { ordinal, id } => ("Remove", ordinal, Some(id)),
-        InFlight::Replace { ordinal, id } => ("Replace", ordinal, Some(id)),
-        InFlight::Upgrade { ordinal } => ("Upgrade", ordinal, None),
+        InFlight::AddLearner { ordinal } => (InFlightAction::AddLearner, ordinal, None),
+        InFlight::Promote { ordinal, id } => (InFlightAction::Promote, ordinal, Some(id)),
+        InFlight::Remove { ordinal, id } => (InFlightAction::Remove, ordinal, Some(id)),
+        InFlight::Replace { ordinal, id } => (InFlightAction::Replace, ordinal, Some(id)),
+        InFlight::Upgrade { ordinal } => (InFlightAction::Upgrade, ordinal, None),
     };
     InFlightStep {
-        action: action.to_string(),
+        action,
         ordinal: ordinal as i32,
         member_id: id.map(|id| format!("{id:x}")),
         started_at: Time(now),
@@ -244,7 +259,9 @@ pub fn build_status(
 
     let in_flight = in_flight.map(|step| match &previous.in_flight {
         // Keep the original start time of a step that is still the same step.
-        Some(recorded) if in_flight_from_status(Some(&previous)).as_ref() == Some(step) => recorded.clone(),
+        Some(recorded) if in_flight_from_status(Some(&previous)).ok().flatten().as_ref() == Some(step) => {
+            recorded.clone()
+        }
         _ => in_flight_to_status(step, now),
     });
     EtcdClusterStatus {
@@ -275,19 +292,19 @@ pub fn build_status(
 }
 
 /// The condition and event reason for a step.
-pub fn step_reason(step: &Step) -> &'static str {
+pub fn step_reason(step: &Step) -> Reason {
     match step {
-        Step::Bootstrap { .. } => "Bootstrapping",
-        Step::AddLearner { .. } => "AddingMember",
-        Step::StartPod { .. } => "StartingMember",
-        Step::Promote { .. } => "PromotingMember",
-        Step::Remove { .. } => "RemovingMember",
-        Step::StopPod { .. } => "StoppingMember",
-        Step::Replace { .. } => "ReplacingMember",
-        Step::WipeMember { .. } => "WipingMember",
-        Step::MoveLeader { .. } => "MovingLeader",
-        Step::Upgrade { .. } => "UpgradingMember",
-        Step::ClearInFlight => "StepCompleted",
+        Step::Bootstrap { .. } => Reason::Bootstrapping,
+        Step::AddLearner { .. } => Reason::AddingMember,
+        Step::StartPod { .. } => Reason::StartingMember,
+        Step::Promote { .. } => Reason::PromotingMember,
+        Step::Remove { .. } => Reason::RemovingMember,
+        Step::StopPod { .. } => Reason::StoppingMember,
+        Step::Replace { .. } => Reason::ReplacingMember,
+        Step::WipeMember { .. } => Reason::WipingMember,
+        Step::MoveLeader { .. } => Reason::MovingLeader,
+        Step::Upgrade { .. } => Reason::UpgradingMember,
+        Step::ClearInFlight => Reason::StepCompleted,
     }
 }
 
@@ -307,5 +324,87 @@ pub fn describe(step: &Step) -> String {
         }
         Step::Upgrade { ordinal } => format!("restarting member {ordinal} with the new version"),
         Step::ClearInFlight => "the recorded step completed".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status_with(in_flight: serde_json::Value) -> EtcdClusterStatus {
+        serde_json::from_value(serde_json::json!({ "inFlight": in_flight })).expect("a status as stored")
+    }
+
+    #[test]
+    fn steps_in_flight_stored_by_earlier_versions_still_read_and_round_trip() {
+        let stored = [
+            (
+                serde_json::json!({"action": "AddLearner", "ordinal": 3, "startedAt": "2026-01-01T00:00:00Z"}),
+                InFlight::AddLearner { ordinal: 3 },
+            ),
+            (
+                serde_json::json!({"action": "Promote", "ordinal": 3, "memberId": "8e9e05c52164694d", "startedAt": "2026-01-01T00:00:00Z"}),
+                InFlight::Promote {
+                    ordinal: 3,
+                    id: 0x8e9e05c52164694d,
+                },
+            ),
+            (
+                serde_json::json!({"action": "Remove", "ordinal": 4, "memberId": "a", "startedAt": "2026-01-01T00:00:00Z"}),
+                InFlight::Remove { ordinal: 4, id: 10 },
+            ),
+            (
+                serde_json::json!({"action": "Replace", "ordinal": 1, "memberId": "ff", "startedAt": "2026-01-01T00:00:00Z"}),
+                InFlight::Replace { ordinal: 1, id: 255 },
+            ),
+            (
+                serde_json::json!({"action": "Upgrade", "ordinal": 0, "startedAt": "2026-01-01T00:00:00Z"}),
+                InFlight::Upgrade { ordinal: 0 },
+            ),
+        ];
+        for (json, expected) in stored {
+            let status = status_with(json.clone());
+            assert_eq!(
+                in_flight_from_status(Some(&status)),
+                Ok(Some(expected.clone())),
+                "{json}"
+            );
+            let written = in_flight_to_status(&expected, Timestamp::UNIX_EPOCH);
+            let mut written_json = serde_json::to_value(&written).unwrap();
+            written_json["startedAt"] = json["startedAt"].clone();
+            assert_eq!(written_json, json, "written as it was stored");
+        }
+        assert_eq!(
+            in_flight_from_status(Some(&EtcdClusterStatus::default())),
+            Ok(None)
+        );
+    }
+
+    #[test]
+    fn an_unknown_or_incomplete_step_in_flight_is_unreadable_never_absent() {
+        let unknown = status_with(
+            serde_json::json!({"action": "Rewind", "ordinal": 1, "startedAt": "2026-01-01T00:00:00Z"}),
+        );
+        let error = in_flight_from_status(Some(&unknown)).unwrap_err();
+        assert_eq!(error.field, "status.inFlight.action");
+        let no_id = status_with(
+            serde_json::json!({"action": "Remove", "ordinal": 1, "startedAt": "2026-01-01T00:00:00Z"}),
+        );
+        assert_eq!(
+            in_flight_from_status(Some(&no_id)).unwrap_err().field,
+            "status.inFlight.memberId"
+        );
+        let bad_id = status_with(
+            serde_json::json!({"action": "Promote", "ordinal": 1, "memberId": "zz", "startedAt": "2026-01-01T00:00:00Z"}),
+        );
+        assert_eq!(
+            in_flight_from_status(Some(&bad_id)).unwrap_err().field,
+            "status.inFlight.memberId"
+        );
+        // An unknown action is kept as stored, so writing the status back does not erase it.
+        assert_eq!(
+            serde_json::to_value(unknown.in_flight.as_ref().unwrap()).unwrap()["action"],
+            "Rewind"
+        );
     }
 }

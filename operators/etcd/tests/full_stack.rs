@@ -175,3 +175,139 @@ async fn a_real_cluster_forms_and_scales_three_to_five_to_three_keeping_its_keys
     drop(members);
     namespace.delete().await;
 }
+
+/// A step in flight recorded by another operator version (or mangled by hand) is never taken
+/// for "no step": the operator says so in status and events, keeps the record, and changes no
+/// membership until a person removes it with the command the condition names.
+#[tokio::test]
+async fn an_unreadable_step_in_flight_holds_every_membership_change_until_a_person_removes_it() {
+    quorum_core::telemetry::init(quorum_core::config::LogFormat::Text);
+    let client = admin_client().await;
+    install_crd(&client, &EtcdCluster::crd()).await;
+    install_crd(&client, &etcd_operator::crd::EtcdBackup::crd()).await;
+    let namespace = TestNamespace::create(&client, "etcd-unreadable").await;
+    let ns = namespace.name().to_string();
+    let state = std::env::temp_dir().join(format!("quorum-local-members-{ns}"));
+    let members = LocalMembers::start(
+        client.clone(),
+        EtcdLauncher::new(BTreeMap::from([(spec(1).version, etcd_binary())])),
+        state.clone(),
+        Some(ns.clone()),
+    );
+    let operator = support::operator::start(client.clone(), &ns, MemberAddresses::Loopback);
+    let clusters: Api<EtcdCluster> = Api::namespaced(client.clone(), &ns);
+    clusters
+        .create(&PostParams::default(), &EtcdCluster::new("main", spec(3)))
+        .await
+        .unwrap();
+    settled_with(&clusters, 3).await;
+    let url = |ordinal| format!("http://{}:2379", loopback_ip(&ns, "main", ordinal));
+    let mut kv = etcd_client::Client::connect([url(0), url(1), url(2)], None)
+        .await
+        .unwrap();
+    for i in 0..20 {
+        kv.put(format!("k{i:02}"), "v", None).await.unwrap();
+    }
+    operator.stop().await;
+
+    // A record of a kind this operator does not know, and a spec that asks for two members more.
+    clusters
+        .patch_status(
+            "main",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"status": {"inFlight": {
+                "action": "Rewind", "ordinal": 2, "startedAt": "2026-01-01T00:00:00Z"
+            }}})),
+        )
+        .await
+        .unwrap();
+    clusters
+        .patch_scale(
+            "main",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"replicas": 5}})),
+        )
+        .await
+        .unwrap();
+    let operator = support::operator::start(client.clone(), &ns, MemberAddresses::Loopback);
+    let waiting = wait::until(
+        "Progressing to say the record cannot be read",
+        Duration::from_secs(60),
+        || async {
+            let cluster = clusters.get("main").await.map_err(|e| e.to_string())?;
+            let status = cluster.status.unwrap_or_default();
+            status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "Progressing" && c.reason == "InFlightUnreadable")
+                .map(|c| (c.message.clone(), status.clone()))
+                .ok_or_else(|| format!("{:?}", status.conditions))
+        },
+    )
+    .await;
+    let (message, status) = waiting;
+    assert!(
+        message.contains("status.inFlight.action")
+            && message.contains(
+                "kubectl patch etcdcluster main --subresource=status --type=merge -p '{\"status\":{\"inFlight\":null}}'"
+            ),
+        "{message}"
+    );
+    assert_eq!(
+        status.in_flight.as_ref().map(|step| step.action.to_string()),
+        Some("Rewind".to_string()),
+        "the record is kept as stored"
+    );
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+    wait::until("a warning event", Duration::from_secs(30), || async {
+        let listed = events
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        listed
+            .items
+            .iter()
+            .find(|e| {
+                e.reason.as_deref() == Some("InFlightUnreadable") && e.type_.as_deref() == Some("Warning")
+            })
+            .map(|_| ())
+            .ok_or_else(|| "none yet".to_string())
+    })
+    .await;
+    // The pass that wrote the condition took no step: still three members, three pods.
+    let listed = kv.member_list().await.unwrap();
+    assert_eq!(
+        listed.members().len(),
+        3,
+        "no member added: {:?}",
+        listed.members()
+    );
+    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    assert_eq!(
+        statefulsets.get("main").await.unwrap().spec.unwrap().replicas,
+        Some(3)
+    );
+
+    // The person's command from the message: the cluster grows as asked, every key kept.
+    clusters
+        .patch_status(
+            "main",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"status": {"inFlight": null}})),
+        )
+        .await
+        .unwrap();
+    settled_with(&clusters, 5).await;
+    let keys = kv
+        .get(
+            "k",
+            Some(etcd_client::GetOptions::new().with_prefix().with_keys_only()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(keys.kvs().len(), 20, "every acknowledged key is still there");
+
+    operator.stop().await;
+    drop(members);
+    namespace.delete().await;
+}

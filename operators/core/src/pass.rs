@@ -1,0 +1,436 @@
+//! One pass shape for every operator: what a pass decided, where it left the cluster, and how
+//! that is reported.
+//!
+//! A pass observes, decides one step ([`Decision`]), records a disruptive step in status before
+//! taking it, takes it, and reports where it left the cluster ([`Progress`]): the `Progressing`
+//! condition ([`Progress::progressing`]) and at most one event ([`Progress::event`],
+//! [`publish`]). The rules every engine follows:
+//!
+//! - Reasons come from the operator's own fixed catalogue, one enum declared with [`reasons!`]
+//!   (`as_str` is the variant's name, the string users see in events and conditions). A reason's
+//!   [`Reason::severity`] is the severity of a *wait* with that reason: `Normal` for waits that
+//!   are part of normal progress, `Warning` for waits a person should look at. A step taken is
+//!   always reported as `Normal`; a failed step always as `Warning`.
+//! - A failed step is reported ([`Progress::Failed`]: condition and event), then returned as
+//!   `Err`, so the runner retries it with backoff and counts it.
+//! - The record of a step in flight is typed: its kind is an enum declared with
+//!   [`recorded_kinds!`], which reads any stored string. A string the operator does not know,
+//!   or a record whose fields do not fit the kind, is an [`UnreadableRecord`]: the pass then
+//!   waits with its own reason and takes no disruptive step, never treats the step as absent.
+
+use std::fmt;
+
+use kube::Resource;
+
+use crate::{
+    conditions::{ConditionType, ConditionUpdate},
+    events::{EventPublisher, Severity},
+};
+
+/// A reason from an operator's catalogue. Declare the catalogue with [`reasons!`].
+pub trait Reason: Copy + fmt::Debug + Eq + Send + Sync + 'static {
+    /// The CamelCase string users see in events and conditions.
+    fn as_str(self) -> &'static str;
+
+    /// The severity of a wait with this reason: `Warning` when a person should look at it.
+    fn severity(self) -> Severity;
+}
+
+/// Declares an operator's catalogue of reasons: an enum whose variants are the reasons, each
+/// with the severity of a wait for it, plus [`Reason`], `ALL`, `Display`, `From<_> for String`
+/// and comparison with `&str` (so tables of expected reasons read as the strings users see).
+///
+/// ```
+/// quorum_core::reasons! {
+///     /// Why a pass acted or waits.
+///     pub enum Reason {
+///         /// A member is being added.
+///         AddingMember => Normal,
+///         /// A member did not answer.
+///         MemberUnknown => Warning,
+///     }
+/// }
+/// use quorum_core::pass::Reason as _;
+/// assert_eq!(Reason::MemberUnknown.as_str(), "MemberUnknown");
+/// assert_eq!(Reason::ALL.len(), 2);
+/// ```
+#[macro_export]
+macro_rules! reasons {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $name:ident {
+            $( $(#[$variant_meta:meta])* $variant:ident => $severity:ident, )+
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        $vis enum $name {
+            $( $(#[$variant_meta])* $variant, )+
+        }
+
+        impl $name {
+            /// Every reason of the catalogue, in declaration order.
+            pub const ALL: &'static [$name] = &[ $( $name::$variant, )+ ];
+        }
+
+        impl $crate::pass::Reason for $name {
+            fn as_str(self) -> &'static str {
+                match self {
+                    $( $name::$variant => stringify!($variant), )+
+                }
+            }
+
+            fn severity(self) -> $crate::events::Severity {
+                match self {
+                    $( $name::$variant => $crate::events::Severity::$severity, )+
+                }
+            }
+        }
+
+        impl ::std::fmt::Display for $name {
+            fn fmt(&self, formatter: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                formatter.write_str($crate::pass::Reason::as_str(*self))
+            }
+        }
+
+        impl ::std::convert::From<$name> for ::std::string::String {
+            fn from(reason: $name) -> Self {
+                $crate::pass::Reason::as_str(reason).to_string()
+            }
+        }
+
+        impl ::std::cmp::PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                $crate::pass::Reason::as_str(*self) == *other
+            }
+        }
+    };
+}
+
+/// Declares the kinds of a record kept in status (a step in flight, a membership change): an
+/// enum with one variant per kind plus `Unrecognized(String)` for any other stored string, so
+/// reading a status never fails on it. It serializes as the variant's name, exactly the string
+/// stored before the record was typed; give the status field `#[schemars(with = "String")]` so
+/// the generated schema stays a string. [`recorded_kinds!`]'s `known` turns an unrecognized kind
+/// into an [`UnreadableRecord`].
+#[macro_export]
+macro_rules! recorded_kinds {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $name:ident in $field:literal {
+            $( $(#[$variant_meta:meta])* $variant:ident, )+
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Debug, PartialEq, Eq, Hash, ::serde::Serialize, ::serde::Deserialize)]
+        #[serde(from = "String", into = "String")]
+        $vis enum $name {
+            $( $(#[$variant_meta])* $variant, )+
+            /// A kind this operator does not know (written by another version, or by hand).
+            Unrecognized(::std::string::String),
+        }
+
+        impl $name {
+            /// Where the kind is stored, for messages (`status.inFlight.action`).
+            pub const FIELD: &'static str = $field;
+
+            /// The stored string.
+            pub fn as_str(&self) -> &str {
+                match self {
+                    $( $name::$variant => stringify!($variant), )+
+                    $name::Unrecognized(text) => text.as_str(),
+                }
+            }
+
+            /// The kind, or why it cannot be acted on.
+            pub fn known(&self) -> ::std::result::Result<&Self, $crate::pass::UnreadableRecord> {
+                match self {
+                    $name::Unrecognized(text) => Err($crate::pass::UnreadableRecord::new(
+                        $field,
+                        format!("`{text}` is no kind this operator knows"),
+                    )),
+                    known => Ok(known),
+                }
+            }
+        }
+
+        impl ::std::convert::From<::std::string::String> for $name {
+            fn from(text: ::std::string::String) -> Self {
+                match text.as_str() {
+                    $( stringify!($variant) => $name::$variant, )+
+                    _ => $name::Unrecognized(text),
+                }
+            }
+        }
+
+        impl ::std::convert::From<$name> for ::std::string::String {
+            fn from(kind: $name) -> Self {
+                kind.as_str().to_string()
+            }
+        }
+
+        impl ::std::fmt::Display for $name {
+            fn fmt(&self, formatter: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                formatter.write_str(self.as_str())
+            }
+        }
+
+        impl ::std::cmp::PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.as_str() == *other
+            }
+        }
+    };
+}
+
+/// A record in status that the operator cannot act on: an unknown kind, or fields that do not
+/// fit it. The pass waits (with the operator's `InFlightUnreadable` reason) and takes no
+/// disruptive step until a person has looked.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {problem}")]
+pub struct UnreadableRecord {
+    /// Where the record is stored (`status.inFlight.action`).
+    pub field: &'static str,
+    pub problem: String,
+}
+
+impl UnreadableRecord {
+    pub fn new(field: &'static str, problem: impl Into<String>) -> Self {
+        Self {
+            field,
+            problem: problem.into(),
+        }
+    }
+
+    /// The wait message: what the operator does and what a person can do, for a record stored at
+    /// the JSON pointer `record` (`/status/inFlight`) of the resource `kind/name`.
+    pub fn wait_message(&self, kind: &str, name: &str, record: &str) -> String {
+        let removal = record
+            .split('/')
+            .filter(|segment| !segment.is_empty())
+            .rev()
+            .fold(
+                serde_json::Value::Null,
+                |inner, segment| serde_json::json!({ segment: inner }),
+            );
+        format!(
+            "the step recorded in status cannot be read ({self}), so no disruptive step is taken: \
+             run the operator version that recorded it, or check the cluster by hand and then \
+             remove the record with `kubectl patch {kind} {name} --subresource=status --type=merge \
+             -p '{removal}'`"
+        )
+    }
+}
+
+/// Why a pass does nothing now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Wait<R> {
+    pub reason: R,
+    pub message: String,
+}
+
+/// What a pass decided: one step, a wait, or nothing to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision<S, R> {
+    Act(S),
+    Wait(Wait<R>),
+    Settled,
+}
+
+impl<S, R> Decision<S, R> {
+    /// A wait with `reason`.
+    pub fn wait(reason: R, message: impl Into<String>) -> Self {
+        Decision::Wait(Wait {
+            reason,
+            message: message.into(),
+        })
+    }
+
+    /// The step to take, if any.
+    pub fn step(&self) -> Option<&S> {
+        match self {
+            Decision::Act(step) => Some(step),
+            _ => None,
+        }
+    }
+}
+
+/// Where a pass left the cluster: the `Progressing` condition, the event and the requeue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Progress<R> {
+    /// Nothing to do.
+    Settled,
+    /// A step was taken.
+    Acted { reason: R, message: String },
+    /// Waiting for something, or refusing: the reason says which.
+    Waiting { reason: R, message: String },
+    /// A step was tried and failed; the pass returns the error after reporting it.
+    Failed { reason: R, message: String },
+}
+
+impl<R> From<Wait<R>> for Progress<R> {
+    fn from(wait: Wait<R>) -> Self {
+        Progress::Waiting {
+            reason: wait.reason,
+            message: wait.message,
+        }
+    }
+}
+
+impl<R: Reason> Progress<R> {
+    /// A wait with `reason`.
+    pub fn waiting(reason: R, message: impl Into<String>) -> Self {
+        Progress::Waiting {
+            reason,
+            message: message.into(),
+        }
+    }
+
+    pub fn is_settled(&self) -> bool {
+        matches!(self, Progress::Settled)
+    }
+
+    /// The reason, unless settled.
+    pub fn reason(&self) -> Option<R> {
+        match self {
+            Progress::Settled => None,
+            Progress::Acted { reason, .. }
+            | Progress::Waiting { reason, .. }
+            | Progress::Failed { reason, .. } => Some(*reason),
+        }
+    }
+
+    /// The event that reports this progress: none when settled; `Normal` for a step taken; the
+    /// reason's own severity for a wait; `Warning` for a failed step.
+    pub fn event(&self) -> Option<(Severity, R, &str)> {
+        match self {
+            Progress::Settled => None,
+            Progress::Acted { reason, message } => Some((Severity::Normal, *reason, message)),
+            Progress::Waiting { reason, message } => Some((reason.severity(), *reason, message)),
+            Progress::Failed { reason, message } => Some((Severity::Warning, *reason, message)),
+        }
+    }
+
+    /// The `Progressing` condition: false with `Settled` and `settled_message` when there is
+    /// nothing to do, else true with the reason and message.
+    pub fn progressing(&self, settled_message: &str) -> ConditionUpdate {
+        match self {
+            Progress::Settled => {
+                ConditionUpdate::new(ConditionType::Progressing, false, "Settled", settled_message)
+            }
+            Progress::Acted { reason, message }
+            | Progress::Waiting { reason, message }
+            | Progress::Failed { reason, message } => {
+                ConditionUpdate::new(ConditionType::Progressing, true, reason.as_str(), message.clone())
+            }
+        }
+    }
+}
+
+/// Publishes the one event of a pass ([`Progress::event`]) about `object`, if any.
+pub async fn publish<K, R>(events: &EventPublisher, object: &K, progress: &Progress<R>)
+where
+    K: Resource<DynamicType = ()>,
+    R: Reason,
+{
+    let Some((severity, reason, message)) = progress.event() else {
+        return;
+    };
+    let action = match progress {
+        Progress::Waiting { .. } => "Waiting",
+        _ => "Reconcile",
+    };
+    events
+        .publish(object, severity, reason.as_str(), action, message.to_string())
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    crate::reasons! {
+        /// A catalogue for the tests.
+        enum TestReason {
+            AddingMember => Normal,
+            MemberStarting => Normal,
+            MemberUnknown => Warning,
+            StepFailed => Warning,
+        }
+    }
+
+    crate::recorded_kinds! {
+        /// Kinds for the tests.
+        enum TestKind in "status.inFlight.action" {
+            Failover,
+            RemoveMember,
+        }
+    }
+
+    #[test]
+    fn a_reason_is_the_string_users_see_and_carries_the_severity_of_its_wait() {
+        assert_eq!(TestReason::MemberUnknown.as_str(), "MemberUnknown");
+        assert_eq!(TestReason::MemberUnknown.to_string(), "MemberUnknown");
+        assert_eq!(String::from(TestReason::AddingMember), "AddingMember");
+        assert!(TestReason::MemberUnknown == "MemberUnknown");
+        assert!(TestReason::MemberUnknown != "MemberStarting");
+        assert_eq!(TestReason::ALL.len(), 4);
+        assert_eq!(TestReason::MemberStarting.severity(), Severity::Normal);
+        assert_eq!(TestReason::MemberUnknown.severity(), Severity::Warning);
+    }
+
+    #[test]
+    fn a_step_taken_is_normal_a_wait_has_its_reasons_severity_and_a_failure_is_a_warning() {
+        let acted = Progress::Acted {
+            reason: TestReason::MemberUnknown,
+            message: "m".into(),
+        };
+        assert_eq!(acted.event().map(|e| e.0), Some(Severity::Normal));
+        let quiet = Progress::waiting(TestReason::MemberStarting, "m");
+        assert_eq!(quiet.event().map(|e| e.0), Some(Severity::Normal));
+        let loud = Progress::waiting(TestReason::MemberUnknown, "m");
+        assert_eq!(loud.event().map(|e| e.0), Some(Severity::Warning));
+        let failed = Progress::Failed {
+            reason: TestReason::StepFailed,
+            message: "m".into(),
+        };
+        assert_eq!(failed.event().map(|e| e.0), Some(Severity::Warning));
+        assert_eq!(Progress::<TestReason>::Settled.event(), None);
+    }
+
+    #[test]
+    fn progressing_is_false_only_when_settled() {
+        let settled = Progress::<TestReason>::Settled.progressing("matches its spec");
+        assert_eq!(
+            (settled.status, settled.reason.as_str(), settled.message.as_str()),
+            (false, "Settled", "matches its spec")
+        );
+        let waiting =
+            Progress::waiting(TestReason::MemberUnknown, "member 2 did not answer").progressing("x");
+        assert_eq!(
+            (waiting.status, waiting.reason.as_str(), waiting.message.as_str()),
+            (true, "MemberUnknown", "member 2 did not answer")
+        );
+    }
+
+    #[test]
+    fn a_recorded_kind_keeps_its_stored_string_and_an_unknown_one_is_unreadable() {
+        let stored: TestKind = serde_json::from_str("\"Failover\"").unwrap();
+        assert_eq!(stored, TestKind::Failover);
+        assert_eq!(serde_json::to_string(&stored).unwrap(), "\"Failover\"");
+        let unknown: TestKind = serde_json::from_str("\"Rewind\"").unwrap();
+        assert_eq!(unknown, TestKind::Unrecognized("Rewind".into()));
+        assert_eq!(serde_json::to_string(&unknown).unwrap(), "\"Rewind\"");
+        assert!(TestKind::RemoveMember.known().is_ok());
+        let error = unknown.known().unwrap_err();
+        assert_eq!(error.field, TestKind::FIELD);
+        assert!(error.to_string().contains("`Rewind`"), "{error}");
+        let message = error.wait_message("etcdcluster", "demo", "/status/inFlight");
+        assert!(
+            message.contains(
+                "kubectl patch etcdcluster demo --subresource=status --type=merge -p '{\"status\":{\"inFlight\":null}}'"
+            ),
+            "{message}"
+        );
+    }
+}
