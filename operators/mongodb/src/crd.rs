@@ -239,12 +239,41 @@ pub struct MemberStatus {
     pub message: Option<String>,
 }
 
+quorum_core::recorded_kinds! {
+    /// The kind of a membership change in progress, as stored in `status.membershipChange.kind`.
+    pub enum ChangeKind in "status.membershipChange.kind" {
+        /// `replSetInitiate` with the first member.
+        Initiate,
+        /// A new member added without a vote.
+        Add,
+        /// A caught-up member made voting.
+        Promote,
+        /// A voter made non-voting.
+        Demote,
+        /// A non-voting member taken out.
+        Remove,
+        /// Priority or hidden of a non-voting member changed.
+        Reconfigure,
+        /// The primary asked to step down.
+        StepDown,
+        /// A member's pod deleted for the new template.
+        Restart,
+        /// A member too stale to catch up wiped to copy the data again.
+        Resync,
+        /// The featureCompatibilityVersion raised (`member` is the release).
+        SetFeatureCompatibilityVersion,
+        /// A backup loaded into the first member of a set created with `restoreFrom`.
+        Restore,
+    }
+}
+
 /// A membership change in progress.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MembershipChange {
     /// `Add`, `Promote`, `Demote`, `Remove`, `Reconfigure`, `StepDown` or `Restart`.
-    pub kind: String,
+    #[schemars(with = "String")]
+    pub kind: ChangeKind,
     /// The member it concerns.
     pub member: String,
     /// The configuration version it was made from.
@@ -338,6 +367,21 @@ pub struct MongoDBBackupStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_recorded_kind_of_a_membership_change_stays_a_string_in_the_schema() {
+        use kube::CustomResourceExt;
+        let crd = serde_json::to_value(MongoDBReplicaSet::crd()).unwrap();
+        let kind = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+            ["membershipChange"]["properties"]["kind"];
+        assert_eq!(
+            kind,
+            &serde_json::json!({
+                "description": "`Add`, `Promote`, `Demote`, `Remove`, `Reconfigure`, `StepDown` or `Restart`.",
+                "type": "string",
+            })
+        );
+    }
 
     #[test]
     fn the_release_drops_the_patch() {

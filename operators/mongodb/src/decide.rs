@@ -19,6 +19,7 @@
 
 use crate::admin::{ConfigMember, Hello, MemberState, ReplConfig, ReplStatus};
 use crate::crd::release_of;
+pub use crate::reasons::Reason;
 
 /// How far (seconds) a member may trail the primary and still be promoted to voting, or be the
 /// secondary a primary steps down for.
@@ -227,14 +228,15 @@ pub enum Step {
     SetFeatureCompatibility {
         release: String,
     },
+    /// No step now: a reason from [`Reason`] and a sentence for people.
     Wait {
-        reason: &'static str,
+        reason: Reason,
         message: String,
     },
     Settled,
 }
 
-fn wait(reason: &'static str, message: impl Into<String>) -> Step {
+fn wait(reason: Reason, message: impl Into<String>) -> Step {
     Step::Wait {
         reason,
         message: message.into(),
@@ -248,7 +250,7 @@ pub fn decide(desired: &Desired, observed: &Observed) -> Step {
     };
     if config.set_name != desired.set_name {
         return wait(
-            "WrongReplicaSet",
+            Reason::WrongReplicaSet,
             format!(
                 "the members belong to replica set {}, not {}",
                 config.set_name, desired.set_name
@@ -260,7 +262,7 @@ pub fn decide(desired: &Desired, observed: &Observed) -> Step {
     };
     if observed.status.is_none() {
         return wait(
-            "PrimaryStatusUnknown",
+            Reason::PrimaryStatusUnknown,
             "the primary did not report the set's status",
         );
     }
@@ -280,7 +282,7 @@ pub fn decide(desired: &Desired, observed: &Observed) -> Step {
         .collect();
     if !behind.is_empty() {
         return wait(
-            "ConfigurationPropagating",
+            Reason::ConfigurationPropagating,
             format!(
                 "configuration version {} has not reached {} yet",
                 config.version,
@@ -296,7 +298,7 @@ pub fn decide(desired: &Desired, observed: &Observed) -> Step {
     }
     if observed.restore_pending {
         return wait(
-            "RestorePending",
+            Reason::RestorePending,
             "no member joins before the backup is restored into the first",
         );
     }
@@ -322,12 +324,12 @@ fn initiate(desired: &Desired, observed: &Observed) -> Step {
     if observed.initiated_before {
         if !unknown.is_empty() && unknown.len() == existing.len() {
             return wait(
-                "MembersUnknown",
+                Reason::MembersUnknown,
                 format!("no member can be reached ({})", unknown.join(", ")),
             );
         }
         return wait(
-            "ConfigurationMissing",
+            Reason::ConfigurationMissing,
             "the set was initiated, yet no member that answers reports its configuration; \
              the operator will not initiate it again (restore the members' volumes or recreate the resource)",
         );
@@ -335,12 +337,12 @@ fn initiate(desired: &Desired, observed: &Observed) -> Step {
     if !unknown.is_empty() {
         // A member out of reach may hold a configuration: initiating another would split the set.
         return wait(
-            "MembersUnknown",
+            Reason::MembersUnknown,
             format!("not initiating while {} cannot be reached", unknown.join(", ")),
         );
     }
     let Some(first) = desired.members.first() else {
-        return wait("NoMembers", "the spec asks for no members");
+        return wait(Reason::NoMembers, "the spec asks for no members");
     };
     match observed.seen(&first.host) {
         Some(seen) if seen.pod_exists && seen.hello().is_some() => Step::Initiate {
@@ -349,7 +351,7 @@ fn initiate(desired: &Desired, observed: &Observed) -> Step {
             config: ReplConfig::initial(&desired.set_name, vec![first.config_member(1, 1.0)]),
         },
         _ => wait(
-            "MemberStarting",
+            Reason::MemberStarting,
             format!("waiting for {} to start before initiating the set", first.name),
         ),
     }
@@ -367,7 +369,7 @@ fn no_primary(observed: &Observed) -> Step {
             .is_some_and(|member| member.hello().is_none())
     {
         return wait(
-            "PrimaryUnknown",
+            Reason::PrimaryUnknown,
             format!(
                 "the members name {} as primary, which the operator cannot reach",
                 observed.name_of(primary)
@@ -375,7 +377,7 @@ fn no_primary(observed: &Observed) -> Step {
         );
     }
     wait(
-        "NoPrimary",
+        Reason::NoPrimary,
         "no member is primary; waiting for the set to elect one",
     )
 }
@@ -393,7 +395,7 @@ fn resyncing(observed: &Observed, config: &ReplConfig, primary: &str) -> Option<
     let not_healthy = observed.not_healthy(config, &stale.host);
     if !not_healthy.is_empty() {
         return Some(wait(
-            "ResyncBlocked",
+            Reason::ResyncBlocked,
             format!(
                 "{name} is too stale to catch up and must copy the data again, which waits until every \
                  other member is healthy; not healthy: {}",
@@ -423,7 +425,7 @@ fn leaving(desired: &Desired, observed: &Observed, config: &ReplConfig, primary:
         .is_some_and(|member| member.healthy);
     if !operator_reaches_it && primary_hears_it {
         return Some(wait(
-            "MemberUnknown",
+            Reason::MemberUnknown,
             format!(
                 "{name} should leave, but the operator cannot reach it while the primary still hears it: \
                  it is Unknown, not down, and is left in the set"
@@ -433,7 +435,7 @@ fn leaving(desired: &Desired, observed: &Observed, config: &ReplConfig, primary:
     let not_healthy = observed.not_healthy(config, &leaving.host);
     if !not_healthy.is_empty() {
         return Some(wait(
-            "MemberNotHealthy",
+            Reason::MemberNotHealthy,
             format!(
                 "{name} leaves the set once every other member is healthy; not healthy: {}",
                 not_healthy.join(", ")
@@ -444,7 +446,10 @@ fn leaving(desired: &Desired, observed: &Observed, config: &ReplConfig, primary:
     // Arbiters always hold their vote: they leave in one step, which is one voting change.
     if leaving.is_voting() && !leaving.arbiter_only {
         if config.voting_members() <= 1 {
-            return Some(wait("LastVoter", format!("{name} is the last voting member")));
+            return Some(wait(
+                Reason::LastVoter,
+                format!("{name} is the last voting member"),
+            ));
         }
         for member in &mut members {
             if member.host == leaving.host {
@@ -473,19 +478,19 @@ fn joining(desired: &Desired, observed: &Observed, config: &ReplConfig) -> Optio
         .find(|member| config.member(&member.host).is_none())?;
     let Some(hello) = observed.seen(&joining.host).and_then(SeenMember::hello) else {
         return Some(wait(
-            "MemberStarting",
+            Reason::MemberStarting,
             format!("waiting for {} to answer before adding it", joining.name),
         ));
     };
     if let Some(other) = hello.set_name.as_deref().filter(|name| *name != desired.set_name) {
         return Some(wait(
-            "MemberInAnotherSet",
+            Reason::MemberInAnotherSet,
             format!("{} belongs to replica set {other}; not adding it", joining.name),
         ));
     }
     if let Some(taken) = config.members.iter().find(|member| member.id == joining.id) {
         return Some(wait(
-            "MemberIdInUse",
+            Reason::MemberIdInUse,
             format!(
                 "{} would take _id {}, which {} holds",
                 joining.name, joining.id, taken.host
@@ -497,7 +502,7 @@ fn joining(desired: &Desired, observed: &Observed, config: &ReplConfig) -> Optio
         let not_healthy = observed.not_healthy(config, &joining.host);
         if !not_healthy.is_empty() {
             return Some(wait(
-                "MemberNotHealthy",
+                Reason::MemberNotHealthy,
                 format!(
                     "the arbiter joins once every member is healthy; not healthy: {}",
                     not_healthy.join(", ")
@@ -551,7 +556,7 @@ fn adjusting(desired: &Desired, observed: &Observed, config: &ReplConfig, primar
     if current.votes == 0 && wanted.votes > 0 {
         if observed.state(&wanted.host) != Some(MemberState::Secondary) {
             return Some(wait(
-                "MemberSyncing",
+                Reason::MemberSyncing,
                 format!(
                     "{} becomes voting once it is SECONDARY (now {})",
                     wanted.name,
@@ -565,7 +570,7 @@ fn adjusting(desired: &Desired, observed: &Observed, config: &ReplConfig, primar
             Some(lag) if lag <= MAX_CATCH_UP_LAG_SECONDS => {}
             lag => {
                 return Some(wait(
-                    "MemberCatchingUp",
+                    Reason::MemberCatchingUp,
                     format!(
                         "{} becomes voting once within {MAX_CATCH_UP_LAG_SECONDS}s of the primary (now {})",
                         wanted.name,
@@ -577,7 +582,7 @@ fn adjusting(desired: &Desired, observed: &Observed, config: &ReplConfig, primar
         let not_healthy = observed.not_healthy(config, &wanted.host);
         if !not_healthy.is_empty() {
             return Some(wait(
-                "MemberNotHealthy",
+                Reason::MemberNotHealthy,
                 format!(
                     "{} becomes voting once every member is healthy; not healthy: {}",
                     wanted.name,
@@ -594,7 +599,7 @@ fn adjusting(desired: &Desired, observed: &Observed, config: &ReplConfig, primar
         let not_healthy = observed.not_healthy(config, &wanted.host);
         if !not_healthy.is_empty() {
             return Some(wait(
-                "MemberNotHealthy",
+                Reason::MemberNotHealthy,
                 format!(
                     "{} stops voting once every other member is healthy; not healthy: {}",
                     wanted.name,
@@ -621,7 +626,7 @@ fn upgrading(desired: &Desired, observed: &Observed, config: &ReplConfig, primar
         let compatibility = observed.feature_compatibility.as_deref();
         if !compatibility.is_some_and(|fcv| runs_on_compatibility(&release, fcv)) {
             return Some(wait(
-                "FeatureCompatibilityBehind",
+                Reason::FeatureCompatibilityBehind,
                 format!(
                     "no member restarts for version {}: its servers refuse data whose featureCompatibilityVersion is older than the release before {release}, and it is {}; set spec.version back to the release the members run, let it complete, then upgrade one release at a time",
                     desired.version,
@@ -640,7 +645,7 @@ fn upgrading(desired: &Desired, observed: &Observed, config: &ReplConfig, primar
             .collect();
         if !not_serving.is_empty() {
             return Some(wait(
-                "UpgradeWaiting",
+                Reason::UpgradeWaiting,
                 format!(
                     "the next member restarts for version {} once every member serves; not serving: {}",
                     desired.version,
@@ -665,7 +670,7 @@ fn upgrading(desired: &Desired, observed: &Observed, config: &ReplConfig, primar
             .collect();
         if !not_yet_running.is_empty() {
             return Some(wait(
-                "UpgradeWaiting",
+                Reason::UpgradeWaiting,
                 format!(
                     "the next member restarts for version {} once the restarted ones report it; not yet: {}",
                     desired.version,
@@ -693,7 +698,7 @@ fn upgrading(desired: &Desired, observed: &Observed, config: &ReplConfig, primar
     }
     if !behind.is_empty() {
         return Some(wait(
-            "UpgradeWaiting",
+            Reason::UpgradeWaiting,
             format!(
                 "featureCompatibilityVersion {release} waits until every member runs {release}; not yet: {}",
                 behind.join(", ")
@@ -730,7 +735,7 @@ fn step_down(observed: &Observed, config: &ReplConfig, primary: &str, reason: St
     let not_healthy = observed.not_healthy(config, primary);
     if !not_healthy.is_empty() {
         return wait(
-            "MemberNotHealthy",
+            Reason::MemberNotHealthy,
             format!(
                 "{name} (primary) steps down once every other member is healthy; not healthy: {}",
                 not_healthy.join(", ")
@@ -749,7 +754,7 @@ fn step_down(observed: &Observed, config: &ReplConfig, primary: &str, reason: St
     });
     if !electable {
         return wait(
-            "NoElectableSecondary",
+            Reason::NoElectableSecondary,
             format!("{name} (primary) steps down once an electable secondary has caught up"),
         );
     }
@@ -899,9 +904,9 @@ mod tests {
         &mut observed.status.as_mut().unwrap().members[ordinal]
     }
 
-    fn reason(step: &Step) -> &'static str {
+    fn reason(step: &Step) -> Reason {
         match step {
-            Step::Wait { reason, .. } => reason,
+            Step::Wait { reason, .. } => *reason,
             other => panic!("expected a wait, got {other:?}"),
         }
     }

@@ -7,6 +7,7 @@
 //!   official driver, the only place that speaks to a server.
 //! - [`clients`]: cached admin clients with breakers, timeouts and retries.
 //! - [`decide`]: the pure decision: from what was observed, the one next step.
+//! - [`reasons`]: the catalogue of reasons a pass reports, each wait with its severity.
 //! - [`resources`]: pure builders of the Kubernetes objects.
 //! - [`reconcile`]: observe, decide, act, report.
 //! - [`archive`]: logical snapshots as BSON archives, dumped from and restored into a set.
@@ -20,6 +21,7 @@ pub mod clients;
 pub mod crd;
 pub mod decide;
 pub mod packaging;
+pub mod reasons;
 pub mod reconcile;
 pub mod resources;
 

@@ -19,7 +19,7 @@ use quorum_core::{
     apply::ignore_not_found,
     availability::retry::Idempotency,
     conditions::{ConditionType, ConditionUpdate, set_condition},
-    events::Severity,
+    pass::{Reason as _, UnreadableRecord, publish},
     pod::generate_password,
     runner::Context,
     status::{latest, patch_status},
@@ -29,8 +29,10 @@ use secrecy::SecretString;
 use crate::{
     admin::{AdminError, Credentials, MemberState, ReplConfig, ReplStatus, StatusMember, codes},
     clients::{CallFailure, MongoClients, is_unreachable, refusal_code},
-    crd::{MemberStatus, MembershipChange, MongoDBBackup, MongoDBReplicaSet, MongoDBReplicaSetStatus},
-    decide::{Change, Desired, DesiredMember, Observed, Reach, SeenMember, Step, decide},
+    crd::{
+        ChangeKind, MemberStatus, MembershipChange, MongoDBBackup, MongoDBReplicaSet, MongoDBReplicaSetStatus,
+    },
+    decide::{Change, Desired, DesiredMember, Observed, Reach, Reason, SeenMember, Step, decide},
     resources::{
         ARBITER_COMPONENT, DEFAULT_ADMIN_USERNAME, MEMBER_COMPONENT, PASSWORD_KEY, USERNAME_KEY,
         VERSION_LABEL, admin_secret_name, arbiter_name, arbiter_statefulset_name, build_admin_secret,
@@ -94,6 +96,14 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    /// An admin step the members refused or did not answer; they are as they were, or as a
+    /// retry of the step expects them. Reported (`StepFailed`) before it is returned.
+    #[error("{step}: {source}")]
+    Step {
+        step: String,
+        #[source]
+        source: CallFailure,
+    },
     /// A Secret the set needs is missing or lacks a key. Nothing is started without it.
     #[error("Secret {secret} {problem}")]
     Secret { secret: String, problem: &'static str },
@@ -104,6 +114,7 @@ impl ReconcileError for Error {
         match self {
             Error::Kubernetes(error) => error.metric_label(),
             Error::Api { .. } => "api",
+            Error::Step { .. } => "admin_step",
             Error::Secret { .. } => "secret",
         }
     }
@@ -233,33 +244,40 @@ pub async fn reconcile(
     let mut status = status_from(&replica_set, &desired, &observed, now);
     // What the API server holds, for the final status patch to be computed against.
     let mut reported = replica_set.status.clone();
-    let progress = match restore_step(
-        &context,
-        &replica_set,
-        &key,
-        &observed,
-        &mut status,
-        &mut reported,
-    )
-    .await?
-    {
-        Some(progress) => progress,
-        None => {
-            let step = decide(&desired, &observed);
-            act(
-                &context,
-                &replica_set,
-                &key,
-                &observed,
-                &step,
-                &mut status,
-                &mut reported,
-            )
-            .await?
-        }
+    let (progress, failure) = match recorded_change(replica_set.status.as_ref()) {
+        // A recorded change this operator cannot read is never taken for none: the record stays
+        // as stored (`status_from` keeps it) and nothing is reconfigured or restarted.
+        Err(unreadable) => (wait_on_unreadable_record(&name, &unreadable), None),
+        Ok(recorded) => match restore_step(
+            &context,
+            &replica_set,
+            &key,
+            &observed,
+            recorded.as_ref(),
+            &mut status,
+            &mut reported,
+        )
+        .await?
+        {
+            Some(progress) => (progress, None),
+            None => {
+                let step = decide(&desired, &observed);
+                let taken = act(
+                    &context,
+                    &replica_set,
+                    &key,
+                    &observed,
+                    &step,
+                    &mut status,
+                    &mut reported,
+                )
+                .await;
+                reported_failure(taken)?
+            }
+        },
     };
-    let settled = matches!(progress, Progress::Settled);
-    publish_progress(&context, &replica_set, &progress).await;
+    let settled = progress.is_settled();
+    publish(&context.events, replica_set.as_ref(), &progress).await;
 
     let not_healthy: Vec<String> = status
         .members
@@ -283,9 +301,9 @@ pub async fn reconcile(
         (None, _) => ConditionUpdate::new(ConditionType::Ready, false, "NoPrimary", "no member is primary"),
         (Some(_), false) => {
             let (reason, message) = match &progress {
-                Progress::Acted { reason, message } | Progress::Waiting { reason, message } => {
-                    (*reason, message.clone())
-                }
+                Progress::Acted { reason, message }
+                | Progress::Waiting { reason, message }
+                | Progress::Failed { reason, message } => (reason.as_str(), message.clone()),
                 Progress::Settled => (
                     "MembersNotHealthy",
                     format!("not healthy: {}", not_healthy.join(", ")),
@@ -296,6 +314,10 @@ pub async fn reconcile(
     };
     set_conditions(&mut status, &replica_set, ready, &progress, degraded, now);
     patch_status(&context.client, replica_set.as_ref(), reported.as_ref(), &status).await?;
+    // A failed step, now reported, is returned: the runner retries it with backoff and counts it.
+    if let Some(failure) = failure {
+        return Err(failure);
+    }
     Ok(if settled && not_healthy.is_empty() {
         Action::requeue(Duration::from_secs(30))
     } else {
@@ -311,6 +333,7 @@ async fn restore_step(
     replica_set: &MongoDBReplicaSet,
     key: &str,
     observed: &Observed,
+    recorded: Option<&RecordedChange>,
     status: &mut MongoDBReplicaSetStatus,
     reported: &mut Option<MongoDBReplicaSetStatus>,
 ) -> Result<Option<Progress>, Error> {
@@ -328,10 +351,10 @@ async fn restore_step(
     if config.members.len() > 1 {
         // Members joined before a restore could happen (restoreFrom was added to an existing
         // set, which the schema refuses, or the record was lost): never load into live data.
-        return Ok(Some(Progress::Waiting {
-            reason: "RestoreSourceInvalid",
-            message: "restoreFrom applies only to a new replica set; this one already has members".into(),
-        }));
+        return Ok(Some(Progress::waiting(
+            Reason::RestoreSourceInvalid,
+            "restoreFrom applies only to a new replica set; this one already has members",
+        )));
     }
     let namespace = replica_set.namespace().unwrap_or_default();
     let backups: Api<MongoDBBackup> = Api::namespaced(context.client.clone(), &namespace);
@@ -339,23 +362,18 @@ async fn restore_step(
         .get_opt(&source.backup_name)
         .await
         .map_err(api(format!("reading MongoDBBackup {}", source.backup_name)))?;
-    let not_ready = |message: String| {
-        Ok(Some(Progress::Waiting {
-            reason: "RestoreSourceNotReady",
-            message,
-        }))
-    };
+    let not_ready = |message: String| Ok(Some(Progress::waiting(Reason::RestoreSourceNotReady, message)));
     let Some(backup) = backup else {
         return not_ready(format!("MongoDBBackup {} does not exist", source.backup_name));
     };
     if backup.spec.cluster_name == replica_set.name_any() {
-        return Ok(Some(Progress::Waiting {
-            reason: "RestoreSourceInvalid",
-            message: format!(
+        return Ok(Some(Progress::waiting(
+            Reason::RestoreSourceInvalid,
+            format!(
                 "MongoDBBackup {} is a backup of this replica set",
                 source.backup_name
             ),
-        }));
+        )));
     }
     let Some(record) = backup
         .status
@@ -389,22 +407,20 @@ async fn restore_step(
     };
     // Recorded before it starts: a restore cut short (a crash, a lost status write) leaves data
     // the next pass must not take for someone else's, nor load over.
-    let interrupted = replica_set
-        .status
-        .as_ref()
-        .and_then(|status| status.membership_change.as_ref())
-        .is_some_and(|change| change.kind == RESTORE_STEP);
+    let interrupted = recorded.is_some_and(|change| change.kind == ChangeKind::Restore);
     let first = observed
         .members
         .iter()
         .find(|member| &member.host == primary)
         .map_or_else(|| primary.clone(), |member| member.name.clone());
-    status.membership_change = Some(MembershipChange {
-        kind: RESTORE_STEP.to_string(),
-        member: first.clone(),
-        from_config_version: Some(config.version),
-        started_at: Time(Timestamp::now()),
-    });
+    status.membership_change = Some(
+        RecordedChange {
+            kind: ChangeKind::Restore,
+            member: first.clone(),
+            from_config_version: Some(config.version),
+        }
+        .record(Time(Timestamp::now())),
+    );
     patch_status(&context.client, replica_set, reported.as_ref(), status).await?;
     *reported = Some(status.clone());
 
@@ -421,7 +437,7 @@ async fn restore_step(
         Ok(summary) => {
             status.restored_from = Some(record.clone());
             Progress::Acted {
-                reason: "Restored",
+                reason: Reason::Restored,
                 message: format!(
                     "restored {} documents from MongoDBBackup {} ({})",
                     summary.counts.documents, source.backup_name, record.location
@@ -435,7 +451,7 @@ async fn restore_step(
                 .as_ref()
                 .and_then(|s| s.membership_change.clone());
             Progress::Waiting {
-                reason: "RestoreInterrupted",
+                reason: Reason::RestoreInterrupted,
                 message: format!(
                     "a restore of MongoDBBackup {} into {first} was interrupted and {first} holds database \
                      {database}, partly or wholly restored; the operator does not load over it. Drop the user \
@@ -445,7 +461,7 @@ async fn restore_step(
             }
         }
         Err(crate::archive::ArchiveError::TargetNotEmpty { database }) => Progress::Waiting {
-            reason: "RestoreTargetNotEmpty",
+            reason: Reason::RestoreTargetNotEmpty,
             message: format!(
                 "{first} already holds database {database}; restoreFrom loads only into an empty set, and nothing \
                  was changed"
@@ -455,22 +471,78 @@ async fn restore_step(
     }))
 }
 
-/// The step kind recorded while a backup is loaded into the first member.
-const RESTORE_STEP: &str = "Restore";
-
 fn restore_failed(detail: &str) -> Progress {
-    Progress::Waiting {
-        reason: "RestoreFailed",
-        message: format!("restoring the backup failed, nothing was kept: {detail}"),
+    Progress::waiting(
+        Reason::RestoreFailed,
+        format!("restoring the backup failed, nothing was kept: {detail}"),
+    )
+}
+
+/// Where a pass left the set: the `Progressing` condition, the event and the requeue.
+pub type Progress = quorum_core::pass::Progress<Reason>;
+
+/// A membership change recorded in status, as read back: a kind this operator knows, with the
+/// fields that kind needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordedChange {
+    pub kind: ChangeKind,
+    /// The member it concerns (the release, for `SetFeatureCompatibilityVersion`).
+    pub member: String,
+    /// The configuration version it was made from; every change but the initiation has one.
+    pub from_config_version: Option<i64>,
+}
+
+impl RecordedChange {
+    /// The status record of this change, started at `started_at`.
+    pub fn record(&self, started_at: Time) -> MembershipChange {
+        MembershipChange {
+            kind: self.kind.clone(),
+            member: self.member.clone(),
+            from_config_version: self.from_config_version,
+            started_at,
+        }
     }
 }
 
-/// Where a pass left the set, for the `Progressing` condition and the requeue.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Progress {
-    Settled,
-    Acted { reason: &'static str, message: String },
-    Waiting { reason: &'static str, message: String },
+/// The membership change recorded in status. A record this operator cannot read (an unknown
+/// kind, no member) is an error, never taken for no change.
+pub fn recorded_change(
+    status: Option<&MongoDBReplicaSetStatus>,
+) -> Result<Option<RecordedChange>, UnreadableRecord> {
+    let Some(change) = status.and_then(|status| status.membership_change.as_ref()) else {
+        return Ok(None);
+    };
+    let kind = change.kind.known()?.clone();
+    if change.member.is_empty() {
+        return Err(UnreadableRecord::new(
+            "status.membershipChange.member",
+            format!("empty for {kind}"),
+        ));
+    }
+    Ok(Some(RecordedChange {
+        kind,
+        member: change.member.clone(),
+        from_config_version: change.from_config_version,
+    }))
+}
+
+/// The wait of a pass that found a recorded change it cannot read: it says what a person can do.
+fn wait_on_unreadable_record(name: &str, unreadable: &UnreadableRecord) -> Progress {
+    Progress::waiting(
+        Reason::InFlightUnreadable,
+        unreadable.wait_message("mongodbreplicaset", name, "/status/membershipChange"),
+    )
+}
+
+/// The kind recorded for a reconfiguration.
+fn change_kind(change: Change) -> ChangeKind {
+    match change {
+        Change::Add => ChangeKind::Add,
+        Change::Promote => ChangeKind::Promote,
+        Change::Demote => ChangeKind::Demote,
+        Change::Remove => ChangeKind::Remove,
+        Change::Adjust => ChangeKind::Reconfigure,
+    }
 }
 
 /// Asks every member about itself, and the primary about the set.
@@ -787,24 +859,23 @@ async fn act(
             return Ok(Progress::Settled);
         }
         Step::Wait { reason, message } => {
-            return Ok(Progress::Waiting {
-                reason,
-                message: message.clone(),
-            });
+            return Ok(Progress::waiting(*reason, message.clone()));
         }
-        Step::Initiate { member, .. } => ("Initiate", member.clone()),
-        Step::Reconfigure { change, member, .. } => (change.as_str(), member.clone()),
-        Step::StepDown { member, .. } => ("StepDown", member.clone()),
-        Step::Restart { member } => ("Restart", member.clone()),
-        Step::Resync { member } => ("Resync", member.clone()),
-        Step::SetFeatureCompatibility { release } => ("SetFeatureCompatibilityVersion", release.clone()),
+        Step::Initiate { member, .. } => (ChangeKind::Initiate, member.clone()),
+        Step::Reconfigure { change, member, .. } => (change_kind(*change), member.clone()),
+        Step::StepDown { member, .. } => (ChangeKind::StepDown, member.clone()),
+        Step::Restart { member } => (ChangeKind::Restart, member.clone()),
+        Step::Resync { member } => (ChangeKind::Resync, member.clone()),
+        Step::SetFeatureCompatibility { release } => {
+            (ChangeKind::SetFeatureCompatibilityVersion, release.clone())
+        }
     };
-    let change = MembershipChange {
-        kind: kind.to_string(),
+    let change = RecordedChange {
+        kind,
         member: member.clone(),
         from_config_version: config_version,
-        started_at: Time(Timestamp::now()),
-    };
+    }
+    .record(Time(Timestamp::now()));
     if status
         .membership_change
         .as_ref()
@@ -816,7 +887,7 @@ async fn act(
         *reported = Some(status.clone());
     }
 
-    let result: Result<(&'static str, String), CallFailure> = match step {
+    let result: Result<(Reason, String), CallFailure> = match step {
         Step::Initiate { host, config, .. } => clients
             .member(key, host, "replSetInitiate", Idempotency::Mutation, |admin| {
                 let config = config.clone();
@@ -825,7 +896,7 @@ async fn act(
             .await
             .map(|()| {
                 (
-                    "Initiated",
+                    Reason::Initiated,
                     format!("initiated replica set {} with {member}", config.set_name),
                 )
             }),
@@ -854,7 +925,7 @@ async fn act(
             .await
             .map(|()| {
                 (
-                    "SteppedDown",
+                    Reason::SteppedDown,
                     format!("{member} stepped down as primary ({reason:?})"),
                 )
             }),
@@ -874,7 +945,7 @@ async fn act(
                 .await
                 .map(|()| {
                     (
-                        "FeatureCompatibilityVersionSet",
+                        Reason::FeatureCompatibilityVersionSet,
                         format!("featureCompatibilityVersion is now {release}"),
                     )
                 })
@@ -882,14 +953,14 @@ async fn act(
         Step::Restart { member } => {
             restart(context, replica_set, member).await?;
             Ok((
-                "MemberRestarted",
+                Reason::MemberRestarted,
                 format!("restarted {member} for version {}", replica_set.spec.version),
             ))
         }
         Step::Resync { member } => {
             resync(context, replica_set, member).await?;
             Ok((
-                "MemberResynced",
+                Reason::MemberResynced,
                 format!(
                     "{member} was too stale to catch up (error RS102): its volume was deleted with its pod, \
                      and it copies the data again from the set"
@@ -900,17 +971,17 @@ async fn act(
     };
     match result {
         Ok((reason, message)) => Ok(Progress::Acted { reason, message }),
-        Err(failure) => Ok(failed(step, &member, &failure, status)),
+        Err(failure) => failed(step, &member, failure, status),
     }
 }
 
-fn reconfigured(change: Change, member: &str, config: &ReplConfig) -> (&'static str, String) {
+fn reconfigured(change: Change, member: &str, config: &ReplConfig) -> (Reason, String) {
     let reason = match change {
-        Change::Add => "MemberAdded",
-        Change::Promote => "MemberPromoted",
-        Change::Demote => "MemberDemoted",
-        Change::Remove => "MemberRemoved",
-        Change::Adjust => "MemberReconfigured",
+        Change::Add => Reason::MemberAdded,
+        Change::Promote => Reason::MemberPromoted,
+        Change::Demote => Reason::MemberDemoted,
+        Change::Remove => Reason::MemberRemoved,
+        Change::Adjust => Reason::MemberReconfigured,
     };
     let what = match change {
         Change::Add => "added without a vote",
@@ -926,25 +997,43 @@ fn reconfigured(change: Change, member: &str, config: &ReplConfig) -> (&'static 
 }
 
 /// A step that failed: refused (nothing changed, the record is cleared) or unanswered (it may
-/// have happened; the record stays and the next observation tells).
+/// have happened; the record stays and the next observation tells). Either is an
+/// [`Error::Step`], reported by [`reported_failure`] and then returned from the pass.
 fn failed(
     step: &Step,
     member: &str,
-    failure: &CallFailure,
+    failure: CallFailure,
     status: &mut MongoDBReplicaSetStatus,
-) -> Progress {
-    if matches!(step, Step::Initiate { .. }) && refusal_code(failure) == Some(codes::ALREADY_INITIALIZED) {
-        return Progress::Waiting {
-            reason: "AlreadyInitiated",
-            message: format!("{member} already has a configuration; observing it next"),
-        };
+) -> Result<Progress, Error> {
+    if matches!(step, Step::Initiate { .. }) && refusal_code(&failure) == Some(codes::ALREADY_INITIALIZED) {
+        return Ok(Progress::waiting(
+            Reason::AlreadyInitiated,
+            format!("{member} already has a configuration; observing it next"),
+        ));
     }
-    if !is_unreachable(failure) {
+    if !is_unreachable(&failure) {
         status.membership_change = None;
     }
-    Progress::Waiting {
-        reason: "StepFailed",
-        message: format!("{} of {member} failed: {failure}", step_name(step)),
+    Err(Error::Step {
+        step: format!("{} of {member}", step_name(step)),
+        source: failure,
+    })
+}
+
+/// The progress to report for the step taken and the error to return once it is reported: a
+/// failed step is `Failed` (`StepFailed`: the `Progressing` condition and a warning event), then
+/// the pass's error. Any other error is returned at once.
+fn reported_failure(taken: Result<Progress, Error>) -> Result<(Progress, Option<Error>), Error> {
+    match taken {
+        Ok(progress) => Ok((progress, None)),
+        Err(Error::Step { step, source }) => Ok((
+            Progress::Failed {
+                reason: Reason::StepFailed,
+                message: format!("{step} failed: {source}"),
+            },
+            Some(Error::Step { step, source }),
+        )),
+        Err(other) => Err(other),
     }
 }
 
@@ -1017,36 +1106,6 @@ async fn resync(
         .map_err(api(format!("wiping {member}")))
 }
 
-/// Waits that are part of normal progress; any other wait is a warning event.
-const QUIET_WAITS: &[&str] = &[
-    "MemberStarting",
-    "MemberSyncing",
-    "MemberCatchingUp",
-    "ConfigurationPropagating",
-    "NoPrimary",
-    "UpgradeWaiting",
-    "AlreadyInitiated",
-];
-
-async fn publish_progress(context: &Context<State>, replica_set: &MongoDBReplicaSet, progress: &Progress) {
-    let (severity, reason, message) = match progress {
-        Progress::Settled => return,
-        Progress::Acted { reason, message } => (Severity::Normal, *reason, message.clone()),
-        Progress::Waiting { reason, message } => {
-            let severity = if QUIET_WAITS.contains(reason) {
-                Severity::Normal
-            } else {
-                Severity::Warning
-            };
-            (severity, *reason, message.clone())
-        }
-    };
-    context
-        .events
-        .publish(replica_set, severity, reason, "Reconcile", message)
-        .await;
-}
-
 /// Sets `Ready`, `Progressing` and `Degraded` from a pass's findings.
 fn set_conditions(
     status: &mut MongoDBReplicaSetStatus,
@@ -1059,17 +1118,7 @@ fn set_conditions(
     let generation = replica_set.metadata.generation;
     status.observed_generation = generation;
     set_condition(&mut status.conditions, ready, generation, now);
-    let progressing = match progress {
-        Progress::Settled => ConditionUpdate::new(
-            ConditionType::Progressing,
-            false,
-            "Settled",
-            "the replica set matches its spec",
-        ),
-        Progress::Acted { reason, message } | Progress::Waiting { reason, message } => {
-            ConditionUpdate::new(ConditionType::Progressing, true, *reason, message.clone())
-        }
-    };
+    let progressing = progress.progressing("the replica set matches its spec");
     set_condition(&mut status.conditions, progressing, generation, now);
     let degraded = match degraded {
         Some((reason, message)) => ConditionUpdate::new(ConditionType::Degraded, true, reason, message),
@@ -1159,4 +1208,223 @@ async fn ensure_scheduled_backup(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use quorum_core::{availability::retry::CallError, events::Severity};
+
+    use super::*;
+    use crate::admin::AdminError;
+
+    fn status_with(change: serde_json::Value) -> MongoDBReplicaSetStatus {
+        serde_json::from_value(serde_json::json!({ "membershipChange": change })).expect("a status as stored")
+    }
+
+    #[test]
+    fn changes_recorded_by_earlier_versions_still_read_and_round_trip() {
+        let at = "2026-01-01T00:00:00Z";
+        let stored = [
+            serde_json::json!({"kind": "Initiate", "member": "rs-0", "startedAt": at}),
+            serde_json::json!({"kind": "Add", "member": "rs-3", "fromConfigVersion": 5, "startedAt": at}),
+            serde_json::json!({"kind": "Promote", "member": "rs-3", "fromConfigVersion": 6, "startedAt": at}),
+            serde_json::json!({"kind": "Demote", "member": "rs-2", "fromConfigVersion": 7, "startedAt": at}),
+            serde_json::json!({"kind": "Remove", "member": "rs-2", "fromConfigVersion": 8, "startedAt": at}),
+            serde_json::json!({"kind": "Reconfigure", "member": "rs-4", "fromConfigVersion": 9, "startedAt": at}),
+            serde_json::json!({"kind": "StepDown", "member": "rs-0", "fromConfigVersion": 9, "startedAt": at}),
+            serde_json::json!({"kind": "Restart", "member": "rs-1", "fromConfigVersion": 9, "startedAt": at}),
+            serde_json::json!({"kind": "Resync", "member": "rs-2", "fromConfigVersion": 9, "startedAt": at}),
+            serde_json::json!({"kind": "SetFeatureCompatibilityVersion", "member": "8.0", "fromConfigVersion": 9, "startedAt": at}),
+            serde_json::json!({"kind": "Restore", "member": "rs-0", "fromConfigVersion": 1, "startedAt": at}),
+        ];
+        for json in stored {
+            let status = status_with(json.clone());
+            let recorded = recorded_change(Some(&status))
+                .unwrap_or_else(|error| panic!("{json}: {error}"))
+                .expect("a change");
+            assert_eq!(recorded.kind, json["kind"].as_str().unwrap(), "{json}");
+            assert!(!matches!(recorded.kind, ChangeKind::Unrecognized(_)), "{json}");
+            let started_at = status.membership_change.as_ref().unwrap().started_at.clone();
+            let written = serde_json::to_string(&recorded.record(started_at)).unwrap();
+            assert_eq!(
+                written,
+                serde_json::to_string(&json).unwrap(),
+                "written as it was stored"
+            );
+            // The status as a whole is written back as it was read.
+            assert_eq!(
+                serde_json::to_value(&status).unwrap(),
+                serde_json::json!({ "readyMembers": 0, "membershipChange": json })
+            );
+        }
+        assert_eq!(
+            recorded_change(Some(&MongoDBReplicaSetStatus::default())),
+            Ok(None)
+        );
+        assert_eq!(recorded_change(None), Ok(None));
+    }
+
+    #[test]
+    fn an_unknown_or_incomplete_recorded_change_is_unreadable_never_absent() {
+        // The configuration version is a note for people (the member the change concerns and its
+        // kind are what the pass acts on): a record without one still reads.
+        let without_version = status_with(
+            serde_json::json!({"kind": "Restart", "member": "rs-1", "startedAt": "2026-01-01T00:00:00Z"}),
+        );
+        assert!(recorded_change(Some(&without_version)).unwrap().is_some());
+        let at = "2026-01-01T00:00:00Z";
+        let cases = [
+            (
+                serde_json::json!({"kind": "Rewind", "member": "rs-1", "fromConfigVersion": 3, "startedAt": at}),
+                "status.membershipChange.kind",
+            ),
+            (
+                serde_json::json!({"kind": "Restart", "member": "", "fromConfigVersion": 3, "startedAt": at}),
+                "status.membershipChange.member",
+            ),
+        ];
+        for (json, field) in cases {
+            let status = status_with(json.clone());
+            let error = recorded_change(Some(&status)).unwrap_err();
+            assert_eq!(error.field, field, "{json}");
+            // Kept as stored, so writing the status back does not erase or change it.
+            assert_eq!(
+                serde_json::to_value(status.membership_change.as_ref().unwrap()).unwrap(),
+                json
+            );
+        }
+    }
+
+    #[test]
+    fn an_unreadable_record_is_a_warning_wait_that_says_how_to_clear_it() {
+        let status = status_with(
+            serde_json::json!({"kind": "Rewind", "member": "rs-1", "startedAt": "2026-01-01T00:00:00Z"}),
+        );
+        let unreadable = recorded_change(Some(&status)).unwrap_err();
+        let progress = wait_on_unreadable_record("orders", &unreadable);
+        let (severity, reason, message) = progress.event().expect("an event");
+        assert_eq!(
+            (severity, reason),
+            (Severity::Warning, Reason::InFlightUnreadable)
+        );
+        assert!(message.contains("`Rewind`"), "{message}");
+        assert!(
+            message.contains("kubectl patch mongodbreplicaset orders --subresource=status")
+                && message.contains("{\"status\":{\"membershipChange\":null}}"),
+            "{message}"
+        );
+        let condition = progress.progressing("the replica set matches its spec");
+        assert_eq!(
+            (condition.status, condition.reason.as_str()),
+            (true, "InFlightUnreadable")
+        );
+    }
+
+    #[test]
+    fn a_reconfiguration_records_the_kind_it_always_did() {
+        for change in [
+            Change::Add,
+            Change::Promote,
+            Change::Demote,
+            Change::Remove,
+            Change::Adjust,
+        ] {
+            assert_eq!(change_kind(change).as_str(), change.as_str());
+        }
+    }
+
+    fn recorded(status: &mut MongoDBReplicaSetStatus) {
+        status.membership_change = Some(
+            RecordedChange {
+                kind: ChangeKind::Add,
+                member: "rs-3".into(),
+                from_config_version: Some(5),
+            }
+            .record(Time(Timestamp::UNIX_EPOCH)),
+        );
+    }
+
+    fn add() -> Step {
+        Step::Reconfigure {
+            change: Change::Add,
+            member: "rs-3".into(),
+            config: ReplConfig::initial("rs", vec![]),
+        }
+    }
+
+    #[test]
+    fn a_failed_step_is_reported_then_returned_as_an_error() {
+        let refused = CallError::Failed(AdminError::Refused {
+            endpoint: "rs-0".into(),
+            code: 13,
+            code_name: "Unauthorized".into(),
+            message: "not authorized".into(),
+        });
+        let mut status = MongoDBReplicaSetStatus::default();
+        recorded(&mut status);
+        let (progress, error) = reported_failure(failed(&add(), "rs-3", refused, &mut status)).unwrap();
+        assert_eq!(
+            status.membership_change, None,
+            "a refused step changed nothing: its record goes"
+        );
+        let message = "adding of rs-3 failed: rs-0 refused: not authorized (code 13 Unauthorized)";
+        assert_eq!(
+            progress,
+            Progress::Failed {
+                reason: Reason::StepFailed,
+                message: message.into(),
+            }
+        );
+        assert_eq!(progress.event().map(|event| event.0), Some(Severity::Warning));
+        let condition = progress.progressing("the replica set matches its spec");
+        assert_eq!(
+            (
+                condition.status,
+                condition.reason.as_str(),
+                condition.message.as_str()
+            ),
+            (true, "StepFailed", message)
+        );
+        let error = error.expect("the pass returns the error");
+        assert!(matches!(error, Error::Step { .. }), "{error:?}");
+        assert_eq!(error.metric_label(), "admin_step");
+
+        // Unanswered: the step may have happened, so its record stays.
+        let mut status = MongoDBReplicaSetStatus::default();
+        recorded(&mut status);
+        let timeout = CallError::Timeout(Duration::from_secs(5));
+        let (progress, error) = reported_failure(failed(&add(), "rs-3", timeout, &mut status)).unwrap();
+        assert!(status.membership_change.is_some());
+        assert_eq!(progress.reason(), Some(Reason::StepFailed));
+        assert!(error.is_some());
+    }
+
+    #[test]
+    fn an_initiation_that_finds_a_configuration_is_a_quiet_wait_not_a_failure() {
+        let refused = CallError::Failed(AdminError::Refused {
+            endpoint: "rs-0".into(),
+            code: codes::ALREADY_INITIALIZED,
+            code_name: "AlreadyInitialized".into(),
+            message: "already initialized".into(),
+        });
+        let initiate = Step::Initiate {
+            member: "rs-0".into(),
+            host: "rs-0:27017".into(),
+            config: ReplConfig::initial("rs", vec![]),
+        };
+        let mut status = MongoDBReplicaSetStatus::default();
+        let (progress, error) = reported_failure(failed(&initiate, "rs-0", refused, &mut status)).unwrap();
+        assert!(error.is_none());
+        assert_eq!(progress.reason(), Some(Reason::AlreadyInitiated));
+        assert_eq!(progress.event().map(|event| event.0), Some(Severity::Normal));
+    }
+
+    #[test]
+    fn other_errors_are_returned_at_once() {
+        let error = Error::Secret {
+            secret: "ns/rs-admin".into(),
+            problem: "does not exist",
+        };
+        assert!(matches!(reported_failure(Err(error)), Err(Error::Secret { .. })));
+    }
 }
