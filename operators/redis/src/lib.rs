@@ -8,6 +8,7 @@
 //! - [`sentinel_events`]: the Sentinels' `+switch-master` announcements, which wake a cluster's
 //!   pass at once.
 //! - [`replication`] and [`sharded`]: each mode's observe, pure decision and step.
+//! - [`reasons`]: the reasons both modes' passes report, each with the severity of its wait.
 //! - [`resources`]: pure builders of the Kubernetes objects.
 //! - [`reconcile`]: the Kubernetes side both modes share, and the dispatch to the mode.
 //! - [`backup_controller`]: `RedisBackup`s, RDB snapshots streamed to their destination.
@@ -19,6 +20,7 @@ pub mod backup_controller;
 pub mod clients;
 pub mod crd;
 pub mod packaging;
+pub mod reasons;
 pub mod reconcile;
 pub mod replication;
 pub mod resources;

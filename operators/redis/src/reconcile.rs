@@ -22,6 +22,7 @@ use quorum_core::{
     availability::retry::CallError,
     conditions::{ConditionType, ConditionUpdate, set_condition},
     events::Severity,
+    pass::Reason as _,
     pod::generate_password,
     runner::Context,
     status::{latest, patch_status},
@@ -33,6 +34,7 @@ use crate::{
     admin::{AdminError, Credentials},
     clients::RedisClients,
     crd::{Mode, RedisBackup, RedisCluster, RedisClusterStatus, forbidden_config_keys},
+    reasons::Reason,
     resources::{
         NODE_COMPONENT, PASSWORD_KEY, ROLE_LABEL, RoleLabel, SENTINEL_COMPONENT, auth_secret_name,
         build_auth_secret, build_client_service, build_config_map, build_headless_service,
@@ -158,16 +160,9 @@ pub struct Pass<'a> {
     pub now: Timestamp,
 }
 
-/// Where a pass left the cluster, for the `Progressing` condition and the requeue.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Progress {
-    /// Nothing to do.
-    Settled,
-    /// A step was taken (reason and description).
-    Acted { reason: &'static str, message: String },
-    /// Waiting for something, or refusing: the reason says which.
-    Waiting { reason: &'static str, message: String },
-}
+/// Where a pass left the cluster, for the `Progressing` condition, its one event and the
+/// requeue.
+pub type Progress = quorum_core::pass::Progress<Reason>;
 
 /// Reconciles one `RedisCluster`.
 pub async fn reconcile(cluster: Arc<RedisCluster>, context: Arc<Context<State>>) -> Result<Action, Error> {
@@ -210,7 +205,7 @@ pub async fn reconcile(cluster: Arc<RedisCluster>, context: Arc<Context<State>>)
             &context,
             &cluster,
             Severity::Warning,
-            "InvalidSpec",
+            Reason::InvalidSpec,
             error.to_string(),
         )
         .await;
@@ -307,27 +302,10 @@ impl Pass<'_> {
         Ok(())
     }
 
-    pub async fn publish(&self, severity: Severity, reason: &'static str, message: impl Into<String>) {
+    /// Publishes one of the pass's own events; its outcome is published with
+    /// [`quorum_core::pass::publish`].
+    pub async fn publish(&self, severity: Severity, reason: Reason, message: impl Into<String>) {
         publish(self.context, self.cluster, severity, reason, message.into()).await;
-    }
-
-    /// Publishes the event of a pass's outcome: normal for a step taken, a warning for a wait
-    /// that needs attention.
-    pub async fn publish_progress(&self, progress: &Progress, quiet_waits: &[&str]) {
-        match progress {
-            Progress::Settled => {}
-            Progress::Acted { reason, message } => {
-                self.publish(Severity::Normal, reason, message.clone()).await;
-            }
-            Progress::Waiting { reason, message } => {
-                let severity = if quiet_waits.contains(reason) {
-                    Severity::Normal
-                } else {
-                    Severity::Warning
-                };
-                self.publish(severity, reason, message.clone()).await;
-            }
-        }
     }
 
     /// Writes the status when it changed.
@@ -380,17 +358,7 @@ pub fn set_conditions(
     let generation = cluster.metadata.generation;
     status.observed_generation = generation;
     set_condition(&mut status.conditions, ready, generation, now);
-    let progressing = match progress {
-        Progress::Settled => ConditionUpdate::new(
-            ConditionType::Progressing,
-            false,
-            "Settled",
-            "the deployment matches its spec",
-        ),
-        Progress::Acted { reason, message } | Progress::Waiting { reason, message } => {
-            ConditionUpdate::new(ConditionType::Progressing, true, *reason, message.clone())
-        }
-    };
+    let progressing = progress.progressing("the deployment matches its spec");
     set_condition(&mut status.conditions, progressing, generation, now);
     let degraded = match degraded {
         Some((reason, message)) => ConditionUpdate::new(ConditionType::Degraded, true, reason, message),
@@ -408,12 +376,12 @@ async fn publish(
     context: &Context<State>,
     cluster: &RedisCluster,
     severity: Severity,
-    reason: &'static str,
+    reason: Reason,
     message: String,
 ) {
     context
         .events
-        .publish(cluster, severity, reason, "Reconcile", message)
+        .publish(cluster, severity, reason.as_str(), "Reconcile", message)
         .await;
 }
 
@@ -477,7 +445,7 @@ async fn restore_gate(
             context,
             cluster,
             Severity::Warning,
-            "RestoreIgnored",
+            Reason::RestoreIgnored,
             "restoreFrom applies only to a new deployment; this one already has data nodes".into(),
         )
         .await;
@@ -510,14 +478,11 @@ async fn restore_gate(
             restored.status = Some(status);
             return Ok(Some(Arc::new(restored)));
         }
-        Err(RestoreRefusal::NotReady(message)) => ("RestoreSourceNotReady", message),
-        Err(RestoreRefusal::Invalid(message)) => ("RestoreSourceInvalid", message),
+        Err(RestoreRefusal::NotReady(message)) => (Reason::RestoreSourceNotReady, message),
+        Err(RestoreRefusal::Invalid(message)) => (Reason::RestoreSourceInvalid, message),
     };
     let mut status = cluster.status.clone().unwrap_or_default();
-    let progress = Progress::Waiting {
-        reason,
-        message: message.clone(),
-    };
+    let progress = Progress::waiting(reason, message.clone());
     let ready = ConditionUpdate::new(ConditionType::Ready, false, reason, message.clone());
     set_conditions(&mut status, cluster, ready, &progress, None, Timestamp::now());
     patch_status(

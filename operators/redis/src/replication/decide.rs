@@ -17,6 +17,7 @@ use std::{collections::BTreeMap, net::SocketAddr, time::Duration};
 use quorum_core::availability::health::Health;
 
 use crate::admin::{ReplicationInfo, Role, WriteFence};
+pub use crate::reasons::Reason;
 
 /// One data node, as observed.
 #[derive(Clone, Debug)]
@@ -115,25 +116,14 @@ pub enum Step {
     ResetSentinel { sentinel: usize },
 }
 
-/// Why no step is taken now.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Wait {
-    pub reason: &'static str,
-    pub message: String,
-}
+/// Why no step is taken now: a reason from [`Reason`] and a sentence for people.
+pub type Wait = quorum_core::pass::Wait<Reason>;
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Decision {
-    Act(Step),
-    Wait(Wait),
-    Settled,
-}
+/// The decision: a step, a wait, or `Settled` (the deployment matches its spec).
+pub type Decision = quorum_core::pass::Decision<Step, Reason>;
 
-fn wait(reason: &'static str, message: impl Into<String>) -> Decision {
-    Decision::Wait(Wait {
-        reason,
-        message: message.into(),
-    })
+fn wait(reason: Reason, message: impl Into<String>) -> Decision {
+    Decision::wait(reason, message)
 }
 
 /// Which node is the primary, and on whose word.
@@ -206,14 +196,14 @@ fn named(facts: &Facts, address: SocketAddr) -> Named {
 
 /// The primary, as the Sentinels agree or, before any Sentinel knows one, as recorded.
 pub fn find_primary(facts: &Facts) -> PrimaryFinding {
-    let unknown = |reason, message: String| PrimaryFinding::Unknown(Wait { reason, message });
+    let unknown = |reason: Reason, message: String| PrimaryFinding::Unknown(Wait { reason, message });
     if facts
         .sentinels
         .iter()
         .any(|s| s.view.as_ref().is_some_and(|v| v.failover_in_progress))
     {
         return unknown(
-            "FailoverInProgress",
+            Reason::FailoverInProgress,
             "a Sentinel is failing over; waiting for it to finish".into(),
         );
     }
@@ -230,7 +220,7 @@ pub fn find_primary(facts: &Facts) -> PrimaryFinding {
             }
             Named::Reused { holder, recorded } => {
                 return unknown(
-                    "PrimaryAddressReused",
+                    Reason::PrimaryAddressReused,
                     format!(
                         "the Sentinels name {}, the address of node {recorded} when they last agreed on it as the primary, \
                          which node {holder} has now; not deciding which server they mean: check the nodes' data and \
@@ -271,7 +261,7 @@ pub fn find_primary(facts: &Facts) -> PrimaryFinding {
             _ => String::new(),
         };
         return unknown(
-            "PrimaryNotANode",
+            Reason::PrimaryNotANode,
             format!(
                 "the Sentinels name {address} as the primary, which is no node of this cluster{recorded}"
             ),
@@ -282,7 +272,7 @@ pub fn find_primary(facts: &Facts) -> PrimaryFinding {
         if count >= majority || (unanimous && says_primary(ordinal)) {
             let Some(address) = current_address(ordinal) else {
                 return unknown(
-                    "PrimaryUnknown",
+                    Reason::PrimaryUnknown,
                     format!("the Sentinels name node {ordinal}, whose pod has no address"),
                 );
             };
@@ -296,14 +286,14 @@ pub fn find_primary(facts: &Facts) -> PrimaryFinding {
             };
         }
         return unknown(
-            "SentinelsDisagree",
+            Reason::SentinelsDisagree,
             format!("no majority of the Sentinels names one primary (votes per node: {votes:?})"),
         );
     }
     // No Sentinel monitors anything: all are new, or none answered.
     if facts.sentinels.iter().any(|s| !s.health.is_healthy()) && facts.recorded_primary.is_some() {
         return unknown(
-            "SentinelsUnknown",
+            Reason::SentinelsUnknown,
             "a Sentinel does not answer and none that answers monitors a primary".into(),
         );
     }
@@ -314,7 +304,7 @@ pub fn find_primary(facts: &Facts) -> PrimaryFinding {
             // with replicas (an operator that lost its status) is not overruled.
             if let Some(node) = facts.nodes.iter().find(|n| n.answered().is_none()) {
                 return unknown(
-                    "NodesStarting",
+                    Reason::NodesStarting,
                     format!("node {} has not answered yet", node.ordinal),
                 );
             }
@@ -332,7 +322,7 @@ pub fn find_primary(facts: &Facts) -> PrimaryFinding {
                 [only] => *only,
                 _ => {
                     return unknown(
-                        "SeveralPrimaries",
+                        Reason::SeveralPrimaries,
                         format!("nodes {leaders:?} each have replicas; not choosing between them"),
                     );
                 }
@@ -346,7 +336,7 @@ pub fn find_primary(facts: &Facts) -> PrimaryFinding {
             address,
         },
         _ => unknown(
-            "PrimaryUnknown",
+            Reason::PrimaryUnknown,
             format!("node {candidate} is not a primary the operator can see; no Sentinel knows another"),
         ),
     }
@@ -387,19 +377,19 @@ fn unfit_source(facts: &Facts, ordinal: usize) -> Option<Wait> {
     let node = facts.nodes.iter().find(|n| n.ordinal == ordinal);
     let Some((node, info)) = node.and_then(|n| Some((n, n.answered()?))) else {
         return Some(Wait {
-            reason: "PrimaryUnknown",
+            reason: Reason::PrimaryUnknown,
             message: format!("node {ordinal}, the recorded primary, does not answer"),
         });
     };
     if info.role != Role::Primary {
         return Some(Wait {
-            reason: "PrimaryUnknown",
+            reason: Reason::PrimaryUnknown,
             message: format!("node {ordinal}, the recorded primary, says it is a replica"),
         });
     }
     let Some(keys) = node.keys else {
         return Some(Wait {
-            reason: "PrimaryLoading",
+            reason: Reason::PrimaryLoading,
             message: format!("node {ordinal}, the recorded primary, has not finished loading its data"),
         });
     };
@@ -407,7 +397,7 @@ fn unfit_source(facts: &Facts, ordinal: usize) -> Option<Wait> {
         && let Some(other) = facts.nodes.iter().find(|n| n.keys.is_some_and(|k| k > 0))
     {
         return Some(Wait {
-            reason: "PrimaryEmpty",
+            reason: Reason::PrimaryEmpty,
             message: format!(
                 "node {ordinal}, the recorded primary, holds no key while node {} holds {}; its volume may be new. \
                  Not making the others copy it: check which node holds the data and re-point the Sentinels by hand",
@@ -482,7 +472,7 @@ pub fn decide(facts: &Facts) -> Decision {
                     primary: to,
                 }),
                 None => wait(
-                    "PrimaryUnknown",
+                    Reason::PrimaryUnknown,
                     format!("no Sentinel that names node {ordinal} at {from} answers"),
                 ),
             };
@@ -556,7 +546,7 @@ pub fn decide(facts: &Facts) -> Decision {
                     sentinel: sentinel.ordinal,
                 }),
                 _ => wait(
-                    "PrimaryLeaving",
+                    Reason::PrimaryLeaving,
                     format!(
                         "node {leaving} is the primary and must hand over before it leaves; no Sentinel can do it now"
                     ),
@@ -570,7 +560,7 @@ pub fn decide(facts: &Facts) -> Decision {
             .find(|n| !n.health.is_healthy())
         {
             return wait(
-                "ScaleInBlocked",
+                Reason::ScaleInBlocked,
                 format!(
                     "node {leaving} leaves only while every other node is healthy; node {} is {}",
                     node.ordinal,
@@ -598,13 +588,13 @@ pub fn decide(facts: &Facts) -> Decision {
 
     if !primary_seen {
         return wait(
-            "PrimaryUnknown",
+            Reason::PrimaryUnknown,
             format!("the Sentinels name node {primary}, which the operator cannot reach"),
         );
     }
     if let Some(node) = facts.nodes.iter().find(|n| !n.health.is_healthy()) {
         return wait(
-            "NodeNotHealthy",
+            Reason::NodeNotHealthy,
             format!("node {} is {}", node.ordinal, node.health.as_str()),
         );
     }
@@ -615,12 +605,12 @@ pub fn decide(facts: &Facts) -> Decision {
         .find(|n| n.answered().is_some_and(|i| !i.link_up))
     {
         return wait(
-            "ReplicaSyncing",
+            Reason::ReplicaSyncing,
             format!("node {} is syncing from the primary", node.ordinal),
         );
     }
     if facts.sentinels.iter().any(|s| s.view.is_none()) {
-        return wait("SentinelsStarting", "a Sentinel has not answered yet");
+        return wait(Reason::SentinelsStarting, "a Sentinel has not answered yet");
     }
     Decision::Settled
 }
@@ -830,7 +820,7 @@ mod tests {
         assert!(matches!(
             decide(&starting),
             Decision::Wait(Wait {
-                reason: "NodesStarting",
+                reason: Reason::NodesStarting,
                 ..
             })
         ));
@@ -880,7 +870,7 @@ mod tests {
         assert!(matches!(
             decide(&facts(settled_nodes(0), disagreeing, Some(0))),
             Decision::Wait(Wait {
-                reason: "SentinelsDisagree",
+                reason: Reason::SentinelsDisagree,
                 ..
             })
         ));
@@ -889,7 +879,7 @@ mod tests {
         assert!(matches!(
             decide(&facts(settled_nodes(0), failing_over, Some(0))),
             Decision::Wait(Wait {
-                reason: "FailoverInProgress",
+                reason: Reason::FailoverInProgress,
                 ..
             })
         ));
@@ -903,7 +893,7 @@ mod tests {
         assert!(matches!(
             decision,
             Decision::Wait(Wait {
-                reason: "PrimaryUnknown",
+                reason: Reason::PrimaryUnknown,
                 ..
             })
         ));
@@ -988,7 +978,7 @@ mod tests {
         assert!(matches!(
             decision,
             Decision::Wait(Wait {
-                reason: "PrimaryUnknown",
+                reason: Reason::PrimaryUnknown,
                 ..
             })
         ));
@@ -1013,7 +1003,7 @@ mod tests {
         assert!(matches!(
             decide(&shrinking),
             Decision::Wait(Wait {
-                reason: "ScaleInBlocked",
+                reason: Reason::ScaleInBlocked,
                 ..
             })
         ));
@@ -1052,7 +1042,7 @@ mod tests {
         assert!(matches!(
             decide(&facts(nodes, all_watching(0), Some(0))),
             Decision::Wait(Wait {
-                reason: "ReplicaSyncing",
+                reason: Reason::ReplicaSyncing,
                 ..
             })
         ));
@@ -1118,7 +1108,7 @@ mod tests {
 
     #[test]
     fn a_moved_primary_is_followed_only_when_it_is_a_fit_source() {
-        let waits = |nodes: Vec<NodeFact>, reason: &str| {
+        let waits = |nodes: Vec<NodeFact>, reason: Reason| {
             let decision = decide(&facts(nodes, all_watching(0), Some(0)));
             assert!(
                 matches!(&decision, Decision::Wait(w) if w.reason == reason),
@@ -1130,13 +1120,13 @@ mod tests {
             address: Some(moved(0)),
             ..unreachable_node(0)
         };
-        waits(unreachable, "PrimaryUnknown");
+        waits(unreachable, Reason::PrimaryUnknown);
         let mut loading = moved_nodes();
         loading[0].keys = None;
-        waits(loading, "PrimaryLoading");
+        waits(loading, Reason::PrimaryLoading);
         let mut empty = moved_nodes();
         empty[0].keys = Some(0);
-        waits(empty, "PrimaryEmpty");
+        waits(empty, Reason::PrimaryEmpty);
         // Nothing anywhere: an empty primary is as good as any.
         let mut all_empty = moved_nodes();
         for node in &mut all_empty {
@@ -1158,7 +1148,7 @@ mod tests {
         nodes[1].address = Some(address(0));
         let decision = decide(&facts(nodes.clone(), all_watching(0), Some(0)));
         assert!(
-            matches!(&decision, Decision::Wait(w) if w.reason == "PrimaryAddressReused"),
+            matches!(&decision, Decision::Wait(w) if w.reason == Reason::PrimaryAddressReused),
             "{decision:?}"
         );
         assert_eq!(serving_primary(&facts(nodes, all_watching(0), Some(0))), Some(0));
@@ -1170,7 +1160,7 @@ mod tests {
         let sentinels: Vec<_> = (0..3).map(|s| naming(s, stray)).collect();
         let decision = decide(&facts(moved_nodes(), sentinels, Some(0)));
         assert!(
-            matches!(&decision, Decision::Wait(w) if w.reason == "PrimaryNotANode"),
+            matches!(&decision, Decision::Wait(w) if w.reason == Reason::PrimaryNotANode),
             "{decision:?}"
         );
         let mut unrecorded = facts(moved_nodes(), all_watching(0), Some(0));
@@ -1178,7 +1168,7 @@ mod tests {
         assert!(matches!(
             decide(&unrecorded),
             Decision::Wait(Wait {
-                reason: "PrimaryNotANode",
+                reason: Reason::PrimaryNotANode,
                 ..
             })
         ));
@@ -1212,7 +1202,7 @@ mod tests {
         assert!(matches!(
             decide(&facts(empty, new_sentinels(), Some(0))),
             Decision::Wait(Wait {
-                reason: "PrimaryEmpty",
+                reason: Reason::PrimaryEmpty,
                 ..
             })
         ));
@@ -1225,7 +1215,7 @@ mod tests {
         assert!(matches!(
             decide(&facts(moved_nodes(), sentinels, Some(0))),
             Decision::Wait(Wait {
-                reason: "FailoverInProgress",
+                reason: Reason::FailoverInProgress,
                 ..
             })
         ));

@@ -16,6 +16,7 @@ use quorum_core::{
     },
     conditions::{ConditionType, ConditionUpdate},
     events::Severity,
+    pass::publish,
     wakeups::ObjectKey,
 };
 
@@ -34,8 +35,8 @@ use crate::{
 };
 
 use decide::{
-    Decision, Facts, NodeFact, PrimaryFinding, SentinelFact, SentinelSettings, SentinelView, Step, decide,
-    find_primary, serving_primary_given,
+    Decision, Facts, NodeFact, PrimaryFinding, Reason, SentinelFact, SentinelSettings, SentinelView, Step,
+    decide, find_primary, serving_primary_given,
 };
 
 /// One reconcile pass in replication mode.
@@ -106,10 +107,7 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
 
     let mut progress = match &decision {
         Decision::Settled => Progress::Settled,
-        Decision::Wait(wait) => Progress::Waiting {
-            reason: wait.reason,
-            message: wait.message.clone(),
-        },
+        Decision::Wait(wait) => Progress::from(wait.clone()),
         Decision::Act(step) => Progress::Acted {
             reason: step_reason(step),
             message: describe(&name, step),
@@ -129,8 +127,8 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
                     "{} failed; nothing else was changed: {source}",
                     describe(&name, step)
                 );
-                progress = Progress::Waiting {
-                    reason: "StepFailed",
+                progress = Progress::Failed {
+                    reason: Reason::StepFailed,
                     message,
                 };
                 failure = Some(Error::Step {
@@ -146,11 +144,7 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
     pass.set_role_labels(&role_labels(&facts, primary)).await?;
 
     // Report.
-    pass.publish_progress(
-        &progress,
-        &["NodesStarting", "SentinelsStarting", "ReplicaSyncing"],
-    )
-    .await;
+    publish(&pass.context.events, pass.cluster, &progress).await;
     let mut status = build_status(pass, &facts, primary, &progress);
     status.primary_address = match finding {
         PrimaryFinding::Agreed { address, .. } => Some(address.to_string()),
@@ -167,7 +161,7 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
         };
         pass.publish(
             Severity::Warning,
-            "PrimaryChanged",
+            Reason::PrimaryChanged,
             format!(
                 "the Sentinels made {} the primary in place of {}",
                 record.to, record.from
@@ -654,18 +648,18 @@ fn primary_address(facts: &Facts, primary: Option<usize>) -> Option<std::net::So
 }
 
 /// The event reason of a step.
-pub fn step_reason(step: &Step) -> &'static str {
+pub fn step_reason(step: &Step) -> Reason {
     match step {
-        Step::ScaleNodes { .. } => "ScalingNodes",
-        Step::ScaleSentinels { .. } => "ScalingSentinels",
-        Step::Monitor { .. } => "SentinelMonitoring",
-        Step::RepointSentinel { .. } => "SentinelRepointed",
-        Step::Configure { .. } => "SentinelConfigured",
-        Step::Replicate { .. } => "ReplicaConfigured",
-        Step::FenceWrites { .. } => "WriteFenceSet",
-        Step::SentinelFailover { .. } => "SwitchoverRequested",
-        Step::RemoveNode { .. } => "RemovingNode",
-        Step::ResetSentinel { .. } => "SentinelReset",
+        Step::ScaleNodes { .. } => Reason::ScalingNodes,
+        Step::ScaleSentinels { .. } => Reason::ScalingSentinels,
+        Step::Monitor { .. } => Reason::SentinelMonitoring,
+        Step::RepointSentinel { .. } => Reason::SentinelRepointed,
+        Step::Configure { .. } => Reason::SentinelConfigured,
+        Step::Replicate { .. } => Reason::ReplicaConfigured,
+        Step::FenceWrites { .. } => Reason::WriteFenceSet,
+        Step::SentinelFailover { .. } => Reason::SwitchoverRequested,
+        Step::RemoveNode { .. } => Reason::RemovingNode,
+        Step::ResetSentinel { .. } => Reason::SentinelReset,
     }
 }
 

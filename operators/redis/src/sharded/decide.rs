@@ -22,12 +22,13 @@ use std::{
     ops::Range,
 };
 
-use quorum_core::availability::health::Health;
+use quorum_core::{availability::health::Health, pass::UnreadableRecord};
 
 use crate::admin::{
     cluster::{ClusterNode, SLOT_COUNT, SlotRange, myself},
     rebalance::{SlotMove, check_removable, initial_ranges, plan_rebalance},
 };
+pub use crate::reasons::Reason;
 
 /// The most slots one pass moves, so a pass stays short and its progress is reported often.
 pub const MAX_SLOTS_PER_PASS: usize = 1024;
@@ -307,25 +308,31 @@ pub enum Step {
     },
 }
 
-/// Why no step is taken now.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Wait {
-    pub reason: &'static str,
-    pub message: String,
+/// Why no step is taken now: a reason from [`Reason`] and a sentence for people.
+pub type Wait = quorum_core::pass::Wait<Reason>;
+
+/// The decision: a step, a wait, or `Settled` (the deployment matches its spec).
+pub type Decision = quorum_core::pass::Decision<Step, Reason>;
+
+fn wait(reason: Reason, message: impl Into<String>) -> Decision {
+    Decision::wait(reason, message)
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Decision {
-    Act(Step),
-    Wait(Wait),
-    Settled,
-}
+/// Where the slot move in flight is recorded in a `RedisCluster`, as a JSON pointer (for the
+/// `kubectl patch` that removes it).
+pub const RECORDED_MOVE_POINTER: &str = "/status/rebalance/current";
 
-fn wait(reason: &'static str, message: impl Into<String>) -> Decision {
-    Decision::Wait(Wait {
-        reason,
-        message: message.into(),
-    })
+/// The one step of a pass over the cluster `cluster`: none while the slot move recorded in status
+/// cannot be read (`unreadable`), so a recorded move is neither forgotten nor resumed on a guess;
+/// else [`decide`].
+pub fn decide_pass(cluster: &str, facts: &Facts, unreadable: Option<&UnreadableRecord>) -> Decision {
+    match unreadable {
+        Some(unreadable) => wait(
+            Reason::InFlightUnreadable,
+            unreadable.wait_message("rediscluster", cluster, RECORDED_MOVE_POINTER),
+        ),
+        None => decide(facts),
+    }
 }
 
 /// The one step to take now.
@@ -446,7 +453,7 @@ fn formation(facts: &Facts, topology: &Topology) -> Option<Decision> {
         // sight, and what they serve is not known until they answer.
         return Some(if facts.recorded_ids.is_empty() {
             wait(
-                "NodesStarting",
+                Reason::NodesStarting,
                 format!(
                     "node {} has not answered yet; the cluster forms once every node has",
                     node.ordinal
@@ -454,7 +461,7 @@ fn formation(facts: &Facts, topology: &Topology) -> Option<Decision> {
             )
         } else {
             wait(
-                "NodesNotAnswering",
+                Reason::NodesNotAnswering,
                 format!(
                     "node {} is {} and no answering node shows the slots served; nothing is changed until \
                      the nodes answer",
@@ -471,7 +478,7 @@ fn formation(facts: &Facts, topology: &Topology) -> Option<Decision> {
         .find(|(ordinal, id)| topology.ids.get(ordinal) != Some(id));
     if let Some((ordinal, recorded)) = changed {
         return Some(wait(
-            "NodeIdsChanged",
+            Reason::NodeIdsChanged,
             format!(
                 "node {ordinal} answers with id {}, not the {recorded} recorded for it: its nodes.conf was lost; \
                  the operator does not form a new cluster in place of one that served slots",
@@ -596,7 +603,7 @@ fn unfinished_migration(facts: &Facts, topology: &Topology) -> Option<Decision> 
                 Decision::Act(Step::FinishMigration { slot, source, target })
             }
             (Some(source), Some(target)) => wait(
-                "MigrationBlocked",
+                Reason::MigrationBlocked,
                 format!(
                     "slot {slot} is halfway from node {source} ({}) to node {target} ({}); it is finished \
                      once both answer, and nothing else moves meanwhile",
@@ -605,7 +612,7 @@ fn unfinished_migration(facts: &Facts, topology: &Topology) -> Option<Decision> 
                 ),
             ),
             _ => wait(
-                "StrayMigration",
+                Reason::StrayMigration,
                 format!(
                     "node {} shows slot {slot} moving to or from {other}, which is no node of this cluster",
                     node.ordinal
@@ -629,7 +636,7 @@ fn joining(topology: &Topology, members: &[&NodeFact]) -> Option<Wait> {
                 .is_some_and(|line| line.connected && !line.flags.handshake);
             if !joined {
                 return Some(Wait {
-                    reason: "Joining",
+                    reason: Reason::Joining,
                     message: format!("node {} is not linked to node {} yet", from.ordinal, to.ordinal),
                 });
             }
@@ -672,7 +679,10 @@ fn rebalance_or_remove(facts: &Facts, topology: &Topology) -> Decision {
     let pods = facts.pod_count();
     let scaling_in = pods > desired;
     if let Some(ordinal) = (0..desired).find(|o| !topology.ids.contains_key(o)) {
-        return wait("NodesStarting", format!("node {ordinal} has not answered yet"));
+        return wait(
+            Reason::NodesStarting,
+            format!("node {ordinal} has not answered yet"),
+        );
     }
     let mut primaries = BTreeSet::new();
     for shard in 0..facts.desired_shards {
@@ -682,7 +692,7 @@ fn rebalance_or_remove(facts: &Facts, topology: &Topology) -> Decision {
             }
             _ => {
                 return wait(
-                    "ShardWithoutPrimary",
+                    Reason::ShardWithoutPrimary,
                     format!(
                         "shard {shard} has more than one node serving slots; waiting for Redis to settle it"
                     ),
@@ -694,7 +704,7 @@ fn rebalance_or_remove(facts: &Facts, topology: &Topology) -> Decision {
         Ok(plan) => plan,
         Err(error) => {
             return wait(
-                "SlotsUncovered",
+                Reason::SlotsUncovered,
                 format!(
                     "{error}; no slot moves and no node leaves until every slot is served by one primary"
                 ),
@@ -702,9 +712,9 @@ fn rebalance_or_remove(facts: &Facts, topology: &Topology) -> Decision {
         }
     };
     let blocked_reason = if scaling_in {
-        "ScaleInBlocked"
+        Reason::ScaleInBlocked
     } else {
-        "RebalanceBlocked"
+        Reason::RebalanceBlocked
     };
     if let Some(first) = plan.first() {
         return match choose_move(facts, topology, &plan) {
@@ -782,7 +792,7 @@ fn remove_shards(facts: &Facts, topology: &Topology) -> Decision {
         let health = facts.node(ordinal).map(|n| &n.health);
         if !matches!(health, Some(Health::Healthy | Health::Unhealthy(_))) {
             return wait(
-                "ScaleInBlocked",
+                Reason::ScaleInBlocked,
                 format!(
                     "node {ordinal} is leaving and the operator cannot reach it; it is neither forgotten nor \
                      removed until it answers or the cluster reports it failed"
@@ -791,18 +801,18 @@ fn remove_shards(facts: &Facts, topology: &Topology) -> Decision {
         }
         let Some(id) = topology.ids.get(&ordinal) else {
             return wait(
-                "ScaleInBlocked",
+                Reason::ScaleInBlocked,
                 format!("node {ordinal} is leaving and its node id was never seen"),
             );
         };
         if let Err(error) = check_removable(&topology.ownership, id) {
-            return wait("ScaleInBlocked", format!("node {ordinal}: {error}"));
+            return wait(Reason::ScaleInBlocked, format!("node {ordinal}: {error}"));
         }
         forget.push(id.clone());
     }
     if let Some(ordinal) = (0..desired).find(|o| !facts.healthy(*o)) {
         return wait(
-            "ScaleInBlocked",
+            Reason::ScaleInBlocked,
             format!(
                 "every remaining node must forget the leaving ones within 60 s; node {ordinal} is {}",
                 facts.health_of(ordinal)
@@ -825,9 +835,9 @@ fn settled_or_waiting(facts: &Facts) -> Decision {
     if let Some(node) = facts.nodes.iter().find(|n| !n.health.is_healthy()) {
         return wait(
             if matches!(node.health, Health::Unhealthy(_)) {
-                "NodeUnhealthy"
+                Reason::NodeUnhealthy
             } else {
-                "NodeUnknown"
+                Reason::NodeUnknown
             },
             format!(
                 "node {} is {}",
@@ -842,7 +852,7 @@ fn settled_or_waiting(facts: &Facts) -> Decision {
         .find(|n| n.answered().is_some_and(|v| !v.state_ok))
     {
         return wait(
-            "ClusterStateNotOk",
+            Reason::ClusterStateNotOk,
             format!("node {} does not report cluster_state:ok yet", node.ordinal),
         );
     }
@@ -851,7 +861,7 @@ fn settled_or_waiting(facts: &Facts) -> Decision {
             .is_some_and(|v| v.me().is_some_and(|me| me.flags.replica) && !v.link_up)
     }) {
         return wait(
-            "ReplicaSyncing",
+            Reason::ReplicaSyncing,
             format!("node {} is syncing from its primary", node.ordinal),
         );
     }
@@ -1076,7 +1086,7 @@ mod tests {
         nodes.iter().map(|node| answering(node, nodes)).collect()
     }
 
-    fn reason(decision: &Decision) -> &'static str {
+    fn reason(decision: &Decision) -> Reason {
         match decision {
             Decision::Wait(wait) => wait.reason,
             other => panic!("expected a wait, got {other:?}"),
@@ -1270,6 +1280,47 @@ mod tests {
         assert_eq!(planned.slots, SlotRange::new(4096, 5461));
         assert_eq!(slots, SlotRange::new(4096, 4096 + MAX_SLOTS_PER_PASS as u16 - 1));
         assert_eq!(remaining_moves, 2);
+    }
+
+    #[test]
+    fn a_recorded_move_that_cannot_be_read_moves_no_slot_and_takes_no_step() {
+        let mut nodes = formed(3);
+        nodes.push(primary(6, &[]));
+        nodes.push(replica(7, 6));
+        let mut pending = facts(4, everyone_knows_everyone(&nodes));
+        pending.recorded_move = None;
+        assert!(matches!(
+            decide_pass("cache", &pending, None),
+            Decision::Act(Step::MoveSlots { .. })
+        ));
+        let unreadable = UnreadableRecord::new("status.rebalance.current.slots", "`9-3` is no range");
+        let decision = decide_pass("cache", &pending, Some(&unreadable));
+        assert_eq!(decision.step(), None);
+        let Decision::Wait(wait) = decision else {
+            panic!("expected a wait, got {decision:?}");
+        };
+        assert_eq!(wait.reason, Reason::InFlightUnreadable);
+        assert_eq!(
+            wait.message,
+            unreadable.wait_message("rediscluster", "cache", "/status/rebalance/current")
+        );
+        assert!(
+            wait.message.contains("kubectl patch rediscluster cache"),
+            "{}",
+            wait.message
+        );
+        assert!(
+            wait.message.contains("status.rebalance.current.slots"),
+            "{}",
+            wait.message
+        );
+        // Whatever else is pending: pods to add are not added either.
+        pending.pods = Some(6);
+        pending.desired_shards = 5;
+        assert_eq!(
+            reason(&decide_pass("cache", &pending, Some(&unreadable))),
+            "InFlightUnreadable"
+        );
     }
 
     #[test]

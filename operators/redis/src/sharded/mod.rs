@@ -18,6 +18,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use quorum_core::{
     availability::{health::Health, retry::Idempotency},
     conditions::{ConditionType, ConditionUpdate},
+    pass::{UnreadableRecord, publish},
 };
 
 use crate::{
@@ -33,15 +34,15 @@ use crate::{
     resources::{RoleLabel, build_statefulset, node_name, ordinal_of, shard_of, statefulset_name},
 };
 
-use decide::{Decision, Facts, Step, Topology, decide, pending_moves, serving};
+use decide::{Decision, Facts, Reason, Step, Topology, decide_pass, pending_moves, serving};
 use observe::observe_nodes;
 
 /// How long one pass keeps moving slots before it reports and yields; the rest of the batch
 /// is left to the next pass.
 const MOVE_BUDGET: Duration = Duration::from_secs(5);
 
-/// Waits that are part of normal progress, published as normal events.
-const QUIET_WAITS: &[&str] = &["NodesStarting", "Joining", "ReplicaSyncing", "ClusterStateNotOk"];
+/// The recorded move's slot range, for the messages of a record that cannot be read.
+const RECORDED_SLOTS_FIELD: &str = "status.rebalance.current.slots";
 
 /// One reconcile pass in cluster mode.
 pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
@@ -54,11 +55,8 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
         .iter()
         .filter_map(|node| Some((ordinal_of(&name, &node.name)?, node.node_id.clone()?)))
         .collect();
-    let recorded_move = previous
-        .rebalance
-        .as_ref()
-        .and_then(|rebalance| rebalance.current.as_ref())
-        .and_then(parse_move);
+    // A recorded move this operator cannot read is never taken for no move: the pass waits.
+    let recorded = recorded_move(&previous);
 
     // Observe.
     let nodes = observe_nodes(pass, pods.unwrap_or(0), &recorded_ids).await;
@@ -68,12 +66,12 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
         pods,
         nodes,
         recorded_ids,
-        recorded_move,
+        recorded_move: recorded.clone().unwrap_or_default(),
         layout: formation_layout(&previous, spec.shard_count(), spec.nodes_per_shard()),
     };
 
     // Decide.
-    let decision = decide(&facts);
+    let decision = decide_pass(&name, &facts, recorded.as_ref().err());
     let topology = Topology::new(&facts);
     tracing::info!(cluster = %pass.key, ?decision, "decided");
 
@@ -87,10 +85,7 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
 
     let mut progress = match &decision {
         Decision::Settled => Progress::Settled,
-        Decision::Wait(wait) => Progress::Waiting {
-            reason: wait.reason,
-            message: wait.message.clone(),
-        },
+        Decision::Wait(wait) => Progress::from(wait.clone()),
         Decision::Act(step) => Progress::Acted {
             reason: step_reason(step),
             message: describe(&name, step),
@@ -99,7 +94,11 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
 
     // Labels and status from what the nodes said, recorded before the step is taken.
     pass.set_role_labels(&role_labels(&facts)).await?;
-    let rebalance = rebalance_record(&previous, &decision, pending_moves(&facts, &topology), pass);
+    let rebalance = match &recorded {
+        // Kept as stored, until a person removes it or an operator that can read it resumes it.
+        Err(_) => previous.rebalance.clone(),
+        Ok(_) => rebalance_record(&previous, &decision, pending_moves(&facts, &topology), pass),
+    };
     let mut status = build_status(pass, &facts, &topology, &progress, rebalance);
     pass.report(&status).await?;
 
@@ -116,8 +115,8 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
     }
     if let Some((step, Err(source))) = outcome {
         let message = format!("{} failed: {source}", describe(&name, step));
-        progress = Progress::Waiting {
-            reason: "StepFailed",
+        progress = Progress::Failed {
+            reason: Reason::StepFailed,
             message,
         };
         status = build_status(pass, &facts, &topology, &progress, status.rebalance.clone());
@@ -127,7 +126,7 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
             source,
         });
     }
-    pass.publish_progress(&progress, QUIET_WAITS).await;
+    publish(&pass.context.events, pass.cluster, &progress).await;
     match failure {
         Some(error) => Err(error),
         None => Ok(progress),
@@ -342,11 +341,7 @@ fn rebalance_record(
             ..
         }) => Some(RebalanceStatus {
             target_shards,
-            current: Some(SlotMoveStatus {
-                slots: format_range(planned.slots),
-                from: planned.from.clone(),
-                to: planned.to.clone(),
-            }),
+            current: Some(move_record(planned)),
             remaining_moves: *remaining_moves as i32,
             started_at: previous
                 .rebalance
@@ -484,25 +479,64 @@ fn parse_range(text: &str) -> Option<SlotRange> {
     (range.start <= range.end).then_some(range)
 }
 
-fn parse_move(recorded: &SlotMoveStatus) -> Option<SlotMove> {
-    Some(SlotMove {
-        slots: parse_range(&recorded.slots)?,
+/// The slot move recorded in status (`status.rebalance.current`), if any; a record this
+/// operator cannot read is an error, never taken for no move.
+pub fn recorded_move(status: &RedisClusterStatus) -> Result<Option<SlotMove>, UnreadableRecord> {
+    let Some(recorded) = status.rebalance.as_ref().and_then(|r| r.current.as_ref()) else {
+        return Ok(None);
+    };
+    Ok(Some(SlotMove {
+        slots: parse_recorded_slots(&recorded.slots)?,
         from: recorded.from.clone(),
         to: recorded.to.clone(),
-    })
+    }))
+}
+
+/// The record of a slot move about to be made, as [`recorded_move`] reads it back.
+fn move_record(planned: &SlotMove) -> SlotMoveStatus {
+    SlotMoveStatus {
+        slots: format_range(planned.slots),
+        from: planned.from.clone(),
+        to: planned.to.clone(),
+    }
+}
+
+/// The slot range of a recorded move: `start-end` as [`format_range`] writes it, with
+/// `start <= end <= 16383`. Anything else is unreadable.
+pub fn parse_recorded_slots(text: &str) -> Result<SlotRange, UnreadableRecord> {
+    let unreadable = |problem: String| UnreadableRecord::new(RECORDED_SLOTS_FIELD, problem);
+    let slot = |part: &str| {
+        part.bytes()
+            .all(|b| b.is_ascii_digit())
+            .then(|| part.parse::<u16>().ok())
+            .flatten()
+    };
+    let Some((start, end)) = text
+        .split_once('-')
+        .and_then(|(start, end)| Some((slot(start)?, slot(end)?)))
+    else {
+        return Err(unreadable(format!("`{text}` is not a slot range `start-end`")));
+    };
+    let last = crate::admin::cluster::SLOT_COUNT - 1;
+    if start > end || end > last {
+        return Err(unreadable(format!(
+            "`{text}` is no range of slots 0 to {last} (start at most end)"
+        )));
+    }
+    Ok(SlotRange::new(start, end))
 }
 
 /// The event reason of a step.
-pub fn step_reason(step: &Step) -> &'static str {
+pub fn step_reason(step: &Step) -> Reason {
     match step {
-        Step::ScaleNodes { .. } => "ScalingNodes",
-        Step::Form { .. } => "FormingCluster",
-        Step::Meet { .. } => "MeetingNodes",
-        Step::FinishMigration { .. } => "FinishingSlotMove",
-        Step::Replicate { .. } => "PlacingReplicas",
-        Step::MoveSlots { .. } => "MovingSlots",
-        Step::RemoveShards { .. } => "RemovingShards",
-        Step::ForgetStrays { .. } => "ForgettingStrayNodes",
+        Step::ScaleNodes { .. } => Reason::ScalingNodes,
+        Step::Form { .. } => Reason::FormingCluster,
+        Step::Meet { .. } => Reason::MeetingNodes,
+        Step::FinishMigration { .. } => Reason::FinishingSlotMove,
+        Step::Replicate { .. } => Reason::PlacingReplicas,
+        Step::MoveSlots { .. } => Reason::MovingSlots,
+        Step::RemoveShards { .. } => Reason::RemovingShards,
+        Step::ForgetStrays { .. } => Reason::ForgettingStrayNodes,
     }
 }
 
@@ -619,6 +653,85 @@ mod tests {
             parse_range(&format_range(SlotRange::new(1, 2))),
             Some(SlotRange::new(1, 2))
         );
+    }
+
+    fn status_with(current: serde_json::Value) -> RedisClusterStatus {
+        serde_json::from_value(serde_json::json!({
+            "rebalance": {
+                "targetShards": 4,
+                "current": current,
+                "remainingMoves": 2,
+                "startedAt": "2026-01-01T00:00:00Z"
+            }
+        }))
+        .expect("a status as stored")
+    }
+
+    #[test]
+    fn recorded_slot_moves_read_back_and_are_written_as_they_were_stored() {
+        let from = format!("{:040x}", 1);
+        let to = format!("{:040x}", 7);
+        for (slots, range) in [
+            ("4096-5461", SlotRange::new(4096, 5461)),
+            ("0-0", SlotRange::single(0)),
+            ("9558-10922", SlotRange::new(9558, 10922)),
+            ("16383-16383", SlotRange::single(16383)),
+            ("0-16383", SlotRange::new(0, 16383)),
+        ] {
+            let stored = serde_json::json!({"slots": slots, "from": from, "to": to});
+            let status = status_with(stored.clone());
+            let read = recorded_move(&status).unwrap().expect("a move is recorded");
+            assert_eq!(
+                read,
+                SlotMove {
+                    slots: range,
+                    from: from.clone(),
+                    to: to.clone()
+                },
+                "{slots}"
+            );
+            assert_eq!(parse_recorded_slots(slots), Ok(range));
+            assert_eq!(
+                serde_json::to_value(move_record(&read)).unwrap(),
+                stored,
+                "written as it was stored"
+            );
+        }
+        assert_eq!(recorded_move(&RedisClusterStatus::default()), Ok(None));
+        let mut between_moves = status_with(serde_json::Value::Null);
+        between_moves.rebalance.as_mut().unwrap().current = None;
+        assert_eq!(recorded_move(&between_moves), Ok(None));
+    }
+
+    #[test]
+    fn a_malformed_recorded_slot_range_is_unreadable_never_absent() {
+        for slots in [
+            "",
+            "7",
+            "-",
+            "4096-",
+            "-5461",
+            "5461-4096",
+            "0-16384",
+            "16384-16384",
+            "1-2-3",
+            " 1-2",
+            "1-2 ",
+            "+1-2",
+            "a-b",
+            "4096..5461",
+            "0-99999",
+        ] {
+            let error = parse_recorded_slots(slots).unwrap_err();
+            assert_eq!(error.field, "status.rebalance.current.slots", "{slots:?}");
+            let status = status_with(serde_json::json!({"slots": slots, "from": "a", "to": "b"}));
+            assert_eq!(recorded_move(&status).unwrap_err(), error, "{slots:?}");
+            // Kept as stored, so writing the status back does not erase it.
+            assert_eq!(
+                serde_json::to_value(&status).unwrap()["rebalance"]["current"]["slots"],
+                slots
+            );
+        }
     }
 
     #[test]

@@ -1,0 +1,182 @@
+//! The catalogue of reasons a `RedisCluster`'s passes report in events and the `Progressing`
+//! condition, for both modes ([`crate::replication`] and [`crate::sharded`]). Each wait's
+//! severity is declared here once: `Normal` for the waits that are part of normal progress,
+//! `Warning` for the waits a person should look at. A step taken is always reported as `Normal`,
+//! a failed step always as `Warning`, whatever the severity declared for its reason.
+//!
+//! The `Ready` and `Degraded` conditions' own reasons, and the backup controller's, are not
+//! here: they are no pass's wait or step.
+
+quorum_core::reasons! {
+    /// Why a pass of a `RedisCluster` acted or waits.
+    pub enum Reason {
+        // Steps taken, in either mode.
+        ScalingNodes => Normal,
+        // Steps taken in replication mode.
+        ScalingSentinels => Normal,
+        SentinelMonitoring => Normal,
+        SentinelRepointed => Normal,
+        SentinelConfigured => Normal,
+        ReplicaConfigured => Normal,
+        WriteFenceSet => Normal,
+        SwitchoverRequested => Normal,
+        RemovingNode => Normal,
+        SentinelReset => Normal,
+        // Steps taken in cluster mode.
+        FormingCluster => Normal,
+        MeetingNodes => Normal,
+        FinishingSlotMove => Normal,
+        PlacingReplicas => Normal,
+        MovingSlots => Normal,
+        RemovingShards => Normal,
+        ForgettingStrayNodes => Normal,
+
+        // Waits that are part of normal progress.
+        /// A node has not answered yet (both modes).
+        NodesStarting => Normal,
+        /// A replica is syncing from its primary (both modes).
+        ReplicaSyncing => Normal,
+        /// A Sentinel has not answered yet (replication mode).
+        SentinelsStarting => Normal,
+        /// Nodes are not linked to one another yet (cluster mode).
+        Joining => Normal,
+        /// A node does not report `cluster_state:ok` yet (cluster mode).
+        ClusterStateNotOk => Normal,
+
+        // Waits a person should look at, in replication mode.
+        FailoverInProgress => Warning,
+        PrimaryAddressReused => Warning,
+        PrimaryNotANode => Warning,
+        PrimaryUnknown => Warning,
+        SentinelsDisagree => Warning,
+        SentinelsUnknown => Warning,
+        SeveralPrimaries => Warning,
+        PrimaryLoading => Warning,
+        PrimaryEmpty => Warning,
+        PrimaryLeaving => Warning,
+        NodeNotHealthy => Warning,
+        // Waits a person should look at, in either mode.
+        ScaleInBlocked => Warning,
+        // Waits a person should look at, in cluster mode.
+        NodesNotAnswering => Warning,
+        NodeIdsChanged => Warning,
+        MigrationBlocked => Warning,
+        StrayMigration => Warning,
+        ShardWithoutPrimary => Warning,
+        SlotsUncovered => Warning,
+        RebalanceBlocked => Warning,
+        NodeUnhealthy => Warning,
+        NodeUnknown => Warning,
+        /// The slot move recorded in status cannot be read: no step until a person looks.
+        InFlightUnreadable => Warning,
+        /// A step was tried and failed; nothing else was changed.
+        StepFailed => Warning,
+
+        // The passes' own events, and the waits before a pass.
+        /// `spec.config` sets what the operator owns.
+        InvalidSpec => Warning,
+        /// `restoreFrom` names a backup that is not complete yet.
+        RestoreSourceNotReady => Warning,
+        /// `restoreFrom` names a backup that cannot be restored into this spec.
+        RestoreSourceInvalid => Warning,
+        /// `restoreFrom` on a deployment that already has data nodes.
+        RestoreIgnored => Warning,
+        /// The Sentinels made another node the primary.
+        PrimaryChanged => Warning,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use quorum_core::{events::Severity, pass::Reason as _};
+
+    use super::*;
+
+    /// The steps: reported as `Normal` whatever is declared, declared `Normal`.
+    const STEPS: &[&str] = &[
+        "ScalingNodes",
+        "ScalingSentinels",
+        "SentinelMonitoring",
+        "SentinelRepointed",
+        "SentinelConfigured",
+        "ReplicaConfigured",
+        "WriteFenceSet",
+        "SwitchoverRequested",
+        "RemovingNode",
+        "SentinelReset",
+        "FormingCluster",
+        "MeetingNodes",
+        "FinishingSlotMove",
+        "PlacingReplicas",
+        "MovingSlots",
+        "RemovingShards",
+        "ForgettingStrayNodes",
+    ];
+
+    /// The waits published as `Normal` events: replication mode's `NodesStarting`,
+    /// `SentinelsStarting` and `ReplicaSyncing`, cluster mode's `NodesStarting`, `Joining`,
+    /// `ReplicaSyncing` and `ClusterStateNotOk`. Every other wait is a `Warning`.
+    const NORMAL_WAITS: &[&str] = &[
+        "NodesStarting",
+        "ReplicaSyncing",
+        "SentinelsStarting",
+        "Joining",
+        "ClusterStateNotOk",
+    ];
+
+    #[test]
+    fn every_reason_has_a_severity_and_a_distinct_name() {
+        let names: BTreeSet<&str> = Reason::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(names.len(), Reason::ALL.len());
+        let normal: BTreeSet<&str> = Reason::ALL
+            .iter()
+            .filter(|r| r.severity() == Severity::Normal)
+            .map(|r| r.as_str())
+            .collect();
+        let expected: BTreeSet<&str> = STEPS.iter().chain(NORMAL_WAITS).copied().collect();
+        assert_eq!(normal, expected);
+        for name in STEPS.iter().chain(NORMAL_WAITS) {
+            assert!(names.contains(name), "{name} is in the catalogue");
+        }
+        let warnings: Vec<&str> = Reason::ALL
+            .iter()
+            .filter(|r| r.severity() == Severity::Warning)
+            .map(|r| r.as_str())
+            .collect();
+        assert_eq!(
+            warnings,
+            [
+                "FailoverInProgress",
+                "PrimaryAddressReused",
+                "PrimaryNotANode",
+                "PrimaryUnknown",
+                "SentinelsDisagree",
+                "SentinelsUnknown",
+                "SeveralPrimaries",
+                "PrimaryLoading",
+                "PrimaryEmpty",
+                "PrimaryLeaving",
+                "NodeNotHealthy",
+                "ScaleInBlocked",
+                "NodesNotAnswering",
+                "NodeIdsChanged",
+                "MigrationBlocked",
+                "StrayMigration",
+                "ShardWithoutPrimary",
+                "SlotsUncovered",
+                "RebalanceBlocked",
+                "NodeUnhealthy",
+                "NodeUnknown",
+                "InFlightUnreadable",
+                "StepFailed",
+                "InvalidSpec",
+                "RestoreSourceNotReady",
+                "RestoreSourceInvalid",
+                "RestoreIgnored",
+                "PrimaryChanged",
+            ]
+        );
+    }
+}
