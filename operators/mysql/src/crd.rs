@@ -422,12 +422,23 @@ pub struct MemberStatus {
     pub message: Option<String>,
 }
 
+quorum_core::recorded_kinds! {
+    /// The kind of a step in flight, as stored in `status.inFlight.action`.
+    pub enum InFlightAction in "status.inFlight.action" {
+        Failover,
+        Switchover,
+        RemoveMember,
+        Restore,
+    }
+}
+
 /// A step in flight.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct InFlightStep {
     /// `Failover`, `Switchover`, `RemoveMember` or `Restore`.
-    pub action: String,
+    #[schemars(with = "String")]
+    pub action: InFlightAction,
     /// The member the step acts on (the new primary for a failover or switchover).
     pub member: String,
     /// The primary being replaced, for a failover or switchover.

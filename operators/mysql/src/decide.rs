@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use quorum_core::availability::health::Health;
 
 use crate::admin::gtid::GtidPosition;
+pub use crate::reasons::Reason;
 
 /// What a reachable member reported, reduced to what the decision needs.
 #[derive(Clone, Debug, PartialEq)]
@@ -177,25 +178,14 @@ impl Step {
     }
 }
 
-/// Why nothing is done now.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Wait {
-    pub reason: &'static str,
-    pub message: String,
-}
+/// Why nothing is done now: a reason from [`Reason`] and a sentence for people.
+pub type Wait = quorum_core::pass::Wait<Reason>;
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Decision {
-    Act(Step),
-    Wait(Wait),
-    Settled,
-}
+/// The decision: a step, a wait, or `Settled` (the cluster matches its spec).
+pub type Decision = quorum_core::pass::Decision<Step, Reason>;
 
-fn wait(reason: &'static str, message: impl Into<String>) -> Decision {
-    Decision::Wait(Wait {
-        reason,
-        message: message.into(),
-    })
+fn wait(reason: Reason, message: impl Into<String>) -> Decision {
+    Decision::wait(reason, message)
 }
 
 /// Decides the next step.
@@ -244,7 +234,7 @@ fn continue_in_flight(facts: &Facts, in_flight: &InFlight) -> Decision {
                 // The target may or may not have been opened: reopening the old primary now
                 // could leave two writable. Writes wait until the target answers again.
                 wait(
-                    "SwitchoverTargetUnknown",
+                    Reason::SwitchoverTargetUnknown,
                     format!(
                         "switchover from member {from} to member {to}: the target stopped answering; the old primary stays read-only until it answers"
                     ),
@@ -272,7 +262,7 @@ fn continue_in_flight(facts: &Facts, in_flight: &InFlight) -> Decision {
         InFlight::Restore { ordinal } => match &facts.restore {
             // The restore is recorded as done: only the record in flight is left.
             None => Decision::Act(Step::ClearInFlight),
-            Some(Restore::SourceNotReady(why)) => wait("RestoreSourceNotReady", why.clone()),
+            Some(Restore::SourceNotReady(why)) => wait(Reason::RestoreSourceNotReady, why.clone()),
             Some(Restore::Ready { position, .. }) => restore_into(facts, ordinal, position, true),
         },
     }
@@ -282,7 +272,7 @@ fn continue_in_flight(facts: &Facts, in_flight: &InFlight) -> Decision {
 /// is stored and the member answers, only while it is empty.
 fn restore(facts: &Facts, restore: &Restore) -> Decision {
     match restore {
-        Restore::SourceNotReady(why) => wait("RestoreSourceNotReady", why.clone()),
+        Restore::SourceNotReady(why) => wait(Reason::RestoreSourceNotReady, why.clone()),
         Restore::Ready { position, .. } => restore_into(facts, RESTORE_TARGET, position, false),
     }
 }
@@ -293,14 +283,14 @@ fn restore(facts: &Facts, restore: &Restore) -> Decision {
 fn restore_into(facts: &Facts, ordinal: usize, position: &GtidPosition, resume: bool) -> Decision {
     let Some(state) = member(facts, ordinal).and_then(|m| m.healthy_state(facts.now, facts.freshness)) else {
         return wait(
-            "MembersStarting",
+            Reason::MembersStarting,
             format!("member {ordinal} has not answered yet; the backup is restored into it once it does"),
         );
     };
     let own_history = state.executed.is_empty() || (resume && position.includes(&state.executed));
     if state.replication.is_some() || !state.read_only || !own_history {
         return wait(
-            "RestoreRefused",
+            Reason::RestoreRefused,
             format!(
                 "member {ordinal} is not a fresh member ({}); a backup is restored only into an empty member, never over data",
                 if !own_history {
@@ -326,7 +316,7 @@ fn choose_primary(facts: &Facts) -> Result<usize, Decision> {
     };
     let Some(fact) = member(facts, primary) else {
         return Err(wait(
-            "PrimaryMissing",
+            Reason::PrimaryMissing,
             format!("the recorded primary (ordinal {primary}) has no pod"),
         ));
     };
@@ -338,12 +328,12 @@ fn choose_primary(facts: &Facts) -> Result<usize, Decision> {
             }
             Some(_) => Ok(primary),
             None => Err(wait(
-                "StaleObservation",
+                Reason::StaleObservation,
                 format!("the primary (ordinal {primary}) was not observed recently"),
             )),
         },
         Health::Unknown(why) => Err(wait(
-            "PrimaryUnknown",
+            Reason::PrimaryUnknown,
             format!(
                 "the primary (ordinal {primary}) is unreachable from the operator but its replicas do not report it down; no failover: {why}"
             ),
@@ -369,7 +359,7 @@ fn reopen_primary(facts: &Facts, primary: usize, state: &ServerState) -> Decisio
             Some(replica) => states.push((fact.ordinal, replica)),
             None => {
                 return wait(
-                    "PrimaryReopenBlocked",
+                    Reason::PrimaryReopenBlocked,
                     format!(
                         "the primary (ordinal {primary}) restarted and is reopened once every member answers: member {} is {} and may hold a transaction the restart discarded",
                         fact.ordinal,
@@ -388,7 +378,7 @@ fn reopen_primary(facts: &Facts, primary: usize, state: &ServerState) -> Decisio
     match most_advanced_by(&states, ServerState::held) {
         Some(to) if to != primary => Decision::Act(Step::Failover { from: primary, to }),
         _ => wait(
-            "Diverged",
+            Reason::Diverged,
             format!(
                 "the restarted primary (ordinal {primary}) and its replicas each hold transactions the others lack; choose a primary by hand (annotation)"
             ),
@@ -405,7 +395,7 @@ fn open_first_primary(facts: &Facts) -> Result<usize, Decision> {
             Some(state) => states.push((fact.ordinal, state)),
             None => {
                 return Err(wait(
-                    "MembersStarting",
+                    Reason::MembersStarting,
                     format!(
                         "member {} has not answered yet; the first primary is chosen once every member has",
                         fact.ordinal
@@ -415,12 +405,12 @@ fn open_first_primary(facts: &Facts) -> Result<usize, Decision> {
         }
     }
     if states.is_empty() {
-        return Err(wait("MembersStarting", "no member has started yet"));
+        return Err(wait(Reason::MembersStarting, "no member has started yet"));
     }
     match most_advanced(&states) {
         Some(ordinal) => Err(Decision::Act(Step::OpenPrimary { ordinal })),
         None => Err(wait(
-            "Diverged",
+            Reason::Diverged,
             "no member has every transaction the others have; choose a primary by hand (annotation)",
         )),
     }
@@ -466,7 +456,7 @@ fn failover(facts: &Facts, from: usize, why: &str) -> Decision {
             // It may hold the newest acknowledged commits: choosing without it could lose them.
             None => {
                 return wait(
-                    "FailoverBlocked",
+                    Reason::FailoverBlocked,
                     format!(
                         "the primary (ordinal {from}) is down ({why}), but replica {} is {}; every replica must answer before one is promoted",
                         fact.ordinal,
@@ -478,7 +468,7 @@ fn failover(facts: &Facts, from: usize, why: &str) -> Decision {
     }
     if replicas.is_empty() {
         return wait(
-            "FailoverBlocked",
+            Reason::FailoverBlocked,
             format!("the primary (ordinal {from}) is down ({why}) and there is no replica to promote"),
         );
     }
@@ -487,7 +477,7 @@ fn failover(facts: &Facts, from: usize, why: &str) -> Decision {
     match most_advanced_by(&replicas, ServerState::held) {
         Some(to) => Decision::Act(Step::Failover { from, to }),
         None => wait(
-            "FailoverBlocked",
+            Reason::FailoverBlocked,
             format!(
                 "the primary (ordinal {from}) is down, but no replica has every transaction the others have (diverged); promote one by hand"
             ),
@@ -572,7 +562,7 @@ fn wire_replicas(facts: &Facts, primary: usize) -> Option<Decision> {
     }
     first_errant.map(|(ordinal, errant)| {
         wait(
-            "ErrantTransactions",
+            Reason::ErrantTransactions,
             format!(
                 "member {ordinal} has transactions the primary does not ({errant}); it is kept out of service and nothing is discarded"
             ),
@@ -594,7 +584,7 @@ fn scale_in(facts: &Facts, primary: usize, leaving: usize) -> Decision {
         .find(|m| m.healthy_state(facts.now, facts.freshness).is_none())
     {
         return wait(
-            "ScaleInBlocked",
+            Reason::ScaleInBlocked,
             format!(
                 "member {} is {}; a member is removed only while all the others are Healthy",
                 blocking.ordinal,
@@ -611,7 +601,10 @@ fn scale_in(facts: &Facts, primary: usize, leaving: usize) -> Decision {
             .collect();
         return match most_advanced(&candidates) {
             Some(to) => switchover(facts, primary, to),
-            None => wait("ScaleInBlocked", "the leaving primary has no caught-up successor"),
+            None => wait(
+                Reason::ScaleInBlocked,
+                "the leaving primary has no caught-up successor",
+            ),
         };
     }
     Decision::Act(Step::RemoveMember { ordinal: leaving })
@@ -621,7 +614,7 @@ fn scale_in(facts: &Facts, primary: usize, leaving: usize) -> Decision {
 fn switchover(facts: &Facts, from: usize, to: usize) -> Decision {
     if to >= facts.members.len() {
         return wait(
-            "SwitchoverRefused",
+            Reason::SwitchoverRefused,
             format!("member {to} does not exist; nothing was changed"),
         );
     }
@@ -631,7 +624,7 @@ fn switchover(facts: &Facts, from: usize, to: usize) -> Decision {
         .find(|m| m.healthy_state(facts.now, facts.freshness).is_none())
     {
         return wait(
-            "SwitchoverBlocked",
+            Reason::SwitchoverBlocked,
             format!(
                 "member {} is {}; a switchover needs every member Healthy",
                 blocking.ordinal,
@@ -645,7 +638,7 @@ fn switchover(facts: &Facts, from: usize, to: usize) -> Decision {
         .is_some_and(|r| r.source == Some(from) && r.running());
     if !replicating {
         return wait(
-            "SwitchoverBlocked",
+            Reason::SwitchoverBlocked,
             format!("member {to} is not replicating from the primary yet"),
         );
     }
@@ -888,7 +881,7 @@ mod tests {
         assert!(matches!(
             decide(&starting),
             Decision::Wait(Wait {
-                reason: "MembersStarting",
+                reason: Reason::MembersStarting,
                 ..
             })
         ));
@@ -905,7 +898,7 @@ mod tests {
         assert!(matches!(
             decision,
             Decision::Wait(Wait {
-                reason: "PrimaryUnknown",
+                reason: Reason::PrimaryUnknown,
                 ..
             })
         ));
@@ -954,7 +947,7 @@ mod tests {
         assert!(matches!(
             decision,
             Decision::Wait(Wait {
-                reason: "FailoverBlocked",
+                reason: Reason::FailoverBlocked,
                 ..
             })
         ));
@@ -965,7 +958,7 @@ mod tests {
         assert!(matches!(
             decision,
             Decision::Wait(Wait {
-                reason: "FailoverBlocked",
+                reason: Reason::FailoverBlocked,
                 ..
             })
         ));
@@ -982,7 +975,7 @@ mod tests {
         assert!(matches!(
             decision,
             Decision::Wait(Wait {
-                reason: "FailoverBlocked",
+                reason: Reason::FailoverBlocked,
                 ..
             })
         ));
@@ -1016,7 +1009,7 @@ mod tests {
         assert!(matches!(
             decide(&stuck),
             Decision::Wait(Wait {
-                reason: "SwitchoverTargetUnknown",
+                reason: Reason::SwitchoverTargetUnknown,
                 ..
             })
         ));
@@ -1039,7 +1032,7 @@ mod tests {
         assert!(matches!(
             decision,
             Decision::Wait(Wait {
-                reason: "ErrantTransactions",
+                reason: Reason::ErrantTransactions,
                 ..
             })
         ));
@@ -1074,7 +1067,7 @@ mod tests {
         assert!(matches!(
             decide(&facts(keeping_logs(members), Some(0), now)),
             Decision::Wait(Wait {
-                reason: "ErrantTransactions",
+                reason: Reason::ErrantTransactions,
                 ..
             })
         ));
@@ -1134,7 +1127,7 @@ mod tests {
         assert!(matches!(
             decide(&wanted),
             Decision::Wait(Wait {
-                reason: "ScaleInBlocked",
+                reason: Reason::ScaleInBlocked,
                 ..
             })
         ));
@@ -1166,7 +1159,7 @@ mod tests {
         assert!(matches!(
             decide(&asked),
             Decision::Wait(Wait {
-                reason: "SwitchoverBlocked",
+                reason: Reason::SwitchoverBlocked,
                 ..
             })
         ));
@@ -1175,7 +1168,7 @@ mod tests {
         assert!(matches!(
             decide(&asked),
             Decision::Wait(Wait {
-                reason: "SwitchoverRefused",
+                reason: Reason::SwitchoverRefused,
                 ..
             })
         ));
@@ -1195,7 +1188,7 @@ mod tests {
         assert_eq!(
             decide(&waiting),
             Decision::Wait(Wait {
-                reason: "RestoreSourceNotReady",
+                reason: Reason::RestoreSourceNotReady,
                 message: "MySQLBackup nightly does not exist".into(),
             })
         );
@@ -1228,7 +1221,7 @@ mod tests {
         assert!(matches!(
             decide(&restoring),
             Decision::Wait(Wait {
-                reason: "MembersStarting",
+                reason: Reason::MembersStarting,
                 ..
             })
         ));
@@ -1256,7 +1249,7 @@ mod tests {
                 matches!(
                     refused(not_fresh.clone()),
                     Decision::Wait(Wait {
-                        reason: "RestoreRefused",
+                        reason: Reason::RestoreRefused,
                         ..
                     })
                 ),
@@ -1298,7 +1291,7 @@ mod tests {
         assert!(matches!(
             decide(&resumed),
             Decision::Wait(Wait {
-                reason: "RestoreRefused",
+                reason: Reason::RestoreRefused,
                 ..
             })
         ));
@@ -1306,7 +1299,7 @@ mod tests {
         assert!(matches!(
             decide(&resumed),
             Decision::Wait(Wait {
-                reason: "RestoreSourceNotReady",
+                reason: Reason::RestoreSourceNotReady,
                 ..
             })
         ));
@@ -1397,7 +1390,7 @@ mod tests {
                 ],
                 true,
                 Decision::Wait(Wait {
-                    reason: "PrimaryReopenBlocked",
+                    reason: Reason::PrimaryReopenBlocked,
                     message: "the primary (ordinal 0) restarted and is reopened once every member answers: member 2 is Unknown and may hold a transaction the restart discarded".into(),
                 }),
             ),
@@ -1410,7 +1403,7 @@ mod tests {
                 ],
                 true,
                 Decision::Wait(Wait {
-                    reason: "Diverged",
+                    reason: Reason::Diverged,
                     message: "the restarted primary (ordinal 0) and its replicas each hold transactions the others lack; choose a primary by hand (annotation)".into(),
                 }),
             ),

@@ -8,6 +8,7 @@
 //!   what each member and the replicas say, a pure decision, one safe step.
 //! - [`resources`] and [`status`]: pure builders of the Kubernetes objects and the status.
 //! - [`restore`]: reading a `MySQLBackup`'s stored snapshot back into a new cluster's member.
+//! - [`reasons`]: the catalogue of reasons a pass reports, with the severity of each wait.
 //! - [`reconcile`]: the short story that ties them together.
 
 pub mod address;
@@ -18,6 +19,7 @@ pub mod decide;
 pub mod execute;
 pub mod observe;
 pub mod packaging;
+pub mod reasons;
 pub mod reconcile;
 pub mod resources;
 pub mod restore;

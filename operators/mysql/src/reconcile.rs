@@ -9,7 +9,7 @@
 //! 4. Report: status and conditions from what was observed, and an event for the step taken
 //!    or refused.
 
-use std::{collections::BTreeMap, sync::Arc, time::Duration};
+use std::{collections::BTreeMap, ops::ControlFlow, sync::Arc, time::Duration};
 
 use k8s_openapi::{
     api::{
@@ -28,8 +28,9 @@ use quorum_core::{
     apply::ignore_not_found,
     backup::{backup_target, credentials},
     events::Severity,
+    pass::{Progress, Reason as _, UnreadableRecord, publish},
     runner::Context,
-    status::{latest, patch_status},
+    status::{StatusWriter, latest},
 };
 use secrecy::SecretString;
 use sha2::{Digest, Sha256};
@@ -38,12 +39,13 @@ use crate::{
     address::Addresses,
     admin::{Credentials, gtid::GtidPosition},
     crd::{
-        Access, BackupRecord, FailoverRecord, MySQLBackup, MySQLCluster, RestoreRecord,
+        Access, BackupRecord, FailoverRecord, MySQLBackup, MySQLCluster, MySQLClusterStatus, RestoreRecord,
         SWITCHOVER_ANNOTATION, forbidden_config_keys,
     },
-    decide::{Decision, Facts, InFlight, Restore, Step, Wait, decide},
+    decide::{Decision, Facts, InFlight, Reason, Restore, Step, decide},
     execute::{StepContext, StepError, StepOutcome, execute},
     observe::{ClusterView, MySqlClients},
+    reasons::step_failure,
     resources::{
         PASSWORD_KEY, ROLE_LABEL, binlog_expire_seconds, build_config_map, build_headless_service,
         build_password_secret, build_pod_disruption_budget, build_primary_service, build_replicas_service,
@@ -52,7 +54,10 @@ use crate::{
         statefulset_name,
     },
     restore::StoredSnapshot,
-    status::{build_status, describe, failover_record, in_flight_from_status, role_labels, step_reason},
+    status::{
+        build_status, describe, failover_record, in_flight_from_status, role_labels,
+        status_keeping_unreadable_record, step_reason, unreadable_record_wait,
+    },
 };
 
 pub use quorum_core::config::MemberAddresses;
@@ -152,183 +157,55 @@ fn api(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
     move |source| Error::Api { what, source }
 }
 
-/// Reconciles one `MySQLCluster`.
+/// Reconciles one `MySQLCluster`: observe, decide one step, apply the objects, record and take
+/// the step, set the role labels, report.
 pub async fn reconcile(cluster: Arc<MySQLCluster>, context: Arc<Context<State>>) -> Result<Action, Error> {
-    let state = &context.state;
-    let name = cluster.name_any();
-    let namespace = cluster.namespace().unwrap_or_default();
-    let key = format!("{namespace}/{name}");
+    let cluster = match admit(&context, &cluster).await? {
+        ControlFlow::Continue(cluster) => cluster,
+        ControlFlow::Break(action) => return Ok(action),
+    };
+    let replication_password = load_credentials(&context, &cluster).await?;
     let now = Timestamp::now();
-    // Status is this operator's memory (the primary, the step in flight, the restore taken):
-    // decided on as stored, never on the watch cache's copy (`quorum_core::status::latest`).
-    let Some(cluster) = latest(&context.client, cluster.as_ref()).await? else {
-        return Ok(Action::await_change());
-    };
-    // A deleted cluster of the same name may have left its StatefulSet (for a few seconds) or its
-    // volumes (until a human removes them): nothing starts or is observed on them.
-    if quorum_core::predecessor::held_back(
-        &context.client,
-        &context.events,
-        cluster.as_ref(),
-        &[crate::resources::statefulset_name(&name)],
-        cluster
-            .status
-            .as_ref()
-            .map_or(&[][..], |status| status.conditions.as_slice()),
-    )
-    .await?
-    {
-        return Ok(Action::requeue(quorum_core::predecessor::RECHECK));
-    }
-
-    let forbidden = forbidden_config_keys(&cluster.spec.config);
-    if !forbidden.is_empty() {
-        let error = Error::ForbiddenConfig(forbidden.join(", "));
-        context
-            .events
-            .publish(
-                cluster.as_ref(),
-                Severity::Warning,
-                "InvalidSpec",
-                "Validate",
-                error.to_string(),
-            )
-            .await;
-        return Err(error);
-    }
-
-    // Credentials first: nothing can be observed or started without them.
-    ensure_generated_secret(
-        &context,
-        &cluster,
-        generated_root_secret_name(&name),
-        cluster.spec.root_password_secret.is_none(),
-    )
-    .await?;
-    ensure_generated_secret(&context, &cluster, replication_secret_name(&name), true).await?;
-    let root_password = read_password(&context, &namespace, &root_secret_name(&cluster)).await?;
-    let replication_password = read_password(&context, &namespace, &replication_secret_name(&name)).await?;
-    let server_ca = match &cluster.spec.tls {
-        Some(tls) => Some(read_server_ca(&context, &namespace, &tls.secret_name).await?),
-        None => None,
-    };
-    state
-        .clients
-        .set_credentials(
-            &key,
-            cluster.spec.flavor,
-            Credentials {
-                user: "root".into(),
-                password: root_password,
-                server_ca,
-            },
-        )
-        .await;
-    let addresses = state.addresses(&cluster);
-
-    // Observe.
-    let statefulsets: Api<StatefulSet> = Api::namespaced(context.client.clone(), &namespace);
-    let statefulset_replicas = statefulsets
-        .get_opt(&statefulset_name(&name))
-        .await
-        .map_err(api("reading the StatefulSet"))?
-        .and_then(|s| s.spec?.replicas)
-        .map(|r| r.max(0) as usize);
-    let view = state
-        .clients
-        .observe(&key, &addresses, statefulset_replicas.unwrap_or(0))
-        .await;
-    let mut primary = cluster
-        .status
-        .as_ref()
-        .and_then(|s| s.primary.as_deref())
-        .and_then(|p| ordinal_of(&name, p));
-    let mut in_flight = in_flight_from_status(&cluster);
-    let switchover_to = cluster
-        .annotations()
-        .get(SWITCHOVER_ANNOTATION)
-        .and_then(|target| ordinal_of(&name, target));
-    let desired = usize::try_from(cluster.spec.replicas).unwrap_or(0);
-    let pending_restore = pending_restore(&context, &cluster).await?;
-    let stored_snapshot = match &pending_restore {
-        Some(PendingRestore::Ready(snapshot)) => Some(snapshot),
-        _ => None,
-    };
-
-    // Decide.
-    let decision = decide(&Facts {
-        desired_members: desired,
-        statefulset_replicas,
-        members: view.members.clone(),
-        primary,
-        in_flight: in_flight.clone(),
-        switchover_to,
-        restore: pending_restore.as_ref().map(|pending| match pending {
-            PendingRestore::NotReady(why) => Restore::SourceNotReady(why.clone()),
-            PendingRestore::Ready(snapshot) => Restore::Ready {
-                backup: snapshot.backup.clone(),
-                position: snapshot.position.clone(),
-            },
-        }),
-        semi_sync: semi_sync(&cluster),
-        binlog_expire_seconds: binlog_expire_seconds(&cluster),
-        freshness: state.settings.freshness,
-        now: std::time::Instant::now(),
-    });
-    tracing::info!(cluster = %key, ?decision, "decided");
-
-    // Act: the objects first, so a deleted Service comes back whatever the step.
-    let applier = &context.applier;
-    applier.apply(&build_config_map(&cluster)?).await?;
-    applier.apply(&build_headless_service(&cluster)?).await?;
-    applier.apply(&build_primary_service(&cluster)?).await?;
-    applier.apply(&build_replicas_service(&cluster)?).await?;
-    applier.apply(&build_pod_disruption_budget(&cluster)?).await?;
-    ensure_scheduled_backup(&context, &cluster).await?;
-    let step = match &decision {
-        Decision::Act(step) => Some(step.clone()),
-        _ => None,
-    };
-    let pod_count = match step {
-        Some(Step::ScalePods { replicas }) => replicas,
-        _ => statefulset_replicas.unwrap_or(desired),
-    };
-    applier
-        .apply(&build_statefulset(&cluster, pod_count as i32)?)
-        .await?;
-
-    let mut last_failover: Option<FailoverRecord> = None;
-    let mut restored: Option<RestoreRecord> = None;
-    let mut decision = decision;
-    if let Some(step) = &step {
-        if let Some(recorded) = step.in_flight() {
-            // Written before the step is taken: a crash from here on resumes, not repeats.
-            in_flight = Some(recorded);
-            report(
+    let observed = observe(&context, &cluster).await?;
+    let mut report = Report::new(&context, &cluster, &observed.view, now);
+    let in_flight = match &observed.in_flight {
+        Ok(in_flight) => in_flight.clone(),
+        Err(unreadable) => {
+            let pod_count = observed.statefulset_replicas.unwrap_or(observed.desired);
+            return wait_on_unreadable_record(
                 &context,
                 &cluster,
-                &view,
-                &decision,
-                primary,
-                in_flight.as_ref(),
-                None,
-                None,
-                now,
+                &observed,
+                pod_count,
+                unreadable,
+                &mut report,
             )
-            .await?;
+            .await;
         }
-        // A failing primary leaves the primary Service before anything else happens.
-        set_role_labels(
-            &context,
-            &cluster,
-            &role_labels(&view.members, primary, in_flight.as_ref()),
-        )
-        .await?;
+    };
+
+    let decision = decide(&observed.facts(&cluster, in_flight.clone(), &context.state.settings));
+    tracing::info!(cluster = %observed.key, ?decision, "decided");
+
+    // The objects first, so a deleted Service comes back whatever the step.
+    let pod_count = match decision.step() {
+        Some(Step::ScalePods { replicas }) => *replicas,
+        _ => observed.statefulset_replicas.unwrap_or(observed.desired),
+    };
+    apply_objects(&context, &cluster, pod_count).await?;
+
+    let mut memory = Memory {
+        primary: observed.primary,
+        in_flight,
+        last_failover: None,
+        restored: None,
+    };
+    if let Some(step) = decision.step() {
         let step_context = StepContext {
-            clients: &state.clients,
-            cluster: &key,
-            addresses: &addresses,
-            primary,
+            clients: &context.state.clients,
+            cluster: &observed.key,
+            addresses: &observed.addresses,
+            primary: observed.primary,
             replication_password: &replication_password,
             tls: cluster.spec.tls.is_some(),
             semi_sync_wait_for: semi_sync(&cluster).then(|| {
@@ -338,201 +215,448 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, context: Arc<Context<State>>)
                     .as_ref()
                     .map_or(1, |r| r.wait_for_replica_count.max(1) as u32)
             }),
-            restore: stored_snapshot,
+            restore: observed.stored_snapshot(),
         };
-        match execute(&step_context, step).await {
-            Ok(StepOutcome::Done) => {
-                if let (Step::Restore { ordinal, .. }, Some(snapshot)) = (step, stored_snapshot) {
-                    // Written with this pass's status: from then on the restore is never taken
-                    // again, whatever restarts (the record in flight goes in the next pass).
-                    let record = RestoreRecord {
-                        backup_name: snapshot.backup.clone(),
-                        location: snapshot.location.clone(),
-                        sha256: snapshot.sha256.clone(),
-                        gtid_position: snapshot.position.to_string(),
-                        member: member_name(&name, *ordinal),
-                        completed_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()),
-                    };
-                    context
-                        .events
-                        .publish(
-                            cluster.as_ref(),
-                            Severity::Normal,
-                            "Restored",
-                            "Restore",
-                            format!(
-                                "restored MySQLBackup {} ({}, sha256 {} verified) into {} at GTID position {}",
-                                record.backup_name, record.location, record.sha256, record.member, record.gtid_position
-                            ),
-                        )
-                        .await;
-                    restored = Some(record);
-                    in_flight = None;
-                } else {
-                    context
-                        .events
-                        .publish(
-                            cluster.as_ref(),
-                            Severity::Normal,
-                            step_reason(step),
-                            "Reconcile",
-                            describe(&name, step),
-                        )
-                        .await;
-                }
-                match *step {
-                    Step::OpenPrimary { ordinal } => primary = Some(ordinal),
-                    Step::Failover { to, .. } | Step::Switchover { to, .. } => primary = Some(to),
-                    Step::RemoveMember { ordinal } => {
-                        applier
-                            .apply(&build_statefulset(&cluster, ordinal as i32)?)
-                            .await?;
-                    }
-                    Step::ClearInFlight => {
-                        let recorded = cluster.status.as_ref().and_then(|s| s.in_flight.as_ref());
-                        if let (
-                            Some(InFlight::Failover { .. } | InFlight::Switchover { .. }),
-                            Some(recorded),
-                        ) = (&in_flight, recorded)
-                        {
-                            let record = failover_record(recorded, now);
-                            state.clients.record_failover(&record);
-                            last_failover = Some(record);
-                            remove_switchover_annotation(&context, &cluster).await?;
-                        }
-                        in_flight = None;
-                    }
-                    _ => {}
-                }
-            }
-            Ok(StepOutcome::NotYet(why)) => {
-                tracing::info!(cluster = %key, ?step, %why, "not yet");
-            }
-            Err(error) => {
-                // The servers are as they were (or as a retry of the step expects them). A
-                // switchover given up is not resumed: its record and the request go, or every
-                // retry would make the primary read-only again.
-                let reason = if matches!(error, StepError::SwitchoverAbandoned(_)) {
-                    in_flight = None;
-                    remove_switchover_annotation(&context, &cluster).await?;
-                    "SwitchoverRefused"
-                } else {
-                    "StepFailed"
-                };
-                context
-                    .events
-                    .publish(
-                        cluster.as_ref(),
-                        Severity::Warning,
-                        reason,
-                        "Reconcile",
-                        format!("{}: {error}", describe(&name, step)),
-                    )
-                    .await;
-                decision = Decision::Wait(Wait {
-                    reason,
-                    message: format!(
-                        "{} failed; nothing else was changed: {error}",
-                        describe(&name, step)
-                    ),
-                });
-                report(
-                    &context,
-                    &cluster,
-                    &view,
-                    &decision,
-                    primary,
-                    in_flight.as_ref(),
-                    None,
-                    None,
-                    now,
-                )
-                .await?;
-                return Err(Error::Step {
-                    step: describe(&name, step),
-                    source: error,
-                });
-            }
-        }
+        act(
+            &context,
+            &cluster,
+            &observed,
+            &step_context,
+            step,
+            &mut memory,
+            &mut report,
+        )
+        .await?;
     }
     set_role_labels(
         &context,
         &cluster,
-        &role_labels(&view.members, primary, in_flight.as_ref()),
+        &role_labels(&observed.view.members, memory.primary, memory.in_flight.as_ref()),
     )
     .await?;
-
     match &decision {
         Decision::Wait(wait) => {
-            if wait.reason == "SwitchoverRefused" {
+            if wait.reason.ends_switchover_request() {
                 remove_switchover_annotation(&context, &cluster).await?;
             }
-            let severity = match wait.reason {
-                "MembersStarting" => Severity::Normal,
-                _ => Severity::Warning,
-            };
-            context
-                .events
-                .publish(
-                    cluster.as_ref(),
-                    severity,
-                    wait.reason,
-                    "Waiting",
-                    wait.message.clone(),
-                )
-                .await;
+            publish(&context.events, cluster.as_ref(), &Progress::from(wait.clone())).await;
         }
         Decision::Settled => {
-            if let Some(primary) = primary {
-                ensure_users(&context, &cluster, &key, &addresses, primary).await?;
+            if let Some(primary) = memory.primary {
+                ensure_users(&context, &cluster, &observed.key, &observed.addresses, primary).await?;
             }
         }
         Decision::Act(_) => {}
     }
 
-    // Report.
-    report(
-        &context,
-        &cluster,
-        &view,
-        &decision,
-        primary,
-        in_flight.as_ref(),
-        last_failover,
-        restored,
-        now,
-    )
-    .await?;
+    report.write(&decision, &memory).await?;
     Ok(match decision {
         Decision::Settled => Action::requeue(Duration::from_secs(30)),
         _ => Action::requeue(Duration::from_secs(2)),
     })
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn report(
+/// The cluster as stored, if a pass may run on it now. Status is this operator's memory (the
+/// primary, the step in flight, the restore taken): decided on as stored, never on the watch
+/// cache's copy (`quorum_core::status::latest`). A deleted cluster of the same name may have
+/// left its StatefulSet (for a few seconds) or its volumes (until a human removes them):
+/// nothing starts or is observed on them. A spec overriding what the operator owns is refused
+/// once, then waits for a change.
+async fn admit(
     context: &Context<State>,
     cluster: &MySQLCluster,
-    view: &ClusterView,
-    decision: &Decision,
+) -> Result<ControlFlow<Action, Arc<MySQLCluster>>, Error> {
+    let Some(cluster) = latest(&context.client, cluster).await? else {
+        return Ok(ControlFlow::Break(Action::await_change()));
+    };
+    let conditions = cluster
+        .status
+        .as_ref()
+        .map_or(&[][..], |status| status.conditions.as_slice());
+    let leftovers = [statefulset_name(&cluster.name_any())];
+    if quorum_core::predecessor::held_back(
+        &context.client,
+        &context.events,
+        cluster.as_ref(),
+        &leftovers,
+        conditions,
+    )
+    .await?
+    {
+        return Ok(ControlFlow::Break(Action::requeue(
+            quorum_core::predecessor::RECHECK,
+        )));
+    }
+    let forbidden = forbidden_config_keys(&cluster.spec.config);
+    if !forbidden.is_empty() {
+        let error = Error::ForbiddenConfig(forbidden.join(", "));
+        context
+            .events
+            .publish(
+                cluster.as_ref(),
+                Severity::Warning,
+                Reason::InvalidSpec.as_str(),
+                "Validate",
+                error.to_string(),
+            )
+            .await;
+        return Err(error);
+    }
+    Ok(ControlFlow::Continue(cluster))
+}
+
+/// The generated Secrets, created once, and the admin credentials handed to the clients:
+/// nothing can be observed or started without them. Returns the replication password.
+async fn load_credentials(context: &Context<State>, cluster: &MySQLCluster) -> Result<SecretString, Error> {
+    let name = cluster.name_any();
+    let namespace = cluster.namespace().unwrap_or_default();
+    ensure_generated_secret(
+        context,
+        cluster,
+        generated_root_secret_name(&name),
+        cluster.spec.root_password_secret.is_none(),
+    )
+    .await?;
+    ensure_generated_secret(context, cluster, replication_secret_name(&name), true).await?;
+    let root_password = read_password(context, &namespace, &root_secret_name(cluster)).await?;
+    let replication_password = read_password(context, &namespace, &replication_secret_name(&name)).await?;
+    let server_ca = match &cluster.spec.tls {
+        Some(tls) => Some(read_server_ca(context, &namespace, &tls.secret_name).await?),
+        None => None,
+    };
+    context
+        .state
+        .clients
+        .set_credentials(
+            &cluster_key(cluster),
+            cluster.spec.flavor,
+            Credentials {
+                user: "root".into(),
+                password: root_password,
+                server_ca,
+            },
+        )
+        .await;
+    Ok(replication_password)
+}
+
+fn cluster_key(cluster: &MySQLCluster) -> String {
+    format!(
+        "{}/{}",
+        cluster.namespace().unwrap_or_default(),
+        cluster.name_any()
+    )
+}
+
+/// What one pass observed: the StatefulSet, every member through the admin layer, the
+/// switchover asked for, a backup to restore, and the operator's memory as stored in status.
+struct Observed {
+    key: String,
+    addresses: Addresses,
+    statefulset_replicas: Option<usize>,
+    desired: usize,
+    view: ClusterView,
     primary: Option<usize>,
-    in_flight: Option<&InFlight>,
+    in_flight: Result<Option<InFlight>, UnreadableRecord>,
+    switchover_to: Option<usize>,
+    pending_restore: Option<PendingRestore>,
+}
+
+impl Observed {
+    fn facts(&self, cluster: &MySQLCluster, in_flight: Option<InFlight>, settings: &Settings) -> Facts {
+        Facts {
+            desired_members: self.desired,
+            statefulset_replicas: self.statefulset_replicas,
+            members: self.view.members.clone(),
+            primary: self.primary,
+            in_flight,
+            switchover_to: self.switchover_to,
+            restore: self.pending_restore.as_ref().map(|pending| match pending {
+                PendingRestore::NotReady(why) => Restore::SourceNotReady(why.clone()),
+                PendingRestore::Ready(snapshot) => Restore::Ready {
+                    backup: snapshot.backup.clone(),
+                    position: snapshot.position.clone(),
+                },
+            }),
+            semi_sync: semi_sync(cluster),
+            binlog_expire_seconds: binlog_expire_seconds(cluster),
+            freshness: settings.freshness,
+            now: std::time::Instant::now(),
+        }
+    }
+
+    fn stored_snapshot(&self) -> Option<&StoredSnapshot> {
+        match &self.pending_restore {
+            Some(PendingRestore::Ready(snapshot)) => Some(snapshot),
+            _ => None,
+        }
+    }
+}
+
+async fn observe(context: &Context<State>, cluster: &MySQLCluster) -> Result<Observed, Error> {
+    let name = cluster.name_any();
+    let key = cluster_key(cluster);
+    let addresses = context.state.addresses(cluster);
+    let statefulsets: Api<StatefulSet> =
+        Api::namespaced(context.client.clone(), &cluster.namespace().unwrap_or_default());
+    let statefulset_replicas = statefulsets
+        .get_opt(&statefulset_name(&name))
+        .await
+        .map_err(api("reading the StatefulSet"))?
+        .and_then(|s| s.spec?.replicas)
+        .map(|r| r.max(0) as usize);
+    let view = context
+        .state
+        .clients
+        .observe(&key, &addresses, statefulset_replicas.unwrap_or(0))
+        .await;
+    Ok(Observed {
+        primary: cluster
+            .status
+            .as_ref()
+            .and_then(|s| s.primary.as_deref())
+            .and_then(|p| ordinal_of(&name, p)),
+        desired: usize::try_from(cluster.spec.replicas).unwrap_or(0),
+        in_flight: in_flight_from_status(cluster),
+        switchover_to: cluster
+            .annotations()
+            .get(SWITCHOVER_ANNOTATION)
+            .and_then(|target| ordinal_of(&name, target)),
+        pending_restore: pending_restore(context, cluster).await?,
+        key,
+        addresses,
+        statefulset_replicas,
+        view,
+    })
+}
+
+/// What the pass changes of the operator's memory in status.
+struct Memory {
+    primary: Option<usize>,
+    in_flight: Option<InFlight>,
     last_failover: Option<FailoverRecord>,
     restored: Option<RestoreRecord>,
+}
+
+/// The status writer of one pass: status is computed from what the pass observed and written
+/// only when it changed, each write diffed against the one before (a record written before a
+/// step and dropped after it in the same pass is removed, not left behind).
+struct Report<'a> {
+    cluster: &'a MySQLCluster,
+    view: &'a ClusterView,
+    now: Timestamp,
+    writer: StatusWriter<'a, MySQLCluster, MySQLClusterStatus>,
+}
+
+impl<'a> Report<'a> {
+    fn new(
+        context: &'a Context<State>,
+        cluster: &'a MySQLCluster,
+        view: &'a ClusterView,
+        now: Timestamp,
+    ) -> Self {
+        Self {
+            cluster,
+            view,
+            now,
+            writer: StatusWriter::new(&context.client, cluster, cluster.status.as_ref()),
+        }
+    }
+
+    async fn write(&mut self, decision: &Decision, memory: &Memory) -> Result<(), Error> {
+        let status = build_status(
+            self.cluster,
+            &self.view.members,
+            decision,
+            memory.primary,
+            memory.in_flight.as_ref(),
+            memory.last_failover.clone(),
+            memory.restored.clone(),
+            self.now,
+        );
+        self.writer.write(&status).await?;
+        Ok(())
+    }
+}
+
+/// Records the step in status when it changes the primary, removes a member or restores a
+/// backup (a crash from then on resumes it, never repeats it blindly), fences a failing primary
+/// out of the primary Service, takes the step and publishes it. A failed step is reported, then
+/// returned as the error; a switchover given up drops its record and the request, or every
+/// retry would make the primary read-only again.
+async fn act(
+    context: &Context<State>,
+    cluster: &MySQLCluster,
+    observed: &Observed,
+    step_context: &StepContext<'_>,
+    step: &Step,
+    memory: &mut Memory,
+    report: &mut Report<'_>,
+) -> Result<(), Error> {
+    let name = cluster.name_any();
+    let decision = Decision::Act(step.clone());
+    if let Some(recorded) = step.in_flight() {
+        memory.in_flight = Some(recorded);
+        report.write(&decision, memory).await?;
+    }
+    set_role_labels(
+        context,
+        cluster,
+        &role_labels(&observed.view.members, memory.primary, memory.in_flight.as_ref()),
+    )
+    .await?;
+    match execute(step_context, step).await {
+        Ok(StepOutcome::Done) => {
+            record_done(context, cluster, observed, step, memory, report.now).await?;
+            Ok(())
+        }
+        Ok(StepOutcome::NotYet(why)) => {
+            tracing::info!(cluster = %observed.key, ?step, %why, "not yet");
+            Ok(())
+        }
+        Err(error) => {
+            let failure = step_failure(&error);
+            if failure.abandoned {
+                memory.in_flight = None;
+                remove_switchover_annotation(context, cluster).await?;
+            }
+            let failed = Progress::Failed {
+                reason: failure.reason,
+                message: format!("{}: {error}", describe(&name, step)),
+            };
+            publish(&context.events, cluster, &failed).await;
+            let failed = Decision::wait(
+                failure.reason,
+                format!(
+                    "{} failed; nothing else was changed: {error}",
+                    describe(&name, step)
+                ),
+            );
+            report.write(&failed, memory).await?;
+            Err(Error::Step {
+                step: describe(&name, step),
+                source: error,
+            })
+        }
+    }
+}
+
+/// What a step taken changes: its event, the primary, the record in flight, the failover or
+/// restore record.
+async fn record_done(
+    context: &Context<State>,
+    cluster: &MySQLCluster,
+    observed: &Observed,
+    step: &Step,
+    memory: &mut Memory,
     now: Timestamp,
 ) -> Result<(), Error> {
-    let status = build_status(
-        cluster,
-        &view.members,
-        decision,
-        primary,
-        in_flight,
-        last_failover,
-        restored,
-        now,
-    );
-    patch_status(&context.client, cluster, cluster.status.as_ref(), &status).await?;
+    let name = cluster.name_any();
+    if let (Step::Restore { ordinal, .. }, Some(snapshot)) = (step, observed.stored_snapshot()) {
+        // Written with this pass's status: from then on the restore is never taken again,
+        // whatever restarts (the record in flight goes in the next pass).
+        let record = RestoreRecord {
+            backup_name: snapshot.backup.clone(),
+            location: snapshot.location.clone(),
+            sha256: snapshot.sha256.clone(),
+            gtid_position: snapshot.position.to_string(),
+            member: member_name(&name, *ordinal),
+            completed_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()),
+        };
+        context
+            .events
+            .publish(
+                cluster,
+                Severity::Normal,
+                Reason::Restored.as_str(),
+                "Restore",
+                format!(
+                    "restored MySQLBackup {} ({}, sha256 {} verified) into {} at GTID position {}",
+                    record.backup_name, record.location, record.sha256, record.member, record.gtid_position
+                ),
+            )
+            .await;
+        memory.restored = Some(record);
+        memory.in_flight = None;
+        return Ok(());
+    }
+    let acted = Progress::Acted {
+        reason: step_reason(step),
+        message: describe(&name, step),
+    };
+    publish(&context.events, cluster, &acted).await;
+    match *step {
+        Step::OpenPrimary { ordinal } => memory.primary = Some(ordinal),
+        Step::Failover { to, .. } | Step::Switchover { to, .. } => memory.primary = Some(to),
+        Step::RemoveMember { ordinal } => {
+            context
+                .applier
+                .apply(&build_statefulset(cluster, ordinal as i32)?)
+                .await?;
+        }
+        Step::ClearInFlight => {
+            let recorded = cluster.status.as_ref().and_then(|s| s.in_flight.as_ref());
+            if let (Some(InFlight::Failover { .. } | InFlight::Switchover { .. }), Some(recorded)) =
+                (&memory.in_flight, recorded)
+            {
+                let record = failover_record(recorded, now);
+                context.state.clients.record_failover(&record);
+                memory.last_failover = Some(record);
+                remove_switchover_annotation(context, cluster).await?;
+            }
+            memory.in_flight = None;
+        }
+        _ => {}
+    }
     Ok(())
+}
+
+/// The cluster's Kubernetes objects, the StatefulSet at `pod_count` pods. Applied on every pass
+/// whatever the step, so a deleted Service comes back.
+async fn apply_objects(
+    context: &Context<State>,
+    cluster: &MySQLCluster,
+    pod_count: usize,
+) -> Result<(), Error> {
+    let applier = &context.applier;
+    applier.apply(&build_config_map(cluster)?).await?;
+    applier.apply(&build_headless_service(cluster)?).await?;
+    applier.apply(&build_primary_service(cluster)?).await?;
+    applier.apply(&build_replicas_service(cluster)?).await?;
+    applier.apply(&build_pod_disruption_budget(cluster)?).await?;
+    ensure_scheduled_backup(context, cluster).await?;
+    applier
+        .apply(&build_statefulset(cluster, pod_count as i32)?)
+        .await?;
+    Ok(())
+}
+
+/// A step in flight that this operator cannot read: status says so and no step is taken, so a
+/// recorded change of primary, removal or restore is never forgotten (and never repeated on a
+/// guess). The record stays as stored until a person removes it or an operator that can read it
+/// resumes it; the pods' role labels are left as they are, so the primary Service does not move.
+/// The objects are still applied (the StatefulSet at its current size), as on any wait.
+async fn wait_on_unreadable_record(
+    context: &Context<State>,
+    cluster: &MySQLCluster,
+    observed: &Observed,
+    pod_count: usize,
+    unreadable: &UnreadableRecord,
+    report: &mut Report<'_>,
+) -> Result<Action, Error> {
+    tracing::warn!(cluster = %observed.key, %unreadable, "the step in flight cannot be read");
+    let wait = unreadable_record_wait(cluster, unreadable);
+    let status = status_keeping_unreadable_record(
+        cluster,
+        &observed.view.members,
+        observed.primary,
+        &wait,
+        report.now,
+    );
+    report.writer.write(&status).await?;
+    publish(&context.events, cluster, &Progress::from(wait)).await;
+    apply_objects(context, cluster, pod_count).await?;
+    Ok(Action::requeue(Duration::from_secs(30)))
 }
 
 /// Creates a generated password Secret once; an existing one is never rewritten.

@@ -10,65 +10,108 @@ use kube::ResourceExt;
 use quorum_core::{
     availability::health::Health,
     conditions::{ConditionType, ConditionUpdate, set_condition},
+    pass::{Progress, Reason as _, UnreadableRecord},
 };
 
 use crate::{
-    crd::{FailoverRecord, InFlightStep, MemberStatus, MySQLCluster, MySQLClusterStatus, RestoreRecord},
-    decide::{Decision, InFlight, MemberFact, RESTORE_TARGET, Step, errant},
+    crd::{
+        FailoverRecord, InFlightAction, InFlightStep, MemberStatus, MySQLCluster, MySQLClusterStatus,
+        RestoreRecord,
+    },
+    decide::{Decision, InFlight, MemberFact, RESTORE_TARGET, Reason, Step, Wait, errant},
     resources::{RoleLabel, member_name, member_selector_string, ordinal_of},
 };
 
 /// A replica this far behind or less is caught up and in the replicas Service.
 pub const CAUGHT_UP_LAG_SECONDS: u64 = 1;
 
-/// The step in flight as recorded in status.
-pub fn in_flight_from_status(cluster: &MySQLCluster) -> Option<InFlight> {
+/// The step in flight as recorded in status. A record this operator cannot read (an unknown
+/// action, a member that is not one of this cluster's, a change of primary without the member it
+/// replaces) is an error naming the field, never taken for no step.
+pub fn in_flight_from_status(cluster: &MySQLCluster) -> Result<Option<InFlight>, UnreadableRecord> {
+    let Some(step) = cluster.status.as_ref().and_then(|s| s.in_flight.as_ref()) else {
+        return Ok(None);
+    };
     let name = cluster.name_any();
-    let step = cluster.status.as_ref()?.in_flight.as_ref()?;
-    let member = ordinal_of(&name, &step.member)?;
-    let from = || ordinal_of(&name, step.from.as_deref()?);
-    Some(match step.action.as_str() {
-        "Failover" => InFlight::Failover {
+    let action = step.action.known()?;
+    let member_of = |field: &'static str, member: &str| {
+        ordinal_of(&name, member)
+            .ok_or_else(|| UnreadableRecord::new(field, format!("`{member}` is no member of {name}")))
+    };
+    let member = member_of("status.inFlight.member", &step.member)?;
+    let from = || match step.from.as_deref() {
+        Some(from) => member_of("status.inFlight.from", from),
+        None => Err(UnreadableRecord::new(
+            "status.inFlight.from",
+            format!("missing for {action}"),
+        )),
+    };
+    Ok(Some(match action {
+        InFlightAction::Failover => InFlight::Failover {
             from: from()?,
             to: member,
         },
-        "Switchover" => InFlight::Switchover {
+        InFlightAction::Switchover => InFlight::Switchover {
             from: from()?,
             to: member,
         },
-        "RemoveMember" => InFlight::RemoveMember { ordinal: member },
-        "Restore" => InFlight::Restore { ordinal: member },
-        _ => return None,
-    })
+        InFlightAction::RemoveMember => InFlight::RemoveMember { ordinal: member },
+        InFlightAction::Restore => InFlight::Restore { ordinal: member },
+        InFlightAction::Unrecognized(_) => unreachable!("known() refuses it"),
+    }))
 }
 
 /// The status record of a step in flight, keeping the start time of a step already recorded.
 pub fn in_flight_to_status(cluster: &MySQLCluster, in_flight: &InFlight, now: Timestamp) -> InFlightStep {
-    if in_flight_from_status(cluster).as_ref() == Some(in_flight)
+    if in_flight_from_status(cluster).ok().flatten().as_ref() == Some(in_flight)
         && let Some(recorded) = cluster.status.as_ref().and_then(|s| s.in_flight.clone())
     {
         return recorded;
     }
     let name = cluster.name_any();
     let (action, member, from) = match *in_flight {
-        InFlight::Failover { from, to } => ("Failover", to, Some(from)),
-        InFlight::Switchover { from, to } => ("Switchover", to, Some(from)),
-        InFlight::RemoveMember { ordinal } => ("RemoveMember", ordinal, None),
-        InFlight::Restore { ordinal } => ("Restore", ordinal, None),
+        InFlight::Failover { from, to } => (InFlightAction::Failover, to, Some(from)),
+        InFlight::Switchover { from, to } => (InFlightAction::Switchover, to, Some(from)),
+        InFlight::RemoveMember { ordinal } => (InFlightAction::RemoveMember, ordinal, None),
+        InFlight::Restore { ordinal } => (InFlightAction::Restore, ordinal, None),
     };
     InFlightStep {
-        action: action.into(),
+        action,
         member: member_name(&name, member),
         from: from.map(|from| member_name(&name, from)),
         started_at: Time(now),
     }
 }
 
+/// The wait of a pass that cannot read the step recorded in flight: what to run, for people.
+pub fn unreadable_record_wait(cluster: &MySQLCluster, unreadable: &UnreadableRecord) -> Wait {
+    Wait {
+        reason: Reason::InFlightUnreadable,
+        message: unreadable.wait_message("mysqlcluster", &cluster.name_any(), "/status/inFlight"),
+    }
+}
+
+/// The status of a pass that cannot read the step recorded in flight: `wait` in `Progressing`,
+/// and the record kept exactly as stored (never dropped, never rewritten).
+pub fn status_keeping_unreadable_record(
+    cluster: &MySQLCluster,
+    members: &[MemberFact],
+    primary: Option<usize>,
+    wait: &Wait,
+    now: Timestamp,
+) -> MySQLClusterStatus {
+    let decision = Decision::Wait(wait.clone());
+    let mut status = build_status(cluster, members, &decision, primary, None, None, None, now);
+    status.in_flight = cluster.status.as_ref().and_then(|s| s.in_flight.clone());
+    status
+}
+
 /// The record of a completed change of primary, timed from when it was recorded in flight.
 pub fn failover_record(recorded: &InFlightStep, now: Timestamp) -> FailoverRecord {
     let elapsed = now.duration_since(recorded.started_at.0);
     FailoverRecord {
-        kind: recorded.action.clone(),
+        // The stored kind, as its string (`Failover` or `Switchover`).
+        kind: recorded.action.to_string(),
         from: recorded.from.clone().unwrap_or_default(),
         to: recorded.member.clone(),
         started_at: recorded.started_at.clone(),
@@ -196,26 +239,7 @@ pub fn build_status(
     };
     set_condition(&mut conditions, ready, generation, now);
 
-    let progressing = match decision {
-        Decision::Settled => ConditionUpdate::new(
-            ConditionType::Progressing,
-            false,
-            "Settled",
-            "the cluster matches its spec",
-        ),
-        Decision::Act(step) => ConditionUpdate::new(
-            ConditionType::Progressing,
-            true,
-            step_reason(step),
-            describe(&name, step),
-        ),
-        Decision::Wait(wait) => ConditionUpdate::new(
-            ConditionType::Progressing,
-            true,
-            wait.reason,
-            wait.message.clone(),
-        ),
-    };
+    let progressing = progress(&name, decision).progressing("the cluster matches its spec");
     set_condition(&mut conditions, progressing, generation, now);
 
     let unhealthy = members.iter().find(|m| matches!(m.health, Health::Unhealthy(_)));
@@ -302,8 +326,18 @@ fn restored_condition(
                 record.backup_name, record.location, record.sha256, record.member, record.gtid_position
             ),
         ),
-        (None, Decision::Wait(wait)) if wait.reason.starts_with("Restore") => {
-            ConditionUpdate::new(RESTORED_CONDITION, false, wait.reason, wait.message.clone())
+        (None, Decision::Wait(wait))
+            if matches!(
+                wait.reason,
+                Reason::RestoreSourceNotReady | Reason::RestoreRefused
+            ) =>
+        {
+            ConditionUpdate::new(
+                RESTORED_CONDITION,
+                false,
+                wait.reason.as_str(),
+                wait.message.clone(),
+            )
         }
         (None, _) => ConditionUpdate::new(
             RESTORED_CONDITION,
@@ -320,20 +354,33 @@ fn restored_condition(
 /// The condition a cluster created with `restoreFrom` carries.
 pub const RESTORED_CONDITION: &str = "Restored";
 
+/// Where a decision leaves the cluster, for the `Progressing` condition: a step is reported as
+/// taken (its reason and sentence), a wait as it is.
+pub fn progress(cluster: &str, decision: &Decision) -> Progress<Reason> {
+    match decision {
+        Decision::Settled => Progress::Settled,
+        Decision::Act(step) => Progress::Acted {
+            reason: step_reason(step),
+            message: describe(cluster, step),
+        },
+        Decision::Wait(wait) => Progress::from(wait.clone()),
+    }
+}
+
 /// The condition and event reason for a step.
-pub fn step_reason(step: &Step) -> &'static str {
+pub fn step_reason(step: &Step) -> Reason {
     match step {
-        Step::ScalePods { .. } => "ScalingPods",
-        Step::OpenPrimary { .. } => "OpeningPrimary",
-        Step::Failover { .. } => "FailingOver",
-        Step::Switchover { .. } => "SwitchingOver",
-        Step::SeedMember { .. } => "SeedingMember",
-        Step::StartReplication { .. } => "StartingReplication",
-        Step::SetSemiSync { .. } => "SettingSemiSync",
-        Step::SetBinlogExpiry { .. } => "SettingBinlogExpiry",
-        Step::RemoveMember { .. } => "RemovingMember",
-        Step::Restore { .. } => "Restoring",
-        Step::ClearInFlight => "StepCompleted",
+        Step::ScalePods { .. } => Reason::ScalingPods,
+        Step::OpenPrimary { .. } => Reason::OpeningPrimary,
+        Step::Failover { .. } => Reason::FailingOver,
+        Step::Switchover { .. } => Reason::SwitchingOver,
+        Step::SeedMember { .. } => Reason::SeedingMember,
+        Step::StartReplication { .. } => Reason::StartingReplication,
+        Step::SetSemiSync { .. } => Reason::SettingSemiSync,
+        Step::SetBinlogExpiry { .. } => Reason::SettingBinlogExpiry,
+        Step::RemoveMember { .. } => Reason::RemovingMember,
+        Step::Restore { .. } => Reason::Restoring,
+        Step::ClearInFlight => Reason::StepCompleted,
     }
 }
 
@@ -391,7 +438,6 @@ mod tests {
 
     use super::*;
     use crate::crd::{Flavor, MySQLClusterSpec, RestoreSource};
-    use crate::decide::Wait;
 
     fn restored_cluster() -> MySQLCluster {
         let mut cluster = MySQLCluster::new(
@@ -450,24 +496,183 @@ mod tests {
         let step = InFlight::Restore { ordinal: 0 };
         let recorded = in_flight_to_status(&cluster, &step, Timestamp::UNIX_EPOCH);
         assert_eq!(
-            (recorded.action.as_str(), recorded.member.as_str()),
-            ("Restore", "copy-0")
+            (&recorded.action, recorded.member.as_str()),
+            (&InFlightAction::Restore, "copy-0")
         );
         cluster.status = Some(MySQLClusterStatus {
             in_flight: Some(recorded),
             ..MySQLClusterStatus::default()
         });
-        assert_eq!(in_flight_from_status(&cluster), Some(step));
+        assert_eq!(in_flight_from_status(&cluster), Ok(Some(step)));
+    }
+
+    /// A cluster whose status holds `in_flight`, JSON exactly as stored.
+    fn with_in_flight(in_flight: &str) -> MySQLCluster {
+        let mut cluster = restored_cluster();
+        cluster.status = Some(
+            serde_json::from_str(&format!(r#"{{"inFlight":{in_flight}}}"#)).expect("a status as stored"),
+        );
+        cluster
+    }
+
+    #[test]
+    fn steps_in_flight_stored_by_earlier_versions_still_read_and_round_trip() {
+        let stored = [
+            (
+                r#"{"action":"Failover","member":"copy-1","from":"copy-0","startedAt":"2026-01-01T00:00:00Z"}"#,
+                InFlight::Failover { from: 0, to: 1 },
+            ),
+            (
+                r#"{"action":"Switchover","member":"copy-2","from":"copy-1","startedAt":"2026-01-01T00:00:00Z"}"#,
+                InFlight::Switchover { from: 1, to: 2 },
+            ),
+            (
+                r#"{"action":"RemoveMember","member":"copy-2","startedAt":"2026-01-01T00:00:00Z"}"#,
+                InFlight::RemoveMember { ordinal: 2 },
+            ),
+            (
+                r#"{"action":"Restore","member":"copy-0","startedAt":"2026-01-01T00:00:00Z"}"#,
+                InFlight::Restore { ordinal: 0 },
+            ),
+        ];
+        for (json, expected) in stored {
+            let cluster = with_in_flight(json);
+            assert_eq!(
+                in_flight_from_status(&cluster),
+                Ok(Some(expected.clone())),
+                "{json}"
+            );
+            // The same step keeps its record, start time included: written back byte for byte.
+            let kept = in_flight_to_status(&cluster, &expected, Timestamp::now());
+            assert_eq!(serde_json::to_string(&kept).unwrap(), json, "kept as stored");
+            // Written anew, it is what earlier versions wrote.
+            let started = "2026-01-01T00:00:00Z".parse().unwrap();
+            let written = in_flight_to_status(&restored_cluster(), &expected, started);
+            assert_eq!(
+                serde_json::to_string(&written).unwrap(),
+                json,
+                "written as it was stored"
+            );
+        }
+        assert_eq!(in_flight_from_status(&restored_cluster()), Ok(None));
+    }
+
+    #[test]
+    fn a_change_of_primary_is_recorded_with_its_kind_as_stored() {
+        let cluster = with_in_flight(
+            r#"{"action":"Switchover","member":"copy-2","from":"copy-1","startedAt":"2026-01-01T00:00:00Z"}"#,
+        );
+        let recorded = cluster
+            .status
+            .as_ref()
+            .and_then(|s| s.in_flight.as_ref())
+            .unwrap();
+        let record = failover_record(recorded, recorded.started_at.0);
+        assert_eq!(
+            (record.kind.as_str(), record.from.as_str(), record.to.as_str()),
+            ("Switchover", "copy-1", "copy-2")
+        );
+    }
+
+    #[test]
+    fn an_unknown_or_incomplete_step_in_flight_is_unreadable_never_absent() {
+        let cases = [
+            (
+                r#"{"action":"Rewind","member":"copy-1","startedAt":"2026-01-01T00:00:00Z"}"#,
+                "status.inFlight.action",
+                "`Rewind`",
+            ),
+            (
+                r#"{"action":"RemoveMember","member":"other-2","startedAt":"2026-01-01T00:00:00Z"}"#,
+                "status.inFlight.member",
+                "`other-2`",
+            ),
+            (
+                r#"{"action":"Restore","member":"copy","startedAt":"2026-01-01T00:00:00Z"}"#,
+                "status.inFlight.member",
+                "`copy`",
+            ),
+            (
+                r#"{"action":"Failover","member":"copy-1","startedAt":"2026-01-01T00:00:00Z"}"#,
+                "status.inFlight.from",
+                "missing for Failover",
+            ),
+            (
+                r#"{"action":"Switchover","member":"copy-1","startedAt":"2026-01-01T00:00:00Z"}"#,
+                "status.inFlight.from",
+                "missing for Switchover",
+            ),
+            (
+                r#"{"action":"Switchover","member":"copy-1","from":"copy-x","startedAt":"2026-01-01T00:00:00Z"}"#,
+                "status.inFlight.from",
+                "`copy-x`",
+            ),
+        ];
+        for (json, field, problem) in cases {
+            let cluster = with_in_flight(json);
+            let error = in_flight_from_status(&cluster).unwrap_err();
+            assert_eq!(error.field, field, "{json}");
+            assert!(error.to_string().contains(problem), "{json}: {error}");
+            // Kept as stored, so writing the status back does not erase or change it.
+            assert_eq!(
+                serde_json::to_string(cluster.status.as_ref().unwrap().in_flight.as_ref().unwrap()).unwrap(),
+                json
+            );
+        }
+    }
+
+    #[test]
+    fn an_unreadable_step_in_flight_is_waited_on_and_kept_as_stored() {
+        let stored =
+            r#"{"action":"Rewind","member":"copy-1","from":"copy-0","startedAt":"2026-01-01T00:00:00Z"}"#;
+        let cluster = with_in_flight(stored);
+        let unreadable = in_flight_from_status(&cluster).unwrap_err();
+        let wait = unreadable_record_wait(&cluster, &unreadable);
+        let status =
+            status_keeping_unreadable_record(&cluster, &[member()], Some(0), &wait, Timestamp::UNIX_EPOCH);
+        assert_eq!(
+            serde_json::to_string(status.in_flight.as_ref().unwrap()).unwrap(),
+            stored,
+            "the record stays as stored"
+        );
+        let progressing = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Progressing")
+            .expect("a Progressing condition");
+        assert_eq!(
+            (progressing.status.as_str(), progressing.reason.as_str()),
+            ("True", "InFlightUnreadable")
+        );
+        // Says what cannot be read and how to remove the record of this very cluster.
+        assert_eq!(
+            progressing.message,
+            unreadable.wait_message("mysqlcluster", "copy", "/status/inFlight")
+        );
+        assert!(
+            progressing.message.contains("`Rewind`")
+                && progressing
+                    .message
+                    .contains("kubectl patch mysqlcluster copy --subresource=status")
+                && progressing.message.contains("inFlight"),
+            "{}",
+            progressing.message
+        );
+        let event = Progress::from(wait);
+        assert_eq!(
+            event.event().map(|(severity, reason, _)| (severity, reason)),
+            Some((quorum_core::events::Severity::Warning, Reason::InFlightUnreadable))
+        );
     }
 
     #[test]
     fn the_restored_condition_says_what_the_restore_waits_for_then_what_was_restored() {
         let mut cluster = restored_cluster();
         let now = Timestamp::UNIX_EPOCH;
-        let waiting = Decision::Wait(Wait {
-            reason: "RestoreSourceNotReady",
-            message: "MySQLBackup nightly does not exist".into(),
-        });
+        let waiting = Decision::wait(
+            Reason::RestoreSourceNotReady,
+            "MySQLBackup nightly does not exist",
+        );
         let status = build_status(&cluster, &[member()], &waiting, None, None, None, None, now);
         assert_eq!(
             restored_condition_of(&status),
@@ -477,10 +682,7 @@ mod tests {
                 "MySQLBackup nightly does not exist".into()
             )
         );
-        let starting = Decision::Wait(Wait {
-            reason: "MembersStarting",
-            message: "member 0 has not answered yet".into(),
-        });
+        let starting = Decision::wait(Reason::MembersStarting, "member 0 has not answered yet");
         let status = build_status(&cluster, &[member()], &starting, None, None, None, None, now);
         assert_eq!(restored_condition_of(&status).1, "RestorePending");
 

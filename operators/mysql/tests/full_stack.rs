@@ -474,6 +474,13 @@ async fn a_switchover_the_target_cannot_catch_up_with_is_given_up_once_and_the_p
             .any(|m| m.contains("main-2") && m.contains("the primary was reopened")),
         "{refused:?}"
     );
+    // Once: the record went with the refusal, so no later pass resumed the switchover (each
+    // attempt makes the primary read-only while the target fails to catch up).
+    assert_eq!(
+        setup.event_occurrences("SwitchoverRefused").await,
+        1,
+        "{refused:?}"
+    );
     // The primary takes writes again and keeps them.
     insert_items(setup.ip(0), 30..40).await;
 

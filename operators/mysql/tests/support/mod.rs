@@ -178,6 +178,24 @@ impl Setup {
             .collect()
     }
 
+    /// How many times events with `reason` were published (a repeated event is one object whose
+    /// series counts the repeats).
+    pub async fn event_occurrences(&self, reason: &str) -> i32 {
+        let events: Api<Event> = Api::namespaced(self.client.clone(), self.ns());
+        events
+            .list(&ListParams::default())
+            .await
+            .expect("events")
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .map(|e| {
+                let series = e.series.and_then(|s| s.count).unwrap_or(0);
+                series.max(e.count.unwrap_or(0)).max(1)
+            })
+            .sum()
+    }
+
     /// Polls the cluster `main`'s status until `check` accepts it, and returns what `check`
     /// returned; `check`'s error says what it saw instead.
     pub async fn status_until<T>(

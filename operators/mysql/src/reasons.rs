@@ -1,0 +1,195 @@
+//! The catalogue of reasons a pass of a `MySQLCluster` reports in events and the `Progressing`
+//! condition. Each wait's severity is declared here once: `Normal` only for members still
+//! starting, `Warning` for every other wait (a person should look at it). A step taken is
+//! always reported as `Normal` and a failed step as `Warning`, whatever its reason.
+//!
+//! The reasons of the `Ready` and `Degraded` conditions and the backup controller's are not
+//! part of the pass and stay strings where they are set.
+
+use crate::execute::StepError;
+
+quorum_core::reasons! {
+    /// Why a pass of a `MySQLCluster` acted, waits or failed.
+    pub enum Reason {
+        // Steps taken.
+        ScalingPods => Normal,
+        OpeningPrimary => Normal,
+        FailingOver => Normal,
+        SwitchingOver => Normal,
+        SeedingMember => Normal,
+        StartingReplication => Normal,
+        SettingSemiSync => Normal,
+        SettingBinlogExpiry => Normal,
+        RemovingMember => Normal,
+        Restoring => Normal,
+        StepCompleted => Normal,
+        /// A backup was restored into the first primary (its own event, action `Restore`).
+        Restored => Normal,
+        // The one wait that is part of normal progress.
+        /// Members have not all answered yet.
+        MembersStarting => Normal,
+        // Waits a person should look at.
+        RestoreSourceNotReady => Warning,
+        RestoreRefused => Warning,
+        PrimaryMissing => Warning,
+        StaleObservation => Warning,
+        PrimaryUnknown => Warning,
+        PrimaryReopenBlocked => Warning,
+        Diverged => Warning,
+        FailoverBlocked => Warning,
+        ErrantTransactions => Warning,
+        ScaleInBlocked => Warning,
+        SwitchoverBlocked => Warning,
+        SwitchoverTargetUnknown => Warning,
+        /// A switchover asked for cannot be taken, or was given up: the request is removed.
+        SwitchoverRefused => Warning,
+        /// The step recorded in status cannot be read: nothing disruptive until a person looks.
+        InFlightUnreadable => Warning,
+        /// A step was tried and failed; nothing else was changed.
+        StepFailed => Warning,
+        /// `spec.config` overrides what the operator owns (its own event, action `Validate`).
+        InvalidSpec => Warning,
+    }
+}
+
+impl Reason {
+    /// Whether a wait with this reason ends the switchover asked for through the annotation
+    /// (the request is removed, so it is not refused again on every pass).
+    pub fn ends_switchover_request(self) -> bool {
+        matches!(self, Reason::SwitchoverRefused)
+    }
+}
+
+/// How a failed step is reported, and what of it is kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StepFailure {
+    pub reason: Reason,
+    /// The step was given up with nothing changed: its record in flight and the switchover
+    /// request go, or every retry would take it again (a switchover would make the primary
+    /// read-only again each time).
+    pub abandoned: bool,
+}
+
+/// The report of a failed step: a switchover given up is refused and abandoned; any other
+/// failure is `StepFailed`, its record kept so the step is resumed.
+pub fn step_failure(error: &StepError) -> StepFailure {
+    match error {
+        StepError::SwitchoverAbandoned(_) => StepFailure {
+            reason: Reason::SwitchoverRefused,
+            abandoned: true,
+        },
+        StepError::Admin { .. }
+        | StepError::Seed { .. }
+        | StepError::Restore { .. }
+        | StepError::Refused(_) => StepFailure {
+            reason: Reason::StepFailed,
+            abandoned: false,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use quorum_core::{events::Severity, pass::Reason as _};
+
+    use super::*;
+
+    #[test]
+    fn every_reason_has_a_severity_and_a_distinct_name() {
+        let names: std::collections::BTreeSet<&str> = Reason::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(names.len(), Reason::ALL.len());
+        // Waits: only members starting is part of normal progress; every other wait warns.
+        let waits = [
+            "MembersStarting",
+            "RestoreSourceNotReady",
+            "RestoreRefused",
+            "PrimaryMissing",
+            "StaleObservation",
+            "PrimaryUnknown",
+            "PrimaryReopenBlocked",
+            "Diverged",
+            "FailoverBlocked",
+            "ErrantTransactions",
+            "ScaleInBlocked",
+            "SwitchoverBlocked",
+            "SwitchoverTargetUnknown",
+            "SwitchoverRefused",
+            "InFlightUnreadable",
+            "StepFailed",
+        ];
+        let normal_waits: Vec<&str> = Reason::ALL
+            .iter()
+            .filter(|r| waits.contains(&r.as_str()) && r.severity() == Severity::Normal)
+            .map(|r| r.as_str())
+            .collect();
+        assert_eq!(normal_waits, ["MembersStarting"]);
+        let warnings: Vec<&str> = Reason::ALL
+            .iter()
+            .filter(|r| r.severity() == Severity::Warning)
+            .map(|r| r.as_str())
+            .collect();
+        assert_eq!(
+            warnings,
+            [
+                "RestoreSourceNotReady",
+                "RestoreRefused",
+                "PrimaryMissing",
+                "StaleObservation",
+                "PrimaryUnknown",
+                "PrimaryReopenBlocked",
+                "Diverged",
+                "FailoverBlocked",
+                "ErrantTransactions",
+                "ScaleInBlocked",
+                "SwitchoverBlocked",
+                "SwitchoverTargetUnknown",
+                "SwitchoverRefused",
+                "InFlightUnreadable",
+                "StepFailed",
+                "InvalidSpec",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_switchover_given_up_is_refused_and_abandoned_any_other_failure_is_resumed() {
+        let cases = [
+            (
+                StepError::SwitchoverAbandoned("member 2 did not apply the primary's transactions".into()),
+                StepFailure {
+                    reason: Reason::SwitchoverRefused,
+                    abandoned: true,
+                },
+            ),
+            (
+                StepError::Admin {
+                    ordinal: 1,
+                    source: quorum_core::availability::retry::CallError::Timeout(
+                        std::time::Duration::from_secs(5),
+                    ),
+                },
+                StepFailure {
+                    reason: Reason::StepFailed,
+                    abandoned: false,
+                },
+            ),
+            (
+                StepError::Refused("member 0 holds tables (shop.orders)".into()),
+                StepFailure {
+                    reason: Reason::StepFailed,
+                    abandoned: false,
+                },
+            ),
+        ];
+        for (error, expected) in cases {
+            assert_eq!(step_failure(&error), expected, "{error}");
+        }
+        assert!(Reason::SwitchoverRefused.ends_switchover_request());
+        let others: Vec<Reason> = Reason::ALL
+            .iter()
+            .copied()
+            .filter(|r| r.ends_switchover_request())
+            .collect();
+        assert_eq!(others, [Reason::SwitchoverRefused]);
+    }
+}
