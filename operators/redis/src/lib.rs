@@ -10,6 +10,7 @@
 //! - [`replication`] and [`sharded`]: each mode's observe, pure decision and step.
 //! - [`reasons`]: the reasons both modes' passes report, each with the severity of its wait.
 //! - [`resources`]: pure builders of the Kubernetes objects.
+//! - [`pass`]: what both modes' passes share (settings, state, errors, the `Pass`, conditions).
 //! - [`reconcile`]: the Kubernetes side both modes share, and the dispatch to the mode.
 //! - [`backup_controller`]: `RedisBackup`s, RDB snapshots streamed to their destination.
 //! - [`restore`]: a new cluster started from a backup's snapshots (`spec.restoreFrom`).
@@ -20,6 +21,7 @@ pub mod backup_controller;
 pub mod clients;
 pub mod crd;
 pub mod packaging;
+pub mod pass;
 pub mod reasons;
 pub mod reconcile;
 pub mod replication;

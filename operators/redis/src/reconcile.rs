@@ -2,27 +2,17 @@
 //! the mode's own story (observe, decide one step, act, report) in [`crate::replication`] or
 //! [`crate::sharded`].
 
-use std::{collections::BTreeMap, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
 use k8s_openapi::{
-    api::{
-        apps::v1::StatefulSet,
-        core::v1::{Pod, Secret},
-    },
+    api::{apps::v1::StatefulSet, core::v1::Secret},
     jiff::Timestamp,
 };
-use kube::{
-    Api, ResourceExt,
-    api::{DeleteParams, ListParams, Patch, PatchParams},
-    runtime::controller::Action,
-};
+use kube::{Api, ResourceExt, api::DeleteParams, runtime::controller::Action};
 use quorum_core::{
-    ReconcileError,
     apply::ignore_not_found,
-    availability::retry::CallError,
-    conditions::{ConditionType, ConditionUpdate, set_condition},
+    conditions::{ConditionType, ConditionUpdate},
     events::Severity,
-    pass::Reason as _,
     pod::generate_password,
     runner::Context,
     status::{latest, patch_status},
@@ -30,139 +20,20 @@ use quorum_core::{
 };
 
 use crate::{
-    address::Addresses,
-    admin::{AdminError, Credentials},
-    clients::RedisClients,
-    crd::{Mode, RedisBackup, RedisCluster, RedisClusterStatus, forbidden_config_keys},
+    admin::Credentials,
+    crd::{Mode, RedisBackup, RedisCluster, forbidden_config_keys},
     reasons::Reason,
     resources::{
-        NODE_COMPONENT, PASSWORD_KEY, ROLE_LABEL, RoleLabel, SENTINEL_COMPONENT, auth_secret_name,
-        build_auth_secret, build_client_service, build_config_map, build_headless_service,
-        build_pod_disruption_budget, build_primary_service, build_replicas_service, build_scheduled_backup,
-        build_sentinel_config_map, build_sentinel_service, node_selector_string, ordinal_of,
-        statefulset_name,
+        NODE_COMPONENT, PASSWORD_KEY, SENTINEL_COMPONENT, auth_secret_name, build_auth_secret,
+        build_client_service, build_config_map, build_headless_service, build_pod_disruption_budget,
+        build_primary_service, build_replicas_service, build_scheduled_backup, build_sentinel_config_map,
+        build_sentinel_service, statefulset_name,
     },
     restore::{RestoreRefusal, plan_restore, restore_status},
-    sentinel_events::SentinelEvents,
 };
 
-pub use quorum_core::config::MemberAddresses;
-
-/// Operator-wide settings.
-#[derive(Clone, Debug)]
-pub struct Settings {
-    pub cluster_domain: String,
-    pub member_addresses: MemberAddresses,
-    /// Whether backups may go to an `http://` S3 endpoint.
-    pub allow_http_backups: bool,
-    /// The operator's own image: a restored cluster's data pods run it as their restore step.
-    pub operator_image: String,
-    /// How long a settled cluster waits for its next pass when nothing wakes it sooner (a watched
-    /// object changing, a Sentinel switching the primary).
-    pub settled_recheck: Duration,
-}
-
-/// The operator's own state in the shared context.
-pub struct State {
-    pub clients: RedisClients,
-    pub settings: Settings,
-    /// Subscriptions to the Sentinels' primary switches of replication-mode clusters.
-    pub sentinel_events: SentinelEvents,
-}
-
-impl quorum_core::runner::ForgetsClusters for State {
-    fn forget_cluster<'a>(&'a self, key: &'a str) -> futures::future::BoxFuture<'a, ()> {
-        Box::pin(self.clients.forget_cluster(key))
-    }
-}
-
-impl State {
-    pub fn addresses(&self, cluster: &RedisCluster) -> Addresses {
-        let namespace = cluster.namespace().unwrap_or_default();
-        match self.settings.member_addresses {
-            MemberAddresses::Dns => Addresses::ClusterDns {
-                cluster: cluster.name_any(),
-                namespace,
-                cluster_domain: self.settings.cluster_domain.clone(),
-            },
-            MemberAddresses::Loopback => Addresses::Loopback {
-                namespace,
-                cluster: cluster.name_any(),
-            },
-        }
-    }
-}
-
-/// A failed reconcile, naming the call that failed.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error(transparent)]
-    Kubernetes(#[from] quorum_core::Error),
-    #[error("{what}: {source}")]
-    Api {
-        what: String,
-        #[source]
-        source: kube::Error,
-    },
-    /// An admin step the servers refused or did not answer; they are as they were, or as a
-    /// retry of the step expects them.
-    #[error("{step}: {source}")]
-    Step {
-        step: String,
-        #[source]
-        source: CallError<AdminError>,
-    },
-    /// A Secret the cluster needs is missing or lacks its key. Nothing is started without it.
-    #[error("Secret {secret} {problem}")]
-    Secret { secret: String, problem: &'static str },
-    /// `spec.config` overrides settings the operator owns.
-    #[error("spec.config sets {0}, which the operator owns")]
-    ForbiddenConfig(String),
-}
-
-impl ReconcileError for Error {
-    fn metric_label(&self) -> &'static str {
-        match self {
-            Error::Kubernetes(error) => error.metric_label(),
-            Error::Api { .. } => "api",
-            Error::Step { .. } => "admin_step",
-            Error::Secret { .. } => "secret",
-            Error::ForbiddenConfig(_) => "invalid_spec",
-        }
-    }
-
-    /// A spec that overrides what the operator owns stays invalid until it is changed: one
-    /// warning, then the pass waits for the change instead of retrying with backoff.
-    fn is_permanent(&self) -> bool {
-        matches!(self, Error::ForbiddenConfig(_))
-    }
-
-    fn shared(&self) -> Option<&quorum_core::Error> {
-        match self {
-            Error::Kubernetes(error) => Some(error),
-            _ => None,
-        }
-    }
-}
-
-pub fn api(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
-    let what = what.into();
-    move |source| Error::Api { what, source }
-}
-
-/// What a mode's pass needs from the shared part.
-pub struct Pass<'a> {
-    pub context: &'a Context<State>,
-    pub cluster: &'a RedisCluster,
-    /// `namespace/name`, the clients' cluster key.
-    pub key: String,
-    pub addresses: Addresses,
-    pub now: Timestamp,
-}
-
-/// Where a pass left the cluster, for the `Progressing` condition, its one event and the
-/// requeue.
-pub type Progress = quorum_core::pass::Progress<Reason>;
+use crate::pass::publish;
+pub use crate::pass::{Error, MemberAddresses, Pass, Progress, Settings, State, api, set_conditions};
 
 /// Reconciles one `RedisCluster`.
 pub async fn reconcile(cluster: Arc<RedisCluster>, context: Arc<Context<State>>) -> Result<Action, Error> {
@@ -268,121 +139,6 @@ pub async fn reconcile(cluster: Arc<RedisCluster>, context: Arc<Context<State>>)
         Progress::Settled => Action::requeue(state.settings.settled_recheck),
         _ => Action::requeue(Duration::from_secs(2)),
     })
-}
-
-impl Pass<'_> {
-    pub fn name(&self) -> String {
-        self.cluster.name_any()
-    }
-
-    pub fn namespace(&self) -> String {
-        self.cluster.namespace().unwrap_or_default()
-    }
-
-    /// The replica count of one of the cluster's StatefulSets; `None` when it does not exist.
-    pub async fn statefulset_replicas(&self, name: &str) -> Result<Option<usize>, Error> {
-        let statefulsets: Api<StatefulSet> = Api::namespaced(self.context.client.clone(), &self.namespace());
-        Ok(statefulsets
-            .get_opt(name)
-            .await
-            .map_err(api(format!("reading StatefulSet {name}")))?
-            .and_then(|s| s.spec?.replicas)
-            .map(|r| r.max(0) as usize))
-    }
-
-    pub async fn apply<K>(&self, object: &K) -> Result<(), Error>
-    where
-        K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-            + serde::Serialize
-            + serde::de::DeserializeOwned
-            + Clone
-            + std::fmt::Debug,
-    {
-        self.context.applier.apply(object).await?;
-        Ok(())
-    }
-
-    /// Publishes one of the pass's own events; its outcome is published with
-    /// [`quorum_core::pass::publish`].
-    pub async fn publish(&self, severity: Severity, reason: Reason, message: impl Into<String>) {
-        publish(self.context, self.cluster, severity, reason, message.into()).await;
-    }
-
-    /// Writes the status when it changed.
-    pub async fn report(&self, status: &RedisClusterStatus) -> Result<(), Error> {
-        patch_status(
-            &self.context.client,
-            self.cluster,
-            self.cluster.status.as_ref(),
-            status,
-        )
-        .await?;
-        Ok(())
-    }
-
-    /// Sets each data pod's role label where it differs from `roles`; pods not in `roles` keep
-    /// theirs (a node the operator cannot see is not moved in or out of a Service on a guess).
-    pub async fn set_role_labels(&self, roles: &BTreeMap<usize, RoleLabel>) -> Result<(), Error> {
-        let name = self.name();
-        let pods: Api<Pod> = Api::namespaced(self.context.client.clone(), &self.namespace());
-        let listed = pods
-            .list(&ListParams::default().labels(&node_selector_string(self.cluster)))
-            .await
-            .map_err(api("listing data pods"))?;
-        for pod in listed.items {
-            let pod_name = pod.name_any();
-            let Some(role) = ordinal_of(&name, &pod_name).and_then(|o| roles.get(&o)) else {
-                continue;
-            };
-            if pod.labels().get(ROLE_LABEL).map(String::as_str) == Some(role.as_str()) {
-                continue;
-            }
-            let patch = serde_json::json!({"metadata": {"labels": {ROLE_LABEL: role.as_str()}}});
-            pods.patch(&pod_name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map_err(api(format!("labelling pod {pod_name}")))?;
-        }
-        Ok(())
-    }
-}
-
-/// Sets `Ready`, `Progressing` and `Degraded` on `status` from a pass's findings.
-pub fn set_conditions(
-    status: &mut RedisClusterStatus,
-    cluster: &RedisCluster,
-    ready: ConditionUpdate,
-    progress: &Progress,
-    degraded: Option<(&'static str, String)>,
-    now: Timestamp,
-) {
-    let generation = cluster.metadata.generation;
-    status.observed_generation = generation;
-    set_condition(&mut status.conditions, ready, generation, now);
-    let progressing = progress.progressing("the deployment matches its spec");
-    set_condition(&mut status.conditions, progressing, generation, now);
-    let degraded = match degraded {
-        Some((reason, message)) => ConditionUpdate::new(ConditionType::Degraded, true, reason, message),
-        None => ConditionUpdate::new(
-            ConditionType::Degraded,
-            false,
-            "AllHealthy",
-            "every node the operator can see is healthy",
-        ),
-    };
-    set_condition(&mut status.conditions, degraded, generation, now);
-}
-
-async fn publish(
-    context: &Context<State>,
-    cluster: &RedisCluster,
-    severity: Severity,
-    reason: Reason,
-    message: String,
-) {
-    context
-        .events
-        .publish(cluster, severity, reason.as_str(), "Reconcile", message)
-        .await;
 }
 
 /// Creates the generated password Secret once; an existing one is never rewritten.
@@ -512,20 +268,4 @@ async fn ensure_scheduled_backup(context: &Context<State>, cluster: &RedisCluste
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_an_invalid_spec_waits_for_a_change_instead_of_retrying() {
-        assert!(Error::ForbiddenConfig("requirepass".into()).is_permanent());
-        // A missing Secret can appear without the cluster changing: that is retried.
-        let missing = Error::Secret {
-            secret: "auth".into(),
-            problem: "is missing",
-        };
-        assert!(!missing.is_permanent());
-    }
 }

@@ -27,7 +27,7 @@ use crate::{
         sentinel::{SentinelAdmin, SentinelSetting},
     },
     crd::{FailoverRecord, NodeStatus, RedisClusterStatus, SentinelStatus},
-    reconcile::{Error, Pass, Progress, set_conditions},
+    pass::{Error, Pass, Progress, set_conditions},
     resources::{
         RoleLabel, SENTINEL_PRIMARY_NAME, build_sentinel_statefulset, build_statefulset, node_name,
         ordinal_of, sentinel_name, sentinel_statefulset_name, statefulset_name,

@@ -30,7 +30,7 @@ use crate::{
     },
     clients::CallFailure,
     crd::{NodeStatus, RebalanceStatus, RedisClusterStatus, SlotMoveStatus},
-    reconcile::{Error, Pass, Progress, set_conditions},
+    pass::{Error, Pass, Progress, set_conditions},
     resources::{RoleLabel, build_statefulset, node_name, ordinal_of, shard_of, statefulset_name},
 };
 

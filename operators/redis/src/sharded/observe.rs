@@ -13,7 +13,7 @@ use quorum_core::availability::{
 };
 
 use super::decide::{NodeFact, NodeView};
-use crate::{address::Kind, admin::info::Role, reconcile::Pass};
+use crate::{address::Kind, admin::info::Role, pass::Pass};
 
 /// Asks pods `0..count`; `recorded_ids` (from status) name the nodes that do not answer, so
 /// the others' testimony about them can be found.
