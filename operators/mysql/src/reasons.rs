@@ -6,8 +6,6 @@
 //! The reasons of the `Ready` and `Degraded` conditions and the backup controller's are not
 //! part of the pass and stay strings where they are set.
 
-use crate::execute::StepError;
-
 quorum_core::reasons! {
     /// Why a pass of a `MySQLCluster` acted, waits or failed.
     pub enum Reason {
@@ -57,34 +55,6 @@ impl Reason {
     /// (the request is removed, so it is not refused again on every pass).
     pub fn ends_switchover_request(self) -> bool {
         matches!(self, Reason::SwitchoverRefused)
-    }
-}
-
-/// How a failed step is reported, and what of it is kept.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StepFailure {
-    pub reason: Reason,
-    /// The step was given up with nothing changed: its record in flight and the switchover
-    /// request go, or every retry would take it again (a switchover would make the primary
-    /// read-only again each time).
-    pub abandoned: bool,
-}
-
-/// The report of a failed step: a switchover given up is refused and abandoned; any other
-/// failure is `StepFailed`, its record kept so the step is resumed.
-pub fn step_failure(error: &StepError) -> StepFailure {
-    match error {
-        StepError::SwitchoverAbandoned(_) => StepFailure {
-            reason: Reason::SwitchoverRefused,
-            abandoned: true,
-        },
-        StepError::Admin { .. }
-        | StepError::Seed { .. }
-        | StepError::Restore { .. }
-        | StepError::Refused(_) => StepFailure {
-            reason: Reason::StepFailed,
-            abandoned: false,
-        },
     }
 }
 
@@ -149,47 +119,5 @@ mod tests {
                 "InvalidSpec",
             ]
         );
-    }
-
-    #[test]
-    fn a_switchover_given_up_is_refused_and_abandoned_any_other_failure_is_resumed() {
-        let cases = [
-            (
-                StepError::SwitchoverAbandoned("member 2 did not apply the primary's transactions".into()),
-                StepFailure {
-                    reason: Reason::SwitchoverRefused,
-                    abandoned: true,
-                },
-            ),
-            (
-                StepError::Admin {
-                    ordinal: 1,
-                    source: quorum_core::availability::retry::CallError::Timeout(
-                        std::time::Duration::from_secs(5),
-                    ),
-                },
-                StepFailure {
-                    reason: Reason::StepFailed,
-                    abandoned: false,
-                },
-            ),
-            (
-                StepError::Refused("member 0 holds tables (shop.orders)".into()),
-                StepFailure {
-                    reason: Reason::StepFailed,
-                    abandoned: false,
-                },
-            ),
-        ];
-        for (error, expected) in cases {
-            assert_eq!(step_failure(&error), expected, "{error}");
-        }
-        assert!(Reason::SwitchoverRefused.ends_switchover_request());
-        let others: Vec<Reason> = Reason::ALL
-            .iter()
-            .copied()
-            .filter(|r| r.ends_switchover_request())
-            .collect();
-        assert_eq!(others, [Reason::SwitchoverRefused]);
     }
 }

@@ -43,9 +43,8 @@ use crate::{
         SWITCHOVER_ANNOTATION, forbidden_config_keys,
     },
     decide::{Decision, Facts, InFlight, Reason, Restore, Step, decide},
-    execute::{StepContext, StepError, StepOutcome, execute},
+    execute::{StepContext, StepError, StepOutcome, execute, step_failure},
     observe::{ClusterView, MySqlClients},
-    reasons::step_failure,
     resources::{
         PASSWORD_KEY, ROLE_LABEL, binlog_expire_seconds, build_config_map, build_headless_service,
         build_password_secret, build_pod_disruption_budget, build_primary_service, build_replicas_service,
