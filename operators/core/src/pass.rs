@@ -18,12 +18,15 @@
 //!   or a record whose fields do not fit the kind, is an [`UnreadableRecord`]: the pass then
 //!   waits with its own reason and takes no disruptive step, never treats the step as absent.
 
-use std::fmt;
+use std::{fmt, ops::ControlFlow, sync::Arc};
 
-use kube::Resource;
+use k8s_openapi::{NamespaceResourceScope, apimachinery::pkg::apis::meta::v1::Condition, jiff::Timestamp};
+use kube::{Client, Resource, ResourceExt, runtime::controller::Action};
+use serde::de::DeserializeOwned;
 
 use crate::{
-    conditions::{ConditionType, ConditionUpdate},
+    Error,
+    conditions::{ConditionType, ConditionUpdate, set_condition},
     events::{EventPublisher, Severity},
 };
 
@@ -325,6 +328,97 @@ impl<R: Reason> Progress<R> {
             }
         }
     }
+}
+
+/// The resource as stored, if a pass may run on it now: `Break` with the action to return when
+/// it is gone (wait for a change) or held back by what a deleted cluster of the same name left
+/// behind (`statefulsets` are the names its StatefulSets would have; see
+/// [`crate::predecessor`]). Status is an operator's memory, so a pass decides on the resource as
+/// stored, never on the watch cache's copy ([`crate::status::latest`]).
+///
+/// # Errors
+/// As [`crate::status::latest`] and [`crate::predecessor::held_back`].
+pub async fn admit<K>(
+    client: &Client,
+    events: &EventPublisher,
+    object: &K,
+    statefulsets: &[String],
+    conditions: fn(&K) -> &[Condition],
+) -> Result<ControlFlow<Action, Arc<K>>, Error>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + DeserializeOwned + fmt::Debug,
+{
+    let Some(object) = crate::status::latest(client, object).await? else {
+        return Ok(ControlFlow::Break(Action::await_change()));
+    };
+    if crate::predecessor::held_back(client, events, object.as_ref(), statefulsets, conditions(&object))
+        .await?
+    {
+        tracing::info!(object = %object.name_any(), "held back by a deleted cluster's leftovers");
+        return Ok(ControlFlow::Break(Action::requeue(crate::predecessor::RECHECK)));
+    }
+    Ok(ControlFlow::Continue(object))
+}
+
+/// What a pass found, for its three conditions.
+pub struct Findings<'a, R> {
+    /// `Ready`, as the engine judges it.
+    pub ready: ConditionUpdate,
+    /// Where the pass left the cluster, for `Progressing`.
+    pub progress: &'a Progress<R>,
+    /// What `Progressing` says when there is nothing to do.
+    pub settled: &'a str,
+    /// `Degraded`: the reason and message when something is wrong.
+    pub degraded: Option<(&'static str, String)>,
+    /// What `Degraded` says (reason `AllHealthy`) when nothing is.
+    pub healthy: &'a str,
+}
+
+/// Sets `Ready`, `Progressing` and `Degraded` from a pass's findings, each with `generation` as
+/// its `observedGeneration`.
+pub fn set_conditions<R: Reason>(
+    conditions: &mut Vec<Condition>,
+    generation: Option<i64>,
+    findings: Findings<'_, R>,
+    now: Timestamp,
+) {
+    set_condition(conditions, findings.ready, generation, now);
+    set_condition(
+        conditions,
+        findings.progress.progressing(findings.settled),
+        generation,
+        now,
+    );
+    let degraded = match findings.degraded {
+        Some((reason, message)) => ConditionUpdate::new(ConditionType::Degraded, true, reason, message),
+        None => ConditionUpdate::new(ConditionType::Degraded, false, "AllHealthy", findings.healthy),
+    };
+    set_condition(conditions, degraded, generation, now);
+}
+
+/// The names of a catalogue's reasons, split by severity (`Normal`, then `Warning`), in
+/// declaration order, for each engine's catalogue test.
+///
+/// # Panics
+/// When two reasons share a name, or a name is not CamelCase.
+pub fn names_by_severity<R: Reason>(all: &[R]) -> (Vec<&'static str>, Vec<&'static str>) {
+    let mut seen = std::collections::BTreeSet::new();
+    for reason in all {
+        let name = reason.as_str();
+        assert!(seen.insert(name), "{name} is declared twice");
+        assert!(
+            name.starts_with(|c: char| c.is_ascii_uppercase())
+                && name.chars().all(|c| c.is_ascii_alphanumeric()),
+            "{name} is not CamelCase"
+        );
+    }
+    let named = |severity| {
+        all.iter()
+            .filter(|reason| reason.severity() == severity)
+            .map(|reason| reason.as_str())
+            .collect()
+    };
+    (named(Severity::Normal), named(Severity::Warning))
 }
 
 /// Publishes the one event of a pass ([`Progress::event`]) about `object`, if any.

@@ -57,19 +57,13 @@ impl Reason {
 
 #[cfg(test)]
 mod tests {
-    use quorum_core::{events::Severity, pass::Reason as _};
+    use quorum_core::pass::{Reason as _, names_by_severity};
 
     use super::*;
 
     #[test]
     fn every_reason_has_a_severity_and_a_distinct_name() {
-        let names: std::collections::BTreeSet<&str> = Reason::ALL.iter().map(|r| r.as_str()).collect();
-        assert_eq!(names.len(), Reason::ALL.len());
-        let warnings: Vec<&str> = Reason::ALL
-            .iter()
-            .filter(|r| r.severity() == Severity::Warning)
-            .map(|r| r.as_str())
-            .collect();
+        let (_, warnings) = names_by_severity(Reason::ALL);
         assert_eq!(
             warnings,
             [

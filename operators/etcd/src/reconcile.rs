@@ -23,7 +23,7 @@ use quorum_core::{
     events::Severity,
     pass::{Progress, Reason as _, UnreadableRecord, publish},
     runner::Context,
-    status::{StatusWriter, latest},
+    status::StatusWriter,
 };
 
 use crate::{
@@ -211,36 +211,30 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, context: Arc<Context<State>>) 
     })
 }
 
-/// The cluster as stored, if a pass may run on it now. Status is this operator's memory (the
-/// step in flight, the volumes to wipe): decided on as stored, never on the watch cache's copy
-/// (`quorum_core::status::latest`). A deleted cluster of the same name may have left its
-/// StatefulSet (for a few seconds) or its volumes (until a human removes them): nothing starts
-/// or is observed on them.
+/// The cluster as stored, if a pass may run on it now (`quorum_core::pass::admit`: status is this
+/// operator's memory, the step in flight and the volumes to wipe), with its client TLS material
+/// handed to the clients.
 async fn admit(
     context: &Context<State>,
     cluster: &EtcdCluster,
 ) -> Result<ControlFlow<Action, Arc<EtcdCluster>>, Error> {
-    let Some(cluster) = latest(&context.client, cluster).await? else {
-        return Ok(ControlFlow::Break(Action::await_change()));
-    };
-    let conditions = cluster
-        .status
-        .as_ref()
-        .map_or(&[][..], |status| status.conditions.as_slice());
-    let leftovers = [client_service_name(&cluster.name_any())];
-    if quorum_core::predecessor::held_back(
+    let cluster = match quorum_core::pass::admit(
         &context.client,
         &context.events,
-        cluster.as_ref(),
-        &leftovers,
-        conditions,
+        cluster,
+        &[client_service_name(&cluster.name_any())],
+        |cluster| {
+            cluster
+                .status
+                .as_ref()
+                .map_or(&[], |status| status.conditions.as_slice())
+        },
     )
     .await?
     {
-        return Ok(ControlFlow::Break(Action::requeue(
-            quorum_core::predecessor::RECHECK,
-        )));
-    }
+        ControlFlow::Continue(cluster) => cluster,
+        stop => return Ok(stop),
+    };
     let key = cluster_key(&cluster);
     context
         .state

@@ -1,7 +1,7 @@
 //! Reconciling a `MongoDBReplicaSet`: apply the objects, observe the members, decide one step,
 //! take it, report.
 
-use std::{collections::BTreeMap, sync::Arc, time::Duration};
+use std::{collections::BTreeMap, ops::ControlFlow, sync::Arc, time::Duration};
 
 use futures::future::join_all;
 use k8s_openapi::{
@@ -18,11 +18,11 @@ use quorum_core::{
     ReconcileError,
     apply::ignore_not_found,
     availability::retry::Idempotency,
-    conditions::{ConditionType, ConditionUpdate, set_condition},
-    pass::{Reason as _, UnreadableRecord, publish},
+    conditions::{ConditionType, ConditionUpdate},
+    pass::{Findings, Reason as _, UnreadableRecord, publish},
     pod::generate_password,
     runner::Context,
-    status::{latest, patch_status},
+    status::patch_status,
 };
 use secrecy::SecretString;
 
@@ -182,29 +182,27 @@ pub async fn reconcile(
     let namespace = replica_set.namespace().unwrap_or_default();
     let key = format!("{namespace}/{name}");
     // Status is this operator's memory (the initiation, the membership change in flight):
-    // decided on as stored, never on the watch cache's copy (`quorum_core::status::latest`).
-    let Some(replica_set) = latest(&context.client, replica_set.as_ref()).await? else {
-        return Ok(Action::await_change());
-    };
-    // A deleted cluster of the same name may have left its StatefulSet (for a few seconds) or its
-    // volumes (until a human removes them): nothing starts or is observed on them.
-    if quorum_core::predecessor::held_back(
+    // decided on as stored (`quorum_core::pass::admit`).
+    let replica_set = match quorum_core::pass::admit(
         &context.client,
         &context.events,
         replica_set.as_ref(),
         &[
-            crate::resources::statefulset_name(&replica_set.name_any()),
-            crate::resources::arbiter_statefulset_name(&replica_set.name_any()),
+            crate::resources::statefulset_name(&name),
+            crate::resources::arbiter_statefulset_name(&name),
         ],
-        replica_set
-            .status
-            .as_ref()
-            .map_or(&[][..], |status| status.conditions.as_slice()),
+        |replica_set| {
+            replica_set
+                .status
+                .as_ref()
+                .map_or(&[], |status| status.conditions.as_slice())
+        },
     )
     .await?
     {
-        return Ok(Action::requeue(quorum_core::predecessor::RECHECK));
-    }
+        ControlFlow::Continue(replica_set) => replica_set,
+        ControlFlow::Break(action) => return Ok(action),
+    };
 
     // Credentials first: nothing can be observed or started without them.
     ensure_generated_secrets(&context, &replica_set).await?;
@@ -1117,19 +1115,14 @@ fn set_conditions(
 ) {
     let generation = replica_set.metadata.generation;
     status.observed_generation = generation;
-    set_condition(&mut status.conditions, ready, generation, now);
-    let progressing = progress.progressing("the replica set matches its spec");
-    set_condition(&mut status.conditions, progressing, generation, now);
-    let degraded = match degraded {
-        Some((reason, message)) => ConditionUpdate::new(ConditionType::Degraded, true, reason, message),
-        None => ConditionUpdate::new(
-            ConditionType::Degraded,
-            false,
-            "AllHealthy",
-            "every member is healthy",
-        ),
+    let findings = Findings {
+        ready,
+        progress,
+        settled: "the replica set matches its spec",
+        degraded,
+        healthy: "every member is healthy",
     };
-    set_condition(&mut status.conditions, degraded, generation, now);
+    quorum_core::pass::set_conditions(&mut status.conditions, generation, findings, now);
 }
 
 /// Creates the generated administrator and keyfile Secrets once; existing ones are never

@@ -60,14 +60,13 @@ impl Reason {
 
 #[cfg(test)]
 mod tests {
-    use quorum_core::{events::Severity, pass::Reason as _};
+    use quorum_core::pass::names_by_severity;
 
     use super::*;
 
     #[test]
     fn every_reason_has_a_severity_and_a_distinct_name() {
-        let names: std::collections::BTreeSet<&str> = Reason::ALL.iter().map(|r| r.as_str()).collect();
-        assert_eq!(names.len(), Reason::ALL.len());
+        let (normal, warnings) = names_by_severity(Reason::ALL);
         // Waits: only members starting is part of normal progress; every other wait warns.
         let waits = [
             "MembersStarting",
@@ -87,17 +86,8 @@ mod tests {
             "InFlightUnreadable",
             "StepFailed",
         ];
-        let normal_waits: Vec<&str> = Reason::ALL
-            .iter()
-            .filter(|r| waits.contains(&r.as_str()) && r.severity() == Severity::Normal)
-            .map(|r| r.as_str())
-            .collect();
+        let normal_waits: Vec<&str> = normal.into_iter().filter(|name| waits.contains(name)).collect();
         assert_eq!(normal_waits, ["MembersStarting"]);
-        let warnings: Vec<&str> = Reason::ALL
-            .iter()
-            .filter(|r| r.severity() == Severity::Warning)
-            .map(|r| r.as_str())
-            .collect();
         assert_eq!(
             warnings,
             [

@@ -30,7 +30,7 @@ use quorum_core::{
     events::Severity,
     pass::{Progress, Reason as _, UnreadableRecord, publish},
     runner::Context,
-    status::{StatusWriter, latest},
+    status::StatusWriter,
 };
 use secrecy::SecretString;
 use sha2::{Digest, Sha256};
@@ -255,37 +255,30 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, context: Arc<Context<State>>)
     })
 }
 
-/// The cluster as stored, if a pass may run on it now. Status is this operator's memory (the
-/// primary, the step in flight, the restore taken): decided on as stored, never on the watch
-/// cache's copy (`quorum_core::status::latest`). A deleted cluster of the same name may have
-/// left its StatefulSet (for a few seconds) or its volumes (until a human removes them):
-/// nothing starts or is observed on them. A spec overriding what the operator owns is refused
-/// once, then waits for a change.
+/// The cluster as stored, if a pass may run on it now (`quorum_core::pass::admit`: status is this
+/// operator's memory, the primary, the step in flight, the restore taken). A spec overriding
+/// what the operator owns is refused once, then waits for a change.
 async fn admit(
     context: &Context<State>,
     cluster: &MySQLCluster,
 ) -> Result<ControlFlow<Action, Arc<MySQLCluster>>, Error> {
-    let Some(cluster) = latest(&context.client, cluster).await? else {
-        return Ok(ControlFlow::Break(Action::await_change()));
-    };
-    let conditions = cluster
-        .status
-        .as_ref()
-        .map_or(&[][..], |status| status.conditions.as_slice());
-    let leftovers = [statefulset_name(&cluster.name_any())];
-    if quorum_core::predecessor::held_back(
+    let cluster = match quorum_core::pass::admit(
         &context.client,
         &context.events,
-        cluster.as_ref(),
-        &leftovers,
-        conditions,
+        cluster,
+        &[statefulset_name(&cluster.name_any())],
+        |cluster| {
+            cluster
+                .status
+                .as_ref()
+                .map_or(&[], |status| status.conditions.as_slice())
+        },
     )
     .await?
     {
-        return Ok(ControlFlow::Break(Action::requeue(
-            quorum_core::predecessor::RECHECK,
-        )));
-    }
+        ControlFlow::Continue(cluster) => cluster,
+        stop => return Ok(stop),
+    };
     let forbidden = forbidden_config_keys(&cluster.spec.config);
     if !forbidden.is_empty() {
         let error = Error::ForbiddenConfig(forbidden.join(", "));

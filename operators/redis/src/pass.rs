@@ -17,9 +17,9 @@ use kube::{
 use quorum_core::{
     ReconcileError,
     availability::retry::CallError,
-    conditions::{ConditionType, ConditionUpdate, set_condition},
+    conditions::ConditionUpdate,
     events::Severity,
-    pass::Reason as _,
+    pass::{Findings, Reason as _},
     runner::Context,
     status::patch_status,
 };
@@ -239,19 +239,14 @@ pub fn set_conditions(
 ) {
     let generation = cluster.metadata.generation;
     status.observed_generation = generation;
-    set_condition(&mut status.conditions, ready, generation, now);
-    let progressing = progress.progressing("the deployment matches its spec");
-    set_condition(&mut status.conditions, progressing, generation, now);
-    let degraded = match degraded {
-        Some((reason, message)) => ConditionUpdate::new(ConditionType::Degraded, true, reason, message),
-        None => ConditionUpdate::new(
-            ConditionType::Degraded,
-            false,
-            "AllHealthy",
-            "every node the operator can see is healthy",
-        ),
+    let findings = Findings {
+        ready,
+        progress,
+        settled: "the deployment matches its spec",
+        degraded,
+        healthy: "every node the operator can see is healthy",
     };
-    set_condition(&mut status.conditions, degraded, generation, now);
+    quorum_core::pass::set_conditions(&mut status.conditions, generation, findings, now);
 }
 
 pub(crate) async fn publish(

@@ -90,7 +90,7 @@ quorum_core::reasons! {
 mod tests {
     use std::collections::BTreeSet;
 
-    use quorum_core::{events::Severity, pass::Reason as _};
+    use quorum_core::pass::names_by_severity;
 
     use super::*;
 
@@ -128,23 +128,14 @@ mod tests {
 
     #[test]
     fn every_reason_has_a_severity_and_a_distinct_name() {
-        let names: BTreeSet<&str> = Reason::ALL.iter().map(|r| r.as_str()).collect();
-        assert_eq!(names.len(), Reason::ALL.len());
-        let normal: BTreeSet<&str> = Reason::ALL
-            .iter()
-            .filter(|r| r.severity() == Severity::Normal)
-            .map(|r| r.as_str())
-            .collect();
+        let (normal, warnings) = names_by_severity(Reason::ALL);
+        let names: BTreeSet<&str> = normal.iter().chain(&warnings).copied().collect();
+        let normal: BTreeSet<&str> = normal.into_iter().collect();
         let expected: BTreeSet<&str> = STEPS.iter().chain(NORMAL_WAITS).copied().collect();
         assert_eq!(normal, expected);
         for name in STEPS.iter().chain(NORMAL_WAITS) {
             assert!(names.contains(name), "{name} is in the catalogue");
         }
-        let warnings: Vec<&str> = Reason::ALL
-            .iter()
-            .filter(|r| r.severity() == Severity::Warning)
-            .map(|r| r.as_str())
-            .collect();
         assert_eq!(
             warnings,
             [

@@ -2,7 +2,7 @@
 //! the mode's own story (observe, decide one step, act, report) in [`crate::replication`] or
 //! [`crate::sharded`].
 
-use std::{sync::Arc, time::Duration};
+use std::{ops::ControlFlow, sync::Arc, time::Duration};
 
 use k8s_openapi::{
     api::{apps::v1::StatefulSet, core::v1::Secret},
@@ -15,7 +15,7 @@ use quorum_core::{
     events::Severity,
     pod::generate_password,
     runner::Context,
-    status::{latest, patch_status},
+    status::patch_status,
     wakeups::ObjectKey,
 };
 
@@ -41,17 +41,9 @@ pub async fn reconcile(cluster: Arc<RedisCluster>, context: Arc<Context<State>>)
     let name = cluster.name_any();
     let namespace = cluster.namespace().unwrap_or_default();
     let key = format!("{namespace}/{name}");
-    // Status is this operator's memory (the primary, the rebalance in flight, the restore recorded):
-    // decided on as stored, never on the watch cache's copy (`quorum_core::status::latest`).
-    let Some(cluster) = latest(&context.client, cluster.as_ref()).await? else {
-        state
-            .sentinel_events
-            .forget(&ObjectKey::new(namespace.as_str(), name.as_str()));
-        return Ok(Action::await_change());
-    };
-    // A deleted cluster of the same name may have left its StatefulSet (for a few seconds) or its
-    // volumes (until a human removes them): nothing starts or is observed on them.
-    if quorum_core::predecessor::held_back(
+    // Status is this operator's memory (the primary, the rebalance in flight, the restore
+    // recorded): decided on as stored (`quorum_core::pass::admit`).
+    let cluster = match quorum_core::pass::admit(
         &context.client,
         &context.events,
         cluster.as_ref(),
@@ -59,15 +51,26 @@ pub async fn reconcile(cluster: Arc<RedisCluster>, context: Arc<Context<State>>)
             crate::resources::statefulset_name(&name),
             crate::resources::sentinel_statefulset_name(&name),
         ],
-        cluster
-            .status
-            .as_ref()
-            .map_or(&[][..], |status| status.conditions.as_slice()),
+        |cluster| {
+            cluster
+                .status
+                .as_ref()
+                .map_or(&[], |status| status.conditions.as_slice())
+        },
     )
     .await?
     {
-        return Ok(Action::requeue(quorum_core::predecessor::RECHECK));
-    }
+        ControlFlow::Continue(cluster) => cluster,
+        ControlFlow::Break(action) => {
+            // Gone: its Sentinel subscriptions go with it.
+            if action == Action::await_change() {
+                state
+                    .sentinel_events
+                    .forget(&ObjectKey::new(namespace.as_str(), name.as_str()));
+            }
+            return Ok(action);
+        }
+    };
 
     let forbidden = forbidden_config_keys(&cluster.spec.config);
     if !forbidden.is_empty() {
