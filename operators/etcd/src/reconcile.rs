@@ -160,7 +160,11 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, context: Arc<Context<State>>) 
     let mut report = Report::new(&context, &cluster, &observed, now);
     let in_flight = match &observed.in_flight {
         Ok(in_flight) => in_flight.clone(),
-        Err(unreadable) => return report.unreadable_record(unreadable).await,
+        Err(unreadable) => {
+            let waiting = report.unreadable_record(unreadable).await?;
+            publish(&context.events, cluster.as_ref(), &waiting).await;
+            return Ok(Action::requeue(Duration::from_secs(30)));
+        }
     };
 
     let decision = decide(&observed.facts(&cluster, in_flight.clone(), &context.state.settings));
@@ -394,7 +398,7 @@ impl<'a> Report<'a> {
     /// a recorded membership change is never forgotten (and never repeated on a guess). The
     /// record stays as stored until a person removes it or an operator that can read it resumes
     /// it.
-    async fn unreadable_record(&mut self, unreadable: &UnreadableRecord) -> Result<Action, Error> {
+    async fn unreadable_record(&mut self, unreadable: &UnreadableRecord) -> Result<Progress<Reason>, Error> {
         let message = unreadable.wait_message("etcdcluster", &self.cluster.name_any(), "/status/inFlight");
         let decision = Decision::wait(Reason::InFlightUnreadable, message.clone());
         let mut status = build_status(
@@ -408,7 +412,7 @@ impl<'a> Report<'a> {
         );
         status.in_flight = self.cluster.status.as_ref().and_then(|s| s.in_flight.clone());
         self.writer.write(&status).await?;
-        Ok(Action::requeue(Duration::from_secs(30)))
+        Ok(Progress::waiting(Reason::InFlightUnreadable, message))
     }
 }
 
