@@ -9,7 +9,10 @@
 //! - [`decide`]: the pure decision: from what was observed, the one next step.
 //! - [`reasons`]: the catalogue of reasons a pass reports, each wait with its severity.
 //! - [`resources`]: pure builders of the Kubernetes objects.
-//! - [`reconcile`]: observe, decide, act, report.
+//! - [`reconcile`]: the pass: admit, apply the objects, observe, decide, act, report.
+//! - [`observe`]: every member asked about itself, the primary about the set.
+//! - [`execute`]: the one step taken (recorded first), and a new set's restore.
+//! - [`status`]: status and conditions as pure functions; the recorded change read back typed.
 //! - [`archive`]: logical snapshots as BSON archives, dumped from and restored into a set.
 //! - [`backup_controller`]: `MongoDBBackup`s, snapshots streamed to their destination.
 
@@ -20,10 +23,13 @@ pub mod backup_controller;
 pub mod clients;
 pub mod crd;
 pub mod decide;
+pub mod execute;
+pub mod observe;
 pub mod packaging;
 pub mod reasons;
 pub mod reconcile;
 pub mod resources;
+pub mod status;
 
 /// The operator's name: its field manager, event reporter and `app.kubernetes.io/managed-by`.
 pub const OPERATOR_NAME: &str = "quorum-mongodb-operator";

@@ -1,0 +1,552 @@
+//! Taking one step: the membership change recorded before it is made, the admin call through the
+//! availability layer, a restart or resync through Kubernetes, and the restore of a new set's
+//! backup; a failed step is reported, then returned.
+
+use k8s_openapi::{api::core::v1::Pod, apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
+use kube::{
+    Api, ResourceExt,
+    api::{DeleteParams, Preconditions},
+};
+use quorum_core::{
+    apply::ignore_not_found, availability::retry::Idempotency, runner::Context, status::patch_status,
+};
+
+use crate::{
+    admin::{ReplConfig, codes},
+    clients::{CallFailure, is_unreachable, refusal_code},
+    crd::{ChangeKind, MongoDBBackup, MongoDBReplicaSet, MongoDBReplicaSetStatus},
+    decide::{Change, Observed, Reason, Step},
+};
+
+use crate::observe::pods_api;
+use crate::reconcile::{Error, State, api};
+use crate::status::{Progress, RecordedChange, change_kind};
+
+/// How long a primary that stepped down stays out of elections.
+pub(crate) const STEP_DOWN_SECONDS: u32 = 60;
+
+/// How long a stepping-down primary waits for a secondary to catch up.
+pub(crate) const STEP_DOWN_CATCH_UP_SECONDS: u32 = 10;
+
+/// A set created with `restoreFrom` loads its backup into the first member once it is primary
+/// and alone, before any other member joins (they then copy it by initial sync). `None` when
+/// there is nothing to restore now.
+pub(crate) async fn restore_step(
+    context: &Context<State>,
+    replica_set: &MongoDBReplicaSet,
+    key: &str,
+    observed: &Observed,
+    recorded: Option<&RecordedChange>,
+    status: &mut MongoDBReplicaSetStatus,
+    reported: &mut Option<MongoDBReplicaSetStatus>,
+) -> Result<Option<Progress>, Error> {
+    let Some(source) = replica_set
+        .spec
+        .restore_from
+        .as_ref()
+        .filter(|_| observed.restore_pending)
+    else {
+        return Ok(None);
+    };
+    let (Some(primary), Some(config)) = (&observed.primary, &observed.config) else {
+        return Ok(None);
+    };
+    if config.members.len() > 1 {
+        // Members joined before a restore could happen (restoreFrom was added to an existing
+        // set, which the schema refuses, or the record was lost): never load into live data.
+        return Ok(Some(Progress::waiting(
+            Reason::RestoreSourceInvalid,
+            "restoreFrom applies only to a new replica set; this one already has members",
+        )));
+    }
+    let namespace = replica_set.namespace().unwrap_or_default();
+    let backups: Api<MongoDBBackup> = Api::namespaced(context.client.clone(), &namespace);
+    let backup = backups
+        .get_opt(&source.backup_name)
+        .await
+        .map_err(api(format!("reading MongoDBBackup {}", source.backup_name)))?;
+    let not_ready = |message: String| Ok(Some(Progress::waiting(Reason::RestoreSourceNotReady, message)));
+    let Some(backup) = backup else {
+        return not_ready(format!("MongoDBBackup {} does not exist", source.backup_name));
+    };
+    if backup.spec.cluster_name == replica_set.name_any() {
+        return Ok(Some(Progress::waiting(
+            Reason::RestoreSourceInvalid,
+            format!(
+                "MongoDBBackup {} is a backup of this replica set",
+                source.backup_name
+            ),
+        )));
+    }
+    let Some(record) = backup
+        .status
+        .as_ref()
+        .and_then(|status| status.last_snapshot.clone())
+    else {
+        return not_ready(format!(
+            "MongoDBBackup {} has no stored snapshot yet",
+            source.backup_name
+        ));
+    };
+    let destination = &backup.spec.destination;
+    let credentials = quorum_core::backup::credentials(&context.client, &namespace, destination)
+        .await
+        .map_err(|error| restore_failed(&error.to_string()));
+    let located = credentials.and_then(|credentials| {
+        let settings = quorum_core::backup::StoreSettings {
+            s3_endpoint: destination.s3.as_ref().and_then(|s3| s3.endpoint.clone()),
+            s3_region: destination.s3.as_ref().and_then(|s3| s3.region.clone()),
+            allow_http: context.state.settings.allow_http_backups,
+        };
+        let (target, object) = quorum_core::backup::locate(&record.location, &settings, credentials)
+            .map_err(|error| restore_failed(&error.to_string()))?;
+        let sink = quorum_core::backup::BackupSink::new(target)
+            .map_err(|error| restore_failed(&error.to_string()))?;
+        Ok((sink, object))
+    });
+    let (sink, object) = match located {
+        Ok(located) => located,
+        Err(progress) => return Ok(Some(progress)),
+    };
+    // Recorded before it starts: a restore cut short (a crash, a lost status write) leaves data
+    // the next pass must not take for someone else's, nor load over.
+    let interrupted = recorded.is_some_and(|change| change.kind == ChangeKind::Restore);
+    let first = observed
+        .members
+        .iter()
+        .find(|member| &member.host == primary)
+        .map_or_else(|| primary.clone(), |member| member.name.clone());
+    status.membership_change = Some(
+        RecordedChange {
+            kind: ChangeKind::Restore,
+            member: first.clone(),
+            from_config_version: Some(config.version),
+        }
+        .record(Time(Timestamp::now())),
+    );
+    patch_status(&context.client, replica_set, reported.as_ref(), status).await?;
+    *reported = Some(status.clone());
+
+    // A long stream, so not a timed admin call: its own connection, bounded by the store.
+    let restored = match context.state.clients.long_running(key, primary) {
+        Ok(admin) => crate::archive::restore_stored(admin.client(), &sink, &object, &record.sha256).await,
+        Err(error) => {
+            status.membership_change = None;
+            return Ok(Some(restore_failed(&error.to_string())));
+        }
+    };
+    status.membership_change = None;
+    Ok(Some(match restored {
+        Ok(summary) => {
+            status.restored_from = Some(record.clone());
+            Progress::Acted {
+                reason: Reason::Restored,
+                message: format!(
+                    "restored {} documents from MongoDBBackup {} ({})",
+                    summary.counts.documents, source.backup_name, record.location
+                ),
+            }
+        }
+        Err(crate::archive::ArchiveError::TargetNotEmpty { database }) if interrupted => {
+            // Keep the record: the state stays explained until a human decides.
+            status.membership_change = replica_set
+                .status
+                .as_ref()
+                .and_then(|s| s.membership_change.clone());
+            Progress::Waiting {
+                reason: Reason::RestoreInterrupted,
+                message: format!(
+                    "a restore of MongoDBBackup {} into {first} was interrupted and {first} holds database \
+                     {database}, partly or wholly restored; the operator does not load over it. Drop the user \
+                     databases on {first} to restore again",
+                    source.backup_name
+                ),
+            }
+        }
+        Err(crate::archive::ArchiveError::TargetNotEmpty { database }) => Progress::Waiting {
+            reason: Reason::RestoreTargetNotEmpty,
+            message: format!(
+                "{first} already holds database {database}; restoreFrom loads only into an empty set, and nothing \
+                 was changed"
+            ),
+        },
+        Err(error) => restore_failed(&error.to_string()),
+    }))
+}
+
+pub(crate) fn restore_failed(detail: &str) -> Progress {
+    Progress::waiting(
+        Reason::RestoreFailed,
+        format!("restoring the backup failed, nothing was kept: {detail}"),
+    )
+}
+
+/// Takes the step, recording it in `status` (and on the API server, `reported`) first.
+pub(crate) async fn act(
+    context: &Context<State>,
+    replica_set: &MongoDBReplicaSet,
+    key: &str,
+    observed: &Observed,
+    step: &Step,
+    status: &mut MongoDBReplicaSetStatus,
+    reported: &mut Option<MongoDBReplicaSetStatus>,
+) -> Result<Progress, Error> {
+    let clients = &context.state.clients;
+    let config_version = observed.config.as_ref().map(|config| config.version);
+    let (kind, member) = match step {
+        Step::Settled => {
+            status.membership_change = None;
+            return Ok(Progress::Settled);
+        }
+        Step::Wait { reason, message } => {
+            return Ok(Progress::waiting(*reason, message.clone()));
+        }
+        Step::Initiate { member, .. } => (ChangeKind::Initiate, member.clone()),
+        Step::Reconfigure { change, member, .. } => (change_kind(*change), member.clone()),
+        Step::StepDown { member, .. } => (ChangeKind::StepDown, member.clone()),
+        Step::Restart { member } => (ChangeKind::Restart, member.clone()),
+        Step::Resync { member } => (ChangeKind::Resync, member.clone()),
+        Step::SetFeatureCompatibility { release } => {
+            (ChangeKind::SetFeatureCompatibilityVersion, release.clone())
+        }
+    };
+    let change = RecordedChange {
+        kind,
+        member: member.clone(),
+        from_config_version: config_version,
+    }
+    .record(Time(Timestamp::now()));
+    if status
+        .membership_change
+        .as_ref()
+        .map(|c| (&c.kind, &c.member, c.from_config_version))
+        != Some((&change.kind, &change.member, change.from_config_version))
+    {
+        status.membership_change = Some(change);
+        patch_status(&context.client, replica_set, reported.as_ref(), status).await?;
+        *reported = Some(status.clone());
+    }
+
+    let result: Result<(Reason, String), CallFailure> = match step {
+        Step::Initiate { host, config, .. } => clients
+            .member(key, host, "replSetInitiate", Idempotency::Mutation, |admin| {
+                let config = config.clone();
+                async move { admin.initiate(&config).await }
+            })
+            .await
+            .map(|()| {
+                (
+                    Reason::Initiated,
+                    format!("initiated replica set {} with {member}", config.set_name),
+                )
+            }),
+        Step::Reconfigure { change, config, .. } => {
+            let primary = observed.primary.clone().unwrap_or_default();
+            clients
+                .member(key, &primary, "replSetReconfig", Idempotency::Mutation, |admin| {
+                    let config = config.clone();
+                    async move { admin.reconfig(&config).await }
+                })
+                .await
+                .map(|()| reconfigured(*change, &member, config))
+        }
+        Step::StepDown { host, reason, .. } => clients
+            .member(
+                key,
+                host,
+                "replSetStepDown",
+                Idempotency::Mutation,
+                |admin| async move {
+                    admin
+                        .step_down(STEP_DOWN_SECONDS, STEP_DOWN_CATCH_UP_SECONDS)
+                        .await
+                },
+            )
+            .await
+            .map(|()| {
+                (
+                    Reason::SteppedDown,
+                    format!("{member} stepped down as primary ({reason:?})"),
+                )
+            }),
+        Step::SetFeatureCompatibility { release } => {
+            let primary = observed.primary.clone().unwrap_or_default();
+            clients
+                .member(
+                    key,
+                    &primary,
+                    "setFeatureCompatibilityVersion",
+                    Idempotency::Mutation,
+                    |admin| {
+                        let release = release.clone();
+                        async move { admin.set_feature_compatibility_version(&release).await }
+                    },
+                )
+                .await
+                .map(|()| {
+                    (
+                        Reason::FeatureCompatibilityVersionSet,
+                        format!("featureCompatibilityVersion is now {release}"),
+                    )
+                })
+        }
+        Step::Restart { member } => {
+            restart(context, replica_set, member).await?;
+            Ok((
+                Reason::MemberRestarted,
+                format!("restarted {member} for version {}", replica_set.spec.version),
+            ))
+        }
+        Step::Resync { member } => {
+            resync(context, replica_set, member).await?;
+            Ok((
+                Reason::MemberResynced,
+                format!(
+                    "{member} was too stale to catch up (error RS102): its volume was deleted with its pod, \
+                     and it copies the data again from the set"
+                ),
+            ))
+        }
+        Step::Settled | Step::Wait { .. } => unreachable!("handled above"),
+    };
+    match result {
+        Ok((reason, message)) => Ok(Progress::Acted { reason, message }),
+        Err(failure) => failed(step, &member, failure, status),
+    }
+}
+
+pub(crate) fn reconfigured(change: Change, member: &str, config: &ReplConfig) -> (Reason, String) {
+    let reason = match change {
+        Change::Add => Reason::MemberAdded,
+        Change::Promote => Reason::MemberPromoted,
+        Change::Demote => Reason::MemberDemoted,
+        Change::Remove => Reason::MemberRemoved,
+        Change::Adjust => Reason::MemberReconfigured,
+    };
+    let what = match change {
+        Change::Add => "added without a vote",
+        Change::Promote => "made voting",
+        Change::Demote => "made non-voting",
+        Change::Remove => "removed",
+        Change::Adjust => "reconfigured",
+    };
+    (
+        reason,
+        format!("{member} {what} (configuration version {})", config.version),
+    )
+}
+
+/// A step that failed: refused (nothing changed, the record is cleared) or unanswered (it may
+/// have happened; the record stays and the next observation tells). Either is an
+/// [`Error::Step`], reported by [`reported_failure`] and then returned from the pass.
+pub(crate) fn failed(
+    step: &Step,
+    member: &str,
+    failure: CallFailure,
+    status: &mut MongoDBReplicaSetStatus,
+) -> Result<Progress, Error> {
+    if matches!(step, Step::Initiate { .. }) && refusal_code(&failure) == Some(codes::ALREADY_INITIALIZED) {
+        return Ok(Progress::waiting(
+            Reason::AlreadyInitiated,
+            format!("{member} already has a configuration; observing it next"),
+        ));
+    }
+    if !is_unreachable(&failure) {
+        status.membership_change = None;
+    }
+    Err(Error::Step {
+        step: format!("{} of {member}", step_name(step)),
+        source: failure,
+    })
+}
+
+/// The progress to report for the step taken and the error to return once it is reported: a
+/// failed step is `Failed` (`StepFailed`: the `Progressing` condition and a warning event), then
+/// the pass's error. Any other error is returned at once.
+pub(crate) fn reported_failure(taken: Result<Progress, Error>) -> Result<(Progress, Option<Error>), Error> {
+    match taken {
+        Ok(progress) => Ok((progress, None)),
+        Err(Error::Step { step, source }) => Ok((
+            Progress::Failed {
+                reason: Reason::StepFailed,
+                message: format!("{step} failed: {source}"),
+            },
+            Some(Error::Step { step, source }),
+        )),
+        Err(other) => Err(other),
+    }
+}
+
+pub(crate) fn step_name(step: &Step) -> &'static str {
+    match step {
+        Step::Initiate { .. } => "replSetInitiate",
+        Step::Reconfigure { change, .. } => match change {
+            Change::Add => "adding",
+            Change::Promote => "promoting",
+            Change::Demote => "demoting",
+            Change::Remove => "removing",
+            Change::Adjust => "reconfiguring",
+        },
+        Step::StepDown { .. } => "replSetStepDown",
+        Step::Restart { .. } => "restarting",
+        Step::Resync { .. } => "resyncing",
+        Step::SetFeatureCompatibility { .. } => "setFeatureCompatibilityVersion",
+        Step::Settled | Step::Wait { .. } => "nothing",
+    }
+}
+
+/// The member's pod as it is now, `None` when it is gone.
+pub(crate) async fn current_pod(
+    context: &Context<State>,
+    replica_set: &MongoDBReplicaSet,
+    member: &str,
+) -> Result<Option<Pod>, Error> {
+    let pods = pods_api(context, replica_set);
+    pods.get_opt(member)
+        .await
+        .map_err(api(format!("reading pod {member}")))
+}
+
+/// Deletes a member's pod, exactly the one observed, so the StatefulSet recreates it from the
+/// current template (the set uses the OnDelete update strategy).
+pub(crate) async fn restart(
+    context: &Context<State>,
+    replica_set: &MongoDBReplicaSet,
+    member: &str,
+) -> Result<(), Error> {
+    let Some(pod) = current_pod(context, replica_set, member).await? else {
+        return Ok(());
+    };
+    let pods = pods_api(context, replica_set);
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: pod.uid(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    ignore_not_found(pods.delete(member, &params).await.map(|_| ()))
+        .map_err(api(format!("deleting pod {member}")))?;
+    Ok(())
+}
+
+/// Wipes a member, exactly the pod observed, so the StatefulSet recreates it on an empty volume
+/// and it runs an initial sync.
+pub(crate) async fn resync(
+    context: &Context<State>,
+    replica_set: &MongoDBReplicaSet,
+    member: &str,
+) -> Result<(), Error> {
+    let Some(pod) = current_pod(context, replica_set, member).await? else {
+        return Ok(());
+    };
+    let namespace = replica_set.namespace().unwrap_or_default();
+    quorum_core::wipe::wipe_member(&context.client, &namespace, member, pod.uid())
+        .await
+        .map_err(api(format!("wiping {member}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use quorum_core::{ReconcileError, availability::retry::CallError, events::Severity};
+
+    use super::*;
+    use crate::admin::AdminError;
+
+    fn recorded(status: &mut MongoDBReplicaSetStatus) {
+        status.membership_change = Some(
+            RecordedChange {
+                kind: ChangeKind::Add,
+                member: "rs-3".into(),
+                from_config_version: Some(5),
+            }
+            .record(Time(Timestamp::UNIX_EPOCH)),
+        );
+    }
+
+    fn add() -> Step {
+        Step::Reconfigure {
+            change: Change::Add,
+            member: "rs-3".into(),
+            config: ReplConfig::initial("rs", vec![]),
+        }
+    }
+
+    #[test]
+    fn a_failed_step_is_reported_then_returned_as_an_error() {
+        let refused = CallError::Failed(AdminError::Refused {
+            endpoint: "rs-0".into(),
+            code: 13,
+            code_name: "Unauthorized".into(),
+            message: "not authorized".into(),
+        });
+        let mut status = MongoDBReplicaSetStatus::default();
+        recorded(&mut status);
+        let (progress, error) = reported_failure(failed(&add(), "rs-3", refused, &mut status)).unwrap();
+        assert_eq!(
+            status.membership_change, None,
+            "a refused step changed nothing: its record goes"
+        );
+        let message = "adding of rs-3 failed: rs-0 refused: not authorized (code 13 Unauthorized)";
+        assert_eq!(
+            progress,
+            Progress::Failed {
+                reason: Reason::StepFailed,
+                message: message.into(),
+            }
+        );
+        assert_eq!(progress.event().map(|event| event.0), Some(Severity::Warning));
+        let condition = progress.progressing("the replica set matches its spec");
+        assert_eq!(
+            (
+                condition.status,
+                condition.reason.as_str(),
+                condition.message.as_str()
+            ),
+            (true, "StepFailed", message)
+        );
+        let error = error.expect("the pass returns the error");
+        assert!(matches!(error, Error::Step { .. }), "{error:?}");
+        assert_eq!(error.metric_label(), "admin_step");
+
+        // Unanswered: the step may have happened, so its record stays.
+        let mut status = MongoDBReplicaSetStatus::default();
+        recorded(&mut status);
+        let timeout = CallError::Timeout(Duration::from_secs(5));
+        let (progress, error) = reported_failure(failed(&add(), "rs-3", timeout, &mut status)).unwrap();
+        assert!(status.membership_change.is_some());
+        assert_eq!(progress.reason(), Some(Reason::StepFailed));
+        assert!(error.is_some());
+    }
+
+    #[test]
+    fn an_initiation_that_finds_a_configuration_is_a_quiet_wait_not_a_failure() {
+        let refused = CallError::Failed(AdminError::Refused {
+            endpoint: "rs-0".into(),
+            code: codes::ALREADY_INITIALIZED,
+            code_name: "AlreadyInitialized".into(),
+            message: "already initialized".into(),
+        });
+        let initiate = Step::Initiate {
+            member: "rs-0".into(),
+            host: "rs-0:27017".into(),
+            config: ReplConfig::initial("rs", vec![]),
+        };
+        let mut status = MongoDBReplicaSetStatus::default();
+        let (progress, error) = reported_failure(failed(&initiate, "rs-0", refused, &mut status)).unwrap();
+        assert!(error.is_none());
+        assert_eq!(progress.reason(), Some(Reason::AlreadyInitiated));
+        assert_eq!(progress.event().map(|event| event.0), Some(Severity::Normal));
+    }
+
+    #[test]
+    fn other_errors_are_returned_at_once() {
+        let error = Error::Secret {
+            secret: "ns/rs-admin".into(),
+            problem: "does not exist",
+        };
+        assert!(matches!(reported_failure(Err(error)), Err(Error::Secret { .. })));
+    }
+}

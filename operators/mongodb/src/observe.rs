@@ -1,0 +1,242 @@
+//! Observing a replica set: every member asked about itself, the primary about the set, and the
+//! member pods as Kubernetes has them.
+
+use std::collections::BTreeMap;
+
+use futures::future::join_all;
+use k8s_openapi::api::core::v1::Pod;
+use kube::{Api, ResourceExt, api::ListParams};
+use quorum_core::{availability::retry::Idempotency, runner::Context};
+
+use crate::{
+    admin::{AdminError, ReplConfig, StatusMember},
+    clients::MongoClients,
+    crd::MongoDBReplicaSet,
+    decide::{Desired, Observed, Reach, SeenMember},
+    resources::{
+        ARBITER_COMPONENT, MEMBER_COMPONENT, VERSION_LABEL, arbiter_name, arbiter_statefulset_name,
+        member_name, selector_string, statefulset_name,
+    },
+};
+
+use crate::reconcile::{Error, State, api};
+
+/// Asks every member about itself, and the primary about the set.
+pub(crate) async fn observe(
+    context: &Context<State>,
+    replica_set: &MongoDBReplicaSet,
+    key: &str,
+    desired: &Desired,
+) -> Result<Observed, Error> {
+    let clients = &context.state.clients;
+    let pods = member_pods(context, replica_set).await?;
+    let mut members = join_all(
+        desired
+            .members
+            .iter()
+            .map(|member| see(clients, key, &member.name, &member.host, pods.get(&member.name))),
+    )
+    .await;
+
+    let primaries: Vec<String> = members
+        .iter()
+        .filter(|member| member.hello().is_some_and(|hello| hello.is_writable_primary))
+        .map(|member| member.host.clone())
+        .collect();
+    let primary = match primaries.as_slice() {
+        [primary] => Some(primary.clone()),
+        _ => None,
+    };
+    let (mut config, mut status, mut feature_compatibility) = (None, None, None);
+    if let Some(primary) = &primary {
+        config = read(clients, key, primary, "replSetGetConfig", |admin| async move {
+            admin.config().await
+        })
+        .await
+        .flatten();
+        status = read(clients, key, primary, "replSetGetStatus", |admin| async move {
+            admin.status().await
+        })
+        .await
+        .flatten();
+        feature_compatibility = read(clients, key, primary, "getParameter", |admin| async move {
+            admin.feature_compatibility_version().await
+        })
+        .await;
+    } else {
+        // Without a primary, the newest configuration any member holds says who belongs.
+        let answered: Vec<String> = members
+            .iter()
+            .filter(|member| member.hello().is_some_and(|hello| hello.set_name.is_some()))
+            .map(|member| member.host.clone())
+            .collect();
+        for host in answered {
+            let held = read(clients, key, &host, "replSetGetConfig", |admin| async move {
+                admin.config().await
+            })
+            .await
+            .flatten();
+            if let Some(held) = held
+                && config
+                    .as_ref()
+                    .is_none_or(|current: &ReplConfig| held.version > current.version)
+            {
+                config = Some(held);
+            }
+        }
+    }
+
+    // Members still configured but no longer asked for: seen too, so they leave safely.
+    if let Some(config) = &config {
+        let extra: Vec<(String, String)> = config
+            .members
+            .iter()
+            .filter(|member| !desired.members.iter().any(|d| d.host == member.host))
+            .map(|member| {
+                (
+                    member_name_of(replica_set, context, &member.host),
+                    member.host.clone(),
+                )
+            })
+            .collect();
+        for (name, host) in extra {
+            members.push(see(clients, key, &name, &host, pods.get(&name)).await);
+        }
+    }
+
+    Ok(Observed {
+        initiated_before: replica_set
+            .status
+            .as_ref()
+            .is_some_and(|status| status.initiated_at.is_some()),
+        members,
+        config,
+        status,
+        primary,
+        feature_compatibility,
+        restore_pending: replica_set.spec.restore_from.is_some()
+            && replica_set
+                .status
+                .as_ref()
+                .is_none_or(|status| status.restored_from.is_none()),
+    })
+}
+
+/// The pod name of the member known as `host`: data members by ordinal, the arbiter, or the
+/// host itself when it matches no pod the set could have.
+pub(crate) fn member_name_of(
+    replica_set: &MongoDBReplicaSet,
+    context: &Context<State>,
+    host: &str,
+) -> String {
+    let name = replica_set.name_any();
+    let state = &context.state;
+    if state.host(replica_set, &arbiter_statefulset_name(&name), 0) == host {
+        return arbiter_name(&name);
+    }
+    (0..crate::crd::MAX_MEMBERS as usize)
+        .find(|ordinal| state.host(replica_set, &statefulset_name(&name), *ordinal) == host)
+        .map_or_else(|| host.to_string(), |ordinal| member_name(&name, ordinal))
+}
+
+pub(crate) async fn see(
+    clients: &MongoClients,
+    key: &str,
+    name: &str,
+    host: &str,
+    pod: Option<&Pod>,
+) -> SeenMember {
+    let hello = clients
+        .member(key, host, "hello", Idempotency::Read, |admin| async move {
+            admin.hello().await
+        })
+        .await;
+    let reach = match hello {
+        Ok(hello) => Reach::Answered(hello),
+        Err(failure) => Reach::Unknown(failure.to_string()),
+    };
+    let server_version = match &reach {
+        Reach::Answered(_) => {
+            read(clients, key, host, "buildInfo", |admin| async move {
+                admin.server_version().await
+            })
+            .await
+        }
+        Reach::Unknown(_) => None,
+    };
+    // A member of a set that neither serves nor votes as an arbiter is asked what it is doing:
+    // only its own word says whether it is too stale to catch up.
+    let idle = match &reach {
+        Reach::Answered(hello) => {
+            hello.set_name.is_some() && !hello.is_writable_primary && !hello.secondary && !hello.arbiter_only
+        }
+        Reach::Unknown(_) => false,
+    };
+    let too_stale = idle
+        && read(clients, key, host, "replSetGetStatus", |admin| async move {
+            admin.status().await
+        })
+        .await
+        .flatten()
+        .is_some_and(|status| status.own().is_some_and(StatusMember::too_stale));
+    SeenMember {
+        name: name.to_string(),
+        host: host.to_string(),
+        pod_exists: pod.is_some(),
+        pod_version: pod.and_then(|pod| pod.labels().get(VERSION_LABEL).cloned()),
+        reach,
+        server_version,
+        too_stale,
+    }
+}
+
+/// A read whose failure leaves the answer unknown.
+pub(crate) async fn read<T, F, Fut>(
+    clients: &MongoClients,
+    key: &str,
+    host: &str,
+    verb: &'static str,
+    call: F,
+) -> Option<T>
+where
+    F: Fn(crate::admin::MongoAdmin) -> Fut,
+    Fut: Future<Output = Result<T, AdminError>>,
+{
+    match clients.member(key, host, verb, Idempotency::Read, call).await {
+        Ok(value) => Some(value),
+        Err(failure) => {
+            tracing::debug!(%host, verb, %failure, "read failed");
+            None
+        }
+    }
+}
+
+/// The pods of the set's namespace.
+pub(crate) fn pods_api(context: &Context<State>, replica_set: &MongoDBReplicaSet) -> Api<Pod> {
+    Api::namespaced(
+        context.client.clone(),
+        &replica_set.namespace().unwrap_or_default(),
+    )
+}
+
+/// The set's member pods (data and arbiter) by name.
+pub(crate) async fn member_pods(
+    context: &Context<State>,
+    replica_set: &MongoDBReplicaSet,
+) -> Result<BTreeMap<String, Pod>, Error> {
+    let pods = pods_api(context, replica_set);
+    let mut by_name = BTreeMap::new();
+    for component in [MEMBER_COMPONENT, ARBITER_COMPONENT] {
+        let labels = selector_string(replica_set, component);
+        let listed = pods
+            .list(&ListParams::default().labels(&labels))
+            .await
+            .map_err(api("listing member pods"))?;
+        for pod in listed.items {
+            if pod.metadata.deletion_timestamp.is_none() {
+                by_name.insert(pod.name_any(), pod);
+            }
+        }
+    }
+    Ok(by_name)
+}

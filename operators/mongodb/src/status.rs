@@ -1,0 +1,311 @@
+//! The replica set's status as a pure function of what a pass observed and where it left the
+//! set: members, conditions, and the membership change recorded in flight, read back typed.
+
+use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
+use quorum_core::{
+    conditions::ConditionUpdate,
+    pass::{Findings, UnreadableRecord},
+};
+
+use crate::{
+    admin::{MemberState, ReplStatus},
+    crd::{ChangeKind, MemberStatus, MembershipChange, MongoDBReplicaSet, MongoDBReplicaSetStatus},
+    decide::{Change, Desired, Observed, Reach, Reason, SeenMember},
+};
+
+/// Where a pass left the set: the `Progressing` condition, the event and the requeue.
+pub type Progress = quorum_core::pass::Progress<Reason>;
+
+/// A membership change recorded in status, as read back: a kind this operator knows, with the
+/// fields that kind needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordedChange {
+    pub kind: ChangeKind,
+    /// The member it concerns (the release, for `SetFeatureCompatibilityVersion`).
+    pub member: String,
+    /// The configuration version it was made from; every change but the initiation has one.
+    pub from_config_version: Option<i64>,
+}
+
+impl RecordedChange {
+    /// The status record of this change, started at `started_at`.
+    pub fn record(&self, started_at: Time) -> MembershipChange {
+        MembershipChange {
+            kind: self.kind.clone(),
+            member: self.member.clone(),
+            from_config_version: self.from_config_version,
+            started_at,
+        }
+    }
+}
+
+/// The membership change recorded in status. A record this operator cannot read (an unknown
+/// kind, no member) is an error, never taken for no change.
+pub fn recorded_change(
+    status: Option<&MongoDBReplicaSetStatus>,
+) -> Result<Option<RecordedChange>, UnreadableRecord> {
+    let Some(change) = status.and_then(|status| status.membership_change.as_ref()) else {
+        return Ok(None);
+    };
+    let kind = change.kind.known()?.clone();
+    if change.member.is_empty() {
+        return Err(UnreadableRecord::new(
+            "status.membershipChange.member",
+            format!("empty for {kind}"),
+        ));
+    }
+    Ok(Some(RecordedChange {
+        kind,
+        member: change.member.clone(),
+        from_config_version: change.from_config_version,
+    }))
+}
+
+/// The wait of a pass that found a recorded change it cannot read: it says what a person can do.
+pub(crate) fn wait_on_unreadable_record(name: &str, unreadable: &UnreadableRecord) -> Progress {
+    Progress::waiting(
+        Reason::InFlightUnreadable,
+        unreadable.wait_message("mongodbreplicaset", name, "/status/membershipChange"),
+    )
+}
+
+/// The kind recorded for a reconfiguration.
+pub(crate) fn change_kind(change: Change) -> ChangeKind {
+    match change {
+        Change::Add => ChangeKind::Add,
+        Change::Promote => ChangeKind::Promote,
+        Change::Demote => ChangeKind::Demote,
+        Change::Remove => ChangeKind::Remove,
+        Change::Adjust => ChangeKind::Reconfigure,
+    }
+}
+
+/// The status of what was observed, before the step.
+pub(crate) fn status_from(
+    replica_set: &MongoDBReplicaSet,
+    desired: &Desired,
+    observed: &Observed,
+    now: Timestamp,
+) -> MongoDBReplicaSetStatus {
+    let mut status = replica_set.status.clone().unwrap_or_default();
+    if observed.config.is_some() && status.initiated_at.is_none() {
+        status.initiated_at = Some(Time(now));
+    }
+    status.primary = observed
+        .primary
+        .as_ref()
+        .and_then(|host| observed.members.iter().find(|member| &member.host == host))
+        .map(|member| member.name.clone());
+    status.config_version = observed.config.as_ref().map(|config| config.version);
+    status.feature_compatibility_version = observed.feature_compatibility.clone();
+    status.members = observed
+        .members
+        .iter()
+        .map(|seen| member_status(seen, desired, observed))
+        .collect();
+    status.ready_members = status
+        .members
+        .iter()
+        .filter(|member| {
+            member.health == "Healthy" && matches!(member.state.as_str(), "PRIMARY" | "SECONDARY" | "ARBITER")
+        })
+        .count() as i32;
+    status
+}
+
+pub(crate) fn member_status(seen: &SeenMember, desired: &Desired, observed: &Observed) -> MemberStatus {
+    let configured = observed
+        .config
+        .as_ref()
+        .and_then(|config| config.member(&seen.host));
+    let reported = observed
+        .status
+        .as_ref()
+        .and_then(|status: &ReplStatus| status.member(&seen.host));
+    let wanted = desired.members.iter().find(|member| member.host == seen.host);
+    let state = match (configured, reported) {
+        (None, _) => "NotAMember".to_string(),
+        (Some(_), Some(reported)) => reported.state.as_str().to_string(),
+        (Some(_), None) => "UNKNOWN".to_string(),
+    };
+    let (health, message) = match &seen.reach {
+        Reach::Unknown(why) => ("Unknown", Some(format!("not reachable from the operator: {why}"))),
+        Reach::Answered(_) => match reported {
+            Some(reported) if !reported.healthy || reported.state == MemberState::Down => (
+                "Unhealthy",
+                Some("the primary does not hear its heartbeats".to_string()),
+            ),
+            Some(reported)
+                if matches!(
+                    reported.state,
+                    MemberState::Recovering
+                        | MemberState::Rollback
+                        | MemberState::Removed
+                        | MemberState::Unknown
+                ) =>
+            {
+                ("Unhealthy", Some(format!("state {}", reported.state.as_str())))
+            }
+            _ => ("Healthy", None),
+        },
+    };
+    MemberStatus {
+        name: seen.name.clone(),
+        host: Some(seen.host.clone()),
+        state,
+        health: health.to_string(),
+        votes: configured.map_or(0, |member| member.votes),
+        priority: configured.map_or(0.0, |member| member.priority),
+        hidden: configured.is_some_and(|member| member.hidden),
+        arbiter: configured.map_or(wanted.is_some_and(|member| member.arbiter), |member| {
+            member.arbiter_only
+        }),
+        lag_seconds: configured.and_then(|_| observed.lag_seconds(&seen.host)),
+        version: seen.server_version.clone(),
+        message,
+    }
+}
+
+/// Sets `Ready`, `Progressing` and `Degraded` from a pass's findings.
+pub(crate) fn set_conditions(
+    status: &mut MongoDBReplicaSetStatus,
+    replica_set: &MongoDBReplicaSet,
+    ready: ConditionUpdate,
+    progress: &Progress,
+    degraded: Option<(&'static str, String)>,
+    now: Timestamp,
+) {
+    let generation = replica_set.metadata.generation;
+    status.observed_generation = generation;
+    let findings = Findings {
+        ready,
+        progress,
+        settled: "the replica set matches its spec",
+        degraded,
+        healthy: "every member is healthy",
+    };
+    quorum_core::pass::set_conditions(&mut status.conditions, generation, findings, now);
+}
+
+#[cfg(test)]
+mod tests {
+    use quorum_core::events::Severity;
+
+    use super::*;
+
+    fn status_with(change: serde_json::Value) -> MongoDBReplicaSetStatus {
+        serde_json::from_value(serde_json::json!({ "membershipChange": change })).expect("a status as stored")
+    }
+
+    #[test]
+    fn changes_recorded_by_earlier_versions_still_read_and_round_trip() {
+        let at = "2026-01-01T00:00:00Z";
+        let stored = [
+            serde_json::json!({"kind": "Initiate", "member": "rs-0", "startedAt": at}),
+            serde_json::json!({"kind": "Add", "member": "rs-3", "fromConfigVersion": 5, "startedAt": at}),
+            serde_json::json!({"kind": "Promote", "member": "rs-3", "fromConfigVersion": 6, "startedAt": at}),
+            serde_json::json!({"kind": "Demote", "member": "rs-2", "fromConfigVersion": 7, "startedAt": at}),
+            serde_json::json!({"kind": "Remove", "member": "rs-2", "fromConfigVersion": 8, "startedAt": at}),
+            serde_json::json!({"kind": "Reconfigure", "member": "rs-4", "fromConfigVersion": 9, "startedAt": at}),
+            serde_json::json!({"kind": "StepDown", "member": "rs-0", "fromConfigVersion": 9, "startedAt": at}),
+            serde_json::json!({"kind": "Restart", "member": "rs-1", "fromConfigVersion": 9, "startedAt": at}),
+            serde_json::json!({"kind": "Resync", "member": "rs-2", "fromConfigVersion": 9, "startedAt": at}),
+            serde_json::json!({"kind": "SetFeatureCompatibilityVersion", "member": "8.0", "fromConfigVersion": 9, "startedAt": at}),
+            serde_json::json!({"kind": "Restore", "member": "rs-0", "fromConfigVersion": 1, "startedAt": at}),
+        ];
+        for json in stored {
+            let status = status_with(json.clone());
+            let recorded = recorded_change(Some(&status))
+                .unwrap_or_else(|error| panic!("{json}: {error}"))
+                .expect("a change");
+            assert_eq!(recorded.kind, json["kind"].as_str().unwrap(), "{json}");
+            assert!(!matches!(recorded.kind, ChangeKind::Unrecognized(_)), "{json}");
+            let started_at = status.membership_change.as_ref().unwrap().started_at.clone();
+            let written = serde_json::to_string(&recorded.record(started_at)).unwrap();
+            assert_eq!(
+                written,
+                serde_json::to_string(&json).unwrap(),
+                "written as it was stored"
+            );
+            // The status as a whole is written back as it was read.
+            assert_eq!(
+                serde_json::to_value(&status).unwrap(),
+                serde_json::json!({ "readyMembers": 0, "membershipChange": json })
+            );
+        }
+        assert_eq!(
+            recorded_change(Some(&MongoDBReplicaSetStatus::default())),
+            Ok(None)
+        );
+        assert_eq!(recorded_change(None), Ok(None));
+    }
+
+    #[test]
+    fn an_unknown_or_incomplete_recorded_change_is_unreadable_never_absent() {
+        // The configuration version is a note for people (the member the change concerns and its
+        // kind are what the pass acts on): a record without one still reads.
+        let without_version = status_with(
+            serde_json::json!({"kind": "Restart", "member": "rs-1", "startedAt": "2026-01-01T00:00:00Z"}),
+        );
+        assert!(recorded_change(Some(&without_version)).unwrap().is_some());
+        let at = "2026-01-01T00:00:00Z";
+        let cases = [
+            (
+                serde_json::json!({"kind": "Rewind", "member": "rs-1", "fromConfigVersion": 3, "startedAt": at}),
+                "status.membershipChange.kind",
+            ),
+            (
+                serde_json::json!({"kind": "Restart", "member": "", "fromConfigVersion": 3, "startedAt": at}),
+                "status.membershipChange.member",
+            ),
+        ];
+        for (json, field) in cases {
+            let status = status_with(json.clone());
+            let error = recorded_change(Some(&status)).unwrap_err();
+            assert_eq!(error.field, field, "{json}");
+            // Kept as stored, so writing the status back does not erase or change it.
+            assert_eq!(
+                serde_json::to_value(status.membership_change.as_ref().unwrap()).unwrap(),
+                json
+            );
+        }
+    }
+
+    #[test]
+    fn an_unreadable_record_is_a_warning_wait_that_says_how_to_clear_it() {
+        let status = status_with(
+            serde_json::json!({"kind": "Rewind", "member": "rs-1", "startedAt": "2026-01-01T00:00:00Z"}),
+        );
+        let unreadable = recorded_change(Some(&status)).unwrap_err();
+        let progress = wait_on_unreadable_record("orders", &unreadable);
+        let (severity, reason, message) = progress.event().expect("an event");
+        assert_eq!(
+            (severity, reason),
+            (Severity::Warning, Reason::InFlightUnreadable)
+        );
+        assert!(message.contains("`Rewind`"), "{message}");
+        assert!(
+            message.contains("kubectl patch mongodbreplicaset orders --subresource=status")
+                && message.contains("{\"status\":{\"membershipChange\":null}}"),
+            "{message}"
+        );
+        let condition = progress.progressing("the replica set matches its spec");
+        assert_eq!(
+            (condition.status, condition.reason.as_str()),
+            (true, "InFlightUnreadable")
+        );
+    }
+
+    #[test]
+    fn a_reconfiguration_records_the_kind_it_always_did() {
+        for change in [
+            Change::Add,
+            Change::Promote,
+            Change::Demote,
+            Change::Remove,
+            Change::Adjust,
+        ] {
+            assert_eq!(change_kind(change).as_str(), change.as_str());
+        }
+    }
+}
