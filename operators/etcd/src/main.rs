@@ -5,10 +5,8 @@ use std::time::Duration;
 use clap::Parser;
 use etcd_operator::{
     OPERATOR_NAME,
-    backup_controller::reconcile_backup,
-    crd::{EtcdBackup, EtcdCluster},
     observe::{EtcdClients, default_policy},
-    reconcile::{Settings, State, reconcile},
+    reconcile::{Settings, State, controllers},
     restore::{RestoreMemberArgs, restore_member},
 };
 use quorum_core::{
@@ -94,7 +92,6 @@ async fn main() -> Result<(), RunError> {
         },
     };
     let context = runtime.context(state);
-    let clusters = runtime.cluster_controller::<EtcdCluster, _, _, _, _>(context.clone(), reconcile);
-    let backups = runtime.controller::<EtcdBackup, _, _, _, _>(context, reconcile_backup);
-    runtime.run(vec![clusters, backups]).await
+    let controllers = controllers(&runtime, context);
+    runtime.run(controllers).await
 }

@@ -3,10 +3,8 @@
 use clap::Parser;
 use mongodb_operator::{
     OPERATOR_NAME,
-    backup_controller::reconcile_backup,
     clients::{MongoClients, default_policy},
-    crd::{MongoDBBackup, MongoDBReplicaSet},
-    reconcile::{Settings, State, reconcile},
+    reconcile::{Settings, State, controllers},
 };
 use quorum_core::{
     availability::breaker::BreakerSettings,
@@ -46,7 +44,6 @@ async fn main() -> Result<(), RunError> {
         },
     };
     let context = runtime.context(state);
-    let sets = runtime.cluster_controller::<MongoDBReplicaSet, _, _, _, _>(context.clone(), reconcile);
-    let backups = runtime.controller::<MongoDBBackup, _, _, _, _>(context.clone(), reconcile_backup);
-    runtime.run(vec![sets, backups]).await
+    let controllers = controllers(&runtime, context);
+    runtime.run(controllers).await
 }

@@ -391,3 +391,18 @@ async fn ensure_scheduled_backup(
     }
     Ok(())
 }
+
+/// The operator's controllers: its clusters' passes and its backups'. The process (`main.rs`)
+/// and the tests run exactly these, so what is tested is what is deployed.
+pub fn controllers(
+    runtime: &quorum_core::runner::Runtime,
+    context: Arc<Context<State>>,
+) -> Vec<futures::future::BoxFuture<'static, ()>> {
+    let sets =
+        runtime.cluster_controller::<crate::crd::MongoDBReplicaSet, _, _, _, _>(context.clone(), reconcile);
+    let backups = runtime.controller::<crate::crd::MongoDBBackup, _, _, _, _>(
+        context,
+        crate::backup_controller::reconcile_backup,
+    );
+    vec![sets, backups]
+}

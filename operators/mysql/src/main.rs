@@ -5,10 +5,8 @@ use std::time::Duration;
 use clap::Parser;
 use mysql_operator::{
     OPERATOR_NAME,
-    backup_controller::reconcile_backup,
-    crd::{MySQLBackup, MySQLCluster},
     observe::{MySqlClients, default_policy},
-    reconcile::{Settings, State, reconcile},
+    reconcile::{Settings, State, controllers},
 };
 use quorum_core::{
     availability::breaker::BreakerSettings,
@@ -49,7 +47,6 @@ async fn main() -> Result<(), RunError> {
         },
     };
     let context = runtime.context(state);
-    let clusters = runtime.cluster_controller::<MySQLCluster, _, _, _, _>(context.clone(), reconcile);
-    let backups = runtime.controller::<MySQLBackup, _, _, _, _>(context, reconcile_backup);
-    runtime.run(vec![clusters, backups]).await
+    let controllers = controllers(&runtime, context);
+    runtime.run(controllers).await
 }

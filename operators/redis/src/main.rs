@@ -13,10 +13,8 @@ use quorum_core::{
 };
 use redis_operator::{
     OPERATOR_NAME,
-    backup_controller::reconcile_backup,
     clients::{RedisClients, default_policy},
-    crd::{RedisBackup, RedisCluster},
-    reconcile::{Settings, State, reconcile},
+    reconcile::{Settings, State, controllers},
     restore::{RestoreNodeArgs, restore_node},
     sentinel_events::{ListenSettings, SentinelEvents},
 };
@@ -94,8 +92,6 @@ async fn main() -> Result<(), RunError> {
         sentinel_events: SentinelEvents::new(wakeups.clone(), ListenSettings::default()),
     };
     let context = runtime.context(state);
-    let clusters =
-        runtime.cluster_controller_woken::<RedisCluster, _, _, _, _>(context.clone(), reconcile, wakeups);
-    let backups = runtime.controller::<RedisBackup, _, _, _, _>(context.clone(), reconcile_backup);
-    runtime.run(vec![clusters, backups]).await
+    let controllers = controllers(&runtime, context, wakeups);
+    runtime.run(controllers).await
 }

@@ -4,10 +4,8 @@ use std::{net::SocketAddr, time::Duration};
 
 use etcd_operator::{
     OPERATOR_NAME,
-    backup_controller::reconcile_backup,
-    crd::{EtcdBackup, EtcdCluster},
     observe::EtcdClients,
-    reconcile::{MemberAddresses, Settings, State, reconcile},
+    reconcile::{MemberAddresses, Settings, State, controllers},
 };
 use quorum_core::{
     availability::{breaker::BreakerSettings, retry::CallPolicy},
@@ -104,10 +102,9 @@ fn start_configured(
         },
     };
     let context = runtime.context(state);
-    let clusters = runtime.cluster_controller::<EtcdCluster, _, _, _, _>(context.clone(), reconcile);
-    let backups = runtime.controller::<EtcdBackup, _, _, _, _>(context.clone(), reconcile_backup);
+    let controllers = controllers(&runtime, context.clone());
     let shutdown = runtime.shutdown_token();
-    let task = tokio::spawn(runtime.run(vec![clusters, backups]));
+    let task = tokio::spawn(runtime.run(controllers));
     Running {
         context,
         shutdown,

@@ -11,10 +11,9 @@ use kube::{Api, CustomResourceExt, api::ListParams};
 use mongodb_operator::{
     OPERATOR_NAME,
     admin::{Credentials, MongoAdmin, ReplConfig},
-    backup_controller::reconcile_backup,
     clients::MongoClients,
     crd::{MongoDBBackup, MongoDBReplicaSet, MongoDBReplicaSetSpec, MongoDBReplicaSetStatus},
-    reconcile::{MemberAddresses, Settings, State, reconcile},
+    reconcile::{MemberAddresses, Settings, State, controllers},
     resources::{PASSWORD_KEY, USERNAME_KEY, generated_admin_secret_name},
 };
 use quorum_core::{
@@ -87,10 +86,9 @@ pub fn start_operator_with(client: kube::Client, namespace: &str, leader_elect: 
         },
     };
     let context = runtime.context(state);
-    let sets = runtime.cluster_controller::<MongoDBReplicaSet, _, _, _, _>(context.clone(), reconcile);
-    let backups = runtime.controller::<MongoDBBackup, _, _, _, _>(context.clone(), reconcile_backup);
+    let controllers = controllers(&runtime, context.clone());
     let shutdown = runtime.shutdown_token();
-    let task = tokio::spawn(runtime.run(vec![sets, backups]));
+    let task = tokio::spawn(runtime.run(controllers));
     Running {
         context,
         shutdown,

@@ -14,10 +14,9 @@ use kube::{
 use mysql_async::prelude::Queryable;
 use mysql_operator::{
     OPERATOR_NAME,
-    backup_controller::reconcile_backup,
     crd::{Flavor, MySQLBackup, MySQLCluster, MySQLClusterSpec, MySQLClusterStatus, UserSpec},
     observe::MySqlClients,
-    reconcile::{MemberAddresses, Settings, State, reconcile},
+    reconcile::{MemberAddresses, Settings, State, controllers},
 };
 use quorum_core::{
     availability::{breaker::BreakerSettings, retry::CallPolicy},
@@ -94,10 +93,9 @@ pub fn start_operator_with(client: kube::Client, namespace: &str, leader_elect: 
         },
     };
     let context = runtime.context(state);
-    let clusters = runtime.cluster_controller::<MySQLCluster, _, _, _, _>(context.clone(), reconcile);
-    let backups = runtime.controller::<MySQLBackup, _, _, _, _>(context.clone(), reconcile_backup);
+    let controllers = controllers(&runtime, context.clone());
     let shutdown = runtime.shutdown_token();
-    let task = tokio::spawn(runtime.run(vec![clusters, backups]));
+    let task = tokio::spawn(runtime.run(controllers));
     Running {
         context,
         shutdown,

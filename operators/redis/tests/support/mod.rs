@@ -28,10 +28,9 @@ use redis::{ErrorKind, ServerErrorKind, aio::MultiplexedConnection};
 use redis_operator::{
     OPERATOR_NAME,
     admin::cluster::key_slot,
-    backup_controller::reconcile_backup,
     clients::RedisClients,
     crd::{Mode, Persistence, RedisBackup, RedisCluster, RedisClusterSpec, RedisClusterStatus, SentinelSpec},
-    reconcile::{MemberAddresses, Settings, State, reconcile},
+    reconcile::{MemberAddresses, Settings, State, controllers},
     resources::{PASSWORD_KEY, generated_auth_secret_name},
     sentinel_events::{ListenSettings, SentinelEvents},
 };
@@ -117,11 +116,9 @@ pub fn start_operator_rechecking(
         ),
     };
     let context = runtime.context(state);
-    let clusters =
-        runtime.cluster_controller_woken::<RedisCluster, _, _, _, _>(context.clone(), reconcile, wakeups);
-    let backups = runtime.controller::<RedisBackup, _, _, _, _>(context.clone(), reconcile_backup);
+    let controllers = controllers(&runtime, context.clone(), wakeups);
     let shutdown = runtime.shutdown_token();
-    let task = tokio::spawn(runtime.run(vec![clusters, backups]));
+    let task = tokio::spawn(runtime.run(controllers));
     Running {
         context,
         shutdown,
