@@ -1,7 +1,8 @@
 //! The Helm chart of each operator. Generated here: `Chart.yaml`, `values.yaml` and
 //! `values.schema.json` (both from [`ChartValues`], so they cannot disagree), the CRDs and the
-//! RBAC templates (from the operator's declared rules). Written by hand: the other templates
-//! (`templates/deployment.yaml` and friends), which read these values.
+//! RBAC templates (from the operator's declared rules). The templates every chart shares
+//! (`templates/deployment.yaml` and friends, which read these values) are written by hand once,
+//! in `xtask/chart-templates/`, and copied into each chart.
 
 use std::path::{Path, PathBuf};
 
@@ -13,6 +14,25 @@ use schemars::JsonSchema;
 use serde::Serialize;
 
 use crate::{GeneratedFile, HEADER, OperatorPackage};
+
+/// The templates every chart shares, from their one copy in `xtask/chart-templates/`.
+const SHARED_TEMPLATES: &[(&str, &str)] = &[
+    ("_helpers.tpl", include_str!("../chart-templates/_helpers.tpl")),
+    ("deployment.yaml", include_str!("../chart-templates/deployment.yaml")),
+    ("service.yaml", include_str!("../chart-templates/service.yaml")),
+    ("serviceaccount.yaml", include_str!("../chart-templates/serviceaccount.yaml")),
+    ("servicemonitor.yaml", include_str!("../chart-templates/servicemonitor.yaml")),
+];
+
+/// A shared template as written into a chart, marked with where to edit it.
+fn shared_template(name: &str, text: &str) -> String {
+    let origin = format!("Written by `cargo xtask generate` from xtask/chart-templates/{name}: edit it there.");
+    if name.ends_with(".tpl") {
+        format!("{{{{/* {origin} */}}}}\n{text}")
+    } else {
+        format!("# {origin}\n{text}")
+    }
+}
 
 /// Placeholder names replaced by Helm template expressions after serialization.
 const FULLNAME: &str = "QUORUM_FULLNAME";
@@ -286,6 +306,9 @@ pub fn chart_files(operator: &OperatorPackage) -> anyhow::Result<Vec<GeneratedFi
             rbac_template(operator.rules.clone(), operator.leader_election_rules.clone())?,
         ),
     ];
+    for (name, text) in SHARED_TEMPLATES {
+        files.push(file(&format!("templates/{name}"), shared_template(name, text)));
+    }
     if let Some(policy) = &operator.admission_policy {
         files.push(file(
             &format!("templates/{}", policy.file),

@@ -1,3 +1,4 @@
+{{/* Written by `cargo xtask generate` from xtask/chart-templates/_helpers.tpl: edit it there. */}}
 {{/* Names shared by every template of the chart. */}}
 {{- define "quorum.fullname" -}}
 {{- if contains .Chart.Name .Release.Name -}}
