@@ -11,3 +11,54 @@ pub fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
         ..PolicyRule::default()
     }
 }
+
+/// The rules on an engine's own resources in API `group`: its clusters (`clusters`, read and
+/// watched, plus `extra_cluster_verbs`) and their status, which is its to write; its backups
+/// (`backups`), applied and deleted on behalf of a cluster's backup policy, and their status.
+pub fn custom_resource_rules(
+    group: &str,
+    clusters: &str,
+    backups: &str,
+    extra_cluster_verbs: &[&str],
+) -> Vec<PolicyRule> {
+    let cluster_verbs: Vec<&str> = ["get", "list", "watch"]
+        .into_iter()
+        .chain(extra_cluster_verbs.iter().copied())
+        .collect();
+    vec![
+        rule(group, &[clusters], &cluster_verbs),
+        rule(group, &[&format!("{clusters}/status")], &["get", "patch"]),
+        rule(
+            group,
+            &[backups],
+            &["get", "list", "watch", "create", "patch", "delete"],
+        ),
+        rule(group, &[&format!("{backups}/status")], &["get", "patch"]),
+    ]
+}
+
+/// The child objects every operator applies with server-side apply and watches, so a deleted
+/// one comes back: StatefulSets, Services, ConfigMaps and PodDisruptionBudgets. Never deleted:
+/// they go with their owner.
+pub fn child_object_rules() -> Vec<PolicyRule> {
+    let applied = ["get", "list", "watch", "create", "patch"];
+    vec![
+        rule("apps", &["statefulsets"], &applied),
+        rule("", &["services", "configmaps"], &applied),
+        rule("policy", &["poddisruptionbudgets"], &applied),
+    ]
+}
+
+/// Events about the resources, through the de-duplicating recorder.
+pub fn events_rule() -> PolicyRule {
+    rule("events.k8s.io", &["events"], &["create", "patch"])
+}
+
+/// The rules for the operator's own namespace: its leader-election Lease.
+pub fn leader_election_rules() -> Vec<PolicyRule> {
+    vec![rule(
+        "coordination.k8s.io",
+        &["leases"],
+        &["get", "create", "update"],
+    )]
+}

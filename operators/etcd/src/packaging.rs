@@ -3,40 +3,19 @@
 //! rule lists only the verbs the operator's code uses, and why.
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
-use quorum_core::rbac::rule;
+use quorum_core::rbac::{child_object_rules, custom_resource_rules, events_rule, rule};
 
 /// The etcd release the samples and the OLM bundle's related images name.
 pub const DEFAULT_ETCD_IMAGE_TAG: &str = "v3.6.16";
 
 /// The rules for the namespaces the operator manages.
 pub fn rules() -> Vec<PolicyRule> {
-    vec![
-        // The resources it reconciles; status is its to write. Scheduled backups are created
-        // (server-side apply) and deleted on behalf of a cluster's backup policy.
-        rule("etcd.quorum.dev", &["etcdclusters"], &["get", "list", "watch"]),
-        rule("etcd.quorum.dev", &["etcdclusters/status"], &["get", "patch"]),
-        rule(
-            "etcd.quorum.dev",
-            &["etcdbackups"],
-            &["get", "list", "watch", "create", "patch", "delete"],
-        ),
-        rule("etcd.quorum.dev", &["etcdbackups/status"], &["get", "patch"]),
-        // Child objects, applied with server-side apply and watched so deleted ones return.
-        rule(
-            "apps",
-            &["statefulsets"],
-            &["get", "list", "watch", "create", "patch"],
-        ),
-        rule(
-            "",
-            &["services", "configmaps"],
-            &["get", "list", "watch", "create", "patch"],
-        ),
-        rule(
-            "policy",
-            &["poddisruptionbudgets"],
-            &["get", "list", "watch", "create", "patch"],
-        ),
+    // The resources it reconciles; status is its to write. Scheduled backups are created
+    // (server-side apply) and deleted on behalf of a cluster's backup policy.
+    let mut rules = custom_resource_rules("etcd.quorum.dev", "etcdclusters", "etcdbackups", &[]);
+    // Child objects, applied with server-side apply and watched so deleted ones return.
+    rules.extend(child_object_rules());
+    rules.extend([
         // Watched as owned objects; read for backup credentials. Never written.
         rule("", &["secrets"], &["get", "list", "watch"]),
         // Member pods: listed to see which version each runs; one deleted at a time for an
@@ -46,15 +25,10 @@ pub fn rules() -> Vec<PolicyRule> {
         // Claims listed to find a deleted cluster's leftovers (`quorum_core::predecessor`).
         quorum_core::predecessor::rbac_rule(),
         // Events about the resources, through the de-duplicating recorder.
-        rule("events.k8s.io", &["events"], &["create", "patch"]),
-    ]
+        events_rule(),
+    ]);
+    rules
 }
 
 /// The rules for the operator's own namespace: its leader-election Lease.
-pub fn leader_election_rules() -> Vec<PolicyRule> {
-    vec![rule(
-        "coordination.k8s.io",
-        &["leases"],
-        &["get", "create", "update"],
-    )]
-}
+pub use quorum_core::rbac::leader_election_rules;

@@ -3,55 +3,22 @@
 //! each rule lists only the verbs the operator's code uses, and why.
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
-use quorum_core::rbac::rule;
+use quorum_core::rbac::{child_object_rules, custom_resource_rules, events_rule, rule};
 
 /// The MongoDB release the samples and the OLM bundle's related images name.
 pub const DEFAULT_MONGODB_IMAGE_TAG: &str = "7.0.14";
 
 /// The rules for the namespaces the operator manages.
 pub fn rules() -> Vec<PolicyRule> {
-    vec![
-        // The replica sets it reconciles; status is its to write. No finalizers: children go
-        // with their owner references.
-        rule(
-            "mongodb.quorum.dev",
-            &["mongodbreplicasets"],
-            &["get", "list", "watch"],
-        ),
-        rule(
-            "mongodb.quorum.dev",
-            &["mongodbreplicasets/status"],
-            &["get", "patch"],
-        ),
-        // Scheduled backups are created (server-side apply) and deleted on behalf of a replica
-        // set's backup policy; every backup's status is the backup controller's to write. A
-        // replica set created with `restoreFrom` reads the backup it names.
-        rule(
-            "mongodb.quorum.dev",
-            &["mongodbbackups"],
-            &["get", "list", "watch", "create", "patch", "delete"],
-        ),
-        rule(
-            "mongodb.quorum.dev",
-            &["mongodbbackups/status"],
-            &["get", "patch"],
-        ),
-        // Child objects, applied with server-side apply and watched so deleted ones return.
-        rule(
-            "apps",
-            &["statefulsets"],
-            &["get", "list", "watch", "create", "patch"],
-        ),
-        rule(
-            "",
-            &["services", "configmaps"],
-            &["get", "list", "watch", "create", "patch"],
-        ),
-        rule(
-            "policy",
-            &["poddisruptionbudgets"],
-            &["get", "list", "watch", "create", "patch"],
-        ),
+    // The replica sets it reconciles; status is its to write. No finalizers: children go
+    // with their owner references.
+    // Scheduled backups are created (server-side apply) and deleted on behalf of a replica
+    // set's backup policy; every backup's status is the backup controller's to write. A
+    // replica set created with `restoreFrom` reads the backup it names.
+    let mut rules = custom_resource_rules("mongodb.quorum.dev", "mongodbreplicasets", "mongodbbackups", &[]);
+    // Child objects, applied with server-side apply and watched so deleted ones return.
+    rules.extend(child_object_rules());
+    rules.extend([
         // The generated administrator and keyfile are created once and never rewritten; given
         // ones and backup credentials are read. Watched as owned objects.
         rule("", &["secrets"], &["get", "list", "watch", "create"]),
@@ -63,15 +30,10 @@ pub fn rules() -> Vec<PolicyRule> {
         // Claims listed to find a deleted cluster's leftovers (`quorum_core::predecessor`).
         quorum_core::predecessor::rbac_rule(),
         // Events about the resources, through the de-duplicating recorder.
-        rule("events.k8s.io", &["events"], &["create", "patch"]),
-    ]
+        events_rule(),
+    ]);
+    rules
 }
 
 /// The rules for the operator's own namespace: its leader-election Lease.
-pub fn leader_election_rules() -> Vec<PolicyRule> {
-    vec![rule(
-        "coordination.k8s.io",
-        &["leases"],
-        &["get", "create", "update"],
-    )]
-}
+pub use quorum_core::rbac::leader_election_rules;

@@ -3,7 +3,7 @@
 //! each rule lists only the verbs the operator's code uses, and why.
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
-use quorum_core::rbac::rule;
+use quorum_core::rbac::{child_object_rules, custom_resource_rules, events_rule, rule};
 
 /// The MariaDB release the samples and the OLM bundle's related images name.
 pub const DEFAULT_MARIADB_IMAGE_TAG: &str = "10.11.19";
@@ -13,41 +13,16 @@ pub const DEFAULT_MYSQL_IMAGE_TAG: &str = "8.4.6";
 
 /// The rules for the namespaces the operator manages.
 pub fn rules() -> Vec<PolicyRule> {
-    vec![
-        // The clusters it reconciles; patched only to remove a handled switchover request.
-        // Status is its to write (the backup controller records the newest backup there too).
-        // No finalizers: children go with their owner references.
-        rule(
-            "mysql.quorum.dev",
-            &["mysqlclusters"],
-            &["get", "list", "watch", "patch"],
-        ),
-        rule("mysql.quorum.dev", &["mysqlclusters/status"], &["get", "patch"]),
-        // Scheduled backups are created (server-side apply) and deleted on behalf of a
-        // cluster's backup policy; every backup's status is the backup controller's to write.
-        // A cluster created with `restoreFrom` reads the backup it names.
-        rule(
-            "mysql.quorum.dev",
-            &["mysqlbackups"],
-            &["get", "list", "watch", "create", "patch", "delete"],
-        ),
-        rule("mysql.quorum.dev", &["mysqlbackups/status"], &["get", "patch"]),
-        // Child objects, applied with server-side apply and watched so deleted ones return.
-        rule(
-            "apps",
-            &["statefulsets"],
-            &["get", "list", "watch", "create", "patch"],
-        ),
-        rule(
-            "",
-            &["services", "configmaps"],
-            &["get", "list", "watch", "create", "patch"],
-        ),
-        rule(
-            "policy",
-            &["poddisruptionbudgets"],
-            &["get", "list", "watch", "create", "patch"],
-        ),
+    // The clusters it reconciles; patched only to remove a handled switchover request.
+    // Status is its to write (the backup controller records the newest backup there too).
+    // No finalizers: children go with their owner references.
+    // Scheduled backups are created (server-side apply) and deleted on behalf of a
+    // cluster's backup policy; every backup's status is the backup controller's to write.
+    // A cluster created with `restoreFrom` reads the backup it names.
+    let mut rules = custom_resource_rules("mysql.quorum.dev", "mysqlclusters", "mysqlbackups", &["patch"]);
+    // Child objects, applied with server-side apply and watched so deleted ones return.
+    rules.extend(child_object_rules());
+    rules.extend([
         // Generated root and replication passwords are created once and never rewritten;
         // user-supplied passwords and backup credentials are read. Watched as owned objects.
         rule("", &["secrets"], &["get", "list", "watch", "create"]),
@@ -57,15 +32,10 @@ pub fn rules() -> Vec<PolicyRule> {
         // Claims listed to find a deleted cluster's leftovers (`quorum_core::predecessor`).
         quorum_core::predecessor::rbac_rule(),
         // Events about the resources, through the de-duplicating recorder.
-        rule("events.k8s.io", &["events"], &["create", "patch"]),
-    ]
+        events_rule(),
+    ]);
+    rules
 }
 
 /// The rules for the operator's own namespace: its leader-election Lease.
-pub fn leader_election_rules() -> Vec<PolicyRule> {
-    vec![rule(
-        "coordination.k8s.io",
-        &["leases"],
-        &["get", "create", "update"],
-    )]
-}
+pub use quorum_core::rbac::leader_election_rules;

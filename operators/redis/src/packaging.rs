@@ -3,43 +3,22 @@
 //! rule lists only the verbs the operator's code uses, and why.
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
-use quorum_core::rbac::rule;
+use quorum_core::rbac::{child_object_rules, custom_resource_rules, events_rule, rule};
 
 /// The Redis release the samples and the OLM bundle's related images name.
 pub const DEFAULT_REDIS_IMAGE_TAG: &str = "7.0.15";
 
 /// The rules for the namespaces the operator manages.
 pub fn rules() -> Vec<PolicyRule> {
-    vec![
-        // The deployments it reconciles; status is its to write. No finalizers: children go
-        // with their owner references.
-        rule("redis.quorum.dev", &["redisclusters"], &["get", "list", "watch"]),
-        rule("redis.quorum.dev", &["redisclusters/status"], &["get", "patch"]),
-        // Scheduled backups are created (server-side apply) and deleted on behalf of a
-        // deployment's backup policy; every backup's status is the backup controller's to
-        // write. A deployment created with `restoreFrom` reads the backup it names.
-        rule(
-            "redis.quorum.dev",
-            &["redisbackups"],
-            &["get", "list", "watch", "create", "patch", "delete"],
-        ),
-        rule("redis.quorum.dev", &["redisbackups/status"], &["get", "patch"]),
-        // Child objects, applied with server-side apply and watched so deleted ones return.
-        rule(
-            "apps",
-            &["statefulsets"],
-            &["get", "list", "watch", "create", "patch"],
-        ),
-        rule(
-            "",
-            &["services", "configmaps"],
-            &["get", "list", "watch", "create", "patch"],
-        ),
-        rule(
-            "policy",
-            &["poddisruptionbudgets"],
-            &["get", "list", "watch", "create", "patch"],
-        ),
+    // The deployments it reconciles; status is its to write. No finalizers: children go
+    // with their owner references.
+    // Scheduled backups are created (server-side apply) and deleted on behalf of a
+    // deployment's backup policy; every backup's status is the backup controller's to
+    // write. A deployment created with `restoreFrom` reads the backup it names.
+    let mut rules = custom_resource_rules("redis.quorum.dev", "redisclusters", "redisbackups", &[]);
+    // Child objects, applied with server-side apply and watched so deleted ones return.
+    rules.extend(child_object_rules());
+    rules.extend([
         // The generated password is created once and never rewritten; a given password and
         // backup credentials are read. Watched as owned objects.
         rule("", &["secrets"], &["get", "list", "watch", "create"]),
@@ -49,15 +28,10 @@ pub fn rules() -> Vec<PolicyRule> {
         // Claims listed to find a deleted cluster's leftovers (`quorum_core::predecessor`).
         quorum_core::predecessor::rbac_rule(),
         // Events about the resources, through the de-duplicating recorder.
-        rule("events.k8s.io", &["events"], &["create", "patch"]),
-    ]
+        events_rule(),
+    ]);
+    rules
 }
 
 /// The rules for the operator's own namespace: its leader-election Lease.
-pub fn leader_election_rules() -> Vec<PolicyRule> {
-    vec![rule(
-        "coordination.k8s.io",
-        &["leases"],
-        &["get", "create", "update"],
-    )]
-}
+pub use quorum_core::rbac::leader_election_rules;
