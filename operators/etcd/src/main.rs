@@ -6,7 +6,7 @@ use clap::Parser;
 use etcd_operator::{
     OPERATOR_NAME,
     observe::{EtcdClients, default_policy},
-    reconcile::{Settings, State, controllers},
+    reconcile::{Settings, State},
     restore::{RestoreMemberArgs, restore_member},
 };
 use quorum_core::{
@@ -92,6 +92,6 @@ async fn main() -> Result<(), RunError> {
         },
     };
     let context = runtime.context(state);
-    let controllers = controllers(&runtime, context);
+    let controllers = etcd_operator::controllers(&runtime, context);
     runtime.run(controllers).await
 }

@@ -746,18 +746,3 @@ async fn ensure_scheduled_backup(context: &Context<State>, cluster: &EtcdCluster
     }
     Ok(())
 }
-
-/// The operator's controllers: its clusters' passes and its backups'. The process (`main.rs`)
-/// and the tests run exactly these, so what is tested is what is deployed.
-pub fn controllers(
-    runtime: &quorum_core::runner::Runtime,
-    context: Arc<Context<State>>,
-) -> Vec<futures::future::BoxFuture<'static, ()>> {
-    let clusters =
-        runtime.cluster_controller::<crate::crd::EtcdCluster, _, _, _, _>(context.clone(), reconcile);
-    let backups = runtime.controller::<crate::crd::EtcdBackup, _, _, _, _>(
-        context,
-        crate::backup_controller::reconcile_backup,
-    );
-    vec![clusters, backups]
-}

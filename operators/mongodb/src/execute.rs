@@ -19,7 +19,7 @@ use crate::{
 };
 
 use crate::observe::pods_api;
-use crate::reconcile::{Error, State, api};
+use crate::pass::{Error, State, api};
 use crate::status::{Progress, RecordedChange, change_kind};
 
 /// How long a primary that stepped down stays out of elections.

@@ -26,6 +26,7 @@ pub mod decide;
 pub mod execute;
 pub mod observe;
 pub mod packaging;
+pub mod pass;
 pub mod reasons;
 pub mod reconcile;
 pub mod resources;
@@ -33,3 +34,16 @@ pub mod status;
 
 /// The operator's name: its field manager, event reporter and `app.kubernetes.io/managed-by`.
 pub const OPERATOR_NAME: &str = "quorum-mongodb-operator";
+
+/// The operator's controllers: its clusters' passes and its backups'. The process (`main.rs`)
+/// and the tests run exactly these, so what is tested is what is deployed.
+pub fn controllers(
+    runtime: &quorum_core::runner::Runtime,
+    context: std::sync::Arc<quorum_core::runner::Context<reconcile::State>>,
+) -> Vec<futures::future::BoxFuture<'static, ()>> {
+    let sets = runtime
+        .cluster_controller::<crd::MongoDBReplicaSet, _, _, _, _>(context.clone(), reconcile::reconcile);
+    let backups =
+        runtime.controller::<crd::MongoDBBackup, _, _, _, _>(context, backup_controller::reconcile_backup);
+    vec![sets, backups]
+}

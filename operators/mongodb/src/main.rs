@@ -4,7 +4,7 @@ use clap::Parser;
 use mongodb_operator::{
     OPERATOR_NAME,
     clients::{MongoClients, default_policy},
-    reconcile::{Settings, State, controllers},
+    reconcile::{Settings, State},
 };
 use quorum_core::{
     availability::breaker::BreakerSettings,
@@ -44,6 +44,6 @@ async fn main() -> Result<(), RunError> {
         },
     };
     let context = runtime.context(state);
-    let controllers = controllers(&runtime, context);
+    let controllers = mongodb_operator::controllers(&runtime, context);
     runtime.run(controllers).await
 }

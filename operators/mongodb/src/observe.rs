@@ -19,7 +19,7 @@ use crate::{
     },
 };
 
-use crate::reconcile::{Error, State, api};
+use crate::pass::{Error, State, api};
 
 /// Asks every member about itself, and the primary about the set.
 pub(crate) async fn observe(

@@ -6,7 +6,6 @@ use std::{ops::ControlFlow, sync::Arc, time::Duration};
 use k8s_openapi::{api::core::v1::Secret, jiff::Timestamp};
 use kube::{Api, ResourceExt, api::DeleteParams, runtime::controller::Action};
 use quorum_core::{
-    ReconcileError,
     apply::ignore_not_found,
     conditions::{ConditionType, ConditionUpdate},
     pass::{Reason as _, publish},
@@ -18,7 +17,6 @@ use secrecy::SecretString;
 
 use crate::{
     admin::Credentials,
-    clients::{CallFailure, MongoClients},
     crd::{MongoDBBackup, MongoDBReplicaSet},
     decide::{Desired, DesiredMember, decide},
     resources::{
@@ -26,11 +24,11 @@ use crate::{
         arbiter_statefulset_name, build_admin_secret, build_arbiter_config_map, build_arbiter_statefulset,
         build_client_service, build_config_map, build_headless_service, build_keyfile_secret,
         build_pod_disruption_budget, build_scheduled_backup, build_statefulset, generate_keyfile,
-        member_host, member_name, statefulset_name,
+        member_name, statefulset_name,
     },
 };
 
-pub use quorum_core::config::MemberAddresses;
+pub use crate::pass::{Error, MemberAddresses, Settings, State, api};
 
 pub use crate::status::{Progress, RecordedChange, recorded_change};
 use crate::{
@@ -41,87 +39,6 @@ use crate::{
 
 /// The configuration `_id` of the arbiter; data members use their ordinal (below 50).
 pub const ARBITER_ID: i32 = 100;
-
-/// Operator-wide settings.
-#[derive(Clone, Debug)]
-pub struct Settings {
-    pub cluster_domain: String,
-    pub member_addresses: MemberAddresses,
-    /// Whether backups may go to an `http://` S3 endpoint.
-    pub allow_http_backups: bool,
-}
-
-/// The operator's own state in the shared context.
-pub struct State {
-    pub clients: MongoClients,
-    pub settings: Settings,
-}
-
-impl quorum_core::runner::ForgetsClusters for State {
-    fn forget_cluster<'a>(&'a self, key: &'a str) -> futures::future::BoxFuture<'a, ()> {
-        Box::pin(self.clients.forget_cluster(key))
-    }
-}
-
-impl State {
-    /// The `host:port` of pod `ordinal` of `statefulset` in the set's configuration.
-    pub fn host(&self, replica_set: &MongoDBReplicaSet, statefulset: &str, ordinal: usize) -> String {
-        member_host(
-            replica_set,
-            statefulset,
-            ordinal,
-            self.settings.member_addresses,
-            &self.settings.cluster_domain,
-        )
-    }
-}
-
-/// A failed reconcile, naming the call that failed.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error(transparent)]
-    Kubernetes(#[from] quorum_core::Error),
-    #[error("{what}: {source}")]
-    Api {
-        what: String,
-        #[source]
-        source: kube::Error,
-    },
-    /// An admin step the members refused or did not answer; they are as they were, or as a
-    /// retry of the step expects them. Reported (`StepFailed`) before it is returned.
-    #[error("{step}: {source}")]
-    Step {
-        step: String,
-        #[source]
-        source: CallFailure,
-    },
-    /// A Secret the set needs is missing or lacks a key. Nothing is started without it.
-    #[error("Secret {secret} {problem}")]
-    Secret { secret: String, problem: &'static str },
-}
-
-impl ReconcileError for Error {
-    fn metric_label(&self) -> &'static str {
-        match self {
-            Error::Kubernetes(error) => error.metric_label(),
-            Error::Api { .. } => "api",
-            Error::Step { .. } => "admin_step",
-            Error::Secret { .. } => "secret",
-        }
-    }
-
-    fn shared(&self) -> Option<&quorum_core::Error> {
-        match self {
-            Error::Kubernetes(error) => Some(error),
-            _ => None,
-        }
-    }
-}
-
-pub fn api(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
-    let what = what.into();
-    move |source| Error::Api { what, source }
-}
 
 /// The members the spec asks for: voting members, then non-voting ones (the last
 /// `hiddenMembers` of them hidden), then the arbiter.
@@ -390,19 +307,4 @@ async fn ensure_scheduled_backup(
         }
     }
     Ok(())
-}
-
-/// The operator's controllers: its clusters' passes and its backups'. The process (`main.rs`)
-/// and the tests run exactly these, so what is tested is what is deployed.
-pub fn controllers(
-    runtime: &quorum_core::runner::Runtime,
-    context: Arc<Context<State>>,
-) -> Vec<futures::future::BoxFuture<'static, ()>> {
-    let sets =
-        runtime.cluster_controller::<crate::crd::MongoDBReplicaSet, _, _, _, _>(context.clone(), reconcile);
-    let backups = runtime.controller::<crate::crd::MongoDBBackup, _, _, _, _>(
-        context,
-        crate::backup_controller::reconcile_backup,
-    );
-    vec![sets, backups]
 }

@@ -27,3 +27,16 @@ pub mod status;
 
 /// The operator's name: its field manager, event reporter and `app.kubernetes.io/managed-by`.
 pub const OPERATOR_NAME: &str = "quorum-mysql-operator";
+
+/// The operator's controllers: its clusters' passes and its backups'. The process (`main.rs`)
+/// and the tests run exactly these, so what is tested is what is deployed.
+pub fn controllers(
+    runtime: &quorum_core::runner::Runtime,
+    context: std::sync::Arc<quorum_core::runner::Context<reconcile::State>>,
+) -> Vec<futures::future::BoxFuture<'static, ()>> {
+    let clusters =
+        runtime.cluster_controller::<crd::MySQLCluster, _, _, _, _>(context.clone(), reconcile::reconcile);
+    let backups =
+        runtime.controller::<crd::MySQLBackup, _, _, _, _>(context, backup_controller::reconcile_backup);
+    vec![clusters, backups]
+}

@@ -6,7 +6,7 @@ use clap::Parser;
 use mysql_operator::{
     OPERATOR_NAME,
     observe::{MySqlClients, default_policy},
-    reconcile::{Settings, State, controllers},
+    reconcile::{Settings, State},
 };
 use quorum_core::{
     availability::breaker::BreakerSettings,
@@ -47,6 +47,6 @@ async fn main() -> Result<(), RunError> {
         },
     };
     let context = runtime.context(state);
-    let controllers = controllers(&runtime, context);
+    let controllers = mysql_operator::controllers(&runtime, context);
     runtime.run(controllers).await
 }

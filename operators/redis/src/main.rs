@@ -14,7 +14,7 @@ use quorum_core::{
 use redis_operator::{
     OPERATOR_NAME,
     clients::{RedisClients, default_policy},
-    reconcile::{Settings, State, controllers},
+    reconcile::{Settings, State},
     restore::{RestoreNodeArgs, restore_node},
     sentinel_events::{ListenSettings, SentinelEvents},
 };
@@ -92,6 +92,6 @@ async fn main() -> Result<(), RunError> {
         sentinel_events: SentinelEvents::new(wakeups.clone(), ListenSettings::default()),
     };
     let context = runtime.context(state);
-    let controllers = controllers(&runtime, context, wakeups);
+    let controllers = redis_operator::controllers(&runtime, context, wakeups);
     runtime.run(controllers).await
 }

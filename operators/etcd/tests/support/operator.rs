@@ -5,7 +5,7 @@ use std::{net::SocketAddr, time::Duration};
 use etcd_operator::{
     OPERATOR_NAME,
     observe::EtcdClients,
-    reconcile::{MemberAddresses, Settings, State, controllers},
+    reconcile::{MemberAddresses, Settings, State},
 };
 use quorum_core::{
     availability::{breaker::BreakerSettings, retry::CallPolicy},
@@ -102,7 +102,7 @@ fn start_configured(
         },
     };
     let context = runtime.context(state);
-    let controllers = controllers(&runtime, context.clone());
+    let controllers = etcd_operator::controllers(&runtime, context.clone());
     let shutdown = runtime.shutdown_token();
     let task = tokio::spawn(runtime.run(controllers));
     Running {

@@ -13,7 +13,7 @@ use mongodb_operator::{
     admin::{Credentials, MongoAdmin, ReplConfig},
     clients::MongoClients,
     crd::{MongoDBBackup, MongoDBReplicaSet, MongoDBReplicaSetSpec, MongoDBReplicaSetStatus},
-    reconcile::{MemberAddresses, Settings, State, controllers},
+    reconcile::{MemberAddresses, Settings, State},
     resources::{PASSWORD_KEY, USERNAME_KEY, generated_admin_secret_name},
 };
 use quorum_core::{
@@ -86,7 +86,7 @@ pub fn start_operator_with(client: kube::Client, namespace: &str, leader_elect: 
         },
     };
     let context = runtime.context(state);
-    let controllers = controllers(&runtime, context.clone());
+    let controllers = mongodb_operator::controllers(&runtime, context.clone());
     let shutdown = runtime.shutdown_token();
     let task = tokio::spawn(runtime.run(controllers));
     Running {

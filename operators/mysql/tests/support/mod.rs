@@ -16,7 +16,7 @@ use mysql_operator::{
     OPERATOR_NAME,
     crd::{Flavor, MySQLBackup, MySQLCluster, MySQLClusterSpec, MySQLClusterStatus, UserSpec},
     observe::MySqlClients,
-    reconcile::{MemberAddresses, Settings, State, controllers},
+    reconcile::{MemberAddresses, Settings, State},
 };
 use quorum_core::{
     availability::{breaker::BreakerSettings, retry::CallPolicy},
@@ -93,7 +93,7 @@ pub fn start_operator_with(client: kube::Client, namespace: &str, leader_elect: 
         },
     };
     let context = runtime.context(state);
-    let controllers = controllers(&runtime, context.clone());
+    let controllers = mysql_operator::controllers(&runtime, context.clone());
     let shutdown = runtime.shutdown_token();
     let task = tokio::spawn(runtime.run(controllers));
     Running {

@@ -30,7 +30,7 @@ use redis_operator::{
     admin::cluster::key_slot,
     clients::RedisClients,
     crd::{Mode, Persistence, RedisBackup, RedisCluster, RedisClusterSpec, RedisClusterStatus, SentinelSpec},
-    reconcile::{MemberAddresses, Settings, State, controllers},
+    reconcile::{MemberAddresses, Settings, State},
     resources::{PASSWORD_KEY, generated_auth_secret_name},
     sentinel_events::{ListenSettings, SentinelEvents},
 };
@@ -116,7 +116,7 @@ pub fn start_operator_rechecking(
         ),
     };
     let context = runtime.context(state);
-    let controllers = controllers(&runtime, context.clone(), wakeups);
+    let controllers = redis_operator::controllers(&runtime, context.clone(), wakeups);
     let shutdown = runtime.shutdown_token();
     let task = tokio::spawn(runtime.run(controllers));
     Running {

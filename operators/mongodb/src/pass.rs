@@ -1,0 +1,95 @@
+//! What every part of a replica set's pass shares: the operator's settings and state, and the
+//! reconcile error naming the call that failed. [`crate::reconcile`] runs the pass with
+//! [`crate::observe`], [`crate::execute`] and [`crate::status`]; none of them depends on
+//! `reconcile`.
+
+use quorum_core::ReconcileError;
+
+use crate::{
+    clients::{CallFailure, MongoClients},
+    crd::MongoDBReplicaSet,
+    resources::member_host,
+};
+
+pub use quorum_core::config::MemberAddresses;
+
+/// Operator-wide settings.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub cluster_domain: String,
+    pub member_addresses: MemberAddresses,
+    /// Whether backups may go to an `http://` S3 endpoint.
+    pub allow_http_backups: bool,
+}
+
+/// The operator's own state in the shared context.
+pub struct State {
+    pub clients: MongoClients,
+    pub settings: Settings,
+}
+
+impl quorum_core::runner::ForgetsClusters for State {
+    fn forget_cluster<'a>(&'a self, key: &'a str) -> futures::future::BoxFuture<'a, ()> {
+        Box::pin(self.clients.forget_cluster(key))
+    }
+}
+
+impl State {
+    /// The `host:port` of pod `ordinal` of `statefulset` in the set's configuration.
+    pub fn host(&self, replica_set: &MongoDBReplicaSet, statefulset: &str, ordinal: usize) -> String {
+        member_host(
+            replica_set,
+            statefulset,
+            ordinal,
+            self.settings.member_addresses,
+            &self.settings.cluster_domain,
+        )
+    }
+}
+
+/// A failed reconcile, naming the call that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Kubernetes(#[from] quorum_core::Error),
+    #[error("{what}: {source}")]
+    Api {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// An admin step the members refused or did not answer; they are as they were, or as a
+    /// retry of the step expects them. Reported (`StepFailed`) before it is returned.
+    #[error("{step}: {source}")]
+    Step {
+        step: String,
+        #[source]
+        source: CallFailure,
+    },
+    /// A Secret the set needs is missing or lacks a key. Nothing is started without it.
+    #[error("Secret {secret} {problem}")]
+    Secret { secret: String, problem: &'static str },
+}
+
+impl ReconcileError for Error {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kubernetes(error) => error.metric_label(),
+            Error::Api { .. } => "api",
+            Error::Step { .. } => "admin_step",
+            Error::Secret { .. } => "secret",
+        }
+    }
+
+    fn shared(&self) -> Option<&quorum_core::Error> {
+        match self {
+            Error::Kubernetes(error) => Some(error),
+            _ => None,
+        }
+    }
+}
+
+pub fn api(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+    let what = what.into();
+    move |source| Error::Api { what, source }
+}
