@@ -18,15 +18,25 @@ use crate::{GeneratedFile, HEADER, OperatorPackage};
 /// The templates every chart shares, from their one copy in `xtask/chart-templates/`.
 const SHARED_TEMPLATES: &[(&str, &str)] = &[
     ("_helpers.tpl", include_str!("../chart-templates/_helpers.tpl")),
-    ("deployment.yaml", include_str!("../chart-templates/deployment.yaml")),
+    (
+        "deployment.yaml",
+        include_str!("../chart-templates/deployment.yaml"),
+    ),
     ("service.yaml", include_str!("../chart-templates/service.yaml")),
-    ("serviceaccount.yaml", include_str!("../chart-templates/serviceaccount.yaml")),
-    ("servicemonitor.yaml", include_str!("../chart-templates/servicemonitor.yaml")),
+    (
+        "serviceaccount.yaml",
+        include_str!("../chart-templates/serviceaccount.yaml"),
+    ),
+    (
+        "servicemonitor.yaml",
+        include_str!("../chart-templates/servicemonitor.yaml"),
+    ),
 ];
 
 /// A shared template as written into a chart, marked with where to edit it.
 fn shared_template(name: &str, text: &str) -> String {
-    let origin = format!("Written by `cargo xtask generate` from xtask/chart-templates/{name}: edit it there.");
+    let origin =
+        format!("Written by `cargo xtask generate` from xtask/chart-templates/{name}: edit it there.");
     if name.ends_with(".tpl") {
         format!("{{{{/* {origin} */}}}}\n{text}")
     } else {
