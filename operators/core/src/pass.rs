@@ -149,7 +149,7 @@ macro_rules! recorded_kinds {
             pub fn known(&self) -> ::std::result::Result<&Self, $crate::pass::UnreadableRecord> {
                 match self {
                     $name::Unrecognized(text) => Err($crate::pass::UnreadableRecord::new(
-                        $field,
+                        Self::FIELD,
                         format!("`{text}` is no kind this operator knows"),
                     )),
                     known => Ok(known),

@@ -155,11 +155,6 @@ where
         self.written = Some(desired.clone());
         Ok(wrote)
     }
-
-    /// The status as stored after the last write (or as read, before any).
-    pub fn stored(&self) -> Option<&S> {
-        self.written.as_ref()
-    }
 }
 
 /// The API of `object`'s kind in its namespace, with its kind and name for error messages.

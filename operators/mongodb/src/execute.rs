@@ -8,7 +8,7 @@ use kube::{
     api::{DeleteParams, Preconditions},
 };
 use quorum_core::{
-    apply::ignore_not_found, availability::retry::Idempotency, runner::Context, status::patch_status,
+    apply::ignore_not_found, availability::retry::Idempotency, runner::Context, status::StatusWriter,
 };
 
 use crate::{
@@ -38,7 +38,7 @@ pub(crate) async fn restore_step(
     observed: &Observed,
     recorded: Option<&RecordedChange>,
     status: &mut MongoDBReplicaSetStatus,
-    reported: &mut Option<MongoDBReplicaSetStatus>,
+    writer: &mut StatusWriter<'_, MongoDBReplicaSet, MongoDBReplicaSetStatus>,
 ) -> Result<Option<Progress>, Error> {
     let Some(source) = replica_set
         .spec
@@ -124,8 +124,7 @@ pub(crate) async fn restore_step(
         }
         .record(Time(Timestamp::now())),
     );
-    patch_status(&context.client, replica_set, reported.as_ref(), status).await?;
-    *reported = Some(status.clone());
+    writer.write(status).await?;
 
     // A long stream, so not a timed admin call: its own connection, bounded by the store.
     let restored = match context.state.clients.long_running(key, primary) {
@@ -181,7 +180,7 @@ pub(crate) fn restore_failed(detail: &str) -> Progress {
     )
 }
 
-/// Takes the step, recording it in `status` (and on the API server, `reported`) first.
+/// Takes the step, recording it in `status` (and on the API server, through `writer`) first.
 pub(crate) async fn act(
     context: &Context<State>,
     replica_set: &MongoDBReplicaSet,
@@ -189,7 +188,7 @@ pub(crate) async fn act(
     observed: &Observed,
     step: &Step,
     status: &mut MongoDBReplicaSetStatus,
-    reported: &mut Option<MongoDBReplicaSetStatus>,
+    writer: &mut StatusWriter<'_, MongoDBReplicaSet, MongoDBReplicaSetStatus>,
 ) -> Result<Progress, Error> {
     let clients = &context.state.clients;
     let config_version = observed.config.as_ref().map(|config| config.version);
@@ -223,8 +222,7 @@ pub(crate) async fn act(
         != Some((&change.kind, &change.member, change.from_config_version))
     {
         status.membership_change = Some(change);
-        patch_status(&context.client, replica_set, reported.as_ref(), status).await?;
-        *reported = Some(status.clone());
+        writer.write(status).await?;
     }
 
     let result: Result<(Reason, String), CallFailure> = match step {

@@ -11,7 +11,7 @@ use quorum_core::{
     pass::{Reason as _, publish},
     pod::generate_password,
     runner::Context,
-    status::patch_status,
+    status::StatusWriter,
 };
 use secrecy::SecretString;
 
@@ -148,8 +148,8 @@ pub async fn reconcile(
 
     let now = Timestamp::now();
     let mut status = status_from(&replica_set, &desired, &observed, now);
-    // What the API server holds, for the final status patch to be computed against.
-    let mut reported = replica_set.status.clone();
+    // Each status write of the pass is diffed against the one before.
+    let mut writer = StatusWriter::new(&context.client, replica_set.as_ref(), replica_set.status.as_ref());
     let (progress, failure) = match recorded_change(replica_set.status.as_ref()) {
         // A recorded change this operator cannot read is never taken for none: the record stays
         // as stored (`status_from` keeps it) and nothing is reconfigured or restarted.
@@ -161,7 +161,7 @@ pub async fn reconcile(
             &observed,
             recorded.as_ref(),
             &mut status,
-            &mut reported,
+            &mut writer,
         )
         .await?
         {
@@ -175,7 +175,7 @@ pub async fn reconcile(
                     &observed,
                     &step,
                     &mut status,
-                    &mut reported,
+                    &mut writer,
                 )
                 .await;
                 reported_failure(taken)?
@@ -219,7 +219,7 @@ pub async fn reconcile(
         }
     };
     set_conditions(&mut status, &replica_set, ready, &progress, degraded, now);
-    patch_status(&context.client, replica_set.as_ref(), reported.as_ref(), &status).await?;
+    writer.write(&status).await?;
     // A failed step, now reported, is returned: the runner retries it with backoff and counts it.
     if let Some(failure) = failure {
         return Err(failure);
