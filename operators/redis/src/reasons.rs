@@ -38,6 +38,9 @@ quorum_core::reasons! {
         ReplicaSyncing => Normal,
         /// A Sentinel has not answered yet (replication mode).
         SentinelsStarting => Normal,
+        /// A Sentinel has not yet discovered every replica and every other Sentinel, so a
+        /// failover it started now could not promote every replica (replication mode).
+        SentinelsDiscovering => Normal,
         /// Nodes are not linked to one another yet (cluster mode).
         Joining => Normal,
         /// A node does not report `cluster_state:ok` yet (cluster mode).
@@ -116,12 +119,13 @@ mod tests {
     ];
 
     /// The waits published as `Normal` events: replication mode's `NodesStarting`,
-    /// `SentinelsStarting` and `ReplicaSyncing`, cluster mode's `NodesStarting`, `Joining`,
+    /// `SentinelsStarting`, `SentinelsDiscovering` and `ReplicaSyncing`, cluster mode's `NodesStarting`, `Joining`,
     /// `ReplicaSyncing` and `ClusterStateNotOk`. Every other wait is a `Warning`.
     const NORMAL_WAITS: &[&str] = &[
         "NodesStarting",
         "ReplicaSyncing",
         "SentinelsStarting",
+        "SentinelsDiscovering",
         "Joining",
         "ClusterStateNotOk",
     ];

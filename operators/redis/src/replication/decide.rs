@@ -612,6 +612,21 @@ pub fn decide(facts: &Facts) -> Decision {
     if facts.sentinels.iter().any(|s| s.view.is_none()) {
         return wait(Reason::SentinelsStarting, "a Sentinel has not answered yet");
     }
+    if let Some((ordinal, view)) = facts.sentinels.iter().find_map(|s| {
+        s.view
+            .as_ref()
+            .filter(|v| v.known_replicas < replicas_expected || v.known_sentinels < sentinels_expected)
+            .map(|v| (s.ordinal, v))
+    }) {
+        return wait(
+            Reason::SentinelsDiscovering,
+            format!(
+                "Sentinel {ordinal} knows {} of {replicas_expected} replicas and {} of {sentinels_expected} other Sentinels; \
+                 it learns the rest from the primary and the other Sentinels within seconds",
+                view.known_replicas, view.known_sentinels
+            ),
+        );
+    }
     Decision::Settled
 }
 
@@ -793,6 +808,30 @@ mod tests {
         assert_eq!(
             decide(&facts(settled_nodes(0), all_watching(0), Some(0))),
             Decision::Settled
+        );
+    }
+
+    #[test]
+    fn a_deployment_is_settled_only_once_every_sentinel_knows_every_replica_and_sentinel() {
+        // A Sentinel learns the replicas from the primary's INFO every ten seconds: until it
+        // has, a failover it starts finds no replica to promote (NOGOODSLAVE).
+        let mut sentinels = all_watching(0);
+        sentinels[1].view.as_mut().unwrap().known_replicas = 1;
+        assert_eq!(
+            decide(&facts(settled_nodes(0), sentinels, Some(0))),
+            wait(
+                Reason::SentinelsDiscovering,
+                "Sentinel 1 knows 1 of 2 replicas and 2 of 2 other Sentinels; it learns the rest from the primary and the other Sentinels within seconds"
+            )
+        );
+        let mut sentinels = all_watching(0);
+        sentinels[2].view.as_mut().unwrap().known_sentinels = 0;
+        assert_eq!(
+            decide(&facts(settled_nodes(0), sentinels, Some(0))),
+            wait(
+                Reason::SentinelsDiscovering,
+                "Sentinel 2 knows 2 of 2 replicas and 0 of 2 other Sentinels; it learns the rest from the primary and the other Sentinels within seconds"
+            )
         );
     }
 
