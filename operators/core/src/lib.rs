@@ -9,6 +9,7 @@
 //!   destinations, restore source, backup records);
 //! - [`naming`]: deterministic object names and the standard `app.kubernetes.io` labels;
 //! - [`rbac`]: the rules each operator declares for its generated RBAC;
+//! - [`packaging`]: what each operator says about itself to OperatorHub (its kinds' descriptors);
 //! - [`pod`]: pieces of pod specs (downward-API environment, mounts, memory volumes, the data
 //!   claim, generated passwords);
 //! - [`pod_failures`]: member pods that cannot start, reported on their cluster's conditions and events;
@@ -44,6 +45,7 @@ pub mod leader;
 pub mod metrics;
 pub mod naming;
 pub mod ownership;
+pub mod packaging;
 pub mod pass;
 pub mod pod;
 pub mod pod_failures;

@@ -3,7 +3,9 @@
 //! rule lists only the verbs the operator's code uses, and why.
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
+use quorum_core::packaging::{KindDescriptors, backup_status_descriptors};
 use quorum_core::rbac::{child_object_rules, custom_resource_rules, events_rule, rule};
+use serde_json::json;
 
 /// The etcd release the samples and the OLM bundle's related images name.
 pub const DEFAULT_ETCD_IMAGE_TAG: &str = "v3.6.16";
@@ -32,3 +34,38 @@ pub fn rules() -> Vec<PolicyRule> {
 
 /// The rules for the operator's own namespace: its leader-election Lease.
 pub use quorum_core::rbac::leader_election_rules;
+
+/// OperatorHub's descriptors of the kinds the operator owns: the fields its UI shows.
+pub fn descriptors() -> Vec<KindDescriptors> {
+    vec![
+        KindDescriptors {
+            kind: "EtcdCluster",
+            spec: json!([
+                {"path": "replicas", "displayName": "Members", "description": "Number of voting members (odd recommended)",
+                 "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:podCount"]},
+                {"path": "version", "displayName": "etcd version", "description": "3.5 or newer; changing it rolls the members",
+                 "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:text"]},
+                {"path": "storage.size", "displayName": "Storage size", "description": "Volume size of each member",
+                 "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:text"]}
+            ]),
+            status: json!([
+                {"path": "conditions", "displayName": "Conditions", "description": "Ready, Progressing, Degraded, BackupStale",
+                 "x-descriptors": ["urn:alm:descriptor:io.kubernetes.conditions"]},
+                {"path": "leader", "displayName": "Leader", "description": "The member that leads",
+                 "x-descriptors": ["urn:alm:descriptor:text"]},
+                {"path": "replicas", "displayName": "Members", "description": "Started voting members",
+                 "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:podCount"]}
+            ]),
+        },
+        KindDescriptors {
+            kind: "EtcdBackup",
+            spec: json!([
+                {"path": "clusterName", "displayName": "Cluster", "description": "The EtcdCluster to back up",
+                 "x-descriptors": ["urn:alm:descriptor:io.kubernetes:etcd.quorum.dev:v1alpha1:EtcdCluster"]},
+                {"path": "schedule", "displayName": "Schedule", "description": "Cron schedule (UTC); empty for once",
+                 "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:text"]}
+            ]),
+            status: backup_status_descriptors(),
+        },
+    ]
+}

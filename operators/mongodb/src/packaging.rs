@@ -3,7 +3,9 @@
 //! each rule lists only the verbs the operator's code uses, and why.
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
+use quorum_core::packaging::{KindDescriptors, backup_status_descriptors};
 use quorum_core::rbac::{child_object_rules, custom_resource_rules, events_rule, rule};
+use serde_json::json;
 
 /// The MongoDB release the samples and the OLM bundle's related images name.
 pub const DEFAULT_MONGODB_IMAGE_TAG: &str = "7.0.14";
@@ -37,3 +39,42 @@ pub fn rules() -> Vec<PolicyRule> {
 
 /// The rules for the operator's own namespace: its leader-election Lease.
 pub use quorum_core::rbac::leader_election_rules;
+
+/// OperatorHub's descriptors of the kinds the operator owns: the fields its UI shows.
+pub fn descriptors() -> Vec<KindDescriptors> {
+    vec![
+        KindDescriptors {
+            kind: "MongoDBReplicaSet",
+            spec: json!([
+                {"path": "members", "displayName": "Voting members", "description": "Voting, electable members (1 to 7; odd, or even with an arbiter)",
+                 "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:podCount"]},
+                {"path": "nonVotingMembers", "displayName": "Non-voting members", "description": "Data-bearing members that neither vote nor stand for election",
+                 "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:number"]},
+                {"path": "arbiter", "displayName": "Arbiter", "description": "Run one arbiter: a vote without data",
+                 "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:booleanSwitch"]},
+                {"path": "version", "displayName": "MongoDB version", "description": "6.0, 7.0 or 8.0, optionally with a patch; raising it rolls the members",
+                 "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:text"]},
+                {"path": "storage.size", "displayName": "Storage size", "description": "Volume size of each data-bearing member",
+                 "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:text"]}
+            ]),
+            status: json!([
+                {"path": "conditions", "displayName": "Conditions", "description": "Ready, Progressing, Degraded, BackupStale",
+                 "x-descriptors": ["urn:alm:descriptor:io.kubernetes.conditions"]},
+                {"path": "primary", "displayName": "Primary", "description": "The member that accepts writes",
+                 "x-descriptors": ["urn:alm:descriptor:text"]},
+                {"path": "readyMembers", "displayName": "Ready members", "description": "Members that are healthy and PRIMARY, SECONDARY or ARBITER",
+                 "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:podCount"]}
+            ]),
+        },
+        KindDescriptors {
+            kind: "MongoDBBackup",
+            spec: json!([
+                {"path": "clusterName", "displayName": "Replica set", "description": "The MongoDBReplicaSet to back up",
+                 "x-descriptors": ["urn:alm:descriptor:io.kubernetes:mongodb.quorum.dev:v1alpha1:MongoDBReplicaSet"]},
+                {"path": "schedule", "displayName": "Schedule", "description": "Cron schedule (UTC); empty for once",
+                 "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:text"]}
+            ]),
+            status: backup_status_descriptors(),
+        },
+    ]
+}

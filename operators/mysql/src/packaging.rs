@@ -3,7 +3,9 @@
 //! each rule lists only the verbs the operator's code uses, and why.
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
+use quorum_core::packaging::{KindDescriptors, backup_status_descriptors};
 use quorum_core::rbac::{child_object_rules, custom_resource_rules, events_rule, rule};
+use serde_json::json;
 
 /// The MariaDB release the samples and the OLM bundle's related images name.
 pub const DEFAULT_MARIADB_IMAGE_TAG: &str = "10.11.19";
@@ -39,3 +41,40 @@ pub fn rules() -> Vec<PolicyRule> {
 
 /// The rules for the operator's own namespace: its leader-election Lease.
 pub use quorum_core::rbac::leader_election_rules;
+
+/// OperatorHub's descriptors of the kinds the operator owns: the fields its UI shows.
+pub fn descriptors() -> Vec<KindDescriptors> {
+    vec![
+        KindDescriptors {
+            kind: "MySQLCluster",
+            spec: json!([
+                {"path": "replicas", "displayName": "Members", "description": "One primary and replicas - 1 replicas",
+                 "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:podCount"]},
+                {"path": "flavor", "displayName": "Flavor", "description": "MySQL or MariaDB; immutable",
+                 "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:select:MySQL", "urn:alm:descriptor:com.tectonic.ui:select:MariaDB"]},
+                {"path": "version", "displayName": "Server version", "description": "8.0.x or 8.4.x for MySQL, 10.11.x or 11.x.y for MariaDB",
+                 "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:text"]},
+                {"path": "storage.size", "displayName": "Storage size", "description": "Volume size of each member",
+                 "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:text"]}
+            ]),
+            status: json!([
+                {"path": "conditions", "displayName": "Conditions", "description": "Ready, Progressing, Degraded, BackupStale",
+                 "x-descriptors": ["urn:alm:descriptor:io.kubernetes.conditions"]},
+                {"path": "primary", "displayName": "Primary", "description": "The member that accepts writes",
+                 "x-descriptors": ["urn:alm:descriptor:text"]},
+                {"path": "readyReplicas", "displayName": "Ready replicas", "description": "Replicas that are healthy and caught up",
+                 "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:podCount"]}
+            ]),
+        },
+        KindDescriptors {
+            kind: "MySQLBackup",
+            spec: json!([
+                {"path": "clusterName", "displayName": "Cluster", "description": "The MySQLCluster to back up",
+                 "x-descriptors": ["urn:alm:descriptor:io.kubernetes:mysql.quorum.dev:v1alpha1:MySQLCluster"]},
+                {"path": "schedule", "displayName": "Schedule", "description": "Cron schedule (UTC); empty for once",
+                 "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:text"]}
+            ]),
+            status: backup_status_descriptors(),
+        },
+    ]
+}

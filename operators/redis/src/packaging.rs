@@ -3,7 +3,9 @@
 //! rule lists only the verbs the operator's code uses, and why.
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
+use quorum_core::packaging::{KindDescriptors, backup_status_descriptors};
 use quorum_core::rbac::{child_object_rules, custom_resource_rules, events_rule, rule};
+use serde_json::json;
 
 /// The Redis release the samples and the OLM bundle's related images name.
 pub const DEFAULT_REDIS_IMAGE_TAG: &str = "7.0.15";
@@ -35,3 +37,42 @@ pub fn rules() -> Vec<PolicyRule> {
 
 /// The rules for the operator's own namespace: its leader-election Lease.
 pub use quorum_core::rbac::leader_election_rules;
+
+/// OperatorHub's descriptors of the kinds the operator owns: the fields its UI shows.
+pub fn descriptors() -> Vec<KindDescriptors> {
+    vec![
+        KindDescriptors {
+            kind: "RedisCluster",
+            spec: json!([
+                {"path": "mode", "displayName": "Mode", "description": "Replication (with Sentinel) or Cluster (sharded); immutable",
+                 "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:select:Replication", "urn:alm:descriptor:com.tectonic.ui:select:Cluster"]},
+                {"path": "replicas", "displayName": "Replicas", "description": "Replication mode: replicas of the primary",
+                 "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:podCount"]},
+                {"path": "shards", "displayName": "Shards", "description": "Cluster mode: primaries sharing the hash slots (3 or more)",
+                 "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:number"]},
+                {"path": "version", "displayName": "Redis version", "description": "7.0.x, 7.2.x or 7.4.x",
+                 "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:text"]},
+                {"path": "storage.size", "displayName": "Storage size", "description": "Volume size of each node",
+                 "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:text"]}
+            ]),
+            status: json!([
+                {"path": "conditions", "displayName": "Conditions", "description": "Ready, Progressing, Degraded",
+                 "x-descriptors": ["urn:alm:descriptor:io.kubernetes.conditions"]},
+                {"path": "primary", "displayName": "Primary", "description": "Replication mode: the node the Sentinels agree takes writes",
+                 "x-descriptors": ["urn:alm:descriptor:text"]},
+                {"path": "readyNodes", "displayName": "Ready nodes", "description": "Nodes that are healthy and linked",
+                 "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:podCount"]}
+            ]),
+        },
+        KindDescriptors {
+            kind: "RedisBackup",
+            spec: json!([
+                {"path": "clusterName", "displayName": "Cluster", "description": "The RedisCluster to back up",
+                 "x-descriptors": ["urn:alm:descriptor:io.kubernetes:redis.quorum.dev:v1alpha1:RedisCluster"]},
+                {"path": "schedule", "displayName": "Schedule", "description": "Cron schedule (UTC); empty for once",
+                 "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:text"]}
+            ]),
+            status: backup_status_descriptors(),
+        },
+    ]
+}
