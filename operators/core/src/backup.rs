@@ -47,6 +47,7 @@ use object_store::{
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+pub mod controller;
 mod destination;
 mod pipe;
 mod run;
@@ -130,6 +131,23 @@ pub struct StoredBackup {
     pub sha256: String,
     /// Time from the first read of the source until the object was complete.
     pub duration: Duration,
+}
+
+impl StoredBackup {
+    /// Whether the store holds exactly what the producer wrote (`size` bytes hashing to
+    /// `sha256`); the error says both, naming the producer (`the server`, `the dump`).
+    ///
+    /// # Errors
+    /// A message naming both sizes and digests when they differ.
+    pub fn verify(&self, producer: &str, size: u64, sha256: &str) -> Result<(), String> {
+        if self.size == size && self.sha256 == sha256 {
+            return Ok(());
+        }
+        Err(format!(
+            "the stored object ({} bytes, sha256 {}) is not what {producer} wrote ({size} bytes, sha256 {sha256})",
+            self.size, self.sha256
+        ))
+    }
 }
 
 /// What [`BackupSink::download`] wrote.

@@ -155,6 +155,79 @@ pub struct BackupRecord {
     pub sha256: String,
 }
 
+/// The spec every backup resource shares: which cluster,
+/// where to, when, and how many to keep.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupSpec {
+    /// Name of the cluster, in the same namespace, to back up. Immutable: a backup's history
+    /// belongs to one cluster.
+    #[x_kube(validation = Rule::new("self == oldSelf").message("clusterName is immutable"))]
+    #[schemars(length(min = 1, max = MAX_OBJECT_NAME), regex(pattern = DNS_SUBDOMAIN))]
+    pub cluster_name: String,
+
+    /// Where the snapshot goes: exactly one of `s3` or `filesystem`.
+    pub destination: BackupDestination,
+
+    /// Cron schedule, five fields (minute hour day-of-month month day-of-week), in UTC, for
+    /// example `0 */6 * * *`. Absent: one snapshot, taken as soon as the resource is created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_SCHEDULE))]
+    #[x_kube(validation = validation::schedule_rule())]
+    pub schedule: Option<String>,
+
+    /// How many successful snapshots of a schedule to keep; older ones are deleted. Only
+    /// meaningful with `schedule`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub retain: Option<u32>,
+}
+
+impl BackupSpec {
+    /// The spec of the scheduled backup that carries out `cluster`'s backup `policy`.
+    pub fn scheduled(cluster: &str, policy: &BackupPolicy) -> Self {
+        Self {
+            cluster_name: cluster.to_string(),
+            destination: policy.destination.clone(),
+            schedule: Some(policy.schedule.clone()),
+            retain: Some(policy.retain),
+        }
+    }
+}
+
+/// The status every backup resource shares: where its
+/// current or last run is, and what it stored.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupRunStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<BackupPhase>,
+    /// The newest snapshot this resource stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_snapshot: Option<BackupRecord>,
+    /// When the current (or last) run started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    /// When the last run ended, successfully or not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<Time>,
+    /// How long the last run took, in whole seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_seconds: Option<i64>,
+    /// The member that served the snapshot (its pod name; in Redis cluster mode, the first
+    /// shard's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member: Option<String>,
+    /// Why the last run failed, or what it waits for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+    /// When a scheduled backup runs next.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_scheduled_at: Option<Time>,
+}
+
 /// Where a backup run is.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
 pub enum BackupPhase {

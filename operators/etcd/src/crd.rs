@@ -14,10 +14,10 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use quorum_core::crd::validation::{self, DNS_SUBDOMAIN, IMAGE, MAX_IMAGE, MAX_OBJECT_NAME, MAX_SCHEDULE};
+use quorum_core::crd::validation::{self, DNS_SUBDOMAIN, IMAGE, MAX_IMAGE, MAX_OBJECT_NAME};
 pub use quorum_core::crd::{
-    BackupDestination, BackupPhase, BackupPolicy, BackupRecord, FilesystemDestination, PodOverrides,
-    RestoreSource, S3Destination, Storage,
+    BackupDestination, BackupPhase, BackupPolicy, BackupRecord, BackupRunStatus, BackupSpec,
+    FilesystemDestination, PodOverrides, RestoreSource, S3Destination, Storage,
 };
 
 /// The former name of [`Storage`], kept so `etcd_operator::crd::EtcdStorage` (used by the
@@ -237,56 +237,14 @@ pub struct MemberStatus {
     .message("retain applies only to scheduled backups: set schedule or remove retain"))]
 #[serde(rename_all = "camelCase")]
 pub struct EtcdBackupSpec {
-    /// Name of the `EtcdCluster`, in the same namespace, to snapshot. Immutable: a backup's
-    /// history belongs to one cluster.
-    #[x_kube(validation = Rule::new("self == oldSelf").message("clusterName is immutable"))]
-    #[schemars(length(min = 1, max = MAX_OBJECT_NAME), regex(pattern = DNS_SUBDOMAIN))]
-    pub cluster_name: String,
-
-    /// Where the snapshot goes: exactly one of `s3` or `filesystem`.
-    pub destination: BackupDestination,
-
-    /// Cron schedule, five fields (minute hour day-of-month month day-of-week), in UTC, for
-    /// example `0 */6 * * *`. Absent: one snapshot, taken as soon as the resource is created.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = MAX_SCHEDULE))]
-    #[x_kube(validation = validation::schedule_rule())]
-    pub schedule: Option<String>,
-
-    /// How many successful snapshots of a schedule to keep; older ones are deleted. Only
-    /// meaningful with `schedule`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
-    pub retain: Option<u32>,
+    #[serde(flatten)]
+    pub backup: BackupSpec,
 }
 
 /// What the operator last did for an `EtcdBackup`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EtcdBackupStatus {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<BackupPhase>,
-    /// The newest snapshot this resource stored.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_snapshot: Option<BackupRecord>,
-    /// When the current (or last) run started.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub started_at: Option<Time>,
-    /// When the last run ended, successfully or not.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub completed_at: Option<Time>,
-    /// How long the last run took, in whole seconds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub duration_seconds: Option<i64>,
-    /// The member that served the snapshot (its pod name).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub member: Option<String>,
-    /// Why the last run failed, or what it waits for.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<Condition>,
-    /// When a scheduled backup runs next.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub next_scheduled_at: Option<Time>,
+    #[serde(flatten)]
+    pub run: BackupRunStatus,
 }

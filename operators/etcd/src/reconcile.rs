@@ -707,13 +707,13 @@ async fn restore_source(context: &Context<State>, cluster: &EtcdCluster) -> Resu
             source.backup_name
         )));
     };
-    let Some(snapshot) = backup.status.as_ref().and_then(|s| s.last_snapshot.clone()) else {
+    let Some(snapshot) = backup.status.as_ref().and_then(|s| s.run.last_snapshot.clone()) else {
         return Ok(RestoreSource::NotReady(format!(
             "EtcdBackup {} has no stored snapshot yet",
             source.backup_name
         )));
     };
-    let s3 = backup.spec.destination.s3.as_ref();
+    let s3 = backup.spec.backup.destination.s3.as_ref();
     Ok(RestoreSource::Ready(RestoreInit {
         image: context.state.settings.operator_image.clone(),
         location: snapshot.location,

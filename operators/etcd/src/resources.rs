@@ -34,7 +34,7 @@ use quorum_core::{
 
 use crate::{
     OPERATOR_NAME,
-    crd::{EtcdBackup, EtcdBackupSpec, EtcdCluster},
+    crd::{BackupSpec, EtcdBackup, EtcdBackupSpec, EtcdCluster},
     resolver::{MemberResolver, peer_service_name},
 };
 
@@ -524,10 +524,7 @@ pub fn build_scheduled_backup(cluster: &EtcdCluster, name: &str) -> Result<Optio
     let mut backup = EtcdBackup::new(
         name,
         EtcdBackupSpec {
-            cluster_name: cluster.name_any(),
-            destination: policy.destination.clone(),
-            schedule: Some(policy.schedule.clone()),
-            retain: Some(policy.retain),
+            backup: BackupSpec::scheduled(&cluster.name_any(), policy),
         },
     );
     backup.metadata = child_metadata(cluster, name, labels(cluster))?;
@@ -830,9 +827,9 @@ mod tests {
         let backup = build_scheduled_backup(&cluster, "main-scheduled")
             .unwrap()
             .unwrap();
-        assert_eq!(backup.spec.cluster_name, "main");
-        assert_eq!(backup.spec.schedule.as_deref(), Some("0 */6 * * *"));
-        assert_eq!(backup.spec.retain, Some(4));
+        assert_eq!(backup.spec.backup.cluster_name, "main");
+        assert_eq!(backup.spec.backup.schedule.as_deref(), Some("0 */6 * * *"));
+        assert_eq!(backup.spec.backup.retain, Some(4));
         assert_eq!(backup.metadata.namespace.as_deref(), Some("db"));
         assert_eq!(backup.metadata.owner_references.unwrap()[0].kind, "EtcdCluster");
     }

@@ -41,9 +41,9 @@ async fn succeeded(backups: &Api<EtcdBackup>, name: &str) -> EtcdBackup {
         || async {
             let backup = backups.get(name).await.map_err(|e| e.to_string())?;
             let status = backup.status.clone().unwrap_or_default();
-            match status.phase {
+            match status.run.phase {
                 Some(BackupPhase::Succeeded) => Ok(backup),
-                Some(BackupPhase::Failed) => panic!("backup {name} failed: {:?}", status.message),
+                Some(BackupPhase::Failed) => panic!("backup {name} failed: {:?}", status.run.message),
                 _ => Err(format!("{status:?}")),
             }
         },
@@ -119,33 +119,37 @@ async fn backups_reach_a_directory_and_s3_are_recorded_and_restore_into_a_new_cl
     let to_directory = EtcdBackup::new(
         "to-directory",
         EtcdBackupSpec {
-            cluster_name: "main".into(),
-            destination: BackupDestination {
-                s3: None,
-                filesystem: Some(FilesystemDestination {
-                    path: scratch.join("store").display().to_string(),
-                }),
+            backup: quorum_core::crd::BackupSpec {
+                cluster_name: "main".into(),
+                destination: BackupDestination {
+                    s3: None,
+                    filesystem: Some(FilesystemDestination {
+                        path: scratch.join("store").display().to_string(),
+                    }),
+                },
+                schedule: None,
+                retain: None,
             },
-            schedule: None,
-            retain: None,
         },
     );
     let to_s3 = EtcdBackup::new(
         "to-s3",
         EtcdBackupSpec {
-            cluster_name: "main".into(),
-            destination: BackupDestination {
-                s3: Some(S3Destination {
-                    bucket: s3.bucket().into(),
-                    prefix: Some("etcd".into()),
-                    endpoint: Some(s3.endpoint().into()),
-                    region: None,
-                    credentials_secret_name: "s3-credentials".into(),
-                }),
-                filesystem: None,
+            backup: quorum_core::crd::BackupSpec {
+                cluster_name: "main".into(),
+                destination: BackupDestination {
+                    s3: Some(S3Destination {
+                        bucket: s3.bucket().into(),
+                        prefix: Some("etcd".into()),
+                        endpoint: Some(s3.endpoint().into()),
+                        region: None,
+                        credentials_secret_name: "s3-credentials".into(),
+                    }),
+                    filesystem: None,
+                },
+                schedule: None,
+                retain: None,
             },
-            schedule: None,
-            retain: None,
         },
     );
     backups
@@ -156,7 +160,7 @@ async fn backups_reach_a_directory_and_s3_are_recorded_and_restore_into_a_new_cl
 
     // The directory backup: the file is where status says, with the size and checksum it says.
     let done = succeeded(&backups, "to-directory").await;
-    let record = done.status.unwrap().last_snapshot.unwrap();
+    let record = done.status.unwrap().run.last_snapshot.unwrap();
     let path = std::path::PathBuf::from(&record.location);
     assert!(
         path.starts_with(scratch.join("store").join(&ns).join("main")),
@@ -168,7 +172,7 @@ async fn backups_reach_a_directory_and_s3_are_recorded_and_restore_into_a_new_cl
 
     // The S3 backup: downloaded back with its checksum verified.
     let done = succeeded(&backups, "to-s3").await;
-    let record = done.status.unwrap().last_snapshot.unwrap();
+    let record = done.status.unwrap().run.last_snapshot.unwrap();
     assert!(
         record
             .location
@@ -236,7 +240,7 @@ async fn backups_reach_a_directory_and_s3_are_recorded_and_restore_into_a_new_cl
     let mut cluster = clusters.get("main").await.unwrap();
     cluster.spec.backup = Some(BackupPolicy {
         schedule: "0 3 * * *".into(),
-        destination: to_directory.spec.destination.clone(),
+        destination: to_directory.spec.backup.destination.clone(),
         retain: 3,
         max_age_minutes: Some(60),
     });
@@ -253,7 +257,7 @@ async fn backups_reach_a_directory_and_s3_are_recorded_and_restore_into_a_new_cl
     })
     .await;
     assert_eq!(scheduled.owner_references()[0].name, "main");
-    assert_eq!(scheduled.spec.schedule.as_deref(), Some("0 3 * * *"));
+    assert_eq!(scheduled.spec.backup.schedule.as_deref(), Some("0 3 * * *"));
     wait::until(
         "BackupStale=False and a next run",
         Duration::from_secs(30),
@@ -269,7 +273,7 @@ async fn backups_reach_a_directory_and_s3_are_recorded_and_restore_into_a_new_cl
                 .await
                 .map_err(|e| e.to_string())?
                 .status
-                .and_then(|s| s.next_scheduled_at);
+                .and_then(|s| s.run.next_scheduled_at);
             if fresh && next.is_some() {
                 Ok(())
             } else {

@@ -75,15 +75,17 @@ async fn the_generated_rules_are_enough_to_run_the_operator() {
     let backup = EtcdBackup::new(
         "once",
         EtcdBackupSpec {
-            cluster_name: "main".into(),
-            destination: BackupDestination {
-                s3: None,
-                filesystem: Some(FilesystemDestination {
-                    path: scratch.join("store").display().to_string(),
-                }),
+            backup: quorum_core::crd::BackupSpec {
+                cluster_name: "main".into(),
+                destination: BackupDestination {
+                    s3: None,
+                    filesystem: Some(FilesystemDestination {
+                        path: scratch.join("store").display().to_string(),
+                    }),
+                },
+                schedule: None,
+                retain: None,
             },
-            schedule: None,
-            retain: None,
         },
     );
     backups.create(&post, &backup).await.unwrap();
@@ -94,7 +96,7 @@ async fn the_generated_rules_are_enough_to_run_the_operator() {
             .map_err(|e| e.to_string())?
             .status
             .unwrap_or_default();
-        if status.phase == Some(BackupPhase::Succeeded) {
+        if status.run.phase == Some(BackupPhase::Succeeded) {
             Ok(())
         } else {
             Err(format!("{status:?}"))

@@ -503,10 +503,12 @@ async fn a_cluster_created_again_from_a_backup_holds_exactly_the_backups_data() 
     let backup = EtcdBackup::new(
         "before-delete",
         EtcdBackupSpec {
-            cluster_name: CLUSTER.into(),
-            destination: store.destination("etcd"),
-            schedule: None,
-            retain: None,
+            backup: quorum_core::crd::BackupSpec {
+                cluster_name: CLUSTER.into(),
+                destination: store.destination("etcd"),
+                schedule: None,
+                retain: None,
+            },
         },
     );
     backups.create(&PostParams::default(), &backup).await.unwrap();
@@ -517,10 +519,10 @@ async fn a_cluster_created_again_from_a_backup_holds_exactly_the_backups_data() 
             .map_err(|e| e.to_string())?
             .status
             .unwrap_or_default();
-        match (&status.phase, status.last_snapshot) {
+        match (&status.run.phase, status.run.last_snapshot) {
             (Some(BackupPhase::Succeeded), Some(snapshot)) => Ok(snapshot),
-            (Some(BackupPhase::Failed), _) => panic!("the backup failed: {:?}", status.message),
-            _ => Err(format!("{:?}", status.phase)),
+            (Some(BackupPhase::Failed), _) => panic!("the backup failed: {:?}", status.run.message),
+            _ => Err(format!("{:?}", status.run.phase)),
         }
     })
     .await;

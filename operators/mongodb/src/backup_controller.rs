@@ -1,40 +1,35 @@
-//! Reconciling a `MongoDBBackup`: when it is due, stream a logical snapshot of the replica set
-//! ([`archive::dump`]) into its destination, record it on the backup and on the set, and prune
-//! old ones.
+//! Reconciling a `MongoDBBackup`: core's backup controller
+//! ([`quorum_core::backup::controller`]) around MongoDB's part, a logical snapshot of the
+//! replica set ([`archive::dump`]).
 //!
 //! The snapshot is read from a secondary, so the primary serves its clients undisturbed: a
 //! healthy `SECONDARY` as the set's status last recorded it, hidden members first (that is what
 //! they are for), then non-voting ones, then the smallest lag ([`choose_source`]). The primary
 //! is read only in a set of one data-bearing member. The member must confirm that role itself
 //! before it is read (an election may have come after the status). Without such a member the
-//! backup stays `Pending` and says why. An object is stored only when the dump wrote its whole archive (the
-//! pipe fails the upload otherwise) and the stored bytes are the ones the dump hashed.
+//! backup stays `Pending` and says why. An object is stored only when the dump wrote its whole
+//! archive (the pipe fails the upload otherwise) and the stored bytes are the ones the dump
+//! hashed.
 
 use std::{sync::Arc, time::Duration};
 
-use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
-use kube::{
-    Api, ResourceExt,
-    api::{Patch, PatchParams},
-    runtime::controller::Action,
-};
+use kube::{ResourceExt, runtime::controller::Action};
 use quorum_core::{
     ReconcileError,
     backup::{
-        BackupError, BackupSink, Due, PipeError, ScheduleError, due, next_due, object_name, pipe, producer,
-        until,
+        BackupError, BackupSink, PipeError,
+        controller::{self, BackupControllerError, BackupEngine, Snapshot, Sources},
+        pipe, producer,
     },
-    conditions::{ConditionType, ConditionUpdate, set_condition},
-    events::Severity,
     runner::Context,
-    status::patch_status,
 };
 
 use crate::{
     admin::Credentials,
     archive::{self, ArchiveError, DumpSummary},
-    crd::{BackupPhase, BackupRecord, MemberStatus, MongoDBBackup, MongoDBBackupStatus, MongoDBReplicaSet},
-    reconcile::{State, read_credentials},
+    crd::{MemberStatus, MongoDBBackup, MongoDBBackupStatus, MongoDBReplicaSet},
+    pass::State,
+    reconcile::read_credentials,
     resources::admin_secret_name,
 };
 
@@ -42,47 +37,152 @@ use crate::{
 /// next batch on a loaded member.
 pub const DUMP_STALL_TIMEOUT: Duration = Duration::from_secs(120);
 
+quorum_core::backup_resource!(MongoDBBackup, MongoDBBackupStatus);
+
+/// Why MongoDB's part of a backup failed.
 #[derive(Debug, thiserror::Error)]
-pub enum BackupControllerError {
-    #[error(transparent)]
-    Kubernetes(#[from] quorum_core::Error),
-    #[error("reading {what}: {source}")]
-    Read {
-        what: String,
-        #[source]
-        source: kube::Error,
-    },
-    #[error(transparent)]
-    Schedule(#[from] ScheduleError),
-    #[error("applying retention: {0}")]
-    Retention(#[source] BackupError),
+pub enum SnapshotError {
     #[error("the replica set's credentials: {0}")]
     Credentials(#[source] crate::reconcile::Error),
-    #[error("recording the backup on the replica set: {0}")]
-    RecordOnCluster(#[source] kube::Error),
+    #[error("{0}")]
+    Dump(String),
 }
 
-impl ReconcileError for BackupControllerError {
+impl ReconcileError for SnapshotError {
     fn metric_label(&self) -> &'static str {
         match self {
-            BackupControllerError::Kubernetes(error) => error.metric_label(),
-            BackupControllerError::Read { .. } => "read",
-            BackupControllerError::Schedule(_) => "schedule",
-            BackupControllerError::Retention(_) => "retention",
-            BackupControllerError::Credentials(_) => "credentials",
-            BackupControllerError::RecordOnCluster(_) => "record",
-        }
-    }
-
-    fn shared(&self) -> Option<&quorum_core::Error> {
-        match self {
-            BackupControllerError::Kubernetes(error) => Some(error),
-            _ => None,
+            SnapshotError::Credentials(_) => "credentials",
+            SnapshotError::Dump(_) => "snapshot",
         }
     }
 }
 
-type Result<T> = std::result::Result<T, BackupControllerError>;
+/// MongoDB's part of a backup: one member, confirmed in its role, dumped.
+struct MongoSnapshots<'a> {
+    context: &'a Context<State>,
+}
+
+/// The member a snapshot is read from, connected once it confirmed its role.
+struct Source {
+    member: String,
+    client: mongodb::Client,
+}
+
+impl BackupEngine for MongoSnapshots<'_> {
+    type Backup = MongoDBBackup;
+    type Cluster = MongoDBReplicaSet;
+    type Source = Source;
+    type Info = DumpSummary;
+    type Error = SnapshotError;
+
+    fn allow_http(&self) -> bool {
+        self.context.state.settings.allow_http_backups
+    }
+
+    async fn sources(
+        &self,
+        _: &MongoDBBackup,
+        replica_set: &MongoDBReplicaSet,
+    ) -> Result<Sources<Source>, SnapshotError> {
+        let members = replica_set
+            .status
+            .as_ref()
+            .map(|status| status.members.clone())
+            .unwrap_or_default();
+        let source = match choose_source(&members, replica_set.spec.data_members()) {
+            Ok(source) => source.clone(),
+            Err(message) => {
+                return Ok(Sources::Wait {
+                    reason: "NoSnapshotSource",
+                    message,
+                });
+            }
+        };
+        let namespace = replica_set.namespace().unwrap_or_default();
+        let credentials = read_credentials(self.context, &namespace, &admin_secret_name(replica_set))
+            .await
+            .map_err(SnapshotError::Credentials)?;
+        let host = source.host.clone().unwrap_or_default();
+        let address = self
+            .context
+            .state
+            .clients
+            .dial_address(&format!("{namespace}/{}", replica_set.name_any()), &host);
+        Ok(
+            match confirm_source(&address, &credentials, source.state == "PRIMARY").await {
+                Ok(client) => Sources::From(vec![Source {
+                    member: source.name,
+                    client,
+                }]),
+                Err(why) => Sources::Wait {
+                    reason: "NoSnapshotSource",
+                    message: format!("{} ({host}) cannot be read now: {why}", source.name),
+                },
+            },
+        )
+    }
+
+    fn member(&self, source: &Source) -> String {
+        source.member.clone()
+    }
+
+    fn extension(&self, _: &Source) -> String {
+        archive::EXTENSION.to_string()
+    }
+
+    async fn produce(
+        &self,
+        _: &MongoDBReplicaSet,
+        source: &Source,
+        sink: &BackupSink,
+        name: &str,
+    ) -> Result<Snapshot<DumpSummary>, SnapshotError> {
+        let client = source.client.clone();
+        let produce = producer(move |writer| Box::pin(async move { archive::dump(&client, writer).await }));
+        let upload = |reader| async move { sink.upload(name, reader).await };
+        let (stored, summary) = pipe(produce, upload, DUMP_STALL_TIMEOUT)
+            .await
+            .map_err(|error: PipeError<ArchiveError, BackupError>| SnapshotError::Dump(error.to_string()))?;
+        stored
+            .verify("the dump", summary.size, &summary.sha256)
+            .map_err(SnapshotError::Dump)?;
+        Ok(Snapshot {
+            stored,
+            info: summary,
+        })
+    }
+
+    fn record(&self, status: &mut MongoDBBackupStatus, snapshots: &[(&Source, Snapshot<DumpSummary>)]) {
+        let Some((source, snapshot)) = snapshots.first() else {
+            return;
+        };
+        let summary = &snapshot.info;
+        status.read_from = Some(source.member.clone());
+        status.cluster_time = Some(archive::cluster_time_text(summary.header.cluster_time));
+        status.databases = Some(summary.counts.databases as i64);
+        status.documents = Some(summary.counts.documents as i64);
+    }
+
+    fn summary(&self, snapshots: &[(&Source, Snapshot<DumpSummary>)]) -> String {
+        snapshots
+            .iter()
+            .map(|(source, snapshot)| {
+                let summary = &snapshot.info;
+                format!(
+                    "{} databases, {} documents read from {} at cluster time {}: {} bytes to {} (sha256 {})",
+                    summary.counts.databases,
+                    summary.counts.documents,
+                    source.member,
+                    archive::cluster_time_text(summary.header.cluster_time),
+                    snapshot.stored.size,
+                    snapshot.stored.location,
+                    snapshot.stored.sha256
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+}
 
 /// The member to read a snapshot from, among the members the set's status lists: a Healthy
 /// `SECONDARY` with a `host`, hidden before visible, non-voting before voting, then the
@@ -134,172 +234,6 @@ pub fn choose_source(
     })
 }
 
-/// Reconciles one `MongoDBBackup`.
-pub async fn reconcile_backup(backup: Arc<MongoDBBackup>, context: Arc<Context<State>>) -> Result<Action> {
-    let namespace = backup.namespace().unwrap_or_default();
-    let previous = backup.status.clone().unwrap_or_default();
-    let now = Timestamp::now();
-    match due(
-        backup.spec.schedule.as_deref(),
-        previous.phase,
-        previous.started_at.as_ref().map(|t| t.0),
-        backup.metadata.creation_timestamp.as_ref().map(|t| t.0),
-        now,
-    )? {
-        Due::Never => return Ok(Action::await_change()),
-        Due::Later(wait) => return Ok(Action::requeue(wait)),
-        Due::Now => {}
-    }
-    let cluster_name = &backup.spec.cluster_name;
-    let replica_sets: Api<MongoDBReplicaSet> = Api::namespaced(context.client.clone(), &namespace);
-    let replica_set =
-        replica_sets
-            .get_opt(cluster_name)
-            .await
-            .map_err(|source| BackupControllerError::Read {
-                what: format!("MongoDBReplicaSet {cluster_name}"),
-                source,
-            })?;
-    let Some(replica_set) = replica_set else {
-        let message = format!("MongoDBReplicaSet {cluster_name} does not exist");
-        return wait(&context, &backup, &previous, "ClusterNotFound", message, 30).await;
-    };
-    let members = replica_set
-        .status
-        .as_ref()
-        .map(|status| status.members.clone())
-        .unwrap_or_default();
-    let source = match choose_source(&members, replica_set.spec.data_members()) {
-        Ok(source) => source.clone(),
-        Err(why) => return wait(&context, &backup, &previous, "NoSnapshotSource", why, 15).await,
-    };
-    let credentials = read_credentials(&context, &namespace, &admin_secret_name(&replica_set))
-        .await
-        .map_err(BackupControllerError::Credentials)?;
-    let sink = match quorum_core::backup::cluster_sink(
-        &context.client,
-        &namespace,
-        cluster_name,
-        &backup.spec.destination,
-        context.state.settings.allow_http_backups,
-    )
-    .await
-    {
-        Ok(sink) => sink,
-        Err(error) => {
-            let message = format!("the destination cannot be used: {error}");
-            return wait(&context, &backup, &previous, "DestinationInvalid", message, 30).await;
-        }
-    };
-
-    let host = source.host.clone().unwrap_or_default();
-    let address = context
-        .state
-        .clients
-        .dial_address(&format!("{namespace}/{cluster_name}"), &host);
-    let client = match confirm_source(&address, &credentials, source.state == "PRIMARY").await {
-        Ok(client) => client,
-        Err(why) => {
-            let message = format!("{} ({host}) cannot be read now: {why}", source.name);
-            return wait(&context, &backup, &previous, "NoSnapshotSource", message, 15).await;
-        }
-    };
-
-    let running = MongoDBBackupStatus {
-        phase: Some(BackupPhase::Running),
-        started_at: Some(Time(now)),
-        message: None,
-        ..previous.clone()
-    };
-    patch_status(&context.client, backup.as_ref(), Some(&previous), &running).await?;
-    let name = object_name(cluster_name, now, archive::EXTENSION);
-    let taken = take_snapshot(client, &sink, &name).await;
-
-    let mut done = running.clone();
-    done.completed_at = Some(Time(Timestamp::now()));
-    if let Some(schedule) = &backup.spec.schedule {
-        done.next_scheduled_at = next_due(schedule, now).ok().map(Time);
-    }
-    let (stored, summary) = match taken {
-        Ok(taken) => taken,
-        Err(why) => {
-            let why = format!("the snapshot from {} ({host}): {why}", source.name);
-            done.phase = Some(BackupPhase::Failed);
-            done.message = Some(why.clone());
-            set_condition(
-                &mut done.conditions,
-                ConditionUpdate::new(ConditionType::Ready, false, "SnapshotFailed", why.clone()),
-                backup.metadata.generation,
-                Timestamp::now(),
-            );
-            patch_status(&context.client, backup.as_ref(), Some(&running), &done).await?;
-            publish(&context, &backup, Severity::Warning, "SnapshotFailed", why).await;
-            return Ok(Action::requeue(Duration::from_secs(60)));
-        }
-    };
-
-    let record = BackupRecord {
-        name: backup.name_any(),
-        location: stored.location.clone(),
-        completed_at: done.completed_at.clone().unwrap_or(Time(now)),
-        size_bytes: stored.size as i64,
-        sha256: stored.sha256.clone(),
-    };
-    done.last_snapshot = Some(record.clone());
-    done.read_from = Some(source.name.clone());
-    done.cluster_time = Some(archive::cluster_time_text(summary.header.cluster_time));
-    done.databases = Some(summary.counts.databases as i64);
-    done.documents = Some(summary.counts.documents as i64);
-    done.phase = Some(match backup.spec.schedule {
-        Some(_) => BackupPhase::Pending,
-        None => BackupPhase::Succeeded,
-    });
-    let message = format!(
-        "{} databases, {} documents read from {} at cluster time {}: {} bytes to {} (sha256 {})",
-        summary.counts.databases,
-        summary.counts.documents,
-        source.name,
-        archive::cluster_time_text(summary.header.cluster_time),
-        stored.size,
-        stored.location,
-        stored.sha256
-    );
-    set_condition(
-        &mut done.conditions,
-        ConditionUpdate::new(ConditionType::Ready, true, "SnapshotStored", message.clone()),
-        backup.metadata.generation,
-        Timestamp::now(),
-    );
-    patch_status(&context.client, backup.as_ref(), Some(&running), &done).await?;
-    // The replica set's reconciler patches only the status fields it changed, which leaves
-    // this one alone.
-    replica_sets
-        .patch_status(
-            cluster_name,
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({ "status": { "lastBackup": record } })),
-        )
-        .await
-        .map_err(BackupControllerError::RecordOnCluster)?;
-    publish(&context, &backup, Severity::Normal, "SnapshotStored", message).await;
-    if let Some(keep) = backup.spec.retain {
-        sink.apply_retention(keep as usize)
-            .await
-            .map_err(BackupControllerError::Retention)?;
-    }
-    Ok(match &done.next_scheduled_at {
-        Some(next) => Action::requeue(until(Timestamp::now(), next.0)),
-        None => Action::await_change(),
-    })
-}
-
-/// What was stored.
-struct StoredArchive {
-    location: String,
-    size: u64,
-    sha256: String,
-}
-
 /// A client of the member at `address`, once the member confirms the role it was chosen in
 /// (the set's status may be older than an election).
 async fn confirm_source(
@@ -324,63 +258,12 @@ async fn confirm_source(
     Ok(client)
 }
 
-/// Streams an archive of the member behind `client` into the object `name`.
-async fn take_snapshot(
-    client: mongodb::Client,
-    sink: &BackupSink,
-    name: &str,
-) -> std::result::Result<(StoredArchive, DumpSummary), String> {
-    let produce = producer(move |writer| Box::pin(async move { archive::dump(&client, writer).await }));
-    let upload = |reader| async move { sink.upload(name, reader).await };
-    let (stored, summary) = pipe(produce, upload, DUMP_STALL_TIMEOUT)
-        .await
-        .map_err(|error: PipeError<ArchiveError, BackupError>| error.to_string())?;
-    if stored.sha256 != summary.sha256 || stored.size != summary.size {
-        return Err(format!(
-            "the stored object ({} bytes, sha256 {}) is not what the dump wrote ({} bytes, sha256 {})",
-            stored.size, stored.sha256, summary.size, summary.sha256
-        ));
-    }
-    Ok((
-        StoredArchive {
-            location: stored.location,
-            size: stored.size,
-            sha256: stored.sha256,
-        },
-        summary,
-    ))
-}
-
-/// Leaves the backup Pending with why, and tries again in `seconds`.
-async fn wait(
-    context: &Context<State>,
-    backup: &MongoDBBackup,
-    previous: &MongoDBBackupStatus,
-    reason: &'static str,
-    message: String,
-    seconds: u64,
-) -> Result<Action> {
-    let status = MongoDBBackupStatus {
-        phase: Some(BackupPhase::Pending),
-        message: Some(message.clone()),
-        ..previous.clone()
-    };
-    patch_status(&context.client, backup, Some(previous), &status).await?;
-    publish(context, backup, Severity::Warning, reason, message).await;
-    Ok(Action::requeue(Duration::from_secs(seconds)))
-}
-
-async fn publish(
-    context: &Context<State>,
-    backup: &MongoDBBackup,
-    severity: Severity,
-    reason: &'static str,
-    message: String,
-) {
-    context
-        .events
-        .publish(backup, severity, reason, "Backup", message)
-        .await;
+/// Reconciles one `MongoDBBackup`.
+pub async fn reconcile_backup(
+    backup: Arc<MongoDBBackup>,
+    context: Arc<Context<State>>,
+) -> Result<Action, BackupControllerError<SnapshotError>> {
+    controller::reconcile(&MongoSnapshots { context: &context }, backup.as_ref(), &context).await
 }
 
 #[cfg(test)]

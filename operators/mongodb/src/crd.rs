@@ -11,9 +11,10 @@ use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::{Condition, Time},
 };
 use kube::{CustomResource, KubeSchema};
-use quorum_core::crd::validation::{self, DNS_SUBDOMAIN, IMAGE, MAX_IMAGE, MAX_OBJECT_NAME, MAX_SCHEDULE};
+use quorum_core::crd::validation::{self, DNS_SUBDOMAIN, IMAGE, MAX_IMAGE, MAX_OBJECT_NAME};
 pub use quorum_core::crd::{
-    BackupDestination, BackupPhase, BackupPolicy, BackupRecord, PodOverrides, RestoreSource, Storage,
+    BackupDestination, BackupPhase, BackupPolicy, BackupRecord, BackupRunStatus, BackupSpec, PodOverrides,
+    RestoreSource, Storage,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -309,36 +310,16 @@ pub struct MembershipChange {
     .message("retain applies only to scheduled backups: set schedule or remove retain"))]
 #[serde(rename_all = "camelCase")]
 pub struct MongoDBBackupSpec {
-    /// Name of the `MongoDBReplicaSet`, in the same namespace, to snapshot. Immutable.
-    #[x_kube(validation = Rule::new("self == oldSelf").message("clusterName is immutable"))]
-    #[schemars(length(min = 1, max = MAX_OBJECT_NAME), regex(pattern = DNS_SUBDOMAIN))]
-    pub cluster_name: String,
-
-    /// Where the snapshot goes: exactly one of `s3` or `filesystem`.
-    pub destination: BackupDestination,
-
-    /// Cron schedule, five fields, in UTC, for example `0 */6 * * *`. Absent: one snapshot,
-    /// taken as soon as the resource is created.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = MAX_SCHEDULE))]
-    #[x_kube(validation = validation::schedule_rule())]
-    pub schedule: Option<String>,
-
-    /// How many successful snapshots of a schedule to keep; older ones are deleted.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
-    pub retain: Option<u32>,
+    #[serde(flatten)]
+    pub backup: BackupSpec,
 }
 
 /// What the operator last did for a `MongoDBBackup`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MongoDBBackupStatus {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<BackupPhase>,
-    /// The newest snapshot this resource stored.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_snapshot: Option<BackupRecord>,
+    #[serde(flatten)]
+    pub run: BackupRunStatus,
     /// The member the newest snapshot was read from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_from: Option<String>,
@@ -350,18 +331,6 @@ pub struct MongoDBBackupStatus {
     pub databases: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub documents: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub started_at: Option<Time>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub completed_at: Option<Time>,
-    /// Why the last run failed, or what it waits for.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
-    /// When a scheduled backup runs next.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub next_scheduled_at: Option<Time>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<Condition>,
 }
 
 #[cfg(test)]

@@ -69,7 +69,7 @@ pub(crate) async fn restore_step(
     let Some(backup) = backup else {
         return not_ready(format!("MongoDBBackup {} does not exist", source.backup_name));
     };
-    if backup.spec.cluster_name == replica_set.name_any() {
+    if backup.spec.backup.cluster_name == replica_set.name_any() {
         return Ok(Some(Progress::waiting(
             Reason::RestoreSourceInvalid,
             format!(
@@ -81,14 +81,14 @@ pub(crate) async fn restore_step(
     let Some(record) = backup
         .status
         .as_ref()
-        .and_then(|status| status.last_snapshot.clone())
+        .and_then(|status| status.run.last_snapshot.clone())
     else {
         return not_ready(format!(
             "MongoDBBackup {} has no stored snapshot yet",
             source.backup_name
         ));
     };
-    let destination = &backup.spec.destination;
+    let destination = &backup.spec.backup.destination;
     let credentials = quorum_core::backup::credentials(&context.client, &namespace, destination)
         .await
         .map_err(|error| restore_failed(&error.to_string()));

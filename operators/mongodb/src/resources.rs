@@ -38,7 +38,7 @@ use quorum_core::{
 
 use crate::{
     OPERATOR_NAME,
-    crd::{MongoDBBackup, MongoDBBackupSpec, MongoDBReplicaSet},
+    crd::{BackupSpec, MongoDBBackup, MongoDBBackupSpec, MongoDBReplicaSet},
 };
 
 /// `app.kubernetes.io/name` of everything this operator creates.
@@ -591,10 +591,7 @@ pub fn build_scheduled_backup(replica_set: &MongoDBReplicaSet, name: &str) -> Re
     let mut backup = MongoDBBackup::new(
         name,
         MongoDBBackupSpec {
-            cluster_name: replica_set.name_any(),
-            destination: policy.destination.clone(),
-            schedule: Some(policy.schedule.clone()),
-            retain: Some(policy.retain),
+            backup: BackupSpec::scheduled(&replica_set.name_any(), policy),
         },
     );
     backup.metadata = child_metadata(replica_set, name, labels(replica_set, MEMBER_COMPONENT))?;
@@ -1013,8 +1010,8 @@ pub(crate) mod tests {
             .unwrap();
         assert_eq!(backup.metadata.name.as_deref(), Some("orders-scheduled"));
         assert_eq!(backup.metadata.namespace.as_deref(), Some("shop"));
-        assert_eq!(backup.spec.cluster_name, "orders");
-        assert_eq!(backup.spec.schedule.as_deref(), Some("0 3 * * *"));
-        assert_eq!(backup.spec.retain, Some(5));
+        assert_eq!(backup.spec.backup.cluster_name, "orders");
+        assert_eq!(backup.spec.backup.schedule.as_deref(), Some("0 3 * * *"));
+        assert_eq!(backup.spec.backup.retain, Some(5));
     }
 }

@@ -152,10 +152,12 @@ async fn create_backup(setup: &Setup, name: &str, cluster: &str, destination: &P
             &MongoDBBackup::new(
                 name,
                 MongoDBBackupSpec {
-                    cluster_name: cluster.into(),
-                    destination: filesystem(destination),
-                    schedule: None,
-                    retain: None,
+                    backup: quorum_core::crd::BackupSpec {
+                        cluster_name: cluster.into(),
+                        destination: filesystem(destination),
+                        schedule: None,
+                        retain: None,
+                    },
                 },
             ),
         )
@@ -175,9 +177,9 @@ async fn succeeded(setup: &Setup, name: &str) -> MongoDBBackupStatus {
                 .map_err(|e| e.to_string())?
                 .status
                 .unwrap_or_default();
-            match status.phase {
+            match status.run.phase {
                 Some(BackupPhase::Succeeded) => Ok(status),
-                Some(BackupPhase::Failed) => panic!("backup {name} failed: {:?}", status.message),
+                Some(BackupPhase::Failed) => panic!("backup {name} failed: {:?}", status.run.message),
                 _ => Err(format!("{status:?}")),
             }
         },
@@ -236,7 +238,11 @@ async fn an_on_demand_backup_read_from_a_secondary_restores_a_new_set_exactly() 
 
     create_backup(&setup, "once", "source", &destination).await;
     let status = succeeded(&setup, "once").await;
-    let snapshot = status.last_snapshot.clone().expect("the snapshot is recorded");
+    let snapshot = status
+        .run
+        .last_snapshot
+        .clone()
+        .expect("the snapshot is recorded");
     assert_eq!(snapshot.name, "once");
     assert!(
         snapshot
@@ -263,6 +269,7 @@ async fn an_on_demand_backup_read_from_a_secondary_restores_a_new_set_exactly() 
     assert_eq!(status.databases, Some(2));
     assert_eq!(status.documents, Some(documents as i64));
     let ready = status
+        .run
         .conditions
         .iter()
         .find(|c| c.type_ == "Ready")
@@ -393,7 +400,7 @@ async fn a_set_restored_from_a_backup_not_taken_yet_waits_alone_then_restores_it
     create_backup(&setup, "later", "source", &destination).await;
     let backup = succeeded(&setup, "later").await;
     let restored = setup.ready("waiting", 3).await;
-    assert_eq!(restored.restored_from, backup.last_snapshot);
+    assert_eq!(restored.restored_from, backup.run.last_snapshot);
     assert_eq!(
         contents(&setup.application("waiting", 3).await).await.unwrap(),
         expected

@@ -78,15 +78,17 @@ async fn the_generated_rules_are_enough_to_run_the_operator() {
             &MongoDBBackup::new(
                 "once",
                 MongoDBBackupSpec {
-                    cluster_name: "main".into(),
-                    destination: BackupDestination {
-                        s3: None,
-                        filesystem: Some(FilesystemDestination {
-                            path: scratch.join("backups").display().to_string(),
-                        }),
+                    backup: quorum_core::crd::BackupSpec {
+                        cluster_name: "main".into(),
+                        destination: BackupDestination {
+                            s3: None,
+                            filesystem: Some(FilesystemDestination {
+                                path: scratch.join("backups").display().to_string(),
+                            }),
+                        },
+                        schedule: None,
+                        retain: None,
                     },
-                    schedule: None,
-                    retain: None,
                 },
             ),
         )
@@ -99,16 +101,16 @@ async fn the_generated_rules_are_enough_to_run_the_operator() {
             .map_err(|e| e.to_string())?
             .status
             .unwrap_or_default();
-        match status.phase {
+        match status.run.phase {
             Some(BackupPhase::Succeeded) => Ok(status),
-            Some(BackupPhase::Failed) => panic!("the backup failed: {:?}", status.message),
+            Some(BackupPhase::Failed) => panic!("the backup failed: {:?}", status.run.message),
             _ => Err(format!("{status:?}")),
         }
     })
     .await;
     assert_eq!(backup.documents, Some(50));
     // Written by the backup controller onto the set's status subresource.
-    let snapshot = backup.last_snapshot.expect("the snapshot is recorded");
+    let snapshot = backup.run.last_snapshot.expect("the snapshot is recorded");
     setup
         .status_until(
             "main",

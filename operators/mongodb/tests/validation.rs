@@ -298,10 +298,12 @@ async fn invalid_replica_sets_and_backups_are_refused_naming_the_field() {
         MongoDBBackup::new(
             "nightly",
             MongoDBBackupSpec {
-                cluster_name: "orders".into(),
-                destination: serde_json::from_value(destination).unwrap(),
-                schedule: schedule.map(str::to_string),
-                retain,
+                backup: quorum_core::crd::BackupSpec {
+                    cluster_name: "orders".into(),
+                    destination: serde_json::from_value(destination).unwrap(),
+                    schedule: schedule.map(str::to_string),
+                    retain,
+                },
             },
         )
     };

@@ -868,7 +868,7 @@ async fn pending_restore(
         ))));
     };
     let recorded = backup.status.clone().unwrap_or_default();
-    let (Some(snapshot), Some(position)) = (recorded.last_snapshot, recorded.gtid_position) else {
+    let (Some(snapshot), Some(position)) = (recorded.run.last_snapshot, recorded.gtid_position) else {
         return Ok(Some(PendingRestore::NotReady(format!(
             "MySQLBackup {name} has no stored snapshot yet"
         ))));
@@ -891,11 +891,11 @@ async fn stored_snapshot(
 ) -> Result<StoredSnapshot, String> {
     let namespace = cluster.namespace().unwrap_or_default();
     let position = GtidPosition::parse(cluster.spec.flavor, position).map_err(|e| e.to_string())?;
-    let credentials = credentials(&context.client, &namespace, &backup.spec.destination)
+    let credentials = credentials(&context.client, &namespace, &backup.spec.backup.destination)
         .await
         .map_err(|e| e.to_string())?;
     let target = backup_target(
-        &backup.spec.destination,
+        &backup.spec.backup.destination,
         credentials,
         context.state.settings.allow_http_backups,
     )
@@ -904,7 +904,7 @@ async fn stored_snapshot(
         &backup.name_any(),
         target,
         &namespace,
-        &backup.spec.cluster_name,
+        &backup.spec.backup.cluster_name,
         &snapshot.location,
         &snapshot.sha256,
         position,

@@ -37,7 +37,7 @@ use quorum_core::{
 
 use crate::{
     OPERATOR_NAME,
-    crd::{Flavor, MySQLBackup, MySQLBackupSpec, MySQLCluster, ReplicationMode},
+    crd::{BackupSpec, Flavor, MySQLBackup, MySQLBackupSpec, MySQLCluster, ReplicationMode},
 };
 
 /// `app.kubernetes.io/name` of everything this operator creates.
@@ -579,10 +579,7 @@ pub fn build_scheduled_backup(cluster: &MySQLCluster, name: &str) -> Result<Opti
     let mut backup = MySQLBackup::new(
         name,
         MySQLBackupSpec {
-            cluster_name: cluster.name_any(),
-            destination: policy.destination.clone(),
-            schedule: Some(policy.schedule.clone()),
-            retain: Some(policy.retain),
+            backup: BackupSpec::scheduled(&cluster.name_any(), policy),
         },
     );
     backup.metadata = child_metadata(cluster, name, labels(cluster))?;

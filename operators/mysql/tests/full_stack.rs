@@ -302,19 +302,19 @@ async fn a_backup_is_a_consistent_snapshot_and_a_switchover_under_writes_loses_n
             .map_err(|e| e.to_string())?
             .status
             .unwrap_or_default();
-        match status.phase {
+        match status.run.phase {
             Some(mysql_operator::crd::BackupPhase::Succeeded) => Ok(status),
-            other => Err(format!("{other:?} {:?}", status.message)),
+            other => Err(format!("{other:?} {:?}", status.run.message)),
         }
     })
     .await;
     assert_eq!(
-        status.member.as_deref(),
+        status.run.member.as_deref(),
         Some("main-1"),
         "read from the caught-up replica"
     );
     assert!(status.gtid_position.as_deref().is_some_and(|p| !p.is_empty()));
-    let record = status.last_snapshot.expect("snapshot record");
+    let record = status.run.last_snapshot.expect("snapshot record");
     let path = record.location.trim_start_matches("file://");
     let snapshot = std::fs::read_to_string(path).expect("the stored snapshot");
     assert!(

@@ -153,16 +153,16 @@ async fn a_cluster_restored_from_a_backup_waits_for_it_then_holds_its_rows_and_c
             .map_err(|e| e.to_string())?
             .status
             .unwrap_or_default();
-        match status.phase {
+        match status.run.phase {
             Some(BackupPhase::Succeeded) => Ok(status),
-            other => Err(format!("{other:?} {:?}", status.message)),
+            other => Err(format!("{other:?} {:?}", status.run.message)),
         }
     })
     .await;
     let backup_position =
         GtidPosition::parse(Flavor::MariaDB, taken.gtid_position.as_deref().unwrap()).unwrap();
     assert!(!backup_position.is_empty());
-    let snapshot = taken.last_snapshot.unwrap();
+    let snapshot = taken.run.last_snapshot.unwrap();
 
     let status = ready(&setup.clusters, "copy", 2).await;
     assert_eq!(status.primary.as_deref(), Some("copy-0"));

@@ -1,5 +1,5 @@
-//! Reconciling a `RedisBackup`: when it is due, stream RDB snapshots of the deployment into
-//! its destination, record them on the backup and on the cluster, and prune old ones.
+//! Reconciling a `RedisBackup`: core's backup controller
+//! ([`quorum_core::backup::controller`]) around Redis's part, RDB snapshots of the deployment.
 //!
 //! A snapshot is taken over the replication protocol ([`RedisAdmin::snapshot`]) from a
 //! replica whose link to its primary is up, so the primary is spared the fork; from the
@@ -9,26 +9,21 @@
 //! ([`choose_replication_source`], [`plan_shard_snapshots`]); a node the operator cannot reach
 //! is never chosen. An object is stored only when the server sent a whole RDB (the pipe
 //! fails the upload otherwise) and its checksum is the one the server's bytes had.
+//!
+//! [`RedisAdmin::snapshot`]: crate::admin::RedisAdmin::snapshot
 
 use std::{collections::BTreeMap, net::SocketAddr, sync::Arc, time::Duration};
 
-use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
-use kube::{
-    Api, ResourceExt,
-    api::{Patch, PatchParams},
-    runtime::controller::Action,
-};
+use kube::{ResourceExt, runtime::controller::Action};
 use quorum_core::{
     ReconcileError,
     availability::retry::Idempotency,
     backup::{
-        BackupError, BackupSink, Due, PipeError, ScheduleError, due, next_due, object_name, pipe, producer,
-        until,
+        BackupError, BackupSink, PipeError,
+        controller::{self, BackupControllerError, BackupEngine, Snapshot, Sources},
+        pipe, producer,
     },
-    conditions::{ConditionType, ConditionUpdate, set_condition},
-    events::Severity,
     runner::Context,
-    status::patch_status,
 };
 
 use crate::{
@@ -37,7 +32,7 @@ use crate::{
         AdminError, ReplicationInfo, Role,
         cluster::{ClusterNode, SLOT_COUNT, SlotRange},
     },
-    crd::{BackupPhase, BackupRecord, Mode, RedisBackup, RedisBackupStatus, RedisCluster, ShardSnapshot},
+    crd::{Mode, RedisBackup, RedisBackupStatus, RedisCluster, ShardSnapshot},
     reconcile::{State, read_password},
     resources::{auth_secret_name, node_name, ordinal_of, shard_of},
 };
@@ -50,47 +45,131 @@ pub const SNAPSHOT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// server sends only keep-alives while it forks and writes the RDB, so this allows for that.
 pub const SNAPSHOT_STALL_TIMEOUT: Duration = Duration::from_secs(120);
 
+quorum_core::backup_resource!(RedisBackup, RedisBackupStatus);
+
+/// Why Redis's part of a backup failed.
 #[derive(Debug, thiserror::Error)]
-pub enum BackupControllerError {
-    #[error(transparent)]
-    Kubernetes(#[from] quorum_core::Error),
-    #[error("reading {what}: {source}")]
-    Read {
-        what: String,
-        #[source]
-        source: kube::Error,
-    },
-    #[error(transparent)]
-    Schedule(#[from] ScheduleError),
-    #[error("applying retention: {0}")]
-    Retention(#[source] BackupError),
-    #[error("the cluster's credentials: {0}")]
+pub enum SnapshotError {
+    #[error("the deployment's password: {0}")]
     Credentials(#[source] crate::reconcile::Error),
-    #[error("recording the backup on the cluster: {0}")]
-    RecordOnCluster(#[source] kube::Error),
+    #[error("{0}")]
+    Snapshot(String),
 }
 
-impl ReconcileError for BackupControllerError {
+impl ReconcileError for SnapshotError {
     fn metric_label(&self) -> &'static str {
         match self {
-            BackupControllerError::Kubernetes(error) => error.metric_label(),
-            BackupControllerError::Read { .. } => "read",
-            BackupControllerError::Schedule(_) => "schedule",
-            BackupControllerError::Retention(_) => "retention",
-            BackupControllerError::Credentials(_) => "credentials",
-            BackupControllerError::RecordOnCluster(_) => "record",
-        }
-    }
-
-    fn shared(&self) -> Option<&quorum_core::Error> {
-        match self {
-            BackupControllerError::Kubernetes(error) => Some(error),
-            _ => None,
+            SnapshotError::Credentials(_) => "credentials",
+            SnapshotError::Snapshot(_) => "snapshot",
         }
     }
 }
 
-type Result<T> = std::result::Result<T, BackupControllerError>;
+/// One snapshot to take: from which node, and for which shard (cluster mode).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Source {
+    node: String,
+    ordinal: usize,
+    shard: Option<usize>,
+    slots: Vec<SlotRange>,
+}
+
+/// Redis's part of a backup: one node's RDB, or one per shard.
+struct RedisSnapshots<'a> {
+    context: &'a Context<State>,
+}
+
+impl BackupEngine for RedisSnapshots<'_> {
+    type Backup = RedisBackup;
+    type Cluster = RedisCluster;
+    type Source = Source;
+    type Info = ();
+    type Error = SnapshotError;
+
+    fn allow_http(&self) -> bool {
+        self.context.state.settings.allow_http_backups
+    }
+
+    async fn sources(
+        &self,
+        _: &RedisBackup,
+        cluster: &RedisCluster,
+    ) -> Result<Sources<Source>, SnapshotError> {
+        Ok(match find_sources(self.context, cluster).await? {
+            Ok(sources) => Sources::From(sources),
+            Err(message) => Sources::Wait {
+                reason: "NoSnapshotSource",
+                message,
+            },
+        })
+    }
+
+    fn member(&self, source: &Source) -> String {
+        source.node.clone()
+    }
+
+    fn extension(&self, source: &Source) -> String {
+        match source.shard {
+            Some(shard) => format!("shard-{shard}.rdb"),
+            None => "rdb".to_string(),
+        }
+    }
+
+    async fn produce(
+        &self,
+        cluster: &RedisCluster,
+        source: &Source,
+        sink: &BackupSink,
+        name: &str,
+    ) -> Result<Snapshot<()>, SnapshotError> {
+        take_snapshot(self.context, cluster, source.ordinal, sink, name)
+            .await
+            .map(|stored| Snapshot { stored, info: () })
+            .map_err(|why| {
+                SnapshotError::Snapshot(match source.shard {
+                    Some(shard) => format!("shard {shard}: {why}"),
+                    None => why,
+                })
+            })
+    }
+
+    fn record(&self, status: &mut RedisBackupStatus, snapshots: &[(&Source, Snapshot<()>)]) {
+        status.shards = snapshots
+            .iter()
+            .filter_map(|(source, snapshot)| {
+                Some(ShardSnapshot {
+                    shard: source.shard? as i32,
+                    node: source.node.clone(),
+                    slots: source.slots.iter().map(ToString::to_string).collect(),
+                    location: snapshot.stored.location.clone(),
+                    size_bytes: snapshot.stored.size as i64,
+                    sha256: snapshot.stored.sha256.clone(),
+                })
+            })
+            .collect();
+    }
+
+    fn summary(&self, snapshots: &[(&Source, Snapshot<()>)]) -> String {
+        snapshots
+            .iter()
+            .map(|(source, snapshot)| {
+                format!(
+                    "{} bytes from {} to {} (sha256 {})",
+                    snapshot.stored.size, source.node, snapshot.stored.location, snapshot.stored.sha256
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+}
+
+/// Reconciles one `RedisBackup`.
+pub async fn reconcile_backup(
+    backup: Arc<RedisBackup>,
+    context: Arc<Context<State>>,
+) -> Result<Action, BackupControllerError<SnapshotError>> {
+    controller::reconcile(&RedisSnapshots { context: &context }, backup.as_ref(), &context).await
+}
 
 /// One data node as the backup controller found it.
 #[derive(Clone, Debug, PartialEq)]
@@ -220,200 +299,12 @@ pub fn plan_shard_snapshots(
     Ok(sources)
 }
 
-/// Reconciles one `RedisBackup`.
-pub async fn reconcile_backup(backup: Arc<RedisBackup>, context: Arc<Context<State>>) -> Result<Action> {
-    let namespace = backup.namespace().unwrap_or_default();
-    let previous = backup.status.clone().unwrap_or_default();
-    let now = Timestamp::now();
-    match due(
-        backup.spec.schedule.as_deref(),
-        previous.phase,
-        previous.started_at.as_ref().map(|t| t.0),
-        backup.metadata.creation_timestamp.as_ref().map(|t| t.0),
-        now,
-    )? {
-        Due::Never => return Ok(Action::await_change()),
-        Due::Later(wait) => return Ok(Action::requeue(wait)),
-        Due::Now => {}
-    }
-    let cluster_name = &backup.spec.cluster_name;
-    let clusters: Api<RedisCluster> = Api::namespaced(context.client.clone(), &namespace);
-    let cluster = clusters
-        .get_opt(cluster_name)
-        .await
-        .map_err(|source| BackupControllerError::Read {
-            what: format!("RedisCluster {cluster_name}"),
-            source,
-        })?;
-    let Some(cluster) = cluster else {
-        let message = format!("RedisCluster {cluster_name} does not exist");
-        return wait(&context, &backup, &previous, "ClusterNotFound", message, 30).await;
-    };
-
-    let sources = match find_sources(&context, &cluster).await? {
-        Ok(sources) => sources,
-        Err(why) => return wait(&context, &backup, &previous, "NoSnapshotSource", why, 15).await,
-    };
-    let sink = match quorum_core::backup::cluster_sink(
-        &context.client,
-        &namespace,
-        cluster_name,
-        &backup.spec.destination,
-        context.state.settings.allow_http_backups,
-    )
-    .await
-    {
-        Ok(sink) => sink,
-        Err(error) => {
-            let message = format!("the destination cannot be used: {error}");
-            return wait(&context, &backup, &previous, "DestinationInvalid", message, 30).await;
-        }
-    };
-
-    let running = RedisBackupStatus {
-        phase: Some(BackupPhase::Running),
-        started_at: Some(Time(now)),
-        message: None,
-        ..previous.clone()
-    };
-    patch_status(&context.client, backup.as_ref(), Some(&previous), &running).await?;
-
-    let key = format!("{namespace}/{cluster_name}");
-    let mut stored = Vec::new();
-    let mut failure = None;
-    for source in &sources {
-        let extension = match source.shard {
-            Some(shard) => format!("shard-{shard}.rdb"),
-            None => "rdb".to_string(),
-        };
-        let name = object_name(cluster_name, now, &extension);
-        match take_snapshot(&context, &cluster, &key, source.ordinal, &sink, &name).await {
-            Ok(snapshot) => stored.push((source, snapshot)),
-            Err(why) => {
-                let node = node_name(cluster_name, source.ordinal);
-                failure = Some(match source.shard {
-                    Some(shard) => format!("shard {shard}'s snapshot from {node}: {why}"),
-                    None => format!("the snapshot from {node}: {why}"),
-                });
-                break;
-            }
-        }
-    }
-
-    let mut done = running.clone();
-    done.completed_at = Some(Time(Timestamp::now()));
-    if let Some(schedule) = &backup.spec.schedule {
-        done.next_scheduled_at = next_due(schedule, now).ok().map(Time);
-    }
-    if let Some(why) = failure {
-        done.phase = Some(BackupPhase::Failed);
-        done.message = Some(why.clone());
-        set_condition(
-            &mut done.conditions,
-            ConditionUpdate::new(ConditionType::Ready, false, "SnapshotFailed", why.clone()),
-            backup.metadata.generation,
-            Timestamp::now(),
-        );
-        patch_status(&context.client, backup.as_ref(), Some(&running), &done).await?;
-        publish(&context, &backup, Severity::Warning, "SnapshotFailed", why).await;
-        return Ok(Action::requeue(Duration::from_secs(60)));
-    }
-
-    let completed_at = done.completed_at.clone().unwrap_or(Time(now));
-    let record = |snapshot: &StoredSnapshot| BackupRecord {
-        name: backup.name_any(),
-        location: snapshot.location.clone(),
-        completed_at: completed_at.clone(),
-        size_bytes: snapshot.size as i64,
-        sha256: snapshot.sha256.clone(),
-    };
-    let first = stored
-        .first()
-        .map(|(_, snapshot)| record(snapshot))
-        .expect("a plan has at least one source");
-    done.shards = stored
-        .iter()
-        .filter_map(|(source, snapshot)| {
-            Some(ShardSnapshot {
-                shard: source.shard? as i32,
-                node: node_name(cluster_name, source.ordinal),
-                slots: source.slots.iter().map(ToString::to_string).collect(),
-                location: snapshot.location.clone(),
-                size_bytes: snapshot.size as i64,
-                sha256: snapshot.sha256.clone(),
-            })
-        })
-        .collect();
-    done.last_snapshot = Some(first.clone());
-    done.phase = Some(match backup.spec.schedule {
-        Some(_) => BackupPhase::Pending,
-        None => BackupPhase::Succeeded,
-    });
-    let summary = stored
-        .iter()
-        .map(|(source, snapshot)| {
-            format!(
-                "{} bytes from {} to {} (sha256 {})",
-                snapshot.size,
-                node_name(cluster_name, source.ordinal),
-                snapshot.location,
-                snapshot.sha256
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("; ");
-    set_condition(
-        &mut done.conditions,
-        ConditionUpdate::new(ConditionType::Ready, true, "SnapshotStored", summary.clone()),
-        backup.metadata.generation,
-        Timestamp::now(),
-    );
-    patch_status(&context.client, backup.as_ref(), Some(&running), &done).await?;
-    // The cluster reconciler writes its status as a merge patch of what it changed, which
-    // leaves this field alone.
-    clusters
-        .patch_status(
-            cluster_name,
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({ "status": { "lastBackup": first } })),
-        )
-        .await
-        .map_err(BackupControllerError::RecordOnCluster)?;
-    publish(&context, &backup, Severity::Normal, "SnapshotStored", summary).await;
-    if let Some(keep) = backup.spec.retain {
-        // A run stores one object per shard: keep that many runs' worth.
-        let per_run = stored.len().max(1);
-        sink.apply_retention(keep as usize * per_run)
-            .await
-            .map_err(BackupControllerError::Retention)?;
-    }
-    Ok(match &done.next_scheduled_at {
-        Some(next) => Action::requeue(until(Timestamp::now(), next.0)),
-        None => Action::await_change(),
-    })
-}
-
-/// One snapshot to take: from which node, and for which shard (cluster mode).
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Source {
-    ordinal: usize,
-    shard: Option<usize>,
-    slots: Vec<SlotRange>,
-}
-
-/// What was stored for one source.
-struct StoredSnapshot {
-    location: String,
-    size: u64,
-    sha256: String,
-}
-
 /// Observes the deployment's nodes and plans its snapshots; the inner `Err` says why no
 /// complete backup can be taken now.
 async fn find_sources(
     context: &Context<State>,
     cluster: &RedisCluster,
-) -> Result<std::result::Result<Vec<Source>, String>> {
+) -> Result<std::result::Result<Vec<Source>, String>, SnapshotError> {
     let state = &context.state;
     let namespace = cluster.namespace().unwrap_or_default();
     let name = cluster.name_any();
@@ -422,7 +313,7 @@ async fn find_sources(
     // run first.
     let password = read_password(context, &namespace, &auth_secret_name(cluster))
         .await
-        .map_err(BackupControllerError::Credentials)?;
+        .map_err(SnapshotError::Credentials)?;
     state
         .clients
         .set_credentials(&key, crate::admin::Credentials::password(password))
@@ -463,6 +354,7 @@ async fn find_sources(
             let primary = status.primary.as_deref().and_then(|p| ordinal_of(&name, p));
             match choose_replication_source(&nodes, primary) {
                 Some(ordinal) => Ok(vec![Source {
+                    node: node_name(&name, ordinal),
                     ordinal,
                     shard: None,
                     slots: vec![],
@@ -489,6 +381,7 @@ async fn find_sources(
             plan_shard_snapshots(&view, &nodes, cluster.spec.nodes_per_shard()).map(|plan| {
                 plan.into_iter()
                     .map(|source| Source {
+                        node: node_name(&name, source.ordinal),
                         ordinal: source.ordinal,
                         shard: Some(source.shard),
                         slots: source.slots,
@@ -530,17 +423,21 @@ async fn cluster_view(
 async fn take_snapshot(
     context: &Context<State>,
     cluster: &RedisCluster,
-    key: &str,
     ordinal: usize,
     sink: &BackupSink,
     name: &str,
-) -> std::result::Result<StoredSnapshot, String> {
+) -> Result<quorum_core::backup::StoredBackup, String> {
+    let key = format!(
+        "{}/{}",
+        cluster.namespace().unwrap_or_default(),
+        cluster.name_any()
+    );
     let addresses = context.state.addresses(cluster);
     let admin = context
         .state
         .clients
         .node(
-            key,
+            &key,
             &addresses,
             ordinal,
             "connect",
@@ -555,49 +452,8 @@ async fn take_snapshot(
     let (stored, info) = pipe(produce, upload, SNAPSHOT_STALL_TIMEOUT)
         .await
         .map_err(|error: PipeError<AdminError, BackupError>| error.to_string())?;
-    if stored.sha256 != info.sha256 || stored.size != info.size {
-        return Err(format!(
-            "the stored object ({} bytes, sha256 {}) is not what the server sent ({} bytes, sha256 {})",
-            stored.size, stored.sha256, info.size, info.sha256
-        ));
-    }
-    Ok(StoredSnapshot {
-        location: stored.location,
-        size: stored.size,
-        sha256: stored.sha256,
-    })
-}
-
-/// Leaves the backup Pending with why, and tries again in `seconds`.
-async fn wait(
-    context: &Context<State>,
-    backup: &RedisBackup,
-    previous: &RedisBackupStatus,
-    reason: &'static str,
-    message: String,
-    seconds: u64,
-) -> Result<Action> {
-    let status = RedisBackupStatus {
-        phase: Some(BackupPhase::Pending),
-        message: Some(message.clone()),
-        ..previous.clone()
-    };
-    patch_status(&context.client, backup, Some(previous), &status).await?;
-    publish(context, backup, Severity::Warning, reason, message).await;
-    Ok(Action::requeue(Duration::from_secs(seconds)))
-}
-
-async fn publish(
-    context: &Context<State>,
-    backup: &RedisBackup,
-    severity: Severity,
-    reason: &'static str,
-    message: String,
-) {
-    context
-        .events
-        .publish(backup, severity, reason, "Backup", message)
-        .await;
+    stored.verify("the server", info.size, &info.sha256)?;
+    Ok(stored)
 }
 
 #[cfg(test)]

@@ -37,7 +37,7 @@ use quorum_core::{
 
 use crate::{
     OPERATOR_NAME,
-    crd::{Mode, RedisBackup, RedisBackupSpec, RedisCluster, RestoreStatus},
+    crd::{BackupSpec, Mode, RedisBackup, RedisBackupSpec, RedisCluster, RestoreStatus},
     restore::snapshot_argument,
 };
 
@@ -747,10 +747,7 @@ pub fn build_scheduled_backup(cluster: &RedisCluster, name: &str) -> Result<Opti
     let mut backup = RedisBackup::new(
         name,
         RedisBackupSpec {
-            cluster_name: cluster.name_any(),
-            destination: policy.destination.clone(),
-            schedule: Some(policy.schedule.clone()),
-            retain: Some(policy.retain),
+            backup: BackupSpec::scheduled(&cluster.name_any(), policy),
         },
     );
     backup.metadata = child_metadata(cluster, name, labels(cluster, NODE_COMPONENT))?;

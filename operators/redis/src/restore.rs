@@ -46,7 +46,7 @@ pub fn plan_restore(
         )));
     };
     let status = backup.status.clone().unwrap_or_default();
-    let Some(last) = status.last_snapshot else {
+    let Some(last) = status.run.last_snapshot else {
         return Err(RestoreRefusal::NotReady(format!(
             "restoreFrom: RedisBackup {backup_name} has no stored snapshot yet"
         )));
@@ -112,7 +112,7 @@ pub fn restore_status(
     image: &str,
     allow_http: bool,
 ) -> RestoreStatus {
-    let s3 = backup.spec.destination.s3.as_ref();
+    let s3 = backup.spec.backup.destination.s3.as_ref();
     RestoreStatus {
         backup_name: backup.metadata.name.clone().unwrap_or_default(),
         snapshots,
@@ -321,15 +321,17 @@ mod tests {
         let mut backup = RedisBackup::new(
             "nightly",
             RedisBackupSpec {
-                cluster_name: "old".into(),
-                destination: BackupDestination {
-                    s3: None,
-                    filesystem: Some(FilesystemDestination {
-                        path: "/backups".into(),
-                    }),
+                backup: quorum_core::crd::BackupSpec {
+                    cluster_name: "old".into(),
+                    destination: BackupDestination {
+                        s3: None,
+                        filesystem: Some(FilesystemDestination {
+                            path: "/backups".into(),
+                        }),
+                    },
+                    schedule: None,
+                    retain: None,
                 },
-                schedule: None,
-                retain: None,
             },
         );
         backup.status = status;
@@ -350,7 +352,10 @@ mod tests {
     #[test]
     fn a_replication_deployment_starts_its_first_primary_from_the_snapshot() {
         let stored = backup(Some(RedisBackupStatus {
-            last_snapshot: Some(record("/backups/old.rdb")),
+            run: quorum_core::crd::BackupRunStatus {
+                last_snapshot: Some(record("/backups/old.rdb")),
+                ..Default::default()
+            },
             ..RedisBackupStatus::default()
         }));
         let plan = plan_restore(&spec(Mode::Replication, None), "nightly", Some(&stored)).unwrap();
@@ -381,9 +386,11 @@ mod tests {
     #[test]
     fn each_shard_s_first_node_starts_from_its_shard_s_snapshot() {
         let stored = backup(Some(RedisBackupStatus {
-            last_snapshot: Some(record("/backups/old-shard-0.rdb")),
+            run: quorum_core::crd::BackupRunStatus {
+                last_snapshot: Some(record("/backups/old-shard-0.rdb")),
+                ..Default::default()
+            },
             shards: vec![shard(2), shard(0), shard(1)],
-            ..RedisBackupStatus::default()
         }));
         // Three shards of a primary and one replica: pods 0-1, 2-3, 4-5.
         let plan = plan_restore(&spec(Mode::Cluster, Some(3)), "nightly", Some(&stored)).unwrap();
@@ -402,18 +409,25 @@ mod tests {
     #[test]
     fn a_backup_that_cannot_fit_is_refused_naming_restore_from() {
         let sharded = backup(Some(RedisBackupStatus {
-            last_snapshot: Some(record("/backups/old-shard-0.rdb")),
+            run: quorum_core::crd::BackupRunStatus {
+                last_snapshot: Some(record("/backups/old-shard-0.rdb")),
+                ..Default::default()
+            },
             shards: vec![shard(0), shard(1), shard(2)],
-            ..RedisBackupStatus::default()
         }));
         let single = backup(Some(RedisBackupStatus {
-            last_snapshot: Some(record("/backups/old.rdb")),
+            run: quorum_core::crd::BackupRunStatus {
+                last_snapshot: Some(record("/backups/old.rdb")),
+                ..Default::default()
+            },
             ..RedisBackupStatus::default()
         }));
         let gap = backup(Some(RedisBackupStatus {
-            last_snapshot: Some(record("/backups/old-shard-0.rdb")),
+            run: quorum_core::crd::BackupRunStatus {
+                last_snapshot: Some(record("/backups/old-shard-0.rdb")),
+                ..Default::default()
+            },
             shards: vec![shard(0), shard(1), shard(3)],
-            ..RedisBackupStatus::default()
         }));
         for (spec, backup, says) in [
             (

@@ -76,9 +76,9 @@ async fn succeeded(backups: &Api<RedisBackup>, name: &str) -> RedisBackup {
         || async {
             let backup = backups.get(name).await.map_err(|e| e.to_string())?;
             let status = backup.status.clone().unwrap_or_default();
-            match status.phase {
+            match status.run.phase {
                 Some(BackupPhase::Succeeded) => Ok(backup),
-                Some(BackupPhase::Failed) => panic!("backup {name} failed: {:?}", status.message),
+                Some(BackupPhase::Failed) => panic!("backup {name} failed: {:?}", status.run.message),
                 _ => Err(format!("{status:?}")),
             }
         },
@@ -128,10 +128,12 @@ async fn an_on_demand_backup_is_stored_verified_and_restores_a_new_deployment() 
             &RedisBackup::new(
                 "once",
                 RedisBackupSpec {
-                    cluster_name: "source".into(),
-                    destination: filesystem(&destination),
-                    schedule: None,
-                    retain: None,
+                    backup: quorum_core::crd::BackupSpec {
+                        cluster_name: "source".into(),
+                        destination: filesystem(&destination),
+                        schedule: None,
+                        retain: None,
+                    },
                 },
             ),
         )
@@ -139,7 +141,7 @@ async fn an_on_demand_backup_is_stored_verified_and_restores_a_new_deployment() 
         .unwrap();
     let backup = succeeded(&backups, "once").await;
     let status = backup.status.unwrap();
-    let snapshot = status.last_snapshot.expect("the snapshot is recorded");
+    let snapshot = status.run.last_snapshot.expect("the snapshot is recorded");
     assert!(status.shards.is_empty(), "a replication deployment has no shards");
     let stored = std::fs::read(PathBuf::from(&snapshot.location)).expect("the stored object");
     assert!(
@@ -151,6 +153,7 @@ async fn an_on_demand_backup_is_stored_verified_and_restores_a_new_deployment() 
     assert_eq!(snapshot.size_bytes, stored.len() as i64);
     assert_eq!(snapshot.sha256, hex::encode(Sha256::digest(&stored)));
     let stored_condition = status
+        .run
         .conditions
         .iter()
         .find(|c| c.type_ == "Ready")
@@ -323,10 +326,12 @@ async fn a_cluster_mode_backup_stores_one_snapshot_per_shard_and_restores_each_s
             &RedisBackup::new(
                 "shards",
                 RedisBackupSpec {
-                    cluster_name: "sharded".into(),
-                    destination: filesystem(&destination),
-                    schedule: None,
-                    retain: None,
+                    backup: quorum_core::crd::BackupSpec {
+                        cluster_name: "sharded".into(),
+                        destination: filesystem(&destination),
+                        schedule: None,
+                        retain: None,
+                    },
                 },
             ),
         )
@@ -355,7 +360,7 @@ async fn a_cluster_mode_backup_stores_one_snapshot_per_shard_and_restores_each_s
     let recorded: Vec<Vec<String>> = backup.shards.iter().map(|s| s.slots.clone()).collect();
     assert_ne!(recorded, even, "the backup's layout is not the even split");
     assert_eq!(
-        backup.last_snapshot.unwrap().sha256,
+        backup.run.last_snapshot.unwrap().sha256,
         backup.shards[0].sha256,
         "lastSnapshot is the first shard's"
     );

@@ -116,11 +116,13 @@ async fn invalid_deployments_are_refused_naming_the_field() {
     let mut retain_once = RedisBackup::new(
         "once",
         RedisBackupSpec {
-            cluster_name: "cache".into(),
-            destination: serde_json::from_value(serde_json::json!({"filesystem": {"path": "/backups"}}))
-                .unwrap(),
-            schedule: None,
-            retain: Some(3),
+            backup: quorum_core::crd::BackupSpec {
+                cluster_name: "cache".into(),
+                destination: serde_json::from_value(serde_json::json!({"filesystem": {"path": "/backups"}}))
+                    .unwrap(),
+                schedule: None,
+                retain: Some(3),
+            },
         },
     );
     let message = refusal(&backups, &retain_once).await;
@@ -128,8 +130,8 @@ async fn invalid_deployments_are_refused_naming_the_field() {
         message.contains("retain applies only to scheduled backups"),
         "{message}"
     );
-    retain_once.spec.retain = None;
-    retain_once.spec.destination = serde_json::from_value(serde_json::json!({})).unwrap();
+    retain_once.spec.backup.retain = None;
+    retain_once.spec.backup.destination = serde_json::from_value(serde_json::json!({})).unwrap();
     let message = refusal(&backups, &retain_once).await;
     assert!(
         message.contains("set exactly one of s3 or filesystem"),
