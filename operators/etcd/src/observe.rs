@@ -6,18 +6,15 @@
 //! taken from a member that answered. A member the operator cannot reach is `Unknown` unless a
 //! majority of its peers report their connection to it down, which makes it `Unhealthy`.
 
-use std::{
-    collections::{BTreeMap, HashMap},
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use quorum_core::availability::{
     breaker::BreakerSettings,
-    clients::{ClientCache, MemberKey},
+    clients::{CallSpec, ClientCache, MemberKey},
     health::{Health, Observation, classify},
     metrics::AdminMetrics,
-    retry::{AdminCall, CallError, CallPolicy, Idempotency},
+    per_cluster::PerCluster,
+    retry::{CallError, CallPolicy, Idempotency},
 };
 
 use crate::{
@@ -36,7 +33,7 @@ pub struct EtcdClients {
     policy: CallPolicy,
     metrics: AdminMetrics,
     /// TLS material by cluster key (`namespace/name`), for members on `https://` client URLs.
-    tls: Mutex<HashMap<String, Arc<TlsMaterial>>>,
+    tls: PerCluster<Arc<TlsMaterial>>,
 }
 
 /// What one pass of gathering saw.
@@ -63,7 +60,7 @@ impl EtcdClients {
             cache: ClientCache::new(breaker),
             policy,
             metrics,
-            tls: Mutex::new(HashMap::new()),
+            tls: PerCluster::default(),
         }
     }
 
@@ -72,26 +69,19 @@ impl EtcdClients {
     /// cluster's cached clients and breakers are dropped so the next calls connect with it;
     /// setting the same material again keeps them.
     pub async fn set_tls(&self, cluster: &str, tls: Option<TlsMaterial>) {
-        let changed = {
-            let mut by_cluster = self.tls.lock().expect("TLS table lock");
-            let current = by_cluster.get(cluster).map(Arc::as_ref);
-            if current == tls.as_ref() {
-                false
-            } else {
-                match tls {
-                    Some(material) => by_cluster.insert(cluster.to_string(), Arc::new(material)),
-                    None => by_cluster.remove(cluster),
-                };
-                true
+        let changed = match tls {
+            Some(material) => self
+                .tls
+                .replace(cluster, Arc::new(material), |current, new| current == new),
+            None => {
+                let had = self.tls.get(cluster).is_some();
+                self.tls.forget(cluster);
+                had
             }
         };
         if changed {
             self.cache.forget_cluster(cluster, &self.metrics, ENGINE).await;
         }
-    }
-
-    fn tls_of(&self, cluster: &str) -> Option<Arc<TlsMaterial>> {
-        self.tls.lock().expect("TLS table lock").get(cluster).cloned()
     }
 
     /// Runs one admin verb against one member through its breaker, timeout and (for reads)
@@ -108,39 +98,31 @@ impl EtcdClients {
         F: Fn(EtcdAdmin) -> Fut,
         Fut: Future<Output = Result<T, AdminError>>,
     {
-        let breaker = self.cache.breaker(key, endpoint).await;
-        let tls = self.tls_of(&key.cluster);
+        let tls = self.tls.get(&key.cluster);
         // A client connected with other material than the cluster's now (set_tls raced with
         // its connection) is not reused.
-        let cached = self
+        if self
             .cache
             .client(key, endpoint)
             .await
-            .filter(|client| client.tls() == tls.as_deref());
-        let client = match cached {
-            Some(client) => client,
-            None => {
-                let client = EtcdAdmin::connect(endpoint, self.policy.timeout, tls.as_deref())
-                    .await
-                    .map_err(CallError::Failed)?;
-                self.cache.store(key, endpoint, client.clone()).await;
-                client
-            }
-        };
-        let call = AdminCall {
+            .is_some_and(|client| client.tls() != tls.as_deref())
+        {
+            self.cache.invalidate(key).await;
+        }
+        let spec = CallSpec {
             engine: ENGINE,
             verb,
             idempotency,
             policy: self.policy,
-            breaker: &breaker,
             metrics: &self.metrics,
         };
-        call.run(|| verb_call(client.clone())).await
+        let connect = || EtcdAdmin::connect(endpoint, self.policy.timeout, tls.as_deref());
+        self.cache.call(key, endpoint, spec, connect, verb_call).await
     }
 
     /// Drops the cached clients and TLS material of a deleted cluster.
     pub async fn forget_cluster(&self, cluster: &str) {
-        self.tls.lock().expect("TLS table lock").remove(cluster);
+        self.tls.forget(cluster);
         self.cache.forget_cluster(cluster, &self.metrics, ENGINE).await;
     }
 
@@ -287,3 +269,4 @@ pub fn default_policy() -> CallPolicy {
 
 /// Shared handle type used by the reconciler.
 pub type SharedClients = Arc<EtcdClients>;
+

@@ -40,6 +40,13 @@ pub struct Credentials {
     pub password: SecretString,
 }
 
+impl Credentials {
+    /// Whether both log in as the same user with the same password.
+    pub fn same(&self, other: &Credentials) -> bool {
+        self.username == other.username && self.password.expose_secret() == other.password.expose_secret()
+    }
+}
+
 impl std::fmt::Debug for Credentials {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Credentials")

@@ -1,15 +1,15 @@
 //! Cached admin clients with breakers, timeouts and retries: the one way the operator talks to
 //! the members. No Kubernetes.
 
-use std::{collections::HashMap, sync::Mutex, time::Duration};
+use std::time::Duration;
 
 use quorum_core::availability::{
     breaker::BreakerSettings,
     clients::{CallSpec, ClientCache, MemberKey},
     metrics::AdminMetrics,
+    per_cluster::{PerCluster, Routes},
     retry::{CallError, CallPolicy, Idempotency},
 };
-use secrecy::ExposeSecret;
 
 use crate::admin::{AdminError, Credentials, MongoAdmin, codes};
 
@@ -40,10 +40,10 @@ pub struct MongoClients {
     policy: CallPolicy,
     metrics: AdminMetrics,
     /// The administrator's login by cluster key (`namespace/name`).
-    credentials: Mutex<HashMap<String, Credentials>>,
+    credentials: PerCluster<Credentials>,
     /// Where the operator dials a member when that differs from the `host:port` the members
-    /// use for each other (the operator outside the pod network, behind a proxy or tunnel).
-    routes: Mutex<HashMap<(String, String), String>>,
+    /// use for each other.
+    routes: Routes<String, String>,
 }
 
 impl MongoClients {
@@ -52,8 +52,8 @@ impl MongoClients {
             members: ClientCache::new(breaker),
             policy,
             metrics,
-            credentials: Mutex::new(HashMap::new()),
-            routes: Mutex::new(HashMap::new()),
+            credentials: PerCluster::default(),
+            routes: Routes::default(),
         }
     }
 
@@ -67,53 +67,33 @@ impl MongoClients {
 
     /// Dials the member known to the set as `host` at `address` instead.
     pub async fn route(&self, cluster: &str, host: &str, address: &str) {
-        self.routes
-            .lock()
-            .expect("routes lock")
-            .insert((cluster.to_string(), host.to_string()), address.to_string());
+        self.routes.set(cluster, host.to_string(), address.to_string());
         self.members.invalidate(&MemberKey::new(cluster, host)).await;
     }
 
     /// The address the operator dials for the member known as `host`.
     pub fn dial_address(&self, cluster: &str, host: &str) -> String {
         self.routes
-            .lock()
-            .expect("routes lock")
-            .get(&(cluster.to_string(), host.to_string()))
-            .cloned()
+            .get(cluster, &host.to_string())
             .unwrap_or_else(|| host.to_string())
     }
 
     /// Sets the administrator's login for `cluster`; when it changes, the cluster's cached
     /// clients are dropped so the next calls log in with it.
     pub async fn set_credentials(&self, cluster: &str, credentials: Credentials) {
-        let changed = {
-            let mut by_cluster = self.credentials.lock().expect("credentials lock");
-            let same = by_cluster.get(cluster).is_some_and(|current| {
-                current.username == credentials.username
-                    && current.password.expose_secret() == credentials.password.expose_secret()
-            });
-            if !same {
-                by_cluster.insert(cluster.to_string(), credentials);
-            }
-            !same
-        };
-        if changed {
+        if self.credentials.replace(cluster, credentials, Credentials::same) {
             self.members.forget_cluster(cluster, &self.metrics, ENGINE).await;
         }
     }
 
     pub fn credentials(&self, cluster: &str) -> Option<Credentials> {
-        self.credentials
-            .lock()
-            .expect("credentials lock")
-            .get(cluster)
-            .cloned()
+        self.credentials.get(cluster)
     }
 
     /// Drops the cached clients and login of a deleted cluster.
     pub async fn forget_cluster(&self, cluster: &str) {
-        self.credentials.lock().expect("credentials lock").remove(cluster);
+        self.credentials.forget(cluster);
+        self.routes.forget(cluster);
         self.members.forget_cluster(cluster, &self.metrics, ENGINE).await;
     }
 

@@ -7,19 +7,18 @@
 //! never leads to a failover. A replica the operator cannot reach is `Unknown`.
 
 use std::{
-    collections::{BTreeMap, HashMap},
-    sync::Mutex,
+    collections::BTreeMap,
     time::{Duration, Instant},
 };
 
 use quorum_core::availability::{
     breaker::BreakerSettings,
-    clients::{ClientCache, MemberKey},
+    clients::{CallSpec, ClientCache, MemberKey},
     health::{Health, classify},
     metrics::AdminMetrics,
-    retry::{AdminCall, CallError, CallPolicy, Idempotency},
+    per_cluster::{PerCluster, Routes},
+    retry::{CallError, CallPolicy, Idempotency},
 };
-use secrecy::ExposeSecret;
 
 use crate::{
     address::Addresses,
@@ -38,14 +37,13 @@ pub struct MySqlClients {
     policy: CallPolicy,
     metrics: AdminMetrics,
     /// Root credentials by cluster key (`namespace/name`).
-    credentials: Mutex<HashMap<String, (Flavor, Credentials)>>,
+    credentials: PerCluster<(Flavor, Credentials)>,
     /// The fingerprint of the application accounts last applied, by cluster key: accounts are
     /// written to the primary (and so to the binary log) only when they changed.
-    applied_users: Mutex<HashMap<String, String>>,
-    /// Where the operator dials a member when that differs from the address the replicas use
-    /// (the operator outside the cluster network, behind a proxy or a tunnel), by cluster key
-    /// and ordinal.
-    routes: Mutex<HashMap<(String, usize), std::net::SocketAddr>>,
+    applied_users: PerCluster<String>,
+    /// Where the operator dials a member when that differs from the address the replicas use,
+    /// by ordinal.
+    routes: Routes<usize, std::net::SocketAddr>,
 }
 
 /// What one pass of gathering saw.
@@ -63,18 +61,15 @@ impl MySqlClients {
             cache: ClientCache::new(breaker),
             policy,
             metrics,
-            credentials: Mutex::new(HashMap::new()),
-            applied_users: Mutex::new(HashMap::new()),
-            routes: Mutex::new(HashMap::new()),
+            credentials: PerCluster::default(),
+            applied_users: PerCluster::default(),
+            routes: Routes::default(),
         }
     }
 
     /// Dials member `ordinal` of `cluster` at `address` instead of its member address.
     pub async fn route(&self, cluster: &str, ordinal: usize, address: std::net::SocketAddr) {
-        self.routes
-            .lock()
-            .expect("routes lock")
-            .insert((cluster.to_string(), ordinal), address);
+        self.routes.set(cluster, ordinal, address);
         self.cache
             .invalidate(&MemberKey::new(cluster, ordinal.to_string()))
             .await;
@@ -82,19 +77,11 @@ impl MySqlClients {
 
     /// Whether the accounts with `fingerprint` differ from those last applied to `cluster`.
     pub fn users_changed(&self, cluster: &str, fingerprint: &str) -> bool {
-        self.applied_users
-            .lock()
-            .expect("users lock")
-            .get(cluster)
-            .map(String::as_str)
-            != Some(fingerprint)
+        self.applied_users.get(cluster).as_deref() != Some(fingerprint)
     }
 
     pub fn users_applied(&self, cluster: &str, fingerprint: String) {
-        self.applied_users
-            .lock()
-            .expect("users lock")
-            .insert(cluster.to_string(), fingerprint);
+        self.applied_users.set(cluster, fingerprint);
     }
 
     /// Counts a change of primary and its duration.
@@ -106,28 +93,20 @@ impl MySqlClients {
     /// Sets how to log in to the members of `cluster`. When the credentials change, the
     /// cluster's cached clients are dropped so the next calls log in with them.
     pub async fn set_credentials(&self, cluster: &str, flavor: Flavor, credentials: Credentials) {
-        let changed = {
-            let mut by_cluster = self.credentials.lock().expect("credentials lock");
-            let same = by_cluster.get(cluster).is_some_and(|(current_flavor, current)| {
-                *current_flavor == flavor
-                    && current.user == credentials.user
-                    && current.password.expose_secret() == credentials.password.expose_secret()
-                    && current.server_ca == credentials.server_ca
-            });
-            if !same {
-                by_cluster.insert(cluster.to_string(), (flavor, credentials));
-            }
-            !same
+        let same = |(current_flavor, current): &(Flavor, Credentials),
+                    (flavor, credentials): &(Flavor, Credentials)| {
+            current_flavor == flavor && current.same(credentials)
         };
-        if changed {
+        if self.credentials.replace(cluster, (flavor, credentials), same) {
             self.cache.forget_cluster(cluster, &self.metrics, ENGINE).await;
         }
     }
 
     /// Drops the cached clients and credentials of a deleted cluster.
     pub async fn forget_cluster(&self, cluster: &str) {
-        self.credentials.lock().expect("credentials lock").remove(cluster);
-        self.applied_users.lock().expect("users lock").remove(cluster);
+        self.credentials.forget(cluster);
+        self.applied_users.forget(cluster);
+        self.routes.forget(cluster);
         self.cache.forget_cluster(cluster, &self.metrics, ENGINE).await;
     }
 
@@ -147,46 +126,33 @@ impl MySqlClients {
         Fut: Future<Output = Result<T, AdminError>>,
     {
         let key = MemberKey::new(cluster, ordinal.to_string());
-        let route = self
-            .routes
-            .lock()
-            .expect("routes lock")
-            .get(&(cluster.to_string(), ordinal))
-            .copied();
-        let (host, port) = match route {
+        let (host, port) = match self.routes.get(cluster, &ordinal) {
             Some(address) => (address.ip().to_string(), address.port()),
             None => (addresses.host(ordinal), addresses.port()),
         };
         let endpoint = format!("{host}:{port}");
-        let breaker = self.cache.breaker(&key, &endpoint).await;
-        let client = match self.cache.client(&key, &endpoint).await {
-            Some(client) => client,
-            None => {
-                let (flavor, credentials) = self
-                    .credentials
-                    .lock()
-                    .expect("credentials lock")
-                    .get(cluster)
-                    .cloned()
-                    .ok_or_else(|| {
-                        CallError::Failed(AdminError::Unexpected(format!(
-                            "no credentials known for {cluster}"
-                        )))
-                    })?;
-                let client = MySqlAdmin::new(flavor, &host, port, &credentials, self.policy.timeout);
-                self.cache.store(&key, &endpoint, client.clone()).await;
-                client
-            }
-        };
-        let call = AdminCall {
+        let spec = CallSpec {
             engine: ENGINE,
             verb,
             idempotency,
             policy: self.policy,
-            breaker: &breaker,
             metrics: &self.metrics,
         };
-        let result = call.run(|| verb_call(client.clone())).await;
+        // The pool connects on its first query, so connecting is part of every call.
+        let connect = || async {
+            let (flavor, credentials) = self
+                .credentials
+                .get(cluster)
+                .ok_or_else(|| AdminError::Unexpected(format!("no credentials known for {cluster}")))?;
+            Ok(MySqlAdmin::new(
+                flavor,
+                &host,
+                port,
+                &credentials,
+                self.policy.timeout,
+            ))
+        };
+        let result = self.cache.call(&key, &endpoint, spec, connect, verb_call).await;
         if let Err(CallError::Failed(error)) = &result
             && error.is_access_denied()
         {

@@ -1,15 +1,15 @@
 //! Cached admin clients with breakers, timeouts and retries: the one way the operator talks to
 //! the data nodes and the Sentinels. No Kubernetes.
 
-use std::{collections::HashMap, net::SocketAddr, sync::Mutex, time::Duration};
+use std::{net::SocketAddr, time::Duration};
 
 use quorum_core::availability::{
     breaker::BreakerSettings,
-    clients::{ClientCache, MemberKey},
+    clients::{CallSpec, ClientCache, MemberKey},
     metrics::AdminMetrics,
-    retry::{AdminCall, CallError, CallPolicy, Idempotency},
+    per_cluster::{PerCluster, Routes},
+    retry::{CallError, CallPolicy, Idempotency},
 };
-use secrecy::ExposeSecret;
 
 use crate::{
     address::{Addresses, Kind},
@@ -28,10 +28,10 @@ pub struct RedisClients {
     policy: CallPolicy,
     metrics: AdminMetrics,
     /// The password by cluster key (`namespace/name`).
-    credentials: Mutex<HashMap<String, Credentials>>,
+    credentials: PerCluster<Credentials>,
     /// Where the operator dials a pod when that differs from the address the servers use for
-    /// each other (the operator outside the pod network, behind a proxy or a tunnel).
-    routes: Mutex<HashMap<(String, Kind, usize), SocketAddr>>,
+    /// each other.
+    routes: Routes<(Kind, usize), SocketAddr>,
 }
 
 impl RedisClients {
@@ -41,8 +41,8 @@ impl RedisClients {
             sentinels: ClientCache::new(breaker),
             policy,
             metrics,
-            credentials: Mutex::new(HashMap::new()),
-            routes: Mutex::new(HashMap::new()),
+            credentials: PerCluster::default(),
+            routes: Routes::default(),
         }
     }
 
@@ -52,10 +52,7 @@ impl RedisClients {
 
     /// Dials pod `ordinal` of `kind` at `address` instead of its own address.
     pub async fn route(&self, cluster: &str, kind: Kind, ordinal: usize, address: SocketAddr) {
-        self.routes
-            .lock()
-            .expect("routes lock")
-            .insert((cluster.to_string(), kind, ordinal), address);
+        self.routes.set(cluster, (kind, ordinal), address);
         let key = member_key(cluster, kind, ordinal);
         match kind {
             Kind::Node => self.nodes.invalidate(&key).await,
@@ -66,28 +63,13 @@ impl RedisClients {
     /// Sets the password of `cluster`'s servers. When it changes, the cluster's cached clients
     /// are dropped so the next calls log in with it.
     pub async fn set_credentials(&self, cluster: &str, credentials: Credentials) {
-        let changed = {
-            let mut by_cluster = self.credentials.lock().expect("credentials lock");
-            let same = by_cluster.get(cluster).is_some_and(|current| {
-                current.username == credentials.username
-                    && current.password.expose_secret() == credentials.password.expose_secret()
-            });
-            if !same {
-                by_cluster.insert(cluster.to_string(), credentials);
-            }
-            !same
-        };
-        if changed {
+        if self.credentials.replace(cluster, credentials, Credentials::same) {
             self.forget_clients(cluster).await;
         }
     }
 
     pub fn credentials(&self, cluster: &str) -> Option<Credentials> {
-        self.credentials
-            .lock()
-            .expect("credentials lock")
-            .get(cluster)
-            .cloned()
+        self.credentials.get(cluster)
     }
 
     async fn forget_clients(&self, cluster: &str) {
@@ -104,7 +86,8 @@ impl RedisClients {
 
     /// Drops the cached clients and credentials of a deleted cluster.
     pub async fn forget_cluster(&self, cluster: &str) {
-        self.credentials.lock().expect("credentials lock").remove(cluster);
+        self.credentials.forget(cluster);
+        self.routes.forget(cluster);
         self.forget_clients(cluster).await;
     }
 
@@ -116,13 +99,7 @@ impl RedisClients {
         kind: Kind,
         ordinal: usize,
     ) -> Option<SocketAddr> {
-        let route = self
-            .routes
-            .lock()
-            .expect("routes lock")
-            .get(&(cluster.to_string(), kind, ordinal))
-            .copied();
-        match route {
+        match self.routes.get(cluster, &(kind, ordinal)) {
             Some(address) => Some(address),
             None => addresses.resolve(kind, ordinal).await,
         }
@@ -216,27 +193,16 @@ impl RedisClients {
             }));
         };
         let endpoint = address.to_string();
-        let breaker = cache.breaker(&key, &endpoint).await;
-        let call = AdminCall {
+        let spec = CallSpec {
             engine: ENGINE,
             verb,
             idempotency,
             policy: self.policy,
-            breaker: &breaker,
             metrics: &self.metrics,
         };
-        call.run(|| async {
-            let client = match cache.client(&key, &endpoint).await {
-                Some(client) => client,
-                None => {
-                    let client = connect(address).await?;
-                    cache.store(&key, &endpoint, client.clone()).await;
-                    client
-                }
-            };
-            verb_call(client).await
-        })
-        .await
+        cache
+            .call(&key, &endpoint, spec, || connect(address), verb_call)
+            .await
     }
 }
 

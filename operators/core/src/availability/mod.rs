@@ -8,7 +8,8 @@
 //!   positively observed Healthy and recently, nothing else is in flight.
 //! - [`breaker`] and [`retry`]: per-endpoint circuit breakers, timeouts on every call, retries
 //!   with jittered backoff for idempotent reads only.
-//! - [`clients`]: admin clients cached per cluster and member.
+//! - [`clients`]: admin clients cached per cluster and member; [`per_cluster`]: what they are
+//!   built with (credentials, TLS material, routes), kept per cluster and forgotten with it.
 //! - [`metrics`]: what the layer did, for Prometheus.
 
 pub mod breaker;
@@ -16,4 +17,5 @@ pub mod clients;
 pub mod gate;
 pub mod health;
 pub mod metrics;
+pub mod per_cluster;
 pub mod retry;

@@ -126,6 +126,16 @@ pub struct Credentials {
     pub server_ca: Option<Vec<u8>>,
 }
 
+impl Credentials {
+    /// Whether both log in as the same user with the same password and verify the servers
+    /// against the same CA.
+    pub fn same(&self, other: &Credentials) -> bool {
+        self.user == other.user
+            && self.password.expose_secret() == other.password.expose_secret()
+            && self.server_ca == other.server_ca
+    }
+}
+
 /// A member's part in semi-synchronous replication.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SemiSyncRole {

@@ -134,6 +134,11 @@ impl Credentials {
             password: SecretString::from(password.into()),
         }
     }
+
+    /// Whether both log in as the same user with the same password.
+    pub fn same(&self, other: &Credentials) -> bool {
+        self.username == other.username && self.password.expose_secret() == other.password.expose_secret()
+    }
 }
 
 /// Admin access to one Redis server.
