@@ -269,4 +269,3 @@ pub fn default_policy() -> CallPolicy {
 
 /// Shared handle type used by the reconciler.
 pub type SharedClients = Arc<EtcdClients>;
-

@@ -21,7 +21,7 @@ use quorum_core::{
     events::Severity,
     pass::{Findings, Reason as _},
     runner::Context,
-    status::patch_status,
+    status::StatusWriter,
 };
 
 use crate::{
@@ -190,16 +190,9 @@ impl Pass<'_> {
         publish(self.context, self.cluster, severity, reason, message.into()).await;
     }
 
-    /// Writes the status when it changed.
-    pub async fn report(&self, status: &RedisClusterStatus) -> Result<(), Error> {
-        patch_status(
-            &self.context.client,
-            self.cluster,
-            self.cluster.status.as_ref(),
-            status,
-        )
-        .await?;
-        Ok(())
+    /// The writer of this pass's status: each write diffed against the one before.
+    pub fn status_writer(&self) -> StatusWriter<'_, RedisCluster, RedisClusterStatus> {
+        StatusWriter::new(&self.context.client, self.cluster, self.cluster.status.as_ref())
     }
 
     /// Sets each data pod's role label where it differs from `roles`; pods not in `roles` keep

@@ -175,7 +175,7 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
             .observe_primary_change(crate::clients::ENGINE, "Failover", 0.0);
         status.last_failover = Some(record);
     }
-    pass.report(&status).await?;
+    pass.status_writer().write(&status).await?;
     match failure {
         Some(error) => Err(error),
         None => Ok(progress),

@@ -100,7 +100,8 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
         Ok(_) => rebalance_record(&previous, &decision, pending_moves(&facts, &topology), pass),
     };
     let mut status = build_status(pass, &facts, &topology, &progress, rebalance);
-    pass.report(&status).await?;
+    let mut writer = pass.status_writer();
+    writer.write(&status).await?;
 
     // Act.
     let mut failure = None;
@@ -120,7 +121,7 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
             message,
         };
         status = build_status(pass, &facts, &topology, &progress, status.rebalance.clone());
-        pass.report(&status).await?;
+        writer.write(&status).await?;
         failure = Some(Error::Step {
             step: describe(&name, step),
             source,
