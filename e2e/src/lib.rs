@@ -28,6 +28,7 @@
 //! - [`wait`]: polling with a deadline, for conditions that become true eventually.
 
 pub mod admission;
+pub mod backups;
 pub mod control_plane;
 pub mod etcd;
 pub mod fault_proxy;

@@ -3,7 +3,7 @@
 //! Label values are bounded: the controller name and a fixed set of error reasons. Per-cluster
 //! series, where an operator adds them, are removed when the cluster is deleted.
 
-use std::time::Duration;
+use std::{collections::HashMap, sync::Mutex, time::Duration};
 
 use crate::availability::metrics::AdminMetrics;
 use prometheus_client::{
@@ -11,6 +11,7 @@ use prometheus_client::{
     metrics::{
         counter::Counter,
         family::Family,
+        gauge::Gauge,
         histogram::{Histogram, exponential_buckets},
     },
     registry::Registry,
@@ -27,6 +28,14 @@ struct ErrorLabels {
     reason: String,
 }
 
+/// One cluster's backup series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BackupLabels {
+    engine: String,
+    namespace: String,
+    cluster: String,
+}
+
 fn duration_histogram() -> Histogram {
     // 5 ms to ~80 s: a reconcile that waits on an admin call can take seconds.
     Histogram::new(exponential_buckets(0.005, 2.0, 15))
@@ -38,6 +47,10 @@ pub struct Metrics {
     reconciles: Family<ControllerLabels, Counter>,
     errors: Family<ErrorLabels, Counter>,
     durations: Family<ControllerLabels, Histogram, fn() -> Histogram>,
+    backup_last_success: Family<BackupLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    backup_failures: Family<BackupLabels, Counter>,
+    /// The backup series of each cluster (`namespace/name`), removed when it is deleted.
+    backup_series: Mutex<HashMap<String, BackupLabels>>,
     /// The admin layer's call, retry and circuit-breaker metrics.
     pub admin: AdminMetrics,
 }
@@ -68,6 +81,18 @@ impl Metrics {
             "Time spent in one reconciliation",
             durations.clone(),
         );
+        let backup_last_success = Family::<BackupLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        let backup_failures = Family::<BackupLabels, Counter>::default();
+        registry.register(
+            "backup_last_success_timestamp_seconds",
+            "When the newest successful backup of a cluster completed (Unix time)",
+            backup_last_success.clone(),
+        );
+        registry.register(
+            "backup_failures",
+            "Backup runs of a cluster that failed",
+            backup_failures.clone(),
+        );
         let admin = AdminMetrics::default();
         admin.register(&mut registry);
         Self {
@@ -75,6 +100,9 @@ impl Metrics {
             reconciles,
             errors,
             durations,
+            backup_last_success,
+            backup_failures,
+            backup_series: Mutex::new(HashMap::new()),
             admin,
         }
     }
@@ -103,6 +131,50 @@ impl Metrics {
                 reason: reason.to_string(),
             })
             .inc();
+    }
+
+    /// Records that a backup of `namespace/cluster` completed at `completed_at` (Unix seconds);
+    /// the series keeps the newest of the times it is given.
+    pub fn observe_backup_success(&self, engine: &str, namespace: &str, cluster: &str, completed_at: f64) {
+        let gauge = self
+            .backup_last_success
+            .get_or_create(&self.backup_labels(engine, namespace, cluster));
+        if completed_at > gauge.get() {
+            gauge.set(completed_at);
+        }
+    }
+
+    /// Counts a failed backup run of `namespace/cluster`.
+    pub fn observe_backup_failure(&self, engine: &str, namespace: &str, cluster: &str) {
+        self.backup_failures
+            .get_or_create(&self.backup_labels(engine, namespace, cluster))
+            .inc();
+    }
+
+    /// Removes the per-cluster series of a deleted cluster (`namespace/name`).
+    pub fn forget_cluster(&self, key: &str) {
+        let labels = self
+            .backup_series
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(key);
+        if let Some(labels) = labels {
+            self.backup_last_success.remove(&labels);
+            self.backup_failures.remove(&labels);
+        }
+    }
+
+    fn backup_labels(&self, engine: &str, namespace: &str, cluster: &str) -> BackupLabels {
+        let labels = BackupLabels {
+            engine: engine.to_string(),
+            namespace: namespace.to_string(),
+            cluster: cluster.to_string(),
+        };
+        self.backup_series
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(format!("{namespace}/{cluster}"), labels.clone());
+        labels
     }
 
     /// The registry in Prometheus text exposition format.
@@ -137,5 +209,28 @@ mod tests {
             "{text}"
         );
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn backup_series_keep_the_newest_success_count_failures_and_go_with_the_cluster() {
+        let metrics = Metrics::new();
+        metrics.observe_backup_success("redis", "prod", "cache", 1_700_000_100.0);
+        metrics.observe_backup_success("redis", "prod", "cache", 1_700_000_000.0);
+        metrics.observe_backup_failure("redis", "prod", "cache");
+        let series = r#"{engine="redis",namespace="prod",cluster="cache"}"#;
+        let text = metrics.render();
+        assert!(
+            text.contains(&format!(
+                "quorum_backup_last_success_timestamp_seconds{series} 1700000100.0"
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("quorum_backup_failures_total{series} 1")),
+            "{text}"
+        );
+        metrics.forget_cluster("prod/cache");
+        let text = metrics.render();
+        assert!(!text.contains(series), "{text}");
     }
 }

@@ -12,6 +12,26 @@ pub struct KindDescriptors {
     pub status: serde_json::Value,
 }
 
+/// The descriptors of an engine's backup kind `kind`, whose `clusterName` names a
+/// `cluster_kind` of API group `group` (shown as `cluster_label`).
+pub fn backup_kind(
+    kind: &'static str,
+    cluster_kind: &str,
+    group: &str,
+    cluster_label: &str,
+) -> KindDescriptors {
+    KindDescriptors {
+        kind,
+        spec: json!([
+            {"path": "clusterName", "displayName": cluster_label, "description": format!("The {cluster_kind} to back up"),
+             "x-descriptors": [format!("urn:alm:descriptor:io.kubernetes:{group}:v1alpha1:{cluster_kind}")]},
+            {"path": "schedule", "displayName": "Schedule", "description": "Cron schedule (UTC); empty for once",
+             "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:text"]}
+        ]),
+        status: backup_status_descriptors(),
+    }
+}
+
 /// The status descriptors every backup kind shares: its phase and its conditions.
 pub fn backup_status_descriptors() -> serde_json::Value {
     json!([

@@ -544,7 +544,10 @@ fn forgetting<S: ForgetsClusters>(context: &Arc<Context<S>>) -> OnGone {
     let context = context.clone();
     Arc::new(move |key: String| {
         let context = context.clone();
-        Box::pin(async move { context.state.forget_cluster(&key).await })
+        Box::pin(async move {
+            context.metrics.forget_cluster(&key);
+            context.state.forget_cluster(&key).await
+        })
     })
 }
 

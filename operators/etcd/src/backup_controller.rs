@@ -50,6 +50,8 @@ impl BackupEngine for EtcdSnapshots<'_> {
     type Info = ();
     type Error = BackupStepError;
 
+    const ENGINE: &'static str = crate::observe::ENGINE;
+
     fn allow_http(&self) -> bool {
         self.state.settings.allow_http_backups
     }

@@ -21,9 +21,6 @@ use crate::{
     resources::member_selector_string,
 };
 
-/// The condition that turns true when the newest good backup is older than the policy allows.
-pub const BACKUP_STALE: &str = "BackupStale";
-
 /// How long each member has been Unhealthy, from the times recorded in status.
 pub fn unhealthy_durations(status: Option<&EtcdClusterStatus>, now: Timestamp) -> BTreeMap<String, Duration> {
     status
@@ -231,31 +228,14 @@ pub fn build_status(
     };
     set_condition(&mut conditions, degraded, generation, now);
 
-    if let Some(max_age) = cluster.spec.backup.as_ref().and_then(|b| b.max_age_minutes) {
-        // A new cluster is given the policy's age from its creation before it counts as stale.
-        let newest = previous
-            .last_backup
-            .as_ref()
-            .map(|b| b.completed_at.0)
-            .or_else(|| cluster.metadata.creation_timestamp.as_ref().map(|t| t.0));
-        let stale = quorum_core::backup::is_stale(newest, max_age, now);
-        let update = if stale {
-            ConditionUpdate::new(
-                BACKUP_STALE,
-                true,
-                "NoRecentBackup",
-                format!("no successful backup in the last {max_age} minutes"),
-            )
-        } else {
-            ConditionUpdate::new(
-                BACKUP_STALE,
-                false,
-                "RecentBackup",
-                "the newest backup is recent enough",
-            )
-        };
-        set_condition(&mut conditions, update, generation, now);
-    }
+    quorum_core::backup::set_backup_stale(
+        &mut conditions,
+        cluster.spec.backup.as_ref(),
+        previous.last_backup.as_ref(),
+        cluster.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        generation,
+        now,
+    );
 
     let in_flight = in_flight.map(|step| match &previous.in_flight {
         // Keep the original start time of a step that is still the same step.

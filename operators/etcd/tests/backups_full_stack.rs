@@ -200,6 +200,24 @@ async fn backups_reach_a_directory_and_s3_are_recorded_and_restore_into_a_new_cl
         .last_backup
         .unwrap();
     assert!(last.name == "to-s3" || last.name == "to-directory");
+    // The metric alerts use: the newest of the two completions, as status records it.
+    let newest = ["to-directory", "to-s3"].map(|name| {
+        let backups = backups.clone();
+        async move {
+            backups
+                .get(name)
+                .await
+                .unwrap()
+                .status
+                .unwrap()
+                .run
+                .completed_at
+                .unwrap()
+                .0
+        }
+    });
+    let newest = futures::future::join_all(newest).await.into_iter().max().unwrap();
+    quorum_e2e::backups::assert_last_success(&operator.context.metrics.render(), "etcd", &ns, "main", newest);
 
     // A new cluster restored from the directory backup holds the same keys, as a new cluster.
     let mut restored_spec = cluster_spec(None);

@@ -75,6 +75,8 @@ impl BackupEngine for MongoSnapshots<'_> {
     type Info = DumpSummary;
     type Error = SnapshotError;
 
+    const ENGINE: &'static str = crate::clients::ENGINE;
+
     fn allow_http(&self) -> bool {
         self.context.state.settings.allow_http_backups
     }

@@ -3,7 +3,7 @@
 //! each rule lists only the verbs the operator's code uses, and why.
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
-use quorum_core::packaging::{KindDescriptors, backup_status_descriptors};
+use quorum_core::packaging::{KindDescriptors, backup_kind};
 use quorum_core::rbac::{child_object_rules, custom_resource_rules, events_rule, rule};
 use serde_json::json;
 
@@ -66,15 +66,11 @@ pub fn descriptors() -> Vec<KindDescriptors> {
                  "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:podCount"]}
             ]),
         },
-        KindDescriptors {
-            kind: "MongoDBBackup",
-            spec: json!([
-                {"path": "clusterName", "displayName": "Replica set", "description": "The MongoDBReplicaSet to back up",
-                 "x-descriptors": ["urn:alm:descriptor:io.kubernetes:mongodb.quorum.dev:v1alpha1:MongoDBReplicaSet"]},
-                {"path": "schedule", "displayName": "Schedule", "description": "Cron schedule (UTC); empty for once",
-                 "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:text"]}
-            ]),
-            status: backup_status_descriptors(),
-        },
+        backup_kind(
+            "MongoDBBackup",
+            "MongoDBReplicaSet",
+            "mongodb.quorum.dev",
+            "Replica set",
+        ),
     ]
 }

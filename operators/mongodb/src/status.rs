@@ -185,6 +185,14 @@ pub(crate) fn set_conditions(
         healthy: "every member is healthy",
     };
     quorum_core::pass::set_conditions(&mut status.conditions, generation, findings, now);
+    quorum_core::backup::set_backup_stale(
+        &mut status.conditions,
+        replica_set.spec.backup.as_ref(),
+        status.last_backup.as_ref(),
+        replica_set.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        generation,
+        now,
+    );
 }
 
 #[cfg(test)]

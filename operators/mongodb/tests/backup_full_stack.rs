@@ -409,3 +409,43 @@ async fn a_set_restored_from_a_backup_not_taken_yet_waits_alone_then_restores_it
     setup.stop().await;
     let _ = std::fs::remove_dir_all(&destination);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn backup_stale_turns_true_without_a_recent_backup_and_false_with_one_and_the_metric_follows() {
+    let setup = Setup::start("mongodb-stale").await;
+    let ns = setup.ns().to_string();
+    let destination = std::env::temp_dir().join(format!("quorum-mongodb-backups-{ns}"));
+    let _ = std::fs::remove_dir_all(&destination);
+    let stale_policy = quorum_e2e::backups::stale_after_a_minute(&destination);
+    let set = MongoDBReplicaSetSpec {
+        backup: Some(serde_json::from_value(stale_policy).unwrap()),
+        ..spec(1)
+    };
+    setup.create_ready("solo", set, 1).await;
+    quorum_e2e::backups::backup_stale_until::<MongoDBReplicaSet>(
+        &setup.client,
+        &ns,
+        "solo",
+        "True",
+        Duration::from_secs(180),
+    )
+    .await;
+
+    create_backup(&setup, "now", "solo", &destination).await;
+    let completed_at = succeeded(&setup, "now").await.run.completed_at.unwrap().0;
+    quorum_e2e::backups::backup_stale_until::<MongoDBReplicaSet>(
+        &setup.client,
+        &ns,
+        "solo",
+        "False",
+        Duration::from_secs(60),
+    )
+    .await;
+    quorum_e2e::backups::assert_last_success(
+        &setup.operator.context.metrics.render(),
+        "mongodb",
+        &ns,
+        "solo",
+        completed_at,
+    );
+}

@@ -65,6 +65,8 @@ impl BackupEngine for MySqlSnapshots<'_> {
     type Info = SnapshotInfo;
     type Error = SnapshotFailed;
 
+    const ENGINE: &'static str = crate::observe::ENGINE;
+
     fn allow_http(&self) -> bool {
         self.state.settings.allow_http_backups
     }

@@ -3,7 +3,7 @@
 //! each rule lists only the verbs the operator's code uses, and why.
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
-use quorum_core::packaging::{KindDescriptors, backup_status_descriptors};
+use quorum_core::packaging::{KindDescriptors, backup_kind};
 use quorum_core::rbac::{child_object_rules, custom_resource_rules, events_rule, rule};
 use serde_json::json;
 
@@ -66,15 +66,6 @@ pub fn descriptors() -> Vec<KindDescriptors> {
                  "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:podCount"]}
             ]),
         },
-        KindDescriptors {
-            kind: "MySQLBackup",
-            spec: json!([
-                {"path": "clusterName", "displayName": "Cluster", "description": "The MySQLCluster to back up",
-                 "x-descriptors": ["urn:alm:descriptor:io.kubernetes:mysql.quorum.dev:v1alpha1:MySQLCluster"]},
-                {"path": "schedule", "displayName": "Schedule", "description": "Cron schedule (UTC); empty for once",
-                 "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:text"]}
-            ]),
-            status: backup_status_descriptors(),
-        },
+        backup_kind("MySQLBackup", "MySQLCluster", "mysql.quorum.dev", "Cluster"),
     ]
 }

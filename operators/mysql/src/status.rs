@@ -284,6 +284,14 @@ pub fn build_status(
         ),
     };
     set_condition(&mut conditions, degraded, generation, now);
+    quorum_core::backup::set_backup_stale(
+        &mut conditions,
+        cluster.spec.backup.as_ref(),
+        previous.last_backup.as_ref(),
+        cluster.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        generation,
+        now,
+    );
     if let Some(source) = &cluster.spec.restore_from {
         set_condition(
             &mut conditions,

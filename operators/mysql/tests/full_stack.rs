@@ -1135,3 +1135,72 @@ async fn a_primary_crashed_mid_commit_rejoins_as_a_replica_after_the_failover() 
     );
     setup.finish().await;
 }
+
+#[tokio::test]
+async fn backup_stale_turns_true_without_a_recent_backup_and_false_with_one_and_the_metric_follows() {
+    let setup = setup("mysql-stale").await;
+    let ns = setup.ns().to_string();
+    let directory = std::env::temp_dir().join(format!("quorum-mysql-backups-{ns}"));
+    let spec = mysql_operator::crd::MySQLClusterSpec {
+        backup: Some(serde_json::from_value(quorum_e2e::backups::stale_after_a_minute(&directory)).unwrap()),
+        ..support::cluster_spec(2)
+    };
+    setup
+        .clusters
+        .create(
+            &PostParams::default(),
+            &mysql_operator::crd::MySQLCluster::new("main", spec),
+        )
+        .await
+        .expect("create MySQLCluster");
+    ready(&setup.clusters, "main", 1).await;
+    quorum_e2e::backups::backup_stale_until::<mysql_operator::crd::MySQLCluster>(
+        &setup.client,
+        &ns,
+        "main",
+        "True",
+        Duration::from_secs(180),
+    )
+    .await;
+
+    let backups: Api<MySQLBackup> = Api::namespaced(setup.client.clone(), &ns);
+    let backup: MySQLBackup = serde_json::from_value(serde_json::json!({
+        "apiVersion": "mysql.quorum.dev/v1alpha1",
+        "kind": "MySQLBackup",
+        "metadata": {"name": "now"},
+        "spec": {"clusterName": "main", "destination": {"filesystem": {"path": directory}}}
+    }))
+    .unwrap();
+    backups
+        .create(&PostParams::default(), &backup)
+        .await
+        .expect("create MySQLBackup");
+    let completed_at = wait::until("the backup stored", Duration::from_secs(60), || async {
+        let status = backups
+            .get("now")
+            .await
+            .map_err(|e| e.to_string())?
+            .status
+            .unwrap_or_default();
+        match (status.run.phase, status.run.completed_at) {
+            (Some(mysql_operator::crd::BackupPhase::Succeeded), Some(at)) => Ok(at.0),
+            (other, _) => Err(format!("{other:?} {:?}", status.run.message)),
+        }
+    })
+    .await;
+    quorum_e2e::backups::backup_stale_until::<mysql_operator::crd::MySQLCluster>(
+        &setup.client,
+        &ns,
+        "main",
+        "False",
+        Duration::from_secs(60),
+    )
+    .await;
+    quorum_e2e::backups::assert_last_success(
+        &setup.operator.context.metrics.render(),
+        "mysql",
+        &ns,
+        "main",
+        completed_at,
+    );
+}

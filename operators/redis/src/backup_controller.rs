@@ -86,6 +86,8 @@ impl BackupEngine for RedisSnapshots<'_> {
     type Info = ();
     type Error = SnapshotError;
 
+    const ENGINE: &'static str = crate::clients::ENGINE;
+
     fn allow_http(&self) -> bool {
         self.context.state.settings.allow_http_backups
     }

@@ -3,7 +3,7 @@
 //! rule lists only the verbs the operator's code uses, and why.
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
-use quorum_core::packaging::{KindDescriptors, backup_status_descriptors};
+use quorum_core::packaging::{KindDescriptors, backup_kind};
 use quorum_core::rbac::{child_object_rules, custom_resource_rules, events_rule, rule};
 use serde_json::json;
 
@@ -56,7 +56,7 @@ pub fn descriptors() -> Vec<KindDescriptors> {
                  "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:text"]}
             ]),
             status: json!([
-                {"path": "conditions", "displayName": "Conditions", "description": "Ready, Progressing, Degraded",
+                {"path": "conditions", "displayName": "Conditions", "description": "Ready, Progressing, Degraded, BackupStale",
                  "x-descriptors": ["urn:alm:descriptor:io.kubernetes.conditions"]},
                 {"path": "primary", "displayName": "Primary", "description": "Replication mode: the node the Sentinels agree takes writes",
                  "x-descriptors": ["urn:alm:descriptor:text"]},
@@ -64,15 +64,6 @@ pub fn descriptors() -> Vec<KindDescriptors> {
                  "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:podCount"]}
             ]),
         },
-        KindDescriptors {
-            kind: "RedisBackup",
-            spec: json!([
-                {"path": "clusterName", "displayName": "Cluster", "description": "The RedisCluster to back up",
-                 "x-descriptors": ["urn:alm:descriptor:io.kubernetes:redis.quorum.dev:v1alpha1:RedisCluster"]},
-                {"path": "schedule", "displayName": "Schedule", "description": "Cron schedule (UTC); empty for once",
-                 "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:text"]}
-            ]),
-            status: backup_status_descriptors(),
-        },
+        backup_kind("RedisBackup", "RedisCluster", "redis.quorum.dev", "Cluster"),
     ]
 }

@@ -240,6 +240,14 @@ pub fn set_conditions(
         healthy: "every node the operator can see is healthy",
     };
     quorum_core::pass::set_conditions(&mut status.conditions, generation, findings, now);
+    quorum_core::backup::set_backup_stale(
+        &mut status.conditions,
+        cluster.spec.backup.as_ref(),
+        status.last_backup.as_ref(),
+        cluster.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        generation,
+        now,
+    );
 }
 
 pub(crate) async fn publish(

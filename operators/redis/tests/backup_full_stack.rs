@@ -395,3 +395,62 @@ async fn a_cluster_mode_backup_stores_one_snapshot_per_shard_and_restores_each_s
     setup.stop().await;
     let _ = std::fs::remove_dir_all(&destination);
 }
+
+#[tokio::test]
+async fn backup_stale_turns_true_without_a_recent_backup_and_false_with_one_and_the_metric_follows() {
+    let setup = Setup::start("redis-stale").await;
+    let ns = setup.ns().to_string();
+    let destination = std::env::temp_dir().join(format!("quorum-redis-backups-{ns}"));
+    let _ = std::fs::remove_dir_all(&destination);
+    let spec = RedisClusterSpec {
+        backup: Some(
+            serde_json::from_value(quorum_e2e::backups::stale_after_a_minute(&destination)).unwrap(),
+        ),
+        ..replication_spec(1)
+    };
+    setup.create_ready("cache", spec, 2).await;
+    quorum_e2e::backups::backup_stale_until::<RedisCluster>(
+        &setup.client,
+        &ns,
+        "cache",
+        "True",
+        Duration::from_secs(180),
+    )
+    .await;
+
+    let backups: Api<RedisBackup> = Api::namespaced(setup.client.clone(), &ns);
+    backups
+        .create(
+            &PostParams::default(),
+            &RedisBackup::new(
+                "now",
+                RedisBackupSpec {
+                    backup: quorum_core::crd::BackupSpec {
+                        cluster_name: "cache".into(),
+                        destination: filesystem(&destination),
+                        schedule: None,
+                        retain: None,
+                    },
+                },
+            ),
+        )
+        .await
+        .unwrap();
+    let stored = succeeded(&backups, "now").await;
+    let completed_at = stored.status.unwrap().run.completed_at.unwrap().0;
+    quorum_e2e::backups::backup_stale_until::<RedisCluster>(
+        &setup.client,
+        &ns,
+        "cache",
+        "False",
+        Duration::from_secs(60),
+    )
+    .await;
+    quorum_e2e::backups::assert_last_success(
+        &setup.operator.context.metrics.render(),
+        "redis",
+        &ns,
+        "cache",
+        completed_at,
+    );
+}

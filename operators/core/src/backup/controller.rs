@@ -129,6 +129,9 @@ pub trait BackupEngine: Send + Sync {
     type Info: Send + Sync;
     type Error: ReconcileError;
 
+    /// The engine label of the backup metrics (`etcd`, `mysql`, `redis`, `mongodb`).
+    const ENGINE: &'static str;
+
     /// Whether a plain-HTTP S3 endpoint is allowed (an operator setting).
     fn allow_http(&self) -> bool;
 
@@ -242,6 +245,16 @@ where
     let mut writer = StatusWriter::new(&context.client, backup, backup.backup_status());
     let mut status = stored.clone();
     let report = Report { backup, context };
+    let namespace = backup.namespace().unwrap_or_default();
+    // After an operator restart the newest success is known only from status.
+    if let Some(snapshot) = &E::Backup::run(&stored).last_snapshot {
+        context.metrics.observe_backup_success(
+            E::ENGINE,
+            &namespace,
+            &spec.cluster_name,
+            unix_seconds(snapshot.completed_at.0),
+        );
+    }
 
     let due = {
         let run = E::Backup::run(&stored);
@@ -272,7 +285,6 @@ where
         return Ok(Action::requeue(until(now, due)));
     }
 
-    let namespace = backup.namespace().unwrap_or_default();
     let clusters: Api<E::Cluster> = Api::namespaced(context.client.clone(), &namespace);
     let cluster_kind = E::Cluster::kind(&());
     let cluster_name = &spec.cluster_name;
@@ -360,6 +372,9 @@ where
                 run.duration_seconds = Some(whole_seconds(now, Timestamp::now()));
                 writer.write(&status).await?;
                 report.warning("SnapshotFailed", message).await;
+                context
+                    .metrics
+                    .observe_backup_failure(E::ENGINE, &namespace, cluster_name);
                 return Err(BackupControllerError::Engine(error));
             }
         }
@@ -403,6 +418,9 @@ where
         .await
         .map_err(BackupControllerError::RecordOnCluster)?;
     report.normal("SnapshotStored", summary).await;
+    context
+        .metrics
+        .observe_backup_success(E::ENGINE, &namespace, cluster_name, unix_seconds(completed_at.0));
 
     if let Some(keep) = spec.retain {
         // A run stores one object per source: keep `retain` runs.
@@ -424,6 +442,12 @@ where
 fn next_run(spec: &BackupSpec, started: Timestamp) -> Option<Time> {
     let schedule = spec.schedule.as_deref()?;
     next_due(schedule, started).ok().map(Time)
+}
+
+/// Whole seconds, as status records the time: the metric is the same before and after an
+/// operator restart, when only status is left to read it from.
+fn unix_seconds(at: Timestamp) -> f64 {
+    at.as_second() as f64
 }
 
 fn whole_seconds(from: Timestamp, to: Timestamp) -> i64 {

@@ -1,8 +1,15 @@
 //! When backups are due, and when the newest one is too old.
 
 use jiff::{Timestamp, tz::TimeZone};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
-use crate::crd::BackupPhase;
+use crate::{
+    conditions::{ConditionUpdate, set_condition},
+    crd::{BackupPhase, BackupPolicy, BackupRecord},
+};
+
+/// The type of a cluster's condition saying its newest backup is too old.
+pub const BACKUP_STALE: &str = "BackupStale";
 
 /// A schedule that cannot be used.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -91,6 +98,39 @@ pub fn is_stale(last_completed: Option<Timestamp>, max_age_minutes: u32, now: Ti
     };
     let max_age = jiff::SignedDuration::from_mins(i64::from(max_age_minutes));
     now.duration_since(last_completed) > max_age
+}
+
+/// Sets a cluster's `BackupStale` condition from its backup `policy`'s `maxAgeMinutes` and the
+/// newest backup recorded on it (`lastBackup`); a new cluster is given that age from its
+/// creation (`created`) before it counts as stale. Without a policy or without
+/// `maxAgeMinutes` the cluster has no such condition.
+pub fn set_backup_stale(
+    conditions: &mut Vec<Condition>,
+    policy: Option<&BackupPolicy>,
+    last_backup: Option<&BackupRecord>,
+    created: Option<Timestamp>,
+    generation: Option<i64>,
+    now: Timestamp,
+) {
+    let Some(max_age) = policy.and_then(|policy| policy.max_age_minutes) else {
+        conditions.retain(|condition| condition.type_ != BACKUP_STALE);
+        return;
+    };
+    let newest = last_backup.map(|backup| backup.completed_at.0);
+    let update = if is_stale(newest.or(created), max_age, now) {
+        let message = match newest {
+            Some(at) => format!("the newest backup completed at {at}, more than {max_age} minutes ago"),
+            None => format!("no backup in the {max_age} minutes since the cluster was created"),
+        };
+        ConditionUpdate::new(BACKUP_STALE, true, "NoRecentBackup", message)
+    } else {
+        let message = match newest {
+            Some(at) => format!("the newest backup completed at {at}, within {max_age} minutes"),
+            None => format!("the cluster is younger than {max_age} minutes"),
+        };
+        ConditionUpdate::new(BACKUP_STALE, false, "RecentBackup", message)
+    };
+    set_condition(conditions, update, generation, now);
 }
 
 #[cfg(test)]
@@ -220,5 +260,66 @@ mod tests {
         );
         assert!(is_stale(Some(at("2026-11-21T10:59:59Z")), 60, now));
         assert!(!is_stale(Some(at("2026-11-21T13:00:00Z")), 60, now), "clock skew");
+    }
+
+    #[test]
+    fn backup_stale_follows_the_newest_backup_and_goes_without_a_max_age() {
+        let now = at("2026-11-21T12:00:00Z");
+        let policy: BackupPolicy = serde_json::from_value(serde_json::json!({
+            "schedule": "0 * * * *",
+            "destination": {"filesystem": {"path": "/backups"}},
+            "maxAgeMinutes": 60,
+        }))
+        .unwrap();
+        let record = |completed: &str| BackupRecord {
+            name: "nightly".into(),
+            location: "/backups/a".into(),
+            completed_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(completed)),
+            size_bytes: 1,
+            sha256: "a".repeat(64),
+        };
+        let stale = |conditions: &[Condition]| {
+            conditions
+                .iter()
+                .find(|c| c.type_ == BACKUP_STALE)
+                .map(|c| (c.status.clone(), c.reason.clone()))
+        };
+        let mut conditions = Vec::new();
+        let created = Some(at("2026-11-21T11:30:00Z"));
+        set_backup_stale(&mut conditions, Some(&policy), None, created, Some(1), now);
+        assert_eq!(
+            stale(&conditions),
+            Some(("False".into(), "RecentBackup".into())),
+            "a young cluster"
+        );
+        let created = Some(at("2026-11-21T10:00:00Z"));
+        set_backup_stale(&mut conditions, Some(&policy), None, created, Some(1), now);
+        assert_eq!(stale(&conditions), Some(("True".into(), "NoRecentBackup".into())));
+        let newest = record("2026-11-21T11:10:00Z");
+        set_backup_stale(
+            &mut conditions,
+            Some(&policy),
+            Some(&newest),
+            created,
+            Some(1),
+            now,
+        );
+        assert_eq!(stale(&conditions), Some(("False".into(), "RecentBackup".into())));
+        let old = record("2026-11-21T10:30:00Z");
+        set_backup_stale(&mut conditions, Some(&policy), Some(&old), created, Some(1), now);
+        assert_eq!(stale(&conditions), Some(("True".into(), "NoRecentBackup".into())));
+        let without_max_age = BackupPolicy {
+            max_age_minutes: None,
+            ..policy
+        };
+        set_backup_stale(
+            &mut conditions,
+            Some(&without_max_age),
+            Some(&old),
+            created,
+            Some(1),
+            now,
+        );
+        assert_eq!(stale(&conditions), None);
     }
 }
