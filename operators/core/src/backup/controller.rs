@@ -228,214 +228,325 @@ impl<E: ReconcileError> ReconcileError for BackupControllerError<E> {
     }
 }
 
-type Outcome<E> = Result<Action, BackupControllerError<<E as BackupEngine>::Error>>;
+type Failure<E> = BackupControllerError<<E as BackupEngine>::Error>;
 
 /// One pass of a backup resource's controller (see the module documentation).
 ///
 /// # Errors
 /// [`BackupControllerError`]: the Kubernetes call, schedule, destination, retention or
 /// engine step that failed; a failed run is recorded on the backup before it is returned.
-pub async fn reconcile<E, S>(engine: &E, backup: &E::Backup, context: &Context<S>) -> Outcome<E>
+pub async fn reconcile<E, S>(
+    engine: &E,
+    backup: &E::Backup,
+    context: &Context<S>,
+) -> Result<Action, Failure<E>>
 where
     E: BackupEngine,
 {
-    let now = Timestamp::now();
-    let spec = backup.backup_spec();
-    let stored = backup.backup_status().cloned().unwrap_or_default();
-    let mut writer = StatusWriter::new(&context.client, backup, backup.backup_status());
-    let mut status = stored.clone();
-    let report = Report { backup, context };
-    let namespace = backup.namespace().unwrap_or_default();
-    // After an operator restart the newest success is known only from status.
-    if let Some(snapshot) = &E::Backup::run(&stored).last_snapshot {
-        context.metrics.observe_backup_success(
-            E::ENGINE,
-            &namespace,
-            &spec.cluster_name,
-            unix_seconds(snapshot.completed_at.0),
+    let mut pass = Pass::new(engine, backup, context);
+    pass.remember_newest_success();
+    if let Some(later) = pass.wait_until_due().await? {
+        return Ok(later);
+    }
+    let Some(cluster) = pass.cluster().await? else {
+        let message = format!(
+            "{} {} does not exist",
+            E::Cluster::kind(&()),
+            pass.spec().cluster_name
         );
-    }
-
-    let due = {
-        let run = E::Backup::run(&stored);
-        due_at(
-            spec.schedule.as_deref(),
-            run.phase,
-            run.started_at.as_ref().map(|time| time.0),
-            backup.meta().creation_timestamp.as_ref().map(|time| time.0),
-        )
+        return pass.wait("ClusterNotFound", message, CLUSTER_MISSING_RETRY).await;
     };
-    let due = match due {
-        Ok(due) => due,
-        Err(error) => {
-            record_failure::<E::Backup>(&mut status, backup, "InvalidSchedule", &error.to_string(), false);
-            writer.write(&status).await?;
-            report.warning("InvalidSchedule", error.to_string()).await;
-            return Err(BackupControllerError::Schedule(error));
-        }
-    };
-    let Some(due) = due else {
-        return Ok(Action::await_change());
-    };
-    if due > now {
-        let run = E::Backup::run_mut(&mut status);
-        run.next_scheduled_at = Some(Time(due));
-        run.phase.get_or_insert(BackupPhase::Pending);
-        writer.write(&status).await?;
-        return Ok(Action::requeue(until(now, due)));
-    }
-
-    let clusters: Api<E::Cluster> = Api::namespaced(context.client.clone(), &namespace);
-    let cluster_kind = E::Cluster::kind(&());
-    let cluster_name = &spec.cluster_name;
-    let Some(cluster) =
-        clusters
-            .get_opt(cluster_name)
-            .await
-            .map_err(|source| BackupControllerError::Read {
-                what: format!("{cluster_kind} {cluster_name}"),
-                source,
-            })?
-    else {
-        let message = format!("{cluster_kind} {cluster_name} does not exist");
-        return report
-            .wait(
-                &mut writer,
-                &mut status,
-                "ClusterNotFound",
-                message,
-                CLUSTER_MISSING_RETRY,
-            )
-            .await;
-    };
-
     let sources = match engine
         .sources(backup, &cluster)
         .await
-        .map_err(BackupControllerError::Engine)?
+        .map_err(Failure::<E>::Engine)?
     {
         Sources::From(sources) if !sources.is_empty() => sources,
         Sources::From(_) => {
             let message = "no member to read the backup from".to_string();
-            return report
-                .wait(
-                    &mut writer,
-                    &mut status,
-                    "NoSnapshotSource",
-                    message,
-                    NO_SOURCE_RETRY,
-                )
-                .await;
+            return pass.wait("NoSnapshotSource", message, NO_SOURCE_RETRY).await;
         }
-        Sources::Wait { reason, message } => {
-            return report
-                .wait(&mut writer, &mut status, reason, message, NO_SOURCE_RETRY)
-                .await;
-        }
+        Sources::Wait { reason, message } => return pass.wait(reason, message, NO_SOURCE_RETRY).await,
     };
+    let sink = pass.sink().await?;
+    let snapshots = pass.run(&cluster, &sources, &sink).await?;
+    let first = pass.record(&snapshots).await?;
+    pass.record_on_cluster(first).await?;
+    pass.prune(&sink, snapshots.len()).await?;
+    Ok(pass.next())
+}
 
-    let sink = match cluster_sink(
-        &context.client,
-        &namespace,
-        cluster_name,
-        &spec.destination,
-        engine.allow_http(),
-    )
-    .await
-    {
-        Ok(sink) => sink,
-        Err(error) => {
-            let message = format!("the destination cannot be used: {error}");
-            record_failure::<E::Backup>(&mut status, backup, "DestinationInvalid", &message, false);
-            writer.write(&status).await?;
-            report.warning("DestinationInvalid", message).await;
-            return Err(BackupControllerError::Destination(error));
+/// One pass over one backup resource: what it reads, what it has written, where it reports.
+struct Pass<'a, E: BackupEngine, S> {
+    engine: &'a E,
+    backup: &'a E::Backup,
+    context: &'a Context<S>,
+    namespace: String,
+    now: Timestamp,
+    writer: StatusWriter<'a, E::Backup, <E::Backup as BackupResource>::Status>,
+    status: <E::Backup as BackupResource>::Status,
+}
+
+impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
+    fn new(engine: &'a E, backup: &'a E::Backup, context: &'a Context<S>) -> Self {
+        Self {
+            engine,
+            backup,
+            context,
+            namespace: backup.namespace().unwrap_or_default(),
+            now: Timestamp::now(),
+            writer: StatusWriter::new(&context.client, backup, backup.backup_status()),
+            status: backup.backup_status().cloned().unwrap_or_default(),
         }
-    };
+    }
 
-    let run = E::Backup::run_mut(&mut status);
-    run.phase = Some(BackupPhase::Running);
-    run.started_at = Some(Time(now));
-    run.member = Some(engine.member(&sources[0]));
-    run.message = None;
-    writer.write(&status).await?;
+    fn spec(&self) -> &'a BackupSpec {
+        self.backup.backup_spec()
+    }
 
-    let mut snapshots = Vec::with_capacity(sources.len());
-    for source in &sources {
-        let name = object_name(cluster_name, now, &engine.extension(source));
-        match engine.produce(&cluster, source, &sink, &name).await {
-            Ok(snapshot) => snapshots.push((source, snapshot)),
+    fn run_status(&mut self) -> &mut BackupRunStatus {
+        E::Backup::run_mut(&mut self.status)
+    }
+
+    /// After an operator restart the newest success is known only from status.
+    fn remember_newest_success(&self) {
+        if let Some(snapshot) = &E::Backup::run(&self.status).last_snapshot {
+            self.context.metrics.observe_backup_success(
+                E::ENGINE,
+                &self.namespace,
+                &self.spec().cluster_name,
+                unix_seconds(snapshot.completed_at.0),
+            );
+        }
+    }
+
+    /// `None` when the backup runs now; otherwise when to look again (never, for a finished
+    /// one-shot backup), with `nextScheduledAt` written.
+    async fn wait_until_due(&mut self) -> Result<Option<Action>, Failure<E>> {
+        let run = E::Backup::run(&self.status);
+        let due = due_at(
+            self.spec().schedule.as_deref(),
+            run.phase,
+            run.started_at.as_ref().map(|time| time.0),
+            self.backup.meta().creation_timestamp.as_ref().map(|time| time.0),
+        );
+        match due {
             Err(error) => {
-                let message = format!("the snapshot from {}: {error}", engine.member(source));
-                record_failure::<E::Backup>(&mut status, backup, "SnapshotFailed", &message, true);
-                let run = E::Backup::run_mut(&mut status);
-                run.duration_seconds = Some(whole_seconds(now, Timestamp::now()));
-                writer.write(&status).await?;
-                report.warning("SnapshotFailed", message).await;
-                context
-                    .metrics
-                    .observe_backup_failure(E::ENGINE, &namespace, cluster_name);
-                return Err(BackupControllerError::Engine(error));
+                self.fail("InvalidSchedule", error.to_string(), false).await?;
+                Err(BackupControllerError::Schedule(error))
+            }
+            Ok(None) => Ok(Some(Action::await_change())),
+            Ok(Some(due)) if due > self.now => {
+                let run = self.run_status();
+                run.next_scheduled_at = Some(Time(due));
+                run.phase.get_or_insert(BackupPhase::Pending);
+                self.writer.write(&self.status).await?;
+                Ok(Some(Action::requeue(until(self.now, due))))
+            }
+            Ok(Some(_)) => Ok(None),
+        }
+    }
+
+    async fn cluster(&self) -> Result<Option<E::Cluster>, Failure<E>> {
+        let clusters: Api<E::Cluster> = Api::namespaced(self.context.client.clone(), &self.namespace);
+        let name = &self.spec().cluster_name;
+        clusters
+            .get_opt(name)
+            .await
+            .map_err(|source| BackupControllerError::Read {
+                what: format!("{} {name}", E::Cluster::kind(&())),
+                source,
+            })
+    }
+
+    /// The store, narrowed to the cluster; a destination that cannot be used is recorded and
+    /// reported.
+    async fn sink(&mut self) -> Result<BackupSink, Failure<E>> {
+        let spec = self.spec();
+        let sink = cluster_sink(
+            &self.context.client,
+            &self.namespace,
+            &spec.cluster_name,
+            &spec.destination,
+            self.engine.allow_http(),
+        )
+        .await;
+        match sink {
+            Ok(sink) => Ok(sink),
+            Err(error) => {
+                let message = format!("the destination cannot be used: {error}");
+                self.fail("DestinationInvalid", message, false).await?;
+                Err(BackupControllerError::Destination(error))
             }
         }
     }
 
-    let completed_at = Time(Timestamp::now());
-    let records: Vec<BackupRecord> = snapshots
-        .iter()
-        .map(|(_, snapshot)| BackupRecord {
-            name: backup.name_any(),
-            location: snapshot.stored.location.clone(),
-            completed_at: completed_at.clone(),
-            size_bytes: snapshot.stored.size as i64,
-            sha256: snapshot.stored.sha256.clone(),
-        })
-        .collect();
-    let summary = engine.summary(&snapshots);
-    let run = E::Backup::run_mut(&mut status);
-    run.phase = Some(match spec.schedule {
-        Some(_) => BackupPhase::Pending,
-        None => BackupPhase::Succeeded,
-    });
-    run.completed_at = Some(completed_at.clone());
-    run.duration_seconds = Some(whole_seconds(now, completed_at.0));
-    run.last_snapshot = records.first().cloned();
-    run.next_scheduled_at = next_run(spec, now);
-    set_condition(
-        &mut run.conditions,
-        ConditionUpdate::new(ConditionType::Ready, true, "SnapshotStored", summary.clone()),
-        backup.meta().generation,
-        completed_at.0,
-    );
-    engine.record(&mut status, &snapshots);
-    writer.write(&status).await?;
-    clusters
-        .patch_status(
-            cluster_name,
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({ "status": { "lastBackup": records.first() } })),
-        )
-        .await
-        .map_err(BackupControllerError::RecordOnCluster)?;
-    report.normal("SnapshotStored", summary).await;
-    context
-        .metrics
-        .observe_backup_success(E::ENGINE, &namespace, cluster_name, unix_seconds(completed_at.0));
+    /// Records `Running`, then stores each source's snapshot in its own object, in order,
+    /// stopping at the first failure (recorded as `Failed`).
+    async fn run<'s>(
+        &mut self,
+        cluster: &E::Cluster,
+        sources: &'s [E::Source],
+        sink: &BackupSink,
+    ) -> Result<Vec<(&'s E::Source, Snapshot<E::Info>)>, Failure<E>> {
+        let (now, member) = (self.now, self.engine.member(&sources[0]));
+        let run = self.run_status();
+        run.phase = Some(BackupPhase::Running);
+        run.started_at = Some(Time(now));
+        run.member = Some(member);
+        run.message = None;
+        self.writer.write(&self.status).await?;
 
-    if let Some(keep) = spec.retain {
-        // A run stores one object per source: keep `retain` runs.
+        let mut snapshots = Vec::with_capacity(sources.len());
+        for source in sources {
+            let name = object_name(&self.spec().cluster_name, now, &self.engine.extension(source));
+            match self.engine.produce(cluster, source, sink, &name).await {
+                Ok(snapshot) => snapshots.push((source, snapshot)),
+                Err(error) => {
+                    let message = format!("the snapshot from {}: {error}", self.engine.member(source));
+                    self.run_status().duration_seconds = Some(whole_seconds(now, Timestamp::now()));
+                    self.fail("SnapshotFailed", message, true).await?;
+                    self.context.metrics.observe_backup_failure(
+                        E::ENGINE,
+                        &self.namespace,
+                        &self.spec().cluster_name,
+                    );
+                    return Err(BackupControllerError::Engine(error));
+                }
+            }
+        }
+        Ok(snapshots)
+    }
+
+    /// Records a successful run on the backup (the shared fields, then the engine's, in one
+    /// write), reports it, and returns the record of its first object.
+    async fn record(
+        &mut self,
+        snapshots: &[(&E::Source, Snapshot<E::Info>)],
+    ) -> Result<BackupRecord, Failure<E>> {
+        let completed_at = Time(Timestamp::now());
+        let records: Vec<BackupRecord> = snapshots
+            .iter()
+            .map(|(_, snapshot)| BackupRecord {
+                name: self.backup.name_any(),
+                location: snapshot.stored.location.clone(),
+                completed_at: completed_at.clone(),
+                size_bytes: snapshot.stored.size as i64,
+                sha256: snapshot.stored.sha256.clone(),
+            })
+            .collect();
+        let summary = self.engine.summary(snapshots);
+        let (spec, now, generation) = (self.spec(), self.now, self.backup.meta().generation);
+        let run = self.run_status();
+        run.phase = Some(match spec.schedule {
+            Some(_) => BackupPhase::Pending,
+            None => BackupPhase::Succeeded,
+        });
+        run.completed_at = Some(completed_at.clone());
+        run.duration_seconds = Some(whole_seconds(now, completed_at.0));
+        run.last_snapshot = records.first().cloned();
+        run.next_scheduled_at = next_run(spec, now);
+        set_condition(
+            &mut run.conditions,
+            ConditionUpdate::new(ConditionType::Ready, true, "SnapshotStored", summary.clone()),
+            generation,
+            completed_at.0,
+        );
+        self.engine.record(&mut self.status, snapshots);
+        self.writer.write(&self.status).await?;
+        self.publish(Severity::Normal, "SnapshotStored", summary).await;
+        self.context.metrics.observe_backup_success(
+            E::ENGINE,
+            &self.namespace,
+            &spec.cluster_name,
+            unix_seconds(completed_at.0),
+        );
+        Ok(records
+            .into_iter()
+            .next()
+            .expect("a run stores at least one object"))
+    }
+
+    /// `lastBackup` on the cluster; its own reconciler writes only the status fields it changed.
+    async fn record_on_cluster(&self, record: BackupRecord) -> Result<(), Failure<E>> {
+        let clusters: Api<E::Cluster> = Api::namespaced(self.context.client.clone(), &self.namespace);
+        clusters
+            .patch_status(
+                &self.spec().cluster_name,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({ "status": { "lastBackup": record } })),
+            )
+            .await
+            .map_err(BackupControllerError::RecordOnCluster)?;
+        Ok(())
+    }
+
+    /// Keeps the newest `retain` runs; a run stores one object per source.
+    async fn prune(&self, sink: &BackupSink, objects_per_run: usize) -> Result<(), Failure<E>> {
+        let Some(keep) = self.spec().retain else {
+            return Ok(());
+        };
         let deleted = sink
-            .apply_retention(keep as usize * snapshots.len())
+            .apply_retention(keep as usize * objects_per_run)
             .await
             .map_err(BackupControllerError::Retention)?;
         if !deleted.is_empty() {
-            tracing::info!(backup = %backup.name_any(), ?deleted, "pruned old backups");
+            tracing::info!(backup = %self.backup.name_any(), ?deleted, "pruned old backups");
+        }
+        Ok(())
+    }
+
+    /// When to look again: at the next schedule time, or on a change for a one-shot backup.
+    fn next(&self) -> Action {
+        match &E::Backup::run(&self.status).next_scheduled_at {
+            Some(next) => Action::requeue(until(Timestamp::now(), next.0)),
+            None => Action::await_change(),
         }
     }
-    Ok(match E::Backup::run(&status).next_scheduled_at.as_ref() {
-        Some(next) => Action::requeue(until(Timestamp::now(), next.0)),
-        None => Action::await_change(),
-    })
+
+    /// Records that the backup waits (`Pending` with `message`), reports it, and looks again
+    /// after `retry`.
+    async fn wait(&mut self, reason: &str, message: String, retry: Duration) -> Result<Action, Failure<E>> {
+        let run = self.run_status();
+        run.phase = Some(BackupPhase::Pending);
+        run.message = Some(message.clone());
+        self.writer.write(&self.status).await?;
+        self.publish(Severity::Warning, reason, message).await;
+        Ok(Action::requeue(retry))
+    }
+
+    /// Records a pass (or a run, `run_started`) that could not complete and reports it:
+    /// `Failed` with its reason for a run, its message, `Ready` false, and when a schedule
+    /// runs next.
+    async fn fail(&mut self, reason: &str, message: String, run_started: bool) -> Result<(), Failure<E>> {
+        let (spec, generation, now) = (self.spec(), self.backup.meta().generation, Timestamp::now());
+        let run = self.run_status();
+        if run_started {
+            run.phase = Some(BackupPhase::Failed);
+            run.completed_at = Some(Time(now));
+            run.next_scheduled_at = run
+                .started_at
+                .as_ref()
+                .and_then(|started| next_run(spec, started.0));
+        }
+        run.message = Some(message.clone());
+        set_condition(
+            &mut run.conditions,
+            ConditionUpdate::new(ConditionType::Ready, false, reason, message.clone()),
+            generation,
+            now,
+        );
+        self.writer.write(&self.status).await?;
+        self.publish(Severity::Warning, reason, message).await;
+        Ok(())
+    }
+
+    async fn publish(&self, severity: Severity, reason: &str, message: String) {
+        self.context
+            .events
+            .publish(self.backup, severity, reason, ACTION, message)
+            .await;
+    }
 }
 
 /// The next time a scheduled backup runs after a run started at `started`.
@@ -452,74 +563,6 @@ fn unix_seconds(at: Timestamp) -> f64 {
 
 fn whole_seconds(from: Timestamp, to: Timestamp) -> i64 {
     to.duration_since(from).as_secs().max(0)
-}
-
-/// Records on `status` a run (or a pass) that could not complete: `Failed` with the reason
-/// for a run that started, its message, `Ready` false, and when a schedule runs next.
-fn record_failure<B: BackupResource>(
-    status: &mut B::Status,
-    backup: &B,
-    reason: &str,
-    message: &str,
-    run_started: bool,
-) {
-    let now = Timestamp::now();
-    let run = B::run_mut(status);
-    if run_started {
-        run.phase = Some(BackupPhase::Failed);
-        run.completed_at = Some(Time(now));
-        run.next_scheduled_at = run
-            .started_at
-            .as_ref()
-            .and_then(|started| next_run(backup.backup_spec(), started.0));
-    }
-    run.message = Some(message.to_string());
-    set_condition(
-        &mut run.conditions,
-        ConditionUpdate::new(ConditionType::Ready, false, reason, message.to_string()),
-        backup.meta().generation,
-        now,
-    );
-}
-
-/// Where a backup pass reports: its status and its events.
-struct Report<'a, B, S> {
-    backup: &'a B,
-    context: &'a Context<S>,
-}
-
-impl<B: BackupResource, S> Report<'_, B, S> {
-    async fn warning(&self, reason: &str, message: String) {
-        self.context
-            .events
-            .publish(self.backup, Severity::Warning, reason, ACTION, message)
-            .await;
-    }
-
-    async fn normal(&self, reason: &str, message: String) {
-        self.context
-            .events
-            .publish(self.backup, Severity::Normal, reason, ACTION, message)
-            .await;
-    }
-
-    /// Records that the backup waits (`Pending` with `message`), reports it, and looks again
-    /// after `retry`.
-    async fn wait<E: ReconcileError>(
-        &self,
-        writer: &mut StatusWriter<'_, B, B::Status>,
-        status: &mut B::Status,
-        reason: &str,
-        message: String,
-        retry: Duration,
-    ) -> Result<Action, BackupControllerError<E>> {
-        let run = B::run_mut(status);
-        run.phase = Some(BackupPhase::Pending);
-        run.message = Some(message.clone());
-        writer.write(status).await?;
-        self.warning(reason, message).await;
-        Ok(Action::requeue(retry))
-    }
 }
 
 #[cfg(test)]
