@@ -535,7 +535,9 @@ impl Runtime {
     }
 }
 
-fn object_key<K: Resource>(object: &K) -> String {
+/// An object's key, `namespace/name`: the key under which a cluster's clients, credentials
+/// and metrics are kept, and under which [`ForgetsClusters`] forgets them.
+pub fn object_key<K: Resource>(object: &K) -> String {
     format!("{}/{}", object.namespace().unwrap_or_default(), object.name_any())
 }
 

@@ -14,7 +14,7 @@ use quorum_core::{
         BackupSink,
         controller::{self, BackupControllerError, BackupEngine, Snapshot, Sources},
     },
-    runner::Context,
+    runner::{Context, object_key},
 };
 
 use crate::{
@@ -58,7 +58,7 @@ impl BackupEngine for EtcdSnapshots<'_> {
 
     async fn sources(
         &self,
-        backup: &EtcdBackup,
+        _: &EtcdBackup,
         cluster: &EtcdCluster,
     ) -> Result<Sources<Member>, BackupStepError> {
         let resolver = self.state.resolver(cluster);
@@ -70,7 +70,7 @@ impl BackupEngine for EtcdSnapshots<'_> {
         let view = self
             .state
             .clients
-            .observe(&key(backup), &resolver, candidates)
+            .observe(&object_key(cluster), &resolver, candidates)
             .await;
         Ok(match choose_snapshot_member(&view) {
             Some(ordinal) => Sources::From(vec![Member {
@@ -100,38 +100,21 @@ impl BackupEngine for EtcdSnapshots<'_> {
         name: &str,
     ) -> Result<Snapshot<()>, BackupStepError> {
         let resolver = self.state.resolver(cluster);
-        let key = format!("{}/{}", cluster.namespace().unwrap_or_default(), source.cluster);
+        let key = object_key(cluster);
         let stored =
             snapshot_to_sink(&self.state.clients, &key, &resolver, source.ordinal, sink, name).await?;
         Ok(Snapshot { stored, info: () })
     }
 
-    fn record(&self, _: &mut EtcdBackupStatus, _: &[(&Member, Snapshot<()>)]) {}
-
-    fn summary(&self, snapshots: &[(&Member, Snapshot<()>)]) -> String {
-        snapshots
-            .iter()
-            .map(|(member, snapshot)| {
-                format!(
-                    "{} bytes from {} to {} (sha256 {})",
-                    snapshot.stored.size,
-                    self.member(member),
-                    snapshot.stored.location,
-                    snapshot.stored.sha256
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("; ")
+    fn describe(&self, member: &Member, snapshot: &Snapshot<()>) -> String {
+        format!(
+            "{} bytes from {} to {} (sha256 {})",
+            snapshot.stored.size,
+            self.member(member),
+            snapshot.stored.location,
+            snapshot.stored.sha256
+        )
     }
-}
-
-/// The clients' key of the cluster a backup names.
-fn key(backup: &EtcdBackup) -> String {
-    format!(
-        "{}/{}",
-        backup.namespace().unwrap_or_default(),
-        backup.spec.backup.cluster_name
-    )
 }
 
 /// Reconciles one `EtcdBackup`.

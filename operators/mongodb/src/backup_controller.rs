@@ -21,7 +21,7 @@ use quorum_core::{
         controller::{self, BackupControllerError, BackupEngine, Snapshot, Sources},
         pipe, producer,
     },
-    runner::Context,
+    runner::{Context, object_key},
 };
 
 use crate::{
@@ -109,7 +109,7 @@ impl BackupEngine for MongoSnapshots<'_> {
             .context
             .state
             .clients
-            .dial_address(&format!("{namespace}/{}", replica_set.name_any()), &host);
+            .dial_address(&object_key(replica_set), &host);
         Ok(
             match confirm_source(&address, &credentials, source.state == "PRIMARY").await {
                 Ok(client) => Sources::From(vec![Source {
@@ -165,24 +165,18 @@ impl BackupEngine for MongoSnapshots<'_> {
         status.documents = Some(summary.counts.documents as i64);
     }
 
-    fn summary(&self, snapshots: &[(&Source, Snapshot<DumpSummary>)]) -> String {
-        snapshots
-            .iter()
-            .map(|(source, snapshot)| {
-                let summary = &snapshot.info;
-                format!(
-                    "{} databases, {} documents read from {} at cluster time {}: {} bytes to {} (sha256 {})",
-                    summary.counts.databases,
-                    summary.counts.documents,
-                    source.member,
-                    archive::cluster_time_text(summary.header.cluster_time),
-                    snapshot.stored.size,
-                    snapshot.stored.location,
-                    snapshot.stored.sha256
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("; ")
+    fn describe(&self, source: &Source, snapshot: &Snapshot<DumpSummary>) -> String {
+        let summary = &snapshot.info;
+        format!(
+            "{} databases, {} documents read from {} at cluster time {}: {} bytes to {} (sha256 {})",
+            summary.counts.databases,
+            summary.counts.documents,
+            source.member,
+            archive::cluster_time_text(summary.header.cluster_time),
+            snapshot.stored.size,
+            snapshot.stored.location,
+            snapshot.stored.sha256
+        )
     }
 }
 

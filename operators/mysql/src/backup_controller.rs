@@ -18,7 +18,7 @@ use quorum_core::{
         controller::{self, BackupControllerError, BackupEngine, Snapshot, Sources},
         pipe, producer,
     },
-    runner::Context,
+    runner::{Context, object_key},
 };
 
 use crate::{
@@ -82,7 +82,7 @@ impl BackupEngine for MySqlSnapshots<'_> {
         let view = self
             .state
             .clients
-            .observe(&key(cluster), &addresses, members)
+            .observe(&object_key(cluster), &addresses, members)
             .await;
         let primary = cluster
             .status
@@ -121,7 +121,7 @@ impl BackupEngine for MySqlSnapshots<'_> {
             .state
             .clients
             .call(
-                &key(cluster),
+                &object_key(cluster),
                 &addresses,
                 source.ordinal,
                 "connect",
@@ -149,31 +149,16 @@ impl BackupEngine for MySqlSnapshots<'_> {
         }
     }
 
-    fn summary(&self, snapshots: &[(&Member, Snapshot<SnapshotInfo>)]) -> String {
-        snapshots
-            .iter()
-            .map(|(member, snapshot)| {
-                format!(
-                    "{} bytes from {} at GTID position {} to {} (sha256 {})",
-                    snapshot.stored.size,
-                    self.member(member),
-                    snapshot.info.position,
-                    snapshot.stored.location,
-                    snapshot.stored.sha256
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("; ")
+    fn describe(&self, member: &Member, snapshot: &Snapshot<SnapshotInfo>) -> String {
+        format!(
+            "{} bytes from {} at GTID position {} to {} (sha256 {})",
+            snapshot.stored.size,
+            self.member(member),
+            snapshot.info.position,
+            snapshot.stored.location,
+            snapshot.stored.sha256
+        )
     }
-}
-
-/// The clients' key of a cluster.
-fn key(cluster: &MySQLCluster) -> String {
-    format!(
-        "{}/{}",
-        cluster.namespace().unwrap_or_default(),
-        cluster.name_any()
-    )
 }
 
 /// The member to read a snapshot from: a Healthy replica that is caught up, the lowest

@@ -23,7 +23,7 @@ use quorum_core::{
         controller::{self, BackupControllerError, BackupEngine, Snapshot, Sources},
         pipe, producer,
     },
-    runner::Context,
+    runner::{Context, object_key},
 };
 
 use crate::{
@@ -151,17 +151,11 @@ impl BackupEngine for RedisSnapshots<'_> {
             .collect();
     }
 
-    fn summary(&self, snapshots: &[(&Source, Snapshot<()>)]) -> String {
-        snapshots
-            .iter()
-            .map(|(source, snapshot)| {
-                format!(
-                    "{} bytes from {} to {} (sha256 {})",
-                    snapshot.stored.size, source.node, snapshot.stored.location, snapshot.stored.sha256
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("; ")
+    fn describe(&self, source: &Source, snapshot: &Snapshot<()>) -> String {
+        format!(
+            "{} bytes from {} to {} (sha256 {})",
+            snapshot.stored.size, source.node, snapshot.stored.location, snapshot.stored.sha256
+        )
     }
 }
 
@@ -310,7 +304,7 @@ async fn find_sources(
     let state = &context.state;
     let namespace = cluster.namespace().unwrap_or_default();
     let name = cluster.name_any();
-    let key = format!("{namespace}/{name}");
+    let key = object_key(cluster);
     // The cluster reconciler sets these too; after an operator restart this controller may
     // run first.
     let password = read_password(context, &namespace, &auth_secret_name(cluster))
@@ -429,11 +423,7 @@ async fn take_snapshot(
     sink: &BackupSink,
     name: &str,
 ) -> Result<quorum_core::backup::StoredBackup, String> {
-    let key = format!(
-        "{}/{}",
-        cluster.namespace().unwrap_or_default(),
-        cluster.name_any()
-    );
+    let key = object_key(cluster);
     let addresses = context.state.addresses(cluster);
     let admin = context
         .state

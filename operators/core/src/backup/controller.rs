@@ -159,16 +159,17 @@ pub trait BackupEngine: Send + Sync {
     ) -> impl Future<Output = Result<Snapshot<Self::Info>, Self::Error>> + Send;
 
     /// Records the engine's own fields of a successful run on the backup's status (written in
-    /// the same patch as `lastSnapshot`, so a restore reads them together).
+    /// the same patch as `lastSnapshot`, so a restore reads them together). Nothing by default.
     fn record(
         &self,
-        status: &mut <Self::Backup as BackupResource>::Status,
-        snapshots: &[(&Self::Source, Snapshot<Self::Info>)],
-    );
+        _status: &mut <Self::Backup as BackupResource>::Status,
+        _snapshots: &[(&Self::Source, Snapshot<Self::Info>)],
+    ) {
+    }
 
-    /// One line saying what a successful run stored (the Ready condition's and the event's
-    /// message).
-    fn summary(&self, snapshots: &[(&Self::Source, Snapshot<Self::Info>)]) -> String;
+    /// What one stored object holds and where it went; a run's are joined with `; ` into the
+    /// Ready condition's and the event's message.
+    fn describe(&self, source: &Self::Source, snapshot: &Snapshot<Self::Info>) -> String;
 }
 
 /// A backup pass that failed, naming what failed.
@@ -435,7 +436,11 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
                 sha256: snapshot.stored.sha256.clone(),
             })
             .collect();
-        let summary = self.engine.summary(snapshots);
+        let summary = snapshots
+            .iter()
+            .map(|(source, snapshot)| self.engine.describe(source, snapshot))
+            .collect::<Vec<_>>()
+            .join("; ");
         let (spec, now, generation) = (self.spec(), self.now, self.backup.meta().generation);
         let run = self.run_status();
         run.phase = Some(match spec.schedule {
