@@ -73,11 +73,7 @@ impl EtcdClients {
             Some(material) => self
                 .tls
                 .replace(cluster, Arc::new(material), |current, new| current == new),
-            None => {
-                let had = self.tls.get(cluster).is_some();
-                self.tls.forget(cluster);
-                had
-            }
+            None => self.tls.forget(cluster).is_some(),
         };
         if changed {
             self.cache.forget_cluster(cluster, &self.metrics, ENGINE).await;

@@ -40,8 +40,9 @@ impl<V: Clone> PerCluster<V> {
         true
     }
 
-    pub fn forget(&self, cluster: &str) {
-        self.lock().remove(cluster);
+    /// Removes the cluster's value and returns it.
+    pub fn forget(&self, cluster: &str) -> Option<V> {
+        self.lock().remove(cluster)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, V>> {
@@ -100,7 +101,7 @@ mod tests {
         assert!(!passwords.replace("ns/a", "one".to_string(), |a, b| a == b));
         assert!(passwords.replace("ns/a", "two".to_string(), |a, b| a == b));
         passwords.set("ns/b", "three".to_string());
-        passwords.forget("ns/a");
+        assert_eq!(passwords.forget("ns/a").as_deref(), Some("two"));
         assert_eq!(passwords.get("ns/a"), None);
         assert_eq!(passwords.get("ns/b").as_deref(), Some("three"));
     }
