@@ -17,7 +17,7 @@ use kube::{
     api::{DeleteParams, Patch, PatchParams, PostParams},
 };
 use mysql_async::prelude::Queryable;
-use mysql_operator::{crd::MySQLBackup, resources::ROLE_LABEL};
+use mysql_operator::resources::ROLE_LABEL;
 use quorum_e2e::{
     fault_proxy::{Fault, FaultProxy},
     wait,
@@ -283,31 +283,7 @@ async fn a_backup_is_a_consistent_snapshot_and_a_switchover_under_writes_loses_n
     // An on-demand backup, read from the caught-up replica, lands in the destination with the
     // GTID position it corresponds to.
     let directory = std::env::temp_dir().join(format!("quorum-mysql-backups-{}", setup.ns()));
-    let backups: Api<MySQLBackup> = Api::namespaced(setup.client.clone(), setup.ns());
-    let backup: MySQLBackup = serde_json::from_value(serde_json::json!({
-        "apiVersion": "mysql.quorum.dev/v1alpha1",
-        "kind": "MySQLBackup",
-        "metadata": {"name": "now"},
-        "spec": {"clusterName": "main", "destination": {"filesystem": {"path": directory}}}
-    }))
-    .unwrap();
-    backups
-        .create(&PostParams::default(), &backup)
-        .await
-        .expect("create MySQLBackup");
-    let status = wait::until("the backup stored", Duration::from_secs(60), || async {
-        let status = backups
-            .get("now")
-            .await
-            .map_err(|e| e.to_string())?
-            .status
-            .unwrap_or_default();
-        match status.run.phase {
-            Some(mysql_operator::crd::BackupPhase::Succeeded) => Ok(status),
-            other => Err(format!("{other:?} {:?}", status.run.message)),
-        }
-    })
-    .await;
+    let status = setup.backup_now("now", &directory).await;
     assert_eq!(
         status.run.member.as_deref(),
         Some("main-1"),
@@ -1163,31 +1139,13 @@ async fn backup_stale_turns_true_without_a_recent_backup_and_false_with_one_and_
     )
     .await;
 
-    let backups: Api<MySQLBackup> = Api::namespaced(setup.client.clone(), &ns);
-    let backup: MySQLBackup = serde_json::from_value(serde_json::json!({
-        "apiVersion": "mysql.quorum.dev/v1alpha1",
-        "kind": "MySQLBackup",
-        "metadata": {"name": "now"},
-        "spec": {"clusterName": "main", "destination": {"filesystem": {"path": directory}}}
-    }))
-    .unwrap();
-    backups
-        .create(&PostParams::default(), &backup)
+    let completed_at = setup
+        .backup_now("now", &directory)
         .await
-        .expect("create MySQLBackup");
-    let completed_at = wait::until("the backup stored", Duration::from_secs(60), || async {
-        let status = backups
-            .get("now")
-            .await
-            .map_err(|e| e.to_string())?
-            .status
-            .unwrap_or_default();
-        match (status.run.phase, status.run.completed_at) {
-            (Some(mysql_operator::crd::BackupPhase::Succeeded), Some(at)) => Ok(at.0),
-            (other, _) => Err(format!("{other:?} {:?}", status.run.message)),
-        }
-    })
-    .await;
+        .run
+        .completed_at
+        .unwrap()
+        .0;
     quorum_e2e::backups::backup_stale_until::<mysql_operator::crd::MySQLCluster>(
         &setup.client,
         &ns,

@@ -14,7 +14,7 @@ use kube::{
 use mysql_async::prelude::Queryable;
 use mysql_operator::{
     admin::gtid::GtidPosition,
-    crd::{BackupPhase, Flavor, MySQLBackup, MySQLCluster, MySQLClusterStatus, RestoreSource},
+    crd::{Flavor, MySQLCluster, MySQLClusterStatus, RestoreSource},
 };
 use quorum_e2e::wait;
 use support::{app_connection, converges, insert_items, item_ids, ready, setup};
@@ -134,31 +134,7 @@ async fn a_cluster_restored_from_a_backup_waits_for_it_then_holds_its_rows_and_c
     // The backup is taken; the cluster restores it into its first member, opens it, and copies
     // the other members from it.
     let directory = std::env::temp_dir().join(format!("quorum-mysql-backups-{}", setup.ns()));
-    let backups: Api<MySQLBackup> = Api::namespaced(setup.client.clone(), setup.ns());
-    let backup: MySQLBackup = serde_json::from_value(serde_json::json!({
-        "apiVersion": "mysql.quorum.dev/v1alpha1",
-        "kind": "MySQLBackup",
-        "metadata": {"name": "nightly"},
-        "spec": {"clusterName": "main", "destination": {"filesystem": {"path": directory}}}
-    }))
-    .unwrap();
-    backups
-        .create(&PostParams::default(), &backup)
-        .await
-        .expect("create MySQLBackup");
-    let taken = wait::until("the backup stored", Duration::from_secs(60), || async {
-        let status = backups
-            .get("nightly")
-            .await
-            .map_err(|e| e.to_string())?
-            .status
-            .unwrap_or_default();
-        match status.run.phase {
-            Some(BackupPhase::Succeeded) => Ok(status),
-            other => Err(format!("{other:?} {:?}", status.run.message)),
-        }
-    })
-    .await;
+    let taken = setup.backup_now("nightly", &directory).await;
     let backup_position =
         GtidPosition::parse(Flavor::MariaDB, taken.gtid_position.as_deref().unwrap()).unwrap();
     assert!(!backup_position.is_empty());

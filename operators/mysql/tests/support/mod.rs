@@ -151,6 +151,40 @@ impl Setup {
         loopback_ip(self.ns(), cluster, ordinal)
     }
 
+    /// Takes an on-demand `MySQLBackup` `name` of cluster `main` into `directory` and waits
+    /// until it has succeeded.
+    pub async fn backup_now(
+        &self,
+        name: &str,
+        directory: &std::path::Path,
+    ) -> mysql_operator::crd::MySQLBackupStatus {
+        let backups: Api<MySQLBackup> = Api::namespaced(self.client.clone(), self.ns());
+        let backup: MySQLBackup = serde_json::from_value(serde_json::json!({
+            "apiVersion": "mysql.quorum.dev/v1alpha1",
+            "kind": "MySQLBackup",
+            "metadata": {"name": name},
+            "spec": {"clusterName": "main", "destination": {"filesystem": {"path": directory}}}
+        }))
+        .unwrap();
+        backups
+            .create(&PostParams::default(), &backup)
+            .await
+            .expect("create MySQLBackup");
+        wait::until("the backup stored", Duration::from_secs(60), || async {
+            let status = backups
+                .get(name)
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .unwrap_or_default();
+            match status.run.phase {
+                Some(mysql_operator::crd::BackupPhase::Succeeded) => Ok(status),
+                other => Err(format!("{other:?} {:?}", status.run.message)),
+            }
+        })
+        .await
+    }
+
     /// Creates the cluster `main` of `replicas` members.
     pub async fn create(&self, replicas: i32) {
         self.clusters
