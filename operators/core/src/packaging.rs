@@ -32,6 +32,12 @@ pub fn backup_kind(
     }
 }
 
+/// The status descriptor of the conditions every cluster kind has.
+pub fn cluster_conditions_descriptor() -> serde_json::Value {
+    json!({"path": "conditions", "displayName": "Conditions", "description": "Ready, Progressing, Degraded, BackupStale",
+           "x-descriptors": ["urn:alm:descriptor:io.kubernetes.conditions"]})
+}
+
 /// The status descriptors every backup kind shares: its phase and its conditions.
 pub fn backup_status_descriptors() -> serde_json::Value {
     json!([

@@ -3,7 +3,7 @@
 //! rule lists only the verbs the operator's code uses, and why.
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
-use quorum_core::packaging::{KindDescriptors, backup_kind};
+use quorum_core::packaging::{KindDescriptors, backup_kind, cluster_conditions_descriptor};
 use quorum_core::rbac::{child_object_rules, custom_resource_rules, events_rule, rule};
 use serde_json::json;
 
@@ -49,8 +49,7 @@ pub fn descriptors() -> Vec<KindDescriptors> {
                  "x-descriptors": ["urn:alm:descriptor:com.tectonic.ui:text"]}
             ]),
             status: json!([
-                {"path": "conditions", "displayName": "Conditions", "description": "Ready, Progressing, Degraded, BackupStale",
-                 "x-descriptors": ["urn:alm:descriptor:io.kubernetes.conditions"]},
+                cluster_conditions_descriptor(),
                 {"path": "leader", "displayName": "Leader", "description": "The member that leads",
                  "x-descriptors": ["urn:alm:descriptor:text"]},
                 {"path": "replicas", "displayName": "Members", "description": "Started voting members",
