@@ -15,7 +15,7 @@
 use std::time::{Duration, Instant};
 
 use quorum_core::availability::{
-    gate::{self, Disruption, GateInput, Verdict},
+    gate::{self, Disruption, Freshness, GateInput, Quorum, Verdict},
     health::{Health, Observation},
 };
 
@@ -416,8 +416,11 @@ fn through_gate(
         observations: &observations,
         // A step in flight was handled by `resume` before any gated step is considered.
         in_flight: None,
-        freshness: facts.freshness,
-        now: facts.now,
+        freshness: Freshness::Within {
+            window: facts.freshness,
+            now: facts.now,
+        },
+        quorum: Quorum::Majority,
     }) {
         Verdict::Proceed => Decision::Act(step),
         Verdict::Wait(reason) => wait(Reason::of_gate(&reason), reason.to_string()),

@@ -17,6 +17,11 @@
 //!   stepped down, each only while every member is serving; then the featureCompatibilityVersion
 //!   is raised once every member runs the new release.
 
+use quorum_core::availability::{
+    gate::{self, Disruption, Freshness, GateInput, Quorum, Verdict, WaitReason},
+    health::{Health, Observation},
+};
+
 use crate::admin::{ConfigMember, Hello, MemberState, ReplConfig, ReplStatus};
 use crate::crd::release_of;
 pub use crate::reasons::Reason;
@@ -125,16 +130,48 @@ impl Observed {
             .map_or_else(|| host.to_string(), |member| member.name.clone())
     }
 
-    /// Whether the member is positively healthy: the operator reached it and the primary hears
-    /// it and sees it serving (or syncing, for a member not yet voting).
+    /// The member's health, one word for status and decisions alike:
+    /// - `Unhealthy` when the primary positively reports a fault: it does not hear the member's
+    ///   heartbeats, or the member is in a state that serves nothing (recovering, rolling back,
+    ///   removed);
+    /// - `Unknown` when the operator cannot reach it and the primary does not report it down;
+    /// - `Healthy` otherwise.
+    pub fn health(&self, host: &str) -> Health {
+        let reported = self.status.as_ref().and_then(|status| status.member(host));
+        if let Some(reported) = reported
+            && (!reported.healthy || reported.state == MemberState::Down)
+        {
+            return Health::Unhealthy("the primary does not hear its heartbeats".to_string());
+        }
+        match self.seen(host).map(|member| &member.reach) {
+            None => Health::Unknown("not observed".to_string()),
+            Some(Reach::Unknown(why)) => Health::Unknown(format!("not reachable from the operator: {why}")),
+            Some(Reach::Answered(_)) => match reported.map(|reported| reported.state) {
+                Some(
+                    state @ (MemberState::Recovering
+                    | MemberState::Rollback
+                    | MemberState::Removed
+                    | MemberState::Unknown),
+                ) => Health::Unhealthy(format!("state {}", state.as_str())),
+                _ => Health::Healthy,
+            },
+        }
+    }
+
     fn healthy(&self, host: &str) -> bool {
+        self.health(host).is_healthy()
+    }
+
+    /// Whether a new configuration reaches the member: the operator reached it and the
+    /// primary hears its heartbeats.
+    fn receives_configurations(&self, host: &str) -> bool {
         let answered = self.seen(host).is_some_and(|member| member.hello().is_some());
-        let in_status = self
+        let heard = self
             .status
             .as_ref()
             .and_then(|status| status.member(host))
             .is_some_and(|member| member.healthy && member.state != MemberState::Down);
-        answered && in_status
+        answered && heard
     }
 
     fn state(&self, host: &str) -> Option<MemberState> {
@@ -149,14 +186,33 @@ impl Observed {
         Some((i64::from(primary.time) - i64::from(member.time)).max(0))
     }
 
-    /// Members of the configuration, other than `except`, that are not positively healthy.
-    fn not_healthy(&self, config: &ReplConfig, except: &str) -> Vec<String> {
-        config
+    /// What the safety gate says of a `disruption` of the member at `target`: every other
+    /// member of the configuration, voting or not, must be positively healthy.
+    fn gate(&self, config: &ReplConfig, target: &str, disruption: Disruption) -> Result<(), WaitReason> {
+        let observations: Vec<Observation> = config
             .members
             .iter()
-            .filter(|member| member.host != except && !self.healthy(&member.host))
-            .map(|member| self.name_of(&member.host))
-            .collect()
+            .map(|member| {
+                Observation::new(
+                    self.name_of(&member.host),
+                    self.health(&member.host),
+                    member.is_voting(),
+                )
+            })
+            .collect();
+        match gate::check(&GateInput {
+            target: &self.name_of(target),
+            disruption,
+            observations: &observations,
+            // A reconfiguration in flight is seen as the configuration not yet reaching every
+            // member, which waits before any step is considered.
+            in_flight: None,
+            freshness: Freshness::ThisPass,
+            quorum: Quorum::EveryOtherMember,
+        }) {
+            Verdict::Proceed => Ok(()),
+            Verdict::Wait(blocking) => Err(blocking),
+        }
     }
 }
 
@@ -269,7 +325,7 @@ pub fn decide(desired: &Desired, observed: &Observed) -> Step {
     let behind: Vec<String> = config
         .members
         .iter()
-        .filter(|member| observed.healthy(&member.host))
+        .filter(|member| observed.receives_configurations(&member.host))
         .filter(|member| {
             observed
                 .status
@@ -392,14 +448,12 @@ fn resyncing(observed: &Observed, config: &ReplConfig, primary: &str) -> Option<
             && observed.seen(&member.host).is_some_and(|seen| seen.too_stale)
     })?;
     let name = observed.name_of(&stale.host);
-    let not_healthy = observed.not_healthy(config, &stale.host);
-    if !not_healthy.is_empty() {
+    if let Err(blocking) = observed.gate(config, &stale.host, Disruption::Restart) {
         return Some(wait(
             Reason::ResyncBlocked,
             format!(
                 "{name} is too stale to catch up and must copy the data again, which waits until every \
-                 other member is healthy; not healthy: {}",
-                not_healthy.join(", ")
+                 other member is healthy; {blocking}"
             ),
         ));
     }
@@ -432,14 +486,10 @@ fn leaving(desired: &Desired, observed: &Observed, config: &ReplConfig, primary:
             ),
         ));
     }
-    let not_healthy = observed.not_healthy(config, &leaving.host);
-    if !not_healthy.is_empty() {
+    if let Err(blocking) = observed.gate(config, &leaving.host, Disruption::Remove) {
         return Some(wait(
             Reason::MemberNotHealthy,
-            format!(
-                "{name} leaves the set once every other member is healthy; not healthy: {}",
-                not_healthy.join(", ")
-            ),
+            format!("{name} leaves the set once every other member is healthy; {blocking}"),
         ));
     }
     let mut members = config.members.clone();
@@ -499,14 +549,10 @@ fn joining(desired: &Desired, observed: &Observed, config: &ReplConfig) -> Optio
     }
     let member = if joining.arbiter {
         // An arbiter votes from the start: one voting change, so the voters must be healthy.
-        let not_healthy = observed.not_healthy(config, &joining.host);
-        if !not_healthy.is_empty() {
+        if let Err(blocking) = observed.gate(config, &joining.host, Disruption::Reconfigure) {
             return Some(wait(
                 Reason::MemberNotHealthy,
-                format!(
-                    "the arbiter joins once every member is healthy; not healthy: {}",
-                    not_healthy.join(", ")
-                ),
+                format!("the arbiter joins once every member is healthy; {blocking}"),
             ));
         }
         joining.config_member(1, 0.0)
@@ -579,14 +625,12 @@ fn adjusting(desired: &Desired, observed: &Observed, config: &ReplConfig, primar
                 ));
             }
         }
-        let not_healthy = observed.not_healthy(config, &wanted.host);
-        if !not_healthy.is_empty() {
+        if let Err(blocking) = observed.gate(config, &wanted.host, Disruption::Reconfigure) {
             return Some(wait(
                 Reason::MemberNotHealthy,
                 format!(
-                    "{} becomes voting once every member is healthy; not healthy: {}",
-                    wanted.name,
-                    not_healthy.join(", ")
+                    "{} becomes voting once every member is healthy; {blocking}",
+                    wanted.name
                 ),
             ));
         }
@@ -596,14 +640,12 @@ fn adjusting(desired: &Desired, observed: &Observed, config: &ReplConfig, primar
         if wanted.host == primary {
             return Some(step_down(observed, config, primary, StepDownReason::Demoted));
         }
-        let not_healthy = observed.not_healthy(config, &wanted.host);
-        if !not_healthy.is_empty() {
+        if let Err(blocking) = observed.gate(config, &wanted.host, Disruption::Reconfigure) {
             return Some(wait(
                 Reason::MemberNotHealthy,
                 format!(
-                    "{} stops voting once every other member is healthy; not healthy: {}",
-                    wanted.name,
-                    not_healthy.join(", ")
+                    "{} stops voting once every other member is healthy; {blocking}",
+                    wanted.name
                 ),
             ));
         }
@@ -732,14 +774,10 @@ fn runs_version(server: &str, wanted: &str) -> bool {
 /// healthy; waits otherwise.
 fn step_down(observed: &Observed, config: &ReplConfig, primary: &str, reason: StepDownReason) -> Step {
     let name = observed.name_of(primary);
-    let not_healthy = observed.not_healthy(config, primary);
-    if !not_healthy.is_empty() {
+    if let Err(blocking) = observed.gate(config, primary, Disruption::Handover) {
         return wait(
             Reason::MemberNotHealthy,
-            format!(
-                "{name} (primary) steps down once every other member is healthy; not healthy: {}",
-                not_healthy.join(", ")
-            ),
+            format!("{name} (primary) steps down once every other member is healthy; {blocking}"),
         );
     }
     let electable = config.members.iter().any(|member| {
@@ -1071,6 +1109,28 @@ mod tests {
         let mut observed = set(&[1, 1, 1]);
         status_member(&mut observed, 1).healthy = false;
         assert_eq!(reason(&decide(&desired(2, 0), &observed)), "MemberNotHealthy");
+    }
+
+    #[test]
+    fn a_recovering_member_is_unhealthy_and_blocks_removal_as_status_says() {
+        let mut observed = set(&[1, 1, 1]);
+        status_member(&mut observed, 1).state = MemberState::Recovering;
+        assert_eq!(
+            observed.health(&host(1)),
+            Health::Unhealthy("state RECOVERING".into())
+        );
+        assert_eq!(reason(&decide(&desired(2, 0), &observed)), "MemberNotHealthy");
+    }
+
+    #[test]
+    fn health_is_unknown_only_while_the_primary_does_not_report_the_member_down() {
+        let observed = unknown(set(&[1, 1, 1]), 2);
+        assert!(matches!(observed.health(&host(2)), Health::Unknown(_)));
+        assert_eq!(observed.health(&host(1)), Health::Healthy);
+        let mut down = observed;
+        status_member(&mut down, 2).healthy = false;
+        status_member(&mut down, 2).state = MemberState::Down;
+        assert!(matches!(down.health(&host(2)), Health::Unhealthy(_)));
     }
 
     #[test]

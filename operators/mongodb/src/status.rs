@@ -8,9 +8,9 @@ use quorum_core::{
 };
 
 use crate::{
-    admin::{MemberState, ReplStatus},
+    admin::ReplStatus,
     crd::{ChangeKind, MemberStatus, MembershipChange, MongoDBReplicaSet, MongoDBReplicaSetStatus},
-    decide::{Change, Desired, Observed, Reach, Reason, SeenMember},
+    decide::{Change, Desired, Observed, Reason, SeenMember},
 };
 
 /// Where a pass left the set: the `Progressing` condition, the event and the requeue.
@@ -128,32 +128,12 @@ pub(crate) fn member_status(seen: &SeenMember, desired: &Desired, observed: &Obs
         (Some(_), Some(reported)) => reported.state.as_str().to_string(),
         (Some(_), None) => "UNKNOWN".to_string(),
     };
-    let (health, message) = match &seen.reach {
-        Reach::Unknown(why) => ("Unknown", Some(format!("not reachable from the operator: {why}"))),
-        Reach::Answered(_) => match reported {
-            Some(reported) if !reported.healthy || reported.state == MemberState::Down => (
-                "Unhealthy",
-                Some("the primary does not hear its heartbeats".to_string()),
-            ),
-            Some(reported)
-                if matches!(
-                    reported.state,
-                    MemberState::Recovering
-                        | MemberState::Rollback
-                        | MemberState::Removed
-                        | MemberState::Unknown
-                ) =>
-            {
-                ("Unhealthy", Some(format!("state {}", reported.state.as_str())))
-            }
-            _ => ("Healthy", None),
-        },
-    };
+    let health = observed.health(&seen.host);
     MemberStatus {
         name: seen.name.clone(),
         host: Some(seen.host.clone()),
         state,
-        health: health.to_string(),
+        health: health.as_str().to_string(),
         votes: configured.map_or(0, |member| member.votes),
         priority: configured.map_or(0.0, |member| member.priority),
         hidden: configured.is_some_and(|member| member.hidden),
@@ -162,7 +142,7 @@ pub(crate) fn member_status(seen: &SeenMember, desired: &Desired, observed: &Obs
         }),
         lag_seconds: configured.and_then(|_| observed.lag_seconds(&seen.host)),
         version: seen.server_version.clone(),
-        message,
+        message: health.detail().map(str::to_string),
     }
 }
 

@@ -21,7 +21,10 @@
 
 use std::time::{Duration, Instant};
 
-use quorum_core::availability::health::Health;
+use quorum_core::availability::{
+    gate::{self, Disruption, Freshness, GateInput, Quorum, Verdict},
+    health::{Health, Observation},
+};
 
 use crate::admin::gtid::GtidPosition;
 pub use crate::reasons::Reason;
@@ -70,6 +73,16 @@ pub struct MemberFact {
 }
 
 impl MemberFact {
+    /// How the safety gate sees this member: every member of a replication cluster counts.
+    fn observation(&self) -> Observation {
+        Observation {
+            member: format!("member {}", self.ordinal),
+            health: self.health.clone(),
+            voting: true,
+            observed_at: self.observed_at,
+        }
+    }
+
     fn healthy_state(&self, now: Instant, freshness: Duration) -> Option<&ServerState> {
         let fresh = now.saturating_duration_since(self.observed_at) <= freshness;
         (fresh && self.health.is_healthy())
@@ -577,19 +590,10 @@ pub fn errant(member: &ServerState, primary: &ServerState) -> Option<String> {
 
 /// Removes the highest member, once every other member is Healthy.
 fn scale_in(facts: &Facts, primary: usize, leaving: usize) -> Decision {
-    if let Some(blocking) = facts
-        .members
-        .iter()
-        .filter(|m| m.ordinal != leaving)
-        .find(|m| m.healthy_state(facts.now, facts.freshness).is_none())
-    {
+    if let Verdict::Wait(blocking) = gate_check(facts, leaving, Disruption::Remove) {
         return wait(
             Reason::ScaleInBlocked,
-            format!(
-                "member {} is {}; a member is removed only while all the others are Healthy",
-                blocking.ordinal,
-                blocking.health.as_str()
-            ),
+            format!("{blocking}; a member is removed only while all the others are Healthy"),
         );
     }
     if leaving == primary {
@@ -618,18 +622,10 @@ fn switchover(facts: &Facts, from: usize, to: usize) -> Decision {
             format!("member {to} does not exist; nothing was changed"),
         );
     }
-    if let Some(blocking) = facts
-        .members
-        .iter()
-        .find(|m| m.healthy_state(facts.now, facts.freshness).is_none())
-    {
+    if let Verdict::Wait(blocking) = gate_check(facts, from, Disruption::Handover) {
         return wait(
             Reason::SwitchoverBlocked,
-            format!(
-                "member {} is {}; a switchover needs every member Healthy",
-                blocking.ordinal,
-                blocking.health.as_str()
-            ),
+            format!("{blocking}; a switchover needs every member Healthy"),
         );
     }
     let replicating = member(facts, to)
@@ -643,6 +639,23 @@ fn switchover(facts: &Facts, from: usize, to: usize) -> Decision {
         );
     }
     Decision::Act(Step::Switchover { from, to })
+}
+
+/// What the safety gate says of a `disruption` of member `target` now.
+fn gate_check(facts: &Facts, target: usize, disruption: Disruption) -> Verdict {
+    let observations: Vec<Observation> = facts.members.iter().map(MemberFact::observation).collect();
+    gate::check(&GateInput {
+        target: &format!("member {target}"),
+        disruption,
+        observations: &observations,
+        // A step in flight is resumed before any new step is considered.
+        in_flight: None,
+        freshness: Freshness::Within {
+            window: facts.freshness,
+            now: facts.now,
+        },
+        quorum: Quorum::EveryOtherMember,
+    })
 }
 
 fn member(facts: &Facts, ordinal: usize) -> Option<&MemberFact> {

@@ -3,10 +3,14 @@
 //! A step passes only when all of these hold:
 //! 1. no other membership change is in flight for this cluster;
 //! 2. every observation the decision rests on is fresh;
-//! 3. every *other* voting member was positively observed `Healthy` (an `Unknown` member is not
-//!    assumed down, and not assumed up either);
-//! 4. quorum survives the step: the healthy voters that remain during and after it are a
-//!    majority of the voting membership as it will be.
+//! 3. every *other* member that counts was positively observed `Healthy` (an `Unknown` member
+//!    is not assumed down, and not assumed up either), and for a handover the target too;
+//! 4. under a [`Quorum::Majority`] rule, quorum survives the step: the healthy voters that
+//!    remain during and after it are a majority of the voting membership as it will be.
+//!
+//! Each engine brings its own rules as inputs: which members vote, whether its members keep a
+//! consensus quorum (etcd) or are a primary and replicas that must all be healthy (MySQL,
+//! Redis, MongoDB's membership changes), and how its observations age.
 //!
 //! The answer is [`Verdict::Proceed`] or [`Verdict::Wait`] with a reason a person can act on;
 //! a `Wait` becomes a condition, an event and a requeue, never a guess.
@@ -24,6 +28,32 @@ pub enum Disruption {
     Replace,
     /// The member stops for a while and comes back (upgrade, restart).
     Restart,
+    /// The member hands its role (primary, leader) to another and stays: it must itself be
+    /// observed `Healthy`, or the handover could lose what only it holds.
+    Handover,
+    /// The membership changes around the member (it joins, starts or stops voting) while every
+    /// current member keeps serving: the member need not be observed yet.
+    Reconfigure,
+}
+
+/// How the members that remain must stand for a step to pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Quorum {
+    /// Consensus members: every other voter Healthy, and the healthy voters during and after
+    /// the step a majority of the voting membership as it will be.
+    Majority,
+    /// A primary and its replicas, which keep no vote: every other member, voting or not,
+    /// positively Healthy.
+    EveryOtherMember,
+}
+
+/// How old an observation may be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Freshness {
+    /// Observations are kept across passes and age: each must be within `window` of `now`.
+    Within { window: Duration, now: Instant },
+    /// Every observation was made by the pass that decides, so none has aged.
+    ThisPass,
 }
 
 /// What the gate needs to know.
@@ -36,9 +66,8 @@ pub struct GateInput<'a> {
     pub observations: &'a [Observation],
     /// A membership change recorded in status and not yet finished, other than this one.
     pub in_flight: Option<&'a str>,
-    /// How old an observation may be.
-    pub freshness: Duration,
-    pub now: Instant,
+    pub freshness: Freshness,
+    pub quorum: Quorum,
 }
 
 /// The gate's answer.
@@ -105,25 +134,37 @@ pub fn check(input: &GateInput<'_>) -> Verdict {
     if let Some(step) = input.in_flight {
         return Verdict::Wait(WaitReason::ChangeInFlight(step.to_string()));
     }
-    let Some(target) = input.observations.iter().find(|o| o.member == input.target) else {
+    let target = input.observations.iter().find(|o| o.member == input.target);
+    if target.is_none() && input.disruption != Disruption::Reconfigure {
         return Verdict::Wait(WaitReason::TargetNotObserved(input.target.to_string()));
-    };
-    for observation in input.observations {
-        if observation.is_stale(input.now, input.freshness) {
-            return Verdict::Wait(WaitReason::StaleObservation(observation.member.clone()));
-        }
     }
+    if let Freshness::Within { window, now } = input.freshness
+        && let Some(stale) = input.observations.iter().find(|o| o.is_stale(now, window))
+    {
+        return Verdict::Wait(WaitReason::StaleObservation(stale.member.clone()));
+    }
+    let counts = |o: &&Observation| match input.quorum {
+        Quorum::Majority => o.voting,
+        Quorum::EveryOtherMember => true,
+    };
     let others = input
         .observations
         .iter()
-        .filter(|o| o.member != input.target && o.voting);
-    for other in others.clone() {
-        match &other.health {
+        .filter(|o| o.member != input.target)
+        .filter(counts);
+    let must_be_healthy = others
+        .clone()
+        .chain(target.filter(|_| input.disruption == Disruption::Handover));
+    for member in must_be_healthy {
+        match &member.health {
             Health::Healthy => {}
-            Health::Unknown(_) => return Verdict::Wait(WaitReason::MemberUnknown(other.member.clone())),
-            Health::Unhealthy(_) => return Verdict::Wait(WaitReason::MemberUnhealthy(other.member.clone())),
+            Health::Unknown(_) => return Verdict::Wait(WaitReason::MemberUnknown(member.member.clone())),
+            Health::Unhealthy(_) => return Verdict::Wait(WaitReason::MemberUnhealthy(member.member.clone())),
         }
     }
+    let (Quorum::Majority, Some(target)) = (input.quorum, target) else {
+        return Verdict::Proceed;
+    };
     let voters_now = input.observations.iter().filter(|o| o.voting).count();
     let target_votes = usize::from(target.voting);
     let voters_after = match input.disruption {
@@ -131,6 +172,8 @@ pub fn check(input: &GateInput<'_>) -> Verdict {
         Disruption::Remove => voters_now - target_votes,
         // A replaced or restarting member still counts towards the quorum while it is away.
         Disruption::Replace | Disruption::Restart => voters_now,
+        // The target keeps serving: every healthy voter, it included, stays.
+        Disruption::Handover | Disruption::Reconfigure => return Verdict::Proceed,
     };
     let healthy_after = others.filter(|o| o.health.is_healthy()).count();
     if voters_after > 0 && healthy_after < voters_after / 2 + 1 {
@@ -165,8 +208,11 @@ mod tests {
             disruption,
             observations,
             in_flight,
-            freshness: Duration::from_secs(30),
-            now: Instant::now(),
+            freshness: Freshness::Within {
+                window: Duration::from_secs(30),
+                now: Instant::now(),
+            },
+            quorum: Quorum::Majority,
         })
     }
 
@@ -287,6 +333,69 @@ mod tests {
         assert_eq!(
             gate("m9", Disruption::Remove, &members, None),
             Verdict::Wait(WaitReason::TargetNotObserved("m9".into()))
+        );
+    }
+
+    fn replicas_gate(target: &str, disruption: Disruption, observations: &[Observation]) -> Verdict {
+        check(&GateInput {
+            target,
+            disruption,
+            observations,
+            in_flight: None,
+            freshness: Freshness::ThisPass,
+            quorum: Quorum::EveryOtherMember,
+        })
+    }
+
+    #[test]
+    fn a_primary_and_replicas_need_every_other_member_healthy_but_no_majority() {
+        // Two members: removing or restarting one is allowed when the other is Healthy, as
+        // replicas keep no vote; a non-voting member that is not Healthy still blocks.
+        let two = [healthy("m0"), healthy("m1")];
+        assert_eq!(replicas_gate("m1", Disruption::Restart, &two), Verdict::Proceed);
+        let mut unknown = member("m1", Health::Unknown("timeout".into()));
+        unknown.voting = false;
+        assert_eq!(
+            replicas_gate("m0", Disruption::Remove, &[healthy("m0"), unknown]),
+            Verdict::Wait(WaitReason::MemberUnknown("m1".into()))
+        );
+    }
+
+    #[test]
+    fn a_handover_needs_the_target_healthy_too() {
+        let members = [member("m0", Health::Unknown("timeout".into())), healthy("m1")];
+        assert_eq!(
+            replicas_gate("m0", Disruption::Handover, &members),
+            Verdict::Wait(WaitReason::MemberUnknown("m0".into()))
+        );
+        assert_eq!(
+            replicas_gate("m0", Disruption::Remove, &members),
+            Verdict::Proceed
+        );
+    }
+
+    #[test]
+    fn a_reconfiguration_needs_no_observed_target_but_every_other_member_healthy() {
+        let members = [healthy("m0"), healthy("m1")];
+        assert_eq!(
+            gate("m2", Disruption::Reconfigure, &members, None),
+            Verdict::Proceed
+        );
+        let members = [healthy("m0"), member("m1", Health::Unhealthy("down".into()))];
+        assert_eq!(
+            gate("m2", Disruption::Reconfigure, &members, None),
+            Verdict::Wait(WaitReason::MemberUnhealthy("m1".into()))
+        );
+    }
+
+    #[test]
+    fn observations_made_by_this_pass_never_count_as_stale() {
+        let mut old = healthy("m1");
+        old.observed_at = Instant::now() - Duration::from_secs(120);
+        let members = [healthy("m0"), old, healthy("m2")];
+        assert_eq!(
+            replicas_gate("m2", Disruption::Remove, &members),
+            Verdict::Proceed
         );
     }
 }

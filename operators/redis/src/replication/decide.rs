@@ -14,7 +14,10 @@
 
 use std::{collections::BTreeMap, net::SocketAddr, time::Duration};
 
-use quorum_core::availability::health::Health;
+use quorum_core::availability::{
+    gate::{self, Disruption, Freshness, GateInput, Quorum, Verdict},
+    health::{Health, Observation},
+};
 
 use crate::admin::{ReplicationInfo, Role, WriteFence};
 pub use crate::reasons::Reason;
@@ -35,6 +38,11 @@ pub struct NodeFact {
 }
 
 impl NodeFact {
+    /// How the safety gate sees this node: observed by this pass, and every node counts.
+    fn observation(&self) -> Observation {
+        Observation::new(format!("node {}", self.ordinal), self.health.clone(), true)
+    }
+
     fn answered(&self) -> Option<&ReplicationInfo> {
         self.replication.as_ref().filter(|_| self.health.is_healthy())
     }
@@ -553,22 +561,26 @@ pub fn decide(facts: &Facts) -> Decision {
                 ),
             };
         }
-        if let Some(node) = facts
+        let observations: Vec<Observation> = facts
             .nodes
             .iter()
-            .filter(|n| n.ordinal != leaving && n.ordinal < node_pods)
-            .find(|n| !n.health.is_healthy())
-        {
-            return wait(
+            .filter(|n| n.ordinal < node_pods)
+            .map(NodeFact::observation)
+            .collect();
+        return match gate::check(&GateInput {
+            target: &format!("node {leaving}"),
+            disruption: Disruption::Remove,
+            observations: &observations,
+            in_flight: None,
+            freshness: Freshness::ThisPass,
+            quorum: Quorum::EveryOtherMember,
+        }) {
+            Verdict::Proceed => Decision::Act(Step::RemoveNode { ordinal: leaving }),
+            Verdict::Wait(blocking) => wait(
                 Reason::ScaleInBlocked,
-                format!(
-                    "node {leaving} leaves only while every other node is healthy; node {} is {}",
-                    node.ordinal,
-                    node.health.as_str()
-                ),
-            );
-        }
-        return Decision::Act(Step::RemoveNode { ordinal: leaving });
+                format!("node {leaving} leaves only while every other node is healthy; {blocking}"),
+            ),
+        };
     }
 
     // Sentinels that remember nodes or Sentinels that are gone forget them, one at a time.
