@@ -20,6 +20,7 @@
 //! - [`fault_proxy`]: a TCP proxy that blackholes, delays, resets or cuts one direction.
 //! - [`helm`]: an operator installed from its Helm chart, its ServiceAccount's token at hand.
 //! - [`history`]: a client history of writes, checked for lost acknowledged writes.
+//! - [`operator`]: an operator run in the test process, with the tests' short timeouts.
 //! - [`olm`]: real OLM v0 out of cluster, and catalogs of inline bundles served by `opm serve`.
 //! - [`real_node`]: the real node, where pods are real containers: placing pods there, reaching
 //!   them through Services, `kubectl exec` and `logs`.
@@ -39,6 +40,7 @@ pub mod mariadb;
 pub mod mongo;
 pub mod mongo_sim;
 pub mod olm;
+pub mod operator;
 pub mod real_node;
 pub mod real_pods;
 pub mod redis;

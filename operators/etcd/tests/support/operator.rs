@@ -1,31 +1,16 @@
 //! The etcd operator, run in the test process as its binary would run it, on one namespace.
 
-use std::{net::SocketAddr, time::Duration};
+use std::time::Duration;
 
 use etcd_operator::{
     OPERATOR_NAME,
     observe::EtcdClients,
     reconcile::{MemberAddresses, Settings, State},
 };
-use quorum_core::{
-    availability::{breaker::BreakerSettings, retry::CallPolicy},
-    config::{LogFormat, OperatorConfig},
-    runner::{Context, RetryPolicy, RunError, Runtime},
-};
+use quorum_e2e::operator;
 
 /// A running operator; [`Running::stop`] shuts it down as SIGTERM would.
-pub struct Running {
-    pub context: std::sync::Arc<Context<State>>,
-    pub shutdown: tokio_util::sync::CancellationToken,
-    pub task: tokio::task::JoinHandle<Result<(), RunError>>,
-}
-
-impl Running {
-    pub async fn stop(self) {
-        self.shutdown.cancel();
-        self.task.await.expect("operator task").expect("clean shutdown");
-    }
-}
+pub type Running = operator::Running<State>;
 
 /// Starts the operator watching `namespace`, finding members as `addresses` says.
 pub fn start(client: kube::Client, namespace: &str, addresses: MemberAddresses) -> Running {
@@ -65,31 +50,11 @@ fn start_configured(
     leader_elect: bool,
     replace_after: Duration,
 ) -> Running {
-    let config = OperatorConfig {
-        watch_namespaces: vec![namespace.to_string()],
-        log_format: LogFormat::Text,
-        metrics_address: SocketAddr::from(([127, 0, 0, 1], 0)),
-        leader_elect,
-        leader_election_namespace: Some(namespace.to_string()),
-        identity: Some("etcd-test".into()),
-        pod_namespace: None,
-    };
-    let runtime = Runtime::new(OPERATOR_NAME, config, client).with_retry_policy(RetryPolicy {
-        first: Duration::from_millis(200),
-        max: Duration::from_secs(2),
-    });
+    let runtime = operator::runtime(OPERATOR_NAME, "etcd-test", client, namespace, leader_elect);
     let state = State {
         clients: EtcdClients::new(
-            CallPolicy {
-                timeout: Duration::from_millis(800),
-                read_attempts: 2,
-                backoff_first: Duration::from_millis(50),
-                backoff_max: Duration::from_millis(200),
-            },
-            BreakerSettings {
-                failure_threshold: 5,
-                cooldown: Duration::from_secs(1),
-            },
+            operator::call_policy(Duration::from_millis(800)),
+            operator::breaker(),
             runtime.metrics().admin.clone(),
         ),
         settings: Settings {
@@ -103,11 +68,5 @@ fn start_configured(
     };
     let context = runtime.context(state);
     let controllers = etcd_operator::controllers(&runtime, context.clone());
-    let shutdown = runtime.shutdown_token();
-    let task = tokio::spawn(runtime.run(controllers));
-    Running {
-        context,
-        shutdown,
-        task,
-    }
+    Running::start(runtime, context, controllers)
 }

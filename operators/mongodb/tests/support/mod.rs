@@ -3,7 +3,7 @@
 //! replica-set simulator, or a real `mongod` when `QUORUM_MONGOD` names one), and data access
 //! as an application would have it.
 
-use std::{net::SocketAddr, sync::Arc, time::Duration};
+use std::time::Duration;
 
 use bson::{Document, doc};
 use k8s_openapi::{api::core::v1::Event, apimachinery::pkg::api::resource::Quantity};
@@ -16,33 +16,16 @@ use mongodb_operator::{
     reconcile::{MemberAddresses, Settings, State},
     resources::{PASSWORD_KEY, USERNAME_KEY, generated_admin_secret_name},
 };
-use quorum_core::{
-    availability::{breaker::BreakerSettings, retry::CallPolicy},
-    config::{LogFormat, OperatorConfig},
-    crd::Storage,
-    naming::loopback_ip,
-    runner::{Context, RetryPolicy, RunError, Runtime},
-};
+use quorum_core::{crd::Storage, naming::loopback_ip};
 use quorum_e2e::{
     control_plane::{TestNamespace, admin_client, generated_secret, install_crd},
     local_members::{LocalMembers, MongoLauncher},
-    wait,
+    operator, wait,
 };
 use secrecy::SecretString;
 
 /// A running operator; [`Running::stop`] shuts it down as SIGTERM would.
-pub struct Running {
-    pub context: Arc<Context<State>>,
-    pub shutdown: tokio_util::sync::CancellationToken,
-    pub task: tokio::task::JoinHandle<Result<(), RunError>>,
-}
-
-impl Running {
-    pub async fn stop(self) {
-        self.shutdown.cancel();
-        self.task.await.expect("operator task").expect("clean shutdown");
-    }
-}
+pub type Running = operator::Running<State>;
 
 /// Starts the operator on `namespace`, with members on loopback addresses.
 pub fn start_operator(client: kube::Client, namespace: &str) -> Running {
@@ -52,31 +35,11 @@ pub fn start_operator(client: kube::Client, namespace: &str) -> Running {
 /// As [`start_operator`]; with `leader_elect`, it first takes its Lease in `namespace`, as a
 /// deployed operator does.
 pub fn start_operator_with(client: kube::Client, namespace: &str, leader_elect: bool) -> Running {
-    let config = OperatorConfig {
-        watch_namespaces: vec![namespace.to_string()],
-        log_format: LogFormat::Text,
-        metrics_address: SocketAddr::from(([127, 0, 0, 1], 0)),
-        leader_elect,
-        leader_election_namespace: Some(namespace.to_string()),
-        identity: Some("mongodb-test".into()),
-        pod_namespace: None,
-    };
-    let runtime = Runtime::new(OPERATOR_NAME, config, client).with_retry_policy(RetryPolicy {
-        first: Duration::from_millis(200),
-        max: Duration::from_secs(2),
-    });
+    let runtime = operator::runtime(OPERATOR_NAME, "mongodb-test", client, namespace, leader_elect);
     let state = State {
         clients: MongoClients::new(
-            CallPolicy {
-                timeout: Duration::from_millis(2000),
-                read_attempts: 2,
-                backoff_first: Duration::from_millis(50),
-                backoff_max: Duration::from_millis(200),
-            },
-            BreakerSettings {
-                failure_threshold: 5,
-                cooldown: Duration::from_secs(1),
-            },
+            operator::call_policy(Duration::from_millis(2000)),
+            operator::breaker(),
             runtime.metrics().admin.clone(),
         ),
         settings: Settings {
@@ -87,13 +50,7 @@ pub fn start_operator_with(client: kube::Client, namespace: &str, leader_elect: 
     };
     let context = runtime.context(state);
     let controllers = mongodb_operator::controllers(&runtime, context.clone());
-    let shutdown = runtime.shutdown_token();
-    let task = tokio::spawn(runtime.run(controllers));
-    Running {
-        context,
-        shutdown,
-        task,
-    }
+    Running::start(runtime, context, controllers)
 }
 
 /// The local control plane, a test namespace, a member process for each pod, and the operator.
@@ -107,7 +64,7 @@ pub struct Setup {
 
 impl Setup {
     pub async fn start(prefix: &str) -> Self {
-        quorum_core::telemetry::init(LogFormat::Text);
+        quorum_core::telemetry::init(quorum_core::config::LogFormat::Text);
         quorum_core::install_crypto_provider();
         let client = admin_client().await;
         install_crd(&client, &MongoDBReplicaSet::crd()).await;

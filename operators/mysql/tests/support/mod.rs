@@ -1,7 +1,7 @@
 //! Shared pieces of the MySQL operator's integration tests: the operator run in the test
 //! process, cluster specs, and SQL as an application would send it.
 
-use std::{collections::BTreeMap, net::SocketAddr, sync::Arc, time::Duration};
+use std::{collections::BTreeMap, time::Duration};
 
 use k8s_openapi::{
     api::core::v1::{Event, Secret},
@@ -18,17 +18,11 @@ use mysql_operator::{
     observe::MySqlClients,
     reconcile::{MemberAddresses, Settings, State},
 };
-use quorum_core::{
-    availability::{breaker::BreakerSettings, retry::CallPolicy},
-    config::{LogFormat, OperatorConfig},
-    crd::Storage,
-    naming::loopback_ip,
-    runner::{Context, RetryPolicy, RunError, Runtime},
-};
+use quorum_core::{crd::Storage, naming::loopback_ip};
 use quorum_e2e::{
     control_plane::{TestNamespace, admin_client, install_crd},
     local_members::{LocalMembers, MariaDbLauncher},
-    wait,
+    operator, wait,
 };
 
 /// The application account every test cluster has, and its password.
@@ -37,18 +31,7 @@ pub const APP_PASSWORD: &str = "app-secret-Pa55";
 pub const APP_DATABASE: &str = "shop";
 
 /// A running operator; [`Running::stop`] shuts it down as SIGTERM would.
-pub struct Running {
-    pub context: Arc<Context<State>>,
-    pub shutdown: tokio_util::sync::CancellationToken,
-    pub task: tokio::task::JoinHandle<Result<(), RunError>>,
-}
-
-impl Running {
-    pub async fn stop(self) {
-        self.shutdown.cancel();
-        self.task.await.expect("operator task").expect("clean shutdown");
-    }
-}
+pub type Running = operator::Running<State>;
 
 /// Starts the operator on `namespace`, with members on loopback addresses.
 pub fn start_operator(client: kube::Client, namespace: &str) -> Running {
@@ -58,31 +41,11 @@ pub fn start_operator(client: kube::Client, namespace: &str) -> Running {
 /// As [`start_operator`]; with `leader_elect`, it first takes its Lease in `namespace`, as a
 /// deployed operator does.
 pub fn start_operator_with(client: kube::Client, namespace: &str, leader_elect: bool) -> Running {
-    let config = OperatorConfig {
-        watch_namespaces: vec![namespace.to_string()],
-        log_format: LogFormat::Text,
-        metrics_address: SocketAddr::from(([127, 0, 0, 1], 0)),
-        leader_elect,
-        leader_election_namespace: Some(namespace.to_string()),
-        identity: Some("mysql-test".into()),
-        pod_namespace: None,
-    };
-    let runtime = Runtime::new(OPERATOR_NAME, config, client).with_retry_policy(RetryPolicy {
-        first: Duration::from_millis(200),
-        max: Duration::from_secs(2),
-    });
+    let runtime = operator::runtime(OPERATOR_NAME, "mysql-test", client, namespace, leader_elect);
     let state = State {
         clients: MySqlClients::new(
-            CallPolicy {
-                timeout: Duration::from_millis(1500),
-                read_attempts: 2,
-                backoff_first: Duration::from_millis(50),
-                backoff_max: Duration::from_millis(200),
-            },
-            BreakerSettings {
-                failure_threshold: 5,
-                cooldown: Duration::from_secs(1),
-            },
+            operator::call_policy(Duration::from_millis(1500)),
+            operator::breaker(),
             runtime.metrics().admin.clone(),
         ),
         settings: Settings {
@@ -94,13 +57,7 @@ pub fn start_operator_with(client: kube::Client, namespace: &str, leader_elect: 
     };
     let context = runtime.context(state);
     let controllers = mysql_operator::controllers(&runtime, context.clone());
-    let shutdown = runtime.shutdown_token();
-    let task = tokio::spawn(runtime.run(controllers));
-    Running {
-        context,
-        shutdown,
-        task,
-    }
+    Running::start(runtime, context, controllers)
 }
 
 /// A namespace of the local control plane with the operator watching it and real MariaDB

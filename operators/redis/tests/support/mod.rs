@@ -5,24 +5,17 @@
 use std::{
     collections::{BTreeMap, HashMap},
     net::SocketAddr,
-    sync::{Arc, Mutex},
+    sync::Mutex,
     time::Duration,
 };
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::{Api, CustomResourceExt};
-use quorum_core::{
-    availability::{breaker::BreakerSettings, retry::CallPolicy},
-    config::{LogFormat, OperatorConfig},
-    crd::Storage,
-    naming::loopback_ip,
-    runner::{Context, RetryPolicy, RunError, Runtime},
-    wakeups::Wakeups,
-};
+use quorum_core::{crd::Storage, naming::loopback_ip, wakeups::Wakeups};
 use quorum_e2e::{
     control_plane::{TestNamespace, admin_client, generated_secret, install_crd},
     local_members::{LocalMembers, RedisLauncher},
-    wait,
+    operator, wait,
 };
 use redis::{ErrorKind, ServerErrorKind, aio::MultiplexedConnection};
 use redis_operator::{
@@ -36,18 +29,7 @@ use redis_operator::{
 };
 
 /// A running operator; [`Running::stop`] shuts it down as SIGTERM would.
-pub struct Running {
-    pub context: Arc<Context<State>>,
-    pub shutdown: tokio_util::sync::CancellationToken,
-    pub task: tokio::task::JoinHandle<Result<(), RunError>>,
-}
-
-impl Running {
-    pub async fn stop(self) {
-        self.shutdown.cancel();
-        self.task.await.expect("operator task").expect("clean shutdown");
-    }
-}
+pub type Running = operator::Running<State>;
 
 /// Starts the operator on `namespace`, with pods on loopback addresses.
 pub fn start_operator(client: kube::Client, namespace: &str) -> Running {
@@ -68,32 +50,12 @@ pub fn start_operator_rechecking(
     leader_elect: bool,
     settled_recheck: Duration,
 ) -> Running {
-    let config = OperatorConfig {
-        watch_namespaces: vec![namespace.to_string()],
-        log_format: LogFormat::Text,
-        metrics_address: SocketAddr::from(([127, 0, 0, 1], 0)),
-        leader_elect,
-        leader_election_namespace: Some(namespace.to_string()),
-        identity: Some("redis-test".into()),
-        pod_namespace: None,
-    };
-    let runtime = Runtime::new(OPERATOR_NAME, config, client).with_retry_policy(RetryPolicy {
-        first: Duration::from_millis(200),
-        max: Duration::from_secs(2),
-    });
+    let runtime = operator::runtime(OPERATOR_NAME, "redis-test", client, namespace, leader_elect);
     let wakeups = Wakeups::new();
     let state = State {
         clients: RedisClients::new(
-            CallPolicy {
-                timeout: Duration::from_millis(1500),
-                read_attempts: 2,
-                backoff_first: Duration::from_millis(50),
-                backoff_max: Duration::from_millis(200),
-            },
-            BreakerSettings {
-                failure_threshold: 5,
-                cooldown: Duration::from_secs(1),
-            },
+            operator::call_policy(Duration::from_millis(1500)),
+            operator::breaker(),
             runtime.metrics().admin.clone(),
         ),
         settings: Settings {
@@ -117,13 +79,7 @@ pub fn start_operator_rechecking(
     };
     let context = runtime.context(state);
     let controllers = redis_operator::controllers(&runtime, context.clone(), wakeups);
-    let shutdown = runtime.shutdown_token();
-    let task = tokio::spawn(runtime.run(controllers));
-    Running {
-        context,
-        shutdown,
-        task,
-    }
+    Running::start(runtime, context, controllers)
 }
 
 /// The local control plane, a test namespace, real Redis processes for its pods, and the
@@ -144,7 +100,7 @@ impl Setup {
     /// As [`Setup::start`], with the operator's settled clusters rechecked every
     /// `settled_recheck` unless something wakes them sooner.
     pub async fn start_rechecking(prefix: &str, settled_recheck: Duration) -> Self {
-        quorum_core::telemetry::init(LogFormat::Text);
+        quorum_core::telemetry::init(quorum_core::config::LogFormat::Text);
         quorum_core::install_crypto_provider();
         let client = admin_client().await;
         install_crd(&client, &RedisCluster::crd()).await;
