@@ -8,7 +8,7 @@ use std::{
     task::{Context, Poll},
 };
 
-use quorum_core::backup::{BackupError, BackupSink, BackupTarget, PART_SIZE};
+use quorum_core::backup::{BackupError, BackupObject, BackupSink, BackupTarget, PART_SIZE, Retention};
 use quorum_e2e::s3::S3Server;
 use rand::{RngCore, SeedableRng, rngs::StdRng};
 use sha2::{Digest, Sha256};
@@ -195,6 +195,17 @@ async fn round_trip(fixture: Fixture) {
     assert!(fixture.sink("cluster-b").list().await.expect("list").is_empty());
 }
 
+fn keep(keep: usize) -> Retention {
+    Retention {
+        keep,
+        ..Retention::default()
+    }
+}
+
+fn keys(objects: Vec<BackupObject>) -> Vec<String> {
+    objects.into_iter().map(|object| object.key).collect()
+}
+
 async fn retention(fixture: Fixture) {
     let sink = fixture.sink("cluster-a");
     let neighbour = fixture.sink("cluster-b");
@@ -210,34 +221,69 @@ async fn retention(fixture: Fixture) {
     }
 
     let refused = sink
-        .apply_retention(0)
+        .apply_retention(&keep(0))
         .await
         .expect_err("keeping nothing is refused");
     assert!(matches!(refused, BackupError::InvalidRetention), "{refused:?}");
     assert_eq!(sink.list().await.expect("list").len(), 5);
 
-    let deleted = sink.apply_retention(2).await.expect("retention");
+    let deleted = sink.apply_retention(&keep(2)).await.expect("retention");
     assert_eq!(
         deleted,
         ["snapshot-0001.db", "snapshot-0002.db", "snapshot-0003.db"]
     );
-    let kept: Vec<String> = sink
-        .list()
-        .await
-        .expect("list")
-        .into_iter()
-        .map(|object| object.key)
-        .collect();
-    assert_eq!(kept, ["snapshot-0004.db", "snapshot-0005.db"]);
+    assert_eq!(
+        keys(sink.list().await.expect("list")),
+        ["snapshot-0004.db", "snapshot-0005.db"]
+    );
 
     assert!(
-        sink.apply_retention(2).await.expect("retention").is_empty(),
+        sink.apply_retention(&keep(2))
+            .await
+            .expect("retention")
+            .is_empty(),
         "a second pass has nothing to delete"
     );
     assert_eq!(
         neighbour.list().await.expect("list").len(),
         1,
         "another prefix is untouched"
+    );
+}
+
+/// One backup resource's retention sees only its own objects (its name's prefix) and never
+/// deletes a protected one, however old.
+async fn retention_of_one_policy(fixture: Fixture) {
+    let sink = fixture.sink("cluster-a");
+    for name in [
+        "before-upgrade/main-1.db",
+        "nightly/main-1.db",
+        "nightly/main-2.db",
+        "nightly/main-3.db",
+        "nightly/main-4.db",
+        "nightly-eu/main-1.db",
+    ] {
+        sink.upload(name, pseudo_random_bytes(1024, 1).as_slice())
+            .await
+            .expect("upload");
+    }
+    let retention = Retention {
+        prefix: Some("nightly".into()),
+        keep: 1,
+        protected: [sink.location("nightly/main-2.db")].into(),
+    };
+    let deleted = sink.apply_retention(&retention).await.expect("retention");
+    assert_eq!(deleted, ["nightly/main-1.db", "nightly/main-3.db"]);
+    let mut left = keys(sink.list().await.expect("list"));
+    left.sort();
+    assert_eq!(
+        left,
+        [
+            "before-upgrade/main-1.db",
+            "nightly-eu/main-1.db",
+            "nightly/main-2.db",
+            "nightly/main-4.db"
+        ]
     );
 }
 
@@ -300,6 +346,11 @@ async fn s3_retention_keeps_the_newest() {
 }
 
 #[tokio::test]
+async fn s3_retention_of_one_policy_spares_others_and_protected_objects() {
+    retention_of_one_policy(Fixture::s3().await).await;
+}
+
+#[tokio::test]
 async fn s3_broken_stream_leaves_nothing() {
     broken_stream_leaves_nothing(Fixture::s3().await).await;
 }
@@ -317,6 +368,11 @@ async fn directory_round_trip() {
 #[tokio::test]
 async fn directory_retention_keeps_the_newest() {
     retention(Fixture::directory()).await;
+}
+
+#[tokio::test]
+async fn directory_retention_of_one_policy_spares_others_and_protected_objects() {
+    retention_of_one_policy(Fixture::directory()).await;
 }
 
 #[tokio::test]

@@ -11,8 +11,10 @@
 //!   object is left that would look like a good backup.
 //! - **Checksummed.** Size and SHA-256 are computed while streaming, returned in [`StoredBackup`], and
 //!   checked again by [`BackupSink::download`] when the caller passes the expected digest.
-//! - **Retention by age.** [`BackupSink::apply_retention`] keeps the newest objects and deletes the
-//!   rest; the choice is the pure function [`choose_expired`].
+//! - **Retention by age, of one policy's own objects.** [`BackupSink::apply_retention`] keeps the
+//!   newest objects under one [`Retention::prefix`] (the objects one backup resource made) and
+//!   deletes the rest, never an object named in [`Retention::protected`]; the choice is the pure
+//!   function [`choose_expired`].
 //!
 //! The prefix (or directory) belongs to the sink: every object under it counts as a backup.
 //!
@@ -503,9 +505,14 @@ impl BackupSink {
     /// # Errors
     /// [`BackupError::List`].
     pub async fn list(&self) -> Result<Vec<BackupObject>, BackupError> {
+        self.list_under(None).await
+    }
+
+    async fn list_under(&self, prefix: Option<&str>) -> Result<Vec<BackupObject>, BackupError> {
+        let prefix = prefix.map(ObjectPath::from);
         let mut objects: Vec<BackupObject> = self
             .store
-            .list(None)
+            .list(prefix.as_ref())
             .map_ok(|meta| BackupObject {
                 key: meta.location.to_string(),
                 size: meta.size,
@@ -521,20 +528,22 @@ impl BackupSink {
         Ok(objects)
     }
 
-    /// Keeps the newest `keep` objects (see [`choose_expired`]) and deletes the others, returning
-    /// the keys it deleted, oldest first. An object that vanished meanwhile counts as deleted.
+    /// Keeps the newest `retention.keep` objects under `retention.prefix` and deletes the
+    /// others that are not protected (see [`choose_expired`]), returning the keys it deleted,
+    /// oldest first. An object that vanished meanwhile counts as deleted.
     ///
     /// # Errors
     /// [`BackupError::InvalidRetention`] when `keep` is 0: deleting every backup is never a
     /// retention policy. [`BackupError::List`]; [`BackupError::Delete`] for the first object that
     /// could not be deleted (the older ones are gone by then; calling again resumes).
-    pub async fn apply_retention(&self, keep: usize) -> Result<Vec<String>, BackupError> {
-        if keep == 0 {
+    pub async fn apply_retention(&self, retention: &Retention) -> Result<Vec<String>, BackupError> {
+        if retention.keep == 0 {
             return Err(BackupError::InvalidRetention);
         }
-        let objects = self.list().await?;
+        let objects = self.list_under(retention.prefix.as_deref()).await?;
+        let protected = |object: &BackupObject| retention.protected.contains(&self.location(&object.key));
         let mut deleted = Vec::new();
-        for object in choose_expired(&objects, keep) {
+        for object in choose_expired(&objects, retention.keep, protected) {
             let path = ObjectPath::from(object.key.as_str());
             match self.store.delete(&path).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => deleted.push(object.key.clone()),
@@ -550,14 +559,33 @@ impl BackupSink {
     }
 }
 
-/// The objects a retention of `keep` deletes: all but the `keep` newest, oldest first. Newer means
-/// a later `last_modified`, and for equal times a greater key, so timestamped names such as
-/// `snapshot-20250101T000000Z` break ties the intended way. `keep == 0` selects every object.
-pub fn choose_expired(objects: &[BackupObject], keep: usize) -> Vec<&BackupObject> {
+/// What a retention keeps.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Retention {
+    /// Only objects whose key starts with this are considered (`None`: every object of the
+    /// sink); a backup resource's objects share the prefix of its name.
+    pub prefix: Option<String>,
+    /// How many of the newest objects are kept.
+    pub keep: usize,
+    /// Locations (as [`BackupSink::location`] writes them) that are never deleted, however old:
+    /// the objects a backup's status or a cluster's restore still points at.
+    pub protected: std::collections::BTreeSet<String>,
+}
+
+/// The objects a retention of `keep` deletes: all but the `keep` newest, oldest first, except
+/// the `protected` ones, which survive whatever their age. Newer means a later `last_modified`,
+/// and for equal times a greater key, so timestamped names such as `snapshot-20250101T000000Z`
+/// break ties the intended way. `keep == 0` selects every unprotected object.
+pub fn choose_expired(
+    objects: &[BackupObject],
+    keep: usize,
+    protected: impl Fn(&BackupObject) -> bool,
+) -> Vec<&BackupObject> {
     let mut by_age: Vec<&BackupObject> = objects.iter().collect();
     by_age.sort_by(|left, right| age_order(left, right));
     let expired = by_age.len().saturating_sub(keep);
     by_age.truncate(expired);
+    by_age.retain(|object| !protected(object));
     by_age
 }
 
@@ -652,8 +680,8 @@ mod tests {
             object("d", 400),
             object("b", 200),
         ];
-        assert_eq!(keys(choose_expired(&objects, 2)), ["a", "b"]);
-        assert_eq!(keys(choose_expired(&objects, 1)), ["a", "b", "c"]);
+        assert_eq!(keys(choose_expired(&objects, 2, |_| false)), ["a", "b"]);
+        assert_eq!(keys(choose_expired(&objects, 1, |_| false)), ["a", "b", "c"]);
     }
 
     #[test]
@@ -663,27 +691,43 @@ mod tests {
             object("snapshot-1", 100),
             object("snapshot-2", 100),
         ];
-        assert_eq!(keys(choose_expired(&objects, 1)), ["snapshot-1", "snapshot-2"]);
+        assert_eq!(
+            keys(choose_expired(&objects, 1, |_| false)),
+            ["snapshot-1", "snapshot-2"]
+        );
     }
 
     #[test]
     fn retention_prefers_time_over_key() {
         let objects = vec![object("z-old", 100), object("a-new", 200)];
-        assert_eq!(keys(choose_expired(&objects, 1)), ["z-old"]);
+        assert_eq!(keys(choose_expired(&objects, 1, |_| false)), ["z-old"]);
     }
 
     #[test]
     fn retention_keeping_at_least_all_expires_nothing() {
         let objects = vec![object("a", 100), object("b", 200)];
-        assert!(choose_expired(&objects, 2).is_empty());
-        assert!(choose_expired(&objects, 10).is_empty());
-        assert!(choose_expired(&[], 3).is_empty());
+        assert!(choose_expired(&objects, 2, |_| false).is_empty());
+        assert!(choose_expired(&objects, 10, |_| false).is_empty());
+        assert!(choose_expired(&[], 3, |_| false).is_empty());
+    }
+
+    #[test]
+    fn retention_never_expires_a_protected_object_and_keeps_the_newest_as_asked() {
+        let objects = vec![
+            object("a", 100),
+            object("b", 200),
+            object("c", 300),
+            object("d", 400),
+        ];
+        let protected = |object: &BackupObject| object.key == "a";
+        assert_eq!(keys(choose_expired(&objects, 2, protected)), ["b"]);
+        assert_eq!(keys(choose_expired(&objects, 1, protected)), ["b", "c"]);
     }
 
     #[test]
     fn retention_keeping_none_expires_everything() {
         let objects = vec![object("b", 200), object("a", 100)];
-        assert_eq!(keys(choose_expired(&objects, 0)), ["a", "b"]);
+        assert_eq!(keys(choose_expired(&objects, 0, |_| false)), ["a", "b"]);
     }
 
     #[test]

@@ -226,6 +226,18 @@ pub struct BackupRunStatus {
     /// When a scheduled backup runs next.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_scheduled_at: Option<Time>,
+    /// What retention (`retain`) deleted last, and when.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_pruned: Option<PruneRecord>,
+}
+
+/// Objects a backup's retention deleted in one pass.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PruneRecord {
+    pub at: Time,
+    /// Where each deleted object was (URL), oldest first.
+    pub locations: Vec<String>,
 }
 
 /// Where a backup run is.

@@ -1,7 +1,7 @@
 //! Backups and restore, engine level: no Kubernetes API calls here.
 //!
 //! - Taking a backup: [`choose_snapshot_member`] picks the member to ask, [`snapshot_to_sink`]
-//!   streams etcd's snapshot of it into a [`BackupSink`] under [`object_name`], through
+//!   streams etcd's snapshot of it into a [`BackupSink`] under a name, through
 //!   [`quorum_core::backup::pipe`]. Destinations, credentials and schedules are the shared
 //!   ones of [`quorum_core::backup`].
 //! - Restoring: [`restore_plan`] lays out the new cluster's membership, and
@@ -20,14 +20,13 @@ use std::{
     time::Duration,
 };
 
-use jiff::Timestamp;
 use quorum_core::{
     availability::{
         clients::MemberKey,
         health::Health,
         retry::{CallError, Idempotency},
     },
-    backup::{self, BackupError, BackupSink, PipeError, PipeReader, StoredBackup, pipe, producer},
+    backup::{BackupError, BackupSink, PipeError, PipeReader, StoredBackup, pipe, producer},
 };
 
 use crate::{
@@ -171,12 +170,6 @@ pub async fn snapshot_to_sink(
         Err(PipeError::Stalled(stalled_for)) => Err(BackupStepError::Stalled { ordinal, stalled_for }),
         Err(PipeError::Consumer(source)) => Err(BackupStepError::Sink { source }),
     }
-}
-
-/// The name of a snapshot of `cluster` taken at `at`: `<cluster>/<cluster>-YYYYMMDDTHHMMSSZ.db`
-/// (UTC, whole seconds); see [`quorum_core::backup::object_name`].
-pub fn object_name(cluster: &str, at: Timestamp) -> String {
-    backup::object_name(cluster, at, "db")
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -492,14 +485,6 @@ mod tests {
         ]));
         assert_eq!(chosen, None);
         assert_eq!(choose_snapshot_member(&view(Vec::new())), None);
-    }
-
-    // -- naming --------------------------------------------------------------------------
-
-    #[test]
-    fn snapshot_names_keep_their_db_extension() {
-        let at: Timestamp = "2026-11-21T15:30:00.75Z".parse().expect("timestamp");
-        assert_eq!(object_name("main", at), "main/main-20261121T153000Z.db");
     }
 
     // -- restore -------------------------------------------------------------------------

@@ -15,8 +15,15 @@ use etcd_operator::{
     },
     reconcile::MemberAddresses,
 };
-use k8s_openapi::{ByteString, api::core::v1::Secret, apimachinery::pkg::apis::meta::v1::ObjectMeta};
-use kube::{Api, CustomResourceExt, ResourceExt, api::PostParams};
+use k8s_openapi::{
+    ByteString,
+    api::core::v1::{Event, Secret},
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+};
+use kube::{
+    Api, CustomResourceExt, ResourceExt,
+    api::{ListParams, PostParams},
+};
 use quorum_core::backup::BackupSink;
 use quorum_e2e::{
     control_plane::{TestNamespace, admin_client, install_crd},
@@ -49,6 +56,56 @@ async fn succeeded(backups: &Api<EtcdBackup>, name: &str) -> EtcdBackup {
         },
     )
     .await
+}
+
+async fn create_s3_secret(client: &kube::Client, namespace: &str, s3: &S3Server) {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    secrets
+        .create(
+            &PostParams::default(),
+            &Secret {
+                metadata: ObjectMeta {
+                    name: Some("s3-credentials".into()),
+                    ..ObjectMeta::default()
+                },
+                data: Some(BTreeMap::from([
+                    (
+                        "accessKeyId".to_string(),
+                        ByteString(s3.access_key_id().as_bytes().to_vec()),
+                    ),
+                    (
+                        "secretAccessKey".to_string(),
+                        ByteString(s3.secret_access_key().as_bytes().to_vec()),
+                    ),
+                ])),
+                ..Secret::default()
+            },
+        )
+        .await
+        .unwrap();
+}
+
+fn s3_backup(name: &str, s3: &S3Server, schedule: Option<&str>, retain: Option<u32>) -> EtcdBackup {
+    EtcdBackup::new(
+        name,
+        EtcdBackupSpec {
+            backup: quorum_core::crd::BackupSpec {
+                cluster_name: "main".into(),
+                destination: BackupDestination {
+                    s3: Some(S3Destination {
+                        bucket: s3.bucket().into(),
+                        prefix: Some("etcd".into()),
+                        endpoint: Some(s3.endpoint().into()),
+                        region: None,
+                        credentials_secret_name: "s3-credentials".into(),
+                    }),
+                    filesystem: None,
+                },
+                schedule: schedule.map(str::to_string),
+                retain,
+            },
+        },
+    )
 }
 
 #[tokio::test]
@@ -90,30 +147,7 @@ async fn backups_reach_a_directory_and_s3_are_recorded_and_restore_into_a_new_cl
         kv.put(format!("backup/{i}"), "v", None).await.unwrap();
     }
 
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
-    secrets
-        .create(
-            &PostParams::default(),
-            &Secret {
-                metadata: ObjectMeta {
-                    name: Some("s3-credentials".into()),
-                    ..ObjectMeta::default()
-                },
-                data: Some(BTreeMap::from([
-                    (
-                        "accessKeyId".to_string(),
-                        ByteString(s3.access_key_id().as_bytes().to_vec()),
-                    ),
-                    (
-                        "secretAccessKey".to_string(),
-                        ByteString(s3.secret_access_key().as_bytes().to_vec()),
-                    ),
-                ])),
-                ..Secret::default()
-            },
-        )
-        .await
-        .unwrap();
+    create_s3_secret(&client, &ns, &s3).await;
 
     let backups: Api<EtcdBackup> = Api::namespaced(client.clone(), &ns);
     let to_directory = EtcdBackup::new(
@@ -132,26 +166,7 @@ async fn backups_reach_a_directory_and_s3_are_recorded_and_restore_into_a_new_cl
             },
         },
     );
-    let to_s3 = EtcdBackup::new(
-        "to-s3",
-        EtcdBackupSpec {
-            backup: quorum_core::crd::BackupSpec {
-                cluster_name: "main".into(),
-                destination: BackupDestination {
-                    s3: Some(S3Destination {
-                        bucket: s3.bucket().into(),
-                        prefix: Some("etcd".into()),
-                        endpoint: Some(s3.endpoint().into()),
-                        region: None,
-                        credentials_secret_name: "s3-credentials".into(),
-                    }),
-                    filesystem: None,
-                },
-                schedule: None,
-                retain: None,
-            },
-        },
-    );
+    let to_s3 = s3_backup("to-s3", &s3, None, None);
     backups
         .create(&PostParams::default(), &to_directory)
         .await
@@ -299,6 +314,111 @@ async fn backups_reach_a_directory_and_s3_are_recorded_and_restore_into_a_new_cl
             }
         },
     )
+    .await;
+
+    operator.stop().await;
+    namespace.delete().await;
+    let _ = std::fs::remove_dir_all(scratch);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_minute_schedule_keeps_its_newest_runs_and_never_prunes_what_it_did_not_make() {
+    quorum_core::telemetry::init(quorum_core::config::LogFormat::Text);
+    let client = admin_client().await;
+    install_crd(&client, &EtcdCluster::crd()).await;
+    install_crd(&client, &EtcdBackup::crd()).await;
+    let namespace = TestNamespace::create(&client, "etcd-retention").await;
+    let ns = namespace.name().to_string();
+    let scratch = std::env::temp_dir().join(format!("quorum-retention-{ns}"));
+    let _members = LocalMembers::start(
+        client.clone(),
+        EtcdLauncher::new(BTreeMap::from([(cluster_spec(None).version, etcd_binary())])),
+        scratch.join("members"),
+        Some(ns.clone()),
+    );
+    let operator = support::operator::start(client.clone(), &ns, MemberAddresses::Loopback);
+    let s3 = S3Server::start().await;
+    create_s3_secret(&client, &ns, &s3).await;
+    let clusters: Api<EtcdCluster> = Api::namespaced(client.clone(), &ns);
+    clusters
+        .create(
+            &PostParams::default(),
+            &EtcdCluster::new("main", cluster_spec(None)),
+        )
+        .await
+        .unwrap();
+    support::ready_with(&clusters, "main", 3, Duration::from_secs(120)).await;
+
+    // Two one-shot backups created together, and a schedule every minute keeping two runs.
+    let backups: Api<EtcdBackup> = Api::namespaced(client.clone(), &ns);
+    for backup in [
+        s3_backup("one-shot-a", &s3, None, None),
+        s3_backup("one-shot-b", &s3, None, None),
+        s3_backup("every-minute", &s3, Some("* * * * *"), Some(2)),
+    ] {
+        backups.create(&PostParams::default(), &backup).await.unwrap();
+    }
+    let one_shots = [
+        succeeded(&backups, "one-shot-a").await,
+        succeeded(&backups, "one-shot-b").await,
+    ]
+    .map(|backup| backup.status.unwrap().run.last_snapshot.unwrap().location);
+    assert_ne!(one_shots[0], one_shots[1], "two backups, two objects");
+
+    // The third run is the first to prune: three objects of its own, two kept.
+    let pruned = wait::until(
+        "the scheduled backup's third run and its first pruning",
+        Duration::from_secs(240),
+        || async {
+            let backup = backups.get("every-minute").await.map_err(|e| e.to_string())?;
+            let run = backup.status.map(|status| status.run).unwrap_or_default();
+            match (run.phase, &run.last_pruned) {
+                (Some(BackupPhase::Failed), _) => panic!("the scheduled backup failed: {:?}", run.message),
+                (_, Some(pruned)) => Ok((pruned.clone(), run.last_snapshot.unwrap().location)),
+                _ => Err(format!("{run:?}")),
+            }
+        },
+    )
+    .await;
+    let (pruned, newest) = pruned;
+    assert_eq!(pruned.locations.len(), 1, "{pruned:?}");
+
+    let sink = BackupSink::new(s3.backup_target(Some(&format!("etcd/{ns}/main")))).unwrap();
+    let stored: Vec<String> = sink
+        .list()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|object| sink.location(&object.key))
+        .collect();
+    let own: Vec<&String> = stored
+        .iter()
+        .filter(|location| location.contains("/every-minute/"))
+        .collect();
+    assert_eq!(own.len(), 2, "exactly `retain` runs of its own kept: {stored:?}");
+    assert!(own.contains(&&newest), "the newest run is kept: {stored:?}");
+    assert!(!stored.contains(&pruned.locations[0]), "{stored:?}");
+    for one_shot in &one_shots {
+        assert!(
+            stored.contains(one_shot),
+            "a one-shot backup survives retention: {stored:?}"
+        );
+    }
+    assert_eq!(stored.len(), 4, "{stored:?}");
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+    wait::until("a BackupsPruned event", Duration::from_secs(30), || async {
+        let listed = events
+            .list(&ListParams::default().fields("involvedObject.name=every-minute"))
+            .await
+            .map_err(|e| e.to_string())?;
+        listed
+            .items
+            .iter()
+            .find(|event| event.reason.as_deref() == Some("BackupsPruned"))
+            .and_then(|event| event.message.clone())
+            .filter(|message| message.contains(&pruned.locations[0]))
+            .ok_or_else(|| format!("{} events", listed.items.len()))
+    })
     .await;
 
     operator.stop().await;

@@ -178,6 +178,14 @@ impl BackupEngine for MongoSnapshots<'_> {
             snapshot.stored.sha256
         )
     }
+
+    fn restored_from(&self, cluster: &MongoDBReplicaSet) -> Option<String> {
+        let status = cluster.status.as_ref()?;
+        status
+            .restored_from
+            .as_ref()
+            .map(|record| record.location.clone())
+    }
 }
 
 /// The member to read a snapshot from, among the members the set's status lists: a Healthy

@@ -159,6 +159,14 @@ impl BackupEngine for MySqlSnapshots<'_> {
             snapshot.stored.sha256
         )
     }
+
+    fn restored_from(&self, cluster: &MySQLCluster) -> Option<String> {
+        let status = cluster.status.as_ref()?;
+        status
+            .restored_from
+            .as_ref()
+            .map(|record| record.location.clone())
+    }
 }
 
 /// The member to read a snapshot from: a Healthy replica that is caught up, the lowest

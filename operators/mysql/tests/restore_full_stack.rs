@@ -9,12 +9,12 @@ use std::time::Duration;
 use k8s_openapi::{api::core::v1::Event, apimachinery::pkg::apis::meta::v1::Condition};
 use kube::{
     Api,
-    api::{ListParams, PostParams},
+    api::{ListParams, Patch, PatchParams, PostParams},
 };
 use mysql_async::prelude::Queryable;
 use mysql_operator::{
     admin::gtid::GtidPosition,
-    crd::{Flavor, MySQLCluster, MySQLClusterStatus, RestoreSource},
+    crd::{BackupPhase, Flavor, MySQLBackup, MySQLCluster, MySQLClusterStatus, RestoreSource},
 };
 use quorum_e2e::wait;
 use support::{app_connection, converges, insert_items, item_ids, ready, setup};
@@ -210,7 +210,7 @@ async fn a_cluster_restored_from_a_backup_waits_for_it_then_holds_its_rows_and_c
     ready(&setup.clusters, "copy", 2).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let status = ready(&setup.clusters, "copy", 2).await;
-    assert_eq!(status.restored_from, Some(record));
+    assert_eq!(status.restored_from.as_ref(), Some(&record));
     assert_eq!(restores_published(&setup).await, 1, "not restored again");
     assert_eq!(item_ids(setup.ip_of("copy", 0)).await.unwrap(), written);
     assert!(
@@ -218,5 +218,41 @@ async fn a_cluster_restored_from_a_backup_waits_for_it_then_holds_its_rows_and_c
             .await
             .includes(&after_writes)
     );
+
+    // The backup becomes a schedule keeping one run: its next run's retention must keep the
+    // object the copy was restored from, which only the copy's status still points at.
+    let backups: Api<MySQLBackup> = Api::namespaced(setup.client.clone(), setup.ns());
+    backups
+        .patch(
+            "nightly",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"schedule": "* * * * *", "retain": 1}})),
+        )
+        .await
+        .expect("schedule the backup");
+    let next = wait::until("the scheduled run", Duration::from_secs(100), || async {
+        let run = backups
+            .get("nightly")
+            .await
+            .map_err(|e| e.to_string())?
+            .status
+            .unwrap_or_default()
+            .run;
+        match (run.phase, run.last_snapshot) {
+            (Some(BackupPhase::Failed), _) => panic!("the scheduled run failed: {:?}", run.message),
+            (Some(BackupPhase::Pending), Some(newest)) if newest.location != record.location => {
+                Ok((newest, run.last_pruned))
+            }
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let (newest, pruned) = next;
+    assert_eq!(pruned, None, "nothing of its own is unreferenced yet");
+    assert!(
+        std::path::Path::new(&record.location).exists(),
+        "the restored-from object is kept"
+    );
+    assert!(std::path::Path::new(&newest.location).exists());
     setup.finish().await;
 }

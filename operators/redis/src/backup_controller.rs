@@ -157,6 +157,18 @@ impl BackupEngine for RedisSnapshots<'_> {
             snapshot.stored.size, source.node, snapshot.stored.location, snapshot.stored.sha256
         )
     }
+
+    /// Every shard's object of the newest run, besides the first one's `lastSnapshot`.
+    fn referenced(&self, status: &RedisBackupStatus) -> Vec<String> {
+        let shards = status.shards.iter().map(|shard| shard.location.clone());
+        status
+            .run
+            .last_snapshot
+            .iter()
+            .map(|record| record.location.clone())
+            .chain(shards)
+            .collect()
+    }
 }
 
 /// Reconciles one `RedisBackup`.

@@ -14,31 +14,35 @@
 //! 5. **run**: `Running` is recorded, then each source's snapshot is produced (engine) into
 //!    its own object, in order, stopping at the first failure.
 //! 6. **record**: on the backup (the shared run fields, then the engine's own), on the
-//!    cluster (`lastBackup`), in one event; then retention, then the next schedule time.
+//!    cluster (`lastBackup`), in one event; then the next schedule time.
+//! 7. **retention** (`retain`): of the objects this backup resource made (their names share
+//!    its name's prefix), the newest `retain` runs are kept; an older one is deleted unless a
+//!    backup's status (any backup of the kind in the namespace) or a cluster's record of its
+//!    restore still points at it. What was deleted is recorded (`lastPruned`) and reported.
 //!
 //! A failed run is recorded as `Failed` with its reason, reported as a Warning event, and
 //! returned as an error (so the error counter sees it); a schedule tries again at its next
 //! time, a one-shot backup does not run again.
 
-use std::{fmt::Debug, future::Future, time::Duration};
+use std::{collections::BTreeSet, fmt::Debug, future::Future, time::Duration};
 
 use jiff::Timestamp;
 use k8s_openapi::{NamespaceResourceScope, apimachinery::pkg::apis::meta::v1::Time};
 use kube::{
     Api, Resource, ResourceExt,
-    api::{Patch, PatchParams},
+    api::{ListParams, Patch, PatchParams},
     runtime::controller::Action,
 };
 use serde::{Serialize, de::DeserializeOwned};
 
 use super::{
-    BackupError, BackupSink, ScheduleError, SinkSetupError, StoredBackup, cluster_sink, due_at, next_due,
-    object_name, until,
+    BackupError, BackupSink, Retention, ScheduleError, SinkSetupError, StoredBackup, cluster_sink, due_at,
+    next_due, object_name, until,
 };
 use crate::{
     ReconcileError,
     conditions::{ConditionType, ConditionUpdate, set_condition},
-    crd::{BackupPhase, BackupRecord, BackupRunStatus, BackupSpec},
+    crd::{BackupPhase, BackupRecord, BackupRunStatus, BackupSpec, PruneRecord},
     events::Severity,
     runner::Context,
     status::StatusWriter,
@@ -170,6 +174,21 @@ pub trait BackupEngine: Send + Sync {
     /// What one stored object holds and where it went; a run's are joined with `; ` into the
     /// Ready condition's and the event's message.
     fn describe(&self, source: &Self::Source, snapshot: &Snapshot<Self::Info>) -> String;
+
+    /// Every location a backup's status points at, which retention never deletes: its newest
+    /// snapshot by default.
+    fn referenced(&self, status: &<Self::Backup as BackupResource>::Status) -> Vec<String> {
+        Self::Backup::run(status)
+            .last_snapshot
+            .iter()
+            .map(|record| record.location.clone())
+            .collect()
+    }
+
+    /// The location a cluster records it was restored from, which retention never deletes.
+    fn restored_from(&self, _cluster: &Self::Cluster) -> Option<String> {
+        None
+    }
 }
 
 /// A backup pass that failed, naming what failed.
@@ -400,7 +419,12 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
 
         let mut snapshots = Vec::with_capacity(sources.len());
         for source in sources {
-            let name = object_name(&self.spec().cluster_name, now, &self.engine.extension(source));
+            let name = object_name(
+                &self.backup.name_any(),
+                &self.spec().cluster_name,
+                now,
+                &self.engine.extension(source),
+            );
             match self.engine.produce(cluster, source, sink, &name).await {
                 Ok(snapshot) => snapshots.push((source, snapshot)),
                 Err(error) => {
@@ -486,19 +510,61 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
         Ok(())
     }
 
-    /// Keeps the newest `retain` runs; a run stores one object per source.
-    async fn prune(&self, sink: &BackupSink, objects_per_run: usize) -> Result<(), Failure<E>> {
+    /// Keeps the newest `retain` runs of this backup's own objects (a run stores one object per
+    /// source) and every object something points at; records and reports what it deleted.
+    async fn prune(&mut self, sink: &BackupSink, objects_per_run: usize) -> Result<(), Failure<E>> {
         let Some(keep) = self.spec().retain else {
             return Ok(());
         };
+        let retention = Retention {
+            prefix: Some(self.backup.name_any()),
+            keep: keep as usize * objects_per_run,
+            protected: self.referenced().await?,
+        };
         let deleted = sink
-            .apply_retention(keep as usize * objects_per_run)
+            .apply_retention(&retention)
             .await
             .map_err(BackupControllerError::Retention)?;
-        if !deleted.is_empty() {
-            tracing::info!(backup = %self.backup.name_any(), ?deleted, "pruned old backups");
+        if deleted.is_empty() {
+            return Ok(());
         }
+        let locations: Vec<String> = deleted.iter().map(|key| sink.location(key)).collect();
+        let message = format!(
+            "retention keeps the newest {keep} runs: deleted {}",
+            locations.join(", ")
+        );
+        self.run_status().last_pruned = Some(PruneRecord {
+            at: Time(Timestamp::now()),
+            locations,
+        });
+        self.writer.write(&self.status).await?;
+        self.publish(Severity::Normal, "BackupsPruned", message).await;
         Ok(())
+    }
+
+    /// Every location a backup of this kind in the namespace, or a cluster's restore, points at.
+    async fn referenced(&self) -> Result<BTreeSet<String>, Failure<E>> {
+        let read = |what: String| move |source| BackupControllerError::Read { what, source };
+        let backups: Api<E::Backup> = Api::namespaced(self.context.client.clone(), &self.namespace);
+        let clusters: Api<E::Cluster> = Api::namespaced(self.context.client.clone(), &self.namespace);
+        let mut referenced = BTreeSet::new();
+        for backup in backups
+            .list(&ListParams::default())
+            .await
+            .map_err(read(format!("{} list", E::Backup::kind(&()))))?
+        {
+            if let Some(status) = backup.backup_status() {
+                referenced.extend(self.engine.referenced(status));
+            }
+        }
+        for cluster in clusters
+            .list(&ListParams::default())
+            .await
+            .map_err(read(format!("{} list", E::Cluster::kind(&()))))?
+        {
+            referenced.extend(self.engine.restored_from(&cluster));
+        }
+        Ok(referenced)
     }
 
     /// When to look again: at the next schedule time, or on a change for a one-shot backup.

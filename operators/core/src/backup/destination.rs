@@ -196,15 +196,17 @@ pub fn scoped_target(target: BackupTarget, namespace: &str, cluster: &str) -> Ba
     }
 }
 
-/// The name of a backup of `cluster` taken at `at`:
-/// `<cluster>/<cluster>-YYYYMMDDTHHMMSSZ.<extension>` (UTC, whole seconds), for example
-/// `main/main-20261121T153000Z.db` for an etcd snapshot. Deterministic, and names of one
-/// cluster with one extension sort by time. Two backups within one second share a name; the
-/// later replaces the earlier.
-pub fn object_name(cluster: &str, at: Timestamp, extension: &str) -> String {
+/// The name of a backup of `cluster` taken at `at` by the backup resource `backup`:
+/// `<backup>/<cluster>-YYYYMMDDTHHMMSS.mmmZ.<extension>` (UTC, milliseconds), for example
+/// `nightly/main-20261121T153000.750Z.db` for an etcd snapshot.
+///
+/// Each backup resource's objects share the prefix of its name, so its retention sees only what
+/// it made; names of one resource with one extension sort by time. Two resources never share a
+/// name, even in the same second, and one resource runs once at a time.
+pub fn object_name(backup: &str, cluster: &str, at: Timestamp, extension: &str) -> String {
     format!(
-        "{cluster}/{cluster}-{}.{extension}",
-        at.strftime("%Y%m%dT%H%M%SZ")
+        "{backup}/{cluster}-{}.{extension}",
+        at.strftime("%Y%m%dT%H%M%S%.3fZ")
     )
 }
 
@@ -378,28 +380,27 @@ mod tests {
     }
 
     #[test]
-    fn object_names_are_per_cluster_and_sort_by_time() {
+    fn object_names_are_per_backup_unique_within_a_second_and_sort_by_time() {
         let at: Timestamp = "2026-11-21T15:30:00.75Z".parse().expect("timestamp");
-        assert_eq!(object_name("main", at, "db"), "main/main-20261121T153000Z.db");
         assert_eq!(
-            object_name("main", at, "sql.gz"),
-            "main/main-20261121T153000Z.sql.gz"
+            object_name("nightly", "main", at, "db"),
+            "nightly/main-20261121T153000.750Z.db"
         );
+        assert_eq!(
+            object_name("nightly", "main", at, "sql.gz"),
+            "nightly/main-20261121T153000.750Z.sql.gz"
+        );
+        // Two backup resources of one cluster in the same millisecond: two objects.
+        assert_ne!(
+            object_name("nightly", "main", at, "db"),
+            object_name("before-upgrade", "main", at, "db")
+        );
+        let same_second: Timestamp = "2026-11-21T15:30:00.9Z".parse().expect("timestamp");
         let later: Timestamp = "2026-11-21T15:30:01Z".parse().expect("timestamp");
         let next_year: Timestamp = "2027-01-01T00:00:00Z".parse().expect("timestamp");
-        let mut names = vec![
-            object_name("main", next_year, "db"),
-            object_name("main", at, "db"),
-            object_name("main", later, "db"),
-        ];
+        let name = |at| object_name("nightly", "main", at, "db");
+        let mut names = vec![name(next_year), name(same_second), name(at), name(later)];
         names.sort();
-        assert_eq!(
-            names,
-            [
-                object_name("main", at, "db"),
-                object_name("main", later, "db"),
-                object_name("main", next_year, "db")
-            ]
-        );
+        assert_eq!(names, [name(at), name(same_second), name(later), name(next_year)]);
     }
 }
