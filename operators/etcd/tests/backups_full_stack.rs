@@ -22,7 +22,7 @@ use k8s_openapi::{
 };
 use kube::{
     Api, CustomResourceExt, ResourceExt,
-    api::{ListParams, PostParams},
+    api::{ListParams, Patch, PatchParams, PostParams},
 };
 use quorum_core::backup::BackupSink;
 use quorum_e2e::{
@@ -322,7 +322,8 @@ async fn backups_reach_a_directory_and_s3_are_recorded_and_restore_into_a_new_cl
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_one_minute_schedule_keeps_its_newest_runs_and_never_prunes_what_it_did_not_make() {
+async fn one_minute_schedules_keep_their_newest_runs_never_prune_what_they_did_not_make_and_outlive_an_interrupted_run()
+ {
     quorum_core::telemetry::init(quorum_core::config::LogFormat::Text);
     let client = admin_client().await;
     install_crd(&client, &EtcdCluster::crd()).await;
@@ -349,8 +350,31 @@ async fn a_one_minute_schedule_keeps_its_newest_runs_and_never_prunes_what_it_di
         .unwrap();
     support::ready_with(&clusters, "main", 3, Duration::from_secs(120)).await;
 
-    // Two one-shot backups created together, and a schedule every minute keeping two runs.
+    // A scheduled backup whose run the operator stopped during: found `Running` by the next
+    // operator, it is recorded as interrupted, and the schedule goes on.
+    operator.stop().await;
     let backups: Api<EtcdBackup> = Api::namespaced(client.clone(), &ns);
+    backups
+        .create(
+            &PostParams::default(),
+            &s3_backup("interrupted", &s3, Some("* * * * *"), None),
+        )
+        .await
+        .unwrap();
+    let started = jiff::Timestamp::now() - jiff::SignedDuration::from_secs(30);
+    backups
+        .patch_status(
+            "interrupted",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({
+                "status": {"phase": "Running", "startedAt": started.to_string(), "member": "main-0"}
+            })),
+        )
+        .await
+        .unwrap();
+    let operator = support::operator::start(client.clone(), &ns, MemberAddresses::Loopback);
+
+    // Two one-shot backups created together, and a schedule every minute keeping two runs.
     for backup in [
         s3_backup("one-shot-a", &s3, None, None),
         s3_backup("one-shot-b", &s3, None, None),
@@ -404,7 +428,14 @@ async fn a_one_minute_schedule_keeps_its_newest_runs_and_never_prunes_what_it_di
             "a one-shot backup survives retention: {stored:?}"
         );
     }
-    assert_eq!(stored.len(), 4, "{stored:?}");
+    let others = stored
+        .iter()
+        .filter(|location| !location.contains("/interrupted/"))
+        .count();
+    assert_eq!(
+        others, 4,
+        "two one-shots and two runs of the schedule: {stored:?}"
+    );
     let events: Api<Event> = Api::namespaced(client.clone(), &ns);
     wait::until("a BackupsPruned event", Duration::from_secs(30), || async {
         let listed = events
@@ -421,7 +452,57 @@ async fn a_one_minute_schedule_keeps_its_newest_runs_and_never_prunes_what_it_di
     })
     .await;
 
+    // The interrupted run was reported, counted, and the schedule's next run succeeded.
+    let reported = wait::until("an Interrupted event", Duration::from_secs(30), || async {
+        let listed = events
+            .list(&ListParams::default().fields("involvedObject.name=interrupted"))
+            .await
+            .map_err(|e| e.to_string())?;
+        listed
+            .items
+            .iter()
+            .find(|event| event.reason.as_deref() == Some("Interrupted"))
+            .and_then(|event| event.message.clone())
+            .ok_or_else(|| format!("{} events", listed.items.len()))
+    })
+    .await;
+    assert!(reported.contains("did not finish"), "{reported}");
+    let interrupted = succeeded_schedule(&backups, "interrupted").await;
+    assert!(interrupted.run.started_at.unwrap().0 > started);
+    assert!(
+        operator
+            .context
+            .metrics
+            .render()
+            .lines()
+            .any(|line| line.starts_with("quorum_backup_failures_total{")
+                && line.contains(&format!("namespace=\"{ns}\""))
+                && line.ends_with(" 1")),
+        "the interrupted run counts as a failure"
+    );
+
     operator.stop().await;
     namespace.delete().await;
     let _ = std::fs::remove_dir_all(scratch);
+}
+
+/// The status of a scheduled backup once a run of it has stored a snapshot.
+async fn succeeded_schedule(backups: &Api<EtcdBackup>, name: &str) -> etcd_operator::crd::EtcdBackupStatus {
+    wait::until(
+        &format!("a run of {name} to store a snapshot"),
+        Duration::from_secs(90),
+        || async {
+            let status = backups
+                .get(name)
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .unwrap_or_default();
+            match (status.run.phase, &status.run.last_snapshot) {
+                (Some(BackupPhase::Pending), Some(_)) => Ok(status),
+                _ => Err(format!("{:?}", status.run)),
+            }
+        },
+    )
+    .await
 }

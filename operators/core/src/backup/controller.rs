@@ -2,6 +2,10 @@
 //! `MongoDBBackup`): one pass, the same for every engine, around the engine's own part.
 //!
 //! A pass, in order:
+//! 0. **interrupted**: a run is taken within one pass, so a pass that finds `Running` in
+//!    status finds a run the operator stopped during (a restart, a lost lease). Its upload was
+//!    never completed, so nothing partial is stored; it is recorded `Failed` (`Interrupted`)
+//!    and the backup goes on as after any failed run: a schedule at its next time.
 //! 1. **due**: a one-shot backup runs once; a scheduled one at its next time (written to
 //!    `nextScheduledAt` while it waits). A schedule that never fires is recorded, reported, and
 //!    waits for the resource to change.
@@ -265,6 +269,7 @@ where
 {
     let mut pass = Pass::new(engine, backup, context);
     pass.remember_newest_success();
+    pass.fail_interrupted_run().await?;
     if let Some(later) = pass.wait_until_due().await? {
         return Ok(later);
     }
@@ -338,6 +343,28 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
                 unix_seconds(snapshot.completed_at.0),
             );
         }
+    }
+
+    /// Records a run found `Running` at the start of a pass as interrupted (see the module
+    /// documentation).
+    async fn fail_interrupted_run(&mut self) -> Result<(), Failure<E>> {
+        let run = E::Backup::run(&self.status);
+        if run.phase != Some(BackupPhase::Running) {
+            return Ok(());
+        }
+        let started = run
+            .started_at
+            .as_ref()
+            .map_or_else(|| "at an unknown time".to_string(), |at| format!("at {}", at.0));
+        let message = format!(
+            "the run started {started} did not finish: the operator stopped during it; no partial \
+             object was stored"
+        );
+        self.fail("Interrupted", message, true).await?;
+        self.context
+            .metrics
+            .observe_backup_failure(E::ENGINE, &self.namespace, &self.spec().cluster_name);
+        Ok(())
     }
 
     /// `None` when the backup runs now; otherwise when to look again (never, for a finished
