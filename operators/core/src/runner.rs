@@ -385,6 +385,10 @@ impl Runtime {
                     let controller = reconcile_name.clone();
                     async move {
                         let key = object_key(object.as_ref());
+                        if is_paused(object.as_ref()) {
+                            tracing::debug!(object = %key, "reconciliation paused");
+                            return Ok(Action::await_change());
+                        }
                         let started = std::time::Instant::now();
                         let result = reconcile(object.clone(), context.clone()).await;
                         if report_pods {
@@ -535,6 +539,22 @@ impl Runtime {
     }
 }
 
+/// The annotation that pauses reconciliation of one object: while it is `"true"`, the operator
+/// takes no step, writes nothing and calls no database for it (a human at work, `kubectl quorum
+/// pause`); removing it, or any other value, resumes. Deletion is never held up: children go
+/// with their owner references.
+pub const PAUSE_ANNOTATION: &str = "quorum.dev/paused";
+
+/// Whether `object` carries [`PAUSE_ANNOTATION`] set to `"true"`.
+pub fn is_paused<K: Resource>(object: &K) -> bool {
+    object
+        .meta()
+        .annotations
+        .as_ref()
+        .and_then(|annotations| annotations.get(PAUSE_ANNOTATION))
+        .is_some_and(|value| value == "true")
+}
+
 /// An object's key, `namespace/name`: the key under which a cluster's clients, credentials
 /// and metrics are kept, and under which [`ForgetsClusters`] forgets them.
 pub fn object_key<K: Resource>(object: &K) -> String {
@@ -613,5 +633,19 @@ mod tests {
             );
         }
         assert_eq!(policy.delay(30), Duration::from_secs(60));
+    }
+
+    #[test]
+    fn only_a_true_pause_annotation_pauses() {
+        let with = |value: Option<&str>| {
+            let mut map = k8s_openapi::api::core::v1::ConfigMap::default();
+            map.metadata.annotations =
+                value.map(|value| [(PAUSE_ANNOTATION.to_string(), value.to_string())].into());
+            is_paused(&map)
+        };
+        assert!(with(Some("true")));
+        assert!(!with(Some("false")));
+        assert!(!with(Some("yes")));
+        assert!(!with(None));
     }
 }

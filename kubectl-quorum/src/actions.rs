@@ -1,0 +1,122 @@
+//! What the actions write, built without I/O: merge patches of annotations, and backup objects.
+
+use quorum_core::{crd::BackupDestination, runner::PAUSE_ANNOTATION};
+use serde_json::{Value, json};
+
+use crate::target::{Engine, Target};
+
+/// Why an action cannot be taken on a cluster; the message says what to do instead.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum Refusal {
+    #[error("{0} has no switchover: {1}")]
+    NoSwitchover(String, &'static str),
+    #[error(
+        "{target} has no spec.backup.destination to back up to; pass --like <an existing {backup_kind}> to use its destination"
+    )]
+    NoDestination {
+        target: String,
+        backup_kind: &'static str,
+    },
+}
+
+/// The merge patch that pauses (`true`) or resumes (`false`) reconciliation.
+pub fn pause(paused: bool) -> Value {
+    let value = if paused { json!("true") } else { Value::Null };
+    json!({"metadata": {"annotations": {PAUSE_ANNOTATION: value}}})
+}
+
+/// The merge patch that asks for a switchover to member `to` (a pod name of the cluster).
+pub fn switchover(target: &Target, to: &str) -> Result<Value, Refusal> {
+    match target.engine {
+        Engine::MySql => Ok(json!({
+            "metadata": {"annotations": {mysql_operator::crd::SWITCHOVER_ANNOTATION: to}}
+        })),
+        Engine::Etcd => Err(Refusal::NoSwitchover(
+            target.to_string(),
+            "etcd elects its leader itself, and the operator moves leadership off a member before it restarts it",
+        )),
+        Engine::Redis => Err(Refusal::NoSwitchover(
+            target.to_string(),
+            "Sentinel (replication mode) or the cluster (cluster mode) fails over; run SENTINEL FAILOVER or CLUSTER FAILOVER through `kubectl exec`",
+        )),
+        Engine::MongoDb => Err(Refusal::NoSwitchover(
+            target.to_string(),
+            "the replica set elects its primary; run rs.stepDown() on the primary through `kubectl exec`",
+        )),
+    }
+}
+
+/// A one-shot backup of `target` named `name` to `destination` (the cluster's
+/// `spec.backup.destination`, or another backup's): the object a person would create.
+pub fn backup(
+    target: &Target,
+    name: &str,
+    destination: Option<&BackupDestination>,
+) -> Result<Value, Refusal> {
+    let destination = destination.ok_or_else(|| Refusal::NoDestination {
+        target: target.to_string(),
+        backup_kind: target.engine.backup_kind(),
+    })?;
+    let group = match target.engine {
+        Engine::Etcd => "etcd.quorum.dev",
+        Engine::MySql => "mysql.quorum.dev",
+        Engine::Redis => "redis.quorum.dev",
+        Engine::MongoDb => "mongodb.quorum.dev",
+    };
+    Ok(json!({
+        "apiVersion": format!("{group}/v1alpha1"),
+        "kind": target.engine.backup_kind(),
+        "metadata": {
+            "name": name,
+            "labels": {"app.kubernetes.io/created-by": "kubectl-quorum"}
+        },
+        "spec": {"clusterName": target.name, "destination": destination}
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::target::parse;
+
+    #[test]
+    fn pause_sets_and_resume_removes_the_annotation() {
+        assert_eq!(
+            pause(true),
+            json!({"metadata": {"annotations": {"quorum.dev/paused": "true"}}})
+        );
+        assert_eq!(
+            pause(false),
+            json!({"metadata": {"annotations": {"quorum.dev/paused": null}}})
+        );
+    }
+
+    #[test]
+    fn switchover_is_mysql_s_annotation_and_refused_elsewhere_with_what_to_do() {
+        assert_eq!(
+            switchover(&parse("mysql/shop").unwrap(), "shop-1"),
+            Ok(json!({"metadata": {"annotations": {"mysql.quorum.dev/switchover-to": "shop-1"}}}))
+        );
+        for target in ["etcd/main", "redis/cache", "mongodb/orders"] {
+            let refused = switchover(&parse(target).unwrap(), "x-1").unwrap_err();
+            assert!(refused.to_string().contains("has no switchover: "), "{refused}");
+        }
+    }
+
+    #[test]
+    fn a_backup_is_the_engine_s_backup_kind_and_needs_a_destination() {
+        let destination: BackupDestination =
+            serde_json::from_value(json!({"filesystem": {"path": "/backups"}})).unwrap();
+        let target = parse("redis/cache").unwrap();
+        let object = backup(&target, "cache-now", Some(&destination)).unwrap();
+        assert_eq!(object["kind"], "RedisBackup");
+        assert_eq!(object["apiVersion"], "redis.quorum.dev/v1alpha1");
+        assert_eq!(object["spec"]["clusterName"], "cache");
+        assert_eq!(object["spec"]["destination"]["filesystem"]["path"], "/backups");
+        let refused = backup(&target, "cache-now", None).unwrap_err();
+        assert!(
+            refused.to_string().contains("--like <an existing RedisBackup>"),
+            "{refused}"
+        );
+    }
+}

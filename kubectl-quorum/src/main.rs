@@ -1,0 +1,314 @@
+//! `kubectl quorum`: see the library's documentation, and the README's section of the same name.
+
+use std::{io::IsTerminal, process::ExitCode};
+
+use clap::{Parser, Subcommand, ValueEnum};
+use k8s_openapi::api::core::v1::Pod;
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DynamicObject, ListParams, Patch, PatchParams, PostParams},
+    core::GroupVersionKind,
+    discovery::ApiResource,
+};
+use kubectl_quorum::{
+    actions,
+    target::{self, Engine, Target},
+    view::{self, ClusterView, Placement, Pods, Style},
+};
+use quorum_core::crd::BackupDestination;
+
+/// Status and day-two actions for Quorum's etcd, MySQL/MariaDB, Redis and MongoDB clusters.
+#[derive(Parser, Debug)]
+#[command(name = "kubectl-quorum", version, about)]
+struct Cli {
+    /// The namespace (default: the kubeconfig context's).
+    #[arg(short, long, global = true)]
+    namespace: Option<String>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Output {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// The cluster and its members (role, health, lag, pod, node, volume), its conditions, the
+    /// step in flight and what the operator waits for, the newest backup and the last failover.
+    Status {
+        /// `<kind>/<name>`, for example `mysqlcluster/shop`.
+        target: String,
+        #[arg(short, long, value_enum, default_value = "text")]
+        output: Output,
+    },
+    /// Stops the operator from acting on the cluster (annotation `quorum.dev/paused`).
+    Pause { target: String },
+    /// Lets the operator act on the cluster again.
+    Resume { target: String },
+    /// Asks for a switchover to `--to` (MySQL/MariaDB).
+    Switchover {
+        target: String,
+        /// The member (pod name) to become primary.
+        #[arg(long)]
+        to: String,
+    },
+    /// Takes a backup now: a one-shot backup object of the engine's kind.
+    Backup {
+        target: String,
+        /// Its name (default: `<cluster>-<UTC time>`).
+        #[arg(long)]
+        name: Option<String>,
+        /// Back up to the destination of this existing backup instead of the cluster's
+        /// `spec.backup.destination`.
+        #[arg(long)]
+        like: Option<String>,
+    },
+}
+
+#[derive(Debug, thiserror::Error)]
+enum Failure {
+    #[error(transparent)]
+    Target(#[from] target::TargetError),
+    #[error(transparent)]
+    Refused(#[from] actions::Refusal),
+    #[error("{what}: {source}")]
+    Api {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+fn api(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Failure {
+    let what = what.into();
+    move |source| Failure::Api { what, source }
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            eprintln!("error: {failure}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), Failure> {
+    quorum_core::install_crypto_provider();
+    let client = Client::try_default()
+        .await
+        .map_err(api("connecting to the cluster (kubeconfig)"))?;
+    let namespace = cli
+        .namespace
+        .clone()
+        .unwrap_or_else(|| client.default_namespace().to_string());
+    let scope = Scope { client, namespace };
+    match cli.command {
+        Command::Status { target, output } => {
+            let target = target::parse(&target)?;
+            let view = scope.status(&target).await?;
+            match output {
+                Output::Json => println!(
+                    "{}",
+                    serde_json::to_string_pretty(&view).expect("a view serializes")
+                ),
+                Output::Text => {
+                    let style = if std::io::stdout().is_terminal() {
+                        Style::Colour
+                    } else {
+                        Style::Plain
+                    };
+                    print!("{}", view::render(&view, style));
+                }
+            }
+        }
+        Command::Pause { target } => {
+            let target = target::parse(&target)?;
+            scope.patch(&target, actions::pause(true)).await?;
+            println!(
+                "{target} paused: the operator takes no step for it until `kubectl quorum resume {target}`"
+            );
+        }
+        Command::Resume { target } => {
+            let target = target::parse(&target)?;
+            scope.patch(&target, actions::pause(false)).await?;
+            println!("{target} resumed");
+        }
+        Command::Switchover { target, to } => {
+            let target = target::parse(&target)?;
+            let patch = actions::switchover(&target, &to)?;
+            scope.patch(&target, patch).await?;
+            println!(
+                "{target}: switchover to {to} requested (annotation {}); `kubectl quorum status {target}` shows its progress",
+                mysql_operator::crd::SWITCHOVER_ANNOTATION
+            );
+        }
+        Command::Backup { target, name, like } => {
+            let target = target::parse(&target)?;
+            let name = name.unwrap_or_else(|| {
+                format!(
+                    "{}-{}",
+                    target.name,
+                    jiff::Timestamp::now().strftime("%Y%m%dt%H%M%Sz")
+                )
+            });
+            let destination = match like {
+                Some(other) => scope.backup_destination(target.engine, &other).await?,
+                None => scope.cluster_destination(&target).await?,
+            };
+            let object = actions::backup(&target, &name, destination.as_ref())?;
+            let backups = scope.dynamic(target.engine.backup_kind());
+            let object: DynamicObject = serde_json::from_value(object).expect("a backup object");
+            backups
+                .create(&PostParams::default(), &object)
+                .await
+                .map_err(api(format!("creating {} {name}", target.engine.backup_kind())))?;
+            println!(
+                "{} {name} created for {target}; `kubectl get {} {name}` shows its phase",
+                target.engine.backup_kind(),
+                target.engine.backup_kind().to_ascii_lowercase()
+            );
+        }
+    }
+    Ok(())
+}
+
+struct Scope {
+    client: Client,
+    namespace: String,
+}
+
+impl Scope {
+    fn typed<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
+    {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    fn dynamic(&self, kind: &str) -> Api<DynamicObject> {
+        let group = match kind {
+            "EtcdCluster" | "EtcdBackup" => "etcd.quorum.dev",
+            "MySQLCluster" | "MySQLBackup" => "mysql.quorum.dev",
+            "RedisCluster" | "RedisBackup" => "redis.quorum.dev",
+            _ => "mongodb.quorum.dev",
+        };
+        let plural = format!("{}s", kind.to_ascii_lowercase());
+        let resource =
+            ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1alpha1", kind), &plural);
+        Api::namespaced_with(self.client.clone(), &self.namespace, &resource)
+    }
+
+    async fn patch(&self, target: &Target, patch: serde_json::Value) -> Result<(), Failure> {
+        self.dynamic(target.engine.kind())
+            .patch(&target.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(api(format!("{target} in {}", self.namespace)))?;
+        Ok(())
+    }
+
+    async fn pods(&self, name: &str) -> Result<Pods, Failure> {
+        let pods: Api<Pod> = self.typed();
+        let listed = pods
+            .list(&ListParams::default().labels(&format!("app.kubernetes.io/instance={name}")))
+            .await
+            .map_err(api("listing the cluster's pods"))?;
+        Ok(listed
+            .items
+            .into_iter()
+            .map(|pod| {
+                let spec = pod.spec.clone().unwrap_or_default();
+                let volume = spec
+                    .volumes
+                    .unwrap_or_default()
+                    .into_iter()
+                    .find_map(|volume| volume.persistent_volume_claim.map(|claim| claim.claim_name));
+                let placement = Placement {
+                    pod: pod.name_any(),
+                    node: spec.node_name,
+                    volume,
+                };
+                (pod.name_any(), placement)
+            })
+            .collect())
+    }
+
+    async fn status(&self, target: &Target) -> Result<ClusterView, Failure> {
+        let what = format!("{target} in {}", self.namespace);
+        let pods = self.pods(&target.name).await?;
+        let now = jiff::Timestamp::now();
+        Ok(match target.engine {
+            Engine::Etcd => view::etcd(
+                &self.typed().get(&target.name).await.map_err(api(what))?,
+                &pods,
+                now,
+            ),
+            Engine::MySql => view::mysql(
+                &self.typed().get(&target.name).await.map_err(api(what))?,
+                &pods,
+                now,
+            ),
+            Engine::Redis => view::redis(
+                &self.typed().get(&target.name).await.map_err(api(what))?,
+                &pods,
+                now,
+            ),
+            Engine::MongoDb => view::mongodb(
+                &self.typed().get(&target.name).await.map_err(api(what))?,
+                &pods,
+                now,
+            ),
+        })
+    }
+
+    async fn cluster_destination(&self, target: &Target) -> Result<Option<BackupDestination>, Failure> {
+        let what = format!("{target} in {}", self.namespace);
+        let policy = match target.engine {
+            Engine::Etcd => {
+                let cluster: etcd_operator::crd::EtcdCluster =
+                    self.typed().get(&target.name).await.map_err(api(what))?;
+                cluster.spec.backup
+            }
+            Engine::MySql => {
+                let cluster: mysql_operator::crd::MySQLCluster =
+                    self.typed().get(&target.name).await.map_err(api(what))?;
+                cluster.spec.backup
+            }
+            Engine::Redis => {
+                let cluster: redis_operator::crd::RedisCluster =
+                    self.typed().get(&target.name).await.map_err(api(what))?;
+                cluster.spec.backup
+            }
+            Engine::MongoDb => {
+                let cluster: mongodb_operator::crd::MongoDBReplicaSet =
+                    self.typed().get(&target.name).await.map_err(api(what))?;
+                cluster.spec.backup
+            }
+        };
+        Ok(policy.map(|policy| policy.destination))
+    }
+
+    async fn backup_destination(
+        &self,
+        engine: Engine,
+        name: &str,
+    ) -> Result<Option<BackupDestination>, Failure> {
+        let backup = self
+            .dynamic(engine.backup_kind())
+            .get(name)
+            .await
+            .map_err(api(format!("{} {name}", engine.backup_kind())))?;
+        Ok(backup
+            .data
+            .pointer("/spec/destination")
+            .cloned()
+            .and_then(|destination| serde_json::from_value(destination).ok()))
+    }
+}

@@ -1,0 +1,257 @@
+//! `kubectl quorum` run as users run it (the built binary, the kubeconfig of the local control
+//! plane) against an etcd cluster that the etcd operator forms from real etcd processes behind
+//! its member pods: status as text and JSON, pause and resume honoured by the operator, a backup
+//! taken now, and refusals that say what to do.
+
+use std::{collections::BTreeMap, process::Output, time::Duration};
+
+use etcd_operator::{
+    OPERATOR_NAME,
+    crd::{BackupPhase, BackupPolicy, EtcdBackup, EtcdCluster, EtcdClusterSpec, EtcdStorage},
+    observe::EtcdClients,
+    reconcile::{MemberAddresses, Settings, State},
+};
+use kube::{
+    Api, CustomResourceExt,
+    api::{Patch, PatchParams, PostParams},
+};
+use quorum_core::{
+    conditions::{ConditionType, is_true},
+    crd::{BackupDestination, FilesystemDestination},
+};
+use quorum_e2e::{
+    control_plane::{TestNamespace, admin_client, install_crd},
+    local_members::{EtcdLauncher, LocalMembers},
+    operator,
+    tools::{etcd_binary, pinned_version},
+    wait,
+};
+
+/// Runs the plugin in `namespace` with `args`, as `kubectl quorum` would.
+async fn plugin(namespace: &str, args: &[&str]) -> Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_kubectl-quorum"))
+        .arg("--namespace")
+        .arg(namespace)
+        .args(args)
+        .output()
+        .await
+        .expect("run kubectl-quorum")
+}
+
+fn stdout(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "kubectl-quorum failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout.clone()).expect("utf-8")
+}
+
+fn refused(output: &Output) -> String {
+    assert!(!output.status.success(), "expected a refusal");
+    String::from_utf8(output.stderr.clone()).expect("utf-8")
+}
+
+fn spec(backups: &std::path::Path) -> EtcdClusterSpec {
+    EtcdClusterSpec {
+        replicas: 3,
+        version: pinned_version("ETCD_VERSION").trim_start_matches('v').to_string(),
+        image: None,
+        storage: EtcdStorage {
+            size: k8s_openapi::apimachinery::pkg::api::resource::Quantity("1Gi".into()),
+            storage_class_name: None,
+        },
+        resources: None,
+        pod_template: None,
+        tls: None,
+        backup: Some(BackupPolicy {
+            schedule: "0 3 * * *".into(),
+            destination: BackupDestination {
+                s3: None,
+                filesystem: Some(FilesystemDestination {
+                    path: backups.display().to_string(),
+                }),
+            },
+            retain: 3,
+            max_age_minutes: None,
+        }),
+        restore_from: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_pause_resume_and_backup_through_the_plugin_and_refusals_that_say_what_to_do() {
+    quorum_core::telemetry::init(quorum_core::config::LogFormat::Text);
+    let client = admin_client().await;
+    install_crd(&client, &EtcdCluster::crd()).await;
+    install_crd(&client, &EtcdBackup::crd()).await;
+    let namespace = TestNamespace::create(&client, "kubectl-quorum").await;
+    let ns = namespace.name().to_string();
+    let scratch = std::env::temp_dir().join(format!("quorum-plugin-{ns}"));
+    let _members = LocalMembers::start(
+        client.clone(),
+        EtcdLauncher::new(BTreeMap::from([(spec(&scratch).version, etcd_binary())])),
+        scratch.join("members"),
+        Some(ns.clone()),
+    );
+    let runtime = operator::runtime(OPERATOR_NAME, "plugin-test", client.clone(), &ns, false);
+    let state = State {
+        clients: EtcdClients::new(
+            operator::call_policy(Duration::from_millis(800)),
+            operator::breaker(),
+            runtime.metrics().admin.clone(),
+        ),
+        settings: Settings {
+            cluster_domain: "cluster.local".into(),
+            member_addresses: MemberAddresses::Loopback,
+            freshness: Duration::from_secs(30),
+            replace_after: Duration::from_secs(300),
+            allow_http_backups: true,
+            operator_image: "quorum/etcd-operator:test".into(),
+        },
+    };
+    let context = runtime.context(state);
+    let controllers = etcd_operator::controllers(&runtime, context.clone());
+    let running = operator::Running::start(runtime, context, controllers);
+
+    let clusters: Api<EtcdCluster> = Api::namespaced(client.clone(), &ns);
+    clusters
+        .create(
+            &PostParams::default(),
+            &EtcdCluster::new("main", spec(&scratch.join("backups"))),
+        )
+        .await
+        .unwrap();
+    let status = wait::until("main Ready with 3 members", Duration::from_secs(120), || async {
+        let status = clusters
+            .get("main")
+            .await
+            .map_err(|e| e.to_string())?
+            .status
+            .unwrap_or_default();
+        if is_true(&status.conditions, ConditionType::Ready) && status.members.len() == 3 {
+            Ok(status)
+        } else {
+            Err(format!("{:?}", status.conditions))
+        }
+    })
+    .await;
+    let leader = status.leader.clone().expect("a leader");
+
+    // Status as text: plain when piped, a tree of members with role and health.
+    let text = stdout(&plugin(&ns, &["status", "etcdcluster/main"]).await);
+    assert!(
+        text.starts_with(&format!("EtcdCluster/main in {ns}: Ready True\n")),
+        "{text}"
+    );
+    assert!(text.contains(&format!("  primary: {leader}\n")), "{text}");
+    assert!(text.contains(&format!(" {leader} leader Healthy")), "{text}");
+    assert_eq!(text.matches(" follower Healthy").count(), 2, "{text}");
+    assert!(!text.contains('\x1b'), "no colour into a pipe: {text}");
+
+    // Status as JSON, by another name of the kind.
+    let json: serde_json::Value = serde_json::from_str(&stdout(
+        &plugin(&ns, &["status", "etcd/main", "-o", "json"]).await,
+    ))
+    .unwrap();
+    assert_eq!(json["kind"], "EtcdCluster");
+    assert_eq!(json["paused"], false);
+    let members = json["members"].as_array().unwrap();
+    assert_eq!(members.len(), 3);
+    assert_eq!(members.iter().filter(|m| m["role"] == "leader").count(), 1);
+    assert!(
+        members.iter().all(|m| m["placement"]["node"].is_string()),
+        "each member's pod and node: {members:?}"
+    );
+
+    // Paused, a spec change is not acted on; resumed, it is.
+    let paused = stdout(&plugin(&ns, &["pause", "etcdcluster/main"]).await);
+    assert!(
+        paused.contains("kubectl quorum resume EtcdCluster/main"),
+        "{paused}"
+    );
+    let paused_view: serde_json::Value = serde_json::from_str(&stdout(
+        &plugin(&ns, &["status", "etcdcluster/main", "-o", "json"]).await,
+    ))
+    .unwrap();
+    assert_eq!(paused_view["paused"], true);
+    let changed = clusters
+        .patch(
+            "main",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"backup": {"maxAgeMinutes": 600}}})),
+        )
+        .await
+        .unwrap();
+    let generation = changed.metadata.generation.unwrap();
+    // Held for a while: the paused operator records nothing of the new generation.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let held = clusters.get("main").await.unwrap().status.unwrap();
+    assert!(held.observed_generation < Some(generation), "paused: {held:?}");
+    assert!(
+        !held.conditions.iter().any(|c| c.type_ == "BackupStale"),
+        "no new condition while paused"
+    );
+    stdout(&plugin(&ns, &["resume", "etcdcluster/main"]).await);
+    wait::until(
+        "the change acted on once resumed",
+        Duration::from_secs(60),
+        || async {
+            let status = clusters
+                .get("main")
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .unwrap_or_default();
+            let stale_condition = status.conditions.iter().any(|c| c.type_ == "BackupStale");
+            if status.observed_generation == Some(generation) && stale_condition {
+                Ok(())
+            } else {
+                Err(format!("{:?}", status.observed_generation))
+            }
+        },
+    )
+    .await;
+
+    // A backup now, to the cluster's own destination.
+    let created = stdout(&plugin(&ns, &["backup", "etcdcluster/main", "--name", "now"]).await);
+    assert!(created.contains("EtcdBackup now created"), "{created}");
+    let backups: Api<EtcdBackup> = Api::namespaced(client.clone(), &ns);
+    wait::until("the backup taken now", Duration::from_secs(60), || async {
+        let status = backups
+            .get("now")
+            .await
+            .map_err(|e| e.to_string())?
+            .status
+            .unwrap_or_default();
+        match status.run.phase {
+            Some(BackupPhase::Succeeded) => Ok(()),
+            Some(BackupPhase::Failed) => panic!("backup failed: {:?}", status.run.message),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let with_backup = stdout(&plugin(&ns, &["status", "etcdcluster/main"]).await);
+    assert!(with_backup.contains("last backup: now at "), "{with_backup}");
+
+    // Refusals say what to do.
+    let no_switchover = refused(&plugin(&ns, &["switchover", "etcdcluster/main", "--to", "main-1"]).await);
+    assert!(
+        no_switchover.contains("EtcdCluster/main has no switchover: etcd elects its leader itself"),
+        "{no_switchover}"
+    );
+    let unknown_kind = refused(&plugin(&ns, &["status", "postgres/main"]).await);
+    assert!(
+        unknown_kind.contains("use etcdcluster, mysqlcluster"),
+        "{unknown_kind}"
+    );
+    let missing = refused(&plugin(&ns, &["status", "etcdcluster/absent"]).await);
+    assert!(
+        missing.contains(&format!("EtcdCluster/absent in {ns}")),
+        "{missing}"
+    );
+
+    running.stop().await;
+    namespace.delete().await;
+    let _ = std::fs::remove_dir_all(scratch);
+}
