@@ -17,6 +17,8 @@ pub enum Refusal {
         target: String,
         backup_kind: &'static str,
     },
+    #[error("the cluster to restore {0} from has no spec to copy")]
+    NoSpec(String),
 }
 
 /// The merge patch that pauses (`true`) or resumes (`false`) reconciliation.
@@ -57,14 +59,8 @@ pub fn backup(
         target: target.to_string(),
         backup_kind: target.engine.backup_kind(),
     })?;
-    let group = match target.engine {
-        Engine::Etcd => "etcd.quorum.dev",
-        Engine::MySql => "mysql.quorum.dev",
-        Engine::Redis => "redis.quorum.dev",
-        Engine::MongoDb => "mongodb.quorum.dev",
-    };
     Ok(json!({
-        "apiVersion": format!("{group}/v1alpha1"),
+        "apiVersion": format!("{}/v1alpha1", group(target.engine)),
         "kind": target.engine.backup_kind(),
         "metadata": {
             "name": name,
@@ -72,6 +68,37 @@ pub fn backup(
         },
         "spec": {"clusterName": target.name, "destination": destination}
     }))
+}
+
+/// A new cluster `target` restored from the backup `backup`, with the spec of the cluster the
+/// backup was taken of (`source_spec`) except its backup policy (a copy does not start writing
+/// next to the original's backups) and with `restoreFrom` set.
+pub fn restore(target: &Target, source_spec: &Value, backup: &str) -> Result<Value, Refusal> {
+    let mut spec = source_spec
+        .as_object()
+        .cloned()
+        .ok_or_else(|| Refusal::NoSpec(target.to_string()))?;
+    spec.remove("backup");
+    spec.insert("restoreFrom".to_string(), json!({"backupName": backup}));
+    Ok(json!({
+        "apiVersion": format!("{}/v1alpha1", group(target.engine)),
+        "kind": target.engine.kind(),
+        "metadata": {
+            "name": target.name,
+            "labels": {"app.kubernetes.io/created-by": "kubectl-quorum"}
+        },
+        "spec": spec
+    }))
+}
+
+/// The API group of an engine's kinds.
+pub fn group(engine: Engine) -> &'static str {
+    match engine {
+        Engine::Etcd => "etcd.quorum.dev",
+        Engine::MySql => "mysql.quorum.dev",
+        Engine::Redis => "redis.quorum.dev",
+        Engine::MongoDb => "mongodb.quorum.dev",
+    }
 }
 
 #[cfg(test)]
@@ -118,5 +145,18 @@ mod tests {
             refused.to_string().contains("--like <an existing RedisBackup>"),
             "{refused}"
         );
+    }
+
+    #[test]
+    fn a_restore_is_a_new_cluster_with_the_source_spec_restore_from_and_no_backup_policy() {
+        let source = json!({"replicas": 3, "version": "3.6.16", "backup": {"schedule": "0 3 * * *"}});
+        let object = restore(&parse("etcd/copy").unwrap(), &source, "nightly").unwrap();
+        assert_eq!(object["kind"], "EtcdCluster");
+        assert_eq!(object["metadata"]["name"], "copy");
+        assert_eq!(
+            object["spec"],
+            json!({"replicas": 3, "version": "3.6.16", "restoreFrom": {"backupName": "nightly"}})
+        );
+        assert!(restore(&parse("etcd/copy").unwrap(), &Value::Null, "nightly").is_err());
     }
 }

@@ -67,6 +67,15 @@ enum Command {
         #[arg(long)]
         like: Option<String>,
     },
+    /// Restores a backup into a new cluster `target`, with the spec of the cluster the backup
+    /// was taken of (without its backup policy).
+    Restore {
+        /// The new cluster, `<kind>/<name>`; it must not exist.
+        target: String,
+        /// The backup (of the same engine, in the same namespace).
+        #[arg(long)]
+        from: String,
+    },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -176,6 +185,44 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 target.engine.backup_kind().to_ascii_lowercase()
             );
         }
+        Command::Restore { target, from } => {
+            let target = target::parse(&target)?;
+            let backup_kind = target.engine.backup_kind();
+            let backup = scope
+                .dynamic(backup_kind)
+                .get(&from)
+                .await
+                .map_err(api(format!("{backup_kind} {from}")))?;
+            let source = backup
+                .data
+                .pointer("/spec/clusterName")
+                .and_then(|name| name.as_str())
+                .unwrap_or_default()
+                .to_string();
+            let clusters = scope.dynamic(target.engine.kind());
+            let source_cluster = clusters.get(&source).await.map_err(api(format!(
+                "{} {source}, which {backup_kind} {from} was taken of",
+                target.engine.kind()
+            )))?;
+            let object = actions::restore(
+                &target,
+                source_cluster
+                    .data
+                    .get("spec")
+                    .unwrap_or(&serde_json::Value::Null),
+                &from,
+            )?;
+            let object: DynamicObject = serde_json::from_value(object).expect("a cluster object");
+            clusters
+                .create(&PostParams::default(), &object)
+                .await
+                .map_err(api(format!(
+                    "creating {target} (a restore goes into a new cluster)"
+                )))?;
+            println!(
+                "{target} created from {backup_kind} {from} (the spec of {source}); `kubectl quorum status {target}` shows the restore"
+            );
+        }
     }
     Ok(())
 }
@@ -194,12 +241,11 @@ impl Scope {
     }
 
     fn dynamic(&self, kind: &str) -> Api<DynamicObject> {
-        let group = match kind {
-            "EtcdCluster" | "EtcdBackup" => "etcd.quorum.dev",
-            "MySQLCluster" | "MySQLBackup" => "mysql.quorum.dev",
-            "RedisCluster" | "RedisBackup" => "redis.quorum.dev",
-            _ => "mongodb.quorum.dev",
-        };
+        let engine = Engine::ALL
+            .into_iter()
+            .find(|engine| engine.kind() == kind || engine.backup_kind() == kind)
+            .expect("a kind of Quorum's");
+        let group = actions::group(engine);
         let plural = format!("{}s", kind.to_ascii_lowercase());
         let resource =
             ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1alpha1", kind), &plural);

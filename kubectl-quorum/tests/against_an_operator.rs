@@ -1,7 +1,7 @@
 //! `kubectl quorum` run as users run it (the built binary, the kubeconfig of the local control
 //! plane) against an etcd cluster that the etcd operator forms from real etcd processes behind
 //! its member pods: status as text and JSON, pause and resume honoured by the operator, a backup
-//! taken now, and refusals that say what to do.
+//! taken now, a restore into a new cluster, and refusals that say what to do.
 
 use std::{collections::BTreeMap, process::Output, time::Duration};
 
@@ -80,7 +80,7 @@ fn spec(backups: &std::path::Path) -> EtcdClusterSpec {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn status_pause_resume_and_backup_through_the_plugin_and_refusals_that_say_what_to_do() {
+async fn status_pause_resume_backup_and_restore_through_the_plugin_and_refusals_that_say_what_to_do() {
     quorum_core::telemetry::init(quorum_core::config::LogFormat::Text);
     let client = admin_client().await;
     install_crd(&client, &EtcdCluster::crd()).await;
@@ -233,6 +233,31 @@ async fn status_pause_resume_and_backup_through_the_plugin_and_refusals_that_say
     .await;
     let with_backup = stdout(&plugin(&ns, &["status", "etcdcluster/main"]).await);
     assert!(with_backup.contains("last backup: now at "), "{with_backup}");
+
+    // A restore is a new cluster with the source's spec, restoreFrom set, no backup policy;
+    // never into a cluster that exists.
+    let restoring = stdout(&plugin(&ns, &["restore", "etcdcluster/copy", "--from", "now"]).await);
+    assert!(
+        restoring.contains("EtcdCluster/copy created from EtcdBackup now"),
+        "{restoring}"
+    );
+    let copy = clusters.get("copy").await.unwrap();
+    assert_eq!(copy.spec.restore_from.as_ref().unwrap().backup_name, "now");
+    assert!(copy.spec.backup.is_none());
+    assert_eq!(copy.spec.replicas, 3);
+    assert_eq!(
+        copy.spec.version,
+        status.version.clone().unwrap_or(copy.spec.version.clone())
+    );
+    clusters
+        .delete("copy", &Default::default())
+        .await
+        .expect("delete the copy");
+    let into_existing = refused(&plugin(&ns, &["restore", "etcdcluster/main", "--from", "now"]).await);
+    assert!(
+        into_existing.contains("creating EtcdCluster/main (a restore goes into a new cluster)"),
+        "{into_existing}"
+    );
 
     // Refusals say what to do.
     let no_switchover = refused(&plugin(&ns, &["switchover", "etcdcluster/main", "--to", "main-1"]).await);
