@@ -5,6 +5,11 @@
 //! applies. Anything the operator does not want to own (a StatefulSet's `replicas` when an HPA
 //! scales it) must simply be left out of the applied object.
 //!
+//! A settled cluster costs no write: a child whose desired object is the one this process last
+//! applied, and whose stored object still holds every field of it with the same value, is not
+//! applied again (it is read instead). Anything else (a first apply after a start, a changed
+//! desired object, a child deleted or edited by someone else) is applied as before.
+//!
 //! Only the owner's own children are written. The first write of a child in the process reads it:
 //! an object under that name controlled by anything else is refused ([`Error::NotOwned`]). Once a
 //! child is known to be the owner's, its uid goes with every later write, so the API server itself
@@ -14,6 +19,7 @@
 use std::{
     collections::{BTreeMap, HashMap},
     fmt::Debug,
+    hash::{DefaultHasher, Hash, Hasher},
     sync::{Arc, Mutex},
 };
 
@@ -23,9 +29,10 @@ use k8s_openapi::{
 };
 use kube::{
     Api, Client, Resource, ResourceExt,
-    api::{Patch, PatchParams, PostParams},
+    api::{DeleteParams, Patch, PatchParams, PostParams},
 };
 use serde::{Serialize, de::DeserializeOwned};
+use serde_json::Value;
 
 use crate::{Error, ownership};
 
@@ -37,10 +44,17 @@ type ChildKey = (String, String, String, String);
 pub struct Applier {
     client: Client,
     field_manager: String,
-    /// The uids of children known to be controlled by their owner. Keyed by the owner's uid
-    /// too: an owner deleted and created again under its name starts unknown, so what the
-    /// deleted one left is found and refused until garbage collection removes it.
-    known: Arc<Mutex<HashMap<ChildKey, String>>>,
+    /// Children known to be controlled by their owner: their uid and a digest of the object
+    /// last applied. Keyed by the owner's uid too: an owner deleted and created again under its
+    /// name starts unknown, so what the deleted one left is found and refused until garbage
+    /// collection removes it.
+    known: Arc<Mutex<HashMap<ChildKey, Known>>>,
+}
+
+#[derive(Clone, Debug)]
+struct Known {
+    uid: String,
+    applied: u64,
 }
 
 impl Applier {
@@ -88,12 +102,21 @@ impl Applier {
                 .await
                 .map_err(refused);
         }
-        if let Some(uid) = self.known_uid(&key) {
+        let digest = digest(object);
+        if let Some(known) = self.known(&key) {
+            if known.applied == digest
+                && let Some(stored) = self.unchanged(&api, &key, &known, object).await?
+            {
+                return Ok(stored);
+            }
             match api
-                .patch(&name, &params, &Patch::Apply(with_uid(object, uid)))
+                .patch(&name, &params, &Patch::Apply(with_uid(object, known.uid)))
                 .await
             {
-                Ok(stored) => return Ok(stored),
+                Ok(stored) => {
+                    self.remember(key, &stored, digest);
+                    return Ok(stored);
+                }
                 // 404: deleted; 409: the uid matched nothing; 422: another object (another uid)
                 // is under the name, or the object is invalid. Either way, look again.
                 Err(kube::Error::Api(status)) if [404, 409, 422].contains(&status.code) => {
@@ -111,8 +134,70 @@ impl Applier {
             .patch(&name, &params, &Patch::Apply(&applied))
             .await
             .map_err(refused)?;
-        self.remember(key, &stored);
+        self.remember(key, &stored, digest);
         Ok(stored)
+    }
+
+    /// The stored child, when it is the one last applied and still holds every field of
+    /// `object` with the same value: nothing to write.
+    async fn unchanged<K>(
+        &self,
+        api: &Api<K>,
+        key: &ChildKey,
+        known: &Known,
+        object: &K,
+    ) -> Result<Option<K>, Error>
+    where
+        K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+            + Clone
+            + Debug
+            + Serialize
+            + DeserializeOwned,
+    {
+        let stored = api.get_opt(&key.2).await.map_err(read(&key.0, &key.2))?;
+        let Some(stored) = stored else {
+            return Ok(None);
+        };
+        let same_object = stored.meta().uid.as_deref() == Some(known.uid.as_str());
+        let holds = match (serde_json::to_value(&stored), serde_json::to_value(object)) {
+            (Ok(stored), Ok(desired)) => holds(&stored, &desired),
+            _ => false,
+        };
+        Ok((same_object && holds).then_some(stored))
+    }
+
+    /// Applies `desired` under `name`, or, when the owner no longer wants it (`None`), deletes
+    /// the object under `name` if `owner` controls it; nothing is written when there is none.
+    ///
+    /// # Errors
+    /// As [`Applier::apply`]; [`Error::Read`] or [`Error::Delete`] when the object cannot be read
+    /// or deleted.
+    pub async fn apply_or_remove<K, O>(&self, owner: &O, name: &str, desired: Option<K>) -> Result<(), Error>
+    where
+        K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+            + Clone
+            + Debug
+            + Serialize
+            + DeserializeOwned,
+        O: Resource<DynamicType = ()>,
+    {
+        if let Some(desired) = desired {
+            return self.apply(&desired).await.map(drop);
+        }
+        let kind = K::kind(&()).to_string();
+        let api: Api<K> = Api::namespaced(self.client.clone(), &owner.namespace().unwrap_or_default());
+        let existing = api.get_metadata_opt(name).await.map_err(read(&kind, name))?;
+        let owned = existing.is_some_and(|existing| controller_uid(&existing.metadata) == owner.meta().uid);
+        if !owned {
+            return Ok(());
+        }
+        ignore_not_found(api.delete(name, &DeleteParams::default()).await.map(drop)).map_err(|source| {
+            Error::Delete {
+                kind,
+                name: name.to_string(),
+                source,
+            }
+        })
     }
 
     /// Creates `object` unless an object of its owner is already under its name; what exists is
@@ -174,11 +259,7 @@ impl Applier {
         K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + Debug + DeserializeOwned,
     {
         let (kind, _, name, owner) = key;
-        let existing = api.get_metadata_opt(name).await.map_err(|source| Error::Read {
-            kind: kind.clone(),
-            name: name.clone(),
-            source,
-        })?;
+        let existing = api.get_metadata_opt(name).await.map_err(read(kind, name))?;
         let Some(existing) = existing else {
             return Ok(None);
         };
@@ -188,13 +269,13 @@ impl Applier {
         Ok(existing.metadata.uid)
     }
 
-    fn known_uid(&self, key: &ChildKey) -> Option<String> {
+    fn known(&self, key: &ChildKey) -> Option<Known> {
         self.known.lock().ok()?.get(key).cloned()
     }
 
-    fn remember<K: Resource>(&self, key: ChildKey, stored: &K) {
+    fn remember<K: Resource>(&self, key: ChildKey, stored: &K, applied: u64) {
         if let (Ok(mut known), Some(uid)) = (self.known.lock(), stored.meta().uid.clone()) {
-            known.insert(key, uid);
+            known.insert(key, Known { uid, applied });
         }
     }
 
@@ -202,6 +283,54 @@ impl Applier {
         if let Ok(mut known) = self.known.lock() {
             known.remove(key);
         }
+    }
+}
+
+fn read(kind: &str, name: &str) -> impl FnOnce(kube::Error) -> Error {
+    let (kind, name) = (kind.to_string(), name.to_string());
+    move |source| Error::Read { kind, name, source }
+}
+
+/// A digest of the object as it would be applied.
+fn digest<K: Serialize>(object: &K) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    serde_json::to_string(object)
+        .unwrap_or_default()
+        .hash(&mut hasher);
+    hasher.finish()
+}
+
+/// Whether `stored` holds every field of `desired` with the same value: maps field by field
+/// (a field `desired` leaves null or empty may be absent), lists element by element and of the
+/// same length, scalars equal. Fields only `stored` has (defaults, status, other managers')
+/// do not matter.
+fn holds(stored: &Value, desired: &Value) -> bool {
+    match (stored, desired) {
+        (_, Value::Null) => true,
+        (Value::Object(stored), Value::Object(desired)) => {
+            desired.iter().all(|(field, wanted)| match stored.get(field) {
+                Some(value) => holds(value, wanted),
+                None => is_empty(wanted),
+            })
+        }
+        (Value::Array(stored), Value::Array(desired)) => {
+            stored.len() == desired.len()
+                && stored
+                    .iter()
+                    .zip(desired)
+                    .all(|(value, wanted)| holds(value, wanted))
+        }
+        (Value::Null, wanted) => is_empty(wanted),
+        (stored, desired) => stored == desired,
+    }
+}
+
+fn is_empty(value: &Value) -> bool {
+    match value {
+        Value::Null => true,
+        Value::Object(map) => map.values().all(is_empty),
+        Value::Array(list) => list.is_empty(),
+        _ => false,
     }
 }
 
@@ -270,5 +399,48 @@ pub fn ignore_not_found<T>(result: Result<T, kube::Error>) -> Result<(), kube::E
         Ok(_) => Ok(()),
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
         Err(error) => Err(error),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_stored_object_holds_what_was_applied_whatever_else_it_has() {
+        let desired = json!({
+            "metadata": {"name": "main", "labels": {"app": "etcd"}, "annotations": {}, "uid": null},
+            "spec": {"ports": [{"port": 2379}], "selector": {"app": "etcd"}}
+        });
+        let stored = json!({
+            "metadata": {"name": "main", "labels": {"app": "etcd"}, "uid": "u-1", "resourceVersion": "7"},
+            "spec": {"ports": [{"port": 2379, "protocol": "TCP"}], "selector": {"app": "etcd"}, "type": "ClusterIP"},
+            "status": {}
+        });
+        assert!(holds(&stored, &desired));
+    }
+
+    #[test]
+    fn a_changed_missing_or_reshaped_field_is_not_held() {
+        let desired = json!({"spec": {"replicas": 3, "ports": [{"port": 2379}], "hidden": false}});
+        for stored in [
+            json!({"spec": {"replicas": 5, "ports": [{"port": 2379}], "hidden": false}}),
+            json!({"spec": {"replicas": 3, "ports": [{"port": 2380}], "hidden": false}}),
+            json!({"spec": {"replicas": 3, "ports": [{"port": 2379}, {"port": 2380}], "hidden": false}}),
+            json!({"spec": {"replicas": 3, "ports": [{"port": 2379}]}}),
+            json!({"spec": {"replicas": "3", "ports": [{"port": 2379}], "hidden": false}}),
+        ] {
+            assert!(!holds(&stored, &desired), "{stored}");
+        }
+    }
+
+    #[test]
+    fn digests_follow_the_object() {
+        let a = json!({"spec": {"replicas": 3}});
+        let b = json!({"spec": {"replicas": 4}});
+        assert_eq!(digest(&a), digest(&a.clone()));
+        assert_ne!(digest(&a), digest(&b));
     }
 }

@@ -27,6 +27,14 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    /// Deleting a child the owner no longer wants failed.
+    #[error("deleting {kind} {name}: {source}")]
+    Delete {
+        kind: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
     /// Reading or writing the leader-election Lease failed.
     #[error("leader election lease {name}: {source}")]
     Lease {
@@ -49,6 +57,7 @@ impl Error {
             Error::Apply { .. } => "apply",
             Error::PatchStatus { .. } => "patch_status",
             Error::Read { .. } => "read",
+            Error::Delete { .. } => "delete",
             Error::Lease { .. } => "lease",
             Error::MissingField { .. } => "missing_field",
             Error::NotOwned(_) => "not_owned",

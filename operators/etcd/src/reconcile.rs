@@ -729,20 +729,7 @@ async fn restore_source(context: &Context<State>, cluster: &EtcdCluster) -> Resu
 /// removing the policy removes it.
 async fn ensure_scheduled_backup(context: &Context<State>, cluster: &EtcdCluster) -> Result<(), Error> {
     let name = quorum_core::naming::child_name(&cluster.name_any(), "scheduled");
-    match build_scheduled_backup(cluster, &name)? {
-        Some(backup) => {
-            context.applier.apply(&backup).await?;
-        }
-        None => {
-            let backups: Api<EtcdBackup> =
-                Api::namespaced(context.client.clone(), &cluster.namespace().unwrap_or_default());
-            ignore_not_found(backups.delete(&name, &DeleteParams::default()).await).map_err(|source| {
-                Error::Delete {
-                    what: format!("EtcdBackup {name}"),
-                    source,
-                }
-            })?;
-        }
-    }
+    let backup = build_scheduled_backup(cluster, &name)?;
+    context.applier.apply_or_remove(cluster, &name, backup).await?;
     Ok(())
 }

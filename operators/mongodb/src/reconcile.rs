@@ -4,9 +4,8 @@
 use std::{ops::ControlFlow, sync::Arc, time::Duration};
 
 use k8s_openapi::{api::core::v1::Secret, jiff::Timestamp};
-use kube::{Api, ResourceExt, api::DeleteParams, runtime::controller::Action};
+use kube::{Api, ResourceExt, runtime::controller::Action};
 use quorum_core::{
-    apply::ignore_not_found,
     conditions::{ConditionType, ConditionUpdate},
     pass::{Reason as _, publish},
     pod::generate_password,
@@ -17,7 +16,7 @@ use secrecy::SecretString;
 
 use crate::{
     admin::Credentials,
-    crd::{MongoDBBackup, MongoDBReplicaSet},
+    crd::MongoDBReplicaSet,
     decide::{Desired, DesiredMember, decide},
     resources::{
         DEFAULT_ADMIN_USERNAME, PASSWORD_KEY, USERNAME_KEY, admin_secret_name, arbiter_name,
@@ -293,18 +292,10 @@ async fn ensure_scheduled_backup(
     replica_set: &MongoDBReplicaSet,
 ) -> Result<(), Error> {
     let name = quorum_core::naming::child_name(&replica_set.name_any(), "scheduled");
-    match build_scheduled_backup(replica_set, &name)? {
-        Some(backup) => {
-            context.applier.apply(&backup).await?;
-        }
-        None => {
-            let backups: Api<MongoDBBackup> = Api::namespaced(
-                context.client.clone(),
-                &replica_set.namespace().unwrap_or_default(),
-            );
-            ignore_not_found(backups.delete(&name, &DeleteParams::default()).await.map(|_| ()))
-                .map_err(api(format!("deleting MongoDBBackup {name}")))?;
-        }
-    }
+    let backup = build_scheduled_backup(replica_set, &name)?;
+    context
+        .applier
+        .apply_or_remove(replica_set, &name, backup)
+        .await?;
     Ok(())
 }

@@ -20,12 +20,11 @@ use k8s_openapi::{
 };
 use kube::{
     Api, ResourceExt,
-    api::{DeleteParams, ListParams, Patch, PatchParams},
+    api::{ListParams, Patch, PatchParams},
     runtime::controller::Action,
 };
 use quorum_core::{
     ReconcileError,
-    apply::ignore_not_found,
     backup::{backup_target, credentials},
     events::Severity,
     pass::{Progress, Reason as _, UnreadableRecord, publish},
@@ -915,17 +914,8 @@ async fn stored_snapshot(
 /// removing the policy removes it.
 async fn ensure_scheduled_backup(context: &Context<State>, cluster: &MySQLCluster) -> Result<(), Error> {
     let name = quorum_core::naming::child_name(&cluster.name_any(), "scheduled");
-    match build_scheduled_backup(cluster, &name)? {
-        Some(backup) => {
-            context.applier.apply(&backup).await?;
-        }
-        None => {
-            let backups: Api<MySQLBackup> =
-                Api::namespaced(context.client.clone(), &cluster.namespace().unwrap_or_default());
-            ignore_not_found(backups.delete(&name, &DeleteParams::default()).await)
-                .map_err(api(format!("deleting MySQLBackup {name}")))?;
-        }
-    }
+    let backup = build_scheduled_backup(cluster, &name)?;
+    context.applier.apply_or_remove(cluster, &name, backup).await?;
     Ok(())
 }
 

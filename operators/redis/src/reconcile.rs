@@ -8,9 +8,8 @@ use k8s_openapi::{
     api::{apps::v1::StatefulSet, core::v1::Secret},
     jiff::Timestamp,
 };
-use kube::{Api, ResourceExt, api::DeleteParams, runtime::controller::Action};
+use kube::{Api, ResourceExt, runtime::controller::Action};
 use quorum_core::{
-    apply::ignore_not_found,
     conditions::{ConditionType, ConditionUpdate},
     events::Severity,
     pod::generate_password,
@@ -259,16 +258,7 @@ async fn restore_gate(
 /// removing the policy removes it.
 async fn ensure_scheduled_backup(context: &Context<State>, cluster: &RedisCluster) -> Result<(), Error> {
     let name = quorum_core::naming::child_name(&cluster.name_any(), "scheduled");
-    match build_scheduled_backup(cluster, &name)? {
-        Some(backup) => {
-            context.applier.apply(&backup).await?;
-        }
-        None => {
-            let backups: Api<RedisBackup> =
-                Api::namespaced(context.client.clone(), &cluster.namespace().unwrap_or_default());
-            ignore_not_found(backups.delete(&name, &DeleteParams::default()).await)
-                .map_err(api(format!("deleting RedisBackup {name}")))?;
-        }
-    }
+    let backup = build_scheduled_backup(cluster, &name)?;
+    context.applier.apply_or_remove(cluster, &name, backup).await?;
     Ok(())
 }

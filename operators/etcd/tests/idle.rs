@@ -1,0 +1,144 @@
+//! What a settled cluster costs the API server: passes over it write nothing. Counted by the
+//! API server itself (`apiserver_request_total`), so this binary holds this one test: nothing
+//! else of the suite writes meanwhile.
+
+#[allow(dead_code)] // each test binary uses part of the support
+mod support;
+
+use std::{collections::BTreeMap, time::Duration};
+
+use etcd_operator::{crd::EtcdCluster, reconcile::MemberAddresses};
+use kube::{
+    Api, CustomResourceExt,
+    api::{Patch, PatchParams, PostParams},
+};
+use quorum_e2e::{
+    control_plane::{TestNamespace, admin_client, install_crd},
+    local_members::{EtcdLauncher, LocalMembers},
+    tools::etcd_binary,
+    wait,
+};
+
+/// Writes (verb, resource, subresource) the API server has served, of the kinds a pass over an
+/// etcd cluster could write: its children, its status, backups and events.
+async fn writes(client: &kube::Client) -> BTreeMap<(String, String, String), u64> {
+    let text = client
+        .request_text(http::Request::get("/metrics").body(Vec::new()).unwrap())
+        .await
+        .expect("the API server's metrics");
+    let watched = [
+        ("statefulsets", ""),
+        ("services", ""),
+        ("configmaps", ""),
+        ("poddisruptionbudgets", ""),
+        ("secrets", ""),
+        ("etcdbackups", ""),
+        ("etcdbackups", "status"),
+        ("etcdclusters", "status"),
+        ("events", ""),
+    ];
+    let mut counted = BTreeMap::new();
+    for line in text
+        .lines()
+        .filter(|line| line.starts_with("apiserver_request_total{"))
+    {
+        let label = |name: &str| {
+            let start = line.find(&format!("{name}=\""))? + name.len() + 2;
+            let end = line[start..].find('"')? + start;
+            Some(line[start..end].to_string())
+        };
+        let (Some(verb), Some(resource), Some(subresource)) =
+            (label("verb"), label("resource"), label("subresource"))
+        else {
+            continue;
+        };
+        let write = ["POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION"].contains(&verb.as_str());
+        if !write || !watched.contains(&(resource.as_str(), subresource.as_str())) {
+            continue;
+        }
+        let value: f64 = line
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        *counted.entry((verb, resource, subresource)).or_insert(0) += value as u64;
+    }
+    counted
+}
+
+fn passes(metrics: &str) -> u64 {
+    metrics
+        .lines()
+        .find(|line| line.starts_with(r#"quorum_reconcile_total{controller="etcdclusters"}"#))
+        .and_then(|line| line.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passes_over_a_settled_cluster_write_nothing() {
+    quorum_core::telemetry::init(quorum_core::config::LogFormat::Text);
+    let client = admin_client().await;
+    install_crd(&client, &EtcdCluster::crd()).await;
+    let namespace = TestNamespace::create(&client, "etcd-idle").await;
+    let ns = namespace.name().to_string();
+    let scratch = std::env::temp_dir().join(format!("quorum-idle-{ns}"));
+    let spec = support::cluster_spec(3, None);
+    let _members = LocalMembers::start(
+        client.clone(),
+        EtcdLauncher::new(BTreeMap::from([(spec.version.clone(), etcd_binary())])),
+        scratch.clone(),
+        Some(ns.clone()),
+    );
+    let operator = support::operator::start(client.clone(), &ns, MemberAddresses::Loopback);
+    let clusters: Api<EtcdCluster> = Api::namespaced(client.clone(), &ns);
+    clusters
+        .create(&PostParams::default(), &EtcdCluster::new("main", spec))
+        .await
+        .unwrap();
+    support::ready_with(&clusters, "main", 3, Duration::from_secs(120)).await;
+
+    // A pass is asked for by touching an annotation (the test's write, to the cluster object
+    // itself, which is not counted), and counted by the operator's pass counter.
+    let pass = |round: usize| {
+        let clusters = clusters.clone();
+        let context = operator.context.clone();
+        async move {
+            let before = passes(&context.metrics.render());
+            let poke =
+                serde_json::json!({"metadata": {"annotations": {"test.quorum.dev/poke": round.to_string()}}});
+            clusters
+                .patch("main", &PatchParams::default(), &Patch::Merge(&poke))
+                .await
+                .unwrap();
+            wait::until("a pass", Duration::from_secs(30), || async {
+                let after = passes(&context.metrics.render());
+                if after > before {
+                    Ok(())
+                } else {
+                    Err(format!("{after} passes"))
+                }
+            })
+            .await;
+        }
+    };
+    // The first passes after the operator started apply every child once.
+    pass(0).await;
+    let before = writes(&client).await;
+    for round in 1..=3 {
+        pass(round).await;
+    }
+    let after = writes(&client).await;
+    let written: Vec<_> = after
+        .iter()
+        .filter(|(key, count)| before.get(*key).copied().unwrap_or(0) < **count)
+        .map(|(key, count)| (key.clone(), count - before.get(key).copied().unwrap_or(0)))
+        .collect();
+    assert!(
+        written.is_empty(),
+        "three passes over a settled cluster wrote: {written:?}"
+    );
+
+    operator.stop().await;
+    namespace.delete().await;
+    let _ = std::fs::remove_dir_all(scratch);
+}
