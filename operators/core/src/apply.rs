@@ -5,10 +5,15 @@
 //! applies. Anything the operator does not want to own (a StatefulSet's `replicas` when an HPA
 //! scales it) must simply be left out of the applied object.
 //!
-//! A settled cluster costs no write: a child whose desired object is the one this process last
-//! applied, and whose stored object still holds every field of it with the same value, is not
-//! applied again (it is read instead). Anything else (a first apply after a start, a changed
-//! desired object, a child deleted or edited by someone else) is applied as before.
+//! A settled cluster costs no write: a child is not applied again (it is read instead) when its
+//! desired object is the one this process last applied, the fields the API server records as
+//! this field manager's are exactly those it recorded right after that apply, and the stored
+//! object still holds every desired field with the same value. Anything else is applied as
+//! before: a first apply after a start, a changed desired object, a child deleted, replaced or
+//! edited by someone else. An edit by another manager of a field the operator owns (a value, a
+//! key removed, an atomic map such as a Service's selector replaced) moves that field's
+//! ownership away from the operator's manager, which the first check sees even where the
+//! stored values alone would not tell.
 //!
 //! Only the owner's own children are written. The first write of a child in the process reads it:
 //! an object under that name controlled by anything else is refused ([`Error::NotOwned`]). Once a
@@ -54,7 +59,10 @@ pub struct Applier {
 #[derive(Clone, Debug)]
 struct Known {
     uid: String,
+    /// A digest of the object last applied.
     applied: u64,
+    /// The fields the API server recorded as this manager's right after that apply.
+    owned: Option<Value>,
 }
 
 impl Applier {
@@ -159,11 +167,12 @@ impl Applier {
             return Ok(None);
         };
         let same_object = stored.meta().uid.as_deref() == Some(known.uid.as_str());
+        let same_fields = known.owned.is_some() && owned_fields(&stored, &self.field_manager) == known.owned;
         let holds = match (serde_json::to_value(&stored), serde_json::to_value(object)) {
             (Ok(stored), Ok(desired)) => holds(&stored, &desired),
             _ => false,
         };
-        Ok((same_object && holds).then_some(stored))
+        Ok((same_object && same_fields && holds).then_some(stored))
     }
 
     /// Applies `desired` under `name`, or, when the owner no longer wants it (`None`), deletes
@@ -274,8 +283,9 @@ impl Applier {
     }
 
     fn remember<K: Resource>(&self, key: ChildKey, stored: &K, applied: u64) {
+        let owned = owned_fields(stored, &self.field_manager);
         if let (Ok(mut known), Some(uid)) = (self.known.lock(), stored.meta().uid.clone()) {
-            known.insert(key, Known { uid, applied });
+            known.insert(key, Known { uid, applied, owned });
         }
     }
 
@@ -289,6 +299,23 @@ impl Applier {
 fn read(kind: &str, name: &str) -> impl FnOnce(kube::Error) -> Error {
     let (kind, name) = (kind.to_string(), name.to_string());
     move |source| Error::Read { kind, name, source }
+}
+
+/// The fields the API server records as applied by `manager` on `object` (its managed-fields
+/// entry of the Apply operation on the object itself, not a subresource).
+fn owned_fields<K: Resource>(object: &K, manager: &str) -> Option<Value> {
+    object
+        .meta()
+        .managed_fields
+        .iter()
+        .flatten()
+        .find(|entry| {
+            entry.manager.as_deref() == Some(manager)
+                && entry.operation.as_deref() == Some("Apply")
+                && entry.subresource.as_deref().unwrap_or_default().is_empty()
+        })
+        .and_then(|entry| entry.fields_v1.as_ref())
+        .and_then(|fields| serde_json::to_value(fields).ok())
 }
 
 /// A digest of the object as it would be applied.
@@ -434,6 +461,26 @@ mod tests {
         ] {
             assert!(!holds(&stored, &desired), "{stored}");
         }
+    }
+
+    #[test]
+    fn owned_fields_are_this_manager_s_apply_entry_only() {
+        let service: k8s_openapi::api::core::v1::Service = serde_json::from_value(json!({
+            "metadata": {"name": "main", "managedFields": [
+                {"manager": "quorum-etcd-operator", "operation": "Apply", "fieldsType": "FieldsV1",
+                 "fieldsV1": {"f:spec": {"f:selector": {}}}},
+                {"manager": "quorum-etcd-operator", "operation": "Update", "subresource": "status",
+                 "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {}}},
+                {"manager": "kubectl-patch", "operation": "Update", "fieldsType": "FieldsV1",
+                 "fieldsV1": {"f:spec": {"f:type": {}}}}
+            ]}
+        }))
+        .unwrap();
+        assert_eq!(
+            owned_fields(&service, "quorum-etcd-operator"),
+            Some(json!({"f:spec": {"f:selector": {}}}))
+        );
+        assert_eq!(owned_fields(&service, "someone-else"), None);
     }
 
     #[test]
