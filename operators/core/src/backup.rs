@@ -57,7 +57,7 @@ mod schedule;
 
 pub use destination::{
     ACCESS_KEY_ID_KEY, CredentialsError, DestinationError, S3Credentials, SECRET_ACCESS_KEY_KEY,
-    backup_target, credentials, object_name, scoped_target,
+    backup_target, credentials, object_name, object_prefix, scoped_target,
 };
 pub use pipe::{PIPE_CAPACITY, PipeError, PipeReader, PipeWriter, Produce, pipe, producer};
 pub use run::{Due, LocateError, SinkSetupError, StoreSettings, cluster_sink, due, locate, until};

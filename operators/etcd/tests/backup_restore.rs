@@ -106,7 +106,7 @@ async fn snapshots_are_stored_verified_and_restore_into_a_new_cluster() {
     // (a) Into the S3 server.
     let s3 = S3Server::start().await;
     let s3_sink = BackupSink::new(s3.backup_target(Some("etcd"))).expect("S3 sink");
-    let name = quorum_core::backup::object_name("test", CLUSTER, jiff::Timestamp::now(), "db");
+    let name = quorum_core::backup::object_name("EtcdBackup", "test", CLUSTER, jiff::Timestamp::now(), "db");
     let stored = snapshot_to_sink(&harness.clients, KEY, &resolver, ordinal, &s3_sink, &name)
         .await
         .expect("snapshot into S3");
@@ -260,7 +260,7 @@ async fn a_blackholed_member_fails_the_snapshot_within_the_timeout_and_nothing_i
         directory: directory.0.clone(),
     })
     .expect("directory sink");
-    let name = quorum_core::backup::object_name("test", CLUSTER, jiff::Timestamp::now(), "db");
+    let name = quorum_core::backup::object_name("EtcdBackup", "test", CLUSTER, jiff::Timestamp::now(), "db");
 
     harness.proxies[&0].set(Fault::Blackhole);
     for sink in [&s3_sink, &directory_sink] {
@@ -321,7 +321,7 @@ async fn a_snapshot_may_take_longer_than_the_call_timeout_while_it_makes_progres
         directory: directory.0.clone(),
     })
     .expect("directory sink");
-    let name = quorum_core::backup::object_name("test", CLUSTER, jiff::Timestamp::now(), "db");
+    let name = quorum_core::backup::object_name("EtcdBackup", "test", CLUSTER, jiff::Timestamp::now(), "db");
 
     // Every forwarded chunk waits: the 2 MB stream takes well over the 800 ms call timeout.
     harness.proxies[&0].set(Fault::Delay(Duration::from_millis(10)));
@@ -351,7 +351,7 @@ async fn a_member_cut_off_mid_snapshot_fails_it_and_nothing_is_stored() {
     let resolver = harness.resolver();
     let s3 = S3Server::start().await;
     let s3_sink = BackupSink::new(s3.backup_target(Some("etcd"))).expect("S3 sink");
-    let name = quorum_core::backup::object_name("test", CLUSTER, jiff::Timestamp::now(), "db");
+    let name = quorum_core::backup::object_name("EtcdBackup", "test", CLUSTER, jiff::Timestamp::now(), "db");
 
     harness.proxies[&0].set(Fault::Delay(Duration::from_millis(20)));
     let started = std::time::Instant::now();

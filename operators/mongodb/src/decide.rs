@@ -134,7 +134,8 @@ impl Observed {
     /// - `Unhealthy` when the primary positively reports a fault: it does not hear the member's
     ///   heartbeats, or the member is in a state that serves nothing (recovering, rolling back,
     ///   removed);
-    /// - `Unknown` when the operator cannot reach it and the primary does not report it down;
+    /// - `Unknown` when the operator cannot reach it and the primary does not report it down, or
+    ///   when the primary's status leaves out a member of the configuration;
     /// - `Healthy` otherwise.
     pub fn health(&self, host: &str) -> Health {
         let reported = self.status.as_ref().and_then(|status| status.member(host));
@@ -153,7 +154,18 @@ impl Observed {
                     | MemberState::Removed
                     | MemberState::Unknown),
                 ) => Health::Unhealthy(format!("state {}", state.as_str())),
-                _ => Health::Healthy,
+                Some(_) => Health::Healthy,
+                // A member of the configuration the primary's status leaves out: not heard, so
+                // not positively healthy (a member still joining is in no configuration).
+                None if self.status.is_some()
+                    && self
+                        .config
+                        .as_ref()
+                        .is_some_and(|config| config.member(host).is_some()) =>
+                {
+                    Health::Unknown("the primary does not report it".to_string())
+                }
+                None => Health::Healthy,
             },
         }
     }
@@ -1119,6 +1131,14 @@ mod tests {
             observed.health(&host(1)),
             Health::Unhealthy("state RECOVERING".into())
         );
+        assert_eq!(reason(&decide(&desired(2, 0), &observed)), "MemberNotHealthy");
+    }
+
+    #[test]
+    fn a_configured_member_the_primary_does_not_report_is_unknown_and_blocks_removal() {
+        let mut observed = set(&[1, 1, 1]);
+        observed.status.as_mut().unwrap().members.remove(1);
+        assert!(matches!(observed.health(&host(1)), Health::Unknown(_)));
         assert_eq!(reason(&decide(&desired(2, 0), &observed)), "MemberNotHealthy");
     }
 

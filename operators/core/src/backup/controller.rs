@@ -2,10 +2,11 @@
 //! `MongoDBBackup`): one pass, the same for every engine, around the engine's own part.
 //!
 //! A pass, in order:
-//! 0. **interrupted**: a run is taken within one pass, so a pass that finds `Running` in
-//!    status finds a run the operator stopped during (a restart, a lost lease). Its upload was
-//!    never completed, so nothing partial is stored; it is recorded `Failed` (`Interrupted`)
-//!    and the backup goes on as after any failed run: a schedule at its next time.
+//! 0. **interrupted**: a pass starts from the stored backup (not the watch cache, which may
+//!    trail the last write). A run is taken within one pass, so a pass that finds `Running`
+//!    finds a run the operator stopped during (a restart, a lost lease). A partial upload is
+//!    never stored; it is recorded `Failed` (`Interrupted`) and the backup goes on as after any
+//!    failed run: a schedule at its next time.
 //! 1. **due**: a one-shot backup runs once; a scheduled one at its next time (written to
 //!    `nextScheduledAt` while it waits). A schedule that never fires is recorded, reported, and
 //!    waits for the resource to change.
@@ -41,7 +42,7 @@ use serde::{Serialize, de::DeserializeOwned};
 
 use super::{
     BackupError, BackupSink, Retention, ScheduleError, SinkSetupError, StoredBackup, cluster_sink, due_at,
-    next_due, object_name, until,
+    next_due, object_name, object_prefix, until,
 };
 use crate::{
     ReconcileError,
@@ -267,6 +268,22 @@ pub async fn reconcile<E, S>(
 where
     E: BackupEngine,
 {
+    // The watch cache may trail this controller's own last write (a run it just recorded): a
+    // pass starts from the stored object, so it never takes a finished run for an interrupted
+    // one, nor writes older fields back.
+    let backups: Api<E::Backup> =
+        Api::namespaced(context.client.clone(), &backup.namespace().unwrap_or_default());
+    let stored = backups
+        .get_opt(&backup.name_any())
+        .await
+        .map_err(|source| BackupControllerError::Read {
+            what: format!("{} {}", E::Backup::kind(&()), backup.name_any()),
+            source,
+        })?;
+    let Some(backup) = stored else {
+        return Ok(Action::await_change());
+    };
+    let backup = &backup;
     let mut pass = Pass::new(engine, backup, context);
     pass.remember_newest_success();
     pass.fail_interrupted_run().await?;
@@ -357,8 +374,9 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
             .as_ref()
             .map_or_else(|| "at an unknown time".to_string(), |at| format!("at {}", at.0));
         let message = format!(
-            "the run started {started} did not finish: the operator stopped during it; no partial \
-             object was stored"
+            "the run started {started} did not finish, or its result was not recorded: the operator \
+             stopped during it; a partial upload is never stored, and an object it may have \
+             completed is not used"
         );
         self.fail("Interrupted", message, true).await?;
         self.context
@@ -447,6 +465,7 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
         let mut snapshots = Vec::with_capacity(sources.len());
         for source in sources {
             let name = object_name(
+                &E::Backup::kind(&()),
                 &self.backup.name_any(),
                 &self.spec().cluster_name,
                 now,
@@ -544,7 +563,7 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
             return Ok(());
         };
         let retention = Retention {
-            prefix: Some(self.backup.name_any()),
+            prefix: Some(object_prefix(&E::Backup::kind(&()), &self.backup.name_any())),
             keep: keep as usize * objects_per_run,
             protected: self.referenced().await?,
         };

@@ -196,18 +196,26 @@ pub fn scoped_target(target: BackupTarget, namespace: &str, cluster: &str) -> Ba
     }
 }
 
-/// The name of a backup of `cluster` taken at `at` by the backup resource `backup`:
-/// `<backup>/<cluster>-YYYYMMDDTHHMMSS.mmmZ.<extension>` (UTC, milliseconds), for example
-/// `nightly/main-20261121T153000.750Z.db` for an etcd snapshot.
+/// The name of a backup of `cluster` taken at `at` by the backup resource `backup` of kind
+/// `kind`: `<kind, lower case>/<backup>/<cluster>-YYYYMMDDTHHMMSS.mmmZ.<extension>` (UTC,
+/// milliseconds), for example `etcdbackup/nightly/main-20261121T153000.750Z.db`.
 ///
-/// Each backup resource's objects share the prefix of its name, so its retention sees only what
-/// it made; names of one resource with one extension sort by time. Two resources never share a
-/// name, even in the same second, and one resource runs once at a time.
-pub fn object_name(backup: &str, cluster: &str, at: Timestamp, extension: &str) -> String {
+/// Each backup resource's objects share the prefix of its kind and name (see [`object_prefix`]),
+/// so its retention sees only what it made, even when clusters of two engines share a name and
+/// a bucket, and never an object of the earlier naming (`<cluster>/<cluster>-….<extension>`,
+/// files where this naming has directories). Names of one resource with one extension sort by
+/// time; two resources never share a name, even in the same second.
+pub fn object_name(kind: &str, backup: &str, cluster: &str, at: Timestamp, extension: &str) -> String {
     format!(
-        "{backup}/{cluster}-{}.{extension}",
+        "{}/{cluster}-{}.{extension}",
+        object_prefix(kind, backup),
         at.strftime("%Y%m%dT%H%M%S%.3fZ")
     )
+}
+
+/// The prefix under which the backup resource `backup` of kind `kind` stores its objects.
+pub fn object_prefix(kind: &str, backup: &str) -> String {
+    format!("{}/{backup}", kind.to_ascii_lowercase())
 }
 
 #[cfg(test)]
@@ -383,22 +391,27 @@ mod tests {
     fn object_names_are_per_backup_unique_within_a_second_and_sort_by_time() {
         let at: Timestamp = "2026-11-21T15:30:00.75Z".parse().expect("timestamp");
         assert_eq!(
-            object_name("nightly", "main", at, "db"),
-            "nightly/main-20261121T153000.750Z.db"
+            object_name("EtcdBackup", "nightly", "main", at, "db"),
+            "etcdbackup/nightly/main-20261121T153000.750Z.db"
         );
         assert_eq!(
-            object_name("nightly", "main", at, "sql.gz"),
-            "nightly/main-20261121T153000.750Z.sql.gz"
+            object_name("MySQLBackup", "nightly", "main", at, "sql.gz"),
+            "mysqlbackup/nightly/main-20261121T153000.750Z.sql.gz"
         );
-        // Two backup resources of one cluster in the same millisecond: two objects.
+        // Two backup resources of one cluster in the same millisecond: two objects; two
+        // engines' backups of the same name: two prefixes.
         assert_ne!(
-            object_name("nightly", "main", at, "db"),
-            object_name("before-upgrade", "main", at, "db")
+            object_name("EtcdBackup", "nightly", "main", at, "db"),
+            object_name("EtcdBackup", "before-upgrade", "main", at, "db")
+        );
+        assert_ne!(
+            object_prefix("EtcdBackup", "main-scheduled"),
+            object_prefix("MySQLBackup", "main-scheduled")
         );
         let same_second: Timestamp = "2026-11-21T15:30:00.9Z".parse().expect("timestamp");
         let later: Timestamp = "2026-11-21T15:30:01Z".parse().expect("timestamp");
         let next_year: Timestamp = "2027-01-01T00:00:00Z".parse().expect("timestamp");
-        let name = |at| object_name("nightly", "main", at, "db");
+        let name = |at| object_name("EtcdBackup", "nightly", "main", at, "db");
         let mut names = vec![name(next_year), name(same_second), name(at), name(later)];
         names.sort();
         assert_eq!(names, [name(at), name(same_second), name(later), name(next_year)]);
