@@ -20,7 +20,7 @@ use quorum_core::{
     crd::{BackupDestination, FilesystemDestination},
 };
 use quorum_e2e::{
-    control_plane::{TestNamespace, admin_client, install_crd},
+    control_plane::{self, TestNamespace, admin_client, install_crd},
     local_members::{EtcdLauncher, LocalMembers},
     operator,
     tools::{etcd_binary, pinned_version},
@@ -30,6 +30,7 @@ use quorum_e2e::{
 /// Runs the plugin in `namespace` with `args`, as `kubectl quorum` would.
 async fn plugin(namespace: &str, args: &[&str]) -> Output {
     tokio::process::Command::new(env!("CARGO_BIN_EXE_kubectl-quorum"))
+        .env("KUBECONFIG", control_plane::kubeconfig_path())
         .arg("--namespace")
         .arg(namespace)
         .args(args)
