@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use jiff::Timestamp;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 use quorum_core::{crd::BackupRecord, runner::is_paused};
 use serde::Serialize;
@@ -165,10 +165,23 @@ fn member(name: &str, role: &str, health: &str, pods: &Pods) -> MemberView {
     }
 }
 
-fn finish(mut view: ClusterView, raw_conditions: &[Condition]) -> ClusterView {
+/// The parts every engine's status has: conditions (and what they say the operator waits for)
+/// and the newest backup.
+fn finish(
+    mut view: ClusterView,
+    raw_conditions: &[Condition],
+    last_backup: Option<&BackupRecord>,
+    now: Timestamp,
+) -> ClusterView {
     view.conditions = conditions(raw_conditions);
     view.waiting_for = waiting_for(&view.conditions);
+    view.last_backup = backup(last_backup, now);
     view
+}
+
+/// A step in flight, for people: `<action> of <member> since <time>`.
+fn in_flight<A: Serialize>(action: &A, member: &str, started_at: &Time) -> String {
+    format!("{} of {member} since {}", wire(action), started_at.0)
 }
 
 pub fn etcd(cluster: &etcd_operator::crd::EtcdCluster, pods: &Pods, now: Timestamp) -> ClusterView {
@@ -198,15 +211,13 @@ pub fn etcd(cluster: &etcd_operator::crd::EtcdCluster, pods: &Pods, now: Timesta
         })
         .collect();
     view.in_flight = status.in_flight.as_ref().map(|step| {
-        format!(
-            "{} of member {} since {}",
-            wire(&step.action),
-            step.ordinal,
-            step.started_at.0
+        in_flight(
+            &step.action,
+            &format!("member {}", step.ordinal),
+            &step.started_at,
         )
     });
-    view.last_backup = backup(status.last_backup.as_ref(), now);
-    finish(view, &status.conditions)
+    finish(view, &status.conditions, status.last_backup.as_ref(), now)
 }
 
 pub fn mysql(cluster: &mysql_operator::crd::MySQLCluster, pods: &Pods, now: Timestamp) -> ClusterView {
@@ -226,22 +237,17 @@ pub fn mysql(cluster: &mysql_operator::crd::MySQLCluster, pods: &Pods, now: Time
             ..member(&m.name, &m.role, &m.health, pods)
         })
         .collect();
-    view.in_flight = status.in_flight.as_ref().map(|step| {
-        format!(
-            "{} of {} since {}",
-            wire(&step.action),
-            step.member,
-            step.started_at.0
-        )
-    });
-    view.last_backup = backup(status.last_backup.as_ref(), now);
+    view.in_flight = status
+        .in_flight
+        .as_ref()
+        .map(|step| in_flight(&step.action, &step.member, &step.started_at));
     view.last_failover = status.last_failover.as_ref().map(|failover| FailoverView {
         from: failover.from.clone(),
         to: failover.to.clone(),
         at: failover.completed_at.0.to_string(),
         duration_millis: Some(failover.duration_millis),
     });
-    finish(view, &status.conditions)
+    finish(view, &status.conditions, status.last_backup.as_ref(), now)
 }
 
 pub fn redis(cluster: &redis_operator::crd::RedisCluster, pods: &Pods, now: Timestamp) -> ClusterView {
@@ -262,14 +268,13 @@ pub fn redis(cluster: &redis_operator::crd::RedisCluster, pods: &Pods, now: Time
         .map(|sentinel| member(&sentinel.name, "sentinel", &sentinel.health, pods));
     view.members = nodes.chain(sentinels).collect();
     view.in_flight = status.rebalance.as_ref().map(wire);
-    view.last_backup = backup(status.last_backup.as_ref(), now);
     view.last_failover = status.last_failover.as_ref().map(|failover| FailoverView {
         from: failover.from.clone(),
         to: failover.to.clone(),
         at: failover.observed_at.0.to_string(),
         duration_millis: None,
     });
-    finish(view, &status.conditions)
+    finish(view, &status.conditions, status.last_backup.as_ref(), now)
 }
 
 pub fn mongodb(
@@ -293,16 +298,11 @@ pub fn mongodb(
             ..member(&m.name, &m.state.to_ascii_lowercase(), &m.health, pods)
         })
         .collect();
-    view.in_flight = status.membership_change.as_ref().map(|change| {
-        format!(
-            "{} of {} since {}",
-            wire(&change.kind),
-            change.member,
-            change.started_at.0
-        )
-    });
-    view.last_backup = backup(status.last_backup.as_ref(), now);
-    finish(view, &status.conditions)
+    view.in_flight = status
+        .membership_change
+        .as_ref()
+        .map(|change| in_flight(&change.kind, &change.member, &change.started_at));
+    finish(view, &status.conditions, status.last_backup.as_ref(), now)
 }
 
 /// Whether text goes to a terminal (colour) or a pipe (plain).
