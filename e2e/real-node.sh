@@ -183,7 +183,11 @@ clusterDomain: cluster.local
 resolvConf: ""
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
-evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
+# Every image on this node was imported, none can be pulled: disk-pressure eviction, which
+# reclaims space by deleting unused images (the pause image among them), would leave the node
+# unable to start any pod. The disk is shared with other work, so its free space says nothing
+# about this node; "0%" turns a signal off.
+evictionHard: {memory.available: "100Mi", nodefs.available: "0%", imagefs.available: "0%", nodefs.inodesFree: "0%", imagefs.inodesFree: "0%"}
 serializeImagePulls: false
 rotateCertificates: false
 maxPods: 110

@@ -76,6 +76,39 @@ pub async fn require(admin: &Client) {
         .into_iter()
         .any(|condition| condition.type_ == "Ready" && condition.status == "True");
     assert!(ready, "the real node {NODE_NAME} is not Ready");
+    assert_no_disk_eviction();
+}
+
+/// Every image on the node was imported and none can be pulled, so a kubelet that reclaims disk
+/// by deleting unused images (the pause image among them) leaves the node unable to start pods
+/// for the rest of the run. The disk is shared, so its free space can drop below any threshold.
+fn assert_no_disk_eviction() {
+    let (command, output) = kubectl(&[
+        "get",
+        "--raw",
+        &format!("/api/v1/nodes/{NODE_NAME}/proxy/configz"),
+    ]);
+    assert!(output.status.success(), "{}", transcript(&command, &output));
+    let configz: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
+        panic!(
+            "the kubelet's configuration is not JSON ({error}): {}",
+            transcript(&command, &output)
+        )
+    });
+    let thresholds = &configz["kubeletconfig"]["evictionHard"];
+    for signal in [
+        "nodefs.available",
+        "imagefs.available",
+        "nodefs.inodesFree",
+        "imagefs.inodesFree",
+    ] {
+        let value = thresholds[signal].as_str();
+        assert!(
+            matches!(value, Some("0%") | Some("100%")),
+            "the real node evicts on {signal} ({value:?} in {thresholds}): it would delete imported images; \
+             e2e/real-node.sh sets it to \"0%\""
+        );
+    }
 }
 
 /// Whether every container of the pod passed its readiness probe.
