@@ -392,3 +392,117 @@ pub fn describe_pods(pods: &[Pod]) -> String {
         .collect::<Vec<_>>()
         .join("; ")
 }
+
+/// What member pods went through while a roll was watched ([`OnRealNode::watch_roll`]).
+#[derive(Clone, Debug, Default)]
+pub struct RollRecord {
+    /// Every distinct set of members that were down at once (deleted, terminating, not yet
+    /// created or not Ready), in the order they were seen.
+    pub down: Vec<std::collections::BTreeSet<String>>,
+    /// Members in the order their pod was first seen replaced by a new one.
+    pub replaced: Vec<String>,
+}
+
+impl RollRecord {
+    /// The most members that were down at the same moment.
+    pub fn most_down_at_once(&self) -> usize {
+        self.down.iter().map(|down| down.len()).max().unwrap_or(0)
+    }
+}
+
+/// A watch of member pods through a roll; [`RollWatch::stop`] gives what it saw.
+pub struct RollWatch {
+    stop: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<RollRecord>,
+}
+
+impl RollWatch {
+    pub async fn stop(self) -> RollRecord {
+        self.stop.cancel();
+        self.task.await.expect("the roll watch")
+    }
+}
+
+impl OnRealNode {
+    /// Starts watching the pods matching `selector` (all Ready now): every event is seen, so a
+    /// moment when two members were down at once cannot fall between two polls.
+    pub async fn watch_roll(&self, selector: &str) -> RollWatch {
+        use futures::StreamExt;
+        use kube::{ResourceExt, runtime::watcher};
+
+        let original: BTreeMap<String, String> = self
+            .pods_of(selector)
+            .await
+            .iter()
+            .map(|pod| (pod.name_any(), pod.uid().unwrap_or_default()))
+            .collect();
+        let stop = tokio_util::sync::CancellationToken::new();
+        let stream = watcher(self.pods(), watcher::Config::default().labels(selector));
+        let (started_tx, started) = tokio::sync::oneshot::channel();
+        let task = {
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let mut record = RollRecord::default();
+                let mut started_tx = Some(started_tx);
+                // Pod name -> (uid, up).
+                let mut seen: BTreeMap<String, (String, bool)> = BTreeMap::new();
+                // While the watch (re)lists, `seen` is partial: nothing is judged from it.
+                let mut listing = true;
+                let mut stream = std::pin::pin!(stream);
+                loop {
+                    let event = tokio::select! {
+                        () = stop.cancelled() => break,
+                        next = stream.next() => match next {
+                            Some(Ok(event)) => event,
+                            Some(Err(error)) => {
+                                tracing::warn!(%error, "watching member pods");
+                                continue;
+                            }
+                            None => break,
+                        },
+                    };
+                    match event {
+                        watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) => {
+                            let up = pod.metadata.deletion_timestamp.is_none() && real_node::pod_ready(&pod);
+                            seen.insert(pod.name_any(), (pod.uid().unwrap_or_default(), up));
+                        }
+                        watcher::Event::Delete(pod) => {
+                            seen.remove(&pod.name_any());
+                        }
+                        watcher::Event::Init => {
+                            seen.clear();
+                            listing = true;
+                        }
+                        watcher::Event::InitDone => {
+                            listing = false;
+                            if let Some(started) = started_tx.take() {
+                                let _ = started.send(());
+                            }
+                        }
+                    }
+                    if listing {
+                        continue;
+                    }
+                    for (name, (uid, _)) in &seen {
+                        if original.get(name).is_some_and(|first| first != uid)
+                            && !record.replaced.contains(name)
+                        {
+                            record.replaced.push(name.clone());
+                        }
+                    }
+                    let down: std::collections::BTreeSet<String> = original
+                        .keys()
+                        .filter(|name| !seen.get(*name).is_some_and(|(_, up)| *up))
+                        .cloned()
+                        .collect();
+                    if record.down.last() != Some(&down) && !down.is_empty() {
+                        record.down.push(down);
+                    }
+                }
+                record
+            })
+        };
+        started.await.expect("the pod watch to list the members");
+        RollWatch { stop, task }
+    }
+}

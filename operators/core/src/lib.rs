@@ -29,6 +29,8 @@
 //! - [`leader`]: leader election on a `coordination.k8s.io` Lease;
 //! - [`runner`]: the controller runner that ties them together;
 //! - [`wakeups`]: requests from the database's own events to reconcile a cluster now;
+//! - [`rollout`]: which member pods run an older template than their StatefulSet's, and which
+//!   member a managed roll restarts next;
 //! - [`wipe`]: a member's volume and pod deleted, so it starts again empty and copies its peers;
 //! - [`config`] and [`telemetry`]: flags, environment and structured logs.
 
@@ -51,6 +53,7 @@ pub mod pod;
 pub mod pod_failures;
 pub mod predecessor;
 pub mod rbac;
+pub mod rollout;
 pub mod runner;
 pub mod status;
 pub mod telemetry;

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::{
     api::{
-        apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy},
+        apps::v1::{StatefulSet, StatefulSetSpec},
         core::v1::{
             ConfigMap, ConfigMapEnvSource, Container, ContainerPort, EnvFromSource, EnvVar, EnvVarSource,
             HTTPGetAction, ObjectFieldSelector, PodSpec, PodTemplateSpec, Probe, SecretVolumeSource,
@@ -476,10 +476,7 @@ pub fn build_statefulset(
             replicas: Some(replicas),
             service_name: Some(peer_service_name(&name)),
             pod_management_policy: Some("Parallel".into()),
-            update_strategy: Some(StatefulSetUpdateStrategy {
-                type_: Some("OnDelete".into()),
-                ..StatefulSetUpdateStrategy::default()
-            }),
+            update_strategy: Some(quorum_core::rollout::operator_managed_updates()),
             selector: LabelSelector {
                 match_labels: Some(member_selector(cluster)),
                 ..LabelSelector::default()

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::{
     api::{
-        apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy},
+        apps::v1::{StatefulSet, StatefulSetSpec},
         core::v1::{
             ConfigMap, ConfigMapEnvSource, Container, ContainerPort, EnvFromSource, KeyToPath, PodSpec,
             PodTemplateSpec, Probe, Secret, SecretVolumeSource, Service, ServicePort, ServiceSpec,
@@ -539,10 +539,7 @@ fn statefulset(
             replicas: Some(replicas),
             service_name: Some(headless_service_name(&replica_set.name_any())),
             pod_management_policy: Some("Parallel".into()),
-            update_strategy: Some(StatefulSetUpdateStrategy {
-                type_: Some("OnDelete".into()),
-                ..StatefulSetUpdateStrategy::default()
-            }),
+            update_strategy: Some(quorum_core::rollout::operator_managed_updates()),
             selector: LabelSelector {
                 match_labels: Some(selector(replica_set, component)),
                 ..LabelSelector::default()

@@ -429,6 +429,7 @@ quorum_core::recorded_kinds! {
         Switchover,
         RemoveMember,
         Restore,
+        Restart,
     }
 }
 
@@ -436,7 +437,7 @@ quorum_core::recorded_kinds! {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct InFlightStep {
-    /// `Failover`, `Switchover`, `RemoveMember` or `Restore`.
+    /// `Failover`, `Switchover`, `RemoveMember`, `Restore` or `Restart`.
     #[schemars(with = "String")]
     pub action: InFlightAction,
     /// The member the step acts on (the new primary for a failover or switchover).

@@ -18,12 +18,20 @@
 //! 5. Scale in removes the highest ordinal, only while every other member is Healthy; a leaving
 //!    primary is first switched over.
 //! 6. A requested switchover, only while every member is Healthy.
+//! 7. A managed roll onto the StatefulSet's current pod template (a version bump, a changed
+//!    override, a new operator release): pods update only when the operator deletes them, one
+//!    outdated replica at a time while every other member is Healthy and every replica is
+//!    caught up, then the primary's role is switched over to a current replica, and the old
+//!    primary goes last.
 
 use std::time::{Duration, Instant};
 
-use quorum_core::availability::{
-    gate::{self, Disruption, Freshness, GateInput, Quorum, Verdict},
-    health::{Health, Observation},
+use quorum_core::{
+    availability::{
+        gate::{self, Disruption, Freshness, GateInput, Quorum, Verdict},
+        health::{Health, Observation},
+    },
+    rollout::{RollTarget, Templates},
 };
 
 use crate::admin::gtid::GtidPosition;
@@ -110,6 +118,10 @@ pub enum InFlight {
     Restore {
         ordinal: usize,
     },
+    /// `ordinal`'s pod deleted so it comes back on the current template.
+    Restart {
+        ordinal: usize,
+    },
 }
 
 /// The member a backup is restored into: the first primary of a new cluster.
@@ -133,6 +145,8 @@ pub struct Facts {
     pub statefulset_replicas: Option<usize>,
     /// Members `0..statefulset_replicas`, by ordinal.
     pub members: Vec<MemberFact>,
+    /// Which member pods run the StatefulSet's current template.
+    pub templates: Templates,
     /// The primary recorded in status.
     pub primary: Option<usize>,
     pub in_flight: Option<InFlight>,
@@ -174,6 +188,9 @@ pub enum Step {
     /// when `resume`), verify it, and make the backup's position the member's GTID history. The
     /// member stays read-only; it is opened as the primary by the next step.
     Restore { ordinal: usize, resume: bool },
+    /// Delete `ordinal`'s pod: the StatefulSet recreates it on its current template, on the
+    /// same volume.
+    RestartMember { ordinal: usize },
     /// The recorded step is complete.
     ClearInFlight,
 }
@@ -186,6 +203,7 @@ impl Step {
             Step::Switchover { from, to } => Some(InFlight::Switchover { from, to }),
             Step::RemoveMember { ordinal } => Some(InFlight::RemoveMember { ordinal }),
             Step::Restore { ordinal, .. } => Some(InFlight::Restore { ordinal }),
+            Step::RestartMember { ordinal } => Some(InFlight::Restart { ordinal }),
             _ => None,
         }
     }
@@ -228,7 +246,7 @@ pub fn decide(facts: &Facts) -> Decision {
     if let Some(target) = facts.switchover_to.filter(|target| *target != primary) {
         return switchover(facts, primary, target);
     }
-    Decision::Settled
+    roll(facts, primary)
 }
 
 /// A step recorded in status: taken again until its effect is observed, then cleared.
@@ -256,7 +274,7 @@ fn continue_in_flight(facts: &Facts, in_flight: &InFlight) -> Decision {
                 match *in_flight {
                     InFlight::Failover { from, to } => Decision::Act(Step::Failover { from, to }),
                     InFlight::Switchover { from, to } => Decision::Act(Step::Switchover { from, to }),
-                    InFlight::RemoveMember { .. } | InFlight::Restore { .. } => {
+                    InFlight::RemoveMember { .. } | InFlight::Restore { .. } | InFlight::Restart { .. } => {
                         unreachable!("matched above")
                     }
                 }
@@ -270,6 +288,25 @@ fn continue_in_flight(facts: &Facts, in_flight: &InFlight) -> Decision {
                 Decision::Act(Step::ClearInFlight)
             } else {
                 Decision::Act(Step::RemoveMember { ordinal })
+            }
+        }
+        InFlight::Restart { ordinal } => {
+            if facts.templates.is_outdated(ordinal) {
+                // Recorded, but the pod was not deleted (the operator stopped first, or the
+                // delete failed): taken again, through the gate again.
+                return restart(facts, ordinal);
+            }
+            let back = facts.templates.is_current(ordinal)
+                && member(facts, ordinal)
+                    .and_then(|m| m.healthy_state(facts.now, facts.freshness))
+                    .is_some();
+            if back {
+                Decision::Act(Step::ClearInFlight)
+            } else {
+                wait(
+                    Reason::RestartInProgress,
+                    format!("member {ordinal} is restarting onto the current pod template"),
+                )
             }
         }
         InFlight::Restore { ordinal } => match &facts.restore {
@@ -641,6 +678,75 @@ fn switchover(facts: &Facts, from: usize, to: usize) -> Decision {
     Decision::Act(Step::Switchover { from, to })
 }
 
+/// The replication lag, in seconds, under which a replica counts as caught up before the roll
+/// restarts another member.
+pub const CAUGHT_UP_LAG_SECONDS: u64 = 1;
+
+/// The next step of a managed roll onto the current pod template; `Settled` when every pod
+/// runs it. Reached only once every member is wired to the primary.
+fn roll(facts: &Facts, primary: usize) -> Decision {
+    let Some(target) = facts.templates.next(Some(primary)) else {
+        return Decision::Settled;
+    };
+    let (RollTarget::Replica(ordinal) | RollTarget::Primary(ordinal)) = target;
+    // Members that are not Healthy are the gate's to report; the target may be restarted
+    // whatever its own state, as a restart onto a new template may be what it needs.
+    let behind: Vec<String> = facts
+        .members
+        .iter()
+        .filter(|m| m.ordinal != primary && m.ordinal != ordinal)
+        .filter_map(|m| {
+            let state = m.healthy_state(facts.now, facts.freshness)?;
+            match state.replication.as_ref().and_then(|r| r.lag_seconds) {
+                Some(lag) if lag <= CAUGHT_UP_LAG_SECONDS => None,
+                Some(lag) => Some(format!("member {} ({lag} s behind)", m.ordinal)),
+                None => Some(format!("member {} (lag unknown)", m.ordinal)),
+            }
+        })
+        .collect();
+    if !behind.is_empty() {
+        return wait(
+            Reason::RestartInProgress,
+            format!(
+                "rolling onto the current pod template: waiting for {} to catch up before the next restart",
+                behind.join(", ")
+            ),
+        );
+    }
+    if matches!(target, RollTarget::Replica(_)) || facts.members.len() == 1 {
+        return restart(facts, ordinal);
+    }
+    // The primary goes last, after handing its role to the most advanced current replica.
+    let current: Vec<(usize, &ServerState)> = facts
+        .members
+        .iter()
+        .filter(|m| m.ordinal != ordinal && facts.templates.is_current(m.ordinal))
+        .filter_map(|m| Some((m.ordinal, m.healthy_state(facts.now, facts.freshness)?)))
+        .collect();
+    match most_advanced(&current) {
+        Some(to) => switchover(facts, ordinal, to),
+        None => wait(
+            Reason::RestartBlocked,
+            format!(
+                "the primary, member {ordinal}, runs an older pod template and no Healthy replica on the current one can take its role"
+            ),
+        ),
+    }
+}
+
+/// Restarts `ordinal` onto the current pod template, once every other member is Healthy.
+fn restart(facts: &Facts, ordinal: usize) -> Decision {
+    if let Verdict::Wait(blocking) = gate_check(facts, ordinal, Disruption::Restart) {
+        return wait(
+            Reason::RestartBlocked,
+            format!(
+                "{blocking}; a member is restarted onto the current pod template only while all the others are Healthy"
+            ),
+        );
+    }
+    Decision::Act(Step::RestartMember { ordinal })
+}
+
 /// What the safety gate says of a `disruption` of member `target` now.
 fn gate_check(facts: &Facts, target: usize, disruption: Disruption) -> Verdict {
     let observations: Vec<Observation> = facts.members.iter().map(MemberFact::observation).collect();
@@ -725,6 +831,7 @@ mod tests {
             desired_members: members.len(),
             statefulset_replicas: Some(members.len()),
             members,
+            templates: Templates::Unknown,
             primary,
             in_flight: None,
             switchover_to: None,
@@ -1436,5 +1543,167 @@ mod tests {
             facts.semi_sync = semi_sync;
             assert_eq!(decide(&facts), expected, "{case}");
         }
+    }
+    fn templates(outdated: &[usize], current: &[usize]) -> Templates {
+        Templates::Known {
+            outdated: outdated.iter().map(|o| (*o, format!("uid-{o}"))).collect(),
+            current: current.iter().copied().collect(),
+        }
+    }
+
+    fn reason(decision: &Decision) -> Reason {
+        match decision {
+            Decision::Wait(wait) => wait.reason,
+            other => panic!("expected a wait, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_new_pod_template_rolls_replicas_one_at_a_time_then_the_primary_after_a_switchover() {
+        let now = Instant::now();
+        let at = |outdated: &[usize], current: &[usize]| Facts {
+            templates: templates(outdated, current),
+            ..facts(settled_three(now), Some(0), now)
+        };
+        let table = [
+            (
+                at(&[0, 1, 2], &[]),
+                Decision::Act(Step::RestartMember { ordinal: 1 }),
+            ),
+            (
+                at(&[0, 2], &[1]),
+                Decision::Act(Step::RestartMember { ordinal: 2 }),
+            ),
+            // Only the primary is left: its role goes to the most advanced current replica.
+            (
+                at(&[0], &[1, 2]),
+                Decision::Act(Step::Switchover { from: 0, to: 1 }),
+            ),
+            (at(&[], &[0, 1, 2]), Decision::Settled),
+            // Which revision is current is not known yet: nothing is restarted.
+            (
+                Facts {
+                    templates: Templates::Unknown,
+                    ..at(&[], &[])
+                },
+                Decision::Settled,
+            ),
+        ];
+        for (case, expected) in table {
+            assert_eq!(decide(&case), expected, "{:?}", case.templates);
+        }
+        // After the switchover the old primary is a replica of the new one, restarted last.
+        let switched = Facts {
+            templates: templates(&[0], &[1, 2]),
+            ..facts(
+                vec![
+                    healthy(0, replica_state("0-1-10", 1), now),
+                    healthy(1, primary_state("0-1-10"), now),
+                    healthy(2, replica_state("0-1-10", 1), now),
+                ],
+                Some(1),
+                now,
+            )
+        };
+        assert_eq!(
+            decide(&switched),
+            Decision::Act(Step::RestartMember { ordinal: 0 })
+        );
+        // A cluster of one has no one to hand over to: its primary is restarted as it is.
+        let alone = Facts {
+            templates: templates(&[0], &[]),
+            ..facts(
+                vec![healthy(
+                    0,
+                    ServerState {
+                        semi_sync_source: false,
+                        ..primary_state("0-1-10")
+                    },
+                    now,
+                )],
+                Some(0),
+                now,
+            )
+        };
+        assert_eq!(decide(&alone), Decision::Act(Step::RestartMember { ordinal: 0 }));
+    }
+
+    #[test]
+    fn a_roll_waits_for_every_other_member_healthy_and_every_replica_caught_up() {
+        let now = Instant::now();
+        let rolling = |members: Vec<MemberFact>| Facts {
+            templates: templates(&[1, 2], &[0]),
+            ..facts(members, Some(0), now)
+        };
+        let mut down = settled_three(now);
+        down[2] = unreachable(2, Health::Unknown("timed out".into()), now);
+        let blocked = decide(&rolling(keeping_logs(down)));
+        assert_eq!(reason(&blocked), Reason::RestartBlocked, "{blocked:?}");
+
+        let mut lagging = settled_three(now);
+        if let Some(replication) = lagging[2].state.as_mut().and_then(|s| s.replication.as_mut()) {
+            replication.lag_seconds = Some(5);
+        }
+        let catching_up = decide(&rolling(lagging));
+        assert_eq!(reason(&catching_up), Reason::RestartInProgress);
+        assert!(
+            format!("{catching_up:?}").contains("member 2 (5 s behind)"),
+            "{catching_up:?}"
+        );
+
+        // The target itself may be down: a restart onto the new template may be its cure.
+        let mut target_down = settled_three(now);
+        target_down[1] = unreachable(1, Health::Unhealthy("crashing".into()), now);
+        assert_eq!(
+            decide(&rolling(keeping_logs(target_down))),
+            Decision::Act(Step::RestartMember { ordinal: 1 })
+        );
+
+        // The primary is never restarted while no current replica can take its role.
+        let mut no_successor = facts(settled_three(now), Some(0), now);
+        no_successor.templates = templates(&[0], &[]);
+        assert_eq!(reason(&decide(&no_successor)), Reason::RestartBlocked);
+    }
+
+    #[test]
+    fn a_recorded_restart_is_taken_again_until_the_pod_goes_and_cleared_once_the_member_is_back() {
+        let now = Instant::now();
+        let recorded = |templates: Templates, members: Vec<MemberFact>| Facts {
+            templates,
+            in_flight: Some(InFlight::Restart { ordinal: 1 }),
+            ..facts(members, Some(0), now)
+        };
+        // The operator stopped between recording the restart and deleting the pod.
+        assert_eq!(
+            decide(&recorded(templates(&[1], &[0, 2]), settled_three(now))),
+            Decision::Act(Step::RestartMember { ordinal: 1 })
+        );
+        // Taken again through the gate.
+        let mut down = settled_three(now);
+        down[2] = unreachable(2, Health::Unknown("timed out".into()), now);
+        assert_eq!(
+            reason(&decide(&recorded(templates(&[1], &[0]), down))),
+            Reason::RestartBlocked
+        );
+        // The pod is gone or back but the member does not answer yet.
+        let mut starting = settled_three(now);
+        starting[1] = unreachable(1, Health::Unknown("connection refused".into()), now);
+        for (templates, members) in [
+            (templates(&[], &[0, 2]), settled_three(now)),
+            (templates(&[], &[0, 1, 2]), starting),
+        ] {
+            assert_eq!(
+                reason(&decide(&recorded(templates, members))),
+                Reason::RestartInProgress
+            );
+        }
+        assert_eq!(
+            decide(&recorded(templates(&[], &[0, 1, 2]), settled_three(now))),
+            Decision::Act(Step::ClearInFlight)
+        );
+        assert_eq!(
+            Step::RestartMember { ordinal: 1 }.in_flight(),
+            Some(InFlight::Restart { ordinal: 1 })
+        );
     }
 }

@@ -117,7 +117,8 @@ pub async fn execute(context: &StepContext<'_>, step: &Step) -> Result<StepOutco
             Ok(StepOutcome::Done)
         }
         Step::Restore { ordinal, resume } => restore(context, ordinal, resume).await,
-        Step::ScalePods { .. } | Step::ClearInFlight => Ok(StepOutcome::Done),
+        // Kubernetes steps, taken by the reconcile: the StatefulSet's size, a pod deleted.
+        Step::ScalePods { .. } | Step::RestartMember { .. } | Step::ClearInFlight => Ok(StepOutcome::Done),
     }
 }
 

@@ -20,12 +20,15 @@ quorum_core::reasons! {
         SettingBinlogExpiry => Normal,
         RemovingMember => Normal,
         Restoring => Normal,
+        RestartingMember => Normal,
         StepCompleted => Normal,
         /// A backup was restored into the first primary (its own event, action `Restore`).
         Restored => Normal,
         // The one wait that is part of normal progress.
         /// Members have not all answered yet.
         MembersStarting => Normal,
+        /// A member restarted onto the current pod template is not back and caught up yet.
+        RestartInProgress => Normal,
         // Waits a person should look at.
         RestoreSourceNotReady => Warning,
         RestoreRefused => Warning,
@@ -39,6 +42,8 @@ quorum_core::reasons! {
         ScaleInBlocked => Warning,
         SwitchoverBlocked => Warning,
         SwitchoverTargetUnknown => Warning,
+        /// A member runs an older pod template and cannot be restarted safely now.
+        RestartBlocked => Warning,
         /// A switchover asked for cannot be taken, or was given up: the request is removed.
         SwitchoverRefused => Warning,
         /// The step recorded in status cannot be read: nothing disruptive until a person looks.
@@ -70,6 +75,7 @@ mod tests {
         // Waits: only members starting is part of normal progress; every other wait warns.
         let waits = [
             "MembersStarting",
+            "RestartInProgress",
             "RestoreSourceNotReady",
             "RestoreRefused",
             "PrimaryMissing",
@@ -82,12 +88,13 @@ mod tests {
             "ScaleInBlocked",
             "SwitchoverBlocked",
             "SwitchoverTargetUnknown",
+            "RestartBlocked",
             "SwitchoverRefused",
             "InFlightUnreadable",
             "StepFailed",
         ];
         let normal_waits: Vec<&str> = normal.into_iter().filter(|name| waits.contains(name)).collect();
-        assert_eq!(normal_waits, ["MembersStarting"]);
+        assert_eq!(normal_waits, ["MembersStarting", "RestartInProgress"]);
         assert_eq!(
             warnings,
             [
@@ -103,6 +110,7 @@ mod tests {
                 "ScaleInBlocked",
                 "SwitchoverBlocked",
                 "SwitchoverTargetUnknown",
+                "RestartBlocked",
                 "SwitchoverRefused",
                 "InFlightUnreadable",
                 "StepFailed",

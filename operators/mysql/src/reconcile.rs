@@ -28,6 +28,7 @@ use quorum_core::{
     backup::{backup_target, credentials},
     events::Severity,
     pass::{Progress, Reason as _, UnreadableRecord, publish},
+    rollout::{Templates, restart_pod},
     runner::Context,
     status::StatusWriter,
 };
@@ -345,6 +346,7 @@ struct Observed {
     key: String,
     addresses: Addresses,
     statefulset_replicas: Option<usize>,
+    templates: Templates,
     desired: usize,
     view: ClusterView,
     primary: Option<usize>,
@@ -359,6 +361,7 @@ impl Observed {
             desired_members: self.desired,
             statefulset_replicas: self.statefulset_replicas,
             members: self.view.members.clone(),
+            templates: self.templates.clone(),
             primary: self.primary,
             in_flight,
             switchover_to: self.switchover_to,
@@ -390,12 +393,22 @@ async fn observe(context: &Context<State>, cluster: &MySQLCluster) -> Result<Obs
     let addresses = context.state.addresses(cluster);
     let statefulsets: Api<StatefulSet> =
         Api::namespaced(context.client.clone(), &cluster.namespace().unwrap_or_default());
-    let statefulset_replicas = statefulsets
+    let statefulset = statefulsets
         .get_opt(&statefulset_name(&name))
         .await
-        .map_err(api("reading the StatefulSet"))?
-        .and_then(|s| s.spec?.replicas)
+        .map_err(api("reading the StatefulSet"))?;
+    let statefulset_replicas = statefulset
+        .as_ref()
+        .and_then(|s| s.spec.as_ref()?.replicas)
         .map(|r| r.max(0) as usize);
+    let pods: Api<Pod> = Api::namespaced(context.client.clone(), &cluster.namespace().unwrap_or_default());
+    let member_pods = pods
+        .list(&ListParams::default().labels(&member_selector_string(cluster)))
+        .await
+        .map_err(api("listing member pods"))?;
+    let templates = Templates::observe(statefulset.as_ref(), &member_pods.items, |pod| {
+        ordinal_of(&name, pod)
+    });
     let view = context
         .state
         .clients
@@ -417,6 +430,7 @@ async fn observe(context: &Context<State>, cluster: &MySQLCluster) -> Result<Obs
         key,
         addresses,
         statefulset_replicas,
+        templates,
         view,
     })
 }
@@ -496,6 +510,12 @@ async fn act(
         &role_labels(&observed.view.members, memory.primary, memory.in_flight.as_ref()),
     )
     .await?;
+    if let Step::RestartMember { ordinal } = *step
+        && let Some(uid) = observed.templates.outdated_pod(ordinal)
+    {
+        let namespace = cluster.namespace().unwrap_or_default();
+        restart_pod(&context.client, &namespace, &member_name(&name, ordinal), uid).await?;
+    }
     match execute(step_context, step).await {
         Ok(StepOutcome::Done) => {
             record_done(context, cluster, observed, step, memory, report.now).await?;

@@ -504,6 +504,7 @@ pub fn build_statefulset(cluster: &MySQLCluster, replicas: i32) -> Result<Statef
             replicas: Some(replicas),
             service_name: Some(headless_service_name(&name)),
             pod_management_policy: Some("Parallel".into()),
+            update_strategy: Some(quorum_core::rollout::operator_managed_updates()),
             selector: LabelSelector {
                 match_labels: Some(member_selector(cluster)),
                 ..LabelSelector::default()
@@ -670,6 +671,13 @@ mod tests {
         let sources = credentials.projected.unwrap().sources.unwrap();
         assert_eq!(sources[0].secret.as_ref().unwrap().name, "shop-root");
         assert_eq!(sources[1].secret.as_ref().unwrap().name, "shop-replication");
+    }
+
+    #[test]
+    fn pods_change_only_when_the_operator_restarts_them() {
+        let statefulset = build_statefulset(&cluster(Flavor::MariaDB, 3), 3).unwrap();
+        let strategy = statefulset.spec.unwrap().update_strategy.unwrap();
+        assert_eq!(strategy.type_.as_deref(), Some("OnDelete"));
     }
 
     #[test]

@@ -57,6 +57,7 @@ pub fn in_flight_from_status(cluster: &MySQLCluster) -> Result<Option<InFlight>,
         },
         InFlightAction::RemoveMember => InFlight::RemoveMember { ordinal: member },
         InFlightAction::Restore => InFlight::Restore { ordinal: member },
+        InFlightAction::Restart => InFlight::Restart { ordinal: member },
         InFlightAction::Unrecognized(_) => unreachable!("known() refuses it"),
     }))
 }
@@ -74,6 +75,7 @@ pub fn in_flight_to_status(cluster: &MySQLCluster, in_flight: &InFlight, now: Ti
         InFlight::Switchover { from, to } => (InFlightAction::Switchover, to, Some(from)),
         InFlight::RemoveMember { ordinal } => (InFlightAction::RemoveMember, ordinal, None),
         InFlight::Restore { ordinal } => (InFlightAction::Restore, ordinal, None),
+        InFlight::Restart { ordinal } => (InFlightAction::Restart, ordinal, None),
     };
     InFlightStep {
         action,
@@ -388,6 +390,7 @@ pub fn step_reason(step: &Step) -> Reason {
         Step::SetBinlogExpiry { .. } => Reason::SettingBinlogExpiry,
         Step::RemoveMember { .. } => Reason::RemovingMember,
         Step::Restore { .. } => Reason::Restoring,
+        Step::RestartMember { .. } => Reason::RestartingMember,
         Step::ClearInFlight => Reason::StepCompleted,
     }
 }
@@ -434,6 +437,10 @@ pub fn describe(cluster: &str, step: &Step) -> String {
             } else {
                 "restoring"
             },
+            name(ordinal)
+        ),
+        Step::RestartMember { ordinal } => format!(
+            "restarting {} onto the StatefulSet's current pod template",
             name(ordinal)
         ),
         Step::ClearInFlight => "the recorded step is complete".into(),

@@ -275,6 +275,83 @@ async fn a_killed_server_or_a_deleted_pod_rejoins_with_its_data() {
     setup.remove().await;
 }
 
+/// A new pod template (here a changed pod annotation; a version bump or a new operator release
+/// that builds pods differently rolls the same way) under a steady writer: the operator restarts
+/// one member at a time, replicas first, each back and caught up before the next, switches the
+/// primary over to a restarted replica, restarts the old primary last, and no acknowledged
+/// write is lost.
+#[tokio::test]
+async fn a_new_pod_template_restarts_one_member_at_a_time_the_primary_last() {
+    let setup = OnRealNode::install("real-mysql-roll", CHART, &[]).await;
+    let status = create_ready(&setup, 3).await;
+    let old_primary = status.primary.clone().expect("a primary");
+    let clusters: Api<MySQLCluster> = Api::namespaced(setup.admin.clone(), &setup.ns);
+    let primary = service_pool(&setup, &mysql_operator::resources::primary_service_name(CLUSTER)).await;
+    let writer = start_writer(&primary).await;
+    let before = setup
+        .occurrences(&["RestartingMember", "SwitchingOver", "FailingOver"])
+        .await;
+    let watch = setup.watch_roll(MEMBERS).await;
+
+    let mut template = real_node::pod_overrides();
+    template
+        .annotations
+        .insert("example.com/rolled".into(), "once".into());
+    clusters
+        .patch(
+            CLUSTER,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"podTemplate": template}})),
+        )
+        .await
+        .unwrap();
+    wait::until(
+        "every member on the new template, the roll recorded as done",
+        Duration::from_secs(420),
+        || async {
+            let pods = setup.pods_of(MEMBERS).await;
+            let rolled = pods.iter().filter(|pod| {
+                pod.metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.get("example.com/rolled").is_some())
+                    && real_node::pod_ready(pod)
+            });
+            let cluster = clusters.get(CLUSTER).await.map_err(|e| e.to_string())?;
+            let in_flight = cluster.status.as_ref().and_then(|s| s.in_flight.clone());
+            match (rolled.count(), in_flight) {
+                (3, None) => Ok(()),
+                (count, in_flight) => Err(format!("{count} rolled, in flight: {in_flight:?}")),
+            }
+        },
+    )
+    .await;
+    let status = support::ready(&clusters, CLUSTER, 2).await;
+    let record = watch.stop().await;
+
+    assert_eq!(record.most_down_at_once(), 1, "one member at a time: {record:?}");
+    assert_eq!(record.replaced.len(), 3, "{record:?}");
+    assert_eq!(
+        record.replaced.last(),
+        Some(&old_primary),
+        "the primary last: {record:?}"
+    );
+    let new_primary = status.primary.clone().expect("a primary");
+    assert_ne!(new_primary, old_primary, "the primary's role was handed over");
+    let after = setup
+        .occurrences(&["RestartingMember", "SwitchingOver", "FailingOver"])
+        .await;
+    let taken = |reason: &str| after.get(reason).unwrap_or(&0) - before.get(reason).unwrap_or(&0);
+    assert_eq!(taken("RestartingMember"), 3, "{after:?}");
+    assert_eq!(taken("SwitchingOver"), 1, "{after:?}");
+    assert_eq!(taken("FailingOver"), 0, "no member was lost: {after:?}");
+
+    let history = writer.stop().await;
+    let checked = check_history(&setup, &primary, &history, 3).await;
+    eprintln!("{checked} acknowledged writes checked across the roll, none lost");
+    setup.remove().await;
+}
+
 /// Scale 3 -> 2 -> 3 under a steady writer: the member removed loses its volume with its pod,
 /// so the member added again under the same name starts empty and is seeded from the primary,
 /// and every member ends with exactly the primary's rows.

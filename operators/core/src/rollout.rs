@@ -1,0 +1,239 @@
+//! Rolling member pods onto their StatefulSet's current template under the operator's control.
+//!
+//! The StatefulSets update `OnDelete`: a new pod template (a version bump, a changed override,
+//! or a new operator release that builds pods differently) changes nothing until the operator
+//! deletes a pod, one member at a time, through its engine's safety gate, replicas first and
+//! the primary last after handing its role over. This module says which pods are behind; the
+//! engines decide the order and what "back and caught up" means.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::{
+    apps::v1::{StatefulSet, StatefulSetUpdateStrategy},
+    core::v1::Pod,
+};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DeleteParams, Preconditions},
+};
+
+use crate::apply::ignore_not_found;
+
+/// The label the StatefulSet controller puts on each pod: the revision of the template it was
+/// created from.
+pub const REVISION_LABEL: &str = "controller-revision-hash";
+
+/// The update strategy of every member StatefulSet: a pod changes only when the operator
+/// deletes it.
+pub fn operator_managed_updates() -> StatefulSetUpdateStrategy {
+    StatefulSetUpdateStrategy {
+        type_: Some("OnDelete".into()),
+        ..StatefulSetUpdateStrategy::default()
+    }
+}
+
+/// Which member pods run their StatefulSet's current template.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Templates {
+    /// No StatefulSet yet, or its controller has not observed the newest spec: which revision
+    /// is current is not known, so no pod counts as outdated and none is restarted.
+    #[default]
+    Unknown,
+    /// Pods that exist and are not terminating, by ordinal, split by template (the outdated
+    /// with their pod's UID, so only the pod observed is ever deleted). A member in neither
+    /// has no pod now (being deleted or not yet created).
+    Known {
+        outdated: BTreeMap<usize, String>,
+        current: BTreeSet<usize>,
+    },
+}
+
+impl Templates {
+    /// Reads the templates of the member pods of `statefulset`; `ordinal_of` maps a pod name to
+    /// its ordinal (pods it does not know are left out).
+    pub fn observe(
+        statefulset: Option<&StatefulSet>,
+        pods: &[Pod],
+        ordinal_of: impl Fn(&str) -> Option<usize>,
+    ) -> Self {
+        let Some(statefulset) = statefulset else {
+            return Self::Unknown;
+        };
+        let status = statefulset.status.as_ref();
+        let observed = status.and_then(|s| s.observed_generation);
+        let caught_up = observed.is_some() && observed == statefulset.metadata.generation;
+        let Some(revision) = status
+            .and_then(|s| s.update_revision.as_deref())
+            .filter(|_| caught_up)
+        else {
+            return Self::Unknown;
+        };
+        let mut outdated = BTreeMap::new();
+        let mut current = BTreeSet::new();
+        for pod in pods
+            .iter()
+            .filter(|pod| pod.metadata.deletion_timestamp.is_none())
+        {
+            let Some(ordinal) = ordinal_of(&pod.name_any()) else {
+                continue;
+            };
+            if pod.labels().get(REVISION_LABEL).map(String::as_str) == Some(revision) {
+                current.insert(ordinal);
+            } else {
+                outdated.insert(ordinal, pod.uid().unwrap_or_default());
+            }
+        }
+        Self::Known { outdated, current }
+    }
+
+    /// Whether member `ordinal`'s pod exists and runs an older template.
+    pub fn is_outdated(&self, ordinal: usize) -> bool {
+        self.outdated_pod(ordinal).is_some()
+    }
+
+    /// The UID of member `ordinal`'s pod when it runs an older template.
+    pub fn outdated_pod(&self, ordinal: usize) -> Option<&str> {
+        match self {
+            Self::Known { outdated, .. } => outdated.get(&ordinal).map(String::as_str),
+            Self::Unknown => None,
+        }
+    }
+
+    /// Whether member `ordinal`'s pod exists and runs the current template.
+    pub fn is_current(&self, ordinal: usize) -> bool {
+        matches!(self, Self::Known { current, .. } if current.contains(&ordinal))
+    }
+
+    /// The next member to restart: the lowest outdated ordinal other than the primary, then
+    /// the primary.
+    pub fn next(&self, primary: Option<usize>) -> Option<RollTarget> {
+        let Self::Known { outdated, .. } = self else {
+            return None;
+        };
+        match outdated.keys().find(|ordinal| Some(**ordinal) != primary) {
+            Some(replica) => Some(RollTarget::Replica(*replica)),
+            None => outdated
+                .keys()
+                .next()
+                .map(|primary| RollTarget::Primary(*primary)),
+        }
+    }
+}
+
+/// Restarts member pod `pod` onto its StatefulSet's current template by deleting it, if it is
+/// still the incarnation observed (`uid`): a pod already replaced is left alone, so a step
+/// taken again after an operator restart never restarts a member twice. The StatefulSet
+/// creates the pod again on the same volume.
+///
+/// # Errors
+/// The API server's error for a delete it refused.
+pub async fn restart_pod(client: &Client, namespace: &str, pod: &str, uid: &str) -> Result<(), crate::Error> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: Some(uid.to_string()),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match pods.delete(pod, &params).await {
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        result => ignore_not_found(result),
+    }
+    .map_err(|source| crate::Error::Delete {
+        kind: "Pod".into(),
+        name: format!("{namespace}/{pod}"),
+        source,
+    })
+}
+
+/// The member a roll restarts next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RollTarget {
+    /// A member that serves no writes: restarted as it is.
+    Replica(usize),
+    /// The primary, once every other member is current: its role is handed over first where
+    /// the cluster has anyone to hand it to.
+    Primary(usize),
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::{
+        api::apps::v1::StatefulSetStatus,
+        apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time},
+    };
+
+    use super::*;
+
+    fn statefulset(generation: i64, observed: i64, revision: &str) -> StatefulSet {
+        StatefulSet {
+            metadata: ObjectMeta {
+                generation: Some(generation),
+                ..ObjectMeta::default()
+            },
+            status: Some(StatefulSetStatus {
+                observed_generation: Some(observed),
+                update_revision: Some(revision.into()),
+                ..StatefulSetStatus::default()
+            }),
+            ..StatefulSet::default()
+        }
+    }
+
+    fn pod(ordinal: usize, revision: &str, terminating: bool) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(format!("db-{ordinal}")),
+                labels: Some([(REVISION_LABEL.to_string(), revision.to_string())].into()),
+                uid: Some(format!("uid-{ordinal}")),
+                deletion_timestamp: terminating.then_some(Time(jiff::Timestamp::UNIX_EPOCH)),
+                ..ObjectMeta::default()
+            },
+            ..Pod::default()
+        }
+    }
+
+    fn ordinal_of(name: &str) -> Option<usize> {
+        name.strip_prefix("db-")?.parse().ok()
+    }
+
+    #[test]
+    fn pods_behind_the_current_revision_are_outdated_and_terminating_pods_are_neither() {
+        let pods = [pod(0, "new", false), pod(1, "old", false), pod(2, "old", true)];
+        let templates = Templates::observe(Some(&statefulset(2, 2, "new")), &pods, ordinal_of);
+        assert_eq!(
+            templates,
+            Templates::Known {
+                outdated: [(1, "uid-1".to_string())].into(),
+                current: [0].into()
+            }
+        );
+        assert!(templates.is_outdated(1) && !templates.is_outdated(2) && !templates.is_current(2));
+        assert_eq!(templates.outdated_pod(1), Some("uid-1"));
+    }
+
+    #[test]
+    fn nothing_is_outdated_until_the_controller_has_seen_the_newest_spec() {
+        let pods = [pod(0, "old", false)];
+        assert_eq!(
+            Templates::observe(Some(&statefulset(3, 2, "old-or-new")), &pods, ordinal_of),
+            Templates::Unknown
+        );
+        assert_eq!(Templates::observe(None, &pods, ordinal_of), Templates::Unknown);
+        assert_eq!(Templates::Unknown.next(Some(0)), None);
+    }
+
+    #[test]
+    fn replicas_go_first_in_ordinal_order_and_the_primary_last() {
+        let known = |outdated: &[usize]| Templates::Known {
+            outdated: outdated.iter().map(|o| (*o, format!("uid-{o}"))).collect(),
+            current: BTreeSet::new(),
+        };
+        assert_eq!(known(&[0, 1, 2]).next(Some(0)), Some(RollTarget::Replica(1)));
+        assert_eq!(known(&[0, 2]).next(Some(0)), Some(RollTarget::Replica(2)));
+        assert_eq!(known(&[0]).next(Some(0)), Some(RollTarget::Primary(0)));
+        assert_eq!(known(&[1, 2]).next(Some(2)), Some(RollTarget::Replica(1)));
+        assert_eq!(known(&[]).next(Some(0)), None);
+    }
+}
