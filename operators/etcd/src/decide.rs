@@ -9,14 +9,17 @@
 //!    if the gate allows; a member that is merely Unknown never is.
 //! 5. Scale up adds one learner at a time; scale down removes the highest ordinal, one at a
 //!    time, through the gate, and only then stops its pod.
-//! 6. A version change restarts one member at a time through the gate, the leader last (after
-//!    handing leadership to an upgraded member).
+//! 6. A version change or a new pod template restarts one member at a time through the gate,
+//!    the leader last (after handing leadership to an upgraded member).
 
 use std::time::{Duration, Instant};
 
-use quorum_core::availability::{
-    gate::{self, Disruption, Freshness, GateInput, Quorum, Verdict},
-    health::{Health, Observation},
+use quorum_core::{
+    availability::{
+        gate::{self, Disruption, Freshness, GateInput, Quorum, Verdict},
+        health::{Health, Observation},
+    },
+    rollout::Templates,
 };
 
 pub use crate::reasons::Reason;
@@ -76,6 +79,9 @@ pub struct Facts {
     /// The etcd version each existing (not terminating) member pod was created for, by
     /// ordinal: whether a recorded upgrade's pod restart has happened yet.
     pub pod_versions: std::collections::BTreeMap<usize, String>,
+    /// Which member pods run the StatefulSet's current template: a new template (a changed
+    /// override, a new operator release) rolls like a version upgrade.
+    pub templates: Templates,
     pub in_flight: Option<InFlight>,
     pub freshness: Duration,
     /// How long a member must stay Unhealthy (as its peers report) before it is replaced.
@@ -241,10 +247,11 @@ pub fn decide(facts: &Facts) -> Decision {
     upgrade(facts, members)
 }
 
-/// The next upgrade step: a member on another version, non-leaders first in ordinal order,
-/// the leader last after handing leadership to an upgraded member.
+/// The next upgrade step: a member on another version or an older pod template, non-leaders
+/// first in ordinal order, the leader last after handing leadership to an upgraded member.
 fn upgrade(facts: &Facts, members: &[MemberFact]) -> Decision {
-    let outdated = |m: &&MemberFact| m.version.as_deref().is_some_and(|v| v != facts.desired_version);
+    let other_version = |m: &MemberFact| m.version.as_deref().is_some_and(|v| v != facts.desired_version);
+    let outdated = |m: &&MemberFact| other_version(m) || facts.templates.is_outdated(m.ordinal);
     let unreported: Vec<usize> = members
         .iter()
         .filter(|m| m.version.is_none())
@@ -263,10 +270,12 @@ fn upgrade(facts: &Facts, members: &[MemberFact]) -> Decision {
         }
         return Decision::Settled;
     };
-    if let Some(refusal) = unsupported_change(
-        target.version.as_deref().unwrap_or_default(),
-        &facts.desired_version,
-    ) {
+    if other_version(target)
+        && let Some(refusal) = unsupported_change(
+            target.version.as_deref().unwrap_or_default(),
+            &facts.desired_version,
+        )
+    {
         return wait(Reason::UnsupportedVersionChange, refusal);
     }
     if target.leader {
@@ -275,6 +284,7 @@ fn upgrade(facts: &Facts, members: &[MemberFact]) -> Decision {
                 && !m.learner
                 && m.observation.health.is_healthy()
                 && m.version.as_deref() == Some(facts.desired_version.as_str())
+                && !facts.templates.is_outdated(m.ordinal)
         });
         if let Some(successor) = successor {
             return through_gate(
@@ -351,36 +361,37 @@ fn resume(facts: &Facts, members: &[MemberFact], in_flight: &InFlight) -> Decisi
                 }
             }
         }
-        InFlight::Upgrade { ordinal } => match member(ordinal) {
-            Some(m)
-                if m.observation.health.is_healthy()
-                    && m.version.as_deref() == Some(facts.desired_version.as_str()) =>
-            {
-                Decision::Act(Step::ClearInFlight)
-            }
-            // The restart was recorded but its pod still has the old version (the operator
-            // stopped before deleting it, or the delete failed): take it again.
-            _ if facts
+        InFlight::Upgrade { ordinal } => {
+            // The restart was recorded but its pod still has the old version or template (the
+            // operator stopped before deleting it, or the delete failed): take it again.
+            let pod_behind = facts
                 .pod_versions
                 .get(&ordinal)
-                .is_some_and(|version| *version != facts.desired_version) =>
-            {
-                through_gate(
+                .is_some_and(|version| *version != facts.desired_version)
+                || facts.templates.is_outdated(ordinal);
+            match member(ordinal) {
+                _ if pod_behind => through_gate(
                     facts,
                     members,
                     ordinal,
                     Disruption::Restart,
                     Step::Upgrade { ordinal },
-                )
-            }
-            _ => wait(
-                Reason::UpgradeInProgress,
-                format!(
-                    "member {ordinal} is restarting with version {}",
-                    facts.desired_version
                 ),
-            ),
-        },
+                Some(m)
+                    if m.observation.health.is_healthy()
+                        && m.version.as_deref() == Some(facts.desired_version.as_str()) =>
+                {
+                    Decision::Act(Step::ClearInFlight)
+                }
+                _ => wait(
+                    Reason::UpgradeInProgress,
+                    format!(
+                        "member {ordinal} is restarting with version {} on the current pod template",
+                        facts.desired_version
+                    ),
+                ),
+            }
+        }
     }
 }
 
@@ -484,6 +495,7 @@ mod tests {
             members,
             wipe_pending: Vec::new(),
             pod_versions: Default::default(),
+            templates: Templates::Unknown,
             in_flight: None,
             freshness: Duration::from_secs(30),
             replace_after: Duration::from_secs(300),
@@ -656,6 +668,40 @@ mod tests {
                 _ => assert_eq!(decided, expected, "{name}"),
             }
         }
+    }
+
+    #[test]
+    fn a_new_pod_template_rolls_like_an_upgrade_and_a_recorded_restart_waits_for_the_pod() {
+        let on = |outdated: &[usize]| Facts {
+            templates: Templates::Known {
+                outdated: outdated.iter().map(|o| (*o, format!("uid-{o}"))).collect(),
+                current: (0..3).filter(|o| !outdated.contains(o)).collect(),
+            },
+            ..facts(3, Some(healthy(3)))
+        };
+        assert_eq!(
+            decide(&on(&[0, 1, 2])),
+            Decision::Act(Step::Upgrade { ordinal: 1 })
+        );
+        assert_eq!(decide(&on(&[0, 2])), Decision::Act(Step::Upgrade { ordinal: 2 }));
+        assert_eq!(
+            decide(&on(&[0])),
+            Decision::Act(Step::MoveLeader { from: 0, to_id: 101 }),
+            "the leader hands over to a member on the current template before it restarts"
+        );
+        assert_eq!(decide(&on(&[])), Decision::Settled);
+        // Recorded, the member still answers on the same version, but its pod was not
+        // restarted yet: taken again rather than cleared.
+        let recorded = Facts {
+            in_flight: Some(InFlight::Upgrade { ordinal: 1 }),
+            ..on(&[0, 1, 2])
+        };
+        assert_eq!(decide(&recorded), Decision::Act(Step::Upgrade { ordinal: 1 }));
+        let restarted = Facts {
+            in_flight: Some(InFlight::Upgrade { ordinal: 1 }),
+            ..on(&[0, 2])
+        };
+        assert_eq!(decide(&restarted), Decision::Act(Step::ClearInFlight));
     }
 
     #[test]

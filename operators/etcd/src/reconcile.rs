@@ -269,6 +269,7 @@ struct Observed {
     wipe_pending: Vec<usize>,
     in_flight: Result<Option<InFlight>, UnreadableRecord>,
     pod_versions: std::collections::BTreeMap<usize, String>,
+    templates: quorum_core::rollout::Templates,
 }
 
 impl Observed {
@@ -281,6 +282,7 @@ impl Observed {
             members: self.view.membership.as_ref().map(|_| self.members.clone()),
             wipe_pending: self.wipe_pending.clone(),
             pod_versions: self.pod_versions.clone(),
+            templates: self.templates.clone(),
             in_flight,
             freshness: settings.freshness,
             replace_after: settings.replace_after,
@@ -327,6 +329,7 @@ async fn observe(
         member.unhealthy_for = unhealthy_for.get(&member_name(&name, member.ordinal)).copied();
     }
     let bootstrapped = status.is_some_and(|s| s.cluster_id.is_some()) || view.membership.is_some();
+    let member_pods = member_pods(context, cluster).await?;
     let wipe_pending = status
         .map(|s| {
             s.wipe_pending
@@ -343,7 +346,10 @@ async fn observe(
         bootstrapped,
         wipe_pending,
         in_flight: in_flight_from_status(status),
-        pod_versions: member_pod_versions(context, cluster).await?,
+        pod_versions: pod_versions(cluster, &member_pods),
+        templates: quorum_core::rollout::Templates::observe(existing.as_ref(), &member_pods, |pod| {
+            crate::resolver::ordinal_of(&name, pod)
+        }),
         view,
         members,
     })
@@ -652,11 +658,8 @@ async fn client_tls(context: &Context<State>, cluster: &EtcdCluster) -> Result<O
     }))
 }
 
-/// The version label of each member pod that exists and is not terminating, by ordinal.
-async fn member_pod_versions(
-    context: &Context<State>,
-    cluster: &EtcdCluster,
-) -> Result<std::collections::BTreeMap<usize, String>, Error> {
+/// The member pods.
+async fn member_pods(context: &Context<State>, cluster: &EtcdCluster) -> Result<Vec<Pod>, Error> {
     let pods: Api<Pod> = Api::namespaced(context.client.clone(), &cluster.namespace().unwrap_or_default());
     let selector = crate::resources::member_selector_string(cluster);
     let listed = pods
@@ -666,17 +669,20 @@ async fn member_pod_versions(
             what: "member pods",
             source,
         })?;
+    Ok(listed.items)
+}
+
+/// The version label of each member pod that exists and is not terminating, by ordinal.
+fn pod_versions(cluster: &EtcdCluster, pods: &[Pod]) -> std::collections::BTreeMap<usize, String> {
     let name = cluster.name_any();
-    Ok(listed
-        .items
-        .into_iter()
+    pods.iter()
         .filter(|pod| pod.metadata.deletion_timestamp.is_none())
         .filter_map(|pod| {
             let ordinal = crate::resolver::ordinal_of(&name, &pod.name_any())?;
             let version = pod.labels().get(crate::resources::VERSION_LABEL)?.clone();
             Some((ordinal, version))
         })
-        .collect())
+        .collect()
 }
 
 /// Where a cluster restored from a backup gets its data.

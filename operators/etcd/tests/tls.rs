@@ -98,6 +98,7 @@ fn facts(view: &ClusterView, desired: usize) -> Facts {
         members: view.membership.as_ref().map(|_| view.members.clone()),
         wipe_pending: Vec::new(),
         pod_versions: Default::default(),
+        templates: Default::default(),
         in_flight: None,
         freshness: Duration::from_secs(30),
         replace_after: Duration::from_secs(1),

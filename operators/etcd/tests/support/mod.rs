@@ -174,6 +174,7 @@ impl Harness {
             members: view.membership.as_ref().map(|_| members),
             wipe_pending: Vec::new(),
             pod_versions: Default::default(),
+            templates: Default::default(),
             in_flight: self.in_flight.clone(),
             freshness: Duration::from_secs(30),
             replace_after: Duration::from_secs(60),
