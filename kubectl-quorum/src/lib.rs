@@ -6,8 +6,11 @@
 //!   engine, printed as text or JSON;
 //! - [`actions`]: what `pause`, `resume`, `switchover` and `backup` write: the same annotations
 //!   and objects a person could write by hand, built here without I/O, refused with a message
-//!   that says what to do instead when the engine has no such action.
+//!   that says what to do instead when the engine has no such action;
+//! - [`credentials`]: how to connect (Services, accounts, the Secrets of their passwords),
+//!   never a password unless asked for.
 
 pub mod actions;
+pub mod credentials;
 pub mod target;
 pub mod view;

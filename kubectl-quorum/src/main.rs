@@ -4,6 +4,7 @@ use std::{io::IsTerminal, process::ExitCode};
 
 use clap::{Parser, Subcommand, ValueEnum};
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::Secret;
 use kube::{
     Api, Client, ResourceExt,
     api::{DynamicObject, ListParams, Patch, PatchParams, PostParams},
@@ -12,6 +13,7 @@ use kube::{
 };
 use kubectl_quorum::{
     actions,
+    credentials::{self, Connection},
     target::{self, Engine, Target},
     view::{self, ClusterView, Placement, Pods, Style},
 };
@@ -66,6 +68,16 @@ enum Command {
         /// `spec.backup.destination`.
         #[arg(long)]
         like: Option<String>,
+    },
+    /// How to connect: the Services, the accounts and the Secrets of their passwords, with the
+    /// command that reads each; the passwords themselves only with `--show-password`.
+    Credentials {
+        target: String,
+        /// Print the passwords (read from their Secrets).
+        #[arg(long)]
+        show_password: bool,
+        #[arg(short, long, value_enum, default_value = "text")]
+        output: Output,
     },
     /// Restores a backup into a new cluster `target`, with the spec of the cluster the backup
     /// was taken of (without its backup policy).
@@ -184,6 +196,32 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 target.engine.backup_kind(),
                 target.engine.backup_kind().to_ascii_lowercase()
             );
+        }
+        Command::Credentials {
+            target,
+            show_password,
+            output,
+        } => {
+            let target = target::parse(&target)?;
+            let connection = scope.connection(&target).await?;
+            let passwords = if show_password {
+                Some(scope.passwords(&connection).await?)
+            } else {
+                None
+            };
+            match output {
+                Output::Json => {
+                    let mut json = serde_json::to_value(&connection).expect("a connection serializes");
+                    if let Some(passwords) = &passwords {
+                        json["passwords"] = serde_json::json!(passwords);
+                    }
+                    println!("{}", serde_json::to_string_pretty(&json).expect("JSON"));
+                }
+                Output::Text => print!(
+                    "{}",
+                    credentials::render(&connection, &scope.namespace, passwords.as_deref())
+                ),
+            }
         }
         Command::Restore { target, from } => {
             let target = target::parse(&target)?;
@@ -312,6 +350,49 @@ impl Scope {
                 now,
             ),
         })
+    }
+
+    async fn connection(&self, target: &Target) -> Result<Connection, Failure> {
+        let what = format!("{target} in {}", self.namespace);
+        let namespace = &self.namespace;
+        Ok(match target.engine {
+            Engine::Etcd => credentials::etcd(
+                &self.typed().get(&target.name).await.map_err(api(what))?,
+                namespace,
+            ),
+            Engine::MySql => credentials::mysql(
+                &self.typed().get(&target.name).await.map_err(api(what))?,
+                namespace,
+            ),
+            Engine::Redis => credentials::redis(
+                &self.typed().get(&target.name).await.map_err(api(what))?,
+                namespace,
+            ),
+            Engine::MongoDb => credentials::mongodb(
+                &self.typed().get(&target.name).await.map_err(api(what))?,
+                namespace,
+            ),
+        })
+    }
+
+    /// Each account's password, read from its Secret.
+    async fn passwords(&self, connection: &Connection) -> Result<Vec<String>, Failure> {
+        let secrets: Api<Secret> = self.typed();
+        let mut passwords = Vec::new();
+        for account in &connection.accounts {
+            let secret = secrets
+                .get(&account.secret)
+                .await
+                .map_err(api(format!("Secret {}", account.secret)))?;
+            let value = secret
+                .data
+                .unwrap_or_default()
+                .remove(account.key)
+                .map(|bytes| String::from_utf8_lossy(&bytes.0).into_owned())
+                .unwrap_or_default();
+            passwords.push(value);
+        }
+        Ok(passwords)
     }
 
     async fn cluster_destination(&self, target: &Target) -> Result<Option<BackupDestination>, Failure> {

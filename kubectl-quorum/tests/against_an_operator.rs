@@ -281,3 +281,72 @@ async fn status_pause_resume_backup_and_restore_through_the_plugin_and_refusals_
     namespace.delete().await;
     let _ = std::fs::remove_dir_all(scratch);
 }
+
+/// `credentials` reads only the cluster object and, when asked, its Secrets: a cluster that no
+/// operator runs shows the same. The passwords appear only with `--show-password`.
+#[tokio::test]
+async fn credentials_name_services_and_secrets_and_show_passwords_only_when_asked() {
+    let client = admin_client().await;
+    install_crd(&client, &mysql_operator::crd::MySQLCluster::crd()).await;
+    let namespace = TestNamespace::create(&client, "plugin-credentials").await;
+    let ns = namespace.name().to_string();
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), &ns);
+    for (name, password) in [("given-root", "root-s3cret"), ("app-password", "app-s3cret")] {
+        let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "stringData": {"password": password}
+        }))
+        .unwrap();
+        secrets.create(&PostParams::default(), &secret).await.unwrap();
+    }
+    let cluster: mysql_operator::crd::MySQLCluster = serde_json::from_value(serde_json::json!({
+        "apiVersion": "mysql.quorum.dev/v1alpha1",
+        "kind": "MySQLCluster",
+        "metadata": {"name": "shop"},
+        "spec": {
+            "replicas": 3, "flavor": "MariaDB",
+            "version": mysql_operator::packaging::DEFAULT_MARIADB_IMAGE_TAG, "storage": {"size": "1Gi"},
+            "rootPasswordSecret": "given-root",
+            "users": [{"name": "app", "passwordSecret": "app-password", "database": "shop"}]
+        }
+    }))
+    .unwrap();
+    Api::<mysql_operator::crd::MySQLCluster>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &cluster)
+        .await
+        .unwrap();
+
+    let text = stdout(&plugin(&ns, &["credentials", "mysql/shop"]).await);
+    assert!(text.contains(&format!("shop-primary.{ns}.svc:3306")), "{text}");
+    assert!(text.contains(&format!("shop-replicas.{ns}.svc:3306")), "{text}");
+    assert!(
+        text.contains(&format!(
+            "kubectl get secret -n {ns} given-root -o jsonpath='{{.data.password}}' | base64 -d"
+        )),
+        "{text}"
+    );
+    assert!(text.contains("user app on shop"), "{text}");
+    assert!(!text.contains("s3cret"), "a password shown unasked: {text}");
+
+    let shown: serde_json::Value = serde_json::from_str(&stdout(
+        &plugin(
+            &ns,
+            &["credentials", "mysql/shop", "--show-password", "-o", "json"],
+        )
+        .await,
+    ))
+    .unwrap();
+    assert_eq!(
+        shown["passwords"],
+        serde_json::json!(["root-s3cret", "app-s3cret"]),
+        "{shown}"
+    );
+    assert_eq!(shown["accounts"][1]["secret"], "app-password", "{shown}");
+
+    let missing = refused(&plugin(&ns, &["credentials", "mysql/absent"]).await);
+    assert!(
+        missing.contains(&format!("MySQLCluster/absent in {ns}")),
+        "{missing}"
+    );
+    namespace.delete().await;
+}
