@@ -8,9 +8,11 @@
 //!   and objects a person could write by hand, built here without I/O, refused with a message
 //!   that says what to do instead when the engine has no such action;
 //! - [`credentials`]: how to connect (Services, accounts, the Secrets of their passwords),
-//!   never a password unless asked for.
+//!   never a password unless asked for;
+//! - [`connect`]: the `kubectl exec` that opens the engine's own client in the right member.
 
 pub mod actions;
+pub mod connect;
 pub mod credentials;
 pub mod target;
 pub mod view;

@@ -12,7 +12,7 @@ use kube::{
     discovery::ApiResource,
 };
 use kubectl_quorum::{
-    actions,
+    actions, connect,
     credentials::{self, Connection},
     target::{self, Engine, Target},
     view::{self, ClusterView, Placement, Pods, Style},
@@ -79,6 +79,14 @@ enum Command {
         #[arg(short, long, value_enum, default_value = "text")]
         output: Output,
     },
+    /// Opens the engine's client in the right member through `kubectl exec` (`mariadb` or
+    /// `mysql` on the primary, `redis-cli`, `etcdctl`, `mongosh` where the image has it);
+    /// arguments after `--` go to the client.
+    Connect {
+        target: String,
+        #[arg(last = true)]
+        client_args: Vec<String>,
+    },
     /// Restores a backup into a new cluster `target`, with the spec of the cluster the backup
     /// was taken of (without its backup policy).
     Restore {
@@ -96,6 +104,10 @@ enum Failure {
     Target(#[from] target::TargetError),
     #[error(transparent)]
     Refused(#[from] actions::Refusal),
+    #[error(transparent)]
+    NoSession(#[from] connect::NoSession),
+    #[error("{0}")]
+    Kubectl(String),
     #[error("{what}: {source}")]
     Api {
         what: String,
@@ -221,6 +233,23 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                     "{}",
                     credentials::render(&connection, &scope.namespace, passwords.as_deref())
                 ),
+            }
+        }
+        Command::Connect { target, client_args } => {
+            let target = target::parse(&target)?;
+            let session = scope.session(&target).await?;
+            let tty = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
+            let args = connect::kubectl_args(&session, &scope.namespace, tty, &client_args);
+            let status =
+                std::process::Command::new(std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into()))
+                    .args(&args)
+                    .status()
+                    .map_err(|source| Failure::Kubectl(source.to_string()))?;
+            if !status.success() {
+                return Err(Failure::Kubectl(format!(
+                    "kubectl exec into {} ended with {status}",
+                    session.pod
+                )));
             }
         }
         Command::Restore { target, from } => {
@@ -372,6 +401,22 @@ impl Scope {
                 &self.typed().get(&target.name).await.map_err(api(what))?,
                 namespace,
             ),
+        })
+    }
+
+    async fn session(&self, target: &Target) -> Result<connect::Session, Failure> {
+        let what = format!("{target} in {}", self.namespace);
+        Ok(match target.engine {
+            Engine::Etcd => connect::etcd(&self.typed().get(&target.name).await.map_err(api(what))?),
+            Engine::MySql => {
+                connect::mysql(target, &self.typed().get(&target.name).await.map_err(api(what))?)?
+            }
+            Engine::Redis => {
+                connect::redis(target, &self.typed().get(&target.name).await.map_err(api(what))?)?
+            }
+            Engine::MongoDb => {
+                connect::mongodb(target, &self.typed().get(&target.name).await.map_err(api(what))?)?
+            }
         })
     }
 
