@@ -41,6 +41,20 @@ fn address(service: &str, namespace: &str, port: i32) -> String {
     format!("{service}.{namespace}.svc:{port}")
 }
 
+/// The two Services of an engine with one primary: writes, and reads spread over replicas.
+fn primary_and_replicas(primary: &str, replicas: &str, namespace: &str, port: i32) -> Vec<Endpoint> {
+    vec![
+        Endpoint {
+            role: "primary (read-write)",
+            address: address(primary, namespace, port),
+        },
+        Endpoint {
+            role: "replicas (read-only)",
+            address: address(replicas, namespace, port),
+        },
+    ]
+}
+
 pub fn mysql(cluster: &mysql_operator::crd::MySQLCluster, namespace: &str) -> Connection {
     use mysql_operator::resources::{PASSWORD_KEY, PORT, primary_service_name, replicas_service_name};
     let name = kube::ResourceExt::name_any(cluster);
@@ -57,16 +71,12 @@ pub fn mysql(cluster: &mysql_operator::crd::MySQLCluster, namespace: &str) -> Co
         database: Some(user.database.clone()),
     }));
     Connection {
-        endpoints: vec![
-            Endpoint {
-                role: "primary (read-write)",
-                address: address(&primary_service_name(&name), namespace, PORT),
-            },
-            Endpoint {
-                role: "replicas (read-only)",
-                address: address(&replicas_service_name(&name), namespace, PORT),
-            },
-        ],
+        endpoints: primary_and_replicas(
+            &primary_service_name(&name),
+            &replicas_service_name(&name),
+            namespace,
+            PORT,
+        ),
         accounts,
         tls_secret: cluster.spec.tls.as_ref().map(|tls| tls.secret_name.clone()),
     }
@@ -79,16 +89,12 @@ pub fn redis(cluster: &redis_operator::crd::RedisCluster, namespace: &str) -> Co
     };
     let name = kube::ResourceExt::name_any(cluster);
     let endpoints = match cluster.spec.mode {
-        Mode::Replication => vec![
-            Endpoint {
-                role: "primary (read-write)",
-                address: address(&primary_service_name(&name), namespace, PORT),
-            },
-            Endpoint {
-                role: "replicas (read-only)",
-                address: address(&replicas_service_name(&name), namespace, PORT),
-            },
-        ],
+        Mode::Replication => primary_and_replicas(
+            &primary_service_name(&name),
+            &replicas_service_name(&name),
+            namespace,
+            PORT,
+        ),
         Mode::Cluster => vec![Endpoint {
             role: "any node (cluster-aware clients follow redirections)",
             address: address(&client_service_name(&name), namespace, PORT),
