@@ -56,16 +56,7 @@ impl Templates {
         pods: &[Pod],
         ordinal_of: impl Fn(&str) -> Option<usize>,
     ) -> Self {
-        let Some(statefulset) = statefulset else {
-            return Self::Unknown;
-        };
-        let status = statefulset.status.as_ref();
-        let observed = status.and_then(|s| s.observed_generation);
-        let caught_up = observed.is_some() && observed == statefulset.metadata.generation;
-        let Some(revision) = status
-            .and_then(|s| s.update_revision.as_deref())
-            .filter(|_| caught_up)
-        else {
+        let Some(revision) = statefulset.and_then(current_revision) else {
             return Self::Unknown;
         };
         let mut outdated = BTreeMap::new();
@@ -77,10 +68,10 @@ impl Templates {
             let Some(ordinal) = ordinal_of(&pod.name_any()) else {
                 continue;
             };
-            if pod.labels().get(REVISION_LABEL).map(String::as_str) == Some(revision) {
-                current.insert(ordinal);
-            } else {
+            if runs_older_template(pod, revision) {
                 outdated.insert(ordinal, pod.uid().unwrap_or_default());
+            } else {
+                current.insert(ordinal);
             }
         }
         Self::Known { outdated, current }
@@ -145,6 +136,21 @@ pub async fn restart_pod(client: &Client, namespace: &str, pod: &str, uid: &str)
         name: format!("{namespace}/{pod}"),
         source,
     })
+}
+
+/// The revision of `statefulset`'s current pod template; `None` until its controller has
+/// observed the newest spec (before that, the revision it reports may be the previous one).
+pub fn current_revision(statefulset: &StatefulSet) -> Option<&str> {
+    let status = statefulset.status.as_ref()?;
+    let observed = status.observed_generation?;
+    (Some(observed) == statefulset.metadata.generation)
+        .then_some(status.update_revision.as_deref())
+        .flatten()
+}
+
+/// Whether `pod` was created from another template than `revision`.
+pub fn runs_older_template(pod: &Pod, revision: &str) -> bool {
+    pod.labels().get(REVISION_LABEL).map(String::as_str) != Some(revision)
 }
 
 /// The member a roll restarts next.

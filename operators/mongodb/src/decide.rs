@@ -86,6 +86,9 @@ pub struct SeenMember {
     pub pod_exists: bool,
     /// The version label of its pod.
     pub pod_version: Option<String>,
+    /// Its pod was created from an older template than its StatefulSet's current one (a
+    /// changed override, a new operator release): it restarts like a version upgrade.
+    pub pod_outdated: bool,
     pub reach: Reach,
     /// The version its server reports.
     pub server_version: Option<String>,
@@ -671,7 +674,9 @@ fn upgrading(desired: &Desired, observed: &Observed, config: &ReplConfig, primar
         .members
         .iter()
         .filter(|member| member.pod_exists && config.member(&member.host).is_some())
-        .filter(|member| member.pod_version.as_deref() != Some(desired.version.as_str()))
+        .filter(|member| {
+            member.pod_version.as_deref() != Some(desired.version.as_str()) || member.pod_outdated
+        })
         .collect();
     if !stale.is_empty() {
         // A server refuses data more than one release older than itself, and cannot be taken
@@ -919,6 +924,7 @@ mod tests {
                     host: host(ordinal),
                     pod_exists: true,
                     pod_version: Some("7.0".into()),
+                    pod_outdated: false,
                     reach: Reach::Answered(hello(Some(SET), ordinal == 0)),
                     server_version: Some("7.0.14".into()),
                     too_stale: false,
@@ -938,6 +944,7 @@ mod tests {
             host: host(ordinal),
             pod_exists: true,
             pod_version: Some("7.0".into()),
+            pod_outdated: false,
             reach: Reach::Answered(hello(None, false)),
             server_version: Some("7.0.14".into()),
             too_stale: false,
@@ -980,6 +987,7 @@ mod tests {
                     host: host(ordinal),
                     pod_exists: true,
                     pod_version: Some("7.0".into()),
+                    pod_outdated: false,
                     reach: Reach::Answered(hello(None, false)),
                     server_version: Some("7.0.14".into()),
                     too_stale: false,
@@ -1248,6 +1256,7 @@ mod tests {
             host: host(7),
             pod_exists: true,
             pod_version: Some("7.0".into()),
+            pod_outdated: false,
             reach: Reach::Answered(hello(None, false)),
             server_version: None,
             too_stale: false,
@@ -1300,6 +1309,34 @@ mod tests {
 
         observed.members[2].pod_version = Some("8.0".into());
         observed.members[2].server_version = Some("8.0.3".into());
+        match decide(&wanted, &observed) {
+            Step::StepDown { member, reason, .. } => {
+                assert_eq!(member, "rs-0");
+                assert_eq!(reason, StepDownReason::Upgrade);
+            }
+            other => panic!("expected the primary to step down, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_new_pod_template_restarts_secondaries_first_then_steps_the_primary_down() {
+        let mut observed = set(&[1, 1, 1]);
+        let wanted = desired(3, 0);
+        assert!(
+            !matches!(decide(&wanted, &observed), Step::Restart { .. }),
+            "nothing to roll"
+        );
+        for member in &mut observed.members {
+            member.pod_outdated = true;
+        }
+        assert_eq!(
+            decide(&wanted, &observed),
+            Step::Restart {
+                member: "rs-1".into()
+            }
+        );
+        observed.members[1].pod_outdated = false;
+        observed.members[2].pod_outdated = false;
         match decide(&wanted, &observed) {
             Step::StepDown { member, reason, .. } => {
                 assert_eq!(member, "rs-0");

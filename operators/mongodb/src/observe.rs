@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use futures::future::join_all;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::{apps::v1::StatefulSet, core::v1::Pod};
 use kube::{Api, ResourceExt, api::ListParams};
 use quorum_core::{availability::retry::Idempotency, runner::Context};
 
@@ -30,12 +30,15 @@ pub(crate) async fn observe(
 ) -> Result<Observed, Error> {
     let clients = &context.state.clients;
     let pods = member_pods(context, replica_set).await?;
-    let mut members = join_all(
-        desired
-            .members
-            .iter()
-            .map(|member| see(clients, key, &member.name, &member.host, pods.get(&member.name))),
-    )
+    let mut members = join_all(desired.members.iter().map(|member| {
+        see(
+            clients,
+            key,
+            &member.name,
+            &member.host,
+            pods.get(&member.name).map(|(pod, outdated)| (pod, *outdated)),
+        )
+    }))
     .await;
 
     let primaries: Vec<String> = members
@@ -100,7 +103,16 @@ pub(crate) async fn observe(
             })
             .collect();
         for (name, host) in extra {
-            members.push(see(clients, key, &name, &host, pods.get(&name)).await);
+            members.push(
+                see(
+                    clients,
+                    key,
+                    &name,
+                    &host,
+                    pods.get(&name).map(|(pod, outdated)| (pod, *outdated)),
+                )
+                .await,
+            );
         }
     }
 
@@ -144,7 +156,7 @@ pub(crate) async fn see(
     key: &str,
     name: &str,
     host: &str,
-    pod: Option<&Pod>,
+    pod: Option<(&Pod, bool)>,
 ) -> SeenMember {
     let hello = clients
         .member(key, host, "hello", Idempotency::Read, |admin| async move {
@@ -183,7 +195,8 @@ pub(crate) async fn see(
         name: name.to_string(),
         host: host.to_string(),
         pod_exists: pod.is_some(),
-        pod_version: pod.and_then(|pod| pod.labels().get(VERSION_LABEL).cloned()),
+        pod_version: pod.and_then(|(pod, _)| pod.labels().get(VERSION_LABEL).cloned()),
+        pod_outdated: pod.is_some_and(|(_, outdated)| outdated),
         reach,
         server_version,
         too_stale,
@@ -219,22 +232,43 @@ pub(crate) fn pods_api(context: &Context<State>, replica_set: &MongoDBReplicaSet
     )
 }
 
-/// The set's member pods (data and arbiter) by name.
+/// The set's member pods (data and arbiter) by name, each with whether it runs an older
+/// template than its StatefulSet's current one (never, while that is not known).
 pub(crate) async fn member_pods(
     context: &Context<State>,
     replica_set: &MongoDBReplicaSet,
-) -> Result<BTreeMap<String, Pod>, Error> {
+) -> Result<BTreeMap<String, (Pod, bool)>, Error> {
     let pods = pods_api(context, replica_set);
+    let statefulsets: Api<StatefulSet> = Api::namespaced(
+        context.client.clone(),
+        &replica_set.namespace().unwrap_or_default(),
+    );
+    let name = replica_set.name_any();
     let mut by_name = BTreeMap::new();
-    for component in [MEMBER_COMPONENT, ARBITER_COMPONENT] {
+    for (component, statefulset) in [
+        (MEMBER_COMPONENT, statefulset_name(&name)),
+        (ARBITER_COMPONENT, arbiter_statefulset_name(&name)),
+    ] {
         let labels = selector_string(replica_set, component);
         let listed = pods
             .list(&ListParams::default().labels(&labels))
             .await
             .map_err(api("listing member pods"))?;
+        if listed.items.is_empty() {
+            continue;
+        }
+        let statefulset = statefulsets
+            .get_opt(&statefulset)
+            .await
+            .map_err(api(format!("reading StatefulSet {statefulset}")))?;
+        let revision = statefulset
+            .as_ref()
+            .and_then(quorum_core::rollout::current_revision);
         for pod in listed.items {
             if pod.metadata.deletion_timestamp.is_none() {
-                by_name.insert(pod.name_any(), pod);
+                let outdated = revision
+                    .is_some_and(|revision| quorum_core::rollout::runs_older_template(&pod, revision));
+                by_name.insert(pod.name_any(), (pod, outdated));
             }
         }
     }
