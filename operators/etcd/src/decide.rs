@@ -377,9 +377,12 @@ fn resume(facts: &Facts, members: &[MemberFact], in_flight: &InFlight) -> Decisi
                     Disruption::Restart,
                     Step::Upgrade { ordinal },
                 ),
+                // A terminating pod's member may still answer: the restart is done only once
+                // its new pod exists on the current template (when that is known).
                 Some(m)
                     if m.observation.health.is_healthy()
-                        && m.version.as_deref() == Some(facts.desired_version.as_str()) =>
+                        && m.version.as_deref() == Some(facts.desired_version.as_str())
+                        && (facts.templates == Templates::Unknown || facts.templates.is_current(ordinal)) =>
                 {
                     Decision::Act(Step::ClearInFlight)
                 }
@@ -702,6 +705,17 @@ mod tests {
             ..on(&[0, 2])
         };
         assert_eq!(decide(&restarted), Decision::Act(Step::ClearInFlight));
+        // Its old pod is terminating (neither outdated nor current) while etcd in it still
+        // answers: not done yet, or the next member could go down with it.
+        let terminating = Facts {
+            in_flight: Some(InFlight::Upgrade { ordinal: 1 }),
+            templates: Templates::Known {
+                outdated: [(0, "uid-0".to_string()), (2, "uid-2".to_string())].into(),
+                current: Default::default(),
+            },
+            ..facts(3, Some(healthy(3)))
+        };
+        assert_eq!(reason(&decide(&terminating)), "UpgradeInProgress");
     }
 
     #[test]

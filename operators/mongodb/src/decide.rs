@@ -693,6 +693,23 @@ fn upgrading(desired: &Desired, observed: &Observed, config: &ReplConfig, primar
                 ),
             ));
         }
+        // A pod being replaced is not there, though its server may still answer: the next
+        // member restarts only once every member's pod exists again.
+        let without_pod: Vec<String> = observed
+            .members
+            .iter()
+            .filter(|member| !member.pod_exists && config.member(&member.host).is_some())
+            .map(|member| member.name.clone())
+            .collect();
+        if !without_pod.is_empty() {
+            return Some(wait(
+                Reason::UpgradeWaiting,
+                format!(
+                    "the next member restarts once every member's pod is back; not yet: {}",
+                    without_pod.join(", ")
+                ),
+            ));
+        }
         let not_serving: Vec<String> = config
             .members
             .iter()
@@ -1335,7 +1352,11 @@ mod tests {
                 member: "rs-1".into()
             }
         );
+        // Its old pod is terminating while its server still answers: the next one waits.
         observed.members[1].pod_outdated = false;
+        observed.members[1].pod_exists = false;
+        assert_eq!(reason(&decide(&wanted, &observed)), "UpgradeWaiting");
+        observed.members[1].pod_exists = true;
         observed.members[2].pod_outdated = false;
         match decide(&wanted, &observed) {
             Step::StepDown { member, reason, .. } => {
