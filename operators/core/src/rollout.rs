@@ -32,6 +32,43 @@ pub fn operator_managed_updates() -> StatefulSetUpdateStrategy {
     }
 }
 
+/// Whether `statefulset` still updates `RollingUpdate` (created before its operator managed
+/// updates): the API server defaulted `rollingUpdate: {partition: 0}` into it, a field no
+/// manager owns, so an apply of `OnDelete` alone would leave it there and be refused ("only
+/// allowed for updateStrategy 'RollingUpdate'").
+pub fn needs_take_over(statefulset: &StatefulSet) -> bool {
+    let strategy = statefulset
+        .spec
+        .as_ref()
+        .and_then(|spec| spec.update_strategy.as_ref());
+    strategy.is_some_and(|strategy| {
+        strategy.type_.as_deref() != Some("OnDelete") || strategy.rolling_update.is_some()
+    })
+}
+
+/// Moves `statefulset` to [`operator_managed_updates`], dropping the defaulted
+/// `rollingUpdate` with it (a merge patch, the one way to remove a field nobody owns). No pod
+/// restarts: the template is unchanged.
+///
+/// # Errors
+/// The API server's error for the patch.
+pub async fn take_over_updates(client: &Client, namespace: &str, name: &str) -> Result<(), crate::Error> {
+    let api: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
+    let patch = serde_json::json!({"spec": {"updateStrategy": {"type": "OnDelete", "rollingUpdate": null}}});
+    api.patch(
+        name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await
+    .map(drop)
+    .map_err(|source| crate::Error::Apply {
+        kind: "StatefulSet".into(),
+        name: format!("{namespace}/{name}"),
+        source,
+    })
+}
+
 /// Which member pods run their StatefulSet's current template.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum Templates {

@@ -28,7 +28,7 @@ use quorum_core::{
     backup::{backup_target, credentials},
     events::Severity,
     pass::{Progress, Reason as _, UnreadableRecord, publish},
-    rollout::{Templates, restart_pod},
+    rollout::{Templates, needs_take_over, restart_pod, take_over_updates},
     runner::Context,
     status::StatusWriter,
 };
@@ -166,6 +166,16 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, context: Arc<Context<State>>)
     let replication_password = load_credentials(&context, &cluster).await?;
     let now = Timestamp::now();
     let observed = observe(&context, &cluster).await?;
+    if observed.statefulset_needs_take_over {
+        // Before any apply of the StatefulSet, which the API server would refuse until then.
+        let namespace = cluster.namespace().unwrap_or_default();
+        take_over_updates(
+            &context.client,
+            &namespace,
+            &statefulset_name(&cluster.name_any()),
+        )
+        .await?;
+    }
     let mut report = Report::new(&context, &cluster, &observed.view, now);
     let in_flight = match &observed.in_flight {
         Ok(in_flight) => in_flight.clone(),
@@ -187,6 +197,15 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, context: Arc<Context<State>>)
     tracing::info!(cluster = %observed.key, ?decision, "decided");
 
     // The objects first, so a deleted Service comes back whatever the step.
+    if observed.statefulset_needs_take_over {
+        let namespace = cluster.namespace().unwrap_or_default();
+        take_over_updates(
+            &context.client,
+            &namespace,
+            &statefulset_name(&cluster.name_any()),
+        )
+        .await?;
+    }
     let pod_count = match decision.step() {
         Some(Step::ScalePods { replicas }) => *replicas,
         _ => observed.statefulset_replicas.unwrap_or(observed.desired),
@@ -346,6 +365,8 @@ struct Observed {
     key: String,
     addresses: Addresses,
     statefulset_replicas: Option<usize>,
+    /// The StatefulSet still updates `RollingUpdate` (made by an operator before managed rolls).
+    statefulset_needs_take_over: bool,
     templates: Templates,
     desired: usize,
     view: ClusterView,
@@ -430,6 +451,7 @@ async fn observe(context: &Context<State>, cluster: &MySQLCluster) -> Result<Obs
         key,
         addresses,
         statefulset_replicas,
+        statefulset_needs_take_over: statefulset.as_ref().is_some_and(needs_take_over),
         templates,
         view,
     })
