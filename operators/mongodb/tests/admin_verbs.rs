@@ -52,6 +52,26 @@ async fn until_primary(admin: &MongoAdmin) {
     .await;
 }
 
+/// A reconfiguration right after an election: the new primary takes one only once the entry
+/// that opens its term is committed (`ConfigurationInProgress` until then), as the operator's
+/// next pass would find.
+async fn reconfig_once_the_term_is_committed(primary: &MongoAdmin, config: &ReplConfig) {
+    wait::until(
+        "a reconfiguration the primary takes",
+        Duration::from_secs(30),
+        || async {
+            match primary.reconfig(config).await {
+                Ok(()) => Ok(()),
+                Err(error) if error.code() == Some(codes::CONFIGURATION_IN_PROGRESS) => {
+                    Err(error.to_string())
+                }
+                Err(error) => panic!("reconfiguration refused: {error}"),
+            }
+        },
+    )
+    .await;
+}
+
 async fn until_state(primary: &MongoAdmin, host: &str, state: MemberState) {
     wait::until(&format!("{host} {state:?}"), Duration::from_secs(30), || async {
         let status = primary
@@ -113,7 +133,7 @@ async fn initiate_once_add_without_a_vote_promote_and_remove() {
     // Added without a vote, then promoted once SECONDARY.
     let current = config(&first).await;
     let added = current.next(vec![member(&processes, 0, 1), member(&processes, 1, 0)]);
-    first.reconfig(&added).await.expect("adding member 1");
+    reconfig_once_the_term_is_committed(&first, &added).await;
     until_state(&first, &processes.host(1), MemberState::Secondary).await;
     until_committed(&first, added.version).await;
     let promoted = added.next(vec![member(&processes, 0, 1), member(&processes, 1, 1)]);
@@ -184,7 +204,7 @@ async fn the_set_refuses_unsafe_reconfigurations_and_keeps_its_configuration() {
 
     // Sent to a member that is not primary.
     let added = current.next(vec![member(&processes, 0, 1), member(&processes, 1, 0)]);
-    first.reconfig(&added).await.expect("adding member 1");
+    reconfig_once_the_term_is_committed(&first, &added).await;
     until_state(&first, &processes.host(1), MemberState::Secondary).await;
     let second = admin(&processes, 1);
     let refused = second
@@ -222,7 +242,7 @@ async fn step_down_hands_over_to_a_caught_up_secondary() {
         let mut members = current.members.clone();
         members.push(member(&processes, index, 0));
         let added = current.next(members);
-        first.reconfig(&added).await.expect("adding");
+        reconfig_once_the_term_is_committed(&first, &added).await;
         until_state(&first, &processes.host(index), MemberState::Secondary).await;
         until_committed(&first, added.version).await;
         let promoted = added.next(
