@@ -408,7 +408,7 @@ async fn connect_opens_the_servers_own_client_on_the_primary_without_the_user_ty
             "SELECT CONCAT('read-', @@read_only)",
         ],
     ));
-    assert_eq!(session.trim(), "read-0", "the primary, writable: {session}");
+    assert_eq!(session.trim(), "read-OFF", "the primary, writable: {session}");
 
     // The password the session used is the one `credentials` shows when asked, and only then.
     let hidden = stdout(&plugin_with_kubectl(&setup.ns, &["credentials", "mysql/shop"]));
