@@ -197,15 +197,6 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, context: Arc<Context<State>>)
     tracing::info!(cluster = %observed.key, ?decision, "decided");
 
     // The objects first, so a deleted Service comes back whatever the step.
-    if observed.statefulset_needs_take_over {
-        let namespace = cluster.namespace().unwrap_or_default();
-        take_over_updates(
-            &context.client,
-            &namespace,
-            &statefulset_name(&cluster.name_any()),
-        )
-        .await?;
-    }
     let pod_count = match decision.step() {
         Some(Step::ScalePods { replicas }) => *replicas,
         _ => observed.statefulset_replicas.unwrap_or(observed.desired),
