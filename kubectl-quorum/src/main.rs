@@ -300,6 +300,20 @@ struct Scope {
 }
 
 impl Scope {
+    /// The cluster `target` names, as its engine's type; a missing one is named in the error.
+    async fn cluster<K>(&self, target: &Target) -> Result<K, Failure>
+    where
+        K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        self.typed()
+            .get(&target.name)
+            .await
+            .map_err(api(format!("{target} in {}", self.namespace)))
+    }
+
     fn typed<K>(&self) -> Api<K>
     where
         K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
@@ -354,69 +368,32 @@ impl Scope {
     }
 
     async fn status(&self, target: &Target) -> Result<ClusterView, Failure> {
-        let what = format!("{target} in {}", self.namespace);
         let pods = self.pods(&target.name).await?;
         let now = jiff::Timestamp::now();
         Ok(match target.engine {
-            Engine::Etcd => view::etcd(
-                &self.typed().get(&target.name).await.map_err(api(what))?,
-                &pods,
-                now,
-            ),
-            Engine::MySql => view::mysql(
-                &self.typed().get(&target.name).await.map_err(api(what))?,
-                &pods,
-                now,
-            ),
-            Engine::Redis => view::redis(
-                &self.typed().get(&target.name).await.map_err(api(what))?,
-                &pods,
-                now,
-            ),
-            Engine::MongoDb => view::mongodb(
-                &self.typed().get(&target.name).await.map_err(api(what))?,
-                &pods,
-                now,
-            ),
+            Engine::Etcd => view::etcd(&self.cluster(target).await?, &pods, now),
+            Engine::MySql => view::mysql(&self.cluster(target).await?, &pods, now),
+            Engine::Redis => view::redis(&self.cluster(target).await?, &pods, now),
+            Engine::MongoDb => view::mongodb(&self.cluster(target).await?, &pods, now),
         })
     }
 
     async fn connection(&self, target: &Target) -> Result<Connection, Failure> {
-        let what = format!("{target} in {}", self.namespace);
         let namespace = &self.namespace;
         Ok(match target.engine {
-            Engine::Etcd => credentials::etcd(
-                &self.typed().get(&target.name).await.map_err(api(what))?,
-                namespace,
-            ),
-            Engine::MySql => credentials::mysql(
-                &self.typed().get(&target.name).await.map_err(api(what))?,
-                namespace,
-            ),
-            Engine::Redis => credentials::redis(
-                &self.typed().get(&target.name).await.map_err(api(what))?,
-                namespace,
-            ),
-            Engine::MongoDb => credentials::mongodb(
-                &self.typed().get(&target.name).await.map_err(api(what))?,
-                namespace,
-            ),
+            Engine::Etcd => credentials::etcd(&self.cluster(target).await?, namespace),
+            Engine::MySql => credentials::mysql(&self.cluster(target).await?, namespace),
+            Engine::Redis => credentials::redis(&self.cluster(target).await?, namespace),
+            Engine::MongoDb => credentials::mongodb(&self.cluster(target).await?, namespace),
         })
     }
 
     async fn session(&self, target: &Target) -> Result<connect::Session, Failure> {
-        let what = format!("{target} in {}", self.namespace);
         Ok(match target.engine {
-            Engine::Etcd => connect::etcd(&self.typed().get(&target.name).await.map_err(api(what))?),
-            Engine::MySql => {
-                connect::mysql(target, &self.typed().get(&target.name).await.map_err(api(what))?)?
-            }
-            Engine::Redis => {
-                connect::redis(target, &self.typed().get(&target.name).await.map_err(api(what))?)?
-            }
-            Engine::MongoDb => {
-                connect::mongodb(target, &self.typed().get(&target.name).await.map_err(api(what))?)?
-            }
+            Engine::Etcd => connect::etcd(&self.cluster(target).await?),
+            Engine::MySql => connect::mysql(target, &self.cluster(target).await?)?,
+            Engine::Redis => connect::redis(target, &self.cluster(target).await?)?,
+            Engine::MongoDb => connect::mongodb(target, &self.cluster(target).await?)?,
         })
     }
 
@@ -441,26 +418,21 @@ impl Scope {
     }
 
     async fn cluster_destination(&self, target: &Target) -> Result<Option<BackupDestination>, Failure> {
-        let what = format!("{target} in {}", self.namespace);
         let policy = match target.engine {
             Engine::Etcd => {
-                let cluster: etcd_operator::crd::EtcdCluster =
-                    self.typed().get(&target.name).await.map_err(api(what))?;
+                let cluster: etcd_operator::crd::EtcdCluster = self.cluster(target).await?;
                 cluster.spec.backup
             }
             Engine::MySql => {
-                let cluster: mysql_operator::crd::MySQLCluster =
-                    self.typed().get(&target.name).await.map_err(api(what))?;
+                let cluster: mysql_operator::crd::MySQLCluster = self.cluster(target).await?;
                 cluster.spec.backup
             }
             Engine::Redis => {
-                let cluster: redis_operator::crd::RedisCluster =
-                    self.typed().get(&target.name).await.map_err(api(what))?;
+                let cluster: redis_operator::crd::RedisCluster = self.cluster(target).await?;
                 cluster.spec.backup
             }
             Engine::MongoDb => {
-                let cluster: mongodb_operator::crd::MongoDBReplicaSet =
-                    self.typed().get(&target.name).await.map_err(api(what))?;
+                let cluster: mongodb_operator::crd::MongoDBReplicaSet = self.cluster(target).await?;
                 cluster.spec.backup
             }
         };

@@ -28,10 +28,12 @@ use quorum_e2e::{
     wait,
 };
 
-/// Runs the plugin in `namespace` with `args`, as `kubectl quorum` would.
+/// Runs the plugin in `namespace` with `args`, as `kubectl quorum` would, with the local control
+/// plane's kubeconfig and its kubectl (which `connect` runs).
 async fn plugin(namespace: &str, args: &[&str]) -> Output {
     tokio::process::Command::new(env!("CARGO_BIN_EXE_kubectl-quorum"))
         .env("KUBECONFIG", control_plane::kubeconfig_path())
+        .env("KUBECTL", quorum_e2e::tools::kubectl_binary())
         .arg("--namespace")
         .arg(namespace)
         .args(args)
@@ -352,19 +354,6 @@ async fn credentials_name_services_and_secrets_and_show_passwords_only_when_aske
     namespace.delete().await;
 }
 
-/// The plugin run synchronously with the local control plane's kubectl on `PATH`'s stead, for
-/// `connect`, which runs `kubectl exec`.
-fn plugin_with_kubectl(namespace: &str, args: &[&str]) -> Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-quorum"))
-        .env("KUBECONFIG", control_plane::kubeconfig_path())
-        .env("KUBECTL", quorum_e2e::tools::kubectl_binary())
-        .arg("--namespace")
-        .arg(namespace)
-        .args(args)
-        .output()
-        .expect("run kubectl-quorum")
-}
-
 /// `connect` and `credentials` against members that run as users run them: a MariaDB cluster of
 /// real pods on the real node, its operator installed by its chart. The session opens the
 /// server's own client in the primary's container and logs in with the password the member
@@ -397,25 +386,31 @@ async fn connect_opens_the_servers_own_client_on_the_primary_without_the_user_ty
     .await;
 
     // Not a terminal: the client reads statements from its arguments and prints plain rows.
-    let session = stdout(&plugin_with_kubectl(
-        &setup.ns,
-        &[
-            "connect",
-            "mysql/shop",
-            "--",
-            "-N",
-            "-e",
-            "SELECT CONCAT('read-', @@read_only)",
-        ],
-    ));
+    let session = stdout(
+        &plugin(
+            &setup.ns,
+            &[
+                "connect",
+                "mysql/shop",
+                "--",
+                "-N",
+                "-e",
+                "SELECT CONCAT('read-', @@read_only)",
+            ],
+        )
+        .await,
+    );
     assert_eq!(session.trim(), "read-OFF", "the primary, writable: {session}");
 
     // The password the session used is the one `credentials` shows when asked, and only then.
-    let hidden = stdout(&plugin_with_kubectl(&setup.ns, &["credentials", "mysql/shop"]));
-    let shown: serde_json::Value = serde_json::from_str(&stdout(&plugin_with_kubectl(
-        &setup.ns,
-        &["credentials", "mysql/shop", "--show-password", "-o", "json"],
-    )))
+    let hidden = stdout(&plugin(&setup.ns, &["credentials", "mysql/shop"]).await);
+    let shown: serde_json::Value = serde_json::from_str(&stdout(
+        &plugin(
+            &setup.ns,
+            &["credentials", "mysql/shop", "--show-password", "-o", "json"],
+        )
+        .await,
+    ))
     .unwrap();
     let password = shown["passwords"][0]
         .as_str()
@@ -448,7 +443,7 @@ async fn connect_opens_the_servers_own_client_on_the_primary_without_the_user_ty
         "the password shown logs in: {logged_in}"
     );
 
-    let refused = plugin_with_kubectl(&setup.ns, &["connect", "mysql/absent"]);
+    let refused = plugin(&setup.ns, &["connect", "mysql/absent"]).await;
     assert!(!refused.status.success());
     let message = String::from_utf8_lossy(&refused.stderr);
     assert!(
