@@ -23,11 +23,14 @@ use crate::apply::ignore_not_found;
 /// created from.
 pub const REVISION_LABEL: &str = "controller-revision-hash";
 
+/// The update strategy under which a pod changes only when the operator deletes it.
+const ON_DELETE: &str = "OnDelete";
+
 /// The update strategy of every member StatefulSet: a pod changes only when the operator
 /// deletes it.
 pub fn operator_managed_updates() -> StatefulSetUpdateStrategy {
     StatefulSetUpdateStrategy {
-        type_: Some("OnDelete".into()),
+        type_: Some(ON_DELETE.into()),
         ..StatefulSetUpdateStrategy::default()
     }
 }
@@ -42,7 +45,7 @@ pub fn needs_take_over(statefulset: &StatefulSet) -> bool {
         .as_ref()
         .and_then(|spec| spec.update_strategy.as_ref());
     strategy.is_some_and(|strategy| {
-        strategy.type_.as_deref() != Some("OnDelete") || strategy.rolling_update.is_some()
+        strategy.type_.as_deref() != Some(ON_DELETE) || strategy.rolling_update.is_some()
     })
 }
 
@@ -54,7 +57,7 @@ pub fn needs_take_over(statefulset: &StatefulSet) -> bool {
 /// The API server's error for the patch.
 pub async fn take_over_updates(client: &Client, namespace: &str, name: &str) -> Result<(), crate::Error> {
     let api: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
-    let patch = serde_json::json!({"spec": {"updateStrategy": {"type": "OnDelete", "rollingUpdate": null}}});
+    let patch = serde_json::json!({"spec": {"updateStrategy": {"type": ON_DELETE, "rollingUpdate": null}}});
     api.patch(
         name,
         &kube::api::PatchParams::default(),
