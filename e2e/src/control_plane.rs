@@ -62,6 +62,58 @@ async fn admin_client_from(path: &std::path::Path) -> Client {
     client
 }
 
+/// Every request a client sent: method and path (with query), in order.
+#[derive(Clone, Default)]
+pub struct RequestLog(std::sync::Arc<std::sync::Mutex<Vec<(http::Method, String)>>>);
+
+impl RequestLog {
+    /// The requests sent so far.
+    pub fn sent(&self) -> Vec<(http::Method, String)> {
+        self.0.lock().expect("request log").clone()
+    }
+
+    /// The requests other than reads (`GET`, and the watches and lists that are GETs too).
+    pub fn writes(&self) -> Vec<(http::Method, String)> {
+        self.sent()
+            .into_iter()
+            .filter(|(method, _)| method != http::Method::GET)
+            .collect()
+    }
+}
+
+/// An admin client that records every request it sends, so a test counts what one component
+/// (an operator given this client) asked of the API server, whatever else runs beside it.
+pub async fn recording_admin_client() -> (Client, RequestLog) {
+    quorum_core::install_crypto_provider();
+    let path = kubeconfig_path();
+    let kubeconfig = Kubeconfig::read_from(&path)
+        .unwrap_or_else(|error| panic!("no local control plane: cannot read {}: {error}", path.display()));
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap_or_else(|error| panic!("bad kubeconfig {}: {error}", path.display()));
+    let log = RequestLog::default();
+    let recorder = log.clone();
+    let client = kube::client::ClientBuilder::try_from(config)
+        .expect("client from kubeconfig")
+        .with_layer(&tower::util::MapRequestLayer::new(
+            move |request: http::Request<kube::client::Body>| {
+                let target = request
+                    .uri()
+                    .path_and_query()
+                    .map(ToString::to_string)
+                    .unwrap_or_default();
+                recorder
+                    .0
+                    .lock()
+                    .expect("request log")
+                    .push((request.method().clone(), target));
+                request
+            },
+        ))
+        .build();
+    (client, log)
+}
+
 /// A client that authenticates as the ServiceAccount `namespace/name` with a fresh token, as
 /// an operator pod running under that account would: what RBAC allows it is all it can do.
 ///

@@ -263,12 +263,25 @@ impl CatalogServer {
 pub struct Olm {
     pub catalog_operator: HostProcess,
     pub olm_operator: HostProcess,
+    /// Held while OLM runs (dropped after its operators stop): one OLM at a time on this
+    /// machine, as its operators listen on fixed ports and act in every namespace.
+    _exclusive: std::fs::File,
 }
 
 impl Olm {
     /// Installs OLM's CRDs (server-side: the CSV CRD is too large for a client-side apply
     /// annotation) and namespace, and starts its operators; `scratch` holds their logs.
     pub async fn start(admin: &Client, scratch: &Path) -> Self {
+        let exclusive = tokio::task::spawn_blocking(|| {
+            let path = std::env::temp_dir().join("quorum-olm.lock");
+            let file = std::fs::File::create(&path)
+                .unwrap_or_else(|error| panic!("creating {}: {error}", path.display()));
+            file.lock()
+                .unwrap_or_else(|error| panic!("locking {}: {error}", path.display()));
+            file
+        })
+        .await
+        .expect("waiting for the OLM lock");
         let olm = olm_directory();
         let crds = olm.join("crds").display().to_string();
         kubectl(&[
@@ -325,6 +338,7 @@ impl Olm {
         Self {
             catalog_operator,
             olm_operator,
+            _exclusive: exclusive,
         }
     }
 
