@@ -161,15 +161,28 @@ impl Pass<'_> {
         self.cluster.namespace().unwrap_or_default()
     }
 
-    /// The replica count of one of the cluster's StatefulSets; `None` when it does not exist.
-    pub async fn statefulset_replicas(&self, name: &str) -> Result<Option<usize>, Error> {
+    /// One of the cluster's StatefulSets; `None` when it does not exist.
+    pub async fn statefulset(&self, name: &str) -> Result<Option<StatefulSet>, Error> {
         let statefulsets: Api<StatefulSet> = Api::namespaced(self.context.client.clone(), &self.namespace());
-        Ok(statefulsets
+        statefulsets
             .get_opt(name)
             .await
-            .map_err(api(format!("reading StatefulSet {name}")))?
-            .and_then(|s| s.spec?.replicas)
-            .map(|r| r.max(0) as usize))
+            .map_err(api(format!("reading StatefulSet {name}")))
+    }
+
+    /// The replica count of one of the cluster's StatefulSets; `None` when it does not exist.
+    pub async fn statefulset_replicas(&self, name: &str) -> Result<Option<usize>, Error> {
+        Ok(replicas_of(self.statefulset(name).await?.as_ref()))
+    }
+
+    /// The data pods, as they are now.
+    pub async fn data_pods(&self) -> Result<Vec<Pod>, Error> {
+        let pods: Api<Pod> = Api::namespaced(self.context.client.clone(), &self.namespace());
+        Ok(pods
+            .list(&ListParams::default().labels(&node_selector_string(self.cluster)))
+            .await
+            .map_err(api("listing data pods"))?
+            .items)
     }
 
     pub async fn apply<K>(&self, object: &K) -> Result<(), Error>
@@ -197,14 +210,15 @@ impl Pass<'_> {
 
     /// Sets each data pod's role label where it differs from `roles`; pods not in `roles` keep
     /// theirs (a node the operator cannot see is not moved in or out of a Service on a guess).
-    pub async fn set_role_labels(&self, roles: &BTreeMap<usize, RoleLabel>) -> Result<(), Error> {
+    /// `data_pods` are the pods [`Self::data_pods`] listed earlier in the pass.
+    pub async fn set_role_labels(
+        &self,
+        data_pods: &[Pod],
+        roles: &BTreeMap<usize, RoleLabel>,
+    ) -> Result<(), Error> {
         let name = self.name();
         let pods: Api<Pod> = Api::namespaced(self.context.client.clone(), &self.namespace());
-        let listed = pods
-            .list(&ListParams::default().labels(&node_selector_string(self.cluster)))
-            .await
-            .map_err(api("listing data pods"))?;
-        for pod in listed.items {
+        for pod in data_pods {
             let pod_name = pod.name_any();
             let Some(role) = ordinal_of(&name, &pod_name).and_then(|o| roles.get(&o)) else {
                 continue;
@@ -219,6 +233,13 @@ impl Pass<'_> {
         }
         Ok(())
     }
+}
+
+/// The replica count of a StatefulSet; `None` when it does not exist.
+pub fn replicas_of(statefulset: Option<&StatefulSet>) -> Option<usize> {
+    statefulset
+        .and_then(|s| s.spec.as_ref()?.replicas)
+        .map(|r| r.max(0) as usize)
 }
 
 /// Sets `Ready`, `Progressing` and `Degraded` on `status` from a pass's findings.

@@ -22,6 +22,7 @@ quorum_core::reasons! {
         SwitchoverRequested => Normal,
         RemovingNode => Normal,
         SentinelReset => Normal,
+        RestartingNode => Normal,
         // Steps taken in cluster mode.
         FormingCluster => Normal,
         MeetingNodes => Normal,
@@ -41,6 +42,9 @@ quorum_core::reasons! {
         /// A Sentinel has not yet discovered every replica and every other Sentinel, so a
         /// failover it started now could not promote every replica (replication mode).
         SentinelsDiscovering => Normal,
+        /// A node restarted onto the current pod template is not back or not in sync yet
+        /// (replication mode).
+        RestartInProgress => Normal,
         /// Nodes are not linked to one another yet (cluster mode).
         Joining => Normal,
         /// A node does not report `cluster_state:ok` yet (cluster mode).
@@ -58,6 +62,8 @@ quorum_core::reasons! {
         PrimaryEmpty => Warning,
         PrimaryLeaving => Warning,
         NodeNotHealthy => Warning,
+        /// A node runs an older pod template and cannot be restarted safely now.
+        RestartBlocked => Warning,
         // Waits a person should look at, in either mode.
         ScaleInBlocked => Warning,
         // Waits a person should look at, in cluster mode.
@@ -109,6 +115,7 @@ mod tests {
         "SwitchoverRequested",
         "RemovingNode",
         "SentinelReset",
+        "RestartingNode",
         "FormingCluster",
         "MeetingNodes",
         "FinishingSlotMove",
@@ -126,6 +133,7 @@ mod tests {
         "ReplicaSyncing",
         "SentinelsStarting",
         "SentinelsDiscovering",
+        "RestartInProgress",
         "Joining",
         "ClusterStateNotOk",
     ];
@@ -154,6 +162,7 @@ mod tests {
                 "PrimaryEmpty",
                 "PrimaryLeaving",
                 "NodeNotHealthy",
+                "RestartBlocked",
                 "ScaleInBlocked",
                 "NodesNotAnswering",
                 "NodeIdsChanged",

@@ -525,6 +525,13 @@ pub fn build_statefulset(cluster: &RedisCluster, replicas: i32) -> Result<Statef
         PORT,
         true,
     )?;
+    // In replication mode the operator rolls the data pods itself (replicas first, the primary
+    // last after a handover without loss); in cluster mode the StatefulSet controller still does.
+    if cluster.spec.mode == Mode::Replication
+        && let Some(spec) = statefulset.spec.as_mut()
+    {
+        spec.update_strategy = Some(quorum_core::rollout::operator_managed_updates());
+    }
     let restore = cluster.status.as_ref().and_then(|status| status.restore.as_ref());
     if let (Some(_), Some(restore)) = (&cluster.spec.restore_from, restore)
         && let Some(pod) = statefulset
@@ -791,6 +798,23 @@ pub(crate) mod tests {
         cluster.metadata.namespace = Some("prod".into());
         cluster.metadata.uid = Some("uid-1".into());
         cluster
+    }
+
+    #[test]
+    fn replication_mode_data_pods_change_only_when_the_operator_restarts_them() {
+        let strategy = |mode| {
+            build_statefulset(&cluster(mode), 3)
+                .unwrap()
+                .spec
+                .unwrap()
+                .update_strategy
+        };
+        assert_eq!(
+            strategy(Mode::Replication),
+            Some(quorum_core::rollout::operator_managed_updates())
+        );
+        // Cluster mode is still rolled by the StatefulSet controller.
+        assert_eq!(strategy(Mode::Cluster), None);
     }
 
     #[test]

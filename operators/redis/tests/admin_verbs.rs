@@ -5,27 +5,35 @@ use std::{
     net::SocketAddr,
     sync::{
         Arc, Mutex,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicUsize, Ordering},
     },
     time::{Duration, Instant},
 };
 
+use quorum_core::availability::{breaker::BreakerSettings, metrics::AdminMetrics};
 use quorum_e2e::{
     redis::{Mode, RedisProcesses},
     wait,
 };
 use redis::{ErrorKind, IntoConnectionInfo, ServerErrorKind, aio::MultiplexedConnection};
-use redis_operator::admin::{
-    AdminError, Credentials, RedisAdmin, Role,
-    cluster::{SlotRange, SlotState, key_slot, myself, owner_of, slot_ownership},
-    migrate::{MigrationSettings, migrate_slot, migrate_slots},
-    rebalance::{PlanError, check_removable, initial_ranges, plan_rebalance},
-    sentinel::{SentinelAdmin, SentinelSetting},
-    snapshot::place_snapshot,
+use redis_operator::{
+    address::{Addresses, Kind},
+    admin::{
+        AdminError, Credentials, RedisAdmin, Role,
+        cluster::{SlotRange, SlotState, key_slot, myself, owner_of, slot_ownership},
+        migrate::{MigrationSettings, migrate_slot, migrate_slots},
+        rebalance::{PlanError, check_removable, initial_ranges, plan_rebalance},
+        sentinel::{SentinelAdmin, SentinelSetting},
+        snapshot::place_snapshot,
+    },
+    clients::{RedisClients, default_policy},
+    replication::handover::Handover,
 };
 use sha2::{Digest, Sha256};
 
 const TIMEOUT: Duration = Duration::from_secs(5);
+/// The name the Sentinels know the primary by: the operator's.
+const PRIMARY: &str = redis_operator::resources::SENTINEL_PRIMARY_NAME;
 
 async fn admin(address: SocketAddr, password: &str) -> RedisAdmin {
     RedisAdmin::connect(address, Some(Credentials::password(password)), TIMEOUT)
@@ -591,7 +599,7 @@ async fn primary_all_name(sentinels: &[SentinelAdmin], old: SocketAddr) -> Resul
     for sentinel in sentinels {
         answers.insert(
             sentinel
-                .primary_address("main")
+                .primary_address(PRIMARY)
                 .await
                 .map_err(|e| e.to_string())?,
         );
@@ -602,18 +610,11 @@ async fn primary_all_name(sentinels: &[SentinelAdmin], old: SocketAddr) -> Resul
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sentinels_fail_over_to_a_replica_and_the_old_primary_rejoins_as_a_replica() {
-    let mut processes = RedisProcesses::start(Mode::Standalone, 3).await;
+/// Servers 1 and 2 replicate server 0, and three Sentinels watch it (as [`PRIMARY`], quickly: down
+/// after one second) and know every replica and one another.
+async fn watched_by_sentinels(processes: &mut RedisProcesses) -> (Vec<RedisAdmin>, Vec<SentinelAdmin>) {
     let password = processes.password().to_string();
-    let servers = admins(&processes).await;
-    let mut data = data_connection(processes.address(0), &password).await;
-    let _: () = redis::cmd("SET")
-        .arg("before")
-        .arg("failover")
-        .query_async(&mut data)
-        .await
-        .unwrap();
+    let servers = admins(processes).await;
     for replica in &servers[1..] {
         replica.replicate_from(servers[0].address()).await.unwrap();
     }
@@ -634,13 +635,13 @@ async fn sentinels_fail_over_to_a_replica_and_the_old_primary_rejoins_as_a_repli
         )
         .await
         .unwrap();
-        sentinel.monitor("main", servers[0].address(), 2).await.unwrap();
+        sentinel.monitor(PRIMARY, servers[0].address(), 2).await.unwrap();
         for setting in [
             SentinelSetting::Auth(Credentials::password(&password)),
             SentinelSetting::DownAfter(Duration::from_millis(1000)),
             SentinelSetting::FailoverTimeout(Duration::from_millis(3000)),
         ] {
-            sentinel.set("main", &setting).await.unwrap();
+            sentinel.set(PRIMARY, &setting).await.unwrap();
         }
         sentinels.push(sentinel);
     }
@@ -649,17 +650,32 @@ async fn sentinels_fail_over_to_a_replica_and_the_old_primary_rejoins_as_a_repli
         Duration::from_secs(30),
         || async {
             for sentinel in &sentinels {
-                let seen = sentinel.primary("main").await.map_err(|e| e.to_string())?;
+                let seen = sentinel.primary(PRIMARY).await.map_err(|e| e.to_string())?;
                 if seen.other_sentinels != 2 || seen.replicas != 2 {
                     return Err(format!("{} sees {seen:?}", sentinel.endpoint()));
                 }
-                sentinel.check_quorum("main").await.map_err(|e| e.to_string())?;
+                sentinel.check_quorum(PRIMARY).await.map_err(|e| e.to_string())?;
             }
             Ok(())
         },
     )
     .await;
-    assert_eq!(sentinels[0].replicas("main").await.unwrap().len(), 2);
+    (servers, sentinels)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinels_fail_over_to_a_replica_and_the_old_primary_rejoins_as_a_replica() {
+    let mut processes = RedisProcesses::start(Mode::Standalone, 3).await;
+    let password = processes.password().to_string();
+    let mut data = data_connection(processes.address(0), &password).await;
+    let _: () = redis::cmd("SET")
+        .arg("before")
+        .arg("failover")
+        .query_async(&mut data)
+        .await
+        .unwrap();
+    let (servers, sentinels) = watched_by_sentinels(&mut processes).await;
+    assert_eq!(sentinels[0].replicas(PRIMARY).await.unwrap().len(), 2);
 
     processes.kill(0).await;
     let old = servers[0].address();
@@ -715,17 +731,141 @@ async fn sentinels_fail_over_to_a_replica_and_the_old_primary_rejoins_as_a_repli
         .unwrap();
     assert_eq!(value.as_deref(), Some("failover"));
 
-    assert_eq!(sentinels[0].reset("main").await.unwrap(), 1);
-    sentinels[0].remove("main").await.unwrap();
-    assert_eq!(sentinels[0].primary_address("main").await.unwrap(), None);
+    assert_eq!(sentinels[0].reset(PRIMARY).await.unwrap(), 1);
+    sentinels[0].remove(PRIMARY).await.unwrap();
+    assert_eq!(sentinels[0].primary_address(PRIMARY).await.unwrap(), None);
     assert!(
         sentinels[0]
-            .primary("main")
+            .primary(PRIMARY)
             .await
             .unwrap_err()
             .refusal()
             .is_some()
     );
+}
+
+/// The operator's handover under a writer that writes to the old primary as fast as it
+/// answers, for as long as the test runs: the role moves to a replica, the old primary follows
+/// it (at once, not when the Sentinels get round to it) and refuses writes from then on, and
+/// every write it acknowledged is on the new primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handover_moves_the_primary_without_losing_an_acknowledged_write() {
+    let mut processes = RedisProcesses::start(Mode::Standalone, 3).await;
+    let password = processes.password().to_string();
+    let (servers, sentinels) = watched_by_sentinels(&mut processes).await;
+    let cluster = "handover/main";
+    let clients = RedisClients::new(
+        default_policy(),
+        BreakerSettings::default(),
+        AdminMetrics::default(),
+    );
+    clients
+        .set_credentials(cluster, Credentials::password(&password))
+        .await;
+    for ordinal in 0..3 {
+        clients
+            .route(cluster, Kind::Node, ordinal, processes.address(ordinal))
+            .await;
+        clients
+            .route(
+                cluster,
+                Kind::Sentinel,
+                ordinal,
+                processes.sentinel_address(ordinal),
+            )
+            .await;
+    }
+
+    // The writer: one key after another to the old primary, bounded in count and time.
+    let stop = Arc::new(AtomicBool::new(false));
+    let acknowledged = Arc::new(Mutex::new(Vec::new()));
+    let refused = Arc::new(AtomicUsize::new(0));
+    let writer = {
+        let (stop, acknowledged, refused) = (stop.clone(), acknowledged.clone(), refused.clone());
+        let (address, password) = (processes.address(0), password.clone());
+        tokio::spawn(async move {
+            let deadline = Instant::now() + Duration::from_secs(120);
+            let mut connection = data_connection(address, &password).await;
+            for n in 0..200_000 {
+                if stop.load(Ordering::SeqCst) || Instant::now() > deadline {
+                    break;
+                }
+                let key = format!("handover-{n}");
+                let written: redis::RedisResult<()> = redis::cmd("SET")
+                    .arg(&key)
+                    .arg(value_of(&key))
+                    .query_async(&mut connection)
+                    .await;
+                match written {
+                    Ok(()) => acknowledged.lock().unwrap().push(key),
+                    Err(_) => {
+                        refused.fetch_add(1, Ordering::SeqCst);
+                        connection = data_connection(address, &password).await;
+                    }
+                }
+            }
+        })
+    };
+    wait::until("writes acknowledged", Duration::from_secs(30), || async {
+        let count = acknowledged.lock().unwrap().len();
+        (count >= 500)
+            .then_some(())
+            .ok_or(format!("{count} acknowledged"))
+    })
+    .await;
+
+    let handover = Handover {
+        clients: &clients,
+        cluster,
+        addresses: &Addresses::Loopback {
+            namespace: "handover".into(),
+            cluster: "main".into(),
+        },
+        primary: 0,
+        replicas: vec![(1, processes.address(1)), (2, processes.address(2))],
+        sentinel: 0,
+    };
+    let promoted = handover.run().await.expect("the handover");
+    assert_ne!(promoted, 0);
+    let new_primary = processes.address(promoted);
+    let old = servers[0].replication_info().await.unwrap();
+    assert!(
+        old.follows(new_primary),
+        "the old primary follows {new_primary}: {old:?}"
+    );
+
+    // The writer goes on writing to the old primary, which refuses it now.
+    let acknowledged_at_handover = acknowledged.lock().unwrap().len();
+    wait::until(
+        "the old primary refusing writes",
+        Duration::from_secs(30),
+        || async {
+            let refused = refused.load(Ordering::SeqCst);
+            (refused > 0).then_some(()).ok_or(format!("{refused} refused"))
+        },
+    )
+    .await;
+    stop.store(true, Ordering::SeqCst);
+    writer.await.unwrap();
+    let acknowledged = acknowledged.lock().unwrap().clone();
+    assert!(
+        acknowledged.len() <= acknowledged_at_handover + 1,
+        "the old primary acknowledged {} writes after it handed over",
+        acknowledged.len() - acknowledged_at_handover
+    );
+
+    let mut read = data_connection(new_primary, &password).await;
+    for key in &acknowledged {
+        let value: Option<String> = redis::cmd("GET").arg(key).query_async(&mut read).await.unwrap();
+        assert_eq!(
+            value.as_deref(),
+            Some(value_of(key).as_str()),
+            "acknowledged write {key} lost in the handover ({} acknowledged)",
+            acknowledged.len()
+        );
+    }
+    let named = primary_all_name(&sentinels, servers[0].address()).await.unwrap();
+    assert_eq!(named, new_primary, "every Sentinel names the new primary");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

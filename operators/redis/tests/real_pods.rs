@@ -241,6 +241,91 @@ async fn the_chart_installed_operator_runs_a_primary_replicas_and_sentinels_of_r
     setup.remove().await;
 }
 
+/// A new pod template (here an annotation; a version bump or an operator release that builds
+/// pods differently is the same) under a steady writer through the primary Service: the operator
+/// restarts the data pods one at a time, the replicas first, then hands the primary's role to an
+/// upgraded replica with its writes held and restarts the old primary last. The Sentinels never
+/// fail over on their own, and no acknowledged write is lost.
+#[tokio::test]
+async fn a_new_pod_template_restarts_one_node_at_a_time_the_primary_last_after_a_handover() {
+    let setup = OnRealNode::install("real-redis-roll", CHART, &[]).await;
+    let status = create_ready(&setup, on_real_node(support::replication_spec(2)), 3, 3).await;
+    let old_primary = status.primary.clone().expect("a primary");
+    let password = generated_password(&setup.admin, &setup.ns, CLUSTER).await;
+    let writer = start_reconnecting_writer(primary_service_address(&setup).await, &password);
+    let reasons = ["RestartingNode", "SwitchoverRequested", "PrimaryChanged"];
+    let before = setup.occurrences(&reasons).await;
+    let watch = setup.watch_roll(NODES).await;
+
+    let mut template = real_node::pod_overrides();
+    template
+        .annotations
+        .insert("example.com/rolled".into(), "once".into());
+    clusters(&setup)
+        .patch(
+            CLUSTER,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"podTemplate": template}})),
+        )
+        .await
+        .unwrap();
+    wait::until(
+        "every data pod on the new template",
+        Duration::from_secs(420),
+        || async {
+            let pods = setup.pods_of(NODES).await;
+            let rolled = pods.iter().filter(|pod| {
+                pod.metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key("example.com/rolled"))
+                    && real_node::pod_ready(pod)
+            });
+            match rolled.count() {
+                3 => Ok(()),
+                count => {
+                    let cluster = clusters(&setup).get(CLUSTER).await.map_err(|e| e.to_string())?;
+                    let progressing = cluster
+                        .status
+                        .unwrap_or_default()
+                        .conditions
+                        .into_iter()
+                        .find(|c| c.type_ == "Progressing")
+                        .map(|c| format!("{}: {}", c.reason, c.message));
+                    Err(format!("{count} rolled; progressing: {progressing:?}"))
+                }
+            }
+        },
+    )
+    .await;
+    let status = support::ready(&clusters(&setup), CLUSTER, 3).await;
+    let record = watch.stop().await;
+
+    assert_eq!(record.most_down_at_once(), 1, "one node at a time: {record:?}");
+    assert_eq!(record.replaced.len(), 3, "{record:?}");
+    assert_eq!(
+        record.replaced.last(),
+        Some(&old_primary),
+        "the primary last: {record:?}"
+    );
+    let new_primary = status.primary.clone().expect("a primary");
+    assert_ne!(new_primary, old_primary, "the primary's role was handed over");
+    let after = setup.occurrences(&reasons).await;
+    let taken = |reason: &str| after.get(reason).unwrap_or(&0) - before.get(reason).unwrap_or(&0);
+    assert_eq!(taken("RestartingNode"), 3, "{after:?}");
+    assert_eq!(taken("SwitchoverRequested"), 1, "{after:?}");
+    assert_eq!(
+        taken("PrimaryChanged"),
+        0,
+        "no failover of the Sentinels' own: {after:?}"
+    );
+
+    let history = writer.stop().await;
+    let primary = service_connection(&setup, &primary_service_name(CLUSTER), &password).await;
+    check_history_on_primary_and_replicas(&setup, &primary, &password, &history).await;
+    setup.remove().await;
+}
+
 /// A replica's server killed inside its container, then the other replica's pod deleted: the
 /// kubelet restarts the one and the StatefulSet recreates the other on its volume; the primary
 /// stays, the operator removes or reconfigures nothing, and no acknowledged write is lost.

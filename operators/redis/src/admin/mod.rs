@@ -379,6 +379,25 @@ impl RedisAdmin {
         .await
     }
 
+    /// `CLIENT PAUSE <duration> WRITE`: holds every write command (and key expiry and eviction)
+    /// for up to `duration`, so the replication offset stops moving; reads go on. A held client
+    /// gets its answer once the pause ends: a replica's `READONLY` if this server was demoted
+    /// meanwhile, never an acknowledgement of a write the new primary lacks.
+    pub async fn pause_writes(&self, duration: Duration) -> Result<(), AdminError> {
+        let millis = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
+        self.run(
+            "CLIENT PAUSE",
+            redis::cmd("CLIENT").arg("PAUSE").arg(millis).arg("WRITE"),
+        )
+        .await
+    }
+
+    /// `CLIENT UNPAUSE`: releases the writes [`Self::pause_writes`] held.
+    pub async fn unpause_writes(&self) -> Result<(), AdminError> {
+        self.run("CLIENT UNPAUSE", redis::cmd("CLIENT").arg("UNPAUSE"))
+            .await
+    }
+
     /// `REPLICAOF NO ONE`: this server stops following and becomes a primary, keeping its data.
     pub async fn promote(&self) -> Result<(), AdminError> {
         self.run("REPLICAOF", redis::cmd("REPLICAOF").arg("NO").arg("ONE"))

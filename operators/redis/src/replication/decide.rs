@@ -14,9 +14,12 @@
 
 use std::{collections::BTreeMap, net::SocketAddr, time::Duration};
 
-use quorum_core::availability::{
-    gate::{self, Disruption, Freshness, GateInput, Quorum, Verdict},
-    health::{Health, Observation},
+use quorum_core::{
+    availability::{
+        gate::{self, Disruption, Freshness, GateInput, Quorum, Verdict},
+        health::{Health, Observation},
+    },
+    rollout::{RollTarget, Templates},
 };
 
 use crate::admin::{ReplicationInfo, Role, WriteFence};
@@ -95,6 +98,8 @@ pub struct Facts {
     pub settings: SentinelSettings,
     /// The write fence every node should run with (a replica may be promoted by Sentinel).
     pub write_fence: WriteFence,
+    /// Which data pods run the data StatefulSet's current template.
+    pub templates: Templates,
 }
 
 /// One step.
@@ -115,8 +120,14 @@ pub enum Step {
     Replicate { node: usize, primary: SocketAddr },
     /// Set a node's write fence (`CONFIG SET min-replicas-*`).
     FenceWrites { node: usize, fence: WriteFence },
-    /// Ask a Sentinel to fail over now, because the primary's pod is leaving.
-    SentinelFailover { sentinel: usize },
+    /// Hand the primary's role to a replica without losing a write: hold the primary's
+    /// writes, wait until every replica has its whole stream, have `sentinel` fail over, point
+    /// the old primary at the new one, then release the writes (which it now refuses as a
+    /// replica). Taken when the primary's pod is leaving or must restart onto a new template.
+    HandOver { primary: usize, sentinel: usize },
+    /// Delete a data pod that runs an older template, so its StatefulSet re-creates it on the
+    /// current one with the same volume; never the primary (it hands over first).
+    RestartNode { ordinal: usize },
     /// Remove the highest node, a replica, by shrinking the StatefulSet.
     RemoveNode { ordinal: usize },
     /// Make a Sentinel forget replicas and Sentinels that are gone (`SENTINEL RESET`); one
@@ -545,14 +556,8 @@ pub fn decide(facts: &Facts) -> Decision {
     if node_pods > facts.desired_nodes {
         let leaving = node_pods - 1;
         if leaving == primary {
-            return match facts
-                .sentinels
-                .iter()
-                .find(|s| s.view.is_some() && s.health.is_healthy())
-            {
-                Some(sentinel) if primary_seen => Decision::Act(Step::SentinelFailover {
-                    sentinel: sentinel.ordinal,
-                }),
+            return match hand_over(facts, primary) {
+                Some(step) if primary_seen => Decision::Act(step),
                 _ => wait(
                     Reason::PrimaryLeaving,
                     format!(
@@ -604,10 +609,21 @@ pub fn decide(facts: &Facts) -> Decision {
             format!("the Sentinels name node {primary}, which the operator cannot reach"),
         );
     }
+    // While a roll is under way, a node restarting or resyncing is its expected progress.
+    let rolling = matches!(facts.templates, Templates::Known { .. })
+        && facts.nodes.iter().any(|n| !facts.templates.is_current(n.ordinal));
     if let Some(node) = facts.nodes.iter().find(|n| !n.health.is_healthy()) {
+        let (reason, during) = if rolling {
+            (
+                Reason::RestartInProgress,
+                "rolling onto the current pod template: ",
+            )
+        } else {
+            (Reason::NodeNotHealthy, "")
+        };
         return wait(
-            Reason::NodeNotHealthy,
-            format!("node {} is {}", node.ordinal, node.health.as_str()),
+            reason,
+            format!("{during}node {} is {}", node.ordinal, node.health.as_str()),
         );
     }
     if let Some(node) = facts
@@ -616,9 +632,17 @@ pub fn decide(facts: &Facts) -> Decision {
         .filter(|n| n.ordinal != primary)
         .find(|n| n.answered().is_some_and(|i| !i.link_up))
     {
+        let (reason, during) = if rolling {
+            (
+                Reason::RestartInProgress,
+                "rolling onto the current pod template: ",
+            )
+        } else {
+            (Reason::ReplicaSyncing, "")
+        };
         return wait(
-            Reason::ReplicaSyncing,
-            format!("node {} is syncing from the primary", node.ordinal),
+            reason,
+            format!("{during}node {} is syncing from the primary", node.ordinal),
         );
     }
     if facts.sentinels.iter().any(|s| s.view.is_none()) {
@@ -639,7 +663,62 @@ pub fn decide(facts: &Facts) -> Decision {
             ),
         );
     }
-    Decision::Settled
+    roll(facts, primary)
+}
+
+/// The handover of `primary`'s role through a Sentinel that watches it; `None` when none
+/// answers.
+fn hand_over(facts: &Facts, primary: usize) -> Option<Step> {
+    facts
+        .sentinels
+        .iter()
+        .find(|s| s.view.is_some() && s.health.is_healthy())
+        .map(|sentinel| Step::HandOver {
+            primary,
+            sentinel: sentinel.ordinal,
+        })
+}
+
+/// The next step of a managed roll onto the current pod template, `Settled` when every data pod
+/// runs it. Reached only once every node is healthy and in sync and every Sentinel knows them
+/// all, so each restart starts from a whole deployment.
+fn roll(facts: &Facts, primary: usize) -> Decision {
+    match facts.templates.next(Some(primary)) {
+        None => Decision::Settled,
+        Some(RollTarget::Replica(ordinal)) => restart(facts, ordinal),
+        Some(RollTarget::Primary(ordinal)) if facts.nodes.len() == 1 => restart(facts, ordinal),
+        // The primary goes last, once its role is with a replica on the current template.
+        Some(RollTarget::Primary(ordinal)) => match hand_over(facts, ordinal) {
+            Some(step) => Decision::Act(step),
+            None => wait(
+                Reason::RestartBlocked,
+                format!(
+                    "the primary, node {ordinal}, runs an older pod template and no Sentinel answers to hand its role over"
+                ),
+            ),
+        },
+    }
+}
+
+/// Restarts node `ordinal` onto the current pod template, once every other node is healthy.
+fn restart(facts: &Facts, ordinal: usize) -> Decision {
+    let observations: Vec<Observation> = facts.nodes.iter().map(NodeFact::observation).collect();
+    match gate::check(&GateInput {
+        target: &format!("node {ordinal}"),
+        disruption: Disruption::Restart,
+        observations: &observations,
+        in_flight: None,
+        freshness: Freshness::ThisPass,
+        quorum: Quorum::EveryOtherMember,
+    }) {
+        Verdict::Proceed => Decision::Act(Step::RestartNode { ordinal }),
+        Verdict::Wait(blocking) => wait(
+            Reason::RestartBlocked,
+            format!(
+                "{blocking}; a node is restarted onto the current pod template only while all the others are healthy"
+            ),
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -757,6 +836,10 @@ mod tests {
             recorded_primary_address: recorded.map(address),
             settings: settings(),
             write_fence: FENCE,
+            templates: Templates::Known {
+                outdated: Default::default(),
+                current: (0..3).collect(),
+            },
         }
     }
 
@@ -1066,7 +1149,10 @@ mod tests {
         shrinking.desired_nodes = 2;
         assert_eq!(
             decide(&shrinking),
-            Decision::Act(Step::SentinelFailover { sentinel: 0 })
+            Decision::Act(Step::HandOver {
+                primary: 2,
+                sentinel: 0
+            })
         );
     }
 
@@ -1270,5 +1356,91 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    fn with_outdated(mut facts: Facts, outdated: &[usize]) -> Facts {
+        facts.templates = Templates::Known {
+            outdated: outdated.iter().map(|o| (*o, format!("uid-{o}"))).collect(),
+            current: (0..3).filter(|o| !outdated.contains(o)).collect(),
+        };
+        facts
+    }
+
+    #[test]
+    fn a_new_template_restarts_replicas_one_at_a_time_then_hands_the_primary_over_and_restarts_it() {
+        let settled = || facts(settled_nodes(0), all_watching(0), Some(0));
+        assert_eq!(
+            decide(&with_outdated(settled(), &[0, 1, 2])),
+            Decision::Act(Step::RestartNode { ordinal: 1 })
+        );
+        assert_eq!(
+            decide(&with_outdated(settled(), &[0, 2])),
+            Decision::Act(Step::RestartNode { ordinal: 2 })
+        );
+        // Every replica current: the primary hands its role over rather than restarting.
+        assert_eq!(
+            decide(&with_outdated(settled(), &[0])),
+            Decision::Act(Step::HandOver {
+                primary: 0,
+                sentinel: 0
+            })
+        );
+        // The Sentinels made node 1 the primary: node 0 is now a replica and restarts.
+        let handed_over = facts(settled_nodes(1), all_watching(1), Some(1));
+        assert_eq!(
+            decide(&with_outdated(handed_over, &[0])),
+            Decision::Act(Step::RestartNode { ordinal: 0 })
+        );
+        assert_eq!(decide(&with_outdated(settled(), &[])), Decision::Settled);
+    }
+
+    #[test]
+    fn the_roll_waits_for_a_restarted_node_to_be_back_and_in_sync() {
+        let mut restarting = with_outdated(facts(settled_nodes(0), all_watching(0), Some(0)), &[0, 2]);
+        restarting.nodes[1] = unreachable_node(1);
+        let Decision::Wait(wait) = decide(&restarting) else {
+            panic!("a restart while node 1 is down")
+        };
+        assert_eq!(wait.reason, Reason::RestartInProgress, "{wait:?}");
+
+        let mut syncing = with_outdated(facts(settled_nodes(0), all_watching(0), Some(0)), &[0, 2]);
+        syncing.nodes[1] = node(1, replica_info(0, false));
+        let Decision::Wait(wait) = decide(&syncing) else {
+            panic!("a restart while node 1 syncs")
+        };
+        assert_eq!(wait.reason, Reason::RestartInProgress, "{wait:?}");
+
+        // Outside a roll the same waits are for a person to look at.
+        let mut down = facts(settled_nodes(0), all_watching(0), Some(0));
+        down.nodes[1] = unreachable_node(1);
+        assert!(matches!(
+            decide(&down),
+            Decision::Wait(Wait {
+                reason: Reason::NodeNotHealthy,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn nothing_restarts_while_the_current_template_is_unknown() {
+        let mut facts = facts(settled_nodes(0), all_watching(0), Some(0));
+        facts.templates = Templates::Unknown;
+        assert_eq!(decide(&facts), Decision::Settled);
+    }
+
+    #[test]
+    fn a_lone_primary_restarts_in_place() {
+        let mut lone = facts(vec![node(0, primary_info(&[]))], all_watching(0), Some(0));
+        lone.desired_nodes = 1;
+        lone.node_pods = Some(1);
+        for sentinel in &mut lone.sentinels {
+            sentinel.view.as_mut().unwrap().known_replicas = 0;
+        }
+        lone.templates = Templates::Known {
+            outdated: [(0, "uid-0".to_string())].into(),
+            current: Default::default(),
+        };
+        assert_eq!(decide(&lone), Decision::Act(Step::RestartNode { ordinal: 0 }));
     }
 }

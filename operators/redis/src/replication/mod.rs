@@ -5,6 +5,7 @@
 //! pods from what is true now, and report.
 
 pub mod decide;
+pub mod handover;
 
 use std::{collections::BTreeMap, time::Duration};
 
@@ -17,6 +18,7 @@ use quorum_core::{
     conditions::{ConditionType, ConditionUpdate},
     events::Severity,
     pass::publish,
+    rollout::{Templates, needs_take_over, restart_pod, take_over_updates},
     wakeups::ObjectKey,
 };
 
@@ -27,12 +29,14 @@ use crate::{
         sentinel::{SentinelAdmin, SentinelSetting},
     },
     crd::{FailoverRecord, NodeStatus, RedisClusterStatus, SentinelStatus},
-    pass::{Error, Pass, Progress, set_conditions},
+    pass::{Error, Pass, Progress, replicas_of, set_conditions},
     resources::{
         RoleLabel, SENTINEL_PRIMARY_NAME, build_sentinel_statefulset, build_statefulset, node_name,
         ordinal_of, sentinel_name, sentinel_statefulset_name, statefulset_name,
     },
 };
+
+use handover::Handover;
 
 use decide::{
     Decision, Facts, NodeFact, PrimaryFinding, Reason, SentinelFact, SentinelSettings, SentinelView, Step,
@@ -44,10 +48,12 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
     let name = pass.name();
     let spec = &pass.cluster.spec;
     let sentinel_spec = spec.sentinel_settings();
-    let node_pods = pass.statefulset_replicas(&statefulset_name(&name)).await?;
+    let data_statefulset = pass.statefulset(&statefulset_name(&name)).await?;
+    let node_pods = replicas_of(data_statefulset.as_ref());
     let sentinel_pods = pass
         .statefulset_replicas(&sentinel_statefulset_name(&name))
         .await?;
+    let data_pods = pass.data_pods().await?;
 
     // Observe.
     let nodes = observe_nodes(pass, node_pods.unwrap_or(0)).await;
@@ -80,6 +86,9 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
             failover_timeout: Duration::from_millis(sentinel_spec.failover_timeout_millis.max(0) as u64),
         },
         write_fence: crate::resources::write_fence(spec),
+        templates: Templates::observe(data_statefulset.as_ref(), &data_pods, |pod| {
+            ordinal_of(&name, pod)
+        }),
     };
 
     // Decide.
@@ -88,7 +97,11 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
     let primary = serving_primary_given(&facts, &finding);
     tracing::info!(cluster = %pass.key, ?decision, ?primary, "decided");
 
-    // Act: the StatefulSets, then the step.
+    // Act: the StatefulSets, then the step. A data StatefulSet made before the operator rolled
+    // pods itself is taken over first (no pod restarts: the template is unchanged).
+    if data_statefulset.as_ref().is_some_and(needs_take_over) {
+        take_over_updates(&pass.context.client, &pass.namespace(), &statefulset_name(&name)).await?;
+    }
     let (node_replicas, sentinel_replicas) = match &decision {
         Decision::Act(Step::ScaleNodes { replicas }) => (*replicas, facts.sentinel_pods.unwrap_or(0)),
         Decision::Act(Step::ScaleSentinels { replicas }) => (facts.node_pods.unwrap_or(0), *replicas),
@@ -114,14 +127,36 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
         },
     };
     let mut failure = None;
+    let mut handed_over_to = None;
     if let Decision::Act(step) = &decision {
+        let started = std::time::Instant::now();
         match execute(pass, &facts, step).await {
-            Ok(()) => {
-                if let Step::RemoveNode { ordinal } = step {
+            Ok(moved) => match step {
+                Step::HandOver { .. } => {
+                    handed_over_to = moved;
+                    pass.context.state.clients.metrics().observe_primary_change(
+                        crate::clients::ENGINE,
+                        "Switchover",
+                        started.elapsed().as_secs_f64(),
+                    );
+                }
+                Step::RemoveNode { ordinal } => {
                     pass.apply(&build_statefulset(pass.cluster, *ordinal as i32)?)
                         .await?;
                 }
-            }
+                Step::RestartNode { ordinal } => {
+                    if let Some(uid) = facts.templates.outdated_pod(*ordinal) {
+                        restart_pod(
+                            &pass.context.client,
+                            &pass.namespace(),
+                            &node_name(&name, *ordinal),
+                            uid,
+                        )
+                        .await?;
+                    }
+                }
+                _ => {}
+            },
             Err(source) => {
                 let message = format!(
                     "{} failed; nothing else was changed: {source}",
@@ -140,19 +175,24 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
     }
 
     // Labels from what is true now: only the agreed (or, while the Sentinels cannot agree, the
-    // last agreed) primary takes writes.
-    pass.set_role_labels(&role_labels(&facts, primary)).await?;
+    // last agreed) primary takes writes; after a handover in this pass, the node that has the
+    // role now.
+    let primary = handed_over_to.or(primary);
+    pass.set_role_labels(&data_pods, &role_labels(&facts, primary))
+        .await?;
 
     // Report.
     publish(&pass.context.events, pass.cluster, &progress).await;
     let mut status = build_status(pass, &facts, primary, &progress);
-    status.primary_address = match finding {
-        PrimaryFinding::Agreed { address, .. } => Some(address.to_string()),
+    status.primary_address = match (handed_over_to, finding) {
+        (Some(to), _) => primary_address(&facts, Some(to)).map(|address| address.to_string()),
+        (None, PrimaryFinding::Agreed { address, .. }) => Some(address.to_string()),
         _ if primary == recorded_primary => status.primary_address,
         _ => None,
     };
     if let (Some(from), Some(to)) = (recorded_primary, primary)
         && from != to
+        && handed_over_to.is_none()
     {
         let record = FailoverRecord {
             from: node_name(&name, from),
@@ -316,11 +356,15 @@ async fn observe_sentinels(pass: &Pass<'_>, count: usize) -> Vec<SentinelFact> {
     futures::future::join_all(asks).await
 }
 
-/// Takes one step.
-async fn execute(pass: &Pass<'_>, facts: &Facts, step: &Step) -> Result<(), crate::clients::CallFailure> {
+/// Takes one step; returns the new primary when the step moved the role.
+async fn execute(
+    pass: &Pass<'_>,
+    facts: &Facts,
+    step: &Step,
+) -> Result<Option<usize>, crate::clients::CallFailure> {
     let clients = &pass.context.state.clients;
     let (key, addresses) = (&pass.key, &pass.addresses);
-    match step {
+    let taken = match step {
         Step::ScaleNodes { .. } | Step::ScaleSentinels { .. } | Step::RemoveNode { .. } => Ok(()),
         Step::Monitor { sentinel, primary } => {
             monitor(
@@ -392,18 +436,24 @@ async fn execute(pass: &Pass<'_>, facts: &Facts, step: &Step) -> Result<(), crat
                 )
                 .await
         }
-        Step::SentinelFailover { sentinel } => {
-            clients
-                .sentinel(
-                    key,
-                    addresses,
-                    *sentinel,
-                    "sentinel_failover",
-                    Idempotency::Mutation,
-                    |admin| async move { admin.failover(SENTINEL_PRIMARY_NAME).await },
-                )
-                .await
+        Step::HandOver { primary, sentinel } => {
+            let replicas = facts
+                .nodes
+                .iter()
+                .filter(|node| node.ordinal != *primary)
+                .filter_map(|node| Some((node.ordinal, node.address?)))
+                .collect();
+            let handover = Handover {
+                clients,
+                cluster: key,
+                addresses,
+                primary: *primary,
+                replicas,
+                sentinel: *sentinel,
+            };
+            return handover.run().await.map(Some);
         }
+        Step::RestartNode { .. } => Ok(()),
         Step::ResetSentinel { sentinel } => {
             clients
                 .sentinel(
@@ -416,7 +466,8 @@ async fn execute(pass: &Pass<'_>, facts: &Facts, step: &Step) -> Result<(), crat
                 )
                 .await
         }
-    }
+    };
+    taken.map(|()| None)
 }
 
 /// Tells a Sentinel to monitor the primary at `primary` with the spec's settings and the
@@ -657,7 +708,8 @@ pub fn step_reason(step: &Step) -> Reason {
         Step::Configure { .. } => Reason::SentinelConfigured,
         Step::Replicate { .. } => Reason::ReplicaConfigured,
         Step::FenceWrites { .. } => Reason::WriteFenceSet,
-        Step::SentinelFailover { .. } => Reason::SwitchoverRequested,
+        Step::HandOver { .. } => Reason::SwitchoverRequested,
+        Step::RestartNode { .. } => Reason::RestartingNode,
         Step::RemoveNode { .. } => Reason::RemovingNode,
         Step::ResetSentinel { .. } => Reason::SentinelReset,
     }
@@ -690,9 +742,14 @@ pub fn describe(cluster: &str, step: &Step) -> String {
             fence.min_replicas,
             fence.max_lag_seconds
         ),
-        Step::SentinelFailover { sentinel } => format!(
-            "asking {} to fail over: the primary's pod is leaving",
+        Step::HandOver { primary, sentinel } => format!(
+            "handing the role of the primary, {}, to a replica in sync: its writes held, {} asked to fail over",
+            node_name(cluster, *primary),
             sentinel_name(cluster, *sentinel)
+        ),
+        Step::RestartNode { ordinal } => format!(
+            "restarting {} onto the current pod template",
+            node_name(cluster, *ordinal)
         ),
         Step::RemoveNode { ordinal } => format!("removing replica {}", node_name(cluster, *ordinal)),
         Step::ResetSentinel { sentinel } => format!(

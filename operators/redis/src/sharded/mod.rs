@@ -93,7 +93,8 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
     };
 
     // Labels and status from what the nodes said, recorded before the step is taken.
-    pass.set_role_labels(&role_labels(&facts)).await?;
+    pass.set_role_labels(&pass.data_pods().await?, &role_labels(&facts))
+        .await?;
     let rebalance = match &recorded {
         // Kept as stored, until a person removes it or an operator that can read it resumes it.
         Err(_) => previous.rebalance.clone(),
