@@ -29,6 +29,7 @@
 //! - [`leader`]: leader election on a `coordination.k8s.io` Lease;
 //! - [`runner`]: the controller runner that ties them together;
 //! - [`wakeups`]: requests from the database's own events to reconcile a cluster now;
+//! - [`role_labels`]: the primary/replica label on member pods, which the Services select;
 //! - [`rollout`]: which member pods run an older template than their StatefulSet's, and which
 //!   member a managed roll restarts next;
 //! - [`wipe`]: a member's volume and pod deleted, so it starts again empty and copies its peers;
@@ -53,6 +54,7 @@ pub mod pod;
 pub mod pod_failures;
 pub mod predecessor;
 pub mod rbac;
+pub mod role_labels;
 pub mod rollout;
 pub mod runner;
 pub mod status;

@@ -188,6 +188,25 @@ pub fn current_revision(statefulset: &StatefulSet) -> Option<&str> {
         .flatten()
 }
 
+/// Whether a StatefulSet its controller updates (`RollingUpdate`) is done: the controller has
+/// observed the newest spec, and every pod runs the current template and is ready.
+pub fn rolled_out(statefulset: &StatefulSet) -> bool {
+    let Some(revision) = current_revision(statefulset) else {
+        return false;
+    };
+    let Some(status) = statefulset.status.as_ref() else {
+        return false;
+    };
+    let wanted = statefulset
+        .spec
+        .as_ref()
+        .and_then(|spec| spec.replicas)
+        .unwrap_or(1);
+    status.current_revision.as_deref() == Some(revision)
+        && status.updated_replicas.unwrap_or(0) == wanted
+        && status.ready_replicas.unwrap_or(0) == wanted
+}
+
 /// Whether `pod` was created from another template than `revision`.
 pub fn runs_older_template(pod: &Pod, revision: &str) -> bool {
     pod.labels().get(REVISION_LABEL).map(String::as_str) != Some(revision)
@@ -281,5 +300,29 @@ mod tests {
         assert_eq!(known(&[0]).next(Some(0)), Some(RollTarget::Primary(0)));
         assert_eq!(known(&[1, 2]).next(Some(2)), Some(RollTarget::Replica(1)));
         assert_eq!(known(&[]).next(Some(0)), None);
+    }
+
+    #[test]
+    fn a_rolling_update_is_done_once_every_pod_runs_the_current_template_and_is_ready() {
+        let mut rolling = statefulset(2, 2, "new");
+        rolling.spec = Some(k8s_openapi::api::apps::v1::StatefulSetSpec {
+            replicas: Some(3),
+            ..Default::default()
+        });
+        let status = rolling.status.as_mut().unwrap();
+        status.current_revision = Some("old".into());
+        status.updated_replicas = Some(1);
+        status.ready_replicas = Some(3);
+        assert!(!rolled_out(&rolling));
+        let status = rolling.status.as_mut().unwrap();
+        status.current_revision = Some("new".into());
+        status.updated_replicas = Some(3);
+        assert!(rolled_out(&rolling));
+        rolling.status.as_mut().unwrap().ready_replicas = Some(2);
+        assert!(!rolled_out(&rolling), "a pod not ready");
+        assert!(
+            !rolled_out(&statefulset(3, 2, "new")),
+            "the newest spec not observed yet"
+        );
     }
 }

@@ -9,7 +9,7 @@
 //! 4. Report: status and conditions from what was observed, and an event for the step taken
 //!    or refused.
 
-use std::{collections::BTreeMap, ops::ControlFlow, sync::Arc, time::Duration};
+use std::{ops::ControlFlow, sync::Arc, time::Duration};
 
 use k8s_openapi::{
     api::{
@@ -28,6 +28,7 @@ use quorum_core::{
     backup::{backup_target, credentials},
     events::Severity,
     pass::{Progress, Reason as _, UnreadableRecord, publish},
+    role_labels::LabelledPods,
     rollout::{Templates, needs_take_over, restart_pod, take_over_updates},
     runner::Context,
     status::StatusWriter,
@@ -208,6 +209,7 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, context: Arc<Context<State>>)
         in_flight,
         last_failover: None,
         restored: None,
+        pods: LabelledPods::new(observed.member_pods.clone(), ROLE_LABEL),
     };
     if let Some(step) = decision.step() {
         let step_context = StepContext {
@@ -237,12 +239,7 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, context: Arc<Context<State>>)
         )
         .await?;
     }
-    set_role_labels(
-        &context,
-        &cluster,
-        &role_labels(&observed.view.members, memory.primary, memory.in_flight.as_ref()),
-    )
-    .await?;
+    set_role_labels(&context, &cluster, &observed, &mut memory).await?;
     match &decision {
         Decision::Wait(wait) => {
             if wait.reason.ends_switchover_request() {
@@ -359,6 +356,8 @@ struct Observed {
     /// The StatefulSet still updates `RollingUpdate` (made by an operator before managed rolls).
     statefulset_needs_take_over: bool,
     templates: Templates,
+    /// The member pods, as listed this pass.
+    member_pods: Vec<Pod>,
     desired: usize,
     view: ClusterView,
     primary: Option<usize>,
@@ -444,6 +443,7 @@ async fn observe(context: &Context<State>, cluster: &MySQLCluster) -> Result<Obs
         statefulset_replicas,
         statefulset_needs_take_over: statefulset.as_ref().is_some_and(needs_take_over),
         templates,
+        member_pods: member_pods.items,
         view,
     })
 }
@@ -454,6 +454,8 @@ struct Memory {
     in_flight: Option<InFlight>,
     last_failover: Option<FailoverRecord>,
     restored: Option<RestoreRecord>,
+    /// The member pods, with the role labels set so far this pass.
+    pods: LabelledPods,
 }
 
 /// The status writer of one pass: status is computed from what the pass observed and written
@@ -517,12 +519,7 @@ async fn act(
         memory.in_flight = Some(recorded);
         report.write(&decision, memory).await?;
     }
-    set_role_labels(
-        context,
-        cluster,
-        &role_labels(&observed.view.members, memory.primary, memory.in_flight.as_ref()),
-    )
-    .await?;
+    set_role_labels(context, cluster, observed, memory).await?;
     if let Step::RestartMember { ordinal } = *step
         && let Some(uid) = observed.templates.outdated_pod(ordinal)
     {
@@ -748,27 +745,17 @@ async fn read_password(context: &Context<State>, namespace: &str, name: &str) ->
 async fn set_role_labels(
     context: &Context<State>,
     cluster: &MySQLCluster,
-    roles: &BTreeMap<usize, Option<crate::resources::RoleLabel>>,
+    observed: &Observed,
+    memory: &mut Memory,
 ) -> Result<(), Error> {
     let name = cluster.name_any();
-    let pods: Api<Pod> = Api::namespaced(context.client.clone(), &cluster.namespace().unwrap_or_default());
-    let listed = pods
-        .list(&ListParams::default().labels(&member_selector_string(cluster)))
-        .await
-        .map_err(api("listing member pods"))?;
-    for pod in listed.items {
-        let pod_name = pod.name_any();
-        let Some(Some(role)) = ordinal_of(&name, &pod_name).and_then(|o| roles.get(&o)) else {
-            continue;
-        };
-        if pod.labels().get(ROLE_LABEL).map(String::as_str) == Some(role.as_str()) {
-            continue;
-        }
-        let patch = serde_json::json!({"metadata": {"labels": {ROLE_LABEL: role.as_str()}}});
-        pods.patch(&pod_name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(api(format!("labelling pod {pod_name}")))?;
-    }
+    let roles = role_labels(&observed.view.members, memory.primary, memory.in_flight.as_ref());
+    memory
+        .pods
+        .set(&context.client, &cluster.namespace().unwrap_or_default(), |pod| {
+            Some(roles.get(&ordinal_of(&name, pod)?)?.as_ref()?.as_str())
+        })
+        .await?;
     Ok(())
 }
 

@@ -10,16 +10,14 @@ use k8s_openapi::{
     api::{apps::v1::StatefulSet, core::v1::Pod},
     jiff::Timestamp,
 };
-use kube::{
-    Api, ResourceExt,
-    api::{ListParams, Patch, PatchParams},
-};
+use kube::{Api, ResourceExt, api::ListParams};
 use quorum_core::{
     ReconcileError,
     availability::retry::CallError,
     conditions::ConditionUpdate,
     events::Severity,
     pass::{Findings, Reason as _},
+    role_labels::LabelledPods,
     runner::Context,
     status::StatusWriter,
 };
@@ -175,14 +173,14 @@ impl Pass<'_> {
         Ok(replicas_of(self.statefulset(name).await?.as_ref()))
     }
 
-    /// The data pods, as they are now.
-    pub async fn data_pods(&self) -> Result<Vec<Pod>, Error> {
+    /// The data pods, as they are now, for this pass to label.
+    pub async fn data_pods(&self) -> Result<LabelledPods, Error> {
         let pods: Api<Pod> = Api::namespaced(self.context.client.clone(), &self.namespace());
-        Ok(pods
+        let listed = pods
             .list(&ListParams::default().labels(&node_selector_string(self.cluster)))
             .await
-            .map_err(api("listing data pods"))?
-            .items)
+            .map_err(api("listing data pods"))?;
+        Ok(LabelledPods::new(listed.items, ROLE_LABEL))
     }
 
     pub async fn apply<K>(&self, object: &K) -> Result<(), Error>
@@ -210,27 +208,16 @@ impl Pass<'_> {
 
     /// Sets each data pod's role label where it differs from `roles`; pods not in `roles` keep
     /// theirs (a node the operator cannot see is not moved in or out of a Service on a guess).
-    /// `data_pods` are the pods [`Self::data_pods`] listed earlier in the pass.
     pub async fn set_role_labels(
         &self,
-        data_pods: &[Pod],
+        pods: &mut LabelledPods,
         roles: &BTreeMap<usize, RoleLabel>,
     ) -> Result<(), Error> {
         let name = self.name();
-        let pods: Api<Pod> = Api::namespaced(self.context.client.clone(), &self.namespace());
-        for pod in data_pods {
-            let pod_name = pod.name_any();
-            let Some(role) = ordinal_of(&name, &pod_name).and_then(|o| roles.get(&o)) else {
-                continue;
-            };
-            if pod.labels().get(ROLE_LABEL).map(String::as_str) == Some(role.as_str()) {
-                continue;
-            }
-            let patch = serde_json::json!({"metadata": {"labels": {ROLE_LABEL: role.as_str()}}});
-            pods.patch(&pod_name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map_err(api(format!("labelling pod {pod_name}")))?;
-        }
+        pods.set(&self.context.client, &self.namespace(), |pod| {
+            Some(roles.get(&ordinal_of(&name, pod)?)?.as_str())
+        })
+        .await?;
         Ok(())
     }
 }

@@ -822,6 +822,7 @@ async fn a_handover_moves_the_primary_without_losing_an_acknowledged_write() {
             cluster: "main".into(),
         },
         primary: 0,
+        primary_address: processes.address(0),
         replicas: vec![(1, processes.address(1)), (2, processes.address(2))],
         sentinel: 0,
     };
@@ -866,6 +867,46 @@ async fn a_handover_moves_the_primary_without_losing_an_acknowledged_write() {
     }
     let named = primary_all_name(&sentinels, servers[0].address()).await.unwrap();
     assert_eq!(named, new_primary, "every Sentinel names the new primary");
+
+    // A handover that cannot complete (a replica gone, so it can never be shown caught up)
+    // leaves the primary as it was: still the primary, taking writes, its fence as before.
+    let other = (1..3).find(|o| *o != promoted).unwrap();
+    // A fresh connection: Sentinel kills the clients of every server it promotes.
+    let primary_admin = admin(new_primary, &password).await;
+    let fence = primary_admin.write_fence().await.unwrap();
+    processes.kill(other).await;
+    let refused_handover = Handover {
+        clients: &clients,
+        cluster,
+        addresses: &Addresses::Loopback {
+            namespace: "handover".into(),
+            cluster: "main".into(),
+        },
+        primary: promoted,
+        primary_address: new_primary,
+        replicas: vec![(0, processes.address(0)), (other, processes.address(other))],
+        sentinel: 1,
+    };
+    refused_handover
+        .run()
+        .await
+        .expect_err("a handover with a replica gone");
+    assert_eq!(
+        primary_admin.replication_info().await.unwrap().role,
+        Role::Primary
+    );
+    assert_eq!(
+        primary_admin.write_fence().await.unwrap(),
+        fence,
+        "the fence set back"
+    );
+    let mut write = data_connection(new_primary, &password).await;
+    let _: () = redis::cmd("SET")
+        .arg("after-a-refused-handover")
+        .arg("written")
+        .query_async(&mut write)
+        .await
+        .expect("the primary takes writes again at once");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -312,8 +312,10 @@ async fn a_new_pod_template_restarts_one_node_at_a_time_the_primary_last_after_a
     assert_ne!(new_primary, old_primary, "the primary's role was handed over");
     let after = setup.occurrences(&reasons).await;
     let taken = |reason: &str| after.get(reason).unwrap_or(&0) - before.get(reason).unwrap_or(&0);
-    assert_eq!(taken("RestartingNode"), 3, "{after:?}");
-    assert_eq!(taken("SwitchoverRequested"), 1, "{after:?}");
+    // A step retried after a refusal is reported again: at least one restart per node and one
+    // handover (one at a time is what the watch above checks).
+    assert!(taken("RestartingNode") >= 3, "{after:?}");
+    assert!(taken("SwitchoverRequested") >= 1, "{after:?}");
     assert_eq!(
         taken("PrimaryChanged"),
         0,

@@ -100,6 +100,9 @@ pub struct Facts {
     pub write_fence: WriteFence,
     /// Which data pods run the data StatefulSet's current template.
     pub templates: Templates,
+    /// Every Sentinel pod runs its StatefulSet's current template and is ready: none is about
+    /// to be restarted by the StatefulSet controller in the middle of a handover.
+    pub sentinels_rolled: bool,
 }
 
 /// One step.
@@ -288,6 +291,22 @@ pub fn find_primary(facts: &Facts) -> PrimaryFinding {
     }
     if let Some((ordinal, count)) = leading {
         let unanimous = votes.len() == 1 && no_node.is_empty();
+        let says_replica = facts
+            .nodes
+            .iter()
+            .find(|n| n.ordinal == ordinal)
+            .and_then(NodeFact::answered)
+            .is_some_and(|info| info.role == Role::Replica);
+        if count >= majority && says_replica {
+            // Right after a failover, Sentinels that have not heard of it yet still name the
+            // node that was the primary and now follows the new one.
+            return unknown(
+                Reason::FailoverInProgress,
+                format!(
+                    "the Sentinels name node {ordinal}, which says it is a replica; waiting for them to catch up"
+                ),
+            );
+        }
         if count >= majority || (unanimous && says_primary(ordinal)) {
             let Some(address) = current_address(ordinal) else {
                 return unknown(
@@ -557,12 +576,16 @@ pub fn decide(facts: &Facts) -> Decision {
         let leaving = node_pods - 1;
         if leaving == primary {
             return match hand_over(facts, primary) {
-                Some(step) if primary_seen => Decision::Act(step),
-                _ => wait(
+                Ok(step) if primary_seen => Decision::Act(step),
+                Ok(_) => wait(
                     Reason::PrimaryLeaving,
                     format!(
-                        "node {leaving} is the primary and must hand over before it leaves; no Sentinel can do it now"
+                        "node {leaving} is the primary and must hand over before it leaves; it does not answer"
                     ),
+                ),
+                Err(why) => wait(
+                    Reason::PrimaryLeaving,
+                    format!("node {leaving} is the primary and must hand over before it leaves: {why}"),
                 ),
             };
         }
@@ -666,34 +689,78 @@ pub fn decide(facts: &Facts) -> Decision {
     roll(facts, primary)
 }
 
-/// The handover of `primary`'s role through a Sentinel that watches it; `None` when none
-/// answers.
-fn hand_over(facts: &Facts, primary: usize) -> Option<Step> {
-    facts
+/// The handover of `primary`'s role through a Sentinel that watches it, or why it must wait:
+/// every node healthy and following the primary with its link up, every Sentinel answering and
+/// none about to restart.
+fn hand_over(facts: &Facts, primary: usize) -> Result<Step, String> {
+    if let Some(node) = facts
+        .nodes
+        .iter()
+        .find(|n| n.ordinal != primary && n.address.is_none())
+    {
+        return Err(format!("node {} has no address", node.ordinal));
+    }
+    if let Some(node) = facts.nodes.iter().find(|n| !n.health.is_healthy()) {
+        return Err(format!("node {} is {}", node.ordinal, node.health.as_str()));
+    }
+    if let Some(node) = facts
+        .nodes
+        .iter()
+        .filter(|n| n.ordinal != primary)
+        .find(|n| n.answered().is_none_or(|i| !i.link_up || i.sync_in_progress))
+    {
+        return Err(format!("node {} is not in sync with the primary", node.ordinal));
+    }
+    if !facts.sentinels_rolled {
+        return Err("the Sentinels are being restarted onto their current pod template".into());
+    }
+    if let Some(sentinel) = facts
         .sentinels
         .iter()
-        .find(|s| s.view.is_some() && s.health.is_healthy())
-        .map(|sentinel| Step::HandOver {
-            primary,
-            sentinel: sentinel.ordinal,
-        })
+        .find(|s| !s.health.is_healthy() || s.view.is_none())
+    {
+        return Err(format!(
+            "Sentinel {} does not watch the primary",
+            sentinel.ordinal
+        ));
+    }
+    let sentinel = facts.sentinels.first().ok_or("no Sentinel")?;
+    Ok(Step::HandOver {
+        primary,
+        sentinel: sentinel.ordinal,
+    })
 }
 
 /// The next step of a managed roll onto the current pod template, `Settled` when every data pod
 /// runs it. Reached only once every node is healthy and in sync and every Sentinel knows them
 /// all, so each restart starts from a whole deployment.
 fn roll(facts: &Facts, primary: usize) -> Decision {
+    // A pod being replaced (deleted, not yet created again) may still answer as it was.
+    if let Templates::Known { .. } = facts.templates
+        && let Some(node) = facts
+            .nodes
+            .iter()
+            .find(|n| !facts.templates.is_current(n.ordinal) && !facts.templates.is_outdated(n.ordinal))
+    {
+        return wait(
+            Reason::RestartInProgress,
+            format!(
+                "rolling onto the current pod template: node {}'s pod is being replaced",
+                node.ordinal
+            ),
+        );
+    }
     match facts.templates.next(Some(primary)) {
         None => Decision::Settled,
         Some(RollTarget::Replica(ordinal)) => restart(facts, ordinal),
         Some(RollTarget::Primary(ordinal)) if facts.nodes.len() == 1 => restart(facts, ordinal),
         // The primary goes last, once its role is with a replica on the current template.
         Some(RollTarget::Primary(ordinal)) => match hand_over(facts, ordinal) {
-            Some(step) => Decision::Act(step),
-            None => wait(
+            Ok(step) => Decision::Act(step),
+            Err(why) => wait(
                 Reason::RestartBlocked,
                 format!(
-                    "the primary, node {ordinal}, runs an older pod template and no Sentinel answers to hand its role over"
+                    "the primary, node {ordinal}, runs an older pod template; it hands its role over once this clears: {why}"
                 ),
             ),
         },
@@ -840,6 +907,7 @@ mod tests {
                 outdated: Default::default(),
                 current: (0..3).collect(),
             },
+            sentinels_rolled: true,
         }
     }
 
@@ -1055,8 +1123,12 @@ mod tests {
                 Some(1),
             ),
             (
-                "a majority names another node",
-                settled_nodes(1),
+                "a majority names another node, which says it is the primary",
+                {
+                    let mut nodes = settled_nodes(1);
+                    nodes[2] = node(2, primary_info(&[]));
+                    nodes
+                },
                 vec![watching(0, 2), watching(1, 2), watching(2, 1)],
                 Some(2),
             ),
@@ -1442,5 +1514,59 @@ mod tests {
             current: Default::default(),
         };
         assert_eq!(decide(&lone), Decision::Act(Step::RestartNode { ordinal: 0 }));
+    }
+
+    #[test]
+    fn the_primary_hands_over_only_while_every_node_is_in_sync_and_no_sentinel_restarts() {
+        let last = || with_outdated(facts(settled_nodes(0), all_watching(0), Some(0)), &[0]);
+        let mut sentinels_rolling = last();
+        sentinels_rolling.sentinels_rolled = false;
+        let Decision::Wait(wait) = decide(&sentinels_rolling) else {
+            panic!("a handover while the Sentinels roll")
+        };
+        assert_eq!(wait.reason, Reason::RestartBlocked, "{wait:?}");
+
+        // A leaving primary waits the same way for a replica to be back in sync.
+        let mut shrinking = facts(settled_nodes(2), all_watching(2), Some(2));
+        shrinking.desired_nodes = 2;
+        shrinking.nodes[0] = node(0, replica_info(2, false));
+        let Decision::Wait(wait) = decide(&shrinking) else {
+            panic!("a handover while node 0 syncs")
+        };
+        assert_eq!(wait.reason, Reason::PrimaryLeaving, "{wait:?}");
+        assert!(wait.message.contains("node 0 is not in sync"), "{wait:?}");
+    }
+
+    #[test]
+    fn a_pod_being_replaced_holds_the_roll() {
+        let mut replacing = facts(settled_nodes(0), all_watching(0), Some(0));
+        // Node 2's pod is terminating: neither on the old template nor on the new one, yet its
+        // server may still answer.
+        replacing.templates = Templates::Known {
+            outdated: [(0, "uid-0".to_string())].into(),
+            current: [1].into(),
+        };
+        let Decision::Wait(wait) = decide(&replacing) else {
+            panic!("a restart while node 2's pod is replaced")
+        };
+        assert_eq!(wait.reason, Reason::RestartInProgress, "{wait:?}");
+    }
+
+    #[test]
+    fn sentinels_still_naming_a_primary_that_now_follows_another_are_not_followed() {
+        // Node 0 handed over to node 1 and follows it; the Sentinels have not all heard yet.
+        let mut nodes = settled_nodes(1);
+        nodes[0] = node(0, replica_info(1, true));
+        let sentinels = vec![watching(0, 1), watching(1, 0), watching(2, 0)];
+        let facts = facts(nodes, sentinels, Some(1));
+        let PrimaryFinding::Unknown(wait) = find_primary(&facts) else {
+            panic!("the stale majority followed")
+        };
+        assert_eq!(wait.reason, Reason::FailoverInProgress);
+        assert_eq!(
+            serving_primary(&facts),
+            Some(1),
+            "the node that has the role keeps taking writes"
+        );
     }
 }

@@ -13,12 +13,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use quorum_core::{
     availability::{
         health::{Health, classify},
-        retry::Idempotency,
+        retry::{CallError, Idempotency},
     },
     conditions::{ConditionType, ConditionUpdate},
     events::Severity,
     pass::publish,
-    rollout::{Templates, needs_take_over, restart_pod, take_over_updates},
+    rollout::{Templates, needs_take_over, restart_pod, rolled_out, take_over_updates},
     wakeups::ObjectKey,
 };
 
@@ -50,10 +50,9 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
     let sentinel_spec = spec.sentinel_settings();
     let data_statefulset = pass.statefulset(&statefulset_name(&name)).await?;
     let node_pods = replicas_of(data_statefulset.as_ref());
-    let sentinel_pods = pass
-        .statefulset_replicas(&sentinel_statefulset_name(&name))
-        .await?;
-    let data_pods = pass.data_pods().await?;
+    let sentinel_statefulset = pass.statefulset(&sentinel_statefulset_name(&name)).await?;
+    let sentinel_pods = replicas_of(sentinel_statefulset.as_ref());
+    let mut data_pods = pass.data_pods().await?;
 
     // Observe.
     let nodes = observe_nodes(pass, node_pods.unwrap_or(0)).await;
@@ -86,9 +85,10 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
             failover_timeout: Duration::from_millis(sentinel_spec.failover_timeout_millis.max(0) as u64),
         },
         write_fence: crate::resources::write_fence(spec),
-        templates: Templates::observe(data_statefulset.as_ref(), &data_pods, |pod| {
+        templates: Templates::observe(data_statefulset.as_ref(), data_pods.pods(), |pod| {
             ordinal_of(&name, pod)
         }),
+        sentinels_rolled: sentinel_statefulset.as_ref().is_some_and(rolled_out),
     };
 
     // Decide.
@@ -178,7 +178,7 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
     // last agreed) primary takes writes; after a handover in this pass, the node that has the
     // role now.
     let primary = handed_over_to.or(primary);
-    pass.set_role_labels(&data_pods, &role_labels(&facts, primary))
+    pass.set_role_labels(&mut data_pods, &role_labels(&facts, primary))
         .await?;
 
     // Report.
@@ -443,11 +443,19 @@ async fn execute(
                 .filter(|node| node.ordinal != *primary)
                 .filter_map(|node| Some((node.ordinal, node.address?)))
                 .collect();
+            let Some(primary_address) = primary_address(facts, Some(*primary)) else {
+                return Err(CallError::Failed(AdminError::Unexpected {
+                    endpoint: node_name(&pass.name(), *primary),
+                    command: "handover",
+                    detail: "the primary has no address".into(),
+                }));
+            };
             let handover = Handover {
                 clients,
                 cluster: key,
                 addresses,
                 primary: *primary,
+                primary_address,
                 replicas,
                 sentinel: *sentinel,
             };

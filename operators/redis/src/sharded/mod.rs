@@ -93,7 +93,7 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
     };
 
     // Labels and status from what the nodes said, recorded before the step is taken.
-    pass.set_role_labels(&pass.data_pods().await?, &role_labels(&facts))
+    pass.set_role_labels(&mut pass.data_pods().await?, &role_labels(&facts))
         .await?;
     let rebalance = match &recorded {
         // Kept as stored, until a person removes it or an operator that can read it resumes it.

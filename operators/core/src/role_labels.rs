@@ -1,0 +1,61 @@
+//! The role label on member pods (primary or replica), which the primary and replicas Services
+//! select: set from what is true now, on the pods listed once per pass.
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::{
+    Api, Client, ResourceExt,
+    api::{Patch, PatchParams},
+};
+
+/// The member pods one pass listed, kept in step with every label it sets, so labelling twice in
+/// a pass (before a step and after it) sends only what changed in between.
+pub struct LabelledPods {
+    pods: Vec<Pod>,
+    label: &'static str,
+}
+
+impl LabelledPods {
+    /// `pods` as listed this pass; `label` is the engine's role label key.
+    pub fn new(pods: Vec<Pod>, label: &'static str) -> Self {
+        Self { pods, label }
+    }
+
+    pub fn pods(&self) -> &[Pod] {
+        &self.pods
+    }
+
+    /// Sets the label of each pod `role` names a role for, where it differs; pods `role` says
+    /// nothing of keep theirs (a member the operator cannot see is not moved in or out of a
+    /// Service on a guess).
+    ///
+    /// # Errors
+    /// The API server's error for the first patch refused; the pods before it are labelled.
+    pub async fn set<'r>(
+        &mut self,
+        client: &Client,
+        namespace: &str,
+        role: impl Fn(&str) -> Option<&'r str>,
+    ) -> Result<(), crate::Error> {
+        let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+        for pod in &mut self.pods {
+            let name = pod.name_any();
+            let Some(wanted) = role(&name) else {
+                continue;
+            };
+            if pod.labels().get(self.label).map(String::as_str) == Some(wanted) {
+                continue;
+            }
+            let patch = serde_json::json!({"metadata": {"labels": {self.label: wanted}}});
+            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(|source| crate::Error::Apply {
+                    kind: "Pod".into(),
+                    name: format!("{namespace}/{name}"),
+                    source,
+                })?;
+            pod.labels_mut()
+                .insert(self.label.to_string(), wanted.to_string());
+        }
+        Ok(())
+    }
+}
