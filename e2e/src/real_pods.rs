@@ -103,6 +103,22 @@ impl OnRealNode {
         Api::namespaced(self.admin.clone(), &self.ns)
     }
 
+    /// How many pods matching `selector` run the template [`rolled_template_patch`] asks for
+    /// and are Ready.
+    pub async fn ready_on_rolled_template(&self, selector: &str) -> usize {
+        self.pods_of(selector)
+            .await
+            .iter()
+            .filter(|pod| {
+                pod.metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key(ROLLED_ANNOTATION))
+                    && crate::real_node::pod_ready(pod)
+            })
+            .count()
+    }
+
     /// The pods matching `selector`, by name.
     pub async fn pods_of(&self, selector: &str) -> Vec<Pod> {
         let mut pods = self
@@ -505,4 +521,17 @@ impl OnRealNode {
         started.await.expect("the pod watch to list the members");
         RollWatch { stop, task }
     }
+}
+
+/// The annotation the roll tests add to a cluster's pod template.
+const ROLLED_ANNOTATION: &str = "example.com/rolled";
+
+/// A merge patch that gives a cluster a new pod template (the real node's overrides and one
+/// annotation more), as a version bump or a new operator release would.
+pub fn rolled_template_patch() -> serde_json::Value {
+    let mut template = crate::real_node::pod_overrides();
+    template
+        .annotations
+        .insert(ROLLED_ANNOTATION.into(), "once".into());
+    serde_json::json!({"spec": {"podTemplate": template}})
 }

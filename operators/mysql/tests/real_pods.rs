@@ -17,7 +17,7 @@ use mysql_operator::crd::{MySQLCluster, MySQLClusterStatus};
 use quorum_e2e::{
     history::{History, Writer},
     real_node::{self, STORAGE_CLASS},
-    real_pods::OnRealNode,
+    real_pods::{OnRealNode, rolled_template_patch},
     wait,
 };
 use support::{APP_DATABASE, APP_PASSWORD, APP_USER};
@@ -293,15 +293,11 @@ async fn a_new_pod_template_restarts_one_member_at_a_time_the_primary_last() {
         .await;
     let watch = setup.watch_roll(MEMBERS).await;
 
-    let mut template = real_node::pod_overrides();
-    template
-        .annotations
-        .insert("example.com/rolled".into(), "once".into());
     clusters
         .patch(
             CLUSTER,
             &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"spec": {"podTemplate": template}})),
+            &Patch::Merge(rolled_template_patch()),
         )
         .await
         .unwrap();
@@ -309,17 +305,10 @@ async fn a_new_pod_template_restarts_one_member_at_a_time_the_primary_last() {
         "every member on the new template, the roll recorded as done",
         Duration::from_secs(420),
         || async {
-            let pods = setup.pods_of(MEMBERS).await;
-            let rolled = pods.iter().filter(|pod| {
-                pod.metadata
-                    .annotations
-                    .as_ref()
-                    .is_some_and(|a| a.get("example.com/rolled").is_some())
-                    && real_node::pod_ready(pod)
-            });
+            let rolled = setup.ready_on_rolled_template(MEMBERS).await;
             let cluster = clusters.get(CLUSTER).await.map_err(|e| e.to_string())?;
             let in_flight = cluster.status.as_ref().and_then(|s| s.in_flight.clone());
-            match (rolled.count(), in_flight) {
+            match (rolled, in_flight) {
                 (3, None) => Ok(()),
                 (count, in_flight) => Err(format!("{count} rolled, in flight: {in_flight:?}")),
             }

@@ -16,7 +16,7 @@ use kube::{
 use quorum_e2e::{
     history::{History, Writer},
     real_node::{self, STORAGE_CLASS},
-    real_pods::OnRealNode,
+    real_pods::{OnRealNode, rolled_template_patch},
     wait,
 };
 use redis::AsyncCommands;
@@ -257,15 +257,11 @@ async fn a_new_pod_template_restarts_one_node_at_a_time_the_primary_last_after_a
     let before = setup.occurrences(&reasons).await;
     let watch = setup.watch_roll(NODES).await;
 
-    let mut template = real_node::pod_overrides();
-    template
-        .annotations
-        .insert("example.com/rolled".into(), "once".into());
     clusters(&setup)
         .patch(
             CLUSTER,
             &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"spec": {"podTemplate": template}})),
+            &Patch::Merge(rolled_template_patch()),
         )
         .await
         .unwrap();
@@ -273,15 +269,8 @@ async fn a_new_pod_template_restarts_one_node_at_a_time_the_primary_last_after_a
         "every data pod on the new template",
         Duration::from_secs(420),
         || async {
-            let pods = setup.pods_of(NODES).await;
-            let rolled = pods.iter().filter(|pod| {
-                pod.metadata
-                    .annotations
-                    .as_ref()
-                    .is_some_and(|a| a.contains_key("example.com/rolled"))
-                    && real_node::pod_ready(pod)
-            });
-            match rolled.count() {
+            let rolled = setup.ready_on_rolled_template(NODES).await;
+            match rolled {
                 3 => Ok(()),
                 count => {
                     let cluster = clusters(&setup).get(CLUSTER).await.map_err(|e| e.to_string())?;
