@@ -45,16 +45,30 @@ impl LabelledPods {
             if pod.labels().get(self.label).map(String::as_str) == Some(wanted) {
                 continue;
             }
-            let patch = serde_json::json!({"metadata": {"labels": {self.label: wanted}}});
-            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            // The UID makes the patch a precondition (the API server refuses to change it): a
+            // pod deleted since it was listed (a restart this pass) and created again under
+            // its name is left to the next pass, which sees what the new one runs.
+            let patch = serde_json::json!({"metadata": {"uid": pod.uid(), "labels": {self.label: wanted}}});
+            match api
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
-                .map_err(|source| crate::Error::Apply {
-                    kind: "Pod".into(),
-                    name: format!("{namespace}/{name}"),
-                    source,
-                })?;
-            pod.labels_mut()
-                .insert(self.label.to_string(), wanted.to_string());
+            {
+                Ok(_) => {
+                    pod.labels_mut()
+                        .insert(self.label.to_string(), wanted.to_string());
+                }
+                // Gone, or another pod under the name now (its UID cannot be patched: 422).
+                Err(kube::Error::Api(status))
+                    if status.code == 404
+                        || (status.code == 422 && status.message.contains("metadata.uid")) => {}
+                Err(source) => {
+                    return Err(crate::Error::Apply {
+                        kind: "Pod".into(),
+                        name: format!("{namespace}/{name}"),
+                        source,
+                    });
+                }
+            }
         }
         Ok(())
     }
