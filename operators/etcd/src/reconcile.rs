@@ -16,12 +16,12 @@ use k8s_openapi::{
     },
     jiff::Timestamp,
 };
-use kube::{Api, ResourceExt, api::DeleteParams, runtime::controller::Action};
+use kube::{Api, ResourceExt, runtime::controller::Action};
 use quorum_core::{
     ReconcileError,
-    apply::ignore_not_found,
     events::Severity,
     pass::{Progress, Reason as _, UnreadableRecord, publish},
+    rollout::restart_pod,
     runner::Context,
     status::StatusWriter,
 };
@@ -524,7 +524,7 @@ async fn act(
         memory.in_flight = Some(recorded);
         report.write(&decision, memory).await?;
     }
-    match take(context, cluster, resolver, &observed.key, &observed.view, step).await {
+    match take(context, cluster, resolver, observed, step).await {
         Ok(StepOutcome::Done) => {
             match step {
                 Step::ClearInFlight => memory.in_flight = None,
@@ -584,13 +584,12 @@ async fn take(
     context: &Context<State>,
     cluster: &EtcdCluster,
     resolver: &MemberResolver,
-    key: &str,
-    view: &crate::observe::ClusterView,
+    observed: &Observed,
     step: &Step,
 ) -> Result<StepOutcome, Error> {
+    let (key, view) = (observed.key.as_str(), &observed.view);
     let name = cluster.name_any();
     let namespace = cluster.namespace().unwrap_or_default();
-    let pods: Api<Pod> = Api::namespaced(context.client.clone(), &namespace);
     let delete = |what: String| move |source| Error::Delete { what, source };
     match step {
         // Applied with the StatefulSet above.
@@ -598,8 +597,14 @@ async fn take(
             Ok(StepOutcome::Done)
         }
         Step::Upgrade { ordinal } => {
-            let pod = member_name(&name, *ordinal);
-            ignore_not_found(pods.delete(&pod, &DeleteParams::default()).await).map_err(delete(pod))?;
+            // Only the pod observed on an older template: one created again since is left to
+            // the next pass.
+            let Some(uid) = observed.templates.outdated_pod(*ordinal) else {
+                return Ok(StepOutcome::NotYet(format!(
+                    "member {ordinal}'s pod is not on an older template the StatefulSet controller has reported yet"
+                )));
+            };
+            restart_pod(&context.client, &namespace, &member_name(&name, *ordinal), uid).await?;
             Ok(StepOutcome::Done)
         }
         Step::WipeMember { ordinal } => {

@@ -1,6 +1,6 @@
-//! Role labels are set on exactly the pods a pass listed, against the real API server: a pod
-//! deleted and created again under the same name since (a member restarted this pass) is not
-//! labelled from what was true of the one before it.
+//! What a pass does to member pods it acts on exactly the pods it observed, against the real API
+//! server: a pod deleted and created again under the same name since (a member restarted this
+//! pass) is neither labelled from what was true of the one before it nor restarted again.
 
 use k8s_openapi::{
     api::core::v1::{Container, Pod, PodSpec},
@@ -10,7 +10,7 @@ use kube::{
     Api, ResourceExt,
     api::{DeleteParams, ListParams, PostParams},
 };
-use quorum_core::role_labels::LabelledPods;
+use quorum_core::{role_labels::LabelledPods, rollout::restart_pod};
 use quorum_e2e::control_plane::{TestNamespace, admin_client};
 
 const ROLE: &str = "test.quorum.dev/role";
@@ -92,5 +92,53 @@ async fn a_pod_created_again_since_the_pass_listed_it_is_left_to_the_next_pass()
     for pod in list().await {
         assert_eq!(role(&pod).as_deref(), Some("replica"), "{}", pod.name_any());
     }
+    namespace.delete().await;
+}
+
+#[tokio::test]
+async fn a_restart_deletes_the_pod_observed_and_never_the_one_created_again_since() {
+    let client = admin_client().await;
+    let namespace = TestNamespace::create(&client, "restart-pod").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace.name());
+    let observed = pods
+        .create(&PostParams::default(), &member("member-0"))
+        .await
+        .unwrap();
+    let observed_uid = observed.uid().unwrap();
+
+    // Restarted already (by an earlier attempt of the same step), and created again.
+    let immediately = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..DeleteParams::default()
+    };
+    pods.delete("member-0", &immediately).await.unwrap();
+    quorum_e2e::wait::until("member-0 gone", std::time::Duration::from_secs(30), || async {
+        match pods.get_opt("member-0").await.map_err(|e| e.to_string())? {
+            None => Ok(()),
+            Some(_) => Err("still there".to_string()),
+        }
+    })
+    .await;
+    let again = pods
+        .create(&PostParams::default(), &member("member-0"))
+        .await
+        .unwrap();
+
+    restart_pod(&client, namespace.name(), "member-0", &observed_uid)
+        .await
+        .expect("a restart of a pod that is gone already is done");
+    assert_eq!(
+        pods.get("member-0").await.unwrap().uid(),
+        again.uid(),
+        "the pod created again was restarted too"
+    );
+    restart_pod(&client, namespace.name(), "member-0", &again.uid().unwrap())
+        .await
+        .unwrap();
+    let deleted = pods.get_opt("member-0").await.unwrap();
+    assert!(
+        deleted.is_none_or(|pod| pod.metadata.deletion_timestamp.is_some()),
+        "the pod observed is deleted"
+    );
     namespace.delete().await;
 }
