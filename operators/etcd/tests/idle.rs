@@ -8,7 +8,7 @@ mod support;
 use std::{collections::BTreeMap, time::Duration};
 
 use etcd_operator::{crd::EtcdCluster, reconcile::MemberAddresses};
-use k8s_openapi::api::{core::v1::Event, policy::v1::PodDisruptionBudget};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::{
     Api, CustomResourceExt,
     api::{Patch, PatchParams, PostParams},
@@ -19,22 +19,6 @@ use quorum_e2e::{
     tools::etcd_binary,
     wait,
 };
-
-/// Events published in `namespace`, counting each repeat of one.
-async fn events(client: &kube::Client, namespace: &str) -> i64 {
-    let events: Api<Event> = Api::namespaced(client.clone(), namespace);
-    events
-        .list(&Default::default())
-        .await
-        .expect("events")
-        .items
-        .into_iter()
-        .map(|event| {
-            let series = event.series.and_then(|series| series.count).unwrap_or(0);
-            i64::from(series.max(event.count.unwrap_or(0)).max(1))
-        })
-        .sum()
-}
 
 fn passes(metrics: &str) -> u64 {
     metrics
@@ -97,15 +81,17 @@ async fn passes_over_a_settled_cluster_write_nothing_and_take_back_a_widened_sel
     // The first passes after the operator started apply every child once.
     pass(0).await;
     let before = sent.writes().len();
-    let events_before = events(&client, &ns).await;
+    assert!(
+        sent.writes().iter().any(|(_, path)| path.contains("/events")),
+        "the operator's events go through the recorded client: {:?}",
+        sent.writes()
+    );
     for round in 1..=3 {
         pass(round).await;
     }
-    assert_eq!(
-        events(&client, &ns).await,
-        events_before,
-        "no event from passes that changed nothing"
-    );
+    // The operator's events are written through the same client: none may be among these.
+    // (Counting the events in the namespace instead also counts the controllers' own, which
+    // arrive late when the machine is busy.)
     let written = &sent.writes()[before..];
     assert!(
         written.is_empty(),
