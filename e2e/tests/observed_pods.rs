@@ -36,6 +36,28 @@ fn member(name: &str) -> Pod {
     }
 }
 
+/// Deletes pod `name` at once and creates it again, as its controller would after a restart;
+/// returns the new pod.
+async fn created_again(pods: &Api<Pod>, name: &str) -> Pod {
+    let immediately = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..DeleteParams::default()
+    };
+    pods.delete(name, &immediately).await.unwrap();
+    quorum_e2e::wait::until(
+        &format!("{name} gone"),
+        std::time::Duration::from_secs(30),
+        || async {
+            match pods.get_opt(name).await.map_err(|e| e.to_string())? {
+                None => Ok(()),
+                Some(_) => Err("still there".to_string()),
+            }
+        },
+    )
+    .await;
+    pods.create(&PostParams::default(), &member(name)).await.unwrap()
+}
+
 #[tokio::test]
 async fn a_pod_created_again_since_the_pass_listed_it_is_left_to_the_next_pass() {
     let client = admin_client().await;
@@ -53,21 +75,7 @@ async fn a_pod_created_again_since_the_pass_listed_it_is_left_to_the_next_pass()
     let mut listed = LabelledPods::new(list().await, ROLE);
 
     // member-1 is restarted after the listing: deleted, and created again by its controller.
-    let immediately = DeleteParams {
-        grace_period_seconds: Some(0),
-        ..DeleteParams::default()
-    };
-    pods.delete("member-1", &immediately).await.unwrap();
-    quorum_e2e::wait::until("member-1 gone", std::time::Duration::from_secs(30), || async {
-        match pods.get_opt("member-1").await.map_err(|e| e.to_string())? {
-            None => Ok(()),
-            Some(_) => Err("still there".to_string()),
-        }
-    })
-    .await;
-    pods.create(&PostParams::default(), &member("member-1"))
-        .await
-        .unwrap();
+    created_again(&pods, "member-1").await;
 
     listed
         .set(&client, namespace.name(), |_| Some("primary"))
@@ -107,22 +115,7 @@ async fn a_restart_deletes_the_pod_observed_and_never_the_one_created_again_sinc
     let observed_uid = observed.uid().unwrap();
 
     // Restarted already (by an earlier attempt of the same step), and created again.
-    let immediately = DeleteParams {
-        grace_period_seconds: Some(0),
-        ..DeleteParams::default()
-    };
-    pods.delete("member-0", &immediately).await.unwrap();
-    quorum_e2e::wait::until("member-0 gone", std::time::Duration::from_secs(30), || async {
-        match pods.get_opt("member-0").await.map_err(|e| e.to_string())? {
-            None => Ok(()),
-            Some(_) => Err("still there".to_string()),
-        }
-    })
-    .await;
-    let again = pods
-        .create(&PostParams::default(), &member("member-0"))
-        .await
-        .unwrap();
+    let again = created_again(&pods, "member-0").await;
 
     restart_pod(&client, namespace.name(), "member-0", &observed_uid)
         .await
