@@ -635,18 +635,20 @@ pub fn decide(facts: &Facts) -> Decision {
     // While a roll is under way, a node restarting or resyncing is its expected progress.
     let rolling = matches!(facts.templates, Templates::Known { .. })
         && facts.nodes.iter().any(|n| !facts.templates.is_current(n.ordinal));
-    if let Some(node) = facts.nodes.iter().find(|n| !n.health.is_healthy()) {
-        let (reason, during) = if rolling {
-            (
+    let node_wait = |otherwise: Reason, what: String| {
+        if rolling {
+            wait(
                 Reason::RestartInProgress,
-                "rolling onto the current pod template: ",
+                format!("rolling onto the current pod template: {what}"),
             )
         } else {
-            (Reason::NodeNotHealthy, "")
-        };
-        return wait(
-            reason,
-            format!("{during}node {} is {}", node.ordinal, node.health.as_str()),
+            wait(otherwise, what)
+        }
+    };
+    if let Some(node) = facts.nodes.iter().find(|n| !n.health.is_healthy()) {
+        return node_wait(
+            Reason::NodeNotHealthy,
+            format!("node {} is {}", node.ordinal, node.health.as_str()),
         );
     }
     if let Some(node) = facts
@@ -655,17 +657,9 @@ pub fn decide(facts: &Facts) -> Decision {
         .filter(|n| n.ordinal != primary)
         .find(|n| n.answered().is_some_and(|i| !i.link_up))
     {
-        let (reason, during) = if rolling {
-            (
-                Reason::RestartInProgress,
-                "rolling onto the current pod template: ",
-            )
-        } else {
-            (Reason::ReplicaSyncing, "")
-        };
-        return wait(
-            reason,
-            format!("{during}node {} is syncing from the primary", node.ordinal),
+        return node_wait(
+            Reason::ReplicaSyncing,
+            format!("node {} is syncing from the primary", node.ordinal),
         );
     }
     if facts.sentinels.iter().any(|s| s.view.is_none()) {

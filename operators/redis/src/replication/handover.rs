@@ -3,8 +3,9 @@
 //!
 //! A Sentinel failover on its own promotes a replica while the old primary may still take
 //! writes until the Sentinels reconfigure it, which they do only after seeing it as a primary
-//! for a while; writes it acknowledges meanwhile are lost when it resynchronises. Redis's own `FAILOVER` command holds writes while a replica catches up, but a Sentinel
-//! that watches the primary undoes it. So the operator holds the writes itself:
+//! for a while; writes it acknowledges meanwhile are lost when it resynchronises. Redis's own
+//! `FAILOVER` command holds writes while a replica catches up, but a Sentinel that watches the
+//! primary undoes it. So the operator holds the writes itself:
 //!
 //! 1. `CLIENT PAUSE WRITE` on the primary: writes wait, the replication offset stops moving;
 //!    and a write fence no replica count can meet (`min-replicas-to-write`), so the primary
@@ -29,7 +30,7 @@ use tokio::time::Instant;
 
 use crate::{
     address::Addresses,
-    admin::{AdminError, Role, WriteFence, info::sync_lag},
+    admin::{AdminError, ReplicationInfo, Role, WriteFence, info::sync_lag},
     clients::{CallFailure, RedisClients},
     resources::SENTINEL_PRIMARY_NAME,
 };
@@ -68,11 +69,7 @@ impl Handover<'_> {
     /// The first call that failed, or a wait that ran out; the old primary then takes writes
     /// again only where that is safe (see the module's documentation).
     pub async fn run(&self) -> Result<usize, CallFailure> {
-        let from = self
-            .sentinel_call("sentinel_get_primary", Idempotency::Read, |admin| async move {
-                admin.primary_address(SENTINEL_PRIMARY_NAME).await
-            })
-            .await?;
+        let from = self.sentinel_primary_address().await?;
         let fence = self
             .node(
                 self.primary,
@@ -93,18 +90,17 @@ impl Handover<'_> {
             min_replicas: u32::try_from(self.replicas.len() + 1).unwrap_or(u32::MAX),
             max_lag_seconds: fence.max_lag_seconds,
         };
-        let outcome = match self
-            .node(
+        let outcome = async {
+            self.node(
                 self.primary,
                 "set_write_fence",
                 Idempotency::Mutation,
                 |admin| async move { admin.set_write_fence(unmeetable).await },
             )
-            .await
-        {
-            Ok(()) => self.promote(from, deadline).await,
-            Err(error) => Err(error),
-        };
+            .await?;
+            self.promote(from, deadline).await
+        }
+        .await;
         match outcome {
             Ok((promoted, address)) => {
                 self.follow(address, deadline).await?;
@@ -147,11 +143,7 @@ impl Handover<'_> {
 
     /// The replica the Sentinel names as the primary now, if it names one other than `from`.
     async fn promoted(&self, from: Option<SocketAddr>) -> Result<Option<(usize, SocketAddr)>, CallFailure> {
-        let named = self
-            .sentinel_call("sentinel_get_primary", Idempotency::Read, |admin| async move {
-                admin.primary_address(SENTINEL_PRIMARY_NAME).await
-            })
-            .await?;
+        let named = self.sentinel_primary_address().await?;
         Ok(named
             .filter(|address| Some(*address) != from)
             .and_then(|address| self.replicas.iter().copied().find(|(_, a)| *a == address)))
@@ -161,24 +153,10 @@ impl Handover<'_> {
     /// processed its whole stream.
     async fn caught_up(&self, deadline: Instant) -> Result<(), CallFailure> {
         loop {
-            let held = self
-                .node(
-                    self.primary,
-                    "replication_info",
-                    Idempotency::Read,
-                    |admin| async move { admin.replication_info().await },
-                )
-                .await?;
+            let held = self.replication_info(self.primary).await?;
             let mut behind = Vec::new();
             for &(ordinal, _) in &self.replicas {
-                let info = self
-                    .node(
-                        ordinal,
-                        "replication_info",
-                        Idempotency::Read,
-                        |admin| async move { admin.replication_info().await },
-                    )
-                    .await?;
+                let info = self.replication_info(ordinal).await?;
                 if let Some(missing) = sync_lag(&held, &info, self.primary_address) {
                     behind.push(format!("node {ordinal}: {missing}"));
                 }
@@ -266,6 +244,10 @@ impl Handover<'_> {
     }
 
     async fn role(&self, ordinal: usize) -> Result<Role, CallFailure> {
+        Ok(self.replication_info(ordinal).await?.role)
+    }
+
+    async fn replication_info(&self, ordinal: usize) -> Result<ReplicationInfo, CallFailure> {
         self.node(
             ordinal,
             "replication_info",
@@ -273,7 +255,14 @@ impl Handover<'_> {
             |admin| async move { admin.replication_info().await },
         )
         .await
-        .map(|info| info.role)
+    }
+
+    /// The address the Sentinel names the primary at.
+    async fn sentinel_primary_address(&self) -> Result<Option<SocketAddr>, CallFailure> {
+        self.sentinel_call("sentinel_get_primary", Idempotency::Read, |admin| async move {
+            admin.primary_address(SENTINEL_PRIMARY_NAME).await
+        })
+        .await
     }
 
     fn ran_out(&self, detail: String) -> CallFailure {
