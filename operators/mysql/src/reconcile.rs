@@ -166,7 +166,7 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, context: Arc<Context<State>>)
     };
     let replication_password = load_credentials(&context, &cluster).await?;
     let now = Timestamp::now();
-    let observed = observe(&context, &cluster).await?;
+    let mut observed = observe(&context, &cluster).await?;
     if observed.statefulset_needs_take_over {
         // Before any apply of the StatefulSet, which the API server would refuse until then.
         let namespace = cluster.namespace().unwrap_or_default();
@@ -209,7 +209,7 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, context: Arc<Context<State>>)
         in_flight,
         last_failover: None,
         restored: None,
-        pods: LabelledPods::new(observed.member_pods.clone(), ROLE_LABEL),
+        pods: LabelledPods::new(std::mem::take(&mut observed.member_pods), ROLE_LABEL),
     };
     if let Some(step) = decision.step() {
         let step_context = StepContext {
@@ -356,7 +356,7 @@ struct Observed {
     /// The StatefulSet still updates `RollingUpdate` (made by an operator before managed rolls).
     statefulset_needs_take_over: bool,
     templates: Templates,
-    /// The member pods, as listed this pass.
+    /// The member pods, as listed this pass; the labelling in `Memory` takes them.
     member_pods: Vec<Pod>,
     desired: usize,
     view: ClusterView,
