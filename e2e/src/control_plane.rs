@@ -43,23 +43,29 @@ pub async fn admin_client() -> Client {
     admin_client_from(&kubeconfig_path()).await
 }
 
+const START_HINT: &str =
+    "start the local control plane with `e2e/cluster.sh start` (the test command does this)";
+
 async fn admin_client_from(path: &std::path::Path) -> Client {
+    let client = Client::try_from(admin_config(path).await).expect("client from kubeconfig");
+    if let Err(error) = client.apiserver_version().await {
+        panic!("the local control plane does not answer: {error}; {START_HINT}");
+    }
+    client
+}
+
+/// The admin kubeconfig at `path`, read as a client configuration.
+async fn admin_config(path: &std::path::Path) -> Config {
     quorum_core::install_crypto_provider();
-    let hint = "start the local control plane with `e2e/cluster.sh start` (the test command does this)";
     let kubeconfig = Kubeconfig::read_from(path).unwrap_or_else(|error| {
         panic!(
-            "no local control plane: cannot read {}: {error}; {hint}",
+            "no local control plane: cannot read {}: {error}; {START_HINT}",
             path.display()
         )
     });
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+    Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
-        .unwrap_or_else(|error| panic!("bad kubeconfig {}: {error}", path.display()));
-    let client = Client::try_from(config).expect("client from kubeconfig");
-    if let Err(error) = client.apiserver_version().await {
-        panic!("the local control plane does not answer: {error}; {hint}");
-    }
-    client
+        .unwrap_or_else(|error| panic!("bad kubeconfig {}: {error}", path.display()))
 }
 
 /// Every request a client sent: method and path (with query), in order.
@@ -84,13 +90,7 @@ impl RequestLog {
 /// An admin client that records every request it sends, so a test counts what one component
 /// (an operator given this client) asked of the API server, whatever else runs beside it.
 pub async fn recording_admin_client() -> (Client, RequestLog) {
-    quorum_core::install_crypto_provider();
-    let path = kubeconfig_path();
-    let kubeconfig = Kubeconfig::read_from(&path)
-        .unwrap_or_else(|error| panic!("no local control plane: cannot read {}: {error}", path.display()));
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .unwrap_or_else(|error| panic!("bad kubeconfig {}: {error}", path.display()));
+    let config = admin_config(&kubeconfig_path()).await;
     let log = RequestLog::default();
     let recorder = log.clone();
     let client = kube::client::ClientBuilder::try_from(config)

@@ -814,13 +814,15 @@ async fn a_handover_moves_the_primary_without_losing_an_acknowledged_write() {
     })
     .await;
 
+    // Every call is routed above: the addresses are never resolved.
+    let addresses = Addresses::Loopback {
+        namespace: "handover".into(),
+        cluster: "main".into(),
+    };
     let handover = Handover {
         clients: &clients,
         cluster,
-        addresses: &Addresses::Loopback {
-            namespace: "handover".into(),
-            cluster: "main".into(),
-        },
+        addresses: &addresses,
         primary: 0,
         primary_address: processes.address(0),
         replicas: vec![(1, processes.address(1)), (2, processes.address(2))],
@@ -878,10 +880,7 @@ async fn a_handover_moves_the_primary_without_losing_an_acknowledged_write() {
     let refused_handover = Handover {
         clients: &clients,
         cluster,
-        addresses: &Addresses::Loopback {
-            namespace: "handover".into(),
-            cluster: "main".into(),
-        },
+        addresses: &addresses,
         primary: promoted,
         primary_address: new_primary,
         replicas: vec![(0, processes.address(0)), (other, processes.address(other))],
