@@ -7,7 +7,10 @@ mod support;
 
 use std::{collections::BTreeMap, time::Duration};
 
-use etcd_operator::{crd::EtcdCluster, reconcile::MemberAddresses};
+use etcd_operator::{
+    crd::{EtcdBackup, EtcdCluster},
+    reconcile::MemberAddresses,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::{
     Api, CustomResourceExt,
@@ -32,7 +35,10 @@ fn passes(metrics: &str) -> u64 {
 async fn passes_over_a_settled_cluster_write_nothing_and_take_back_a_widened_selector() {
     quorum_core::telemetry::init(quorum_core::config::LogFormat::Text);
     let client = admin_client().await;
+    // Both kinds: a pass reads the cluster's scheduled EtcdBackup, and without its CRD (a fresh
+    // control plane, this binary run alone) no pass ever completes.
     install_crd(&client, &EtcdCluster::crd()).await;
+    install_crd(&client, &EtcdBackup::crd()).await;
     let namespace = TestNamespace::create(&client, "etcd-idle").await;
     let ns = namespace.name().to_string();
     let scratch = std::env::temp_dir().join(format!("quorum-idle-{ns}"));
