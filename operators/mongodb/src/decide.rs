@@ -82,8 +82,9 @@ pub enum Reach {
 pub struct SeenMember {
     pub name: String,
     pub host: String,
-    /// Whether its pod exists.
-    pub pod_exists: bool,
+    /// The UID of its pod, `None` while it has none: a restart or a wipe acts on exactly this
+    /// pod, never on one created again under its name since.
+    pub pod_uid: Option<String>,
     /// The version label of its pod.
     pub pod_version: Option<String>,
     /// Its pod was created from an older template than its StatefulSet's current one (a
@@ -287,14 +288,16 @@ pub enum Step {
         host: String,
         reason: StepDownReason,
     },
-    /// Delete the member's pod so it comes back with the new template.
+    /// Delete the member's pod (the one observed) so it comes back with the new template.
     Restart {
         member: String,
+        pod_uid: String,
     },
-    /// Wipe the member's volume and pod so it comes back empty and copies the data again
-    /// (an initial sync): the only way back for a member too stale to catch up.
+    /// Wipe the member's volume and pod (the one observed) so it comes back empty and copies
+    /// the data again (an initial sync): the only way back for a member too stale to catch up.
     Resync {
         member: String,
+        pod_uid: String,
     },
     SetFeatureCompatibility {
         release: String,
@@ -386,7 +389,7 @@ pub fn decide(desired: &Desired, observed: &Observed) -> Step {
 }
 
 fn initiate(desired: &Desired, observed: &Observed) -> Step {
-    let existing: Vec<&SeenMember> = observed.members.iter().filter(|m| m.pod_exists).collect();
+    let existing: Vec<&SeenMember> = observed.members.iter().filter(|m| m.pod_uid.is_some()).collect();
     let unknown: Vec<&str> = existing
         .iter()
         .filter(|member| member.hello().is_none())
@@ -416,7 +419,7 @@ fn initiate(desired: &Desired, observed: &Observed) -> Step {
         return wait(Reason::NoMembers, "the spec asks for no members");
     };
     match observed.seen(&first.host) {
-        Some(seen) if seen.pod_exists && seen.hello().is_some() => Step::Initiate {
+        Some(seen) if seen.pod_uid.is_some() && seen.hello().is_some() => Step::Initiate {
             member: first.name.clone(),
             host: first.host.clone(),
             config: ReplConfig::initial(&desired.set_name, vec![first.config_member(1, 1.0)]),
@@ -463,6 +466,13 @@ fn resyncing(observed: &Observed, config: &ReplConfig, primary: &str) -> Option<
             && observed.seen(&member.host).is_some_and(|seen| seen.too_stale)
     })?;
     let name = observed.name_of(&stale.host);
+    // A pod being replaced is waited for: the wipe names the pod it was decided on.
+    let Some(pod_uid) = observed.seen(&stale.host).and_then(|seen| seen.pod_uid.clone()) else {
+        return Some(wait(
+            Reason::ResyncBlocked,
+            format!("{name} is too stale to catch up and has no pod to wipe yet; waiting for it"),
+        ));
+    };
     if let Err(blocking) = observed.gate(config, &stale.host, Disruption::Restart) {
         return Some(wait(
             Reason::ResyncBlocked,
@@ -472,7 +482,10 @@ fn resyncing(observed: &Observed, config: &ReplConfig, primary: &str) -> Option<
             ),
         ));
     }
-    Some(Step::Resync { member: name })
+    Some(Step::Resync {
+        member: name,
+        pod_uid,
+    })
 }
 
 fn leaving(desired: &Desired, observed: &Observed, config: &ReplConfig, primary: &str) -> Option<Step> {
@@ -673,7 +686,7 @@ fn upgrading(desired: &Desired, observed: &Observed, config: &ReplConfig, primar
     let stale: Vec<&SeenMember> = observed
         .members
         .iter()
-        .filter(|member| member.pod_exists && config.member(&member.host).is_some())
+        .filter(|member| member.pod_uid.is_some() && config.member(&member.host).is_some())
         .filter(|member| {
             member.pod_version.as_deref() != Some(desired.version.as_str()) || member.pod_outdated
         })
@@ -698,7 +711,7 @@ fn upgrading(desired: &Desired, observed: &Observed, config: &ReplConfig, primar
         let without_pod: Vec<String> = observed
             .members
             .iter()
-            .filter(|member| !member.pod_exists && config.member(&member.host).is_some())
+            .filter(|member| member.pod_uid.is_none() && config.member(&member.host).is_some())
             .map(|member| member.name.clone())
             .collect();
         if !without_pod.is_empty() {
@@ -734,7 +747,7 @@ fn upgrading(desired: &Desired, observed: &Observed, config: &ReplConfig, primar
         let not_yet_running: Vec<String> = observed
             .members
             .iter()
-            .filter(|member| member.pod_exists && config.member(&member.host).is_some())
+            .filter(|member| member.pod_uid.is_some() && config.member(&member.host).is_some())
             .filter(|member| member.pod_version.as_deref() == Some(desired.version.as_str()))
             .filter(|member| {
                 !member
@@ -754,9 +767,13 @@ fn upgrading(desired: &Desired, observed: &Observed, config: &ReplConfig, primar
                 ),
             ));
         }
-        if let Some(secondary) = stale.iter().find(|member| member.host != primary) {
+        let secondary = stale.iter().find(|member| member.host != primary);
+        if let Some((secondary, pod_uid)) =
+            secondary.and_then(|member| Some((member, member.pod_uid.clone()?)))
+        {
             return Some(Step::Restart {
                 member: secondary.name.clone(),
+                pod_uid,
             });
         }
         return Some(step_down(observed, config, primary, StepDownReason::Upgrade));
@@ -854,6 +871,10 @@ mod tests {
         format!("rs-{ordinal}")
     }
 
+    fn pod_uid(ordinal: usize) -> Option<String> {
+        Some(format!("{}-uid", name(ordinal)))
+    }
+
     /// `voting` voting members then `non_voting` non-voting ones.
     fn desired(voting: usize, non_voting: usize) -> Desired {
         Desired {
@@ -939,7 +960,7 @@ mod tests {
                 .map(|ordinal| SeenMember {
                     name: name(ordinal),
                     host: host(ordinal),
-                    pod_exists: true,
+                    pod_uid: pod_uid(ordinal),
                     pod_version: Some("7.0".into()),
                     pod_outdated: false,
                     reach: Reach::Answered(hello(Some(SET), ordinal == 0)),
@@ -959,7 +980,7 @@ mod tests {
         observed.members.push(SeenMember {
             name: name(ordinal),
             host: host(ordinal),
-            pod_exists: true,
+            pod_uid: pod_uid(ordinal),
             pod_version: Some("7.0".into()),
             pod_outdated: false,
             reach: Reach::Answered(hello(None, false)),
@@ -1002,7 +1023,7 @@ mod tests {
                 .map(|ordinal| SeenMember {
                     name: name(ordinal),
                     host: host(ordinal),
-                    pod_exists: true,
+                    pod_uid: pod_uid(ordinal),
                     pod_version: Some("7.0".into()),
                     pod_outdated: false,
                     reach: Reach::Answered(hello(None, false)),
@@ -1271,7 +1292,7 @@ mod tests {
         observed.members.push(SeenMember {
             name: "rs-arbiter-0".into(),
             host: host(7),
-            pod_exists: true,
+            pod_uid: Some("rs-arbiter-0-uid".into()),
             pod_version: Some("7.0".into()),
             pod_outdated: false,
             reach: Reach::Answered(hello(None, false)),
@@ -1302,7 +1323,8 @@ mod tests {
         assert_eq!(
             decide(&wanted, &observed),
             Step::Restart {
-                member: "rs-1".into()
+                member: "rs-1".into(),
+                pod_uid: "rs-1-uid".into(),
             }
         );
 
@@ -1320,7 +1342,8 @@ mod tests {
         assert_eq!(
             decide(&wanted, &observed),
             Step::Restart {
-                member: "rs-2".into()
+                member: "rs-2".into(),
+                pod_uid: "rs-2-uid".into(),
             }
         );
 
@@ -1333,6 +1356,22 @@ mod tests {
             }
             other => panic!("expected the primary to step down, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_restart_names_the_pod_observed_not_whatever_pod_has_the_name_when_it_runs() {
+        let mut observed = set(&[1, 1, 1]);
+        for member in &mut observed.members {
+            member.pod_outdated = true;
+        }
+        observed.members[1].pod_uid = Some("rs-1-created-again".into());
+        assert_eq!(
+            decide(&desired(3, 0), &observed),
+            Step::Restart {
+                member: "rs-1".into(),
+                pod_uid: "rs-1-created-again".into(),
+            }
+        );
     }
 
     #[test]
@@ -1349,14 +1388,15 @@ mod tests {
         assert_eq!(
             decide(&wanted, &observed),
             Step::Restart {
-                member: "rs-1".into()
+                member: "rs-1".into(),
+                pod_uid: "rs-1-uid".into(),
             }
         );
         // Its old pod is terminating while its server still answers: the next one waits.
         observed.members[1].pod_outdated = false;
-        observed.members[1].pod_exists = false;
+        observed.members[1].pod_uid = None;
         assert_eq!(reason(&decide(&wanted, &observed)), "UpgradeWaiting");
-        observed.members[1].pod_exists = true;
+        observed.members[1].pod_uid = Some("rs-1-uid-2".into());
         observed.members[2].pod_outdated = false;
         match decide(&wanted, &observed) {
             Step::StepDown { member, reason, .. } => {
@@ -1404,7 +1444,8 @@ mod tests {
         assert_eq!(
             decide(&wanted, &observed),
             Step::Restart {
-                member: "rs-1".into()
+                member: "rs-1".into(),
+                pod_uid: "rs-1-uid".into(),
             }
         );
     }
@@ -1464,7 +1505,16 @@ mod tests {
             let wanted = desired(voting, observed.members.len() - voting);
             let step = decide(&wanted, &observed);
             match (expected, &step) {
-                (Ok(member), Step::Resync { member: wiped }) => assert_eq!(wiped, member, "{case}"),
+                (
+                    Ok(member),
+                    Step::Resync {
+                        member: wiped,
+                        pod_uid,
+                    },
+                ) => {
+                    assert_eq!(wiped, member, "{case}");
+                    assert_eq!(pod_uid, &format!("{member}-uid"), "{case}: the pod observed");
+                }
                 (Err("settled"), step) => assert!(!matches!(step, Step::Resync { .. }), "{case}: {step:?}"),
                 (Err(wanted), Step::Wait { reason, .. }) => assert_eq!(reason, &wanted, "{case}"),
                 (_, other) => panic!("{case}: got {other:?}"),

@@ -2,14 +2,9 @@
 //! availability layer, a restart or resync through Kubernetes, and the restore of a new set's
 //! backup; a failed step is reported, then returned.
 
-use k8s_openapi::{api::core::v1::Pod, apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
-use kube::{
-    Api, ResourceExt,
-    api::{DeleteParams, Preconditions},
-};
-use quorum_core::{
-    apply::ignore_not_found, availability::retry::Idempotency, runner::Context, status::StatusWriter,
-};
+use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
+use kube::{Api, ResourceExt};
+use quorum_core::{availability::retry::Idempotency, runner::Context, status::StatusWriter};
 
 use crate::{
     admin::{ReplConfig, codes},
@@ -18,7 +13,6 @@ use crate::{
     decide::{Change, Observed, Reason, Step},
 };
 
-use crate::observe::pods_api;
 use crate::pass::{Error, State, api};
 use crate::status::{Progress, RecordedChange, change_kind};
 
@@ -203,8 +197,8 @@ pub(crate) async fn act(
         Step::Initiate { member, .. } => (ChangeKind::Initiate, member.clone()),
         Step::Reconfigure { change, member, .. } => (change_kind(*change), member.clone()),
         Step::StepDown { member, .. } => (ChangeKind::StepDown, member.clone()),
-        Step::Restart { member } => (ChangeKind::Restart, member.clone()),
-        Step::Resync { member } => (ChangeKind::Resync, member.clone()),
+        Step::Restart { member, .. } => (ChangeKind::Restart, member.clone()),
+        Step::Resync { member, .. } => (ChangeKind::Resync, member.clone()),
         Step::SetFeatureCompatibility { release } => {
             (ChangeKind::SetFeatureCompatibilityVersion, release.clone())
         }
@@ -288,15 +282,15 @@ pub(crate) async fn act(
                     )
                 })
         }
-        Step::Restart { member } => {
-            restart(context, replica_set, member).await?;
+        Step::Restart { member, pod_uid } => {
+            restart(context, replica_set, member, pod_uid).await?;
             Ok((
                 Reason::MemberRestarted,
                 format!("restarted {member} for version {}", replica_set.spec.version),
             ))
         }
-        Step::Resync { member } => {
-            resync(context, replica_set, member).await?;
+        Step::Resync { member, pod_uid } => {
+            resync(context, replica_set, member, pod_uid).await?;
             Ok((
                 Reason::MemberResynced,
                 format!(
@@ -394,38 +388,19 @@ pub(crate) fn step_name(step: &Step) -> &'static str {
 }
 
 /// The member's pod as it is now, `None` when it is gone.
-pub(crate) async fn current_pod(
-    context: &Context<State>,
-    replica_set: &MongoDBReplicaSet,
-    member: &str,
-) -> Result<Option<Pod>, Error> {
-    let pods = pods_api(context, replica_set);
-    pods.get_opt(member)
-        .await
-        .map_err(api(format!("reading pod {member}")))
-}
-
-/// Deletes a member's pod, exactly the one observed, so the StatefulSet recreates it from the
-/// current template (the set uses the OnDelete update strategy).
+/// Deletes a member's pod, exactly the one observed (`pod_uid`), so the StatefulSet recreates it
+/// from the current template (the set uses the OnDelete update strategy). A pod created again
+/// under its name since is left alone.
 pub(crate) async fn restart(
     context: &Context<State>,
     replica_set: &MongoDBReplicaSet,
     member: &str,
+    pod_uid: &str,
 ) -> Result<(), Error> {
-    let Some(pod) = current_pod(context, replica_set, member).await? else {
-        return Ok(());
-    };
-    let pods = pods_api(context, replica_set);
-    let params = DeleteParams {
-        preconditions: Some(Preconditions {
-            uid: pod.uid(),
-            resource_version: None,
-        }),
-        ..DeleteParams::default()
-    };
-    ignore_not_found(pods.delete(member, &params).await.map(|_| ()))
-        .map_err(api(format!("deleting pod {member}")))?;
-    Ok(())
+    let namespace = replica_set.namespace().unwrap_or_default();
+    quorum_core::rollout::restart_pod(&context.client, &namespace, member, pod_uid)
+        .await
+        .map_err(Error::from)
 }
 
 /// Wipes a member, exactly the pod observed, so the StatefulSet recreates it on an empty volume
@@ -434,12 +409,10 @@ pub(crate) async fn resync(
     context: &Context<State>,
     replica_set: &MongoDBReplicaSet,
     member: &str,
+    pod_uid: &str,
 ) -> Result<(), Error> {
-    let Some(pod) = current_pod(context, replica_set, member).await? else {
-        return Ok(());
-    };
     let namespace = replica_set.namespace().unwrap_or_default();
-    quorum_core::wipe::wipe_member(&context.client, &namespace, member, pod.uid())
+    quorum_core::wipe::wipe_member(&context.client, &namespace, member, Some(pod_uid.to_string()))
         .await
         .map_err(api(format!("wiping {member}")))
 }

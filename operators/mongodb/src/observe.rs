@@ -194,7 +194,7 @@ pub(crate) async fn see(
     SeenMember {
         name: name.to_string(),
         host: host.to_string(),
-        pod_exists: pod.is_some(),
+        pod_uid: pod.and_then(|(pod, _)| pod.uid()),
         pod_version: pod.and_then(|(pod, _)| pod.labels().get(VERSION_LABEL).cloned()),
         pod_outdated: pod.is_some_and(|(_, outdated)| outdated),
         reach,
