@@ -1,5 +1,5 @@
 # The two entry points for a fresh machine; everything else is in e2e/.
-.PHONY: demo demo-stop test fresh-check generate cluster-start cluster-stop
+.PHONY: demo demo-stop test bench fresh-check generate cluster-start cluster-stop
 
 demo:
 	e2e/demo.sh
@@ -9,6 +9,11 @@ demo-stop:
 
 test:
 	e2e/test.sh
+
+# Quorum's etcd operator against etcd-io/etcd-operator on the real node: figures, ratios and
+# targets, raw numbers under bench/results/. QUICK=1: the smallest size, as CI runs it.
+bench:
+	e2e/bench.sh $(if $(QUICK),--quick) $(BENCH_ARGS)
 
 # The README's setup and a cold workspace build in a clean Debian root file system: proves the
 # setup installs every prerequisite, whatever this machine already has.

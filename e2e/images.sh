@@ -4,13 +4,15 @@
 # OCI archive cached by its content under QUORUM_CACHE/images, and imported into the real node's
 # containerd under the same reference the charts, CSVs and operators name.
 #
-#   e2e/images.sh build [node|engines|operators|all]   build what is missing, print the archives
-#   e2e/images.sh import [node|engines|operators|all]  build, then import into the node's containerd
+#   e2e/images.sh build [node|engines|operators|peer|all]   build what is missing, print the archives
+#   e2e/images.sh import [node|engines|operators|peer|all]  build, then import into the node's containerd
 #   e2e/images.sh references                           the references, as NAME=REFERENCE words
 #
 # node: the pod sandbox, CoreDNS, the volume provisioner and its helper; engines: the database
-# images; operators: the four operators (`cargo xtask image`, unoptimized; the image's shape does
-# not depend on optimization).
+# images; operators: the four operators (`cargo xtask image`, unoptimized unless
+# QUORUM_OPERATOR_PROFILE=release, as `make bench` builds them; the image's shape does not depend
+# on optimization); peer: the benchmark's baseline operator (etcd-io/etcd-operator,
+# `make bench` only, not part of `all`).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -36,6 +38,9 @@ MONGO_IMAGE=docker.io/library/mongo:7.0.14
 # An S3-compatible store inside the cluster (gofakes3, in memory), for backups that the
 # operators' pods write and their members' init containers read. Tests only: not a product image.
 S3_IMAGE=localhost/quorum-e2e/gofakes3:$GOFAKES3_VERSION
+# The benchmark's baseline: etcd-io/etcd-operator built from its source (e2e/toolchain/build.sh
+# peer), packed like our images. Benchmarks only: nothing of it is in a product image.
+PEER_IMAGE=localhost/quorum-bench/etcd-operator:77c7f10
 
 # Copies a static busybox and its applets into ROOTFS/bin (a shell for helper pods and for
 # `kubectl exec`).
@@ -186,10 +191,10 @@ build_engine_images() {
 }
 
 build_operator_images() {
-  local operator layout reference
+  local operator layout reference profile=${QUORUM_OPERATOR_PROFILE:-dev}
   for operator in etcd-operator mysql-operator redis-operator mongodb-operator; do
-    layout="$images/.layout-$operator"
-    (cd "$root" && cargo xtask image "$operator" --layout "$layout" --profile dev >&2)
+    layout="$images/.layout-$operator-$profile"
+    (cd "$root" && cargo xtask image "$operator" --layout "$layout" --profile "$profile" >&2)
     # The tag is the one the layout carries (the workspace's version); the repository is the
     # one `cargo xtask image` documents and the CSVs and charts name.
     local tag
@@ -204,14 +209,26 @@ build_operator_images() {
   done
 }
 
+# The peer's manager alone, as its own Dockerfile ships it (a static binary, a non-root user).
+build_peer_image() {
+  local peer; peer=$("$here/toolchain/build.sh" peer)
+  local stage; stage=$(mktemp -d "$images/.stage.XXXXXX")
+  mkdir -p "$stage/peer"
+  cp "$peer/manager" "$peer/LICENSE" "$stage/peer/"
+  with_users "$stage/peer"
+  pack "$PEER_IMAGE" "$stage/peer" 65532 /manager
+  rm -rf "$stage"
+}
+
 build() {
   mkdir -p "$images"
   case $1 in
     node) build_node_images ;;
     engines) build_engine_images ;;
     operators) build_operator_images ;;
+    peer) build_peer_image ;;
     all) build_node_images; build_engine_images; build_operator_images ;;
-    *) echo "usage: $0 build|import [node|engines|operators|all]" >&2; exit 2 ;;
+    *) echo "usage: $0 build|import [node|engines|operators|peer|all]" >&2; exit 2 ;;
   esac
 }
 
@@ -237,8 +254,9 @@ import() {
 case "${1:-}" in
   references) # NAME=REFERENCE lines, for the node's manifests
     echo "PAUSE_IMAGE=$PAUSE_IMAGE COREDNS_IMAGE=$COREDNS_IMAGE LOCAL_PATH_IMAGE=$LOCAL_PATH_IMAGE"
-    echo "HELPER_IMAGE=$HELPER_IMAGE ETCD_IMAGE=$ETCD_IMAGE MARIADB_IMAGE=$MARIADB_IMAGE REDIS_IMAGE=$REDIS_IMAGE MONGO_IMAGE=$MONGO_IMAGE S3_IMAGE=$S3_IMAGE" ;;
+    echo "HELPER_IMAGE=$HELPER_IMAGE ETCD_IMAGE=$ETCD_IMAGE MARIADB_IMAGE=$MARIADB_IMAGE REDIS_IMAGE=$REDIS_IMAGE MONGO_IMAGE=$MONGO_IMAGE S3_IMAGE=$S3_IMAGE"
+    echo "PEER_IMAGE=$PEER_IMAGE" ;;
   build) build "${2:-all}" ;;
   import) import "${2:-all}" ;;
-  *) echo "usage: $0 build|import [node|engines|operators|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 build|import [node|engines|operators|peer|all]" >&2; exit 2 ;;
 esac

@@ -2,13 +2,16 @@
 # Builds the control-plane binaries from their Go modules into a cache outside the repository,
 # keyed by version, and prints the directory that holds them. A warm run builds nothing.
 #
-#   e2e/toolchain/build.sh [k8s|etcd|etcd-previous|kwok|s3|coredns|local-path|pause|all]
+#   e2e/toolchain/build.sh [k8s|etcd|etcd-previous|kwok|s3|coredns|local-path|pause|all|peer]
 #
 # `k8s` is the control plane and the real node's kubelet and kube-proxy, from one wrapper module.
 # `coredns`, `local-path` and `pause` are the real node's cluster DNS, volume provisioner and pod
 # sandbox (see e2e/real-node.sh).
 # `etcd` is the pinned etcd ($ETCD_VERSION); `etcd-previous` the minor before it
 # ($ETCD_PREVIOUS_VERSION), which the rolling-upgrade test starts a cluster at.
+#
+# `peer` is the benchmark's baseline, etcd-io/etcd-operator, from the source archive in
+# ../shared/peers (QUORUM_PEERS) with its own go.mod; not part of `all`, only `make bench` uses it.
 #
 # QUORUM_CACHE (default ~/.cache/quorum) is the cache root.
 set -euo pipefail
@@ -219,6 +222,25 @@ build_pause() {
   echo "$out"
 }
 
+# The benchmark's baseline operator (its manager, cmd/main.go), keyed by its source archive.
+build_peer() {
+  local archive=${QUORUM_PEERS:-$here/../../../shared/peers}/etcd-io-etcd-operator-77c7f10.tar.gz
+  [[ -s $archive ]] || { log "no peer source at $archive (set QUORUM_PEERS)"; exit 1; }
+  local key; key=$(sha256sum "$archive" | cut -c1-12)
+  local out="$cache/bin/etcd-operator-peer-$key"
+  if [[ -x "$out/manager" && -d "$out/config" ]]; then echo "$out"; return; fi
+  log "building the peer etcd-operator from $archive (cold: several minutes)"
+  local work="$cache/build/etcd-operator-peer-$key"
+  rm -rf "$work"; mkdir -p "$work" "$out"
+  tar -C "$work" -xzf "$archive"
+  (cd "$work/etcd-operator" && go build -ldflags "-s -w" -o "$out/manager.tmp" ./cmd)
+  # Its kustomize tree, for the install as its README gives it (`make deploy`).
+  rm -rf "$out/config"; cp -a "$work/etcd-operator/config" "$out/config"
+  cp "$work/etcd-operator/LICENSE" "$out/LICENSE"
+  mv "$out/manager.tmp" "$out/manager"
+  echo "$out"
+}
+
 case "${1:-all}" in
   k8s) build_k8s ;;
   etcd) build_etcd "$ETCD_VERSION" ;;
@@ -228,9 +250,10 @@ case "${1:-all}" in
   coredns) build_coredns ;;
   local-path) build_local_path ;;
   pause) build_pause ;;
+  peer) build_peer ;;
   all)
     build_etcd "$ETCD_VERSION"; build_etcd "$ETCD_PREVIOUS_VERSION"; build_kwok; build_s3; build_k8s
     build_coredns; build_local_path; build_pause
     ;;
-  *) echo "usage: $0 [k8s|etcd|etcd-previous|kwok|s3|coredns|local-path|pause|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [k8s|etcd|etcd-previous|kwok|s3|coredns|local-path|pause|all|peer]" >&2; exit 2 ;;
 esac

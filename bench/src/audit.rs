@@ -1,0 +1,204 @@
+//! An operator's API requests, counted by verb from the API server's own audit log.
+//!
+//! `e2e/cluster.sh` starts the API server with a policy that records, at metadata level, only the
+//! requests of the service accounts in the benchmark's two namespaces. Counting at the server
+//! sees every request an operator makes, whatever its client library, and nothing of the
+//! benchmark's own polling (which runs as the cluster admin).
+
+use std::{
+    collections::BTreeMap,
+    io::{Read, Seek, SeekFrom},
+    path::PathBuf,
+};
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+
+/// The verbs that change stored state.
+const WRITES: [&str; 5] = ["create", "update", "patch", "delete", "deletecollection"];
+
+/// Requests by verb (`get`, `list`, `watch`, `create`, `patch`, ...), and apart from them those
+/// on the operator's leader-election Lease: those are the same whatever the number of clusters,
+/// so per-cluster figures leave them out.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Requests {
+    pub by_verb: BTreeMap<String, u64>,
+    pub on_leases: u64,
+}
+
+impl Requests {
+    pub fn total(&self) -> u64 {
+        self.by_verb.values().sum()
+    }
+
+    pub fn writes(&self) -> u64 {
+        self.count(&WRITES)
+    }
+
+    /// Reads that a watch cache would answer: single GETs and LISTs.
+    pub fn reads(&self) -> u64 {
+        self.count(&["get", "list"])
+    }
+
+    fn count(&self, verbs: &[&str]) -> u64 {
+        verbs.iter().filter_map(|verb| self.by_verb.get(*verb)).sum()
+    }
+
+    /// `get=12 list=3 patch=1 (leases: 30)`, for the table.
+    pub fn describe(&self) -> String {
+        let mut words: Vec<String> = self
+            .by_verb
+            .iter()
+            .map(|(verb, count)| format!("{verb}={count}"))
+            .collect();
+        words.push(format!("(leader election: {})", self.on_leases));
+        words.join(" ")
+    }
+}
+
+#[derive(Deserialize)]
+struct Event {
+    stage: String,
+    verb: String,
+    user: User,
+    #[serde(rename = "objectRef")]
+    object: Option<ObjectRef>,
+}
+
+#[derive(Deserialize)]
+struct ObjectRef {
+    resource: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct User {
+    username: String,
+}
+
+/// The requests `username` made in `lines` (the audit log's JSON lines). A watch counts once,
+/// when its response starts (it completes only when it ends, maybe never in the window); every
+/// other request counts when its response is complete.
+pub fn count(lines: &str, username: &str) -> Requests {
+    let mut requests = Requests::default();
+    for event in lines
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Event>(line).ok())
+    {
+        let counts = match event.stage.as_str() {
+            "ResponseStarted" => event.verb == "watch",
+            "ResponseComplete" => event.verb != "watch",
+            _ => false,
+        };
+        if !counts || event.user.username != username {
+            continue;
+        }
+        let resource = event.object.and_then(|object| object.resource);
+        if resource.as_deref() == Some("leases") {
+            requests.on_leases += 1;
+        } else {
+            *requests.by_verb.entry(event.verb).or_default() += 1;
+        }
+    }
+    requests
+}
+
+/// The audit log of the local control plane.
+pub struct AuditLog {
+    path: PathBuf,
+}
+
+/// A position in the audit log: what was written after it is a window's requests.
+#[derive(Clone, Copy, Debug)]
+pub struct Mark(u64);
+
+impl AuditLog {
+    /// The log `e2e/cluster.sh` configures, under `QUORUM_CLUSTER_DIR` (default: the cache's
+    /// `cluster` directory).
+    pub fn local() -> anyhow::Result<Self> {
+        let cluster = std::env::var_os("QUORUM_CLUSTER_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| quorum_e2e::tools::cache_root().join("cluster"));
+        let path = cluster.join("logs").join("audit.log");
+        anyhow::ensure!(
+            path.exists(),
+            "no audit log at {}: the control plane predates the benchmark's audit policy; \
+             restart it (e2e/cluster.sh stop && e2e/cluster.sh start)",
+            path.display()
+        );
+        Ok(Self { path })
+    }
+
+    pub fn mark(&self) -> anyhow::Result<Mark> {
+        let length = std::fs::metadata(&self.path)
+            .with_context(|| format!("reading {}", self.path.display()))?
+            .len();
+        Ok(Mark(length))
+    }
+
+    /// The requests `username` made since `mark`.
+    pub fn since(&self, mark: Mark, username: &str) -> anyhow::Result<Requests> {
+        let mut file =
+            std::fs::File::open(&self.path).with_context(|| format!("opening {}", self.path.display()))?;
+        let length = file.metadata()?.len();
+        // The log rotates at 200 MB: a window across a rotation would lose its first part.
+        anyhow::ensure!(
+            length >= mark.0,
+            "{} rotated during the measurement: run the benchmark again",
+            self.path.display()
+        );
+        file.seek(SeekFrom::Start(mark.0))?;
+        let mut text = String::new();
+        file.read_to_string(&mut text)?;
+        Ok(count(&text, username))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(stage: &str, verb: &str, user: &str) -> String {
+        on(stage, verb, user, "pods")
+    }
+
+    fn on(stage: &str, verb: &str, user: &str, resource: &str) -> String {
+        serde_json::json!({
+            "kind": "Event", "level": "Metadata", "stage": stage, "verb": verb,
+            "user": {"username": user, "groups": ["system:serviceaccounts"]},
+            "objectRef": {"resource": resource}
+        })
+        .to_string()
+    }
+
+    #[test]
+    fn counts_each_request_of_one_account_once_by_verb() {
+        let operator = "system:serviceaccount:quorum-bench:etcd";
+        let log = [
+            line("ResponseComplete", "get", operator),
+            line("ResponseComplete", "get", operator),
+            line("ResponseComplete", "patch", operator),
+            // Leader election, apart.
+            on("ResponseComplete", "get", operator, "leases"),
+            on("ResponseComplete", "update", operator, "leases"),
+            // A watch starts, and ends later: one request.
+            line("ResponseStarted", "watch", operator),
+            line("ResponseComplete", "watch", operator),
+            // Another account, and a half-written last line.
+            line(
+                "ResponseComplete",
+                "list",
+                "system:serviceaccount:etcd-operator-system:manager",
+            ),
+            "{\"kind\":\"Event\",\"stage\":\"Resp".to_string(),
+        ]
+        .join("\n");
+        let requests = count(&log, operator);
+        assert_eq!(
+            requests.by_verb,
+            BTreeMap::from([("get".into(), 2), ("patch".into(), 1), ("watch".into(), 1)])
+        );
+        assert_eq!(requests.on_leases, 2);
+        assert_eq!((requests.total(), requests.writes(), requests.reads()), (4, 1, 2));
+        assert_eq!(requests.describe(), "get=2 patch=1 watch=1 (leader election: 2)");
+    }
+}

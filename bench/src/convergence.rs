@@ -1,0 +1,195 @@
+//! Convergence and idle cost: N three-member etcd clusters created at once under one operator,
+//! timed until every one is ready, then left settled for a window; the operator's API requests
+//! (from the audit log), memory and CPU (from the kernel) over both.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use futures::future::try_join_all;
+use k8s_openapi::api::core::v1::Pod;
+use kube::{
+    Api, Client,
+    api::{ListParams, PostParams},
+};
+use quorum_e2e::real_node;
+use serde::Serialize;
+
+use crate::{
+    audit::{AuditLog, Requests},
+    contender::{Contender, Installed},
+    process::{self, Reading},
+};
+
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Settings {
+    pub clusters: usize,
+    pub idle: Duration,
+    /// How long all clusters may take to be ready before the run fails.
+    pub ready_timeout: Duration,
+}
+
+/// What one operator did, as measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct Run {
+    pub contender: Contender,
+    pub clusters: usize,
+    /// The operator's process with no cluster yet (started, caches filled).
+    pub base: Reading,
+    pub convergence_seconds: f64,
+    pub convergence_requests: Requests,
+    pub convergence_cpu_seconds: f64,
+    /// The highest resident memory until every cluster was ready.
+    pub convergence_peak_rss_bytes: u64,
+    pub idle_seconds: f64,
+    pub idle_requests: Requests,
+    pub idle_cpu_seconds: f64,
+    /// Resident memory at the end of the settled window.
+    pub idle_rss_bytes: u64,
+}
+
+/// Installs `contender`, measures it and removes it (also when the measurement fails).
+pub async fn run(
+    admin: &Client,
+    audit: &AuditLog,
+    contender: Contender,
+    settings: Settings,
+    ticks_per_second: u64,
+) -> anyhow::Result<Run> {
+    let installed = contender.install(admin).await?;
+    let measured = measure(admin, audit, &installed, settings, ticks_per_second).await;
+    let removed = installed.remove(admin).await;
+    let run = measured.with_context(|| format!("measuring {}", contender.name()))?;
+    removed.with_context(|| format!("removing {}", contender.name()))?;
+    Ok(run)
+}
+
+async fn measure(
+    admin: &Client,
+    audit: &AuditLog,
+    installed: &Installed,
+    settings: Settings,
+    ticks_per_second: u64,
+) -> anyhow::Result<Run> {
+    let contender = installed.contender;
+    let pid = real_node::container_pid(&installed.pod, installed.container);
+    let read = || process::read(pid, ticks_per_second);
+    let clusters = contender.clusters(admin, installed.clusters_namespace);
+    let names: Vec<String> = (0..settings.clusters)
+        .map(|index| format!("bench-{index:03}"))
+        .collect();
+
+    let base = read()?;
+    let mark = audit.mark()?;
+    let started = Instant::now();
+    try_join_all(names.iter().map(|name| {
+        let clusters = clusters.clone();
+        async move {
+            clusters
+                .create(&PostParams::default(), &contender.cluster(name)?)
+                .await
+                .with_context(|| format!("creating {name}"))
+        }
+    }))
+    .await?;
+    all_ready(&clusters, contender, settings).await?;
+    let convergence_seconds = started.elapsed().as_secs_f64();
+    let converged = read()?;
+    let convergence_requests = audit.since(mark, &installed.username)?;
+
+    let mark = audit.mark()?;
+    let settled = Instant::now();
+    // A measurement window, not a wait for a condition: the operator is left alone for it.
+    tokio::time::sleep(settings.idle).await;
+    let idle_seconds = settled.elapsed().as_secs_f64();
+    let idle = read()?;
+    let idle_requests = audit.since(mark, &installed.username)?;
+    still_ready(&clusters, contender, settings.clusters).await?;
+    not_restarted(admin, installed).await?;
+
+    Ok(Run {
+        contender,
+        clusters: settings.clusters,
+        base,
+        convergence_seconds,
+        convergence_requests,
+        convergence_cpu_seconds: converged.cpu_seconds - base.cpu_seconds,
+        convergence_peak_rss_bytes: converged.peak_rss_bytes,
+        idle_seconds,
+        idle_requests,
+        idle_cpu_seconds: idle.cpu_seconds - converged.cpu_seconds,
+        idle_rss_bytes: idle.rss_bytes,
+    })
+}
+
+async fn ready_count(
+    clusters: &Api<kube::api::DynamicObject>,
+    contender: Contender,
+) -> anyhow::Result<(usize, usize)> {
+    let listed = clusters.list(&ListParams::default()).await?.items;
+    let ready = listed
+        .iter()
+        .filter(|cluster| contender.is_ready(cluster))
+        .count();
+    Ok((ready, listed.len()))
+}
+
+async fn all_ready(
+    clusters: &Api<kube::api::DynamicObject>,
+    contender: Contender,
+    settings: Settings,
+) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let mut reported = Instant::now();
+    loop {
+        let (ready, listed) = ready_count(clusters, contender).await?;
+        if ready == settings.clusters {
+            return Ok(());
+        }
+        if started.elapsed() >= settings.ready_timeout {
+            bail!(
+                "{}: {ready} of {listed} clusters ready after {:?}",
+                contender.name(),
+                settings.ready_timeout
+            );
+        }
+        if reported.elapsed() >= Duration::from_secs(15) {
+            eprintln!(
+                "[bench] {}: {ready} of {} clusters ready after {:.0} s",
+                contender.name(),
+                settings.clusters,
+                started.elapsed().as_secs_f64()
+            );
+            reported = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// A settled window counts only if every cluster stayed ready through it.
+async fn still_ready(
+    clusters: &Api<kube::api::DynamicObject>,
+    contender: Contender,
+    expected: usize,
+) -> anyhow::Result<()> {
+    let (ready, listed) = ready_count(clusters, contender).await?;
+    anyhow::ensure!(
+        ready == expected,
+        "{}: {ready} of {listed} clusters ready at the end of the settled window",
+        contender.name()
+    );
+    Ok(())
+}
+
+/// The process read is the operator's only if its container never restarted.
+async fn not_restarted(admin: &Client, installed: &Installed) -> anyhow::Result<()> {
+    let namespace = installed.pod.metadata.namespace.as_deref().unwrap_or_default();
+    let name = installed.pod.metadata.name.as_deref().unwrap_or_default();
+    let pod = Api::<Pod>::namespaced(admin.clone(), namespace).get(name).await?;
+    let restarts = real_node::restart_count(&pod, installed.container);
+    anyhow::ensure!(
+        restarts == real_node::restart_count(&installed.pod, installed.container),
+        "{}'s container restarted during the run ({restarts} restarts): its figures are not one process's",
+        installed.contender.name()
+    );
+    Ok(())
+}

@@ -1,0 +1,197 @@
+//! `make bench`: Quorum's etcd operator against etcd-io/etcd-operator on the same local control
+//! plane and real node, one after the other in one invocation, then every other Quorum operator's
+//! settled cost. Prints tables of figures, ratios and targets, and writes the raw numbers as JSON
+//! under `bench/results/`. Absolute figures are
+//! printed, never asserted; `--quick` runs the smallest size and fails only when an invariant
+//! breaks (a cluster never ready, an operator restarted, a measurement that saw nothing).
+
+mod audit;
+mod contender;
+mod convergence;
+mod process;
+mod report;
+
+use std::{path::PathBuf, time::Duration};
+
+use anyhow::Context;
+use clap::Parser;
+use serde_json::json;
+
+use crate::{
+    audit::AuditLog,
+    contender::{Contender, Engine},
+    convergence::{Run, Settings},
+};
+
+#[derive(Parser)]
+#[command(about = "Quorum's operators measured on the local real node, etcd against etcd-io/etcd-operator")]
+struct Arguments {
+    /// The smallest size (one cluster, a 30-second settled window), as CI runs it.
+    #[arg(long)]
+    quick: bool,
+    /// Clusters created at once per operator.
+    #[arg(long, default_value_t = 10)]
+    clusters: usize,
+    /// Clusters per operator for MySQL, Redis and MongoDB (their members weigh more than etcd's).
+    #[arg(long, default_value_t = 3)]
+    engine_clusters: usize,
+    /// The settled window, in seconds.
+    #[arg(long, default_value_t = 600)]
+    idle_seconds: u64,
+    /// Where the JSON goes (default: bench/results, or bench/results/quick with --quick).
+    #[arg(long)]
+    results: Option<PathBuf>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let arguments = Arguments::parse();
+    let settings = if arguments.quick {
+        Settings {
+            clusters: 1,
+            idle: Duration::from_secs(30),
+            ready_timeout: Duration::from_secs(300),
+        }
+    } else {
+        Settings {
+            clusters: arguments.clusters,
+            idle: Duration::from_secs(arguments.idle_seconds),
+            ready_timeout: Duration::from_secs(300 + 60 * arguments.clusters as u64),
+        }
+    };
+    let admin = quorum_e2e::control_plane::admin_client().await;
+    quorum_e2e::real_node::require(&admin).await;
+    let audit = AuditLog::local()?;
+    let ticks = process::ticks_per_second()?;
+
+    let mut runs = Vec::new();
+    for contender in [Contender::Quorum(Engine::Etcd), Contender::Peer] {
+        runs.push(measure(&admin, &audit, contender, settings, ticks).await?);
+    }
+    let [quorum, peer] = <[Run; 2]>::try_from(runs).expect("two runs");
+    let figures = report::figures(&quorum, &peer);
+    println!("Quorum's etcd operator against etcd-io/etcd-operator:\n");
+    println!("{}", report::table(&figures));
+    for run in [&quorum, &peer] {
+        println!(
+            "\n{}: requests while converging {}; settled {}",
+            run.contender.name(),
+            run.convergence_requests.describe(),
+            run.idle_requests.describe()
+        );
+    }
+
+    let engine_settings = Settings {
+        clusters: if arguments.quick {
+            1
+        } else {
+            arguments.engine_clusters
+        },
+        ..settings
+    };
+    let mut engine_runs = vec![quorum.clone()];
+    for engine in [Engine::Mysql, Engine::Redis, Engine::Mongodb] {
+        let contender = Contender::Quorum(engine);
+        engine_runs.push(measure(&admin, &audit, contender, engine_settings, ticks).await?);
+    }
+    let engines = report::engines(&engine_runs);
+    println!("\nEvery Quorum operator, settled:\n");
+    println!("{}", report::engines_table(&engines));
+    for run in &engine_runs[1..] {
+        println!(
+            "\n{}: requests while converging {}; settled {}",
+            run.contender.name(),
+            run.convergence_requests.describe(),
+            run.idle_requests.describe()
+        );
+    }
+
+    let results = arguments.results.unwrap_or_else(|| {
+        let root = quorum_e2e::tools::repository_root().join("bench").join("results");
+        if arguments.quick { root.join("quick") } else { root }
+    });
+    std::fs::create_dir_all(&results).with_context(|| format!("creating {}", results.display()))?;
+    let now = jiff::Timestamp::now();
+    let path = results.join(format!("bench-{}.json", now.strftime("%Y%m%dT%H%M%SZ")));
+    let record = json!({
+        "date": now.to_string(),
+        "quick": arguments.quick,
+        "machine": machine(),
+        "versions": versions(),
+        "settings": settings,
+        "runs": [quorum, peer],
+        "figures": figures,
+        "engine_runs": engine_runs,
+        "engines": engines,
+    });
+    std::fs::write(&path, serde_json::to_string_pretty(&record)? + "\n")
+        .with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("[bench] raw figures: {}", path.display());
+    Ok(())
+}
+
+async fn measure(
+    admin: &kube::Client,
+    audit: &AuditLog,
+    contender: Contender,
+    settings: Settings,
+    ticks: u64,
+) -> anyhow::Result<Run> {
+    eprintln!(
+        "[bench] {}: {} clusters of 3 members at once, then {} s settled",
+        contender.name(),
+        settings.clusters,
+        settings.idle.as_secs()
+    );
+    let run = convergence::run(admin, audit, contender, settings, ticks).await?;
+    check_invariants(&run)?;
+    Ok(run)
+}
+
+/// What must hold whatever the machine's speed: the measurement saw the operator at work.
+fn check_invariants(run: &Run) -> anyhow::Result<()> {
+    let name = run.contender.name();
+    anyhow::ensure!(
+        run.convergence_requests.total() > 0,
+        "{name}: the audit log shows no request while its clusters converged: the count is broken"
+    );
+    anyhow::ensure!(
+        run.base.rss_bytes > 0 && run.convergence_peak_rss_bytes >= run.base.rss_bytes,
+        "{name}: implausible memory readings: {run:?}"
+    );
+    anyhow::ensure!(
+        run.convergence_cpu_seconds > 0.0,
+        "{name}: no CPU time while converging: the process read is not the operator's"
+    );
+    Ok(())
+}
+
+fn machine() -> serde_json::Value {
+    let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
+    let memory_kib = read("/proc/meminfo")
+        .lines()
+        .find_map(|line| line.strip_prefix("MemTotal:"))
+        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
+    json!({
+        "cpus": std::thread::available_parallelism().map(usize::from).ok(),
+        "memory_bytes": memory_kib.map(|kib| kib * 1024),
+        "kernel": read("/proc/sys/kernel/osrelease").trim(),
+    })
+}
+
+fn versions() -> serde_json::Value {
+    let commit = std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .current_dir(quorum_e2e::tools::repository_root())
+        .output()
+        .ok()
+        .filter(|output| output.status.success())
+        .map(|output| String::from_utf8_lossy(&output.stdout).trim().to_string());
+    json!({
+        "quorum": env!("CARGO_PKG_VERSION"),
+        "quorum_commit": commit,
+        "etcd": quorum_e2e::tools::pinned_version("ETCD_VERSION"),
+        "kubernetes": quorum_e2e::tools::pinned_version("K8S_VERSION"),
+        "peer": contender::PEER_IMAGE,
+    })
+}

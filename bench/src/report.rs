@@ -1,0 +1,393 @@
+//! The figures the two runs give, each with its target and whether it is met, as a table and as
+//! JSON.
+
+use serde::Serialize;
+
+use crate::convergence::Run;
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// What a figure must be to meet its target.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub enum Target {
+    /// Quorum's figure over the peer's, at most this.
+    RatioAtMost(f64),
+    /// Quorum's own figure, at most this.
+    AtMost(f64),
+    /// Printed for reference only.
+    None,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Verdict {
+    Pass,
+    Short,
+    /// Nothing to judge (no target, or the run was too small to measure it).
+    NotJudged,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Figure {
+    pub name: String,
+    pub unit: &'static str,
+    pub quorum: f64,
+    pub peer: Option<f64>,
+    pub ratio: Option<f64>,
+    pub target: Target,
+    pub verdict: Verdict,
+}
+
+impl Figure {
+    fn new(
+        name: impl Into<String>,
+        unit: &'static str,
+        quorum: f64,
+        peer: Option<f64>,
+        target: Target,
+    ) -> Self {
+        let ratio = peer.filter(|peer| *peer > 0.0).map(|peer| quorum / peer);
+        let verdict = match target {
+            Target::RatioAtMost(most) => match ratio {
+                Some(ratio) if ratio <= most => Verdict::Pass,
+                Some(_) => Verdict::Short,
+                None => Verdict::NotJudged,
+            },
+            Target::AtMost(most) if quorum <= most => Verdict::Pass,
+            Target::AtMost(_) => Verdict::Short,
+            Target::None => Verdict::NotJudged,
+        };
+        Self {
+            name: name.into(),
+            unit,
+            quorum,
+            peer,
+            ratio,
+            target,
+            verdict,
+        }
+    }
+}
+
+/// Per cluster, scaled to `per_seconds`.
+fn rate(count: u64, run: &Run, per_seconds: f64) -> f64 {
+    count as f64 / run.clusters as f64 / run.idle_seconds * per_seconds
+}
+
+/// The figures of Quorum's run against the peer's, with the targets. The memory target
+/// is stated at 100 settled clusters: a smaller run prints its figure unjudged.
+pub fn figures(quorum: &Run, peer: &Run) -> Vec<Figure> {
+    let both = |value: fn(&Run) -> f64| (value(quorum), Some(value(peer)));
+    let n = quorum.clusters;
+    let mut figures = Vec::new();
+    let (q, p) = both(|run| run.convergence_seconds);
+    figures.push(Figure::new(
+        format!("{n} clusters ready, from creation"),
+        "s",
+        q,
+        p,
+        Target::RatioAtMost(0.5),
+    ));
+    let (q, p) = both(|run| run.convergence_peak_rss_bytes as f64 / MIB);
+    figures.push(Figure::new(
+        "operator peak RSS while converging",
+        "MiB",
+        q,
+        p,
+        Target::RatioAtMost(0.33),
+    ));
+    let (q, p) = both(|run| run.convergence_cpu_seconds);
+    figures.push(Figure::new(
+        "operator CPU while converging",
+        "s",
+        q,
+        p,
+        Target::None,
+    ));
+    let (q, p) = both(|run| run.convergence_requests.total() as f64);
+    figures.push(Figure::new(
+        "API requests while converging",
+        "requests",
+        q,
+        p,
+        Target::RatioAtMost(0.5),
+    ));
+    let (q, p) = both(|run| rate(run.idle_requests.writes(), run, 3600.0));
+    figures.push(Figure::new(
+        "settled: writes per cluster per hour",
+        "requests",
+        q,
+        p,
+        Target::AtMost(0.0),
+    ));
+    let (q, p) = both(|run| rate(run.idle_requests.reads(), run, 600.0));
+    figures.push(Figure::new(
+        "settled: GETs and LISTs per cluster per 10 min",
+        "requests",
+        q,
+        p,
+        Target::AtMost(1.0),
+    ));
+    let (q, p) = both(|run| rate(run.idle_requests.total(), run, 60.0));
+    figures.push(Figure::new(
+        "settled: requests per cluster per minute",
+        "requests",
+        q,
+        p,
+        Target::None,
+    ));
+    let (q, p) = both(|run| run.idle_cpu_seconds / run.clusters as f64 / run.idle_seconds * 3600.0);
+    figures.push(Figure::new(
+        "settled: operator CPU per cluster per hour",
+        "s",
+        q,
+        p,
+        Target::None,
+    ));
+    let (q, p) = both(|run| run.idle_rss_bytes as f64 / MIB);
+    let mut settled_rss = Figure::new(
+        format!("settled: operator RSS with {n} clusters (target: 40 MiB at 100)"),
+        "MiB",
+        q,
+        p,
+        Target::AtMost(40.0),
+    );
+    if n < 100 {
+        settled_rss.verdict = Verdict::NotJudged;
+    }
+    figures.push(settled_rss);
+    let (q, p) =
+        both(|run| (run.idle_rss_bytes as f64 - run.base.rss_bytes as f64) / MIB / run.clusters as f64);
+    figures.push(Figure::new(
+        "settled: operator RSS per cluster above its base",
+        "MiB",
+        q,
+        p,
+        Target::None,
+    ));
+    figures
+}
+
+/// One row per engine of Quorum's settled cost (no peer runs these): the idle targets judged on
+/// each.
+pub fn engines(runs: &[Run]) -> Vec<EngineRow> {
+    runs.iter()
+        .map(|run| {
+            let figures = vec![
+                Figure::new(
+                    "ready, from creation",
+                    "s",
+                    run.convergence_seconds,
+                    None,
+                    Target::None,
+                ),
+                Figure::new(
+                    "settled: writes per cluster per hour",
+                    "requests",
+                    rate(run.idle_requests.writes(), run, 3600.0),
+                    None,
+                    Target::AtMost(0.0),
+                ),
+                Figure::new(
+                    "settled: GETs and LISTs per cluster per 10 min",
+                    "requests",
+                    rate(run.idle_requests.reads(), run, 600.0),
+                    None,
+                    Target::AtMost(1.0),
+                ),
+                Figure::new(
+                    "settled: operator RSS",
+                    "MiB",
+                    run.idle_rss_bytes as f64 / MIB,
+                    None,
+                    Target::None,
+                ),
+                Figure::new(
+                    "settled: operator CPU per cluster per hour",
+                    "s",
+                    run.idle_cpu_seconds / run.clusters as f64 / run.idle_seconds * 3600.0,
+                    None,
+                    Target::None,
+                ),
+            ];
+            EngineRow {
+                operator: run.contender.name(),
+                clusters: run.clusters,
+                figures,
+            }
+        })
+        .collect()
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct EngineRow {
+    pub operator: String,
+    pub clusters: usize,
+    pub figures: Vec<Figure>,
+}
+
+/// A Markdown table of [`engines`]: one row per engine, one column per figure.
+pub fn engines_table(rows: &[EngineRow]) -> String {
+    let Some(first) = rows.first() else {
+        return String::new();
+    };
+    let mut header = vec!["operator".to_string(), "clusters".to_string()];
+    header.extend(
+        first
+            .figures
+            .iter()
+            .map(|figure| format!("{} ({})", figure.name, figure.unit)),
+    );
+    let mut lines = vec![
+        format!("| {} |", header.join(" | ")),
+        format!("|---|{}", "---:|".repeat(header.len() - 1)),
+    ];
+    for row in rows {
+        let mut cells = vec![row.operator.clone(), row.clusters.to_string()];
+        cells.extend(row.figures.iter().map(|figure| {
+            let verdict = match figure.verdict {
+                Verdict::Pass => " (pass)",
+                Verdict::Short => " (short)",
+                Verdict::NotJudged => "",
+            };
+            format!("{}{verdict}", number(figure.quorum))
+        }));
+        lines.push(format!("| {} |", cells.join(" | ")));
+    }
+    lines.join("\n")
+}
+
+fn number(value: f64) -> String {
+    if value == 0.0 || value.abs() >= 100.0 {
+        format!("{value:.0}")
+    } else if value.abs() >= 1.0 {
+        format!("{value:.1}")
+    } else {
+        format!("{value:.3}")
+    }
+}
+
+/// A Markdown table (the README's Performance section shows the latest one).
+pub fn table(figures: &[Figure]) -> String {
+    let mut lines = vec![
+        "| figure | unit | Quorum | etcd-io/etcd-operator | ratio | target | |".to_string(),
+        "|---|---|---:|---:|---:|---|---|".to_string(),
+    ];
+    for figure in figures {
+        let target = match figure.target {
+            Target::RatioAtMost(most) => format!("ratio ≤ {most}"),
+            Target::AtMost(most) => format!("≤ {}", number(most)),
+            Target::None => String::new(),
+        };
+        let verdict = match figure.verdict {
+            Verdict::Pass => "pass",
+            Verdict::Short => "short",
+            Verdict::NotJudged => "",
+        };
+        lines.push(format!(
+            "| {} | {} | {} | {} | {} | {target} | {verdict} |",
+            figure.name,
+            figure.unit,
+            number(figure.quorum),
+            figure.peer.map(number).unwrap_or_default(),
+            figure
+                .ratio
+                .map(|ratio| format!("{ratio:.2}"))
+                .unwrap_or_default(),
+        ));
+    }
+    lines.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::{
+        audit::Requests,
+        contender::{Contender, Engine},
+        process::Reading,
+    };
+
+    fn run(contender: Contender, seconds: f64, peak_mib: u64, gets: u64, patches: u64) -> Run {
+        let reading = |rss_mib: u64| Reading {
+            rss_bytes: rss_mib << 20,
+            peak_rss_bytes: rss_mib << 20,
+            cpu_seconds: 1.0,
+        };
+        Run {
+            contender,
+            clusters: 2,
+            base: reading(10),
+            convergence_seconds: seconds,
+            convergence_requests: Requests {
+                by_verb: BTreeMap::from([("get".into(), gets)]),
+                on_leases: 7,
+            },
+            convergence_cpu_seconds: 2.0,
+            convergence_peak_rss_bytes: peak_mib << 20,
+            idle_seconds: 600.0,
+            idle_requests: Requests {
+                by_verb: BTreeMap::from([("get".into(), gets), ("patch".into(), patches)]),
+                on_leases: 300,
+            },
+            idle_cpu_seconds: 1.0,
+            idle_rss_bytes: 14 << 20,
+        }
+    }
+
+    #[test]
+    fn ratios_are_quorum_over_the_peer_and_judged_against_their_targets() {
+        let quorum = run(Contender::Quorum(Engine::Etcd), 20.0, 30, 10, 0);
+        let peer = run(Contender::Peer, 60.0, 60, 40, 6);
+        let figures = figures(&quorum, &peer);
+        let named = |start: &str| {
+            figures
+                .iter()
+                .find(|figure| figure.name.starts_with(start))
+                .unwrap()
+        };
+
+        let ready = named("2 clusters ready");
+        assert_eq!((ready.ratio, ready.verdict), (Some(20.0 / 60.0), Verdict::Pass));
+        // 30 MiB against 60 MiB is 0.5, over 0.33.
+        assert_eq!(named("operator peak RSS").verdict, Verdict::Short);
+        // No patch in 600 s over 2 clusters: none per hour; the peer's 6 are 18 per cluster-hour.
+        let writes = named("settled: writes");
+        assert_eq!(
+            (writes.quorum, writes.peer, writes.verdict),
+            (0.0, Some(18.0), Verdict::Pass)
+        );
+        // 10 GETs over 2 clusters in 10 minutes: 5 each, over the target of 1.
+        assert_eq!(named("settled: GETs").quorum, 5.0);
+        assert_eq!(named("settled: GETs").verdict, Verdict::Short);
+        // Two clusters say nothing of a target stated at 100.
+        assert_eq!(named("settled: operator RSS with").verdict, Verdict::NotJudged);
+        assert_eq!(named("settled: operator RSS per cluster").quorum, 2.0);
+
+        let table = table(&figures);
+        assert!(
+            table.contains(
+                "| 2 clusters ready, from creation | s | 20.0 | 60.0 | 0.33 | ratio ≤ 0.5 | pass |"
+            ),
+            "{table}"
+        );
+    }
+
+    #[test]
+    fn each_engine_is_a_row_judged_on_the_settled_targets() {
+        let rows = engines(&[run(Contender::Quorum(Engine::Mysql), 30.0, 20, 1, 3)]);
+        let table = engines_table(&rows);
+        // 3 patches over 2 clusters in 600 s: 9 per cluster-hour; 1 GET: 0.5 per 10 min.
+        assert!(
+            table.ends_with("| quorum-mysql-operator | 2 | 30.0 | 9.0 (short) | 0.500 (pass) | 14.0 | 3.0 |"),
+            "{table}"
+        );
+    }
+
+    #[test]
+    fn a_peer_figure_of_zero_gives_no_ratio_to_judge() {
+        let figure = Figure::new("f", "s", 1.0, Some(0.0), Target::RatioAtMost(0.5));
+        assert_eq!((figure.ratio, figure.verdict), (None, Verdict::NotJudged));
+    }
+}
