@@ -23,6 +23,9 @@ const WRITES: [&str; 5] = ["create", "update", "patch", "delete", "deletecollect
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Requests {
     pub by_verb: BTreeMap<String, u64>,
+    /// The writes again, by verb and what they wrote (`patch pods`, `patch mysqlclusters/status`):
+    /// what a settled operator still writes, and where to look.
+    pub writes_by_resource: BTreeMap<String, u64>,
     pub on_leases: u64,
 }
 
@@ -52,6 +55,14 @@ impl Requests {
             .map(|(verb, count)| format!("{verb}={count}"))
             .collect();
         words.push(format!("(leader election: {})", self.on_leases));
+        if !self.writes_by_resource.is_empty() {
+            let writes: Vec<String> = self
+                .writes_by_resource
+                .iter()
+                .map(|(what, count)| format!("{what}: {count}"))
+                .collect();
+            words.push(format!("writes: {}", writes.join(", ")));
+        }
         words.join(" ")
     }
 }
@@ -68,6 +79,7 @@ struct Event {
 #[derive(Deserialize)]
 struct ObjectRef {
     resource: Option<String>,
+    subresource: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -92,12 +104,23 @@ pub fn count(lines: &str, username: &str) -> Requests {
         if !counts || event.user.username != username {
             continue;
         }
-        let resource = event.object.and_then(|object| object.resource);
-        if resource.as_deref() == Some("leases") {
+        let (resource, subresource) = event
+            .object
+            .map(|object| (object.resource, object.subresource))
+            .unwrap_or_default();
+        let resource = resource.unwrap_or_default();
+        if resource == "leases" {
             requests.on_leases += 1;
-        } else {
-            *requests.by_verb.entry(event.verb).or_default() += 1;
+            continue;
         }
+        if WRITES.contains(&event.verb.as_str()) {
+            let what = match subresource {
+                Some(subresource) => format!("{} {resource}/{subresource}", event.verb),
+                None => format!("{} {resource}", event.verb),
+            };
+            *requests.writes_by_resource.entry(what).or_default() += 1;
+        }
+        *requests.by_verb.entry(event.verb).or_default() += 1;
     }
     requests
 }
@@ -162,10 +185,15 @@ mod tests {
     }
 
     fn on(stage: &str, verb: &str, user: &str, resource: &str) -> String {
+        let (resource, subresource) = resource.split_once('/').unwrap_or((resource, ""));
+        let mut object = serde_json::json!({"resource": resource});
+        if !subresource.is_empty() {
+            object["subresource"] = subresource.into();
+        }
         serde_json::json!({
             "kind": "Event", "level": "Metadata", "stage": stage, "verb": verb,
             "user": {"username": user, "groups": ["system:serviceaccounts"]},
-            "objectRef": {"resource": resource}
+            "objectRef": object
         })
         .to_string()
     }
@@ -177,6 +205,7 @@ mod tests {
             line("ResponseComplete", "get", operator),
             line("ResponseComplete", "get", operator),
             line("ResponseComplete", "patch", operator),
+            on("ResponseComplete", "patch", operator, "etcdclusters/status"),
             // Leader election, apart.
             on("ResponseComplete", "get", operator, "leases"),
             on("ResponseComplete", "update", operator, "leases"),
@@ -195,10 +224,13 @@ mod tests {
         let requests = count(&log, operator);
         assert_eq!(
             requests.by_verb,
-            BTreeMap::from([("get".into(), 2), ("patch".into(), 1), ("watch".into(), 1)])
+            BTreeMap::from([("get".into(), 2), ("patch".into(), 2), ("watch".into(), 1)])
         );
         assert_eq!(requests.on_leases, 2);
-        assert_eq!((requests.total(), requests.writes(), requests.reads()), (4, 1, 2));
-        assert_eq!(requests.describe(), "get=2 patch=1 watch=1 (leader election: 2)");
+        assert_eq!((requests.total(), requests.writes(), requests.reads()), (5, 2, 2));
+        assert_eq!(
+            requests.describe(),
+            "get=2 patch=2 watch=1 (leader election: 2) writes: patch etcdclusters/status: 1, patch pods: 1"
+        );
     }
 }

@@ -322,6 +322,7 @@ mod tests {
             convergence_seconds: seconds,
             convergence_requests: Requests {
                 by_verb: BTreeMap::from([("get".into(), gets)]),
+                writes_by_resource: BTreeMap::new(),
                 on_leases: 7,
             },
             convergence_cpu_seconds: 2.0,
@@ -329,6 +330,7 @@ mod tests {
             idle_seconds: 600.0,
             idle_requests: Requests {
                 by_verb: BTreeMap::from([("get".into(), gets), ("patch".into(), patches)]),
+                writes_by_resource: BTreeMap::from([("patch pods".into(), patches)]),
                 on_leases: 300,
             },
             idle_cpu_seconds: 1.0,
