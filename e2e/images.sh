@@ -40,7 +40,7 @@ MONGO_IMAGE=docker.io/library/mongo:7.0.14
 S3_IMAGE=localhost/quorum-e2e/gofakes3:$GOFAKES3_VERSION
 # The benchmark's baseline: etcd-io/etcd-operator built from its source (e2e/toolchain/build.sh
 # peer), packed like our images. Benchmarks only: nothing of it is in a product image.
-PEER_IMAGE=localhost/quorum-bench/etcd-operator:77c7f10
+PEER_IMAGE=localhost/quorum-bench/etcd-operator:$PEER_ETCD_OPERATOR_COMMIT
 
 # Copies a static busybox and its applets into ROOTFS/bin (a shell for helper pods and for
 # `kubectl exec`).
@@ -211,7 +211,8 @@ build_operator_images() {
 
 # The peer's manager alone, as its own Dockerfile ships it (a static binary, a non-root user).
 build_peer_image() {
-  local peer; peer=$("$here/toolchain/build.sh" peer)
+  # Inside the caller's command substitution `set -e` is off: a failed build must stop here.
+  local peer; peer=$("$here/toolchain/build.sh" peer) || exit 1
   local stage; stage=$(mktemp -d "$images/.stage.XXXXXX")
   mkdir -p "$stage/peer"
   cp "$peer/manager" "$peer/LICENSE" "$stage/peer/"

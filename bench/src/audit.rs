@@ -8,7 +8,9 @@
 use std::{
     collections::BTreeMap,
     io::{Read, Seek, SeekFrom},
+    os::unix::fs::MetadataExt,
     path::PathBuf,
+    time::Duration,
 };
 
 use anyhow::Context;
@@ -47,7 +49,7 @@ impl Requests {
         verbs.iter().filter_map(|verb| self.by_verb.get(*verb)).sum()
     }
 
-    /// `get=12 list=3 patch=1 (leases: 30)`, for the table.
+    /// `get=12 list=3 patch=1 (leader election: 30) writes: patch pods: 1`, for the report.
     pub fn describe(&self) -> String {
         let mut words: Vec<String> = self
             .by_verb
@@ -130,9 +132,13 @@ pub struct AuditLog {
     path: PathBuf,
 }
 
-/// A position in the audit log: what was written after it is a window's requests.
+/// A position in the audit log (an offset in one file): what was written after it is a
+/// window's requests.
 #[derive(Clone, Copy, Debug)]
-pub struct Mark(u64);
+pub struct Mark {
+    offset: u64,
+    inode: u64,
+}
 
 impl AuditLog {
     /// The log `e2e/cluster.sh` configures, under `QUORUM_CLUSTER_DIR` (default: the cache's
@@ -152,28 +158,68 @@ impl AuditLog {
     }
 
     pub fn mark(&self) -> anyhow::Result<Mark> {
-        let length = std::fs::metadata(&self.path)
-            .with_context(|| format!("reading {}", self.path.display()))?
-            .len();
-        Ok(Mark(length))
+        let metadata =
+            std::fs::metadata(&self.path).with_context(|| format!("reading {}", self.path.display()))?;
+        Ok(Mark {
+            offset: metadata.len(),
+            inode: metadata.ino(),
+        })
     }
 
-    /// The requests `username` made since `mark`.
-    pub fn since(&self, mark: Mark, username: &str) -> anyhow::Result<Requests> {
+    /// The requests `username` made since `mark`, and the mark the next window starts at: just
+    /// after the last whole line read, so that no request falls between two windows.
+    pub fn since(&self, mark: Mark, username: &str) -> anyhow::Result<(Requests, Mark)> {
         let mut file =
             std::fs::File::open(&self.path).with_context(|| format!("opening {}", self.path.display()))?;
-        let length = file.metadata()?.len();
+        let metadata = file.metadata()?;
         // The log rotates at 200 MB: a window across a rotation would lose its first part.
         anyhow::ensure!(
-            length >= mark.0,
+            metadata.ino() == mark.inode && metadata.len() >= mark.offset,
             "{} rotated during the measurement: run the benchmark again",
             self.path.display()
         );
-        file.seek(SeekFrom::Start(mark.0))?;
-        let mut text = String::new();
-        file.read_to_string(&mut text)?;
-        Ok(count(&text, username))
+        file.seek(SeekFrom::Start(mark.offset))?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)?;
+        let whole = whole_lines(&bytes);
+        let text = String::from_utf8_lossy(&bytes[..whole]);
+        let next = Mark {
+            offset: mark.offset + whole as u64,
+            inode: mark.inode,
+        };
+        Ok((count(&text, username), next))
     }
+
+    /// Waits until `username` has made no request but on its Lease for `quiet` (its start-up
+    /// lists and watches done), at most `timeout`.
+    pub async fn wait_quiet(&self, username: &str, quiet: Duration, timeout: Duration) -> anyhow::Result<()> {
+        let started = tokio::time::Instant::now();
+        let mut mark = self.mark()?;
+        let mut quiet_since = tokio::time::Instant::now();
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let (requests, next) = self.since(mark, username)?;
+            mark = next;
+            if requests.total() > 0 {
+                quiet_since = tokio::time::Instant::now();
+            } else if quiet_since.elapsed() >= quiet {
+                return Ok(());
+            }
+            anyhow::ensure!(
+                started.elapsed() < timeout,
+                "{username} never stopped making requests for {quiet:?} within {timeout:?}"
+            );
+        }
+    }
+}
+
+/// The length of the whole lines at the start of `bytes`: a line the API server is still writing
+/// is left to the next read.
+fn whole_lines(bytes: &[u8]) -> usize {
+    bytes
+        .iter()
+        .rposition(|byte| *byte == b'\n')
+        .map_or(0, |last| last + 1)
 }
 
 #[cfg(test)]
@@ -196,6 +242,14 @@ mod tests {
             "objectRef": object
         })
         .to_string()
+    }
+
+    #[test]
+    fn a_line_still_being_written_is_left_to_the_next_window() {
+        assert_eq!(whole_lines(b"{\"a\":1}\n{\"b\""), 8);
+        assert_eq!(whole_lines(b"{\"a\":1}\n"), 8);
+        assert_eq!(whole_lines(b"{\"a\""), 0);
+        assert_eq!(whole_lines(b""), 0);
     }
 
     #[test]

@@ -5,7 +5,8 @@
 use std::{path::PathBuf, time::Duration};
 
 use anyhow::{Context, bail};
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use futures::FutureExt;
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, Pod};
 use kube::{
     Api, Client,
     api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, ObjectMeta, PostParams},
@@ -23,8 +24,13 @@ pub const QUORUM_NAMESPACE: &str = "quorum-bench";
 pub const PEER_NAMESPACE: &str = "etcd-operator-system";
 /// The peer's clusters (it watches every namespace).
 pub const PEER_CLUSTERS_NAMESPACE: &str = "quorum-bench-peer";
-/// The peer's image (`e2e/images.sh import peer`).
-pub const PEER_IMAGE: &str = "localhost/quorum-bench/etcd-operator:77c7f10";
+/// The peer's image (`e2e/images.sh import peer`), tagged with its commit.
+pub fn peer_image() -> String {
+    format!(
+        "localhost/quorum-bench/etcd-operator:{}",
+        pinned_version("PEER_ETCD_OPERATOR_COMMIT")
+    )
+}
 
 /// A Quorum operator: one per engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -148,7 +154,8 @@ impl Contender {
     }
 
     /// Whether the operator reports `cluster` ready: Quorum's `Ready` condition; the peer's
-    /// `Available` condition with every member registered and every pod ready.
+    /// `Available` condition with three ready pods and three healthy voting members. (Every
+    /// member pod's own readiness is checked apart, the same for both.)
     pub fn is_ready(self, cluster: &DynamicObject) -> bool {
         let status = &cluster.data["status"];
         let condition = |type_: &str| {
@@ -161,17 +168,52 @@ impl Contender {
         match self {
             Contender::Quorum(_) => condition("Ready"),
             Contender::Peer => {
-                condition("Available") && status["readyReplicas"] == 3 && status["memberCount"] == 3
+                let members = status["members"]
+                    .as_array()
+                    .map(Vec::as_slice)
+                    .unwrap_or_default();
+                condition("Available")
+                    && status["readyReplicas"] == 3
+                    && members.len() == 3
+                    && members
+                        .iter()
+                        .all(|member| member["isHealthy"] == true && member["isLearner"] != true)
             }
         }
     }
 
-    /// Installs the operator on the real node and waits for its pod to be ready.
+    /// Installs the operator on the real node and waits for its pod to be ready. What an
+    /// interrupted run left is removed first; what a failed install left is removed after.
     pub async fn install(self, admin: &Client) -> anyhow::Result<Installed> {
+        // Test support asserts (it panics) on what it installs: a panic is this install failing.
+        let installed = std::panic::AssertUnwindSafe(self.install_once(admin))
+            .catch_unwind()
+            .await;
+        let installed = match installed {
+            Ok(result) => result,
+            Err(panic) => Err(anyhow::anyhow!(
+                "installing {} failed: {}",
+                self.name(),
+                panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|text| text.to_string()))
+                    .unwrap_or_default()
+            )),
+        };
+        if installed.is_err() {
+            let _ = self.remove_everything(admin, None).await;
+        }
+        installed
+    }
+
+    async fn install_once(self, admin: &Client) -> anyhow::Result<Installed> {
+        self.remove_everything(admin, None).await?;
         match self {
             Contender::Quorum(engine) => {
                 create_namespace(admin, QUORUM_NAMESPACE).await?;
-                // No cluster-wide admission policy: tests may run beside the benchmark.
+                // No cluster-wide admission policy: tests may run beside the benchmark. The
+                // chart's own requests and limits, which the peer is given too.
                 let settings: &[&str] = match engine {
                     Engine::Etcd | Engine::Mongodb => &["admissionPolicy=false"],
                     Engine::Mysql | Engine::Redis => &[],
@@ -198,11 +240,12 @@ impl Contender {
                 create_namespace(admin, PEER_CLUSTERS_NAMESPACE).await?;
                 let manifests = peer_manifests()?;
                 let kubeconfig = quorum_e2e::control_plane::kubeconfig_path().display().to_string();
-                succeeds(
+                let (command, output) = run_tool(
                     &kubectl_binary(),
                     &["--kubeconfig", &kubeconfig, "apply", "--server-side", "-f", "-"],
                     Some(manifests.as_bytes()),
                 );
+                anyhow::ensure!(output.status.success(), "{}", transcript(&command, &output));
                 let pod = ready_pod(admin, PEER_NAMESPACE, "control-plane=controller-manager").await?;
                 let account = pod
                     .spec
@@ -220,44 +263,115 @@ impl Contender {
             }
         }
     }
-}
 
-impl Installed {
-    /// Removes the operator and everything the benchmark made for it: its clusters first (while
-    /// their operator still runs), then the operator, then the namespaces.
-    pub async fn remove(self, admin: &Client) -> anyhow::Result<()> {
-        let clusters = self.contender.clusters(admin, self.clusters_namespace);
-        clusters
-            .delete_collection(&DeleteParams::background(), &ListParams::default())
-            .await
-            .context("deleting the clusters")?;
-        match self.chart {
-            Some(chart) => chart.uninstall(),
-            None => {
-                let kubeconfig = quorum_e2e::control_plane::kubeconfig_path().display().to_string();
-                let manifests = peer_manifests()?;
-                let (command, output) = run_tool(
-                    &kubectl_binary(),
-                    &[
-                        "--kubeconfig",
-                        &kubeconfig,
-                        "delete",
-                        "--ignore-not-found",
-                        "--wait=false",
-                        "-f",
-                        "-",
-                    ],
-                    Some(manifests.as_bytes()),
+    fn clusters_namespace(self) -> &'static str {
+        match self {
+            Contender::Quorum(_) => QUORUM_NAMESPACE,
+            Contender::Peer => PEER_CLUSTERS_NAMESPACE,
+        }
+    }
+
+    /// Removes every trace of this contender, each step tried whatever the others did: its
+    /// clusters (while their operator still runs, waiting until they are gone), the operator
+    /// (`chart`, or the peer's manifests), then the namespaces and their volumes.
+    async fn remove_everything(self, admin: &Client, chart: Option<ChartRelease>) -> anyhow::Result<()> {
+        let mut failures = Vec::new();
+        let clusters = self.clusters(admin, self.clusters_namespace());
+        let deleted = async {
+            match clusters
+                .delete_collection(&DeleteParams::background(), &ListParams::default())
+                .await
+            {
+                // No such namespace or resource yet: nothing to delete.
+                Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),
+                other => other.map(|_| ())?,
+            }
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+            while !clusters.list(&ListParams::default()).await?.items.is_empty() {
+                anyhow::ensure!(
+                    tokio::time::Instant::now() < deadline,
+                    "clusters still there 120 s after their deletion"
                 );
-                anyhow::ensure!(output.status.success(), "{}", transcript(&command, &output));
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            anyhow::Ok(())
+        };
+        if let Err(error) = deleted.await {
+            failures.push(format!("deleting the clusters: {error:#}"));
+        }
+        match (self, chart) {
+            (_, Some(chart)) => {
+                if let Err(panic) =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| chart.uninstall()))
+                {
+                    failures.push(format!("helm uninstall: {panic:?}"));
+                }
+            }
+            (Contender::Peer, None) => {
+                let removed = peer_manifests().and_then(|manifests| {
+                    let kubeconfig = quorum_e2e::control_plane::kubeconfig_path().display().to_string();
+                    let (command, output) = run_tool(
+                        &kubectl_binary(),
+                        &[
+                            "--kubeconfig",
+                            &kubeconfig,
+                            "delete",
+                            "--ignore-not-found",
+                            "--wait=false",
+                            "-f",
+                            "-",
+                        ],
+                        Some(manifests.as_bytes()),
+                    );
+                    anyhow::ensure!(output.status.success(), "{}", transcript(&command, &output));
+                    Ok(())
+                });
+                if let Err(error) = removed {
+                    failures.push(format!("deleting the peer: {error:#}"));
+                }
+            }
+            // A chart release whose handle was lost goes with its namespace.
+            (Contender::Quorum(_), None) => {}
+        }
+        let namespaces = match self {
+            Contender::Quorum(_) => vec![QUORUM_NAMESPACE],
+            Contender::Peer => vec![PEER_CLUSTERS_NAMESPACE, PEER_NAMESPACE],
+        };
+        for namespace in namespaces {
+            if let Err(error) = delete_namespace(admin, namespace).await {
+                failures.push(format!("{error:#}"));
             }
         }
-        delete_namespace(admin, self.clusters_namespace).await
+        anyhow::ensure!(
+            failures.is_empty(),
+            "removing {}: {}",
+            self.name(),
+            failures.join("; ")
+        );
+        Ok(())
     }
 }
 
-/// What the peer's `make deploy` applies (`kustomize build config/default`), with its image set
-/// to the one built here, as `make deploy IMG=...` sets it, and its pod placed on the real node.
+impl Installed {
+    /// Removes the operator and everything the benchmark made for it.
+    pub async fn remove(self, admin: &Client) -> anyhow::Result<()> {
+        self.contender.remove_everything(admin, self.chart).await
+    }
+}
+
+/// The operator's requests and limits, the same for both contenders: the Quorum chart's
+/// defaults (`resources` in its values.yaml).
+fn chart_resources() -> anyhow::Result<Value> {
+    let values = quorum_e2e::tools::repository_root()
+        .join("charts")
+        .join("quorum-etcd-operator")
+        .join("values.yaml");
+    let values: Value = serde_yaml::from_str(&std::fs::read_to_string(&values)?)?;
+    Ok(values["resources"].clone())
+}
+
+/// What the peer's `make deploy` applies (`kustomize build config/default`), placed for the
+/// benchmark ([`placed_for_the_benchmark`]).
 fn peer_manifests() -> anyhow::Result<String> {
     let config = peer_directory()?.join("config").join("default");
     let (rendered, _) = succeeds(
@@ -265,8 +379,17 @@ fn peer_manifests() -> anyhow::Result<String> {
         &["kustomize", &config.display().to_string()],
         None,
     );
+    placed_for_the_benchmark(&rendered, &peer_image(), &chart_resources()?)
+}
+
+/// `rendered` manifests with the manager's image set to the one built here (as `make deploy
+/// IMG=...` sets it), its pod placed on the real node, and its requests and limits replaced by
+/// `resources` (the peer ships a 500m CPU limit that would throttle it against an operator
+/// without one).
+fn placed_for_the_benchmark(rendered: &str, image: &str, resources: &Value) -> anyhow::Result<String> {
     let mut documents = Vec::new();
-    for document in serde_yaml::Deserializer::from_str(&rendered) {
+    let mut managers = 0;
+    for document in serde_yaml::Deserializer::from_str(rendered) {
         let mut value: Value = serde::Deserialize::deserialize(document)?;
         if value["kind"] == "Deployment" {
             let pod = &mut value["spec"]["template"]["spec"];
@@ -274,15 +397,20 @@ fn peer_manifests() -> anyhow::Result<String> {
             pod["tolerations"] = serde_json::to_value(real_node::tolerations())?;
             for container in pod["containers"].as_array_mut().into_iter().flatten() {
                 if container["name"] == "manager" {
-                    container["image"] = PEER_IMAGE.into();
+                    container["image"] = image.into();
+                    container["resources"] = resources.clone();
+                    managers += 1;
                 }
             }
         }
-        documents.push(serde_yaml::to_string(&value)?);
+        if !value.is_null() {
+            documents.push(serde_yaml::to_string(&value)?);
+        }
     }
-    if !documents.iter().any(|document| document.contains(PEER_IMAGE)) {
-        bail!("the peer's kustomize tree has no Deployment with a manager container");
-    }
+    anyhow::ensure!(
+        managers == 1,
+        "the peer's manifests have {managers} manager containers, not one"
+    );
     Ok(documents.join("---\n"))
 }
 
@@ -332,18 +460,39 @@ async fn create_namespace(admin: &Client, name: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Deletes `name` and waits until it is gone (its pods stopped, its volumes released).
+/// Deletes `name` and waits until it is gone and the provisioner has removed its volumes, so
+/// that the next contender does not share the node with their clean-up.
 pub async fn delete_namespace(admin: &Client, name: &str) -> anyhow::Result<()> {
     let namespaces: Api<Namespace> = Api::all(admin.clone());
+    let volumes: Api<PersistentVolume> = Api::all(admin.clone());
     let _ = namespaces.delete(name, &DeleteParams::background()).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
-    while namespaces.get_opt(name).await?.is_some() {
+    loop {
+        let namespace_there = namespaces.get_opt(name).await?.is_some();
+        let volumes_there = volumes
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .filter(|volume| {
+                volume
+                    .spec
+                    .as_ref()
+                    .and_then(|spec| spec.claim_ref.as_ref())
+                    .and_then(|claim| claim.namespace.as_deref())
+                    == Some(name)
+            })
+            .count();
+        if !namespace_there && volumes_there == 0 {
+            return Ok(());
+        }
         if tokio::time::Instant::now() >= deadline {
-            bail!("namespace {name} still there 300 s after its deletion");
+            bail!(
+                "namespace {name} (or {volumes_there} of its volumes) still there 300 s after its deletion"
+            );
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -360,11 +509,31 @@ mod tests {
     fn each_contender_is_ready_by_its_own_status() {
         let available = json!([{"type": "Available", "status": "True"}]);
         let ready = json!([{"type": "Ready", "status": "True"}]);
+        let member = |healthy: bool, learner: bool| json!({"isHealthy": healthy, "isLearner": learner});
+        let voters = json!([member(true, false), member(true, false), member(true, false)]);
         assert!(Contender::Peer.is_ready(&with_status(
-            json!({"conditions": available, "readyReplicas": 3, "memberCount": 3})
+            json!({"conditions": available, "readyReplicas": 3, "memberCount": 3, "members": voters})
         )));
+        for (case, members) in [
+            ("two members", json!([member(true, false), member(true, false)])),
+            (
+                "a learner",
+                json!([member(true, false), member(true, false), member(true, true)]),
+            ),
+            (
+                "an unhealthy member",
+                json!([member(true, false), member(false, false), member(true, false)]),
+            ),
+        ] {
+            assert!(
+                !Contender::Peer.is_ready(&with_status(
+                    json!({"conditions": available, "readyReplicas": 3, "memberCount": 3, "members": members})
+                )),
+                "{case}"
+            );
+        }
         assert!(!Contender::Peer.is_ready(&with_status(
-            json!({"conditions": available, "readyReplicas": 3, "memberCount": 2})
+            json!({"conditions": available, "readyReplicas": 2, "memberCount": 3, "members": voters})
         )));
         assert!(!Contender::Peer.is_ready(&with_status(json!({"conditions": ready}))));
         assert!(Contender::Quorum(Engine::Etcd).is_ready(&with_status(json!({"conditions": ready}))));
@@ -372,5 +541,29 @@ mod tests {
             json!({"conditions": [{"type": "Ready", "status": "False"}]})
         )));
         assert!(!Contender::Quorum(Engine::Etcd).is_ready(&with_status(Value::Null)));
+    }
+
+    #[test]
+    fn the_peer_runs_its_own_manager_built_here_on_the_real_node_with_the_same_resources() {
+        let rendered = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: etcd-operator-system\n---\n\
+            apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: etcd-operator-controller-manager\n\
+            spec:\n  template:\n    spec:\n      containers:\n      - name: manager\n        \
+            image: etcd-operator:v0.1\n        resources:\n          limits:\n            cpu: 500m\n";
+        let resources = json!({"requests": {"cpu": "50m"}, "limits": {"memory": "256Mi"}});
+        let placed = placed_for_the_benchmark(rendered, "localhost/peer:1", &resources).unwrap();
+        let documents: Vec<Value> = serde_yaml::Deserializer::from_str(&placed)
+            .map(|document| serde::Deserialize::deserialize(document).unwrap())
+            .collect();
+        assert_eq!(documents.len(), 2);
+        assert_eq!(documents[0]["kind"], "Namespace");
+        let pod = &documents[1]["spec"]["template"]["spec"];
+        assert_eq!(pod["containers"][0]["image"], "localhost/peer:1");
+        assert_eq!(
+            pod["containers"][0]["resources"], resources,
+            "no CPU limit of its own"
+        );
+        assert_eq!(pod["nodeSelector"]["type"], "real");
+        assert_eq!(pod["tolerations"][0]["effect"], "NoSchedule");
+        assert!(placed_for_the_benchmark("kind: Namespace\n", "i", &resources).is_err());
     }
 }

@@ -1,4 +1,4 @@
-//! Convergence and idle cost: N three-member etcd clusters created at once under one operator,
+//! Convergence and settled cost: N three-member clusters created at once under one operator,
 //! timed until every one is ready, then left settled for a window; the operator's API requests
 //! (from the audit log), memory and CPU (from the kernel) over both.
 
@@ -33,8 +33,11 @@ pub struct Settings {
 pub struct Run {
     pub contender: Contender,
     pub clusters: usize,
-    /// The operator's process with no cluster yet (started, caches filled).
+    /// The operator's process with no cluster yet, once it had made no request for a few
+    /// seconds (started, caches filled).
     pub base: Reading,
+    /// Resident memory when every cluster was ready.
+    pub converged_rss_bytes: u64,
     pub convergence_seconds: f64,
     pub convergence_requests: Requests,
     pub convergence_cpu_seconds: f64,
@@ -72,13 +75,30 @@ async fn measure(
 ) -> anyhow::Result<Run> {
     let contender = installed.contender;
     let pid = real_node::container_pid(&installed.pod, installed.container);
-    let read = || process::read(pid, ticks_per_second);
     let clusters = contender.clusters(admin, installed.clusters_namespace);
     let names: Vec<String> = (0..settings.clusters)
         .map(|index| format!("bench-{index:03}"))
         .collect();
 
-    let base = read()?;
+    audit
+        .wait_quiet(
+            &installed.username,
+            Duration::from_secs(5),
+            Duration::from_secs(120),
+        )
+        .await?;
+    let base = process::read(pid, ticks_per_second)?;
+    // Every later reading must be of the same process: a PID reused after a restart is not.
+    let read = || -> anyhow::Result<Reading> {
+        let reading = process::read(pid, ticks_per_second)?;
+        anyhow::ensure!(
+            reading.started_ticks == base.started_ticks,
+            "{}'s process {pid} is not the one first read: its container restarted",
+            contender.name()
+        );
+        Ok(reading)
+    };
+    process::reset_peak(pid)?;
     let mark = audit.mark()?;
     let started = Instant::now();
     try_join_all(names.iter().map(|name| {
@@ -91,19 +111,18 @@ async fn measure(
         }
     }))
     .await?;
-    all_ready(&clusters, contender, settings).await?;
+    all_ready(admin, installed, &clusters, settings).await?;
     let convergence_seconds = started.elapsed().as_secs_f64();
     let converged = read()?;
-    let convergence_requests = audit.since(mark, &installed.username)?;
+    let (convergence_requests, mark) = audit.since(mark, &installed.username)?;
 
-    let mark = audit.mark()?;
     let settled = Instant::now();
     // A measurement window, not a wait for a condition: the operator is left alone for it.
     tokio::time::sleep(settings.idle).await;
     let idle_seconds = settled.elapsed().as_secs_f64();
     let idle = read()?;
-    let idle_requests = audit.since(mark, &installed.username)?;
-    still_ready(&clusters, contender, settings.clusters).await?;
+    let (idle_requests, _) = audit.since(mark, &installed.username)?;
+    still_ready(admin, installed, &clusters, settings.clusters).await?;
     not_restarted(admin, installed).await?;
 
     Ok(Run {
@@ -114,6 +133,7 @@ async fn measure(
         convergence_requests,
         convergence_cpu_seconds: converged.cpu_seconds - base.cpu_seconds,
         convergence_peak_rss_bytes: converged.peak_rss_bytes,
+        converged_rss_bytes: converged.rss_bytes,
         idle_seconds,
         idle_requests,
         idle_cpu_seconds: idle.cpu_seconds - converged.cpu_seconds,
@@ -121,41 +141,53 @@ async fn measure(
     })
 }
 
+/// Clusters the operator reports ready, of those listed, and whether every pod in their
+/// namespace (the operator's aside) is ready by its own probes, at least three per cluster.
 async fn ready_count(
+    admin: &Client,
+    installed: &Installed,
     clusters: &Api<kube::api::DynamicObject>,
-    contender: Contender,
-) -> anyhow::Result<(usize, usize)> {
+) -> anyhow::Result<(usize, usize, bool)> {
     let listed = clusters.list(&ListParams::default()).await?.items;
     let ready = listed
         .iter()
-        .filter(|cluster| contender.is_ready(cluster))
+        .filter(|cluster| installed.contender.is_ready(cluster))
         .count();
-    Ok((ready, listed.len()))
+    let pods = Api::<Pod>::namespaced(admin.clone(), installed.clusters_namespace)
+        .list(&ListParams::default())
+        .await?
+        .items;
+    let members: Vec<&Pod> = pods
+        .iter()
+        .filter(|pod| pod.metadata.uid != installed.pod.metadata.uid)
+        .collect();
+    let pods_ready = members.len() >= 3 * listed.len() && members.iter().all(|pod| real_node::pod_ready(pod));
+    Ok((ready, listed.len(), pods_ready))
 }
 
 async fn all_ready(
+    admin: &Client,
+    installed: &Installed,
     clusters: &Api<kube::api::DynamicObject>,
-    contender: Contender,
     settings: Settings,
 ) -> anyhow::Result<()> {
+    let name = installed.contender.name();
     let started = Instant::now();
     let mut reported = Instant::now();
     loop {
-        let (ready, listed) = ready_count(clusters, contender).await?;
-        if ready == settings.clusters {
+        let (ready, listed, pods_ready) = ready_count(admin, installed, clusters).await?;
+        if ready == settings.clusters && pods_ready {
             return Ok(());
         }
         if started.elapsed() >= settings.ready_timeout {
             bail!(
-                "{}: {ready} of {listed} clusters ready after {:?}",
-                contender.name(),
+                "{name}: {ready} of {listed} clusters ready (every member pod ready: {pods_ready}) after {:?}",
                 settings.ready_timeout
             );
         }
         if reported.elapsed() >= Duration::from_secs(15) {
             eprintln!(
-                "[bench] {}: {ready} of {} clusters ready after {:.0} s",
-                contender.name(),
+                "[bench] {name}: {ready} of {} clusters ready after {:.0} s",
                 settings.clusters,
                 started.elapsed().as_secs_f64()
             );
@@ -165,17 +197,19 @@ async fn all_ready(
     }
 }
 
-/// A settled window counts only if every cluster stayed ready through it.
+/// The settled window counts only if every cluster is still ready at its end (a check at the
+/// end, not through it: a cluster that dropped and came back within the window passes).
 async fn still_ready(
+    admin: &Client,
+    installed: &Installed,
     clusters: &Api<kube::api::DynamicObject>,
-    contender: Contender,
     expected: usize,
 ) -> anyhow::Result<()> {
-    let (ready, listed) = ready_count(clusters, contender).await?;
+    let (ready, listed, pods_ready) = ready_count(admin, installed, clusters).await?;
     anyhow::ensure!(
-        ready == expected,
-        "{}: {ready} of {listed} clusters ready at the end of the settled window",
-        contender.name()
+        ready == expected && pods_ready,
+        "{}: {ready} of {listed} clusters ready (every member pod ready: {pods_ready}) at the end of the settled window",
+        installed.contender.name()
     );
     Ok(())
 }

@@ -26,17 +26,18 @@ use crate::{
 #[derive(Parser)]
 #[command(about = "Quorum's operators measured on the local real node, etcd against etcd-io/etcd-operator")]
 struct Arguments {
-    /// The smallest size (one cluster, a 30-second settled window), as CI runs it.
+    /// The smallest size (one cluster per operator, a 30-second settled window), as CI runs
+    /// it beside other tests; the sizes below are then ignored.
     #[arg(long)]
     quick: bool,
-    /// Clusters created at once per operator.
-    #[arg(long, default_value_t = 10)]
-    clusters: usize,
+    /// etcd clusters created at once per operator.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..))]
+    clusters: u16,
     /// Clusters per operator for MySQL, Redis and MongoDB (their members weigh more than etcd's).
-    #[arg(long, default_value_t = 3)]
-    engine_clusters: usize,
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..))]
+    engine_clusters: u16,
     /// The settled window, in seconds.
-    #[arg(long, default_value_t = 600)]
+    #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(10..))]
     idle_seconds: u64,
     /// Where the JSON goes (default: bench/results, or bench/results/quick with --quick).
     #[arg(long)]
@@ -54,13 +55,16 @@ async fn main() -> anyhow::Result<()> {
         }
     } else {
         Settings {
-            clusters: arguments.clusters,
+            clusters: arguments.clusters.into(),
             idle: Duration::from_secs(arguments.idle_seconds),
-            ready_timeout: Duration::from_secs(300 + 60 * arguments.clusters as u64),
+            ready_timeout: Duration::from_secs(300 + 60 * u64::from(arguments.clusters)),
         }
     };
     let admin = quorum_e2e::control_plane::admin_client().await;
     quorum_e2e::real_node::require(&admin).await;
+    if !arguments.quick {
+        alone_on_the_node(&admin).await?;
+    }
     let audit = AuditLog::local()?;
     let ticks = process::ticks_per_second()?;
 
@@ -70,7 +74,10 @@ async fn main() -> anyhow::Result<()> {
     }
     let [quorum, peer] = <[Run; 2]>::try_from(runs).expect("two runs");
     let figures = report::figures(&quorum, &peer);
-    println!("Quorum's etcd operator against etcd-io/etcd-operator:\n");
+    println!(
+        "Quorum's etcd operator against etcd-io/etcd-operator, {} clusters of 3 members each:\n",
+        settings.clusters
+    );
     println!("{}", report::table(&figures));
     for run in [&quorum, &peer] {
         println!(
@@ -85,7 +92,7 @@ async fn main() -> anyhow::Result<()> {
         clusters: if arguments.quick {
             1
         } else {
-            arguments.engine_clusters
+            arguments.engine_clusters.into()
         },
         ..settings
     };
@@ -119,6 +126,7 @@ async fn main() -> anyhow::Result<()> {
         "machine": machine(),
         "versions": versions(),
         "settings": settings,
+        "engine_settings": engine_settings,
         "runs": [quorum, peer],
         "figures": figures,
         "engine_runs": engine_runs,
@@ -148,6 +156,33 @@ async fn measure(
     Ok(run)
 }
 
+/// A full run's figures are the operators' alone: no other pod may share the node (a demo's
+/// operators would also act on the benchmark's clusters, and its databases would load the node).
+/// The quick run shares it with the tests by design and judges no figure.
+async fn alone_on_the_node(admin: &kube::Client) -> anyhow::Result<()> {
+    const SYSTEM: [&str; 3] = ["kube-system", "local-path-storage", "default"];
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::all(admin.clone());
+    let others: Vec<String> = pods
+        .list(&Default::default())
+        .await?
+        .items
+        .iter()
+        .filter_map(|pod| {
+            let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+            let ours = namespace.starts_with("quorum-bench") || namespace == contender::PEER_NAMESPACE;
+            (!SYSTEM.contains(&namespace) && !ours)
+                .then(|| format!("{namespace}/{}", pod.metadata.name.as_deref().unwrap_or_default()))
+        })
+        .collect();
+    anyhow::ensure!(
+        others.is_empty(),
+        "the benchmark needs the control plane to itself, and these pods run: {} (make demo-stop, or \
+         stop what runs them)",
+        others.join(", ")
+    );
+    Ok(())
+}
+
 /// What must hold whatever the machine's speed: the measurement saw the operator at work.
 fn check_invariants(run: &Run) -> anyhow::Result<()> {
     let name = run.contender.name();
@@ -156,8 +191,8 @@ fn check_invariants(run: &Run) -> anyhow::Result<()> {
         "{name}: the audit log shows no request while its clusters converged: the count is broken"
     );
     anyhow::ensure!(
-        run.base.rss_bytes > 0 && run.convergence_peak_rss_bytes >= run.base.rss_bytes,
-        "{name}: implausible memory readings: {run:?}"
+        run.base.rss_bytes > 0 && run.convergence_peak_rss_bytes >= run.converged_rss_bytes,
+        "{name}: implausible memory readings (a peak below the resident memory it covers): {run:?}"
     );
     anyhow::ensure!(
         run.convergence_cpu_seconds > 0.0,
@@ -192,6 +227,6 @@ fn versions() -> serde_json::Value {
         "quorum_commit": commit,
         "etcd": quorum_e2e::tools::pinned_version("ETCD_VERSION"),
         "kubernetes": quorum_e2e::tools::pinned_version("K8S_VERSION"),
-        "peer": contender::PEER_IMAGE,
+        "peer": contender::peer_image(),
     })
 }

@@ -8,10 +8,13 @@ use serde::Serialize;
 pub struct Reading {
     /// Resident memory now.
     pub rss_bytes: u64,
-    /// The most resident memory it has had (the kernel's high-water mark).
+    /// The most resident memory it has had since its peak was last reset ([`reset_peak`]).
     pub peak_rss_bytes: u64,
     /// User and system CPU time since it started.
     pub cpu_seconds: f64,
+    /// When it started, in clock ticks after boot: a reading of another process under the
+    /// same PID (the container restarted) differs here.
+    pub started_ticks: u64,
 }
 
 /// `VmRSS` and `VmHWM` of `/proc/PID/status`, in bytes.
@@ -30,14 +33,15 @@ pub fn memory(status: &str) -> anyhow::Result<(u64, u64)> {
     Ok((kibibytes("VmRSS:")?, kibibytes("VmHWM:")?))
 }
 
-/// User plus system time of `/proc/PID/stat`, in clock ticks. The command name (field 2) may
-/// hold spaces and parentheses, so fields are counted from its closing parenthesis.
-pub fn cpu_ticks(stat: &str) -> anyhow::Result<u64> {
+/// User plus system time and the start time of `/proc/PID/stat`, in clock ticks. The command
+/// name (field 2) may hold spaces and parentheses, so fields are counted from its closing
+/// parenthesis.
+pub fn cpu_and_start_ticks(stat: &str) -> anyhow::Result<(u64, u64)> {
     let after_name = stat
         .rsplit_once(')')
         .map(|(_, rest)| rest)
         .context("no command name in the process stat")?;
-    // After the name: state (3), ppid (4), ... utime (14), stime (15).
+    // After the name: state (3), ppid (4), ... utime (14), stime (15), ... starttime (22).
     let fields: Vec<&str> = after_name.split_whitespace().collect();
     let field = |number: usize| -> anyhow::Result<u64> {
         fields
@@ -46,7 +50,7 @@ pub fn cpu_ticks(stat: &str) -> anyhow::Result<u64> {
             .parse()
             .with_context(|| format!("field {number} of the process stat"))
     };
-    Ok(field(14)? + field(15)?)
+    Ok((field(14)? + field(15)?, field(22)?))
 }
 
 /// Reads process `pid` now.
@@ -56,11 +60,19 @@ pub fn read(pid: u32, ticks_per_second: u64) -> anyhow::Result<Reading> {
     let stat =
         std::fs::read_to_string(format!("/proc/{pid}/stat")).with_context(|| format!("/proc/{pid}/stat"))?;
     let (rss_bytes, peak_rss_bytes) = memory(&status)?;
+    let (cpu_ticks, started_ticks) = cpu_and_start_ticks(&stat)?;
     Ok(Reading {
         rss_bytes,
         peak_rss_bytes,
-        cpu_seconds: cpu_ticks(&stat)? as f64 / ticks_per_second as f64,
+        cpu_seconds: cpu_ticks as f64 / ticks_per_second as f64,
+        started_ticks,
     })
+}
+
+/// Resets process `pid`'s resident-memory high-water mark to its current resident memory, so
+/// that the next peak read is of what happened since (not of its start-up).
+pub fn reset_peak(pid: u32) -> anyhow::Result<()> {
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").with_context(|| format!("/proc/{pid}/clear_refs"))
 }
 
 /// The kernel's clock ticks per second (`getconf CLK_TCK`).
@@ -85,10 +97,10 @@ mod tests {
     }
 
     #[test]
-    fn adds_user_and_system_time_after_a_name_with_spaces() {
+    fn adds_user_and_system_time_and_reads_the_start_after_a_name_with_spaces() {
         // pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime ...
-        let stat = "4242 (etcd (op) x) S 1 4242 4242 0 -1 4194560 900 0 0 0 250 75 0 0 20 0 12 0 100";
-        assert_eq!(cpu_ticks(stat).unwrap(), 325);
-        assert!(cpu_ticks("4242 (manager) S 1").is_err());
+        let stat = "4242 (etcd (op) x) S 1 4242 4242 0 -1 4194560 900 0 0 0 250 75 0 0 20 0 12 0 100 1300000";
+        assert_eq!(cpu_and_start_ticks(stat).unwrap(), (325, 100));
+        assert!(cpu_and_start_ticks("4242 (manager) S 1").is_err());
     }
 }

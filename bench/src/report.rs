@@ -73,142 +73,127 @@ fn rate(count: u64, run: &Run, per_seconds: f64) -> f64 {
     count as f64 / run.clusters as f64 / run.idle_seconds * per_seconds
 }
 
-/// The figures of Quorum's run against the peer's, with the targets. The memory target
-/// is stated at 100 settled clusters: a smaller run prints its figure unjudged.
-pub fn figures(quorum: &Run, peer: &Run) -> Vec<Figure> {
-    let both = |value: fn(&Run) -> f64| (value(quorum), Some(value(peer)));
-    let n = quorum.clusters;
-    let mut figures = Vec::new();
-    let (q, p) = both(|run| run.convergence_seconds);
-    figures.push(Figure::new(
-        format!("{n} clusters ready, from creation"),
-        "s",
-        q,
-        p,
-        Target::RatioAtMost(0.5),
-    ));
-    let (q, p) = both(|run| run.convergence_peak_rss_bytes as f64 / MIB);
-    figures.push(Figure::new(
-        "operator peak RSS while converging",
-        "MiB",
-        q,
-        p,
-        Target::RatioAtMost(0.33),
-    ));
-    let (q, p) = both(|run| run.convergence_cpu_seconds);
-    figures.push(Figure::new(
-        "operator CPU while converging",
-        "s",
-        q,
-        p,
-        Target::None,
-    ));
-    let (q, p) = both(|run| run.convergence_requests.total() as f64);
-    figures.push(Figure::new(
-        "API requests while converging",
-        "requests",
-        q,
-        p,
-        Target::RatioAtMost(0.5),
-    ));
-    let (q, p) = both(|run| rate(run.idle_requests.writes(), run, 3600.0));
-    figures.push(Figure::new(
-        "settled: writes per cluster per hour",
-        "requests",
-        q,
-        p,
-        Target::AtMost(0.0),
-    ));
-    let (q, p) = both(|run| rate(run.idle_requests.reads(), run, 600.0));
-    figures.push(Figure::new(
-        "settled: GETs and LISTs per cluster per 10 min",
-        "requests",
-        q,
-        p,
-        Target::AtMost(1.0),
-    ));
-    let (q, p) = both(|run| rate(run.idle_requests.total(), run, 60.0));
-    figures.push(Figure::new(
-        "settled: requests per cluster per minute",
-        "requests",
-        q,
-        p,
-        Target::None,
-    ));
-    let (q, p) = both(|run| run.idle_cpu_seconds / run.clusters as f64 / run.idle_seconds * 3600.0);
-    figures.push(Figure::new(
-        "settled: operator CPU per cluster per hour",
-        "s",
-        q,
-        p,
-        Target::None,
-    ));
-    let (q, p) = both(|run| run.idle_rss_bytes as f64 / MIB);
-    let mut settled_rss = Figure::new(
-        format!("settled: operator RSS with {n} clusters (target: 40 MiB at 100)"),
-        "MiB",
-        q,
-        p,
-        Target::AtMost(40.0),
-    );
-    if n < 100 {
-        settled_rss.verdict = Verdict::NotJudged;
+/// One figure as read from a run, and its target.
+struct Measure {
+    name: &'static str,
+    unit: &'static str,
+    value: fn(&Run) -> f64,
+    target: Target,
+}
+
+/// While N clusters converge: judged as ratios against the peer.
+const CONVERGING: [Measure; 4] = [
+    Measure {
+        name: "clusters ready, from creation",
+        unit: "s",
+        value: |run| run.convergence_seconds,
+        target: Target::RatioAtMost(0.5),
+    },
+    Measure {
+        name: "operator peak RSS while converging",
+        unit: "MiB",
+        value: |run| run.convergence_peak_rss_bytes as f64 / MIB,
+        target: Target::RatioAtMost(0.33),
+    },
+    Measure {
+        name: "operator CPU while converging",
+        unit: "s",
+        value: |run| run.convergence_cpu_seconds,
+        target: Target::None,
+    },
+    Measure {
+        name: "API requests while converging",
+        unit: "requests",
+        value: |run| run.convergence_requests.total() as f64,
+        target: Target::RatioAtMost(0.5),
+    },
+];
+
+/// Settled, per cluster: judged on Quorum's own figure, for every engine.
+const SETTLED: [Measure; 5] = [
+    Measure {
+        name: "settled: writes per cluster per hour",
+        unit: "requests",
+        value: |run| rate(run.idle_requests.writes(), run, 3600.0),
+        target: Target::AtMost(0.0),
+    },
+    Measure {
+        name: "settled: GETs and LISTs per cluster per 10 min",
+        unit: "requests",
+        value: |run| rate(run.idle_requests.reads(), run, 600.0),
+        target: Target::AtMost(1.0),
+    },
+    Measure {
+        name: "settled: requests per cluster per minute",
+        unit: "requests",
+        value: |run| rate(run.idle_requests.total(), run, 60.0),
+        target: Target::None,
+    },
+    Measure {
+        name: "settled: operator CPU per cluster per hour",
+        unit: "s",
+        value: |run| run.idle_cpu_seconds / run.clusters as f64 / run.idle_seconds * 3600.0,
+        target: Target::None,
+    },
+    Measure {
+        name: "settled: operator RSS per cluster above its base",
+        unit: "MiB",
+        value: |run| (run.idle_rss_bytes as f64 - run.base.rss_bytes as f64) / MIB / run.clusters as f64,
+        target: Target::None,
+    },
+];
+
+/// The memory target is stated at 100 settled clusters: a smaller run prints its figure
+/// unjudged.
+const SETTLED_RSS: Measure = Measure {
+    name: "settled: operator RSS (target: 40 MiB at 100 clusters)",
+    unit: "MiB",
+    value: |run| run.idle_rss_bytes as f64 / MIB,
+    target: Target::AtMost(40.0),
+};
+
+fn settled_rss(quorum: &Run, peer: Option<&Run>) -> Figure {
+    let mut figure = figure_of(&SETTLED_RSS, quorum, peer);
+    if quorum.clusters < 100 {
+        figure.verdict = Verdict::NotJudged;
     }
-    figures.push(settled_rss);
-    let (q, p) =
-        both(|run| (run.idle_rss_bytes as f64 - run.base.rss_bytes as f64) / MIB / run.clusters as f64);
-    figures.push(Figure::new(
-        "settled: operator RSS per cluster above its base",
-        "MiB",
-        q,
-        p,
-        Target::None,
-    ));
+    figure
+}
+
+fn figure_of(measure: &Measure, quorum: &Run, peer: Option<&Run>) -> Figure {
+    Figure::new(
+        measure.name,
+        measure.unit,
+        (measure.value)(quorum),
+        peer.map(measure.value),
+        measure.target,
+    )
+}
+
+/// The figures of Quorum's run against the peer's, with the targets.
+pub fn figures(quorum: &Run, peer: &Run) -> Vec<Figure> {
+    let mut figures: Vec<Figure> = CONVERGING
+        .iter()
+        .chain(&SETTLED)
+        .map(|measure| figure_of(measure, quorum, Some(peer)))
+        .collect();
+    figures.push(settled_rss(quorum, Some(peer)));
     figures
 }
 
-/// One row per engine of Quorum's settled cost (no peer runs these): the idle targets judged on
-/// each.
+/// One row per engine of Quorum's settled cost (no peer runs these), judged on the same targets.
 pub fn engines(runs: &[Run]) -> Vec<EngineRow> {
     runs.iter()
         .map(|run| {
-            let figures = vec![
-                Figure::new(
-                    "ready, from creation",
-                    "s",
-                    run.convergence_seconds,
-                    None,
-                    Target::None,
-                ),
-                Figure::new(
-                    "settled: writes per cluster per hour",
-                    "requests",
-                    rate(run.idle_requests.writes(), run, 3600.0),
-                    None,
-                    Target::AtMost(0.0),
-                ),
-                Figure::new(
-                    "settled: GETs and LISTs per cluster per 10 min",
-                    "requests",
-                    rate(run.idle_requests.reads(), run, 600.0),
-                    None,
-                    Target::AtMost(1.0),
-                ),
-                Figure::new(
-                    "settled: operator RSS",
-                    "MiB",
-                    run.idle_rss_bytes as f64 / MIB,
-                    None,
-                    Target::None,
-                ),
-                Figure::new(
-                    "settled: operator CPU per cluster per hour",
-                    "s",
-                    run.idle_cpu_seconds / run.clusters as f64 / run.idle_seconds * 3600.0,
-                    None,
-                    Target::None,
-                ),
-            ];
+            let mut figures = vec![Figure::new(
+                "ready, from creation",
+                "s",
+                run.convergence_seconds,
+                None,
+                Target::None,
+            )];
+            figures.extend(SETTLED.iter().map(|measure| figure_of(measure, run, None)));
+            figures.push(settled_rss(run, None));
             EngineRow {
                 operator: run.contender.name(),
                 clusters: run.clusters,
@@ -314,6 +299,7 @@ mod tests {
             rss_bytes: rss_mib << 20,
             peak_rss_bytes: rss_mib << 20,
             cpu_seconds: 1.0,
+            started_ticks: 100,
         };
         Run {
             contender,
@@ -327,6 +313,7 @@ mod tests {
             },
             convergence_cpu_seconds: 2.0,
             convergence_peak_rss_bytes: peak_mib << 20,
+            converged_rss_bytes: peak_mib << 20,
             idle_seconds: 600.0,
             idle_requests: Requests {
                 by_verb: BTreeMap::from([("get".into(), gets), ("patch".into(), patches)]),
@@ -350,7 +337,7 @@ mod tests {
                 .unwrap()
         };
 
-        let ready = named("2 clusters ready");
+        let ready = named("clusters ready");
         assert_eq!((ready.ratio, ready.verdict), (Some(20.0 / 60.0), Verdict::Pass));
         // 30 MiB against 60 MiB is 0.5, over 0.33.
         assert_eq!(named("operator peak RSS").verdict, Verdict::Short);
@@ -364,14 +351,12 @@ mod tests {
         assert_eq!(named("settled: GETs").quorum, 5.0);
         assert_eq!(named("settled: GETs").verdict, Verdict::Short);
         // Two clusters say nothing of a target stated at 100.
-        assert_eq!(named("settled: operator RSS with").verdict, Verdict::NotJudged);
+        assert_eq!(named("settled: operator RSS (target").verdict, Verdict::NotJudged);
         assert_eq!(named("settled: operator RSS per cluster").quorum, 2.0);
 
         let table = table(&figures);
         assert!(
-            table.contains(
-                "| 2 clusters ready, from creation | s | 20.0 | 60.0 | 0.33 | ratio ≤ 0.5 | pass |"
-            ),
+            table.contains("| clusters ready, from creation | s | 20.0 | 60.0 | 0.33 | ratio ≤ 0.5 | pass |"),
             "{table}"
         );
     }
@@ -382,7 +367,9 @@ mod tests {
         let table = engines_table(&rows);
         // 3 patches over 2 clusters in 600 s: 9 per cluster-hour; 1 GET: 0.5 per 10 min.
         assert!(
-            table.ends_with("| quorum-mysql-operator | 2 | 30.0 | 9.0 (short) | 0.500 (pass) | 14.0 | 3.0 |"),
+            table.ends_with(
+                "| quorum-mysql-operator | 2 | 30.0 | 9.0 (short) | 0.500 (pass) | 0.200 | 3.0 | 2.0 | 14.0 |"
+            ),
             "{table}"
         );
     }

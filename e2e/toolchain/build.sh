@@ -224,9 +224,9 @@ build_pause() {
 
 # The benchmark's baseline operator (its manager, cmd/main.go), keyed by its source archive.
 build_peer() {
-  local archive=${QUORUM_PEERS:-$here/../../../shared/peers}/etcd-io-etcd-operator-77c7f10.tar.gz
-  [[ -s $archive ]] || { log "no peer source at $archive (set QUORUM_PEERS)"; exit 1; }
-  local key; key=$(sha256sum "$archive" | cut -c1-12)
+  local archive=${QUORUM_PEERS:-$here/../../../shared/peers}/etcd-io-etcd-operator-$PEER_ETCD_OPERATOR_COMMIT.tar.gz
+  [[ -s $archive ]] || { log "no peer source at $archive: make test and make bench need it (set QUORUM_PEERS to its directory)"; exit 1; }
+  local key; key=$( { sha256sum "$archive"; go version; } | sha256sum | cut -c1-12)
   local out="$cache/bin/etcd-operator-peer-$key"
   if [[ -x "$out/manager" && -d "$out/config" ]]; then echo "$out"; return; fi
   log "building the peer etcd-operator from $archive (cold: several minutes)"
