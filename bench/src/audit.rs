@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 /// The verbs that change stored state.
 const WRITES: [&str; 5] = ["create", "update", "patch", "delete", "deletecollection"];
+const READS: [&str; 2] = ["get", "list"];
 
 /// Requests by verb (`get`, `list`, `watch`, `create`, `patch`, ...), and apart from them those
 /// on the operator's leader-election Lease: those are the same whatever the number of clusters,
@@ -28,6 +29,9 @@ pub struct Requests {
     /// The writes again, by verb and what they wrote (`patch pods`, `patch mysqlclusters/status`):
     /// what a settled operator still writes, and where to look.
     pub writes_by_resource: BTreeMap<String, u64>,
+    /// The single reads (GETs and LISTs) by verb and what they read (`get statefulsets`), for
+    /// the same reason: a settled operator should read from its watch caches.
+    pub reads_by_resource: BTreeMap<String, u64>,
     pub on_leases: u64,
 }
 
@@ -42,7 +46,7 @@ impl Requests {
 
     /// Reads that a watch cache would answer: single GETs and LISTs.
     pub fn reads(&self) -> u64 {
-        self.count(&["get", "list"])
+        self.count(&READS)
     }
 
     fn count(&self, verbs: &[&str]) -> u64 {
@@ -64,6 +68,14 @@ impl Requests {
                 .map(|(what, count)| format!("{what}: {count}"))
                 .collect();
             words.push(format!("writes: {}", writes.join(", ")));
+        }
+        if !self.reads_by_resource.is_empty() {
+            let reads: Vec<String> = self
+                .reads_by_resource
+                .iter()
+                .map(|(what, count)| format!("{what}: {count}"))
+                .collect();
+            words.push(format!("reads: {}", reads.join(", ")));
         }
         words.join(" ")
     }
@@ -115,12 +127,14 @@ pub fn count(lines: &str, username: &str) -> Requests {
             requests.on_leases += 1;
             continue;
         }
+        let what = match subresource {
+            Some(subresource) => format!("{} {resource}/{subresource}", event.verb),
+            None => format!("{} {resource}", event.verb),
+        };
         if WRITES.contains(&event.verb.as_str()) {
-            let what = match subresource {
-                Some(subresource) => format!("{} {resource}/{subresource}", event.verb),
-                None => format!("{} {resource}", event.verb),
-            };
             *requests.writes_by_resource.entry(what).or_default() += 1;
+        } else if READS.contains(&event.verb.as_str()) {
+            *requests.reads_by_resource.entry(what).or_default() += 1;
         }
         *requests.by_verb.entry(event.verb).or_default() += 1;
     }
@@ -284,7 +298,8 @@ mod tests {
         assert_eq!((requests.total(), requests.writes(), requests.reads()), (5, 2, 2));
         assert_eq!(
             requests.describe(),
-            "get=2 patch=2 watch=1 (leader election: 2) writes: patch etcdclusters/status: 1, patch pods: 1"
+            "get=2 patch=2 watch=1 (leader election: 2) writes: patch etcdclusters/status: 1, patch pods: 1 \
+             reads: get pods: 2"
         );
     }
 }

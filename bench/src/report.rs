@@ -309,6 +309,7 @@ mod tests {
             convergence_requests: Requests {
                 by_verb: BTreeMap::from([("get".into(), gets)]),
                 writes_by_resource: BTreeMap::new(),
+                reads_by_resource: BTreeMap::new(),
                 on_leases: 7,
             },
             convergence_cpu_seconds: 2.0,
@@ -318,6 +319,7 @@ mod tests {
             idle_requests: Requests {
                 by_verb: BTreeMap::from([("get".into(), gets), ("patch".into(), patches)]),
                 writes_by_resource: BTreeMap::from([("patch pods".into(), patches)]),
+                reads_by_resource: BTreeMap::new(),
                 on_leases: 300,
             },
             idle_cpu_seconds: 1.0,
