@@ -78,6 +78,15 @@ impl RequestLog {
         self.0.lock().expect("request log").clone()
     }
 
+    /// The single reads: GETs of one object and lists, not the watches (which stay open, and
+    /// are what a cache is filled from).
+    pub fn reads(&self) -> Vec<(http::Method, String)> {
+        self.sent()
+            .into_iter()
+            .filter(|(method, target)| method == http::Method::GET && !target.contains("watch=true"))
+            .collect()
+    }
+
     /// The requests other than reads (`GET`, and the watches and lists that are GETs too).
     pub fn writes(&self) -> Vec<(http::Method, String)> {
         self.sent()

@@ -22,7 +22,7 @@
 //! child is read again.
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, HashMap, HashSet},
     fmt::Debug,
     hash::{DefaultHasher, Hash, Hasher},
     sync::{Arc, Mutex},
@@ -36,10 +36,14 @@ use kube::{
     Api, Client, Resource, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, PostParams},
 };
-use serde::{Serialize, de::DeserializeOwned};
+use serde::Serialize;
 use serde_json::Value;
 
-use crate::{Error, ownership};
+use crate::{
+    Error,
+    cache::{Cache, Cacheable},
+    freshness, ownership,
+};
 
 /// A child by kind, namespace and name, and the uid of its owner.
 type ChildKey = (String, String, String, String);
@@ -54,6 +58,11 @@ pub struct Applier {
     /// name starts unknown, so what the deleted one left is found and refused until garbage
     /// collection removes it.
     known: Arc<Mutex<HashMap<ChildKey, Known>>>,
+    /// Children this process removed, or found absent, since it last applied them: their owner
+    /// no longer wants them, and nothing else creates them.
+    absent: Arc<Mutex<HashSet<ChildKey>>>,
+    /// The watch caches a settled child is compared against instead of reading it.
+    cache: Cache,
 }
 
 #[derive(Clone, Debug)]
@@ -68,10 +77,17 @@ struct Known {
 impl Applier {
     /// An applier whose field manager is `field_manager` (by convention the operator's name).
     pub fn new(client: Client, field_manager: impl Into<String>) -> Self {
+        Self::with_cache(client, field_manager, Cache::default())
+    }
+
+    /// An applier that compares children against `cache` before reading them.
+    pub fn with_cache(client: Client, field_manager: impl Into<String>, cache: Cache) -> Self {
         Self {
             client,
             field_manager: field_manager.into(),
             known: Arc::default(),
+            absent: Arc::default(),
+            cache,
         }
     }
 
@@ -90,11 +106,7 @@ impl Applier {
     /// the object (validation, conflict on an immutable field, RBAC).
     pub async fn apply<K>(&self, object: &K) -> Result<K, Error>
     where
-        K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-            + Clone
-            + Debug
-            + Serialize
-            + DeserializeOwned,
+        K: Cacheable + Serialize,
     {
         let (api, key) = self.target(object)?;
         let name = key.2.clone();
@@ -105,10 +117,12 @@ impl Applier {
             source,
         };
         if key.3.is_empty() {
-            return api
+            let stored = api
                 .patch(&name, &params, &Patch::Apply(object))
                 .await
-                .map_err(refused);
+                .map_err(refused)?;
+            freshness::record(&stored);
+            return Ok(stored);
         }
         let digest = digest(object);
         if let Some(known) = self.known(&key) {
@@ -156,13 +170,18 @@ impl Applier {
         object: &K,
     ) -> Result<Option<K>, Error>
     where
-        K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-            + Clone
-            + Debug
-            + Serialize
-            + DeserializeOwned,
+        K: Cacheable + Serialize,
     {
-        let stored = api.get_opt(&key.2).await.map_err(read(&key.0, &key.2))?;
+        let stored = match self.cache.get::<K>(&key.1, &key.2) {
+            Some(copy) => Some(K::clone(&copy)),
+            None => {
+                let stored = api.get_opt(&key.2).await.map_err(read(&key.0, &key.2))?;
+                if let Some(stored) = &stored {
+                    freshness::record(stored);
+                }
+                stored
+            }
+        };
         let Some(stored) = stored else {
             return Ok(None);
         };
@@ -183,30 +202,48 @@ impl Applier {
     /// or deleted.
     pub async fn apply_or_remove<K, O>(&self, owner: &O, name: &str, desired: Option<K>) -> Result<(), Error>
     where
-        K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-            + Clone
-            + Debug
-            + Serialize
-            + DeserializeOwned,
+        K: Cacheable + Serialize,
         O: Resource<DynamicType = ()>,
     {
         if let Some(desired) = desired {
             return self.apply(&desired).await.map(drop);
         }
         let kind = K::kind(&()).to_string();
-        let api: Api<K> = Api::namespaced(self.client.clone(), &owner.namespace().unwrap_or_default());
-        let existing = api.get_metadata_opt(name).await.map_err(read(&kind, name))?;
-        let owned = existing.is_some_and(|existing| controller_uid(&existing.metadata) == owner.meta().uid);
-        if !owned {
+        let namespace = owner.namespace().unwrap_or_default();
+        let key = (
+            kind.clone(),
+            namespace.clone(),
+            name.to_string(),
+            owner.meta().uid.clone().unwrap_or_default(),
+        );
+        let cached = self.cache.get::<K>(&namespace, name);
+        if cached.is_none() && self.is_absent(&key) {
             return Ok(());
         }
-        ignore_not_found(api.delete(name, &DeleteParams::default()).await.map(drop)).map_err(|source| {
-            Error::Delete {
-                kind,
-                name: name.to_string(),
-                source,
-            }
-        })
+        let api: Api<K> = Api::namespaced(self.client.clone(), &namespace);
+        let existing = match cached {
+            Some(copy) => Some(copy.meta().clone()),
+            None => api
+                .get_metadata_opt(name)
+                .await
+                .map_err(read(&kind, name))?
+                .map(|existing| existing.metadata),
+        };
+        let owned = existing.is_some_and(|existing| controller_uid(&existing) == owner.meta().uid);
+        if owned {
+            ignore_not_found(api.delete(name, &DeleteParams::default()).await.map(drop)).map_err(
+                |source| Error::Delete {
+                    kind,
+                    name: name.to_string(),
+                    source,
+                },
+            )?;
+            freshness::record_deleted::<K>(&namespace, name);
+        }
+        // Removed, absent or someone else's: this owner has nothing under the name until it
+        // wants it again.
+        self.set_absent(key, true);
+        Ok(())
     }
 
     /// Creates `object` unless an object of its owner is already under its name; what exists is
@@ -217,14 +254,10 @@ impl Applier {
     /// [`Error::Read`] or [`Error::Apply`] when the API server cannot be read or refuses the object.
     pub async fn create_once<K>(&self, object: &K) -> Result<(), Error>
     where
-        K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-            + Clone
-            + Debug
-            + Serialize
-            + DeserializeOwned,
+        K: Cacheable + Serialize,
     {
-        // Read every time: a create-once object is never written again, so no write of it
-        // would notice that it was deleted.
+        // Looked up every time (in the watch cache once it holds it): a create-once object is
+        // never written again, so no write of it would notice that it was deleted.
         let (api, key) = self.target(object)?;
         if self.check_ownership(&api, &key).await?.is_some() {
             return Ok(());
@@ -265,24 +298,43 @@ impl Applier {
     /// there is none.
     async fn check_ownership<K>(&self, api: &Api<K>, key: &ChildKey) -> Result<Option<String>, Error>
     where
-        K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + Debug + DeserializeOwned,
+        K: Cacheable,
     {
-        let (kind, _, name, owner) = key;
-        let existing = api.get_metadata_opt(name).await.map_err(read(kind, name))?;
-        let Some(existing) = existing else {
-            return Ok(None);
+        let (kind, namespace, name, owner) = key;
+        let existing = match self.cache.get::<K>(namespace, name) {
+            Some(copy) => copy.meta().clone(),
+            None => match api.get_metadata_opt(name).await.map_err(read(kind, name))? {
+                Some(existing) => existing.metadata,
+                None => return Ok(None),
+            },
         };
-        if let Some(conflict) = ownership::conflict(&K::api_version(&()), kind, &existing.metadata, owner) {
+        if let Some(conflict) = ownership::conflict(&K::api_version(&()), kind, &existing, owner) {
             return Err(Error::NotOwned(Box::new(conflict)));
         }
-        Ok(existing.metadata.uid)
+        Ok(existing.uid)
     }
 
     fn known(&self, key: &ChildKey) -> Option<Known> {
         self.known.lock().ok()?.get(key).cloned()
     }
 
-    fn remember<K: Resource>(&self, key: ChildKey, stored: &K, applied: u64) {
+    fn is_absent(&self, key: &ChildKey) -> bool {
+        self.absent.lock().is_ok_and(|absent| absent.contains(key))
+    }
+
+    fn set_absent(&self, key: ChildKey, absent: bool) {
+        if let Ok(mut set) = self.absent.lock() {
+            if absent {
+                set.insert(key);
+            } else {
+                set.remove(&key);
+            }
+        }
+    }
+
+    fn remember<K: Resource<DynamicType = ()>>(&self, key: ChildKey, stored: &K, applied: u64) {
+        freshness::record(stored);
+        self.set_absent(key.clone(), false);
         let owned = owned_fields(stored, &self.field_manager);
         if let (Ok(mut known), Some(uid)) = (self.known.lock(), stored.meta().uid.clone()) {
             known.insert(key, Known { uid, applied, owned });

@@ -38,11 +38,13 @@
 pub mod apply;
 pub mod availability;
 pub mod backup;
+pub mod cache;
 pub mod conditions;
 pub mod config;
 pub mod crd;
 pub mod error;
 pub mod events;
+pub mod freshness;
 pub mod http;
 pub mod leader;
 pub mod metrics;

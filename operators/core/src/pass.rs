@@ -21,13 +21,14 @@
 use std::{fmt, ops::ControlFlow, sync::Arc};
 
 use k8s_openapi::{NamespaceResourceScope, apimachinery::pkg::apis::meta::v1::Condition, jiff::Timestamp};
-use kube::{Client, Resource, ResourceExt, runtime::controller::Action};
+use kube::{Resource, ResourceExt, runtime::controller::Action};
 use serde::de::DeserializeOwned;
 
 use crate::{
     Error,
     conditions::{ConditionType, ConditionUpdate, set_condition},
     events::{EventPublisher, Severity},
+    runner::Context,
 };
 
 /// A reason from an operator's catalogue. Declare the catalogue with [`reasons!`].
@@ -334,13 +335,13 @@ impl<R: Reason> Progress<R> {
 /// it is gone (wait for a change) or held back by what a deleted cluster of the same name left
 /// behind (`statefulsets` are the names its StatefulSets would have; see
 /// [`crate::predecessor`]). Status is an operator's memory, so a pass decides on the resource as
-/// stored, never on the watch cache's copy ([`crate::status::latest`]).
+/// stored, never on a watch cache's copy that may lack this process's last write
+/// ([`crate::status::current`]).
 ///
 /// # Errors
 /// As [`crate::status::latest`] and [`crate::predecessor::held_back`].
-pub async fn admit<K>(
-    client: &Client,
-    events: &EventPublisher,
+pub async fn admit<K, S>(
+    context: &Context<S>,
     object: &K,
     statefulsets: &[String],
     conditions: fn(&K) -> &[Condition],
@@ -348,12 +349,10 @@ pub async fn admit<K>(
 where
     K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + DeserializeOwned + fmt::Debug,
 {
-    let Some(object) = crate::status::latest(client, object).await? else {
+    let Some(object) = crate::status::current(&context.client, object).await? else {
         return Ok(ControlFlow::Break(Action::await_change()));
     };
-    if crate::predecessor::held_back(client, events, object.as_ref(), statefulsets, conditions(&object))
-        .await?
-    {
+    if crate::predecessor::held_back(context, object.as_ref(), statefulsets, conditions(&object)).await? {
         tracing::info!(object = %object.name_any(), "held back by a deleted cluster's leftovers");
         return Ok(ControlFlow::Break(Action::requeue(crate::predecessor::RECHECK)));
     }

@@ -11,10 +11,13 @@ use k8s_openapi::{
     api::core::v1::{ContainerStatus, ObjectReference, Pod},
     apimachinery::pkg::apis::meta::v1::Condition,
 };
-use kube::{Api, Client, Resource, ResourceExt, api::ListParams};
+use std::collections::BTreeMap;
+
+use kube::{Client, Resource, ResourceExt};
 
 use crate::{
     Error,
+    cache::Cache,
     conditions::ConditionUpdate,
     events::{EventPublisher, Severity},
     status::update_conditions,
@@ -64,7 +67,7 @@ impl std::fmt::Display for PodFailure {
 }
 
 /// The pods among `pods` that cannot start, in pod-name order.
-pub fn failures(pods: &[Pod]) -> Vec<PodFailure> {
+pub fn failures<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> Vec<PodFailure> {
     let mut found = Vec::new();
     for pod in pods {
         let name = pod.name_any();
@@ -137,12 +140,13 @@ pub fn condition(failures: &[PodFailure], current: &[Condition]) -> Option<Condi
 /// condition cannot be written.
 pub async fn report<K>(
     client: &Client,
+    cache: &Cache,
     events: &EventPublisher,
     cluster: &K,
     operator: &str,
 ) -> Result<(), Error>
 where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>,
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + serde::Serialize,
 {
     let kind = K::kind(&()).to_string();
     let name = cluster.name_any();
@@ -154,13 +158,15 @@ where
         let (kind, name) = (what.to_string(), name.clone());
         move |source| Error::Read { kind, name, source }
     };
-    let selector = format!("app.kubernetes.io/instance={name},app.kubernetes.io/managed-by={operator}");
-    let pods = Api::<Pod>::namespaced(client.clone(), &namespace)
-        .list(&ListParams::default().labels(&selector))
+    let selector = BTreeMap::from([
+        ("app.kubernetes.io/instance".to_string(), name.clone()),
+        ("app.kubernetes.io/managed-by".to_string(), operator.to_string()),
+    ]);
+    let pods = cache
+        .list_or_read::<Pod>(client, &namespace, &selector)
         .await
-        .map_err(read("Pod"))?
-        .items;
-    let failures = failures(&pods);
+        .map_err(read("Pod"))?;
+    let failures = failures(pods.iter().map(|pod| pod.as_ref()));
 
     // The conditions as stored now, after the pass's own status write.
     let stored = update_conditions(client, cluster, |current| {

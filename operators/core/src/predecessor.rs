@@ -22,8 +22,10 @@ use serde::{Serialize, de::DeserializeOwned};
 
 use crate::{
     Error,
+    cache::Cache,
     conditions::{ConditionType, ConditionUpdate, set_condition},
     events::{EventPublisher, Severity},
+    runner::Context,
 };
 
 /// The permission [`find`] needs beside the StatefulSets' `get`: listing the namespace's claims.
@@ -124,13 +126,14 @@ fn is_member_claim(claim: &str, statefulset: &str) -> bool {
         .is_some_and(|ordinal| !ordinal.is_empty() && ordinal.bytes().all(|b| b.is_ascii_digit()))
 }
 
-/// Reads the StatefulSets named `statefulsets` and the namespace's claims, and returns what a
-/// deleted cluster of the same name left among them.
+/// Reads the StatefulSets named `statefulsets` (from `cache` when it holds them) and the
+/// namespace's claims, and returns what a deleted cluster of the same name left among them.
 ///
 /// # Errors
 /// [`Error::Read`] when the API server cannot be read.
 pub async fn find<K>(
     client: &Client,
+    cache: &Cache,
     cluster: &K,
     statefulsets: &[String],
 ) -> Result<Option<Leftovers>, Error>
@@ -145,10 +148,14 @@ where
         let (kind, name) = (kind.to_string(), name.to_string());
         move |source| Error::Read { kind, name, source }
     };
-    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), &namespace);
     let mut found = Vec::new();
     for name in statefulsets {
-        found.push(sets.get_opt(name).await.map_err(read("StatefulSet", name))?);
+        found.push(
+            cache
+                .get_or_read::<StatefulSet>(client, &namespace, name)
+                .await
+                .map_err(read("StatefulSet", name))?,
+        );
     }
     let claims = Api::<PersistentVolumeClaim>::namespaced(client.clone(), &namespace)
         .list_metadata(&ListParams::default())
@@ -164,7 +171,7 @@ where
     let named: Vec<(&str, Option<&StatefulSet>)> = statefulsets
         .iter()
         .map(String::as_str)
-        .zip(found.iter().map(Option::as_ref))
+        .zip(found.iter().map(|found| found.as_deref()))
         .collect();
     Ok(leftovers(cluster.meta(), &named, &claims))
 }
@@ -176,11 +183,13 @@ pub const RECHECK: std::time::Duration = std::time::Duration::from_secs(5);
 /// Whether leftovers of a deleted cluster of the same name hold `cluster` back; when they do, the
 /// cluster's conditions and an event say so ([`report`]) and the pass must take no step.
 ///
+/// A cluster found free of them once stays free (a claim made later is younger than the cluster,
+/// a StatefulSet made later is its own), so this process looks only until it finds none.
+///
 /// # Errors
 /// As [`find`] and [`report`].
-pub async fn held_back<K>(
-    client: &Client,
-    events: &EventPublisher,
+pub async fn held_back<K, S>(
+    context: &Context<S>,
     cluster: &K,
     statefulsets: &[String],
     conditions: &[Condition],
@@ -191,11 +200,16 @@ where
         + DeserializeOwned
         + std::fmt::Debug,
 {
-    let Some(leftovers) = find(client, cluster, statefulsets).await? else {
+    let uid = cluster.meta().uid.clone().unwrap_or_default();
+    if context.cache.is_free_of_leftovers(&uid) {
+        return Ok(false);
+    }
+    let Some(leftovers) = find(&context.client, &context.cache, cluster, statefulsets).await? else {
+        context.cache.set_free_of_leftovers(uid);
         return Ok(false);
     };
     tracing::info!(cluster = %cluster.name_any(), leftovers = %leftovers.message(), "held back");
-    report(client, events, cluster, conditions, &leftovers).await?;
+    report(&context.client, &context.events, cluster, conditions, &leftovers).await?;
     Ok(true)
 }
 
@@ -246,17 +260,19 @@ where
                 conditions: &conditions,
             },
         };
-        api.patch_status(
-            &cluster.name_any(),
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(&patch),
-        )
-        .await
-        .map_err(|source| Error::PatchStatus {
-            kind: K::kind(&()).to_string(),
-            name: cluster.name_any(),
-            source,
-        })?;
+        let written = api
+            .patch_status(
+                &cluster.name_any(),
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await
+            .map_err(|source| Error::PatchStatus {
+                kind: K::kind(&()).to_string(),
+                name: cluster.name_any(),
+                source,
+            })?;
+        crate::freshness::record(&written);
     }
     events
         .publish(cluster, Severity::Warning, REASON, "Wait", message)

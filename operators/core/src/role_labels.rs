@@ -53,7 +53,8 @@ impl LabelledPods {
                 .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
             {
-                Ok(_) => {
+                Ok(written) => {
+                    crate::freshness::record(&written);
                     pod.labels_mut()
                         .insert(self.label.to_string(), wanted.to_string());
                 }

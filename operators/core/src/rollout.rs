@@ -64,7 +64,7 @@ pub async fn take_over_updates(client: &Client, namespace: &str, name: &str) -> 
         &kube::api::Patch::Merge(&patch),
     )
     .await
-    .map(drop)
+    .map(|written| crate::freshness::record(&written))
     .map_err(|source| crate::Error::Apply {
         kind: "StatefulSet".into(),
         name: format!("{namespace}/{name}"),
@@ -167,6 +167,7 @@ pub async fn restart_pod(client: &Client, namespace: &str, pod: &str, uid: &str)
         }),
         ..DeleteParams::default()
     };
+    crate::freshness::record_deleted::<Pod>(namespace, pod);
     match pods.delete(pod, &params).await {
         Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
         result => ignore_not_found(result),

@@ -7,19 +7,26 @@
 //! - watches the custom resource, skipping updates that leave `metadata.generation` and the
 //!   annotations unchanged (status writes, including our own, do not wake it);
 //! - watches the StatefulSets, Services, PodDisruptionBudgets, Secrets and ConfigMaps the
-//!   operator manages (selected by `app.kubernetes.io/managed-by`), so a deleted child is
-//!   recreated;
+//!   operator manages (selected by `app.kubernetes.io/managed-by`), so a deleted or edited child
+//!   is put back, and keeps them, with the operator's pods for a cluster controller, in the
+//!   [`Cache`] that passes read instead of the API server (a controller of objects that own
+//!   nothing, [`Runtime::leaf_controller`], watches only its own kind);
 //! - counts and times every reconcile, and retries failures with jittered exponential backoff,
 //!   except permanent ones (an invalid spec), which wait for the resource to change.
 
-use std::{collections::HashMap, fmt::Debug, sync::Arc, time::Duration};
+use std::{
+    collections::{BTreeMap, HashMap},
+    fmt::Debug,
+    sync::Arc,
+    time::Duration,
+};
 
 use futures::{StreamExt, future::BoxFuture};
 use k8s_openapi::{
     NamespaceResourceScope,
     api::{
         apps::v1::StatefulSet,
-        core::v1::{ConfigMap, Secret, Service},
+        core::v1::{ConfigMap, Pod, Secret, Service},
         policy::v1::PodDisruptionBudget,
     },
 };
@@ -28,13 +35,14 @@ use kube::{
     runtime::{Controller, Predicate, WatchStreamExt, controller::Action, predicates, reflector, watcher},
 };
 use rand::Rng;
-use serde::de::DeserializeOwned;
+use serde::{Serialize, de::DeserializeOwned};
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
     Error, ReconcileError,
     apply::Applier,
+    cache::{Cache, Cacheable},
     config::OperatorConfig,
     events::EventPublisher,
     http::{self, Phase, Readiness},
@@ -58,6 +66,9 @@ type OnGone = Arc<dyn Fn(String) -> BoxFuture<'static, ()> + Send + Sync>;
 /// (for example its cache of database admin clients).
 pub struct Context<S> {
     pub client: Client,
+    /// The watch caches of the operator's own objects (empty outside a [`Runtime`]: every
+    /// lookup then reads from the API server).
+    pub cache: Cache,
     pub applier: Applier,
     pub events: EventPublisher,
     pub metrics: Arc<Metrics>,
@@ -69,6 +80,7 @@ impl<S> Context<S> {
     /// A context for reconciles run outside a [`Runtime`] (tests drive reconcile directly).
     pub fn new(client: Client, operator: &str, metrics: Arc<Metrics>, state: S) -> Self {
         Self {
+            cache: Cache::default(),
             applier: Applier::new(client.clone(), operator),
             events: EventPublisher::new(client.clone(), operator, None),
             client,
@@ -76,6 +88,51 @@ impl<S> Context<S> {
             state,
             failures: Mutex::new(HashMap::new()),
         }
+    }
+}
+
+/// What a controller watches besides its own kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Shape {
+    /// Nothing: its objects own none.
+    Leaf,
+    /// The operator's StatefulSets, Services, PodDisruptionBudgets, Secrets and ConfigMaps, kept
+    /// in the cache; a change to one wakes its owner.
+    Owner,
+    /// As `Owner`, and the operator's pods (kept in the cache, reported on after every pass).
+    Cluster,
+}
+
+/// The label every object of an operator carries: its watches select by it.
+const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+
+impl<S> Context<S> {
+    /// `namespace/name` of kind `K`: the cached copy when the cache holds it current, else as
+    /// the API server has it ([`Cache::get_or_read`]).
+    ///
+    /// # Errors
+    /// When the API server cannot be read.
+    pub async fn read<K: Cacheable>(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Arc<K>>, kube::Error> {
+        self.cache.get_or_read(&self.client, namespace, name).await
+    }
+
+    /// This operator's pods in `namespace` that carry every label of `selector`, from the cache
+    /// when it holds them all current ([`Cache::list_or_read`]).
+    ///
+    /// # Errors
+    /// When the API server cannot be read.
+    pub async fn own_pods(
+        &self,
+        namespace: &str,
+        selector: &BTreeMap<String, String>,
+    ) -> Result<Vec<Arc<Pod>>, kube::Error> {
+        let mut labels = selector.clone();
+        labels.insert(MANAGED_BY.to_string(), self.applier.field_manager().to_string());
+        self.cache.list_or_read(&self.client, namespace, &labels).await
     }
 }
 
@@ -132,6 +189,7 @@ pub struct Runtime {
     shutdown: CancellationToken,
     retry: RetryPolicy,
     lease_timings: LeaseTimings,
+    cache: Cache,
 }
 
 impl Runtime {
@@ -149,6 +207,7 @@ impl Runtime {
             shutdown: CancellationToken::new(),
             retry: RetryPolicy::default(),
             lease_timings: LeaseTimings::default(),
+            cache: Cache::default(),
         }
     }
 
@@ -181,7 +240,8 @@ impl Runtime {
     pub fn context<S>(&self, state: S) -> Arc<Context<S>> {
         Arc::new(Context {
             client: self.client.clone(),
-            applier: Applier::new(self.client.clone(), self.operator),
+            cache: self.cache.clone(),
+            applier: Applier::with_cache(self.client.clone(), self.operator, self.cache.clone()),
             events: self.events.clone(),
             metrics: self.metrics.clone(),
             state,
@@ -200,6 +260,7 @@ impl Runtime {
         K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
             + Clone
             + DeserializeOwned
+            + Serialize
             + Debug
             + Send
             + Sync
@@ -209,7 +270,31 @@ impl Runtime {
         F: Fn(Arc<K>, Arc<Context<S>>) -> Fut + Send + Sync + Clone + 'static,
         Fut: Future<Output = Result<Action, E>> + Send + 'static,
     {
-        self.controller_reporting(context, reconcile, false, None, None)
+        self.controller_reporting(context, reconcile, Shape::Owner, None, None)
+    }
+
+    /// A controller for resources of kind `K` that own no objects (backups): as
+    /// [`Runtime::controller`], without watching any other kind.
+    pub fn leaf_controller<K, S, E, F, Fut>(
+        &self,
+        context: Arc<Context<S>>,
+        reconcile: F,
+    ) -> BoxFuture<'static, ()>
+    where
+        K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + Serialize
+            + Debug
+            + Send
+            + Sync
+            + 'static,
+        S: Send + Sync + 'static,
+        E: ReconcileError,
+        F: Fn(Arc<K>, Arc<Context<S>>) -> Fut + Send + Sync + Clone + 'static,
+        Fut: Future<Output = Result<Action, E>> + Send + 'static,
+    {
+        self.controller_reporting(context, reconcile, Shape::Leaf, None, None)
     }
 
     /// A controller for database clusters: as [`Runtime::controller`], and after every pass the
@@ -224,6 +309,7 @@ impl Runtime {
         K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
             + Clone
             + DeserializeOwned
+            + Serialize
             + Debug
             + Send
             + Sync
@@ -234,7 +320,7 @@ impl Runtime {
         Fut: Future<Output = Result<Action, E>> + Send + 'static,
     {
         let on_gone = forgetting(&context);
-        self.controller_reporting(context, reconcile, true, None, Some(on_gone))
+        self.controller_reporting(context, reconcile, Shape::Cluster, None, Some(on_gone))
     }
 
     /// As [`Runtime::cluster_controller`], and a cluster is also reconciled whenever
@@ -250,6 +336,7 @@ impl Runtime {
         K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
             + Clone
             + DeserializeOwned
+            + Serialize
             + Debug
             + Send
             + Sync
@@ -260,14 +347,14 @@ impl Runtime {
         Fut: Future<Output = Result<Action, E>> + Send + 'static,
     {
         let on_gone = forgetting(&context);
-        self.controller_reporting(context, reconcile, true, Some(wakeups), Some(on_gone))
+        self.controller_reporting(context, reconcile, Shape::Cluster, Some(wakeups), Some(on_gone))
     }
 
     fn controller_reporting<K, S, E, F, Fut>(
         &self,
         context: Arc<Context<S>>,
         reconcile: F,
-        report_pods: bool,
+        shape: Shape,
         wakeups: Option<Wakeups>,
         on_gone: Option<OnGone>,
     ) -> BoxFuture<'static, ()>
@@ -275,6 +362,7 @@ impl Runtime {
         K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
             + Clone
             + DeserializeOwned
+            + Serialize
             + Debug
             + Send
             + Sync
@@ -294,7 +382,7 @@ impl Runtime {
                 namespace,
                 context.clone(),
                 reconcile.clone(),
-                report_pods,
+                shape,
                 wakeups.clone(),
                 on_gone.clone(),
             )
@@ -317,7 +405,7 @@ impl Runtime {
         namespace: Option<String>,
         context: Arc<Context<S>>,
         reconcile: F,
-        report_pods: bool,
+        shape: Shape,
         wakeups: Option<Wakeups>,
         on_gone: Option<OnGone>,
     ) -> BoxFuture<'static, ()>
@@ -325,6 +413,7 @@ impl Runtime {
         K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
             + Clone
             + DeserializeOwned
+            + Serialize
             + Debug
             + Send
             + Sync
@@ -350,12 +439,17 @@ impl Runtime {
                 None => Api::all(client.clone()),
             }
         }
-        let managed =
-            watcher::Config::default().labels(&format!("app.kubernetes.io/managed-by={}", self.operator));
+        let managed = BTreeMap::from([(MANAGED_BY.to_string(), self.operator.to_string())]);
         let (reader, writer) = reflector::store();
+        // The controller's own store serves lookups too (a cluster's scheduled backups, read
+        // by the cluster's pass, are the backup controller's objects).
+        let listed = self
+            .cache
+            .keep(reader.clone(), namespace.clone(), BTreeMap::new());
         let trigger = watcher(api(client.clone()), watcher::Config::default())
             .default_backoff()
             .reflect(writer)
+            .inspect(move |event| crate::cache::mark_listed(&listed, event))
             .applied_objects()
             .predicate_filter(
                 predicates::generation.combine(predicates::annotations),
@@ -372,64 +466,88 @@ impl Runtime {
         if let Some(wakeups) = wakeups {
             controller = controller.reconcile_on(wakeups.stream::<K>(namespace.clone()));
         }
-        let stream = controller
-            .owns(owned::<StatefulSet>(&client, &namespace), managed.clone())
-            .owns(owned::<Service>(&client, &namespace), managed.clone())
-            .owns(owned::<PodDisruptionBudget>(&client, &namespace), managed.clone())
-            .owns(owned::<Secret>(&client, &namespace), managed.clone())
-            .owns(owned::<ConfigMap>(&client, &namespace), managed)
-            .graceful_shutdown_on(shutdown.cancelled_owned())
-            .run(
-                move |object: Arc<K>, context: Arc<Context<S>>| {
-                    let reconcile = reconcile.clone();
-                    let controller = reconcile_name.clone();
-                    async move {
-                        let key = object_key(object.as_ref());
-                        if is_paused(object.as_ref()) {
-                            tracing::debug!(object = %key, "reconciliation paused");
-                            return Ok(Action::await_change());
-                        }
-                        let started = std::time::Instant::now();
-                        let result = reconcile(object.clone(), context.clone()).await;
-                        if report_pods {
-                            // A report, never a reason to fail or retry the pass.
-                            let reported = pod_failures::report(
-                                &context.client,
-                                &context.events,
-                                object.as_ref(),
-                                operator,
-                            )
-                            .await;
-                            if let Err(error) = reported {
-                                tracing::warn!(object = %key, %error, "could not report failing pods");
-                            }
-                        }
-                        if let Err(error) = &result
-                            && let Some(Error::NotOwned(not_owned)) = error.shared()
-                        {
-                            let reported =
-                                ownership::report(&context.client, &context.events, object.as_ref(), not_owned)
-                                    .await;
-                            if let Err(error) = reported {
-                                tracing::warn!(object = %key, %error, "could not report an object in the way");
-                            }
-                        }
-                        context.metrics.observe_reconcile(&controller, started.elapsed());
-                        match &result {
-                            Ok(_) => {
-                                context.failures.lock().await.remove(&key);
-                            }
-                            Err(error) => context.metrics.observe_error(&controller, error.metric_label()),
-                        }
-                        result
+        if shape != Shape::Leaf {
+            let (cache, scope) = (&self.cache, || namespace.clone());
+            controller = controller
+                .owns_stream(cache.watch(
+                    owned::<StatefulSet>(&client, &namespace),
+                    scope(),
+                    managed.clone(),
+                ))
+                .owns_stream(cache.watch(owned::<Service>(&client, &namespace), scope(), managed.clone()))
+                .owns_stream(cache.watch(
+                    owned::<PodDisruptionBudget>(&client, &namespace),
+                    scope(),
+                    managed.clone(),
+                ))
+                .owns_stream(cache.watch(owned::<Secret>(&client, &namespace), scope(), managed.clone()))
+                .owns_stream(cache.watch(owned::<ConfigMap>(&client, &namespace), scope(), managed.clone()));
+        }
+        // Pods are the StatefulSets' children: kept for the passes to read, not a trigger. The
+        // stream never ends by itself, so the controller's end is this future's end.
+        let report_pods = shape == Shape::Cluster;
+        let pods = report_pods.then(|| {
+            self.cache
+                .watch(owned::<Pod>(&client, &namespace), namespace.clone(), managed)
+        });
+        let keep_pods = async move {
+            if let Some(pods) = pods {
+                pods.for_each(|_| futures::future::ready(())).await;
+            }
+            futures::future::pending::<()>().await
+        };
+        let stream = controller.graceful_shutdown_on(shutdown.cancelled_owned()).run(
+            move |object: Arc<K>, context: Arc<Context<S>>| {
+                let reconcile = reconcile.clone();
+                let controller = reconcile_name.clone();
+                async move {
+                    let key = object_key(object.as_ref());
+                    if is_paused(object.as_ref()) {
+                        tracing::debug!(object = %key, "reconciliation paused");
+                        return Ok(Action::await_change());
                     }
-                },
-                move |object: Arc<K>, error: &E, context: Arc<Context<S>>| {
-                    error_policy(object.as_ref(), error, &context, retry, &error_name)
-                },
-                context,
-            );
-        Box::pin(stream.for_each(move |result| {
+                    let started = std::time::Instant::now();
+                    let result = reconcile(object.clone(), context.clone()).await;
+                    if report_pods {
+                        // A report, never a reason to fail or retry the pass.
+                        let reported = pod_failures::report(
+                            &context.client,
+                            &context.cache,
+                            &context.events,
+                            object.as_ref(),
+                            operator,
+                        )
+                        .await;
+                        if let Err(error) = reported {
+                            tracing::warn!(object = %key, %error, "could not report failing pods");
+                        }
+                    }
+                    if let Err(error) = &result
+                        && let Some(Error::NotOwned(not_owned)) = error.shared()
+                    {
+                        let reported =
+                            ownership::report(&context.client, &context.events, object.as_ref(), not_owned)
+                                .await;
+                        if let Err(error) = reported {
+                            tracing::warn!(object = %key, %error, "could not report an object in the way");
+                        }
+                    }
+                    context.metrics.observe_reconcile(&controller, started.elapsed());
+                    match &result {
+                        Ok(_) => {
+                            context.failures.lock().await.remove(&key);
+                        }
+                        Err(error) => context.metrics.observe_error(&controller, error.metric_label()),
+                    }
+                    result
+                }
+            },
+            move |object: Arc<K>, error: &E, context: Arc<Context<S>>| {
+                error_policy(object.as_ref(), error, &context, retry, &error_name)
+            },
+            context,
+        );
+        let run = stream.for_each(move |result| {
             let (on_gone, context, controller_name) =
                 (on_gone.clone(), gone_context.clone(), controller_name.clone());
             async move {
@@ -440,7 +558,9 @@ impl Runtime {
                     // A pass that came due (a requeue, an owned object's deletion) for an object
                     // deleted meanwhile: the object is gone, and so is what was kept for it.
                     Err(kube::runtime::controller::Error::ObjectNotFound(object)) => {
-                        let key = format!("{}/{}", object.namespace.clone().unwrap_or_default(), object.name);
+                        let namespace = object.namespace.clone().unwrap_or_default();
+                        crate::freshness::forget::<K>(&namespace, &object.name);
+                        let key = format!("{namespace}/{}", object.name);
                         context.failures.lock().await.remove(&key);
                         if let Some(on_gone) = on_gone {
                             on_gone(key.clone()).await;
@@ -450,7 +570,11 @@ impl Runtime {
                     Err(error) => tracing::warn!(controller = %controller_name, %error, "reconcile failed"),
                 }
             }
-        }))
+        });
+        Box::pin(async move {
+            futures::pin_mut!(run, keep_pods);
+            futures::future::select(run, keep_pods).await;
+        })
     }
 
     /// Serves the HTTP endpoint, waits for leadership when election is on, then runs the

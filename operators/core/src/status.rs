@@ -4,7 +4,8 @@
 //! wipe, the restore already taken. A controller is woken with its watch cache's copy, which
 //! can lag the last status write by a moment; a pass deciding on that copy could take a step a
 //! second time (wipe a replacement that already joined, open a second primary). So every
-//! reconcile starts from [`latest`], the object as the API server has it.
+//! reconcile starts from [`current`]: the copy when it holds every write this process made to the
+//! object ([`crate::freshness`]), else the object as the API server has it ([`latest`]).
 //!
 //! Status is computed whole on every pass from what was observed, then written with a merge
 //! patch of the status subresource. Skipping unchanged writes keeps the API server quiet and
@@ -22,6 +23,7 @@ use serde::{Serialize, de::DeserializeOwned};
 use crate::{
     Error,
     conditions::{ConditionUpdate, set_condition},
+    freshness::{self, Currency},
 };
 
 /// Sets on `object` the conditions `updates` asks for, given its conditions as stored now (read
@@ -38,40 +40,53 @@ pub async fn update_conditions<K>(
     updates: impl FnOnce(&[Condition]) -> Vec<ConditionUpdate>,
 ) -> Result<bool, Error>
 where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>,
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Serialize,
 {
     let kind = K::kind(&()).to_string();
     let name = object.name_any();
-    let api: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        &object.namespace().unwrap_or_default(),
-        &ApiResource::erase::<K>(&()),
-    );
-    let Some(stored) = api.get_opt(&name).await.map_err(|source| Error::Read {
-        kind: kind.clone(),
-        name: name.clone(),
-        source,
-    })?
-    else {
-        return Ok(false);
+    let namespace = object.namespace().unwrap_or_default();
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &namespace, &ApiResource::erase::<K>(&()));
+    // The copy at hand when it holds every write of this process (a settled pass wrote nothing
+    // since), the object as stored otherwise.
+    let stored = if freshness::currency(object) == Currency::Current {
+        serde_json::to_value(object).unwrap_or_default()
+    } else {
+        let Some(stored) = api.get_opt(&name).await.map_err(|source| Error::Read {
+            kind: kind.clone(),
+            name: name.clone(),
+            source,
+        })?
+        else {
+            return Ok(false);
+        };
+        freshness::record_version::<K>(&namespace, &name, stored.meta().resource_version.as_deref());
+        serde_json::to_value(&stored).unwrap_or_default()
     };
     let current: Vec<Condition> =
-        serde_json::from_value(stored.data["status"]["conditions"].clone()).unwrap_or_default();
+        serde_json::from_value(stored["status"]["conditions"].clone()).unwrap_or_default();
+    let generation = stored["metadata"]["generation"].as_i64();
     let mut conditions = current.clone();
     let now = Timestamp::now();
     for update in updates(&current) {
-        set_condition(&mut conditions, update, stored.meta().generation, now);
+        set_condition(&mut conditions, update, generation, now);
     }
     if conditions == current {
         return Ok(true);
     }
     let patch = serde_json::json!({
-        "metadata": {"resourceVersion": stored.resource_version()},
+        "metadata": {"resourceVersion": stored["metadata"]["resourceVersion"]},
         "status": {"conditions": conditions},
     });
-    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+    let written = api
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
-        .map_err(|source| Error::PatchStatus { kind, name, source })?;
+        .map_err(|source| Error::PatchStatus {
+            kind,
+            name: name.clone(),
+            source,
+        })?;
+    freshness::record_version::<K>(&namespace, &name, written.meta().resource_version.as_deref());
     Ok(true)
 }
 
@@ -85,10 +100,32 @@ where
     K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + Debug + DeserializeOwned,
 {
     let (api, kind, name) = api_of(client, object)?;
-    api.get_opt(&name)
-        .await
-        .map(|found| found.map(Arc::new))
-        .map_err(|source| Error::Read { kind, name, source })
+    let found = api.get_opt(&name).await.map_err(|source| Error::Read {
+        kind,
+        name: name.clone(),
+        source,
+    })?;
+    match &found {
+        Some(found) => freshness::record(found),
+        None => freshness::forget::<K>(&object.namespace().unwrap_or_default(), &name),
+    }
+    Ok(found.map(Arc::new))
+}
+
+/// `object` itself when it holds every write this process made to it ([`crate::freshness`]: a
+/// pass after one that wrote nothing), otherwise as the API server has it now ([`latest`]).
+/// `None` once it is gone.
+///
+/// # Errors
+/// As [`latest`].
+pub async fn current<K>(client: &Client, object: &K) -> Result<Option<Arc<K>>, Error>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + Debug + DeserializeOwned,
+{
+    if freshness::currency(object) == Currency::Current {
+        return Ok(Some(Arc::new(object.clone())));
+    }
+    latest(client, object).await
 }
 
 /// Writes `desired` as the status of `object` unless it equals `current`.
@@ -116,9 +153,11 @@ where
         .and_then(|c| serde_json::to_value(c).ok())
         .unwrap_or(serde_json::Value::Null);
     let patch = serde_json::json!({ "status": merge_patch(&current_json, &desired_json) });
-    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+    let written = api
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map_err(|source| Error::PatchStatus { kind, name, source })?;
+    freshness::record(&written);
     Ok(true)
 }
 

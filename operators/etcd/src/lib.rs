@@ -31,6 +31,6 @@ pub fn controllers(
     let clusters =
         runtime.cluster_controller::<crd::EtcdCluster, _, _, _, _>(context.clone(), reconcile::reconcile);
     let backups =
-        runtime.controller::<crd::EtcdBackup, _, _, _, _>(context, backup_controller::reconcile_backup);
+        runtime.leaf_controller::<crd::EtcdBackup, _, _, _, _>(context, backup_controller::reconcile_backup);
     vec![clusters, backups]
 }

@@ -20,9 +20,9 @@ pub fn rules() -> Vec<PolicyRule> {
     rules.extend([
         // Watched as owned objects; read for backup credentials. Never written.
         rule("", &["secrets"], &["get", "list", "watch"]),
-        // Member pods: listed to see which version each runs; one deleted at a time for an
+        // Member pods (the operator's own, watched into its cache): listed to see which version each runs; one deleted at a time for an
         // upgrade, or to replace a member with an empty volume.
-        rule("", &["pods"], &["list", "delete"]),
+        rule("", &["pods"], &["list", "watch", "delete"]),
         quorum_core::wipe::rbac_rule(),
         // Claims listed to find a deleted cluster's leftovers (`quorum_core::predecessor`).
         quorum_core::predecessor::rbac_rule(),

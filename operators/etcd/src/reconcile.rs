@@ -223,8 +223,7 @@ async fn admit(
     cluster: &EtcdCluster,
 ) -> Result<ControlFlow<Action, Arc<EtcdCluster>>, Error> {
     let cluster = match quorum_core::pass::admit(
-        &context.client,
-        &context.events,
+        context,
         cluster,
         &[client_service_name(&cluster.name_any())],
         |cluster| {
@@ -300,10 +299,11 @@ async fn observe(
     let name = cluster.name_any();
     let key = cluster_key(cluster);
     let status = cluster.status.as_ref();
-    let statefulsets: Api<StatefulSet> =
-        Api::namespaced(context.client.clone(), &cluster.namespace().unwrap_or_default());
-    let existing = statefulsets
-        .get_opt(&client_service_name(&name))
+    let existing = context
+        .read::<StatefulSet>(
+            &cluster.namespace().unwrap_or_default(),
+            &client_service_name(&name),
+        )
         .await
         .map_err(|source| Error::Read {
             what: "StatefulSet",
@@ -347,7 +347,7 @@ async fn observe(
         wipe_pending,
         in_flight: in_flight_from_status(status),
         pod_versions: pod_versions(cluster, &member_pods),
-        templates: quorum_core::rollout::Templates::observe(existing.as_ref(), &member_pods, |pod| {
+        templates: quorum_core::rollout::Templates::observe(existing.as_deref(), &member_pods, |pod| {
             crate::resolver::ordinal_of(&name, pod)
         }),
         view,
@@ -636,20 +636,19 @@ async fn client_tls(context: &Context<State>, cluster: &EtcdCluster) -> Result<O
         return Ok(None);
     };
     let namespace = cluster.namespace().unwrap_or_default();
-    let secrets: Api<Secret> = Api::namespaced(context.client.clone(), &namespace);
     let incomplete = |missing| Error::TlsSecret {
         secret: format!("{namespace}/{secret_name}"),
         missing,
     };
-    let secret = secrets
-        .get_opt(secret_name)
+    let secret = context
+        .read::<Secret>(&namespace, secret_name)
         .await
         .map_err(|source| Error::Read {
             what: "client TLS Secret",
             source,
         })?
         .ok_or_else(|| incomplete(None))?;
-    let data = secret.data.unwrap_or_default();
+    let data = Arc::unwrap_or_clone(secret).data.unwrap_or_default();
     let field = |key: &'static str| {
         data.get(key)
             .map(|value| value.0.clone())
@@ -665,16 +664,17 @@ async fn client_tls(context: &Context<State>, cluster: &EtcdCluster) -> Result<O
 
 /// The member pods.
 async fn member_pods(context: &Context<State>, cluster: &EtcdCluster) -> Result<Vec<Pod>, Error> {
-    let pods: Api<Pod> = Api::namespaced(context.client.clone(), &cluster.namespace().unwrap_or_default());
-    let selector = crate::resources::member_selector_string(cluster);
-    let listed = pods
-        .list(&kube::api::ListParams::default().labels(&selector))
+    let listed = context
+        .own_pods(
+            &cluster.namespace().unwrap_or_default(),
+            &crate::resources::member_selector(cluster),
+        )
         .await
         .map_err(|source| Error::Read {
             what: "member pods",
             source,
         })?;
-    Ok(listed.items)
+    Ok(listed.into_iter().map(Arc::unwrap_or_clone).collect())
 }
 
 /// The version label of each member pod that exists and is not terminating, by ordinal.

@@ -43,7 +43,7 @@ pub fn controllers(
 ) -> Vec<futures::future::BoxFuture<'static, ()>> {
     let sets = runtime
         .cluster_controller::<crd::MongoDBReplicaSet, _, _, _, _>(context.clone(), reconcile::reconcile);
-    let backups =
-        runtime.controller::<crd::MongoDBBackup, _, _, _, _>(context, backup_controller::reconcile_backup);
+    let backups = runtime
+        .leaf_controller::<crd::MongoDBBackup, _, _, _, _>(context, backup_controller::reconcile_backup);
     vec![sets, backups]
 }

@@ -1,11 +1,11 @@
 //! Observing a replica set: every member asked about itself, the primary about the set, and the
 //! member pods as Kubernetes has them.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, sync::Arc};
 
 use futures::future::join_all;
 use k8s_openapi::api::{apps::v1::StatefulSet, core::v1::Pod};
-use kube::{Api, ResourceExt, api::ListParams};
+use kube::ResourceExt;
 use quorum_core::{availability::retry::Idempotency, runner::Context};
 
 use crate::{
@@ -15,7 +15,7 @@ use crate::{
     decide::{Desired, Observed, Reach, SeenMember},
     resources::{
         ARBITER_COMPONENT, MEMBER_COMPONENT, VERSION_LABEL, arbiter_name, arbiter_statefulset_name,
-        member_name, selector_string, statefulset_name,
+        member_name, selector, statefulset_name,
     },
 };
 
@@ -224,47 +224,34 @@ where
     }
 }
 
-/// The pods of the set's namespace.
-pub(crate) fn pods_api(context: &Context<State>, replica_set: &MongoDBReplicaSet) -> Api<Pod> {
-    Api::namespaced(
-        context.client.clone(),
-        &replica_set.namespace().unwrap_or_default(),
-    )
-}
-
 /// The set's member pods (data and arbiter) by name, each with whether it runs an older
 /// template than its StatefulSet's current one (never, while that is not known).
 pub(crate) async fn member_pods(
     context: &Context<State>,
     replica_set: &MongoDBReplicaSet,
 ) -> Result<BTreeMap<String, (Pod, bool)>, Error> {
-    let pods = pods_api(context, replica_set);
-    let statefulsets: Api<StatefulSet> = Api::namespaced(
-        context.client.clone(),
-        &replica_set.namespace().unwrap_or_default(),
-    );
+    let namespace = replica_set.namespace().unwrap_or_default();
     let name = replica_set.name_any();
     let mut by_name = BTreeMap::new();
     for (component, statefulset) in [
         (MEMBER_COMPONENT, statefulset_name(&name)),
         (ARBITER_COMPONENT, arbiter_statefulset_name(&name)),
     ] {
-        let labels = selector_string(replica_set, component);
-        let listed = pods
-            .list(&ListParams::default().labels(&labels))
+        let listed = context
+            .own_pods(&namespace, &selector(replica_set, component))
             .await
             .map_err(api("listing member pods"))?;
-        if listed.items.is_empty() {
+        if listed.is_empty() {
             continue;
         }
-        let statefulset = statefulsets
-            .get_opt(&statefulset)
+        let statefulset = context
+            .read::<StatefulSet>(&namespace, &statefulset)
             .await
             .map_err(api(format!("reading StatefulSet {statefulset}")))?;
         let revision = statefulset
-            .as_ref()
+            .as_deref()
             .and_then(quorum_core::rollout::current_revision);
-        for pod in listed.items {
+        for pod in listed.into_iter().map(Arc::unwrap_or_clone) {
             if pod.metadata.deletion_timestamp.is_none() {
                 let outdated = revision
                     .is_some_and(|revision| quorum_core::rollout::runs_older_template(&pod, revision));

@@ -24,10 +24,10 @@ pub fn rules() -> Vec<PolicyRule> {
         // The generated administrator and keyfile are created once and never rewritten; given
         // ones and backup credentials are read. Watched as owned objects.
         rule("", &["secrets"], &["get", "list", "watch", "create"]),
-        // Member pods: read to see which version each runs; under `OnDelete` one is deleted
+        // Member pods (the operator's own, watched into its cache): read to see which version each runs; under `OnDelete` one is deleted
         // at a time for a rolling restart or upgrade (secondaries first, the primary after
         // stepping down), or with its claim to resync a member too stale to catch up.
-        rule("", &["pods"], &["get", "list", "delete"]),
+        rule("", &["pods"], &["get", "list", "watch", "delete"]),
         quorum_core::wipe::rbac_rule(),
         // Claims listed to find a deleted cluster's leftovers (`quorum_core::predecessor`).
         quorum_core::predecessor::rbac_rule(),

@@ -4,7 +4,7 @@
 use std::{ops::ControlFlow, sync::Arc, time::Duration};
 
 use k8s_openapi::{api::core::v1::Secret, jiff::Timestamp};
-use kube::{Api, ResourceExt, runtime::controller::Action};
+use kube::{ResourceExt, runtime::controller::Action};
 use quorum_core::{
     conditions::{ConditionType, ConditionUpdate},
     pass::{Reason as _, publish},
@@ -91,8 +91,7 @@ pub async fn reconcile(
     // Status is this operator's memory (the initiation, the membership change in flight):
     // decided on as stored (`quorum_core::pass::admit`).
     let replica_set = match quorum_core::pass::admit(
-        &context.client,
-        &context.events,
+        &context,
         replica_set.as_ref(),
         &[
             crate::resources::statefulset_name(&name),
@@ -257,11 +256,11 @@ pub async fn read_credentials(
     namespace: &str,
     name: &str,
 ) -> Result<Credentials, Error> {
-    let secrets: Api<Secret> = Api::namespaced(context.client.clone(), namespace);
-    let secret = secrets
-        .get_opt(name)
+    let secret = context
+        .read::<Secret>(namespace, name)
         .await
         .map_err(api(format!("reading Secret {name}")))?
+        .map(Arc::unwrap_or_clone)
         .ok_or_else(|| Error::Secret {
             secret: format!("{namespace}/{name}"),
             problem: "does not exist",

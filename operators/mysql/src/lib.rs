@@ -37,6 +37,6 @@ pub fn controllers(
     let clusters =
         runtime.cluster_controller::<crd::MySQLCluster, _, _, _, _>(context.clone(), reconcile::reconcile);
     let backups =
-        runtime.controller::<crd::MySQLBackup, _, _, _, _>(context, backup_controller::reconcile_backup);
+        runtime.leaf_controller::<crd::MySQLBackup, _, _, _, _>(context, backup_controller::reconcile_backup);
     vec![clusters, backups]
 }

@@ -28,10 +28,10 @@ pub fn rules() -> Vec<PolicyRule> {
         // Generated root and replication passwords are created once and never rewritten;
         // user-supplied passwords and backup credentials are read. Watched as owned objects.
         rule("", &["secrets"], &["get", "list", "watch", "create"]),
-        // Member pods: listed, labelled with their role (primary or replica), which is what
+        // Member pods (the operator's own, watched into its cache): listed, labelled with their role (primary or replica), which is what
         // the primary and replicas Services select, and deleted one at a time to roll them onto
         // a new pod template (`quorum_core::rollout`).
-        rule("", &["pods"], &["list", "patch", "delete"]),
+        rule("", &["pods"], &["list", "watch", "patch", "delete"]),
         // Claims listed to find a deleted cluster's leftovers (`quorum_core::predecessor`).
         quorum_core::predecessor::rbac_rule(),
         // Events about the resources, through the de-duplicating recorder.

@@ -20,7 +20,7 @@ use k8s_openapi::{
 };
 use kube::{
     Api, ResourceExt,
-    api::{ListParams, Patch, PatchParams},
+    api::{Patch, PatchParams},
     runtime::controller::Action,
 };
 use quorum_core::{
@@ -49,9 +49,8 @@ use crate::{
     resources::{
         PASSWORD_KEY, ROLE_LABEL, binlog_expire_seconds, build_config_map, build_headless_service,
         build_password_secret, build_pod_disruption_budget, build_primary_service, build_replicas_service,
-        build_scheduled_backup, build_statefulset, generated_root_secret_name, member_name,
-        member_selector_string, ordinal_of, replication_secret_name, root_secret_name, semi_sync,
-        statefulset_name,
+        build_scheduled_backup, build_statefulset, generated_root_secret_name, member_name, member_selector,
+        ordinal_of, replication_secret_name, root_secret_name, semi_sync, statefulset_name,
     },
     restore::StoredSnapshot,
     status::{
@@ -270,8 +269,7 @@ async fn admit(
     cluster: &MySQLCluster,
 ) -> Result<ControlFlow<Action, Arc<MySQLCluster>>, Error> {
     let cluster = match quorum_core::pass::admit(
-        &context.client,
-        &context.events,
+        context,
         cluster,
         &[statefulset_name(&cluster.name_any())],
         |cluster| {
@@ -402,24 +400,25 @@ async fn observe(context: &Context<State>, cluster: &MySQLCluster) -> Result<Obs
     let name = cluster.name_any();
     let key = cluster_key(cluster);
     let addresses = context.state.addresses(cluster);
-    let statefulsets: Api<StatefulSet> =
-        Api::namespaced(context.client.clone(), &cluster.namespace().unwrap_or_default());
-    let statefulset = statefulsets
-        .get_opt(&statefulset_name(&name))
+    let statefulset = context
+        .read::<StatefulSet>(&cluster.namespace().unwrap_or_default(), &statefulset_name(&name))
         .await
         .map_err(api("reading the StatefulSet"))?;
     let statefulset_replicas = statefulset
         .as_ref()
         .and_then(|s| s.spec.as_ref()?.replicas)
         .map(|r| r.max(0) as usize);
-    let pods: Api<Pod> = Api::namespaced(context.client.clone(), &cluster.namespace().unwrap_or_default());
-    let member_pods = pods
-        .list(&ListParams::default().labels(&member_selector_string(cluster)))
+    let member_pods: Vec<Pod> = context
+        .own_pods(
+            &cluster.namespace().unwrap_or_default(),
+            &member_selector(cluster),
+        )
         .await
-        .map_err(api("listing member pods"))?;
-    let templates = Templates::observe(statefulset.as_ref(), &member_pods.items, |pod| {
-        ordinal_of(&name, pod)
-    });
+        .map_err(api("listing member pods"))?
+        .into_iter()
+        .map(Arc::unwrap_or_clone)
+        .collect();
+    let templates = Templates::observe(statefulset.as_deref(), &member_pods, |pod| ordinal_of(&name, pod));
     let view = context
         .state
         .clients
@@ -441,9 +440,9 @@ async fn observe(context: &Context<State>, cluster: &MySQLCluster) -> Result<Obs
         key,
         addresses,
         statefulset_replicas,
-        statefulset_needs_take_over: statefulset.as_ref().is_some_and(needs_take_over),
+        statefulset_needs_take_over: statefulset.as_deref().is_some_and(needs_take_over),
         templates,
-        member_pods: member_pods.items,
+        member_pods,
         view,
     })
 }
@@ -697,11 +696,11 @@ async fn ensure_generated_secret(
 /// The CA certificate (`ca.crt`) of the TLS Secret `name`, which the operator verifies the
 /// members' certificates against; a missing Secret or key is an error naming it.
 async fn read_server_ca(context: &Context<State>, namespace: &str, name: &str) -> Result<Vec<u8>, Error> {
-    let secrets: Api<Secret> = Api::namespaced(context.client.clone(), namespace);
-    secrets
-        .get_opt(name)
+    context
+        .read::<Secret>(namespace, name)
         .await
         .map_err(api(format!("reading Secret {name}")))?
+        .map(Arc::unwrap_or_clone)
         .ok_or_else(|| Error::Secret {
             secret: format!("{namespace}/{name}"),
             problem: "does not exist",
@@ -718,11 +717,11 @@ async fn read_server_ca(context: &Context<State>, namespace: &str, name: &str) -
 }
 
 async fn read_password(context: &Context<State>, namespace: &str, name: &str) -> Result<SecretString, Error> {
-    let secrets: Api<Secret> = Api::namespaced(context.client.clone(), namespace);
-    let secret = secrets
-        .get_opt(name)
+    let secret = context
+        .read::<Secret>(namespace, name)
         .await
         .map_err(api(format!("reading Secret {name}")))?
+        .map(Arc::unwrap_or_clone)
         .ok_or_else(|| Error::Secret {
             secret: format!("{namespace}/{name}"),
             problem: "does not exist",
@@ -766,7 +765,7 @@ async fn remove_switchover_annotation(context: &Context<State>, cluster: &MySQLC
     let clusters: Api<MySQLCluster> =
         Api::namespaced(context.client.clone(), &cluster.namespace().unwrap_or_default());
     let patch = serde_json::json!({"metadata": {"annotations": {SWITCHOVER_ANNOTATION: null}}});
-    clusters
+    let written = clusters
         .patch(
             &cluster.name_any(),
             &PatchParams::default(),
@@ -774,6 +773,7 @@ async fn remove_switchover_annotation(context: &Context<State>, cluster: &MySQLC
         )
         .await
         .map_err(api("removing the switchover annotation"))?;
+    quorum_core::freshness::record(&written);
     Ok(())
 }
 

@@ -46,6 +46,6 @@ pub fn controllers(
         wakeups,
     );
     let backups =
-        runtime.controller::<crd::RedisBackup, _, _, _, _>(context, backup_controller::reconcile_backup);
+        runtime.leaf_controller::<crd::RedisBackup, _, _, _, _>(context, backup_controller::reconcile_backup);
     vec![clusters, backups]
 }

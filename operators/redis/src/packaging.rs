@@ -24,10 +24,10 @@ pub fn rules() -> Vec<PolicyRule> {
         // The generated password is created once and never rewritten; a given password and
         // backup credentials are read. Watched as owned objects.
         rule("", &["secrets"], &["get", "list", "watch", "create"]),
-        // Data pods: listed, labelled with their role (primary or replica), which is what
+        // Data pods (the operator's own, watched into its cache): listed, labelled with their role (primary or replica), which is what
         // the primary and replicas Services select, and deleted one at a time to roll them onto
         // a new template.
-        rule("", &["pods"], &["list", "patch", "delete"]),
+        rule("", &["pods"], &["list", "watch", "patch", "delete"]),
         // Claims listed to find a deleted cluster's leftovers (`quorum_core::predecessor`).
         quorum_core::predecessor::rbac_rule(),
         // Events about the resources, through the de-duplicating recorder.

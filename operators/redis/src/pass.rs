@@ -4,13 +4,10 @@
 //! hands it to [`crate::replication`] or [`crate::sharded`]; neither mode depends on the other
 //! or on `reconcile`.
 
-use std::{collections::BTreeMap, time::Duration};
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
-use k8s_openapi::{
-    api::{apps::v1::StatefulSet, core::v1::Pod},
-    jiff::Timestamp,
-};
-use kube::{Api, ResourceExt, api::ListParams};
+use k8s_openapi::{api::apps::v1::StatefulSet, jiff::Timestamp};
+use kube::ResourceExt;
 use quorum_core::{
     ReconcileError,
     availability::retry::CallError,
@@ -28,7 +25,7 @@ use crate::{
     clients::RedisClients,
     crd::{RedisCluster, RedisClusterStatus},
     reasons::Reason,
-    resources::{ROLE_LABEL, RoleLabel, node_selector_string, ordinal_of},
+    resources::{NODE_COMPONENT, ROLE_LABEL, RoleLabel, ordinal_of, selector},
     sentinel_events::SentinelEvents,
 };
 
@@ -161,11 +158,12 @@ impl Pass<'_> {
 
     /// One of the cluster's StatefulSets; `None` when it does not exist.
     pub async fn statefulset(&self, name: &str) -> Result<Option<StatefulSet>, Error> {
-        let statefulsets: Api<StatefulSet> = Api::namespaced(self.context.client.clone(), &self.namespace());
-        statefulsets
-            .get_opt(name)
+        let found = self
+            .context
+            .read::<StatefulSet>(&self.namespace(), name)
             .await
-            .map_err(api(format!("reading StatefulSet {name}")))
+            .map_err(api(format!("reading StatefulSet {name}")))?;
+        Ok(found.map(Arc::unwrap_or_clone))
     }
 
     /// The replica count of one of the cluster's StatefulSets; `None` when it does not exist.
@@ -175,21 +173,20 @@ impl Pass<'_> {
 
     /// The data pods, as they are now, for this pass to label.
     pub async fn data_pods(&self) -> Result<LabelledPods, Error> {
-        let pods: Api<Pod> = Api::namespaced(self.context.client.clone(), &self.namespace());
-        let listed = pods
-            .list(&ListParams::default().labels(&node_selector_string(self.cluster)))
+        let listed = self
+            .context
+            .own_pods(&self.namespace(), &selector(self.cluster, NODE_COMPONENT))
             .await
             .map_err(api("listing data pods"))?;
-        Ok(LabelledPods::new(listed.items, ROLE_LABEL))
+        Ok(LabelledPods::new(
+            listed.into_iter().map(Arc::unwrap_or_clone).collect(),
+            ROLE_LABEL,
+        ))
     }
 
     pub async fn apply<K>(&self, object: &K) -> Result<(), Error>
     where
-        K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-            + serde::Serialize
-            + serde::de::DeserializeOwned
-            + Clone
-            + std::fmt::Debug,
+        K: quorum_core::cache::Cacheable + serde::Serialize,
     {
         self.context.applier.apply(object).await?;
         Ok(())

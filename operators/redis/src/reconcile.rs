@@ -43,8 +43,7 @@ pub async fn reconcile(cluster: Arc<RedisCluster>, context: Arc<Context<State>>)
     // Status is this operator's memory (the primary, the rebalance in flight, the restore
     // recorded): decided on as stored (`quorum_core::pass::admit`).
     let cluster = match quorum_core::pass::admit(
-        &context.client,
-        &context.events,
+        &context,
         cluster.as_ref(),
         &[
             crate::resources::statefulset_name(&name),
@@ -152,11 +151,11 @@ async fn ensure_generated_secret(context: &Context<State>, cluster: &RedisCluste
 
 /// The password in the Secret `name`, as the servers are configured with it.
 pub async fn read_password(context: &Context<State>, namespace: &str, name: &str) -> Result<String, Error> {
-    let secrets: Api<Secret> = Api::namespaced(context.client.clone(), namespace);
-    let secret = secrets
-        .get_opt(name)
+    let secret = context
+        .read::<Secret>(namespace, name)
         .await
         .map_err(api(format!("reading Secret {name}")))?
+        .map(Arc::unwrap_or_clone)
         .ok_or_else(|| Error::Secret {
             secret: format!("{namespace}/{name}"),
             problem: "does not exist",

@@ -545,7 +545,7 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
     /// `lastBackup` on the cluster; its own reconciler writes only the status fields it changed.
     async fn record_on_cluster(&self, record: BackupRecord) -> Result<(), Failure<E>> {
         let clusters: Api<E::Cluster> = Api::namespaced(self.context.client.clone(), &self.namespace);
-        clusters
+        let written = clusters
             .patch_status(
                 &self.spec().cluster_name,
                 &PatchParams::default(),
@@ -553,6 +553,7 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
             )
             .await
             .map_err(BackupControllerError::RecordOnCluster)?;
+        crate::freshness::record(&written);
         Ok(())
     }
 

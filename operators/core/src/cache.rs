@@ -1,0 +1,267 @@
+//! The operator's watch caches of its own objects, so a pass over a settled cluster reads nothing
+//! from the API server.
+//!
+//! A cluster controller watches the StatefulSets, Services, PodDisruptionBudgets, Secrets,
+//! ConfigMaps and Pods labelled as managed by its operator (no other object of the cluster is
+//! held in memory), and keeps each kind in a reflector store registered here. A pass asks the
+//! cache first and the API server only when the cache cannot answer:
+//!
+//! - before a store's first complete listing, or for a kind or namespace no store covers;
+//! - for a name the store does not hold: an object without the operator's label (someone else's,
+//!   in the way) is never in it, so absence in the cache proves nothing;
+//! - for a list whose selector does not include the store's own, so the store may miss some;
+//! - when the copy is not the version this process last wrote or read ([`crate::freshness`]).
+//!
+//! What the API server answers is recorded as the newest version known, so the next pass can
+//! use the cache again once the watch has delivered it.
+
+use std::{
+    any::{Any, TypeId},
+    collections::{BTreeMap, HashMap, HashSet},
+    fmt::Debug,
+    sync::{
+        Arc, Mutex, RwLock,
+        atomic::{AtomicBool, Ordering},
+    },
+};
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::NamespaceResourceScope;
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::ListParams,
+    runtime::{
+        WatchStreamExt,
+        reflector::{self, ObjectRef, Store},
+        watcher,
+    },
+};
+use serde::de::DeserializeOwned;
+
+use crate::freshness::{self, Currency};
+
+/// The bounds of a kind the cache can hold.
+pub trait Cacheable:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Clone
+    + Debug
+    + DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Cacheable for K where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + Debug
+        + DeserializeOwned
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// One watched scope of one kind.
+struct Watched<K: Cacheable> {
+    /// The namespace watched, or every namespace.
+    namespace: Option<String>,
+    /// The labels every object of the store carries (its watch's selector).
+    selector: BTreeMap<String, String>,
+    store: Store<K>,
+    listed: Arc<AtomicBool>,
+}
+
+impl<K: Cacheable> Watched<K> {
+    fn covers(&self, namespace: &str) -> bool {
+        self.listed.load(Ordering::Acquire) && self.namespace.as_deref().is_none_or(|ns| ns == namespace)
+    }
+}
+
+/// The caches of one operator process, by kind. Cloning shares them.
+#[derive(Clone, Default)]
+pub struct Cache {
+    stores: Arc<RwLock<HashMap<TypeId, Box<dyn Any + Send + Sync>>>>,
+    /// The uids of clusters found free of a deleted predecessor's leftovers
+    /// ([`crate::predecessor::held_back`]): what never changes once learned.
+    free_of_leftovers: Arc<Mutex<HashSet<String>>>,
+}
+
+impl Cache {
+    /// Watches the objects of `api` (one namespace or all) that carry every label of `selector`,
+    /// keeping them in a store of this cache. The returned stream must be polled for the store to
+    /// fill; it yields every object added, changed or deleted, for a controller's triggers.
+    pub fn watch<K: Cacheable>(
+        &self,
+        api: Api<K>,
+        namespace: Option<String>,
+        selector: BTreeMap<String, String>,
+    ) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static {
+        let (store, writer) = reflector::store();
+        let config = watcher::Config::default().labels(&selector_string(&selector));
+        let listed = self.keep(store, namespace, selector);
+        watcher(api, config)
+            .default_backoff()
+            .reflect(writer)
+            .inspect(move |event| mark_listed(&listed, event))
+            .touched_objects()
+    }
+
+    /// Keeps `store` (filled by a watch of `namespace`, or of every namespace, selecting
+    /// `selector`) for lookups; the watch marks the returned flag with [`mark_listed`].
+    pub(crate) fn keep<K: Cacheable>(
+        &self,
+        store: Store<K>,
+        namespace: Option<String>,
+        selector: BTreeMap<String, String>,
+    ) -> Arc<AtomicBool> {
+        let listed = Arc::new(AtomicBool::new(false));
+        self.register(Watched {
+            namespace,
+            selector,
+            store,
+            listed: listed.clone(),
+        });
+        listed
+    }
+
+    fn register<K: Cacheable>(&self, watched: Watched<K>) {
+        if let Ok(mut stores) = self.stores.write() {
+            stores
+                .entry(TypeId::of::<K>())
+                .or_insert_with(|| Box::new(Vec::<Watched<K>>::new()))
+                .downcast_mut::<Vec<Watched<K>>>()
+                .expect("stores are keyed by their kind")
+                .push(watched);
+        }
+    }
+
+    fn with_stores<K: Cacheable, T>(&self, read: impl FnOnce(&[Watched<K>]) -> Option<T>) -> Option<T> {
+        let stores = self.stores.read().ok()?;
+        let watched = stores
+            .get(&TypeId::of::<K>())?
+            .downcast_ref::<Vec<Watched<K>>>()?;
+        read(watched)
+    }
+
+    /// Whether the cluster with uid `uid` was found free of a deleted predecessor's leftovers.
+    pub fn is_free_of_leftovers(&self, uid: &str) -> bool {
+        !uid.is_empty() && self.free_of_leftovers.lock().is_ok_and(|free| free.contains(uid))
+    }
+
+    /// Remembers that the cluster with uid `uid` is free of a deleted predecessor's leftovers.
+    pub fn set_free_of_leftovers(&self, uid: String) {
+        if let Ok(mut free) = self.free_of_leftovers.lock() {
+            free.insert(uid);
+        }
+    }
+
+    /// The cached copy of `namespace/name`, when the cache holds it at the version this process
+    /// last knew; `None` when only the API server can tell.
+    pub fn get<K: Cacheable>(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
+        self.with_stores::<K, _>(|watched| {
+            let reference = ObjectRef::new(name).within(namespace);
+            let copy = watched
+                .iter()
+                .filter(|watched| watched.covers(namespace))
+                .find_map(|watched| watched.store.get(&reference))?;
+            (freshness::currency(copy.as_ref()) != Currency::Stale).then_some(copy)
+        })
+    }
+
+    /// The cached objects of `namespace` carrying every label of `labels`, when a store holds all
+    /// of them, each at the version this process last knew; `None` when only the API server can
+    /// tell.
+    pub fn list<K: Cacheable>(
+        &self,
+        namespace: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> Option<Vec<Arc<K>>> {
+        self.with_stores::<K, _>(|watched| {
+            let store = watched.iter().find(|watched| {
+                watched.covers(namespace)
+                    && watched
+                        .selector
+                        .iter()
+                        .all(|(key, value)| labels.get(key) == Some(value))
+            })?;
+            let found = store.store.state_filter(|object| {
+                object.namespace().as_deref() == Some(namespace)
+                    && labels
+                        .iter()
+                        .all(|(key, value)| object.labels().get(key) == Some(value))
+            });
+            found
+                .iter()
+                .all(|object| freshness::currency(object.as_ref()) != Currency::Stale)
+                .then_some(found)
+        })
+    }
+
+    /// As [`Cache::get`], reading from the API server when the cache cannot answer.
+    ///
+    /// # Errors
+    /// When the API server cannot be read.
+    pub async fn get_or_read<K: Cacheable>(
+        &self,
+        client: &Client,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Arc<K>>, kube::Error> {
+        if let Some(copy) = self.get::<K>(namespace, name) {
+            return Ok(Some(copy));
+        }
+        let read = Api::<K>::namespaced(client.clone(), namespace)
+            .get_opt(name)
+            .await?;
+        match &read {
+            Some(object) => freshness::record(object),
+            None => freshness::record_deleted::<K>(namespace, name),
+        }
+        Ok(read.map(Arc::new))
+    }
+
+    /// As [`Cache::list`], listing from the API server when the cache cannot answer.
+    ///
+    /// # Errors
+    /// When the API server cannot be read.
+    pub async fn list_or_read<K: Cacheable>(
+        &self,
+        client: &Client,
+        namespace: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<Vec<Arc<K>>, kube::Error> {
+        if let Some(found) = self.list::<K>(namespace, labels) {
+            return Ok(found);
+        }
+        let listed = Api::<K>::namespaced(client.clone(), namespace)
+            .list(&ListParams::default().labels(&selector_string(labels)))
+            .await?;
+        Ok(listed
+            .items
+            .into_iter()
+            .map(|object| {
+                freshness::record(&object);
+                Arc::new(object)
+            })
+            .collect())
+    }
+}
+
+/// Marks a store listed once its watch delivered a complete listing: the store swaps one in at
+/// once, so from then on it always holds one.
+pub(crate) fn mark_listed<K>(listed: &AtomicBool, event: &Result<watcher::Event<K>, watcher::Error>) {
+    if let Ok(watcher::Event::InitDone) = event {
+        listed.store(true, Ordering::Release);
+    }
+}
+
+/// `a=b,c=d`.
+pub fn selector_string(labels: &BTreeMap<String, String>) -> String {
+    labels
+        .iter()
+        .map(|(key, value)| format!("{key}={value}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
