@@ -84,6 +84,9 @@ async fn a_member_that_died_with_its_data_is_replaced_under_the_same_name() {
         }
     };
     let before = wait::until("three healthy members", Duration::from_secs(120), healthy_three).await;
+    // A version of the cluster from before the replacement, which a watch cache lagging behind
+    // the status writes could still hand to a pass.
+    let earlier_version = clusters.get("main").await.unwrap().metadata.resource_version;
 
     // The process dies and its data with it.
     members.kill(&ns, "main-2").await;
@@ -109,14 +112,16 @@ async fn a_member_that_died_with_its_data_is_replaced_under_the_same_name() {
     );
     assert_eq!(ids(&after)["main-1"], ids(&before)["main-1"]);
 
-    // A pass handed a copy one status write behind (as a lagging watch cache can), which still
-    // lists main-2's old volume as to be wiped, must not wipe the replacement that joined.
+    // A pass handed a copy some status writes behind (as a lagging watch cache can, at the
+    // version it had then), which still lists main-2's old volume as to be wiped, must not wipe
+    // the replacement that joined.
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
     let pod_uid = pods.get("main-2").await.unwrap().uid();
     let claim_uid = claims.get("data-main-2").await.unwrap().uid();
     let mut stale = clusters.get("main").await.unwrap();
     stale.status.get_or_insert_default().wipe_pending = vec![2];
+    stale.metadata.resource_version = earlier_version;
     etcd_operator::reconcile::reconcile(Arc::new(stale), operator.context.clone())
         .await
         .expect("a pass");
