@@ -20,6 +20,8 @@
 //! - [`fault_proxy`]: a TCP proxy that blackholes, delays, resets or cuts one direction.
 //! - [`helm`]: an operator installed from its Helm chart, its ServiceAccount's token at hand.
 //! - [`history`]: a client history of writes, checked for lost acknowledged writes.
+//! - [`idle`]: what passes over a settled cluster cost the API server (nothing, but a read of
+//!   what changed).
 //! - [`operator`]: an operator run in the test process, with the tests' short timeouts.
 //! - [`olm`]: real OLM v0 out of cluster, and catalogs of inline bundles served by `opm serve`.
 //! - [`real_node`]: the real node, where pods are real containers: placing pods there, reaching
@@ -35,6 +37,7 @@ pub mod etcd;
 pub mod fault_proxy;
 pub mod helm;
 pub mod history;
+pub mod idle;
 pub mod local_members;
 pub mod mariadb;
 pub mod mongo;

@@ -231,6 +231,7 @@ impl Applier {
         };
         let owned = existing.is_some_and(|existing| controller_uid(&existing) == owner.meta().uid);
         if owned {
+            freshness::record_deleted::<K>(&namespace, name);
             ignore_not_found(api.delete(name, &DeleteParams::default()).await.map(drop)).map_err(
                 |source| Error::Delete {
                     kind,
@@ -238,7 +239,6 @@ impl Applier {
                     source,
                 },
             )?;
-            freshness::record_deleted::<K>(&namespace, name);
         }
         // Removed, absent or someone else's: this owner has nothing under the name until it
         // wants it again.

@@ -14,6 +14,11 @@
 //!
 //! What the API server answers is recorded as the newest version known, so the next pass can
 //! use the cache again once the watch has delivered it.
+//!
+//! An object a spec names but the operator does not label (a Secret with a user's password or
+//! certificates) is in no store: it is read, then used for [`REFERENCED_FOR`] before it is read
+//! again, so a settled cluster does not read it on every pass. A change to it reaches the
+//! cluster within that time.
 
 use std::{
     any::{Any, TypeId},
@@ -23,6 +28,7 @@ use std::{
         Arc, Mutex, RwLock,
         atomic::{AtomicBool, Ordering},
     },
+    time::{Duration, Instant},
 };
 
 use futures::{Stream, StreamExt};
@@ -39,6 +45,13 @@ use kube::{
 use serde::de::DeserializeOwned;
 
 use crate::freshness::{self, Currency};
+
+/// How long a copy of an object no watch holds (a Secret a user names in a spec) is used before
+/// it is read again.
+pub const REFERENCED_FOR: Duration = Duration::from_secs(600);
+
+/// Kind, namespace and name.
+type ReferencedKey = (TypeId, String, String);
 
 /// The bounds of a kind the cache can hold.
 pub trait Cacheable:
@@ -86,7 +99,12 @@ pub struct Cache {
     /// The uids of clusters found free of a deleted predecessor's leftovers
     /// ([`crate::predecessor::held_back`]): what never changes once learned.
     free_of_leftovers: Arc<Mutex<HashSet<String>>>,
+    /// Objects no store holds, as last read, and when.
+    referenced: Arc<Mutex<HashMap<ReferencedKey, ReferencedCopy>>>,
 }
+
+/// When an object no store holds was read, and what was read.
+type ReferencedCopy = (Instant, Arc<dyn Any + Send + Sync>);
 
 impl Cache {
     /// Watches the objects of `api` (one namespace or all) that carry every label of `selector`,
@@ -104,7 +122,10 @@ impl Cache {
         watcher(api, config)
             .default_backoff()
             .reflect(writer)
-            .inspect(move |event| mark_listed(&listed, event))
+            .inspect(move |event| {
+                mark_listed(&listed, event);
+                freshness::observe(event);
+            })
             .touched_objects()
     }
 
@@ -212,14 +233,54 @@ impl Cache {
         if let Some(copy) = self.get::<K>(namespace, name) {
             return Ok(Some(copy));
         }
+        let key = (TypeId::of::<K>(), namespace.to_string(), name.to_string());
+        if let Some(copy) = self.referenced::<K>(&key) {
+            return Ok(Some(copy));
+        }
         let read = Api::<K>::namespaced(client.clone(), namespace)
             .get_opt(name)
             .await?;
-        match &read {
-            Some(object) => freshness::record(object),
-            None => freshness::record_deleted::<K>(namespace, name),
+        let Some(object) = read else {
+            // Absent now: nothing of this process's is awaited (a copy the watch delivers later
+            // is as trusted as one never read).
+            freshness::forget::<K>(namespace, name);
+            return Ok(None);
+        };
+        freshness::record(&object);
+        let object = Arc::new(object);
+        // Only beside a store of its kind, which would hold it if it could: a context without
+        // stores (a test driving passes by hand) reads everything every time.
+        if self.could_hold(object.as_ref()) == Some(false)
+            && let Ok(mut referenced) = self.referenced.lock()
+        {
+            referenced.insert(key, (Instant::now(), object.clone()));
         }
-        Ok(read.map(Arc::new))
+        Ok(Some(object))
+    }
+
+    /// The copy of an object no store can hold, read less than [`REFERENCED_FOR`] ago.
+    fn referenced<K: Cacheable>(&self, key: &ReferencedKey) -> Option<Arc<K>> {
+        let referenced = self.referenced.lock().ok()?;
+        let (read_at, copy) = referenced.get(key)?;
+        if read_at.elapsed() >= REFERENCED_FOR {
+            return None;
+        }
+        copy.clone().downcast::<K>().ok()
+    }
+
+    /// Whether a store of `object`'s kind would hold it once its watch delivers it (it carries
+    /// the labels that store selects by); `None` when there is no store of its kind.
+    fn could_hold<K: Cacheable>(&self, object: &K) -> Option<bool> {
+        let namespace = object.namespace().unwrap_or_default();
+        self.with_stores::<K, _>(|watched| {
+            Some(watched.iter().any(|watched| {
+                watched.namespace.as_deref().is_none_or(|ns| ns == namespace)
+                    && watched
+                        .selector
+                        .iter()
+                        .all(|(key, value)| object.labels().get(key) == Some(value))
+            }))
+        })
     }
 
     /// As [`Cache::list`], listing from the API server when the cache cannot answer.

@@ -449,7 +449,10 @@ impl Runtime {
         let trigger = watcher(api(client.clone()), watcher::Config::default())
             .default_backoff()
             .reflect(writer)
-            .inspect(move |event| crate::cache::mark_listed(&listed, event))
+            .inspect(move |event| {
+                crate::cache::mark_listed(&listed, event);
+                crate::freshness::observe(event);
+            })
             .applied_objects()
             .predicate_filter(
                 predicates::generation.combine(predicates::annotations),

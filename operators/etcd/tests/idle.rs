@@ -20,18 +20,10 @@ use kube::{
 };
 use quorum_e2e::{
     control_plane::{TestNamespace, admin_client, install_crd, recording_admin_client},
+    idle,
     local_members::{EtcdLauncher, LocalMembers},
     tools::etcd_binary,
-    wait,
 };
-
-fn passes(metrics: &str) -> u64 {
-    metrics
-        .lines()
-        .find(|line| line.starts_with(r#"quorum_reconcile_total{controller="etcdclusters"}"#))
-        .and_then(|line| line.rsplit(' ').next()?.parse().ok())
-        .unwrap_or(0)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn passes_over_a_settled_cluster_write_nothing_read_only_what_changed_and_take_back_a_widened_selector()
@@ -63,59 +55,27 @@ async fn passes_over_a_settled_cluster_write_nothing_read_only_what_changed_and_
         .unwrap();
     support::ready_with(&clusters, "main", 3, Duration::from_secs(120)).await;
 
-    // A pass is asked for by touching an annotation (the test's write, to the cluster object
-    // itself, which is not counted), and counted by the operator's pass counter.
-    let pass = |round: usize| {
-        let clusters = clusters.clone();
-        let context = operator.context.clone();
-        async move {
-            let before = passes(&context.metrics.render());
-            let poke =
-                serde_json::json!({"metadata": {"annotations": {"test.quorum.dev/poke": round.to_string()}}});
-            clusters
-                .patch("main", &PatchParams::default(), &Patch::Merge(&poke))
-                .await
-                .unwrap();
-            wait::until("a pass", Duration::from_secs(30), || async {
-                let after = passes(&context.metrics.render());
-                if after > before {
-                    Ok(())
-                } else {
-                    Err(format!("{after} passes"))
-                }
-            })
-            .await;
-        }
-    };
-    // The first passes after the operator started apply every child once.
-    pass(0).await;
-    let before = sent.writes().len();
-    let reads_before = sent.reads().len();
+    let metrics = operator.context.metrics.clone();
+    // The operator's events go through the recorded client too: none may be among the writes.
+    idle::poke(&clusters, "main", &metrics, "etcdclusters", 0).await;
     assert!(
         sent.writes().iter().any(|(_, path)| path.contains("/events")),
         "the operator's events go through the recorded client: {:?}",
         sent.writes()
     );
-    for round in 1..=3 {
-        pass(round).await;
-    }
-    // The operator's events are written through the same client: none may be among these.
-    // (Counting the events in the namespace instead also counts the controllers' own, which
-    // arrive late when the machine is busy.)
-    let written = &sent.writes()[before..];
-    assert!(
-        written.is_empty(),
-        "three passes over a settled cluster wrote: {written:?}"
-    );
-    // Each poke changed the cluster object, so a pass reads it as stored (status is the
+    // Each poke changes the cluster object, so a pass reads it as stored (status is the
     // operator's memory); its StatefulSet, Services, ConfigMap, budget, pods and scheduled
     // backup come from the watch caches.
-    let cluster_path = format!("/apis/etcd.quorum.dev/v1alpha1/namespaces/{ns}/etcdclusters/main");
-    let read = &sent.reads()[reads_before..];
-    assert!(
-        read.iter().all(|(_, target)| target == &cluster_path),
-        "three passes over a settled cluster read more than the cluster itself: {read:?}"
-    );
+    idle::assert_settled_passes_are_free(
+        &clusters,
+        "main",
+        &format!("/apis/etcd.quorum.dev/v1alpha1/namespaces/{ns}/etcdclusters/main"),
+        &metrics,
+        "etcdclusters",
+        &sent,
+        3,
+    )
+    .await;
 
     // A selector someone else widened (an atomic map: its values alone still hold every label
     // the operator wants) is taken back by the next pass.
@@ -126,7 +86,7 @@ async fn passes_over_a_settled_cluster_write_nothing_read_only_what_changed_and_
         .patch("main", &PatchParams::default(), &Patch::Merge(&widened))
         .await
         .unwrap();
-    pass(4).await;
+    idle::poke(&clusters, "main", &metrics, "etcdclusters", 4).await;
     let selector = budgets.get("main").await.unwrap().spec.unwrap().selector;
     assert_eq!(selector, wanted, "the operator's selector is back");
 

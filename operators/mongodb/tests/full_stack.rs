@@ -25,6 +25,29 @@ fn condition(
         .map(|c| (c.status.clone(), c.reason.clone()))
 }
 
+/// A settled set costs the API server nothing: passes over it write nothing (no status, no
+/// event, no child) and read nothing but the set object the test touched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn passes_over_a_settled_set_write_nothing_and_read_only_what_changed() {
+    let (operator_client, sent) = quorum_e2e::control_plane::recording_admin_client().await;
+    let setup = Setup::start_with("mongodb-idle", operator_client).await;
+    setup.create_ready("shop", spec(3), 3).await;
+    quorum_e2e::idle::assert_settled_passes_are_free(
+        &setup.sets,
+        "shop",
+        &format!(
+            "/apis/mongodb.quorum.dev/v1alpha1/namespaces/{}/mongodbreplicasets/shop",
+            setup.ns()
+        ),
+        &setup.operator.context.metrics,
+        "mongodbreplicasets",
+        &sent,
+        5,
+    )
+    .await;
+    setup.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_set_forms_grows_through_non_voting_members_and_shrinks_keeping_every_write() {
     let setup = Setup::start("mongodb-scale").await;

@@ -19,10 +19,35 @@ use kube::{
 use mysql_async::prelude::Queryable;
 use mysql_operator::resources::ROLE_LABEL;
 use quorum_e2e::{
+    control_plane::recording_admin_client,
     fault_proxy::{Fault, FaultProxy},
-    wait,
+    idle, wait,
 };
 use support::{app_connection, converges, insert_items, item_ids, ready, setup};
+
+/// A settled cluster costs the API server nothing: passes over it write nothing (no status, no
+/// event, no child, no label) and read nothing but the cluster object the test touched.
+#[tokio::test]
+async fn passes_over_a_settled_cluster_write_nothing_and_read_only_what_changed() {
+    let (operator_client, sent) = recording_admin_client().await;
+    let setup = support::setup_with("mysql-idle", operator_client).await;
+    setup.create(2).await;
+    ready(&setup.clusters, "main", 1).await;
+    idle::assert_settled_passes_are_free(
+        &setup.clusters,
+        "main",
+        &format!(
+            "/apis/mysql.quorum.dev/v1alpha1/namespaces/{}/mysqlclusters/main",
+            setup.ns()
+        ),
+        &setup.operator.context.metrics,
+        "mysqlclusters",
+        &sent,
+        5,
+    )
+    .await;
+    setup.finish().await;
+}
 
 #[tokio::test]
 async fn a_cluster_forms_grows_by_snapshot_and_shrinks_with_roles_services_and_status() {

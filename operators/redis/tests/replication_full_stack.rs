@@ -70,6 +70,29 @@ async fn sentinel_primary(address: SocketAddr, password: &str) -> Option<SocketA
     format!("{ip}:{port}").parse().ok()
 }
 
+/// A settled deployment costs the API server nothing: passes over it write nothing (no status,
+/// no event, no child, no label) and read nothing but the cluster object the test touched.
+#[tokio::test]
+async fn passes_over_a_settled_deployment_write_nothing_and_read_only_what_changed() {
+    let (operator_client, sent) = quorum_e2e::control_plane::recording_admin_client().await;
+    let setup = Setup::start_with("redis-idle", Duration::from_secs(30), operator_client).await;
+    setup.create_ready("cache", replication_spec(2), 3).await;
+    quorum_e2e::idle::assert_settled_passes_are_free(
+        &setup.clusters,
+        "cache",
+        &format!(
+            "/apis/redis.quorum.dev/v1alpha1/namespaces/{}/redisclusters/cache",
+            setup.ns()
+        ),
+        &setup.operator.context.metrics,
+        "redisclusters",
+        &sent,
+        5,
+    )
+    .await;
+    setup.stop().await;
+}
+
 #[tokio::test]
 async fn a_replication_deployment_forms_with_sentinels_watching_and_role_services() {
     let setup = Setup::start("redis-form").await;

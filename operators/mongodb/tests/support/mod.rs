@@ -64,6 +64,12 @@ pub struct Setup {
 
 impl Setup {
     pub async fn start(prefix: &str) -> Self {
+        Self::start_with(prefix, admin_client().await).await
+    }
+
+    /// As [`Setup::start`], the operator sending its requests through `operator_client` (a
+    /// recording one, to count them).
+    pub async fn start_with(prefix: &str, operator_client: kube::Client) -> Self {
         quorum_core::telemetry::init(quorum_core::config::LogFormat::Text);
         quorum_core::install_crypto_provider();
         let client = admin_client().await;
@@ -73,7 +79,7 @@ impl Setup {
         let ns = namespace.name().to_string();
         let state = std::env::temp_dir().join(format!("quorum-local-mongodb-{ns}"));
         let pods = LocalMembers::start(client.clone(), MongoLauncher, state, Some(ns.clone()));
-        let operator = start_operator(client.clone(), &ns);
+        let operator = start_operator(operator_client, &ns);
         let sets = Api::namespaced(client.clone(), &ns);
         Self {
             client,

@@ -74,6 +74,12 @@ pub struct Setup {
 /// A fresh namespace named after `prefix`, set up as [`Setup`] says, with the application
 /// account's Secret.
 pub async fn setup(prefix: &str) -> Setup {
+    setup_with(prefix, admin_client().await).await
+}
+
+/// As [`setup`], the operator sending its requests through `operator_client` (a recording
+/// one, to count them).
+pub async fn setup_with(prefix: &str, operator_client: kube::Client) -> Setup {
     quorum_core::telemetry::init(quorum_core::config::LogFormat::Text);
     let client = admin_client().await;
     install_crd(&client, &MySQLCluster::crd()).await;
@@ -82,7 +88,7 @@ pub async fn setup(prefix: &str) -> Setup {
     let ns = namespace.name().to_string();
     let state = std::env::temp_dir().join(format!("quorum-local-members-{ns}"));
     let members = LocalMembers::start(client.clone(), MariaDbLauncher, state, Some(ns.clone()));
-    let operator = start_operator(client.clone(), &ns);
+    let operator = start_operator(operator_client, &ns);
     create_app_secret(&client, &ns).await;
     let clusters = Api::namespaced(client.clone(), &ns);
     Setup {

@@ -100,6 +100,12 @@ impl Setup {
     /// As [`Setup::start`], with the operator's settled clusters rechecked every
     /// `settled_recheck` unless something wakes them sooner.
     pub async fn start_rechecking(prefix: &str, settled_recheck: Duration) -> Self {
+        Self::start_with(prefix, settled_recheck, admin_client().await).await
+    }
+
+    /// As [`Setup::start_rechecking`], the operator sending its requests through
+    /// `operator_client` (a recording one, to count them).
+    pub async fn start_with(prefix: &str, settled_recheck: Duration, operator_client: kube::Client) -> Self {
         quorum_core::telemetry::init(quorum_core::config::LogFormat::Text);
         quorum_core::install_crypto_provider();
         let client = admin_client().await;
@@ -109,7 +115,7 @@ impl Setup {
         let ns = namespace.name().to_string();
         let state = std::env::temp_dir().join(format!("quorum-local-redis-{ns}"));
         let pods = LocalMembers::start(client.clone(), RedisLauncher, state, Some(ns.clone()));
-        let operator = start_operator_rechecking(client.clone(), &ns, false, settled_recheck);
+        let operator = start_operator_rechecking(operator_client, &ns, false, settled_recheck);
         let clusters = Api::namespaced(client.clone(), &ns);
         Self {
             client,

@@ -1,0 +1,117 @@
+//! What passes over a settled cluster cost the API server, counted by the operator's own
+//! client ([`crate::control_plane::recording_admin_client`]).
+//!
+//! A pass is asked for by touching an annotation of the cluster object (the test's write, not
+//! counted) and awaited on the operator's pass counter. The first pass after the operator
+//! started may still apply children once; the rounds after it must write nothing, and read
+//! nothing but the cluster object that the annotation changed: everything else a pass needs is
+//! in the operator's watch caches.
+
+use std::{fmt::Debug, time::Duration};
+
+use kube::{
+    Api, Resource,
+    api::{Patch, PatchParams},
+};
+use quorum_core::metrics::Metrics;
+use serde::{Serialize, de::DeserializeOwned};
+
+use crate::{control_plane::RequestLog, wait};
+
+/// The passes counted by `controller`'s reconcile counter in `metrics`.
+pub fn passes(metrics: &Metrics, controller: &str) -> u64 {
+    let prefix = format!(r#"quorum_reconcile_total{{controller="{controller}"}}"#);
+    metrics
+        .render()
+        .lines()
+        .find(|line| line.starts_with(&prefix))
+        .and_then(|line| line.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Touches an annotation of `name` and waits until `controller` has made one more pass.
+pub async fn poke<K>(objects: &Api<K>, name: &str, metrics: &Metrics, controller: &str, round: usize)
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    let before = passes(metrics, controller);
+    // A value never used before, so the touch is a change whatever touched it before.
+    let value = format!(
+        "{round}-{}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos()
+    );
+    let poke = serde_json::json!({"metadata": {"annotations": {"test.quorum.dev/poke": value}}});
+    objects
+        .patch(name, &PatchParams::default(), &Patch::Merge(&poke))
+        .await
+        .expect("touch the cluster");
+    wait::until("a pass", Duration::from_secs(30), || async {
+        let after = passes(metrics, controller);
+        if after > before {
+            Ok(())
+        } else {
+            Err(format!("{after} passes"))
+        }
+    })
+    .await;
+}
+
+/// Waits until `name` says it is settled: its `Progressing` condition `False`.
+pub async fn settled<K>(objects: &Api<K>, name: &str)
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Serialize,
+{
+    wait::until("the cluster settled", Duration::from_secs(120), || async {
+        let object = objects.get(name).await.map_err(|error| error.to_string())?;
+        let conditions = serde_json::to_value(&object).unwrap_or_default()["status"]["conditions"].clone();
+        let progressing = conditions
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|condition| condition["type"] == "Progressing")
+            .cloned();
+        match &progressing {
+            Some(condition) if condition["status"] == "False" => Ok(()),
+            _ => Err(format!("Progressing: {progressing:?}")),
+        }
+    })
+    .await;
+}
+
+/// Waits until `name` is settled, asks for one pass over it, then for `rounds` more, and
+/// asserts that those wrote nothing and read nothing but `name` itself (its path
+/// `object_path`).
+///
+/// # Panics
+/// When they did, naming every request.
+pub async fn assert_settled_passes_are_free<K>(
+    objects: &Api<K>,
+    name: &str,
+    object_path: &str,
+    metrics: &Metrics,
+    controller: &str,
+    sent: &RequestLog,
+    rounds: usize,
+) where
+    K: Resource + Clone + DeserializeOwned + Debug + Serialize,
+{
+    settled(objects, name).await;
+    poke(objects, name, metrics, controller, 0).await;
+    let (writes, reads) = (sent.writes().len(), sent.reads().len());
+    for round in 1..=rounds {
+        poke(objects, name, metrics, controller, round).await;
+    }
+    let written = &sent.writes()[writes..];
+    assert!(
+        written.is_empty(),
+        "{rounds} passes over a settled cluster wrote: {written:?}"
+    );
+    let read = &sent.reads()[reads..];
+    assert!(
+        read.iter().all(|(_, target)| target == object_path),
+        "{rounds} passes over a settled cluster read more than the cluster itself: {read:?}"
+    );
+}
