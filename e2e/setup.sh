@@ -110,9 +110,14 @@ if need_cmd rustup; then
 fi
 
 # Incremental-compilation state left by builds nobody repeats (other checkouts, old crate
-# versions) only fills the shared cache: drop what has not been touched for three days.
+# versions) only fills the shared cache (it reached 21 GiB on a disk that then ran full): drop
+# what has not been touched for a day, and all of it when the disk has less than 15 GiB free.
 if [[ -n ${CARGO_TARGET_DIR:-} && -d $CARGO_TARGET_DIR/debug/incremental ]]; then
-  find "$CARGO_TARGET_DIR/debug/incremental" -mindepth 1 -maxdepth 1 -type d -mtime +3 -exec rm -rf {} + 2>/dev/null || true
+  find "$CARGO_TARGET_DIR/debug/incremental" -mindepth 1 -maxdepth 1 -type d -mtime +0 -exec rm -rf {} + 2>/dev/null || true
+  free_kib=$(df -Pk "$CARGO_TARGET_DIR" | awk 'NR == 2 {print $4}')
+  if (( free_kib < 15 * 1024 * 1024 )); then
+    rm -rf "$CARGO_TARGET_DIR/debug/incremental"
+  fi
 fi
 
 [[ $stage == system ]] && exit 0

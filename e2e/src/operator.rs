@@ -33,6 +33,9 @@ pub fn runtime(
         leader_election_namespace: Some(namespace.to_string()),
         identity: Some(identity.to_string()),
         pod_namespace: None,
+        api_qps: 20,
+        api_burst: 30,
+        max_concurrent_reconciles: 10,
     };
     Runtime::new(operator, config, client).with_retry_policy(RetryPolicy {
         first: Duration::from_millis(200),

@@ -142,6 +142,9 @@ fn config_for(namespace: &str, metrics_port: u16) -> OperatorConfig {
         leader_election_namespace: None,
         identity: Some("proof-test".into()),
         pod_namespace: None,
+        api_qps: 20,
+        api_burst: 30,
+        max_concurrent_reconciles: 10,
     }
 }
 

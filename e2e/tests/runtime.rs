@@ -33,6 +33,9 @@ async fn serves_health_and_metrics_holds_the_lease_and_releases_it_on_shutdown()
         leader_election_namespace: Some(namespace.name().to_string()),
         identity: Some("replica-a".into()),
         pod_namespace: None,
+        api_qps: 20,
+        api_burst: 30,
+        max_concurrent_reconciles: 10,
     };
     let runtime = Runtime::new("runtime-test", config, client.clone()).with_lease_timings(LeaseTimings {
         lease_duration: Duration::from_secs(3),
@@ -96,6 +99,9 @@ fn runtime_named(client: &kube::Client, namespace: &str, identity: &str, port: u
         leader_election_namespace: Some(namespace.to_string()),
         identity: Some(identity.into()),
         pod_namespace: None,
+        api_qps: 20,
+        api_burst: 30,
+        max_concurrent_reconciles: 10,
     };
     Runtime::new("runtime-test", config, client.clone()).with_lease_timings(LeaseTimings {
         lease_duration: Duration::from_secs(3),

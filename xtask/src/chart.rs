@@ -66,6 +66,11 @@ pub struct ChartValues {
     #[schemars(regex(pattern = r"^(text|json)$"))]
     pub log_format: String,
     pub leader_election: bool,
+    /// How fast the operator may call the API server.
+    pub api: ApiRate,
+    /// Passes each controller runs at once, over different clusters.
+    #[schemars(range(min = 1, max = 1000))]
+    pub max_concurrent_reconciles: u16,
     /// Resources of the operator container.
     pub resources: Resources,
     pub metrics: Metrics,
@@ -79,6 +84,17 @@ pub struct ChartValues {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "bool")]
     pub admission_policy: Option<bool>,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ApiRate {
+    /// Requests per second on average.
+    #[schemars(range(min = 1))]
+    pub qps: u32,
+    /// Requests at once above that average.
+    #[schemars(range(min = 1))]
+    pub burst: u32,
 }
 
 #[derive(Serialize, JsonSchema)]
@@ -142,6 +158,8 @@ impl ChartValues {
             watch_namespaces: Vec::new(),
             log_format: "json".into(),
             leader_election: true,
+            api: ApiRate { qps: 20, burst: 30 },
+            max_concurrent_reconciles: 10,
             resources: Resources {
                 requests: [
                     ("cpu".to_string(), "50m".to_string()),

@@ -36,6 +36,19 @@ pub struct OperatorConfig {
     /// The operator's own namespace, from the downward API.
     #[arg(long, env = "POD_NAMESPACE", hide = true)]
     pub pod_namespace: Option<String>,
+
+    /// Requests per second the operator sends the API server on average (watches included).
+    #[arg(long, env = "API_QPS", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+    pub api_qps: u32,
+
+    /// Requests the operator may send at once above that average, after a quiet moment.
+    #[arg(long, env = "API_BURST", default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..))]
+    pub api_burst: u32,
+
+    /// Passes each controller runs at once, over different objects: a slow database call holds
+    /// one, never the others.
+    #[arg(long, env = "MAX_CONCURRENT_RECONCILES", default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..))]
+    pub max_concurrent_reconciles: u16,
 }
 
 /// Where an engine operator finds its members and may send backups: flags every engine's
@@ -122,6 +135,14 @@ mod tests {
         assert!(!cli.config.leader_elect);
         assert_eq!(cli.config.lease_namespace(), "ops");
         assert_eq!(cli.config.metrics_address.port(), 8080);
+        assert_eq!(
+            (
+                cli.config.api_qps,
+                cli.config.api_burst,
+                cli.config.max_concurrent_reconciles
+            ),
+            (20, 30, 10)
+        );
     }
 
     #[test]
@@ -131,5 +152,10 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(error.contains("--log-format"), "{error}");
+        for flag in ["--api-qps=0", "--api-burst=0", "--max-concurrent-reconciles=0"] {
+            let error = Cli::try_parse_from(["op", flag]).err().unwrap().to_string();
+            let name = flag.split('=').next().unwrap();
+            assert!(error.contains(name), "{error}");
+        }
     }
 }

@@ -499,7 +499,11 @@ impl Runtime {
             }
             futures::future::pending::<()>().await
         };
-        let stream = controller.graceful_shutdown_on(shutdown.cancelled_owned()).run(
+        let concurrency = self.config.max_concurrent_reconciles;
+        let stream = controller
+            .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
+            .graceful_shutdown_on(shutdown.cancelled_owned())
+            .run(
             move |object: Arc<K>, context: Arc<Context<S>>| {
                 let reconcile = reconcile.clone();
                 let controller = reconcile_name.clone();
@@ -664,6 +668,22 @@ impl Runtime {
         }
         outcome
     }
+}
+
+/// The API client of an operator process, from its environment (in cluster: its
+/// ServiceAccount), sending at most `--api-qps` requests a second on average and `--api-burst`
+/// at once: an operator woken for every cluster at the same moment (a restart, a relist) spreads
+/// its requests rather than throttle the API server for everyone.
+///
+/// # Errors
+/// When no configuration is found or it is invalid.
+pub async fn api_client(config: &OperatorConfig) -> Result<Client, kube::Error> {
+    let found = kube::Config::infer().await.map_err(kube::Error::InferConfig)?;
+    let burst = u64::from(config.api_burst);
+    let window = Duration::from_secs_f64(burst as f64 / f64::from(config.api_qps));
+    Ok(kube::client::ClientBuilder::try_from(found)?
+        .with_layer(&tower::limit::RateLimitLayer::new(burst, window))
+        .build())
 }
 
 /// The annotation that pauses reconciliation of one object: while it is `"true"`, the operator

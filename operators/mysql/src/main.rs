@@ -31,7 +31,9 @@ async fn main() -> Result<(), RunError> {
     let cli = Cli::parse();
     telemetry::init(cli.operator.log_format);
     quorum_core::install_crypto_provider();
-    let client = kube::Client::try_default().await.map_err(RunError::ApiServer)?;
+    let client = quorum_core::runner::api_client(&cli.operator)
+        .await
+        .map_err(RunError::ApiServer)?;
     let runtime = Runtime::new(OPERATOR_NAME, cli.operator, client);
     let state = State {
         clients: MySqlClients::new(

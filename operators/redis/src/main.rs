@@ -73,7 +73,9 @@ async fn main() -> Result<(), RunError> {
             }
         }
     }
-    let client = kube::Client::try_default().await.map_err(RunError::ApiServer)?;
+    let client = quorum_core::runner::api_client(&cli.operator)
+        .await
+        .map_err(RunError::ApiServer)?;
     let runtime = Runtime::new(OPERATOR_NAME, cli.operator, client);
     let wakeups = Wakeups::new();
     let state = State {
