@@ -182,6 +182,24 @@ impl Contender {
         }
     }
 
+    /// Whether `cluster` is ready and its operator has nothing left to do for it: Quorum's say so
+    /// with `Progressing` false (`Settled`); the peer has no such condition, and ready is all
+    /// it tells.
+    pub fn is_settled(self, cluster: &DynamicObject) -> bool {
+        let progressing = cluster.data["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|condition| condition["type"] == "Progressing")
+            .map(|condition| condition["status"].clone());
+        match self {
+            Contender::Quorum(_) => {
+                self.is_ready(cluster) && progressing.as_ref().is_some_and(|status| status == "False")
+            }
+            Contender::Peer => self.is_ready(cluster),
+        }
+    }
+
     /// Installs the operator on the real node and waits for its pod to be ready. What an
     /// interrupted run left is removed first; what a failed install left is removed after.
     pub async fn install(self, admin: &Client) -> anyhow::Result<Installed> {
@@ -541,6 +559,32 @@ mod tests {
             json!({"conditions": [{"type": "Ready", "status": "False"}]})
         )));
         assert!(!Contender::Quorum(Engine::Etcd).is_ready(&with_status(Value::Null)));
+    }
+
+    #[test]
+    fn quorum_is_settled_once_ready_and_not_progressing_and_the_peer_once_ready() {
+        let quorum = Contender::Quorum(Engine::Mysql);
+        let with = |ready: &str, progressing: &str| {
+            with_status(json!({"conditions": [
+                {"type": "Ready", "status": ready},
+                {"type": "Progressing", "status": progressing},
+            ]}))
+        };
+        assert!(quorum.is_settled(&with("True", "False")));
+        assert!(
+            !quorum.is_settled(&with("True", "True")),
+            "ready, still taking steps"
+        );
+        assert!(!quorum.is_settled(&with("False", "False")));
+        assert!(!quorum.is_settled(&with_status(
+            json!({"conditions": [{"type": "Ready", "status": "True"}]})
+        )));
+        let member = json!({"isHealthy": true, "isLearner": false});
+        assert!(Contender::Peer.is_settled(&with_status(json!({
+            "conditions": [{"type": "Available", "status": "True"}],
+            "readyReplicas": 3,
+            "members": [member, member, member],
+        }))));
     }
 
     #[test]
