@@ -44,7 +44,10 @@ use kube::{
 };
 use serde::de::DeserializeOwned;
 
-use crate::freshness::{self, Currency};
+use crate::{
+    freshness::{self, Currency},
+    naming::label_selector,
+};
 
 /// How long a copy of an object no watch holds (a Secret a user names in a spec) is used before
 /// it is read again.
@@ -117,7 +120,7 @@ impl Cache {
         selector: BTreeMap<String, String>,
     ) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static {
         let (store, writer) = reflector::store();
-        let config = watcher::Config::default().labels(&selector_string(&selector));
+        let config = watcher::Config::default().labels(&label_selector(&selector));
         let listed = self.keep(store, namespace, selector);
         watcher(api, config)
             .default_backoff()
@@ -297,7 +300,7 @@ impl Cache {
             return Ok(found);
         }
         let listed = Api::<K>::namespaced(client.clone(), namespace)
-            .list(&ListParams::default().labels(&selector_string(labels)))
+            .list(&ListParams::default().labels(&label_selector(labels)))
             .await?;
         Ok(listed
             .items
@@ -316,13 +319,4 @@ pub(crate) fn mark_listed<K>(listed: &AtomicBool, event: &Result<watcher::Event<
     if let Ok(watcher::Event::InitDone) = event {
         listed.store(true, Ordering::Release);
     }
-}
-
-/// `a=b,c=d`.
-pub fn selector_string(labels: &BTreeMap<String, String>) -> String {
-    labels
-        .iter()
-        .map(|(key, value)| format!("{key}={value}"))
-        .collect::<Vec<_>>()
-        .join(",")
 }

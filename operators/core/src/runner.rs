@@ -35,7 +35,7 @@ use kube::{
     runtime::{Controller, Predicate, WatchStreamExt, controller::Action, predicates, reflector, watcher},
 };
 use rand::Rng;
-use serde::{Serialize, de::DeserializeOwned};
+use serde::Serialize;
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
@@ -257,14 +257,7 @@ impl Runtime {
         reconcile: F,
     ) -> BoxFuture<'static, ()>
     where
-        K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-            + Clone
-            + DeserializeOwned
-            + Serialize
-            + Debug
-            + Send
-            + Sync
-            + 'static,
+        K: Cacheable + Serialize,
         S: Send + Sync + 'static,
         E: ReconcileError,
         F: Fn(Arc<K>, Arc<Context<S>>) -> Fut + Send + Sync + Clone + 'static,
@@ -281,14 +274,7 @@ impl Runtime {
         reconcile: F,
     ) -> BoxFuture<'static, ()>
     where
-        K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-            + Clone
-            + DeserializeOwned
-            + Serialize
-            + Debug
-            + Send
-            + Sync
-            + 'static,
+        K: Cacheable + Serialize,
         S: Send + Sync + 'static,
         E: ReconcileError,
         F: Fn(Arc<K>, Arc<Context<S>>) -> Fut + Send + Sync + Clone + 'static,
@@ -306,14 +292,7 @@ impl Runtime {
         reconcile: F,
     ) -> BoxFuture<'static, ()>
     where
-        K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-            + Clone
-            + DeserializeOwned
-            + Serialize
-            + Debug
-            + Send
-            + Sync
-            + 'static,
+        K: Cacheable + Serialize,
         S: ForgetsClusters,
         E: ReconcileError,
         F: Fn(Arc<K>, Arc<Context<S>>) -> Fut + Send + Sync + Clone + 'static,
@@ -333,14 +312,7 @@ impl Runtime {
         wakeups: Wakeups,
     ) -> BoxFuture<'static, ()>
     where
-        K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-            + Clone
-            + DeserializeOwned
-            + Serialize
-            + Debug
-            + Send
-            + Sync
-            + 'static,
+        K: Cacheable + Serialize,
         S: ForgetsClusters,
         E: ReconcileError,
         F: Fn(Arc<K>, Arc<Context<S>>) -> Fut + Send + Sync + Clone + 'static,
@@ -359,14 +331,7 @@ impl Runtime {
         on_gone: Option<OnGone>,
     ) -> BoxFuture<'static, ()>
     where
-        K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-            + Clone
-            + DeserializeOwned
-            + Serialize
-            + Debug
-            + Send
-            + Sync
-            + 'static,
+        K: Cacheable + Serialize,
         S: Send + Sync + 'static,
         E: ReconcileError,
         F: Fn(Arc<K>, Arc<Context<S>>) -> Fut + Send + Sync + Clone + 'static,
@@ -410,14 +375,7 @@ impl Runtime {
         on_gone: Option<OnGone>,
     ) -> BoxFuture<'static, ()>
     where
-        K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-            + Clone
-            + DeserializeOwned
-            + Serialize
-            + Debug
-            + Send
-            + Sync
-            + 'static,
+        K: Cacheable + Serialize,
         S: Send + Sync + 'static,
         E: ReconcileError,
         F: Fn(Arc<K>, Arc<Context<S>>) -> Fut + Send + Sync + Clone + 'static,
