@@ -117,12 +117,9 @@ impl Applier {
             source,
         };
         if key.3.is_empty() {
-            let stored = api
-                .patch(&name, &params, &Patch::Apply(object))
-                .await
-                .map_err(refused)?;
-            freshness::record(&stored);
-            return Ok(stored);
+            let stored = api.patch(&name, &params, &Patch::Apply(object)).await;
+            freshness::record_write::<K, _>(&key.1, &name, &stored);
+            return stored.map_err(refused);
         }
         let digest = digest(object);
         if let Some(known) = self.known(&key) {
@@ -131,10 +128,11 @@ impl Applier {
             {
                 return Ok(stored);
             }
-            match api
+            let applied = api
                 .patch(&name, &params, &Patch::Apply(with_uid(object, known.uid)))
-                .await
-            {
+                .await;
+            freshness::record_write::<K, _>(&key.1, &name, &applied);
+            match applied {
                 Ok(stored) => {
                     self.remember(key, &stored, digest);
                     return Ok(stored);
@@ -152,10 +150,9 @@ impl Applier {
             Some(uid) => with_uid(object, uid),
             None => object.clone(),
         };
-        let stored = api
-            .patch(&name, &params, &Patch::Apply(&applied))
-            .await
-            .map_err(refused)?;
+        let stored = api.patch(&name, &params, &Patch::Apply(&applied)).await;
+        freshness::record_write::<K, _>(&key.1, &name, &stored);
+        let stored = stored.map_err(refused)?;
         self.remember(key, &stored, digest);
         Ok(stored)
     }
@@ -229,9 +226,12 @@ impl Applier {
                 .map_err(read(&kind, name))?
                 .map(|existing| existing.metadata),
         };
-        let owned = existing.is_some_and(|existing| controller_uid(&existing) == owner.meta().uid);
+        let owned = existing
+            .as_ref()
+            .is_some_and(|existing| controller_uid(existing) == owner.meta().uid);
         if owned {
-            freshness::record_deleted::<K>(&namespace, name);
+            let uid = existing.and_then(|existing| existing.uid);
+            freshness::record_deleted::<K>(&namespace, name, uid.as_deref());
             ignore_not_found(api.delete(name, &DeleteParams::default()).await.map(drop)).map_err(
                 |source| Error::Delete {
                     kind,

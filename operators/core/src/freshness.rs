@@ -12,7 +12,10 @@
 //! - once it has, the watch is past every write of this process, and a copy at the newest
 //!   version it delivered since is current (what others changed after, the StatefulSet
 //!   controller updating a status, needs no read);
-//! - a copy of an object this process deleted is stale until the watch delivers the deletion.
+//! - a copy of an object this process deleted is stale until the watch delivers the deletion;
+//! - when what this process made of the object is not known (a write whose answer was lost, two
+//!   answers awaited at once whose order the opaque versions do not tell), no copy is current
+//!   until it reads the object again.
 //!
 //! The record is process-wide, not per controller: every write to the objects the operators
 //! decide on (their status, their children, their pods) goes through the core helpers that
@@ -31,15 +34,18 @@ type Key = (String, String, String);
 /// What this process knows of one object's versions.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Known {
-    /// Written or read at `version`, which the watch has not delivered yet; `delivered` is the
-    /// newest version it did deliver meanwhile.
+    /// Written or read at `version` (the object with `uid`), which the watch has not delivered
+    /// yet; `delivered` is the newest version it did deliver meanwhile.
     Awaiting {
         version: String,
+        uid: Option<String>,
         delivered: Option<String>,
     },
-    /// Deleted by this process (or written without seeing the version); the watch has not
-    /// delivered the deletion yet.
-    AwaitingDeletion,
+    /// What this process last made of the object is not known: a write whose answer was lost
+    /// (it may have been made), two answers recorded in an order that may not be theirs, a
+    /// deletion of the object with `uid` asked for. No copy is current until this process
+    /// reads it again or the watch delivers that deletion.
+    Unknown { uid: Option<String> },
     /// The watch has delivered what this process last knew: the newest version it delivered
     /// since (`None`: the object is gone).
     Delivered(Option<String>),
@@ -60,27 +66,38 @@ fn update(key: Key, change: impl FnOnce(Option<&Known>) -> Option<Known>) {
     }
 }
 
-/// Records that this process wrote or read `namespace/name` (of kind `K`) at `version` (`None`:
-/// an answer without one, which tells nothing: no copy is current until the watch delivers a
-/// deletion or this process reads it again).
-pub fn record_version<K: Resource<DynamicType = ()>>(namespace: &str, name: &str, version: Option<&str>) {
+/// Records that this process wrote or read `namespace/name` (of kind `K`, the object with
+/// `uid`) at `version` (`None`: an answer without one, which tells nothing).
+pub fn record_version<K: Resource<DynamicType = ()>>(
+    namespace: &str,
+    name: &str,
+    uid: Option<&str>,
+    version: Option<&str>,
+) {
+    let uid = uid.map(str::to_string);
     update(key::<K>(namespace, name), |known| {
         let Some(version) = version else {
-            return Some(Known::AwaitingDeletion);
+            return Some(Known::Unknown { uid });
         };
-        let delivered = match known {
-            Some(Known::Awaiting { delivered, .. }) => delivered.clone(),
-            Some(Known::Delivered(delivered)) => delivered.clone(),
-            _ => None,
-        };
-        // Delivered before the answer was recorded: the watch is already past it.
-        Some(if delivered.as_deref() == Some(version) {
-            Known::Delivered(delivered)
-        } else {
-            Known::Awaiting {
-                version: version.to_string(),
-                delivered,
+        Some(match known {
+            Some(Known::Awaiting { version: awaited, .. }) if awaited == version => known?.clone(),
+            // Another answer awaited too: two writes (or a write and a read) whose order this
+            // process cannot tell from their versions (opaque strings).
+            Some(Known::Awaiting { .. }) => Known::Unknown { uid },
+            // Delivered before the answer was recorded: the watch is already past it.
+            Some(Known::Delivered(delivered)) if delivered.as_deref() == Some(version) => {
+                Known::Delivered(delivered.clone())
             }
+            Some(Known::Delivered(delivered)) => Known::Awaiting {
+                version: version.to_string(),
+                uid,
+                delivered: delivered.clone(),
+            },
+            Some(Known::Unknown { .. }) | None => Known::Awaiting {
+                version: version.to_string(),
+                uid,
+                delivered: None,
+            },
         })
     });
 }
@@ -89,14 +106,40 @@ pub fn record_version<K: Resource<DynamicType = ()>>(namespace: &str, name: &str
 pub fn record<K: Resource<DynamicType = ()>>(object: &K) {
     let meta = object.meta();
     if let (Some(namespace), Some(name)) = (meta.namespace.as_deref(), meta.name.as_deref()) {
-        record_version::<K>(namespace, name, meta.resource_version.as_deref());
+        record_version::<K>(
+            namespace,
+            name,
+            meta.uid.as_deref(),
+            meta.resource_version.as_deref(),
+        );
     }
 }
 
-/// Records that this process is deleting the object (before it asks: a deletion delivered by
-/// the watch before this record would otherwise be missed).
-pub fn record_deleted<K: Resource<DynamicType = ()>>(namespace: &str, name: &str) {
-    update(key::<K>(namespace, name), |_| Some(Known::AwaitingDeletion));
+/// Records the outcome of a write of `namespace/name`: its answer when it was made, nothing
+/// when the API server refused it outright (nothing was written), and an unknown state when
+/// the answer was lost (a timeout, a broken connection, a server error: it may have been made).
+pub fn record_write<K: Resource<DynamicType = ()>, R: Resource>(
+    namespace: &str,
+    name: &str,
+    outcome: &Result<R, kube::Error>,
+) {
+    match outcome {
+        Ok(written) => record_version::<K>(
+            namespace,
+            name,
+            written.meta().uid.as_deref(),
+            written.meta().resource_version.as_deref(),
+        ),
+        Err(kube::Error::Api(status)) if [400, 401, 403, 404, 409, 410, 422, 429].contains(&status.code) => {}
+        Err(_) => update(key::<K>(namespace, name), |_| Some(Known::Unknown { uid: None })),
+    }
+}
+
+/// Records that this process is deleting the object with `uid` (before it asks: a deletion
+/// delivered by the watch before this record would otherwise be missed).
+pub fn record_deleted<K: Resource<DynamicType = ()>>(namespace: &str, name: &str, uid: Option<&str>) {
+    let uid = uid.map(str::to_string);
+    update(key::<K>(namespace, name), |_| Some(Known::Unknown { uid }));
 }
 
 /// Forgets the object (it is gone, and so is what was kept for it).
@@ -126,16 +169,22 @@ pub fn observe<K: Resource<DynamicType = ()>>(event: &Result<watcher::Event<K>, 
     } else {
         meta.resource_version.clone()
     };
+    // While something of this process is awaited, only news of that object counts: the
+    // deletion of an older object under the name, delivered late, says nothing of it.
+    let other_object =
+        |awaited: &Option<String>| awaited.is_some() && meta.uid.is_some() && awaited != &meta.uid;
     *known = match known {
-        Known::Awaiting { version, .. } if !deleted && delivered.as_ref() != Some(version) => {
+        Known::Awaiting { uid, .. } | Known::Unknown { uid } if other_object(uid) => return,
+        Known::Awaiting { version, uid, .. } if !deleted && delivered.as_ref() != Some(version) => {
             Known::Awaiting {
                 version: version.clone(),
+                uid: uid.clone(),
                 delivered,
             }
         }
-        // An update after a deletion of this process is another object under the name, which
-        // arrives only after the deletion itself.
-        Known::AwaitingDeletion if !deleted => Known::AwaitingDeletion,
+        // Until the deletion (or a read): an update of the object is no news of what this
+        // process made of it.
+        Known::Unknown { .. } if !deleted => return,
         _ => Known::Delivered(delivered),
     };
 }
@@ -164,7 +213,7 @@ pub fn currency<K: Resource<DynamicType = ()>>(copy: &K) -> Currency {
         None => return Currency::Unrecorded,
         Some(Known::Awaiting { version, .. }) => Some(version),
         Some(Known::Delivered(delivered)) => delivered.as_ref(),
-        Some(Known::AwaitingDeletion) => None,
+        Some(Known::Unknown { .. }) => None,
     };
     match (newest, meta.resource_version.as_ref()) {
         (Some(newest), Some(version)) if newest == version => Currency::Current,
@@ -181,11 +230,12 @@ mod tests {
 
     const NAMESPACE: &str = "freshness-test";
 
-    fn map(name: &str, version: Option<&str>) -> ConfigMap {
+    fn map_of(name: &str, uid: &str, version: Option<&str>) -> ConfigMap {
         ConfigMap {
             metadata: ObjectMeta {
                 name: Some(name.into()),
                 namespace: Some(NAMESPACE.into()),
+                uid: Some(uid.into()),
                 resource_version: version.map(Into::into),
                 ..ObjectMeta::default()
             },
@@ -193,12 +243,16 @@ mod tests {
         }
     }
 
+    fn map(name: &str, version: Option<&str>) -> ConfigMap {
+        map_of(name, "first", version)
+    }
+
     fn delivered(name: &str, version: &str) {
         observe(&Ok(watcher::Event::Apply(map(name, Some(version)))));
     }
 
-    fn deleted(name: &str, version: &str) {
-        observe(&Ok(watcher::Event::Delete(map(name, Some(version)))));
+    fn deleted(name: &str, uid: &str, version: &str) {
+        observe(&Ok(watcher::Event::Delete(map_of(name, uid, Some(version)))));
     }
 
     #[test]
@@ -253,10 +307,51 @@ mod tests {
     }
 
     #[test]
+    fn two_answers_awaited_at_once_make_no_copy_current_until_a_read() {
+        // The backup controller's write (10) is recorded after the pass's later one (11), and
+        // the watch delivers 10 in between: 10 must not pass for the newest.
+        let name = "two-answers";
+        record(&map(name, Some("11")));
+        delivered(name, "10");
+        record(&map(name, Some("10")));
+        assert_eq!(currency(&map(name, Some("10"))), Currency::Stale);
+        delivered(name, "11");
+        assert_eq!(currency(&map(name, Some("11"))), Currency::Stale, "until read");
+        record(&map(name, Some("11")));
+        assert_eq!(currency(&map(name, Some("11"))), Currency::Current);
+    }
+
+    #[test]
+    fn a_write_whose_answer_was_lost_makes_no_copy_current_until_a_read() {
+        let name = "lost-answer";
+        record(&map(name, Some("4")));
+        delivered(name, "4");
+        let lost: Result<ConfigMap, kube::Error> = Err(kube::Error::Service("timed out".into()));
+        record_write::<ConfigMap, _>(NAMESPACE, name, &lost);
+        assert_eq!(
+            currency(&map(name, Some("4"))),
+            Currency::Stale,
+            "it may have been made"
+        );
+        delivered(name, "5");
+        assert_eq!(currency(&map(name, Some("5"))), Currency::Stale);
+        record(&map(name, Some("5")));
+        assert_eq!(currency(&map(name, Some("5"))), Currency::Current);
+        // A write refused outright wrote nothing.
+        let refused: Result<ConfigMap, kube::Error> = Err(kube::Error::Api(
+            kube::core::Status::failure("conflict", "Conflict")
+                .with_code(409)
+                .boxed(),
+        ));
+        record_write::<ConfigMap, _>(NAMESPACE, name, &refused);
+        assert_eq!(currency(&map(name, Some("5"))), Currency::Current);
+    }
+
+    #[test]
     fn no_copy_of_an_object_being_deleted_is_current_until_the_deletion_is_delivered() {
         let name = "deleted";
         record(&map(name, Some("4")));
-        record_deleted::<ConfigMap>(NAMESPACE, name);
+        record_deleted::<ConfigMap>(NAMESPACE, name, Some("first"));
         assert_eq!(currency(&map(name, Some("4"))), Currency::Stale);
         delivered(name, "5");
         assert_eq!(
@@ -264,13 +359,28 @@ mod tests {
             Currency::Stale,
             "not the deletion"
         );
-        deleted(name, "6");
+        deleted(name, "first", "6");
         assert_eq!(currency(&map(name, Some("6"))), Currency::Stale, "gone");
         // The object created again under its name, by someone else.
-        delivered(name, "7");
-        assert_eq!(currency(&map(name, Some("7"))), Currency::Current);
+        observe(&Ok(watcher::Event::Apply(map_of(name, "second", Some("7")))));
+        assert_eq!(currency(&map_of(name, "second", Some("7"))), Currency::Current);
         forget::<ConfigMap>(NAMESPACE, name);
         assert_eq!(currency(&map(name, Some("7"))), Currency::Unrecorded);
+    }
+
+    #[test]
+    fn the_late_deletion_of_an_older_object_under_the_name_says_nothing_of_the_new_one() {
+        let name = "late-deletion";
+        record(&map_of(name, "new", Some("201")));
+        deleted(name, "old", "199");
+        observe(&Ok(watcher::Event::Apply(map_of(name, "new", Some("200")))));
+        assert_eq!(
+            currency(&map_of(name, "new", Some("200"))),
+            Currency::Stale,
+            "the write at 201 is still awaited"
+        );
+        observe(&Ok(watcher::Event::Apply(map_of(name, "new", Some("201")))));
+        assert_eq!(currency(&map_of(name, "new", Some("201"))), Currency::Current);
     }
 
     #[test]

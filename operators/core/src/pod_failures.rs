@@ -132,7 +132,7 @@ pub fn condition(failures: &[PodFailure], current: &[Condition]) -> Option<Condi
     ))
 }
 
-/// Lists the pods of `cluster` (labelled with its instance and managed by `operator`), records
+/// Lists the pods of `cluster` (labelled with its instance and `app.kubernetes.io/name` `app`), records
 /// the `PodsFailing` condition on it, and publishes a warning event while some fail.
 ///
 /// # Errors
@@ -143,7 +143,7 @@ pub async fn report<K>(
     cache: &Cache,
     events: &EventPublisher,
     cluster: &K,
-    operator: &str,
+    app: &str,
 ) -> Result<(), Error>
 where
     K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + serde::Serialize,
@@ -160,7 +160,7 @@ where
     };
     let selector = BTreeMap::from([
         ("app.kubernetes.io/instance".to_string(), name.clone()),
-        ("app.kubernetes.io/managed-by".to_string(), operator.to_string()),
+        ("app.kubernetes.io/name".to_string(), app.to_string()),
     ]);
     let pods = cache
         .list_or_read::<Pod>(client, &namespace, &selector)

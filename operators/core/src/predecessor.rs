@@ -266,13 +266,17 @@ where
                 &kube::api::PatchParams::default(),
                 &kube::api::Patch::Merge(&patch),
             )
-            .await
-            .map_err(|source| Error::PatchStatus {
-                kind: K::kind(&()).to_string(),
-                name: cluster.name_any(),
-                source,
-            })?;
-        crate::freshness::record(&written);
+            .await;
+        crate::freshness::record_write::<K, _>(
+            &cluster.namespace().unwrap_or_default(),
+            &cluster.name_any(),
+            &written,
+        );
+        written.map_err(|source| Error::PatchStatus {
+            kind: K::kind(&()).to_string(),
+            name: cluster.name_any(),
+            source,
+        })?;
     }
     events
         .publish(cluster, Severity::Warning, REASON, "Wait", message)

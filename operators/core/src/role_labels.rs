@@ -49,12 +49,12 @@ impl LabelledPods {
             // pod deleted since it was listed (a restart this pass) and created again under
             // its name is left to the next pass, which sees what the new one runs.
             let patch = serde_json::json!({"metadata": {"uid": pod.uid(), "labels": {self.label: wanted}}});
-            match api
+            let written = api
                 .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(written) => {
-                    crate::freshness::record(&written);
+                .await;
+            crate::freshness::record_write::<Pod, _>(namespace, &name, &written);
+            match written {
+                Ok(_) => {
                     pod.labels_mut()
                         .insert(self.label.to_string(), wanted.to_string());
                 }

@@ -65,6 +65,7 @@ pub async fn take_over_updates(client: &Client, namespace: &str, name: &str) -> 
     )
     .await
     .map(|written| crate::freshness::record(&written))
+    .inspect_err(|_| crate::freshness::record_deleted::<StatefulSet>(namespace, name, None))
     .map_err(|source| crate::Error::Apply {
         kind: "StatefulSet".into(),
         name: format!("{namespace}/{name}"),
@@ -167,7 +168,7 @@ pub async fn restart_pod(client: &Client, namespace: &str, pod: &str, uid: &str)
         }),
         ..DeleteParams::default()
     };
-    crate::freshness::record_deleted::<Pod>(namespace, pod);
+    crate::freshness::record_deleted::<Pod>(namespace, pod, Some(uid));
     match pods.delete(pod, &params).await {
         Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
         result => ignore_not_found(result),

@@ -99,12 +99,17 @@ enum Shape {
     /// The operator's StatefulSets, Services, PodDisruptionBudgets, Secrets and ConfigMaps, kept
     /// in the cache; a change to one wakes its owner.
     Owner,
-    /// As `Owner`, and the operator's pods (kept in the cache, reported on after every pass).
-    Cluster,
+    /// As `Owner`, and the pods labelled `app.kubernetes.io/name` with this value (kept in
+    /// the cache, reported on after every pass). Pod templates do not carry the operator's
+    /// name, so that an operator release never changes them.
+    Cluster(&'static str),
 }
 
-/// The label every object of an operator carries: its watches select by it.
+/// The label every object of an operator carries but its pods: its watches select by it.
 const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+
+/// The label of the application a pod runs (`etcd`, `mysql`, ...): the pod watch selects by it.
+const APP_NAME: &str = "app.kubernetes.io/name";
 
 impl<S> Context<S> {
     /// `namespace/name` of kind `K`: the cached copy when the cache holds it current, else as
@@ -120,19 +125,18 @@ impl<S> Context<S> {
         self.cache.get_or_read(&self.client, namespace, name).await
     }
 
-    /// This operator's pods in `namespace` that carry every label of `selector`, from the cache
-    /// when it holds them all current ([`Cache::list_or_read`]).
+    /// The pods in `namespace` that carry every label of `selector`, from the cache when it
+    /// holds them all current ([`Cache::list_or_read`]: a cluster controller's pod watch holds
+    /// those of its application, so `selector` names it).
     ///
     /// # Errors
     /// When the API server cannot be read.
-    pub async fn own_pods(
+    pub async fn pods(
         &self,
         namespace: &str,
         selector: &BTreeMap<String, String>,
     ) -> Result<Vec<Arc<Pod>>, kube::Error> {
-        let mut labels = selector.clone();
-        labels.insert(MANAGED_BY.to_string(), self.applier.field_manager().to_string());
-        self.cache.list_or_read(&self.client, namespace, &labels).await
+        self.cache.list_or_read(&self.client, namespace, selector).await
     }
 }
 
@@ -283,13 +287,15 @@ impl Runtime {
         self.controller_reporting(context, reconcile, Shape::Leaf, None, None)
     }
 
-    /// A controller for database clusters: as [`Runtime::controller`], and after every pass the
-    /// cluster's pods that cannot start are reported on it ([`crate::pod_failures`]); once a
+    /// A controller for database clusters whose pods are labelled `app.kubernetes.io/name` with
+    /// `app`: as [`Runtime::controller`], with those pods kept in the cache, and after every pass
+    /// the cluster's pods that cannot start are reported on it ([`crate::pod_failures`]); once a
     /// cluster is gone, the state forgets it ([`ForgetsClusters`]).
     pub fn cluster_controller<K, S, E, F, Fut>(
         &self,
         context: Arc<Context<S>>,
         reconcile: F,
+        app: &'static str,
     ) -> BoxFuture<'static, ()>
     where
         K: Cacheable + Serialize,
@@ -299,7 +305,7 @@ impl Runtime {
         Fut: Future<Output = Result<Action, E>> + Send + 'static,
     {
         let on_gone = forgetting(&context);
-        self.controller_reporting(context, reconcile, Shape::Cluster, None, Some(on_gone))
+        self.controller_reporting(context, reconcile, Shape::Cluster(app), None, Some(on_gone))
     }
 
     /// As [`Runtime::cluster_controller`], and a cluster is also reconciled whenever
@@ -309,6 +315,7 @@ impl Runtime {
         &self,
         context: Arc<Context<S>>,
         reconcile: F,
+        app: &'static str,
         wakeups: Wakeups,
     ) -> BoxFuture<'static, ()>
     where
@@ -319,7 +326,13 @@ impl Runtime {
         Fut: Future<Output = Result<Action, E>> + Send + 'static,
     {
         let on_gone = forgetting(&context);
-        self.controller_reporting(context, reconcile, Shape::Cluster, Some(wakeups), Some(on_gone))
+        self.controller_reporting(
+            context,
+            reconcile,
+            Shape::Cluster(app),
+            Some(wakeups),
+            Some(on_gone),
+        )
     }
 
     fn controller_reporting<K, S, E, F, Fut>(
@@ -340,7 +353,9 @@ impl Runtime {
         let scopes: Vec<Option<String>> = if self.config.watch_namespaces.is_empty() {
             vec![None]
         } else {
-            self.config.watch_namespaces.iter().cloned().map(Some).collect()
+            // Each namespace once: two watches of one would deliver out of step.
+            let unique: std::collections::BTreeSet<&String> = self.config.watch_namespaces.iter().collect();
+            unique.into_iter().cloned().map(Some).collect()
         };
         let controllers = scopes.into_iter().map(|namespace| {
             self.controller_in(
@@ -418,7 +433,6 @@ impl Runtime {
             );
         let controller_name = K::plural(&()).to_string();
         let retry = self.retry;
-        let operator = self.operator;
         let shutdown = self.shutdown.clone();
         let reconcile_name = controller_name.clone();
         let error_name = controller_name.clone();
@@ -446,10 +460,14 @@ impl Runtime {
         }
         // Pods are the StatefulSets' children: kept for the passes to read, not a trigger. The
         // stream never ends by itself, so the controller's end is this future's end.
-        let report_pods = shape == Shape::Cluster;
-        let pods = report_pods.then(|| {
+        let app = match shape {
+            Shape::Cluster(app) => Some(app),
+            Shape::Leaf | Shape::Owner => None,
+        };
+        let pods = app.map(|app| {
+            let labelled = BTreeMap::from([(APP_NAME.to_string(), app.to_string())]);
             self.cache
-                .watch(owned::<Pod>(&client, &namespace), namespace.clone(), managed)
+                .watch(owned::<Pod>(&client, &namespace), namespace.clone(), labelled)
         });
         let keep_pods = async move {
             if let Some(pods) = pods {
@@ -473,14 +491,14 @@ impl Runtime {
                     }
                     let started = std::time::Instant::now();
                     let result = reconcile(object.clone(), context.clone()).await;
-                    if report_pods {
+                    if let Some(app) = app {
                         // A report, never a reason to fail or retry the pass.
                         let reported = pod_failures::report(
                             &context.client,
                             &context.cache,
                             &context.events,
                             object.as_ref(),
-                            operator,
+                            app,
                         )
                         .await;
                         if let Err(error) = reported {

@@ -60,7 +60,7 @@ where
         else {
             return Ok(false);
         };
-        freshness::record_version::<K>(&namespace, &name, stored.meta().resource_version.as_deref());
+        freshness::record_write::<K, _>(&namespace, &name, &Ok(stored.clone()));
         serde_json::to_value(&stored).unwrap_or_default()
     };
     let current: Vec<Condition> =
@@ -80,13 +80,13 @@ where
     });
     let written = api
         .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map_err(|source| Error::PatchStatus {
-            kind,
-            name: name.clone(),
-            source,
-        })?;
-    freshness::record_version::<K>(&namespace, &name, written.meta().resource_version.as_deref());
+        .await;
+    freshness::record_write::<K, _>(&namespace, &name, &written);
+    written.map_err(|source| Error::PatchStatus {
+        kind,
+        name: name.clone(),
+        source,
+    })?;
     Ok(true)
 }
 
@@ -155,9 +155,9 @@ where
     let patch = serde_json::json!({ "status": merge_patch(&current_json, &desired_json) });
     let written = api
         .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map_err(|source| Error::PatchStatus { kind, name, source })?;
-    freshness::record(&written);
+        .await;
+    freshness::record_write::<K, _>(&object.namespace().unwrap_or_default(), &name, &written);
+    written.map_err(|source| Error::PatchStatus { kind, name, source })?;
     Ok(true)
 }
 

@@ -46,7 +46,7 @@ pub async fn wipe_member(
             .delete(&data_claim_name(pod), &DeleteParams::default())
             .await,
     )?;
-    crate::freshness::record_deleted::<Pod>(namespace, pod);
+    crate::freshness::record_deleted::<Pod>(namespace, pod, pod_uid.as_deref());
     let params = DeleteParams {
         preconditions: pod_uid.map(|uid| Preconditions {
             uid: Some(uid),

@@ -665,7 +665,7 @@ async fn client_tls(context: &Context<State>, cluster: &EtcdCluster) -> Result<O
 /// The member pods.
 async fn member_pods(context: &Context<State>, cluster: &EtcdCluster) -> Result<Vec<Pod>, Error> {
     let listed = context
-        .own_pods(
+        .pods(
             &cluster.namespace().unwrap_or_default(),
             &crate::resources::member_selector(cluster),
         )

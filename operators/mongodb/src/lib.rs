@@ -41,8 +41,11 @@ pub fn controllers(
     runtime: &quorum_core::runner::Runtime,
     context: std::sync::Arc<quorum_core::runner::Context<reconcile::State>>,
 ) -> Vec<futures::future::BoxFuture<'static, ()>> {
-    let sets = runtime
-        .cluster_controller::<crd::MongoDBReplicaSet, _, _, _, _>(context.clone(), reconcile::reconcile);
+    let sets = runtime.cluster_controller::<crd::MongoDBReplicaSet, _, _, _, _>(
+        context.clone(),
+        reconcile::reconcile,
+        resources::APP,
+    );
     let backups = runtime
         .leaf_controller::<crd::MongoDBBackup, _, _, _, _>(context, backup_controller::reconcile_backup);
     vec![sets, backups]

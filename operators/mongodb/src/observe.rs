@@ -238,7 +238,7 @@ pub(crate) async fn member_pods(
         (ARBITER_COMPONENT, arbiter_statefulset_name(&name)),
     ] {
         let listed = context
-            .own_pods(&namespace, &selector(replica_set, component))
+            .pods(&namespace, &selector(replica_set, component))
             .await
             .map_err(api("listing member pods"))?;
         if listed.is_empty() {

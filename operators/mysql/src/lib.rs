@@ -34,8 +34,11 @@ pub fn controllers(
     runtime: &quorum_core::runner::Runtime,
     context: std::sync::Arc<quorum_core::runner::Context<reconcile::State>>,
 ) -> Vec<futures::future::BoxFuture<'static, ()>> {
-    let clusters =
-        runtime.cluster_controller::<crd::MySQLCluster, _, _, _, _>(context.clone(), reconcile::reconcile);
+    let clusters = runtime.cluster_controller::<crd::MySQLCluster, _, _, _, _>(
+        context.clone(),
+        reconcile::reconcile,
+        resources::APP,
+    );
     let backups =
         runtime.leaf_controller::<crd::MySQLBackup, _, _, _, _>(context, backup_controller::reconcile_backup);
     vec![clusters, backups]

@@ -409,7 +409,7 @@ async fn observe(context: &Context<State>, cluster: &MySQLCluster) -> Result<Obs
         .and_then(|s| s.spec.as_ref()?.replicas)
         .map(|r| r.max(0) as usize);
     let member_pods: Vec<Pod> = context
-        .own_pods(
+        .pods(
             &cluster.namespace().unwrap_or_default(),
             &member_selector(cluster),
         )
@@ -771,9 +771,13 @@ async fn remove_switchover_annotation(context: &Context<State>, cluster: &MySQLC
             &PatchParams::default(),
             &Patch::Merge(&patch),
         )
-        .await
-        .map_err(api("removing the switchover annotation"))?;
-    quorum_core::freshness::record(&written);
+        .await;
+    quorum_core::freshness::record_write::<MySQLCluster, _>(
+        &cluster.namespace().unwrap_or_default(),
+        &cluster.name_any(),
+        &written,
+    );
+    written.map_err(api("removing the switchover annotation"))?;
     Ok(())
 }
 

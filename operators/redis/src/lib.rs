@@ -43,6 +43,7 @@ pub fn controllers(
     let clusters = runtime.cluster_controller_woken::<crd::RedisCluster, _, _, _, _>(
         context.clone(),
         reconcile::reconcile,
+        resources::APP,
         wakeups,
     );
     let backups =

@@ -175,7 +175,7 @@ impl Pass<'_> {
     pub async fn data_pods(&self) -> Result<LabelledPods, Error> {
         let listed = self
             .context
-            .own_pods(&self.namespace(), &selector(self.cluster, NODE_COMPONENT))
+            .pods(&self.namespace(), &selector(self.cluster, NODE_COMPONENT))
             .await
             .map_err(api("listing data pods"))?;
         Ok(LabelledPods::new(

@@ -551,9 +551,9 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
                 &PatchParams::default(),
                 &Patch::Merge(serde_json::json!({ "status": { "lastBackup": record } })),
             )
-            .await
-            .map_err(BackupControllerError::RecordOnCluster)?;
-        crate::freshness::record(&written);
+            .await;
+        crate::freshness::record_write::<E::Cluster, _>(&self.namespace, &self.spec().cluster_name, &written);
+        written.map_err(BackupControllerError::RecordOnCluster)?;
         Ok(())
     }
 
