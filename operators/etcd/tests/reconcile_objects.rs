@@ -125,7 +125,12 @@ async fn creates_owned_objects_recreates_them_scales_and_reports_unknown_members
     let status = wait::until("status with conditions", Duration::from_secs(30), || async {
         let cluster = clusters.get("main").await.map_err(|e| e.to_string())?;
         let status = cluster.status.clone().unwrap_or_default();
-        if status.conditions.len() == 3 {
+        let has = |type_: &str| status.conditions.iter().any(|c| c.type_ == type_);
+        // The pass's three, and the report of pods that cannot start.
+        if ["Ready", "Progressing", "Degraded", "PodsFailing"]
+            .iter()
+            .all(|type_| has(type_))
+        {
             Ok(status)
         } else {
             Err(format!("{status:?}"))
@@ -142,6 +147,11 @@ async fn creates_owned_objects_recreates_them_scales_and_reports_unknown_members
     };
     assert_eq!(condition("Ready").status, "False");
     assert_eq!(condition("Ready").reason, "NoMemberReachable");
+    assert_eq!(
+        (condition("PodsFailing").status, condition("PodsFailing").reason),
+        ("False".to_string(), "NoneFailing".to_string()),
+        "KWOK runs every pod"
+    );
     assert_eq!(condition("Progressing").reason, "Bootstrapping");
     assert_eq!(
         condition("Ready").observed_generation,
