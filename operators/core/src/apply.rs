@@ -333,7 +333,6 @@ impl Applier {
     }
 
     fn remember<K: Resource<DynamicType = ()>>(&self, key: ChildKey, stored: &K, applied: u64) {
-        freshness::record(stored);
         self.set_absent(key.clone(), false);
         let owned = owned_fields(stored, &self.field_manager);
         if let (Ok(mut known), Some(uid)) = (self.known.lock(), stored.meta().uid.clone()) {

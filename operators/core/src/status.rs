@@ -60,7 +60,12 @@ where
         else {
             return Ok(false);
         };
-        freshness::record_write::<K, _>(&namespace, &name, &Ok(stored.clone()));
+        freshness::record_version::<K>(
+            &namespace,
+            &name,
+            stored.meta().uid.as_deref(),
+            stored.meta().resource_version.as_deref(),
+        );
         serde_json::to_value(&stored).unwrap_or_default()
     };
     let current: Vec<Condition> =
