@@ -9,7 +9,7 @@ pub mod handover;
 
 use std::{collections::BTreeMap, time::Duration};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::{api::apps::v1::StatefulSet, apimachinery::pkg::apis::meta::v1::Time};
 use quorum_core::{
     availability::{
         health::{Health, classify},
@@ -18,6 +18,7 @@ use quorum_core::{
     conditions::{ConditionType, ConditionUpdate},
     events::Severity,
     pass::publish,
+    role_labels::LabelledPods,
     rollout::{Templates, needs_take_over, restart_pod, rolled_out, take_over_updates},
     wakeups::ObjectKey,
 };
@@ -45,6 +46,43 @@ use decide::{
 
 /// One reconcile pass in replication mode.
 pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
+    let Observed {
+        facts,
+        data_statefulset,
+        mut data_pods,
+    } = observe(pass).await?;
+
+    let decision = decide(&facts);
+    let finding = find_primary(&facts);
+    let primary = serving_primary_given(&facts, &finding);
+    tracing::info!(cluster = %pass.key, ?decision, ?primary, "decided");
+
+    size_statefulsets(pass, &facts, data_statefulset.as_ref(), &decision).await?;
+    let taken = take_step(pass, &facts, &decision).await?;
+
+    // Labels from what is true now: only the agreed (or, while the Sentinels cannot agree, the
+    // last agreed) primary takes writes; after a handover in this pass, the node that has the
+    // role now.
+    let primary = taken.handed_over_to.or(primary);
+    pass.set_role_labels(&mut data_pods, &role_labels(&facts, primary))
+        .await?;
+
+    report(pass, &facts, finding, primary, &taken).await?;
+    match taken.failure {
+        Some(error) => Err(error),
+        None => Ok(taken.progress),
+    }
+}
+
+/// What one pass observed: the facts `decide` reads, and the objects the pass acts on.
+struct Observed {
+    facts: Facts,
+    data_statefulset: Option<StatefulSet>,
+    data_pods: LabelledPods,
+}
+
+/// The StatefulSets, the pods, every node and Sentinel, and what status recorded.
+async fn observe(pass: &Pass<'_>) -> Result<Observed, Error> {
     let name = pass.name();
     let spec = &pass.cluster.spec;
     let sentinel_spec = spec.sentinel_settings();
@@ -52,24 +90,12 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
     let node_pods = replicas_of(data_statefulset.as_ref());
     let sentinel_statefulset = pass.statefulset(&sentinel_statefulset_name(&name)).await?;
     let sentinel_pods = replicas_of(sentinel_statefulset.as_ref());
-    let mut data_pods = pass.data_pods().await?;
+    let data_pods = pass.data_pods().await?;
 
-    // Observe.
     let nodes = observe_nodes(pass, node_pods.unwrap_or(0)).await;
     let sentinels = observe_sentinels(pass, sentinel_pods.unwrap_or(0)).await;
     follow_sentinel_events(pass, sentinel_pods.unwrap_or(0)).await;
-    let recorded_primary = pass
-        .cluster
-        .status
-        .as_ref()
-        .and_then(|s| s.primary.as_deref())
-        .and_then(|p| ordinal_of(&name, p));
-    let recorded_primary_address = pass
-        .cluster
-        .status
-        .as_ref()
-        .and_then(|s| s.primary_address.as_deref())
-        .and_then(|address| address.parse().ok());
+    let status = pass.cluster.status.as_ref();
     let facts = Facts {
         desired_nodes: spec.node_count(),
         node_pods,
@@ -77,8 +103,12 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
         sentinel_pods,
         nodes,
         sentinels,
-        recorded_primary,
-        recorded_primary_address,
+        recorded_primary: status
+            .and_then(|s| s.primary.as_deref())
+            .and_then(|p| ordinal_of(&name, p)),
+        recorded_primary_address: status
+            .and_then(|s| s.primary_address.as_deref())
+            .and_then(|address| address.parse().ok()),
         settings: SentinelSettings {
             quorum: sentinel_spec.effective_quorum(),
             down_after: Duration::from_millis(sentinel_spec.down_after_millis.max(0) as u64),
@@ -90,19 +120,27 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
         }),
         sentinels_rolled: sentinel_statefulset.as_ref().is_some_and(rolled_out),
     };
+    Ok(Observed {
+        facts,
+        data_statefulset,
+        data_pods,
+    })
+}
 
-    // Decide.
-    let decision = decide(&facts);
-    let finding = find_primary(&facts);
-    let primary = serving_primary_given(&facts, &finding);
-    tracing::info!(cluster = %pass.key, ?decision, ?primary, "decided");
-
-    // Act: the StatefulSets, then the step. A data StatefulSet made before the operator rolled
-    // pods itself is taken over first (no pod restarts: the template is unchanged).
-    if data_statefulset.as_ref().is_some_and(needs_take_over) {
+/// Applies both StatefulSets at the size the step asks for (the size they have otherwise). A
+/// data StatefulSet made before the operator rolled pods itself is taken over first (no pod
+/// restarts: the template is unchanged).
+async fn size_statefulsets(
+    pass: &Pass<'_>,
+    facts: &Facts,
+    data_statefulset: Option<&StatefulSet>,
+    decision: &Decision,
+) -> Result<(), Error> {
+    let name = pass.name();
+    if data_statefulset.is_some_and(needs_take_over) {
         take_over_updates(&pass.context.client, &pass.namespace(), &statefulset_name(&name)).await?;
     }
-    let (node_replicas, sentinel_replicas) = match &decision {
+    let (node_replicas, sentinel_replicas) = match decision {
         Decision::Act(Step::ScaleNodes { replicas }) => (*replicas, facts.sentinel_pods.unwrap_or(0)),
         Decision::Act(Step::ScaleSentinels { replicas }) => (facts.node_pods.unwrap_or(0), *replicas),
         _ => (
@@ -117,8 +155,23 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
         sentinel_replicas as i32,
     )?)
     .await?;
+    Ok(())
+}
 
-    let mut progress = match &decision {
+/// Where the pass left the cluster after its step.
+struct Taken {
+    progress: Progress,
+    /// The step's failure, returned once the pass has reported it.
+    failure: Option<Error>,
+    /// The node a handover in this pass made the primary.
+    handed_over_to: Option<usize>,
+}
+
+/// Takes the decided step, if any, and what follows from it in Kubernetes: the shrunken
+/// StatefulSet after a node leaves, the pod deleted for a restart (only the one observed).
+async fn take_step(pass: &Pass<'_>, facts: &Facts, decision: &Decision) -> Result<Taken, Error> {
+    let name = pass.name();
+    let progress = match decision {
         Decision::Settled => Progress::Settled,
         Decision::Wait(wait) => Progress::from(wait.clone()),
         Decision::Act(step) => Progress::Acted {
@@ -126,73 +179,89 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
             message: describe(&name, step),
         },
     };
-    let mut failure = None;
-    let mut handed_over_to = None;
-    if let Decision::Act(step) = &decision {
-        let started = std::time::Instant::now();
-        match execute(pass, &facts, step).await {
-            Ok(moved) => match step {
-                Step::HandOver { .. } => {
-                    handed_over_to = moved;
-                    pass.context.state.clients.metrics().observe_primary_change(
-                        crate::clients::ENGINE,
-                        "Switchover",
-                        started.elapsed().as_secs_f64(),
-                    );
-                }
-                Step::RemoveNode { ordinal } => {
-                    pass.apply(&build_statefulset(pass.cluster, *ordinal as i32)?)
-                        .await?;
-                }
-                Step::RestartNode { ordinal } => {
-                    if let Some(uid) = facts.templates.outdated_pod(*ordinal) {
-                        restart_pod(
-                            &pass.context.client,
-                            &pass.namespace(),
-                            &node_name(&name, *ordinal),
-                            uid,
-                        )
-                        .await?;
-                    }
-                }
-                _ => {}
-            },
-            Err(source) => {
-                let message = format!(
-                    "{} failed; nothing else was changed: {source}",
-                    describe(&name, step)
-                );
-                progress = Progress::Failed {
+    let Decision::Act(step) = decision else {
+        return Ok(Taken {
+            progress,
+            failure: None,
+            handed_over_to: None,
+        });
+    };
+    let started = std::time::Instant::now();
+    let moved = match execute(pass, facts, step).await {
+        Ok(moved) => moved,
+        Err(source) => {
+            return Ok(Taken {
+                progress: Progress::Failed {
                     reason: Reason::StepFailed,
-                    message,
-                };
-                failure = Some(Error::Step {
+                    message: format!(
+                        "{} failed; nothing else was changed: {source}",
+                        describe(&name, step)
+                    ),
+                },
+                failure: Some(Error::Step {
                     step: describe(&name, step),
                     source,
-                });
+                }),
+                handed_over_to: None,
+            });
+        }
+    };
+    let mut handed_over_to = None;
+    match step {
+        Step::HandOver { .. } => {
+            handed_over_to = moved;
+            pass.context.state.clients.metrics().observe_primary_change(
+                crate::clients::ENGINE,
+                "Switchover",
+                started.elapsed().as_secs_f64(),
+            );
+        }
+        Step::RemoveNode { ordinal } => {
+            pass.apply(&build_statefulset(pass.cluster, *ordinal as i32)?)
+                .await?;
+        }
+        Step::RestartNode { ordinal } => {
+            if let Some(uid) = facts.templates.outdated_pod(*ordinal) {
+                restart_pod(
+                    &pass.context.client,
+                    &pass.namespace(),
+                    &node_name(&name, *ordinal),
+                    uid,
+                )
+                .await?;
             }
         }
+        _ => {}
     }
+    Ok(Taken {
+        progress,
+        failure: None,
+        handed_over_to,
+    })
+}
 
-    // Labels from what is true now: only the agreed (or, while the Sentinels cannot agree, the
-    // last agreed) primary takes writes; after a handover in this pass, the node that has the
-    // role now.
-    let primary = handed_over_to.or(primary);
-    pass.set_role_labels(&mut data_pods, &role_labels(&facts, primary))
-        .await?;
-
-    // Report.
-    publish(&pass.context.events, pass.cluster, &progress).await;
-    let mut status = build_status(pass, &facts, primary, &progress);
-    status.primary_address = match (handed_over_to, finding) {
-        (Some(to), _) => primary_address(&facts, Some(to)).map(|address| address.to_string()),
+/// Publishes the pass's event, records a primary the Sentinels changed (an event, the failover
+/// metric, `lastFailover`) and writes status.
+async fn report(
+    pass: &Pass<'_>,
+    facts: &Facts,
+    finding: PrimaryFinding,
+    primary: Option<usize>,
+    taken: &Taken,
+) -> Result<(), Error> {
+    let name = pass.name();
+    publish(&pass.context.events, pass.cluster, &taken.progress).await;
+    let mut status = build_status(pass, facts, primary, &taken.progress);
+    let recorded_primary = facts.recorded_primary;
+    status.primary_address = match (taken.handed_over_to, finding) {
+        (Some(to), _) => primary_address(facts, Some(to)).map(|address| address.to_string()),
         (None, PrimaryFinding::Agreed { address, .. }) => Some(address.to_string()),
         _ if primary == recorded_primary => status.primary_address,
         _ => None,
     };
     if let (Some(from), Some(to)) = (recorded_primary, primary)
         && from != to
-        && handed_over_to.is_none()
+        && taken.handed_over_to.is_none()
     {
         let record = FailoverRecord {
             from: node_name(&name, from),
@@ -216,10 +285,7 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
         status.last_failover = Some(record);
     }
     pass.status_writer().write(&status).await?;
-    match failure {
-        Some(error) => Err(error),
-        None => Ok(progress),
-    }
+    Ok(())
 }
 
 /// Asks every node for `INFO replication`. A node the operator cannot reach is `Unhealthy`
