@@ -331,28 +331,41 @@ impl<R: Reason> Progress<R> {
     }
 }
 
+/// What a pass needs to know of a cluster kind beyond its metadata.
+pub trait ClusterObject {
+    /// The names of the StatefulSets the cluster's pods run in.
+    fn statefulsets(&self) -> Vec<String>;
+    /// The conditions of its stored status.
+    fn conditions(&self) -> &[Condition];
+}
+
 /// The resource as stored, if a pass may run on it now: `Break` with the action to return when
 /// it is gone (wait for a change) or held back by what a deleted cluster of the same name left
-/// behind (`statefulsets` are the names its StatefulSets would have; see
-/// [`crate::predecessor`]). Status is an operator's memory, so a pass decides on the resource as
-/// stored, never on a watch cache's copy that may lack this process's last write
+/// behind (see [`crate::predecessor`]). Status is an operator's memory, so a pass decides on the
+/// resource as stored, never on a watch cache's copy that may lack this process's last write
 /// ([`crate::status::current`]).
 ///
 /// # Errors
 /// As [`crate::status::latest`] and [`crate::predecessor::held_back`].
-pub async fn admit<K, S>(
-    context: &Context<S>,
-    object: &K,
-    statefulsets: &[String],
-    conditions: fn(&K) -> &[Condition],
-) -> Result<ControlFlow<Action, Arc<K>>, Error>
+pub async fn admit<K, S>(context: &Context<S>, object: &K) -> Result<ControlFlow<Action, Arc<K>>, Error>
 where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + DeserializeOwned + fmt::Debug,
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + ClusterObject
+        + Clone
+        + DeserializeOwned
+        + fmt::Debug,
 {
     let Some(object) = crate::status::current(&context.client, object).await? else {
         return Ok(ControlFlow::Break(Action::await_change()));
     };
-    if crate::predecessor::held_back(context, object.as_ref(), statefulsets, conditions(&object)).await? {
+    if crate::predecessor::held_back(
+        context,
+        object.as_ref(),
+        &object.statefulsets(),
+        object.conditions(),
+    )
+    .await?
+    {
         tracing::info!(object = %object.name_any(), "held back by a deleted cluster's leftovers");
         return Ok(ControlFlow::Break(Action::requeue(crate::predecessor::RECHECK)));
     }

@@ -222,19 +222,7 @@ async fn admit(
     context: &Context<State>,
     cluster: &EtcdCluster,
 ) -> Result<ControlFlow<Action, Arc<EtcdCluster>>, Error> {
-    let cluster = match quorum_core::pass::admit(
-        context,
-        cluster,
-        &[client_service_name(&cluster.name_any())],
-        |cluster| {
-            cluster
-                .status
-                .as_ref()
-                .map_or(&[], |status| status.conditions.as_slice())
-        },
-    )
-    .await?
-    {
+    let cluster = match quorum_core::pass::admit(context, cluster).await? {
         ControlFlow::Continue(cluster) => cluster,
         stop => return Ok(stop),
     };

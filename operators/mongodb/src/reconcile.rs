@@ -90,22 +90,7 @@ pub async fn reconcile(
     let key = format!("{namespace}/{name}");
     // Status is this operator's memory (the initiation, the membership change in flight):
     // decided on as stored (`quorum_core::pass::admit`).
-    let replica_set = match quorum_core::pass::admit(
-        &context,
-        replica_set.as_ref(),
-        &[
-            crate::resources::statefulset_name(&name),
-            crate::resources::arbiter_statefulset_name(&name),
-        ],
-        |replica_set| {
-            replica_set
-                .status
-                .as_ref()
-                .map_or(&[], |status| status.conditions.as_slice())
-        },
-    )
-    .await?
-    {
+    let replica_set = match quorum_core::pass::admit(&context, replica_set.as_ref()).await? {
         ControlFlow::Continue(replica_set) => replica_set,
         ControlFlow::Break(action) => return Ok(action),
     };

@@ -268,19 +268,7 @@ async fn admit(
     context: &Context<State>,
     cluster: &MySQLCluster,
 ) -> Result<ControlFlow<Action, Arc<MySQLCluster>>, Error> {
-    let cluster = match quorum_core::pass::admit(
-        context,
-        cluster,
-        &[statefulset_name(&cluster.name_any())],
-        |cluster| {
-            cluster
-                .status
-                .as_ref()
-                .map_or(&[], |status| status.conditions.as_slice())
-        },
-    )
-    .await?
-    {
+    let cluster = match quorum_core::pass::admit(context, cluster).await? {
         ControlFlow::Continue(cluster) => cluster,
         stop => return Ok(stop),
     };

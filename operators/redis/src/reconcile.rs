@@ -42,22 +42,7 @@ pub async fn reconcile(cluster: Arc<RedisCluster>, context: Arc<Context<State>>)
     let key = format!("{namespace}/{name}");
     // Status is this operator's memory (the primary, the rebalance in flight, the restore
     // recorded): decided on as stored (`quorum_core::pass::admit`).
-    let cluster = match quorum_core::pass::admit(
-        &context,
-        cluster.as_ref(),
-        &[
-            crate::resources::statefulset_name(&name),
-            crate::resources::sentinel_statefulset_name(&name),
-        ],
-        |cluster| {
-            cluster
-                .status
-                .as_ref()
-                .map_or(&[], |status| status.conditions.as_slice())
-        },
-    )
-    .await?
-    {
+    let cluster = match quorum_core::pass::admit(&context, cluster.as_ref()).await? {
         ControlFlow::Continue(cluster) => cluster,
         ControlFlow::Break(action) => {
             // Gone: its Sentinel subscriptions go with it.
