@@ -1,9 +1,7 @@
 //! An operator run in the test process as its binary runs it, on one test namespace, with the
 //! short timeouts, retries and breaker cool-downs the tests rely on to see faults quickly.
 //!
-//! Each engine's test support builds its own `State` (clients and settings) from
-//! [`call_policy`] and [`breaker`], then hands the runtime, the context and its controllers
-//! to [`Running::start`].
+//! [`start`] runs an engine's [`Operator`] as its process does, with the engine's test settings.
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
@@ -11,7 +9,7 @@ use futures::future::BoxFuture;
 use quorum_core::{
     availability::{breaker::BreakerSettings, retry::CallPolicy},
     config::{LogFormat, OperatorConfig},
-    runner::{Context, RetryPolicy, RunError, Runtime},
+    runner::{AdminCalls, Context, Operator, RetryPolicy, RunError, Runtime},
 };
 use tokio_util::sync::CancellationToken;
 
@@ -59,6 +57,32 @@ pub fn breaker() -> BreakerSettings {
         failure_threshold: 5,
         cooldown: Duration::from_secs(1),
     }
+}
+
+/// Starts operator `O` on `namespace` with `settings`, each admin call given up after
+/// `call_timeout`; with `leader_elect`, it first takes its Lease in `namespace`, as a deployed
+/// operator does.
+pub fn start<O: Operator>(
+    client: kube::Client,
+    namespace: &str,
+    leader_elect: bool,
+    settings: O::Settings,
+    call_timeout: Duration,
+) -> Running<O::State> {
+    let runtime = runtime(
+        O::NAME,
+        &format!("{}-test", O::NAME),
+        client,
+        namespace,
+        leader_elect,
+    );
+    let calls = AdminCalls {
+        policy: call_policy(call_timeout),
+        breaker: breaker(),
+    };
+    let context = runtime.context(O::state(settings, calls, runtime.metrics()));
+    let controllers = O::controllers(&runtime, context.clone());
+    Running::start(runtime, context, controllers)
 }
 
 /// A running operator; [`Running::stop`] shuts it down as SIGTERM would.

@@ -7,10 +7,9 @@
 use std::{collections::BTreeMap, process::Output, time::Duration};
 
 use etcd_operator::{
-    OPERATOR_NAME,
+    EtcdOperator,
     crd::{BackupPhase, BackupPolicy, EtcdBackup, EtcdCluster, EtcdClusterSpec, EtcdStorage},
-    observe::EtcdClients,
-    reconcile::{MemberAddresses, Settings, State},
+    reconcile::{MemberAddresses, Settings},
 };
 use kube::{
     Api, CustomResourceExt,
@@ -98,25 +97,16 @@ async fn status_pause_resume_backup_and_restore_through_the_plugin_and_refusals_
         scratch.join("members"),
         Some(ns.clone()),
     );
-    let runtime = operator::runtime(OPERATOR_NAME, "plugin-test", client.clone(), &ns, false);
-    let state = State {
-        clients: EtcdClients::new(
-            operator::call_policy(Duration::from_millis(800)),
-            operator::breaker(),
-            runtime.metrics().admin.clone(),
-        ),
-        settings: Settings {
-            cluster_domain: "cluster.local".into(),
-            member_addresses: MemberAddresses::Loopback,
-            freshness: Duration::from_secs(30),
-            replace_after: Duration::from_secs(300),
-            allow_http_backups: true,
-            operator_image: "quorum/etcd-operator:test".into(),
-        },
+    let settings = Settings {
+        cluster_domain: "cluster.local".into(),
+        member_addresses: MemberAddresses::Loopback,
+        freshness: Duration::from_secs(30),
+        replace_after: Duration::from_secs(300),
+        allow_http_backups: true,
+        operator_image: "quorum/etcd-operator:test".into(),
     };
-    let context = runtime.context(state);
-    let controllers = etcd_operator::controllers(&runtime, context.clone());
-    let running = operator::Running::start(runtime, context, controllers);
+    let running =
+        operator::start::<EtcdOperator>(client.clone(), &ns, false, settings, Duration::from_millis(800));
 
     let clusters: Api<EtcdCluster> = Api::namespaced(client.clone(), &ns);
     clusters

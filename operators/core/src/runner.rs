@@ -42,6 +42,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     Error, ReconcileError,
     apply::Applier,
+    availability::{breaker::BreakerSettings, retry::CallPolicy},
     cache::{Cache, Cacheable},
     config::OperatorConfig,
     events::EventPublisher,
@@ -660,6 +661,45 @@ pub async fn api_client(config: &OperatorConfig) -> Result<Client, kube::Error> 
     Ok(kube::client::ClientBuilder::try_from(found)?
         .with_layer(&tower::limit::RateLimitLayer::new(burst, window))
         .build())
+}
+
+/// How an operator calls its members: each call's timeout and retries, and each member's
+/// circuit breaker.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AdminCalls {
+    pub policy: CallPolicy,
+    pub breaker: BreakerSettings,
+}
+
+/// One operator, as its process and its tests both start it: its name, its state (the
+/// engine's clients and settings) and its controllers. What is tested is what is deployed.
+pub trait Operator {
+    /// Its field manager, event reporter and `app.kubernetes.io/managed-by`.
+    const NAME: &'static str;
+    /// What its flags (or a test) decide.
+    type Settings;
+    type State: ForgetsClusters;
+
+    /// The state its passes share, its admin calls made as `calls` says and counted in
+    /// `metrics`.
+    fn state(settings: Self::Settings, calls: AdminCalls, metrics: &Metrics) -> Self::State;
+
+    /// Its controllers: its clusters' passes and its backups'.
+    fn controllers(runtime: &Runtime, context: Arc<Context<Self::State>>) -> Vec<BoxFuture<'static, ()>>;
+}
+
+/// Runs operator `O` as its process does: the API client from the environment, the default
+/// admin calls, its controllers until shutdown.
+///
+/// # Errors
+/// As [`api_client`] and [`Runtime::run`].
+pub async fn serve<O: Operator>(config: OperatorConfig, settings: O::Settings) -> Result<(), RunError> {
+    crate::install_crypto_provider();
+    let client = api_client(&config).await.map_err(RunError::ApiServer)?;
+    let runtime = Runtime::new(O::NAME, config, client);
+    let context = runtime.context(O::state(settings, AdminCalls::default(), runtime.metrics()));
+    let controllers = O::controllers(&runtime, context);
+    runtime.run(controllers).await
 }
 
 /// The annotation that pauses reconciliation of one object: while it is `"true"`, the operator

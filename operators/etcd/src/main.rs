@@ -1,19 +1,18 @@
-//! The etcd operator's process: flags, logging, the runtime, one controller.
+//! The etcd operator's process: flags, logging, the controllers; or, in a restored cluster's
+//! member pod, its restore step.
 
 use std::time::Duration;
 
 use clap::Parser;
 use etcd_operator::{
-    OPERATOR_NAME,
-    observe::{EtcdClients, default_policy},
-    reconcile::{Settings, State},
+    EtcdOperator,
+    reconcile::Settings,
     restore::{RestoreMemberArgs, restore_member},
 };
 use quorum_core::{
-    availability::breaker::BreakerSettings,
     backup::S3Credentials,
     config::{MemberConfig, OperatorConfig},
-    runner::{RunError, Runtime},
+    runner::{RunError, serve},
     telemetry,
 };
 
@@ -53,17 +52,7 @@ async fn main() -> Result<(), RunError> {
     telemetry::init(cli.operator.log_format);
     quorum_core::install_crypto_provider();
     if let Some(Command::RestoreMember(args)) = &cli.command {
-        let credentials = match (
-            std::env::var("AWS_ACCESS_KEY_ID"),
-            std::env::var("AWS_SECRET_ACCESS_KEY"),
-        ) {
-            (Ok(access_key_id), Ok(secret_access_key)) => Some(S3Credentials {
-                access_key_id,
-                secret_access_key,
-            }),
-            _ => None,
-        };
-        match restore_member(args, credentials).await {
+        match restore_member(args, S3Credentials::from_env()).await {
             Ok(outcome) => {
                 tracing::info!(member = %args.name, ?outcome, "restore");
                 return Ok(());
@@ -74,26 +63,13 @@ async fn main() -> Result<(), RunError> {
             }
         }
     }
-    let client = quorum_core::runner::api_client(&cli.operator)
-        .await
-        .map_err(RunError::ApiServer)?;
-    let runtime = Runtime::new(OPERATOR_NAME, cli.operator, client);
-    let state = State {
-        clients: EtcdClients::new(
-            default_policy(),
-            BreakerSettings::default(),
-            runtime.metrics().admin.clone(),
-        ),
-        settings: Settings {
-            cluster_domain: cli.members.cluster_domain,
-            member_addresses: cli.members.member_addresses,
-            freshness: Duration::from_secs(30),
-            replace_after: Duration::from_secs(cli.member_replace_after_seconds),
-            allow_http_backups: cli.members.allow_http_backups,
-            operator_image: cli.operator_image,
-        },
+    let settings = Settings {
+        cluster_domain: cli.members.cluster_domain,
+        member_addresses: cli.members.member_addresses,
+        freshness: Duration::from_secs(30),
+        replace_after: Duration::from_secs(cli.member_replace_after_seconds),
+        allow_http_backups: cli.members.allow_http_backups,
+        operator_image: cli.operator_image,
     };
-    let context = runtime.context(state);
-    let controllers = etcd_operator::controllers(&runtime, context);
-    runtime.run(controllers).await
+    serve::<EtcdOperator>(cli.operator, settings).await
 }

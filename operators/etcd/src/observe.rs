@@ -6,7 +6,7 @@
 //! taken from a member that answered. A member the operator cannot reach is `Unknown` unless a
 //! majority of its peers report their connection to it down, which makes it `Unhealthy`.
 
-use std::{collections::BTreeMap, sync::Arc, time::Duration};
+use std::{collections::BTreeMap, sync::Arc};
 
 use quorum_core::availability::{
     breaker::BreakerSettings,
@@ -252,15 +252,6 @@ fn join(
 /// `namespace/name` keys name clusters in caches; members are named after the bare name.
 fn cluster_name(cluster: &str) -> &str {
     cluster.rsplit('/').next().unwrap_or(cluster)
-}
-
-/// Default call policy for etcd: short enough that a blackholed member does not stall a
-/// reconcile for long, long enough for a loaded member to answer.
-pub fn default_policy() -> CallPolicy {
-    CallPolicy {
-        timeout: Duration::from_secs(3),
-        ..CallPolicy::default()
-    }
 }
 
 /// Shared handle type used by the reconciler.

@@ -156,12 +156,3 @@ impl MongoClients {
         result
     }
 }
-
-/// Default call policy: short enough that a blackholed member does not stall a reconcile for
-/// long, long enough for a loaded server to answer.
-pub fn default_policy() -> CallPolicy {
-    CallPolicy {
-        timeout: Duration::from_secs(3),
-        ..CallPolicy::default()
-    }
-}

@@ -1,15 +1,10 @@
-//! The MongoDB operator's process: flags, logging, the runtime, the controllers.
+//! The MongoDB operator's process: flags, logging, the controllers.
 
 use clap::Parser;
-use mongodb_operator::{
-    OPERATOR_NAME,
-    clients::{MongoClients, default_policy},
-    reconcile::{Settings, State},
-};
+use mongodb_operator::{MongoDbOperator, reconcile::Settings};
 use quorum_core::{
-    availability::breaker::BreakerSettings,
     config::{MemberConfig, OperatorConfig},
-    runner::{RunError, Runtime},
+    runner::{RunError, serve},
     telemetry,
 };
 
@@ -28,24 +23,10 @@ struct Cli {
 async fn main() -> Result<(), RunError> {
     let cli = Cli::parse();
     telemetry::init(cli.operator.log_format);
-    quorum_core::install_crypto_provider();
-    let client = quorum_core::runner::api_client(&cli.operator)
-        .await
-        .map_err(RunError::ApiServer)?;
-    let runtime = Runtime::new(OPERATOR_NAME, cli.operator, client);
-    let state = State {
-        clients: MongoClients::new(
-            default_policy(),
-            BreakerSettings::default(),
-            runtime.metrics().admin.clone(),
-        ),
-        settings: Settings {
-            cluster_domain: cli.members.cluster_domain,
-            member_addresses: cli.members.member_addresses,
-            allow_http_backups: cli.members.allow_http_backups,
-        },
+    let settings = Settings {
+        cluster_domain: cli.members.cluster_domain,
+        member_addresses: cli.members.member_addresses,
+        allow_http_backups: cli.members.allow_http_backups,
     };
-    let context = runtime.context(state);
-    let controllers = mongodb_operator::controllers(&runtime, context);
-    runtime.run(controllers).await
+    serve::<MongoDbOperator>(cli.operator, settings).await
 }

@@ -6,10 +6,7 @@
 //! IO threads positively report the connection to it lost; otherwise it is `Unknown`, which
 //! never leads to a failover. A replica the operator cannot reach is `Unknown`.
 
-use std::{
-    collections::BTreeMap,
-    time::{Duration, Instant},
-};
+use std::{collections::BTreeMap, time::Instant};
 
 use quorum_core::availability::{
     breaker::BreakerSettings,
@@ -261,14 +258,5 @@ pub fn server_state(report: &MemberReport, addresses: &Addresses, members: usize
         semi_sync_source: report.semi_sync_source_on,
         semi_sync_replica: report.semi_sync_replica_on,
         binlog_expire_seconds: report.binlog_expire_seconds,
-    }
-}
-
-/// Default call policy: short enough that a blackholed member does not stall a reconcile for
-/// long, long enough for a loaded server to answer.
-pub fn default_policy() -> CallPolicy {
-    CallPolicy {
-        timeout: Duration::from_secs(3),
-        ..CallPolicy::default()
     }
 }

@@ -1,7 +1,7 @@
 //! Cached admin clients with breakers, timeouts and retries: the one way the operator talks to
 //! the data nodes and the Sentinels. No Kubernetes.
 
-use std::{net::SocketAddr, time::Duration};
+use std::net::SocketAddr;
 
 use quorum_core::availability::{
     breaker::BreakerSettings,
@@ -212,13 +212,4 @@ fn member_key(cluster: &str, kind: Kind, ordinal: usize) -> MemberKey {
         Kind::Sentinel => format!("sentinel-{ordinal}"),
     };
     MemberKey::new(cluster, member)
-}
-
-/// Default call policy: short enough that a blackholed pod does not stall a reconcile for
-/// long, long enough for a loaded server to answer.
-pub fn default_policy() -> CallPolicy {
-    CallPolicy {
-        timeout: Duration::from_secs(3),
-        ..CallPolicy::default()
-    }
 }

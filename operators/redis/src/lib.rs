@@ -33,20 +33,42 @@ pub mod sharded;
 /// The operator's name: its field manager, event reporter and `app.kubernetes.io/managed-by`.
 pub const OPERATOR_NAME: &str = "quorum-redis-operator";
 
-/// The operator's controllers: its clusters' passes and its backups'. The process (`main.rs`)
-/// and the tests run exactly these, so what is tested is what is deployed.
-pub fn controllers(
-    runtime: &quorum_core::runner::Runtime,
-    context: std::sync::Arc<quorum_core::runner::Context<reconcile::State>>,
-    wakeups: quorum_core::wakeups::Wakeups,
-) -> Vec<futures::future::BoxFuture<'static, ()>> {
-    let clusters = runtime.cluster_controller_woken::<crd::RedisCluster, _, _, _, _>(
-        context.clone(),
-        reconcile::reconcile,
-        resources::APP,
-        wakeups,
-    );
-    let backups =
-        runtime.leaf_controller::<crd::RedisBackup, _, _, _, _>(context, backup_controller::reconcile_backup);
-    vec![clusters, backups]
+/// The Redis operator, as its process (`main.rs`) and its tests start it.
+pub struct RedisOperator;
+
+impl quorum_core::runner::Operator for RedisOperator {
+    const NAME: &'static str = OPERATOR_NAME;
+    type Settings = reconcile::Settings;
+    type State = reconcile::State;
+
+    fn state(
+        settings: reconcile::Settings,
+        calls: quorum_core::runner::AdminCalls,
+        metrics: &quorum_core::metrics::Metrics,
+    ) -> reconcile::State {
+        reconcile::State {
+            clients: clients::RedisClients::new(calls.policy, calls.breaker, metrics.admin.clone()),
+            sentinel_events: sentinel_events::SentinelEvents::new(
+                quorum_core::wakeups::Wakeups::new(),
+                settings.sentinel_events,
+            ),
+            settings,
+        }
+    }
+
+    fn controllers(
+        runtime: &quorum_core::runner::Runtime,
+        context: std::sync::Arc<quorum_core::runner::Context<reconcile::State>>,
+    ) -> Vec<futures::future::BoxFuture<'static, ()>> {
+        let wakeups = context.state.sentinel_events.wakeups();
+        let clusters = runtime.cluster_controller_woken::<crd::RedisCluster, _, _, _, _>(
+            context.clone(),
+            reconcile::reconcile,
+            resources::APP,
+            wakeups,
+        );
+        let backups = runtime
+            .leaf_controller::<crd::RedisBackup, _, _, _, _>(context, backup_controller::reconcile_backup);
+        vec![clusters, backups]
+    }
 }

@@ -1,22 +1,20 @@
-//! The Redis operator's process: flags, logging, the runtime, the controllers.
+//! The Redis operator's process: flags, logging, the controllers; or, in a restored cluster's
+//! data pod, its restore step.
 
 use std::time::Duration;
 
 use clap::Parser;
 use quorum_core::{
-    availability::breaker::BreakerSettings,
     backup::S3Credentials,
     config::{MemberConfig, OperatorConfig},
-    runner::{RunError, Runtime},
+    runner::{RunError, serve},
     telemetry,
-    wakeups::Wakeups,
 };
 use redis_operator::{
-    OPERATOR_NAME,
-    clients::{RedisClients, default_policy},
-    reconcile::{Settings, State},
+    RedisOperator,
+    reconcile::Settings,
     restore::{RestoreNodeArgs, restore_node},
-    sentinel_events::{ListenSettings, SentinelEvents},
+    sentinel_events::ListenSettings,
 };
 
 /// Quorum's Redis operator.
@@ -52,17 +50,7 @@ async fn main() -> Result<(), RunError> {
     telemetry::init(cli.operator.log_format);
     quorum_core::install_crypto_provider();
     if let Some(Command::RestoreNode(args)) = &cli.command {
-        let credentials = match (
-            std::env::var("AWS_ACCESS_KEY_ID"),
-            std::env::var("AWS_SECRET_ACCESS_KEY"),
-        ) {
-            (Ok(access_key_id), Ok(secret_access_key)) => Some(S3Credentials {
-                access_key_id,
-                secret_access_key,
-            }),
-            _ => None,
-        };
-        match restore_node(args, credentials).await {
+        match restore_node(args, S3Credentials::from_env()).await {
             Ok(outcome) => {
                 tracing::info!(pod = %args.pod_name, ?outcome, "restore");
                 return Ok(());
@@ -73,27 +61,13 @@ async fn main() -> Result<(), RunError> {
             }
         }
     }
-    let client = quorum_core::runner::api_client(&cli.operator)
-        .await
-        .map_err(RunError::ApiServer)?;
-    let runtime = Runtime::new(OPERATOR_NAME, cli.operator, client);
-    let wakeups = Wakeups::new();
-    let state = State {
-        clients: RedisClients::new(
-            default_policy(),
-            BreakerSettings::default(),
-            runtime.metrics().admin.clone(),
-        ),
-        settings: Settings {
-            cluster_domain: cli.members.cluster_domain,
-            member_addresses: cli.members.member_addresses,
-            allow_http_backups: cli.members.allow_http_backups,
-            operator_image: cli.operator_image,
-            settled_recheck: Duration::from_secs(30),
-        },
-        sentinel_events: SentinelEvents::new(wakeups.clone(), ListenSettings::default()),
+    let settings = Settings {
+        cluster_domain: cli.members.cluster_domain,
+        member_addresses: cli.members.member_addresses,
+        allow_http_backups: cli.members.allow_http_backups,
+        operator_image: cli.operator_image,
+        settled_recheck: Duration::from_secs(30),
+        sentinel_events: ListenSettings::default(),
     };
-    let context = runtime.context(state);
-    let controllers = redis_operator::controllers(&runtime, context, wakeups);
-    runtime.run(controllers).await
+    serve::<RedisOperator>(cli.operator, settings).await
 }

@@ -26,7 +26,7 @@ use crate::{
     crd::{RedisCluster, RedisClusterStatus},
     reasons::Reason,
     resources::{NODE_COMPONENT, ROLE_LABEL, RoleLabel, ordinal_of, selector},
-    sentinel_events::SentinelEvents,
+    sentinel_events::{ListenSettings, SentinelEvents},
 };
 
 pub use quorum_core::config::MemberAddresses;
@@ -43,6 +43,8 @@ pub struct Settings {
     /// How long a settled cluster waits for its next pass when nothing wakes it sooner (a watched
     /// object changing, a Sentinel switching the primary).
     pub settled_recheck: Duration,
+    /// How the subscriptions to the Sentinels' primary switches behave.
+    pub sentinel_events: ListenSettings,
 }
 
 /// The operator's own state in the shared context.

@@ -95,6 +95,11 @@ impl SentinelEvents {
         }
     }
 
+    /// What a Sentinel's switch of the primary wakes: the cluster controller's pass.
+    pub fn wakeups(&self) -> Wakeups {
+        self.wakeups.clone()
+    }
+
     /// Subscribes to `cluster`'s Sentinels at `sentinels` (called by every pass). Subscriptions
     /// already open to the same Sentinels with the same credentials are kept; a changed set or
     /// password replaces them. Clusters no pass has followed within the expiry are dropped.

@@ -26,7 +26,7 @@ use redis_operator::{
         sentinel::{SentinelAdmin, SentinelSetting},
         snapshot::place_snapshot,
     },
-    clients::{RedisClients, default_policy},
+    clients::RedisClients,
     replication::handover::Handover,
 };
 use sha2::{Digest, Sha256};
@@ -755,7 +755,7 @@ async fn a_handover_moves_the_primary_without_losing_an_acknowledged_write() {
     let (servers, sentinels) = watched_by_sentinels(&mut processes).await;
     let cluster = "handover/main";
     let clients = RedisClients::new(
-        default_policy(),
+        quorum_core::availability::retry::CallPolicy::default(),
         BreakerSettings::default(),
         AdminMetrics::default(),
     );

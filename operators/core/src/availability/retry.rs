@@ -38,7 +38,7 @@ pub struct CallPolicy {
 impl Default for CallPolicy {
     fn default() -> Self {
         Self {
-            timeout: Duration::from_secs(5),
+            timeout: Duration::from_secs(3),
             read_attempts: 3,
             backoff_first: Duration::from_millis(100),
             backoff_max: Duration::from_secs(2),

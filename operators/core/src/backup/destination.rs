@@ -35,6 +35,15 @@ impl fmt::Debug for S3Credentials {
 }
 
 impl S3Credentials {
+    /// From `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY`, as a restore step's container
+    /// receives them; `None` unless both are set.
+    pub fn from_env() -> Option<Self> {
+        Some(Self {
+            access_key_id: std::env::var("AWS_ACCESS_KEY_ID").ok()?,
+            secret_access_key: std::env::var("AWS_SECRET_ACCESS_KEY").ok()?,
+        })
+    }
+
     /// Reads `accessKeyId` and `secretAccessKey` from a Secret's `data`. Surrounding whitespace
     /// (a trailing newline from `kubectl create secret --from-file`) is trimmed.
     ///

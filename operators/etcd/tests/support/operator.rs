@@ -3,8 +3,7 @@
 use std::time::Duration;
 
 use etcd_operator::{
-    OPERATOR_NAME,
-    observe::EtcdClients,
+    EtcdOperator,
     reconcile::{MemberAddresses, Settings, State},
 };
 use quorum_e2e::operator;
@@ -50,23 +49,19 @@ fn start_configured(
     leader_elect: bool,
     replace_after: Duration,
 ) -> Running {
-    let runtime = operator::runtime(OPERATOR_NAME, "etcd-test", client, namespace, leader_elect);
-    let state = State {
-        clients: EtcdClients::new(
-            operator::call_policy(Duration::from_millis(800)),
-            operator::breaker(),
-            runtime.metrics().admin.clone(),
-        ),
-        settings: Settings {
-            cluster_domain: "cluster.local".into(),
-            member_addresses: addresses,
-            freshness: Duration::from_secs(30),
-            replace_after,
-            allow_http_backups: true,
-            operator_image: "quorum/etcd-operator:test".into(),
-        },
+    let settings = Settings {
+        cluster_domain: "cluster.local".into(),
+        member_addresses: addresses,
+        freshness: Duration::from_secs(30),
+        replace_after,
+        allow_http_backups: true,
+        operator_image: "quorum/etcd-operator:test".into(),
     };
-    let context = runtime.context(state);
-    let controllers = etcd_operator::controllers(&runtime, context.clone());
-    Running::start(runtime, context, controllers)
+    operator::start::<EtcdOperator>(
+        client,
+        namespace,
+        leader_elect,
+        settings,
+        Duration::from_millis(800),
+    )
 }

@@ -9,9 +9,8 @@ use bson::{Document, doc};
 use k8s_openapi::{api::core::v1::Event, apimachinery::pkg::api::resource::Quantity};
 use kube::{Api, CustomResourceExt, api::ListParams};
 use mongodb_operator::{
-    OPERATOR_NAME,
+    MongoDbOperator,
     admin::{Credentials, MongoAdmin, ReplConfig},
-    clients::MongoClients,
     crd::{MongoDBBackup, MongoDBReplicaSet, MongoDBReplicaSetSpec, MongoDBReplicaSetStatus},
     reconcile::{MemberAddresses, Settings, State},
     resources::{PASSWORD_KEY, USERNAME_KEY, generated_admin_secret_name},
@@ -35,22 +34,18 @@ pub fn start_operator(client: kube::Client, namespace: &str) -> Running {
 /// As [`start_operator`]; with `leader_elect`, it first takes its Lease in `namespace`, as a
 /// deployed operator does.
 pub fn start_operator_with(client: kube::Client, namespace: &str, leader_elect: bool) -> Running {
-    let runtime = operator::runtime(OPERATOR_NAME, "mongodb-test", client, namespace, leader_elect);
-    let state = State {
-        clients: MongoClients::new(
-            operator::call_policy(Duration::from_millis(2000)),
-            operator::breaker(),
-            runtime.metrics().admin.clone(),
-        ),
-        settings: Settings {
-            cluster_domain: "cluster.local".into(),
-            member_addresses: MemberAddresses::Loopback,
-            allow_http_backups: true,
-        },
+    let settings = Settings {
+        cluster_domain: "cluster.local".into(),
+        member_addresses: MemberAddresses::Loopback,
+        allow_http_backups: true,
     };
-    let context = runtime.context(state);
-    let controllers = mongodb_operator::controllers(&runtime, context.clone());
-    Running::start(runtime, context, controllers)
+    operator::start::<MongoDbOperator>(
+        client,
+        namespace,
+        leader_elect,
+        settings,
+        Duration::from_millis(2000),
+    )
 }
 
 /// The local control plane, a test namespace, a member process for each pod, and the operator.

@@ -13,9 +13,8 @@ use kube::{
 };
 use mysql_async::prelude::Queryable;
 use mysql_operator::{
-    OPERATOR_NAME,
+    MySqlOperator,
     crd::{Flavor, MySQLBackup, MySQLCluster, MySQLClusterSpec, MySQLClusterStatus, UserSpec},
-    observe::MySqlClients,
     reconcile::{MemberAddresses, Settings, State},
 };
 use quorum_core::{crd::Storage, naming::loopback_ip};
@@ -41,23 +40,19 @@ pub fn start_operator(client: kube::Client, namespace: &str) -> Running {
 /// As [`start_operator`]; with `leader_elect`, it first takes its Lease in `namespace`, as a
 /// deployed operator does.
 pub fn start_operator_with(client: kube::Client, namespace: &str, leader_elect: bool) -> Running {
-    let runtime = operator::runtime(OPERATOR_NAME, "mysql-test", client, namespace, leader_elect);
-    let state = State {
-        clients: MySqlClients::new(
-            operator::call_policy(Duration::from_millis(1500)),
-            operator::breaker(),
-            runtime.metrics().admin.clone(),
-        ),
-        settings: Settings {
-            cluster_domain: "cluster.local".into(),
-            member_addresses: MemberAddresses::Loopback,
-            freshness: Duration::from_secs(30),
-            allow_http_backups: true,
-        },
+    let settings = Settings {
+        cluster_domain: "cluster.local".into(),
+        member_addresses: MemberAddresses::Loopback,
+        freshness: Duration::from_secs(30),
+        allow_http_backups: true,
     };
-    let context = runtime.context(state);
-    let controllers = mysql_operator::controllers(&runtime, context.clone());
-    Running::start(runtime, context, controllers)
+    operator::start::<MySqlOperator>(
+        client,
+        namespace,
+        leader_elect,
+        settings,
+        Duration::from_millis(1500),
+    )
 }
 
 /// A namespace of the local control plane with the operator watching it and real MariaDB

@@ -11,7 +11,7 @@ use std::{
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::{Api, CustomResourceExt};
-use quorum_core::{crd::Storage, naming::loopback_ip, wakeups::Wakeups};
+use quorum_core::{crd::Storage, naming::loopback_ip};
 use quorum_e2e::{
     control_plane::{TestNamespace, admin_client, generated_secret, install_crd},
     local_members::{LocalMembers, RedisLauncher},
@@ -19,13 +19,12 @@ use quorum_e2e::{
 };
 use redis::{ErrorKind, ServerErrorKind, aio::MultiplexedConnection};
 use redis_operator::{
-    OPERATOR_NAME,
+    RedisOperator,
     admin::cluster::key_slot,
-    clients::RedisClients,
     crd::{Mode, Persistence, RedisBackup, RedisCluster, RedisClusterSpec, RedisClusterStatus, SentinelSpec},
     reconcile::{MemberAddresses, Settings, State},
     resources::{PASSWORD_KEY, generated_auth_secret_name},
-    sentinel_events::{ListenSettings, SentinelEvents},
+    sentinel_events::ListenSettings,
 };
 
 /// A running operator; [`Running::stop`] shuts it down as SIGTERM would.
@@ -50,36 +49,28 @@ pub fn start_operator_rechecking(
     leader_elect: bool,
     settled_recheck: Duration,
 ) -> Running {
-    let runtime = operator::runtime(OPERATOR_NAME, "redis-test", client, namespace, leader_elect);
-    let wakeups = Wakeups::new();
-    let state = State {
-        clients: RedisClients::new(
-            operator::call_policy(Duration::from_millis(1500)),
-            operator::breaker(),
-            runtime.metrics().admin.clone(),
-        ),
-        settings: Settings {
-            cluster_domain: "cluster.local".into(),
-            member_addresses: MemberAddresses::Loopback,
-            allow_http_backups: true,
-            // The local pods have no container runtime: their launcher runs this binary as
-            // the restore step's image.
-            operator_image: env!("CARGO_BIN_EXE_redis-operator").into(),
-            settled_recheck,
+    let settings = Settings {
+        cluster_domain: "cluster.local".into(),
+        member_addresses: MemberAddresses::Loopback,
+        allow_http_backups: true,
+        // The local pods have no container runtime: their launcher runs this binary as the
+        // restore step's image.
+        operator_image: env!("CARGO_BIN_EXE_redis-operator").into(),
+        settled_recheck,
+        sentinel_events: ListenSettings {
+            timeout: Duration::from_millis(1500),
+            keepalive: Duration::from_secs(5),
+            max_retry_delay: Duration::from_secs(2),
+            ..ListenSettings::default()
         },
-        sentinel_events: SentinelEvents::new(
-            wakeups.clone(),
-            ListenSettings {
-                timeout: Duration::from_millis(1500),
-                keepalive: Duration::from_secs(5),
-                max_retry_delay: Duration::from_secs(2),
-                ..ListenSettings::default()
-            },
-        ),
     };
-    let context = runtime.context(state);
-    let controllers = redis_operator::controllers(&runtime, context.clone(), wakeups);
-    Running::start(runtime, context, controllers)
+    operator::start::<RedisOperator>(
+        client,
+        namespace,
+        leader_elect,
+        settings,
+        Duration::from_millis(1500),
+    )
 }
 
 /// The local control plane, a test namespace, real Redis processes for its pods, and the
