@@ -31,6 +31,66 @@ use crate::{
     runner::Context,
 };
 
+/// A failed pass, naming what failed: the error of every engine's cluster pass, `F` being the
+/// engine's failed-step error.
+#[derive(Debug, thiserror::Error)]
+pub enum PassError<F: std::error::Error + Send + Sync + 'static> {
+    #[error(transparent)]
+    Kubernetes(#[from] Error),
+    #[error("{what}: {source}")]
+    Api {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// An admin step the members refused or did not answer; they are as they were, or as a
+    /// retry of the step expects them. Reported ([`Progress::Failed`]) before it is returned.
+    #[error("{step}: {source}")]
+    Step {
+        step: String,
+        #[source]
+        source: F,
+    },
+    /// A Secret the cluster needs is missing or lacks a key. Nothing is started without it.
+    #[error("Secret {secret} {problem}")]
+    Secret { secret: String, problem: String },
+    /// The spec asks for what the operator cannot do (settings it owns). Permanent: one
+    /// warning, then the pass waits for the spec to change instead of retrying with backoff.
+    #[error("{0}")]
+    InvalidSpec(String),
+}
+
+impl<F: std::error::Error + Send + Sync + 'static> PassError<F> {
+    /// Names a failed API call `what` (`"reading StatefulSet main"`).
+    pub fn api(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Self {
+        let what = what.into();
+        move |source| PassError::Api { what, source }
+    }
+}
+
+impl<F: std::error::Error + Send + Sync + 'static> crate::ReconcileError for PassError<F> {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            PassError::Kubernetes(error) => error.metric_label(),
+            PassError::Api { .. } => "api",
+            PassError::Step { .. } => "admin_step",
+            PassError::Secret { .. } => "secret",
+            PassError::InvalidSpec(_) => "invalid_spec",
+        }
+    }
+
+    fn is_permanent(&self) -> bool {
+        matches!(self, PassError::InvalidSpec(_))
+    }
+
+    fn shared(&self) -> Option<&Error> {
+        match self {
+            PassError::Kubernetes(error) => Some(error),
+            _ => None,
+        }
+    }
+}
+
 /// A reason from an operator's catalogue. Declare the catalogue with [`reasons!`].
 pub trait Reason: Copy + fmt::Debug + Eq + Send + Sync + 'static {
     /// The CamelCase string users see in events and conditions.
@@ -454,6 +514,23 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_an_invalid_spec_waits_for_a_change_instead_of_retrying() {
+        use crate::ReconcileError;
+        type Failed = PassError<std::io::Error>;
+        assert!(
+            Failed::InvalidSpec("spec.config sets requirepass, which the operator owns".into())
+                .is_permanent()
+        );
+        // A missing Secret can appear without the cluster changing: that is retried.
+        let missing = Failed::Secret {
+            secret: "auth".into(),
+            problem: "is missing".into(),
+        };
+        assert!(!missing.is_permanent());
+        assert_eq!(missing.to_string(), "Secret auth is missing");
+    }
 
     crate::reasons! {
         /// A catalogue for the tests.

@@ -18,7 +18,6 @@ use k8s_openapi::{
 };
 use kube::{Api, ResourceExt, runtime::controller::Action};
 use quorum_core::{
-    ReconcileError,
     events::Severity,
     pass::{Progress, Reason as _, UnreadableRecord, publish},
     rollout::restart_pod,
@@ -93,59 +92,8 @@ impl State {
     }
 }
 
-/// A failed reconcile, naming the call that failed.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error(transparent)]
-    Kubernetes(#[from] quorum_core::Error),
-    #[error("reading {what}: {source}")]
-    Read {
-        what: &'static str,
-        #[source]
-        source: kube::Error,
-    },
-    #[error("deleting {what}: {source}")]
-    Delete {
-        what: String,
-        #[source]
-        source: kube::Error,
-    },
-    #[error("{step}: {source}")]
-    Step {
-        step: String,
-        #[source]
-        source: StepError,
-    },
-    /// The client TLS Secret (`spec.tls.clientSecretName`) does not exist (`missing: None`) or
-    /// lacks a key. The operator does not fall back to plain HTTP.
-    #[error("client TLS Secret {secret} {}", match missing {
-        Some(key) => format!("has no (or an empty) `{key}`"),
-        None => "does not exist".to_string(),
-    })]
-    TlsSecret {
-        secret: String,
-        missing: Option<&'static str>,
-    },
-}
-
-impl ReconcileError for Error {
-    fn metric_label(&self) -> &'static str {
-        match self {
-            Error::Kubernetes(error) => error.metric_label(),
-            Error::Read { .. } => "read",
-            Error::Delete { .. } => "delete",
-            Error::Step { .. } => "admin_step",
-            Error::TlsSecret { .. } => "tls_secret",
-        }
-    }
-
-    fn shared(&self) -> Option<&quorum_core::Error> {
-        match self {
-            Error::Kubernetes(error) => Some(error),
-            _ => None,
-        }
-    }
-}
+/// A failed pass, naming what failed.
+pub type Error = quorum_core::pass::PassError<StepError>;
 
 /// Reconciles one `EtcdCluster`: observe, decide one step, apply the objects, record and take
 /// the step, report.
@@ -293,10 +241,7 @@ async fn observe(
             &client_service_name(&name),
         )
         .await
-        .map_err(|source| Error::Read {
-            what: "StatefulSet",
-            source,
-        })?;
+        .map_err(Error::api("reading StatefulSet"))?;
     let statefulset_replicas = existing
         .as_ref()
         .and_then(|s| s.spec.as_ref()?.replicas)
@@ -578,7 +523,6 @@ async fn take(
     let (key, view) = (observed.key.as_str(), &observed.view);
     let name = cluster.name_any();
     let namespace = cluster.namespace().unwrap_or_default();
-    let delete = |what: String| move |source| Error::Delete { what, source };
     match step {
         // Applied with the StatefulSet above.
         Step::Bootstrap { .. } | Step::StartPod { .. } | Step::StopPod { .. } | Step::ClearInFlight => {
@@ -599,7 +543,7 @@ async fn take(
             let pod = member_name(&name, *ordinal);
             quorum_core::wipe::wipe_member(&context.client, &namespace, &pod, None)
                 .await
-                .map_err(delete(pod))?;
+                .map_err(Error::api(format!("deleting {pod}")))?;
             Ok(StepOutcome::Done)
         }
         admin_step => execute(&context.state.clients, key, resolver, view, admin_step)
@@ -624,17 +568,18 @@ async fn client_tls(context: &Context<State>, cluster: &EtcdCluster) -> Result<O
         return Ok(None);
     };
     let namespace = cluster.namespace().unwrap_or_default();
-    let incomplete = |missing| Error::TlsSecret {
-        secret: format!("{namespace}/{secret_name}"),
-        missing,
+    // The operator does not fall back to plain HTTP.
+    let incomplete = |missing: Option<&str>| Error::Secret {
+        secret: format!("{namespace}/{secret_name} (spec.tls.clientSecretName)"),
+        problem: match missing {
+            Some(key) => format!("has no (or an empty) `{key}`"),
+            None => "does not exist".to_string(),
+        },
     };
     let secret = context
         .read::<Secret>(&namespace, secret_name)
         .await
-        .map_err(|source| Error::Read {
-            what: "client TLS Secret",
-            source,
-        })?
+        .map_err(Error::api("reading client TLS Secret"))?
         .ok_or_else(|| incomplete(None))?;
     let data = Arc::unwrap_or_clone(secret).data.unwrap_or_default();
     let field = |key: &'static str| {
@@ -658,10 +603,7 @@ async fn member_pods(context: &Context<State>, cluster: &EtcdCluster) -> Result<
             &crate::resources::member_selector(cluster),
         )
         .await
-        .map_err(|source| Error::Read {
-            what: "member pods",
-            source,
-        })?;
+        .map_err(Error::api("reading member pods"))?;
     Ok(listed.into_iter().map(Arc::unwrap_or_clone).collect())
 }
 
@@ -696,10 +638,7 @@ async fn restore_source(context: &Context<State>, cluster: &EtcdCluster) -> Resu
     let backup = backups
         .get_opt(&source.backup_name)
         .await
-        .map_err(|source| Error::Read {
-            what: "EtcdBackup",
-            source,
-        })?;
+        .map_err(Error::api("reading EtcdBackup"))?;
     let Some(backup) = backup else {
         return Ok(RestoreSource::NotReady(format!(
             "EtcdBackup {} does not exist",

@@ -516,7 +516,7 @@ mod tests {
     fn other_errors_are_returned_at_once() {
         let error = Error::Secret {
             secret: "ns/rs-admin".into(),
-            problem: "does not exist",
+            problem: "does not exist".into(),
         };
         assert!(matches!(reported_failure(Err(error)), Err(Error::Secret { .. })));
     }

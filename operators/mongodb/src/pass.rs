@@ -3,8 +3,6 @@
 //! [`crate::observe`], [`crate::execute`] and [`crate::status`]; none of them depends on
 //! `reconcile`.
 
-use quorum_core::ReconcileError;
-
 use crate::{
     clients::{CallFailure, MongoClients},
     crd::MongoDBReplicaSet,
@@ -47,49 +45,9 @@ impl State {
     }
 }
 
-/// A failed reconcile, naming the call that failed.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error(transparent)]
-    Kubernetes(#[from] quorum_core::Error),
-    #[error("{what}: {source}")]
-    Api {
-        what: String,
-        #[source]
-        source: kube::Error,
-    },
-    /// An admin step the members refused or did not answer; they are as they were, or as a
-    /// retry of the step expects them. Reported (`StepFailed`) before it is returned.
-    #[error("{step}: {source}")]
-    Step {
-        step: String,
-        #[source]
-        source: CallFailure,
-    },
-    /// A Secret the set needs is missing or lacks a key. Nothing is started without it.
-    #[error("Secret {secret} {problem}")]
-    Secret { secret: String, problem: &'static str },
-}
-
-impl ReconcileError for Error {
-    fn metric_label(&self) -> &'static str {
-        match self {
-            Error::Kubernetes(error) => error.metric_label(),
-            Error::Api { .. } => "api",
-            Error::Step { .. } => "admin_step",
-            Error::Secret { .. } => "secret",
-        }
-    }
-
-    fn shared(&self) -> Option<&quorum_core::Error> {
-        match self {
-            Error::Kubernetes(error) => Some(error),
-            _ => None,
-        }
-    }
-}
+/// A failed pass, naming what failed.
+pub type Error = quorum_core::pass::PassError<CallFailure>;
 
 pub fn api(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
-    let what = what.into();
-    move |source| Error::Api { what, source }
+    Error::api(what)
 }

@@ -248,7 +248,7 @@ pub async fn read_credentials(
         .map(Arc::unwrap_or_clone)
         .ok_or_else(|| Error::Secret {
             secret: format!("{namespace}/{name}"),
-            problem: "does not exist",
+            problem: "does not exist".into(),
         })?;
     let mut data = secret.data.unwrap_or_default();
     let mut field = |key: &str, problem: &'static str| {
@@ -258,7 +258,7 @@ pub async fn read_credentials(
             .filter(|text| !text.is_empty())
             .ok_or_else(|| Error::Secret {
                 secret: format!("{namespace}/{name}"),
-                problem,
+                problem: problem.into(),
             })
     };
     let username = field(USERNAME_KEY, "has no (or an empty, or a non-UTF-8) `username`")?;

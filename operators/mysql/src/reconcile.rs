@@ -24,7 +24,6 @@ use kube::{
     runtime::controller::Action,
 };
 use quorum_core::{
-    ReconcileError,
     backup::{backup_target, credentials},
     events::Severity,
     pass::{Progress, Reason as _, UnreadableRecord, publish},
@@ -101,59 +100,11 @@ impl State {
     }
 }
 
-/// A failed reconcile, naming the call that failed.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error(transparent)]
-    Kubernetes(#[from] quorum_core::Error),
-    #[error("{what}: {source}")]
-    Api {
-        what: String,
-        #[source]
-        source: kube::Error,
-    },
-    #[error("{step}: {source}")]
-    Step {
-        step: String,
-        #[source]
-        source: StepError,
-    },
-    /// A Secret the cluster needs is missing or lacks its key. Nothing is started without it.
-    #[error("Secret {secret} {problem}")]
-    Secret { secret: String, problem: &'static str },
-    /// `spec.config` overrides settings the operator owns.
-    #[error("spec.config sets {0}, which the operator owns")]
-    ForbiddenConfig(String),
-}
-
-impl ReconcileError for Error {
-    fn metric_label(&self) -> &'static str {
-        match self {
-            Error::Kubernetes(error) => error.metric_label(),
-            Error::Api { .. } => "api",
-            Error::Step { .. } => "admin_step",
-            Error::Secret { .. } => "secret",
-            Error::ForbiddenConfig(_) => "invalid_spec",
-        }
-    }
-
-    /// A spec that overrides what the operator owns stays invalid until it is changed: one
-    /// warning, then the pass waits for the change instead of retrying with backoff.
-    fn is_permanent(&self) -> bool {
-        matches!(self, Error::ForbiddenConfig(_))
-    }
-
-    fn shared(&self) -> Option<&quorum_core::Error> {
-        match self {
-            Error::Kubernetes(error) => Some(error),
-            _ => None,
-        }
-    }
-}
+/// A failed pass, naming what failed.
+pub type Error = quorum_core::pass::PassError<StepError>;
 
 fn api(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
-    let what = what.into();
-    move |source| Error::Api { what, source }
+    Error::api(what)
 }
 
 /// Reconciles one `MySQLCluster`: observe, decide one step, apply the objects, record and take
@@ -274,7 +225,10 @@ async fn admit(
     };
     let forbidden = forbidden_config_keys(&cluster.spec.config);
     if !forbidden.is_empty() {
-        let error = Error::ForbiddenConfig(forbidden.join(", "));
+        let error = Error::InvalidSpec(format!(
+            "spec.config sets {}, which the operator owns",
+            forbidden.join(", ")
+        ));
         context
             .events
             .publish(
@@ -691,7 +645,7 @@ async fn read_server_ca(context: &Context<State>, namespace: &str, name: &str) -
         .map(Arc::unwrap_or_clone)
         .ok_or_else(|| Error::Secret {
             secret: format!("{namespace}/{name}"),
-            problem: "does not exist",
+            problem: "does not exist".into(),
         })?
         .data
         .unwrap_or_default()
@@ -700,7 +654,7 @@ async fn read_server_ca(context: &Context<State>, namespace: &str, name: &str) -
         .filter(|bytes| !bytes.is_empty())
         .ok_or_else(|| Error::Secret {
             secret: format!("{namespace}/{name}"),
-            problem: "has no (or an empty) `ca.crt`",
+            problem: "has no (or an empty) `ca.crt`".into(),
         })
 }
 
@@ -712,7 +666,7 @@ async fn read_password(context: &Context<State>, namespace: &str, name: &str) ->
         .map(Arc::unwrap_or_clone)
         .ok_or_else(|| Error::Secret {
             secret: format!("{namespace}/{name}"),
-            problem: "does not exist",
+            problem: "does not exist".into(),
         })?;
     let value = secret
         .data
@@ -723,7 +677,7 @@ async fn read_password(context: &Context<State>, namespace: &str, name: &str) ->
         .filter(|text| !text.is_empty())
         .ok_or_else(|| Error::Secret {
             secret: format!("{namespace}/{name}"),
-            problem: "has no (or an empty, or a non-UTF-8) `password`",
+            problem: "has no (or an empty, or a non-UTF-8) `password`".into(),
         })?;
     Ok(SecretString::from(value))
 }
@@ -929,20 +883,4 @@ async fn ensure_scheduled_backup(context: &Context<State>, cluster: &MySQLCluste
     let backup = build_scheduled_backup(cluster, &name)?;
     context.applier.apply_or_remove(cluster, &name, backup).await?;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_an_invalid_spec_waits_for_a_change_instead_of_retrying() {
-        assert!(Error::ForbiddenConfig("requirepass".into()).is_permanent());
-        // A missing Secret can appear without the cluster changing: that is retried.
-        let missing = Error::Secret {
-            secret: "auth".into(),
-            problem: "is missing",
-        };
-        assert!(!missing.is_permanent());
-    }
 }

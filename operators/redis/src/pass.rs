@@ -9,7 +9,6 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 use k8s_openapi::{api::apps::v1::StatefulSet, jiff::Timestamp};
 use kube::ResourceExt;
 use quorum_core::{
-    ReconcileError,
     availability::retry::CallError,
     conditions::ConditionUpdate,
     events::Severity,
@@ -78,61 +77,12 @@ impl State {
     }
 }
 
-/// A failed reconcile, naming the call that failed.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error(transparent)]
-    Kubernetes(#[from] quorum_core::Error),
-    #[error("{what}: {source}")]
-    Api {
-        what: String,
-        #[source]
-        source: kube::Error,
-    },
-    /// An admin step the servers refused or did not answer; they are as they were, or as a
-    /// retry of the step expects them.
-    #[error("{step}: {source}")]
-    Step {
-        step: String,
-        #[source]
-        source: CallError<AdminError>,
-    },
-    /// A Secret the cluster needs is missing or lacks its key. Nothing is started without it.
-    #[error("Secret {secret} {problem}")]
-    Secret { secret: String, problem: &'static str },
-    /// `spec.config` overrides settings the operator owns.
-    #[error("spec.config sets {0}, which the operator owns")]
-    ForbiddenConfig(String),
-}
-
-impl ReconcileError for Error {
-    fn metric_label(&self) -> &'static str {
-        match self {
-            Error::Kubernetes(error) => error.metric_label(),
-            Error::Api { .. } => "api",
-            Error::Step { .. } => "admin_step",
-            Error::Secret { .. } => "secret",
-            Error::ForbiddenConfig(_) => "invalid_spec",
-        }
-    }
-
-    /// A spec that overrides what the operator owns stays invalid until it is changed: one
-    /// warning, then the pass waits for the change instead of retrying with backoff.
-    fn is_permanent(&self) -> bool {
-        matches!(self, Error::ForbiddenConfig(_))
-    }
-
-    fn shared(&self) -> Option<&quorum_core::Error> {
-        match self {
-            Error::Kubernetes(error) => Some(error),
-            _ => None,
-        }
-    }
-}
+/// A failed pass, naming what failed; a failed step is an admin call the servers refused or
+/// did not answer.
+pub type Error = quorum_core::pass::PassError<CallError<AdminError>>;
 
 pub fn api(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
-    let what = what.into();
-    move |source| Error::Api { what, source }
+    Error::api(what)
 }
 
 /// What a mode's pass needs from the shared part.
@@ -268,20 +218,4 @@ pub(crate) async fn publish(
         .events
         .publish(cluster, severity, reason.as_str(), "Reconcile", message)
         .await;
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_an_invalid_spec_waits_for_a_change_instead_of_retrying() {
-        assert!(Error::ForbiddenConfig("requirepass".into()).is_permanent());
-        // A missing Secret can appear without the cluster changing: that is retried.
-        let missing = Error::Secret {
-            secret: "auth".into(),
-            problem: "is missing",
-        };
-        assert!(!missing.is_permanent());
-    }
 }

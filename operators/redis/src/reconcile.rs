@@ -57,7 +57,10 @@ pub async fn reconcile(cluster: Arc<RedisCluster>, context: Arc<Context<State>>)
 
     let forbidden = forbidden_config_keys(&cluster.spec.config);
     if !forbidden.is_empty() {
-        let error = Error::ForbiddenConfig(forbidden.join(", "));
+        let error = Error::InvalidSpec(format!(
+            "spec.config sets {}, which the operator owns",
+            forbidden.join(", ")
+        ));
         publish(
             &context,
             &cluster,
@@ -143,7 +146,7 @@ pub async fn read_password(context: &Context<State>, namespace: &str, name: &str
         .map(Arc::unwrap_or_clone)
         .ok_or_else(|| Error::Secret {
             secret: format!("{namespace}/{name}"),
-            problem: "does not exist",
+            problem: "does not exist".into(),
         })?;
     secret
         .data
@@ -154,7 +157,7 @@ pub async fn read_password(context: &Context<State>, namespace: &str, name: &str
         .filter(|text| !text.is_empty())
         .ok_or_else(|| Error::Secret {
             secret: format!("{namespace}/{name}"),
-            problem: "has no (or an empty, or a non-UTF-8) `password`",
+            problem: "has no (or an empty, or a non-UTF-8) `password`".into(),
         })
 }
 
