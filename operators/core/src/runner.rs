@@ -42,7 +42,6 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     Error, ReconcileError,
     apply::Applier,
-    availability::{breaker::BreakerSettings, retry::CallPolicy},
     cache::{Cache, Cacheable},
     config::OperatorConfig,
     events::EventPublisher,
@@ -663,13 +662,7 @@ pub async fn api_client(config: &OperatorConfig) -> Result<Client, kube::Error> 
         .build())
 }
 
-/// How an operator calls its members: each call's timeout and retries, and each member's
-/// circuit breaker.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct AdminCalls {
-    pub policy: CallPolicy,
-    pub breaker: BreakerSettings,
-}
+pub use crate::availability::member_clients::AdminCalls;
 
 /// One operator, as its process and its tests both start it: its name, its state (the
 /// engine's clients and settings) and its controllers. What is tested is what is deployed.

@@ -36,7 +36,7 @@ impl quorum_core::runner::Operator for EtcdOperator {
         metrics: &quorum_core::metrics::Metrics,
     ) -> reconcile::State {
         reconcile::State {
-            clients: observe::EtcdClients::new(calls.policy, calls.breaker, metrics.admin.clone()),
+            clients: observe::EtcdClients::new(calls, metrics.admin.clone()),
             settings,
         }
     }

@@ -9,12 +9,11 @@
 use std::{collections::BTreeMap, sync::Arc};
 
 use quorum_core::availability::{
-    breaker::BreakerSettings,
-    clients::{CallSpec, ClientCache, MemberKey},
+    clients::MemberKey,
     health::{Health, Observation, classify},
+    member_clients::{AdminCalls, MemberClients},
     metrics::AdminMetrics,
-    per_cluster::PerCluster,
-    retry::{CallError, CallPolicy, Idempotency},
+    retry::{CallError, Idempotency},
 };
 
 use crate::{
@@ -29,11 +28,9 @@ pub const ENGINE: &str = "etcd";
 /// Cached admin clients with breakers, timeouts and retries: the one way the operator talks
 /// to etcd members.
 pub struct EtcdClients {
-    cache: ClientCache<EtcdAdmin>,
-    policy: CallPolicy,
-    metrics: AdminMetrics,
-    /// TLS material by cluster key (`namespace/name`), for members on `https://` client URLs.
-    tls: PerCluster<Arc<TlsMaterial>>,
+    /// Logged in to with the cluster's client TLS material, for members on `https://` client
+    /// URLs.
+    members: MemberClients<EtcdAdmin, Arc<TlsMaterial>>,
 }
 
 /// What one pass of gathering saw.
@@ -55,12 +52,9 @@ impl ClusterView {
 }
 
 impl EtcdClients {
-    pub fn new(policy: CallPolicy, breaker: BreakerSettings, metrics: AdminMetrics) -> Self {
+    pub fn new(calls: AdminCalls, metrics: AdminMetrics) -> Self {
         Self {
-            cache: ClientCache::new(breaker),
-            policy,
-            metrics,
-            tls: PerCluster::default(),
+            members: MemberClients::new(ENGINE, calls, metrics),
         }
     }
 
@@ -69,15 +63,9 @@ impl EtcdClients {
     /// cluster's cached clients and breakers are dropped so the next calls connect with it;
     /// setting the same material again keeps them.
     pub async fn set_tls(&self, cluster: &str, tls: Option<TlsMaterial>) {
-        let changed = match tls {
-            Some(material) => self
-                .tls
-                .replace(cluster, Arc::new(material), |current, new| current == new),
-            None => self.tls.forget(cluster).is_some(),
-        };
-        if changed {
-            self.cache.forget_cluster(cluster, &self.metrics, ENGINE).await;
-        }
+        self.members
+            .set_login(cluster, tls.map(Arc::new), |current, new| current == new)
+            .await;
     }
 
     /// Runs one admin verb against one member through its breaker, timeout and (for reads)
@@ -94,32 +82,27 @@ impl EtcdClients {
         F: Fn(EtcdAdmin) -> Fut,
         Fut: Future<Output = Result<T, AdminError>>,
     {
-        let tls = self.tls.get(&key.cluster);
+        let tls = self.members.login(&key.cluster);
+        let cache = self.members.cache();
         // A client connected with other material than the cluster's now (set_tls raced with
         // its connection) is not reused.
-        if self
-            .cache
+        if cache
             .client(key, endpoint)
             .await
             .is_some_and(|client| client.tls() != tls.as_deref())
         {
-            self.cache.invalidate(key).await;
+            cache.invalidate(key).await;
         }
-        let spec = CallSpec {
-            engine: ENGINE,
-            verb,
-            idempotency,
-            policy: self.policy,
-            metrics: &self.metrics,
-        };
-        let connect = || EtcdAdmin::connect(endpoint, self.policy.timeout, tls.as_deref());
-        self.cache.call(key, endpoint, spec, connect, verb_call).await
+        let timeout = self.members.policy().timeout;
+        let connect = || EtcdAdmin::connect(endpoint, timeout, tls.as_deref());
+        self.members
+            .call(key, endpoint, verb, idempotency, connect, verb_call)
+            .await
     }
 
     /// Drops the cached clients and TLS material of a deleted cluster.
     pub async fn forget_cluster(&self, cluster: &str) {
-        self.tls.forget(cluster);
-        self.cache.forget_cluster(cluster, &self.metrics, ENGINE).await;
+        self.members.forget_cluster(cluster).await;
     }
 
     /// Gathers the cluster's state, asking members `0..candidates`.

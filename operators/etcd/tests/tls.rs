@@ -22,6 +22,7 @@ use quorum_core::availability::{
     breaker::BreakerSettings,
     clients::MemberKey,
     health::Health,
+    member_clients::AdminCalls,
     metrics::AdminMetrics,
     retry::{CallPolicy, Idempotency},
 };
@@ -52,15 +53,17 @@ fn write_files(dir: &Path, material: &TlsMaterial) -> TlsFiles {
 
 fn clients() -> EtcdClients {
     EtcdClients::new(
-        CallPolicy {
-            timeout: Duration::from_millis(800),
-            read_attempts: 2,
-            backoff_first: Duration::from_millis(50),
-            backoff_max: Duration::from_millis(100),
-        },
-        BreakerSettings {
-            failure_threshold: 3,
-            cooldown: Duration::from_secs(60),
+        AdminCalls {
+            policy: CallPolicy {
+                timeout: Duration::from_millis(800),
+                read_attempts: 2,
+                backoff_first: Duration::from_millis(50),
+                backoff_max: Duration::from_millis(100),
+            },
+            breaker: BreakerSettings {
+                failure_threshold: 3,
+                cooldown: Duration::from_secs(60),
+            },
         },
         AdminMetrics::default(),
     )

@@ -4,10 +4,9 @@
 use std::time::Duration;
 
 use quorum_core::availability::{
-    breaker::BreakerSettings,
-    clients::{CallSpec, ClientCache, MemberKey},
+    clients::MemberKey,
+    member_clients::{AdminCalls, MemberClients},
     metrics::AdminMetrics,
-    per_cluster::{PerCluster, Routes},
     retry::{CallError, CallPolicy, Idempotency},
 };
 
@@ -35,66 +34,61 @@ pub fn refusal_code(failure: &CallFailure) -> Option<i32> {
     }
 }
 
+/// The members' admin clients, the administrator's login and the routes by which the operator
+/// dials a member (known to the set by its host) elsewhere.
 pub struct MongoClients {
-    members: ClientCache<MongoAdmin>,
-    policy: CallPolicy,
-    metrics: AdminMetrics,
-    /// The administrator's login by cluster key (`namespace/name`).
-    credentials: PerCluster<Credentials>,
-    /// Where the operator dials a member when that differs from the `host:port` the members
-    /// use for each other.
-    routes: Routes<String, String>,
+    members: MemberClients<MongoAdmin, Credentials, String, String>,
 }
 
 impl MongoClients {
-    pub fn new(policy: CallPolicy, breaker: BreakerSettings, metrics: AdminMetrics) -> Self {
+    pub fn new(calls: AdminCalls, metrics: AdminMetrics) -> Self {
         Self {
-            members: ClientCache::new(breaker),
-            policy,
-            metrics,
-            credentials: PerCluster::default(),
-            routes: Routes::default(),
+            members: MemberClients::new(ENGINE, calls, metrics),
         }
     }
 
     pub fn metrics(&self) -> &AdminMetrics {
-        &self.metrics
+        self.members.metrics()
     }
 
     pub fn policy(&self) -> CallPolicy {
-        self.policy
+        self.members.policy()
     }
 
     /// Dials the member known to the set as `host` at `address` instead.
     pub async fn route(&self, cluster: &str, host: &str, address: &str) {
-        self.routes.set(cluster, host.to_string(), address.to_string());
-        self.members.invalidate(&MemberKey::new(cluster, host)).await;
+        self.members
+            .route(
+                cluster,
+                host.to_string(),
+                address.to_string(),
+                &MemberKey::new(cluster, host),
+            )
+            .await;
     }
 
     /// The address the operator dials for the member known as `host`.
     pub fn dial_address(&self, cluster: &str, host: &str) -> String {
-        self.routes
-            .get(cluster, &host.to_string())
+        self.members
+            .routed(cluster, &host.to_string())
             .unwrap_or_else(|| host.to_string())
     }
 
     /// Sets the administrator's login for `cluster`; when it changes, the cluster's cached
     /// clients are dropped so the next calls log in with it.
     pub async fn set_credentials(&self, cluster: &str, credentials: Credentials) {
-        if self.credentials.replace(cluster, credentials, Credentials::same) {
-            self.members.forget_cluster(cluster, &self.metrics, ENGINE).await;
-        }
+        self.members
+            .set_login(cluster, Some(credentials), Credentials::same)
+            .await;
     }
 
     pub fn credentials(&self, cluster: &str) -> Option<Credentials> {
-        self.credentials.get(cluster)
+        self.members.login(cluster)
     }
 
     /// Drops the cached clients and login of a deleted cluster.
     pub async fn forget_cluster(&self, cluster: &str) {
-        self.credentials.forget(cluster);
-        self.routes.forget(cluster);
-        self.members.forget_cluster(cluster, &self.metrics, ENGINE).await;
+        self.members.forget_cluster(cluster).await;
     }
 
     /// A client of its own for a long operation (a restore) on the member known as `host`,
@@ -103,7 +97,7 @@ impl MongoClients {
         MongoAdmin::connect(
             &self.dial_address(cluster, host),
             self.credentials(cluster).as_ref(),
-            self.policy.timeout,
+            self.policy().timeout,
         )
     }
 
@@ -125,20 +119,14 @@ impl MongoClients {
         let credentials = self.credentials(cluster);
         // The driver gets most of the call's time so that its own error (refused, no route)
         // is what the operator reports, rather than a bare timeout.
-        let driver_timeout = self.policy.timeout.mul_f64(0.8).max(Duration::from_millis(100));
-        let spec = CallSpec {
-            engine: ENGINE,
-            verb,
-            idempotency,
-            policy: self.policy,
-            metrics: &self.metrics,
-        };
+        let driver_timeout = self.policy().timeout.mul_f64(0.8).max(Duration::from_millis(100));
         let result = self
             .members
             .call(
                 &key,
                 &address,
-                spec,
+                verb,
+                idempotency,
                 || async { MongoAdmin::connect(&address, credentials.as_ref(), driver_timeout) },
                 verb_call,
             )
@@ -150,7 +138,7 @@ impl MongoClients {
                 error.code(),
                 Some(codes::UNAUTHORIZED | codes::AUTHENTICATION_FAILED)
             ) {
-                self.members.invalidate(&key).await;
+                self.members.cache().invalidate(&key).await;
             }
         }
         result

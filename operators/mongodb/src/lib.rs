@@ -49,7 +49,7 @@ impl quorum_core::runner::Operator for MongoDbOperator {
         metrics: &quorum_core::metrics::Metrics,
     ) -> reconcile::State {
         reconcile::State {
-            clients: clients::MongoClients::new(calls.policy, calls.breaker, metrics.admin.clone()),
+            clients: clients::MongoClients::new(calls, metrics.admin.clone()),
             settings,
         }
     }

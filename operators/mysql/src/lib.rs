@@ -42,7 +42,7 @@ impl quorum_core::runner::Operator for MySqlOperator {
         metrics: &quorum_core::metrics::Metrics,
     ) -> reconcile::State {
         reconcile::State {
-            clients: observe::MySqlClients::new(calls.policy, calls.breaker, metrics.admin.clone()),
+            clients: observe::MySqlClients::new(calls, metrics.admin.clone()),
             settings,
         }
     }

@@ -9,12 +9,12 @@
 use std::{collections::BTreeMap, time::Instant};
 
 use quorum_core::availability::{
-    breaker::BreakerSettings,
-    clients::{CallSpec, ClientCache, MemberKey},
+    clients::MemberKey,
     health::{Health, classify},
+    member_clients::{AdminCalls, MemberClients},
     metrics::AdminMetrics,
-    per_cluster::{PerCluster, Routes},
-    retry::{CallError, CallPolicy, Idempotency},
+    per_cluster::PerCluster,
+    retry::{CallError, Idempotency},
 };
 
 use crate::{
@@ -30,17 +30,12 @@ pub const ENGINE: &str = "mysql";
 /// Cached admin clients with breakers, timeouts and retries: the one way the operator talks
 /// to the servers.
 pub struct MySqlClients {
-    cache: ClientCache<MySqlAdmin>,
-    policy: CallPolicy,
-    metrics: AdminMetrics,
-    /// Root credentials by cluster key (`namespace/name`).
-    credentials: PerCluster<(Flavor, Credentials)>,
+    /// Logged in to as root (of the server flavor), dialled at a route, by ordinal, where that
+    /// differs from the address the replicas use.
+    members: MemberClients<MySqlAdmin, (Flavor, Credentials), usize, std::net::SocketAddr>,
     /// The fingerprint of the application accounts last applied, by cluster key: accounts are
     /// written to the primary (and so to the binary log) only when they changed.
     applied_users: PerCluster<String>,
-    /// Where the operator dials a member when that differs from the address the replicas use,
-    /// by ordinal.
-    routes: Routes<usize, std::net::SocketAddr>,
 }
 
 /// What one pass of gathering saw.
@@ -53,22 +48,22 @@ pub struct ClusterView {
 }
 
 impl MySqlClients {
-    pub fn new(policy: CallPolicy, breaker: BreakerSettings, metrics: AdminMetrics) -> Self {
+    pub fn new(calls: AdminCalls, metrics: AdminMetrics) -> Self {
         Self {
-            cache: ClientCache::new(breaker),
-            policy,
-            metrics,
-            credentials: PerCluster::default(),
+            members: MemberClients::new(ENGINE, calls, metrics),
             applied_users: PerCluster::default(),
-            routes: Routes::default(),
         }
     }
 
     /// Dials member `ordinal` of `cluster` at `address` instead of its member address.
     pub async fn route(&self, cluster: &str, ordinal: usize, address: std::net::SocketAddr) {
-        self.routes.set(cluster, ordinal, address);
-        self.cache
-            .invalidate(&MemberKey::new(cluster, ordinal.to_string()))
+        self.members
+            .route(
+                cluster,
+                ordinal,
+                address,
+                &MemberKey::new(cluster, ordinal.to_string()),
+            )
             .await;
     }
 
@@ -83,8 +78,11 @@ impl MySqlClients {
 
     /// Counts a change of primary and its duration.
     pub fn record_failover(&self, record: &crate::crd::FailoverRecord) {
-        self.metrics
-            .observe_primary_change(ENGINE, &record.kind, record.duration_millis as f64 / 1000.0);
+        self.members.metrics().observe_primary_change(
+            ENGINE,
+            &record.kind,
+            record.duration_millis as f64 / 1000.0,
+        );
     }
 
     /// Sets how to log in to the members of `cluster`. When the credentials change, the
@@ -94,17 +92,15 @@ impl MySqlClients {
                     (flavor, credentials): &(Flavor, Credentials)| {
             current_flavor == flavor && current.same(credentials)
         };
-        if self.credentials.replace(cluster, (flavor, credentials), same) {
-            self.cache.forget_cluster(cluster, &self.metrics, ENGINE).await;
-        }
+        self.members
+            .set_login(cluster, Some((flavor, credentials)), same)
+            .await;
     }
 
     /// Drops the cached clients and credentials of a deleted cluster.
     pub async fn forget_cluster(&self, cluster: &str) {
-        self.credentials.forget(cluster);
         self.applied_users.forget(cluster);
-        self.routes.forget(cluster);
-        self.cache.forget_cluster(cluster, &self.metrics, ENGINE).await;
+        self.members.forget_cluster(cluster).await;
     }
 
     /// Runs one admin verb against one member through its breaker, timeout and (for reads)
@@ -123,39 +119,30 @@ impl MySqlClients {
         Fut: Future<Output = Result<T, AdminError>>,
     {
         let key = MemberKey::new(cluster, ordinal.to_string());
-        let (host, port) = match self.routes.get(cluster, &ordinal) {
+        let (host, port) = match self.members.routed(cluster, &ordinal) {
             Some(address) => (address.ip().to_string(), address.port()),
             None => (addresses.host(ordinal), addresses.port()),
         };
         let endpoint = format!("{host}:{port}");
-        let spec = CallSpec {
-            engine: ENGINE,
-            verb,
-            idempotency,
-            policy: self.policy,
-            metrics: &self.metrics,
-        };
+        let timeout = self.members.policy().timeout;
         // The pool connects on its first query, so connecting is part of every call.
         let connect = || async {
             let (flavor, credentials) = self
-                .credentials
-                .get(cluster)
+                .members
+                .login(cluster)
                 .ok_or_else(|| AdminError::Unexpected(format!("no credentials known for {cluster}")))?;
-            Ok(MySqlAdmin::new(
-                flavor,
-                &host,
-                port,
-                &credentials,
-                self.policy.timeout,
-            ))
+            Ok(MySqlAdmin::new(flavor, &host, port, &credentials, timeout))
         };
-        let result = self.cache.call(&key, &endpoint, spec, connect, verb_call).await;
+        let result = self
+            .members
+            .call(&key, &endpoint, verb, idempotency, connect, verb_call)
+            .await;
         if let Err(CallError::Failed(error)) = &result
             && error.is_access_denied()
         {
             // The pooled connections keep the privileges they logged in with: without new
             // ones, a privilege granted to fix this refusal would never be seen.
-            self.cache.invalidate(&key).await;
+            self.members.cache().invalidate(&key).await;
         }
         result
     }

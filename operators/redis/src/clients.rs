@@ -4,11 +4,10 @@
 use std::net::SocketAddr;
 
 use quorum_core::availability::{
-    breaker::BreakerSettings,
-    clients::{CallSpec, ClientCache, MemberKey},
+    clients::MemberKey,
+    member_clients::{AdminCalls, MemberClients},
     metrics::AdminMetrics,
-    per_cluster::{PerCluster, Routes},
-    retry::{CallError, CallPolicy, Idempotency},
+    retry::{CallError, Idempotency},
 };
 
 use crate::{
@@ -22,61 +21,49 @@ pub const ENGINE: &str = "redis";
 /// A failed call to one pod.
 pub type CallFailure = CallError<AdminError>;
 
+/// The data nodes' and the Sentinels' admin clients. The password and the routes (where the
+/// operator dials a pod when that differs from the address the servers use for each other) are
+/// kept with the nodes' clients, for both kinds of pod.
 pub struct RedisClients {
-    nodes: ClientCache<RedisAdmin>,
-    sentinels: ClientCache<SentinelAdmin>,
-    policy: CallPolicy,
-    metrics: AdminMetrics,
-    /// The password by cluster key (`namespace/name`).
-    credentials: PerCluster<Credentials>,
-    /// Where the operator dials a pod when that differs from the address the servers use for
-    /// each other.
-    routes: Routes<(Kind, usize), SocketAddr>,
+    nodes: MemberClients<RedisAdmin, Credentials, (Kind, usize), SocketAddr>,
+    sentinels: MemberClients<SentinelAdmin, ()>,
 }
 
 impl RedisClients {
-    pub fn new(policy: CallPolicy, breaker: BreakerSettings, metrics: AdminMetrics) -> Self {
+    pub fn new(calls: AdminCalls, metrics: AdminMetrics) -> Self {
         Self {
-            nodes: ClientCache::new(breaker),
-            sentinels: ClientCache::new(breaker),
-            policy,
-            metrics,
-            credentials: PerCluster::default(),
-            routes: Routes::default(),
+            nodes: MemberClients::new(ENGINE, calls, metrics.clone()),
+            sentinels: MemberClients::new(ENGINE, calls, metrics),
         }
     }
 
     pub fn metrics(&self) -> &AdminMetrics {
-        &self.metrics
+        self.nodes.metrics()
     }
 
     /// Dials pod `ordinal` of `kind` at `address` instead of its own address.
     pub async fn route(&self, cluster: &str, kind: Kind, ordinal: usize, address: SocketAddr) {
-        self.routes.set(cluster, (kind, ordinal), address);
         let key = member_key(cluster, kind, ordinal);
-        match kind {
-            Kind::Node => self.nodes.invalidate(&key).await,
-            Kind::Sentinel => self.sentinels.invalidate(&key).await,
+        self.nodes.route(cluster, (kind, ordinal), address, &key).await;
+        if kind == Kind::Sentinel {
+            self.sentinels.cache().invalidate(&key).await;
         }
     }
 
     /// Sets the password of `cluster`'s servers. When it changes, the cluster's cached clients
     /// are dropped so the next calls log in with it.
     pub async fn set_credentials(&self, cluster: &str, credentials: Credentials) {
-        if self.credentials.replace(cluster, credentials, Credentials::same) {
-            self.forget_clients(cluster).await;
+        if self
+            .nodes
+            .set_login(cluster, Some(credentials), Credentials::same)
+            .await
+        {
+            self.sentinels.forget_cluster(cluster).await;
         }
     }
 
     pub fn credentials(&self, cluster: &str) -> Option<Credentials> {
-        self.credentials.get(cluster)
-    }
-
-    async fn forget_clients(&self, cluster: &str) {
-        self.nodes.forget_cluster(cluster, &self.metrics, ENGINE).await;
-        self.sentinels
-            .forget_cluster(cluster, &self.metrics, ENGINE)
-            .await;
+        self.nodes.login(cluster)
     }
 
     /// How many data nodes and Sentinels, of every cluster, have a cached client or breaker.
@@ -86,9 +73,8 @@ impl RedisClients {
 
     /// Drops the cached clients and credentials of a deleted cluster.
     pub async fn forget_cluster(&self, cluster: &str) {
-        self.credentials.forget(cluster);
-        self.routes.forget(cluster);
-        self.forget_clients(cluster).await;
+        self.nodes.forget_cluster(cluster).await;
+        self.sentinels.forget_cluster(cluster).await;
     }
 
     /// The address the operator dials for pod `ordinal` of `kind`.
@@ -99,7 +85,7 @@ impl RedisClients {
         kind: Kind,
         ordinal: usize,
     ) -> Option<SocketAddr> {
-        match self.routes.get(cluster, &(kind, ordinal)) {
+        match self.nodes.routed(cluster, &(kind, ordinal)) {
             Some(address) => Some(address),
             None => addresses.resolve(kind, ordinal).await,
         }
@@ -122,8 +108,8 @@ impl RedisClients {
     {
         let address = self.dial_address(cluster, addresses, Kind::Node, ordinal).await;
         let credentials = self.credentials(cluster);
-        let timeout = self.policy.timeout;
-        self.call(
+        let timeout = self.nodes.policy().timeout;
+        call_at(
             &self.nodes,
             member_key(cluster, Kind::Node, ordinal),
             address,
@@ -153,8 +139,8 @@ impl RedisClients {
             .dial_address(cluster, addresses, Kind::Sentinel, ordinal)
             .await;
         let credentials = self.credentials(cluster);
-        let timeout = self.policy.timeout;
-        self.call(
+        let timeout = self.sentinels.policy().timeout;
+        call_at(
             &self.sentinels,
             member_key(cluster, Kind::Sentinel, ordinal),
             address,
@@ -165,45 +151,44 @@ impl RedisClients {
         )
         .await
     }
+}
 
-    /// Connects (once, cached) and calls, the connection counted as part of the call so that a
-    /// pod that cannot be reached trips its breaker.
-    #[allow(clippy::too_many_arguments)]
-    async fn call<C, T, Connect, ConnectFut, F, Fut>(
-        &self,
-        cache: &ClientCache<C>,
-        key: MemberKey,
-        address: Option<SocketAddr>,
-        verb: &'static str,
-        idempotency: Idempotency,
-        connect: Connect,
-        verb_call: F,
-    ) -> Result<T, CallFailure>
-    where
-        C: Clone,
-        Connect: Fn(SocketAddr) -> ConnectFut,
-        ConnectFut: Future<Output = Result<C, AdminError>>,
-        F: Fn(C) -> Fut,
-        Fut: Future<Output = Result<T, AdminError>>,
-    {
-        let Some(address) = address else {
-            return Err(CallError::Failed(AdminError::Unreachable {
-                endpoint: format!("{}/{}", key.cluster, key.member),
-                detail: "its name does not resolve (no pod, or no address yet)".to_string(),
-            }));
-        };
-        let endpoint = address.to_string();
-        let spec = CallSpec {
-            engine: ENGINE,
+/// Connects (once, cached) and calls the pod at `address`, the connection counted as part of
+/// the call so that a pod that cannot be reached trips its breaker; a pod whose name does not
+/// resolve fails without a call.
+async fn call_at<C, L, T, Connect, ConnectFut, F, Fut>(
+    clients: &MemberClients<C, L, impl Eq + std::hash::Hash + Clone, impl Clone>,
+    key: MemberKey,
+    address: Option<SocketAddr>,
+    verb: &'static str,
+    idempotency: Idempotency,
+    connect: Connect,
+    verb_call: F,
+) -> Result<T, CallFailure>
+where
+    C: Clone,
+    L: Clone,
+    Connect: Fn(SocketAddr) -> ConnectFut,
+    ConnectFut: Future<Output = Result<C, AdminError>>,
+    F: Fn(C) -> Fut,
+    Fut: Future<Output = Result<T, AdminError>>,
+{
+    let Some(address) = address else {
+        return Err(CallError::Failed(AdminError::Unreachable {
+            endpoint: format!("{}/{}", key.cluster, key.member),
+            detail: "its name does not resolve (no pod, or no address yet)".to_string(),
+        }));
+    };
+    clients
+        .call(
+            &key,
+            &address.to_string(),
             verb,
             idempotency,
-            policy: self.policy,
-            metrics: &self.metrics,
-        };
-        cache
-            .call(&key, &endpoint, spec, || connect(address), verb_call)
-            .await
-    }
+            || connect(address),
+            verb_call,
+        )
+        .await
 }
 
 fn member_key(cluster: &str, kind: Kind, ordinal: usize) -> MemberKey {

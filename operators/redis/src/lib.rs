@@ -47,7 +47,7 @@ impl quorum_core::runner::Operator for RedisOperator {
         metrics: &quorum_core::metrics::Metrics,
     ) -> reconcile::State {
         reconcile::State {
-            clients: clients::RedisClients::new(calls.policy, calls.breaker, metrics.admin.clone()),
+            clients: clients::RedisClients::new(calls, metrics.admin.clone()),
             sentinel_events: sentinel_events::SentinelEvents::new(
                 quorum_core::wakeups::Wakeups::new(),
                 settings.sentinel_events,

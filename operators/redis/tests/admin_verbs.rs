@@ -10,7 +10,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use quorum_core::availability::{breaker::BreakerSettings, metrics::AdminMetrics};
+use quorum_core::availability::metrics::AdminMetrics;
 use quorum_e2e::{
     redis::{Mode, RedisProcesses},
     wait,
@@ -754,11 +754,7 @@ async fn a_handover_moves_the_primary_without_losing_an_acknowledged_write() {
     let password = processes.password().to_string();
     let (servers, sentinels) = watched_by_sentinels(&mut processes).await;
     let cluster = "handover/main";
-    let clients = RedisClients::new(
-        quorum_core::availability::retry::CallPolicy::default(),
-        BreakerSettings::default(),
-        AdminMetrics::default(),
-    );
+    let clients = RedisClients::new(Default::default(), AdminMetrics::default());
     clients
         .set_credentials(cluster, Credentials::password(&password))
         .await;

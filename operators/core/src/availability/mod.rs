@@ -9,13 +9,15 @@
 //! - [`breaker`] and [`retry`]: per-endpoint circuit breakers, timeouts on every call, retries
 //!   with jittered backoff for idempotent reads only.
 //! - [`clients`]: admin clients cached per cluster and member; [`per_cluster`]: what they are
-//!   built with (credentials, TLS material, routes), kept per cluster and forgotten with it.
+//!   built with (credentials, TLS material, routes), kept per cluster and forgotten with it;
+//!   [`member_clients`]: the two together, one engine's way to its members.
 //! - [`metrics`]: what the layer did, for Prometheus.
 
 pub mod breaker;
 pub mod clients;
 pub mod gate;
 pub mod health;
+pub mod member_clients;
 pub mod metrics;
 pub mod per_cluster;
 pub mod retry;

@@ -73,7 +73,9 @@ use etcd_operator::{
     observe::{ClusterView, EtcdClients},
     resolver::{FixedAddresses, MemberResolver, member_name},
 };
-use quorum_core::availability::{breaker::BreakerSettings, metrics::AdminMetrics, retry::CallPolicy};
+use quorum_core::availability::{
+    breaker::BreakerSettings, member_clients::AdminCalls, metrics::AdminMetrics, retry::CallPolicy,
+};
 use quorum_e2e::{etcd::EtcdProcesses, fault_proxy::FaultProxy};
 
 pub const CLUSTER: &str = "demo";
@@ -107,10 +109,12 @@ impl Harness {
             processes,
             proxies: BTreeMap::new(),
             clients: EtcdClients::new(
-                quick_policy(),
-                BreakerSettings {
-                    failure_threshold: 3,
-                    cooldown: Duration::from_millis(500),
+                AdminCalls {
+                    policy: quick_policy(),
+                    breaker: BreakerSettings {
+                        failure_threshold: 3,
+                        cooldown: Duration::from_millis(500),
+                    },
                 },
                 AdminMetrics::default(),
             ),
