@@ -656,6 +656,24 @@ fn to_timestamp(seconds: i64, subsecond_nanoseconds: u32) -> jiff::Timestamp {
     jiff::Timestamp::new(seconds, nanoseconds).unwrap_or(jiff::Timestamp::UNIX_EPOCH)
 }
 
+/// Ends the process of a restore step (a restored member's init container): exit status 0 with
+/// `outcome` logged, or 1 with the error, so the member's server starts only on restored data.
+pub fn finish_restore_step<T: std::fmt::Debug, E: std::fmt::Display>(
+    member: &str,
+    outcome: Result<T, E>,
+) -> ! {
+    match outcome {
+        Ok(outcome) => {
+            tracing::info!(%member, ?outcome, "restore");
+            std::process::exit(0)
+        }
+        Err(error) => {
+            tracing::error!(%member, %error, "restore failed");
+            std::process::exit(1)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

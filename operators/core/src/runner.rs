@@ -665,20 +665,59 @@ pub async fn api_client(config: &OperatorConfig) -> Result<Client, kube::Error> 
 pub use crate::availability::member_clients::AdminCalls;
 
 /// One operator, as its process and its tests both start it: its name, its state (the
-/// engine's clients and settings) and its controllers. What is tested is what is deployed.
-pub trait Operator {
+/// engine's clients and settings), its clusters' pass and its backups'. What is tested is what
+/// is deployed.
+pub trait Operator: 'static {
     /// Its field manager, event reporter and `app.kubernetes.io/managed-by`.
     const NAME: &'static str;
+    /// The `app.kubernetes.io/name` of its clusters' pods.
+    const APP: &'static str;
     /// What its flags (or a test) decide.
     type Settings;
     type State: ForgetsClusters;
+    type Cluster: Cacheable + Serialize;
+    type Backup: Cacheable + Serialize;
 
     /// The state its passes share, its admin calls made as `calls` says and counted in
     /// `metrics`.
     fn state(settings: Self::Settings, calls: AdminCalls, metrics: &Metrics) -> Self::State;
 
+    /// One pass over a cluster.
+    fn reconcile(
+        cluster: Arc<Self::Cluster>,
+        context: Arc<Context<Self::State>>,
+    ) -> impl Future<Output = Result<Action, impl ReconcileError>> + Send + 'static;
+
+    /// One pass over a backup.
+    fn reconcile_backup(
+        backup: Arc<Self::Backup>,
+        context: Arc<Context<Self::State>>,
+    ) -> impl Future<Output = Result<Action, impl ReconcileError>> + Send + 'static;
+
+    /// What wakes a cluster's pass besides its objects changing: the database's own events,
+    /// where the operator follows them.
+    fn wakeups(_state: &Self::State) -> Option<Wakeups> {
+        None
+    }
+
     /// Its controllers: its clusters' passes and its backups'.
-    fn controllers(runtime: &Runtime, context: Arc<Context<Self::State>>) -> Vec<BoxFuture<'static, ()>>;
+    fn controllers(runtime: &Runtime, context: Arc<Context<Self::State>>) -> Vec<BoxFuture<'static, ()>> {
+        let clusters = match Self::wakeups(&context.state) {
+            Some(wakeups) => runtime.cluster_controller_woken::<Self::Cluster, _, _, _, _>(
+                context.clone(),
+                Self::reconcile,
+                Self::APP,
+                wakeups,
+            ),
+            None => runtime.cluster_controller::<Self::Cluster, _, _, _, _>(
+                context.clone(),
+                Self::reconcile,
+                Self::APP,
+            ),
+        };
+        let backups = runtime.leaf_controller::<Self::Backup, _, _, _, _>(context, Self::reconcile_backup);
+        vec![clusters, backups]
+    }
 }
 
 /// Runs operator `O` as its process does: the API client from the environment, the default

@@ -10,7 +10,7 @@ use etcd_operator::{
     restore::{RestoreMemberArgs, restore_member},
 };
 use quorum_core::{
-    backup::S3Credentials,
+    backup::{S3Credentials, finish_restore_step},
     config::{MemberConfig, OperatorConfig},
     runner::{RunError, serve},
     telemetry,
@@ -52,16 +52,7 @@ async fn main() -> Result<(), RunError> {
     telemetry::init(cli.operator.log_format);
     quorum_core::install_crypto_provider();
     if let Some(Command::RestoreMember(args)) = &cli.command {
-        match restore_member(args, S3Credentials::from_env()).await {
-            Ok(outcome) => {
-                tracing::info!(member = %args.name, ?outcome, "restore");
-                return Ok(());
-            }
-            Err(error) => {
-                tracing::error!(member = %args.name, %error, "restore failed");
-                std::process::exit(1);
-            }
-        }
+        finish_restore_step(&args.name, restore_member(args, S3Credentials::from_env()).await);
     }
     let settings = Settings {
         cluster_domain: cli.members.cluster_domain,

@@ -32,39 +32,47 @@ pub mod reconcile;
 pub mod resources;
 pub mod status;
 
+use std::sync::Arc;
+
+use kube::runtime::controller::Action;
+use quorum_core::{
+    ReconcileError,
+    metrics::Metrics,
+    runner::{AdminCalls, Context, Operator},
+};
+
 /// The operator's name: its field manager, event reporter and `app.kubernetes.io/managed-by`.
 pub const OPERATOR_NAME: &str = "quorum-mongodb-operator";
 
 /// The MongoDB operator, as its process (`main.rs`) and its tests start it.
 pub struct MongoDbOperator;
 
-impl quorum_core::runner::Operator for MongoDbOperator {
+impl Operator for MongoDbOperator {
     const NAME: &'static str = OPERATOR_NAME;
+    const APP: &'static str = resources::APP;
     type Settings = reconcile::Settings;
     type State = reconcile::State;
+    type Cluster = crd::MongoDBReplicaSet;
+    type Backup = crd::MongoDBBackup;
 
-    fn state(
-        settings: reconcile::Settings,
-        calls: quorum_core::runner::AdminCalls,
-        metrics: &quorum_core::metrics::Metrics,
-    ) -> reconcile::State {
+    fn state(settings: reconcile::Settings, calls: AdminCalls, metrics: &Metrics) -> reconcile::State {
         reconcile::State {
             clients: clients::MongoClients::new(calls, metrics.admin.clone()),
             settings,
         }
     }
 
-    fn controllers(
-        runtime: &quorum_core::runner::Runtime,
-        context: std::sync::Arc<quorum_core::runner::Context<reconcile::State>>,
-    ) -> Vec<futures::future::BoxFuture<'static, ()>> {
-        let sets = runtime.cluster_controller::<crd::MongoDBReplicaSet, _, _, _, _>(
-            context.clone(),
-            reconcile::reconcile,
-            resources::APP,
-        );
-        let backups = runtime
-            .leaf_controller::<crd::MongoDBBackup, _, _, _, _>(context, backup_controller::reconcile_backup);
-        vec![sets, backups]
+    fn reconcile(
+        cluster: Arc<crd::MongoDBReplicaSet>,
+        context: Arc<Context<reconcile::State>>,
+    ) -> impl Future<Output = Result<Action, impl ReconcileError>> + Send + 'static {
+        reconcile::reconcile(cluster, context)
+    }
+
+    fn reconcile_backup(
+        backup: Arc<crd::MongoDBBackup>,
+        context: Arc<Context<reconcile::State>>,
+    ) -> impl Future<Output = Result<Action, impl ReconcileError>> + Send + 'static {
+        backup_controller::reconcile_backup(backup, context)
     }
 }

@@ -25,39 +25,47 @@ pub mod resources;
 pub mod restore;
 pub mod status;
 
+use std::sync::Arc;
+
+use kube::runtime::controller::Action;
+use quorum_core::{
+    ReconcileError,
+    metrics::Metrics,
+    runner::{AdminCalls, Context, Operator},
+};
+
 /// The operator's name: its field manager, event reporter and `app.kubernetes.io/managed-by`.
 pub const OPERATOR_NAME: &str = "quorum-mysql-operator";
 
 /// The MySQL/MariaDB operator, as its process (`main.rs`) and its tests start it.
 pub struct MySqlOperator;
 
-impl quorum_core::runner::Operator for MySqlOperator {
+impl Operator for MySqlOperator {
     const NAME: &'static str = OPERATOR_NAME;
+    const APP: &'static str = resources::APP;
     type Settings = reconcile::Settings;
     type State = reconcile::State;
+    type Cluster = crd::MySQLCluster;
+    type Backup = crd::MySQLBackup;
 
-    fn state(
-        settings: reconcile::Settings,
-        calls: quorum_core::runner::AdminCalls,
-        metrics: &quorum_core::metrics::Metrics,
-    ) -> reconcile::State {
+    fn state(settings: reconcile::Settings, calls: AdminCalls, metrics: &Metrics) -> reconcile::State {
         reconcile::State {
             clients: observe::MySqlClients::new(calls, metrics.admin.clone()),
             settings,
         }
     }
 
-    fn controllers(
-        runtime: &quorum_core::runner::Runtime,
-        context: std::sync::Arc<quorum_core::runner::Context<reconcile::State>>,
-    ) -> Vec<futures::future::BoxFuture<'static, ()>> {
-        let clusters = runtime.cluster_controller::<crd::MySQLCluster, _, _, _, _>(
-            context.clone(),
-            reconcile::reconcile,
-            resources::APP,
-        );
-        let backups = runtime
-            .leaf_controller::<crd::MySQLBackup, _, _, _, _>(context, backup_controller::reconcile_backup);
-        vec![clusters, backups]
+    fn reconcile(
+        cluster: Arc<crd::MySQLCluster>,
+        context: Arc<Context<reconcile::State>>,
+    ) -> impl Future<Output = Result<Action, impl ReconcileError>> + Send + 'static {
+        reconcile::reconcile(cluster, context)
+    }
+
+    fn reconcile_backup(
+        backup: Arc<crd::MySQLBackup>,
+        context: Arc<Context<reconcile::State>>,
+    ) -> impl Future<Output = Result<Action, impl ReconcileError>> + Send + 'static {
+        backup_controller::reconcile_backup(backup, context)
     }
 }

@@ -30,22 +30,30 @@ pub mod restore;
 pub mod sentinel_events;
 pub mod sharded;
 
+use std::sync::Arc;
+
+use kube::runtime::controller::Action;
+use quorum_core::{
+    ReconcileError,
+    metrics::Metrics,
+    runner::{AdminCalls, Context, Operator},
+};
+
 /// The operator's name: its field manager, event reporter and `app.kubernetes.io/managed-by`.
 pub const OPERATOR_NAME: &str = "quorum-redis-operator";
 
 /// The Redis operator, as its process (`main.rs`) and its tests start it.
 pub struct RedisOperator;
 
-impl quorum_core::runner::Operator for RedisOperator {
+impl Operator for RedisOperator {
     const NAME: &'static str = OPERATOR_NAME;
+    const APP: &'static str = resources::APP;
     type Settings = reconcile::Settings;
     type State = reconcile::State;
+    type Cluster = crd::RedisCluster;
+    type Backup = crd::RedisBackup;
 
-    fn state(
-        settings: reconcile::Settings,
-        calls: quorum_core::runner::AdminCalls,
-        metrics: &quorum_core::metrics::Metrics,
-    ) -> reconcile::State {
+    fn state(settings: reconcile::Settings, calls: AdminCalls, metrics: &Metrics) -> reconcile::State {
         reconcile::State {
             clients: clients::RedisClients::new(calls, metrics.admin.clone()),
             sentinel_events: sentinel_events::SentinelEvents::new(
@@ -56,19 +64,21 @@ impl quorum_core::runner::Operator for RedisOperator {
         }
     }
 
-    fn controllers(
-        runtime: &quorum_core::runner::Runtime,
-        context: std::sync::Arc<quorum_core::runner::Context<reconcile::State>>,
-    ) -> Vec<futures::future::BoxFuture<'static, ()>> {
-        let wakeups = context.state.sentinel_events.wakeups();
-        let clusters = runtime.cluster_controller_woken::<crd::RedisCluster, _, _, _, _>(
-            context.clone(),
-            reconcile::reconcile,
-            resources::APP,
-            wakeups,
-        );
-        let backups = runtime
-            .leaf_controller::<crd::RedisBackup, _, _, _, _>(context, backup_controller::reconcile_backup);
-        vec![clusters, backups]
+    fn reconcile(
+        cluster: Arc<crd::RedisCluster>,
+        context: Arc<Context<reconcile::State>>,
+    ) -> impl Future<Output = Result<Action, impl ReconcileError>> + Send + 'static {
+        reconcile::reconcile(cluster, context)
+    }
+
+    fn reconcile_backup(
+        backup: Arc<crd::RedisBackup>,
+        context: Arc<Context<reconcile::State>>,
+    ) -> impl Future<Output = Result<Action, impl ReconcileError>> + Send + 'static {
+        backup_controller::reconcile_backup(backup, context)
+    }
+
+    fn wakeups(state: &reconcile::State) -> Option<quorum_core::wakeups::Wakeups> {
+        Some(state.sentinel_events.wakeups())
     }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use quorum_core::{
-    backup::S3Credentials,
+    backup::{S3Credentials, finish_restore_step},
     config::{MemberConfig, OperatorConfig},
     runner::{RunError, serve},
     telemetry,
@@ -50,16 +50,10 @@ async fn main() -> Result<(), RunError> {
     telemetry::init(cli.operator.log_format);
     quorum_core::install_crypto_provider();
     if let Some(Command::RestoreNode(args)) = &cli.command {
-        match restore_node(args, S3Credentials::from_env()).await {
-            Ok(outcome) => {
-                tracing::info!(pod = %args.pod_name, ?outcome, "restore");
-                return Ok(());
-            }
-            Err(error) => {
-                tracing::error!(pod = %args.pod_name, %error, "restore failed");
-                std::process::exit(1);
-            }
-        }
+        finish_restore_step(
+            &args.pod_name,
+            restore_node(args, S3Credentials::from_env()).await,
+        );
     }
     let settings = Settings {
         cluster_domain: cli.members.cluster_domain,
