@@ -91,6 +91,83 @@ impl<F: std::error::Error + Send + Sync + 'static> crate::ReconcileError for Pas
     }
 }
 
+/// A Secret a pass needs (a password, TLS material), as read for one pass: each key it takes
+/// is there and not empty, or the error names the Secret and what it lacks.
+pub struct NeededSecret {
+    secret: String,
+    data: std::collections::BTreeMap<String, k8s_openapi::ByteString>,
+}
+
+/// Reads the Secret `namespace/name` a pass needs; its absence is a [`PassError::Secret`].
+///
+/// # Errors
+/// When the API server cannot be read, or the Secret does not exist.
+pub async fn needed_secret<S, F>(
+    context: &Context<S>,
+    namespace: &str,
+    name: &str,
+) -> Result<NeededSecret, PassError<F>>
+where
+    F: std::error::Error + Send + Sync + 'static,
+{
+    let secret = context
+        .read::<k8s_openapi::api::core::v1::Secret>(namespace, name)
+        .await
+        .map_err(PassError::api(format!("reading Secret {name}")))?;
+    let secret_name = format!("{namespace}/{name}");
+    let Some(secret) = secret else {
+        return Err(PassError::Secret {
+            secret: secret_name,
+            problem: "does not exist".into(),
+        });
+    };
+    Ok(NeededSecret {
+        secret: secret_name,
+        data: Arc::unwrap_or_clone(secret).data.unwrap_or_default(),
+    })
+}
+
+impl NeededSecret {
+    /// The bytes under `key`.
+    ///
+    /// # Errors
+    /// When `key` is absent or empty.
+    pub fn bytes<F: std::error::Error + Send + Sync + 'static>(
+        &mut self,
+        key: &str,
+    ) -> Result<Vec<u8>, PassError<F>> {
+        self.data
+            .remove(key)
+            .map(|bytes| bytes.0)
+            .filter(|bytes| !bytes.is_empty())
+            .ok_or_else(|| self.lacks(format!("has no (or an empty) `{key}`")))
+    }
+
+    /// The text under `key`, without the trailing newline `kubectl create secret
+    /// --from-file` leaves.
+    ///
+    /// # Errors
+    /// When `key` is absent, empty or not UTF-8.
+    pub fn text<F: std::error::Error + Send + Sync + 'static>(
+        &mut self,
+        key: &str,
+    ) -> Result<String, PassError<F>> {
+        self.data
+            .remove(key)
+            .and_then(|bytes| String::from_utf8(bytes.0).ok())
+            .map(|text| text.trim_end_matches(['\n', '\r']).to_string())
+            .filter(|text| !text.is_empty())
+            .ok_or_else(|| self.lacks(format!("has no (or an empty, or a non-UTF-8) `{key}`")))
+    }
+
+    fn lacks<F: std::error::Error + Send + Sync + 'static>(&self, problem: String) -> PassError<F> {
+        PassError::Secret {
+            secret: self.secret.clone(),
+            problem,
+        }
+    }
+}
+
 /// A reason from an operator's catalogue. Declare the catalogue with [`reasons!`].
 pub trait Reason: Copy + fmt::Debug + Eq + Send + Sync + 'static {
     /// The CamelCase string users see in events and conditions.
@@ -514,6 +591,36 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_needed_secret_gives_each_key_or_says_what_it_lacks() {
+        type Failed = PassError<std::io::Error>;
+        let mut secret = NeededSecret {
+            secret: "prod/auth".into(),
+            data: [
+                ("password", b"s3cret\n".to_vec()),
+                ("empty", Vec::new()),
+                ("binary", vec![0xff, 0xfe]),
+            ]
+            .into_iter()
+            .map(|(key, value)| (key.to_string(), k8s_openapi::ByteString(value)))
+            .collect(),
+        };
+        assert_eq!(secret.text::<std::io::Error>("password").unwrap(), "s3cret");
+        let lacks = |error: Failed| error.to_string();
+        assert_eq!(
+            lacks(secret.text("binary").unwrap_err()),
+            "Secret prod/auth has no (or an empty, or a non-UTF-8) `binary`"
+        );
+        assert_eq!(
+            lacks(secret.bytes("empty").unwrap_err()),
+            "Secret prod/auth has no (or an empty) `empty`"
+        );
+        assert_eq!(
+            lacks(secret.bytes("ca.crt").unwrap_err()),
+            "Secret prod/auth has no (or an empty) `ca.crt`"
+        );
+    }
 
     #[test]
     fn only_an_invalid_spec_waits_for_a_change_instead_of_retrying() {

@@ -10,16 +10,13 @@
 use std::{ops::ControlFlow, sync::Arc, time::Duration};
 
 use k8s_openapi::{
-    api::{
-        apps::v1::StatefulSet,
-        core::v1::{Pod, Secret},
-    },
+    api::{apps::v1::StatefulSet, core::v1::Pod},
     jiff::Timestamp,
 };
 use kube::{Api, ResourceExt, runtime::controller::Action};
 use quorum_core::{
     events::Severity,
-    pass::{Progress, Reason as _, UnreadableRecord, publish},
+    pass::{Progress, Reason as _, UnreadableRecord, needed_secret, publish},
     rollout::restart_pod,
     runner::Context,
     status::StatusWriter,
@@ -569,29 +566,11 @@ async fn client_tls(context: &Context<State>, cluster: &EtcdCluster) -> Result<O
     };
     let namespace = cluster.namespace().unwrap_or_default();
     // The operator does not fall back to plain HTTP.
-    let incomplete = |missing: Option<&str>| Error::Secret {
-        secret: format!("{namespace}/{secret_name} (spec.tls.clientSecretName)"),
-        problem: match missing {
-            Some(key) => format!("has no (or an empty) `{key}`"),
-            None => "does not exist".to_string(),
-        },
-    };
-    let secret = context
-        .read::<Secret>(&namespace, secret_name)
-        .await
-        .map_err(Error::api("reading client TLS Secret"))?
-        .ok_or_else(|| incomplete(None))?;
-    let data = Arc::unwrap_or_clone(secret).data.unwrap_or_default();
-    let field = |key: &'static str| {
-        data.get(key)
-            .map(|value| value.0.clone())
-            .filter(|value| !value.is_empty())
-            .ok_or_else(|| incomplete(Some(key)))
-    };
+    let mut secret = needed_secret(context, &namespace, secret_name).await?;
     Ok(Some(TlsMaterial {
-        ca_pem: field("ca.crt")?,
-        cert_pem: field("tls.crt")?,
-        key_pem: field("tls.key")?,
+        ca_pem: secret.bytes("ca.crt")?,
+        cert_pem: secret.bytes("tls.crt")?,
+        key_pem: secret.bytes("tls.key")?,
     }))
 }
 

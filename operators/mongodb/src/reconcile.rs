@@ -3,11 +3,11 @@
 
 use std::{ops::ControlFlow, sync::Arc, time::Duration};
 
-use k8s_openapi::{api::core::v1::Secret, jiff::Timestamp};
+use k8s_openapi::jiff::Timestamp;
 use kube::{ResourceExt, runtime::controller::Action};
 use quorum_core::{
     conditions::{ConditionType, ConditionUpdate},
-    pass::{Reason as _, publish},
+    pass::{Reason as _, needed_secret, publish},
     pod::generate_password,
     runner::Context,
     status::StatusWriter,
@@ -241,28 +241,9 @@ pub async fn read_credentials(
     namespace: &str,
     name: &str,
 ) -> Result<Credentials, Error> {
-    let secret = context
-        .read::<Secret>(namespace, name)
-        .await
-        .map_err(api(format!("reading Secret {name}")))?
-        .map(Arc::unwrap_or_clone)
-        .ok_or_else(|| Error::Secret {
-            secret: format!("{namespace}/{name}"),
-            problem: "does not exist".into(),
-        })?;
-    let mut data = secret.data.unwrap_or_default();
-    let mut field = |key: &str, problem: &'static str| {
-        data.remove(key)
-            .and_then(|bytes| String::from_utf8(bytes.0).ok())
-            .map(|text| text.trim_end_matches(['\n', '\r']).to_string())
-            .filter(|text| !text.is_empty())
-            .ok_or_else(|| Error::Secret {
-                secret: format!("{namespace}/{name}"),
-                problem: problem.into(),
-            })
-    };
-    let username = field(USERNAME_KEY, "has no (or an empty, or a non-UTF-8) `username`")?;
-    let password = field(PASSWORD_KEY, "has no (or an empty, or a non-UTF-8) `password`")?;
+    let mut secret = needed_secret(context, namespace, name).await?;
+    let username = secret.text(USERNAME_KEY)?;
+    let password = secret.text(PASSWORD_KEY)?;
     Ok(Credentials {
         username,
         password: SecretString::from(password),

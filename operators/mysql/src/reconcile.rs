@@ -12,10 +12,7 @@
 use std::{ops::ControlFlow, sync::Arc, time::Duration};
 
 use k8s_openapi::{
-    api::{
-        apps::v1::StatefulSet,
-        core::v1::{Pod, Secret},
-    },
+    api::{apps::v1::StatefulSet, core::v1::Pod},
     jiff::Timestamp,
 };
 use kube::{
@@ -26,7 +23,7 @@ use kube::{
 use quorum_core::{
     backup::{backup_target, credentials},
     events::Severity,
-    pass::{Progress, Reason as _, UnreadableRecord, publish},
+    pass::{Progress, Reason as _, UnreadableRecord, needed_secret, publish},
     role_labels::LabelledPods,
     rollout::{Templates, needs_take_over, restart_pod, take_over_updates},
     runner::Context,
@@ -638,48 +635,14 @@ async fn ensure_generated_secret(
 /// The CA certificate (`ca.crt`) of the TLS Secret `name`, which the operator verifies the
 /// members' certificates against; a missing Secret or key is an error naming it.
 async fn read_server_ca(context: &Context<State>, namespace: &str, name: &str) -> Result<Vec<u8>, Error> {
-    context
-        .read::<Secret>(namespace, name)
-        .await
-        .map_err(api(format!("reading Secret {name}")))?
-        .map(Arc::unwrap_or_clone)
-        .ok_or_else(|| Error::Secret {
-            secret: format!("{namespace}/{name}"),
-            problem: "does not exist".into(),
-        })?
-        .data
-        .unwrap_or_default()
-        .remove("ca.crt")
-        .map(|bytes| bytes.0)
-        .filter(|bytes| !bytes.is_empty())
-        .ok_or_else(|| Error::Secret {
-            secret: format!("{namespace}/{name}"),
-            problem: "has no (or an empty) `ca.crt`".into(),
-        })
+    needed_secret(context, namespace, name).await?.bytes("ca.crt")
 }
 
 async fn read_password(context: &Context<State>, namespace: &str, name: &str) -> Result<SecretString, Error> {
-    let secret = context
-        .read::<Secret>(namespace, name)
-        .await
-        .map_err(api(format!("reading Secret {name}")))?
-        .map(Arc::unwrap_or_clone)
-        .ok_or_else(|| Error::Secret {
-            secret: format!("{namespace}/{name}"),
-            problem: "does not exist".into(),
-        })?;
-    let value = secret
-        .data
-        .unwrap_or_default()
-        .remove(PASSWORD_KEY)
-        .and_then(|bytes| String::from_utf8(bytes.0).ok())
-        .map(|text| text.trim_end_matches(['\n', '\r']).to_string())
-        .filter(|text| !text.is_empty())
-        .ok_or_else(|| Error::Secret {
-            secret: format!("{namespace}/{name}"),
-            problem: "has no (or an empty, or a non-UTF-8) `password`".into(),
-        })?;
-    Ok(SecretString::from(value))
+    let password = needed_secret(context, namespace, name)
+        .await?
+        .text(PASSWORD_KEY)?;
+    Ok(SecretString::from(password))
 }
 
 /// Sets each member pod's role label where it differs from what is true now.

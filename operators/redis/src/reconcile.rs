@@ -4,14 +4,12 @@
 
 use std::{ops::ControlFlow, sync::Arc, time::Duration};
 
-use k8s_openapi::{
-    api::{apps::v1::StatefulSet, core::v1::Secret},
-    jiff::Timestamp,
-};
+use k8s_openapi::{api::apps::v1::StatefulSet, jiff::Timestamp};
 use kube::{Api, ResourceExt, runtime::controller::Action};
 use quorum_core::{
     conditions::{ConditionType, ConditionUpdate},
     events::Severity,
+    pass::needed_secret,
     pod::generate_password,
     runner::Context,
     status::patch_status,
@@ -139,26 +137,7 @@ async fn ensure_generated_secret(context: &Context<State>, cluster: &RedisCluste
 
 /// The password in the Secret `name`, as the servers are configured with it.
 pub async fn read_password(context: &Context<State>, namespace: &str, name: &str) -> Result<String, Error> {
-    let secret = context
-        .read::<Secret>(namespace, name)
-        .await
-        .map_err(api(format!("reading Secret {name}")))?
-        .map(Arc::unwrap_or_clone)
-        .ok_or_else(|| Error::Secret {
-            secret: format!("{namespace}/{name}"),
-            problem: "does not exist".into(),
-        })?;
-    secret
-        .data
-        .unwrap_or_default()
-        .remove(PASSWORD_KEY)
-        .and_then(|bytes| String::from_utf8(bytes.0).ok())
-        .map(|text| text.trim_end_matches(['\n', '\r']).to_string())
-        .filter(|text| !text.is_empty())
-        .ok_or_else(|| Error::Secret {
-            secret: format!("{namespace}/{name}"),
-            problem: "has no (or an empty, or a non-UTF-8) `password`".into(),
-        })
+    needed_secret(context, namespace, name).await?.text(PASSWORD_KEY)
 }
 
 /// For a cluster with `restoreFrom`, the cluster to form with its restore recorded in
