@@ -10,14 +10,14 @@ use k8s_openapi::{
         core::v1::{
             Affinity, Capabilities, EmptyDirVolumeSource, EnvVar, EnvVarSource, ObjectFieldSelector,
             PersistentVolumeClaim, PersistentVolumeClaimSpec, PodAffinityTerm, PodAntiAffinity,
-            PodSecurityContext, SeccompProfile, SecurityContext, Volume, VolumeMount,
-            VolumeResourceRequirements, WeightedPodAffinityTerm,
+            PodSecurityContext, PodSpec, PodTemplateSpec, SeccompProfile, SecurityContext, Volume,
+            VolumeMount, VolumeResourceRequirements, WeightedPodAffinityTerm,
         },
     },
     apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta},
 };
 
-use crate::crd::Storage;
+use crate::crd::{PodOverrides, Storage};
 
 /// The pods' affinity: the user's, when `spec.podTemplate.affinity` is given; otherwise a
 /// preference (not a requirement, so a one-node cluster still schedules every member) to put
@@ -161,6 +161,38 @@ pub fn member_container_security(read_only_root: bool) -> SecurityContext {
     }
 }
 
+/// A member pod's template: `pod` as the engine builds it (containers, volumes, grace period),
+/// run as `uid` under [`member_pod_security`], with the user's `spec.podTemplate` applied: their
+/// labels beside the operator's `labels` (the operator's win, since its selectors and rolls read
+/// them), their annotations, node selector, tolerations and priority class, and their affinity
+/// or else [`affinity_or_spread`] over the pods `members` selects.
+pub fn member_template(
+    overrides: Option<&PodOverrides>,
+    labels: BTreeMap<String, String>,
+    members: &BTreeMap<String, String>,
+    uid: i64,
+    pod: PodSpec,
+) -> PodTemplateSpec {
+    let overrides = overrides.cloned().unwrap_or_default();
+    let mut pod_labels = overrides.labels;
+    pod_labels.extend(labels);
+    PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(pod_labels),
+            annotations: (!overrides.annotations.is_empty()).then_some(overrides.annotations),
+            ..ObjectMeta::default()
+        }),
+        spec: Some(PodSpec {
+            node_selector: (!overrides.node_selector.is_empty()).then_some(overrides.node_selector),
+            tolerations: (!overrides.tolerations.is_empty()).then_some(overrides.tolerations),
+            affinity: Some(affinity_or_spread(overrides.affinity, members)),
+            priority_class_name: overrides.priority_class_name,
+            security_context: Some(member_pod_security(uid)),
+            ..pod
+        }),
+    }
+}
+
 /// A random password of 32 letters and digits.
 pub fn generate_password() -> String {
     use rand::{Rng, distr::Alphanumeric};
@@ -174,6 +206,50 @@ pub fn generate_password() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_member_template_applies_the_users_overrides_once_and_keeps_the_operators_labels() {
+        let members = BTreeMap::from([("app.kubernetes.io/instance".to_string(), "demo".to_string())]);
+        let overrides = PodOverrides {
+            labels: BTreeMap::from([
+                ("team".to_string(), "payments".to_string()),
+                ("app.kubernetes.io/instance".to_string(), "hijacked".to_string()),
+            ]),
+            annotations: BTreeMap::from([("note".to_string(), "x".to_string())]),
+            node_selector: BTreeMap::from([("disk".to_string(), "ssd".to_string())]),
+            priority_class_name: Some("critical".into()),
+            ..PodOverrides::default()
+        };
+        let pod = PodSpec {
+            termination_grace_period_seconds: Some(60),
+            ..PodSpec::default()
+        };
+        let template = member_template(Some(&overrides), members.clone(), &members, 999, pod);
+        let labels = template.metadata.as_ref().unwrap().labels.as_ref().unwrap();
+        assert_eq!(labels["team"], "payments");
+        assert_eq!(
+            labels["app.kubernetes.io/instance"], "demo",
+            "the operator's selector label wins"
+        );
+        let spec = template.spec.unwrap();
+        assert_eq!(
+            spec.termination_grace_period_seconds,
+            Some(60),
+            "the engine's pod is kept"
+        );
+        assert_eq!(spec.node_selector.unwrap()["disk"], "ssd");
+        assert_eq!(spec.priority_class_name.as_deref(), Some("critical"));
+        assert_eq!(spec.affinity, Some(affinity_or_spread(None, &members)));
+        let security = spec.security_context.unwrap();
+        assert_eq!(
+            (security.run_as_user, security.run_as_non_root),
+            (Some(999), Some(true))
+        );
+
+        let plain = member_template(None, members.clone(), &members, 999, PodSpec::default());
+        assert_eq!(plain.metadata.unwrap().annotations, None);
+        assert_eq!(plain.spec.unwrap().tolerations, None);
+    }
 
     #[test]
     fn members_prefer_distinct_hosts_and_a_users_affinity_wins() {

@@ -14,22 +14,19 @@ use k8s_openapi::{
         apps::v1::{StatefulSet, StatefulSetSpec},
         core::v1::{
             ConfigMap, ConfigMapEnvSource, Container, ContainerPort, EnvFromSource, EnvVar, EnvVarSource,
-            HTTPGetAction, ObjectFieldSelector, PodSpec, PodTemplateSpec, Probe, SecretVolumeSource,
-            SecurityContext, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
+            HTTPGetAction, ObjectFieldSelector, PodSpec, Probe, SecretVolumeSource, SecurityContext, Service,
+            ServicePort, ServiceSpec, Volume, VolumeMount,
         },
         policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec},
     },
-    apimachinery::pkg::{
-        apis::meta::v1::{LabelSelector, ObjectMeta},
-        util::intstr::IntOrString,
-    },
+    apimachinery::pkg::{apis::meta::v1::LabelSelector, util::intstr::IntOrString},
 };
 use kube::ResourceExt;
 use quorum_core::{
     apply::child_metadata,
     backup::{ACCESS_KEY_ID_KEY, SECRET_ACCESS_KEY_KEY},
     naming::{child_name, label_selector, selector_labels, standard_labels},
-    pod::{claim_retention, data_claim, member_container_security, member_pod_security},
+    pod::{claim_retention, data_claim, member_container_security, member_template},
 };
 
 use crate::{
@@ -51,6 +48,8 @@ pub const METRICS_PORT: i32 = 2381;
 pub const DATA_DIR: &str = "/var/lib/etcd/data";
 /// The label carrying the etcd version a pod was created for.
 pub const VERSION_LABEL: &str = "etcd.quorum.dev/version";
+/// The account etcd runs as: the distroless images' `nonroot`.
+const ETCD_UID: i64 = 65532;
 
 type Result<T> = std::result::Result<T, quorum_core::Error>;
 
@@ -329,8 +328,6 @@ pub fn build_statefulset(
 
     let mut pod_labels = member_selector(cluster);
     pod_labels.insert(VERSION_LABEL.to_string(), cluster.spec.version.clone());
-    let overrides = cluster.spec.pod_template.clone().unwrap_or_default();
-    pod_labels.extend(overrides.labels.clone());
 
     let mut environment = vec![
         EnvVar {
@@ -481,30 +478,20 @@ pub fn build_statefulset(
                 match_labels: Some(member_selector(cluster)),
                 ..LabelSelector::default()
             },
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(pod_labels),
-                    annotations: (!overrides.annotations.is_empty()).then(|| overrides.annotations.clone()),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(PodSpec {
+            template: member_template(
+                cluster.spec.pod_template.as_ref(),
+                pod_labels,
+                &member_selector(cluster),
+                ETCD_UID,
+                PodSpec {
                     containers: vec![container],
                     init_containers,
                     volumes: (!volumes.is_empty()).then_some(volumes),
-                    node_selector: (!overrides.node_selector.is_empty())
-                        .then(|| overrides.node_selector.clone()),
-                    tolerations: (!overrides.tolerations.is_empty()).then(|| overrides.tolerations.clone()),
-                    affinity: Some(quorum_core::pod::affinity_or_spread(
-                        overrides.affinity.clone(),
-                        &member_selector(cluster),
-                    )),
-                    priority_class_name: overrides.priority_class_name.clone(),
                     automount_service_account_token: Some(false),
                     enable_service_links: Some(false),
-                    security_context: Some(member_pod_security(65532)),
                     ..PodSpec::default()
-                }),
-            },
+                },
+            ),
             volume_claim_templates: Some(vec![data_claim(storage)]),
             persistent_volume_claim_retention_policy: Some(claim_retention()),
             ..StatefulSetSpec::default()

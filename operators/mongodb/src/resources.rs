@@ -15,15 +15,11 @@ use k8s_openapi::{
         apps::v1::{StatefulSet, StatefulSetSpec},
         core::v1::{
             ConfigMap, ConfigMapEnvSource, Container, ContainerPort, EnvFromSource, KeyToPath, PodSpec,
-            PodTemplateSpec, Probe, Secret, SecretVolumeSource, Service, ServicePort, ServiceSpec,
-            TCPSocketAction, Volume,
+            Probe, Secret, SecretVolumeSource, Service, ServicePort, ServiceSpec, TCPSocketAction, Volume,
         },
         policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec},
     },
-    apimachinery::pkg::{
-        apis::meta::v1::{LabelSelector, ObjectMeta},
-        util::intstr::IntOrString,
-    },
+    apimachinery::pkg::{apis::meta::v1::LabelSelector, util::intstr::IntOrString},
 };
 use kube::ResourceExt;
 use quorum_core::{
@@ -31,7 +27,7 @@ use quorum_core::{
     config::MemberAddresses,
     naming::{child_name, label_selector, loopback_ip, selector_labels, standard_labels},
     pod::{
-        claim_retention, data_claim, generate_password, member_container_security, member_pod_security,
+        claim_retention, data_claim, generate_password, member_container_security, member_template,
         memory_volume, mount, value_env,
     },
 };
@@ -433,9 +429,7 @@ fn statefulset(
     replicas: i32,
 ) -> Result<StatefulSet> {
     let persistent = component == MEMBER_COMPONENT;
-    let overrides = replica_set.spec.pod_template.clone().unwrap_or_default();
     let mut pod_labels = labels(replica_set, component);
-    pod_labels.extend(overrides.labels.clone());
     pod_labels.insert(VERSION_LABEL.to_string(), replica_set.spec.version.clone());
     let image = image(replica_set);
     let security = member_container_security(true);
@@ -544,30 +538,21 @@ fn statefulset(
                 match_labels: Some(selector(replica_set, component)),
                 ..LabelSelector::default()
             },
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(pod_labels),
-                    annotations: (!overrides.annotations.is_empty()).then_some(overrides.annotations),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(PodSpec {
+            template: member_template(
+                replica_set.spec.pod_template.as_ref(),
+                pod_labels,
+                &selector(replica_set, component),
+                MONGODB_UID,
+                PodSpec {
                     init_containers: Some(vec![keyfile_permissions]),
                     containers: vec![mongod],
                     volumes: Some(volumes),
-                    node_selector: (!overrides.node_selector.is_empty()).then_some(overrides.node_selector),
-                    tolerations: (!overrides.tolerations.is_empty()).then_some(overrides.tolerations),
-                    affinity: Some(quorum_core::pod::affinity_or_spread(
-                        overrides.affinity,
-                        &selector(replica_set, component),
-                    )),
-                    priority_class_name: overrides.priority_class_name,
-                    security_context: Some(member_pod_security(MONGODB_UID)),
                     // A primary shutting down steps down first and waits for a secondary to
                     // catch up (up to ten seconds by default).
                     termination_grace_period_seconds: Some(30),
                     ..PodSpec::default()
-                }),
-            },
+                },
+            ),
             volume_claim_templates: persistent.then(|| vec![data_claim(&replica_set.spec.storage)]),
             // A member removed by a scale-down loses its volume: added again, it starts empty
             // and syncs from the set, instead of with the data and configuration of a member
@@ -599,7 +584,7 @@ pub fn build_scheduled_backup(replica_set: &MongoDBReplicaSet, name: &str) -> Re
 pub(crate) mod tests {
     use super::*;
     use crate::crd::MongoDBReplicaSetSpec;
-    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use k8s_openapi::{api::core::v1::PodTemplateSpec, apimachinery::pkg::api::resource::Quantity};
     use quorum_core::crd::{BackupPolicy, PodOverrides, Storage};
 
     pub(crate) fn replica_set(members: i32, arbiter: bool) -> MongoDBReplicaSet {

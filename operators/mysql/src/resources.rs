@@ -15,23 +15,20 @@ use k8s_openapi::{
         apps::v1::{StatefulSet, StatefulSetSpec},
         core::v1::{
             ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, ExecAction, KeyToPath,
-            PodSpec, PodTemplateSpec, Probe, ProjectedVolumeSource, Secret, SecretProjection, Service,
-            ServicePort, ServiceSpec, TCPSocketAction, Volume, VolumeProjection,
+            PodSpec, Probe, ProjectedVolumeSource, Secret, SecretProjection, Service, ServicePort,
+            ServiceSpec, TCPSocketAction, Volume, VolumeProjection,
         },
         policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec},
     },
-    apimachinery::pkg::{
-        apis::meta::v1::{LabelSelector, ObjectMeta},
-        util::intstr::IntOrString,
-    },
+    apimachinery::pkg::{apis::meta::v1::LabelSelector, util::intstr::IntOrString},
 };
 use kube::ResourceExt;
 use quorum_core::{
     apply::child_metadata,
     naming::{child_name, label_selector, selector_labels, standard_labels},
     pod::{
-        claim_retention, data_claim, field_env, member_container_security, member_pod_security,
-        memory_volume, mount,
+        claim_retention, data_claim, field_env, member_container_security, member_template, memory_volume,
+        mount,
     },
 };
 
@@ -414,9 +411,7 @@ pub fn build_pod_disruption_budget(cluster: &MySQLCluster) -> Result<PodDisrupti
 pub fn build_statefulset(cluster: &MySQLCluster, replicas: i32) -> Result<StatefulSet> {
     let name = cluster.name_any();
     let namespace = cluster.namespace().unwrap_or_default();
-    let mut pod_labels = labels(cluster);
-    let overrides = cluster.spec.pod_template.clone().unwrap_or_default();
-    pod_labels.extend(overrides.labels.clone());
+    let pod_labels = labels(cluster);
     let env = vec![
         field_env("POD_NAME", "metadata.name"),
         field_env("POD_IP", "status.podIP"),
@@ -509,27 +504,18 @@ pub fn build_statefulset(cluster: &MySQLCluster, replicas: i32) -> Result<Statef
                 match_labels: Some(member_selector(cluster)),
                 ..LabelSelector::default()
             },
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(pod_labels),
-                    annotations: (!overrides.annotations.is_empty()).then_some(overrides.annotations),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(PodSpec {
+            template: member_template(
+                cluster.spec.pod_template.as_ref(),
+                pod_labels,
+                &member_selector(cluster),
+                MYSQL_UID,
+                PodSpec {
                     containers: vec![container],
                     volumes: Some(volumes),
-                    node_selector: (!overrides.node_selector.is_empty()).then_some(overrides.node_selector),
-                    tolerations: (!overrides.tolerations.is_empty()).then_some(overrides.tolerations),
-                    affinity: Some(quorum_core::pod::affinity_or_spread(
-                        overrides.affinity,
-                        &member_selector(cluster),
-                    )),
-                    priority_class_name: overrides.priority_class_name,
-                    security_context: Some(member_pod_security(MYSQL_UID)),
                     termination_grace_period_seconds: Some(60),
                     ..PodSpec::default()
-                }),
-            },
+                },
+            ),
             volume_claim_templates: Some(vec![data_claim(&cluster.spec.storage)]),
             // A member removed by a scale-down loses its volume: added again, it starts empty
             // and is seeded from the primary, never replicating on from history (possibly

@@ -14,15 +14,12 @@ use k8s_openapi::{
         apps::v1::{StatefulSet, StatefulSetSpec},
         core::v1::{
             ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, KeyToPath,
-            PodSpec, PodTemplateSpec, Probe, Secret, SecretKeySelector, SecretVolumeSource, Service,
-            ServicePort, ServiceSpec, TCPSocketAction, Volume,
+            PodSpec, Probe, Secret, SecretKeySelector, SecretVolumeSource, Service, ServicePort, ServiceSpec,
+            TCPSocketAction, Volume,
         },
         policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec},
     },
-    apimachinery::pkg::{
-        apis::meta::v1::{LabelSelector, ObjectMeta},
-        util::intstr::IntOrString,
-    },
+    apimachinery::pkg::{apis::meta::v1::LabelSelector, util::intstr::IntOrString},
 };
 use kube::ResourceExt;
 use quorum_core::{
@@ -30,8 +27,8 @@ use quorum_core::{
     backup::{ACCESS_KEY_ID_KEY, SECRET_ACCESS_KEY_KEY},
     naming::{child_name, label_selector, selector_labels, standard_labels},
     pod::{
-        claim_retention, data_claim, field_env, member_container_security, member_pod_security,
-        memory_volume, mount, value_env,
+        claim_retention, data_claim, field_env, member_container_security, member_template, memory_volume,
+        mount, value_env,
     },
 };
 
@@ -619,9 +616,7 @@ fn statefulset(
     port: i32,
     persistent: bool,
 ) -> Result<StatefulSet> {
-    let mut pod_labels = labels(cluster, component);
-    let overrides = cluster.spec.pod_template.clone().unwrap_or_default();
-    pod_labels.extend(overrides.labels.clone());
+    let pod_labels = labels(cluster, component);
     let env: Vec<EnvVar> = vec![
         field_env("POD_NAME", "metadata.name"),
         field_env("POD_IP", "status.podIP"),
@@ -713,27 +708,18 @@ fn statefulset(
                 match_labels: Some(selector(cluster, component)),
                 ..LabelSelector::default()
             },
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(pod_labels),
-                    annotations: (!overrides.annotations.is_empty()).then_some(overrides.annotations),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(PodSpec {
+            template: member_template(
+                cluster.spec.pod_template.as_ref(),
+                pod_labels,
+                &selector(cluster, component),
+                REDIS_UID,
+                PodSpec {
                     containers: vec![container],
                     volumes: Some(volumes),
-                    node_selector: (!overrides.node_selector.is_empty()).then_some(overrides.node_selector),
-                    tolerations: (!overrides.tolerations.is_empty()).then_some(overrides.tolerations),
-                    affinity: Some(quorum_core::pod::affinity_or_spread(
-                        overrides.affinity,
-                        &selector(cluster, component),
-                    )),
-                    priority_class_name: overrides.priority_class_name,
-                    security_context: Some(member_pod_security(REDIS_UID)),
                     termination_grace_period_seconds: Some(30),
                     ..PodSpec::default()
-                }),
-            },
+                },
+            ),
             volume_claim_templates: persistent.then(|| vec![data_claim(&cluster.spec.storage)]),
             // A node removed by a scale-down loses its volume: added again, it starts empty
             // instead of with the `nodes.conf` of a node id the cluster has forgotten, or with
