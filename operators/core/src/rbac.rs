@@ -37,6 +37,25 @@ pub fn custom_resource_rules(
     ]
 }
 
+/// Every rule an operator needs in the namespaces it manages: its own resources
+/// ([`custom_resource_rules`]), the child objects it applies ([`child_object_rules`]), the
+/// engine's `own` rules (its Secrets and pods, each with why), the claims it lists for a deleted
+/// cluster's leftovers ([`crate::predecessor`]) and the events it records.
+pub fn operator_rules(
+    group: &str,
+    clusters: &str,
+    backups: &str,
+    extra_cluster_verbs: &[&str],
+    own: impl IntoIterator<Item = PolicyRule>,
+) -> Vec<PolicyRule> {
+    let mut rules = custom_resource_rules(group, clusters, backups, extra_cluster_verbs);
+    rules.extend(child_object_rules());
+    rules.extend(own);
+    rules.push(crate::predecessor::rbac_rule());
+    rules.push(events_rule());
+    rules
+}
+
 /// The child objects every operator applies with server-side apply and watches, so a deleted
 /// one comes back: StatefulSets, Services, ConfigMaps and PodDisruptionBudgets. Never deleted:
 /// they go with their owner.

@@ -4,7 +4,7 @@
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use quorum_core::packaging::{KindDescriptors, backup_kind, cluster_conditions_descriptor};
-use quorum_core::rbac::{child_object_rules, custom_resource_rules, events_rule, rule};
+use quorum_core::rbac::{operator_rules, rule};
 use serde_json::json;
 
 /// The etcd release the samples and the OLM bundle's related images name.
@@ -14,22 +14,21 @@ pub const DEFAULT_ETCD_IMAGE_TAG: &str = "v3.6.16";
 pub fn rules() -> Vec<PolicyRule> {
     // The resources it reconciles; status is its to write. Scheduled backups are created
     // (server-side apply) and deleted on behalf of a cluster's backup policy.
-    let mut rules = custom_resource_rules("etcd.quorum.dev", "etcdclusters", "etcdbackups", &[]);
-    // Child objects, applied with server-side apply and watched so deleted ones return.
-    rules.extend(child_object_rules());
-    rules.extend([
-        // Watched as owned objects; read for backup credentials. Never written.
-        rule("", &["secrets"], &["get", "list", "watch"]),
-        // Member pods (the operator's own, watched into its cache): listed to see which version each runs; one deleted at a time for an
-        // upgrade, or to replace a member with an empty volume.
-        rule("", &["pods"], &["list", "watch", "delete"]),
-        quorum_core::wipe::rbac_rule(),
-        // Claims listed to find a deleted cluster's leftovers (`quorum_core::predecessor`).
-        quorum_core::predecessor::rbac_rule(),
-        // Events about the resources, through the de-duplicating recorder.
-        events_rule(),
-    ]);
-    rules
+    operator_rules(
+        "etcd.quorum.dev",
+        "etcdclusters",
+        "etcdbackups",
+        &[],
+        [
+            // Watched as owned objects; read for backup credentials. Never written.
+            rule("", &["secrets"], &["get", "list", "watch"]),
+            // Member pods (the operator's own, watched into its cache): listed to see which version
+            // each runs; one deleted at a time for an upgrade, or to replace a member with an empty
+            // volume.
+            rule("", &["pods"], &["list", "watch", "delete"]),
+            quorum_core::wipe::rbac_rule(),
+        ],
+    )
 }
 
 /// The rules for the operator's own namespace: its leader-election Lease.

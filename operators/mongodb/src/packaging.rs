@@ -4,7 +4,7 @@
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use quorum_core::packaging::{KindDescriptors, backup_kind, cluster_conditions_descriptor};
-use quorum_core::rbac::{child_object_rules, custom_resource_rules, events_rule, rule};
+use quorum_core::rbac::{operator_rules, rule};
 use serde_json::json;
 
 /// The MongoDB release the samples and the OLM bundle's related images name.
@@ -17,24 +17,23 @@ pub fn rules() -> Vec<PolicyRule> {
     // Scheduled backups are created (server-side apply) and deleted on behalf of a replica
     // set's backup policy; every backup's status is the backup controller's to write. A
     // replica set created with `restoreFrom` reads the backup it names.
-    let mut rules = custom_resource_rules("mongodb.quorum.dev", "mongodbreplicasets", "mongodbbackups", &[]);
-    // Child objects, applied with server-side apply and watched so deleted ones return.
-    rules.extend(child_object_rules());
-    rules.extend([
-        // The generated administrator and keyfile are created once and never rewritten; given
-        // ones and backup credentials are read. Watched as owned objects.
-        rule("", &["secrets"], &["get", "list", "watch", "create"]),
-        // Member pods (the operator's own, watched into its cache): read to see which version each runs; under `OnDelete` one is deleted
-        // at a time for a rolling restart or upgrade (secondaries first, the primary after
-        // stepping down), or with its claim to resync a member too stale to catch up.
-        rule("", &["pods"], &["get", "list", "watch", "delete"]),
-        quorum_core::wipe::rbac_rule(),
-        // Claims listed to find a deleted cluster's leftovers (`quorum_core::predecessor`).
-        quorum_core::predecessor::rbac_rule(),
-        // Events about the resources, through the de-duplicating recorder.
-        events_rule(),
-    ]);
-    rules
+    operator_rules(
+        "mongodb.quorum.dev",
+        "mongodbreplicasets",
+        "mongodbbackups",
+        &[],
+        [
+            // The generated administrator and keyfile are created once and never rewritten; given
+            // ones and backup credentials are read. Watched as owned objects.
+            rule("", &["secrets"], &["get", "list", "watch", "create"]),
+            // Member pods (the operator's own, watched into its cache): read to see which version
+            // each runs; under `OnDelete` one is deleted at a time for a rolling restart or upgrade
+            // (secondaries first, the primary after stepping down), or with its claim to resync a
+            // member too stale to catch up.
+            rule("", &["pods"], &["get", "list", "watch", "delete"]),
+            quorum_core::wipe::rbac_rule(),
+        ],
+    )
 }
 
 /// The rules for the operator's own namespace: its leader-election Lease.

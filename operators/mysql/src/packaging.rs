@@ -4,7 +4,7 @@
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use quorum_core::packaging::{KindDescriptors, backup_kind, cluster_conditions_descriptor};
-use quorum_core::rbac::{child_object_rules, custom_resource_rules, events_rule, rule};
+use quorum_core::rbac::{operator_rules, rule};
 use serde_json::json;
 
 /// The MariaDB release the samples and the OLM bundle's related images name.
@@ -21,23 +21,22 @@ pub fn rules() -> Vec<PolicyRule> {
     // Scheduled backups are created (server-side apply) and deleted on behalf of a
     // cluster's backup policy; every backup's status is the backup controller's to write.
     // A cluster created with `restoreFrom` reads the backup it names.
-    let mut rules = custom_resource_rules("mysql.quorum.dev", "mysqlclusters", "mysqlbackups", &["patch"]);
-    // Child objects, applied with server-side apply and watched so deleted ones return.
-    rules.extend(child_object_rules());
-    rules.extend([
-        // Generated root and replication passwords are created once and never rewritten;
-        // user-supplied passwords and backup credentials are read. Watched as owned objects.
-        rule("", &["secrets"], &["get", "list", "watch", "create"]),
-        // Member pods (the operator's own, watched into its cache): listed, labelled with their role (primary or replica), which is what
-        // the primary and replicas Services select, and deleted one at a time to roll them onto
-        // a new pod template (`quorum_core::rollout`).
-        rule("", &["pods"], &["list", "watch", "patch", "delete"]),
-        // Claims listed to find a deleted cluster's leftovers (`quorum_core::predecessor`).
-        quorum_core::predecessor::rbac_rule(),
-        // Events about the resources, through the de-duplicating recorder.
-        events_rule(),
-    ]);
-    rules
+    operator_rules(
+        "mysql.quorum.dev",
+        "mysqlclusters",
+        "mysqlbackups",
+        &["patch"],
+        [
+            // Generated root and replication passwords are created once and never rewritten; user-
+            // supplied passwords and backup credentials are read. Watched as owned objects.
+            rule("", &["secrets"], &["get", "list", "watch", "create"]),
+            // Member pods (the operator's own, watched into its cache): listed, labelled with their
+            // role (primary or replica), which is what the primary and replicas Services select,
+            // and deleted one at a time to roll them onto a new pod template
+            // (`quorum_core::rollout`).
+            rule("", &["pods"], &["list", "watch", "patch", "delete"]),
+        ],
+    )
 }
 
 /// The rules for the operator's own namespace: its leader-election Lease.
