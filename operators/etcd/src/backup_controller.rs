@@ -24,7 +24,9 @@ use crate::{
     resolver::member_name,
 };
 
-quorum_core::backup_resource!(EtcdBackup, EtcdBackupStatus);
+use crate::crd::EtcdBackupSpec;
+
+quorum_core::backup_resource!(EtcdBackup, EtcdBackupSpec, EtcdBackupStatus);
 
 impl ReconcileError for BackupStepError {
     fn metric_label(&self) -> &'static str {

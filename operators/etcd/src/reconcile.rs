@@ -31,8 +31,7 @@ use crate::{
     resolver::{MemberResolver, member_name},
     resources::{
         ClusterState, RestoreInit, bootstrap_members, build_client_service, build_config_map,
-        build_peer_service, build_pod_disruption_budget, build_scheduled_backup, build_statefulset,
-        client_service_name,
+        build_peer_service, build_pod_disruption_budget, build_statefulset, client_service_name,
     },
     status::{build_status, describe, in_flight_from_status, step_reason, unhealthy_durations},
 };
@@ -387,7 +386,13 @@ async fn apply_objects(
             .apply(&build_config_map(cluster, ClusterState::Existing, &initial)?)
             .await?;
     }
-    ensure_scheduled_backup(context, cluster).await?;
+    quorum_core::backup::controller::ensure_scheduled_backup::<crate::crd::EtcdBackup, _, _>(
+        context,
+        cluster,
+        cluster.spec.backup.as_ref(),
+        crate::resources::labels(cluster),
+    )
+    .await?;
     applier.apply(&build_peer_service(cluster)?).await?;
     applier.apply(&build_client_service(cluster)?).await?;
     applier.apply(&build_pod_disruption_budget(cluster)?).await?;
@@ -640,13 +645,4 @@ async fn restore_source(context: &Context<State>, cluster: &EtcdCluster) -> Resu
         credentials_secret_name: s3.map(|s3| s3.credentials_secret_name.clone()),
         allow_http: context.state.settings.allow_http_backups,
     }))
-}
-
-/// A cluster's backup policy is carried out by an `EtcdBackup` it owns, `<cluster>-scheduled`;
-/// removing the policy removes it.
-async fn ensure_scheduled_backup(context: &Context<State>, cluster: &EtcdCluster) -> Result<(), Error> {
-    let name = quorum_core::naming::child_name(&cluster.name_any(), "scheduled");
-    let backup = build_scheduled_backup(cluster, &name)?;
-    context.applier.apply_or_remove(cluster, &name, backup).await?;
-    Ok(())
 }

@@ -31,7 +31,7 @@ use quorum_core::{
 
 use crate::{
     OPERATOR_NAME,
-    crd::{BackupSpec, EtcdBackup, EtcdBackupSpec, EtcdCluster},
+    crd::EtcdCluster,
     resolver::{MemberResolver, peer_service_name},
 };
 
@@ -73,7 +73,7 @@ pub fn member_selector_string(cluster: &EtcdCluster) -> String {
     label_selector(&member_selector(cluster))
 }
 
-fn labels(cluster: &EtcdCluster) -> BTreeMap<String, String> {
+pub(crate) fn labels(cluster: &EtcdCluster) -> BTreeMap<String, String> {
     standard_labels(APP, &cluster.name_any(), COMPONENT, OPERATOR_NAME)
 }
 
@@ -500,21 +500,6 @@ pub fn build_statefulset(
     })
 }
 
-/// The `EtcdBackup` that carries out the cluster's backup policy, if it has one.
-pub fn build_scheduled_backup(cluster: &EtcdCluster, name: &str) -> Result<Option<EtcdBackup>> {
-    let Some(policy) = &cluster.spec.backup else {
-        return Ok(None);
-    };
-    let mut backup = EtcdBackup::new(
-        name,
-        EtcdBackupSpec {
-            backup: BackupSpec::scheduled(&cluster.name_any(), policy),
-        },
-    );
-    backup.metadata = child_metadata(cluster, name, labels(cluster))?;
-    Ok(Some(backup))
-}
-
 #[cfg(test)]
 mod tests {
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -793,9 +778,14 @@ mod tests {
         use crate::crd::{BackupDestination, BackupPolicy, FilesystemDestination};
         let mut cluster = cluster();
         assert!(
-            build_scheduled_backup(&cluster, "main-scheduled")
-                .unwrap()
-                .is_none()
+            quorum_core::backup::controller::scheduled_backup::<crate::crd::EtcdBackup, _>(
+                &cluster,
+                cluster.spec.backup.as_ref(),
+                "main-scheduled",
+                labels(&cluster)
+            )
+            .unwrap()
+            .is_none()
         );
         cluster.spec.backup = Some(BackupPolicy {
             schedule: "0 */6 * * *".into(),
@@ -808,9 +798,14 @@ mod tests {
             retain: 4,
             max_age_minutes: Some(720),
         });
-        let backup = build_scheduled_backup(&cluster, "main-scheduled")
-            .unwrap()
-            .unwrap();
+        let backup = quorum_core::backup::controller::scheduled_backup::<crate::crd::EtcdBackup, _>(
+            &cluster,
+            cluster.spec.backup.as_ref(),
+            "main-scheduled",
+            labels(&cluster),
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!(backup.spec.backup.cluster_name, "main");
         assert_eq!(backup.spec.backup.schedule.as_deref(), Some("0 */6 * * *"));
         assert_eq!(backup.spec.backup.retain, Some(4));

@@ -37,7 +37,9 @@ use crate::{
 /// next batch on a loaded member.
 pub const DUMP_STALL_TIMEOUT: Duration = Duration::from_secs(120);
 
-quorum_core::backup_resource!(MongoDBBackup, MongoDBBackupStatus);
+use crate::crd::MongoDBBackupSpec;
+
+quorum_core::backup_resource!(MongoDBBackup, MongoDBBackupSpec, MongoDBBackupStatus);
 
 /// Why MongoDB's part of a backup failed.
 #[derive(Debug, thiserror::Error)]

@@ -22,8 +22,7 @@ use crate::{
         DEFAULT_ADMIN_USERNAME, PASSWORD_KEY, USERNAME_KEY, admin_secret_name, arbiter_name,
         arbiter_statefulset_name, build_admin_secret, build_arbiter_config_map, build_arbiter_statefulset,
         build_client_service, build_config_map, build_headless_service, build_keyfile_secret,
-        build_pod_disruption_budget, build_scheduled_backup, build_statefulset, generate_keyfile,
-        member_name, statefulset_name,
+        build_pod_disruption_budget, build_statefulset, generate_keyfile, member_name, statefulset_name,
     },
 };
 
@@ -109,7 +108,13 @@ pub async fn reconcile(
         applier.apply(&build_arbiter_config_map(&replica_set)?).await?;
         applier.apply(&arbiter).await?;
     }
-    ensure_scheduled_backup(&context, &replica_set).await?;
+    quorum_core::backup::controller::ensure_scheduled_backup::<crate::crd::MongoDBBackup, _, _>(
+        &context,
+        replica_set.as_ref(),
+        replica_set.spec.backup.as_ref(),
+        crate::resources::labels(&replica_set, crate::resources::MEMBER_COMPONENT),
+    )
+    .await?;
 
     let desired = desired(&replica_set, state);
     let observed = observe(&context, &replica_set, &key, &desired).await?;
@@ -248,19 +253,4 @@ pub async fn read_credentials(
         username,
         password: SecretString::from(password),
     })
-}
-
-/// A set's backup policy is carried out by a `MongoDBBackup` it owns, `<name>-scheduled`;
-/// removing the policy removes it.
-async fn ensure_scheduled_backup(
-    context: &Context<State>,
-    replica_set: &MongoDBReplicaSet,
-) -> Result<(), Error> {
-    let name = quorum_core::naming::child_name(&replica_set.name_any(), "scheduled");
-    let backup = build_scheduled_backup(replica_set, &name)?;
-    context
-        .applier
-        .apply_or_remove(replica_set, &name, backup)
-        .await?;
-    Ok(())
 }

@@ -32,10 +32,7 @@ use quorum_core::{
     },
 };
 
-use crate::{
-    OPERATOR_NAME,
-    crd::{BackupSpec, MongoDBBackup, MongoDBBackupSpec, MongoDBReplicaSet},
-};
+use crate::{OPERATOR_NAME, crd::MongoDBReplicaSet};
 
 /// `app.kubernetes.io/name` of everything this operator creates.
 pub const APP: &str = "mongodb";
@@ -185,7 +182,7 @@ pub fn selector_string(replica_set: &MongoDBReplicaSet, component: &str) -> Stri
     label_selector(&selector(replica_set, component))
 }
 
-fn labels(replica_set: &MongoDBReplicaSet, component: &str) -> BTreeMap<String, String> {
+pub(crate) fn labels(replica_set: &MongoDBReplicaSet, component: &str) -> BTreeMap<String, String> {
     standard_labels(APP, &replica_set.name_any(), component, OPERATOR_NAME)
 }
 
@@ -562,22 +559,6 @@ fn statefulset(
         }),
         ..StatefulSet::default()
     })
-}
-
-/// The `MongoDBBackup` that carries out a replica set's backup policy, named `name`; `None`
-/// without a policy.
-pub fn build_scheduled_backup(replica_set: &MongoDBReplicaSet, name: &str) -> Result<Option<MongoDBBackup>> {
-    let Some(policy) = &replica_set.spec.backup else {
-        return Ok(None);
-    };
-    let mut backup = MongoDBBackup::new(
-        name,
-        MongoDBBackupSpec {
-            backup: BackupSpec::scheduled(&replica_set.name_any(), policy),
-        },
-    );
-    backup.metadata = child_metadata(replica_set, name, labels(replica_set, MEMBER_COMPONENT))?;
-    Ok(Some(backup))
 }
 
 #[cfg(test)]
@@ -976,9 +957,14 @@ pub(crate) mod tests {
     fn a_backup_policy_becomes_a_scheduled_backup() {
         let mut replica_set = replica_set(3, false);
         assert!(
-            build_scheduled_backup(&replica_set, "orders-scheduled")
-                .unwrap()
-                .is_none()
+            quorum_core::backup::controller::scheduled_backup::<crate::crd::MongoDBBackup, _>(
+                &replica_set,
+                replica_set.spec.backup.as_ref(),
+                "orders-scheduled",
+                labels(&replica_set, MEMBER_COMPONENT)
+            )
+            .unwrap()
+            .is_none()
         );
         replica_set.spec.backup = Some(BackupPolicy {
             schedule: "0 3 * * *".into(),
@@ -987,9 +973,14 @@ pub(crate) mod tests {
             retain: 5,
             max_age_minutes: None,
         });
-        let backup = build_scheduled_backup(&replica_set, "orders-scheduled")
-            .unwrap()
-            .unwrap();
+        let backup = quorum_core::backup::controller::scheduled_backup::<crate::crd::MongoDBBackup, _>(
+            &replica_set,
+            replica_set.spec.backup.as_ref(),
+            "orders-scheduled",
+            labels(&replica_set, MEMBER_COMPONENT),
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!(backup.metadata.name.as_deref(), Some("orders-scheduled"));
         assert_eq!(backup.metadata.namespace.as_deref(), Some("shop"));
         assert_eq!(backup.spec.backup.cluster_name, "orders");

@@ -33,7 +33,9 @@ use crate::{
 /// How long the server may send nothing while the store waits for data.
 pub const SNAPSHOT_STALL_TIMEOUT: Duration = Duration::from_secs(30);
 
-quorum_core::backup_resource!(MySQLBackup, MySQLBackupStatus);
+use crate::crd::MySQLBackupSpec;
+
+quorum_core::backup_resource!(MySQLBackup, MySQLBackupSpec, MySQLBackupStatus);
 
 /// Why MySQL's part of a backup failed: the member could not be reached, the snapshot or its
 /// upload failed, or what was stored is not what the server sent.

@@ -45,8 +45,8 @@ use crate::{
     resources::{
         PASSWORD_KEY, ROLE_LABEL, binlog_expire_seconds, build_config_map, build_headless_service,
         build_password_secret, build_pod_disruption_budget, build_primary_service, build_replicas_service,
-        build_scheduled_backup, build_statefulset, generated_root_secret_name, member_name, member_selector,
-        ordinal_of, replication_secret_name, root_secret_name, semi_sync, statefulset_name,
+        build_statefulset, generated_root_secret_name, member_name, member_selector, ordinal_of,
+        replication_secret_name, root_secret_name, semi_sync, statefulset_name,
     },
     restore::StoredSnapshot,
     status::{
@@ -583,7 +583,13 @@ async fn apply_objects(
     applier.apply(&build_primary_service(cluster)?).await?;
     applier.apply(&build_replicas_service(cluster)?).await?;
     applier.apply(&build_pod_disruption_budget(cluster)?).await?;
-    ensure_scheduled_backup(context, cluster).await?;
+    quorum_core::backup::controller::ensure_scheduled_backup::<crate::crd::MySQLBackup, _, _>(
+        context,
+        cluster,
+        cluster.spec.backup.as_ref(),
+        crate::resources::labels(cluster),
+    )
+    .await?;
     applier
         .apply(&build_statefulset(cluster, pod_count as i32)?)
         .await?;
@@ -837,13 +843,4 @@ async fn stored_snapshot(
         &snapshot.sha256,
         position,
     )
-}
-
-/// A cluster's backup policy is carried out by a `MySQLBackup` it owns, `<cluster>-scheduled`;
-/// removing the policy removes it.
-async fn ensure_scheduled_backup(context: &Context<State>, cluster: &MySQLCluster) -> Result<(), Error> {
-    let name = quorum_core::naming::child_name(&cluster.name_any(), "scheduled");
-    let backup = build_scheduled_backup(cluster, &name)?;
-    context.applier.apply_or_remove(cluster, &name, backup).await?;
-    Ok(())
 }

@@ -34,7 +34,7 @@ use quorum_core::{
 
 use crate::{
     OPERATOR_NAME,
-    crd::{BackupSpec, Flavor, MySQLBackup, MySQLBackupSpec, MySQLCluster, ReplicationMode},
+    crd::{Flavor, MySQLCluster, ReplicationMode},
 };
 
 /// `app.kubernetes.io/name` of everything this operator creates.
@@ -150,7 +150,7 @@ pub fn member_selector_string(cluster: &MySQLCluster) -> String {
     label_selector(&member_selector(cluster))
 }
 
-fn labels(cluster: &MySQLCluster) -> BTreeMap<String, String> {
+pub(crate) fn labels(cluster: &MySQLCluster) -> BTreeMap<String, String> {
     standard_labels(APP, &cluster.name_any(), COMPONENT, OPERATOR_NAME)
 }
 
@@ -555,22 +555,6 @@ fn credentials_volume(cluster: &MySQLCluster) -> Volume {
         }),
         ..Volume::default()
     }
-}
-
-/// The `MySQLBackup` that carries out a cluster's backup policy, named `name`; `None` without
-/// a policy.
-pub fn build_scheduled_backup(cluster: &MySQLCluster, name: &str) -> Result<Option<MySQLBackup>> {
-    let Some(policy) = &cluster.spec.backup else {
-        return Ok(None);
-    };
-    let mut backup = MySQLBackup::new(
-        name,
-        MySQLBackupSpec {
-            backup: BackupSpec::scheduled(&cluster.name_any(), policy),
-        },
-    );
-    backup.metadata = child_metadata(cluster, name, labels(cluster))?;
-    Ok(Some(backup))
 }
 
 #[cfg(test)]

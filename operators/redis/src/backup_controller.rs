@@ -45,7 +45,9 @@ pub const SNAPSHOT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// server sends only keep-alives while it forks and writes the RDB, so this allows for that.
 pub const SNAPSHOT_STALL_TIMEOUT: Duration = Duration::from_secs(120);
 
-quorum_core::backup_resource!(RedisBackup, RedisBackupStatus);
+use crate::crd::RedisBackupSpec;
+
+quorum_core::backup_resource!(RedisBackup, RedisBackupSpec, RedisBackupStatus);
 
 /// Why Redis's part of a backup failed.
 #[derive(Debug, thiserror::Error)]

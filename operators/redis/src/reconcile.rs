@@ -23,8 +23,8 @@ use crate::{
     resources::{
         NODE_COMPONENT, PASSWORD_KEY, SENTINEL_COMPONENT, auth_secret_name, build_auth_secret,
         build_client_service, build_config_map, build_headless_service, build_pod_disruption_budget,
-        build_primary_service, build_replicas_service, build_scheduled_backup, build_sentinel_config_map,
-        build_sentinel_service, statefulset_name,
+        build_primary_service, build_replicas_service, build_sentinel_config_map, build_sentinel_service,
+        statefulset_name,
     },
     restore::{RestoreRefusal, plan_restore, restore_status},
 };
@@ -102,7 +102,13 @@ pub async fn reconcile(cluster: Arc<RedisCluster>, context: Arc<Context<State>>)
             applier.apply(&build_client_service(&cluster)?).await?;
         }
     }
-    ensure_scheduled_backup(&context, &cluster).await?;
+    quorum_core::backup::controller::ensure_scheduled_backup::<crate::crd::RedisBackup, _, _>(
+        &context,
+        cluster.as_ref(),
+        cluster.spec.backup.as_ref(),
+        crate::resources::labels(&cluster, crate::resources::NODE_COMPONENT),
+    )
+    .await?;
 
     // A cluster created from a backup forms only once its snapshots are known: never an
     // empty cluster in place of the one asked for.
@@ -218,13 +224,4 @@ async fn restore_gate(
     .await?;
     publish(context, cluster, Severity::Warning, reason, message).await;
     Ok(None)
-}
-
-/// A cluster's backup policy is carried out by a `RedisBackup` it owns, `<cluster>-scheduled`;
-/// removing the policy removes it.
-async fn ensure_scheduled_backup(context: &Context<State>, cluster: &RedisCluster) -> Result<(), Error> {
-    let name = quorum_core::naming::child_name(&cluster.name_any(), "scheduled");
-    let backup = build_scheduled_backup(cluster, &name)?;
-    context.applier.apply_or_remove(cluster, &name, backup).await?;
-    Ok(())
 }

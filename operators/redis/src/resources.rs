@@ -34,7 +34,7 @@ use quorum_core::{
 
 use crate::{
     OPERATOR_NAME,
-    crd::{BackupSpec, Mode, RedisBackup, RedisBackupSpec, RedisCluster, RestoreStatus},
+    crd::{Mode, RedisCluster, RestoreStatus},
     restore::snapshot_argument,
 };
 
@@ -168,7 +168,7 @@ pub fn node_selector_string(cluster: &RedisCluster) -> String {
     label_selector(&selector(cluster, NODE_COMPONENT))
 }
 
-fn labels(cluster: &RedisCluster, component: &str) -> BTreeMap<String, String> {
+pub(crate) fn labels(cluster: &RedisCluster, component: &str) -> BTreeMap<String, String> {
     standard_labels(APP, &cluster.name_any(), component, OPERATOR_NAME)
 }
 
@@ -729,22 +729,6 @@ fn statefulset(
         }),
         ..StatefulSet::default()
     })
-}
-
-/// The `RedisBackup` that carries out a cluster's backup policy, named `name`; `None` without
-/// a policy.
-pub fn build_scheduled_backup(cluster: &RedisCluster, name: &str) -> Result<Option<RedisBackup>> {
-    let Some(policy) = &cluster.spec.backup else {
-        return Ok(None);
-    };
-    let mut backup = RedisBackup::new(
-        name,
-        RedisBackupSpec {
-            backup: BackupSpec::scheduled(&cluster.name_any(), policy),
-        },
-    );
-    backup.metadata = child_metadata(cluster, name, labels(cluster, NODE_COMPONENT))?;
-    Ok(Some(backup))
 }
 
 #[cfg(test)]

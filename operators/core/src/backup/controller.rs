@@ -73,19 +73,25 @@ pub trait BackupResource:
 {
     type Status: Default + Clone + PartialEq + Serialize + Send + Sync;
 
+    /// A backup named `name` with `backup` as its spec.
+    fn with_spec(name: &str, backup: BackupSpec) -> Self;
     fn backup_spec(&self) -> &BackupSpec;
     fn backup_status(&self) -> Option<&Self::Status>;
     fn run(status: &Self::Status) -> &BackupRunStatus;
     fn run_mut(status: &mut Self::Status) -> &mut BackupRunStatus;
 }
 
-/// Implements [`BackupResource`] for a backup kind whose spec embeds [`BackupSpec`] as `backup`
-/// and whose status embeds [`BackupRunStatus`] as `run`.
+/// Implements [`BackupResource`] for a backup kind whose spec (`$spec`) embeds [`BackupSpec`]
+/// as `backup` and whose status embeds [`BackupRunStatus`] as `run`.
 #[macro_export]
 macro_rules! backup_resource {
-    ($kind:ty, $status:ty) => {
+    ($kind:ty, $spec:ident, $status:ty) => {
         impl $crate::backup::controller::BackupResource for $kind {
             type Status = $status;
+
+            fn with_spec(name: &str, backup: $crate::crd::BackupSpec) -> Self {
+                <$kind>::new(name, $spec { backup })
+            }
 
             fn backup_spec(&self) -> &$crate::crd::BackupSpec {
                 &self.spec.backup
@@ -681,6 +687,49 @@ fn unix_seconds(at: Timestamp) -> f64 {
 
 fn whole_seconds(from: Timestamp, to: Timestamp) -> i64 {
     to.duration_since(from).as_secs().max(0)
+}
+
+/// The backup that carries out `cluster`'s backup `policy`, named `name` and labelled `labels`,
+/// owned by the cluster; `None` without a policy.
+///
+/// # Errors
+/// As [`crate::apply::child_metadata`].
+pub fn scheduled_backup<B, C>(
+    cluster: &C,
+    policy: Option<&crate::crd::BackupPolicy>,
+    name: &str,
+    labels: std::collections::BTreeMap<String, String>,
+) -> Result<Option<B>, crate::Error>
+where
+    B: BackupResource,
+    C: Resource<DynamicType = ()>,
+{
+    let Some(policy) = policy else {
+        return Ok(None);
+    };
+    let mut backup = B::with_spec(name, BackupSpec::scheduled(&cluster.name_any(), policy));
+    *backup.meta_mut() = crate::apply::child_metadata(cluster, name, labels)?;
+    Ok(Some(backup))
+}
+
+/// A cluster's backup policy is carried out by a backup it owns, `<cluster>-scheduled`;
+/// removing the policy removes it.
+///
+/// # Errors
+/// As [`scheduled_backup`] and [`crate::apply::Applier::apply_or_remove`].
+pub async fn ensure_scheduled_backup<B, C, S>(
+    context: &Context<S>,
+    cluster: &C,
+    policy: Option<&crate::crd::BackupPolicy>,
+    labels: std::collections::BTreeMap<String, String>,
+) -> Result<(), crate::Error>
+where
+    B: BackupResource + crate::cache::Cacheable,
+    C: Resource<DynamicType = ()>,
+{
+    let name = crate::naming::child_name(&cluster.name_any(), "scheduled");
+    let backup = scheduled_backup::<B, C>(cluster, policy, &name, labels)?;
+    context.applier.apply_or_remove(cluster, &name, backup).await
 }
 
 #[cfg(test)]
