@@ -114,6 +114,45 @@ pub fn standard_labels(
     labels
 }
 
+/// Where the operator reaches a cluster's pods: by DNS name through their headless Service,
+/// or (local demos and tests) at a loopback address of their own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PodHosts {
+    /// `<pod>.<headless service>.<namespace>.svc.<domain>`, in a Kubernetes cluster.
+    ClusterDns {
+        namespace: String,
+        cluster_domain: String,
+    },
+    /// Processes on this machine's loopback addresses ([`loopback_ip`]).
+    Loopback { namespace: String },
+}
+
+impl PodHosts {
+    /// As the operator's `--member-addresses` and `--cluster-domain` say, for the pods of
+    /// `namespace`.
+    pub fn new(addresses: crate::config::MemberAddresses, cluster_domain: &str, namespace: String) -> Self {
+        match addresses {
+            crate::config::MemberAddresses::Dns => PodHosts::ClusterDns {
+                namespace,
+                cluster_domain: cluster_domain.to_string(),
+            },
+            crate::config::MemberAddresses::Loopback => PodHosts::Loopback { namespace },
+        }
+    }
+
+    /// The host of pod `ordinal` of StatefulSet `statefulset`, whose pods the headless Service
+    /// `service` names.
+    pub fn host(&self, statefulset: &str, service: &str, ordinal: usize) -> String {
+        match self {
+            PodHosts::ClusterDns {
+                namespace,
+                cluster_domain,
+            } => format!("{statefulset}-{ordinal}.{service}.{namespace}.svc.{cluster_domain}"),
+            PodHosts::Loopback { namespace } => loopback_ip(namespace, statefulset, ordinal).to_string(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

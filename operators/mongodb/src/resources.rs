@@ -25,7 +25,7 @@ use kube::ResourceExt;
 use quorum_core::{
     apply::child_metadata,
     config::MemberAddresses,
-    naming::{child_name, label_selector, loopback_ip, selector_labels, standard_labels},
+    naming::{PodHosts, child_name, label_selector, selector_labels, standard_labels},
     pod::{
         claim_retention, data_claim, generate_password, member_container_security, member_template,
         memory_volume, mount, value_env,
@@ -162,14 +162,17 @@ pub fn member_host(
     addresses: MemberAddresses,
     cluster_domain: &str,
 ) -> String {
-    let namespace = replica_set.namespace().unwrap_or_default();
-    match addresses {
-        MemberAddresses::Dns => format!(
-            "{statefulset}-{ordinal}.{}.{namespace}.svc.{cluster_domain}:{PORT}",
-            headless_service_name(&replica_set.name_any())
-        ),
-        MemberAddresses::Loopback => format!("{}:{PORT}", loopback_ip(&namespace, statefulset, ordinal)),
-    }
+    let hosts = PodHosts::new(
+        addresses,
+        cluster_domain,
+        replica_set.namespace().unwrap_or_default(),
+    );
+    let host = hosts.host(
+        statefulset,
+        &headless_service_name(&replica_set.name_any()),
+        ordinal,
+    );
+    format!("{host}:{PORT}")
 }
 
 /// Labels selecting this replica set's pods of `component`.
@@ -670,7 +673,7 @@ pub(crate) mod tests {
         };
         assert_eq!(
             loopback("orders", 2),
-            format!("{}:27017", loopback_ip("shop", "orders", 2))
+            format!("{}:27017", quorum_core::naming::loopback_ip("shop", "orders", 2))
         );
         assert_ne!(loopback("orders", 0), loopback("orders-arbiter", 0));
     }

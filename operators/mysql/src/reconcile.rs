@@ -23,6 +23,7 @@ use kube::{
 use quorum_core::{
     backup::{backup_target, credentials},
     events::Severity,
+    naming::PodHosts,
     pass::{Progress, Reason as _, UnreadableRecord, needed_secret, publish},
     role_labels::LabelledPods,
     rollout::{Templates, needs_take_over, restart_pod, take_over_updates},
@@ -82,17 +83,13 @@ impl quorum_core::runner::ForgetsClusters for State {
 
 impl State {
     pub fn addresses(&self, cluster: &MySQLCluster) -> Addresses {
-        let namespace = cluster.namespace().unwrap_or_default();
-        match self.settings.member_addresses {
-            MemberAddresses::Dns => Addresses::ClusterDns {
-                cluster: cluster.name_any(),
-                namespace,
-                cluster_domain: self.settings.cluster_domain.clone(),
-            },
-            MemberAddresses::Loopback => Addresses::Loopback {
-                namespace,
-                cluster: cluster.name_any(),
-            },
+        Addresses {
+            cluster: cluster.name_any(),
+            hosts: PodHosts::new(
+                self.settings.member_addresses,
+                &self.settings.cluster_domain,
+                cluster.namespace().unwrap_or_default(),
+            ),
         }
     }
 }

@@ -6,23 +6,15 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use quorum_core::naming::loopback_ip;
+use quorum_core::naming::PodHosts;
 
-use crate::resources::{
-    PORT, SENTINEL_PORT, node_name, sentinel_name, sentinel_statefulset_name, statefulset_name,
-};
+use crate::resources::{PORT, SENTINEL_PORT, sentinel_statefulset_name, statefulset_name};
 
 /// How pod hosts are named.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Addresses {
-    /// `<pod>.<headless service>.<namespace>.svc.<domain>`, in a Kubernetes cluster.
-    ClusterDns {
-        cluster: String,
-        namespace: String,
-        cluster_domain: String,
-    },
-    /// Processes on this machine's loopback addresses (local demos and tests).
-    Loopback { namespace: String, cluster: String },
+pub struct Addresses {
+    pub cluster: String,
+    pub hosts: PodHosts,
 }
 
 /// Which kind of pod.
@@ -35,29 +27,12 @@ pub enum Kind {
 impl Addresses {
     /// The host name (or loopback IP) of pod `ordinal` of `kind`.
     pub fn host(&self, kind: Kind, ordinal: usize) -> String {
-        match self {
-            Addresses::ClusterDns {
-                cluster,
-                namespace,
-                cluster_domain,
-            } => {
-                let (pod, service) = match kind {
-                    Kind::Node => (node_name(cluster, ordinal), statefulset_name(cluster)),
-                    Kind::Sentinel => (
-                        sentinel_name(cluster, ordinal),
-                        sentinel_statefulset_name(cluster),
-                    ),
-                };
-                format!("{pod}.{service}.{namespace}.svc.{cluster_domain}")
-            }
-            Addresses::Loopback { namespace, cluster } => {
-                let statefulset = match kind {
-                    Kind::Node => statefulset_name(cluster),
-                    Kind::Sentinel => sentinel_statefulset_name(cluster),
-                };
-                loopback_ip(namespace, &statefulset, ordinal).to_string()
-            }
-        }
+        // Each kind's headless Service has its StatefulSet's name.
+        let statefulset = match kind {
+            Kind::Node => statefulset_name(&self.cluster),
+            Kind::Sentinel => sentinel_statefulset_name(&self.cluster),
+        };
+        self.hosts.host(&statefulset, &statefulset, ordinal)
     }
 
     pub fn port(kind: Kind) -> u16 {
@@ -85,28 +60,34 @@ mod tests {
 
     #[test]
     fn hosts_follow_the_headless_services() {
-        let dns = Addresses::ClusterDns {
+        let dns = Addresses {
             cluster: "cache".into(),
-            namespace: "prod".into(),
-            cluster_domain: "cluster.local".into(),
+            hosts: PodHosts::ClusterDns {
+                namespace: "prod".into(),
+                cluster_domain: "cluster.local".into(),
+            },
         };
         assert_eq!(dns.host(Kind::Node, 1), "cache-1.cache.prod.svc.cluster.local");
         assert_eq!(
             dns.host(Kind::Sentinel, 2),
             "cache-sentinel-2.cache-sentinel.prod.svc.cluster.local"
         );
-        let loopback = Addresses::Loopback {
-            namespace: "prod".into(),
+        let loopback = Addresses {
             cluster: "cache".into(),
+            hosts: PodHosts::Loopback {
+                namespace: "prod".into(),
+            },
         };
         assert_ne!(loopback.host(Kind::Node, 0), loopback.host(Kind::Sentinel, 0));
     }
 
     #[tokio::test]
     async fn loopback_addresses_resolve_without_dns() {
-        let loopback = Addresses::Loopback {
-            namespace: "prod".into(),
+        let loopback = Addresses {
             cluster: "cache".into(),
+            hosts: PodHosts::Loopback {
+                namespace: "prod".into(),
+            },
         };
         let address = loopback.resolve(Kind::Sentinel, 1).await.unwrap();
         assert_eq!(address.port(), 26379);

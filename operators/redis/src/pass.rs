@@ -12,6 +12,7 @@ use quorum_core::{
     availability::retry::CallError,
     conditions::ConditionUpdate,
     events::Severity,
+    naming::PodHosts,
     pass::{Findings, Reason as _},
     role_labels::LabelledPods,
     runner::Context,
@@ -62,17 +63,13 @@ impl quorum_core::runner::ForgetsClusters for State {
 
 impl State {
     pub fn addresses(&self, cluster: &RedisCluster) -> Addresses {
-        let namespace = cluster.namespace().unwrap_or_default();
-        match self.settings.member_addresses {
-            MemberAddresses::Dns => Addresses::ClusterDns {
-                cluster: cluster.name_any(),
-                namespace,
-                cluster_domain: self.settings.cluster_domain.clone(),
-            },
-            MemberAddresses::Loopback => Addresses::Loopback {
-                namespace,
-                cluster: cluster.name_any(),
-            },
+        Addresses {
+            cluster: cluster.name_any(),
+            hosts: PodHosts::new(
+                self.settings.member_addresses,
+                &self.settings.cluster_domain,
+                cluster.namespace().unwrap_or_default(),
+            ),
         }
     }
 }

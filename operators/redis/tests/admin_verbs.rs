@@ -811,9 +811,11 @@ async fn a_handover_moves_the_primary_without_losing_an_acknowledged_write() {
     .await;
 
     // Every call is routed above: the addresses are never resolved.
-    let addresses = Addresses::Loopback {
-        namespace: "handover".into(),
+    let addresses = Addresses {
         cluster: "main".into(),
+        hosts: quorum_core::naming::PodHosts::Loopback {
+            namespace: "handover".into(),
+        },
     };
     let handover = Handover {
         clients: &clients,
