@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::{
     api::{
-        apps::v1::StatefulSetPersistentVolumeClaimRetentionPolicy,
+        apps::v1::{StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec},
         core::v1::{
             Affinity, Capabilities, EmptyDirVolumeSource, EnvVar, EnvVarSource, ObjectFieldSelector,
             PersistentVolumeClaim, PersistentVolumeClaimSpec, PodAffinityTerm, PodAntiAffinity,
@@ -191,6 +191,47 @@ pub fn member_template(
             ..pod
         }),
     }
+}
+
+/// The StatefulSet `name` of `owner`'s members: `replicas` pods from `template`, selected by
+/// `selector` (immutable once created), named through the headless Service `service` and started all at once. With
+/// `operator_rolls`, a new template restarts no pod by itself (`OnDelete`): the operator rolls
+/// them one at a time ([`crate::rollout`]). With `storage`, each pod has a data volume, deleted
+/// with a member a scale-down removes: a member added again starts empty and syncs, instead of
+/// starting from the history of one the cluster has forgotten.
+///
+/// # Errors
+/// As [`crate::apply::child_metadata`].
+#[allow(clippy::too_many_arguments)]
+pub fn member_statefulset<K: kube::Resource<DynamicType = ()>>(
+    owner: &K,
+    name: String,
+    labels: BTreeMap<String, String>,
+    service: String,
+    replicas: i32,
+    selector: BTreeMap<String, String>,
+    template: PodTemplateSpec,
+    operator_rolls: bool,
+    storage: Option<&Storage>,
+) -> Result<StatefulSet, crate::Error> {
+    Ok(StatefulSet {
+        metadata: crate::apply::child_metadata(owner, name, labels)?,
+        spec: Some(StatefulSetSpec {
+            replicas: Some(replicas),
+            service_name: Some(service),
+            pod_management_policy: Some("Parallel".into()),
+            update_strategy: operator_rolls.then(crate::rollout::operator_managed_updates),
+            selector: LabelSelector {
+                match_labels: Some(selector),
+                ..LabelSelector::default()
+            },
+            template,
+            volume_claim_templates: storage.map(|storage| vec![data_claim(storage)]),
+            persistent_volume_claim_retention_policy: storage.map(|_| claim_retention()),
+            ..StatefulSetSpec::default()
+        }),
+        ..StatefulSet::default()
+    })
 }
 
 /// A random password of 32 letters and digits.

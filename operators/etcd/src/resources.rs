@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::{
     api::{
-        apps::v1::{StatefulSet, StatefulSetSpec},
+        apps::v1::StatefulSet,
         core::v1::{
             ConfigMap, ConfigMapEnvSource, Container, ContainerPort, EnvFromSource, EnvVar, EnvVarSource,
             HTTPGetAction, ObjectFieldSelector, PodSpec, Probe, SecretVolumeSource, SecurityContext, Service,
@@ -26,7 +26,7 @@ use quorum_core::{
     apply::child_metadata,
     backup::{ACCESS_KEY_ID_KEY, SECRET_ACCESS_KEY_KEY},
     naming::{child_name, label_selector, selector_labels, standard_labels},
-    pod::{claim_retention, data_claim, member_container_security, member_template},
+    pod::{member_container_security, member_statefulset, member_template},
 };
 
 use crate::{
@@ -466,38 +466,30 @@ pub fn build_statefulset(
         )]
     });
 
-    let storage = &cluster.spec.storage;
-    Ok(StatefulSet {
-        metadata: child_metadata(cluster, client_service_name(&name), labels(cluster))?,
-        spec: Some(StatefulSetSpec {
-            replicas: Some(replicas),
-            service_name: Some(peer_service_name(&name)),
-            pod_management_policy: Some("Parallel".into()),
-            update_strategy: Some(quorum_core::rollout::operator_managed_updates()),
-            selector: LabelSelector {
-                match_labels: Some(member_selector(cluster)),
-                ..LabelSelector::default()
+    member_statefulset(
+        cluster,
+        client_service_name(&name),
+        labels(cluster),
+        peer_service_name(&name),
+        replicas,
+        member_selector(cluster),
+        member_template(
+            cluster.spec.pod_template.as_ref(),
+            pod_labels,
+            &member_selector(cluster),
+            ETCD_UID,
+            PodSpec {
+                containers: vec![container],
+                init_containers,
+                volumes: (!volumes.is_empty()).then_some(volumes),
+                automount_service_account_token: Some(false),
+                enable_service_links: Some(false),
+                ..PodSpec::default()
             },
-            template: member_template(
-                cluster.spec.pod_template.as_ref(),
-                pod_labels,
-                &member_selector(cluster),
-                ETCD_UID,
-                PodSpec {
-                    containers: vec![container],
-                    init_containers,
-                    volumes: (!volumes.is_empty()).then_some(volumes),
-                    automount_service_account_token: Some(false),
-                    enable_service_links: Some(false),
-                    ..PodSpec::default()
-                },
-            ),
-            volume_claim_templates: Some(vec![data_claim(storage)]),
-            persistent_volume_claim_retention_policy: Some(claim_retention()),
-            ..StatefulSetSpec::default()
-        }),
-        ..StatefulSet::default()
-    })
+        ),
+        true,
+        Some(&cluster.spec.storage),
+    )
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::{
     api::{
-        apps::v1::{StatefulSet, StatefulSetSpec},
+        apps::v1::StatefulSet,
         core::v1::{
             ConfigMap, ConfigMapEnvSource, Container, ContainerPort, EnvFromSource, KeyToPath, PodSpec,
             Probe, Secret, SecretVolumeSource, Service, ServicePort, ServiceSpec, TCPSocketAction, Volume,
@@ -27,8 +27,8 @@ use quorum_core::{
     config::MemberAddresses,
     naming::{PodHosts, child_name, label_selector, selector_labels, standard_labels},
     pod::{
-        claim_retention, data_claim, generate_password, member_container_security, member_template,
-        memory_volume, mount, value_env,
+        generate_password, member_container_security, member_statefulset, member_template, memory_volume,
+        mount, value_env,
     },
 };
 
@@ -527,48 +527,41 @@ fn statefulset(
             ..Volume::default()
         });
     }
-    Ok(StatefulSet {
-        metadata: child_metadata(replica_set, name.clone(), labels(replica_set, component))?,
-        spec: Some(StatefulSetSpec {
-            replicas: Some(replicas),
-            service_name: Some(headless_service_name(&replica_set.name_any())),
-            pod_management_policy: Some("Parallel".into()),
-            update_strategy: Some(quorum_core::rollout::operator_managed_updates()),
-            selector: LabelSelector {
-                match_labels: Some(selector(replica_set, component)),
-                ..LabelSelector::default()
+    member_statefulset(
+        replica_set,
+        name.clone(),
+        labels(replica_set, component),
+        headless_service_name(&replica_set.name_any()),
+        replicas,
+        selector(replica_set, component),
+        member_template(
+            replica_set.spec.pod_template.as_ref(),
+            pod_labels,
+            &selector(replica_set, component),
+            MONGODB_UID,
+            PodSpec {
+                init_containers: Some(vec![keyfile_permissions]),
+                containers: vec![mongod],
+                volumes: Some(volumes),
+                // A primary shutting down steps down first and waits for a secondary to
+                // catch up (up to ten seconds by default).
+                termination_grace_period_seconds: Some(30),
+                ..PodSpec::default()
             },
-            template: member_template(
-                replica_set.spec.pod_template.as_ref(),
-                pod_labels,
-                &selector(replica_set, component),
-                MONGODB_UID,
-                PodSpec {
-                    init_containers: Some(vec![keyfile_permissions]),
-                    containers: vec![mongod],
-                    volumes: Some(volumes),
-                    // A primary shutting down steps down first and waits for a secondary to
-                    // catch up (up to ten seconds by default).
-                    termination_grace_period_seconds: Some(30),
-                    ..PodSpec::default()
-                },
-            ),
-            volume_claim_templates: persistent.then(|| vec![data_claim(&replica_set.spec.storage)]),
-            // A member removed by a scale-down loses its volume: added again, it starts empty
-            // and syncs from the set, instead of with the data and configuration of a member
-            // the set has removed.
-            persistent_volume_claim_retention_policy: persistent.then(claim_retention),
-            ..StatefulSetSpec::default()
-        }),
-        ..StatefulSet::default()
-    })
+        ),
+        true,
+        persistent.then_some(&replica_set.spec.storage),
+    )
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
     use crate::crd::MongoDBReplicaSetSpec;
-    use k8s_openapi::{api::core::v1::PodTemplateSpec, apimachinery::pkg::api::resource::Quantity};
+    use k8s_openapi::{
+        api::{apps::v1::StatefulSetSpec, core::v1::PodTemplateSpec},
+        apimachinery::pkg::api::resource::Quantity,
+    };
     use quorum_core::crd::{BackupPolicy, PodOverrides, Storage};
 
     pub(crate) fn replica_set(members: i32, arbiter: bool) -> MongoDBReplicaSet {

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::{
     api::{
-        apps::v1::{StatefulSet, StatefulSetSpec},
+        apps::v1::StatefulSet,
         core::v1::{
             ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, ExecAction, KeyToPath,
             PodSpec, Probe, ProjectedVolumeSource, Secret, SecretProjection, Service, ServicePort,
@@ -26,10 +26,7 @@ use kube::ResourceExt;
 use quorum_core::{
     apply::child_metadata,
     naming::{child_name, label_selector, selector_labels, standard_labels},
-    pod::{
-        claim_retention, data_claim, field_env, member_container_security, member_template, memory_volume,
-        mount,
-    },
+    pod::{field_env, member_container_security, member_statefulset, member_template, memory_volume, mount},
 };
 
 use crate::{
@@ -493,38 +490,28 @@ pub fn build_statefulset(cluster: &MySQLCluster, replicas: i32) -> Result<Statef
         }),
         ..Container::default()
     };
-    Ok(StatefulSet {
-        metadata: child_metadata(cluster, statefulset_name(&name), labels(cluster))?,
-        spec: Some(StatefulSetSpec {
-            replicas: Some(replicas),
-            service_name: Some(headless_service_name(&name)),
-            pod_management_policy: Some("Parallel".into()),
-            update_strategy: Some(quorum_core::rollout::operator_managed_updates()),
-            selector: LabelSelector {
-                match_labels: Some(member_selector(cluster)),
-                ..LabelSelector::default()
+    member_statefulset(
+        cluster,
+        statefulset_name(&name),
+        labels(cluster),
+        headless_service_name(&name),
+        replicas,
+        member_selector(cluster),
+        member_template(
+            cluster.spec.pod_template.as_ref(),
+            pod_labels,
+            &member_selector(cluster),
+            MYSQL_UID,
+            PodSpec {
+                containers: vec![container],
+                volumes: Some(volumes),
+                termination_grace_period_seconds: Some(60),
+                ..PodSpec::default()
             },
-            template: member_template(
-                cluster.spec.pod_template.as_ref(),
-                pod_labels,
-                &member_selector(cluster),
-                MYSQL_UID,
-                PodSpec {
-                    containers: vec![container],
-                    volumes: Some(volumes),
-                    termination_grace_period_seconds: Some(60),
-                    ..PodSpec::default()
-                },
-            ),
-            volume_claim_templates: Some(vec![data_claim(&cluster.spec.storage)]),
-            // A member removed by a scale-down loses its volume: added again, it starts empty
-            // and is seeded from the primary, never replicating on from history (possibly
-            // errant, possibly purged from the primary's binary logs) of a member it no longer is.
-            persistent_volume_claim_retention_policy: Some(claim_retention()),
-            ..StatefulSetSpec::default()
-        }),
-        ..StatefulSet::default()
-    })
+        ),
+        true,
+        Some(&cluster.spec.storage),
+    )
 }
 
 /// The root and replication passwords as files, readable by the server only.

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::{
     api::{
-        apps::v1::{StatefulSet, StatefulSetSpec},
+        apps::v1::StatefulSet,
         core::v1::{
             ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, KeyToPath,
             PodSpec, Probe, Secret, SecretKeySelector, SecretVolumeSource, Service, ServicePort, ServiceSpec,
@@ -27,8 +27,8 @@ use quorum_core::{
     backup::{ACCESS_KEY_ID_KEY, SECRET_ACCESS_KEY_KEY},
     naming::{child_name, label_selector, selector_labels, standard_labels},
     pod::{
-        claim_retention, data_claim, field_env, member_container_security, member_template, memory_volume,
-        mount, value_env,
+        field_env, member_container_security, member_statefulset, member_template, memory_volume, mount,
+        value_env,
     },
 };
 
@@ -698,37 +698,28 @@ fn statefulset(
         }),
         ..Container::default()
     };
-    Ok(StatefulSet {
-        metadata: child_metadata(cluster, name.clone(), labels(cluster, component))?,
-        spec: Some(StatefulSetSpec {
-            replicas: Some(replicas),
-            service_name: Some(name),
-            pod_management_policy: Some("Parallel".into()),
-            selector: LabelSelector {
-                match_labels: Some(selector(cluster, component)),
-                ..LabelSelector::default()
+    member_statefulset(
+        cluster,
+        name.clone(),
+        labels(cluster, component),
+        name,
+        replicas,
+        selector(cluster, component),
+        member_template(
+            cluster.spec.pod_template.as_ref(),
+            pod_labels,
+            &selector(cluster, component),
+            REDIS_UID,
+            PodSpec {
+                containers: vec![container],
+                volumes: Some(volumes),
+                termination_grace_period_seconds: Some(30),
+                ..PodSpec::default()
             },
-            template: member_template(
-                cluster.spec.pod_template.as_ref(),
-                pod_labels,
-                &selector(cluster, component),
-                REDIS_UID,
-                PodSpec {
-                    containers: vec![container],
-                    volumes: Some(volumes),
-                    termination_grace_period_seconds: Some(30),
-                    ..PodSpec::default()
-                },
-            ),
-            volume_claim_templates: persistent.then(|| vec![data_claim(&cluster.spec.storage)]),
-            // A node removed by a scale-down loses its volume: added again, it starts empty
-            // instead of with the `nodes.conf` of a node id the cluster has forgotten, or with
-            // keys of slots that have moved elsewhere since.
-            persistent_volume_claim_retention_policy: persistent.then(claim_retention),
-            ..StatefulSetSpec::default()
-        }),
-        ..StatefulSet::default()
-    })
+        ),
+        false,
+        persistent.then_some(&cluster.spec.storage),
+    )
 }
 
 #[cfg(test)]
