@@ -9,7 +9,7 @@ use std::{collections::BTreeMap, process::Output, time::Duration};
 use etcd_operator::{
     EtcdOperator,
     crd::{BackupPhase, BackupPolicy, EtcdBackup, EtcdCluster, EtcdClusterSpec, EtcdStorage},
-    reconcile::{MemberAddresses, Settings},
+    reconcile::{MemberAddresses, MemberConfig, Settings},
 };
 use kube::{
     Api, CustomResourceExt,
@@ -98,11 +98,13 @@ async fn status_pause_resume_backup_and_restore_through_the_plugin_and_refusals_
         Some(ns.clone()),
     );
     let settings = Settings {
-        cluster_domain: "cluster.local".into(),
-        member_addresses: MemberAddresses::Loopback,
+        members: MemberConfig {
+            cluster_domain: "cluster.local".into(),
+            member_addresses: MemberAddresses::Loopback,
+            allow_http_backups: true,
+        },
         freshness: Duration::from_secs(30),
         replace_after: Duration::from_secs(300),
-        allow_http_backups: true,
         operator_image: "quorum/etcd-operator:test".into(),
     };
     let running =

@@ -55,7 +55,7 @@ impl BackupEngine for EtcdSnapshots<'_> {
     const ENGINE: &'static str = crate::observe::ENGINE;
 
     fn allow_http(&self) -> bool {
-        self.state.settings.allow_http_backups
+        self.state.settings.members.allow_http_backups
     }
 
     async fn sources(

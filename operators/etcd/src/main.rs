@@ -55,11 +55,9 @@ async fn main() -> Result<(), RunError> {
         finish_restore_step(&args.name, restore_member(args, S3Credentials::from_env()).await);
     }
     let settings = Settings {
-        cluster_domain: cli.members.cluster_domain,
-        member_addresses: cli.members.member_addresses,
+        members: cli.members,
         freshness: Duration::from_secs(30),
         replace_after: Duration::from_secs(cli.member_replace_after_seconds),
-        allow_http_backups: cli.members.allow_http_backups,
         operator_image: cli.operator_image,
     };
     serve::<EtcdOperator>(cli.operator, settings).await

@@ -36,19 +36,18 @@ use crate::{
     status::{build_status, describe, in_flight_from_status, step_reason, unhealthy_durations},
 };
 
-pub use quorum_core::config::MemberAddresses;
+pub use quorum_core::config::{MemberAddresses, MemberConfig};
 
 /// Operator-wide settings.
 #[derive(Clone, Debug)]
 pub struct Settings {
-    pub cluster_domain: String,
-    pub member_addresses: MemberAddresses,
+    /// Where members are found (`--cluster-domain`, `--member-addresses`) and whether backups
+    /// may go to an `http://` S3 endpoint (`--allow-http-backups`).
+    pub members: MemberConfig,
     /// How old an observation may be for the gate to act on it.
     pub freshness: Duration,
     /// How long a member must be Unhealthy (per its peers) before it is replaced.
     pub replace_after: Duration,
-    /// Whether backups may go to an `http://` S3 endpoint (credentials in clear text).
-    pub allow_http_backups: bool,
     /// The operator's image, run by the restore init container.
     pub operator_image: String,
 }
@@ -69,13 +68,13 @@ impl State {
     /// The resolver for one cluster's members.
     pub fn resolver(&self, cluster: &EtcdCluster) -> MemberResolver {
         let namespace = cluster.namespace().unwrap_or_default();
-        match self.settings.member_addresses {
+        match self.settings.members.member_addresses {
             MemberAddresses::Dns => {
                 let tls = cluster.spec.tls.as_ref();
                 MemberResolver::ClusterDns {
                     cluster: cluster.name_any(),
                     namespace,
-                    cluster_domain: self.settings.cluster_domain.clone(),
+                    cluster_domain: self.settings.members.cluster_domain.clone(),
                     client_tls: tls.is_some_and(|tls| tls.client_secret_name.is_some()),
                     peer_tls: tls.is_some_and(|tls| tls.peer_secret_name.is_some()),
                 }
@@ -434,7 +433,7 @@ async fn apply_objects(
         .apply(&build_statefulset(
             cluster,
             replicas as i32,
-            &context.state.settings.cluster_domain,
+            &context.state.settings.members.cluster_domain,
             restore.as_ref(),
         )?)
         .await?;
@@ -643,6 +642,6 @@ async fn restore_source(context: &Context<State>, cluster: &EtcdCluster) -> Resu
         s3_endpoint: s3.and_then(|s3| s3.endpoint.clone()),
         s3_region: s3.and_then(|s3| s3.region.clone()),
         credentials_secret_name: s3.map(|s3| s3.credentials_secret_name.clone()),
-        allow_http: context.state.settings.allow_http_backups,
+        allow_http: context.state.settings.members.allow_http_backups,
     }))
 }

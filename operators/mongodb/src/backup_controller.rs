@@ -80,7 +80,7 @@ impl BackupEngine for MongoSnapshots<'_> {
     const ENGINE: &'static str = crate::clients::ENGINE;
 
     fn allow_http(&self) -> bool {
-        self.context.state.settings.allow_http_backups
+        self.context.state.settings.members.allow_http_backups
     }
 
     async fn sources(

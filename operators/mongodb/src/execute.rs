@@ -90,7 +90,7 @@ pub(crate) async fn restore_step(
         let settings = quorum_core::backup::StoreSettings {
             s3_endpoint: destination.s3.as_ref().and_then(|s3| s3.endpoint.clone()),
             s3_region: destination.s3.as_ref().and_then(|s3| s3.region.clone()),
-            allow_http: context.state.settings.allow_http_backups,
+            allow_http: context.state.settings.members.allow_http_backups,
         };
         let (target, object) = quorum_core::backup::locate(&record.location, &settings, credentials)
             .map_err(|error| restore_failed(&error.to_string()))?;

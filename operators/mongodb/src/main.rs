@@ -23,10 +23,6 @@ struct Cli {
 async fn main() -> Result<(), RunError> {
     let cli = Cli::parse();
     telemetry::init(cli.operator.log_format);
-    let settings = Settings {
-        cluster_domain: cli.members.cluster_domain,
-        member_addresses: cli.members.member_addresses,
-        allow_http_backups: cli.members.allow_http_backups,
-    };
+    let settings = Settings { members: cli.members };
     serve::<MongoDbOperator>(cli.operator, settings).await
 }

@@ -9,15 +9,14 @@ use crate::{
     resources::member_host,
 };
 
-pub use quorum_core::config::MemberAddresses;
+pub use quorum_core::config::{MemberAddresses, MemberConfig};
 
 /// Operator-wide settings.
 #[derive(Clone, Debug)]
 pub struct Settings {
-    pub cluster_domain: String,
-    pub member_addresses: MemberAddresses,
-    /// Whether backups may go to an `http://` S3 endpoint.
-    pub allow_http_backups: bool,
+    /// Where members are found (`--cluster-domain`, `--member-addresses`) and whether backups
+    /// may go to an `http://` S3 endpoint (`--allow-http-backups`).
+    pub members: MemberConfig,
 }
 
 /// The operator's own state in the shared context.
@@ -39,8 +38,8 @@ impl State {
             replica_set,
             statefulset,
             ordinal,
-            self.settings.member_addresses,
-            &self.settings.cluster_domain,
+            self.settings.members.member_addresses,
+            &self.settings.members.cluster_domain,
         )
     }
 }

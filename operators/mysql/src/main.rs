@@ -26,10 +26,8 @@ async fn main() -> Result<(), RunError> {
     let cli = Cli::parse();
     telemetry::init(cli.operator.log_format);
     let settings = Settings {
-        cluster_domain: cli.members.cluster_domain,
-        member_addresses: cli.members.member_addresses,
+        members: cli.members,
         freshness: Duration::from_secs(30),
-        allow_http_backups: cli.members.allow_http_backups,
     };
     serve::<MySqlOperator>(cli.operator, settings).await
 }

@@ -56,17 +56,16 @@ use crate::{
     },
 };
 
-pub use quorum_core::config::MemberAddresses;
+pub use quorum_core::config::{MemberAddresses, MemberConfig};
 
 /// Operator-wide settings.
 #[derive(Clone, Debug)]
 pub struct Settings {
-    pub cluster_domain: String,
-    pub member_addresses: MemberAddresses,
+    /// Where members are found (`--cluster-domain`, `--member-addresses`) and whether backups
+    /// may go to an `http://` S3 endpoint (`--allow-http-backups`).
+    pub members: MemberConfig,
     /// How old an observation may be for the decision to act on it.
     pub freshness: Duration,
-    /// Whether backups may go to an `http://` S3 endpoint.
-    pub allow_http_backups: bool,
 }
 
 /// The operator's own state in the shared context.
@@ -86,8 +85,8 @@ impl State {
         Addresses {
             cluster: cluster.name_any(),
             hosts: PodHosts::new(
-                self.settings.member_addresses,
-                &self.settings.cluster_domain,
+                self.settings.members.member_addresses,
+                &self.settings.members.cluster_domain,
                 cluster.namespace().unwrap_or_default(),
             ),
         }
@@ -828,7 +827,7 @@ async fn stored_snapshot(
     let target = backup_target(
         &backup.spec.backup.destination,
         credentials,
-        context.state.settings.allow_http_backups,
+        context.state.settings.members.allow_http_backups,
     )
     .map_err(|e| e.to_string())?;
     StoredSnapshot::locate(

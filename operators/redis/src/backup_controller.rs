@@ -91,7 +91,7 @@ impl BackupEngine for RedisSnapshots<'_> {
     const ENGINE: &'static str = crate::clients::ENGINE;
 
     fn allow_http(&self) -> bool {
-        self.context.state.settings.allow_http_backups
+        self.context.state.settings.members.allow_http_backups
     }
 
     async fn sources(

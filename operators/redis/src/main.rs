@@ -56,9 +56,7 @@ async fn main() -> Result<(), RunError> {
         );
     }
     let settings = Settings {
-        cluster_domain: cli.members.cluster_domain,
-        member_addresses: cli.members.member_addresses,
-        allow_http_backups: cli.members.allow_http_backups,
+        members: cli.members,
         operator_image: cli.operator_image,
         settled_recheck: Duration::from_secs(30),
         sentinel_events: ListenSettings::default(),

@@ -29,15 +29,14 @@ use crate::{
     sentinel_events::{ListenSettings, SentinelEvents},
 };
 
-pub use quorum_core::config::MemberAddresses;
+pub use quorum_core::config::{MemberAddresses, MemberConfig};
 
 /// Operator-wide settings.
 #[derive(Clone, Debug)]
 pub struct Settings {
-    pub cluster_domain: String,
-    pub member_addresses: MemberAddresses,
-    /// Whether backups may go to an `http://` S3 endpoint.
-    pub allow_http_backups: bool,
+    /// Where members are found (`--cluster-domain`, `--member-addresses`) and whether backups
+    /// may go to an `http://` S3 endpoint (`--allow-http-backups`).
+    pub members: MemberConfig,
     /// The operator's own image: a restored cluster's data pods run it as their restore step.
     pub operator_image: String,
     /// How long a settled cluster waits for its next pass when nothing wakes it sooner (a watched
@@ -66,8 +65,8 @@ impl State {
         Addresses {
             cluster: cluster.name_any(),
             hosts: PodHosts::new(
-                self.settings.member_addresses,
-                &self.settings.cluster_domain,
+                self.settings.members.member_addresses,
+                &self.settings.members.cluster_domain,
                 cluster.namespace().unwrap_or_default(),
             ),
         }

@@ -30,7 +30,9 @@ use crate::{
 };
 
 use crate::pass::publish;
-pub use crate::pass::{Error, MemberAddresses, Pass, Progress, Settings, State, api, set_conditions};
+pub use crate::pass::{
+    Error, MemberAddresses, MemberConfig, Pass, Progress, Settings, State, api, set_conditions,
+};
 
 /// Reconciles one `RedisCluster`.
 pub async fn reconcile(cluster: Arc<RedisCluster>, context: Arc<Context<State>>) -> Result<Action, Error> {
@@ -195,7 +197,7 @@ async fn restore_gate(
                 &backup,
                 snapshots,
                 &settings.operator_image,
-                settings.allow_http_backups,
+                settings.members.allow_http_backups,
             ));
             patch_status(
                 &context.client,

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use etcd_operator::{
     EtcdOperator,
-    reconcile::{MemberAddresses, Settings, State},
+    reconcile::{MemberAddresses, MemberConfig, Settings, State},
 };
 use quorum_e2e::operator;
 
@@ -50,11 +50,13 @@ fn start_configured(
     replace_after: Duration,
 ) -> Running {
     let settings = Settings {
-        cluster_domain: "cluster.local".into(),
-        member_addresses: addresses,
+        members: MemberConfig {
+            cluster_domain: "cluster.local".into(),
+            member_addresses: addresses,
+            allow_http_backups: true,
+        },
         freshness: Duration::from_secs(30),
         replace_after,
-        allow_http_backups: true,
         operator_image: "quorum/etcd-operator:test".into(),
     };
     operator::start::<EtcdOperator>(

@@ -12,7 +12,7 @@ use mongodb_operator::{
     MongoDbOperator,
     admin::{Credentials, MongoAdmin, ReplConfig},
     crd::{MongoDBBackup, MongoDBReplicaSet, MongoDBReplicaSetSpec, MongoDBReplicaSetStatus},
-    reconcile::{MemberAddresses, Settings, State},
+    reconcile::{MemberAddresses, MemberConfig, Settings, State},
     resources::{PASSWORD_KEY, USERNAME_KEY, generated_admin_secret_name},
 };
 use quorum_core::{crd::Storage, naming::loopback_ip};
@@ -35,9 +35,11 @@ pub fn start_operator(client: kube::Client, namespace: &str) -> Running {
 /// deployed operator does.
 pub fn start_operator_with(client: kube::Client, namespace: &str, leader_elect: bool) -> Running {
     let settings = Settings {
-        cluster_domain: "cluster.local".into(),
-        member_addresses: MemberAddresses::Loopback,
-        allow_http_backups: true,
+        members: MemberConfig {
+            cluster_domain: "cluster.local".into(),
+            member_addresses: MemberAddresses::Loopback,
+            allow_http_backups: true,
+        },
     };
     operator::start::<MongoDbOperator>(
         client,

@@ -15,7 +15,7 @@ use mysql_async::prelude::Queryable;
 use mysql_operator::{
     MySqlOperator,
     crd::{Flavor, MySQLBackup, MySQLCluster, MySQLClusterSpec, MySQLClusterStatus, UserSpec},
-    reconcile::{MemberAddresses, Settings, State},
+    reconcile::{MemberAddresses, MemberConfig, Settings, State},
 };
 use quorum_core::{crd::Storage, naming::loopback_ip};
 use quorum_e2e::{
@@ -41,10 +41,12 @@ pub fn start_operator(client: kube::Client, namespace: &str) -> Running {
 /// deployed operator does.
 pub fn start_operator_with(client: kube::Client, namespace: &str, leader_elect: bool) -> Running {
     let settings = Settings {
-        cluster_domain: "cluster.local".into(),
-        member_addresses: MemberAddresses::Loopback,
+        members: MemberConfig {
+            cluster_domain: "cluster.local".into(),
+            member_addresses: MemberAddresses::Loopback,
+            allow_http_backups: true,
+        },
         freshness: Duration::from_secs(30),
-        allow_http_backups: true,
     };
     operator::start::<MySqlOperator>(
         client,

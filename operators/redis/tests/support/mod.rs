@@ -22,7 +22,7 @@ use redis_operator::{
     RedisOperator,
     admin::cluster::key_slot,
     crd::{Mode, Persistence, RedisBackup, RedisCluster, RedisClusterSpec, RedisClusterStatus, SentinelSpec},
-    reconcile::{MemberAddresses, Settings, State},
+    reconcile::{MemberAddresses, MemberConfig, Settings, State},
     resources::{PASSWORD_KEY, generated_auth_secret_name},
     sentinel_events::ListenSettings,
 };
@@ -50,9 +50,11 @@ pub fn start_operator_rechecking(
     settled_recheck: Duration,
 ) -> Running {
     let settings = Settings {
-        cluster_domain: "cluster.local".into(),
-        member_addresses: MemberAddresses::Loopback,
-        allow_http_backups: true,
+        members: MemberConfig {
+            cluster_domain: "cluster.local".into(),
+            member_addresses: MemberAddresses::Loopback,
+            allow_http_backups: true,
+        },
         // The local pods have no container runtime: their launcher runs this binary as the
         // restore step's image.
         operator_image: env!("CARGO_BIN_EXE_redis-operator").into(),
