@@ -6,9 +6,9 @@
 //! a pod restarted later, or a member added by a scale-up, keeps or syncs its own data.
 //! The snapshot's SHA-256, recorded when it was taken, is verified before it is used.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use quorum_core::backup::{BackupError, BackupSink, BackupTarget, S3Credentials, S3Target};
+use quorum_core::backup::{BackupError, BackupSink, LocateError, S3Credentials, StoreSettings, locate};
 
 use crate::backup::{RestoreError, restore_data_dir};
 
@@ -39,14 +39,8 @@ pub struct RestoreMemberArgs {
     pub data_dir: PathBuf,
     #[arg(long, default_value = "/usr/local/bin/etcdutl")]
     pub etcdutl: PathBuf,
-    /// S3 endpoint URL, for `s3://` locations outside AWS.
-    #[arg(long)]
-    pub s3_endpoint: Option<String>,
-    #[arg(long)]
-    pub s3_region: Option<String>,
-    /// Allow a plain-HTTP S3 endpoint.
-    #[arg(long, default_value_t = false)]
-    pub allow_http: bool,
+    #[command(flatten)]
+    pub store: StoreSettings,
 }
 
 /// What happened.
@@ -59,10 +53,8 @@ pub enum RestoreOutcome {
 /// Why the restore failed. Nothing is left in the data directory.
 #[derive(Debug, thiserror::Error)]
 pub enum RestoreMemberError {
-    #[error("location {0} is neither s3://bucket/key nor an absolute path")]
-    Location(String),
-    #[error("an s3:// location needs credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)")]
-    MissingCredentials,
+    #[error("{0} (credentials come from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)")]
+    Locate(#[from] LocateError),
     #[error("fetching the snapshot: {0}")]
     Fetch(#[from] BackupError),
     #[error("writing the snapshot to {path}: {source}")]
@@ -73,43 +65,6 @@ pub enum RestoreMemberError {
     },
     #[error("restoring: {0}")]
     Restore(#[from] RestoreError),
-}
-
-/// Splits a location into a store and the key within it.
-pub fn locate(
-    location: &str,
-    args: &RestoreMemberArgs,
-    credentials: Option<S3Credentials>,
-) -> Result<(BackupTarget, String), RestoreMemberError> {
-    if let Some(rest) = location.strip_prefix("s3://") {
-        let (bucket, key) = rest
-            .split_once('/')
-            .filter(|(b, k)| !b.is_empty() && !k.is_empty())
-            .ok_or_else(|| RestoreMemberError::Location(location.to_string()))?;
-        let credentials = credentials.ok_or(RestoreMemberError::MissingCredentials)?;
-        return Ok((
-            BackupTarget::S3(S3Target {
-                bucket: bucket.to_string(),
-                prefix: None,
-                endpoint: args.s3_endpoint.clone(),
-                region: args.s3_region.clone(),
-                access_key_id: credentials.access_key_id,
-                secret_access_key: credentials.secret_access_key,
-                allow_http: args.allow_http,
-            }),
-            key.to_string(),
-        ));
-    }
-    let path = Path::new(location);
-    match (path.is_absolute(), path.parent(), path.file_name()) {
-        (true, Some(parent), Some(file)) => Ok((
-            BackupTarget::Filesystem {
-                directory: parent.to_path_buf(),
-            },
-            file.to_string_lossy().into_owned(),
-        )),
-        _ => Err(RestoreMemberError::Location(location.to_string())),
-    }
 }
 
 /// Restores this member if it is a bootstrap member with an empty data directory.
@@ -124,7 +79,7 @@ pub async fn restore_member(
     if has_data {
         return Ok(RestoreOutcome::Skipped("the data directory already holds data"));
     }
-    let (target, key) = locate(&args.location, args, credentials)?;
+    let (target, key) = locate(&args.location, &args.store, credentials)?;
     let sink = BackupSink::new(target)?;
     let mut snapshot_path = args.data_dir.clone().into_os_string();
     snapshot_path.push(".snapshot");
@@ -187,36 +142,6 @@ mod tests {
             "--data-dir=/var/lib/etcd/data",
         ])
         .args
-    }
-
-    #[test]
-    fn locations_split_into_a_store_and_a_key() {
-        let credentials = || {
-            Some(S3Credentials {
-                access_key_id: "a".into(),
-                secret_access_key: "s".into(),
-            })
-        };
-        let (target, key) = locate("s3://bucket/etcd/ns/main/main-1.db", &args("x"), credentials()).unwrap();
-        assert_eq!(key, "etcd/ns/main/main-1.db");
-        assert!(matches!(target, BackupTarget::S3(s3) if s3.bucket == "bucket" && s3.prefix.is_none()));
-        let (target, key) = locate("/backups/ns/main/main-1.db", &args("x"), None).unwrap();
-        assert_eq!(key, "main-1.db");
-        assert!(
-            matches!(target, BackupTarget::Filesystem { directory } if directory == Path::new("/backups/ns/main"))
-        );
-        assert!(matches!(
-            locate("s3://bucket/k", &args("x"), None),
-            Err(RestoreMemberError::MissingCredentials)
-        ));
-        assert!(matches!(
-            locate("relative/path.db", &args("x"), None),
-            Err(RestoreMemberError::Location(_))
-        ));
-        assert!(matches!(
-            locate("s3://bucket", &args("x"), credentials()),
-            Err(RestoreMemberError::Location(_))
-        ));
     }
 
     #[tokio::test]

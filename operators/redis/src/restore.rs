@@ -175,14 +175,8 @@ pub struct RestoreNodeArgs {
     /// empty.
     #[arg(long = "snapshot")]
     pub snapshots: Vec<NodeSnapshot>,
-    /// S3 endpoint URL, for `s3://` locations outside AWS.
-    #[arg(long)]
-    pub s3_endpoint: Option<String>,
-    #[arg(long)]
-    pub s3_region: Option<String>,
-    /// Allow a plain-HTTP S3 endpoint.
-    #[arg(long, default_value_t = false)]
-    pub allow_http: bool,
+    #[command(flatten)]
+    pub store: StoreSettings,
 }
 
 /// What the init step did.
@@ -256,12 +250,7 @@ pub async fn restore_node(
             "the data directory already holds {found}; it is never replaced"
         )));
     }
-    let settings = StoreSettings {
-        s3_endpoint: args.s3_endpoint.clone(),
-        s3_region: args.s3_region.clone(),
-        allow_http: args.allow_http,
-    };
-    let (target, key) = locate(&snapshot.location, &settings, credentials)?;
+    let (target, key) = locate(&snapshot.location, &args.store, credentials)?;
     let sink = BackupSink::new(target)?;
     let (writer, reader) = tokio::io::duplex(256 * 1024);
     // Each side owns its end, so that one stopping ends the other's stream instead of leaving
@@ -506,9 +495,7 @@ mod tests {
             pod_name: pod.into(),
             data_dir: data_dir.to_path_buf(),
             snapshots: vec![snapshot.clone()],
-            s3_endpoint: None,
-            s3_region: None,
-            allow_http: false,
+            store: StoreSettings::default(),
         }
     }
 

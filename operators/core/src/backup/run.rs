@@ -95,11 +95,16 @@ pub async fn cluster_sink(
 
 /// The store settings a recorded location alone does not carry (an S3 location names only
 /// bucket and key).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// A restore step takes them as flags (`--s3-endpoint`, `--s3-region`, `--allow-http`).
+#[derive(clap::Args, Clone, Debug, Default, PartialEq, Eq)]
 pub struct StoreSettings {
+    /// S3 endpoint URL, for `s3://` locations outside AWS.
+    #[arg(long)]
     pub s3_endpoint: Option<String>,
+    #[arg(long)]
     pub s3_region: Option<String>,
     /// Allow a plain-HTTP S3 endpoint.
+    #[arg(long, default_value_t = false)]
     pub allow_http: bool,
 }
 
