@@ -19,12 +19,10 @@ use quorum_core::{
 
 use crate::{
     backup::{BackupStepError, choose_snapshot_member, snapshot_to_sink},
-    crd::{EtcdBackup, EtcdBackupStatus, EtcdCluster},
+    crd::{EtcdBackup, EtcdBackupSpec, EtcdBackupStatus, EtcdCluster},
     reconcile::State,
     resolver::member_name,
 };
-
-use crate::crd::EtcdBackupSpec;
 
 quorum_core::backup_resource!(EtcdBackup, EtcdBackupSpec, EtcdBackupStatus);
 

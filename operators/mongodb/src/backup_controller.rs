@@ -27,7 +27,7 @@ use quorum_core::{
 use crate::{
     admin::Credentials,
     archive::{self, ArchiveError, DumpSummary},
-    crd::{MemberStatus, MongoDBBackup, MongoDBBackupStatus, MongoDBReplicaSet},
+    crd::{MemberStatus, MongoDBBackup, MongoDBBackupSpec, MongoDBBackupStatus, MongoDBReplicaSet},
     pass::State,
     reconcile::read_credentials,
     resources::admin_secret_name,
@@ -36,8 +36,6 @@ use crate::{
 /// How long the dump may add nothing to the stream while the store waits for data: a find's
 /// next batch on a loaded member.
 pub const DUMP_STALL_TIMEOUT: Duration = Duration::from_secs(120);
-
-use crate::crd::MongoDBBackupSpec;
 
 quorum_core::backup_resource!(MongoDBBackup, MongoDBBackupSpec, MongoDBBackupStatus);
 

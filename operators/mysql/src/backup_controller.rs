@@ -23,7 +23,7 @@ use quorum_core::{
 
 use crate::{
     admin::snapshot::{SnapshotError, SnapshotInfo, snapshot_out},
-    crd::{MySQLBackup, MySQLBackupStatus, MySQLCluster},
+    crd::{MySQLBackup, MySQLBackupSpec, MySQLBackupStatus, MySQLCluster},
     decide::MemberFact,
     reconcile::State,
     resources::{REPLICATION_USER, member_name, ordinal_of},
@@ -32,8 +32,6 @@ use crate::{
 
 /// How long the server may send nothing while the store waits for data.
 pub const SNAPSHOT_STALL_TIMEOUT: Duration = Duration::from_secs(30);
-
-use crate::crd::MySQLBackupSpec;
 
 quorum_core::backup_resource!(MySQLBackup, MySQLBackupSpec, MySQLBackupStatus);
 

@@ -32,7 +32,7 @@ use crate::{
         AdminError, ReplicationInfo, Role,
         cluster::{ClusterNode, SLOT_COUNT, SlotRange},
     },
-    crd::{Mode, RedisBackup, RedisBackupStatus, RedisCluster, ShardSnapshot},
+    crd::{Mode, RedisBackup, RedisBackupSpec, RedisBackupStatus, RedisCluster, ShardSnapshot},
     reconcile::{State, read_password},
     resources::{auth_secret_name, node_name, ordinal_of, shard_of},
 };
@@ -44,8 +44,6 @@ pub const SNAPSHOT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long the snapshot may add nothing to the stream while the store waits for data. The
 /// server sends only keep-alives while it forks and writes the RDB, so this allows for that.
 pub const SNAPSHOT_STALL_TIMEOUT: Duration = Duration::from_secs(120);
-
-use crate::crd::RedisBackupSpec;
 
 quorum_core::backup_resource!(RedisBackup, RedisBackupSpec, RedisBackupStatus);
 
