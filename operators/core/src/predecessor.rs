@@ -28,11 +28,6 @@ use crate::{
     runner::Context,
 };
 
-/// The permission [`find`] needs beside the StatefulSets' `get`: listing the namespace's claims.
-pub fn rbac_rule() -> k8s_openapi::api::rbac::v1::PolicyRule {
-    crate::rbac::rule("", &["persistentvolumeclaims"], &["list"])
-}
-
 /// The condition and event reason while leftovers hold a cluster back.
 pub const REASON: &str = "DeletedClusterLeftovers";
 

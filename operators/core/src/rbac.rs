@@ -51,7 +51,8 @@ pub fn operator_rules(
     let mut rules = custom_resource_rules(group, clusters, backups, extra_cluster_verbs);
     rules.extend(child_object_rules());
     rules.extend(own);
-    rules.push(crate::predecessor::rbac_rule());
+    // Claims listed to find a deleted cluster's leftovers (`crate::predecessor::find`).
+    rules.push(rule("", &["persistentvolumeclaims"], &["list"]));
     rules.push(events_rule());
     rules
 }

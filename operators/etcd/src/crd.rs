@@ -10,7 +10,7 @@ use k8s_openapi::{
     api::core::v1::ResourceRequirements,
     apimachinery::pkg::apis::meta::v1::{Condition, Time},
 };
-use kube::{CustomResource, KubeSchema, ResourceExt};
+use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -247,16 +247,4 @@ pub struct EtcdBackupSpec {
 pub struct EtcdBackupStatus {
     #[serde(flatten)]
     pub run: BackupRunStatus,
-}
-
-impl quorum_core::pass::ClusterObject for EtcdCluster {
-    fn statefulsets(&self) -> Vec<String> {
-        vec![crate::resources::client_service_name(&self.name_any())]
-    }
-
-    fn conditions(&self) -> &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition] {
-        self.status
-            .as_ref()
-            .map_or(&[], |status| status.conditions.as_slice())
-    }
 }

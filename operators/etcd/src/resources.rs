@@ -492,6 +492,18 @@ pub fn build_statefulset(
     )
 }
 
+impl quorum_core::pass::ClusterObject for EtcdCluster {
+    fn statefulsets(&self) -> Vec<String> {
+        vec![client_service_name(&self.name_any())]
+    }
+
+    fn conditions(&self) -> &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition] {
+        self.status
+            .as_ref()
+            .map_or(&[], |status| status.conditions.as_slice())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;

@@ -10,7 +10,7 @@ use k8s_openapi::{
     api::core::v1::ResourceRequirements,
     apimachinery::pkg::apis::meta::v1::{Condition, Time},
 };
-use kube::{CustomResource, KubeSchema, ResourceExt};
+use kube::{CustomResource, KubeSchema};
 use quorum_core::crd::validation::{self, DNS_SUBDOMAIN, IMAGE, MAX_IMAGE, MAX_OBJECT_NAME};
 pub use quorum_core::crd::{
     BackupDestination, BackupPhase, BackupPolicy, BackupRecord, BackupRunStatus, BackupSpec, PodOverrides,
@@ -331,22 +331,6 @@ pub struct MongoDBBackupStatus {
     pub databases: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub documents: Option<i64>,
-}
-
-impl quorum_core::pass::ClusterObject for MongoDBReplicaSet {
-    fn statefulsets(&self) -> Vec<String> {
-        let name = self.name_any();
-        vec![
-            crate::resources::statefulset_name(&name),
-            crate::resources::arbiter_statefulset_name(&name),
-        ]
-    }
-
-    fn conditions(&self) -> &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition] {
-        self.status
-            .as_ref()
-            .map_or(&[], |status| status.conditions.as_slice())
-    }
 }
 
 #[cfg(test)]

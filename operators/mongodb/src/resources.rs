@@ -554,6 +554,19 @@ fn statefulset(
     )
 }
 
+impl quorum_core::pass::ClusterObject for MongoDBReplicaSet {
+    fn statefulsets(&self) -> Vec<String> {
+        let name = self.name_any();
+        vec![statefulset_name(&name), arbiter_statefulset_name(&name)]
+    }
+
+    fn conditions(&self) -> &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition] {
+        self.status
+            .as_ref()
+            .map_or(&[], |status| status.conditions.as_slice())
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

@@ -12,7 +12,7 @@ use k8s_openapi::{
     api::core::v1::ResourceRequirements,
     apimachinery::pkg::apis::meta::v1::{Condition, Time},
 };
-use kube::{CustomResource, KubeSchema, ResourceExt};
+use kube::{CustomResource, KubeSchema};
 use quorum_core::crd::validation::{
     self, DNS_SUBDOMAIN, IMAGE, MAX_IMAGE, MAX_OBJECT_NAME, cel_release_number, cel_version_number,
 };
@@ -518,18 +518,6 @@ pub fn forbidden_config_keys(config: &BTreeMap<String, String>) -> Vec<String> {
         })
         .cloned()
         .collect()
-}
-
-impl quorum_core::pass::ClusterObject for MySQLCluster {
-    fn statefulsets(&self) -> Vec<String> {
-        vec![crate::resources::statefulset_name(&self.name_any())]
-    }
-
-    fn conditions(&self) -> &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition] {
-        self.status
-            .as_ref()
-            .map_or(&[], |status| status.conditions.as_slice())
-    }
 }
 
 #[cfg(test)]

@@ -544,6 +544,18 @@ fn credentials_volume(cluster: &MySQLCluster) -> Volume {
     }
 }
 
+impl quorum_core::pass::ClusterObject for MySQLCluster {
+    fn statefulsets(&self) -> Vec<String> {
+        vec![statefulset_name(&self.name_any())]
+    }
+
+    fn conditions(&self) -> &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition] {
+        self.status
+            .as_ref()
+            .map_or(&[], |status| status.conditions.as_slice())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,7 +12,7 @@ use k8s_openapi::{
     api::core::v1::ResourceRequirements,
     apimachinery::pkg::apis::meta::v1::{Condition, Time},
 };
-use kube::{CustomResource, KubeSchema, ResourceExt};
+use kube::{CustomResource, KubeSchema};
 use quorum_core::crd::validation::{
     self, DNS_SUBDOMAIN, IMAGE, MAX_IMAGE, MAX_OBJECT_NAME, cel_release_number, cel_version_number,
 };
@@ -580,22 +580,6 @@ impl RedisClusterSpec {
     /// Replication mode: the Sentinel settings (defaults when absent).
     pub fn sentinel_settings(&self) -> SentinelSpec {
         self.sentinel.clone().unwrap_or_default()
-    }
-}
-
-impl quorum_core::pass::ClusterObject for RedisCluster {
-    fn statefulsets(&self) -> Vec<String> {
-        let name = self.name_any();
-        vec![
-            crate::resources::statefulset_name(&name),
-            crate::resources::sentinel_statefulset_name(&name),
-        ]
-    }
-
-    fn conditions(&self) -> &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition] {
-        self.status
-            .as_ref()
-            .map_or(&[], |status| status.conditions.as_slice())
     }
 }
 
