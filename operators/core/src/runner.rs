@@ -52,6 +52,8 @@ use crate::{
     wakeups::Wakeups,
 };
 
+pub use crate::availability::member_clients::AdminCalls;
+
 /// What a cluster controller's state does once one of its clusters is gone: drop what it keeps
 /// per cluster (clients, breakers, credentials), so that memory and the open-circuit gauge
 /// follow the clusters that exist. `key` is `namespace/name`.
@@ -290,12 +292,16 @@ impl Runtime {
     /// A controller for database clusters whose pods are labelled `app.kubernetes.io/name` with
     /// `app`: as [`Runtime::controller`], with those pods kept in the cache, and after every pass
     /// the cluster's pods that cannot start are reported on it ([`crate::pod_failures`]); once a
-    /// cluster is gone, the state forgets it ([`ForgetsClusters`]).
+    /// cluster is gone, the state forgets it ([`ForgetsClusters`]). With `wakeups`, a cluster is
+    /// also reconciled whenever they name it: the database's own events (a failover its
+    /// processes decided) reach the pass at once instead of at the next scheduled one
+    /// ([`crate::wakeups`]).
     pub fn cluster_controller<K, S, E, F, Fut>(
         &self,
         context: Arc<Context<S>>,
         reconcile: F,
         app: &'static str,
+        wakeups: Option<Wakeups>,
     ) -> BoxFuture<'static, ()>
     where
         K: Cacheable + Serialize,
@@ -305,34 +311,7 @@ impl Runtime {
         Fut: Future<Output = Result<Action, E>> + Send + 'static,
     {
         let on_gone = forgetting(&context);
-        self.controller_reporting(context, reconcile, Shape::Cluster(app), None, Some(on_gone))
-    }
-
-    /// As [`Runtime::cluster_controller`], and a cluster is also reconciled whenever
-    /// `wakeups` names it: the database's own events (a failover its processes decided) reach
-    /// the pass at once instead of at the next scheduled one ([`crate::wakeups`]).
-    pub fn cluster_controller_woken<K, S, E, F, Fut>(
-        &self,
-        context: Arc<Context<S>>,
-        reconcile: F,
-        app: &'static str,
-        wakeups: Wakeups,
-    ) -> BoxFuture<'static, ()>
-    where
-        K: Cacheable + Serialize,
-        S: ForgetsClusters,
-        E: ReconcileError,
-        F: Fn(Arc<K>, Arc<Context<S>>) -> Fut + Send + Sync + Clone + 'static,
-        Fut: Future<Output = Result<Action, E>> + Send + 'static,
-    {
-        let on_gone = forgetting(&context);
-        self.controller_reporting(
-            context,
-            reconcile,
-            Shape::Cluster(app),
-            Some(wakeups),
-            Some(on_gone),
-        )
+        self.controller_reporting(context, reconcile, Shape::Cluster(app), wakeups, Some(on_gone))
     }
 
     fn controller_reporting<K, S, E, F, Fut>(
@@ -662,8 +641,6 @@ pub async fn api_client(config: &OperatorConfig) -> Result<Client, kube::Error> 
         .build())
 }
 
-pub use crate::availability::member_clients::AdminCalls;
-
 /// One operator, as its process and its tests both start it: its name, its state (the
 /// engine's clients and settings), its clusters' pass and its backups'. What is tested is what
 /// is deployed.
@@ -702,19 +679,13 @@ pub trait Operator: 'static {
 
     /// Its controllers: its clusters' passes and its backups'.
     fn controllers(runtime: &Runtime, context: Arc<Context<Self::State>>) -> Vec<BoxFuture<'static, ()>> {
-        let clusters = match Self::wakeups(&context.state) {
-            Some(wakeups) => runtime.cluster_controller_woken::<Self::Cluster, _, _, _, _>(
-                context.clone(),
-                Self::reconcile,
-                Self::APP,
-                wakeups,
-            ),
-            None => runtime.cluster_controller::<Self::Cluster, _, _, _, _>(
-                context.clone(),
-                Self::reconcile,
-                Self::APP,
-            ),
-        };
+        let wakeups = Self::wakeups(&context.state);
+        let clusters = runtime.cluster_controller::<Self::Cluster, _, _, _, _>(
+            context.clone(),
+            Self::reconcile,
+            Self::APP,
+            wakeups,
+        );
         let backups = runtime.leaf_controller::<Self::Backup, _, _, _, _>(context, Self::reconcile_backup);
         vec![clusters, backups]
     }

@@ -4,8 +4,8 @@
 //! The watches only see Kubernetes objects change. When the database itself changes (a failover
 //! its own processes decide), the operator would otherwise learn of it at its next scheduled
 //! pass. An engine holds a [`Wakeups`] handle in its state and calls [`Wakeups::wake`] from
-//! whatever listens to the database; the controller built with
-//! [`crate::runner::Runtime::cluster_controller_woken`] reconciles the named cluster at once.
+//! whatever listens to the database; a cluster controller given those wakeups
+//! ([`crate::runner::Runtime::cluster_controller`]) reconciles the named cluster at once.
 //! A wake is a hint, never a fact: the pass observes everything afresh, as for any other trigger.
 
 use futures::{Stream, StreamExt};
