@@ -129,12 +129,13 @@ pub enum PodHosts {
 
 impl PodHosts {
     /// As the operator's `--member-addresses` and `--cluster-domain` say, for the pods of
-    /// `namespace`.
-    pub fn new(addresses: crate::config::MemberAddresses, cluster_domain: &str, namespace: String) -> Self {
-        match addresses {
+    /// `cluster` (in its namespace).
+    pub fn new<K: kube::Resource>(members: &crate::config::MemberConfig, cluster: &K) -> Self {
+        let namespace = cluster.meta().namespace.clone().unwrap_or_default();
+        match members.member_addresses {
             crate::config::MemberAddresses::Dns => PodHosts::ClusterDns {
                 namespace,
-                cluster_domain: cluster_domain.to_string(),
+                cluster_domain: members.cluster_domain.clone(),
             },
             crate::config::MemberAddresses::Loopback => PodHosts::Loopback { namespace },
         }

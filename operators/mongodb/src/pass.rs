@@ -34,13 +34,7 @@ impl quorum_core::runner::ForgetsClusters for State {
 impl State {
     /// The `host:port` of pod `ordinal` of `statefulset` in the set's configuration.
     pub fn host(&self, replica_set: &MongoDBReplicaSet, statefulset: &str, ordinal: usize) -> String {
-        member_host(
-            replica_set,
-            statefulset,
-            ordinal,
-            self.settings.members.member_addresses,
-            &self.settings.members.cluster_domain,
-        )
+        member_host(replica_set, statefulset, ordinal, &self.settings.members)
     }
 }
 

@@ -24,7 +24,7 @@ use k8s_openapi::{
 use kube::ResourceExt;
 use quorum_core::{
     apply::child_metadata,
-    config::MemberAddresses,
+    config::MemberConfig,
     naming::{PodHosts, child_name, label_selector, selector_labels, standard_labels},
     pod::{
         generate_password, member_container_security, member_statefulset, member_template, memory_volume,
@@ -159,15 +159,9 @@ pub fn member_host(
     replica_set: &MongoDBReplicaSet,
     statefulset: &str,
     ordinal: usize,
-    addresses: MemberAddresses,
-    cluster_domain: &str,
+    members: &MemberConfig,
 ) -> String {
-    let hosts = PodHosts::new(
-        addresses,
-        cluster_domain,
-        replica_set.namespace().unwrap_or_default(),
-    );
-    let host = hosts.host(
+    let host = PodHosts::new(members, replica_set).host(
         statefulset,
         &headless_service_name(&replica_set.name_any()),
         ordinal,
@@ -575,6 +569,7 @@ pub(crate) mod tests {
         api::{apps::v1::StatefulSetSpec, core::v1::PodTemplateSpec},
         apimachinery::pkg::api::resource::Quantity,
     };
+    use quorum_core::config::MemberAddresses;
     use quorum_core::crd::{BackupPolicy, PodOverrides, Storage};
 
     pub(crate) fn replica_set(members: i32, arbiter: bool) -> MongoDBReplicaSet {
@@ -651,11 +646,24 @@ pub(crate) mod tests {
         assert_eq!(keyfile_secret_name(&given), "shared-key");
     }
 
+    fn members(member_addresses: MemberAddresses, cluster_domain: &str) -> MemberConfig {
+        MemberConfig {
+            cluster_domain: cluster_domain.into(),
+            member_addresses,
+            allow_http_backups: false,
+        }
+    }
+
     #[test]
     fn hosts_follow_the_headless_service_or_the_loopback_blocks() {
         let replica_set = replica_set(3, true);
         assert_eq!(
-            member_host(&replica_set, "orders", 1, MemberAddresses::Dns, "cluster.local"),
+            member_host(
+                &replica_set,
+                "orders",
+                1,
+                &members(MemberAddresses::Dns, "cluster.local")
+            ),
             "orders-1.orders.shop.svc.cluster.local:27017"
         );
         assert_eq!(
@@ -663,8 +671,7 @@ pub(crate) mod tests {
                 &replica_set,
                 &arbiter_statefulset_name("orders"),
                 0,
-                MemberAddresses::Dns,
-                "example.org"
+                &members(MemberAddresses::Dns, "example.org")
             ),
             "orders-arbiter-0.orders.shop.svc.example.org:27017"
         );
@@ -673,8 +680,7 @@ pub(crate) mod tests {
                 &replica_set,
                 statefulset,
                 ordinal,
-                MemberAddresses::Loopback,
-                "cluster.local",
+                &members(MemberAddresses::Loopback, "cluster.local"),
             )
         };
         assert_eq!(

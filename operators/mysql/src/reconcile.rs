@@ -84,11 +84,7 @@ impl State {
     pub fn addresses(&self, cluster: &MySQLCluster) -> Addresses {
         Addresses {
             cluster: cluster.name_any(),
-            hosts: PodHosts::new(
-                self.settings.members.member_addresses,
-                &self.settings.members.cluster_domain,
-                cluster.namespace().unwrap_or_default(),
-            ),
+            hosts: PodHosts::new(&self.settings.members, cluster),
         }
     }
 }

@@ -64,11 +64,7 @@ impl State {
     pub fn addresses(&self, cluster: &RedisCluster) -> Addresses {
         Addresses {
             cluster: cluster.name_any(),
-            hosts: PodHosts::new(
-                self.settings.members.member_addresses,
-                &self.settings.members.cluster_domain,
-                cluster.namespace().unwrap_or_default(),
-            ),
+            hosts: PodHosts::new(&self.settings.members, cluster),
         }
     }
 }
