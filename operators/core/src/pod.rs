@@ -161,18 +161,28 @@ pub fn member_container_security(read_only_root: bool) -> SecurityContext {
     }
 }
 
-/// A member pod's template: `pod` as the engine builds it (containers, volumes, grace period),
-/// run as `uid` under [`member_pod_security`], with the user's `spec.podTemplate` applied: their
-/// labels beside the operator's `labels` (the operator's win, since its selectors and rolls read
-/// them), their annotations, node selector, tolerations and priority class, and their affinity
-/// or else [`affinity_or_spread`] over the pods `members` selects.
-pub fn member_template(
-    overrides: Option<&PodOverrides>,
-    labels: BTreeMap<String, String>,
-    members: &BTreeMap<String, String>,
-    uid: i64,
-    pod: PodSpec,
-) -> PodTemplateSpec {
+/// What an engine says of its member pods: the user's `spec.podTemplate`, the operator's own
+/// labels, the account the database runs as, and the pod as the engine builds it (containers,
+/// volumes, grace period).
+pub struct MemberPods<'a> {
+    pub overrides: Option<&'a PodOverrides>,
+    pub labels: BTreeMap<String, String>,
+    pub uid: i64,
+    pub spec: PodSpec,
+}
+
+/// The members' pod template: `pods.spec` run as `pods.uid` under [`member_pod_security`], with
+/// the user's overrides applied: their labels beside the operator's (the operator's win, since
+/// its selectors and rolls read them), their annotations, node selector, tolerations and
+/// priority class, and their affinity or else [`affinity_or_spread`] over the pods `members`
+/// selects.
+pub fn member_template(pods: MemberPods<'_>, members: &BTreeMap<String, String>) -> PodTemplateSpec {
+    let MemberPods {
+        overrides,
+        labels,
+        uid,
+        spec: pod,
+    } = pods;
     let overrides = overrides.cloned().unwrap_or_default();
     let mut pod_labels = overrides.labels;
     pod_labels.extend(labels);
@@ -193,12 +203,13 @@ pub fn member_template(
     }
 }
 
-/// The StatefulSet `name` of `owner`'s members: `replicas` pods from `template`, selected by
-/// `selector` (immutable once created), named through the headless Service `service` and started all at once. With
-/// `operator_rolls`, a new template restarts no pod by itself (`OnDelete`): the operator rolls
-/// them one at a time ([`crate::rollout`]). With `storage`, each pod has a data volume, deleted
-/// with a member a scale-down removes: a member added again starts empty and syncs, instead of
-/// starting from the history of one the cluster has forgotten.
+/// The StatefulSet `name` of `owner`'s members: `replicas` pods of [`member_template`], selected
+/// by `selector` (immutable once created, and the set the pods spread over), named through the
+/// headless Service `service` and started all at once. With `operator_rolls`, a new template
+/// restarts no pod by itself (`OnDelete`): the operator rolls them one at a time
+/// ([`crate::rollout`]). With `storage`, each pod has a data volume, deleted with a member a
+/// scale-down removes: a member added again starts empty and syncs, instead of starting from the
+/// history of one the cluster has forgotten.
 ///
 /// # Errors
 /// As [`crate::apply::child_metadata`].
@@ -210,10 +221,11 @@ pub fn member_statefulset<K: kube::Resource<DynamicType = ()>>(
     service: String,
     replicas: i32,
     selector: BTreeMap<String, String>,
-    template: PodTemplateSpec,
+    pods: MemberPods<'_>,
     operator_rolls: bool,
     storage: Option<&Storage>,
 ) -> Result<StatefulSet, crate::Error> {
+    let template = member_template(pods, &selector);
     Ok(StatefulSet {
         metadata: crate::apply::child_metadata(owner, name, labels)?,
         spec: Some(StatefulSetSpec {
@@ -265,7 +277,13 @@ mod tests {
             termination_grace_period_seconds: Some(60),
             ..PodSpec::default()
         };
-        let template = member_template(Some(&overrides), members.clone(), &members, 999, pod);
+        let pods = MemberPods {
+            overrides: Some(&overrides),
+            labels: members.clone(),
+            uid: 999,
+            spec: pod,
+        };
+        let template = member_template(pods, &members);
         let labels = template.metadata.as_ref().unwrap().labels.as_ref().unwrap();
         assert_eq!(labels["team"], "payments");
         assert_eq!(
@@ -287,7 +305,13 @@ mod tests {
             (Some(999), Some(true))
         );
 
-        let plain = member_template(None, members.clone(), &members, 999, PodSpec::default());
+        let pods = MemberPods {
+            overrides: None,
+            labels: members.clone(),
+            uid: 999,
+            spec: PodSpec::default(),
+        };
+        let plain = member_template(pods, &members);
         assert_eq!(plain.metadata.unwrap().annotations, None);
         assert_eq!(plain.spec.unwrap().tolerations, None);
     }

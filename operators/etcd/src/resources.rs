@@ -26,7 +26,7 @@ use quorum_core::{
     apply::child_metadata,
     backup::{ACCESS_KEY_ID_KEY, SECRET_ACCESS_KEY_KEY},
     naming::{child_name, label_selector, selector_labels, standard_labels},
-    pod::{member_container_security, member_statefulset, member_template},
+    pod::{MemberPods, member_container_security, member_statefulset},
 };
 
 use crate::{
@@ -473,12 +473,11 @@ pub fn build_statefulset(
         peer_service_name(&name),
         replicas,
         member_selector(cluster),
-        member_template(
-            cluster.spec.pod_template.as_ref(),
-            pod_labels,
-            &member_selector(cluster),
-            ETCD_UID,
-            PodSpec {
+        MemberPods {
+            overrides: cluster.spec.pod_template.as_ref(),
+            labels: pod_labels,
+            uid: ETCD_UID,
+            spec: PodSpec {
                 containers: vec![container],
                 init_containers,
                 volumes: (!volumes.is_empty()).then_some(volumes),
@@ -486,7 +485,7 @@ pub fn build_statefulset(
                 enable_service_links: Some(false),
                 ..PodSpec::default()
             },
-        ),
+        },
         true,
         Some(&cluster.spec.storage),
     )

@@ -27,8 +27,8 @@ use quorum_core::{
     config::MemberConfig,
     naming::{PodHosts, child_name, label_selector, selector_labels, standard_labels},
     pod::{
-        generate_password, member_container_security, member_statefulset, member_template, memory_volume,
-        mount, value_env,
+        MemberPods, generate_password, member_container_security, member_statefulset, memory_volume, mount,
+        value_env,
     },
 };
 
@@ -528,12 +528,11 @@ fn statefulset(
         headless_service_name(&replica_set.name_any()),
         replicas,
         selector(replica_set, component),
-        member_template(
-            replica_set.spec.pod_template.as_ref(),
-            pod_labels,
-            &selector(replica_set, component),
-            MONGODB_UID,
-            PodSpec {
+        MemberPods {
+            overrides: replica_set.spec.pod_template.as_ref(),
+            labels: pod_labels,
+            uid: MONGODB_UID,
+            spec: PodSpec {
                 init_containers: Some(vec![keyfile_permissions]),
                 containers: vec![mongod],
                 volumes: Some(volumes),
@@ -542,7 +541,7 @@ fn statefulset(
                 termination_grace_period_seconds: Some(30),
                 ..PodSpec::default()
             },
-        ),
+        },
         true,
         persistent.then_some(&replica_set.spec.storage),
     )

@@ -26,7 +26,7 @@ use kube::ResourceExt;
 use quorum_core::{
     apply::child_metadata,
     naming::{child_name, label_selector, selector_labels, standard_labels},
-    pod::{field_env, member_container_security, member_statefulset, member_template, memory_volume, mount},
+    pod::{MemberPods, field_env, member_container_security, member_statefulset, memory_volume, mount},
 };
 
 use crate::{
@@ -497,18 +497,17 @@ pub fn build_statefulset(cluster: &MySQLCluster, replicas: i32) -> Result<Statef
         headless_service_name(&name),
         replicas,
         member_selector(cluster),
-        member_template(
-            cluster.spec.pod_template.as_ref(),
-            pod_labels,
-            &member_selector(cluster),
-            MYSQL_UID,
-            PodSpec {
+        MemberPods {
+            overrides: cluster.spec.pod_template.as_ref(),
+            labels: pod_labels,
+            uid: MYSQL_UID,
+            spec: PodSpec {
                 containers: vec![container],
                 volumes: Some(volumes),
                 termination_grace_period_seconds: Some(60),
                 ..PodSpec::default()
             },
-        ),
+        },
         true,
         Some(&cluster.spec.storage),
     )

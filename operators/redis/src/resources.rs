@@ -27,8 +27,7 @@ use quorum_core::{
     backup::{ACCESS_KEY_ID_KEY, SECRET_ACCESS_KEY_KEY},
     naming::{child_name, label_selector, selector_labels, standard_labels},
     pod::{
-        field_env, member_container_security, member_statefulset, member_template, memory_volume, mount,
-        value_env,
+        MemberPods, field_env, member_container_security, member_statefulset, memory_volume, mount, value_env,
     },
 };
 
@@ -705,18 +704,17 @@ fn statefulset(
         name,
         replicas,
         selector(cluster, component),
-        member_template(
-            cluster.spec.pod_template.as_ref(),
-            pod_labels,
-            &selector(cluster, component),
-            REDIS_UID,
-            PodSpec {
+        MemberPods {
+            overrides: cluster.spec.pod_template.as_ref(),
+            labels: pod_labels,
+            uid: REDIS_UID,
+            spec: PodSpec {
                 containers: vec![container],
                 volumes: Some(volumes),
                 termination_grace_period_seconds: Some(30),
                 ..PodSpec::default()
             },
-        ),
+        },
         false,
         persistent.then_some(&cluster.spec.storage),
     )
