@@ -21,12 +21,12 @@ pub const ENGINE: &str = "redis";
 /// A failed call to one pod.
 pub type CallFailure = CallError<AdminError>;
 
-/// The data nodes' and the Sentinels' admin clients. The password and the routes (where the
-/// operator dials a pod when that differs from the address the servers use for each other) are
-/// kept with the nodes' clients, for both kinds of pod.
+/// The data nodes' and the Sentinels' admin clients, each kind with the password and its routes
+/// (where the operator dials a pod when that differs from the address the servers use for each
+/// other), by ordinal.
 pub struct RedisClients {
-    nodes: MemberClients<RedisAdmin, Credentials, (Kind, usize), SocketAddr>,
-    sentinels: MemberClients<SentinelAdmin, ()>,
+    nodes: MemberClients<RedisAdmin, Credentials, usize, SocketAddr>,
+    sentinels: MemberClients<SentinelAdmin, Credentials, usize, SocketAddr>,
 }
 
 impl RedisClients {
@@ -44,22 +44,21 @@ impl RedisClients {
     /// Dials pod `ordinal` of `kind` at `address` instead of its own address.
     pub async fn route(&self, cluster: &str, kind: Kind, ordinal: usize, address: SocketAddr) {
         let key = member_key(cluster, kind, ordinal);
-        self.nodes.route(cluster, (kind, ordinal), address, &key).await;
-        if kind == Kind::Sentinel {
-            self.sentinels.cache().invalidate(&key).await;
+        match kind {
+            Kind::Node => self.nodes.route(cluster, ordinal, address, &key).await,
+            Kind::Sentinel => self.sentinels.route(cluster, ordinal, address, &key).await,
         }
     }
 
     /// Sets the password of `cluster`'s servers. When it changes, the cluster's cached clients
     /// are dropped so the next calls log in with it.
     pub async fn set_credentials(&self, cluster: &str, credentials: Credentials) {
-        if self
-            .nodes
+        self.sentinels
+            .set_login(cluster, Some(credentials.clone()), Credentials::same)
+            .await;
+        self.nodes
             .set_login(cluster, Some(credentials), Credentials::same)
-            .await
-        {
-            self.sentinels.forget_cluster(cluster).await;
-        }
+            .await;
     }
 
     pub fn credentials(&self, cluster: &str) -> Option<Credentials> {
@@ -85,7 +84,11 @@ impl RedisClients {
         kind: Kind,
         ordinal: usize,
     ) -> Option<SocketAddr> {
-        match self.nodes.routed(cluster, &(kind, ordinal)) {
+        let routed = match kind {
+            Kind::Node => self.nodes.routed(cluster, &ordinal),
+            Kind::Sentinel => self.sentinels.routed(cluster, &ordinal),
+        };
+        match routed {
             Some(address) => Some(address),
             None => addresses.resolve(kind, ordinal).await,
         }
@@ -138,7 +141,7 @@ impl RedisClients {
         let address = self
             .dial_address(cluster, addresses, Kind::Sentinel, ordinal)
             .await;
-        let credentials = self.credentials(cluster);
+        let credentials = self.sentinels.login(cluster);
         let timeout = self.sentinels.policy().timeout;
         call_at(
             &self.sentinels,
@@ -156,8 +159,8 @@ impl RedisClients {
 /// Connects (once, cached) and calls the pod at `address`, the connection counted as part of
 /// the call so that a pod that cannot be reached trips its breaker; a pod whose name does not
 /// resolve fails without a call.
-async fn call_at<C, L, T, Connect, ConnectFut, F, Fut>(
-    clients: &MemberClients<C, L, impl Eq + std::hash::Hash + Clone, impl Clone>,
+async fn call_at<C, T, Connect, ConnectFut, F, Fut>(
+    clients: &MemberClients<C, Credentials, usize, SocketAddr>,
     key: MemberKey,
     address: Option<SocketAddr>,
     verb: &'static str,
@@ -167,7 +170,6 @@ async fn call_at<C, L, T, Connect, ConnectFut, F, Fut>(
 ) -> Result<T, CallFailure>
 where
     C: Clone,
-    L: Clone,
     Connect: Fn(SocketAddr) -> ConnectFut,
     ConnectFut: Future<Output = Result<C, AdminError>>,
     F: Fn(C) -> Fut,
