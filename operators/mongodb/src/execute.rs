@@ -13,7 +13,7 @@ use crate::{
     decide::{Change, Observed, Reason, Step},
 };
 
-use crate::pass::{Error, State, api};
+use crate::pass::{Error, State};
 use crate::status::{Progress, RecordedChange, change_kind};
 
 /// How long a primary that stepped down stays out of elections.
@@ -58,7 +58,10 @@ pub(crate) async fn restore_step(
     let backup = backups
         .get_opt(&source.backup_name)
         .await
-        .map_err(api(format!("reading MongoDBBackup {}", source.backup_name)))?;
+        .map_err(Error::api(format!(
+            "reading MongoDBBackup {}",
+            source.backup_name
+        )))?;
     let not_ready = |message: String| Ok(Some(Progress::waiting(Reason::RestoreSourceNotReady, message)));
     let Some(backup) = backup else {
         return not_ready(format!("MongoDBBackup {} does not exist", source.backup_name));
@@ -414,7 +417,7 @@ pub(crate) async fn resync(
     let namespace = replica_set.namespace().unwrap_or_default();
     quorum_core::wipe::wipe_member(&context.client, &namespace, member, Some(pod_uid.to_string()))
         .await
-        .map_err(api(format!("wiping {member}")))
+        .map_err(Error::api(format!("wiping {member}")))
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ use crate::{
     },
 };
 
-use crate::pass::{Error, State, api};
+use crate::pass::{Error, State};
 
 /// Asks every member about itself, and the primary about the set.
 pub(crate) async fn observe(
@@ -240,14 +240,14 @@ pub(crate) async fn member_pods(
         let listed = context
             .pods(&namespace, &selector(replica_set, component))
             .await
-            .map_err(api("listing member pods"))?;
+            .map_err(Error::api("listing member pods"))?;
         if listed.is_empty() {
             continue;
         }
         let statefulset = context
             .read::<StatefulSet>(&namespace, &statefulset)
             .await
-            .map_err(api(format!("reading StatefulSet {statefulset}")))?;
+            .map_err(Error::api(format!("reading StatefulSet {statefulset}")))?;
         let revision = statefulset
             .as_deref()
             .and_then(quorum_core::rollout::current_revision);

@@ -40,7 +40,3 @@ impl State {
 
 /// A failed pass, naming what failed.
 pub type Error = quorum_core::pass::PassError<CallFailure>;
-
-pub fn api(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
-    Error::api(what)
-}

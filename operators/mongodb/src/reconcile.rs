@@ -26,7 +26,7 @@ use crate::{
     },
 };
 
-pub use crate::pass::{Error, MemberAddresses, MemberConfig, Settings, State, api};
+pub use crate::pass::{Error, MemberAddresses, MemberConfig, Settings, State};
 
 pub use crate::status::{Progress, RecordedChange, recorded_change};
 use crate::{

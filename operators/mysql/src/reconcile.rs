@@ -92,10 +92,6 @@ impl State {
 /// A failed pass, naming what failed.
 pub type Error = quorum_core::pass::PassError<StepError>;
 
-fn api(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
-    Error::api(what)
-}
-
 /// Reconciles one `MySQLCluster`: observe, decide one step, apply the objects, record and take
 /// the step, set the role labels, report.
 pub async fn reconcile(cluster: Arc<MySQLCluster>, context: Arc<Context<State>>) -> Result<Action, Error> {
@@ -334,7 +330,7 @@ async fn observe(context: &Context<State>, cluster: &MySQLCluster) -> Result<Obs
     let statefulset = context
         .read::<StatefulSet>(&cluster.namespace().unwrap_or_default(), &statefulset_name(&name))
         .await
-        .map_err(api("reading the StatefulSet"))?;
+        .map_err(Error::api("reading the StatefulSet"))?;
     let statefulset_replicas = statefulset
         .as_ref()
         .and_then(|s| s.spec.as_ref()?.replicas)
@@ -345,7 +341,7 @@ async fn observe(context: &Context<State>, cluster: &MySQLCluster) -> Result<Obs
             &member_selector(cluster),
         )
         .await
-        .map_err(api("listing member pods"))?
+        .map_err(Error::api("listing member pods"))?
         .into_iter()
         .map(Arc::unwrap_or_clone)
         .collect();
@@ -680,7 +676,7 @@ async fn remove_switchover_annotation(context: &Context<State>, cluster: &MySQLC
         &cluster.name_any(),
         &written,
     );
-    written.map_err(api("removing the switchover annotation"))?;
+    written.map_err(Error::api("removing the switchover annotation"))?;
     Ok(())
 }
 
@@ -787,7 +783,7 @@ async fn pending_restore(
     let Some(backup) = backups
         .get_opt(name)
         .await
-        .map_err(api(format!("reading MySQLBackup {name}")))?
+        .map_err(Error::api(format!("reading MySQLBackup {name}")))?
     else {
         return Ok(Some(PendingRestore::NotReady(format!(
             "MySQLBackup {name} does not exist"

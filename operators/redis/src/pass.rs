@@ -73,10 +73,6 @@ impl State {
 /// did not answer.
 pub type Error = quorum_core::pass::PassError<CallError<AdminError>>;
 
-pub fn api(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
-    Error::api(what)
-}
-
 /// What a mode's pass needs from the shared part.
 pub struct Pass<'a> {
     pub context: &'a Context<State>,
@@ -106,7 +102,7 @@ impl Pass<'_> {
             .context
             .read::<StatefulSet>(&self.namespace(), name)
             .await
-            .map_err(api(format!("reading StatefulSet {name}")))?;
+            .map_err(Error::api(format!("reading StatefulSet {name}")))?;
         Ok(found.map(Arc::unwrap_or_clone))
     }
 
@@ -121,7 +117,7 @@ impl Pass<'_> {
             .context
             .pods(&self.namespace(), &selector(self.cluster, NODE_COMPONENT))
             .await
-            .map_err(api("listing data pods"))?;
+            .map_err(Error::api("listing data pods"))?;
         Ok(LabelledPods::new(
             listed.into_iter().map(Arc::unwrap_or_clone).collect(),
             ROLE_LABEL,

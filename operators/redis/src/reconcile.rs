@@ -31,7 +31,7 @@ use crate::{
 
 use crate::pass::publish;
 pub use crate::pass::{
-    Error, MemberAddresses, MemberConfig, Pass, Progress, Settings, State, api, set_conditions,
+    Error, MemberAddresses, MemberConfig, Pass, Progress, Settings, State, set_conditions,
 };
 
 /// Reconciles one `RedisCluster`.
@@ -169,7 +169,7 @@ async fn restore_gate(
     if statefulsets
         .get_opt(&statefulset)
         .await
-        .map_err(api(format!("reading StatefulSet {statefulset}")))?
+        .map_err(Error::api(format!("reading StatefulSet {statefulset}")))?
         .is_some()
     {
         // Its nodes have data of their own, which a restore must never replace.
@@ -187,7 +187,7 @@ async fn restore_gate(
     let backup = backups
         .get_opt(&source.backup_name)
         .await
-        .map_err(api(format!("reading RedisBackup {}", source.backup_name)))?;
+        .map_err(Error::api(format!("reading RedisBackup {}", source.backup_name)))?;
     let (reason, message) = match plan_restore(&cluster.spec, &source.backup_name, backup.as_ref()) {
         Ok(snapshots) => {
             let backup = backup.expect("a plan comes from an existing backup");
