@@ -297,7 +297,16 @@ async fn pass(
         let namespace = statefulset.namespace().unwrap_or_default();
         let cluster = statefulset.name_any();
         let configs: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
-        let Some(config) = configs.get_opt(&launcher.config_map(&cluster)).await? else {
+        // The ConfigMap the pods mount as `config` (several StatefulSets may share one), else the
+        // one the launcher names after the StatefulSet.
+        let config_map = statefulset
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.template.spec.as_ref()?.volumes.as_ref())
+            .and_then(|volumes| volumes.iter().find(|volume| volume.name == "config"))
+            .and_then(|volume| volume.config_map.as_ref())
+            .map_or_else(|| launcher.config_map(&cluster), |source| source.name.clone());
+        let Some(config) = configs.get_opt(&config_map).await? else {
             continue;
         };
         let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);

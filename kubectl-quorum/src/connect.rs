@@ -45,7 +45,6 @@ pub fn mysql(target: &Target, cluster: &mysql_operator::crd::MySQLCluster) -> Re
 /// redirections in cluster mode.
 pub fn redis(target: &Target, cluster: &redis_operator::crd::RedisCluster) -> Result<Session, NoSession> {
     use redis_operator::crd::Mode;
-    let name = kube::ResourceExt::name_any(cluster);
     let (pod, cluster_flag) = match cluster.spec.mode {
         Mode::Replication => (
             cluster
@@ -55,7 +54,7 @@ pub fn redis(target: &Target, cluster: &redis_operator::crd::RedisCluster) -> Re
                 .ok_or_else(|| NoSession::NoPrimary(target.to_string()))?,
             "",
         ),
-        Mode::Cluster => (redis_operator::resources::node_name(&name, 0), " -c"),
+        Mode::Cluster => (redis_operator::resources::DataNodes::of(cluster).name(0), " -c"),
     };
     Ok(Session {
         pod,

@@ -33,7 +33,7 @@ pub fn affinity_or_spread(user: Option<Affinity>, members: &BTreeMap<String, Str
                         match_labels: Some(members.clone()),
                         ..LabelSelector::default()
                     }),
-                    topology_key: "kubernetes.io/hostname".into(),
+                    topology_key: HOSTNAME_TOPOLOGY.into(),
                     ..PodAffinityTerm::default()
                 },
             }]),
@@ -42,6 +42,28 @@ pub fn affinity_or_spread(user: Option<Affinity>, members: &BTreeMap<String, Str
         ..Affinity::default()
     })
 }
+
+/// Adds to `affinity` the requirement that no two pods `apart` selects run on one node: for pods
+/// that must survive the loss of any one node together (a shard's primary and its replicas).
+/// Unlike [`affinity_or_spread`]'s preference, a pod that cannot be placed so waits unscheduled.
+pub fn keep_apart(affinity: &mut Affinity, apart: &BTreeMap<String, String>) {
+    affinity
+        .pod_anti_affinity
+        .get_or_insert_with(PodAntiAffinity::default)
+        .required_during_scheduling_ignored_during_execution
+        .get_or_insert_with(Vec::new)
+        .push(PodAffinityTerm {
+            label_selector: Some(LabelSelector {
+                match_labels: Some(apart.clone()),
+                ..LabelSelector::default()
+            }),
+            topology_key: HOSTNAME_TOPOLOGY.into(),
+            ..PodAffinityTerm::default()
+        });
+}
+
+/// The node label that tells nodes apart.
+const HOSTNAME_TOPOLOGY: &str = "kubernetes.io/hostname";
 
 /// An environment variable from the pod's own fields (`status.podIP`, `metadata.name`...).
 pub fn field_env(name: &str, path: &str) -> EnvVar {

@@ -8,12 +8,13 @@ use std::net::{IpAddr, SocketAddr};
 
 use quorum_core::naming::PodHosts;
 
-use crate::resources::{PORT, SENTINEL_PORT, sentinel_statefulset_name, statefulset_name};
+use crate::resources::{DataNodes, PORT, SENTINEL_PORT, sentinel_statefulset_name, statefulset_name};
 
 /// How pod hosts are named.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Addresses {
-    pub cluster: String,
+    /// Which StatefulSet and pod each data node is.
+    pub nodes: DataNodes,
     pub hosts: PodHosts,
 }
 
@@ -27,12 +28,19 @@ pub enum Kind {
 impl Addresses {
     /// The host name (or loopback IP) of pod `ordinal` of `kind`.
     pub fn host(&self, kind: Kind, ordinal: usize) -> String {
-        // Each kind's headless Service has its StatefulSet's name.
-        let statefulset = match kind {
-            Kind::Node => statefulset_name(&self.cluster),
-            Kind::Sentinel => sentinel_statefulset_name(&self.cluster),
-        };
-        self.hosts.host(&statefulset, &statefulset, ordinal)
+        // The data nodes' headless Service is `<cluster>` whatever StatefulSet they are in; the
+        // Sentinels' has their StatefulSet's name.
+        let cluster = self.nodes.cluster();
+        match kind {
+            Kind::Node => {
+                let (statefulset, ordinal) = self.nodes.place(ordinal);
+                self.hosts.host(&statefulset, &statefulset_name(cluster), ordinal)
+            }
+            Kind::Sentinel => {
+                let statefulset = sentinel_statefulset_name(cluster);
+                self.hosts.host(&statefulset, &statefulset, ordinal)
+            }
+        }
     }
 
     pub fn port(kind: Kind) -> u16 {
@@ -60,20 +68,30 @@ mod tests {
 
     #[test]
     fn hosts_follow_the_headless_services() {
+        let hosts = PodHosts::ClusterDns {
+            namespace: "prod".into(),
+            cluster_domain: "cluster.local".into(),
+        };
         let dns = Addresses {
-            cluster: "cache".into(),
-            hosts: PodHosts::ClusterDns {
-                namespace: "prod".into(),
-                cluster_domain: "cluster.local".into(),
-            },
+            nodes: DataNodes::one_statefulset("cache"),
+            hosts: hosts.clone(),
         };
         assert_eq!(dns.host(Kind::Node, 1), "cache-1.cache.prod.svc.cluster.local");
         assert_eq!(
             dns.host(Kind::Sentinel, 2),
             "cache-sentinel-2.cache-sentinel.prod.svc.cluster.local"
         );
+        let sharded = Addresses {
+            nodes: DataNodes::per_shard("cache", 2),
+            hosts,
+        };
+        assert_eq!(
+            sharded.host(Kind::Node, 3),
+            "cache-shard-1-1.cache.prod.svc.cluster.local",
+            "every shard's pods are named through the data nodes' one headless Service"
+        );
         let loopback = Addresses {
-            cluster: "cache".into(),
+            nodes: DataNodes::one_statefulset("cache"),
             hosts: PodHosts::Loopback {
                 namespace: "prod".into(),
             },
@@ -84,7 +102,7 @@ mod tests {
     #[tokio::test]
     async fn loopback_addresses_resolve_without_dns() {
         let loopback = Addresses {
-            cluster: "cache".into(),
+            nodes: DataNodes::one_statefulset("cache"),
             hosts: PodHosts::Loopback {
                 namespace: "prod".into(),
             },

@@ -34,7 +34,7 @@ use crate::{
     },
     crd::{Mode, RedisBackup, RedisBackupSpec, RedisBackupStatus, RedisCluster, ShardSnapshot},
     reconcile::{State, read_password},
-    resources::{auth_secret_name, node_name, ordinal_of, shard_of},
+    resources::{auth_secret_name, shard_of},
 };
 
 /// How long the server may send nothing at all (not even its keep-alive newlines) before a
@@ -315,7 +315,6 @@ async fn find_sources(
 ) -> Result<std::result::Result<Vec<Source>, String>, SnapshotError> {
     let state = &context.state;
     let namespace = cluster.namespace().unwrap_or_default();
-    let name = cluster.name_any();
     let key = object_key(cluster);
     // The cluster reconciler sets these too; after an operator restart this controller may
     // run first.
@@ -359,10 +358,13 @@ async fn find_sources(
     let status = cluster.status.clone().unwrap_or_default();
     Ok(match cluster.spec.mode {
         Mode::Replication => {
-            let primary = status.primary.as_deref().and_then(|p| ordinal_of(&name, p));
+            let primary = status
+                .primary
+                .as_deref()
+                .and_then(|p| addresses.nodes.ordinal_of(p));
             match choose_replication_source(&nodes, primary) {
                 Some(ordinal) => Ok(vec![Source {
-                    node: node_name(&name, ordinal),
+                    node: addresses.nodes.name(ordinal),
                     ordinal,
                     shard: None,
                     slots: vec![],
@@ -389,7 +391,7 @@ async fn find_sources(
             plan_shard_snapshots(&view, &nodes, cluster.spec.nodes_per_shard()).map(|plan| {
                 plan.into_iter()
                     .map(|source| Source {
-                        node: node_name(&name, source.ordinal),
+                        node: addresses.nodes.name(source.ordinal),
                         ordinal: source.ordinal,
                         shard: Some(source.shard),
                         slots: source.slots,

@@ -57,6 +57,9 @@ pub const OPERATOR_OWNED_SETTINGS: &[&str] = &[
 /// The longest `metadata.name` a `RedisCluster` may have: its Sentinels' StatefulSet is `<name>-sentinel`.
 pub const MAX_NAME: usize = quorum_core::naming::max_cluster_name(crate::resources::SENTINEL_SUFFIX);
 
+/// Cluster mode: the most shards a deployment may have (`spec.shards`' maximum).
+pub const MAX_SHARDS: usize = 32;
+
 /// A Redis deployment: one primary with replicas watched by a Sentinel quorum (`Replication`),
 /// or a sharded Redis Cluster (`Cluster`), kept in shape through the servers' own admin
 /// commands, one safe step at a time.
@@ -348,6 +351,10 @@ pub struct RedisClusterStatus {
     /// name this one; it is how the operator knows which node they mean.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub primary_address: Option<String>,
+    /// Cluster mode: how the data nodes are laid out over StatefulSets, recorded on the first
+    /// pass. A deployment keeps the layout it was created with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_layout: Option<DataLayout>,
     /// Cluster mode: primaries serving slots.
     #[serde(default)]
     pub shards: i32,
@@ -375,6 +382,17 @@ pub struct RedisClusterStatus {
     pub restore: Option<RestoreStatus>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// How a cluster-mode deployment's data nodes are laid out over StatefulSets.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum DataLayout {
+    /// One StatefulSet per shard, `<name>-shard-<s>`, so each shard's pods can be kept on
+    /// distinct nodes.
+    StatefulSetPerShard,
+    /// One StatefulSet `<name>` for every shard: deployments created before per-shard
+    /// StatefulSets keep it, so an operator upgrade moves no data and restarts no pod.
+    OneStatefulSet,
 }
 
 /// The snapshots a cluster created with `restoreFrom` starts from, recorded when its backup

@@ -25,7 +25,7 @@ use crate::{
     clients::RedisClients,
     crd::{RedisCluster, RedisClusterStatus},
     reasons::Reason,
-    resources::{NODE_COMPONENT, ROLE_LABEL, RoleLabel, ordinal_of, selector},
+    resources::{DataNodes, NODE_COMPONENT, ROLE_LABEL, RoleLabel, selector},
     sentinel_events::{ListenSettings, SentinelEvents},
 };
 
@@ -63,7 +63,7 @@ impl quorum_core::runner::ForgetsClusters for State {
 impl State {
     pub fn addresses(&self, cluster: &RedisCluster) -> Addresses {
         Addresses {
-            cluster: cluster.name_any(),
+            nodes: DataNodes::of(cluster),
             hosts: PodHosts::new(&self.settings.members, cluster),
         }
     }
@@ -111,6 +111,21 @@ impl Pass<'_> {
         Ok(replicas_of(self.statefulset(name).await?.as_ref()))
     }
 
+    /// The data StatefulSets of this deployment (each shard's, or the one), from the cache.
+    pub async fn data_statefulsets(&self) -> Result<Vec<StatefulSet>, Error> {
+        let listed = self
+            .context
+            .cache
+            .list_or_read::<StatefulSet>(
+                &self.context.client,
+                &self.namespace(),
+                &crate::resources::labels(self.cluster, NODE_COMPONENT),
+            )
+            .await
+            .map_err(Error::api("listing data StatefulSets"))?;
+        Ok(listed.into_iter().map(Arc::unwrap_or_clone).collect())
+    }
+
     /// The data pods, as they are now, for this pass to label.
     pub async fn data_pods(&self) -> Result<LabelledPods, Error> {
         let listed = self
@@ -150,9 +165,9 @@ impl Pass<'_> {
         pods: &mut LabelledPods,
         roles: &BTreeMap<usize, RoleLabel>,
     ) -> Result<(), Error> {
-        let name = self.name();
+        let nodes = &self.addresses.nodes;
         pods.set(&self.context.client, &self.namespace(), |pod| {
-            Some(roles.get(&ordinal_of(&name, pod)?)?.as_str())
+            Some(roles.get(&nodes.ordinal_of(pod)?)?.as_str())
         })
         .await?;
         Ok(())

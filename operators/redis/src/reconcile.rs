@@ -18,13 +18,13 @@ use quorum_core::{
 
 use crate::{
     admin::Credentials,
-    crd::{Mode, RedisBackup, RedisCluster, forbidden_config_keys},
+    crd::{DataLayout, Mode, RedisBackup, RedisCluster, forbidden_config_keys},
     reasons::Reason,
     resources::{
-        NODE_COMPONENT, PASSWORD_KEY, SENTINEL_COMPONENT, auth_secret_name, build_auth_secret,
+        DataNodes, NODE_COMPONENT, PASSWORD_KEY, SENTINEL_COMPONENT, auth_secret_name, build_auth_secret,
         build_client_service, build_config_map, build_headless_service, build_pod_disruption_budget,
         build_primary_service, build_replicas_service, build_sentinel_config_map, build_sentinel_service,
-        statefulset_name,
+        data_layout, statefulset_name,
     },
     restore::{RestoreRefusal, plan_restore, restore_status},
 };
@@ -112,6 +112,7 @@ pub async fn reconcile(cluster: Arc<RedisCluster>, context: Arc<Context<State>>)
     )
     .await?;
 
+    let cluster = with_data_layout(&context, cluster).await?;
     // A cluster created from a backup forms only once its snapshots are known: never an
     // empty cluster in place of the one asked for.
     let cluster = match restore_gate(&context, &cluster).await? {
@@ -134,6 +135,45 @@ pub async fn reconcile(cluster: Arc<RedisCluster>, context: Arc<Context<State>>)
         Progress::Settled => Action::requeue(state.settings.settled_recheck),
         _ => Action::requeue(Duration::from_secs(2)),
     })
+}
+
+/// Cluster mode: the deployment with its data layout recorded in status, recorded now when it
+/// is not yet. A deployment that already has a StatefulSet `<name>` (made by an operator from
+/// before per-shard StatefulSets, which recorded no layout) keeps it: an operator upgrade moves
+/// no data and restarts no pod.
+async fn with_data_layout(
+    context: &Context<State>,
+    cluster: Arc<RedisCluster>,
+) -> Result<Arc<RedisCluster>, Error> {
+    let recorded = cluster.status.as_ref().and_then(|status| status.data_layout);
+    let Some(layout) = data_layout(&cluster).filter(|_| recorded.is_none()) else {
+        return Ok(cluster);
+    };
+    let name = statefulset_name(&cluster.name_any());
+    let layout = match layout {
+        DataLayout::StatefulSetPerShard
+            if context
+                .read::<StatefulSet>(&cluster.namespace().unwrap_or_default(), &name)
+                .await
+                .map_err(Error::api(format!("reading StatefulSet {name}")))?
+                .is_some() =>
+        {
+            DataLayout::OneStatefulSet
+        }
+        layout => layout,
+    };
+    let mut status = cluster.status.clone().unwrap_or_default();
+    status.data_layout = Some(layout);
+    patch_status(
+        &context.client,
+        cluster.as_ref(),
+        cluster.status.as_ref(),
+        &status,
+    )
+    .await?;
+    let mut recorded = cluster.as_ref().clone();
+    recorded.status = Some(status);
+    Ok(Arc::new(recorded))
 }
 
 /// Creates the generated password Secret once; an existing one is never rewritten.
@@ -164,7 +204,7 @@ async fn restore_gate(
         return Ok(Some(cluster.clone()));
     }
     let namespace = cluster.namespace().unwrap_or_default();
-    let statefulset = statefulset_name(&cluster.name_any());
+    let statefulset = DataNodes::of(cluster).first_statefulset();
     let statefulsets: Api<StatefulSet> = Api::namespaced(context.client.clone(), &namespace);
     if statefulsets
         .get_opt(&statefulset)

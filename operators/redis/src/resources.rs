@@ -27,13 +27,14 @@ use quorum_core::{
     backup::{ACCESS_KEY_ID_KEY, SECRET_ACCESS_KEY_KEY},
     naming::{child_name, label_selector, selector_labels, standard_labels},
     pod::{
-        MemberPods, field_env, member_container_security, member_statefulset, memory_volume, mount, value_env,
+        MemberPods, affinity_or_spread, field_env, keep_apart, member_container_security, member_statefulset,
+        memory_volume, mount, value_env,
     },
 };
 
 use crate::{
     OPERATOR_NAME,
-    crd::{Mode, RedisCluster, RestoreStatus},
+    crd::{DataLayout, Mode, RedisCluster, RestoreSnapshot, RestoreStatus},
     restore::snapshot_argument,
 };
 
@@ -148,6 +149,118 @@ pub fn ordinal_of(cluster: &str, node: &str) -> Option<usize> {
 /// The ordinal of any pod of a StatefulSet, from its name alone (`<statefulset>-<ordinal>`).
 pub fn ordinal_of_pod(pod: &str) -> Option<usize> {
     pod.rsplit_once('-')?.1.parse().ok()
+}
+
+/// Cluster mode: the label naming the shard (0-based) a data pod of a per-shard StatefulSet
+/// belongs to; a shard's pods never share a node unless the user's affinity says otherwise.
+pub const SHARD_LABEL: &str = "redis.quorum.dev/shard";
+
+/// Cluster mode: the StatefulSet of shard `shard`, `<cluster>-shard-<shard>`; with at most
+/// [`crate::crd::MAX_SHARDS`] shards its suffix is never longer than the Sentinels'.
+pub fn shard_statefulset_name(cluster: &str, shard: usize) -> String {
+    child_name(cluster, &format!("shard-{shard}"))
+}
+
+/// How a deployment's data nodes are laid out, from its spec and the layout it recorded: in
+/// cluster mode a deployment that served before the layout was recorded keeps its single
+/// StatefulSet ([`DataLayout::OneStatefulSet`]); a new one gets a StatefulSet per shard.
+pub fn data_layout(cluster: &RedisCluster) -> Option<DataLayout> {
+    if cluster.spec.mode == Mode::Replication {
+        return None;
+    }
+    let status = cluster.status.as_ref();
+    let served = status.is_some_and(|s| !s.nodes.is_empty() || s.shards > 0 || s.rebalance.is_some());
+    Some(match status.and_then(|s| s.data_layout) {
+        Some(layout) => layout,
+        None if served => DataLayout::OneStatefulSet,
+        None => DataLayout::StatefulSetPerShard,
+    })
+}
+
+/// Where each data node of a deployment lives: the StatefulSet and pod of node `ordinal`.
+/// Ordinals run over the whole deployment, shard by shard (see [`shard_of`]), whatever the
+/// layout, so the decisions never depend on it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DataNodes {
+    cluster: String,
+    /// Pods per StatefulSet when each shard has its own; `None` for the one StatefulSet.
+    per_shard: Option<usize>,
+}
+
+impl DataNodes {
+    /// The data nodes of `cluster`, as [`data_layout`] lays them out.
+    pub fn of(cluster: &RedisCluster) -> Self {
+        match data_layout(cluster) {
+            Some(DataLayout::StatefulSetPerShard) => {
+                Self::per_shard(&cluster.name_any(), cluster.spec.nodes_per_shard())
+            }
+            _ => Self::one_statefulset(&cluster.name_any()),
+        }
+    }
+
+    /// Every data node in the StatefulSet `<cluster>`.
+    pub fn one_statefulset(cluster: &str) -> Self {
+        Self {
+            cluster: cluster.to_string(),
+            per_shard: None,
+        }
+    }
+
+    /// Each shard's `nodes_per_shard` data nodes in the shard's StatefulSet.
+    pub fn per_shard(cluster: &str, nodes_per_shard: usize) -> Self {
+        Self {
+            cluster: cluster.to_string(),
+            per_shard: Some(nodes_per_shard.max(1)),
+        }
+    }
+
+    pub fn cluster(&self) -> &str {
+        &self.cluster
+    }
+
+    /// Pods per StatefulSet when each shard has its own.
+    pub fn nodes_per_shard(&self) -> Option<usize> {
+        self.per_shard
+    }
+
+    /// The StatefulSet holding node `ordinal`, and the node's ordinal in it.
+    pub fn place(&self, ordinal: usize) -> (String, usize) {
+        match self.per_shard {
+            Some(per_shard) => (
+                shard_statefulset_name(&self.cluster, ordinal / per_shard),
+                ordinal % per_shard,
+            ),
+            None => (statefulset_name(&self.cluster), ordinal),
+        }
+    }
+
+    /// The pod (and node) name of node `ordinal`.
+    pub fn name(&self, ordinal: usize) -> String {
+        let (statefulset, ordinal) = self.place(ordinal);
+        format!("{statefulset}-{ordinal}")
+    }
+
+    /// The ordinal of the data node named `pod`; `None` for a pod of another layout or cluster.
+    pub fn ordinal_of(&self, pod: &str) -> Option<usize> {
+        let Some(per_shard) = self.per_shard else {
+            return ordinal_of(&self.cluster, pod);
+        };
+        let rest = pod.strip_prefix(&self.cluster)?.strip_prefix("-shard-")?;
+        let (shard, ordinal) = rest.split_once('-')?;
+        let number = |text: &str| {
+            (!text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| text.parse::<usize>().ok())
+                .flatten()
+        };
+        let ordinal = number(ordinal).filter(|ordinal| *ordinal < per_shard)?;
+        Some(number(shard)? * per_shard + ordinal)
+    }
+
+    /// The StatefulSet the first node is in: the one whose existence says the deployment has
+    /// data nodes.
+    pub fn first_statefulset(&self) -> String {
+        self.place(0).0
+    }
 }
 
 /// Cluster mode: the shard a data pod belongs to. Each shard's pods are consecutive
@@ -513,14 +626,58 @@ pub fn build_pod_disruption_budget(cluster: &RedisCluster, component: &str) -> R
 /// recorded its snapshots in `status.restore` (see [`crate::restore`]); it places a snapshot
 /// only into a data directory that holds no data.
 pub fn build_statefulset(cluster: &RedisCluster, replicas: i32) -> Result<StatefulSet> {
-    let mut statefulset = statefulset(
-        cluster,
-        statefulset_name(&cluster.name_any()),
-        NODE_COMPONENT,
-        replicas,
-        PORT,
-        true,
-    )?;
+    data_statefulset(cluster, None, replicas)
+}
+
+/// Cluster mode with a StatefulSet per shard: shard `shard`'s StatefulSet, its `replicas` pods
+/// labelled with the shard. They share the data nodes' ConfigMap and headless Service, and,
+/// unless the user gives an affinity, never share a node with one another (a requirement: a
+/// shard whose primary and replica die with one node loses its slots) and prefer nodes without
+/// other shards' pods.
+pub fn build_shard_statefulset(cluster: &RedisCluster, shard: usize, replicas: i32) -> Result<StatefulSet> {
+    data_statefulset(cluster, Some(shard), replicas)
+}
+
+/// The labels selecting one shard's pods.
+pub fn shard_selector(cluster: &RedisCluster, shard: usize) -> BTreeMap<String, String> {
+    let mut labels = selector(cluster, NODE_COMPONENT);
+    labels.insert(SHARD_LABEL.into(), shard.to_string());
+    labels
+}
+
+fn data_statefulset(cluster: &RedisCluster, shard: Option<usize>, replicas: i32) -> Result<StatefulSet> {
+    let name = cluster.name_any();
+    let members = Members {
+        statefulset: shard.map_or_else(
+            || statefulset_name(&name),
+            |shard| shard_statefulset_name(&name, shard),
+        ),
+        component: NODE_COMPONENT,
+        config_map: config_map_name(&statefulset_name(&name)),
+        service: statefulset_name(&name),
+        selector: shard.map_or_else(
+            || selector(cluster, NODE_COMPONENT),
+            |shard| shard_selector(cluster, shard),
+        ),
+        port: PORT,
+        persistent: true,
+    };
+    let mut statefulset = statefulset(cluster, members, replicas)?;
+    let user_affinity = cluster
+        .spec
+        .pod_template
+        .as_ref()
+        .is_some_and(|template| template.affinity.is_some());
+    if let (Some(shard), false) = (shard, user_affinity)
+        && let Some(pod) = statefulset
+            .spec
+            .as_mut()
+            .and_then(|spec| spec.template.spec.as_mut())
+    {
+        let mut affinity = affinity_or_spread(None, &selector(cluster, NODE_COMPONENT));
+        keep_apart(&mut affinity, &shard_selector(cluster, shard));
+        pod.affinity = Some(affinity);
+    }
     // In replication mode the operator rolls the data pods itself (replicas first, the primary
     // last after a handover without loss); in cluster mode the StatefulSet controller still does.
     if cluster.spec.mode == Mode::Replication
@@ -535,23 +692,46 @@ pub fn build_statefulset(cluster: &RedisCluster, replicas: i32) -> Result<Statef
             .as_mut()
             .and_then(|spec| spec.template.spec.as_mut())
     {
-        pod.init_containers = Some(vec![restore_container(restore)]);
+        let snapshots = restore_snapshots_of(restore, shard, cluster.spec.nodes_per_shard());
+        pod.init_containers = Some(vec![restore_container(restore, &snapshots)]);
     }
     Ok(statefulset)
+}
+
+/// The snapshots one data StatefulSet's pods pick from, by their ordinal in it: all of them for
+/// the one StatefulSet; for shard `shard`'s own, the shard's, numbered within the shard.
+fn restore_snapshots_of(
+    restore: &RestoreStatus,
+    shard: Option<usize>,
+    nodes_per_shard: usize,
+) -> Vec<RestoreSnapshot> {
+    restore
+        .snapshots
+        .iter()
+        .filter_map(|snapshot| {
+            let Some(shard) = shard else {
+                return Some(snapshot.clone());
+            };
+            let ordinal = usize::try_from(snapshot.ordinal).ok()?;
+            (shard_of(ordinal, nodes_per_shard) == shard).then(|| RestoreSnapshot {
+                ordinal: (ordinal % nodes_per_shard.max(1)) as i32,
+                ..snapshot.clone()
+            })
+        })
+        .collect()
 }
 
 /// The init step of a restored cluster's data pods: `redis-operator restore-node` with every
 /// planned snapshot; each pod picks its own by ordinal. S3 credentials come from the backup's
 /// Secret as environment variables, so they are never in the arguments.
-fn restore_container(restore: &RestoreStatus) -> Container {
+fn restore_container(restore: &RestoreStatus, snapshots: &[RestoreSnapshot]) -> Container {
     let mut args = vec![
         "restore-node".to_string(),
         "--pod-name=$(POD_NAME)".to_string(),
         format!("--data-dir={DATA_DIR}"),
     ];
     args.extend(
-        restore
-            .snapshots
+        snapshots
             .iter()
             .map(|snapshot| format!("--snapshot={}", snapshot_argument(snapshot))),
     );
@@ -597,25 +777,45 @@ fn restore_container(restore: &RestoreStatus) -> Container {
 /// The Sentinels' StatefulSet. A Sentinel keeps what it learns on a pod-lifetime volume: a
 /// new pod is a new Sentinel, told what to monitor by the operator.
 pub fn build_sentinel_statefulset(cluster: &RedisCluster, replicas: i32) -> Result<StatefulSet> {
-    statefulset(
-        cluster,
-        sentinel_statefulset_name(&cluster.name_any()),
-        SENTINEL_COMPONENT,
-        replicas,
-        SENTINEL_PORT,
-        false,
-    )
+    let name = sentinel_statefulset_name(&cluster.name_any());
+    let members = Members {
+        config_map: config_map_name(&name),
+        service: name.clone(),
+        statefulset: name,
+        component: SENTINEL_COMPONENT,
+        selector: selector(cluster, SENTINEL_COMPONENT),
+        port: SENTINEL_PORT,
+        persistent: false,
+    };
+    statefulset(cluster, members, replicas)
 }
 
-fn statefulset(
-    cluster: &RedisCluster,
-    name: String,
-    component: &str,
-    replicas: i32,
+/// What differs between the StatefulSets of data nodes and Sentinels.
+struct Members {
+    statefulset: String,
+    component: &'static str,
+    config_map: String,
+    /// The headless Service naming the pods.
+    service: String,
+    /// The StatefulSet's selector; its pods carry these labels.
+    selector: BTreeMap<String, String>,
     port: i32,
+    /// A data volume per pod (data nodes), else a pod-lifetime one (Sentinels).
     persistent: bool,
-) -> Result<StatefulSet> {
-    let pod_labels = labels(cluster, component);
+}
+
+fn statefulset(cluster: &RedisCluster, members: Members, replicas: i32) -> Result<StatefulSet> {
+    let Members {
+        statefulset: name,
+        component,
+        config_map,
+        service,
+        selector: pod_selector,
+        port,
+        persistent,
+    } = members;
+    let mut pod_labels = labels(cluster, component);
+    pod_labels.extend(pod_selector.clone());
     let env: Vec<EnvVar> = vec![
         field_env("POD_NAME", "metadata.name"),
         field_env("POD_IP", "status.podIP"),
@@ -631,7 +831,7 @@ fn statefulset(
         Volume {
             name: "config".into(),
             config_map: Some(ConfigMapVolumeSource {
-                name: config_map_name(&name),
+                name: config_map,
                 ..ConfigMapVolumeSource::default()
             }),
             ..Volume::default()
@@ -699,11 +899,11 @@ fn statefulset(
     };
     member_statefulset(
         cluster,
-        name.clone(),
-        labels(cluster, component),
         name,
+        labels(cluster, component),
+        service,
         replicas,
-        selector(cluster, component),
+        pod_selector,
         MemberPods {
             overrides: cluster.spec.pod_template.as_ref(),
             labels: pod_labels,
@@ -721,9 +921,15 @@ fn statefulset(
 }
 
 impl quorum_core::pass::ClusterObject for RedisCluster {
+    /// Every StatefulSet a deployment of this name may have, in either mode and layout, so
+    /// that nothing a deleted predecessor left (its shards' volumes included) is taken for new.
     fn statefulsets(&self) -> Vec<String> {
         let name = self.name_any();
-        vec![statefulset_name(&name), sentinel_statefulset_name(&name)]
+        let mut names = vec![statefulset_name(&name), sentinel_statefulset_name(&name)];
+        if self.spec.mode == Mode::Cluster {
+            names.extend((0..crate::crd::MAX_SHARDS).map(|shard| shard_statefulset_name(&name, shard)));
+        }
+        names
     }
 
     fn conditions(&self) -> &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition] {
@@ -982,5 +1188,197 @@ pub(crate) mod tests {
         assert_eq!(shard_of(5, 1), 5);
         assert_eq!(ordinal_of_pod("cache-sentinel-12"), Some(12));
         assert_eq!(ordinal_of_pod("cache"), None);
+    }
+
+    #[test]
+    fn a_shards_nodes_are_named_by_their_shard_and_read_back() {
+        let one = DataNodes::one_statefulset("cache");
+        let sharded = DataNodes::per_shard("cache", 2);
+        for ordinal in 0..8 {
+            assert_eq!(one.ordinal_of(&one.name(ordinal)), Some(ordinal));
+            assert_eq!(sharded.ordinal_of(&sharded.name(ordinal)), Some(ordinal));
+        }
+        assert_eq!(sharded.name(5), "cache-shard-2-1");
+        assert_eq!(sharded.place(5), ("cache-shard-2".to_string(), 1));
+        assert_eq!(sharded.first_statefulset(), "cache-shard-0");
+        for foreign in [
+            "cache-3",
+            "cache-shard-1-2",
+            "cache-shard-x-0",
+            "cache-shard-1",
+            "other-shard-0-0",
+        ] {
+            assert_eq!(sharded.ordinal_of(foreign), None, "{foreign}");
+        }
+        assert_eq!(one.ordinal_of("cache-shard-0-0"), None);
+        let longest = shard_statefulset_name("c", crate::crd::MAX_SHARDS - 1);
+        assert!(
+            longest.len() <= sentinel_statefulset_name("c").len(),
+            "{longest}: never longer than the Sentinels', which bound the name"
+        );
+    }
+
+    #[test]
+    fn a_new_cluster_mode_deployment_gets_a_statefulset_per_shard_and_one_that_served_keeps_its_own() {
+        use crate::crd::{NodeStatus, RedisClusterStatus};
+        let mut cluster = cluster(Mode::Cluster);
+        assert_eq!(data_layout(&cluster), Some(DataLayout::StatefulSetPerShard));
+        assert_eq!(DataNodes::of(&cluster), DataNodes::per_shard("cache", 2));
+        cluster.status = Some(RedisClusterStatus {
+            nodes: vec![NodeStatus {
+                name: "cache-0".into(),
+                role: "Primary".into(),
+                health: "Healthy".into(),
+                node_id: None,
+                shard: Some(0),
+                slots: vec![],
+                following: None,
+                link: None,
+                message: None,
+            }],
+            ..RedisClusterStatus::default()
+        });
+        assert_eq!(
+            data_layout(&cluster),
+            Some(DataLayout::OneStatefulSet),
+            "served before a layout was recorded"
+        );
+        cluster.status.as_mut().unwrap().data_layout = Some(DataLayout::StatefulSetPerShard);
+        assert_eq!(
+            data_layout(&cluster),
+            Some(DataLayout::StatefulSetPerShard),
+            "as recorded"
+        );
+        assert_eq!(data_layout(&super::tests::cluster(Mode::Replication)), None);
+        assert_eq!(
+            DataNodes::of(&super::tests::cluster(Mode::Replication)),
+            DataNodes::one_statefulset("cache")
+        );
+    }
+
+    #[test]
+    fn a_shards_pods_never_share_a_node_unless_the_user_gives_an_affinity() {
+        let cluster = cluster(Mode::Cluster);
+        let statefulset = build_shard_statefulset(&cluster, 1, 2).unwrap();
+        assert_eq!(statefulset.metadata.name.as_deref(), Some("cache-shard-1"));
+        let spec = statefulset.spec.unwrap();
+        assert_eq!(spec.replicas, Some(2));
+        assert_eq!(
+            spec.service_name.as_deref(),
+            Some("cache"),
+            "the data nodes' headless Service"
+        );
+        let own_shard = shard_selector(&cluster, 1);
+        assert_eq!(spec.selector.match_labels.as_ref(), Some(&own_shard));
+        let template = spec.template;
+        let labels = template.metadata.unwrap().labels.unwrap();
+        assert_eq!(labels[SHARD_LABEL], "1");
+        let pod = template.spec.unwrap();
+        let config = pod
+            .volumes
+            .unwrap()
+            .into_iter()
+            .find(|v| v.name == "config")
+            .unwrap();
+        assert_eq!(
+            config.config_map.unwrap().name,
+            "cache-config",
+            "the data nodes' ConfigMap"
+        );
+        let anti = pod.affinity.unwrap().pod_anti_affinity.unwrap();
+        let required = anti.required_during_scheduling_ignored_during_execution.unwrap();
+        assert_eq!(required.len(), 1);
+        assert_eq!(required[0].topology_key, "kubernetes.io/hostname");
+        assert_eq!(
+            required[0].label_selector.as_ref().unwrap().match_labels.as_ref(),
+            Some(&own_shard),
+            "the shard's own pods, not the other shards'"
+        );
+        let preferred = anti.preferred_during_scheduling_ignored_during_execution.unwrap();
+        assert_eq!(
+            preferred[0]
+                .pod_affinity_term
+                .label_selector
+                .as_ref()
+                .unwrap()
+                .match_labels,
+            Some(selector(&cluster, NODE_COMPONENT)),
+            "every data pod prefers a node of its own"
+        );
+
+        let mut one_node = cluster.clone();
+        let own = k8s_openapi::api::core::v1::Affinity::default();
+        one_node.spec.pod_template = Some(quorum_core::crd::PodOverrides {
+            affinity: Some(own.clone()),
+            ..Default::default()
+        });
+        let pod = build_shard_statefulset(&one_node, 0, 2)
+            .unwrap()
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap();
+        assert_eq!(
+            pod.affinity,
+            Some(own),
+            "the user's affinity replaces the operator's"
+        );
+    }
+
+    #[test]
+    fn each_shards_statefulset_restores_its_own_snapshot_by_its_ordinal_in_the_shard() {
+        use crate::crd::{RedisClusterStatus, RestoreSnapshot};
+        use quorum_core::crd::RestoreSource;
+        let snapshot = |ordinal: i32, location: &str| RestoreSnapshot {
+            ordinal,
+            location: location.into(),
+            sha256: "a".repeat(64),
+            slots: vec![],
+        };
+        let mut restored = cluster(Mode::Cluster);
+        restored.spec.restore_from = Some(RestoreSource {
+            backup_name: "nightly".into(),
+        });
+        restored.status = Some(RedisClusterStatus {
+            restore: Some(RestoreStatus {
+                backup_name: "nightly".into(),
+                snapshots: vec![
+                    snapshot(0, "/b/0.rdb"),
+                    snapshot(2, "/b/1.rdb"),
+                    snapshot(4, "/b/2.rdb"),
+                ],
+                image: "operator:1".into(),
+                s3_endpoint: None,
+                s3_region: None,
+                credentials_secret_name: None,
+                allow_http: false,
+            }),
+            ..RedisClusterStatus::default()
+        });
+        let snapshots = |shard| {
+            let pod = build_shard_statefulset(&restored, shard, 2)
+                .unwrap()
+                .spec
+                .unwrap()
+                .template
+                .spec
+                .unwrap();
+            pod.init_containers.unwrap()[0]
+                .args
+                .clone()
+                .unwrap()
+                .into_iter()
+                .filter(|a| a.starts_with("--snapshot="))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            snapshots(1),
+            vec![format!("--snapshot=0={}=/b/1.rdb", "a".repeat(64))]
+        );
+        assert_eq!(
+            snapshots(2),
+            vec![format!("--snapshot=0={}=/b/2.rdb", "a".repeat(64))]
+        );
     }
 }

@@ -812,7 +812,7 @@ async fn a_handover_moves_the_primary_without_losing_an_acknowledged_write() {
 
     // Every call is routed above: the addresses are never resolved.
     let addresses = Addresses {
-        cluster: "main".into(),
+        nodes: redis_operator::resources::DataNodes::one_statefulset("main"),
         hosts: quorum_core::naming::PodHosts::Loopback {
             namespace: "handover".into(),
         },

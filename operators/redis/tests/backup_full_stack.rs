@@ -301,12 +301,16 @@ async fn a_cluster_mode_backup_stores_one_snapshot_per_shard_and_restores_each_s
         .await;
     let status = ready(&setup.clusters, "sharded", 8).await;
     let password = setup.password("sharded").await;
-    let ordinal = |name: &str| name.rsplit_once('-').unwrap().1.parse::<usize>().unwrap();
+    let nodes = |cluster: &str| redis_operator::resources::DataNodes::per_shard(cluster, 2);
+    let pod_address = |cluster: &str, pod: &str| {
+        let (statefulset, ordinal) = nodes(cluster).place(nodes(cluster).ordinal_of(pod).unwrap());
+        SocketAddr::new(loopback_ip(&ns, &statefulset, ordinal).into(), 6379)
+    };
     let mut written = BTreeMap::new();
     for number in 0..300 {
         let key = format!("key-{number}");
         let node = owner(&status, key_slot(key.as_bytes()));
-        let mut connection = data_connection(node_address(&ns, "sharded", ordinal(&node)), &password)
+        let mut connection = data_connection(pod_address("sharded", &node), &password)
             .await
             .unwrap();
         let _: () = connection.set(&key, number).await.unwrap();
@@ -346,7 +350,7 @@ async fn a_cluster_mode_backup_stores_one_snapshot_per_shard_and_restores_each_s
         assert_eq!(shard.sha256, hex::encode(Sha256::digest(&stored)));
         assert_eq!(shard.size_bytes, stored.len() as i64);
         assert!(
-            ordinal(&shard.node) / 2 == index,
+            nodes("sharded").ordinal_of(&shard.node).unwrap() / 2 == index,
             "{} is in shard {index}",
             shard.node
         );
@@ -386,7 +390,7 @@ async fn a_cluster_mode_backup_stores_one_snapshot_per_shard_and_restores_each_s
     let copy_password = setup.password("copy").await;
     for (key, value) in &written {
         let node = owner(&copy, key_slot(key.as_bytes()));
-        let mut connection = data_connection(node_address(&ns, "copy", ordinal(&node)), &copy_password)
+        let mut connection = data_connection(pod_address("copy", &node), &copy_password)
             .await
             .unwrap();
         let held: Option<String> = connection.get(key).await.unwrap();

@@ -37,12 +37,40 @@ use redis_operator::{
         cluster::{ClusterNode, SLOT_COUNT, myself, slot_ownership},
     },
     crd::{RedisCluster, RedisClusterStatus},
-    resources::ROLE_LABEL,
+    resources::{DataNodes, ROLE_LABEL},
 };
 use support::{ClusterClient, Setup, cluster_spec, ready, start_operator};
 
+/// The tests' deployments: shards of a primary and a replica, each shard its own StatefulSet.
+fn data_nodes() -> DataNodes {
+    DataNodes::per_shard("cache", 2)
+}
+
+/// The pod of node `ordinal` (`cache-shard-<ordinal / 2>-<ordinal % 2>`).
+fn pod(ordinal: usize) -> String {
+    data_nodes().name(ordinal)
+}
+
 fn node_address(namespace: &str, ordinal: usize) -> SocketAddr {
-    SocketAddr::new(loopback_ip(namespace, "cache", ordinal).into(), 6379)
+    let (statefulset, ordinal) = data_nodes().place(ordinal);
+    SocketAddr::new(loopback_ip(namespace, &statefulset, ordinal).into(), 6379)
+}
+
+/// The data pods the deployment's StatefulSets want in all; there is no StatefulSet `cache`.
+async fn data_pods_wanted(client: &kube::Client, namespace: &str) -> i32 {
+    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
+    assert!(statefulsets.get_opt("cache").await.unwrap().is_none());
+    statefulsets
+        .list(
+            &ListParams::default()
+                .labels("app.kubernetes.io/instance=cache,app.kubernetes.io/component=node"),
+        )
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|statefulset| statefulset.spec?.replicas)
+        .sum()
 }
 
 async fn admin(address: SocketAddr, password: &str) -> RedisAdmin {
@@ -224,15 +252,12 @@ async fn three_shards_form_serve_every_slot_and_take_cluster_aware_writes() {
 
     // Each shard is its two consecutive pods: the first the primary, the second its replica.
     for node in &status.nodes {
-        let ordinal: usize = node.name.strip_prefix("cache-").unwrap().parse().unwrap();
+        let ordinal = data_nodes().ordinal_of(&node.name).unwrap();
         assert_eq!(node.shard, Some((ordinal / 2) as i32), "{node:?}");
         if ordinal.is_multiple_of(2) {
             assert_eq!(node.role, "Primary", "{node:?}");
         } else {
-            assert_eq!(
-                node.following.as_deref(),
-                Some(format!("cache-{}", ordinal - 1).as_str())
-            );
+            assert_eq!(node.following.as_deref(), Some(pod(ordinal - 1).as_str()));
         }
     }
     let labels = role_labels(&setup.client, &ns).await;
@@ -242,13 +267,9 @@ async fn three_shards_form_serve_every_slot_and_take_cluster_aware_writes() {
         } else {
             "replica"
         };
-        assert_eq!(labels[&format!("cache-{ordinal}")], expected, "{labels:?}");
+        assert_eq!(labels[&pod(ordinal)], expected, "{labels:?}");
     }
-    let statefulsets: Api<StatefulSet> = Api::namespaced(setup.client.clone(), &ns);
-    assert_eq!(
-        statefulsets.get("cache").await.unwrap().spec.unwrap().replicas,
-        Some(6)
-    );
+    assert_eq!(data_pods_wanted(&setup.client, &ns).await, 6);
     let services: Api<Service> = Api::namespaced(setup.client.clone(), &ns);
     assert!(services.get_opt("cache-client").await.unwrap().is_some());
 
@@ -268,6 +289,129 @@ async fn three_shards_form_serve_every_slot_and_take_cluster_aware_writes() {
         assert!(count > 50, "primary {ordinal} holds {count} of the keys");
     }
     assert_eq!(events(&setup.client, &ns, "FormingCluster").await.len(), 1);
+    setup.stop().await;
+}
+
+/// A deployment an operator from before per-shard StatefulSets formed (its pods in one
+/// StatefulSet `cache`, no layout in its status) is taken over by this one without a pod
+/// restarted or a node moved: it keeps the one StatefulSet, records that layout, and serves
+/// every key it held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deployment_formed_on_one_statefulset_keeps_it_and_its_keys_under_a_new_operator() {
+    use k8s_openapi::api::core::v1::Pod;
+    use quorum_core::runner::PAUSE_ANNOTATION;
+    let setup = Setup::start("redis-cluster-layout").await;
+    let ns = setup.ns().to_string();
+    let pause = |paused: bool| {
+        let clusters = setup.clusters.clone();
+        async move {
+            let value = if paused {
+                serde_json::json!("true")
+            } else {
+                serde_json::Value::Null
+            };
+            clusters
+                .patch(
+                    "cache",
+                    &PatchParams::default(),
+                    &Patch::Merge(
+                        serde_json::json!({"metadata": {"annotations": {PAUSE_ANNOTATION: value}}}),
+                    ),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    let set_layout = |layout: serde_json::Value| {
+        let clusters = setup.clusters.clone();
+        async move {
+            clusters
+                .patch_status(
+                    "cache",
+                    &PatchParams::default(),
+                    &Patch::Merge(serde_json::json!({"status": {"dataLayout": layout}})),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    // Formed on the one StatefulSet, as every deployment of an older operator was: created
+    // paused, its layout recorded before the operator's first pass.
+    let mut older = RedisCluster::new("cache", cluster_spec(3, 1));
+    older
+        .metadata
+        .annotations
+        .get_or_insert_default()
+        .insert(PAUSE_ANNOTATION.into(), "true".into());
+    setup
+        .clusters
+        .create(&PostParams::default(), &older)
+        .await
+        .unwrap();
+    set_layout(serde_json::json!("OneStatefulSet")).await;
+    pause(false).await;
+    let formed = ready(&setup.clusters, "cache", 6).await;
+    let one = DataNodes::one_statefulset("cache");
+    let address = |ordinal: usize| SocketAddr::new(loopback_ip(&ns, "cache", ordinal).into(), 6379);
+    assert!(
+        formed
+            .nodes
+            .iter()
+            .all(|node| one.ordinal_of(&node.name).is_some()),
+        "{:?}",
+        formed.nodes
+    );
+    let password = setup.password("cache").await;
+    let client = ClusterClient::new((0..6).map(address).collect(), &password);
+    let keys: Vec<String> = (0..200).map(|n| format!("key-{n}")).collect();
+    for key in &keys {
+        client.set(key, &value_of(key)).await.unwrap();
+    }
+    let pods: Api<Pod> = Api::namespaced(setup.client.clone(), &ns);
+    let uids =
+        |pods: Vec<Pod>| -> BTreeSet<String> { pods.into_iter().filter_map(|p| p.metadata.uid).collect() };
+    let node_pods = ListParams::default().labels("app.kubernetes.io/component=node");
+    let before = uids(pods.list(&node_pods).await.unwrap().items);
+
+    // The status as an older operator wrote it: nodes, slots, no layout.
+    pause(true).await;
+    set_layout(serde_json::Value::Null).await;
+    assert_eq!(status(&setup.clusters).await.data_layout, None);
+    pause(false).await;
+    setup
+        .status_until(
+            "cache",
+            "its layout recorded",
+            Duration::from_secs(60),
+            |status| {
+                (status.data_layout == Some(redis_operator::crd::DataLayout::OneStatefulSet))
+                    .then_some(())
+                    .ok_or(format!("{:?}", status.data_layout))
+            },
+        )
+        .await;
+    let kept = ready(&setup.clusters, "cache", 6).await;
+    assert_eq!(recorded_ids(&kept), recorded_ids(&formed), "no node moved");
+    let statefulsets: Api<StatefulSet> = Api::namespaced(setup.client.clone(), &ns);
+    let names: Vec<String> = statefulsets
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|s| s.metadata.name)
+        .collect();
+    assert_eq!(
+        names,
+        vec!["cache".to_string()],
+        "no StatefulSet per shard beside the one"
+    );
+    assert_eq!(
+        uids(pods.list(&node_pods).await.unwrap().items),
+        before,
+        "no pod replaced"
+    );
+    assert_all_readable(&client, &keys).await;
     setup.stop().await;
 }
 
@@ -349,11 +493,38 @@ async fn scaling_three_to_four_to_three_shards_under_writes_loses_no_key() {
         before,
         "the remaining nodes are the original ones"
     );
+    assert_eq!(data_pods_wanted(&setup.client, &ns).await, 6);
+    // The leaving shard's StatefulSet goes once empty, and its volumes with its pods: a fourth
+    // shard added again starts empty, not on data the cluster forgot.
     let statefulsets: Api<StatefulSet> = Api::namespaced(setup.client.clone(), &ns);
-    assert_eq!(
-        statefulsets.get("cache").await.unwrap().spec.unwrap().replicas,
-        Some(6)
-    );
+    let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        Api::namespaced(setup.client.clone(), &ns);
+    wait::until(
+        "the fourth shard's StatefulSet and volumes removed",
+        Duration::from_secs(60),
+        || async {
+            let statefulset = statefulsets
+                .get_opt("cache-shard-3")
+                .await
+                .map_err(|e| e.to_string())?;
+            let left: Vec<String> = claims
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?
+                .items
+                .into_iter()
+                .filter_map(|claim| claim.metadata.name)
+                .filter(|name| name.starts_with("data-cache-shard-3-"))
+                .collect();
+            (statefulset.is_none() && left.is_empty())
+                .then_some(())
+                .ok_or(format!(
+                    "StatefulSet present: {}, claims {left:?}",
+                    statefulset.is_some()
+                ))
+        },
+    )
+    .await;
 
     stop.store(true, Ordering::Relaxed);
     let (written, errors) = writer.await.unwrap();
@@ -366,14 +537,16 @@ async fn scaling_three_to_four_to_three_shards_under_writes_loses_no_key() {
         written.len()
     );
     assert!(
-        recorded.iter().any(|r| r.target_shards == 4 && r.current.as_ref().is_some_and(|m| m.to == after_out["cache-6"])),
+        recorded
+            .iter()
+            .any(|r| r.target_shards == 4 && r.current.as_ref().is_some_and(|m| m.to == after_out[&pod(6)])),
         "a move to the new shard was recorded: {recorded:?}"
     );
     assert!(
         recorded
             .iter()
             .any(|r| r.target_shards == 3
-                && r.current.as_ref().is_some_and(|m| m.from == after_out["cache-6"])),
+                && r.current.as_ref().is_some_and(|m| m.from == after_out[&pod(6)])),
         "a move off the leaving shard was recorded: {recorded:?}"
     );
     assert_all_readable(&client, &preloaded).await;
@@ -406,7 +579,7 @@ async fn a_node_blackholed_from_the_operator_is_neither_forgotten_nor_emptied_by
     let formed = setup.create_ready("cache", cluster_spec(4, 1), 8).await;
     let password = setup.password("cache").await;
     let ids = recorded_ids(&formed);
-    let leaving = ids["cache-6"].clone();
+    let leaving = ids[&pod(6)].clone();
 
     // The operator reaches shard 3's primary through a proxy; the nodes still talk directly.
     let proxy = FaultProxy::start("127.0.0.1:0".parse().unwrap(), node_address(&ns, 6))
@@ -421,9 +594,9 @@ async fn a_node_blackholed_from_the_operator_is_neither_forgotten_nor_emptied_by
         .route(&key, Kind::Node, 6, proxy.address())
         .await;
     proxy.set(Fault::Blackhole);
-    wait::until("cache-6 reported Unknown", Duration::from_secs(60), || async {
+    wait::until("node 6 reported Unknown", Duration::from_secs(60), || async {
         let status = status(&setup.clusters).await;
-        match status.nodes.iter().find(|n| n.name == "cache-6") {
+        match status.nodes.iter().find(|n| n.name == pod(6)) {
             Some(node) if node.health == "Unknown" => Ok(()),
             other => Err(format!("{other:?}")),
         }
@@ -445,7 +618,7 @@ async fn a_node_blackholed_from_the_operator_is_neither_forgotten_nor_emptied_by
     let status = status(&setup.clusters).await;
     let progressing = condition(&status, "Progressing").unwrap();
     assert_eq!(progressing.reason, "ScaleInBlocked", "{}", progressing.message);
-    let node = status.nodes.iter().find(|n| n.name == "cache-6").unwrap();
+    let node = status.nodes.iter().find(|n| n.name == pod(6)).unwrap();
     assert_eq!(node.health, "Unknown");
     assert_eq!(node.node_id.as_deref(), Some(leaving.as_str()));
     assert_eq!(
@@ -453,11 +626,7 @@ async fn a_node_blackholed_from_the_operator_is_neither_forgotten_nor_emptied_by
         vec!["12288-16383".to_string()],
         "its slots, as the others see them"
     );
-    let statefulsets: Api<StatefulSet> = Api::namespaced(setup.client.clone(), &ns);
-    assert_eq!(
-        statefulsets.get("cache").await.unwrap().spec.unwrap().replicas,
-        Some(8)
-    );
+    assert_eq!(data_pods_wanted(&setup.client, &ns).await, 8);
     for ordinal in 0..8 {
         let view = view_of(&ns, &password, ordinal).await;
         let entry = view.iter().find(|n| n.id == leaving);
@@ -520,7 +689,7 @@ async fn every_pod_and_the_operator_restarted_keep_the_cluster_and_its_node_ids(
     setup.operator.shutdown.cancel();
     (&mut setup.operator.task).await.unwrap().unwrap();
     for ordinal in 0..6 {
-        setup.pods.kill(&ns, &format!("cache-{ordinal}")).await;
+        setup.pods.kill(&ns, &pod(ordinal)).await;
     }
     setup.operator = start_operator(setup.client.clone(), &ns);
     wait::until("every node reported Unknown", Duration::from_secs(60), || async {
@@ -566,7 +735,7 @@ async fn every_pod_and_the_operator_restarted_keep_the_cluster_and_its_node_ids(
     for shard in 0..3 {
         let served = |slots: &BTreeMap<String, Vec<String>>| -> Vec<String> {
             (2 * shard..2 * shard + 2)
-                .flat_map(|o| slots[&format!("cache-{o}")].clone())
+                .flat_map(|o| slots[&pod(o)].clone())
                 .collect()
         };
         assert_eq!(served(&slots_after), served(&slots_before), "shard {shard}");

@@ -22,7 +22,7 @@ use quorum_e2e::{
 use redis::AsyncCommands;
 use redis_operator::{
     crd::{RedisCluster, RedisClusterSpec, RedisClusterStatus},
-    resources::{node_name, primary_service_name, replicas_service_name},
+    resources::{DataNodes, SHARD_LABEL, node_name, primary_service_name, replicas_service_name},
 };
 use support::{ClusterClient, data_connection, generated_password};
 
@@ -39,6 +39,22 @@ fn on_real_node(mut spec: RedisClusterSpec) -> RedisCluster {
     spec.storage.storage_class_name = Some(STORAGE_CLASS.into());
     spec.pod_template = Some(real_node::pod_overrides());
     RedisCluster::new(CLUSTER, spec)
+}
+
+/// Cluster-mode `spec` on the real node with every shard's pods on it: there is one real node,
+/// so the deployment says, as a user with a one-node cluster would, that a shard's primary and
+/// replica may share a node (`spec.podTemplate.affinity` given, here empty).
+fn sharing_the_real_node(spec: RedisClusterSpec) -> RedisCluster {
+    let mut cluster = on_real_node(spec);
+    if let Some(template) = cluster.spec.pod_template.as_mut() {
+        template.affinity = Some(Default::default());
+    }
+    cluster
+}
+
+/// Node `ordinal`'s pod in the tests' cluster-mode deployments (shards of two nodes).
+fn shard_node_name(ordinal: usize) -> String {
+    DataNodes::per_shard(CLUSTER, 2).name(ordinal)
 }
 
 fn clusters(setup: &OnRealNode) -> Api<RedisCluster> {
@@ -601,7 +617,7 @@ async fn node_addresses(setup: &OnRealNode, nodes: usize) -> Vec<SocketAddr> {
 #[tokio::test]
 async fn shards_removed_and_added_again_start_from_empty_volumes() {
     let setup = OnRealNode::install("real-redis-shards", CHART, &[]).await;
-    create_ready(&setup, on_real_node(support::cluster_spec(3, 1)), 6, 0).await;
+    create_ready(&setup, sharing_the_real_node(support::cluster_spec(3, 1)), 6, 0).await;
     let password = generated_password(&setup.admin, &setup.ns, CLUSTER).await;
     let client = Arc::new(ClusterClient::new(node_addresses(&setup, 6).await, &password));
     let writer = start_writer({
@@ -612,8 +628,8 @@ async fn shards_removed_and_added_again_start_from_empty_volumes() {
         }
     });
     let removed_claims = [
-        format!("data-{}", node_name(CLUSTER, 6)),
-        format!("data-{}", node_name(CLUSTER, 7)),
+        format!("data-{}", shard_node_name(6)),
+        format!("data-{}", shard_node_name(7)),
     ];
     let mut first_volumes = Vec::new();
 
@@ -662,6 +678,105 @@ async fn shards_removed_and_added_again_start_from_empty_volumes() {
     })
     .await;
     eprintln!("{checked} acknowledged writes checked, none lost");
+    setup.remove().await;
+}
+
+/// Cluster mode with the default placement, on the one real node: a shard's primary and replica
+/// never share a node, so one pod of each shard is placed and the other waits unscheduled, and
+/// the deployment's `PodsFailing` condition says why. Once the user allows sharing
+/// (`spec.podTemplate.affinity`), the shards roll to the new template and the cluster forms.
+#[tokio::test]
+async fn a_shards_primary_and_replica_never_share_a_node_unless_the_user_allows_it() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::ListParams;
+    let setup = OnRealNode::install("real-redis-apart", CHART, &[]).await;
+    clusters(&setup)
+        .create(&PostParams::default(), &on_real_node(support::cluster_spec(3, 1)))
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(setup.admin.clone(), &setup.ns);
+    let unschedulable = |pod: &Pod| {
+        pod.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|conditions| {
+                conditions.iter().any(|c| {
+                    c.type_ == "PodScheduled"
+                        && c.status == "False"
+                        && c.message.as_deref().is_some_and(|m| m.contains("anti-affinity"))
+                })
+            })
+    };
+    wait::until(
+        "each shard with one pod placed and one kept off the node its shard-mate is on",
+        Duration::from_secs(120),
+        || async {
+            let listed = pods
+                .list(&ListParams::default().labels(NODES))
+                .await
+                .map_err(|e| e.to_string())?
+                .items;
+            let mut by_shard: BTreeMap<String, (Vec<String>, usize)> = BTreeMap::new();
+            for pod in &listed {
+                let shard = pod
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(SHARD_LABEL))
+                    .cloned();
+                let entry = by_shard
+                    .entry(shard.unwrap_or_else(|| "none".into()))
+                    .or_default();
+                match pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
+                    Some(node) => entry.0.push(node),
+                    None if unschedulable(pod) => entry.1 += 1,
+                    None => {}
+                }
+            }
+            for (shard, (placed, _)) in &by_shard {
+                let mut nodes = placed.clone();
+                nodes.dedup();
+                assert_eq!(
+                    nodes.len(),
+                    placed.len(),
+                    "shard {shard}: two of its pods share a node: {placed:?}"
+                );
+            }
+            let expected: BTreeMap<String, (Vec<String>, usize)> = (0..3)
+                .map(|shard| (shard.to_string(), (vec![real_node::NODE_NAME.to_string()], 1)))
+                .collect();
+            (by_shard == expected)
+                .then_some(())
+                .ok_or(format!("{by_shard:?}"))
+        },
+    )
+    .await;
+    wait::until("PodsFailing naming the rule", Duration::from_secs(60), || async {
+        let status = clusters(&setup)
+            .get(CLUSTER)
+            .await
+            .map_err(|e| e.to_string())?
+            .status
+            .unwrap_or_default();
+        status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "PodsFailing" && c.status == "True" && c.message.contains("anti-affinity"))
+            .map(|_| ())
+            .ok_or(format!("{:?}", status.conditions))
+    })
+    .await;
+
+    clusters(&setup)
+        .patch(
+            CLUSTER,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"podTemplate": {"affinity": {}}}})),
+        )
+        .await
+        .unwrap();
+    support::ready(&clusters(&setup), CLUSTER, 6).await;
+    setup.members_ready(NODES, 6, Duration::from_secs(180)).await;
     setup.remove().await;
 }
 

@@ -14,7 +14,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::{api::apps::v1::StatefulSet, apimachinery::pkg::apis::meta::v1::Time};
+use kube::ResourceExt;
 use quorum_core::{
     availability::{health::Health, retry::Idempotency},
     conditions::{ConditionType, ConditionUpdate},
@@ -29,9 +30,14 @@ use crate::{
         rebalance::SlotMove,
     },
     clients::CallFailure,
+    crd::MAX_SHARDS,
     crd::{NodeStatus, RebalanceStatus, RedisClusterStatus, SlotMoveStatus},
+    pass::replicas_of,
     pass::{Error, Pass, Progress, set_conditions},
-    resources::{RoleLabel, build_statefulset, node_name, ordinal_of, shard_of, statefulset_name},
+    resources::{
+        DataNodes, RoleLabel, build_shard_statefulset, build_statefulset, data_layout, shard_of,
+        shard_statefulset_name, statefulset_name,
+    },
 };
 
 use decide::{Decision, Facts, Reason, Step, Topology, decide_pass, pending_moves, serving};
@@ -48,12 +54,14 @@ const RECORDED_SLOTS_FIELD: &str = "status.rebalance.current.slots";
 pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
     let name = pass.name();
     let spec = &pass.cluster.spec;
-    let pods = pass.statefulset_replicas(&statefulset_name(&name)).await?;
+    let data = &pass.addresses.nodes;
+    let statefulsets = DataStatefulSets::observe(pass).await?;
+    let pods = statefulsets.pods();
     let previous = pass.cluster.status.clone().unwrap_or_default();
     let recorded_ids: BTreeMap<usize, String> = previous
         .nodes
         .iter()
-        .filter_map(|node| Some((ordinal_of(&name, &node.name)?, node.node_id.clone()?)))
+        .filter_map(|node| Some((data.ordinal_of(&node.name)?, node.node_id.clone()?)))
         .collect();
     // A recorded move this operator cannot read is never taken for no move: the pass waits.
     let recorded = recorded_move(&previous);
@@ -75,20 +83,19 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
     let topology = Topology::new(&facts);
     tracing::info!(cluster = %pass.key, ?decision, "decided");
 
-    // The StatefulSet: grown by a step; shrunk only after its leaving nodes are forgotten.
+    // The StatefulSets: grown by a step; shrunk only after the leaving nodes are forgotten.
     let replicas = match &decision {
         Decision::Act(Step::ScaleNodes { replicas }) => *replicas,
         _ => pods.unwrap_or(facts.desired_nodes()),
     };
-    pass.apply(&build_statefulset(pass.cluster, replicas as i32)?)
-        .await?;
+    statefulsets.size(pass, replicas).await?;
 
     let mut progress = match &decision {
         Decision::Settled => Progress::Settled,
         Decision::Wait(wait) => Progress::from(wait.clone()),
         Decision::Act(step) => Progress::Acted {
             reason: step_reason(step),
-            message: describe(&name, step),
+            message: describe(data, step),
         },
     };
 
@@ -112,11 +119,10 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
     };
     if let Some((Step::RemoveShards { replicas, .. }, Ok(()))) = &outcome {
         // Forgotten everywhere: now the pods may go.
-        pass.apply(&build_statefulset(pass.cluster, *replicas as i32)?)
-            .await?;
+        statefulsets.size(pass, *replicas).await?;
     }
     if let Some((step, Err(source))) = outcome {
-        let message = format!("{} failed: {source}", describe(&name, step));
+        let message = format!("{} failed: {source}", describe(data, step));
         progress = Progress::Failed {
             reason: Reason::StepFailed,
             message,
@@ -124,7 +130,7 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
         status = build_status(pass, &facts, &topology, &progress, status.rebalance.clone());
         writer.write(&status).await?;
         failure = Some(Error::Step {
-            step: describe(&name, step),
+            step: describe(data, step),
             source,
         });
     }
@@ -133,6 +139,95 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
         Some(error) => Err(error),
         None => Ok(progress),
     }
+}
+
+/// The data StatefulSets as this pass found them: the one StatefulSet, or each shard's by its
+/// shard.
+struct DataStatefulSets {
+    by_shard: BTreeMap<usize, StatefulSet>,
+    one: Option<StatefulSet>,
+}
+
+impl DataStatefulSets {
+    async fn observe(pass: &Pass<'_>) -> Result<Self, Error> {
+        let name = pass.name();
+        let mut found = Self {
+            by_shard: BTreeMap::new(),
+            one: None,
+        };
+        for statefulset in pass.data_statefulsets().await? {
+            let own = statefulset.name_any();
+            if own == statefulset_name(&name) {
+                found.one = Some(statefulset);
+            } else if let Some(shard) = (0..MAX_SHARDS).find(|s| shard_statefulset_name(&name, *s) == own) {
+                found.by_shard.insert(shard, statefulset);
+            }
+        }
+        Ok(found)
+    }
+
+    /// Pods the StatefulSets of the deployment's layout hold in all; `None` before they exist.
+    fn pods(&self) -> Option<usize> {
+        if self.by_shard.is_empty() {
+            return replicas_of(self.one.as_ref());
+        }
+        Some(self.by_shard.values().filter_map(|s| replicas_of(Some(s))).sum())
+    }
+
+    /// Sizes the data StatefulSets to `nodes` pods in all. With a StatefulSet per shard, a shard
+    /// beyond them is scaled to no pods first (its volumes go with its pods, so a shard added
+    /// again starts empty) and removed once empty; and an existing shard's StatefulSet is
+    /// changed only while every shard before it has rolled out, so a new pod template restarts
+    /// one shard's pods at a time, never every shard's primary at once.
+    async fn size(&self, pass: &Pass<'_>, nodes: usize) -> Result<(), Error> {
+        let Some(per_shard) = pass.addresses.nodes.nodes_per_shard() else {
+            return pass.apply(&build_statefulset(pass.cluster, nodes as i32)?).await;
+        };
+        let applier = &pass.context.applier;
+        let shards = nodes.div_ceil(per_shard);
+        let beyond = self.by_shard.keys().next_back().map_or(0, |last| last + 1);
+        let mut before_rolled_out = true;
+        for shard in 0..shards.max(beyond) {
+            let current = self.by_shard.get(&shard);
+            let leaving = shard >= shards;
+            match current {
+                None if leaving => continue,
+                Some(current) if leaving && is_empty(current) => {
+                    applier
+                        .apply_or_remove::<StatefulSet, _>(pass.cluster, &current.name_any(), None)
+                        .await?;
+                    continue;
+                }
+                Some(_) if !leaving && !before_rolled_out => continue,
+                _ => {}
+            }
+            let replicas = if leaving { 0 } else { per_shard };
+            let stored = applier
+                .apply(&build_shard_statefulset(pass.cluster, shard, replicas as i32)?)
+                .await?;
+            before_rolled_out &= leaving || rolled_out(&stored);
+        }
+        Ok(())
+    }
+}
+
+/// Whether a StatefulSet runs its current template on every pod it wants, each ready.
+pub fn rolled_out(statefulset: &StatefulSet) -> bool {
+    let wanted = replicas_of(Some(statefulset)).unwrap_or(0) as i32;
+    let Some(status) = statefulset.status.as_ref() else {
+        return false;
+    };
+    status.observed_generation.is_some()
+        && status.observed_generation >= statefulset.metadata.generation
+        && status.replicas == wanted
+        && status.updated_replicas.unwrap_or(0) == wanted
+        && status.ready_replicas.unwrap_or(0) == wanted
+        && status.current_revision == status.update_revision
+}
+
+/// Whether a StatefulSet wants no pod and has none left.
+fn is_empty(statefulset: &StatefulSet) -> bool {
+    replicas_of(Some(statefulset)) == Some(0) && statefulset.status.as_ref().is_none_or(|s| s.replicas == 0)
 }
 
 /// Takes one step.
@@ -363,13 +458,14 @@ fn build_status(
     progress: &Progress,
     rebalance: Option<RebalanceStatus>,
 ) -> RedisClusterStatus {
-    let name = pass.name();
+    let data = &pass.addresses.nodes;
     let mut status = pass.cluster.status.clone().unwrap_or_default();
+    status.data_layout = data_layout(pass.cluster);
     let name_of_id = |id: &str| {
         topology
             .ordinals
             .get(id)
-            .map_or_else(|| id.to_string(), |ordinal| node_name(&name, *ordinal))
+            .map_or_else(|| id.to_string(), |ordinal| data.name(*ordinal))
     };
     status.nodes = facts
         .nodes
@@ -391,7 +487,7 @@ fn build_status(
                 .filter(|me| me.flags.replica)
                 .and_then(|me| me.primary_id.as_deref());
             NodeStatus {
-                name: node_name(&name, node.ordinal),
+                name: data.name(node.ordinal),
                 role: role.into(),
                 health: node.health.as_str().into(),
                 node_id: id.cloned(),
@@ -435,7 +531,7 @@ fn build_status(
             },
             format!(
                 "{}: {}",
-                node_name(&name, node.ordinal),
+                data.name(node.ordinal),
                 node.health.detail().unwrap_or_default()
             ),
         )),
@@ -543,13 +639,10 @@ pub fn step_reason(step: &Step) -> Reason {
 }
 
 /// A step in words, for events and conditions.
-pub fn describe(cluster: &str, step: &Step) -> String {
-    let node = |ordinal: &usize| node_name(cluster, *ordinal);
+pub fn describe(data: &DataNodes, step: &Step) -> String {
+    let node = |ordinal: &usize| data.name(*ordinal);
     let nodes = |ordinals: &mut dyn Iterator<Item = usize>| {
-        ordinals
-            .map(|o| node_name(cluster, o))
-            .collect::<Vec<_>>()
-            .join(", ")
+        ordinals.map(|o| data.name(o)).collect::<Vec<_>>().join(", ")
     };
     match step {
         Step::ScaleNodes { replicas } => format!("scaling the data nodes to {replicas} pods"),
@@ -611,6 +704,60 @@ pub fn describe(cluster: &str, step: &Step) -> String {
 mod tests {
     use super::*;
     use decide::NodeFact;
+    use k8s_openapi::api::apps::v1::{StatefulSetSpec, StatefulSetStatus};
+
+    #[test]
+    fn a_shard_has_rolled_out_only_when_every_pod_runs_the_new_template_and_is_ready() {
+        let statefulset = |generation: i64, status: Option<StatefulSetStatus>| StatefulSet {
+            metadata: kube::api::ObjectMeta {
+                generation: Some(generation),
+                ..Default::default()
+            },
+            spec: Some(StatefulSetSpec {
+                replicas: Some(2),
+                ..Default::default()
+            }),
+            status,
+        };
+        let done = StatefulSetStatus {
+            observed_generation: Some(3),
+            replicas: 2,
+            updated_replicas: Some(2),
+            ready_replicas: Some(2),
+            current_revision: Some("b".into()),
+            update_revision: Some("b".into()),
+            ..Default::default()
+        };
+        assert!(rolled_out(&statefulset(3, Some(done.clone()))));
+        let cases = [
+            ("no status yet", statefulset(3, None)),
+            ("a new spec not yet seen", statefulset(4, Some(done.clone()))),
+            (
+                "a pod on the old template",
+                statefulset(
+                    3,
+                    Some(StatefulSetStatus {
+                        updated_replicas: Some(1),
+                        current_revision: Some("a".into()),
+                        ..done.clone()
+                    }),
+                ),
+            ),
+            (
+                "a pod not ready (unscheduled, restarting)",
+                statefulset(
+                    3,
+                    Some(StatefulSetStatus {
+                        ready_replicas: Some(1),
+                        ..done.clone()
+                    }),
+                ),
+            ),
+        ];
+        for (case, statefulset) in cases {
+            assert!(!rolled_out(&statefulset), "{case}");
+        }
+    }
 
     #[test]
     fn a_restored_cluster_takes_the_layout_its_snapshots_recorded() {
