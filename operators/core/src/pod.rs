@@ -10,8 +10,9 @@ use k8s_openapi::{
         core::v1::{
             Affinity, Capabilities, EmptyDirVolumeSource, EnvVar, EnvVarSource, ObjectFieldSelector,
             PersistentVolumeClaim, PersistentVolumeClaimSpec, PodAffinityTerm, PodAntiAffinity,
-            PodSecurityContext, PodSpec, PodTemplateSpec, SeccompProfile, SecurityContext, Volume,
-            VolumeMount, VolumeResourceRequirements, WeightedPodAffinityTerm,
+            PodSecurityContext, PodSpec, PodTemplateSpec, SeccompProfile, SecurityContext,
+            TopologySpreadConstraint, Volume, VolumeMount, VolumeResourceRequirements,
+            WeightedPodAffinityTerm,
         },
     },
     apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta},
@@ -43,22 +44,30 @@ pub fn affinity_or_spread(user: Option<Affinity>, members: &BTreeMap<String, Str
     })
 }
 
-/// Adds to `affinity` the requirement that no two pods `apart` selects run on one node: for pods
-/// that must survive the loss of any one node together (a shard's primary and its replicas).
-/// Unlike [`affinity_or_spread`]'s preference, a pod that cannot be placed so waits unscheduled.
-pub fn keep_apart(affinity: &mut Affinity, apart: &BTreeMap<String, String>) {
-    affinity
-        .pod_anti_affinity
-        .get_or_insert_with(PodAntiAffinity::default)
-        .required_during_scheduling_ignored_during_execution
+/// Adds to `pod` the requirement that no two of the `count` pods `apart` selects run on one node:
+/// for pods that must survive the loss of any one node together (a shard's primary and its
+/// replicas). Unlike [`affinity_or_spread`]'s preference, a pod that cannot be placed so waits
+/// unscheduled.
+///
+/// It is a topology spread constraint (at most one more on any node than on the emptiest of at
+/// least `count` nodes), not a required pod anti-affinity: the scheduler holds a constraint
+/// against the pod being placed only, never against pods already running, so a new template
+/// that lifts it (a user allowing sharing on a small cluster) rolls; the running pods' required
+/// anti-affinity would keep each new pod off their node for ever.
+pub fn keep_apart(pod: &mut PodSpec, apart: &BTreeMap<String, String>, count: i32) {
+    pod.topology_spread_constraints
         .get_or_insert_with(Vec::new)
-        .push(PodAffinityTerm {
+        .push(TopologySpreadConstraint {
             label_selector: Some(LabelSelector {
                 match_labels: Some(apart.clone()),
                 ..LabelSelector::default()
             }),
+            max_skew: 1,
+            min_domains: Some(count),
+            node_taints_policy: Some("Honor".into()),
             topology_key: HOSTNAME_TOPOLOGY.into(),
-            ..PodAffinityTerm::default()
+            when_unsatisfiable: "DoNotSchedule".into(),
+            ..TopologySpreadConstraint::default()
         });
 }
 

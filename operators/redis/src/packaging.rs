@@ -30,6 +30,8 @@ pub fn rules() -> Vec<PolicyRule> {
             // role (primary or replica), which is what the primary and replicas Services select,
             // and deleted one at a time to roll them onto a new template.
             rule("", &["pods"], &["list", "watch", "patch", "delete"]),
+            // Cluster mode: a removed shard's StatefulSet, once it has no pod left.
+            rule("apps", &["statefulsets"], &["delete"]),
         ],
     )
 }

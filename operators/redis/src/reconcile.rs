@@ -18,7 +18,7 @@ use quorum_core::{
 
 use crate::{
     admin::Credentials,
-    crd::{DataLayout, Mode, RedisBackup, RedisCluster, forbidden_config_keys},
+    crd::{DataLayout, Mode, RedisBackup, RedisCluster, RedisClusterStatus, forbidden_config_keys},
     reasons::Reason,
     resources::{
         DataNodes, NODE_COMPONENT, PASSWORD_KEY, SENTINEL_COMPONENT, auth_secret_name, build_auth_secret,
@@ -164,14 +164,18 @@ async fn with_data_layout(
     };
     let mut status = cluster.status.clone().unwrap_or_default();
     status.data_layout = Some(layout);
-    patch_status(
-        &context.client,
-        cluster.as_ref(),
-        cluster.status.as_ref(),
-        &status,
-    )
-    .await?;
-    let mut recorded = cluster.as_ref().clone();
+    record_status(context, &cluster, status).await
+}
+
+/// Writes `status` and returns the cluster as it now stands, for the rest of the pass to decide
+/// on: a record made before the pass's own status write.
+async fn record_status(
+    context: &Context<State>,
+    cluster: &RedisCluster,
+    status: RedisClusterStatus,
+) -> Result<Arc<RedisCluster>, Error> {
+    patch_status(&context.client, cluster, cluster.status.as_ref(), &status).await?;
+    let mut recorded = cluster.clone();
     recorded.status = Some(status);
     Ok(Arc::new(recorded))
 }
@@ -239,16 +243,7 @@ async fn restore_gate(
                 &settings.operator_image,
                 settings.members.allow_http_backups,
             ));
-            patch_status(
-                &context.client,
-                cluster.as_ref(),
-                cluster.status.as_ref(),
-                &status,
-            )
-            .await?;
-            let mut restored = cluster.as_ref().clone();
-            restored.status = Some(status);
-            return Ok(Some(Arc::new(restored)));
+            return Ok(Some(record_status(context, cluster, status).await?));
         }
         Err(RestoreRefusal::NotReady(message)) => (Reason::RestoreSourceNotReady, message),
         Err(RestoreRefusal::Invalid(message)) => (Reason::RestoreSourceInvalid, message),

@@ -674,9 +674,12 @@ fn data_statefulset(cluster: &RedisCluster, shard: Option<usize>, replicas: i32)
             .as_mut()
             .and_then(|spec| spec.template.spec.as_mut())
     {
-        let mut affinity = affinity_or_spread(None, &selector(cluster, NODE_COMPONENT));
-        keep_apart(&mut affinity, &shard_selector(cluster, shard));
-        pod.affinity = Some(affinity);
+        pod.affinity = Some(affinity_or_spread(None, &selector(cluster, NODE_COMPONENT)));
+        keep_apart(
+            pod,
+            &shard_selector(cluster, shard),
+            cluster.spec.nodes_per_shard() as i32,
+        );
     }
     // In replication mode the operator rolls the data pods itself (replicas first, the primary
     // last after a handover without loss); in cluster mode the StatefulSet controller still does.
@@ -1285,15 +1288,22 @@ pub(crate) mod tests {
             "cache-config",
             "the data nodes' ConfigMap"
         );
-        let anti = pod.affinity.unwrap().pod_anti_affinity.unwrap();
-        let required = anti.required_during_scheduling_ignored_during_execution.unwrap();
-        assert_eq!(required.len(), 1);
-        assert_eq!(required[0].topology_key, "kubernetes.io/hostname");
+        let apart = pod.topology_spread_constraints.clone().unwrap();
+        assert_eq!(apart.len(), 1);
+        assert_eq!(apart[0].topology_key, "kubernetes.io/hostname");
+        assert_eq!(apart[0].when_unsatisfiable, "DoNotSchedule");
         assert_eq!(
-            required[0].label_selector.as_ref().unwrap().match_labels.as_ref(),
+            (apart[0].max_skew, apart[0].min_domains),
+            (1, Some(2)),
+            "one pod per node, over at least as many nodes as the shard has pods"
+        );
+        assert_eq!(
+            apart[0].label_selector.as_ref().unwrap().match_labels.as_ref(),
             Some(&own_shard),
             "the shard's own pods, not the other shards'"
         );
+        let anti = pod.affinity.unwrap().pod_anti_affinity.unwrap();
+        assert_eq!(anti.required_during_scheduling_ignored_during_execution, None);
         let preferred = anti.preferred_during_scheduling_ignored_during_execution.unwrap();
         assert_eq!(
             preferred[0]
@@ -1319,6 +1329,7 @@ pub(crate) mod tests {
             .template
             .spec
             .unwrap();
+        assert_eq!(pod.topology_spread_constraints, None);
         assert_eq!(
             pod.affinity,
             Some(own),

@@ -703,7 +703,9 @@ async fn a_shards_primary_and_replica_never_share_a_node_unless_the_user_allows_
                 conditions.iter().any(|c| {
                     c.type_ == "PodScheduled"
                         && c.status == "False"
-                        && c.message.as_deref().is_some_and(|m| m.contains("anti-affinity"))
+                        && c.message
+                            .as_deref()
+                            .is_some_and(|m| m.contains("topology spread constraints"))
                 })
             })
     };
@@ -761,7 +763,11 @@ async fn a_shards_primary_and_replica_never_share_a_node_unless_the_user_allows_
         status
             .conditions
             .iter()
-            .find(|c| c.type_ == "PodsFailing" && c.status == "True" && c.message.contains("anti-affinity"))
+            .find(|c| {
+                c.type_ == "PodsFailing"
+                    && c.status == "True"
+                    && c.message.contains("topology spread constraints")
+            })
             .map(|_| ())
             .ok_or(format!("{:?}", status.conditions))
     })
