@@ -682,6 +682,10 @@ fn switchover(facts: &Facts, from: usize, to: usize) -> Decision {
 /// restarts another member.
 pub const CAUGHT_UP_LAG_SECONDS: u64 = 1;
 
+/// The transactions of the primary's a replica may still lack and count as caught up: those a
+/// write load puts in flight between observing the primary and the replica, never a backlog.
+pub const CAUGHT_UP_TRANSACTIONS: u64 = 100;
+
 /// The next step of a managed roll onto the current pod template; `Settled` when every pod
 /// runs it. Reached only once every member is wired to the primary.
 fn roll(facts: &Facts, primary: usize) -> Decision {
@@ -691,16 +695,25 @@ fn roll(facts: &Facts, primary: usize) -> Decision {
     let (RollTarget::Replica(ordinal) | RollTarget::Primary(ordinal)) = target;
     // Members that are not Healthy are the gate's to report; the target may be restarted
     // whatever its own state, as a restart onto a new template may be what it needs.
+    // The lag alone reads 0 right after a restarted replica starts replicating, before it has
+    // even fetched its backlog; the transactions it lacks of the primary's say what it has.
+    let primary_executed = member(facts, primary)
+        .and_then(|m| m.healthy_state(facts.now, facts.freshness))
+        .map(|state| &state.executed);
     let behind: Vec<String> = facts
         .members
         .iter()
         .filter(|m| m.ordinal != primary && m.ordinal != ordinal)
         .filter_map(|m| {
             let state = m.healthy_state(facts.now, facts.freshness)?;
-            match state.replication.as_ref().and_then(|r| r.lag_seconds) {
-                Some(lag) if lag <= CAUGHT_UP_LAG_SECONDS => None,
-                Some(lag) => Some(format!("member {} ({lag} s behind)", m.ordinal)),
-                None => Some(format!("member {} (lag unknown)", m.ordinal)),
+            let missing = primary_executed.map(|executed| state.executed.transactions_behind(executed));
+            match (state.replication.as_ref().and_then(|r| r.lag_seconds), missing) {
+                (_, Some(missing)) if missing > CAUGHT_UP_TRANSACTIONS => {
+                    Some(format!("member {} ({missing} transactions behind)", m.ordinal))
+                }
+                (Some(lag), _) if lag <= CAUGHT_UP_LAG_SECONDS => None,
+                (Some(lag), _) => Some(format!("member {} ({lag} s behind)", m.ordinal)),
+                (None, _) => Some(format!("member {} (lag unknown)", m.ordinal)),
             }
         })
         .collect();
@@ -1649,6 +1662,19 @@ mod tests {
         assert!(
             format!("{catching_up:?}").contains("member 2 (5 s behind)"),
             "{catching_up:?}"
+        );
+
+        // Right after START REPLICA the lag reads 0 before the backlog is even fetched: what the
+        // replica executed, against the primary's, says whether it caught up.
+        let mut fetching = settled_three(now);
+        fetching[2].state = Some(replica_state("0-1-2", 0));
+        fetching[0].state = Some(primary_state("0-1-5000"));
+        fetching[1].state = Some(replica_state("0-1-5000", 0));
+        let fetching = decide(&rolling(fetching));
+        assert_eq!(reason(&fetching), Reason::RestartInProgress, "{fetching:?}");
+        assert!(
+            format!("{fetching:?}").contains("member 2 (4998 transactions behind)"),
+            "{fetching:?}"
         );
 
         // The target itself may be down: a restart onto the new template may be its cure.

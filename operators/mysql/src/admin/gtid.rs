@@ -145,6 +145,32 @@ impl GtidPosition {
         }
     }
 
+    /// How many transactions of `source` this position lacks: what a replica still has to apply
+    /// to hold everything its source had. MariaDB: per domain, the sequences between this
+    /// position's and `source`'s (all of a domain absent here); MySQL: the size of the set
+    /// difference. Positions of different flavors lack all of `source`'s as far as anyone can
+    /// tell: `u64::MAX`.
+    pub fn transactions_behind(&self, source: &GtidPosition) -> u64 {
+        match (self, source) {
+            (Self::MariaDb(mine), Self::MariaDb(theirs)) => theirs
+                .iter()
+                .map(|(domain, gtid)| match mine.get(domain) {
+                    Some(own) if mariadb_covers(own, gtid) => 0,
+                    Some(own) => gtid.sequence.saturating_sub(own.sequence).max(1),
+                    None => gtid.sequence.max(1),
+                })
+                .fold(0, u64::saturating_add),
+            (Self::MySql(mine), Self::MySql(theirs)) => theirs
+                .iter()
+                .flat_map(|(source, intervals)| {
+                    subtract(intervals, mine.get(source).map(Vec::as_slice).unwrap_or_default())
+                })
+                .map(|(start, end)| end - start + 1)
+                .fold(0, u64::saturating_add),
+            _ => u64::MAX,
+        }
+    }
+
     /// The transactions of this position that `primary` lacks (errant transactions when this
     /// is a replica of `primary`), or `None` when `primary` includes this position.
     ///
@@ -418,6 +444,43 @@ mod tests {
 
     fn mysql(text: &str) -> GtidPosition {
         GtidPosition::parse(Flavor::MySQL, text).unwrap()
+    }
+
+    #[test]
+    fn transactions_behind_counts_what_the_source_has_and_this_position_lacks() {
+        let (uuid, other) = (A, B);
+        let cases = [
+            (maria("0-1-100"), maria("0-1-100"), 0),
+            (maria("0-1-120"), maria("0-1-100"), 0),
+            (maria("0-1-40"), maria("0-1-100"), 60),
+            (maria("0-1-40"), maria("0-1-100,1-2-7"), 67),
+            (maria("0-2-100"), maria("0-1-100"), 1),
+            (maria(""), maria("0-1-5"), 5),
+            (
+                mysql(&format!("{uuid}:1-100")),
+                mysql(&format!("{uuid}:1-100")),
+                0,
+            ),
+            (
+                mysql(&format!("{uuid}:1-40")),
+                mysql(&format!("{uuid}:1-100")),
+                60,
+            ),
+            (
+                mysql(&format!("{uuid}:1-40:50-60")),
+                mysql(&format!("{uuid}:1-100,{other}:1-3")),
+                52,
+            ),
+            (mysql(""), mysql(&format!("{uuid}:1-9")), 9),
+            (maria("0-1-100"), mysql(&format!("{uuid}:1-9")), u64::MAX),
+        ];
+        for (replica, source, behind) in cases {
+            assert_eq!(
+                replica.transactions_behind(&source),
+                behind,
+                "{replica:?} behind {source:?}"
+            );
+        }
     }
 
     #[test]
