@@ -150,6 +150,8 @@ pub struct Facts {
     /// The primary recorded in status.
     pub primary: Option<usize>,
     pub in_flight: Option<InFlight>,
+    /// How long ago the step in flight was recorded (`status.inFlight.startedAt`).
+    pub in_flight_age: Option<Duration>,
     /// A switchover asked for through the annotation.
     pub switchover_to: Option<usize>,
     /// `Some` while a cluster created from a backup has not been restored.
@@ -300,13 +302,21 @@ fn continue_in_flight(facts: &Facts, in_flight: &InFlight) -> Decision {
                 && member(facts, ordinal)
                     .and_then(|m| m.healthy_state(facts.now, facts.freshness))
                     .is_some();
-            if back {
-                Decision::Act(Step::ClearInFlight)
-            } else {
-                wait(
+            match facts.in_flight_age {
+                _ if back => Decision::Act(Step::ClearInFlight),
+                Some(age) if age > RESTART_STUCK_AFTER => wait(
+                    Reason::RestartStuck,
+                    format!(
+                        "member {ordinal} has not come back {} minutes after its restart onto the current pod \
+                         template; nothing else is restarted meanwhile. The PodsFailing condition and \
+                         `kubectl describe pod` say why (image, configuration, volume, node)",
+                        age.as_secs() / 60
+                    ),
+                ),
+                _ => wait(
                     Reason::RestartInProgress,
                     format!("member {ordinal} is restarting onto the current pod template"),
-                )
+                ),
             }
         }
         InFlight::Restore { ordinal } => match &facts.restore {
@@ -682,6 +692,10 @@ fn switchover(facts: &Facts, from: usize, to: usize) -> Decision {
 /// restarts another member.
 pub const CAUGHT_UP_LAG_SECONDS: u64 = 1;
 
+/// How long a member restarted onto the current pod template may take to come back before the
+/// wait for it warns: far longer than a restart takes, even one that pulls a new image.
+pub const RESTART_STUCK_AFTER: Duration = Duration::from_secs(10 * 60);
+
 /// The transactions of the primary's a replica may still lack and count as caught up: those a
 /// write load puts in flight between observing the primary and the replica, never a backlog.
 pub const CAUGHT_UP_TRANSACTIONS: u64 = 100;
@@ -847,6 +861,7 @@ mod tests {
             templates: Templates::Unknown,
             primary,
             in_flight: None,
+            in_flight_age: None,
             switchover_to: None,
             restore: None,
             semi_sync: true,
@@ -1726,6 +1741,21 @@ mod tests {
         assert_eq!(
             decide(&recorded(templates(&[], &[0, 1, 2]), settled_three(now))),
             Decision::Act(Step::ClearInFlight)
+        );
+        // A member that does not come back in far longer than a restart takes: the wait warns
+        // and says where to look; still nothing else is restarted.
+        let mut never_back = settled_three(now);
+        never_back[1] = unreachable(1, Health::Unknown("connection refused".into()), now);
+        let long_ago = |age: u64| Facts {
+            in_flight_age: Some(Duration::from_secs(age)),
+            ..recorded(templates(&[], &[0, 2]), never_back.clone())
+        };
+        assert_eq!(reason(&decide(&long_ago(9 * 60))), Reason::RestartInProgress);
+        let stuck = decide(&long_ago(11 * 60));
+        assert_eq!(reason(&stuck), Reason::RestartStuck, "{stuck:?}");
+        assert!(
+            format!("{stuck:?}").contains("has not come back 11 minutes"),
+            "{stuck:?}"
         );
         assert_eq!(
             Step::RestartMember { ordinal: 1 }.in_flight(),

@@ -44,6 +44,8 @@ quorum_core::reasons! {
         SwitchoverTargetUnknown => Warning,
         /// A member runs an older pod template and cannot be restarted safely now.
         RestartBlocked => Warning,
+        /// A member restarted onto the current pod template has not come back in a long time.
+        RestartStuck => Warning,
         /// A switchover asked for cannot be taken, or was given up: the request is removed.
         SwitchoverRefused => Warning,
         /// The step recorded in status cannot be read: nothing disruptive until a person looks.
@@ -89,6 +91,7 @@ mod tests {
             "SwitchoverBlocked",
             "SwitchoverTargetUnknown",
             "RestartBlocked",
+            "RestartStuck",
             "SwitchoverRefused",
             "InFlightUnreadable",
             "StepFailed",
@@ -111,6 +114,7 @@ mod tests {
                 "SwitchoverBlocked",
                 "SwitchoverTargetUnknown",
                 "RestartBlocked",
+                "RestartStuck",
                 "SwitchoverRefused",
                 "InFlightUnreadable",
                 "StepFailed",

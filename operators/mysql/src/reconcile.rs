@@ -300,6 +300,11 @@ impl Observed {
             templates: self.templates.clone(),
             primary: self.primary,
             in_flight,
+            in_flight_age: cluster
+                .status
+                .as_ref()
+                .and_then(|status| status.in_flight.as_ref())
+                .and_then(|step| Timestamp::now().duration_since(step.started_at.0).try_into().ok()),
             switchover_to: self.switchover_to,
             restore: self.pending_restore.as_ref().map(|pending| match pending {
                 PendingRestore::NotReady(why) => Restore::SourceNotReady(why.clone()),
