@@ -538,8 +538,8 @@ impl PodDirectories {
 }
 
 /// Runs Redis-operator pods, data nodes and Sentinels alike, with `redis-server` from Debian's
-/// packages, through the very `start.sh` the pods run (from the StatefulSet's ConfigMap,
-/// `<statefulset>-config`). A data pod's `restore` init container is run too (see
+/// packages, through the very `start.sh` the pods run (from the ConfigMap their `config` volume
+/// names; every shard's StatefulSet shares the data nodes' one). A data pod's `restore` init container is run too (see
 /// [`RedisLauncher::prepare`]).
 pub struct RedisLauncher;
 

@@ -85,7 +85,12 @@ pub fn leftovers(
                 .iter()
                 .flatten()
                 .find(|owner| owner.controller == Some(true));
-            (controller.map(|owner| owner.uid.as_str()) != uid).then(|| name.to_string())
+            // Another live object's (a neighbour whose own names happen to match) is no
+            // predecessor's: only a controller of the same name, or none, leaves something behind.
+            let predecessors = controller.is_none_or(|owner| {
+                Some(owner.uid.as_str()) != uid && cluster.name.as_deref() == Some(owner.name.as_str())
+            });
+            predecessors.then(|| name.to_string())
         })
         .collect();
     let created = cluster.creation_timestamp.as_ref().map(|time| time.0);
@@ -93,9 +98,17 @@ pub fn leftovers(
         .iter()
         .filter(|claim| {
             let name = claim.metadata.name.as_deref().unwrap_or_default();
-            statefulsets
-                .iter()
-                .any(|(statefulset, _)| is_member_claim(name, statefulset))
+            // A StatefulSet labels its claims with its selector: one of another instance is not
+            // this cluster's, whatever its name.
+            let instance = claim
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|labels| labels.get(INSTANCE_LABEL));
+            instance.is_none_or(|instance| cluster.name.as_ref() == Some(instance))
+                && statefulsets
+                    .iter()
+                    .any(|(statefulset, _)| is_member_claim(name, statefulset))
         })
         .filter(
             |claim| match (claim.metadata.creation_timestamp.as_ref(), created) {
@@ -112,6 +125,9 @@ pub fn leftovers(
         claims: older,
     })
 }
+
+/// The label naming the instance a member's claim belongs to (part of every selector).
+const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
 
 fn is_member_claim(claim: &str, statefulset: &str) -> bool {
     claim
@@ -281,6 +297,8 @@ where
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 
     use super::*;
@@ -311,9 +329,14 @@ mod tests {
     }
 
     fn controlled_by(uid: &str) -> StatefulSet {
+        controlled_by_named("shop", uid)
+    }
+
+    fn controlled_by_named(name: &str, uid: &str) -> StatefulSet {
         StatefulSet {
             metadata: ObjectMeta {
                 owner_references: Some(vec![OwnerReference {
+                    name: name.into(),
                     uid: uid.into(),
                     controller: Some(true),
                     ..OwnerReference::default()
@@ -335,6 +358,15 @@ mod tests {
     fn only_what_a_deleted_cluster_of_the_same_name_left_holds_a_cluster_back() {
         let ours = controlled_by("new");
         let theirs = controlled_by("old");
+        let neighbours = controlled_by_named("shop-shard-0", "other");
+        let mut neighbours_claim = claim("data-shop-0", 900);
+        neighbours_claim.metadata.labels = Some(BTreeMap::from([(
+            INSTANCE_LABEL.to_string(),
+            "shop-shard-0".to_string(),
+        )]));
+        let mut own_older_claim = claim("data-shop-1", 900);
+        own_older_claim.metadata.labels =
+            Some(BTreeMap::from([(INSTANCE_LABEL.to_string(), "shop".to_string())]));
         // (case, the StatefulSet, the claims, the expected leftover StatefulSets and claims)
         let cases: Vec<Case> = vec![
             ("a new cluster, nothing yet", None, vec![], None),
@@ -355,6 +387,18 @@ mod tests {
                 Some(&theirs),
                 vec![claim("data-shop-0", 900)],
                 Some((vec!["shop"], vec!["data-shop-0"])),
+            ),
+            (
+                "a live neighbour's StatefulSet and claim under names this cluster would use",
+                Some(&neighbours),
+                vec![neighbours_claim],
+                None,
+            ),
+            (
+                "an older claim labelled with this cluster's name",
+                None,
+                vec![own_older_claim],
+                Some((vec![], vec!["data-shop-1"])),
             ),
             (
                 "older claims of other StatefulSets and other volumes are not this cluster's",

@@ -150,7 +150,8 @@ pub struct Facts {
     /// The primary recorded in status.
     pub primary: Option<usize>,
     pub in_flight: Option<InFlight>,
-    /// How long ago the step in flight was recorded (`status.inFlight.startedAt`).
+    /// How long the step in flight has been under way (`status.inFlight.startedAt`, or the
+    /// creation of its member's pod when that came later).
     pub in_flight_age: Option<Duration>,
     /// A switchover asked for through the annotation.
     pub switchover_to: Option<usize>,
@@ -696,9 +697,10 @@ pub const CAUGHT_UP_LAG_SECONDS: u64 = 1;
 /// wait for it warns: far longer than a restart takes, even one that pulls a new image.
 pub const RESTART_STUCK_AFTER: Duration = Duration::from_secs(10 * 60);
 
-/// The transactions of the primary's a replica may still lack and count as caught up: those a
-/// write load puts in flight between observing the primary and the replica, never a backlog.
-pub const CAUGHT_UP_TRANSACTIONS: u64 = 100;
+/// The transactions of the primary's a replica may still not have received and count as caught
+/// up: those a busy primary commits between its observation and the replica's, never a backlog
+/// (applying what it received is what the lag measures).
+pub const CAUGHT_UP_TRANSACTIONS: u64 = 1000;
 
 /// The next step of a managed roll onto the current pod template; `Settled` when every pod
 /// runs it. Reached only once every member is wired to the primary.
@@ -710,7 +712,8 @@ fn roll(facts: &Facts, primary: usize) -> Decision {
     // Members that are not Healthy are the gate's to report; the target may be restarted
     // whatever its own state, as a restart onto a new template may be what it needs.
     // The lag alone reads 0 right after a restarted replica starts replicating, before it has
-    // even fetched its backlog; the transactions it lacks of the primary's say what it has.
+    // even fetched its backlog; the transactions of the primary's it has not received say
+    // whether it has.
     let primary_executed = member(facts, primary)
         .and_then(|m| m.healthy_state(facts.now, facts.freshness))
         .map(|state| &state.executed);
@@ -720,7 +723,7 @@ fn roll(facts: &Facts, primary: usize) -> Decision {
         .filter(|m| m.ordinal != primary && m.ordinal != ordinal)
         .filter_map(|m| {
             let state = m.healthy_state(facts.now, facts.freshness)?;
-            let missing = primary_executed.map(|executed| state.executed.transactions_behind(executed));
+            let missing = primary_executed.map(|executed| state.held().transactions_behind(executed));
             match (state.replication.as_ref().and_then(|r| r.lag_seconds), missing) {
                 (_, Some(missing)) if missing > CAUGHT_UP_TRANSACTIONS => {
                     Some(format!("member {} ({missing} transactions behind)", m.ordinal))

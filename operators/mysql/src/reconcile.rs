@@ -300,11 +300,7 @@ impl Observed {
             templates: self.templates.clone(),
             primary: self.primary,
             in_flight,
-            in_flight_age: cluster
-                .status
-                .as_ref()
-                .and_then(|status| status.in_flight.as_ref())
-                .and_then(|step| Timestamp::now().duration_since(step.started_at.0).try_into().ok()),
+            in_flight_age: self.in_flight_age(cluster),
             switchover_to: self.switchover_to,
             restore: self.pending_restore.as_ref().map(|pending| match pending {
                 PendingRestore::NotReady(why) => Restore::SourceNotReady(why.clone()),
@@ -318,6 +314,22 @@ impl Observed {
             freshness: settings.freshness,
             now: std::time::Instant::now(),
         }
+    }
+
+    /// How long the step in flight has been under way: since it was recorded, or, for a member
+    /// whose pod was created after that (a restart taken again later), since its pod was.
+    fn in_flight_age(&self, cluster: &MySQLCluster) -> Option<std::time::Duration> {
+        let step = cluster.status.as_ref()?.in_flight.as_ref()?;
+        let pod_created = self
+            .member_pods
+            .iter()
+            .find(|pod| pod.metadata.name.as_deref() == Some(step.member.as_str()))
+            .and_then(|pod| pod.metadata.creation_timestamp.as_ref())
+            .map(|created| created.0);
+        let since = pod_created
+            .filter(|created| *created > step.started_at.0)
+            .unwrap_or(step.started_at.0);
+        Timestamp::now().duration_since(since).try_into().ok()
     }
 
     fn stored_snapshot(&self) -> Option<&StoredSnapshot> {

@@ -94,6 +94,9 @@ pub const MAX_SHARDS: usize = 32;
     .message("replicas and sentinel: only for Replication mode; Cluster mode uses shards and replicasPerShard").field_path(".replicas"))]
 // The field's own rule sees only changes of a value that was there before and is still there;
 // this one refuses adding or removing it after creation.
+#[x_kube(validation = Rule::new("has(self.replicasPerShard) == has(oldSelf.replicasPerShard)")
+    .message("replicasPerShard is immutable: it can be set only when the deployment is created")
+    .field_path(".replicasPerShard"))]
 #[x_kube(validation = Rule::new("has(self.restoreFrom) == has(oldSelf.restoreFrom)")
     .message("restoreFrom is immutable: it can be set only when the cluster is created")
     .field_path(".restoreFrom"))]

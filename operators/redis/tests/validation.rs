@@ -266,6 +266,12 @@ async fn every_field_of_the_spec_is_validated_naming_the_field() {
             spec(json!({"replicasPerShard": 2})),
             &["replicasPerShard is immutable"],
         ),
+        Row::update_refused(
+            "replicas per shard added after a creation without them",
+            cluster_mode(json!({"replicasPerShard": null})),
+            spec(json!({"replicasPerShard": 1})),
+            &["replicasPerShard is immutable"],
+        ),
         Row::update_accepted(
             "shards added after creation",
             cluster_mode(json!({})),

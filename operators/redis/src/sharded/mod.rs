@@ -20,6 +20,7 @@ use quorum_core::{
     availability::{health::Health, retry::Idempotency},
     conditions::{ConditionType, ConditionUpdate},
     pass::{UnreadableRecord, publish},
+    rollout::rolled_out,
 };
 
 use crate::{
@@ -56,7 +57,7 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
     let spec = &pass.cluster.spec;
     let data = &pass.addresses.nodes;
     let statefulsets = DataStatefulSets::observe(pass).await?;
-    let pods = statefulsets.pods();
+    let pods = statefulsets.pods(data.nodes_per_shard());
     let previous = pass.cluster.status.clone().unwrap_or_default();
     let recorded_ids: BTreeMap<usize, String> = previous
         .nodes
@@ -88,7 +89,8 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
         Decision::Act(Step::ScaleNodes { replicas }) => *replicas,
         _ => pods.unwrap_or(facts.desired_nodes()),
     };
-    statefulsets.size(pass, replicas).await?;
+    let settled = |shard| shard_settled(&facts, shard);
+    statefulsets.size(pass, replicas, false, settled).await?;
 
     let mut progress = match &decision {
         Decision::Settled => Progress::Settled,
@@ -119,7 +121,7 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
     };
     if let Some((Step::RemoveShards { replicas, .. }, Ok(()))) = &outcome {
         // Forgotten everywhere: now the pods may go.
-        statefulsets.size(pass, *replicas).await?;
+        statefulsets.size(pass, *replicas, true, settled).await?;
     }
     if let Some((step, Err(source))) = outcome {
         let message = format!("{} failed: {source}", describe(data, step));
@@ -167,67 +169,133 @@ impl DataStatefulSets {
     }
 
     /// Pods the StatefulSets of the deployment's layout hold in all; `None` before they exist.
-    fn pods(&self) -> Option<usize> {
-        if self.by_shard.is_empty() {
+    /// Only shards `0..n` without a gap count: the ordinals assume them, and a shard beyond a
+    /// missing one is left as it is, never taken for leaving.
+    fn pods(&self, per_shard: Option<usize>) -> Option<usize> {
+        let Some(per_shard) = per_shard else {
             return replicas_of(self.one.as_ref());
-        }
-        Some(self.by_shard.values().filter_map(|s| replicas_of(Some(s))).sum())
+        };
+        let contiguous = (0..)
+            .take_while(|shard| self.by_shard.contains_key(shard))
+            .count();
+        (contiguous > 0).then(|| {
+            (0..contiguous)
+                .filter_map(|shard| replicas_of(self.by_shard.get(&shard)))
+                .sum::<usize>()
+                .min(contiguous * per_shard)
+        })
     }
 
-    /// Sizes the data StatefulSets to `nodes` pods in all. With a StatefulSet per shard, a shard
-    /// beyond them is scaled to no pods first (its volumes go with its pods, so a shard added
-    /// again starts empty) and removed once empty; and an existing shard's StatefulSet is
-    /// changed only while every shard before it has rolled out, so a new pod template restarts
-    /// one shard's pods at a time, never every shard's primary at once.
-    async fn size(&self, pass: &Pass<'_>, nodes: usize) -> Result<(), Error> {
+    /// Sizes the data StatefulSets to `nodes` pods in all.
+    ///
+    /// With a StatefulSet per shard: missing shards below `nodes` are created; a shard beyond
+    /// them is scaled to no pods only with `remove_leaving` (after the step that made every
+    /// other node forget it; its volumes go with its pods, so a shard added again starts empty)
+    /// and removed once empty. An existing shard's StatefulSet, whose template may have
+    /// changed, is applied only as [`ShardRoll::next`] allows, so a new pod template restarts
+    /// one shard at a time, each back in the cluster (`settled`) before the next.
+    async fn size(
+        &self,
+        pass: &Pass<'_>,
+        nodes: usize,
+        remove_leaving: bool,
+        settled: impl Fn(usize) -> bool,
+    ) -> Result<(), Error> {
         let Some(per_shard) = pass.addresses.nodes.nodes_per_shard() else {
             return pass.apply(&build_statefulset(pass.cluster, nodes as i32)?).await;
         };
         let applier = &pass.context.applier;
         let shards = nodes.div_ceil(per_shard);
-        let beyond = self.by_shard.keys().next_back().map_or(0, |last| last + 1);
-        let mut before_rolled_out = true;
-        for shard in 0..shards.max(beyond) {
+        let staying: BTreeMap<usize, bool> = self
+            .by_shard
+            .iter()
+            .filter(|(shard, _)| **shard < shards)
+            .map(|(shard, statefulset)| (*shard, rolled_out(statefulset) && settled(*shard)))
+            .collect();
+        let mut roll = ShardRoll::next(&staying);
+        for shard in 0..shards {
             let current = self.by_shard.get(&shard);
-            let leaving = shard >= shards;
-            match current {
-                None if leaving => continue,
-                Some(current) if leaving && is_empty(current) => {
-                    applier
-                        .apply_or_remove::<StatefulSet, _>(pass.cluster, &current.name_any(), None)
-                        .await?;
-                    continue;
-                }
-                Some(_) if !leaving && !before_rolled_out => continue,
-                _ => {}
+            if current.is_some() && !roll.may_apply(shard) {
+                continue;
             }
-            let replicas = if leaving { 0 } else { per_shard };
             let stored = applier
-                .apply(&build_shard_statefulset(pass.cluster, shard, replicas as i32)?)
+                .apply(&build_shard_statefulset(pass.cluster, shard, per_shard as i32)?)
                 .await?;
-            before_rolled_out &= leaving || rolled_out(&stored);
+            if let Some(current) = current
+                && stored.metadata.generation != current.metadata.generation
+            {
+                roll = ShardRoll::Only(shard);
+            }
+        }
+        for (shard, current) in self.by_shard.range(shards..) {
+            if is_empty(current) {
+                applier
+                    .apply_or_remove::<StatefulSet, _>(pass.cluster, &current.name_any(), None)
+                    .await?;
+            } else if remove_leaving {
+                applier
+                    .apply(&build_shard_statefulset(pass.cluster, *shard, 0)?)
+                    .await?;
+            }
         }
         Ok(())
     }
 }
 
-/// Whether a StatefulSet runs its current template on every pod it wants, each ready.
-pub fn rolled_out(statefulset: &StatefulSet) -> bool {
-    let wanted = replicas_of(Some(statefulset)).unwrap_or(0) as i32;
-    let Some(status) = statefulset.status.as_ref() else {
-        return false;
-    };
-    status.observed_generation.is_some()
-        && status.observed_generation >= statefulset.metadata.generation
-        && status.replicas == wanted
-        && status.updated_replicas.unwrap_or(0) == wanted
-        && status.ready_replicas.unwrap_or(0) == wanted
-        && status.current_revision == status.update_revision
+/// Which existing shards' StatefulSets a pass may apply (and so roll onto a new template).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShardRoll {
+    /// Every shard is settled: each in order, until one of them changes.
+    InOrder,
+    /// Only this one: the lowest shard not yet settled, or the one that just changed.
+    Only(usize),
+}
+
+impl ShardRoll {
+    /// From each staying shard's state (`true`: rolled out and back in the cluster).
+    pub fn next(settled: &BTreeMap<usize, bool>) -> Self {
+        settled
+            .iter()
+            .find(|(_, settled)| !**settled)
+            .map_or(Self::InOrder, |(shard, _)| Self::Only(*shard))
+    }
+
+    fn may_apply(self, shard: usize) -> bool {
+        match self {
+            Self::InOrder => true,
+            Self::Only(only) => only == shard,
+        }
+    }
 }
 
 /// Whether a StatefulSet wants no pod and has none left.
 fn is_empty(statefulset: &StatefulSet) -> bool {
     replicas_of(Some(statefulset)) == Some(0) && statefulset.status.as_ref().is_none_or(|s| s.replicas == 0)
+}
+
+/// Whether shard `shard`'s nodes are back in the cluster: each answers with `cluster_state:ok`,
+/// and each replica's link to its primary is up. Before any node serves (formation), there is
+/// nothing a restart could disturb, so every shard is.
+fn shard_settled(facts: &Facts, shard: usize) -> bool {
+    let serving = facts
+        .nodes
+        .iter()
+        .any(|node| node.answered().is_some_and(|view| view.state_ok));
+    let nodes = facts.nodes_per_shard;
+    !serving
+        || (shard * nodes..(shard + 1) * nodes).all(|ordinal| {
+            facts
+                .nodes
+                .iter()
+                .find(|node| node.ordinal == ordinal)
+                .and_then(|node| node.answered())
+                .is_some_and(|view| {
+                    view.state_ok
+                        && view
+                            .me()
+                            .is_some_and(|me| me.flags.primary || (me.flags.replica && view.link_up))
+                })
+        })
 }
 
 /// Takes one step.
@@ -704,59 +772,38 @@ pub fn describe(data: &DataNodes, step: &Step) -> String {
 mod tests {
     use super::*;
     use decide::NodeFact;
-    use k8s_openapi::api::apps::v1::{StatefulSetSpec, StatefulSetStatus};
 
     #[test]
-    fn a_shard_has_rolled_out_only_when_every_pod_runs_the_new_template_and_is_ready() {
-        let statefulset = |generation: i64, status: Option<StatefulSetStatus>| StatefulSet {
-            metadata: kube::api::ObjectMeta {
-                generation: Some(generation),
-                ..Default::default()
-            },
-            spec: Some(StatefulSetSpec {
-                replicas: Some(2),
-                ..Default::default()
-            }),
-            status,
+    fn a_new_template_reaches_one_shard_at_a_time_each_settled_before_the_next() {
+        let states = |settled: &[bool]| {
+            settled
+                .iter()
+                .copied()
+                .enumerate()
+                .collect::<BTreeMap<usize, bool>>()
         };
-        let done = StatefulSetStatus {
-            observed_generation: Some(3),
-            replicas: 2,
-            updated_replicas: Some(2),
-            ready_replicas: Some(2),
-            current_revision: Some("b".into()),
-            update_revision: Some("b".into()),
-            ..Default::default()
-        };
-        assert!(rolled_out(&statefulset(3, Some(done.clone()))));
         let cases = [
-            ("no status yet", statefulset(3, None)),
-            ("a new spec not yet seen", statefulset(4, Some(done.clone()))),
             (
-                "a pod on the old template",
-                statefulset(
-                    3,
-                    Some(StatefulSetStatus {
-                        updated_replicas: Some(1),
-                        current_revision: Some("a".into()),
-                        ..done.clone()
-                    }),
-                ),
+                "every shard settled: in order, until one changes",
+                states(&[true, true, true]),
+                ShardRoll::InOrder,
             ),
             (
-                "a pod not ready (unscheduled, restarting)",
-                statefulset(
-                    3,
-                    Some(StatefulSetStatus {
-                        ready_replicas: Some(1),
-                        ..done.clone()
-                    }),
-                ),
+                "shard 1 rolling: only it",
+                states(&[true, false, true]),
+                ShardRoll::Only(1),
             ),
+            (
+                "shards 0 and 2 unsettled (a second change mid-roll): only the lowest",
+                states(&[false, true, false]),
+                ShardRoll::Only(0),
+            ),
+            ("no shard yet", states(&[]), ShardRoll::InOrder),
         ];
-        for (case, statefulset) in cases {
-            assert!(!rolled_out(&statefulset), "{case}");
+        for (case, states, expected) in cases {
+            assert_eq!(ShardRoll::next(&states), expected, "{case}");
         }
+        assert!(ShardRoll::Only(1).may_apply(1) && !ShardRoll::Only(1).may_apply(0));
     }
 
     #[test]
