@@ -1683,7 +1683,7 @@ mod tests {
         );
 
         // Right after START REPLICA the lag reads 0 before the backlog is even fetched: what the
-        // replica executed, against the primary's, says whether it caught up.
+        // replica holds (executed or received), against the primary's, says whether it caught up.
         let mut fetching = settled_three(now);
         fetching[2].state = Some(replica_state("0-1-2", 0));
         fetching[0].state = Some(primary_state("0-1-5000"));

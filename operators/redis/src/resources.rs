@@ -245,15 +245,16 @@ impl DataNodes {
         let Some(per_shard) = self.per_shard else {
             return ordinal_of(&self.cluster, pod);
         };
-        let rest = pod.strip_prefix(&self.cluster)?.strip_prefix("-shard-")?;
-        let (shard, ordinal) = rest.split_once('-')?;
-        let number = |text: &str| {
-            (!text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()))
-                .then(|| text.parse::<usize>().ok())
-                .flatten()
-        };
+        let (statefulset, ordinal) = pod.rsplit_once('-')?;
         let ordinal = number(ordinal).filter(|ordinal| *ordinal < per_shard)?;
-        Some(number(shard)? * per_shard + ordinal)
+        Some(self.shard_of_statefulset(statefulset)? * per_shard + ordinal)
+    }
+
+    /// The shard whose StatefulSet is `statefulset` (`<cluster>-shard-<s>`); `None` for any other
+    /// name, the one StatefulSet's included.
+    pub fn shard_of_statefulset(&self, statefulset: &str) -> Option<usize> {
+        let shard = number(statefulset.strip_prefix(&self.cluster)?.strip_prefix("-shard-")?)?;
+        (shard < crate::crd::MAX_SHARDS).then_some(shard)
     }
 
     /// The StatefulSet the first node is in: the one whose existence says the deployment has
@@ -261,6 +262,13 @@ impl DataNodes {
     pub fn first_statefulset(&self) -> String {
         self.place(0).0
     }
+}
+
+/// A number written in decimal digits only (no sign, no spaces).
+fn number(text: &str) -> Option<usize> {
+    (!text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| text.parse().ok())
+        .flatten()
 }
 
 /// Cluster mode: the shard a data pod belongs to. Each shard's pods are consecutive
@@ -1214,6 +1222,16 @@ pub(crate) mod tests {
             assert_eq!(sharded.ordinal_of(foreign), None, "{foreign}");
         }
         assert_eq!(one.ordinal_of("cache-shard-0-0"), None);
+        assert_eq!(sharded.shard_of_statefulset("cache-shard-7"), Some(7));
+        for other in [
+            "cache",
+            "cache-sentinel",
+            "cache-shard-",
+            "cache-shard-+1",
+            "cache-shard-32",
+        ] {
+            assert_eq!(sharded.shard_of_statefulset(other), None, "{other}");
+        }
         let longest = shard_statefulset_name("c", crate::crd::MAX_SHARDS - 1);
         assert!(
             longest.len() <= sentinel_statefulset_name("c").len(),

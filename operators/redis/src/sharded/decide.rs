@@ -79,6 +79,17 @@ impl NodeFact {
     pub fn me(&self) -> Option<&ClusterNode> {
         self.answered()?.me()
     }
+
+    /// Whether it serves its part of the cluster: it answers with `cluster_state:ok`, as a
+    /// primary or as a replica whose link to its primary is up.
+    pub fn in_the_cluster(&self) -> bool {
+        self.answered().is_some_and(|view| {
+            view.state_ok
+                && view
+                    .me()
+                    .is_some_and(|me| me.flags.primary || (me.flags.replica && view.link_up))
+        })
+    }
 }
 
 /// Everything the decision looks at.
@@ -117,7 +128,7 @@ impl Facts {
         self.pods.unwrap_or(0)
     }
 
-    fn node(&self, ordinal: usize) -> Option<&NodeFact> {
+    pub fn node(&self, ordinal: usize) -> Option<&NodeFact> {
         self.nodes.iter().find(|node| node.ordinal == ordinal)
     }
 

@@ -31,13 +31,11 @@ use crate::{
         rebalance::SlotMove,
     },
     clients::CallFailure,
-    crd::MAX_SHARDS,
     crd::{NodeStatus, RebalanceStatus, RedisClusterStatus, SlotMoveStatus},
     pass::replicas_of,
     pass::{Error, Pass, Progress, set_conditions},
     resources::{
-        DataNodes, RoleLabel, build_shard_statefulset, build_statefulset, data_layout, shard_of,
-        shard_statefulset_name, statefulset_name,
+        DataNodes, RoleLabel, build_shard_statefulset, build_statefulset, shard_of, statefulset_name,
     },
 };
 
@@ -152,16 +150,16 @@ struct DataStatefulSets {
 
 impl DataStatefulSets {
     async fn observe(pass: &Pass<'_>) -> Result<Self, Error> {
-        let name = pass.name();
+        let data = &pass.addresses.nodes;
         let mut found = Self {
             by_shard: BTreeMap::new(),
             one: None,
         };
         for statefulset in pass.data_statefulsets().await? {
             let own = statefulset.name_any();
-            if own == statefulset_name(&name) {
+            if own == statefulset_name(data.cluster()) {
                 found.one = Some(statefulset);
-            } else if let Some(shard) = (0..MAX_SHARDS).find(|s| shard_statefulset_name(&name, *s) == own) {
+            } else if let Some(shard) = data.shard_of_statefulset(&own) {
                 found.by_shard.insert(shard, statefulset);
             }
         }
@@ -283,19 +281,8 @@ fn shard_settled(facts: &Facts, shard: usize) -> bool {
         .any(|node| node.answered().is_some_and(|view| view.state_ok));
     let nodes = facts.nodes_per_shard;
     !serving
-        || (shard * nodes..(shard + 1) * nodes).all(|ordinal| {
-            facts
-                .nodes
-                .iter()
-                .find(|node| node.ordinal == ordinal)
-                .and_then(|node| node.answered())
-                .is_some_and(|view| {
-                    view.state_ok
-                        && view
-                            .me()
-                            .is_some_and(|me| me.flags.primary || (me.flags.replica && view.link_up))
-                })
-        })
+        || (shard * nodes..(shard + 1) * nodes)
+            .all(|ordinal| facts.node(ordinal).is_some_and(|node| node.in_the_cluster()))
 }
 
 /// Takes one step.
@@ -528,7 +515,6 @@ fn build_status(
 ) -> RedisClusterStatus {
     let data = &pass.addresses.nodes;
     let mut status = pass.cluster.status.clone().unwrap_or_default();
-    status.data_layout = data_layout(pass.cluster);
     let name_of_id = |id: &str| {
         topology
             .ordinals
@@ -572,18 +558,7 @@ fn build_status(
     status.primary = None;
     status.sentinels = vec![];
     status.shards = topology.serving_primaries() as i32;
-    status.ready_nodes = facts
-        .nodes
-        .iter()
-        .filter(|node| {
-            node.answered().is_some_and(|view| {
-                view.state_ok
-                    && view
-                        .me()
-                        .is_some_and(|me| me.flags.primary || (me.flags.replica && view.link_up))
-            })
-        })
-        .count() as i32;
+    status.ready_nodes = facts.nodes.iter().filter(|node| node.in_the_cluster()).count() as i32;
     status.rebalance = rebalance;
     let ready = match serving(facts, topology) {
         Ok(message) => ConditionUpdate::new(ConditionType::Ready, true, "Serving", message),
