@@ -9,6 +9,10 @@
 use std::{
     collections::BTreeMap,
     future::Future,
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -89,6 +93,7 @@ impl History {
 pub struct Writer {
     stop: watch::Sender<bool>,
     task: JoinHandle<History>,
+    acknowledged: Arc<AtomicUsize>,
 }
 
 impl Writer {
@@ -100,6 +105,8 @@ impl Writer {
     {
         let (stop, mut stopped) = watch::channel(false);
         let prefix = prefix.to_string();
+        let acknowledged_count = Arc::new(AtomicUsize::new(0));
+        let counted = acknowledged_count.clone();
         let task = tokio::spawn(async move {
             let mut history = History::default();
             for n in 0..max_writes {
@@ -109,6 +116,9 @@ impl Writer {
                 let (key, value) = (format!("{prefix}/{n:06}"), format!("v{n}"));
                 let invoked = Instant::now();
                 let acknowledged = write(key.clone(), value.clone()).await.then(Instant::now);
+                if acknowledged.is_some() {
+                    counted.fetch_add(1, Ordering::Relaxed);
+                }
                 history.operations.push(Operation {
                     key,
                     value,
@@ -122,7 +132,26 @@ impl Writer {
             }
             history
         });
-        Self { stop, task }
+        Self {
+            stop,
+            task,
+            acknowledged: acknowledged_count,
+        }
+    }
+
+    /// How many writes were acknowledged so far.
+    pub fn acknowledged(&self) -> usize {
+        self.acknowledged.load(Ordering::Relaxed)
+    }
+
+    /// Waits until at least `count` writes were acknowledged: the writer reaches the database
+    /// (before a fault, so there is a history to lose, and after it, so it serves again).
+    pub async fn acknowledged_at_least(&self, count: usize, timeout: Duration) {
+        crate::wait::until(&format!("{count} writes acknowledged"), timeout, || async {
+            let now = self.acknowledged();
+            (now >= count).then_some(()).ok_or(format!("{now} so far"))
+        })
+        .await;
     }
 
     /// Stops the writer and returns its history.

@@ -246,6 +246,98 @@ impl OnRealNode {
         );
     }
 
+    /// Every member down at once, then back on its volume, twice: first the main process of each
+    /// pod's first container is killed in every pod matching `selector` (a crash of every member;
+    /// the kubelet restarts each in its pod, at its address), then, once all are Ready again, every pod is deleted at
+    /// once with a one-second grace (a power loss of the node; the StatefulSets make new pods, at
+    /// new addresses, on the same claims). Waits until all are Ready by their own probes after
+    /// each, and asserts every claim kept its volume.
+    pub async fn total_outage(&self, selector: &str, timeout: Duration) {
+        let pods = self.pods_of(selector).await;
+        assert!(!pods.is_empty(), "no pod matches {selector}");
+        let count = pods.len();
+        let claims = self.claims_of(&pods).await;
+        let main_container = |pod: &Pod| {
+            pod.spec
+                .as_ref()
+                .and_then(|spec| spec.containers.first())
+                .map(|container| container.name.clone())
+                .unwrap_or_default()
+        };
+        let restarts_before: BTreeMap<_, _> = pods
+            .iter()
+            .map(|pod| {
+                let restarts = real_node::restart_count(pod, &main_container(pod));
+                (pod.metadata.uid.clone(), restarts)
+            })
+            .collect();
+        for pod in &pods {
+            real_node::kill_container(pod, &main_container(pod));
+        }
+        wait::until(
+            "every member's main container restarted by the kubelet and Ready again",
+            timeout,
+            || async {
+                let now = self.pods_of(selector).await;
+                let restarted = now
+                    .iter()
+                    .filter(|pod| {
+                        restarts_before.get(&pod.metadata.uid).is_some_and(|before| {
+                            real_node::restart_count(pod, &main_container(pod)) > *before
+                        }) && real_node::pod_ready(pod)
+                    })
+                    .count();
+                (now.len() == count && restarted == count)
+                    .then_some(())
+                    .ok_or_else(|| describe_pods(&now))
+            },
+        )
+        .await;
+
+        let uids: Vec<_> = pods.iter().map(|pod| pod.metadata.uid.clone()).collect();
+        self.pods()
+            .delete_collection(
+                &DeleteParams::default().grace_period(1),
+                &ListParams::default().labels(selector),
+            )
+            .await
+            .unwrap();
+        wait::until(
+            &format!("every pod matching {selector} re-created and Ready"),
+            timeout,
+            || async {
+                let now = self.pods_of(selector).await;
+                let renewed = now
+                    .iter()
+                    .filter(|pod| !uids.contains(&pod.metadata.uid) && real_node::pod_ready(pod))
+                    .count();
+                (now.len() == count && renewed == count)
+                    .then_some(())
+                    .ok_or_else(|| describe_pods(&now))
+            },
+        )
+        .await;
+        assert_eq!(
+            self.claims_of(&self.pods_of(selector).await).await,
+            claims,
+            "a claim got a new volume"
+        );
+    }
+
+    /// The uid of each claim the volumes of `pods` use, by claim name.
+    async fn claims_of(&self, pods: &[Pod]) -> BTreeMap<String, String> {
+        let mut claims = BTreeMap::new();
+        let names = pods
+            .iter()
+            .flat_map(|pod| pod.spec.iter().flat_map(|spec| spec.volumes.iter().flatten()))
+            .filter_map(|volume| Some(volume.persistent_volume_claim.as_ref()?.claim_name.clone()));
+        for name in names {
+            let uid = self.claim_uid(&name).await;
+            claims.insert(name, uid);
+        }
+        claims
+    }
+
     /// Deletes pod `name` and waits until its StatefulSet made a new one that is Ready.
     pub async fn delete_and_await_recreated(&self, name: &str, timeout: Duration) {
         let pods = self.pods();

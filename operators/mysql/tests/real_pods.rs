@@ -275,6 +275,37 @@ async fn a_killed_server_or_a_deleted_pod_rejoins_with_its_data() {
     setup.remove().await;
 }
 
+/// Every member down at once, twice (every server killed, then every pod deleted), each time
+/// back on its volume: the cluster comes back by itself with a primary serving the Service, no
+/// member removed or seeded again, and no acknowledged write lost.
+#[tokio::test]
+async fn a_total_outage_ends_with_every_member_back_and_every_acknowledged_write() {
+    let setup = OnRealNode::install("real-mysql-outage", CHART, &[]).await;
+    create_ready(&setup, 3).await;
+    let clusters: Api<MySQLCluster> = Api::namespaced(setup.admin.clone(), &setup.ns);
+    let primary = service_pool(&setup, &mysql_operator::resources::primary_service_name(CLUSTER)).await;
+    let writer = start_writer(&primary).await;
+    const REBUILDS: [&str; 2] = ["RemovingMember", "SeedingMember"];
+    let steps_before = setup.occurrences(&REBUILDS).await;
+    writer.acknowledged_at_least(10, Duration::from_secs(60)).await;
+
+    setup.total_outage(MEMBERS, Duration::from_secs(240)).await;
+    support::ready(&clusters, CLUSTER, 2).await;
+    writer
+        .acknowledged_at_least(writer.acknowledged() + 10, Duration::from_secs(120))
+        .await;
+
+    assert_eq!(
+        setup.occurrences(&REBUILDS).await,
+        steps_before,
+        "members were rebuilt"
+    );
+    let history = writer.stop().await;
+    let checked = check_history(&setup, &primary, &history, 3).await;
+    eprintln!("{checked} acknowledged writes checked, none lost");
+    setup.remove().await;
+}
+
 /// A new pod template (here a changed pod annotation; a version bump or a new operator release
 /// that builds pods differently rolls the same way) under a steady writer: the operator restarts
 /// one member at a time, replicas first, each back and caught up before the next, switches the
