@@ -142,6 +142,39 @@ pub struct RestoreSource {
     pub backup_name: String,
 }
 
+/// The annotation by which a person asks the operator to rebuild one member from its healthy
+/// peers, on an empty volume: its value names the member (its pod's name). The operator takes it
+/// through the same safety gate as every disruption, never on the leader or primary and never
+/// below quorum, records where it stands in `status.repair`, and does it once per request:
+/// removing the annotation ends the request (and its record), so adding it again asks again.
+pub const REPAIR_ANNOTATION: &str = "quorum.dev/repair";
+
+/// Where a repair asked for by [`REPAIR_ANNOTATION`] stands.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum RepairPhase {
+    /// Not started: the operator waits (for the gate, or for the request to be corrected).
+    Waiting,
+    /// The member was removed and is being rebuilt.
+    Rebuilding,
+    /// The member is back, rebuilt, and healthy.
+    Done,
+}
+
+/// A repair asked for by [`REPAIR_ANNOTATION`], kept while the annotation stays.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RepairRecord {
+    /// The member the annotation names.
+    pub member: String,
+    pub phase: RepairPhase,
+    /// The identity of the member that was removed to be rebuilt (etcd: its member id, in hex),
+    /// once it was: the request is not taken again while this is recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaced: Option<String>,
+    /// What the operator waits for, or why it refuses, or what it did.
+    pub message: String,
+}
+
 /// A backup that was taken and stored.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

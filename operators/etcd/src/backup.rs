@@ -440,6 +440,7 @@ mod tests {
             started: true,
             leader,
             version: Some("3.6.16".to_string()),
+            raft_index: Some(10),
             observation: Observation::new(format!("demo-{ordinal}"), health, !learner),
             unhealthy_for: None,
         }

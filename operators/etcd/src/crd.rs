@@ -160,6 +160,9 @@ pub struct EtcdClusterStatus {
     /// The newest successful backup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_backup: Option<BackupRecord>,
+    /// The repair asked for with the `quorum.dev/repair` annotation, while it stands.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repair: Option<quorum_core::crd::RepairRecord>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }

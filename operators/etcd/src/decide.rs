@@ -35,6 +35,8 @@ pub struct MemberFact {
     pub leader: bool,
     /// The version the member reports it runs, when it answered.
     pub version: Option<String>,
+    /// The raft index of its log, when it answered: how far its log reaches.
+    pub raft_index: Option<u64>,
     pub observation: Observation,
     /// Since when the member has been continuously Unhealthy, as recorded in status.
     pub unhealthy_for: Option<Duration>,
@@ -63,6 +65,18 @@ impl InFlight {
     }
 }
 
+/// A person's request to rebuild one member from its peers
+/// ([`quorum_core::crd::REPAIR_ANNOTATION`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RepairRequest {
+    /// The member the request names, as written.
+    pub member: String,
+    /// Its ordinal, when the name is a member name of this cluster.
+    pub ordinal: Option<usize>,
+    /// The etcd id of the member removed for this request, once it was (from status).
+    pub replaced: Option<u64>,
+}
+
 /// Everything the decision needs, gathered by the reconciler.
 #[derive(Clone, Debug)]
 pub struct Facts {
@@ -83,6 +97,8 @@ pub struct Facts {
     /// override, a new operator release) rolls like a version upgrade.
     pub templates: Templates,
     pub in_flight: Option<InFlight>,
+    /// A repair a person asked for, while the request stands.
+    pub repair: Option<RepairRequest>,
     pub freshness: Duration,
     /// How long a member must stay Unhealthy (as its peers report) before it is replaced.
     pub replace_after: Duration,
@@ -160,6 +176,10 @@ pub fn decide(facts: &Facts) -> Decision {
             "no member answered; unreachable is not down, so nothing changes until one does",
         );
     };
+
+    if let Some(lost) = quorum_lost(members) {
+        return lost;
+    }
 
     if let Some(in_flight) = &facts.in_flight {
         return resume(facts, members, in_flight);
@@ -244,7 +264,117 @@ pub fn decide(facts: &Facts) -> Decision {
         });
     }
 
+    if let Some(repair) = facts.repair.as_ref().filter(|r| r.replaced.is_none()) {
+        return repair_member(facts, members, repair);
+    }
+
     upgrade(facts, members)
+}
+
+/// The next step of a repair a person asked for: the named member is removed from the
+/// membership through the gate (as a failed member is replaced), then comes back empty as a
+/// learner under its name and syncs from the leader. Never the leader: leadership moves to a
+/// healthy member first. Never below quorum: the gate refuses.
+fn repair_member(facts: &Facts, members: &[MemberFact], request: &RepairRequest) -> Decision {
+    let target = request
+        .ordinal
+        .and_then(|ordinal| members.iter().find(|m| m.ordinal == ordinal && !m.learner));
+    let Some(target) = target else {
+        let names: Vec<String> = members
+            .iter()
+            .filter(|m| !m.learner)
+            .map(|m| m.observation.member.clone())
+            .collect();
+        return wait(
+            Reason::RepairRefused,
+            format!(
+                "{} names {:?}, which is not a voting member of this cluster, so nothing is \
+                 changed: name one of {names:?}, or remove the annotation",
+                quorum_core::crd::REPAIR_ANNOTATION,
+                request.member
+            ),
+        );
+    };
+    if target.leader {
+        let successor = members
+            .iter()
+            .find(|m| m.ordinal != target.ordinal && !m.learner && m.observation.health.is_healthy());
+        return match successor {
+            Some(successor) => through_gate(
+                facts,
+                members,
+                target.ordinal,
+                Disruption::Replace,
+                Step::MoveLeader {
+                    from: target.ordinal,
+                    to_id: successor.id,
+                },
+            ),
+            None => wait(
+                Reason::RepairRefused,
+                format!(
+                    "member {} is the leader and no other member is healthy to take over, so it \
+                     is not rebuilt",
+                    target.ordinal
+                ),
+            ),
+        };
+    }
+    through_gate(
+        facts,
+        members,
+        target.ordinal,
+        Disruption::Replace,
+        Step::Replace {
+            ordinal: target.ordinal,
+            id: target.id,
+        },
+    )
+}
+
+/// A majority of the voting members does not answer and the members that do follow no leader:
+/// the cluster serves no write and etcd accepts no membership change. A member that cannot be
+/// reached is never taken for lost, so nothing is changed; the wait says what the operator knows
+/// (who answers, whose log reaches furthest) and what a person can do.
+fn quorum_lost(members: &[MemberFact]) -> Option<Decision> {
+    let voters: Vec<&MemberFact> = members.iter().filter(|m| !m.learner).collect();
+    if voters.iter().any(|m| m.leader) {
+        return None;
+    }
+    let (answering, silent): (Vec<&MemberFact>, Vec<&MemberFact>) =
+        voters.iter().partition(|m| m.raft_index.is_some());
+    // A majority that answers elects a leader by itself (an election in progress).
+    if answering.len() > voters.len() / 2 {
+        return None;
+    }
+    let ordinals = |members: &[&MemberFact]| {
+        let mut ordinals: Vec<usize> = members.iter().map(|m| m.ordinal).collect();
+        ordinals.sort_unstable();
+        ordinals
+    };
+    let furthest = answering
+        .iter()
+        .max_by_key(|m| (m.raft_index, std::cmp::Reverse(m.ordinal)))
+        .map(|m| {
+            format!(
+                " Of those that answer, member {} holds the log that reaches furthest (raft index {}).",
+                m.ordinal,
+                m.raft_index.unwrap_or_default()
+            )
+        })
+        .unwrap_or_default();
+    Some(wait(
+        Reason::QuorumLost,
+        format!(
+            "quorum lost: voting members {:?} do not answer and members {:?} follow no leader, so the \
+             cluster serves no write and accepts no membership change.{furthest} Members that come \
+             back on their volumes restore the quorum with every acknowledged write; the operator \
+             removes no member it cannot reach. If they are lost for good, create a new cluster \
+             from the newest backup (spec.restoreFrom; docs/etcd.md, \"Disaster recovery\").",
+            ordinals(&silent),
+            ordinals(&answering),
+        ),
+    ))
 }
 
 /// The next upgrade step: a member on another version or an older pod template, non-leaders
@@ -477,6 +607,7 @@ mod tests {
             started: true,
             leader: ordinal == 0,
             version: Some(V_OLD.to_string()),
+            raft_index: Some(50 + ordinal as u64),
             observation: Observation::new(format!("m-{ordinal}"), health, true),
             unhealthy_for: None,
         }
@@ -500,6 +631,7 @@ mod tests {
             pod_versions: Default::default(),
             templates: Templates::Unknown,
             in_flight: None,
+            repair: None,
             freshness: Duration::from_secs(30),
             replace_after: Duration::from_secs(300),
             now: Instant::now(),
@@ -518,6 +650,48 @@ mod tests {
         match decision {
             Decision::Wait(wait) => wait.reason,
             other => panic!("expected a wait, got {other:?}"),
+        }
+    }
+
+    /// Members 1 and 2 of 3 silent for ten minutes (their peers report them disconnected),
+    /// member 0 answering with no leader.
+    fn majority_silent() -> Vec<MemberFact> {
+        let mut members = healthy(3);
+        members[0].leader = false;
+        members[0].observation.health = Health::Unhealthy("reports no leader".into());
+        for m in &mut members[1..] {
+            m.version = None;
+            m.raft_index = None;
+            m.observation.health = unhealthy();
+            m.unhealthy_for = Some(Duration::from_secs(600));
+        }
+        members
+    }
+
+    #[test]
+    fn a_lost_quorum_names_who_answers_and_whose_log_reaches_furthest() {
+        let mut members = healthy(5);
+        for m in &mut members {
+            m.leader = false;
+        }
+        for m in &mut members[..3] {
+            m.version = None;
+            m.raft_index = None;
+            m.observation.health = unknown();
+        }
+        members[3].raft_index = Some(900);
+        members[4].raft_index = Some(700);
+        let Decision::Wait(lost) = decide(&facts(5, Some(members))) else {
+            panic!("expected a wait");
+        };
+        assert_eq!(lost.reason, Reason::QuorumLost);
+        for said in [
+            "voting members [0, 1, 2] do not answer",
+            "members [3, 4] follow no leader",
+            "member 3 holds the log that reaches furthest (raft index 900)",
+            "spec.restoreFrom",
+        ] {
+            assert!(lost.message.contains(said), "{said}: {}", lost.message);
         }
     }
 
@@ -556,6 +730,12 @@ mod tests {
         }
         let mut stale = healthy(5);
         stale[1].observation.observed_at = Instant::now() - Duration::from_secs(120);
+        let majority_silent = majority_silent();
+        let mut electing = healthy(3);
+        for m in &mut electing {
+            m.leader = false;
+            m.observation.health = Health::Unhealthy("reports no leader".into());
+        }
 
         let rows: Vec<(&str, Facts, Decision)> = vec![
             (
@@ -654,6 +834,24 @@ mod tests {
                 wait(Reason::MemberUnhealthy, ""),
             ),
             (
+                "a silent majority and no leader: quorum lost, nothing is changed",
+                facts(3, Some(majority_silent.clone())),
+                wait(Reason::QuorumLost, ""),
+            ),
+            (
+                "quorum lost: a recorded step is not resumed",
+                Facts {
+                    in_flight: Some(InFlight::AddLearner { ordinal: 3 }),
+                    ..facts(5, Some(majority_silent))
+                },
+                wait(Reason::QuorumLost, ""),
+            ),
+            (
+                "a majority answering without a leader is electing one, not lost",
+                facts(3, Some(electing)),
+                Decision::Settled,
+            ),
+            (
                 "a replaced member's learner is added before its volume is wiped",
                 Facts {
                     wipe_pending: vec![2],
@@ -662,6 +860,55 @@ mod tests {
                 Decision::Act(Step::AddLearner { ordinal: 2 }),
             ),
         ];
+        let repair = |member: &str, ordinal: Option<usize>, replaced: Option<u64>| RepairRequest {
+            member: member.into(),
+            ordinal,
+            replaced,
+        };
+        let mut one_unhealthy = healthy(3);
+        one_unhealthy[2].observation.health = unhealthy();
+        let rows = rows.into_iter().chain([
+            (
+                "a repair removes the named healthy member through the gate",
+                Facts {
+                    repair: Some(repair("m-1", Some(1), None)),
+                    ..facts(3, Some(healthy(3)))
+                },
+                Decision::Act(Step::Replace { ordinal: 1, id: 101 }),
+            ),
+            (
+                "a repair of the leader moves leadership away first",
+                Facts {
+                    repair: Some(repair("m-0", Some(0), None)),
+                    ..facts(3, Some(healthy(3)))
+                },
+                Decision::Act(Step::MoveLeader { from: 0, to_id: 101 }),
+            ),
+            (
+                "a repair naming no member is refused",
+                Facts {
+                    repair: Some(repair("other-1", None, None)),
+                    ..facts(3, Some(healthy(3)))
+                },
+                wait(Reason::RepairRefused, ""),
+            ),
+            (
+                "a repair that would leave no healthy majority waits at the gate",
+                Facts {
+                    repair: Some(repair("m-1", Some(1), None)),
+                    ..facts(3, Some(one_unhealthy))
+                },
+                wait(Reason::MemberUnhealthy, ""),
+            ),
+            (
+                "a repair done is not taken again",
+                Facts {
+                    repair: Some(repair("m-1", Some(1), Some(101))),
+                    ..facts(3, Some(healthy(3)))
+                },
+                Decision::Settled,
+            ),
+        ]);
         for (name, facts, expected) in rows {
             let decided = decide(&facts);
             match (&expected, &decided) {

@@ -221,6 +221,7 @@ fn join(
                 started: !member.name.is_empty(),
                 leader: leader_id == Some(member.id),
                 version: report.map(|r| r.version.clone()),
+                raft_index: report.map(|r| r.raft_index),
                 observation: Observation::new(
                     crate::resolver::member_name(cluster_name(cluster), ordinal),
                     health,

@@ -29,6 +29,8 @@ quorum_core::reasons! {
         MemberUnknown => Warning,
         MemberUnhealthy => Warning,
         QuorumAtRisk => Warning,
+        /// A majority of the voting members does not answer and the rest follow no leader.
+        QuorumLost => Warning,
         StaleObservation => Warning,
         MembershipChangeInFlight => Normal,
         TargetNotObserved => Normal,
@@ -36,6 +38,8 @@ quorum_core::reasons! {
         InFlightUnreadable => Warning,
         /// A step was tried and failed; nothing else was changed.
         StepFailed => Warning,
+        /// A repair was asked for that cannot be taken as asked.
+        RepairRefused => Warning,
         /// The spec asks for an even number of members.
         EvenMemberCount => Warning,
     }
@@ -72,9 +76,11 @@ mod tests {
                 "MemberUnknown",
                 "MemberUnhealthy",
                 "QuorumAtRisk",
+                "QuorumLost",
                 "StaleObservation",
                 "InFlightUnreadable",
                 "StepFailed",
+                "RepairRefused",
                 "EvenMemberCount",
             ]
         );

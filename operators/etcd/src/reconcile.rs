@@ -15,6 +15,7 @@ use k8s_openapi::{
 };
 use kube::{Api, ResourceExt, runtime::controller::Action};
 use quorum_core::{
+    crd::REPAIR_ANNOTATION,
     events::Severity,
     pass::{Progress, Reason as _, UnreadableRecord, needed_secret, publish},
     rollout::restart_pod,
@@ -25,7 +26,7 @@ use quorum_core::{
 use crate::{
     admin::TlsMaterial,
     crd::{EtcdBackup, EtcdCluster, EtcdClusterStatus},
-    decide::{Decision, Facts, InFlight, Reason, Step, decide},
+    decide::{Decision, Facts, InFlight, Reason, RepairRequest, Step, decide},
     execute::{StepError, StepOutcome, execute},
     observe::EtcdClients,
     resolver::{MemberResolver, member_name},
@@ -33,7 +34,9 @@ use crate::{
         ClusterState, RestoreInit, bootstrap_members, build_client_service, build_config_map,
         build_peer_service, build_pod_disruption_budget, build_statefulset, client_service_name,
     },
-    status::{build_status, describe, in_flight_from_status, step_reason, unhealthy_durations},
+    status::{
+        build_status, describe, in_flight_from_status, repair_record, step_reason, unhealthy_durations,
+    },
 };
 
 pub use quorum_core::config::{MemberAddresses, MemberConfig};
@@ -129,6 +132,7 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, context: Arc<Context<State>>) 
     let mut memory = Memory {
         in_flight,
         wipe_pending: observed.wipe_pending.clone(),
+        repair_replaced: observed.repair.as_ref().and_then(|r| r.replaced),
     };
     let progress = match decision.step() {
         Some(step) => {
@@ -200,6 +204,7 @@ struct Observed {
     in_flight: Result<Option<InFlight>, UnreadableRecord>,
     pod_versions: std::collections::BTreeMap<usize, String>,
     templates: quorum_core::rollout::Templates,
+    repair: Option<RepairRequest>,
 }
 
 impl Observed {
@@ -214,6 +219,7 @@ impl Observed {
             pod_versions: self.pod_versions.clone(),
             templates: self.templates.clone(),
             in_flight,
+            repair: self.repair.clone(),
             freshness: settings.freshness,
             replace_after: settings.replace_after,
             now: std::time::Instant::now(),
@@ -278,16 +284,63 @@ async fn observe(
         templates: quorum_core::rollout::Templates::observe(existing.as_deref(), &member_pods, |pod| {
             crate::resolver::ordinal_of(&name, pod)
         }),
+        repair: repair_request(cluster),
         view,
         members,
     })
 }
 
-/// What the pass changes of the operator's memory in status: the step in flight and the
-/// volumes still to wipe.
+/// The repair a person asked for with [`REPAIR_ANNOTATION`], joined with what status recorded of
+/// it. A recorded removal that cannot be read counts as taken: a member is never rebuilt twice
+/// for one request on a guess.
+fn repair_request(cluster: &EtcdCluster) -> Option<RepairRequest> {
+    let member = cluster.annotations().get(REPAIR_ANNOTATION)?.trim().to_string();
+    let recorded = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.repair.as_ref())
+        .filter(|record| record.member == member);
+    Some(RepairRequest {
+        ordinal: crate::resolver::ordinal_of(&cluster.name_any(), &member),
+        replaced: recorded
+            .and_then(|record| record.replaced.as_deref())
+            .map(|id| u64::from_str_radix(id, 16).unwrap_or(0)),
+        member,
+    })
+}
+
+/// What the pass changes of the operator's memory in status: the step in flight, the volumes
+/// still to wipe, and the member removed for a repair.
 struct Memory {
     in_flight: Option<InFlight>,
     wipe_pending: Vec<usize>,
+    repair_replaced: Option<u64>,
+}
+
+impl Memory {
+    /// What a step done changes in memory. A member removed to be replaced, by the step itself or
+    /// found removed when its recorded step is resumed after a crash, must be wiped before its
+    /// pod returns; when a repair asked for it, the repair is recorded as taken.
+    fn remember(&mut self, step: &Step, repair: Option<&RepairRequest>) {
+        let replaced = match (step, &self.in_flight) {
+            (Step::Replace { ordinal, id }, _)
+            | (Step::ClearInFlight, Some(InFlight::Replace { ordinal, id })) => Some((*ordinal, *id)),
+            _ => None,
+        };
+        match step {
+            Step::ClearInFlight => self.in_flight = None,
+            Step::WipeMember { ordinal } => self.wipe_pending.retain(|o| o != ordinal),
+            _ => {}
+        }
+        if let Some((ordinal, id)) = replaced {
+            if !self.wipe_pending.contains(&ordinal) {
+                self.wipe_pending.push(ordinal);
+            }
+            if repair.is_some_and(|r| r.ordinal == Some(ordinal)) {
+                self.repair_replaced = Some(id);
+            }
+        }
+    }
 }
 
 /// The status writer of one pass: status is computed from what the pass observed and written
@@ -324,6 +377,16 @@ impl<'a> Report<'a> {
             &memory.wipe_pending,
             self.now,
         );
+        let status = EtcdClusterStatus {
+            repair: repair_record(
+                self.observed.repair.as_ref(),
+                memory.repair_replaced,
+                decision,
+                &self.observed.members,
+                &memory.wipe_pending,
+            ),
+            ..status
+        };
         self.writer.write(&status).await?;
         Ok(())
     }
@@ -422,6 +485,7 @@ async fn apply_objects(
                 let memory = Memory {
                     in_flight: observed.in_flight.clone().ok().flatten(),
                     wipe_pending: observed.wipe_pending.clone(),
+                    repair_replaced: None,
                 };
                 report.write(&wait, &memory).await?;
                 return Ok(ControlFlow::Break(Action::requeue(Duration::from_secs(10))));
@@ -460,12 +524,7 @@ async fn act(
     }
     match take(context, cluster, resolver, observed, step).await {
         Ok(StepOutcome::Done) => {
-            match step {
-                Step::ClearInFlight => memory.in_flight = None,
-                Step::Replace { ordinal, .. } => memory.wipe_pending.push(*ordinal),
-                Step::WipeMember { ordinal } => memory.wipe_pending.retain(|o| o != ordinal),
-                _ => {}
-            }
+            memory.remember(step, observed.repair.as_ref());
             Ok(Progress::Acted {
                 reason: step_reason(step),
                 message: describe(step),
@@ -644,4 +703,56 @@ async fn restore_source(context: &Context<State>, cluster: &EtcdCluster) -> Resu
         credentials_secret_name: s3.map(|s3| s3.credentials_secret_name.clone()),
         allow_http: context.state.settings.members.allow_http_backups,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn memory(in_flight: Option<InFlight>, wipe_pending: Vec<usize>) -> Memory {
+        Memory {
+            in_flight,
+            wipe_pending,
+            repair_replaced: None,
+        }
+    }
+
+    fn repair_of(ordinal: usize) -> RepairRequest {
+        RepairRequest {
+            member: format!("demo-{ordinal}"),
+            ordinal: Some(ordinal),
+            replaced: None,
+        }
+    }
+
+    #[test]
+    fn a_replaced_member_is_wiped_whether_its_removal_was_seen_now_or_after_a_crash() {
+        let mut taken = memory(None, Vec::new());
+        taken.remember(&Step::Replace { ordinal: 2, id: 102 }, None);
+        assert_eq!(taken.wipe_pending, [2]);
+        taken.in_flight = Some(InFlight::Replace { ordinal: 2, id: 102 });
+        taken.remember(&Step::ClearInFlight, None);
+        assert_eq!((taken.in_flight, taken.wipe_pending), (None, vec![2]));
+
+        // The operator stopped after etcd removed the member and before status recorded it:
+        // the resumed step finds it gone, and its volume is still wiped.
+        let mut resumed = memory(Some(InFlight::Replace { ordinal: 2, id: 102 }), Vec::new());
+        resumed.remember(&Step::ClearInFlight, None);
+        assert_eq!((resumed.in_flight, resumed.wipe_pending), (None, vec![2]));
+    }
+
+    #[test]
+    fn a_repair_is_recorded_as_taken_once_its_member_is_removed() {
+        let mut other = memory(None, Vec::new());
+        other.remember(&Step::Replace { ordinal: 2, id: 102 }, Some(&repair_of(1)));
+        assert_eq!(other.repair_replaced, None);
+
+        let mut resumed = memory(Some(InFlight::Replace { ordinal: 1, id: 101 }), Vec::new());
+        resumed.remember(&Step::ClearInFlight, Some(&repair_of(1)));
+        assert_eq!(resumed.repair_replaced, Some(101));
+
+        let mut done = memory(None, vec![1]);
+        done.remember(&Step::WipeMember { ordinal: 1 }, Some(&repair_of(1)));
+        assert_eq!((done.wipe_pending, done.repair_replaced), (Vec::new(), None));
+    }
 }

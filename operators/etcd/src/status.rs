@@ -10,12 +10,13 @@ use kube::ResourceExt;
 use quorum_core::{
     availability::health::Health,
     conditions::{ConditionType, ConditionUpdate, set_condition},
+    crd::{RepairPhase, RepairRecord},
     pass::UnreadableRecord,
 };
 
 use crate::{
     crd::{EtcdCluster, EtcdClusterStatus, InFlightAction, InFlightStep, MemberStatus},
-    decide::{Decision, InFlight, MemberFact, Reason, Step},
+    decide::{Decision, InFlight, MemberFact, Reason, RepairRequest, Step},
     observe::ClusterView,
     resolver::member_name,
     resources::member_selector_string,
@@ -193,10 +194,20 @@ pub fn build_status(
         .iter()
         .filter(|m| !m.observation.health.is_healthy())
         .collect();
+    let quorum_lost = match decision {
+        Decision::Wait(wait) if wait.reason == Reason::QuorumLost => Some(wait),
+        _ => None,
+    };
     let degraded = match troubled
         .iter()
         .find(|m| matches!(m.observation.health, Health::Unhealthy(_)))
     {
+        _ if let Some(lost) = quorum_lost => ConditionUpdate::new(
+            ConditionType::Degraded,
+            true,
+            Reason::QuorumLost,
+            lost.message.clone(),
+        ),
         Some(m) => ConditionUpdate::new(
             ConditionType::Degraded,
             true,
@@ -267,8 +278,65 @@ pub fn build_status(
         in_flight,
         wipe_pending: wipe_pending.iter().map(|o| *o as i32).collect(),
         last_backup: previous.last_backup,
+        repair: previous.repair,
         conditions,
     }
+}
+
+/// Where a repair asked for stands, for `status.repair`; `None` once the request is gone.
+/// `replaced` is the id of the member removed for it, once it was; the repair is done when a
+/// member of another id is back under the name, voting, healthy, on a wiped volume.
+pub fn repair_record(
+    request: Option<&RepairRequest>,
+    replaced: Option<u64>,
+    decision: &Decision,
+    members: &[MemberFact],
+    wipe_pending: &[usize],
+) -> Option<RepairRecord> {
+    let request = request?;
+    let (phase, message) = match replaced {
+        None => (
+            RepairPhase::Waiting,
+            match decision {
+                Decision::Wait(wait) => wait.message.clone(),
+                Decision::Act(step) => describe(step),
+                Decision::Settled => "waiting for the next pass".to_string(),
+            },
+        ),
+        Some(id) => {
+            let rebuilt = request
+                .ordinal
+                .and_then(|ordinal| members.iter().find(|m| m.ordinal == ordinal))
+                .filter(|m| {
+                    m.id != id
+                        && !m.learner
+                        && m.observation.health.is_healthy()
+                        && !wipe_pending.contains(&m.ordinal)
+                });
+            match rebuilt {
+                Some(member) => (
+                    RepairPhase::Done,
+                    format!(
+                        "{} was rebuilt from its peers (member id {:x}); remove the annotation to end the request",
+                        request.member, member.id
+                    ),
+                ),
+                None => (
+                    RepairPhase::Rebuilding,
+                    format!(
+                        "member id {id:x} was removed; {} comes back on an empty volume and syncs from the leader",
+                        request.member
+                    ),
+                ),
+            }
+        }
+    };
+    Some(RepairRecord {
+        member: request.member.clone(),
+        phase,
+        replaced: replaced.map(|id| format!("{id:x}")),
+        message,
+    })
 }
 
 /// The condition and event reason for a step.

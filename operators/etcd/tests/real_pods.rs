@@ -19,6 +19,7 @@ use kube::{
     Api, Client,
     api::{ObjectMeta, Patch, PatchParams, PostParams},
 };
+use quorum_core::crd::{RepairPhase, RepairRecord};
 use quorum_e2e::{
     history::{History, Writer},
     real_node::{self, STORAGE_CLASS},
@@ -401,6 +402,170 @@ async fn a_killed_member_or_a_deleted_pod_rejoins_with_its_data_and_membership()
     let checked = check_history(&mut client, &history).await;
     eprintln!("{checked} acknowledged writes checked, none lost");
 
+    setup.remove().await;
+}
+
+/// Every member down at once, twice (every etcd process killed, then every pod deleted), each
+/// time back on its volume: the cluster comes back by itself with the same members, the operator
+/// removes, replaces or wipes nothing, and no acknowledged write is lost.
+#[tokio::test]
+async fn a_total_outage_ends_with_the_same_members_and_every_acknowledged_write() {
+    let setup = install("real-outage").await;
+    let (admin, ns, clusters) = (&setup.admin, setup.ns.clone(), &clusters(&setup));
+    create_ready(&setup, &real_cluster(3, None)).await;
+    let members_before = member_ids(clusters).await;
+    let client = service_client(admin, &ns).await;
+    let writer = start_writer(&client);
+    const MEMBERSHIP_STEPS: [&str; 4] = [
+        "RemovingMember",
+        "ReplacingMember",
+        "WipingMember",
+        "AddingMember",
+    ];
+    let steps_before = setup.occurrences(&MEMBERSHIP_STEPS).await;
+    writer.acknowledged_at_least(10, Duration::from_secs(60)).await;
+
+    setup.total_outage(MEMBERS, Duration::from_secs(180)).await;
+    support::ready_with(clusters, CLUSTER, 3, Duration::from_secs(180)).await;
+    writer
+        .acknowledged_at_least(writer.acknowledged() + 10, Duration::from_secs(60))
+        .await;
+
+    assert_eq!(
+        member_ids(clusters).await,
+        members_before,
+        "the membership changed"
+    );
+    assert_eq!(
+        setup.occurrences(&MEMBERSHIP_STEPS).await,
+        steps_before,
+        "membership steps taken"
+    );
+    let history = writer.stop().await;
+    let mut client = service_client(admin, &ns).await;
+    let checked = check_history(&mut client, &history).await;
+    eprintln!("{checked} acknowledged writes checked, none lost");
+    setup.remove().await;
+}
+
+/// Sets (or, with `None`, removes) the repair request on the cluster, as
+/// `kubectl annotate etcdcluster demo quorum.dev/repair=<member>` does.
+async fn request_repair(clusters: &Api<EtcdCluster>, member: Option<&str>) {
+    clusters
+        .patch(
+            CLUSTER,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({
+                "metadata": {"annotations": {quorum_core::crd::REPAIR_ANNOTATION: member}}
+            })),
+        )
+        .await
+        .unwrap();
+}
+
+/// The repair record in status once it satisfies `until`.
+async fn repair_record(
+    clusters: &Api<EtcdCluster>,
+    what: &str,
+    until: impl Fn(Option<&RepairRecord>) -> bool,
+) -> Option<RepairRecord> {
+    wait::until(what, Duration::from_secs(300), || async {
+        let status = clusters
+            .get(CLUSTER)
+            .await
+            .map_err(|error| error.to_string())?
+            .status
+            .unwrap_or_default();
+        until(status.repair.as_ref())
+            .then(|| status.repair.clone())
+            .ok_or_else(|| format!("{:?}", status.repair))
+    })
+    .await
+}
+
+/// `quorum.dev/repair` naming a member that does not exist is refused, with a record and an
+/// event that say why, and changes nothing; naming a follower rebuilds it from its peers on a
+/// new, empty volume under a new member id, once, while a writer runs, and no acknowledged
+/// write is lost; removing the annotation ends the request.
+#[tokio::test]
+async fn a_repair_request_rebuilds_the_named_member_on_an_empty_volume() {
+    let setup = install("real-repair").await;
+    let (admin, ns, clusters) = (&setup.admin, setup.ns.clone(), &clusters(&setup));
+    let status = create_ready(&setup, &real_cluster(3, None)).await;
+    let leader = status.leader.clone().expect("a leader");
+    let target = (0..3)
+        .map(|ordinal| format!("{CLUSTER}-{ordinal}"))
+        .find(|member| *member != leader)
+        .unwrap();
+    let members_before = member_ids(clusters).await;
+    let client = service_client(admin, &ns).await;
+    let writer = start_writer(&client);
+    writer.acknowledged_at_least(10, Duration::from_secs(60)).await;
+
+    request_repair(clusters, Some(&format!("{CLUSTER}-7"))).await;
+    let refused = repair_record(
+        clusters,
+        "the request for a member that does not exist refused",
+        |r| r.is_some_and(|r| r.message.contains("not a voting member")),
+    )
+    .await
+    .unwrap();
+    assert_eq!(refused.phase, RepairPhase::Waiting, "{refused:?}");
+    assert!(
+        setup
+            .occurrences(&["RepairRefused"])
+            .await
+            .contains_key("RepairRefused")
+    );
+    assert_eq!(
+        member_ids(clusters).await,
+        members_before,
+        "the membership changed"
+    );
+
+    let claim = format!("data-{target}");
+    let volume = setup.claim_uid(&claim).await;
+    request_repair(clusters, Some(&target)).await;
+    let done = repair_record(clusters, &format!("{target} rebuilt"), |r| {
+        r.is_some_and(|r| r.member == target && r.phase == RepairPhase::Done)
+    })
+    .await
+    .unwrap();
+    support::ready_with(clusters, CLUSTER, 3, Duration::from_secs(120)).await;
+    assert_ne!(setup.claim_uid(&claim).await, volume, "{target} kept its volume");
+    let members_after = member_ids(clusters).await;
+    let id_of = |members: &[(String, Option<String>)]| {
+        members
+            .iter()
+            .find(|(name, _)| *name == target)
+            .and_then(|(_, id)| id.clone())
+    };
+    assert_ne!(id_of(&members_after), id_of(&members_before), "{members_after:?}");
+    assert_eq!(done.replaced, id_of(&members_before), "{done:?}");
+    for (name, id) in &members_before {
+        if *name != target {
+            assert!(
+                members_after.contains(&(name.clone(), id.clone())),
+                "{members_after:?}"
+            );
+        }
+    }
+
+    // Once done, the standing request is not taken again; removing it ends it.
+    let replacements = setup.occurrences(&["ReplacingMember"]).await;
+    support::ready_with(clusters, CLUSTER, 3, Duration::from_secs(60)).await;
+    request_repair(clusters, None).await;
+    repair_record(clusters, "the record gone with the request", |r| r.is_none()).await;
+    assert_eq!(setup.occurrences(&["ReplacingMember"]).await, replacements);
+    assert_eq!(member_ids(clusters).await, members_after);
+
+    writer
+        .acknowledged_at_least(writer.acknowledged() + 10, Duration::from_secs(60))
+        .await;
+    let history = writer.stop().await;
+    let mut client = service_client(admin, &ns).await;
+    let checked = check_history(&mut client, &history).await;
+    eprintln!("{checked} acknowledged writes checked, none lost");
     setup.remove().await;
 }
 

@@ -103,6 +103,7 @@ fn facts(view: &ClusterView, desired: usize) -> Facts {
         pod_versions: Default::default(),
         templates: Default::default(),
         in_flight: None,
+        repair: None,
         freshness: Duration::from_secs(30),
         replace_after: Duration::from_secs(1),
         now: std::time::Instant::now(),

@@ -180,6 +180,7 @@ impl Harness {
             pod_versions: Default::default(),
             templates: Default::default(),
             in_flight: self.in_flight.clone(),
+            repair: None,
             freshness: Duration::from_secs(30),
             replace_after: Duration::from_secs(60),
             now: std::time::Instant::now(),
