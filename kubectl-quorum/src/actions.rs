@@ -1,6 +1,9 @@
 //! What the actions write, built without I/O: merge patches of annotations, and backup objects.
 
-use quorum_core::{crd::BackupDestination, runner::PAUSE_ANNOTATION};
+use quorum_core::{
+    crd::{BackupDestination, REPAIR_ANNOTATION},
+    runner::PAUSE_ANNOTATION,
+};
 use serde_json::{Value, json};
 
 use crate::target::{Engine, Target};
@@ -19,6 +22,8 @@ pub enum Refusal {
     },
     #[error("the cluster to restore {0} from has no spec to copy")]
     NoSpec(String),
+    #[error("{0} has no repair yet: {1}")]
+    NoRepair(String, &'static str),
 }
 
 /// The merge patch that pauses (`true`) or resumes (`false`) reconciliation.
@@ -46,6 +51,18 @@ pub fn switchover(target: &Target, to: &str) -> Result<Value, Refusal> {
             "the replica set elects its primary; run rs.stepDown() on the primary through `kubectl exec`",
         )),
     }
+}
+
+/// The merge patch that asks the operator to rebuild `member` (a pod name of the cluster) from
+/// its peers, or, with `None`, ends the request.
+pub fn repair(target: &Target, member: Option<&str>) -> Result<Value, Refusal> {
+    if target.engine != Engine::Etcd {
+        return Err(Refusal::NoRepair(
+            target.to_string(),
+            "only the etcd operator takes repair requests so far",
+        ));
+    }
+    Ok(json!({"metadata": {"annotations": {REPAIR_ANNOTATION: member}}}))
 }
 
 /// A one-shot backup of `target` named `name` to `destination` (the cluster's
@@ -105,6 +122,26 @@ pub fn group(engine: Engine) -> &'static str {
 mod tests {
     use super::*;
     use crate::target::parse;
+
+    #[test]
+    fn repair_sets_or_ends_the_request_where_the_operator_takes_it() {
+        let etcd = parse("etcd/main").unwrap();
+        assert_eq!(
+            repair(&etcd, Some("main-1")).unwrap(),
+            json!({"metadata": {"annotations": {"quorum.dev/repair": "main-1"}}})
+        );
+        assert_eq!(
+            repair(&etcd, None).unwrap(),
+            json!({"metadata": {"annotations": {"quorum.dev/repair": null}}})
+        );
+        let refused = repair(&parse("mysql/shop").unwrap(), Some("shop-1")).unwrap_err();
+        assert!(
+            refused
+                .to_string()
+                .starts_with("MySQLCluster/shop has no repair yet: "),
+            "{refused}"
+        );
+    }
 
     #[test]
     fn pause_sets_and_resume_removes_the_annotation() {

@@ -58,6 +58,17 @@ enum Command {
         #[arg(long)]
         to: String,
     },
+    /// Asks the operator to rebuild a member from its peers on an empty volume (annotation
+    /// `quorum.dev/repair`), through its safety gate; `--end` ends the request once done.
+    Repair {
+        target: String,
+        /// The member (pod name) to rebuild.
+        #[arg(required_unless_present = "end")]
+        member: Option<String>,
+        /// Remove the request (after `status` shows the repair Done, or to withdraw it).
+        #[arg(long, conflicts_with = "member")]
+        end: bool,
+    },
     /// Takes a backup now: a one-shot backup object of the engine's kind.
     Backup {
         target: String,
@@ -182,6 +193,19 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 "{target}: switchover to {to} requested (annotation {}); `kubectl quorum status {target}` shows its progress",
                 mysql_operator::crd::SWITCHOVER_ANNOTATION
             );
+        }
+        Command::Repair { target, member, .. } => {
+            let target = target::parse(&target)?;
+            scope
+                .patch(&target, actions::repair(&target, member.as_deref())?)
+                .await?;
+            match member {
+                Some(member) => println!(
+                    "{target}: repair of {member} requested (annotation {}); `kubectl quorum status {target}` shows its progress, and `kubectl quorum repair {target} --end` ends the request once it is Done",
+                    quorum_core::crd::REPAIR_ANNOTATION
+                ),
+                None => println!("{target}: repair request ended"),
+            }
         }
         Command::Backup { target, name, like } => {
             let target = target::parse(&target)?;

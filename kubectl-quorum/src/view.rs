@@ -90,6 +90,9 @@ pub struct ClusterView {
     /// What the operator waits for, when it waits (the `Progressing` condition).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub waiting_for: Option<String>,
+    /// A repair asked for (`kubectl quorum repair`) and where it stands.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repair: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_backup: Option<BackupView>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -148,6 +151,7 @@ fn frame<K: kube::Resource<DynamicType = ()>>(cluster: &K) -> ClusterView {
         conditions: Vec::new(),
         in_flight: None,
         waiting_for: None,
+        repair: None,
         last_backup: None,
         last_failover: None,
     }
@@ -217,6 +221,10 @@ pub fn etcd(cluster: &etcd_operator::crd::EtcdCluster, pods: &Pods, now: Timesta
             &step.started_at,
         )
     });
+    view.repair = status
+        .repair
+        .as_ref()
+        .map(|record| format!("{} {}: {}", record.member, wire(&record.phase), record.message));
     finish(view, &status.conditions, status.last_backup.as_ref(), now)
 }
 
@@ -388,6 +396,9 @@ pub fn render(view: &ClusterView, style: Style) -> String {
     }
     if let Some(waiting) = &view.waiting_for {
         out.push_str(&format!("  waiting for: {waiting}\n"));
+    }
+    if let Some(repair) = &view.repair {
+        out.push_str(&format!("  repair: {repair}\n"));
     }
     out.push_str("  conditions:\n");
     for condition in &view.conditions {

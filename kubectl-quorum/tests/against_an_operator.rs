@@ -255,7 +255,51 @@ async fn status_pause_resume_backup_and_restore_through_the_plugin_and_refusals_
         "{into_existing}"
     );
 
+    // A repair request reaches the operator, which refuses a member the cluster does not have
+    // and says so in status (and `status` shows it); `--end` withdraws it.
+    let requested = stdout(&plugin(&ns, &["repair", "etcdcluster/main", "main-9"]).await);
+    assert!(requested.contains("repair of main-9 requested"), "{requested}");
+    wait::until(
+        "the repair refused in status",
+        Duration::from_secs(60),
+        || async {
+            let status = clusters
+                .get("main")
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .unwrap_or_default();
+            match status.repair {
+                Some(record) if record.message.contains("not a voting member") => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    let shown = stdout(&plugin(&ns, &["status", "etcdcluster/main"]).await);
+    assert!(
+        shown.contains("repair: main-9 Waiting: quorum.dev/repair names \"main-9\""),
+        "{shown}"
+    );
+    let ended = stdout(&plugin(&ns, &["repair", "etcdcluster/main", "--end"]).await);
+    assert!(ended.contains("repair request ended"), "{ended}");
+    wait::until("the repair record gone", Duration::from_secs(60), || async {
+        let status = clusters
+            .get("main")
+            .await
+            .map_err(|e| e.to_string())?
+            .status
+            .unwrap_or_default();
+        status.repair.map_or(Ok(()), |record| Err(format!("{record:?}")))
+    })
+    .await;
+
     // Refusals say what to do.
+    let no_repair = refused(&plugin(&ns, &["repair", "mysqlcluster/shop", "shop-1"]).await);
+    assert!(
+        no_repair.contains("MySQLCluster/shop has no repair yet"),
+        "{no_repair}"
+    );
     let no_switchover = refused(&plugin(&ns, &["switchover", "etcdcluster/main", "--to", "main-1"]).await);
     assert!(
         no_switchover.contains("EtcdCluster/main has no switchover: etcd elects its leader itself"),
