@@ -56,10 +56,10 @@ pub fn switchover(target: &Target, to: &str) -> Result<Value, Refusal> {
 /// The merge patch that asks the operator to rebuild `member` (a pod name of the cluster) from
 /// its peers, or, with `None`, ends the request.
 pub fn repair(target: &Target, member: Option<&str>) -> Result<Value, Refusal> {
-    if target.engine != Engine::Etcd {
+    if matches!(target.engine, Engine::MySql | Engine::Redis) {
         return Err(Refusal::NoRepair(
             target.to_string(),
-            "only the etcd operator takes repair requests so far",
+            "only the etcd and MongoDB operators take repair requests so far",
         ));
     }
     Ok(json!({"metadata": {"annotations": {REPAIR_ANNOTATION: member}}}))

@@ -56,6 +56,7 @@ pub mod pod;
 pub mod pod_failures;
 pub mod predecessor;
 pub mod rbac;
+pub mod repair;
 pub mod role_labels;
 pub mod rollout;
 pub mod runner;

@@ -15,7 +15,6 @@ use k8s_openapi::{
 };
 use kube::{Api, ResourceExt, runtime::controller::Action};
 use quorum_core::{
-    crd::REPAIR_ANNOTATION,
     events::Severity,
     pass::{Progress, Reason as _, UnreadableRecord, needed_secret, publish},
     rollout::restart_pod,
@@ -290,22 +289,18 @@ async fn observe(
     })
 }
 
-/// The repair a person asked for with [`REPAIR_ANNOTATION`], joined with what status recorded of
-/// it. A recorded removal that cannot be read counts as taken: a member is never rebuilt twice
-/// for one request on a guess.
+/// The repair a person asked for, joined with what status recorded of it. A recorded removal that
+/// cannot be read counts as taken: a member is never rebuilt twice for one request on a guess.
 fn repair_request(cluster: &EtcdCluster) -> Option<RepairRequest> {
-    let member = cluster.annotations().get(REPAIR_ANNOTATION)?.trim().to_string();
-    let recorded = cluster
-        .status
-        .as_ref()
-        .and_then(|s| s.repair.as_ref())
-        .filter(|record| record.member == member);
+    let recorded = cluster.status.as_ref().and_then(|s| s.repair.as_ref());
+    let request = quorum_core::repair::request(cluster, recorded)?;
     Some(RepairRequest {
-        ordinal: crate::resolver::ordinal_of(&cluster.name_any(), &member),
-        replaced: recorded
-            .and_then(|record| record.replaced.as_deref())
+        ordinal: crate::resolver::ordinal_of(&cluster.name_any(), &request.member),
+        replaced: request
+            .taken
+            .as_deref()
             .map(|id| u64::from_str_radix(id, 16).unwrap_or(0)),
-        member,
+        member: request.member,
     })
 }
 

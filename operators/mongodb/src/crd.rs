@@ -205,6 +205,9 @@ pub struct MongoDBReplicaSetStatus {
     /// loaded so that it is never loaded again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restored_from: Option<BackupRecord>,
+    /// The repair asked for with the `quorum.dev/repair` annotation, while it stands.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repair: Option<quorum_core::crd::RepairRecord>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }

@@ -21,6 +21,7 @@ use quorum_core::availability::{
     gate::{self, Disruption, Freshness, GateInput, Quorum, Verdict, WaitReason},
     health::{Health, Observation},
 };
+use quorum_core::repair::RepairRequest;
 
 use crate::admin::{ConfigMember, Hello, MemberState, ReplConfig, ReplStatus};
 use crate::crd::release_of;
@@ -122,6 +123,8 @@ pub struct Observed {
     pub feature_compatibility: Option<String>,
     /// The set waits for its data to be restored before any member joins the first.
     pub restore_pending: bool,
+    /// A repair a person asked for, while the request stands.
+    pub repair: Option<RepairRequest>,
 }
 
 impl Observed {
@@ -190,7 +193,7 @@ impl Observed {
         answered && heard
     }
 
-    fn state(&self, host: &str) -> Option<MemberState> {
+    pub(crate) fn state(&self, host: &str) -> Option<MemberState> {
         self.status.as_ref()?.member(host).map(|member| member.state)
     }
 
@@ -268,6 +271,17 @@ pub enum StepDownReason {
     Demoted,
     /// It is the last member to restart for a version change.
     Upgrade,
+    /// A person asked for it to be rebuilt.
+    Repair,
+}
+
+/// Why a member is wiped and copies the data again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResyncCause {
+    /// It says it is too stale to catch up (`error RS102`).
+    TooStale,
+    /// A person asked for it ([`quorum_core::repair::REPAIR_ANNOTATION`]).
+    Requested,
 }
 
 /// The one next step.
@@ -298,6 +312,7 @@ pub enum Step {
     Resync {
         member: String,
         pod_uid: String,
+        cause: ResyncCause,
     },
     SetFeatureCompatibility {
         release: String,
@@ -460,6 +475,9 @@ fn no_primary(observed: &Observed) -> Step {
 /// copies everything again from a healthy member. Never the primary, and only while every other
 /// member is healthy, so the set keeps its majority and a source to copy from meanwhile.
 fn resyncing(observed: &Observed, config: &ReplConfig, primary: &str) -> Option<Step> {
+    if let Some(step) = repairing(observed, config, primary) {
+        return Some(step);
+    }
     let stale = config.members.iter().find(|member| {
         member.host != primary
             && !member.arbiter_only
@@ -485,6 +503,55 @@ fn resyncing(observed: &Observed, config: &ReplConfig, primary: &str) -> Option<
     Some(Step::Resync {
         member: name,
         pod_uid,
+        cause: ResyncCause::TooStale,
+    })
+}
+
+/// A repair a person asked for: the named member is wiped as a member too stale is, through the
+/// same gate, once per request. The primary steps down first. The pod recorded as wiped for the
+/// request is wiped again only while it is still that pod (the operator stopped between the
+/// record and the act); once another pod runs under the name, the request is done with.
+fn repairing(observed: &Observed, config: &ReplConfig, primary: &str) -> Option<Step> {
+    let request = observed.repair.as_ref()?;
+    let data_members = || config.members.iter().filter(|member| !member.arbiter_only);
+    let Some(target) = data_members().find(|member| observed.name_of(&member.host) == request.member) else {
+        let names: Vec<String> = data_members()
+            .map(|member| observed.name_of(&member.host))
+            .collect();
+        return Some(wait(
+            Reason::RepairRefused,
+            format!(
+                "{} names {:?}, which is not a data member of this set, so nothing is changed: name \
+                 one of {names:?}, or remove the annotation",
+                quorum_core::repair::REPAIR_ANNOTATION,
+                request.member
+            ),
+        ));
+    };
+    let name = request.member.clone();
+    let pod_uid = observed.seen(&target.host).and_then(|seen| seen.pod_uid.clone());
+    if request.taken.is_some() && request.taken != pod_uid {
+        return None;
+    }
+    if target.host == primary {
+        return Some(step_down(observed, config, primary, StepDownReason::Repair));
+    }
+    let Some(pod_uid) = pod_uid else {
+        return Some(wait(
+            Reason::ResyncBlocked,
+            format!("{name} is to be rebuilt on request and has no pod to wipe yet; waiting for it"),
+        ));
+    };
+    if let Err(blocking) = observed.gate(config, &target.host, Disruption::Restart) {
+        return Some(wait(
+            Reason::ResyncBlocked,
+            format!("{name} is rebuilt on request once every other member is healthy; {blocking}"),
+        ));
+    }
+    Some(Step::Resync {
+        member: name,
+        pod_uid,
+        cause: ResyncCause::Requested,
     })
 }
 
@@ -973,6 +1040,7 @@ mod tests {
             primary: Some(host(0)),
             feature_compatibility: Some("7.0".into()),
             restore_pending: false,
+            repair: None,
         }
     }
 
@@ -1463,6 +1531,68 @@ mod tests {
         observed
     }
 
+    fn repair_requested(mut observed: Observed, member: &str, taken: Option<&str>) -> Observed {
+        observed.repair = Some(RepairRequest {
+            member: member.into(),
+            taken: taken.map(str::to_string),
+        });
+        observed
+    }
+
+    #[test]
+    fn a_repair_wipes_the_named_member_once_through_the_gate_and_never_the_primary_in_place() {
+        let wanted = desired(3, 0);
+        let resync = |member: &str| Step::Resync {
+            member: member.into(),
+            pod_uid: format!("{member}-uid"),
+            cause: ResyncCause::Requested,
+        };
+        assert_eq!(
+            decide(&wanted, &repair_requested(set(&[1, 1, 1]), "rs-2", None)),
+            resync("rs-2")
+        );
+        // Recorded but its pod is still there (stopped between the record and the wipe): again.
+        assert_eq!(
+            decide(
+                &wanted,
+                &repair_requested(set(&[1, 1, 1]), "rs-2", Some("rs-2-uid"))
+            ),
+            resync("rs-2")
+        );
+        // Another pod runs under the name: the request is done with.
+        assert_eq!(
+            decide(
+                &wanted,
+                &repair_requested(set(&[1, 1, 1]), "rs-2", Some("an-older-uid"))
+            ),
+            Step::Settled
+        );
+        assert!(matches!(
+            decide(&wanted, &repair_requested(set(&[1, 1, 1]), "rs-0", None)),
+            Step::StepDown {
+                reason: StepDownReason::Repair,
+                ..
+            }
+        ));
+        for (case, observed, reason) in [
+            (
+                "a name that is no member",
+                repair_requested(set(&[1, 1, 1]), "other-1", None),
+                Reason::RepairRefused,
+            ),
+            (
+                "another member Unknown",
+                repair_requested(unknown(set(&[1, 1, 1]), 1), "rs-2", None),
+                Reason::ResyncBlocked,
+            ),
+        ] {
+            match decide(&wanted, &observed) {
+                Step::Wait { reason: got, .. } => assert_eq!(got, reason, "{case}"),
+                other => panic!("{case}: {other:?}"),
+            }
+        }
+    }
+
     #[test]
     fn a_member_too_stale_to_catch_up_is_resynced_only_while_the_others_are_healthy() {
         let cases: Vec<(&str, Observed, Result<&str, &str>)> = vec![
@@ -1510,6 +1640,7 @@ mod tests {
                     Step::Resync {
                         member: wiped,
                         pod_uid,
+                        cause: ResyncCause::TooStale,
                     },
                 ) => {
                     assert_eq!(wiped, member, "{case}");

@@ -4,13 +4,15 @@
 
 use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 use kube::{Api, ResourceExt};
-use quorum_core::{availability::retry::Idempotency, runner::Context, status::StatusWriter};
+use quorum_core::{
+    availability::retry::Idempotency, repair::RepairPhase, runner::Context, status::StatusWriter,
+};
 
 use crate::{
     admin::{ReplConfig, codes},
     clients::{CallFailure, is_unreachable, refusal_code},
     crd::{ChangeKind, MongoDBBackup, MongoDBReplicaSet, MongoDBReplicaSetStatus},
-    decide::{Change, Observed, Reason, Step},
+    decide::{Change, Observed, Reason, ResyncCause, Step},
 };
 
 use crate::pass::{Error, State};
@@ -206,6 +208,22 @@ pub(crate) async fn act(
             (ChangeKind::SetFeatureCompatibilityVersion, release.clone())
         }
     };
+    // The pod a requested repair wipes is recorded before it is wiped: never twice for one
+    // request.
+    if let Step::Resync {
+        pod_uid,
+        cause: ResyncCause::Requested,
+        ..
+    } = step
+        && let Some(request) = &observed.repair
+    {
+        status.repair = Some(request.record(
+            RepairPhase::Rebuilding,
+            Some(pod_uid.clone()),
+            format!("{member}'s volume is deleted with its pod; it copies the data again from the set"),
+        ));
+        writer.write(status).await?;
+    }
     let change = RecordedChange {
         kind,
         member: member.clone(),
@@ -292,13 +310,20 @@ pub(crate) async fn act(
                 format!("restarted {member} for version {}", replica_set.spec.version),
             ))
         }
-        Step::Resync { member, pod_uid } => {
+        Step::Resync {
+            member,
+            pod_uid,
+            cause,
+        } => {
             resync(context, replica_set, member, pod_uid).await?;
+            let why = match cause {
+                ResyncCause::TooStale => "was too stale to catch up (error RS102)",
+                ResyncCause::Requested => "is rebuilt on request",
+            };
             Ok((
                 Reason::MemberResynced,
                 format!(
-                    "{member} was too stale to catch up (error RS102): its volume was deleted with its pod, \
-                     and it copies the data again from the set"
+                    "{member} {why}: its volume was deleted with its pod, and it copies the data again from the set"
                 ),
             ))
         }

@@ -131,6 +131,13 @@ pub(crate) async fn observe(
                 .status
                 .as_ref()
                 .is_none_or(|status| status.restored_from.is_none()),
+        repair: quorum_core::repair::request(
+            replica_set,
+            replica_set
+                .status
+                .as_ref()
+                .and_then(|status| status.repair.as_ref()),
+        ),
     })
 }
 

@@ -41,6 +41,8 @@ quorum_core::reasons! {
         NoMembers => Warning,
         PrimaryUnknown => Warning,
         ResyncBlocked => Warning,
+        /// A repair was asked for that cannot be taken as asked.
+        RepairRefused => Warning,
         MemberUnknown => Warning,
         MemberNotHealthy => Warning,
         LastVoter => Warning,

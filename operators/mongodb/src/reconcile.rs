@@ -32,7 +32,7 @@ pub use crate::status::{Progress, RecordedChange, recorded_change};
 use crate::{
     execute::{act, reported_failure, restore_step},
     observe::observe,
-    status::{set_conditions, status_from, wait_on_unreadable_record},
+    status::{repair_record, set_conditions, status_from, wait_on_unreadable_record},
 };
 
 /// The configuration `_id` of the arbiter; data members use their ordinal (below 50).
@@ -170,6 +170,7 @@ pub async fn reconcile(
             }
         },
     };
+    status.repair = repair_record(&observed, status.repair.as_ref(), &progress);
     let settled = progress.is_settled();
     publish(&context.events, replica_set.as_ref(), &progress).await;
 

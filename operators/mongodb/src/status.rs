@@ -5,10 +5,11 @@ use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 use quorum_core::{
     conditions::ConditionUpdate,
     pass::{Findings, UnreadableRecord},
+    repair::{RepairPhase, RepairRecord},
 };
 
 use crate::{
-    admin::ReplStatus,
+    admin::{MemberState, ReplStatus},
     crd::{ChangeKind, MemberStatus, MembershipChange, MongoDBReplicaSet, MongoDBReplicaSetStatus},
     decide::{Change, Desired, Observed, Reason, SeenMember},
 };
@@ -111,6 +112,54 @@ pub(crate) fn status_from(
         })
         .count() as i32;
     status
+}
+
+/// Where a repair asked for stands, for `status.repair`; `None` once the request is gone.
+/// `recorded` is `status.repair` as this pass left it (the wipe it recorded before acting).
+pub(crate) fn repair_record(
+    observed: &Observed,
+    recorded: Option<&RepairRecord>,
+    progress: &Progress,
+) -> Option<RepairRecord> {
+    let request = observed.repair.as_ref()?;
+    let taken = request.taken.clone().or_else(|| {
+        recorded
+            .filter(|record| record.member == request.member)
+            .and_then(|record| record.replaced.clone())
+    });
+    let Some(taken) = taken else {
+        let message = match progress {
+            Progress::Acted { message, .. }
+            | Progress::Waiting { message, .. }
+            | Progress::Failed { message, .. } => message.clone(),
+            Progress::Settled => "waiting for the next pass".to_string(),
+        };
+        return Some(request.record(RepairPhase::Waiting, None, message));
+    };
+    let back = observed.members.iter().find(|member| {
+        member.name == request.member
+            && member.pod_uid.as_ref().is_some_and(|uid| *uid != taken)
+            && observed.state(&member.host) == Some(MemberState::Secondary)
+            && observed.health(&member.host).is_healthy()
+    });
+    Some(match back {
+        Some(_) => request.record(
+            RepairPhase::Done,
+            Some(taken),
+            format!(
+                "{} was rebuilt: it copied the data again from the set and serves as a secondary; remove the annotation to end the request",
+                request.member
+            ),
+        ),
+        None => request.record(
+            RepairPhase::Rebuilding,
+            Some(taken),
+            format!(
+                "{}'s volume was deleted with its pod; it copies the data again from the set",
+                request.member
+            ),
+        ),
+    })
 }
 
 pub(crate) fn member_status(seen: &SeenMember, desired: &Desired, observed: &Observed) -> MemberStatus {

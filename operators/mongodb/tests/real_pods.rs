@@ -15,6 +15,7 @@ use mongodb_operator::{
     crd::{MongoDBReplicaSet, MongoDBReplicaSetStatus},
     resources::member_name,
 };
+use quorum_core::repair::{RepairPhase, RepairRecord};
 use quorum_e2e::{
     history::{History, Writer},
     real_node::{self, STORAGE_CLASS},
@@ -265,6 +266,119 @@ async fn a_total_outage_ends_with_the_same_members_and_every_acknowledged_write(
     let primary = direct_client(&setup, status.primary.as_deref().expect("a primary")).await;
     let checked = check_history(&primary, &history).await;
     eprintln!("{checked} acknowledged writes checked, none lost");
+    setup.remove().await;
+}
+
+/// The repair record in status once it satisfies `until`.
+async fn repair_record(
+    setup: &OnRealNode,
+    what: &str,
+    until: impl Fn(Option<&RepairRecord>) -> bool,
+) -> Option<RepairRecord> {
+    wait::until(what, Duration::from_secs(300), || async {
+        let status = sets(setup)
+            .get(SET)
+            .await
+            .map_err(|error| error.to_string())?
+            .status
+            .unwrap_or_default();
+        until(status.repair.as_ref())
+            .then(|| status.repair.clone())
+            .ok_or_else(|| format!("{:?}", status.repair))
+    })
+    .await
+}
+
+/// Sets (or, with `None`, removes) the repair request, as
+/// `kubectl annotate mongodbreplicaset orders quorum.dev/repair=<member>` does.
+async fn request_repair(setup: &OnRealNode, member: Option<&str>) {
+    sets(setup)
+        .patch(
+            SET,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({
+                "metadata": {"annotations": {quorum_core::repair::REPAIR_ANNOTATION: member}}
+            })),
+        )
+        .await
+        .unwrap();
+}
+
+/// `quorum.dev/repair` naming no member is refused with a record that says why, and changes
+/// nothing; naming a secondary wipes it once, so it comes back on a new, empty volume and copies
+/// the data again from the set, while a writer runs, and no majority-acknowledged write is lost;
+/// removing the annotation ends the request.
+#[tokio::test]
+async fn a_repair_request_rebuilds_the_named_member_on_an_empty_volume() {
+    let setup = install("real-mongo-repair").await;
+    let status = create_ready(&setup, 3).await;
+    let primary = status.primary.clone().expect("a primary");
+    let target = (0..3)
+        .map(|ordinal| member_name(SET, ordinal))
+        .find(|name| *name != primary)
+        .unwrap();
+    let writer = start_following_writer(&setup);
+    writer.acknowledged_at_least(10, Duration::from_secs(60)).await;
+
+    request_repair(&setup, Some(&format!("{SET}-7"))).await;
+    let refused = repair_record(&setup, "the request for no member refused", |record| {
+        record.is_some_and(|r| r.message.contains("not a data member"))
+    })
+    .await
+    .unwrap();
+    assert_eq!(refused.phase, RepairPhase::Waiting, "{refused:?}");
+
+    let claim = format!("data-{target}");
+    let volume = setup.claim_uid(&claim).await;
+    let pod_before = setup.pods().get(&target).await.unwrap().metadata.uid;
+    request_repair(&setup, Some(&target)).await;
+    let done = repair_record(&setup, &format!("{target} rebuilt"), |record| {
+        record.is_some_and(|r| r.member == target && r.phase == RepairPhase::Done)
+    })
+    .await
+    .unwrap();
+    assert_eq!(done.replaced, pod_before, "{done:?}");
+    assert_ne!(setup.claim_uid(&claim).await, volume, "{target} kept its volume");
+    let resyncs = setup.occurrences(&["MemberResynced"]).await;
+    assert_eq!(resyncs.get("MemberResynced"), Some(&1), "{resyncs:?}");
+
+    request_repair(&setup, None).await;
+    repair_record(&setup, "the record gone with the request", |record| {
+        record.is_none()
+    })
+    .await;
+    support::ready(&sets(&setup), SET, 3).await;
+    assert_eq!(setup.occurrences(&["MemberResynced"]).await, resyncs);
+
+    writer
+        .acknowledged_at_least(writer.acknowledged() + 10, Duration::from_secs(60))
+        .await;
+    let history = writer.stop().await;
+    let status = sets(&setup).get(SET).await.unwrap().status.unwrap();
+    let checked = check_history(
+        &direct_client(&setup, status.primary.as_deref().expect("a primary")).await,
+        &history,
+    )
+    .await;
+    eprintln!("{checked} acknowledged writes checked, none lost");
+    let rebuilt = direct_client(&setup, &target).await;
+    wait::until(
+        &format!("{target} holds the writes"),
+        Duration::from_secs(60),
+        || async {
+            let count = history_collection(&rebuilt)
+                .count_documents(doc! {})
+                .selection_criteria(mongodb::options::SelectionCriteria::ReadPreference(
+                    mongodb::options::ReadPreference::SecondaryPreferred { options: None },
+                ))
+                .await
+                .map_err(|error| error.to_string())?;
+            (count as usize >= checked)
+                .then_some(())
+                .ok_or(format!("{count} documents"))
+        },
+    )
+    .await;
     setup.remove().await;
 }
 
