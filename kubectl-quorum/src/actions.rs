@@ -56,10 +56,10 @@ pub fn switchover(target: &Target, to: &str) -> Result<Value, Refusal> {
 /// The merge patch that asks the operator to rebuild `member` (a pod name of the cluster) from
 /// its peers, or, with `None`, ends the request.
 pub fn repair(target: &Target, member: Option<&str>) -> Result<Value, Refusal> {
-    if matches!(target.engine, Engine::MySql | Engine::Redis) {
+    if target.engine == Engine::MySql {
         return Err(Refusal::NoRepair(
             target.to_string(),
-            "only the etcd and MongoDB operators take repair requests so far",
+            "the MySQL operator takes no repair request yet",
         ));
     }
     Ok(json!({"metadata": {"annotations": {REPAIR_ANNOTATION: member}}}))

@@ -15,7 +15,7 @@ use kube::{
 use crate::{apply::ignore_not_found, pod::data_claim_name};
 
 /// The permissions [`wipe_member`] needs beside deleting pods (which every engine that restarts
-/// members has): deleting claims.
+/// members has) and, when it is given a pod's uid, reading pods: deleting claims.
 pub fn rbac_rule() -> k8s_openapi::api::rbac::v1::PolicyRule {
     crate::rbac::rule("", &["persistentvolumeclaims"], &["delete"])
 }

@@ -383,6 +383,10 @@ pub struct RedisClusterStatus {
     /// A cluster created with `restoreFrom`: the snapshots it starts from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restore: Option<RestoreStatus>,
+    /// The repair asked for with the `quorum.dev/repair` annotation, while it stands
+    /// (replication mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repair: Option<quorum_core::crd::RepairRecord>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }

@@ -28,10 +28,13 @@ pub fn rules() -> Vec<PolicyRule> {
             rule("", &["secrets"], &["get", "list", "watch", "create"]),
             // Data pods (the operator's own, watched into its cache): listed, labelled with their
             // role (primary or replica), which is what the primary and replicas Services select,
-            // and deleted one at a time to roll them onto a new template.
-            rule("", &["pods"], &["list", "watch", "patch", "delete"]),
+            // and deleted one at a time to roll them onto a new template; read before a replica
+            // rebuilt on request is wiped, so that a pod created again since keeps its claim.
+            rule("", &["pods"], &["get", "list", "watch", "patch", "delete"]),
             // Cluster mode: a removed shard's StatefulSet, once it has no pod left.
             rule("apps", &["statefulsets"], &["delete"]),
+            // A replica rebuilt on request: its claim goes with its pod.
+            quorum_core::wipe::rbac_rule(),
         ],
     )
 }

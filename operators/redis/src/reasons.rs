@@ -23,6 +23,7 @@ quorum_core::reasons! {
         RemovingNode => Normal,
         SentinelReset => Normal,
         RestartingNode => Normal,
+        RebuildingNode => Normal,
         // Steps taken in cluster mode.
         FormingCluster => Normal,
         MeetingNodes => Normal,
@@ -64,6 +65,8 @@ quorum_core::reasons! {
         NodeNotHealthy => Warning,
         /// A node runs an older pod template and cannot be restarted safely now.
         RestartBlocked => Warning,
+        /// A repair was asked for that cannot be taken as asked.
+        RepairRefused => Warning,
         // Waits a person should look at, in either mode.
         ScaleInBlocked => Warning,
         // Waits a person should look at, in cluster mode.
@@ -116,6 +119,7 @@ mod tests {
         "RemovingNode",
         "SentinelReset",
         "RestartingNode",
+        "RebuildingNode",
         "FormingCluster",
         "MeetingNodes",
         "FinishingSlotMove",
@@ -163,6 +167,7 @@ mod tests {
                 "PrimaryLeaving",
                 "NodeNotHealthy",
                 "RestartBlocked",
+                "RepairRefused",
                 "ScaleInBlocked",
                 "NodesNotAnswering",
                 "NodeIdsChanged",

@@ -13,6 +13,7 @@ use kube::{
     Api,
     api::{Patch, PatchParams, PostParams},
 };
+use quorum_core::repair::{RepairPhase, RepairRecord};
 use quorum_e2e::{
     history::{History, Writer},
     real_node::{self, STORAGE_CLASS},
@@ -663,6 +664,100 @@ async fn a_sharded_cluster_after_a_total_outage_serves_every_acknowledged_write(
         assert_eq!(reader.get(&key).await.unwrap(), Some(value));
     }
     eprintln!("{checked} acknowledged writes checked, none lost");
+    setup.remove().await;
+}
+
+/// Sets (or, with `None`, removes) the repair request, as
+/// `kubectl annotate rediscluster cache quorum.dev/repair=<node>` does.
+async fn request_repair(setup: &OnRealNode, node: Option<&str>) {
+    clusters(setup)
+        .patch(
+            CLUSTER,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({
+                "metadata": {"annotations": {quorum_core::repair::REPAIR_ANNOTATION: node}}
+            })),
+        )
+        .await
+        .unwrap();
+}
+
+/// The repair record in status once it satisfies `until`.
+async fn repair_record(
+    setup: &OnRealNode,
+    what: &str,
+    until: impl Fn(Option<&RepairRecord>) -> bool,
+) -> Option<RepairRecord> {
+    wait::until(what, Duration::from_secs(300), || async {
+        let status = clusters(setup)
+            .get(CLUSTER)
+            .await
+            .map_err(|error| error.to_string())?
+            .status
+            .unwrap_or_default();
+        until(status.repair.as_ref())
+            .then(|| status.repair.clone())
+            .ok_or_else(|| format!("{:?}", status.repair))
+    })
+    .await
+}
+
+/// Replication mode: `quorum.dev/repair` naming no node is refused with a record that says why;
+/// naming a replica wipes it once, so it comes back on a new, empty volume and copies everything
+/// from the primary, under a steady writer, and no acknowledged write is lost; removing the
+/// annotation ends the request.
+#[tokio::test]
+async fn a_repair_request_rebuilds_the_named_replica_on_an_empty_volume() {
+    let setup = OnRealNode::install("real-redis-repair", CHART, &[]).await;
+    let status = create_ready(&setup, on_real_node(support::replication_spec(2)), 3, 3).await;
+    let primary_pod = status.primary.clone().expect("a primary");
+    let target = (0..3)
+        .map(|ordinal| node_name(CLUSTER, ordinal))
+        .find(|name| *name != primary_pod)
+        .unwrap();
+    let password = generated_password(&setup.admin, &setup.ns, CLUSTER).await;
+    let primary_service = primary_service_address(&setup).await;
+    let writer = start_reconnecting_writer(primary_service, &password);
+    writer.acknowledged_at_least(20, Duration::from_secs(60)).await;
+
+    request_repair(&setup, Some(&node_name(CLUSTER, 7))).await;
+    let refused = repair_record(&setup, "the request for no node refused", |record| {
+        record.is_some_and(|r| r.message.contains("not a data node"))
+    })
+    .await
+    .unwrap();
+    assert_eq!(refused.phase, RepairPhase::Waiting, "{refused:?}");
+
+    let claim = format!("data-{target}");
+    let volume = setup.claim_uid(&claim).await;
+    let pod_before = setup.pods().get(&target).await.unwrap().metadata.uid;
+    request_repair(&setup, Some(&target)).await;
+    let done = repair_record(&setup, &format!("{target} rebuilt"), |record| {
+        record.is_some_and(|r| r.member == target && r.phase == RepairPhase::Done)
+    })
+    .await
+    .unwrap();
+    assert_eq!(done.replaced, pod_before, "{done:?}");
+    assert_ne!(setup.claim_uid(&claim).await, volume, "{target} kept its volume");
+    let rebuilds = setup.occurrences(&["RebuildingNode"]).await;
+    assert_eq!(rebuilds.get("RebuildingNode"), Some(&1), "{rebuilds:?}");
+
+    request_repair(&setup, None).await;
+    repair_record(&setup, "the record gone with the request", |record| {
+        record.is_none()
+    })
+    .await;
+    support::ready(&clusters(&setup), CLUSTER, 3).await;
+    assert_eq!(setup.occurrences(&["RebuildingNode"]).await, rebuilds);
+    let now = clusters(&setup).get(CLUSTER).await.unwrap().status.unwrap();
+    assert_eq!(now.primary, status.primary, "the primary changed");
+
+    writer
+        .acknowledged_at_least(writer.acknowledged() + 20, Duration::from_secs(60))
+        .await;
+    let history = writer.stop().await;
+    let primary = service_connection(&setup, &primary_service_name(CLUSTER), &password).await;
+    check_history_on_primary_and_replicas(&setup, &primary, &password, &history).await;
     setup.remove().await;
 }
 

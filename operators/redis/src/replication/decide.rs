@@ -46,7 +46,7 @@ impl NodeFact {
         Observation::new(format!("node {}", self.ordinal), self.health.clone(), true)
     }
 
-    fn answered(&self) -> Option<&ReplicationInfo> {
+    pub(crate) fn answered(&self) -> Option<&ReplicationInfo> {
         self.replication.as_ref().filter(|_| self.health.is_healthy())
     }
 }
@@ -103,6 +103,22 @@ pub struct Facts {
     /// Every Sentinel pod runs its StatefulSet's current template and is ready: none is about
     /// to be restarted by the StatefulSet controller in the middle of a handover.
     pub sentinels_rolled: bool,
+    /// A repair a person asked for, while the request stands.
+    pub repair: Option<NodeRepair>,
+}
+
+/// A person's request to rebuild one data node on an empty volume
+/// ([`quorum_core::repair::REPAIR_ANNOTATION`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeRepair {
+    /// The node the request names, as written.
+    pub member: String,
+    /// Its ordinal, when the name is one of this deployment's data nodes.
+    pub ordinal: Option<usize>,
+    /// The uid of the pod wiped for this request, once it was recorded.
+    pub taken: Option<String>,
+    /// The uid of the named node's pod now, when it has one.
+    pub pod_uid: Option<String>,
 }
 
 /// One step.
@@ -131,6 +147,9 @@ pub enum Step {
     /// Delete a data pod that runs an older template, so its StatefulSet re-creates it on the
     /// current one with the same volume; never the primary (it hands over first).
     RestartNode { ordinal: usize },
+    /// Delete a replica's claim and pod (exactly the pod observed), so it comes back on an empty
+    /// volume and copies everything again from the primary: a repair asked for.
+    WipeNode { ordinal: usize, pod_uid: String },
     /// Remove the highest node, a replica, by shrinking the StatefulSet.
     RemoveNode { ordinal: usize },
     /// Make a Sentinel forget replicas and Sentinels that are gone (`SENTINEL RESET`); one
@@ -680,7 +699,58 @@ pub fn decide(facts: &Facts) -> Decision {
             ),
         );
     }
+    if let Some(repair) = &facts.repair
+        && let Some(decision) = repair_node(facts, primary, repair)
+    {
+        return decision;
+    }
     roll(facts, primary)
+}
+
+/// The next step of a repair a person asked for, reached only with every node healthy and in
+/// sync: the named replica is wiped, once per request (the pod recorded as wiped is wiped again
+/// only while it is still that pod); the primary hands its role over first. `None` once the
+/// request is done with.
+fn repair_node(facts: &Facts, primary: usize, repair: &NodeRepair) -> Option<Decision> {
+    let Some(ordinal) = repair.ordinal.filter(|ordinal| *ordinal < facts.desired_nodes) else {
+        return Some(wait(
+            Reason::RepairRefused,
+            format!(
+                "{} names {:?}, which is not a data node of this deployment, so nothing is changed: \
+                 name a node from 0 to {}, or remove the annotation",
+                quorum_core::repair::REPAIR_ANNOTATION,
+                repair.member,
+                facts.desired_nodes.saturating_sub(1)
+            ),
+        ));
+    };
+    if repair.taken.is_some() && repair.taken != repair.pod_uid {
+        return None;
+    }
+    if ordinal == primary {
+        return Some(match hand_over(facts, primary) {
+            Ok(step) if facts.nodes.len() > 1 => Decision::Act(step),
+            Ok(_) => wait(
+                Reason::RepairRefused,
+                format!(
+                    "node {ordinal} is the only node and the primary: there is nothing to rebuild it from"
+                ),
+            ),
+            Err(why) => wait(
+                Reason::RestartBlocked,
+                format!(
+                    "node {ordinal}, the primary, hands its role over before it is rebuilt, once this clears: {why}"
+                ),
+            ),
+        });
+    }
+    let Some(pod_uid) = repair.pod_uid.clone() else {
+        return Some(wait(
+            Reason::RestartInProgress,
+            format!("node {ordinal} is to be rebuilt and has no pod yet"),
+        ));
+    };
+    Some(Decision::Act(Step::WipeNode { ordinal, pod_uid }))
 }
 
 /// The handover of `primary`'s role through a Sentinel that watches it, or why it must wait:
@@ -902,6 +972,72 @@ mod tests {
                 current: (0..3).collect(),
             },
             sentinels_rolled: true,
+            repair: None,
+        }
+    }
+
+    fn with_repair(mut facts: Facts, member: &str, ordinal: Option<usize>, taken: Option<&str>) -> Facts {
+        facts.repair = Some(NodeRepair {
+            member: member.into(),
+            ordinal,
+            taken: taken.map(str::to_string),
+            pod_uid: ordinal.map(|o| format!("uid-{o}")),
+        });
+        facts
+    }
+
+    #[test]
+    fn a_repair_wipes_a_replica_once_from_a_whole_deployment_and_the_primary_hands_over_first() {
+        let settled = || facts(settled_nodes(0), all_watching(0), Some(0));
+        assert_eq!(
+            decide(&with_repair(settled(), "cache-2", Some(2), None)),
+            Decision::Act(Step::WipeNode {
+                ordinal: 2,
+                pod_uid: "uid-2".into()
+            })
+        );
+        // Recorded, and its pod is still there (stopped between the record and the wipe): again.
+        assert_eq!(
+            decide(&with_repair(settled(), "cache-2", Some(2), Some("uid-2"))),
+            Decision::Act(Step::WipeNode {
+                ordinal: 2,
+                pod_uid: "uid-2".into()
+            })
+        );
+        // Another pod under the name: the request is done with.
+        assert_eq!(
+            decide(&with_repair(settled(), "cache-2", Some(2), Some("uid-old"))),
+            Decision::Settled
+        );
+        assert!(matches!(
+            decide(&with_repair(settled(), "cache-0", Some(0), None)),
+            Decision::Act(Step::HandOver { primary: 0, .. })
+        ));
+        for (case, facts, reason) in [
+            (
+                "a name that is no node",
+                with_repair(settled(), "other-1", None, None),
+                Reason::RepairRefused,
+            ),
+            (
+                "an ordinal beyond the deployment",
+                with_repair(settled(), "cache-7", Some(7), None),
+                Reason::RepairRefused,
+            ),
+            (
+                "another node syncing",
+                {
+                    let mut nodes = settled_nodes(0);
+                    nodes[1] = node(1, replica_info(0, false));
+                    with_repair(facts(nodes, all_watching(0), Some(0)), "cache-2", Some(2), None)
+                },
+                Reason::ReplicaSyncing,
+            ),
+        ] {
+            let Decision::Wait(wait) = decide(&facts) else {
+                panic!("{case}: not a wait")
+            };
+            assert_eq!(wait.reason, reason, "{case}: {wait:?}");
         }
     }
 

@@ -18,6 +18,7 @@ use quorum_core::{
     conditions::{ConditionType, ConditionUpdate},
     events::Severity,
     pass::publish,
+    repair::{RepairPhase, RepairRecord},
     role_labels::LabelledPods,
     rollout::{Templates, needs_take_over, restart_pod, rolled_out, take_over_updates},
     wakeups::ObjectKey,
@@ -40,8 +41,8 @@ use crate::{
 use handover::Handover;
 
 use decide::{
-    Decision, Facts, NodeFact, PrimaryFinding, Reason, SentinelFact, SentinelSettings, SentinelView, Step,
-    decide, find_primary, serving_primary_given,
+    Decision, Facts, NodeFact, NodeRepair, PrimaryFinding, Reason, SentinelFact, SentinelSettings,
+    SentinelView, Step, decide, find_primary, serving_primary_given,
 };
 
 /// One reconcile pass in replication mode.
@@ -119,11 +120,74 @@ async fn observe(pass: &Pass<'_>) -> Result<Observed, Error> {
             ordinal_of(&name, pod)
         }),
         sentinels_rolled: sentinel_statefulset.as_ref().is_some_and(rolled_out),
+        repair: node_repair(pass, &data_pods),
     };
     Ok(Observed {
         facts,
         data_statefulset,
         data_pods,
+    })
+}
+
+/// The repair a person asked for, with the named node's ordinal and its pod now.
+fn node_repair(pass: &Pass<'_>, data_pods: &LabelledPods) -> Option<NodeRepair> {
+    let recorded = pass.cluster.status.as_ref().and_then(|s| s.repair.as_ref());
+    let request = quorum_core::repair::request(pass.cluster, recorded)?;
+    let pod_uid = data_pods
+        .pods()
+        .iter()
+        .find(|pod| pod.metadata.name.as_deref() == Some(request.member.as_str()))
+        .and_then(|pod| pod.metadata.uid.clone());
+    Some(NodeRepair {
+        ordinal: ordinal_of(&pass.name(), &request.member),
+        taken: request.taken,
+        member: request.member,
+        pod_uid,
+    })
+}
+
+/// Where a repair asked for stands, for `status.repair`; `None` once the request is gone.
+/// `wiped_now` is the pod this pass wiped for it.
+fn repair_record(facts: &Facts, wiped_now: Option<&String>, progress: &Progress) -> Option<RepairRecord> {
+    let repair = facts.repair.as_ref()?;
+    let request = quorum_core::repair::RepairRequest {
+        member: repair.member.clone(),
+        taken: repair.taken.clone(),
+    };
+    let Some(taken) = repair.taken.clone().or_else(|| wiped_now.cloned()) else {
+        let message = match progress {
+            Progress::Acted { message, .. }
+            | Progress::Waiting { message, .. }
+            | Progress::Failed { message, .. } => message.clone(),
+            Progress::Settled => "waiting for the next pass".to_string(),
+        };
+        return Some(request.record(RepairPhase::Waiting, None, message));
+    };
+    let back = repair.pod_uid.as_ref().is_some_and(|uid| *uid != taken)
+        && facts.nodes.iter().any(|node| {
+            Some(node.ordinal) == repair.ordinal
+                && node
+                    .answered()
+                    .is_some_and(|info| info.role == Role::Replica && info.link_up && !info.sync_in_progress)
+        });
+    Some(if back {
+        request.record(
+            RepairPhase::Done,
+            Some(taken),
+            format!(
+                "{} was rebuilt: it copied everything again from the primary; remove the annotation to end the request",
+                repair.member
+            ),
+        )
+    } else {
+        request.record(
+            RepairPhase::Rebuilding,
+            Some(taken),
+            format!(
+                "{}'s volume was deleted with its pod; it comes back empty and copies everything from the primary",
+                repair.member
+            ),
+        )
     })
 }
 
@@ -165,6 +229,8 @@ struct Taken {
     failure: Option<Error>,
     /// The node a handover in this pass made the primary.
     handed_over_to: Option<usize>,
+    /// The pod wiped in this pass for a repair asked for.
+    wiped_for_repair: Option<String>,
 }
 
 /// Takes the decided step, if any, and what follows from it in Kubernetes: the shrunken
@@ -184,6 +250,7 @@ async fn take_step(pass: &Pass<'_>, facts: &Facts, decision: &Decision) -> Resul
             progress,
             failure: None,
             handed_over_to: None,
+            wiped_for_repair: None,
         });
     };
     let started = std::time::Instant::now();
@@ -203,10 +270,12 @@ async fn take_step(pass: &Pass<'_>, facts: &Facts, decision: &Decision) -> Resul
                     source,
                 }),
                 handed_over_to: None,
+                wiped_for_repair: None,
             });
         }
     };
     let mut handed_over_to = None;
+    let mut wiped_for_repair = None;
     match step {
         Step::HandOver { .. } => {
             handed_over_to = moved;
@@ -231,12 +300,32 @@ async fn take_step(pass: &Pass<'_>, facts: &Facts, decision: &Decision) -> Resul
                 .await?;
             }
         }
+        Step::WipeNode { ordinal, pod_uid } => {
+            // Recorded before it is taken: one request wipes one pod, never a second after a
+            // restart of the operator.
+            if let Some(record) = repair_record(facts, Some(pod_uid), &progress) {
+                let mut status = pass.cluster.status.clone().unwrap_or_default();
+                status.repair = Some(record);
+                pass.status_writer().write(&status).await?;
+            }
+            let pod = node_name(&name, *ordinal);
+            quorum_core::wipe::wipe_member(
+                &pass.context.client,
+                &pass.namespace(),
+                &pod,
+                Some(pod_uid.clone()),
+            )
+            .await
+            .map_err(Error::api(format!("wiping {pod}")))?;
+            wiped_for_repair = Some(pod_uid.clone());
+        }
         _ => {}
     }
     Ok(Taken {
         progress,
         failure: None,
         handed_over_to,
+        wiped_for_repair,
     })
 }
 
@@ -252,6 +341,7 @@ async fn report(
     let name = pass.name();
     publish(&pass.context.events, pass.cluster, &taken.progress).await;
     let mut status = build_status(pass, facts, primary, &taken.progress);
+    status.repair = repair_record(facts, taken.wiped_for_repair.as_ref(), &taken.progress);
     let recorded_primary = facts.recorded_primary;
     status.primary_address = match (taken.handed_over_to, finding) {
         (Some(to), _) => primary_address(facts, Some(to)).map(|address| address.to_string()),
@@ -527,7 +617,7 @@ async fn execute(
             };
             return handover.run().await.map(Some);
         }
-        Step::RestartNode { .. } => Ok(()),
+        Step::RestartNode { .. } | Step::WipeNode { .. } => Ok(()),
         Step::ResetSentinel { sentinel } => {
             clients
                 .sentinel(
@@ -784,6 +874,7 @@ pub fn step_reason(step: &Step) -> Reason {
         Step::FenceWrites { .. } => Reason::WriteFenceSet,
         Step::HandOver { .. } => Reason::SwitchoverRequested,
         Step::RestartNode { .. } => Reason::RestartingNode,
+        Step::WipeNode { .. } => Reason::RebuildingNode,
         Step::RemoveNode { .. } => Reason::RemovingNode,
         Step::ResetSentinel { .. } => Reason::SentinelReset,
     }
@@ -823,6 +914,10 @@ pub fn describe(cluster: &str, step: &Step) -> String {
         ),
         Step::RestartNode { ordinal } => format!(
             "restarting {} onto the current pod template",
+            node_name(cluster, *ordinal)
+        ),
+        Step::WipeNode { ordinal, .. } => format!(
+            "rebuilding {} on request: its claim and pod deleted, so it comes back empty and copies everything from the primary",
             node_name(cluster, *ordinal)
         ),
         Step::RemoveNode { ordinal } => format!("removing replica {}", node_name(cluster, *ordinal)),

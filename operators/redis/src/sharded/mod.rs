@@ -515,6 +515,14 @@ fn build_status(
 ) -> RedisClusterStatus {
     let data = &pass.addresses.nodes;
     let mut status = pass.cluster.status.clone().unwrap_or_default();
+    // Said, not silently ignored: cluster mode takes no repair request yet.
+    status.repair = quorum_core::repair::request(pass.cluster, None).map(|request| {
+        request.record(
+            quorum_core::repair::RepairPhase::Waiting,
+            None,
+            "cluster mode takes no repair request yet, so nothing is changed: remove the annotation",
+        )
+    });
     let name_of_id = |id: &str| {
         topology
             .ordinals
