@@ -22,8 +22,6 @@ pub enum Refusal {
     },
     #[error("the cluster to restore {0} from has no spec to copy")]
     NoSpec(String),
-    #[error("{0} has no repair yet: {1}")]
-    NoRepair(String, &'static str),
 }
 
 /// The merge patch that pauses (`true`) or resumes (`false`) reconciliation.
@@ -54,15 +52,10 @@ pub fn switchover(target: &Target, to: &str) -> Result<Value, Refusal> {
 }
 
 /// The merge patch that asks the operator to rebuild `member` (a pod name of the cluster) from
-/// its peers, or, with `None`, ends the request.
-pub fn repair(target: &Target, member: Option<&str>) -> Result<Value, Refusal> {
-    if target.engine == Engine::MySql {
-        return Err(Refusal::NoRepair(
-            target.to_string(),
-            "the MySQL operator takes no repair request yet",
-        ));
-    }
-    Ok(json!({"metadata": {"annotations": {REPAIR_ANNOTATION: member}}}))
+/// its peers, or, with `None`, ends the request. Every engine takes it (Redis in replication
+/// mode; in cluster mode the operator says in `status.repair` that it does not yet).
+pub fn repair(member: Option<&str>) -> Value {
+    json!({"metadata": {"annotations": {REPAIR_ANNOTATION: member}}})
 }
 
 /// A one-shot backup of `target` named `name` to `destination` (the cluster's
@@ -124,22 +117,14 @@ mod tests {
     use crate::target::parse;
 
     #[test]
-    fn repair_sets_or_ends_the_request_where_the_operator_takes_it() {
-        let etcd = parse("etcd/main").unwrap();
+    fn repair_sets_or_ends_the_request() {
         assert_eq!(
-            repair(&etcd, Some("main-1")).unwrap(),
+            repair(Some("main-1")),
             json!({"metadata": {"annotations": {"quorum.dev/repair": "main-1"}}})
         );
         assert_eq!(
-            repair(&etcd, None).unwrap(),
+            repair(None),
             json!({"metadata": {"annotations": {"quorum.dev/repair": null}}})
-        );
-        let refused = repair(&parse("mysql/shop").unwrap(), Some("shop-1")).unwrap_err();
-        assert!(
-            refused
-                .to_string()
-                .starts_with("MySQLCluster/shop has no repair yet: "),
-            "{refused}"
         );
     }
 

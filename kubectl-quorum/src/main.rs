@@ -196,9 +196,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Repair { target, member, .. } => {
             let target = target::parse(&target)?;
-            scope
-                .patch(&target, actions::repair(&target, member.as_deref())?)
-                .await?;
+            scope.patch(&target, actions::repair(member.as_deref())).await?;
             match member {
                 Some(member) => println!(
                     "{target}: repair of {member} requested (annotation {}); `kubectl quorum status {target}` shows its progress, and `kubectl quorum repair {target} --end` ends the request once it is Done",

@@ -295,11 +295,6 @@ async fn status_pause_resume_backup_and_restore_through_the_plugin_and_refusals_
     .await;
 
     // Refusals say what to do.
-    let no_repair = refused(&plugin(&ns, &["repair", "mysqlcluster/shop", "shop-1"]).await);
-    assert!(
-        no_repair.contains("MySQLCluster/shop has no repair yet"),
-        "{no_repair}"
-    );
     let no_switchover = refused(&plugin(&ns, &["switchover", "etcdcluster/main", "--to", "main-1"]).await);
     assert!(
         no_switchover.contains("EtcdCluster/main has no switchover: etcd elects its leader itself"),

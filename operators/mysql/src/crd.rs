@@ -376,6 +376,9 @@ pub struct MySQLClusterStatus {
     /// restore is never taken again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restored_from: Option<RestoreRecord>,
+    /// The repair asked for with the `quorum.dev/repair` annotation, while it stands.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repair: Option<quorum_core::crd::RepairRecord>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }

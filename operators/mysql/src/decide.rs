@@ -31,11 +31,12 @@ use quorum_core::{
         gate::{self, Disruption, Freshness, GateInput, Quorum, Verdict},
         health::{Health, Observation},
     },
+    repair::PodRepair,
     rollout::{RollTarget, Templates},
 };
 
-use crate::admin::gtid::GtidPosition;
 pub use crate::reasons::Reason;
+use crate::{admin::gtid::GtidPosition, crd::SWITCHOVER_ANNOTATION};
 
 /// What a reachable member reported, reduced to what the decision needs.
 #[derive(Clone, Debug, PartialEq)]
@@ -161,6 +162,8 @@ pub struct Facts {
     pub semi_sync: bool,
     /// How long members keep binary logs while every member replicates.
     pub binlog_expire_seconds: u32,
+    /// A repair a person asked for, while the request stands.
+    pub repair: Option<PodRepair>,
     pub freshness: Duration,
     pub now: Instant,
 }
@@ -194,6 +197,9 @@ pub enum Step {
     /// Delete `ordinal`'s pod: the StatefulSet recreates it on its current template, on the
     /// same volume.
     RestartMember { ordinal: usize },
+    /// Delete a replica's claim and pod (exactly the pod observed), so it comes back empty and
+    /// is seeded again from the primary: a repair asked for.
+    WipeMember { ordinal: usize, pod_uid: String },
     /// The recorded step is complete.
     ClearInFlight,
 }
@@ -249,7 +255,74 @@ pub fn decide(facts: &Facts) -> Decision {
     if let Some(target) = facts.switchover_to.filter(|target| *target != primary) {
         return switchover(facts, primary, target);
     }
+    if let Some(repair) = &facts.repair
+        && let Some(decision) = repair_member(facts, primary, repair)
+    {
+        return decision;
+    }
     roll(facts, primary)
+}
+
+/// The next step of a repair a person asked for: the named replica is wiped through the gate,
+/// once per request (the pod recorded as wiped is wiped again only while it is still that pod),
+/// and is seeded again from the primary as an empty member is. The primary is never wiped: a
+/// switchover comes first, asked for by the person. `None` once the request is done with.
+fn repair_member(facts: &Facts, primary: usize, repair: &PodRepair) -> Option<Decision> {
+    let Some(ordinal) = repair.ordinal.filter(|ordinal| *ordinal < facts.desired_members) else {
+        return Some(wait(
+            Reason::RepairRefused,
+            format!(
+                "{} names {:?}, which is not a member of this cluster, so nothing is changed: name a \
+                 member from 0 to {}, or remove the annotation",
+                quorum_core::repair::REPAIR_ANNOTATION,
+                repair.member,
+                facts.desired_members.saturating_sub(1)
+            ),
+        ));
+    };
+    if repair.wiped() {
+        return None;
+    }
+    if ordinal == primary {
+        return Some(wait(
+            Reason::RepairRefused,
+            format!(
+                "member {ordinal} is the primary and is never rebuilt in place: switch over first \
+                 (annotation {SWITCHOVER_ANNOTATION} naming a replica), then the repair is taken"
+            ),
+        ));
+    }
+    if let Verdict::Wait(blocking) = gate_check(facts, ordinal, Disruption::Restart) {
+        return Some(wait(
+            Reason::RestartBlocked,
+            format!(
+                "{blocking}; member {ordinal} is rebuilt on request only while all the others are Healthy"
+            ),
+        ));
+    }
+    let Some(pod_uid) = repair.pod_uid.clone() else {
+        return Some(wait(
+            Reason::RestartInProgress,
+            format!("member {ordinal} is to be rebuilt and has no pod yet"),
+        ));
+    };
+    Some(Decision::Act(Step::WipeMember { ordinal, pod_uid }))
+}
+
+/// Whether member `ordinal` serves again as a replica of `primary` that has caught up: what a
+/// member rebuilt on request must do before its repair is done.
+pub fn caught_up_replica(facts: &Facts, ordinal: usize, primary: usize) -> bool {
+    let primary_executed = member(facts, primary)
+        .and_then(|m| m.healthy_state(facts.now, facts.freshness))
+        .map(|state| &state.executed);
+    member(facts, ordinal)
+        .and_then(|m| m.healthy_state(facts.now, facts.freshness))
+        .is_some_and(|state| {
+            state.replication.is_some()
+                && primary_executed.is_some_and(|executed| {
+                    state.held().transactions_behind(executed) <= CAUGHT_UP_TRANSACTIONS
+                })
+        })
 }
 
 /// A step recorded in status: taken again until its effect is observed, then cleared.
@@ -869,6 +942,7 @@ mod tests {
             restore: None,
             semi_sync: true,
             binlog_expire_seconds: WEEK,
+            repair: None,
             freshness: Duration::from_secs(30),
             now,
         }
@@ -982,6 +1056,73 @@ mod tests {
         ];
         for (case, members, expected) in cases {
             assert_eq!(decide(&facts(members, Some(0), now)), expected, "{case}");
+        }
+    }
+
+    fn with_repair(mut facts: Facts, member: &str, ordinal: Option<usize>, taken: Option<&str>) -> Facts {
+        facts.repair = Some(PodRepair {
+            member: member.into(),
+            ordinal,
+            taken: taken.map(str::to_string),
+            pod_uid: ordinal.map(|o| format!("uid-{o}")),
+        });
+        facts
+    }
+
+    #[test]
+    fn a_repair_wipes_a_replica_once_through_the_gate_and_never_the_primary() {
+        let now = Instant::now();
+        let settled = || facts(settled_three(now), Some(0), now);
+        let wipe = Decision::Act(Step::WipeMember {
+            ordinal: 2,
+            pod_uid: "uid-2".into(),
+        });
+        assert_eq!(decide(&with_repair(settled(), "shop-2", Some(2), None)), wipe);
+        // Recorded, and its pod is still there (stopped between the record and the wipe): again.
+        assert_eq!(
+            decide(&with_repair(settled(), "shop-2", Some(2), Some("uid-2"))),
+            wipe
+        );
+        // Another pod under the name: the request is done with.
+        assert_eq!(
+            decide(&with_repair(settled(), "shop-2", Some(2), Some("uid-old"))),
+            Decision::Settled
+        );
+        let mut one_down = settled();
+        one_down.members[1].health = Health::Unknown("timeout".into());
+        // Binary logs already kept for ever, as while a member does not replicate.
+        for member in &mut one_down.members {
+            if let Some(state) = member.state.as_mut() {
+                state.binlog_expire_seconds = 0;
+            }
+        }
+        for (case, facts, reason) in [
+            (
+                "the primary",
+                with_repair(settled(), "shop-0", Some(0), None),
+                Reason::RepairRefused,
+            ),
+            (
+                "no member",
+                with_repair(settled(), "other-1", None, None),
+                Reason::RepairRefused,
+            ),
+            (
+                "beyond the cluster",
+                with_repair(settled(), "shop-5", Some(5), None),
+                Reason::RepairRefused,
+            ),
+            (
+                "another member Unknown",
+                with_repair(one_down, "shop-2", Some(2), None),
+                Reason::RestartBlocked,
+            ),
+        ] {
+            let decided = decide(&facts);
+            let Decision::Wait(wait) = decided else {
+                panic!("{case}: not a wait: {decided:?}")
+            };
+            assert_eq!(wait.reason, reason, "{case}: {wait:?}");
         }
     }
 

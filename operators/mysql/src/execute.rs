@@ -118,7 +118,10 @@ pub async fn execute(context: &StepContext<'_>, step: &Step) -> Result<StepOutco
         }
         Step::Restore { ordinal, resume } => restore(context, ordinal, resume).await,
         // Kubernetes steps, taken by the reconcile: the StatefulSet's size, a pod deleted.
-        Step::ScalePods { .. } | Step::RestartMember { .. } | Step::ClearInFlight => Ok(StepOutcome::Done),
+        Step::ScalePods { .. }
+        | Step::RestartMember { .. }
+        | Step::WipeMember { .. }
+        | Step::ClearInFlight => Ok(StepOutcome::Done),
     }
 }
 

@@ -33,8 +33,11 @@ pub fn rules() -> Vec<PolicyRule> {
             // Member pods (the operator's own, watched into its cache): listed, labelled with their
             // role (primary or replica), which is what the primary and replicas Services select,
             // and deleted one at a time to roll them onto a new pod template
-            // (`quorum_core::rollout`).
-            rule("", &["pods"], &["list", "watch", "patch", "delete"]),
+            // (`quorum_core::rollout`); read before a replica rebuilt on request is wiped, so
+            // that a pod created again since keeps its claim.
+            rule("", &["pods"], &["get", "list", "watch", "patch", "delete"]),
+            // A replica rebuilt on request: its claim goes with its pod.
+            quorum_core::wipe::rbac_rule(),
         ],
     )
 }

@@ -21,6 +21,7 @@ quorum_core::reasons! {
         RemovingMember => Normal,
         Restoring => Normal,
         RestartingMember => Normal,
+        RebuildingMember => Normal,
         StepCompleted => Normal,
         /// A backup was restored into the first primary (its own event, action `Restore`).
         Restored => Normal,
@@ -46,6 +47,8 @@ quorum_core::reasons! {
         RestartBlocked => Warning,
         /// A member restarted onto the current pod template has not come back in a long time.
         RestartStuck => Warning,
+        /// A repair was asked for that cannot be taken as asked.
+        RepairRefused => Warning,
         /// A switchover asked for cannot be taken, or was given up: the request is removed.
         SwitchoverRefused => Warning,
         /// The step recorded in status cannot be read: nothing disruptive until a person looks.
@@ -92,6 +95,7 @@ mod tests {
             "SwitchoverTargetUnknown",
             "RestartBlocked",
             "RestartStuck",
+            "RepairRefused",
             "SwitchoverRefused",
             "InFlightUnreadable",
             "StepFailed",
@@ -115,6 +119,7 @@ mod tests {
                 "SwitchoverTargetUnknown",
                 "RestartBlocked",
                 "RestartStuck",
+                "RepairRefused",
                 "SwitchoverRefused",
                 "InFlightUnreadable",
                 "StepFailed",

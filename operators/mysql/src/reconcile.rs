@@ -25,6 +25,7 @@ use quorum_core::{
     events::Severity,
     naming::PodHosts,
     pass::{Progress, Reason as _, UnreadableRecord, needed_secret, publish},
+    repair::{PodRepair, RepairRecord},
     role_labels::LabelledPods,
     rollout::{Templates, needs_take_over, restart_pod, take_over_updates},
     runner::Context,
@@ -40,7 +41,7 @@ use crate::{
         Access, BackupRecord, FailoverRecord, MySQLBackup, MySQLCluster, MySQLClusterStatus, RestoreRecord,
         SWITCHOVER_ANNOTATION, forbidden_config_keys,
     },
-    decide::{Decision, Facts, InFlight, Reason, Restore, Step, decide},
+    decide::{Decision, Facts, InFlight, Reason, Restore, Step, caught_up_replica, decide},
     execute::{StepContext, StepError, StepOutcome, execute, step_failure},
     observe::{ClusterView, MySqlClients},
     resources::{
@@ -129,7 +130,8 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, context: Arc<Context<State>>)
         }
     };
 
-    let decision = decide(&observed.facts(&cluster, in_flight.clone(), &context.state.settings));
+    let facts = observed.facts(&cluster, in_flight.clone(), &context.state.settings);
+    let decision = decide(&facts);
     tracing::info!(cluster = %observed.key, ?decision, "decided");
 
     // The objects first, so a deleted Service comes back whatever the step.
@@ -144,6 +146,10 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, context: Arc<Context<State>>)
         in_flight,
         last_failover: None,
         restored: None,
+        repair: observed
+            .repair
+            .as_ref()
+            .map(|repair| repair.record(None, "", false)),
         pods: LabelledPods::new(std::mem::take(&mut observed.member_pods), ROLE_LABEL),
     };
     if let Some(step) = decision.step() {
@@ -190,6 +196,7 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, context: Arc<Context<State>>)
         Decision::Act(_) => {}
     }
 
+    memory.repair = repair_record(&observed, &facts, &decision, memory.repair.take());
     report.write(&decision, &memory).await?;
     Ok(match decision {
         Decision::Settled => Action::requeue(Duration::from_secs(30)),
@@ -289,6 +296,8 @@ struct Observed {
     in_flight: Result<Option<InFlight>, UnreadableRecord>,
     switchover_to: Option<usize>,
     pending_restore: Option<PendingRestore>,
+    /// A repair a person asked for, resolved against the member pods.
+    repair: Option<PodRepair>,
 }
 
 impl Observed {
@@ -311,6 +320,7 @@ impl Observed {
             }),
             semi_sync: semi_sync(cluster),
             binlog_expire_seconds: binlog_expire_seconds(cluster),
+            repair: self.repair.clone(),
             freshness: settings.freshness,
             now: std::time::Instant::now(),
         }
@@ -385,10 +395,40 @@ async fn observe(context: &Context<State>, cluster: &MySQLCluster) -> Result<Obs
         addresses,
         statefulset_replicas,
         statefulset_needs_take_over: statefulset.as_deref().is_some_and(needs_take_over),
+        repair: quorum_core::repair::request(
+            cluster,
+            cluster.status.as_ref().and_then(|s| s.repair.as_ref()),
+        )
+        .map(|request| {
+            let ordinal = ordinal_of(&name, &request.member);
+            PodRepair::resolve(request, ordinal, &member_pods)
+        }),
         templates,
         member_pods,
         view,
     })
+}
+
+/// Where a repair asked for stands at the end of the pass, for `status.repair`; `None` once the
+/// request is gone. `recorded` is what this pass recorded (a wipe, before it was taken).
+fn repair_record(
+    observed: &Observed,
+    facts: &Facts,
+    decision: &Decision,
+    recorded: Option<RepairRecord>,
+) -> Option<RepairRecord> {
+    let repair = observed.repair.as_ref()?;
+    let wiped_now = recorded.and_then(|record| record.replaced);
+    let waiting = match decision {
+        Decision::Wait(wait) => wait.message.clone(),
+        Decision::Act(step) => describe(observed.key.rsplit('/').next().unwrap_or_default(), step),
+        Decision::Settled => "waiting for the next pass".to_string(),
+    };
+    let back = match (repair.ordinal, observed.primary) {
+        (Some(ordinal), Some(primary)) => caught_up_replica(facts, ordinal, primary),
+        _ => false,
+    };
+    Some(repair.record(wiped_now.as_ref(), &waiting, back))
 }
 
 /// What the pass changes of the operator's memory in status.
@@ -397,6 +437,8 @@ struct Memory {
     in_flight: Option<InFlight>,
     last_failover: Option<FailoverRecord>,
     restored: Option<RestoreRecord>,
+    /// Where a repair asked for stands (`status.repair`).
+    repair: Option<RepairRecord>,
     /// The member pods, with the role labels set so far this pass.
     pods: LabelledPods,
 }
@@ -437,6 +479,10 @@ impl<'a> Report<'a> {
             memory.restored.clone(),
             self.now,
         );
+        let status = MySQLClusterStatus {
+            repair: memory.repair.clone(),
+            ..status
+        };
         self.writer.write(&status).await?;
         Ok(())
     }
@@ -468,6 +514,19 @@ async fn act(
     {
         let namespace = cluster.namespace().unwrap_or_default();
         restart_pod(&context.client, &namespace, &member_name(&name, ordinal), uid).await?;
+    }
+    if let Step::WipeMember { ordinal, pod_uid } = step
+        && let Some(repair) = &observed.repair
+    {
+        // Recorded before it is taken: one request wipes one pod, never a second after a
+        // restart of the operator.
+        memory.repair = Some(repair.record(Some(pod_uid), "", false));
+        report.write(&decision, memory).await?;
+        let namespace = cluster.namespace().unwrap_or_default();
+        let pod = member_name(&name, *ordinal);
+        quorum_core::wipe::wipe_member(&context.client, &namespace, &pod, Some(pod_uid.clone()))
+            .await
+            .map_err(Error::api(format!("wiping {pod}")))?;
     }
     match execute(step_context, step).await {
         Ok(StepOutcome::Done) => {

@@ -314,6 +314,7 @@ pub fn build_status(
         last_failover: last_failover.or(previous.last_failover),
         last_backup: previous.last_backup,
         restored_from: restored,
+        repair: previous.repair,
         conditions,
     }
 }
@@ -391,6 +392,7 @@ pub fn step_reason(step: &Step) -> Reason {
         Step::RemoveMember { .. } => Reason::RemovingMember,
         Step::Restore { .. } => Reason::Restoring,
         Step::RestartMember { .. } => Reason::RestartingMember,
+        Step::WipeMember { .. } => Reason::RebuildingMember,
         Step::ClearInFlight => Reason::StepCompleted,
     }
 }
@@ -441,6 +443,10 @@ pub fn describe(cluster: &str, step: &Step) -> String {
         ),
         Step::RestartMember { ordinal } => format!(
             "restarting {} onto the StatefulSet's current pod template",
+            name(ordinal)
+        ),
+        Step::WipeMember { ordinal, .. } => format!(
+            "rebuilding {} on request: its claim and pod deleted, so it comes back empty and is seeded again from the primary",
             name(ordinal)
         ),
         Step::ClearInFlight => "the recorded step is complete".into(),

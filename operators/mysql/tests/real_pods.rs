@@ -14,6 +14,7 @@ use kube::{
 };
 use mysql_async::{Pool, prelude::Queryable};
 use mysql_operator::crd::{MySQLCluster, MySQLClusterStatus};
+use quorum_core::repair::{RepairPhase, RepairRecord};
 use quorum_e2e::{
     history::{History, Writer},
     real_node::{self, STORAGE_CLASS},
@@ -300,6 +301,103 @@ async fn a_total_outage_ends_with_every_member_back_and_every_acknowledged_write
         steps_before,
         "members were rebuilt"
     );
+    let history = writer.stop().await;
+    let checked = check_history(&setup, &primary, &history, 3).await;
+    eprintln!("{checked} acknowledged writes checked, none lost");
+    setup.remove().await;
+}
+
+/// Sets (or, with `None`, removes) the repair request, as
+/// `kubectl annotate mysqlcluster shop quorum.dev/repair=<member>` does.
+async fn request_repair(clusters: &Api<MySQLCluster>, member: Option<&str>) {
+    clusters
+        .patch(
+            CLUSTER,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({
+                "metadata": {"annotations": {quorum_core::repair::REPAIR_ANNOTATION: member}}
+            })),
+        )
+        .await
+        .unwrap();
+}
+
+/// The repair record in status once it satisfies `until`.
+async fn repair_record(
+    clusters: &Api<MySQLCluster>,
+    what: &str,
+    until: impl Fn(Option<&RepairRecord>) -> bool,
+) -> Option<RepairRecord> {
+    wait::until(what, Duration::from_secs(300), || async {
+        let status = clusters
+            .get(CLUSTER)
+            .await
+            .map_err(|error| error.to_string())?
+            .status
+            .unwrap_or_default();
+        until(status.repair.as_ref())
+            .then(|| status.repair.clone())
+            .ok_or_else(|| format!("{:?}", status.repair))
+    })
+    .await
+}
+
+/// `quorum.dev/repair` naming the primary is refused with a record that says to switch over
+/// first; naming a replica wipes it once, so it comes back on a new, empty volume and is seeded
+/// again from the primary, under a steady writer, and no acknowledged write is lost; removing
+/// the annotation ends the request.
+#[tokio::test]
+async fn a_repair_request_rebuilds_the_named_replica_on_an_empty_volume() {
+    let setup = OnRealNode::install("real-mysql-repair", CHART, &[]).await;
+    let status = create_ready(&setup, 3).await;
+    let clusters: Api<MySQLCluster> = Api::namespaced(setup.admin.clone(), &setup.ns);
+    let primary = service_pool(&setup, &mysql_operator::resources::primary_service_name(CLUSTER)).await;
+    let writer = start_writer(&primary).await;
+    writer.acknowledged_at_least(10, Duration::from_secs(60)).await;
+
+    request_repair(&clusters, status.primary.as_deref()).await;
+    let refused = repair_record(&clusters, "the request for the primary refused", |record| {
+        record.is_some_and(|r| r.message.contains("switch over first"))
+    })
+    .await
+    .unwrap();
+    assert_eq!(refused.phase, RepairPhase::Waiting, "{refused:?}");
+
+    let target = member(a_replica(&status));
+    let claim = format!("data-{target}");
+    let volume = setup.claim_uid(&claim).await;
+    let pod_before = setup.pods().get(&target).await.unwrap().metadata.uid;
+    request_repair(&clusters, Some(&target)).await;
+    let done = repair_record(&clusters, &format!("{target} rebuilt"), |record| {
+        record.is_some_and(|r| r.member == target && r.phase == RepairPhase::Done)
+    })
+    .await
+    .unwrap();
+    assert_eq!(done.replaced, pod_before, "{done:?}");
+    assert_ne!(setup.claim_uid(&claim).await, volume, "{target} kept its volume");
+    let steps = setup.occurrences(&["RebuildingMember", "SeedingMember"]).await;
+    assert_eq!(steps.get("RebuildingMember"), Some(&1), "{steps:?}");
+    assert!(steps.contains_key("SeedingMember"), "{steps:?}");
+
+    request_repair(&clusters, None).await;
+    repair_record(&clusters, "the record gone with the request", |record| {
+        record.is_none()
+    })
+    .await;
+    support::ready(&clusters, CLUSTER, 2).await;
+    assert_eq!(
+        setup
+            .occurrences(&["RebuildingMember"])
+            .await
+            .get("RebuildingMember"),
+        Some(&1)
+    );
+    let now = clusters.get(CLUSTER).await.unwrap().status.unwrap();
+    assert_eq!(now.primary, status.primary, "the primary changed");
+
+    writer
+        .acknowledged_at_least(writer.acknowledged() + 10, Duration::from_secs(60))
+        .await;
     let history = writer.stop().await;
     let checked = check_history(&setup, &primary, &history, 3).await;
     eprintln!("{checked} acknowledged writes checked, none lost");

@@ -22,6 +22,8 @@ use quorum_core::{
     rollout::{RollTarget, Templates},
 };
 
+use quorum_core::repair::PodRepair;
+
 use crate::admin::{ReplicationInfo, Role, WriteFence};
 pub use crate::reasons::Reason;
 
@@ -104,21 +106,7 @@ pub struct Facts {
     /// to be restarted by the StatefulSet controller in the middle of a handover.
     pub sentinels_rolled: bool,
     /// A repair a person asked for, while the request stands.
-    pub repair: Option<NodeRepair>,
-}
-
-/// A person's request to rebuild one data node on an empty volume
-/// ([`quorum_core::repair::REPAIR_ANNOTATION`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NodeRepair {
-    /// The node the request names, as written.
-    pub member: String,
-    /// Its ordinal, when the name is one of this deployment's data nodes.
-    pub ordinal: Option<usize>,
-    /// The uid of the pod wiped for this request, once it was recorded.
-    pub taken: Option<String>,
-    /// The uid of the named node's pod now, when it has one.
-    pub pod_uid: Option<String>,
+    pub repair: Option<PodRepair>,
 }
 
 /// One step.
@@ -711,7 +699,7 @@ pub fn decide(facts: &Facts) -> Decision {
 /// sync: the named replica is wiped, once per request (the pod recorded as wiped is wiped again
 /// only while it is still that pod); the primary hands its role over first. `None` once the
 /// request is done with.
-fn repair_node(facts: &Facts, primary: usize, repair: &NodeRepair) -> Option<Decision> {
+fn repair_node(facts: &Facts, primary: usize, repair: &PodRepair) -> Option<Decision> {
     let Some(ordinal) = repair.ordinal.filter(|ordinal| *ordinal < facts.desired_nodes) else {
         return Some(wait(
             Reason::RepairRefused,
@@ -724,7 +712,7 @@ fn repair_node(facts: &Facts, primary: usize, repair: &NodeRepair) -> Option<Dec
             ),
         ));
     };
-    if repair.taken.is_some() && repair.taken != repair.pod_uid {
+    if repair.wiped() {
         return None;
     }
     if ordinal == primary {
@@ -977,7 +965,7 @@ mod tests {
     }
 
     fn with_repair(mut facts: Facts, member: &str, ordinal: Option<usize>, taken: Option<&str>) -> Facts {
-        facts.repair = Some(NodeRepair {
+        facts.repair = Some(PodRepair {
             member: member.into(),
             ordinal,
             taken: taken.map(str::to_string),

@@ -18,7 +18,7 @@ use quorum_core::{
     conditions::{ConditionType, ConditionUpdate},
     events::Severity,
     pass::publish,
-    repair::{RepairPhase, RepairRecord},
+    repair::{PodRepair, RepairRecord},
     role_labels::LabelledPods,
     rollout::{Templates, needs_take_over, restart_pod, rolled_out, take_over_updates},
     wakeups::ObjectKey,
@@ -41,8 +41,8 @@ use crate::{
 use handover::Handover;
 
 use decide::{
-    Decision, Facts, NodeFact, NodeRepair, PrimaryFinding, Reason, SentinelFact, SentinelSettings,
-    SentinelView, Step, decide, find_primary, serving_primary_given,
+    Decision, Facts, NodeFact, PrimaryFinding, Reason, SentinelFact, SentinelSettings, SentinelView, Step,
+    decide, find_primary, serving_primary_given,
 };
 
 /// One reconcile pass in replication mode.
@@ -130,65 +130,35 @@ async fn observe(pass: &Pass<'_>) -> Result<Observed, Error> {
 }
 
 /// The repair a person asked for, with the named node's ordinal and its pod now.
-fn node_repair(pass: &Pass<'_>, data_pods: &LabelledPods) -> Option<NodeRepair> {
+fn node_repair(pass: &Pass<'_>, data_pods: &LabelledPods) -> Option<PodRepair> {
     let recorded = pass.cluster.status.as_ref().and_then(|s| s.repair.as_ref());
     let request = quorum_core::repair::request(pass.cluster, recorded)?;
-    let pod_uid = data_pods
-        .pods()
-        .iter()
-        .find(|pod| pod.metadata.name.as_deref() == Some(request.member.as_str()))
-        .and_then(|pod| pod.metadata.uid.clone());
-    Some(NodeRepair {
-        ordinal: ordinal_of(&pass.name(), &request.member),
-        taken: request.taken,
-        member: request.member,
-        pod_uid,
-    })
+    let ordinal = ordinal_of(&pass.name(), &request.member);
+    Some(PodRepair::resolve(request, ordinal, data_pods.pods()))
 }
 
 /// Where a repair asked for stands, for `status.repair`; `None` once the request is gone.
-/// `wiped_now` is the pod this pass wiped for it.
+/// `wiped_now` is the pod this pass wiped for it. The node is back once it follows the primary
+/// with its link up and no sync under way.
 fn repair_record(facts: &Facts, wiped_now: Option<&String>, progress: &Progress) -> Option<RepairRecord> {
     let repair = facts.repair.as_ref()?;
-    let request = quorum_core::repair::RepairRequest {
-        member: repair.member.clone(),
-        taken: repair.taken.clone(),
-    };
-    let Some(taken) = repair.taken.clone().or_else(|| wiped_now.cloned()) else {
-        let message = match progress {
-            Progress::Acted { message, .. }
-            | Progress::Waiting { message, .. }
-            | Progress::Failed { message, .. } => message.clone(),
-            Progress::Settled => "waiting for the next pass".to_string(),
-        };
-        return Some(request.record(RepairPhase::Waiting, None, message));
-    };
-    let back = repair.pod_uid.as_ref().is_some_and(|uid| *uid != taken)
-        && facts.nodes.iter().any(|node| {
-            Some(node.ordinal) == repair.ordinal
-                && node
-                    .answered()
-                    .is_some_and(|info| info.role == Role::Replica && info.link_up && !info.sync_in_progress)
-        });
-    Some(if back {
-        request.record(
-            RepairPhase::Done,
-            Some(taken),
-            format!(
-                "{} was rebuilt: it copied everything again from the primary; remove the annotation to end the request",
-                repair.member
-            ),
-        )
-    } else {
-        request.record(
-            RepairPhase::Rebuilding,
-            Some(taken),
-            format!(
-                "{}'s volume was deleted with its pod; it comes back empty and copies everything from the primary",
-                repair.member
-            ),
-        )
-    })
+    let back = facts.nodes.iter().any(|node| {
+        Some(node.ordinal) == repair.ordinal
+            && node
+                .answered()
+                .is_some_and(|info| info.role == Role::Replica && info.link_up && !info.sync_in_progress)
+    });
+    Some(repair.record(wiped_now, &progress_message(progress), back))
+}
+
+/// What a pass's progress says, for a record that waits on it.
+fn progress_message(progress: &Progress) -> String {
+    match progress {
+        Progress::Acted { message, .. }
+        | Progress::Waiting { message, .. }
+        | Progress::Failed { message, .. } => message.clone(),
+        Progress::Settled => "waiting for the next pass".to_string(),
+    }
 }
 
 /// Applies both StatefulSets at the size the step asks for (the size they have otherwise). A
