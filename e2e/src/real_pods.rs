@@ -627,3 +627,42 @@ pub fn rolled_template_patch() -> serde_json::Value {
         .insert(ROLLED_ANNOTATION.into(), "once".into());
     serde_json::json!({"spec": {"podTemplate": template}})
 }
+
+/// Sets (or, with `None`, removes) the repair request on cluster `name`, as
+/// `kubectl annotate <kind> <name> quorum.dev/repair=<member>` does.
+pub async fn request_repair<K>(clusters: &Api<K>, name: &str, member: Option<&str>)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    clusters
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({
+                "metadata": {"annotations": {quorum_core::repair::REPAIR_ANNOTATION: member}}
+            })),
+        )
+        .await
+        .unwrap();
+}
+
+/// Cluster `name`'s repair record (`status.repair`, read by `record_of`) once it satisfies
+/// `until`.
+pub async fn repair_record<K>(
+    clusters: &Api<K>,
+    name: &str,
+    what: &str,
+    record_of: impl Fn(&K) -> Option<quorum_core::repair::RepairRecord>,
+    until: impl Fn(Option<&quorum_core::repair::RepairRecord>) -> bool,
+) -> Option<quorum_core::repair::RepairRecord>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    wait::until(what, Duration::from_secs(300), || async {
+        let record = record_of(&clusters.get(name).await.map_err(|error| error.to_string())?);
+        until(record.as_ref())
+            .then(|| record.clone())
+            .ok_or_else(|| format!("{record:?}"))
+    })
+    .await
+}

@@ -84,6 +84,19 @@ impl PodRepair {
         }
     }
 
+    /// The ordinal of the member the request names when it is one of `members` (ordinals
+    /// `0..members`), or the refusal that says why nothing is changed.
+    pub fn target(&self, members: usize) -> Result<usize, String> {
+        self.ordinal.filter(|ordinal| *ordinal < members).ok_or_else(|| {
+            format!(
+                "{REPAIR_ANNOTATION} names {:?}, which is not one of this cluster's {members} members (ordinals 0 to {}), \
+                 so nothing is changed: name one, or remove the annotation",
+                self.member,
+                members.saturating_sub(1)
+            )
+        })
+    }
+
     /// Whether the request is done with: a pod was recorded as wiped for it and it is no longer
     /// the member's pod. While the recorded pod is still there (the operator stopped between
     /// the record and the wipe), it is not: that pod is wiped again.

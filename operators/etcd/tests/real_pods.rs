@@ -23,7 +23,7 @@ use quorum_core::crd::{RepairPhase, RepairRecord};
 use quorum_e2e::{
     history::{History, Writer},
     real_node::{self, STORAGE_CLASS},
-    real_pods::OnRealNode,
+    real_pods::{self, OnRealNode},
     wait,
 };
 
@@ -448,19 +448,9 @@ async fn a_total_outage_ends_with_the_same_members_and_every_acknowledged_write(
     setup.remove().await;
 }
 
-/// Sets (or, with `None`, removes) the repair request on the cluster, as
-/// `kubectl annotate etcdcluster demo quorum.dev/repair=<member>` does.
+/// Sets (or, with `None`, removes) the repair request.
 async fn request_repair(clusters: &Api<EtcdCluster>, member: Option<&str>) {
-    clusters
-        .patch(
-            CLUSTER,
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({
-                "metadata": {"annotations": {quorum_core::crd::REPAIR_ANNOTATION: member}}
-            })),
-        )
-        .await
-        .unwrap();
+    real_pods::request_repair(clusters, CLUSTER, member).await;
 }
 
 /// The repair record in status once it satisfies `until`.
@@ -469,17 +459,13 @@ async fn repair_record(
     what: &str,
     until: impl Fn(Option<&RepairRecord>) -> bool,
 ) -> Option<RepairRecord> {
-    wait::until(what, Duration::from_secs(300), || async {
-        let status = clusters
-            .get(CLUSTER)
-            .await
-            .map_err(|error| error.to_string())?
-            .status
-            .unwrap_or_default();
-        until(status.repair.as_ref())
-            .then(|| status.repair.clone())
-            .ok_or_else(|| format!("{:?}", status.repair))
-    })
+    real_pods::repair_record(
+        clusters,
+        CLUSTER,
+        what,
+        |c: &EtcdCluster| c.status.as_ref()?.repair.clone(),
+        until,
+    )
     .await
 }
 

@@ -19,7 +19,7 @@ use quorum_core::repair::{RepairPhase, RepairRecord};
 use quorum_e2e::{
     history::{History, Writer},
     real_node::{self, STORAGE_CLASS},
-    real_pods::OnRealNode,
+    real_pods::{self, OnRealNode},
     wait,
 };
 
@@ -269,39 +269,25 @@ async fn a_total_outage_ends_with_the_same_members_and_every_acknowledged_write(
     setup.remove().await;
 }
 
+/// Sets (or, with `None`, removes) the repair request.
+async fn request_repair(setup: &OnRealNode, member: Option<&str>) {
+    real_pods::request_repair(&sets(setup), SET, member).await;
+}
+
 /// The repair record in status once it satisfies `until`.
 async fn repair_record(
     setup: &OnRealNode,
     what: &str,
     until: impl Fn(Option<&RepairRecord>) -> bool,
 ) -> Option<RepairRecord> {
-    wait::until(what, Duration::from_secs(300), || async {
-        let status = sets(setup)
-            .get(SET)
-            .await
-            .map_err(|error| error.to_string())?
-            .status
-            .unwrap_or_default();
-        until(status.repair.as_ref())
-            .then(|| status.repair.clone())
-            .ok_or_else(|| format!("{:?}", status.repair))
-    })
+    real_pods::repair_record(
+        &sets(setup),
+        SET,
+        what,
+        |c: &MongoDBReplicaSet| c.status.as_ref()?.repair.clone(),
+        until,
+    )
     .await
-}
-
-/// Sets (or, with `None`, removes) the repair request, as
-/// `kubectl annotate mongodbreplicaset orders quorum.dev/repair=<member>` does.
-async fn request_repair(setup: &OnRealNode, member: Option<&str>) {
-    sets(setup)
-        .patch(
-            SET,
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(serde_json::json!({
-                "metadata": {"annotations": {quorum_core::repair::REPAIR_ANNOTATION: member}}
-            })),
-        )
-        .await
-        .unwrap();
 }
 
 /// `quorum.dev/repair` naming no member is refused with a record that says why, and changes

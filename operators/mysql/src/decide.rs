@@ -268,17 +268,9 @@ pub fn decide(facts: &Facts) -> Decision {
 /// and is seeded again from the primary as an empty member is. The primary is never wiped: a
 /// switchover comes first, asked for by the person. `None` once the request is done with.
 fn repair_member(facts: &Facts, primary: usize, repair: &PodRepair) -> Option<Decision> {
-    let Some(ordinal) = repair.ordinal.filter(|ordinal| *ordinal < facts.desired_members) else {
-        return Some(wait(
-            Reason::RepairRefused,
-            format!(
-                "{} names {:?}, which is not a member of this cluster, so nothing is changed: name a \
-                 member from 0 to {}, or remove the annotation",
-                quorum_core::repair::REPAIR_ANNOTATION,
-                repair.member,
-                facts.desired_members.saturating_sub(1)
-            ),
-        ));
+    let ordinal = match repair.target(facts.desired_members) {
+        Ok(ordinal) => ordinal,
+        Err(refusal) => return Some(wait(Reason::RepairRefused, refusal)),
     };
     if repair.wiped() {
         return None;

@@ -18,7 +18,7 @@ use quorum_core::repair::{RepairPhase, RepairRecord};
 use quorum_e2e::{
     history::{History, Writer},
     real_node::{self, STORAGE_CLASS},
-    real_pods::{OnRealNode, rolled_template_patch},
+    real_pods::{self, OnRealNode, rolled_template_patch},
     wait,
 };
 use support::{APP_DATABASE, APP_PASSWORD, APP_USER};
@@ -307,19 +307,9 @@ async fn a_total_outage_ends_with_every_member_back_and_every_acknowledged_write
     setup.remove().await;
 }
 
-/// Sets (or, with `None`, removes) the repair request, as
-/// `kubectl annotate mysqlcluster shop quorum.dev/repair=<member>` does.
+/// Sets (or, with `None`, removes) the repair request.
 async fn request_repair(clusters: &Api<MySQLCluster>, member: Option<&str>) {
-    clusters
-        .patch(
-            CLUSTER,
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(serde_json::json!({
-                "metadata": {"annotations": {quorum_core::repair::REPAIR_ANNOTATION: member}}
-            })),
-        )
-        .await
-        .unwrap();
+    real_pods::request_repair(clusters, CLUSTER, member).await;
 }
 
 /// The repair record in status once it satisfies `until`.
@@ -328,17 +318,13 @@ async fn repair_record(
     what: &str,
     until: impl Fn(Option<&RepairRecord>) -> bool,
 ) -> Option<RepairRecord> {
-    wait::until(what, Duration::from_secs(300), || async {
-        let status = clusters
-            .get(CLUSTER)
-            .await
-            .map_err(|error| error.to_string())?
-            .status
-            .unwrap_or_default();
-        until(status.repair.as_ref())
-            .then(|| status.repair.clone())
-            .ok_or_else(|| format!("{:?}", status.repair))
-    })
+    real_pods::repair_record(
+        clusters,
+        CLUSTER,
+        what,
+        |c: &MySQLCluster| c.status.as_ref()?.repair.clone(),
+        until,
+    )
     .await
 }
 

@@ -17,7 +17,7 @@ use quorum_core::repair::{RepairPhase, RepairRecord};
 use quorum_e2e::{
     history::{History, Writer},
     real_node::{self, STORAGE_CLASS},
-    real_pods::{OnRealNode, rolled_template_patch},
+    real_pods::{self, OnRealNode, rolled_template_patch},
     wait,
 };
 use redis::AsyncCommands;
@@ -667,19 +667,9 @@ async fn a_sharded_cluster_after_a_total_outage_serves_every_acknowledged_write(
     setup.remove().await;
 }
 
-/// Sets (or, with `None`, removes) the repair request, as
-/// `kubectl annotate rediscluster cache quorum.dev/repair=<node>` does.
-async fn request_repair(setup: &OnRealNode, node: Option<&str>) {
-    clusters(setup)
-        .patch(
-            CLUSTER,
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({
-                "metadata": {"annotations": {quorum_core::repair::REPAIR_ANNOTATION: node}}
-            })),
-        )
-        .await
-        .unwrap();
+/// Sets (or, with `None`, removes) the repair request.
+async fn request_repair(setup: &OnRealNode, member: Option<&str>) {
+    real_pods::request_repair(&clusters(setup), CLUSTER, member).await;
 }
 
 /// The repair record in status once it satisfies `until`.
@@ -688,17 +678,13 @@ async fn repair_record(
     what: &str,
     until: impl Fn(Option<&RepairRecord>) -> bool,
 ) -> Option<RepairRecord> {
-    wait::until(what, Duration::from_secs(300), || async {
-        let status = clusters(setup)
-            .get(CLUSTER)
-            .await
-            .map_err(|error| error.to_string())?
-            .status
-            .unwrap_or_default();
-        until(status.repair.as_ref())
-            .then(|| status.repair.clone())
-            .ok_or_else(|| format!("{:?}", status.repair))
-    })
+    real_pods::repair_record(
+        &clusters(setup),
+        CLUSTER,
+        what,
+        |c: &RedisCluster| c.status.as_ref()?.repair.clone(),
+        until,
+    )
     .await
 }
 
@@ -722,7 +708,7 @@ async fn a_repair_request_rebuilds_the_named_replica_on_an_empty_volume() {
 
     request_repair(&setup, Some(&node_name(CLUSTER, 7))).await;
     let refused = repair_record(&setup, "the request for no node refused", |record| {
-        record.is_some_and(|r| r.message.contains("not a data node"))
+        record.is_some_and(|r| r.message.contains("is not one of this cluster's 3 members"))
     })
     .await
     .unwrap();

@@ -700,17 +700,9 @@ pub fn decide(facts: &Facts) -> Decision {
 /// only while it is still that pod); the primary hands its role over first. `None` once the
 /// request is done with.
 fn repair_node(facts: &Facts, primary: usize, repair: &PodRepair) -> Option<Decision> {
-    let Some(ordinal) = repair.ordinal.filter(|ordinal| *ordinal < facts.desired_nodes) else {
-        return Some(wait(
-            Reason::RepairRefused,
-            format!(
-                "{} names {:?}, which is not a data node of this deployment, so nothing is changed: \
-                 name a node from 0 to {}, or remove the annotation",
-                quorum_core::repair::REPAIR_ANNOTATION,
-                repair.member,
-                facts.desired_nodes.saturating_sub(1)
-            ),
-        ));
+    let ordinal = match repair.target(facts.desired_nodes) {
+        Ok(ordinal) => ordinal,
+        Err(refusal) => return Some(wait(Reason::RepairRefused, refusal)),
     };
     if repair.wiped() {
         return None;
