@@ -6,7 +6,10 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
-use quorum_core::{crd::BackupRecord, runner::is_paused};
+use quorum_core::{
+    crd::{BackupRecord, RepairRecord},
+    runner::is_paused,
+};
 use serde::Serialize;
 
 /// Where a member's pod runs.
@@ -130,6 +133,11 @@ fn backup(record: Option<&BackupRecord>, now: Timestamp) -> Option<BackupView> {
     })
 }
 
+/// A repair asked for and where it stands, for people.
+fn repair(record: Option<&RepairRecord>) -> Option<String> {
+    record.map(|record| format!("{} {}: {}", record.member, wire(&record.phase), record.message))
+}
+
 /// The wire name of a typed record (its serialized form), for people.
 fn wire<T: Serialize>(value: &T) -> String {
     match serde_json::to_value(value) {
@@ -221,10 +229,7 @@ pub fn etcd(cluster: &etcd_operator::crd::EtcdCluster, pods: &Pods, now: Timesta
             &step.started_at,
         )
     });
-    view.repair = status
-        .repair
-        .as_ref()
-        .map(|record| format!("{} {}: {}", record.member, wire(&record.phase), record.message));
+    view.repair = repair(status.repair.as_ref());
     finish(view, &status.conditions, status.last_backup.as_ref(), now)
 }
 
@@ -255,6 +260,7 @@ pub fn mysql(cluster: &mysql_operator::crd::MySQLCluster, pods: &Pods, now: Time
         at: failover.completed_at.0.to_string(),
         duration_millis: Some(failover.duration_millis),
     });
+    view.repair = repair(status.repair.as_ref());
     finish(view, &status.conditions, status.last_backup.as_ref(), now)
 }
 
@@ -282,6 +288,7 @@ pub fn redis(cluster: &redis_operator::crd::RedisCluster, pods: &Pods, now: Time
         at: failover.observed_at.0.to_string(),
         duration_millis: None,
     });
+    view.repair = repair(status.repair.as_ref());
     finish(view, &status.conditions, status.last_backup.as_ref(), now)
 }
 
@@ -310,6 +317,7 @@ pub fn mongodb(
         .membership_change
         .as_ref()
         .map(|change| in_flight(&change.kind, &change.member, &change.started_at));
+    view.repair = repair(status.repair.as_ref());
     finish(view, &status.conditions, status.last_backup.as_ref(), now)
 }
 

@@ -343,8 +343,15 @@ fn quorum_lost(members: &[MemberFact]) -> Option<Decision> {
     }
     let (answering, silent): (Vec<&MemberFact>, Vec<&MemberFact>) =
         voters.iter().partition(|m| m.raft_index.is_some());
-    // A majority that answers elects a leader by itself (an election in progress).
-    if answering.len() > voters.len() / 2 {
+    // A majority that answers elects a leader by itself (an election in progress). Members
+    // that have followed no leader only for a moment may be a cluster forming or waiting out an
+    // election timeout: not yet a lost quorum.
+    if answering.len() > voters.len() / 2
+        || answering.iter().any(|m| {
+            m.unhealthy_for
+                .is_none_or(|leaderless| leaderless < QUORUM_LOST_AFTER)
+        })
+    {
         return None;
     }
     let ordinals = |members: &[&MemberFact]| {
@@ -366,16 +373,23 @@ fn quorum_lost(members: &[MemberFact]) -> Option<Decision> {
     Some(wait(
         Reason::QuorumLost,
         format!(
-            "quorum lost: voting members {:?} do not answer and members {:?} follow no leader, so the \
-             cluster serves no write and accepts no membership change.{furthest} Members that come \
+            "quorum lost: voting members {:?} do not answer the operator and members {:?} have \
+             followed no leader for {} s or more, so no write is served through them and no \
+             membership change can be made.{furthest} Members that come \
              back on their volumes restore the quorum with every acknowledged write; the operator \
              removes no member it cannot reach. If they are lost for good, create a new cluster \
              from the newest backup (spec.restoreFrom; docs/etcd.md, \"Disaster recovery\").",
             ordinals(&silent),
             ordinals(&answering),
+            QUORUM_LOST_AFTER.as_secs(),
         ),
     ))
 }
+
+/// How long the members that answer must have followed no leader, with a majority silent,
+/// before the quorum is reported lost: far longer than an election, shorter than a person's
+/// patience.
+pub const QUORUM_LOST_AFTER: Duration = Duration::from_secs(30);
 
 /// The next upgrade step: a member on another version or an older pod template, non-leaders
 /// first in ordinal order, the leader last after handing leadership to an upgraded member.
@@ -659,6 +673,7 @@ mod tests {
         let mut members = healthy(3);
         members[0].leader = false;
         members[0].observation.health = Health::Unhealthy("reports no leader".into());
+        members[0].unhealthy_for = Some(Duration::from_secs(60));
         for m in &mut members[1..] {
             m.version = None;
             m.raft_index = None;
@@ -681,13 +696,17 @@ mod tests {
         }
         members[3].raft_index = Some(900);
         members[4].raft_index = Some(700);
+        for m in &mut members[3..] {
+            m.observation.health = Health::Unhealthy("reports no leader".into());
+            m.unhealthy_for = Some(Duration::from_secs(60));
+        }
         let Decision::Wait(lost) = decide(&facts(5, Some(members))) else {
             panic!("expected a wait");
         };
         assert_eq!(lost.reason, Reason::QuorumLost);
         for said in [
             "voting members [0, 1, 2] do not answer",
-            "members [3, 4] follow no leader",
+            "members [3, 4] have followed no leader for 30 s or more",
             "member 3 holds the log that reaches furthest (raft index 900)",
             "spec.restoreFrom",
         ] {
@@ -731,6 +750,11 @@ mod tests {
         let mut stale = healthy(5);
         stale[1].observation.observed_at = Instant::now() - Duration::from_secs(120);
         let majority_silent = majority_silent();
+        let mut leaderless_a_moment = majority_silent.clone();
+        leaderless_a_moment[0].unhealthy_for = Some(Duration::from_secs(2));
+        for m in &mut leaderless_a_moment[1..] {
+            m.unhealthy_for = None;
+        }
         let mut electing = healthy(3);
         for m in &mut electing {
             m.leader = false;
@@ -850,6 +874,11 @@ mod tests {
                 "a majority answering without a leader is electing one, not lost",
                 facts(3, Some(electing)),
                 Decision::Settled,
+            ),
+            (
+                "a minority leaderless only for a moment (forming, an election) is not lost yet",
+                facts(3, Some(leaderless_a_moment)),
+                wait(Reason::MemberUnknown, ""),
             ),
             (
                 "a replaced member's learner is added before its volume is wiped",

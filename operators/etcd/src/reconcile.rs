@@ -480,7 +480,7 @@ async fn apply_objects(
                 let memory = Memory {
                     in_flight: observed.in_flight.clone().ok().flatten(),
                     wipe_pending: observed.wipe_pending.clone(),
-                    repair_replaced: None,
+                    repair_replaced: observed.repair.as_ref().and_then(|r| r.replaced),
                 };
                 report.write(&wait, &memory).await?;
                 return Ok(ControlFlow::Break(Action::requeue(Duration::from_secs(10))));

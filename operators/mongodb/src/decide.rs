@@ -471,13 +471,17 @@ fn no_primary(observed: &Observed) -> Step {
     )
 }
 
+/// A member wiped to copy everything again: one too stale to catch up, then one a person asked
+/// to rebuild. The stale one comes first: a repair waits until every other member is healthy,
+/// which the stale one is not until it is resynced.
+fn resyncing(observed: &Observed, config: &ReplConfig, primary: &str) -> Option<Step> {
+    too_stale(observed, config, primary).or_else(|| repairing(observed, config, primary))
+}
+
 /// A member too stale to catch up (on its own word) never will: the operator wipes it so it
 /// copies everything again from a healthy member. Never the primary, and only while every other
 /// member is healthy, so the set keeps its majority and a source to copy from meanwhile.
-fn resyncing(observed: &Observed, config: &ReplConfig, primary: &str) -> Option<Step> {
-    if let Some(step) = repairing(observed, config, primary) {
-        return Some(step);
-    }
+fn too_stale(observed: &Observed, config: &ReplConfig, primary: &str) -> Option<Step> {
     let stale = config.members.iter().find(|member| {
         member.host != primary
             && !member.arbiter_only
@@ -546,6 +550,31 @@ fn repairing(observed: &Observed, config: &ReplConfig, primary: &str) -> Option<
         return Some(wait(
             Reason::ResyncBlocked,
             format!("{name} is rebuilt on request once every other member is healthy; {blocking}"),
+        ));
+    }
+    // An answering member counts as healthy while it copies or catches up (a member rebuilt a
+    // moment ago, in STARTUP2): wiping another then could leave majority-acknowledged writes on
+    // too few members.
+    let behind: Vec<String> = config
+        .members
+        .iter()
+        .filter(|member| !member.arbiter_only && member.host != primary && member.host != target.host)
+        .filter(|member| {
+            observed.state(&member.host) != Some(MemberState::Secondary)
+                || observed
+                    .lag_seconds(&member.host)
+                    .is_none_or(|lag| lag > MAX_CATCH_UP_LAG_SECONDS)
+        })
+        .map(|member| observed.name_of(&member.host))
+        .collect();
+    if !behind.is_empty() {
+        return Some(wait(
+            Reason::ResyncBlocked,
+            format!(
+                "{name} is rebuilt on request once every other member is a secondary within \
+                 {MAX_CATCH_UP_LAG_SECONDS}s of the primary: not yet {}",
+                behind.join(", ")
+            ),
         ));
     }
     Some(Step::Resync {
@@ -1583,6 +1612,15 @@ mod tests {
             (
                 "another member Unknown",
                 repair_requested(unknown(set(&[1, 1, 1]), 1), "rs-2", None),
+                Reason::ResyncBlocked,
+            ),
+            (
+                "another member still copying (rebuilt a moment ago)",
+                {
+                    let mut observed = set(&[1, 1, 1]);
+                    status_member(&mut observed, 1).state = MemberState::Startup2;
+                    repair_requested(observed, "rs-2", None)
+                },
                 Reason::ResyncBlocked,
             ),
         ] {

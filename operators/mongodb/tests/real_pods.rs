@@ -246,7 +246,13 @@ async fn a_total_outage_ends_with_the_same_members_and_every_acknowledged_write(
     let setup = install("real-mongo-outage").await;
     create_ready(&setup, 3).await;
     let writer = start_following_writer(&setup);
-    const MEMBERSHIP_STEPS: [&str; 4] = ["MemberAdded", "MemberRemoved", "MemberPromoted", "MemberDemoted"];
+    const MEMBERSHIP_STEPS: [&str; 5] = [
+        "MemberAdded",
+        "MemberRemoved",
+        "MemberPromoted",
+        "MemberDemoted",
+        "MemberResynced",
+    ];
     let steps_before = setup.occurrences(&MEMBERSHIP_STEPS).await;
     writer.acknowledged_at_least(10, Duration::from_secs(60)).await;
 

@@ -292,6 +292,19 @@ fn repair_member(facts: &Facts, primary: usize, repair: &PodRepair) -> Option<De
             ),
         ));
     }
+    // An answering replica counts as Healthy while it catches up (a member rebuilt a moment
+    // ago, a lagging one): wiping another then would leave the acknowledged writes on the
+    // primary alone.
+    let behind = replicas_behind(facts, primary, ordinal);
+    if !behind.is_empty() {
+        return Some(wait(
+            Reason::RestartBlocked,
+            format!(
+                "member {ordinal} is rebuilt on request once every other replica has caught up: {}",
+                behind.join(", ")
+            ),
+        ));
+    }
     let Some(pod_uid) = repair.pod_uid.clone() else {
         return Some(wait(
             Reason::RestartInProgress,
@@ -776,29 +789,7 @@ fn roll(facts: &Facts, primary: usize) -> Decision {
     let (RollTarget::Replica(ordinal) | RollTarget::Primary(ordinal)) = target;
     // Members that are not Healthy are the gate's to report; the target may be restarted
     // whatever its own state, as a restart onto a new template may be what it needs.
-    // The lag alone reads 0 right after a restarted replica starts replicating, before it has
-    // even fetched its backlog; the transactions of the primary's it has not received say
-    // whether it has.
-    let primary_executed = member(facts, primary)
-        .and_then(|m| m.healthy_state(facts.now, facts.freshness))
-        .map(|state| &state.executed);
-    let behind: Vec<String> = facts
-        .members
-        .iter()
-        .filter(|m| m.ordinal != primary && m.ordinal != ordinal)
-        .filter_map(|m| {
-            let state = m.healthy_state(facts.now, facts.freshness)?;
-            let missing = primary_executed.map(|executed| state.held().transactions_behind(executed));
-            match (state.replication.as_ref().and_then(|r| r.lag_seconds), missing) {
-                (_, Some(missing)) if missing > CAUGHT_UP_TRANSACTIONS => {
-                    Some(format!("member {} ({missing} transactions behind)", m.ordinal))
-                }
-                (Some(lag), _) if lag <= CAUGHT_UP_LAG_SECONDS => None,
-                (Some(lag), _) => Some(format!("member {} ({lag} s behind)", m.ordinal)),
-                (None, _) => Some(format!("member {} (lag unknown)", m.ordinal)),
-            }
-        })
-        .collect();
+    let behind = replicas_behind(facts, primary, ordinal);
     if !behind.is_empty() {
         return wait(
             Reason::RestartInProgress,
@@ -840,6 +831,32 @@ fn restart(facts: &Facts, ordinal: usize) -> Decision {
         );
     }
     Decision::Act(Step::RestartMember { ordinal })
+}
+
+/// The replicas other than `except` that have not caught up with `primary`, described. The lag
+/// alone reads 0 right after a restarted replica starts replicating, before it has even fetched
+/// its backlog; the transactions of the primary's it has not received say whether it has.
+fn replicas_behind(facts: &Facts, primary: usize, except: usize) -> Vec<String> {
+    let primary_executed = member(facts, primary)
+        .and_then(|m| m.healthy_state(facts.now, facts.freshness))
+        .map(|state| &state.executed);
+    facts
+        .members
+        .iter()
+        .filter(|m| m.ordinal != primary && m.ordinal != except)
+        .filter_map(|m| {
+            let state = m.healthy_state(facts.now, facts.freshness)?;
+            let missing = primary_executed.map(|executed| state.held().transactions_behind(executed));
+            match (state.replication.as_ref().and_then(|r| r.lag_seconds), missing) {
+                (_, Some(missing)) if missing > CAUGHT_UP_TRANSACTIONS => {
+                    Some(format!("member {} ({missing} transactions behind)", m.ordinal))
+                }
+                (Some(lag), _) if lag <= CAUGHT_UP_LAG_SECONDS => None,
+                (Some(lag), _) => Some(format!("member {} ({lag} s behind)", m.ordinal)),
+                (None, _) => Some(format!("member {} (lag unknown)", m.ordinal)),
+            }
+        })
+        .collect()
 }
 
 /// What the safety gate says of a `disruption` of member `target` now.
@@ -1080,6 +1097,13 @@ mod tests {
             decide(&with_repair(settled(), "shop-2", Some(2), Some("uid-old"))),
             Decision::Settled
         );
+        // Answering and Healthy, 30 s behind: rebuilt a moment ago, or lagging.
+        let mut lagging = settled();
+        let mut behind = replica_state("0-1-10", 0);
+        if let Some(replication) = behind.replication.as_mut() {
+            replication.lag_seconds = Some(30);
+        }
+        lagging.members[1] = healthy(1, behind, now);
         let mut one_down = settled();
         one_down.members[1].health = Health::Unknown("timeout".into());
         // Binary logs already kept for ever, as while a member does not replicate.
@@ -1107,6 +1131,11 @@ mod tests {
             (
                 "another member Unknown",
                 with_repair(one_down, "shop-2", Some(2), None),
+                Reason::RestartBlocked,
+            ),
+            (
+                "another replica behind",
+                with_repair(lagging, "shop-2", Some(2), None),
                 Reason::RestartBlocked,
             ),
         ] {

@@ -616,12 +616,19 @@ async fn replication_after_a_total_outage_serves_every_acknowledged_write() {
     let primary_service = primary_service_address(&setup).await;
     let writer = start_reconnecting_writer(primary_service, &password);
     writer.acknowledged_at_least(20, Duration::from_secs(60)).await;
+    const REBUILDS: [&str; 3] = ["RebuildingNode", "RemovingNode", "RestartingNode"];
+    let steps_before = setup.occurrences(&REBUILDS).await;
 
     setup.total_outage(EVERY_POD, Duration::from_secs(240)).await;
     support::ready(&clusters(&setup), CLUSTER, 3).await;
     writer
         .acknowledged_at_least(writer.acknowledged() + 20, Duration::from_secs(120))
         .await;
+    assert_eq!(
+        setup.occurrences(&REBUILDS).await,
+        steps_before,
+        "nodes were rebuilt, removed or restarted"
+    );
 
     let history = writer.stop().await;
     let primary = service_connection(&setup, &primary_service_name(CLUSTER), &password).await;
