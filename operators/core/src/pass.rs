@@ -441,6 +441,11 @@ impl<R: Reason> Progress<R> {
         }
     }
 
+    /// What the progress says: none when settled, else the step's, wait's or failure's message.
+    pub fn message(&self) -> Option<&str> {
+        self.event().map(|(_, _, message)| message)
+    }
+
     /// The event that reports this progress: none when settled; `Normal` for a step taken; the
     /// reason's own severity for a wait; `Warning` for a failed step.
     pub fn event(&self) -> Option<(Severity, R, &str)> {

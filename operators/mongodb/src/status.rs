@@ -5,7 +5,7 @@ use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 use quorum_core::{
     conditions::ConditionUpdate,
     pass::{Findings, UnreadableRecord},
-    repair::{RepairPhase, RepairRecord},
+    repair::{PodRepair, RepairRecord},
 };
 
 use crate::{
@@ -122,44 +122,25 @@ pub(crate) fn repair_record(
     progress: &Progress,
 ) -> Option<RepairRecord> {
     let request = observed.repair.as_ref()?;
-    let taken = request.taken.clone().or_else(|| {
-        recorded
-            .filter(|record| record.member == request.member)
-            .and_then(|record| record.replaced.clone())
-    });
-    let Some(taken) = taken else {
-        let message = match progress {
-            Progress::Acted { message, .. }
-            | Progress::Waiting { message, .. }
-            | Progress::Failed { message, .. } => message.clone(),
-            Progress::Settled => "waiting for the next pass".to_string(),
-        };
-        return Some(request.record(RepairPhase::Waiting, None, message));
+    let wiped_now = recorded
+        .filter(|record| record.member == request.member)
+        .and_then(|record| record.replaced.clone());
+    let member = observed
+        .members
+        .iter()
+        .find(|member| member.name == request.member);
+    let repair = PodRepair {
+        member: request.member.clone(),
+        ordinal: None,
+        taken: request.taken.clone(),
+        pod_uid: member.and_then(|member| member.pod_uid.clone()),
     };
-    let back = observed.members.iter().find(|member| {
-        member.name == request.member
-            && member.pod_uid.as_ref().is_some_and(|uid| *uid != taken)
-            && observed.state(&member.host) == Some(MemberState::Secondary)
+    let back = member.is_some_and(|member| {
+        observed.state(&member.host) == Some(MemberState::Secondary)
             && observed.health(&member.host).is_healthy()
     });
-    Some(match back {
-        Some(_) => request.record(
-            RepairPhase::Done,
-            Some(taken),
-            format!(
-                "{} was rebuilt: it copied the data again from the set and serves as a secondary; remove the annotation to end the request",
-                request.member
-            ),
-        ),
-        None => request.record(
-            RepairPhase::Rebuilding,
-            Some(taken),
-            format!(
-                "{}'s volume was deleted with its pod; it copies the data again from the set",
-                request.member
-            ),
-        ),
-    })
+    let waiting = progress.message().unwrap_or("waiting for the next pass");
+    Some(repair.record(wiped_now.as_ref(), waiting, back))
 }
 
 pub(crate) fn member_status(seen: &SeenMember, desired: &Desired, observed: &Observed) -> MemberStatus {

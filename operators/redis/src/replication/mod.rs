@@ -148,17 +148,8 @@ fn repair_record(facts: &Facts, wiped_now: Option<&String>, progress: &Progress)
                 .answered()
                 .is_some_and(|info| info.role == Role::Replica && info.link_up && !info.sync_in_progress)
     });
-    Some(repair.record(wiped_now, &progress_message(progress), back))
-}
-
-/// What a pass's progress says, for a record that waits on it.
-fn progress_message(progress: &Progress) -> String {
-    match progress {
-        Progress::Acted { message, .. }
-        | Progress::Waiting { message, .. }
-        | Progress::Failed { message, .. } => message.clone(),
-        Progress::Settled => "waiting for the next pass".to_string(),
-    }
+    let waiting = progress.message().unwrap_or("waiting for the next pass");
+    Some(repair.record(wiped_now, waiting, back))
 }
 
 /// Applies both StatefulSets at the size the step asks for (the size they have otherwise). A
