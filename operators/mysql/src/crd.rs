@@ -39,6 +39,9 @@ pub const OPERATOR_OWNED_SETTINGS: &[&str] = &[
     // Members recover from a crash as replicas (docs/mysql.md); a different role, or a heuristic
     // commit or rollback of in-doubt transactions, would bring back what no client was told.
     "init_rpl_role",
+    // With a member recovering as a replica, a commit acknowledged just before a crash survives
+    // only when its commit record was written at commit (resources.rs).
+    "innodb_flush_log_at_trx_commit",
     "log_bin",
     "log_replica_updates",
     "log_slave_updates",

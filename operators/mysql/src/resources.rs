@@ -225,6 +225,11 @@ pub fn my_cnf(cluster: &MySQLCluster) -> String {
         // be the primary when it crashes; the operator reopens a restarted primary only when no
         // replica holds what it discarded (docs/mysql.md).
         lines.push("init_rpl_role = SLAVE".to_string());
+        // With the binary log on, MariaDB leaves InnoDB's commit record in memory after a commit
+        // (recovery would commit from the binary log), so a commit acknowledged to a client just
+        // before a crash comes back only prepared, and the recovery above discards it: every
+        // member down at once loses it for good. `3` writes the commit record at commit as well.
+        lines.push("innodb_flush_log_at_trx_commit = 3".to_string());
     }
     if cluster.spec.tls.is_some() {
         lines.extend([
@@ -606,6 +611,10 @@ mod tests {
     fn semi_sync_mariadb_members_recover_from_a_crash_as_replicas() {
         let semi_sync = my_cnf(&cluster(Flavor::MariaDB, 3));
         assert!(semi_sync.contains("init_rpl_role = SLAVE\n"), "{semi_sync}");
+        assert!(
+            semi_sync.contains("innodb_flush_log_at_trx_commit = 3\n"),
+            "{semi_sync}"
+        );
         let mut asynchronous = cluster(Flavor::MariaDB, 3);
         asynchronous.spec.replication = Some(ReplicationSpec {
             mode: crate::crd::ReplicationMode::Async,

@@ -9,7 +9,7 @@ use mysql_operator::admin::{
     gtid::{GtidPosition, MostAdvancedError, most_advanced},
     snapshot::{self, SnapshotError},
 };
-use mysql_operator::crd::Flavor;
+use mysql_operator::crd::{Flavor, MySQLCluster};
 use mysql_operator::restore::{RestoreError, StoredSnapshot, restore_snapshot};
 use quorum_core::backup::{BackupError, BackupSink, BackupTarget, scoped_target};
 use quorum_e2e::{
@@ -1090,4 +1090,100 @@ async fn a_crashed_primary_discards_its_unacknowledged_commit_and_takes_it_back_
     )
     .await;
     assert_eq!(executed(&admins[0]).await, executed(&admins[1]).await);
+}
+
+/// The crash-recovery settings of a semi-synchronous MariaDB member's `my.cnf`, as server
+/// options: how a restarted member treats the commits its crash left in doubt.
+fn crash_recovery_options_of_a_member_pod() -> Vec<String> {
+    let cluster = MySQLCluster::new(
+        "outage",
+        serde_json::from_value(serde_json::json!({
+            "replicas": 2, "flavor": "MariaDB", "version": "10.11.6", "storage": {"size": "1Gi"}
+        }))
+        .expect("a MySQLCluster spec"),
+    );
+    const CRASH_RECOVERY: [&str; 3] = ["init_rpl_role", "innodb_flush_log_at_trx_commit", "sync_binlog"];
+    // The server's defaults first, where the harness trades durability for speed; the
+    // member's own settings after them win.
+    let server_defaults = ["--innodb-flush-log-at-trx-commit=1", "--sync-binlog=0"].map(String::from);
+    let member = mysql_operator::resources::my_cnf(&cluster)
+        .lines()
+        .filter_map(|line| line.split_once(" = "))
+        .filter(|(key, _)| CRASH_RECOVERY.contains(key))
+        .map(|(key, value)| format!("--{}={value}", key.replace('_', "-")))
+        .collect::<Vec<_>>();
+    server_defaults.into_iter().chain(member).collect()
+}
+
+/// Every member is killed at once right after the primary acknowledged a commit, and each
+/// restarts with a member pod's crash-recovery settings: the acknowledged commit is still on
+/// the primary. Before, members recovered as replicas (`init_rpl_role = SLAVE`) with InnoDB's
+/// commit record left in memory at commit: the newest acknowledged commit came back only
+/// prepared, and recovery discarded it, from every member at once.
+#[tokio::test]
+async fn a_commit_acknowledged_just_before_every_member_is_killed_survives_on_the_primary() {
+    let recovery = crash_recovery_options_of_a_member_pod();
+    assert!(
+        recovery.contains(&"--init-rpl-role=SLAVE".to_string()),
+        "{recovery:?}"
+    );
+    let as_a_member_pod_starts: Vec<&str> = recovery.iter().map(String::as_str).collect();
+    let as_a_member_pod_starts = as_a_member_pod_starts.as_slice();
+    let mut processes = MariaDbProcesses::new().with_semi_sync(true);
+    processes.start_members(2).await;
+    let admins: Vec<MySqlAdmin> = (0..2).map(|i| admin(&processes, i)).collect();
+    let (user, password) = processes.root_credentials();
+    let options = mysql_async::OptsBuilder::default()
+        .ip_or_hostname(processes.ip(0).to_string())
+        .tcp_port(PORT)
+        .user(Some(user))
+        .pass(Some(password));
+    let mut next_id = 1u32;
+    for round in 0..5 {
+        for index in 0..2 {
+            processes.restart_with(index, as_a_member_pod_starts).await;
+        }
+        admins[0].set_read_only(false).await.expect("open the primary");
+        admins[1]
+            .configure_replica(
+                &ReplicationSource {
+                    semi_sync: true,
+                    ..source(&processes, 0)
+                },
+                None,
+            )
+            .await
+            .expect("configure replica");
+        if round == 0 {
+            processes
+                .sql(
+                    0,
+                    "CREATE DATABASE outage; CREATE TABLE outage.t (id INT PRIMARY KEY)",
+                )
+                .await;
+        }
+        let pool = mysql_async::Pool::new(options.clone());
+        let mut connection = pool.get_conn().await.expect("connect to the primary");
+        let mut acknowledged = 0;
+        for _ in 0..100 {
+            connection
+                .query_drop(format!("INSERT INTO outage.t VALUES ({next_id})"))
+                .await
+                .expect("insert");
+            acknowledged = next_id;
+            next_id += 1;
+        }
+        processes.kill(0).await;
+        processes.kill(1).await;
+        drop(connection);
+        pool.disconnect().await.ok();
+        processes.restart_with(0, as_a_member_pod_starts).await;
+        let newest = processes.sql(0, "SELECT MAX(id) FROM outage.t").await;
+        assert_eq!(
+            newest.trim(),
+            acknowledged.to_string(),
+            "round {round}: the primary came back without acknowledged commits\n{}",
+            processes.error_log_tail(0)
+        );
+    }
 }
