@@ -53,9 +53,16 @@ pub struct ReplicationInfo {
 impl ReplicationInfo {
     /// Whether this server is a replica of `primary` (by the address it was told to follow).
     pub fn follows(&self, primary: SocketAddr) -> bool {
-        self.role == Role::Replica
-            && self.primary_port == Some(primary.port())
-            && self.primary_host.as_deref() == Some(primary.ip().to_string().as_str())
+        self.primary_address() == Some(primary)
+    }
+
+    /// For a replica, the address it replicates from, when it is an IP address.
+    pub fn primary_address(&self) -> Option<SocketAddr> {
+        if self.role != Role::Replica {
+            return None;
+        }
+        let ip: std::net::IpAddr = self.primary_host.as_deref()?.parse().ok()?;
+        Some(SocketAddr::new(ip, self.primary_port?))
     }
 
     /// The primary's entry for the replica announcing `ip`:`port`.

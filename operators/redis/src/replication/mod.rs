@@ -705,13 +705,10 @@ fn build_status(
             let info = node.replication.as_ref();
             let following = info.filter(|i| i.role == Role::Replica).and_then(|i| {
                 let host = i.primary_host.as_deref()?;
-                let address = format!("{host}:{}", i.primary_port?).parse().ok()?;
-                Some(
-                    address_names
-                        .get(&address)
-                        .cloned()
-                        .unwrap_or_else(|| host.to_string()),
-                )
+                let name = i
+                    .primary_address()
+                    .and_then(|address| address_names.get(&address));
+                Some(name.cloned().unwrap_or_else(|| host.to_string()))
             });
             NodeStatus {
                 name: node_name(&name, node.ordinal),

@@ -42,6 +42,8 @@ pub struct NodeView {
     pub state_ok: bool,
     /// For a replica, `master_link_status:up`.
     pub link_up: bool,
+    /// For a replica, where it replicates from (`master_host`, `master_port`).
+    pub replicating_from: Option<SocketAddr>,
 }
 
 impl NodeView {
@@ -657,7 +659,13 @@ fn joining(topology: &Topology, members: &[&NodeFact]) -> Option<Wait> {
 }
 
 /// Pods of a staying shard that should replicate its primary and do not: new pods (empty
-/// primaries), and replicas of another node. A pod that serves slots is never made a replica.
+/// primaries), replicas of another node, and replicas of the right primary still connecting to
+/// an address it no longer has. A pod that serves slots is never made a replica.
+///
+/// The last happens when every pod comes back at a new address: a replica that learns its
+/// primary's new address from another node's gossip, rather than from the primary itself,
+/// updates its view of the cluster but keeps replicating from the old address, its link down
+/// for good. Told to replicate the same primary again, it connects to the address it now knows.
 fn misplaced_replicas(facts: &Facts, topology: &Topology) -> Option<Vec<(usize, usize, String)>> {
     let mut assignments = Vec::new();
     for shard in 0..facts.desired_shards {
@@ -674,10 +682,18 @@ fn misplaced_replicas(facts: &Facts, topology: &Topology) -> Option<Vec<(usize, 
             let Some(me) = view.me() else { continue };
             let follows = me.flags.replica && me.primary_id.as_deref() == Some(primary_id.as_str());
             let serves = me.flags.primary && !me.slots.is_empty();
-            let knows_primary = view
+            let primary_line = view
                 .line(primary_id)
-                .is_some_and(|line| line.flags.primary && !line.flags.handshake);
-            if !follows && !serves && knows_primary {
+                .filter(|line| line.flags.primary && !line.flags.handshake);
+            let knows_primary = primary_line.is_some();
+            let primary_address = facts.node(primary).and_then(|node| node.address);
+            let knows_where_primary_is =
+                primary_address.is_some() && primary_line.is_some_and(|line| line.address == primary_address);
+            let replicates_from_elsewhere = follows
+                && !view.link_up
+                && knows_where_primary_is
+                && view.replicating_from != primary_address;
+            if (!follows && !serves && knows_primary) || replicates_from_elsewhere {
                 assignments.push((ordinal, primary, primary_id.clone()));
             }
         }
@@ -1051,6 +1067,7 @@ mod tests {
             nodes: parse_cluster_nodes(&text).unwrap(),
             state_ok: true,
             link_up: me.primary_of.is_some(),
+            replicating_from: me.primary_of.map(address),
         }
     }
 
@@ -1552,6 +1569,26 @@ mod tests {
         assert_eq!(topology.coverage(), (usize::from(SLOT_COUNT), 0));
         assert_eq!(topology.slot_count(&id(2)), 5461);
         assert_eq!(serving(&facts, &topology).unwrap_err().0, "NodeNotAnswering");
+    }
+
+    #[test]
+    fn a_replica_still_replicating_from_its_primarys_old_address_is_told_to_replicate_it_again() {
+        let nodes = formed(3);
+        let mut facts = facts(3, everyone_knows_everyone(&nodes));
+        let view = facts.nodes[3].view.as_mut().unwrap();
+        view.link_up = false;
+        view.replicating_from = Some(SocketAddr::from(([10, 0, 9, 9], 6379)));
+        let follows = facts.nodes[3].me().unwrap().primary_id.clone().unwrap();
+        let primary = *Topology::new(&facts).ordinals.get(&follows).unwrap();
+        assert_eq!(
+            decide(&facts),
+            Decision::Act(Step::Replicate {
+                assignments: vec![(3, primary, follows)]
+            })
+        );
+        // Still connecting to the right address: a link coming up is waited for, not redone.
+        facts.nodes[3].view.as_mut().unwrap().replicating_from = Some(address(primary));
+        assert_eq!(reason(&decide(&facts)), "ReplicaSyncing");
     }
 
     #[test]
