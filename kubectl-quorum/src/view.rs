@@ -69,6 +69,9 @@ pub struct FailoverView {
     pub at: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub duration_millis: Option<i64>,
+    /// From the operator's first failed observation of the old primary.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from_loss_millis: Option<i64>,
 }
 
 /// A cluster, as `status` shows it.
@@ -259,6 +262,7 @@ pub fn mysql(cluster: &mysql_operator::crd::MySQLCluster, pods: &Pods, now: Time
         to: failover.to.clone(),
         at: failover.completed_at.0.to_string(),
         duration_millis: Some(failover.duration_millis),
+        from_loss_millis: failover.from_loss_millis,
     });
     view.repair = repair(status.repair.as_ref());
     finish(view, &status.conditions, status.last_backup.as_ref(), now)
@@ -287,6 +291,7 @@ pub fn redis(cluster: &redis_operator::crd::RedisCluster, pods: &Pods, now: Time
         to: failover.to.clone(),
         at: failover.observed_at.0.to_string(),
         duration_millis: None,
+        from_loss_millis: None,
     });
     view.repair = repair(status.repair.as_ref());
     finish(view, &status.conditions, status.last_backup.as_ref(), now)
@@ -427,13 +432,18 @@ pub fn render(view: &ClusterView, style: Style) -> String {
     }
     if let Some(failover) = &view.last_failover {
         out.push_str(&format!(
-            "  last failover: {} -> {} at {}{}\n",
+            "  last failover: {} -> {} at {}{}{}\n",
             failover.from,
             failover.to,
             failover.at,
             failover
                 .duration_millis
-                .map_or_else(String::new, |millis| format!(" in {millis} ms"))
+                .map_or_else(String::new, |millis| format!(" in {millis} ms")),
+            failover
+                .from_loss_millis
+                .map_or_else(String::new, |millis| format!(
+                    ", {millis} ms after the primary was first seen failing"
+                ))
         ));
     }
     out
@@ -474,6 +484,7 @@ mod tests {
                     lag_seconds: None,
                     errant: None,
                     message: None,
+                    failing_since: None,
                 },
                 mysql_operator::crd::MemberStatus {
                     name: "shop-1".into(),
@@ -483,6 +494,7 @@ mod tests {
                     lag_seconds: Some(3),
                     errant: None,
                     message: Some("unreachable from the operator: timed out".into()),
+                    failing_since: None,
                 },
             ],
             last_backup: Some(BackupRecord {

@@ -13,7 +13,11 @@
 
 use std::{fmt::Debug, sync::Arc};
 
-use k8s_openapi::{NamespaceResourceScope, apimachinery::pkg::apis::meta::v1::Condition, jiff::Timestamp};
+use k8s_openapi::{
+    NamespaceResourceScope,
+    apimachinery::pkg::apis::meta::v1::{Condition, Time},
+    jiff::Timestamp,
+};
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{ApiResource, DynamicObject, Patch, PatchParams},
@@ -25,6 +29,13 @@ use crate::{
     conditions::{ConditionUpdate, set_condition},
     freshness::{self, Currency},
 };
+
+/// Since when something observed of a member (not healthy, say) has held without a break: the
+/// time the previous status carried while it still holds, `now` when it starts, `None` once it
+/// stops. Status carries it, so it survives an operator restart.
+pub fn held_since(previous: Option<&Time>, holds: bool, now: Timestamp) -> Option<Time> {
+    holds.then(|| previous.cloned().unwrap_or(Time(now)))
+}
 
 /// Sets on `object` the conditions `updates` asks for, given its conditions as stored now (read
 /// afresh, not from the watch cache), and writes them only when they changed. The write is

@@ -107,12 +107,11 @@ pub fn build_status(
         .iter()
         .map(|m| {
             let member = member_name(&name, m.ordinal);
-            let unhealthy_since = matches!(m.observation.health, Health::Unhealthy(_)).then(|| {
-                previous_since
-                    .get(member.as_str())
-                    .map(|t| (*t).clone())
-                    .unwrap_or(Time(now))
-            });
+            let unhealthy_since = quorum_core::status::held_since(
+                previous_since.get(member.as_str()).copied(),
+                matches!(m.observation.health, Health::Unhealthy(_)),
+                now,
+            );
             MemberStatus {
                 peer_url: view
                     .membership

@@ -426,6 +426,10 @@ pub struct MemberStatus {
     /// Why the member is not healthy, when it is not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// Since when the operator has seen the member not healthy (Unhealthy or Unknown) without a
+    /// break: for the primary, where a failover's time from loss starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failing_since: Option<Time>,
 }
 
 quorum_core::recorded_kinds! {
@@ -452,6 +456,9 @@ pub struct InFlightStep {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from: Option<String>,
     pub started_at: Time,
+    /// For a failover: when the operator first saw the old primary fail (its `failingSince`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary_lost_at: Option<Time>,
 }
 
 /// A change of primary.
@@ -466,6 +473,13 @@ pub struct FailoverRecord {
     pub completed_at: Time,
     /// From the decision to the new primary accepting writes, in milliseconds.
     pub duration_millis: i64,
+    /// For a failover: when the operator first saw the old primary fail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost_at: Option<Time>,
+    /// For a failover: from the first failed observation of the old primary to the new primary
+    /// accepting writes, in milliseconds; what clients waited, as the operator saw it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_loss_millis: Option<i64>,
 }
 
 /// A consistent logical snapshot of a `MySQLCluster` (one transaction, with the GTID position

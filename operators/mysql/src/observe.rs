@@ -83,6 +83,11 @@ impl MySqlClients {
             &record.kind,
             record.duration_millis as f64 / 1000.0,
         );
+        if let Some(millis) = record.from_loss_millis {
+            self.members
+                .metrics()
+                .observe_failover_from_loss(ENGINE, millis as f64 / 1000.0);
+        }
     }
 
     /// Sets how to log in to the members of `cluster`. When the credentials change, the

@@ -82,6 +82,7 @@ pub fn in_flight_to_status(cluster: &MySQLCluster, in_flight: &InFlight, now: Ti
         member: member_name(&name, member),
         from: from.map(|from| member_name(&name, from)),
         started_at: Time(now),
+        primary_lost_at: None,
     }
 }
 
@@ -111,6 +112,7 @@ pub fn status_keeping_unreadable_record(
 /// The record of a completed change of primary, timed from when it was recorded in flight.
 pub fn failover_record(recorded: &InFlightStep, now: Timestamp) -> FailoverRecord {
     let elapsed = now.duration_since(recorded.started_at.0);
+    let lost_at = recorded.primary_lost_at.clone();
     FailoverRecord {
         // The stored kind, as its string (`Failover` or `Switchover`).
         kind: recorded.action.to_string(),
@@ -119,6 +121,10 @@ pub fn failover_record(recorded: &InFlightStep, now: Timestamp) -> FailoverRecor
         started_at: recorded.started_at.clone(),
         completed_at: Time(now),
         duration_millis: elapsed.as_millis() as i64,
+        from_loss_millis: lost_at
+            .as_ref()
+            .map(|lost| now.duration_since(lost.0).as_millis() as i64),
+        lost_at,
     }
 }
 
@@ -178,6 +184,14 @@ pub fn build_status(
     let restored = restored.or(previous.restored_from.clone());
     let name = cluster.name_any();
     let labels = role_labels(members, primary, in_flight);
+    let failing_since = |member: &str, health: &Health| {
+        let before = previous.members.iter().find(|m| m.name == member);
+        quorum_core::status::held_since(
+            before.and_then(|m| m.failing_since.as_ref()),
+            !health.is_healthy(),
+            now,
+        )
+    };
     let primary_state = primary
         .and_then(|p| members.iter().find(|m| m.ordinal == p))
         .and_then(|m| m.state.as_ref());
@@ -191,8 +205,10 @@ pub fn build_status(
                 None => "Unknown",
             };
             let state = member.state.as_ref();
+            let member_name = member_name(&name, member.ordinal);
             MemberStatus {
-                name: member_name(&name, member.ordinal),
+                failing_since: failing_since(&member_name, &member.health),
+                name: member_name,
                 role: role.into(),
                 health: member.health.as_str().into(),
                 gtid: state.map(|s| s.executed.to_string()),
@@ -303,6 +319,16 @@ pub fn build_status(
         );
     }
 
+    let in_flight = in_flight.map(|step| {
+        let mut record = in_flight_to_status(cluster, step, now);
+        if record.action == InFlightAction::Failover && record.primary_lost_at.is_none() {
+            record.primary_lost_at = member_statuses
+                .iter()
+                .find(|m| Some(&m.name) == record.from.as_ref())
+                .and_then(|m| m.failing_since.clone());
+        }
+        record
+    });
     MySQLClusterStatus {
         observed_generation: generation,
         replicas: members.len() as i32,
@@ -310,7 +336,7 @@ pub fn build_status(
         selector: member_selector_string(cluster),
         primary: primary.map(|p| member_name(&name, p)),
         members: member_statuses,
-        in_flight: in_flight.map(|step| in_flight_to_status(cluster, step, now)),
+        in_flight,
         last_failover: last_failover.or(previous.last_failover),
         last_backup: previous.last_backup,
         restored_from: restored,
@@ -764,5 +790,69 @@ mod tests {
             Timestamp::UNIX_EPOCH,
         );
         assert!(status.conditions.iter().all(|c| c.type_ != RESTORED_CONDITION));
+    }
+
+    /// A failover's time from loss starts at the first pass that saw the old primary fail (kept
+    /// in status across passes, and across an operator restart), is carried by the step in
+    /// flight, and ends when the new primary accepts writes.
+    #[test]
+    fn a_failover_is_timed_from_the_first_failed_observation_of_the_old_primary() {
+        let at = |seconds: i64| Timestamp::from_second(1_800_000_000 + seconds).unwrap();
+        let mut cluster = restored_cluster();
+        let healthy = |ordinal| MemberFact { ordinal, ..member() };
+        let unknown = MemberFact {
+            health: Health::Unknown("timed out".into()),
+            ..member()
+        };
+        let step = InFlight::Failover { from: 0, to: 1 };
+        let members = [unknown.clone(), healthy(1)];
+        let pass = |cluster: &MySQLCluster, in_flight: Option<&InFlight>, now| {
+            build_status(
+                cluster,
+                &members,
+                &Decision::Settled,
+                Some(0),
+                in_flight,
+                None,
+                None,
+                now,
+            )
+        };
+
+        let first = pass(&cluster, None, at(0));
+        assert_eq!(first.members[0].failing_since, Some(Time(at(0))));
+        assert_eq!(first.members[1].failing_since, None);
+        cluster.status = Some(first);
+        let second = pass(&cluster, None, at(4));
+        assert_eq!(
+            second.members[0].failing_since,
+            Some(Time(at(0))),
+            "carried, not restarted"
+        );
+        cluster.status = Some(second);
+
+        let decided = pass(&cluster, Some(&step), at(6));
+        let recorded = decided.in_flight.clone().unwrap();
+        assert_eq!(recorded.primary_lost_at, Some(Time(at(0))));
+        let record = failover_record(&recorded, at(9));
+        assert_eq!(
+            (record.duration_millis, record.from_loss_millis),
+            (3_000, Some(9_000))
+        );
+        assert_eq!(record.lost_at, Some(Time(at(0))));
+
+        // Healthy again: the clock stops.
+        cluster.status = Some(decided);
+        let back = build_status(
+            &cluster,
+            &[healthy(0), healthy(1)],
+            &Decision::Settled,
+            Some(0),
+            None,
+            None,
+            None,
+            at(10),
+        );
+        assert_eq!(back.members[0].failing_since, None);
     }
 }

@@ -167,6 +167,7 @@ async fn failover_under_write_load_keeps_every_acknowledged_write_and_the_old_pr
     // replica has each of them).
     let writer = support::Writer::start(setup.ip(0), "under load");
     writer.committed(200).await;
+    let killed_at = jiff::Timestamp::now();
     setup.members.kill(setup.ns(), "main-0").await;
     let acknowledged = writer.stop(Duration::from_secs(20)).await;
 
@@ -185,6 +186,28 @@ async fn failover_under_write_load_keeps_every_acknowledged_write_and_the_old_pr
     let record = status.last_failover.clone().unwrap();
     assert_eq!(record.from, "main-0");
     assert!(record.duration_millis >= 0);
+    // Timed from the operator's first failed observation of main-0, which came after the kill
+    // and before the decision to fail over (status times are whole seconds: one second of
+    // slack).
+    let lost_at = record
+        .lost_at
+        .clone()
+        .expect("a failover records when the primary was lost")
+        .0;
+    let from_loss = record
+        .from_loss_millis
+        .expect("a failover records its time from loss");
+    assert!(
+        lost_at >= killed_at - jiff::SignedDuration::from_secs(1),
+        "{record:?}, killed at {killed_at}"
+    );
+    assert!(lost_at <= record.started_at.0, "{record:?}");
+    assert!(from_loss > 0 && from_loss >= record.duration_millis, "{record:?}");
+    let kill_to_writable = record.completed_at.0.duration_since(killed_at).as_millis() as i64;
+    assert!(
+        from_loss <= kill_to_writable + 1_000,
+        "{record:?}, killed at {killed_at}"
+    );
     let new_primary: usize = status
         .primary
         .as_deref()

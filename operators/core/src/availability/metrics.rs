@@ -64,6 +64,7 @@ pub struct AdminMetrics {
     breakers_open: Family<EngineLabels, Gauge>,
     primary_changes: Family<VerbLabels, Counter>,
     primary_change_durations: Family<VerbLabels, Histogram, fn() -> Histogram>,
+    failovers_from_loss: Family<EngineLabels, Histogram, fn() -> Histogram>,
 }
 
 impl Default for AdminMetrics {
@@ -76,6 +77,7 @@ impl Default for AdminMetrics {
             breakers_open: Family::default(),
             primary_changes: Family::default(),
             primary_change_durations: Family::new_with_constructor(call_histogram),
+            failovers_from_loss: Family::new_with_constructor(call_histogram),
         }
     }
 }
@@ -118,6 +120,21 @@ impl AdminMetrics {
             "From the decision to change primary to the new primary accepting writes",
             self.primary_change_durations.clone(),
         );
+        registry.register(
+            "failover_from_loss_seconds",
+            "From the first failed observation of the old primary to the new primary accepting writes",
+            self.failovers_from_loss.clone(),
+        );
+    }
+
+    /// Records how long a failover's clients were without a writable primary, as the operator
+    /// saw it: from its first failed observation of the old primary.
+    pub fn observe_failover_from_loss(&self, engine: &str, seconds: f64) {
+        self.failovers_from_loss
+            .get_or_create(&EngineLabels {
+                engine: engine.into(),
+            })
+            .observe(seconds);
     }
 
     /// Records a completed change of primary of `kind` (`Failover`, `Switchover`).
