@@ -291,7 +291,7 @@ pub fn redis(cluster: &redis_operator::crd::RedisCluster, pods: &Pods, now: Time
         to: failover.to.clone(),
         at: failover.observed_at.0.to_string(),
         duration_millis: None,
-        from_loss_millis: None,
+        from_loss_millis: failover.from_loss_millis,
     });
     view.repair = repair(status.repair.as_ref());
     finish(view, &status.conditions, status.last_backup.as_ref(), now)

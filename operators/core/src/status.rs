@@ -37,6 +37,16 @@ pub fn held_since(previous: Option<&Time>, holds: bool, now: Timestamp) -> Optio
     holds.then(|| previous.cloned().unwrap_or(Time(now)))
 }
 
+/// Since when the operator has seen a member not healthy (Unhealthy or Unknown) without a
+/// break, given what the previous status said: where a failover's time from loss starts.
+pub fn failing_since(
+    previous: Option<&Time>,
+    health: &crate::availability::health::Health,
+    now: Timestamp,
+) -> Option<Time> {
+    held_since(previous, !health.is_healthy(), now)
+}
+
 /// Sets on `object` the conditions `updates` asks for, given its conditions as stored now (read
 /// afresh, not from the watch cache), and writes them only when they changed. The write is
 /// conditional on the version read: a status written meanwhile wins, and the caller reports

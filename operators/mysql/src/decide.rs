@@ -519,7 +519,7 @@ fn reopen_primary(facts: &Facts, primary: usize, state: &ServerState) -> Decisio
         _ => wait(
             Reason::Diverged,
             format!(
-                "the restarted primary (ordinal {primary}) and its replicas each hold transactions the others lack; choose a primary by hand (annotation)"
+                "the restarted primary (ordinal {primary}) and its replicas each hold transactions the others lack; the operator promotes none of them (each member's GTIDs are in status.members): keep the members as they are and restore a new cluster from the newest backup (docs/mysql.md, Disaster recovery)"
             ),
         ),
     }
@@ -550,7 +550,7 @@ fn open_first_primary(facts: &Facts) -> Result<usize, Decision> {
         Some(ordinal) => Err(Decision::Act(Step::OpenPrimary { ordinal })),
         None => Err(wait(
             Reason::Diverged,
-            "no member has every transaction the others have; choose a primary by hand (annotation)",
+            "no member has every transaction the others have; the operator promotes none of them (each member's GTIDs are in status.members): keep the members as they are and restore a new cluster from the newest backup (docs/mysql.md, Disaster recovery)",
         )),
     }
 }
@@ -618,7 +618,7 @@ fn failover(facts: &Facts, from: usize, why: &str) -> Decision {
         None => wait(
             Reason::FailoverBlocked,
             format!(
-                "the primary (ordinal {from}) is down, but no replica has every transaction the others have (diverged); promote one by hand"
+                "the primary (ordinal {from}) is down, but no replica has every transaction the others have (diverged); the operator promotes none of them (each member's GTIDs are in status.members): keep the members as they are and restore a new cluster from the newest backup (docs/mysql.md, Disaster recovery)"
             ),
         ),
     }
@@ -1717,7 +1717,7 @@ mod tests {
                 true,
                 Decision::Wait(Wait {
                     reason: Reason::Diverged,
-                    message: "the restarted primary (ordinal 0) and its replicas each hold transactions the others lack; choose a primary by hand (annotation)".into(),
+                    message: "the restarted primary (ordinal 0) and its replicas each hold transactions the others lack; the operator promotes none of them (each member's GTIDs are in status.members): keep the members as they are and restore a new cluster from the newest backup (docs/mysql.md, Disaster recovery)".into(),
                 }),
             ),
             (

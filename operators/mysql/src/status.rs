@@ -186,11 +186,7 @@ pub fn build_status(
     let labels = role_labels(members, primary, in_flight);
     let failing_since = |member: &str, health: &Health| {
         let before = previous.members.iter().find(|m| m.name == member);
-        quorum_core::status::held_since(
-            before.and_then(|m| m.failing_since.as_ref()),
-            !health.is_healthy(),
-            now,
-        )
+        quorum_core::status::failing_since(before.and_then(|m| m.failing_since.as_ref()), health, now)
     };
     let primary_state = primary
         .and_then(|p| members.iter().find(|m| m.ordinal == p))

@@ -468,6 +468,10 @@ pub struct NodeStatus {
     /// Why the node is not healthy, when it is not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// Since when the operator has seen the node not healthy (Unhealthy or Unknown) without a
+    /// break: for the primary, where a failover's time from loss starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failing_since: Option<Time>,
 }
 
 /// One Sentinel as the operator sees it.
@@ -515,6 +519,13 @@ pub struct FailoverRecord {
     pub to: String,
     /// When the operator first saw the new primary agreed by the Sentinels.
     pub observed_at: Time,
+    /// When the operator first saw the old primary fail, when it did before the change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost_at: Option<Time>,
+    /// From the operator's first failed observation of the old primary to its first sight of
+    /// the new one, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_loss_millis: Option<i64>,
 }
 
 /// An RDB snapshot of a `RedisCluster` (of every shard, in cluster mode), taken over the

@@ -1256,6 +1256,7 @@ pub(crate) mod tests {
                 following: None,
                 link: None,
                 message: None,
+                failing_since: None,
             }],
             ..RedisClusterStatus::default()
         });

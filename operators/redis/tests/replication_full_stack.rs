@@ -219,6 +219,7 @@ async fn sentinel_fails_over_a_killed_primary_and_the_operator_follows() {
     let password = setup.password("cache").await;
     write_replicated(node_address(&ns, "cache", 0), &password, "before", 200, 2).await;
 
+    let killed_at = jiff::Timestamp::now();
     setup.pods.kill(&ns, "cache-0").await;
     let status = setup
         .status_until(
@@ -239,6 +240,24 @@ async fn sentinel_fails_over_a_killed_primary_and_the_operator_follows() {
     assert_eq!(
         (record.from.as_str(), record.to.as_str()),
         ("cache-0", new_primary.as_str())
+    );
+    // Timed from the operator's first failed observation of cache-0: after the kill, before the
+    // Sentinels' new primary was seen (status times are whole seconds: one second of slack).
+    let lost_at = record
+        .lost_at
+        .clone()
+        .expect("the old primary was seen failing first")
+        .0;
+    let from_loss = record.from_loss_millis.expect("a time from loss");
+    assert!(
+        lost_at >= killed_at - jiff::SignedDuration::from_secs(1),
+        "{record:?}, killed at {killed_at}"
+    );
+    assert!(lost_at <= record.observed_at.0, "{record:?}");
+    let kill_to_seen = record.observed_at.0.duration_since(killed_at).as_millis() as i64;
+    assert!(
+        from_loss > 0 && from_loss <= kill_to_seen + 1_000,
+        "{record:?}, killed at {killed_at}"
     );
     let new_ordinal: usize = new_primary.trim_start_matches("cache-").parse().unwrap();
     wait::until("the new primary labelled", Duration::from_secs(30), || async {

@@ -314,10 +314,20 @@ async fn report(
         && from != to
         && taken.handed_over_to.is_none()
     {
+        let from_name = node_name(&name, from);
+        let lost_at = status
+            .nodes
+            .iter()
+            .find(|node| node.name == from_name)
+            .and_then(|node| node.failing_since.clone());
         let record = FailoverRecord {
-            from: node_name(&name, from),
+            from: from_name,
             to: node_name(&name, to),
             observed_at: Time(pass.now),
+            from_loss_millis: lost_at
+                .as_ref()
+                .map(|lost| pass.now.duration_since(lost.0).as_millis() as i64),
+            lost_at,
         };
         pass.publish(
             Severity::Warning,
@@ -333,6 +343,13 @@ async fn report(
             .clients
             .metrics()
             .observe_primary_change(crate::clients::ENGINE, "Failover", 0.0);
+        if let Some(millis) = record.from_loss_millis {
+            pass.context
+                .state
+                .clients
+                .metrics()
+                .observe_failover_from_loss(crate::clients::ENGINE, millis as f64 / 1000.0);
+        }
         status.last_failover = Some(record);
     }
     pass.status_writer().write(&status).await?;
@@ -692,6 +709,7 @@ fn build_status(
 ) -> RedisClusterStatus {
     let name = pass.name();
     let mut status = pass.cluster.status.clone().unwrap_or_default();
+    let previous_nodes = std::mem::take(&mut status.nodes);
     let labels = role_labels(facts, primary);
     let address_names: BTreeMap<_, _> = facts
         .nodes
@@ -727,6 +745,11 @@ fn build_status(
                     .map(|i| if i.link_up { "up" } else { "down" }.to_string()),
                 following,
                 message: node.health.detail().map(str::to_string),
+                failing_since: quorum_core::status::failing_since(
+                    previous_failing_since(&previous_nodes, &node_name(&name, node.ordinal)),
+                    &node.health,
+                    pass.now,
+                ),
             }
         })
         .collect();
@@ -884,4 +907,12 @@ pub fn describe(cluster: &str, step: &Step) -> String {
             sentinel_name(cluster, *sentinel)
         ),
     }
+}
+
+/// What the previous status said of node `name`'s failing since.
+pub(crate) fn previous_failing_since<'a>(previous: &'a [NodeStatus], name: &str) -> Option<&'a Time> {
+    previous
+        .iter()
+        .find(|node| node.name == name)
+        .and_then(|node| node.failing_since.as_ref())
 }

@@ -515,6 +515,8 @@ fn build_status(
 ) -> RedisClusterStatus {
     let data = &pass.addresses.nodes;
     let mut status = pass.cluster.status.clone().unwrap_or_default();
+    let previous_nodes = std::mem::take(&mut status.nodes);
+    let now = pass.now;
     // Said, not silently ignored: cluster mode takes no repair request yet.
     status.repair = quorum_core::repair::request(pass.cluster, None).map(|request| {
         request.record(
@@ -560,6 +562,11 @@ fn build_status(
                     .and(view)
                     .map(|v| if v.link_up { "up" } else { "down" }.to_string()),
                 message: node.health.detail().map(str::to_string),
+                failing_since: quorum_core::status::failing_since(
+                    crate::replication::previous_failing_since(&previous_nodes, &data.name(node.ordinal)),
+                    &node.health,
+                    now,
+                ),
             }
         })
         .collect();
