@@ -268,6 +268,17 @@ pub fn mysql(cluster: &mysql_operator::crd::MySQLCluster, pods: &Pods, now: Time
     finish(view, &status.conditions, status.last_backup.as_ref(), now)
 }
 
+/// A change of primary the database made by itself, as the operator saw it.
+fn observed_failover(failover: &quorum_core::crd::ObservedFailover) -> FailoverView {
+    FailoverView {
+        from: failover.from.clone(),
+        to: failover.to.clone(),
+        at: failover.observed_at.0.to_string(),
+        duration_millis: None,
+        from_loss_millis: failover.from_loss_millis,
+    }
+}
+
 pub fn redis(cluster: &redis_operator::crd::RedisCluster, pods: &Pods, now: Timestamp) -> ClusterView {
     let mut view = frame(cluster);
     view.version = Some(cluster.spec.version.clone());
@@ -286,13 +297,7 @@ pub fn redis(cluster: &redis_operator::crd::RedisCluster, pods: &Pods, now: Time
         .map(|sentinel| member(&sentinel.name, "sentinel", &sentinel.health, pods));
     view.members = nodes.chain(sentinels).collect();
     view.in_flight = status.rebalance.as_ref().map(wire);
-    view.last_failover = status.last_failover.as_ref().map(|failover| FailoverView {
-        from: failover.from.clone(),
-        to: failover.to.clone(),
-        at: failover.observed_at.0.to_string(),
-        duration_millis: None,
-        from_loss_millis: failover.from_loss_millis,
-    });
+    view.last_failover = status.last_failover.as_ref().map(observed_failover);
     view.repair = repair(status.repair.as_ref());
     finish(view, &status.conditions, status.last_backup.as_ref(), now)
 }
@@ -322,6 +327,7 @@ pub fn mongodb(
         .membership_change
         .as_ref()
         .map(|change| in_flight(&change.kind, &change.member, &change.started_at));
+    view.last_failover = status.last_failover.as_ref().map(observed_failover);
     view.repair = repair(status.repair.as_ref());
     finish(view, &status.conditions, status.last_backup.as_ref(), now)
 }

@@ -175,6 +175,58 @@ pub struct RepairRecord {
     pub message: String,
 }
 
+/// A change of primary the database made by itself (a Sentinel failover, an election), as the
+/// operator saw it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ObservedFailover {
+    pub from: String,
+    pub to: String,
+    /// When the operator first saw the new primary.
+    pub observed_at: Time,
+    /// When the old primary was lost, as far as the operator knows: its first failed observation
+    /// of it, or the database's own last contact with it where the database says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost_at: Option<Time>,
+    /// When the new primary began to accept writes, where the database says (MongoDB's
+    /// `electionDate`); else the operator's first sight of it stands for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writable_at: Option<Time>,
+    /// From `lostAt` to the new primary accepting writes (`writableAt`, else `observedAt`), in
+    /// milliseconds: how long clients had no primary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_loss_millis: Option<i64>,
+}
+
+impl ObservedFailover {
+    /// `to` seen as the primary at `now` in place of `from`, lost at `lost_at`, writable since
+    /// `writable_at`, where known.
+    pub fn new(
+        from: String,
+        to: String,
+        lost_at: Option<Time>,
+        writable_at: Option<Time>,
+        now: k8s_openapi::jiff::Timestamp,
+    ) -> Self {
+        let writable = writable_at.as_ref().map_or(now, |at| at.0);
+        Self {
+            from,
+            to,
+            observed_at: Time(now),
+            from_loss_millis: lost_at
+                .as_ref()
+                .map(|lost| writable.duration_since(lost.0).as_millis().max(0) as i64),
+            lost_at,
+            writable_at,
+        }
+    }
+
+    /// The time from loss, in seconds, for the metric.
+    pub fn from_loss_seconds(&self) -> Option<f64> {
+        self.from_loss_millis.map(|millis| millis as f64 / 1000.0)
+    }
+}
+
 /// A backup that was taken and stored.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -44,6 +44,7 @@ pub mod config;
 pub mod crd;
 pub mod error;
 pub mod events;
+pub mod failover;
 pub mod freshness;
 pub mod http;
 pub mod leader;

@@ -333,6 +333,11 @@ pub struct StatusMember {
     /// What the member says of its state: `infoMessage` on the answering member's own entry,
     /// `lastHeartbeatMessage` on the others'. Empty when it says nothing.
     pub message: String,
+    /// When the answering member last received a heartbeat from it (`lastHeartbeatRecv`);
+    /// `None` on the answering member's own entry and when it never did.
+    pub last_heard_from: Option<jiff::Timestamp>,
+    /// On a primary's own entry, when it was elected (`electionDate`).
+    pub elected_at: Option<jiff::Timestamp>,
 }
 
 /// What a member too stale to catch up says of itself (the server's error RS102).
@@ -389,6 +394,8 @@ impl ReplStatus {
                     .find(|message| !message.is_empty())
                     .unwrap_or_default()
                     .to_string(),
+                last_heard_from: date(member, "lastHeartbeatRecv"),
+                elected_at: date(member, "electionDate"),
             })
             .collect();
         Ok(Self {
@@ -397,6 +404,14 @@ impl ReplStatus {
             members,
         })
     }
+}
+
+/// A date field; `None` when absent or the epoch (the server's "never").
+fn date(document: &Document, field: &str) -> Option<jiff::Timestamp> {
+    let millis = document.get_datetime(field).ok()?.timestamp_millis();
+    (millis > 0)
+        .then(|| jiff::Timestamp::from_millisecond(millis).ok())
+        .flatten()
 }
 
 /// An integer field, whichever BSON number type the server used.

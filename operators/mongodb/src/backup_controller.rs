@@ -287,6 +287,7 @@ mod tests {
             lag_seconds: Some(0),
             version: None,
             message: None,
+            failing_since: None,
         }
     }
 

@@ -183,6 +183,13 @@ pub struct MongoDBReplicaSetStatus {
     /// The member that accepts writes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub primary: Option<String>,
+    /// While no member is primary: the member that last was, so the election that follows is
+    /// recorded as a failover from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost_primary: Option<String>,
+    /// The newest change of primary the set made by itself (an election), as the operator saw it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failover: Option<quorum_core::crd::ObservedFailover>,
     /// Members that are Healthy and PRIMARY, SECONDARY or ARBITER.
     #[serde(default)]
     pub ready_members: i32,
@@ -241,6 +248,10 @@ pub struct MemberStatus {
     /// Why the member is not healthy, when it is not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// Since when the operator has seen the member not healthy (Unhealthy or Unknown) without a
+    /// break: for the primary, where a failover's time from loss starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failing_since: Option<Time>,
 }
 
 quorum_core::recorded_kinds! {

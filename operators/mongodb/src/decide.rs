@@ -1047,6 +1047,8 @@ mod tests {
                     config_version: Some(5),
                     is_self: ordinal == 0,
                     message: String::new(),
+                    last_heard_from: None,
+                    elected_at: None,
                 })
                 .collect(),
         };
@@ -1696,5 +1698,116 @@ mod tests {
         let mut observed = set(&[1, 1, 1]);
         observed.members[0].too_stale = true;
         assert!(!matches!(decide(&desired(3, 0), &observed), Step::Resync { .. }));
+    }
+
+    /// An election the set held after its primary failed is recorded as a failover from that
+    /// primary, timed from the operator's first failed observation of it, even across the passes
+    /// in between that saw no primary; a primary the operator stepped down is no failover.
+    #[test]
+    fn an_election_after_the_primary_failed_is_a_failover_timed_from_the_first_failure() {
+        use crate::crd::{MongoDBReplicaSet, MongoDBReplicaSetStatus};
+        use crate::status::status_from;
+        let at = |seconds: i64| k8s_openapi::jiff::Timestamp::from_second(1_800_000_000 + seconds).unwrap();
+        let time = |seconds| k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(seconds));
+        let mut replica_set: MongoDBReplicaSet = serde_json::from_value(serde_json::json!({
+            "apiVersion": "mongodb.quorum.dev/v1alpha1", "kind": "MongoDBReplicaSet",
+            "metadata": {"name": SET, "namespace": "prod"},
+            "spec": {"members": 3, "version": "7.0", "storage": {"size": "1Gi"}}
+        }))
+        .unwrap();
+        let desired = desired(3, 0);
+        let pass = |replica_set: &mut MongoDBReplicaSet, observed: &Observed, seconds| {
+            let status = status_from(replica_set, &desired, observed, at(seconds));
+            replica_set.status = Some(status.clone());
+            status
+        };
+        let healthy = set(&[1, 1, 1]);
+        assert_eq!(
+            pass(&mut replica_set, &healthy, 0).primary.as_deref(),
+            Some("rs-0")
+        );
+
+        // The primary stops answering; the others see no primary until they elect rs-1.
+        let mut lost = unknown(set(&[1, 1, 1]), 0);
+        lost.primary = None;
+        let waiting = pass(&mut replica_set, &lost, 3);
+        assert_eq!(waiting.primary, None);
+        assert_eq!(waiting.lost_primary.as_deref(), Some("rs-0"));
+        assert_eq!(waiting.members[0].failing_since, Some(time(3)));
+        assert_eq!(
+            pass(&mut replica_set, &lost, 5).members[0].failing_since,
+            Some(time(3))
+        );
+
+        let mut elected = lost.clone();
+        elected.primary = Some(host(1));
+        let after = pass(&mut replica_set, &elected, 14);
+        let failover = after.last_failover.clone().expect("the election recorded");
+        assert_eq!((failover.from.as_str(), failover.to.as_str()), ("rs-0", "rs-1"));
+        assert_eq!(
+            (failover.lost_at.clone(), failover.from_loss_millis),
+            (Some(time(3)), Some(11_000))
+        );
+        assert_eq!(after.lost_primary, None);
+        assert_eq!(
+            pass(&mut replica_set, &elected, 16).last_failover,
+            Some(failover.clone())
+        );
+
+        // rs-1 stepped down by the operator, rs-2 elected: no failover.
+        let mut stepping_down: MongoDBReplicaSetStatus = replica_set.status.clone().unwrap();
+        stepping_down.membership_change = serde_json::from_value(serde_json::json!(
+            {"kind": "StepDown", "member": "rs-1", "fromConfigVersion": 5, "startedAt": "2026-01-01T00:00:00Z"}
+        ))
+        .unwrap();
+        replica_set.status = Some(stepping_down);
+        let mut handed_over = set(&[1, 1, 1]);
+        handed_over.primary = Some(host(2));
+        let planned = pass(&mut replica_set, &handed_over, 20);
+        assert_eq!(planned.primary.as_deref(), Some("rs-2"));
+        assert_eq!(planned.last_failover, Some(failover));
+    }
+
+    /// The operator looked only after the election: the loss is timed from the new primary's
+    /// last heartbeat from the old one, not from the operator's late first look.
+    #[test]
+    fn an_election_seen_late_is_timed_from_the_sets_last_heartbeat_from_the_old_primary_to_its_election() {
+        use crate::crd::MongoDBReplicaSet;
+        use crate::status::status_from;
+        let at = |seconds: i64| k8s_openapi::jiff::Timestamp::from_second(1_800_000_000 + seconds).unwrap();
+        let mut replica_set: MongoDBReplicaSet = serde_json::from_value(serde_json::json!({
+            "apiVersion": "mongodb.quorum.dev/v1alpha1", "kind": "MongoDBReplicaSet",
+            "metadata": {"name": SET, "namespace": "prod"},
+            "spec": {"members": 3, "version": "7.0", "storage": {"size": "1Gi"}}
+        }))
+        .unwrap();
+        let desired = desired(3, 0);
+        replica_set.status = Some(status_from(&replica_set, &desired, &set(&[1, 1, 1]), at(0)));
+
+        let mut elected = unknown(set(&[1, 1, 1]), 0);
+        elected.primary = Some(host(1));
+        let old = status_member(&mut elected, 0);
+        old.healthy = false;
+        old.is_self = false;
+        old.state = MemberState::Down;
+        old.last_heard_from = Some(at(2));
+        let after = status_from(&replica_set, &desired, &elected, at(30));
+        let failover = after.last_failover.expect("the election recorded");
+        assert_eq!(
+            (failover.lost_at.map(|t| t.0), failover.from_loss_millis),
+            (Some(at(2)), Some(28_000))
+        );
+
+        // Answered by the new primary, which says when it was elected: timed to then.
+        let new = status_member(&mut elected, 1);
+        new.is_self = true;
+        new.state = MemberState::Primary;
+        new.elected_at = Some(at(12));
+        let after = status_from(&replica_set, &desired, &elected, at(30));
+        let failover = after.last_failover.expect("the election recorded");
+        assert_eq!(
+            (failover.writable_at.map(|t| t.0), failover.from_loss_millis),
+            (Some(at(12)), Some(10_000))
+        );
     }
 }

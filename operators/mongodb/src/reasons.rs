@@ -60,6 +60,9 @@ quorum_core::reasons! {
         InFlightUnreadable => Warning,
         /// A step was tried and failed; the pass reports it and returns the error.
         StepFailed => Warning,
+        /// The set elected another primary than the one it had (not one the operator stepped
+        /// down).
+        PrimaryChanged => Warning,
     }
 }
 
@@ -101,5 +104,14 @@ mod tests {
         assert_eq!(normal, [&steps[..], &normal_waits[..]].concat());
         assert_eq!(Reason::StepFailed.severity(), Severity::Warning);
         assert_eq!(Reason::InFlightUnreadable.severity(), Severity::Warning);
+    }
+
+    #[test]
+    fn a_failover_the_database_made_is_reported_under_this_catalogue_s_name() {
+        assert_eq!(
+            Reason::PrimaryChanged.as_str(),
+            quorum_core::failover::PRIMARY_CHANGED
+        );
+        assert_eq!(Reason::PrimaryChanged.severity(), Severity::Warning);
     }
 }

@@ -136,6 +136,22 @@ pub async fn reconcile(
 
     let now = Timestamp::now();
     let mut status = status_from(&replica_set, &desired, &observed, now);
+    let previous_failover = replica_set.status.as_ref().and_then(|s| s.last_failover.as_ref());
+    if let Some(failover) = status
+        .last_failover
+        .as_ref()
+        .filter(|f| Some(*f) != previous_failover)
+    {
+        quorum_core::failover::report(
+            &context.events,
+            context.state.clients.metrics(),
+            crate::clients::ENGINE,
+            replica_set.as_ref(),
+            failover,
+            "the replica set's election",
+        )
+        .await;
+    }
     // Each status write of the pass is diffed against the one before.
     let mut writer = StatusWriter::new(&context.client, replica_set.as_ref(), replica_set.status.as_ref());
     let (progress, failure) = match recorded_change(replica_set.status.as_ref()) {

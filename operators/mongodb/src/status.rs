@@ -4,6 +4,7 @@
 use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 use quorum_core::{
     conditions::ConditionUpdate,
+    crd::ObservedFailover,
     pass::{Findings, UnreadableRecord},
     repair::{PodRepair, RepairRecord},
 };
@@ -92,6 +93,7 @@ pub(crate) fn status_from(
     if observed.config.is_some() && status.initiated_at.is_none() {
         status.initiated_at = Some(Time(now));
     }
+    let previous_primary = status.primary.take().or(status.lost_primary.take());
     status.primary = observed
         .primary
         .as_ref()
@@ -99,11 +101,45 @@ pub(crate) fn status_from(
         .map(|member| member.name.clone());
     status.config_version = observed.config.as_ref().map(|config| config.version);
     status.feature_compatibility_version = observed.feature_compatibility.clone();
+    let previous_members = std::mem::take(&mut status.members);
     status.members = observed
         .members
         .iter()
-        .map(|seen| member_status(seen, desired, observed))
+        .map(|seen| {
+            let mut member = member_status(seen, desired, observed);
+            let before = previous_members.iter().find(|m| m.name == member.name);
+            member.failing_since = quorum_core::status::failing_since(
+                before.and_then(|m| m.failing_since.as_ref()),
+                &observed.health(&seen.host),
+                now,
+            );
+            member
+        })
         .collect();
+    // A primary the operator stepped down hands over as asked: no failover.
+    let stepped_down = |from: &str| {
+        status
+            .membership_change
+            .as_ref()
+            .is_some_and(|change| change.kind == ChangeKind::StepDown && change.member == from)
+    };
+    match (previous_primary, &status.primary) {
+        (Some(from), Some(to)) if from != *to && !stepped_down(&from) => {
+            let lost_at = lost_at(&status, observed, &from);
+            let elected_at = observed
+                .status
+                .as_ref()
+                .and_then(|reported| reported.own())
+                .filter(|own| {
+                    own.state == MemberState::Primary && Some(&own.host) == observed.primary.as_ref()
+                })
+                .and_then(|own| own.elected_at)
+                .map(Time);
+            status.last_failover = Some(ObservedFailover::new(from, to.clone(), lost_at, elected_at, now));
+        }
+        (previous, None) => status.lost_primary = previous,
+        _ => {}
+    }
     status.ready_members = status
         .members
         .iter()
@@ -112,6 +148,28 @@ pub(crate) fn status_from(
         })
         .count() as i32;
     status
+}
+
+/// When the primary `from` was lost: the operator's first failed observation of it, or, when
+/// earlier, the answering member's last heartbeat from it while that member no longer hears it
+/// (the operator may have looked only once the set had elected another).
+fn lost_at(status: &MongoDBReplicaSetStatus, observed: &Observed, from: &str) -> Option<Time> {
+    let failing_since = status
+        .members
+        .iter()
+        .find(|member| member.name == from)
+        .and_then(|member| member.failing_since.clone());
+    let heard_last = observed
+        .members
+        .iter()
+        .find(|member| member.name == from)
+        .and_then(|member| observed.status.as_ref()?.member(&member.host))
+        .filter(|reported| !reported.healthy)
+        .and_then(|reported| reported.last_heard_from);
+    match (failing_since, heard_last) {
+        (Some(failing), Some(heard)) => Some(Time(failing.0.min(heard))),
+        (failing, heard) => failing.or(heard.map(Time)),
+    }
 }
 
 /// Where a repair asked for stands, for `status.repair`; `None` once the request is gone.
@@ -173,6 +231,7 @@ pub(crate) fn member_status(seen: &SeenMember, desired: &Desired, observed: &Obs
         lag_seconds: configured.and_then(|_| observed.lag_seconds(&seen.host)),
         version: seen.server_version.clone(),
         message: health.detail().map(str::to_string),
+        failing_since: None,
     }
 }
 

@@ -107,6 +107,121 @@ async fn a_set_forms_grows_through_non_voting_members_and_shrinks_keeping_every_
     setup.stop().await;
 }
 
+/// The primary's server killed (and not started again) under a writer with majority write
+/// concern: the set elects another primary by itself, and the operator records the election as a
+/// failover from the killed member, timed from its first failed observation of it, with a
+/// `PrimaryChanged` event. Every acknowledged write is on the new primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_election_after_the_primary_is_killed_is_recorded_from_loss_keeping_every_acknowledged_write() {
+    use std::sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+    };
+    let setup = Setup::start("mongodb-election").await;
+    let status = setup.create_ready("shop", spec(3), 3).await;
+    assert_eq!(status.primary.as_deref(), Some("shop-0"));
+    let application = setup.application("shop", 3).await;
+    let acknowledged_count = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = tokio::spawn({
+        let orders = application
+            .database("shop")
+            .collection::<bson::Document>("orders");
+        let (count, stop) = (acknowledged_count.clone(), stop.clone());
+        async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
+            let mut acknowledged = Vec::new();
+            for id in 0..20_000i64 {
+                if stop.load(Ordering::Relaxed) || tokio::time::Instant::now() > deadline {
+                    break;
+                }
+                let written = orders
+                    .insert_one(doc! { "_id": id })
+                    .write_concern(mongodb::options::WriteConcern::majority())
+                    .await;
+                if written.is_ok() {
+                    acknowledged.push(id);
+                    count.store(acknowledged.len(), Ordering::Relaxed);
+                }
+                // Pacing, so the history stays small; nothing waits on it.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            acknowledged
+        }
+    });
+    let at_least = |n: usize, what: &'static str| {
+        let count = acknowledged_count.clone();
+        async move {
+            quorum_e2e::wait::until(what, Duration::from_secs(120), || async {
+                let now = count.load(Ordering::Relaxed);
+                (now >= n)
+                    .then_some(())
+                    .ok_or_else(|| format!("{now} acknowledged"))
+            })
+            .await
+        }
+    };
+    at_least(20, "20 writes acknowledged before the kill").await;
+
+    let killed_at = jiff::Timestamp::now();
+    setup.pods.kill(setup.ns(), "shop-0").await;
+    let failover = setup
+        .status_until(
+            "shop",
+            "the election recorded as a failover from shop-0",
+            Duration::from_secs(120),
+            |status| match status.last_failover {
+                Some(failover) if failover.from == "shop-0" => Ok(failover),
+                other => Err(format!("{:?} {other:?}", status.primary)),
+            },
+        )
+        .await;
+    assert_ne!(failover.to, "shop-0");
+    // Timed from the loss of shop-0: the new primary's last heartbeat from it (one heartbeat
+    // interval, 2 s, at most before the kill) or the operator's first failed observation of it,
+    // whichever came first, and before the new primary was seen.
+    let lost_at = failover.lost_at.clone().expect("shop-0's loss is known").0;
+    let from_loss = failover.from_loss_millis.expect("a time from loss");
+    eprintln!("{failover:?}, killed at {killed_at}");
+    assert!(
+        lost_at >= killed_at - jiff::SignedDuration::from_secs(3),
+        "{failover:?}, killed at {killed_at}"
+    );
+    assert!(lost_at <= failover.observed_at.0, "{failover:?}");
+    // To the new primary's election, which the set holds within its election timeout (10 s) of
+    // losing shop-0: the time clients had no primary, not the operator's settled pass (30 s).
+    let writable_at = failover
+        .writable_at
+        .clone()
+        .expect("the new primary's election date")
+        .0;
+    assert!(
+        writable_at > lost_at && writable_at <= failover.observed_at.0 + jiff::SignedDuration::from_secs(1),
+        "{failover:?}"
+    );
+    assert!(
+        (1..=10_000 + 5_000).contains(&from_loss),
+        "the election timeout plus a margin: {failover:?}, killed at {killed_at}"
+    );
+    let reasons: Vec<String> = setup
+        .events("shop")
+        .await
+        .into_iter()
+        .filter_map(|event| event.reason)
+        .collect();
+    assert!(reasons.iter().any(|r| r == "PrimaryChanged"), "{reasons:?}");
+
+    let before = acknowledged_count.load(Ordering::Relaxed);
+    at_least(before + 20, "20 more writes acknowledged by the new primary").await;
+    stop.store(true, Ordering::Relaxed);
+    let acknowledged = writer.await.expect("the writer");
+    let kept: std::collections::BTreeSet<i64> = order_ids(&application).await.into_iter().collect();
+    let lost: Vec<&i64> = acknowledged.iter().filter(|id| !kept.contains(id)).collect();
+    assert!(lost.is_empty(), "acknowledged and lost: {lost:?}");
+    eprintln!("{} acknowledged writes checked, none lost", acknowledged.len());
+    setup.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_member_blackholed_from_the_operator_only_is_unknown_and_not_removed() {
     let setup = Setup::start("mongodb-blackhole").await;

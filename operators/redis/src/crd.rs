@@ -511,22 +511,8 @@ pub struct SlotMoveStatus {
     pub to: String,
 }
 
-/// A change of primary.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct FailoverRecord {
-    pub from: String,
-    pub to: String,
-    /// When the operator first saw the new primary agreed by the Sentinels.
-    pub observed_at: Time,
-    /// When the operator first saw the old primary fail, when it did before the change.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lost_at: Option<Time>,
-    /// From the operator's first failed observation of the old primary to its first sight of
-    /// the new one, in milliseconds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub from_loss_millis: Option<i64>,
-}
+/// A change of primary Sentinel made, as the operator saw it.
+pub type FailoverRecord = quorum_core::crd::ObservedFailover;
 
 /// An RDB snapshot of a `RedisCluster` (of every shard, in cluster mode), taken over the
 /// replication protocol as `redis-cli --rdb` does, once on demand or on a cron schedule, and

@@ -102,7 +102,10 @@ quorum_core::reasons! {
 mod tests {
     use std::collections::BTreeSet;
 
-    use quorum_core::pass::names_by_severity;
+    use quorum_core::{
+        events::Severity,
+        pass::{Reason as _, names_by_severity},
+    };
 
     use super::*;
 
@@ -187,5 +190,14 @@ mod tests {
                 "PrimaryChanged",
             ]
         );
+    }
+
+    #[test]
+    fn a_failover_the_database_made_is_reported_under_this_catalogue_s_name() {
+        assert_eq!(
+            Reason::PrimaryChanged.as_str(),
+            quorum_core::failover::PRIMARY_CHANGED
+        );
+        assert_eq!(Reason::PrimaryChanged.severity(), Severity::Warning);
     }
 }

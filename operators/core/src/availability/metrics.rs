@@ -137,7 +137,8 @@ impl AdminMetrics {
             .observe(seconds);
     }
 
-    /// Records a completed change of primary of `kind` (`Failover`, `Switchover`).
+    /// Records a completed change of primary of `kind` (`Failover`, `Switchover`) the operator
+    /// made, `seconds` from its decision.
     pub fn observe_primary_change(&self, engine: &str, kind: &str, seconds: f64) {
         let labels = VerbLabels {
             engine: engine.into(),
@@ -147,6 +148,20 @@ impl AdminMetrics {
         self.primary_change_durations
             .get_or_create(&labels)
             .observe(seconds);
+    }
+
+    /// Records a change of primary the database made by itself: counted as a `Failover`, its
+    /// time from loss observed when the operator saw the old primary fail first (no decision of
+    /// the operator's to time it from).
+    pub fn observe_observed_failover(&self, engine: &str, failover: &crate::crd::ObservedFailover) {
+        let labels = VerbLabels {
+            engine: engine.into(),
+            verb: "Failover".into(),
+        };
+        self.primary_changes.get_or_create(&labels).inc();
+        if let Some(seconds) = failover.from_loss_seconds() {
+            self.observe_failover_from_loss(engine, seconds);
+        }
     }
 
     pub fn observe_call(&self, engine: &str, verb: &str, outcome: Outcome, seconds: f64) {

@@ -16,7 +16,6 @@ use quorum_core::{
         retry::{CallError, Idempotency},
     },
     conditions::{ConditionType, ConditionUpdate},
-    events::Severity,
     pass::publish,
     repair::{PodRepair, RepairRecord},
     role_labels::LabelledPods,
@@ -320,36 +319,16 @@ async fn report(
             .iter()
             .find(|node| node.name == from_name)
             .and_then(|node| node.failing_since.clone());
-        let record = FailoverRecord {
-            from: from_name,
-            to: node_name(&name, to),
-            observed_at: Time(pass.now),
-            from_loss_millis: lost_at
-                .as_ref()
-                .map(|lost| pass.now.duration_since(lost.0).as_millis() as i64),
-            lost_at,
-        };
-        pass.publish(
-            Severity::Warning,
-            Reason::PrimaryChanged,
-            format!(
-                "the Sentinels made {} the primary in place of {}",
-                record.to, record.from
-            ),
+        let record = FailoverRecord::new(from_name, node_name(&name, to), lost_at, None, pass.now);
+        quorum_core::failover::report(
+            &pass.context.events,
+            pass.context.state.clients.metrics(),
+            crate::clients::ENGINE,
+            pass.cluster,
+            &record,
+            "the Sentinels",
         )
         .await;
-        pass.context
-            .state
-            .clients
-            .metrics()
-            .observe_primary_change(crate::clients::ENGINE, "Failover", 0.0);
-        if let Some(millis) = record.from_loss_millis {
-            pass.context
-                .state
-                .clients
-                .metrics()
-                .observe_failover_from_loss(crate::clients::ENGINE, millis as f64 / 1000.0);
-        }
         status.last_failover = Some(record);
     }
     pass.status_writer().write(&status).await?;
