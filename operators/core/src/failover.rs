@@ -9,6 +9,33 @@ use crate::{
     events::{EventPublisher, Severity},
 };
 
+/// Who the primary (or leader) is across passes: the member the database names now, and the one
+/// kept as lost while it names none, so the election that follows a loss is seen as a change
+/// from the member that was lost.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Following {
+    /// The member the previous status named, or kept as lost, while none is named now.
+    pub lost: Option<String>,
+    /// The member a new one took over from, when the database names another than before.
+    pub changed_from: Option<String>,
+}
+
+/// Follows the primary from the previous status (`named`, and `lost` kept while it named none)
+/// to `named_now`.
+pub fn follow(named: Option<String>, lost: Option<String>, named_now: Option<&str>) -> Following {
+    let before = named.or(lost);
+    match named_now {
+        None => Following {
+            lost: before,
+            changed_from: None,
+        },
+        Some(now) => Following {
+            lost: None,
+            changed_from: before.filter(|before| before != now),
+        },
+    }
+}
+
 /// The reason of the event every engine publishes for an [`ObservedFailover`].
 pub const PRIMARY_CHANGED: &str = "PrimaryChanged";
 
@@ -52,6 +79,41 @@ mod tests {
     use k8s_openapi::jiff::Timestamp;
 
     use super::*;
+
+    #[test]
+    fn a_change_is_seen_from_the_member_last_named_even_across_passes_that_named_none() {
+        let name = |s: &str| Some(s.to_string());
+        assert_eq!(
+            follow(name("a"), None, Some("a")),
+            Following {
+                lost: None,
+                changed_from: None
+            }
+        );
+        let lost = follow(name("a"), None, None);
+        assert_eq!(
+            lost,
+            Following {
+                lost: name("a"),
+                changed_from: None
+            }
+        );
+        assert_eq!(
+            follow(None, lost.lost.clone(), None).lost,
+            name("a"),
+            "kept while none"
+        );
+        assert_eq!(follow(None, name("a"), Some("b")).changed_from, name("a"));
+        assert_eq!(follow(name("a"), None, Some("b")).changed_from, name("a"));
+        assert_eq!(
+            follow(None, None, Some("a")),
+            Following {
+                lost: None,
+                changed_from: None
+            },
+            "the first"
+        );
+    }
 
     #[test]
     fn the_event_names_both_primaries_and_the_time_from_loss_when_known() {

@@ -142,6 +142,14 @@ pub struct EtcdClusterStatus {
     pub selector: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leader: Option<String>,
+    /// While no member leads: the member that last did, so the election that follows is
+    /// recorded as a change from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost_leader: Option<String>,
+    /// The newest change of leader, as the operator saw it: from the first failed observation of
+    /// the old leader (when it saw one) to its first sight of the new one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_leader_change: Option<quorum_core::crd::ObservedFailover>,
     /// The version every member runs, once they agree.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
@@ -211,6 +219,10 @@ pub struct MemberStatus {
     /// Since when the member has been continuously Unhealthy (not Unknown).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unhealthy_since: Option<Time>,
+    /// Since when the operator has seen the member not healthy (Unhealthy or Unknown) without a
+    /// break: for the leader, where a leader change's time from loss starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failing_since: Option<Time>,
 }
 
 /// A snapshot of an `EtcdCluster`, taken once on demand or on a cron schedule, streamed to an

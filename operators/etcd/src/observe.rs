@@ -58,6 +58,10 @@ impl EtcdClients {
         }
     }
 
+    pub fn metrics(&self) -> &AdminMetrics {
+        self.members.metrics()
+    }
+
     /// Sets the TLS material used to reach the members of `cluster` (`None`: plain HTTP, or
     /// no material, so `https://` members cannot be reached). When the material changes, the
     /// cluster's cached clients and breakers are dropped so the next calls connect with it;

@@ -341,10 +341,13 @@ impl Memory {
 /// The status writer of one pass: status is computed from what the pass observed and written
 /// only when it changed, each write diffed against the one before.
 struct Report<'a> {
+    context: &'a Context<State>,
     cluster: &'a EtcdCluster,
     observed: &'a Observed,
     now: Timestamp,
     writer: StatusWriter<'a, EtcdCluster, EtcdClusterStatus>,
+    /// A change of leader this pass found, once reported (a pass may write status twice).
+    leader_change_reported: bool,
 }
 
 impl<'a> Report<'a> {
@@ -355,10 +358,12 @@ impl<'a> Report<'a> {
         now: Timestamp,
     ) -> Self {
         Self {
+            context,
             cluster,
             observed,
             now,
             writer: StatusWriter::new(&context.client, cluster, cluster.status.as_ref()),
+            leader_change_reported: false,
         }
     }
 
@@ -382,8 +387,32 @@ impl<'a> Report<'a> {
             ),
             ..status
         };
+        self.report_leader_change(&status).await;
         self.writer.write(&status).await?;
         Ok(())
+    }
+
+    /// A leader change this pass found: an event and the failover metrics, once.
+    async fn report_leader_change(&mut self, status: &EtcdClusterStatus) {
+        let before = self
+            .cluster
+            .status
+            .as_ref()
+            .and_then(|s| s.last_leader_change.as_ref());
+        if let Some(change) = status.last_leader_change.as_ref().filter(|c| Some(*c) != before)
+            && !self.leader_change_reported
+        {
+            self.leader_change_reported = true;
+            quorum_core::failover::report(
+                &self.context.events,
+                self.context.state.clients.metrics(),
+                crate::observe::ENGINE,
+                self.cluster,
+                change,
+                "etcd's election",
+            )
+            .await;
+        }
     }
 
     /// A step in flight that this operator cannot read: status says so and no step is taken, so

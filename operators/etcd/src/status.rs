@@ -10,7 +10,7 @@ use kube::ResourceExt;
 use quorum_core::{
     availability::health::Health,
     conditions::{ConditionType, ConditionUpdate, set_condition},
-    crd::{RepairPhase, RepairRecord},
+    crd::{ObservedFailover, RepairPhase, RepairRecord},
     pass::UnreadableRecord,
 };
 
@@ -103,6 +103,11 @@ pub fn build_status(
         .iter()
         .filter_map(|m| Some((m.name.as_str(), m.unhealthy_since.as_ref()?)))
         .collect();
+    let previous_failing: BTreeMap<&str, &Time> = previous
+        .members
+        .iter()
+        .filter_map(|m| Some((m.name.as_str(), m.failing_since.as_ref()?)))
+        .collect();
     let member_statuses: Vec<MemberStatus> = members
         .iter()
         .map(|m| {
@@ -110,6 +115,11 @@ pub fn build_status(
             let unhealthy_since = quorum_core::status::held_since(
                 previous_since.get(member.as_str()).copied(),
                 matches!(m.observation.health, Health::Unhealthy(_)),
+                now,
+            );
+            let failing_since = quorum_core::status::failing_since(
+                previous_failing.get(member.as_str()).copied(),
+                &m.observation.health,
                 now,
             );
             MemberStatus {
@@ -124,6 +134,7 @@ pub fn build_status(
                 leader: m.leader,
                 learner: m.learner,
                 unhealthy_since,
+                failing_since,
             }
         })
         .collect();
@@ -254,14 +265,33 @@ pub fn build_status(
         }
         _ => in_flight_to_status(step, now),
     });
+    let leader = members
+        .iter()
+        .find(|m| m.leader)
+        .map(|m| member_name(&name, m.ordinal));
+    let following = quorum_core::failover::follow(
+        previous.leader.clone(),
+        previous.lost_leader.clone(),
+        leader.as_deref(),
+    );
+    // Recorded when the old leader was seen failing: a leader that hands over while healthy (the
+    // operator's MoveLeader, etcd's own transfer on a graceful stop) is no failover.
+    let leader_change = following.changed_from.zip(leader.clone()).and_then(|(from, to)| {
+        let lost_at = member_statuses
+            .iter()
+            .find(|m| m.name == from)
+            .and_then(|m| m.failing_since.clone())?;
+        Some(ObservedFailover::new(from, to, Some(lost_at), None, now))
+    });
+    let lost_leader = following.lost;
+    let last_leader_change = leader_change.or(previous.last_leader_change.clone());
     EtcdClusterStatus {
         observed_generation: generation,
         replicas: voters_started as i32,
         selector: member_selector_string(cluster),
-        leader: members
-            .iter()
-            .find(|m| m.leader)
-            .map(|m| member_name(&name, m.ordinal)),
+        leader,
+        lost_leader,
+        last_leader_change,
         version: agreed_version,
         cluster_id: view
             .reports
@@ -452,6 +482,87 @@ mod tests {
         assert_eq!(
             serde_json::to_value(unknown.in_flight.as_ref().unwrap()).unwrap()["action"],
             "Rewind"
+        );
+    }
+
+    /// The leader lost, no leader for a pass, then another elected: recorded as a change from
+    /// the lost leader, timed from the operator's first failed observation of it. A healthy
+    /// leader handing over is no failover.
+    #[test]
+    fn a_leader_change_after_the_leader_failed_is_recorded_from_the_first_failure() {
+        use quorum_core::availability::health::Observation;
+        let at = |seconds: i64| Timestamp::from_second(1_800_000_000 + seconds).unwrap();
+        let member = |ordinal: usize, health: Health, leader: bool| MemberFact {
+            ordinal,
+            id: ordinal as u64 + 100,
+            learner: false,
+            started: true,
+            leader,
+            version: Some("3.6.16".to_string()),
+            raft_index: Some(10),
+            observation: Observation::new(format!("main-{ordinal}"), health, true),
+            unhealthy_for: None,
+        };
+        let view = ClusterView {
+            membership: Some(Vec::new()),
+            reports: BTreeMap::new(),
+            members: Vec::new(),
+        };
+        let mut cluster: EtcdCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "etcd.quorum.dev/v1alpha1", "kind": "EtcdCluster",
+            "metadata": {"name": "main", "namespace": "prod"},
+            "spec": {"replicas": 3, "version": "3.6.16", "storage": {"size": "1Gi"}}
+        }))
+        .unwrap();
+        let pass = |cluster: &mut EtcdCluster, members: &[MemberFact], seconds| {
+            let status = build_status(
+                cluster,
+                &view,
+                members,
+                &Decision::Settled,
+                None,
+                &[],
+                at(seconds),
+            );
+            cluster.status = Some(status.clone());
+            status
+        };
+        let down = || Health::Unknown("timed out".into());
+        let led_by = |leader: usize| -> Vec<MemberFact> {
+            (0..3).map(|o| member(o, Health::Healthy, o == leader)).collect()
+        };
+        assert_eq!(
+            pass(&mut cluster, &led_by(0), 0).leader.as_deref(),
+            Some("main-0")
+        );
+
+        let leaderless = [
+            member(0, down(), false),
+            member(1, Health::Healthy, false),
+            member(2, Health::Healthy, false),
+        ];
+        let lost = pass(&mut cluster, &leaderless, 2);
+        assert_eq!((lost.leader, lost.lost_leader.as_deref()), (None, Some("main-0")));
+        let elected = [
+            member(0, down(), false),
+            member(1, Health::Healthy, true),
+            member(2, Health::Healthy, false),
+        ];
+        let change = pass(&mut cluster, &elected, 5)
+            .last_leader_change
+            .expect("the change recorded");
+        assert_eq!((change.from.as_str(), change.to.as_str()), ("main-0", "main-1"));
+        assert_eq!(
+            (change.lost_at.map(|t| t.0), change.from_loss_millis),
+            (Some(at(2)), Some(3_000))
+        );
+
+        // main-1 hands over to main-2 while healthy: the record stays the one above.
+        let handed_over = pass(&mut cluster, &led_by(2), 9);
+        assert_eq!(handed_over.leader.as_deref(), Some("main-2"));
+        assert_eq!(
+            handed_over.last_leader_change.map(|c| c.to),
+            Some("main-1".to_string())
         );
     }
 }

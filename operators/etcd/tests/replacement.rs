@@ -165,3 +165,185 @@ async fn a_member_that_died_with_its_data_is_replaced_under_the_same_name() {
     drop(members);
     namespace.delete().await;
 }
+
+/// The leader's process killed (and not started again) under a writer: the other two elect a
+/// leader, and the operator records the change in `status.lastLeaderChange` with a
+/// `PrimaryChanged` event, from the killed member, timed from its first failed observation of
+/// it (after the kill, no later than its sight of the new leader). No acknowledged write lost.
+#[tokio::test]
+async fn a_killed_leader_is_recorded_as_a_leader_change_keeping_every_acknowledged_write() {
+    use std::{
+        collections::BTreeSet,
+        sync::atomic::{AtomicBool, AtomicUsize, Ordering},
+    };
+    quorum_core::telemetry::init(quorum_core::config::LogFormat::Text);
+    let client = admin_client().await;
+    install_crd(&client, &EtcdCluster::crd()).await;
+    install_crd(&client, &EtcdBackup::crd()).await;
+    let namespace = TestNamespace::create(&client, "etcd-leader-loss").await;
+    let ns = namespace.name().to_string();
+    let version = pinned_version("ETCD_VERSION").trim_start_matches('v').to_string();
+    let state = std::env::temp_dir().join(format!("quorum-leader-loss-{ns}"));
+    let members = LocalMembers::start(
+        client.clone(),
+        EtcdLauncher::new(BTreeMap::from([(version.clone(), etcd_binary())])),
+        state.clone(),
+        Some(ns.clone()),
+    );
+    // No replacement during the test: the killed member stays a member.
+    let operator = support::operator::start_replacing_after(
+        client.clone(),
+        &ns,
+        MemberAddresses::Loopback,
+        Duration::from_secs(3600),
+    );
+    let clusters: Api<EtcdCluster> = Api::namespaced(client.clone(), &ns);
+    clusters
+        .create(
+            &PostParams::default(),
+            &EtcdCluster::new("main", support::cluster_spec(3, Some(&version))),
+        )
+        .await
+        .unwrap();
+    let leader = wait::until(
+        "three healthy members and a leader",
+        Duration::from_secs(120),
+        || async {
+            let status = clusters
+                .get("main")
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .unwrap_or_default();
+            let healthy = status.members.iter().filter(|m| m.health == "Healthy").count();
+            match status.leader {
+                Some(leader) if healthy == 3 => Ok(leader),
+                other => Err(format!("{other:?} {:?}", status.members)),
+            }
+        },
+    )
+    .await;
+
+    let urls: Vec<String> = (0..3)
+        .map(|ordinal| {
+            format!(
+                "http://{}:2379",
+                quorum_core::naming::loopback_ip(&ns, "main", ordinal)
+            )
+        })
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let acknowledged_count = Arc::new(AtomicUsize::new(0));
+    let writer = tokio::spawn({
+        let (stop, count) = (stop.clone(), acknowledged_count.clone());
+        async move {
+            let mut acknowledged = BTreeSet::new();
+            let mut client = etcd_client::Client::connect(&urls, None)
+                .await
+                .expect("writer connects");
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
+            for n in 0..50_000u64 {
+                if stop.load(Ordering::SeqCst) || tokio::time::Instant::now() > deadline {
+                    break;
+                }
+                let key = format!("history/{n:06}");
+                let put =
+                    tokio::time::timeout(Duration::from_secs(2), client.put(key.as_str(), "v", None)).await;
+                if let Ok(Ok(_)) = put {
+                    acknowledged.insert(key);
+                    count.store(acknowledged.len(), Ordering::SeqCst);
+                }
+                // Pacing, so the history stays small; nothing waits on it.
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            acknowledged
+        }
+    });
+    let at_least = |n: usize, what: &'static str| {
+        let count = acknowledged_count.clone();
+        async move {
+            wait::until(what, Duration::from_secs(120), || async {
+                let now = count.load(Ordering::SeqCst);
+                (now >= n)
+                    .then_some(())
+                    .ok_or_else(|| format!("{now} acknowledged"))
+            })
+            .await
+        }
+    };
+    at_least(50, "50 writes acknowledged before the kill").await;
+
+    let killed_at = jiff::Timestamp::now();
+    members.kill(&ns, &leader).await;
+    let change = wait::until("the leader change recorded", Duration::from_secs(120), || async {
+        let status = clusters
+            .get("main")
+            .await
+            .map_err(|e| e.to_string())?
+            .status
+            .unwrap_or_default();
+        match status.last_leader_change {
+            Some(change) if change.from == leader => Ok(change),
+            other => Err(format!("{:?} {other:?}", status.leader)),
+        }
+    })
+    .await;
+    assert_ne!(change.to, leader);
+    eprintln!("{change:?}, killed at {killed_at}");
+    let lost_at = change.lost_at.clone().expect("the old leader was seen failing").0;
+    let from_loss = change.from_loss_millis.expect("a time from loss");
+    // Status times are whole seconds: one second of slack.
+    assert!(
+        lost_at >= killed_at - jiff::SignedDuration::from_secs(1),
+        "{change:?}, killed at {killed_at}"
+    );
+    assert!(lost_at <= change.observed_at.0, "{change:?}");
+    let kill_to_seen = change.observed_at.0.duration_since(killed_at).as_millis() as i64;
+    assert!(
+        from_loss >= 0 && from_loss <= kill_to_seen + 1_000,
+        "{change:?}, killed at {killed_at}"
+    );
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+    let reasons: Vec<String> = events
+        .list(&ListParams::default().fields("involvedObject.name=main"))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|event| event.reason)
+        .collect();
+    assert!(reasons.iter().any(|r| r == "PrimaryChanged"), "{reasons:?}");
+
+    let before = acknowledged_count.load(Ordering::SeqCst);
+    at_least(before + 50, "50 more writes acknowledged by the new leader").await;
+    stop.store(true, Ordering::SeqCst);
+    let acknowledged = writer.await.expect("the writer");
+    let survivor = (0..3)
+        .map(|ordinal| format!("main-{ordinal}"))
+        .find(|name| *name != leader)
+        .unwrap();
+    let ordinal: usize = survivor.trim_start_matches("main-").parse().unwrap();
+    let url = format!(
+        "http://{}:2379",
+        quorum_core::naming::loopback_ip(&ns, "main", ordinal)
+    );
+    let mut reader = etcd_client::Client::connect([url], None).await.unwrap();
+    let kept: BTreeSet<String> = reader
+        .get(
+            "history/",
+            Some(etcd_client::GetOptions::new().with_prefix().with_keys_only()),
+        )
+        .await
+        .unwrap()
+        .kvs()
+        .iter()
+        .map(|kv| kv.key_str().unwrap().to_string())
+        .collect();
+    let lost: Vec<&String> = acknowledged.difference(&kept).collect();
+    assert!(lost.is_empty(), "acknowledged and lost: {lost:?}");
+    eprintln!("{} acknowledged writes checked, none lost", acknowledged.len());
+    operator.stop().await;
+    drop(members);
+    namespace.delete().await;
+    let _ = std::fs::remove_dir_all(&state);
+}

@@ -93,7 +93,7 @@ pub(crate) fn status_from(
     if observed.config.is_some() && status.initiated_at.is_none() {
         status.initiated_at = Some(Time(now));
     }
-    let previous_primary = status.primary.take().or(status.lost_primary.take());
+    let (named, lost) = (status.primary.take(), status.lost_primary.take());
     status.primary = observed
         .primary
         .as_ref()
@@ -123,8 +123,10 @@ pub(crate) fn status_from(
             .as_ref()
             .is_some_and(|change| change.kind == ChangeKind::StepDown && change.member == from)
     };
-    match (previous_primary, &status.primary) {
-        (Some(from), Some(to)) if from != *to && !stepped_down(&from) => {
+    let following = quorum_core::failover::follow(named, lost, status.primary.as_deref());
+    status.lost_primary = following.lost;
+    match (following.changed_from, &status.primary) {
+        (Some(from), Some(to)) if !stepped_down(&from) => {
             let lost_at = lost_at(&status, observed, &from);
             let elected_at = observed
                 .status
@@ -137,7 +139,6 @@ pub(crate) fn status_from(
                 .map(Time);
             status.last_failover = Some(ObservedFailover::new(from, to.clone(), lost_at, elected_at, now));
         }
-        (previous, None) => status.lost_primary = previous,
         _ => {}
     }
     status.ready_members = status
