@@ -172,10 +172,7 @@ async fn a_member_that_died_with_its_data_is_replaced_under_the_same_name() {
 /// it (after the kill, no later than its sight of the new leader). No acknowledged write lost.
 #[tokio::test]
 async fn a_killed_leader_is_recorded_as_a_leader_change_keeping_every_acknowledged_write() {
-    use std::{
-        collections::BTreeSet,
-        sync::atomic::{AtomicBool, AtomicUsize, Ordering},
-    };
+    use quorum_e2e::history::Writer;
     quorum_core::telemetry::init(quorum_core::config::LogFormat::Text);
     let client = admin_client().await;
     install_crd(&client, &EtcdCluster::crd()).await;
@@ -232,46 +229,18 @@ async fn a_killed_leader_is_recorded_as_a_leader_change_keeping_every_acknowledg
             )
         })
         .collect();
-    let stop = Arc::new(AtomicBool::new(false));
-    let acknowledged_count = Arc::new(AtomicUsize::new(0));
-    let writer = tokio::spawn({
-        let (stop, count) = (stop.clone(), acknowledged_count.clone());
+    let writer_client = etcd_client::Client::connect(&urls, None)
+        .await
+        .expect("writer connects");
+    let writer = Writer::start("history", Duration::from_millis(10), 30_000, move |key, value| {
+        let mut client = writer_client.clone();
         async move {
-            let mut acknowledged = BTreeSet::new();
-            let mut client = etcd_client::Client::connect(&urls, None)
+            tokio::time::timeout(Duration::from_secs(2), client.put(key, value, None))
                 .await
-                .expect("writer connects");
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
-            for n in 0..50_000u64 {
-                if stop.load(Ordering::SeqCst) || tokio::time::Instant::now() > deadline {
-                    break;
-                }
-                let key = format!("history/{n:06}");
-                let put =
-                    tokio::time::timeout(Duration::from_secs(2), client.put(key.as_str(), "v", None)).await;
-                if let Ok(Ok(_)) = put {
-                    acknowledged.insert(key);
-                    count.store(acknowledged.len(), Ordering::SeqCst);
-                }
-                // Pacing, so the history stays small; nothing waits on it.
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            acknowledged
+                .is_ok_and(|put| put.is_ok())
         }
     });
-    let at_least = |n: usize, what: &'static str| {
-        let count = acknowledged_count.clone();
-        async move {
-            wait::until(what, Duration::from_secs(120), || async {
-                let now = count.load(Ordering::SeqCst);
-                (now >= n)
-                    .then_some(())
-                    .ok_or_else(|| format!("{now} acknowledged"))
-            })
-            .await
-        }
-    };
-    at_least(50, "50 writes acknowledged before the kill").await;
+    writer.acknowledged_at_least(50, Duration::from_secs(120)).await;
 
     let killed_at = jiff::Timestamp::now();
     members.kill(&ns, &leader).await;
@@ -314,10 +283,10 @@ async fn a_killed_leader_is_recorded_as_a_leader_change_keeping_every_acknowledg
         .collect();
     assert!(reasons.iter().any(|r| r == "PrimaryChanged"), "{reasons:?}");
 
-    let before = acknowledged_count.load(Ordering::SeqCst);
-    at_least(before + 50, "50 more writes acknowledged by the new leader").await;
-    stop.store(true, Ordering::SeqCst);
-    let acknowledged = writer.await.expect("the writer");
+    writer
+        .acknowledged_at_least(writer.acknowledged() + 50, Duration::from_secs(120))
+        .await;
+    let history = writer.stop().await;
     let survivor = (0..3)
         .map(|ordinal| format!("main-{ordinal}"))
         .find(|name| *name != leader)
@@ -328,20 +297,23 @@ async fn a_killed_leader_is_recorded_as_a_leader_change_keeping_every_acknowledg
         quorum_core::naming::loopback_ip(&ns, "main", ordinal)
     );
     let mut reader = etcd_client::Client::connect([url], None).await.unwrap();
-    let kept: BTreeSet<String> = reader
-        .get(
-            "history/",
-            Some(etcd_client::GetOptions::new().with_prefix().with_keys_only()),
-        )
+    let held: BTreeMap<String, Option<String>> = reader
+        .get("history/", Some(etcd_client::GetOptions::new().with_prefix()))
         .await
         .unwrap()
         .kvs()
         .iter()
-        .map(|kv| kv.key_str().unwrap().to_string())
+        .map(|kv| {
+            (
+                kv.key_str().unwrap().to_string(),
+                Some(kv.value_str().unwrap().to_string()),
+            )
+        })
         .collect();
-    let lost: Vec<&String> = acknowledged.difference(&kept).collect();
-    assert!(lost.is_empty(), "acknowledged and lost: {lost:?}");
-    eprintln!("{} acknowledged writes checked, none lost", acknowledged.len());
+    let checked = history
+        .check(&held)
+        .unwrap_or_else(|violations| panic!("{violations:#?}"));
+    eprintln!("{checked} acknowledged writes checked, none lost");
     operator.stop().await;
     drop(members);
     namespace.delete().await;

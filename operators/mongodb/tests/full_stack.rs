@@ -113,55 +113,29 @@ async fn a_set_forms_grows_through_non_voting_members_and_shrinks_keeping_every_
 /// `PrimaryChanged` event. Every acknowledged write is on the new primary.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_election_after_the_primary_is_killed_is_recorded_from_loss_keeping_every_acknowledged_write() {
-    use std::sync::{
-        Arc,
-        atomic::{AtomicBool, AtomicUsize, Ordering},
-    };
+    use futures::TryStreamExt;
+    use quorum_e2e::history::Writer;
     let setup = Setup::start("mongodb-election").await;
     let status = setup.create_ready("shop", spec(3), 3).await;
     assert_eq!(status.primary.as_deref(), Some("shop-0"));
     let application = setup.application("shop", 3).await;
-    let acknowledged_count = Arc::new(AtomicUsize::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let writer = tokio::spawn({
-        let orders = application
-            .database("shop")
-            .collection::<bson::Document>("orders");
-        let (count, stop) = (acknowledged_count.clone(), stop.clone());
-        async move {
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
-            let mut acknowledged = Vec::new();
-            for id in 0..20_000i64 {
-                if stop.load(Ordering::Relaxed) || tokio::time::Instant::now() > deadline {
-                    break;
-                }
-                let written = orders
-                    .insert_one(doc! { "_id": id })
+    let history_collection = application
+        .database("shop")
+        .collection::<bson::Document>("history");
+    let writer = Writer::start("history", Duration::from_millis(20), 20_000, {
+        let collection = history_collection.clone();
+        move |key, value| {
+            let collection = collection.clone();
+            async move {
+                collection
+                    .insert_one(doc! { "_id": key, "value": value })
                     .write_concern(mongodb::options::WriteConcern::majority())
-                    .await;
-                if written.is_ok() {
-                    acknowledged.push(id);
-                    count.store(acknowledged.len(), Ordering::Relaxed);
-                }
-                // Pacing, so the history stays small; nothing waits on it.
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                    .await
+                    .is_ok()
             }
-            acknowledged
         }
     });
-    let at_least = |n: usize, what: &'static str| {
-        let count = acknowledged_count.clone();
-        async move {
-            quorum_e2e::wait::until(what, Duration::from_secs(120), || async {
-                let now = count.load(Ordering::Relaxed);
-                (now >= n)
-                    .then_some(())
-                    .ok_or_else(|| format!("{now} acknowledged"))
-            })
-            .await
-        }
-    };
-    at_least(20, "20 writes acknowledged before the kill").await;
+    writer.acknowledged_at_least(20, Duration::from_secs(120)).await;
 
     let killed_at = jiff::Timestamp::now();
     setup.pods.kill(setup.ns(), "shop-0").await;
@@ -211,14 +185,27 @@ async fn an_election_after_the_primary_is_killed_is_recorded_from_loss_keeping_e
         .collect();
     assert!(reasons.iter().any(|r| r == "PrimaryChanged"), "{reasons:?}");
 
-    let before = acknowledged_count.load(Ordering::Relaxed);
-    at_least(before + 20, "20 more writes acknowledged by the new primary").await;
-    stop.store(true, Ordering::Relaxed);
-    let acknowledged = writer.await.expect("the writer");
-    let kept: std::collections::BTreeSet<i64> = order_ids(&application).await.into_iter().collect();
-    let lost: Vec<&i64> = acknowledged.iter().filter(|id| !kept.contains(id)).collect();
-    assert!(lost.is_empty(), "acknowledged and lost: {lost:?}");
-    eprintln!("{} acknowledged writes checked, none lost", acknowledged.len());
+    writer
+        .acknowledged_at_least(writer.acknowledged() + 20, Duration::from_secs(120))
+        .await;
+    let history = writer.stop().await;
+    let held: BTreeMap<String, Option<String>> = history_collection
+        .find(doc! {})
+        .await
+        .expect("reading the history")
+        .try_collect::<Vec<bson::Document>>()
+        .await
+        .expect("reading the history")
+        .into_iter()
+        .map(|document| {
+            let key = document.get_str("_id").expect("a key").to_string();
+            (key, document.get_str("value").ok().map(str::to_string))
+        })
+        .collect();
+    let checked = history
+        .check(&held)
+        .unwrap_or_else(|violations| panic!("{violations:#?}"));
+    eprintln!("{checked} acknowledged writes checked, none lost");
     setup.stop().await;
 }
 
