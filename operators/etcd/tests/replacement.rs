@@ -25,30 +25,67 @@ use quorum_e2e::{
     wait,
 };
 
+/// A namespace with the CRDs, a launcher of real etcd processes for its pods, and an operator
+/// that replaces a member Unhealthy for `replace_after`.
+struct Local {
+    client: kube::Client,
+    namespace: TestNamespace,
+    ns: String,
+    version: String,
+    state: std::path::PathBuf,
+    members: LocalMembers,
+    operator: support::operator::Running,
+    clusters: Api<EtcdCluster>,
+}
+
+impl Local {
+    async fn start(prefix: &str, replace_after: Duration) -> Self {
+        quorum_core::telemetry::init(quorum_core::config::LogFormat::Text);
+        let client = admin_client().await;
+        install_crd(&client, &EtcdCluster::crd()).await;
+        install_crd(&client, &EtcdBackup::crd()).await;
+        let namespace = TestNamespace::create(&client, prefix).await;
+        let ns = namespace.name().to_string();
+        let version = pinned_version("ETCD_VERSION").trim_start_matches('v').to_string();
+        let state = std::env::temp_dir().join(format!("quorum-{prefix}-{ns}"));
+        let members = LocalMembers::start(
+            client.clone(),
+            EtcdLauncher::new(BTreeMap::from([(version.clone(), etcd_binary())])),
+            state.clone(),
+            Some(ns.clone()),
+        );
+        let operator = support::operator::start_replacing_after(
+            client.clone(),
+            &ns,
+            MemberAddresses::Loopback,
+            replace_after,
+        );
+        let clusters = Api::namespaced(client.clone(), &ns);
+        Self {
+            client,
+            namespace,
+            ns,
+            version,
+            state,
+            members,
+            operator,
+            clusters,
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_member_that_died_with_its_data_is_replaced_under_the_same_name() {
-    quorum_core::telemetry::init(quorum_core::config::LogFormat::Text);
-    let client = admin_client().await;
-    install_crd(&client, &EtcdCluster::crd()).await;
-    install_crd(&client, &EtcdBackup::crd()).await;
-    let namespace = TestNamespace::create(&client, "etcd-replace").await;
-    let ns = namespace.name().to_string();
-    let version = pinned_version("ETCD_VERSION").trim_start_matches('v').to_string();
-    let state = std::env::temp_dir().join(format!("quorum-replace-{ns}"));
-    let members = LocalMembers::start(
-        client.clone(),
-        EtcdLauncher::new(BTreeMap::from([(version.clone(), etcd_binary())])),
-        state.clone(),
-        Some(ns.clone()),
-    );
-    let operator = support::operator::start_replacing_after(
-        client.clone(),
-        &ns,
-        MemberAddresses::Loopback,
-        Duration::from_secs(3),
-    );
-
-    let clusters: Api<EtcdCluster> = Api::namespaced(client.clone(), &ns);
+    let Local {
+        client,
+        namespace,
+        ns,
+        version,
+        state,
+        members,
+        operator,
+        clusters,
+    } = Local::start("etcd-replace", Duration::from_secs(3)).await;
     let spec = support::cluster_spec(3, Some(&version));
     clusters
         .create(&PostParams::default(), &EtcdCluster::new("main", spec))
@@ -173,28 +210,17 @@ async fn a_member_that_died_with_its_data_is_replaced_under_the_same_name() {
 #[tokio::test]
 async fn a_killed_leader_is_recorded_as_a_leader_change_keeping_every_acknowledged_write() {
     use quorum_e2e::history::Writer;
-    quorum_core::telemetry::init(quorum_core::config::LogFormat::Text);
-    let client = admin_client().await;
-    install_crd(&client, &EtcdCluster::crd()).await;
-    install_crd(&client, &EtcdBackup::crd()).await;
-    let namespace = TestNamespace::create(&client, "etcd-leader-loss").await;
-    let ns = namespace.name().to_string();
-    let version = pinned_version("ETCD_VERSION").trim_start_matches('v').to_string();
-    let state = std::env::temp_dir().join(format!("quorum-leader-loss-{ns}"));
-    let members = LocalMembers::start(
-        client.clone(),
-        EtcdLauncher::new(BTreeMap::from([(version.clone(), etcd_binary())])),
-        state.clone(),
-        Some(ns.clone()),
-    );
     // No replacement during the test: the killed member stays a member.
-    let operator = support::operator::start_replacing_after(
-        client.clone(),
-        &ns,
-        MemberAddresses::Loopback,
-        Duration::from_secs(3600),
-    );
-    let clusters: Api<EtcdCluster> = Api::namespaced(client.clone(), &ns);
+    let Local {
+        client,
+        namespace,
+        ns,
+        version,
+        state,
+        members,
+        operator,
+        clusters,
+    } = Local::start("etcd-leader-loss", Duration::from_secs(3600)).await;
     clusters
         .create(
             &PostParams::default(),

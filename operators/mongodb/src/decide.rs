@@ -1700,6 +1700,15 @@ mod tests {
         assert!(!matches!(decide(&desired(3, 0), &observed), Step::Resync { .. }));
     }
 
+    fn three_member_set() -> crate::crd::MongoDBReplicaSet {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "mongodb.quorum.dev/v1alpha1", "kind": "MongoDBReplicaSet",
+            "metadata": {"name": SET, "namespace": "prod"},
+            "spec": {"members": 3, "version": "7.0", "storage": {"size": "1Gi"}}
+        }))
+        .unwrap()
+    }
+
     /// An election the set held after its primary failed is recorded as a failover from that
     /// primary, timed from the operator's first failed observation of it, even across the passes
     /// in between that saw no primary; a primary the operator stepped down is no failover.
@@ -1709,12 +1718,7 @@ mod tests {
         use crate::status::status_from;
         let at = |seconds: i64| k8s_openapi::jiff::Timestamp::from_second(1_800_000_000 + seconds).unwrap();
         let time = |seconds| k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(seconds));
-        let mut replica_set: MongoDBReplicaSet = serde_json::from_value(serde_json::json!({
-            "apiVersion": "mongodb.quorum.dev/v1alpha1", "kind": "MongoDBReplicaSet",
-            "metadata": {"name": SET, "namespace": "prod"},
-            "spec": {"members": 3, "version": "7.0", "storage": {"size": "1Gi"}}
-        }))
-        .unwrap();
+        let mut replica_set = three_member_set();
         let desired = desired(3, 0);
         let pass = |replica_set: &mut MongoDBReplicaSet, observed: &Observed, seconds| {
             let status = status_from(replica_set, &desired, observed, at(seconds));
@@ -1772,15 +1776,9 @@ mod tests {
     /// last heartbeat from the old one, not from the operator's late first look.
     #[test]
     fn an_election_seen_late_is_timed_from_the_sets_last_heartbeat_from_the_old_primary_to_its_election() {
-        use crate::crd::MongoDBReplicaSet;
         use crate::status::status_from;
         let at = |seconds: i64| k8s_openapi::jiff::Timestamp::from_second(1_800_000_000 + seconds).unwrap();
-        let mut replica_set: MongoDBReplicaSet = serde_json::from_value(serde_json::json!({
-            "apiVersion": "mongodb.quorum.dev/v1alpha1", "kind": "MongoDBReplicaSet",
-            "metadata": {"name": SET, "namespace": "prod"},
-            "spec": {"members": 3, "version": "7.0", "storage": {"size": "1Gi"}}
-        }))
-        .unwrap();
+        let mut replica_set = three_member_set();
         let desired = desired(3, 0);
         replica_set.status = Some(status_from(&replica_set, &desired, &set(&[1, 1, 1]), at(0)));
 
