@@ -39,9 +39,6 @@ pub const OPERATOR_OWNED_SETTINGS: &[&str] = &[
     // Members recover from a crash as replicas (docs/mysql.md); a different role, or a heuristic
     // commit or rollback of in-doubt transactions, would bring back what no client was told.
     "init_rpl_role",
-    // With a member recovering as a replica, a commit acknowledged just before a crash survives
-    // only when its commit record was written at commit (resources.rs).
-    "innodb_flush_log_at_trx_commit",
     "log_bin",
     "log_replica_updates",
     "log_slave_updates",
@@ -104,6 +101,14 @@ pub const MAX_NAME: usize = quorum_core::naming::max_cluster_name("");
     .field_path(".replication.waitForReplicaCount"))]
 // The field's own rule sees only changes of a value that was there before and is still there;
 // this one refuses adding or removing it after creation.
+// MariaDB members that recover from a crash as replicas (SemiSync) keep an acknowledged commit
+// only when its commit record is written at commit (resources.rs): the operator sets it there.
+#[x_kube(validation = Rule::new(format!(
+    "self.flavor != 'MariaDB' || (has(self.replication) && self.replication.mode == 'Async') || !has(self.config) || !{}.exists(k, k in self.config)",
+    cel_list(&owned_spellings(&[SEMI_SYNC_MARIADB_SETTING])),
+)).message(Message::Message(format!(
+    "config: {SEMI_SYNC_MARIADB_SETTING} is set by the operator for MariaDB with SemiSync replication (3, so that a commit acknowledged just before a crash is not discarded by the member's crash recovery)"
+))).field_path(".config"))]
 #[x_kube(validation = Rule::new("has(self.restoreFrom) == has(oldSelf.restoreFrom)")
     .message("restoreFrom is immutable: it can be set only when the cluster is created")
     .field_path(".restoreFrom"))]
@@ -523,6 +528,9 @@ pub struct MySQLBackupStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gtid_position: Option<String>,
 }
+
+/// The `my.cnf` setting the operator owns for MariaDB with SemiSync replication only.
+pub const SEMI_SYNC_MARIADB_SETTING: &str = "innodb_flush_log_at_trx_commit";
 
 /// The `config` keys the operator refuses: the same rule as the CRD's, for the operator's own
 /// check (a resource stored before the rule existed is not trusted).

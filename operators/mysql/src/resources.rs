@@ -217,7 +217,8 @@ pub fn my_cnf(cluster: &MySQLCluster) -> String {
         ],
     };
     lines.extend(flavor_lines.iter().map(|line| line.to_string()));
-    if cluster.spec.flavor == Flavor::MariaDB && semi_sync(cluster) {
+    let mariadb_semi_sync = cluster.spec.flavor == Flavor::MariaDB && semi_sync(cluster);
+    if mariadb_semi_sync {
         // A member that crashed while commits waited for an acknowledgement recovers as a
         // replica would: the transactions it wrote to its binary log but had not committed (never
         // acknowledged to a client) are discarded rather than committed, so an old primary comes
@@ -229,7 +230,7 @@ pub fn my_cnf(cluster: &MySQLCluster) -> String {
         // (recovery would commit from the binary log), so a commit acknowledged to a client just
         // before a crash comes back only prepared, and the recovery above discards it: every
         // member down at once loses it for good. `3` writes the commit record at commit as well.
-        lines.push("innodb_flush_log_at_trx_commit = 3".to_string());
+        lines.push(format!("{} = 3", crate::crd::SEMI_SYNC_MARIADB_SETTING));
     }
     if cluster.spec.tls.is_some() {
         lines.extend([
@@ -241,11 +242,16 @@ pub fn my_cnf(cluster: &MySQLCluster) -> String {
     }
     if !cluster.spec.config.is_empty() {
         lines.push("# spec.config".to_string());
+        // Admission refuses it for these members; one stored before that rule is left out
+        // rather than the cluster refused, so the operator's value holds.
+        let owned_here =
+            |key: &str| mariadb_semi_sync && key.replace('-', "_") == crate::crd::SEMI_SYNC_MARIADB_SETTING;
         lines.extend(
             cluster
                 .spec
                 .config
                 .iter()
+                .filter(|(key, _)| !owned_here(key))
                 .map(|(key, value)| format!("{key} = {value}")),
         );
     }
@@ -615,6 +621,25 @@ mod tests {
             semi_sync.contains("innodb_flush_log_at_trx_commit = 3\n"),
             "{semi_sync}"
         );
+        // A value stored before admission refused it is left out: the operator's holds.
+        let mut stored = cluster(Flavor::MariaDB, 3);
+        stored
+            .spec
+            .config
+            .insert("innodb-flush-log-at-trx-commit".into(), "2".into());
+        let written = my_cnf(&stored);
+        assert!(!written.contains("innodb-flush-log-at-trx-commit"), "{written}");
+        assert!(
+            written.contains("innodb_flush_log_at_trx_commit = 3\n"),
+            "{written}"
+        );
+        // Elsewhere it is the user's to tune.
+        let mut mysql = cluster(Flavor::MySQL, 3);
+        mysql
+            .spec
+            .config
+            .insert("innodb_flush_log_at_trx_commit".into(), "2".into());
+        assert!(my_cnf(&mysql).contains("innodb_flush_log_at_trx_commit = 2\n"));
         let mut asynchronous = cluster(Flavor::MariaDB, 3);
         asynchronous.spec.replication = Some(ReplicationSpec {
             mode: crate::crd::ReplicationMode::Async,

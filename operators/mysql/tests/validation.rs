@@ -255,6 +255,19 @@ async fn every_field_of_the_spec_is_validated_naming_the_field() {
             spec(json!({"config": {"max_connections": "500"}})),
         ),
         Row::refused(
+            "the commit flush of MariaDB members that recover as replicas (SemiSync)",
+            spec(json!({"config": {"innodb-flush-log-at-trx-commit": "2"}})),
+            &["spec.config", "innodb_flush_log_at_trx_commit"],
+        ),
+        Row::accepted(
+            "the commit flush of Async MariaDB members",
+            spec(json!({"config": {"innodb_flush_log_at_trx_commit": "2"}, "replication": {"mode": "Async"}})),
+        ),
+        Row::accepted(
+            "the commit flush of MySQL members",
+            spec(json!({"flavor": "MySQL", "version": "8.4.3", "config": {"innodb_flush_log_at_trx_commit": "2"}})),
+        ),
+        Row::refused(
             "a root password Secret that is no object name",
             spec(json!({"rootPasswordSecret": "root password"})),
             &["spec.rootPasswordSecret"],
