@@ -69,7 +69,8 @@ pub struct FailoverView {
     pub at: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub duration_millis: Option<i64>,
-    /// From the operator's first failed observation of the old primary.
+    /// From the old primary's loss to the new primary accepting writes (or to the operator's
+    /// first sight of it, where the database does not say).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub from_loss_millis: Option<i64>,
 }
@@ -449,7 +450,7 @@ pub fn render(view: &ClusterView, style: Style) -> String {
             failover
                 .from_loss_millis
                 .map_or_else(String::new, |millis| format!(
-                    ", {millis} ms after the primary was first seen failing"
+                    ", {millis} ms from the old primary's loss"
                 ))
         ));
     }

@@ -185,7 +185,8 @@ pub struct ObservedFailover {
     /// When the operator first saw the new primary.
     pub observed_at: Time,
     /// When the old primary was lost, as far as the operator knows: its first failed observation
-    /// of it, or the database's own last contact with it where the database says.
+    /// of it, or the database's own last contact with it where the database says; absent when
+    /// the operator saw the loss only together with the new primary.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lost_at: Option<Time>,
     /// When the new primary began to accept writes, where the database says (MongoDB's
@@ -209,6 +210,9 @@ impl ObservedFailover {
         now: k8s_openapi::jiff::Timestamp,
     ) -> Self {
         let writable = writable_at.as_ref().map_or(now, |at| at.0);
+        // A loss first seen in the pass that also sees the new primary says nothing of when it
+        // happened: unknown, not an instant failover.
+        let lost_at = lost_at.filter(|lost| lost.0 < now);
         Self {
             from,
             to,

@@ -131,6 +131,9 @@ mod tests {
         );
         let unseen = ObservedFailover::new("db-0".into(), "db-1".into(), None, None, now);
         assert_eq!(unseen.from_loss_millis, None);
+        // Seen failing only in the pass that sees the new primary: when it was lost is unknown.
+        let together = ObservedFailover::new("db-0".into(), "db-1".into(), at(1_000_012), None, now);
+        assert_eq!((together.lost_at, together.from_loss_millis), (None, None));
         // Writable before the operator saw it: timed to when the database says.
         let elected = ObservedFailover::new("db-0".into(), "db-1".into(), at(1_000_000), at(1_000_010), now);
         assert_eq!(elected.from_loss_millis, Some(10_000));

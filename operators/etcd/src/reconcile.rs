@@ -387,12 +387,13 @@ impl<'a> Report<'a> {
             ),
             ..status
         };
-        self.report_leader_change(&status).await;
         self.writer.write(&status).await?;
+        self.report_leader_change(&status).await;
         Ok(())
     }
 
-    /// A leader change this pass found: an event and the failover metrics, once.
+    /// A leader change this pass found and stored: an event and the failover metrics, once (a
+    /// pass that fails before storing it sees the change again).
     async fn report_leader_change(&mut self, status: &EtcdClusterStatus) {
         let before = self
             .cluster
@@ -433,6 +434,7 @@ impl<'a> Report<'a> {
         );
         status.in_flight = self.cluster.status.as_ref().and_then(|s| s.in_flight.clone());
         self.writer.write(&status).await?;
+        self.report_leader_change(&status).await;
         Ok(Progress::waiting(Reason::InFlightUnreadable, message))
     }
 }

@@ -274,8 +274,8 @@ pub fn build_status(
         previous.lost_leader.clone(),
         leader.as_deref(),
     );
-    // Recorded when the old leader was seen failing: a leader that hands over while healthy (the
-    // operator's MoveLeader, etcd's own transfer on a graceful stop) is no failover.
+    // Recorded when the old leader is seen failing: one that handed over while the operator
+    // sees it healthy (its own MoveLeader) is no failover.
     let leader_change = following.changed_from.zip(leader.clone()).and_then(|(from, to)| {
         let lost_at = member_statuses
             .iter()
@@ -563,6 +563,19 @@ mod tests {
         assert_eq!(
             handed_over.last_leader_change.map(|c| c.to),
             Some("main-1".to_string())
+        );
+
+        // main-2 lost and main-0 elected, both first seen in one pass: recorded, when main-2
+        // was lost unknown (no figure rather than an instant failover).
+        let together = [
+            member(0, Health::Healthy, true),
+            member(1, Health::Healthy, false),
+            member(2, down(), false),
+        ];
+        let change = pass(&mut cluster, &together, 12).last_leader_change.unwrap();
+        assert_eq!(
+            (change.from.as_str(), change.lost_at, change.from_loss_millis),
+            ("main-2", None, None)
         );
     }
 }

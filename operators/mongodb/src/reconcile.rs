@@ -136,22 +136,6 @@ pub async fn reconcile(
 
     let now = Timestamp::now();
     let mut status = status_from(&replica_set, &desired, &observed, now);
-    let previous_failover = replica_set.status.as_ref().and_then(|s| s.last_failover.as_ref());
-    if let Some(failover) = status
-        .last_failover
-        .as_ref()
-        .filter(|f| Some(*f) != previous_failover)
-    {
-        quorum_core::failover::report(
-            &context.events,
-            context.state.clients.metrics(),
-            crate::clients::ENGINE,
-            replica_set.as_ref(),
-            failover,
-            "the replica set's election",
-        )
-        .await;
-    }
     // Each status write of the pass is diffed against the one before.
     let mut writer = StatusWriter::new(&context.client, replica_set.as_ref(), replica_set.status.as_ref());
     let (progress, failure) = match recorded_change(replica_set.status.as_ref()) {
@@ -225,6 +209,23 @@ pub async fn reconcile(
     };
     set_conditions(&mut status, &replica_set, ready, &progress, degraded, now);
     writer.write(&status).await?;
+    // Reported once the record is stored: a pass that fails before sees the election again.
+    let previous_failover = replica_set.status.as_ref().and_then(|s| s.last_failover.as_ref());
+    if let Some(failover) = status
+        .last_failover
+        .as_ref()
+        .filter(|f| Some(*f) != previous_failover)
+    {
+        quorum_core::failover::report(
+            &context.events,
+            context.state.clients.metrics(),
+            crate::clients::ENGINE,
+            replica_set.as_ref(),
+            failover,
+            "the replica set's election",
+        )
+        .await;
+    }
     // A failed step, now reported, is returned: the runner retries it with backoff and counts it.
     if let Some(failure) = failure {
         return Err(failure);

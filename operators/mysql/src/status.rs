@@ -123,7 +123,7 @@ pub fn failover_record(recorded: &InFlightStep, now: Timestamp) -> FailoverRecor
         duration_millis: elapsed.as_millis() as i64,
         from_loss_millis: lost_at
             .as_ref()
-            .map(|lost| now.duration_since(lost.0).as_millis() as i64),
+            .map(|lost| now.duration_since(lost.0).as_millis().max(0) as i64),
         lost_at,
     }
 }
@@ -317,7 +317,10 @@ pub fn build_status(
 
     let in_flight = in_flight.map(|step| {
         let mut record = in_flight_to_status(cluster, step, now);
-        if record.action == InFlightAction::Failover && record.primary_lost_at.is_none() {
+        // Only when the step is recorded: a failure seen later (of a primary that was healthy
+        // when the failover was decided, or under a record an earlier version wrote) is not
+        // when it was lost.
+        if record.action == InFlightAction::Failover && record.started_at.0 == now {
             record.primary_lost_at = member_statuses
                 .iter()
                 .find(|m| Some(&m.name) == record.from.as_ref())
@@ -830,6 +833,14 @@ mod tests {
         let decided = pass(&cluster, Some(&step), at(6));
         let recorded = decided.in_flight.clone().unwrap();
         assert_eq!(recorded.primary_lost_at, Some(Time(at(0))));
+        // A record an earlier version wrote, without it, is not filled in by a later pass.
+        let mut older = cluster.clone();
+        older.status.as_mut().unwrap().in_flight = Some(InFlightStep {
+            primary_lost_at: None,
+            ..recorded.clone()
+        });
+        let later = pass(&older, Some(&step), at(8));
+        assert_eq!(later.in_flight.unwrap().primary_lost_at, None);
         let record = failover_record(&recorded, at(9));
         assert_eq!(
             (record.duration_millis, record.from_loss_millis),

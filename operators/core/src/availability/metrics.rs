@@ -122,7 +122,7 @@ impl AdminMetrics {
         );
         registry.register(
             "failover_from_loss_seconds",
-            "From the first failed observation of the old primary to the new primary accepting writes",
+            "From the old primary's loss (the operator's first failed observation of it, or the database's last contact with it) to the new primary accepting writes, or to the operator's first sight of it where the database does not say",
             self.failovers_from_loss.clone(),
         );
     }

@@ -319,19 +319,32 @@ async fn report(
             .iter()
             .find(|node| node.name == from_name)
             .and_then(|node| node.failing_since.clone());
-        let record = FailoverRecord::new(from_name, node_name(&name, to), lost_at, None, pass.now);
+        status.last_failover = Some(FailoverRecord::new(
+            from_name,
+            node_name(&name, to),
+            lost_at,
+            None,
+            pass.now,
+        ));
+    }
+    pass.status_writer().write(&status).await?;
+    // Reported once the record is stored: a pass that fails before sees the change again.
+    let before = pass
+        .cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.last_failover.as_ref());
+    if let Some(failover) = status.last_failover.as_ref().filter(|f| Some(*f) != before) {
         quorum_core::failover::report(
             &pass.context.events,
             pass.context.state.clients.metrics(),
             crate::clients::ENGINE,
             pass.cluster,
-            &record,
+            failover,
             "the Sentinels",
         )
         .await;
-        status.last_failover = Some(record);
     }
-    pass.status_writer().write(&status).await?;
     Ok(())
 }
 
