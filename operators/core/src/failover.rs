@@ -50,18 +50,26 @@ pub fn describe(failover: &ObservedFailover, by: &str) -> String {
     )
 }
 
-/// Publishes the event (`by` names who chose the new primary: "the Sentinels", "the replica
-/// set's election") and counts the failover in `metrics`.
-pub async fn report<K>(
+/// Reports the change of primary a pass stored, when it is new: `stored` is the record as the
+/// pass found it, `written` the one it wrote. Called after the write, so a pass that fails
+/// before storing it finds the change again and nothing is reported twice. Publishes the event
+/// (`by` names who chose the new primary: "the Sentinels", "the replica set's election") and
+/// counts the failover in `metrics`; returns whether it did.
+pub async fn report_new<K>(
     events: &EventPublisher,
     metrics: &AdminMetrics,
     engine: &str,
     object: &K,
-    failover: &ObservedFailover,
+    stored: Option<&ObservedFailover>,
+    written: Option<&ObservedFailover>,
     by: &str,
-) where
+) -> bool
+where
     K: Resource<DynamicType = ()>,
 {
+    let Some(failover) = written.filter(|written| Some(*written) != stored) else {
+        return false;
+    };
     metrics.observe_observed_failover(engine, failover);
     events
         .publish(
@@ -72,6 +80,7 @@ pub async fn report<K>(
             describe(failover, by),
         )
         .await;
+    true
 }
 
 #[cfg(test)]

@@ -392,28 +392,25 @@ impl<'a> Report<'a> {
         Ok(())
     }
 
-    /// A leader change this pass found and stored: an event and the failover metrics, once (a
-    /// pass that fails before storing it sees the change again).
+    /// A leader change this pass found and stored: an event and the failover metrics, once
+    /// though a pass may write status twice.
     async fn report_leader_change(&mut self, status: &EtcdClusterStatus) {
-        let before = self
-            .cluster
-            .status
-            .as_ref()
-            .and_then(|s| s.last_leader_change.as_ref());
-        if let Some(change) = status.last_leader_change.as_ref().filter(|c| Some(*c) != before)
-            && !self.leader_change_reported
-        {
-            self.leader_change_reported = true;
-            quorum_core::failover::report(
-                &self.context.events,
-                self.context.state.clients.metrics(),
-                crate::observe::ENGINE,
-                self.cluster,
-                change,
-                "etcd's election",
-            )
-            .await;
+        if self.leader_change_reported {
+            return;
         }
+        self.leader_change_reported = quorum_core::failover::report_new(
+            &self.context.events,
+            self.context.state.clients.metrics(),
+            crate::observe::ENGINE,
+            self.cluster,
+            self.cluster
+                .status
+                .as_ref()
+                .and_then(|s| s.last_leader_change.as_ref()),
+            status.last_leader_change.as_ref(),
+            "etcd's election",
+        )
+        .await;
     }
 
     /// A step in flight that this operator cannot read: status says so and no step is taken, so

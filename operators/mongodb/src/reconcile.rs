@@ -209,23 +209,16 @@ pub async fn reconcile(
     };
     set_conditions(&mut status, &replica_set, ready, &progress, degraded, now);
     writer.write(&status).await?;
-    // Reported once the record is stored: a pass that fails before sees the election again.
-    let previous_failover = replica_set.status.as_ref().and_then(|s| s.last_failover.as_ref());
-    if let Some(failover) = status
-        .last_failover
-        .as_ref()
-        .filter(|f| Some(*f) != previous_failover)
-    {
-        quorum_core::failover::report(
-            &context.events,
-            context.state.clients.metrics(),
-            crate::clients::ENGINE,
-            replica_set.as_ref(),
-            failover,
-            "the replica set's election",
-        )
-        .await;
-    }
+    quorum_core::failover::report_new(
+        &context.events,
+        context.state.clients.metrics(),
+        crate::clients::ENGINE,
+        replica_set.as_ref(),
+        replica_set.status.as_ref().and_then(|s| s.last_failover.as_ref()),
+        status.last_failover.as_ref(),
+        "the replica set's election",
+    )
+    .await;
     // A failed step, now reported, is returned: the runner retries it with backoff and counts it.
     if let Some(failure) = failure {
         return Err(failure);

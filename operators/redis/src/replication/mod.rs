@@ -328,23 +328,19 @@ async fn report(
         ));
     }
     pass.status_writer().write(&status).await?;
-    // Reported once the record is stored: a pass that fails before sees the change again.
-    let before = pass
-        .cluster
-        .status
-        .as_ref()
-        .and_then(|s| s.last_failover.as_ref());
-    if let Some(failover) = status.last_failover.as_ref().filter(|f| Some(*f) != before) {
-        quorum_core::failover::report(
-            &pass.context.events,
-            pass.context.state.clients.metrics(),
-            crate::clients::ENGINE,
-            pass.cluster,
-            failover,
-            "the Sentinels",
-        )
-        .await;
-    }
+    quorum_core::failover::report_new(
+        &pass.context.events,
+        pass.context.state.clients.metrics(),
+        crate::clients::ENGINE,
+        pass.cluster,
+        pass.cluster
+            .status
+            .as_ref()
+            .and_then(|s| s.last_failover.as_ref()),
+        status.last_failover.as_ref(),
+        "the Sentinels",
+    )
+    .await;
     Ok(())
 }
 
