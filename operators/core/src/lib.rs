@@ -28,7 +28,8 @@
 //!   and around it destinations, schedules and the producer-to-sink pipe;
 //! - [`leader`]: leader election on a `coordination.k8s.io` Lease;
 //! - [`runner`]: the controller runner that ties them together;
-//! - [`wakeups`]: requests from the database's own events to reconcile a cluster now;
+//! - [`wakeups`]: requests from the database's own events to reconcile a cluster now, and
+//!   [`database_events`], the listeners that hold each member's notification connection open;
 //! - [`role_labels`]: the primary/replica label on member pods, which the Services select;
 //! - [`rollout`]: which member pods run an older template than their StatefulSet's, and which
 //!   member a managed roll restarts next;
@@ -42,6 +43,7 @@ pub mod cache;
 pub mod conditions;
 pub mod config;
 pub mod crd;
+pub mod database_events;
 pub mod error;
 pub mod events;
 pub mod failover;

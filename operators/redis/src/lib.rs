@@ -56,7 +56,7 @@ impl Operator for RedisOperator {
     fn state(settings: reconcile::Settings, calls: AdminCalls, metrics: &Metrics) -> reconcile::State {
         reconcile::State {
             clients: clients::RedisClients::new(calls, metrics.admin.clone()),
-            sentinel_events: sentinel_events::SentinelEvents::new(
+            sentinel_events: sentinel_events::sentinel_events(
                 quorum_core::wakeups::Wakeups::new(),
                 settings.sentinel_events,
             ),
