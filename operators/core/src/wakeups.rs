@@ -30,6 +30,12 @@ impl ObjectKey {
             name: name.into(),
         }
     }
+
+    /// The key of `namespace/name`, as the runner names a cluster that is gone.
+    pub fn parse(key: &str) -> Option<Self> {
+        let (namespace, name) = key.split_once('/')?;
+        Some(Self::new(namespace, name))
+    }
 }
 
 impl std::fmt::Display for ObjectKey {

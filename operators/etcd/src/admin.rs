@@ -142,17 +142,13 @@ impl EtcdAdmin {
     ) -> Result<Self, AdminError> {
         let given = tls.cloned().map(std::sync::Arc::new);
         let tls = tls.filter(|_| is_https(endpoint));
-        let mut options = ConnectOptions::new()
-            .with_connect_timeout(timeout)
-            .with_timeout(timeout)
-            .with_keep_alive(timeout, timeout);
-        if let Some(material) = tls {
-            options = options.with_tls(
-                TlsOptions::new()
-                    .ca_certificate(Certificate::from_pem(&material.ca_pem))
-                    .identity(Identity::from_pem(&material.cert_pem, &material.key_pem)),
-            );
-        }
+        let options = with_tls(
+            ConnectOptions::new()
+                .with_connect_timeout(timeout)
+                .with_timeout(timeout)
+                .with_keep_alive(timeout, timeout),
+            tls,
+        );
         let client = Client::connect([endpoint], Some(options))
             .await
             .map_err(|source| AdminError::Etcd {
@@ -377,6 +373,104 @@ impl EtcdAdmin {
 }
 
 /// As etcd-client tells them apart: only `https://` URLs are dialled with TLS.
+/// The key a [`LeaderWatch`] watches. Nothing writes it: the watch is only there for the member
+/// to end when it loses its leader.
+pub const LEADER_WATCH_KEY: &str = "\u{0}quorum-operator/leader-watch";
+
+/// A watch that one member ends when it has no leader, and that breaks when the member stops:
+/// etcd's own signal that its view of the leader is gone (`hasleader` on the stream, checked by
+/// the member at the stream's start and while it lasts).
+pub struct LeaderWatch {
+    stream: etcd_client::WatchStream,
+    endpoint: String,
+}
+
+impl LeaderWatch {
+    /// Opens the watch on the member at `endpoint`: connected within `timeout`, the link checked
+    /// every `keepalive` (and given `timeout` to answer), and no time limit on the watch itself.
+    ///
+    /// # Errors
+    /// [`AdminError::Etcd`] when the member cannot be reached, has no leader, or refuses the
+    /// watch; [`AdminError::Incomplete`] when it does not confirm the watch within `timeout`.
+    pub async fn open(
+        endpoint: &str,
+        timeout: std::time::Duration,
+        keepalive: std::time::Duration,
+        tls: Option<&TlsMaterial>,
+    ) -> Result<Self, AdminError> {
+        let error = |verb| {
+            move |source| AdminError::Etcd {
+                verb,
+                endpoint: endpoint.to_string(),
+                source,
+            }
+        };
+        let options = with_tls(
+            ConnectOptions::new()
+                .with_connect_timeout(timeout)
+                .with_keep_alive(keepalive, timeout)
+                .with_require_leader(true),
+            tls.filter(|_| is_https(endpoint)),
+        );
+        let mut client = Client::connect([endpoint], Some(options))
+            .await
+            .map_err(error("connect"))?;
+        let mut stream = tokio::time::timeout(timeout, client.watch(LEADER_WATCH_KEY, None))
+            .await
+            .map_err(|_| AdminError::Incomplete {
+                verb: "watch",
+                endpoint: endpoint.to_string(),
+                what: "an answer in time",
+            })?
+            .map_err(error("watch"))?;
+        let created = tokio::time::timeout(timeout, stream.message())
+            .await
+            .map_err(|_| AdminError::Incomplete {
+                verb: "watch",
+                endpoint: endpoint.to_string(),
+                what: "the watch's confirmation in time",
+            })?
+            .map_err(error("watch"))?;
+        match created {
+            Some(response) if response.created() && !response.canceled() => Ok(Self {
+                stream,
+                endpoint: endpoint.to_string(),
+            }),
+            _ => Err(AdminError::Incomplete {
+                verb: "watch",
+                endpoint: endpoint.to_string(),
+                what: "the watch's confirmation",
+            }),
+        }
+    }
+
+    /// Waits until the watch ends, and says why: the member lost its leader, stopped, or the
+    /// link to it broke. Events on the key (nothing should write it) are passed over.
+    pub async fn ended(&mut self) -> String {
+        loop {
+            match self.stream.message().await {
+                Ok(Some(response)) if response.canceled() => {
+                    return format!("{} ended the watch: {}", self.endpoint, response.cancel_reason());
+                }
+                Ok(Some(_)) => continue,
+                Ok(None) => return format!("{} closed the watch", self.endpoint),
+                Err(error) => return format!("watch on {}: {error}", self.endpoint),
+            }
+        }
+    }
+}
+
+fn with_tls(options: ConnectOptions, tls: Option<&TlsMaterial>) -> ConnectOptions {
+    match tls {
+        Some(material) => options.with_tls(
+            TlsOptions::new()
+                .ca_certificate(Certificate::from_pem(&material.ca_pem))
+                .identity(Identity::from_pem(&material.cert_pem, &material.key_pem)),
+        ),
+        None => options,
+    }
+}
+
 fn is_https(endpoint: &str) -> bool {
     endpoint.starts_with("https://")
 }

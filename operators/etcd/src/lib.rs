@@ -10,6 +10,7 @@ pub mod backup_controller;
 pub mod crd;
 pub mod decide;
 pub mod execute;
+pub mod leader_events;
 pub mod observe;
 pub mod packaging;
 pub mod reasons;
@@ -45,6 +46,10 @@ impl Operator for EtcdOperator {
     fn state(settings: reconcile::Settings, calls: AdminCalls, metrics: &Metrics) -> reconcile::State {
         reconcile::State {
             clients: observe::EtcdClients::new(calls, metrics.admin.clone()),
+            leader_events: leader_events::leader_events(
+                quorum_core::wakeups::Wakeups::new(),
+                settings.leader_events,
+            ),
             settings,
         }
     }
@@ -61,5 +66,9 @@ impl Operator for EtcdOperator {
         context: Arc<Context<reconcile::State>>,
     ) -> impl Future<Output = Result<Action, impl ReconcileError>> + Send + 'static {
         backup_controller::reconcile_backup(backup, context)
+    }
+
+    fn wakeups(state: &reconcile::State) -> Option<quorum_core::wakeups::Wakeups> {
+        Some(state.leader_events.wakeups())
     }
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use clap::Parser;
 use etcd_operator::{
     EtcdOperator,
+    leader_events::ListenSettings,
     reconcile::Settings,
     restore::{RestoreMemberArgs, restore_member},
 };
@@ -59,6 +60,7 @@ async fn main() -> Result<(), RunError> {
         freshness: Duration::from_secs(30),
         replace_after: Duration::from_secs(cli.member_replace_after_seconds),
         operator_image: cli.operator_image,
+        leader_events: ListenSettings::default(),
     };
     serve::<EtcdOperator>(cli.operator, settings).await
 }

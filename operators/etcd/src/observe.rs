@@ -72,6 +72,11 @@ impl EtcdClients {
             .await;
     }
 
+    /// The client TLS material of `cluster`, as last set.
+    pub fn tls(&self, cluster: &str) -> Option<Arc<TlsMaterial>> {
+        self.members.login(cluster)
+    }
+
     /// Runs one admin verb against one member through its breaker, timeout and (for reads)
     /// retries, connecting (or reusing the cached client) first.
     pub async fn call<T, F, Fut>(

@@ -20,6 +20,7 @@ use quorum_core::{
     rollout::restart_pod,
     runner::Context,
     status::StatusWriter,
+    wakeups::ObjectKey,
 };
 
 use crate::{
@@ -27,6 +28,7 @@ use crate::{
     crd::{EtcdBackup, EtcdCluster, EtcdClusterStatus},
     decide::{Decision, Facts, InFlight, Reason, RepairRequest, Step, decide},
     execute::{StepError, StepOutcome, execute},
+    leader_events::{LeaderEvents, ListenSettings},
     observe::EtcdClients,
     resolver::{MemberResolver, member_name},
     resources::{
@@ -52,16 +54,22 @@ pub struct Settings {
     pub replace_after: Duration,
     /// The operator's image, run by the restore init container.
     pub operator_image: String,
+    /// How the members' leader watches behave ([`crate::leader_events`]).
+    pub leader_events: ListenSettings,
 }
 
 /// The operator's own state in the shared context.
 pub struct State {
     pub clients: EtcdClients,
+    pub leader_events: LeaderEvents,
     pub settings: Settings,
 }
 
 impl quorum_core::runner::ForgetsClusters for State {
     fn forget_cluster<'a>(&'a self, key: &'a str) -> futures::future::BoxFuture<'a, ()> {
+        if let Some(cluster) = ObjectKey::parse(key) {
+            self.leader_events.forget(&cluster);
+        }
         Box::pin(self.clients.forget_cluster(key))
     }
 }
@@ -181,6 +189,24 @@ async fn admit(
     Ok(ControlFlow::Continue(cluster))
 }
 
+/// Keeps a leader watch open on every member that may exist, so a lost leader wakes the next
+/// pass at once ([`crate::leader_events`]).
+fn follow_leader_events(
+    context: &Context<State>,
+    cluster: &EtcdCluster,
+    resolver: &MemberResolver,
+    candidates: usize,
+) {
+    let endpoints = (0..candidates)
+        .filter_map(|ordinal| resolver.client_url(ordinal))
+        .collect();
+    context.state.leader_events.follow(
+        ObjectKey::new(cluster.namespace().unwrap_or_default(), cluster.name_any()),
+        endpoints,
+        context.state.clients.tls(&cluster_key(cluster)),
+    );
+}
+
 fn cluster_key(cluster: &EtcdCluster) -> String {
     format!(
         "{}/{}",
@@ -255,6 +281,7 @@ async fn observe(
         .unwrap_or(0)
         .max(desired)
         .max(recorded_members);
+    follow_leader_events(context, cluster, resolver, candidates);
     let view = context.state.clients.observe(&key, resolver, candidates).await;
     let unhealthy_for = unhealthy_durations(status, now);
     let mut members = view.members.clone();

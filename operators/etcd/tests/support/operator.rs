@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use etcd_operator::{
     EtcdOperator,
+    leader_events::ListenSettings,
     reconcile::{MemberAddresses, MemberConfig, Settings, State},
 };
 use quorum_e2e::operator;
@@ -58,6 +59,12 @@ fn start_configured(
         freshness: Duration::from_secs(30),
         replace_after,
         operator_image: "quorum/etcd-operator:test".into(),
+        leader_events: ListenSettings {
+            timeout: Duration::from_millis(1500),
+            keepalive: Duration::from_secs(5),
+            max_retry_delay: Duration::from_secs(2),
+            ..ListenSettings::default()
+        },
     };
     operator::start::<EtcdOperator>(
         client,
