@@ -189,6 +189,48 @@ impl OnRealNode {
             .sum())
     }
 
+    /// Scales the operator's Deployment to `replicas` and waits until exactly that many of its
+    /// pods are Ready and no other is left: at zero, nothing reconciles the namespace's clusters.
+    pub async fn scale_operator(&self, replicas: i32) {
+        let selector = format!("app.kubernetes.io/name={}", self.chart_name);
+        let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+            Api::namespaced(self.admin.clone(), &self.ns);
+        for deployment in deployments
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .unwrap()
+            .items
+        {
+            deployments
+                .patch(
+                    &deployment.metadata.name.unwrap(),
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(serde_json::json!({"spec": {"replicas": replicas}})),
+                )
+                .await
+                .unwrap();
+        }
+        let pods = self.pods();
+        wait::until(
+            &format!("{replicas} operator pods Ready"),
+            Duration::from_secs(120),
+            || async {
+                let now = pods
+                    .list(&ListParams::default().labels(&selector))
+                    .await
+                    .map_err(|error| error.to_string())?
+                    .items;
+                let ready = now.iter().filter(|pod| real_node::pod_ready(pod)).count();
+                if now.len() == replicas as usize && ready == now.len() {
+                    Ok(())
+                } else {
+                    Err(describe_pods(&now))
+                }
+            },
+        )
+        .await;
+    }
+
     /// `helm uninstall`, then waits until the operator's pod is gone.
     pub async fn uninstall_operator(&mut self) {
         let chart = self.chart.take().expect("the chart is installed");

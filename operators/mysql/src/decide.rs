@@ -481,21 +481,22 @@ fn choose_primary(facts: &Facts) -> Result<usize, Decision> {
     }
 }
 
-/// The recorded primary restarted and no failover happened. In SemiSync mode a MariaDB member
-/// recovers as a replica would, discarding what it wrote but had not committed (never
-/// acknowledged); a replica may already have received that. Reopening the primary then would let
-/// it write other transactions under the same GTIDs, and the replica would skip them: the two
-/// diverge with equal positions, which no comparison can tell. So it is reopened only once every
-/// other member answered and none holds a transaction it lacks; otherwise the member holding
-/// everything takes over, as in a failover.
+/// The recorded primary restarted and no failover happened. It may have come back with less than
+/// it had: on an empty volume (its claim lost), without its newest commits (a power loss with
+/// `sync_binlog = 0`), or, in SemiSync mode with MariaDB, having discarded what it wrote but had
+/// not committed (never acknowledged), which a replica may already have received. Reopening it
+/// then would serve clients less than they wrote, or let it write other transactions under the
+/// same GTIDs, which the replicas would skip: the members diverge. So it is reopened only when no
+/// replica holds a transaction it lacks; otherwise the member holding everything takes over, as
+/// in a failover. In SemiSync mode every other member must answer first (one that does not may
+/// hold an acknowledged transaction); in asynchronous mode the members that answer are compared,
+/// as asynchronous replication never promised more.
 fn reopen_primary(facts: &Facts, primary: usize, state: &ServerState) -> Decision {
-    if !facts.semi_sync {
-        return Decision::Act(Step::OpenPrimary { ordinal: primary });
-    }
     let mut states = vec![(primary, state)];
     for fact in facts.members.iter().filter(|m| m.ordinal != primary) {
         match fact.healthy_state(facts.now, facts.freshness) {
             Some(replica) => states.push((fact.ordinal, replica)),
+            None if !facts.semi_sync => {}
             None => {
                 return wait(
                     Reason::PrimaryReopenBlocked,
@@ -1729,6 +1730,26 @@ mod tests {
                 ],
                 false,
                 Decision::Act(Step::OpenPrimary { ordinal: 0 }),
+            ),
+            (
+                "asynchronous mode, the primary back on an empty volume: the replica holding everything takes over",
+                vec![
+                    healthy(0, restarted(""), now),
+                    healthy(1, replica_state("0-1-10", 0), now),
+                    healthy(2, replica_state("0-1-9", 0), now),
+                ],
+                false,
+                Decision::Act(Step::Failover { from: 0, to: 1 }),
+            ),
+            (
+                "asynchronous mode, the primary lost its newest commits that a replica received: it takes over",
+                vec![
+                    healthy(0, restarted("0-1-8"), now),
+                    healthy(1, replica_state("0-1-8", 0), now),
+                    healthy(2, received("0-1-8", "0-1-9"), now),
+                ],
+                false,
+                Decision::Act(Step::Failover { from: 0, to: 2 }),
             ),
         ];
         for (case, members, semi_sync, expected) in cases {

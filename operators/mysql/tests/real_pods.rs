@@ -66,12 +66,15 @@ async fn until_done(pool: &Pool, statement: &str) {
 /// Creates the cluster (and its application account's Secret) and waits until the operator
 /// reports it Ready and every member pod is Ready by its own probes on the real node.
 async fn create_ready(setup: &OnRealNode, replicas: i32) -> MySQLClusterStatus {
+    create_ready_as(setup, real_cluster(replicas)).await
+}
+
+/// As [`create_ready`], for `cluster` as given.
+async fn create_ready_as(setup: &OnRealNode, cluster: MySQLCluster) -> MySQLClusterStatus {
+    let replicas = cluster.spec.replicas;
     support::create_app_secret(&setup.admin, &setup.ns).await;
     let clusters: Api<MySQLCluster> = Api::namespaced(setup.admin.clone(), &setup.ns);
-    clusters
-        .create(&PostParams::default(), &real_cluster(replicas))
-        .await
-        .unwrap();
+    clusters.create(&PostParams::default(), &cluster).await.unwrap();
     let status = support::ready(&clusters, CLUSTER, replicas - 1).await;
     setup
         .members_ready(MEMBERS, replicas as usize, Duration::from_secs(120))
@@ -307,6 +310,63 @@ async fn a_total_outage_ends_with_every_member_back_and_every_acknowledged_write
     let history = writer.stop().await;
     let checked = check_history(&setup, &primary, &history, 3).await;
     eprintln!("{checked} acknowledged writes checked, none lost");
+    setup.remove().await;
+}
+
+/// Asynchronous replication, every acknowledged write on every member, then the primary's
+/// volume lost (its claim deleted with its pod, while the operator is stopped): the primary
+/// comes back empty and read-only. It is not reopened over nothing: the replica holding everything takes over, the empty member is
+/// seeded from it, and every acknowledged write is still served. It failed first: the operator
+/// reopened the empty member as the primary, and the primary Service served an empty database.
+#[tokio::test]
+async fn an_async_primary_back_on_an_empty_volume_is_not_reopened_over_the_replicas_data() {
+    let setup = OnRealNode::install("real-mysql-lost-primary", CHART, &[]).await;
+    let mut cluster = real_cluster(3);
+    cluster.spec.replication = Some(mysql_operator::crd::ReplicationSpec {
+        mode: mysql_operator::crd::ReplicationMode::Async,
+        ..Default::default()
+    });
+    let status = create_ready_as(&setup, cluster).await;
+    let clusters: Api<MySQLCluster> = Api::namespaced(setup.admin.clone(), &setup.ns);
+    let primary = service_pool(&setup, &mysql_operator::resources::primary_service_name(CLUSTER)).await;
+    let writer = start_writer(&primary).await;
+    writer.acknowledged_at_least(20, Duration::from_secs(60)).await;
+    // Asynchronous replication may lose what no replica received yet: the writer stops and
+    // every member catches up before the volume goes, so every acknowledged write must stay.
+    let history = writer.stop().await;
+    check_history(&setup, &primary, &history, 3).await;
+
+    // The operator stopped while the volume goes, so that it first sees the member back,
+    // empty, rather than the primary down (which fails over before the member is back).
+    setup.scale_operator(0).await;
+    let lost = status.primary.clone().expect("a primary");
+    let claim = format!("data-{lost}");
+    let volume = setup.claim_uid(&claim).await;
+    setup.claims().delete(&claim, &Default::default()).await.unwrap();
+    setup
+        .delete_and_await_recreated(&lost, Duration::from_secs(180))
+        .await;
+    assert_ne!(setup.claim_uid(&claim).await, volume, "{lost} kept its volume");
+    setup.scale_operator(1).await;
+
+    let now = wait::until("another member primary", Duration::from_secs(180), || async {
+        let status = clusters
+            .get(CLUSTER)
+            .await
+            .map_err(|error| error.to_string())?
+            .status
+            .unwrap_or_default();
+        match &status.primary {
+            Some(primary) if *primary != lost => Ok(status),
+            other => Err(format!("{other:?} {:?}", status.conditions)),
+        }
+    })
+    .await;
+    eprintln!("{lost} lost its volume; {:?} took over", now.primary);
+    support::ready(&clusters, CLUSTER, 2).await;
+    let checked = check_history(&setup, &primary, &history, 3).await;
+    eprintln!("{checked} acknowledged writes checked, none lost");
+    until_done(&primary, "INSERT INTO history VALUES ('after', 'the loss')").await;
     setup.remove().await;
 }
 
