@@ -106,6 +106,7 @@ async fn status_pause_resume_backup_and_restore_through_the_plugin_and_refusals_
         freshness: Duration::from_secs(30),
         replace_after: Duration::from_secs(300),
         operator_image: "quorum/etcd-operator:test".into(),
+        leader_events: Default::default(),
     };
     let running =
         operator::start::<EtcdOperator>(client.clone(), &ns, false, settings, Duration::from_millis(800));
