@@ -1,7 +1,7 @@
 //! What the actions write, built without I/O: merge patches of annotations, and backup objects.
 
 use quorum_core::{
-    crd::{BackupDestination, REPAIR_ANNOTATION},
+    crd::{BackupDestination, RECOVER_ANNOTATION, REPAIR_ANNOTATION},
     runner::PAUSE_ANNOTATION,
 };
 use serde_json::{Value, json};
@@ -13,6 +13,8 @@ use crate::target::{Engine, Target};
 pub enum Refusal {
     #[error("{0} has no switchover: {1}")]
     NoSwitchover(String, &'static str),
+    #[error("{0} has no recovery on request yet: {1}")]
+    NoRecovery(String, &'static str),
     #[error(
         "{target} has no spec.backup.destination to back up to; pass --like <an existing {backup_kind}> to use its destination"
     )]
@@ -56,6 +58,26 @@ pub fn switchover(target: &Target, to: &str) -> Result<Value, Refusal> {
 /// mode; in cluster mode the operator says in `status.repair` that it does not yet).
 pub fn repair(member: Option<&str>) -> Value {
     json!({"metadata": {"annotations": {REPAIR_ANNOTATION: member}}})
+}
+
+/// The merge patch that asks the operator to bring `target` back into service from `member` (a
+/// pod name of the cluster) when its primary is lost for good, or, with `None`, ends the request.
+pub fn recover(target: &Target, member: Option<&str>) -> Result<Value, Refusal> {
+    match target.engine {
+        Engine::MySql => Ok(json!({"metadata": {"annotations": {RECOVER_ANNOTATION: member}}})),
+        Engine::Etcd => Err(Refusal::NoRecovery(
+            target.to_string(),
+            "with a majority lost for good, restore a new cluster from the newest backup (docs/etcd.md, Disaster recovery)",
+        )),
+        Engine::Redis => Err(Refusal::NoRecovery(
+            target.to_string(),
+            "the Sentinels or the cluster promote a replica themselves; see docs/redis.md, Disaster recovery",
+        )),
+        Engine::MongoDb => Err(Refusal::NoRecovery(
+            target.to_string(),
+            "with a majority lost for good, restore a new cluster from the newest backup (docs/mongodb.md, Disaster recovery)",
+        )),
+    }
 }
 
 /// A one-shot backup of `target` named `name` to `destination` (the cluster's
@@ -125,6 +147,25 @@ mod tests {
         assert_eq!(
             repair(None),
             json!({"metadata": {"annotations": {"quorum.dev/repair": null}}})
+        );
+    }
+
+    #[test]
+    fn recover_sets_or_ends_the_request_for_mysql_and_says_what_to_do_elsewhere() {
+        let shop = parse("mysql/shop").unwrap();
+        assert_eq!(
+            recover(&shop, Some("shop-1")),
+            Ok(json!({"metadata": {"annotations": {"quorum.dev/recover-from": "shop-1"}}}))
+        );
+        assert_eq!(
+            recover(&shop, None),
+            Ok(json!({"metadata": {"annotations": {"quorum.dev/recover-from": null}}}))
+        );
+        let refused = recover(&parse("etcd/main").unwrap(), Some("main-0")).unwrap_err();
+        assert!(
+            refused.to_string().contains("has no recovery on request yet")
+                && refused.to_string().contains("newest backup"),
+            "{refused}"
         );
     }
 

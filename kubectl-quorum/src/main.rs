@@ -69,6 +69,18 @@ enum Command {
         #[arg(long, conflicts_with = "member")]
         end: bool,
     },
+    /// Asks the operator to bring a cluster whose primary is lost for good back into service
+    /// from the named surviving member (annotation `quorum.dev/recover-from`; MySQL/MariaDB).
+    /// What only the lost members held is given up; `--end` ends the request.
+    Recover {
+        target: String,
+        /// The surviving member (pod name) to serve from.
+        #[arg(required_unless_present = "end")]
+        member: Option<String>,
+        /// Remove the request (after `status` shows the recovery Done, or to withdraw it).
+        #[arg(long, conflicts_with = "member")]
+        end: bool,
+    },
     /// Takes a backup now: a one-shot backup object of the engine's kind.
     Backup {
         target: String,
@@ -203,6 +215,19 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                     quorum_core::crd::REPAIR_ANNOTATION
                 ),
                 None => println!("{target}: repair request ended"),
+            }
+        }
+        Command::Recover { target, member, .. } => {
+            let target = target::parse(&target)?;
+            scope
+                .patch(&target, actions::recover(&target, member.as_deref())?)
+                .await?;
+            match member {
+                Some(member) => println!(
+                    "{target}: recovery from {member} requested (annotation {}); `kubectl quorum status {target}` shows whether it is taken or refused and why, and `kubectl quorum recover {target} --end` ends the request",
+                    quorum_core::crd::RECOVER_ANNOTATION
+                ),
+                None => println!("{target}: recovery request ended"),
             }
         }
         Command::Backup { target, name, like } => {

@@ -7,7 +7,7 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 use quorum_core::{
-    crd::{BackupRecord, RepairRecord},
+    crd::{BackupRecord, RecoveryRecord, RepairRecord},
     runner::is_paused,
 };
 use serde::Serialize;
@@ -100,6 +100,9 @@ pub struct ClusterView {
     /// A repair asked for (`kubectl quorum repair`) and where it stands.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub repair: Option<String>,
+    /// A recovery asked for (`kubectl quorum recover`) and where it stands.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recovery: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_backup: Option<BackupView>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -142,6 +145,18 @@ fn repair(record: Option<&RepairRecord>) -> Option<String> {
     record.map(|record| format!("{} {}: {}", record.member, wire(&record.phase), record.message))
 }
 
+/// A recovery asked for and where it stands, for people.
+fn recovery(record: Option<&RecoveryRecord>) -> Option<String> {
+    record.map(|record| {
+        format!(
+            "from {} {}: {}",
+            record.member,
+            wire(&record.phase),
+            record.message
+        )
+    })
+}
+
 /// The wire name of a typed record (its serialized form), for people.
 fn wire<T: Serialize>(value: &T) -> String {
     match serde_json::to_value(value) {
@@ -164,6 +179,7 @@ fn frame<K: kube::Resource<DynamicType = ()>>(cluster: &K) -> ClusterView {
         in_flight: None,
         waiting_for: None,
         repair: None,
+        recovery: None,
         last_backup: None,
         last_failover: None,
     }
@@ -267,6 +283,7 @@ pub fn mysql(cluster: &mysql_operator::crd::MySQLCluster, pods: &Pods, now: Time
         from_loss_millis: failover.from_loss_millis,
     });
     view.repair = repair(status.repair.as_ref());
+    view.recovery = recovery(status.recovery.as_ref());
     finish(view, &status.conditions, status.last_backup.as_ref(), now)
 }
 
@@ -421,6 +438,9 @@ pub fn render(view: &ClusterView, style: Style) -> String {
     if let Some(repair) = &view.repair {
         out.push_str(&format!("  repair: {repair}\n"));
     }
+    if let Some(recovery) = &view.recovery {
+        out.push_str(&format!("  recovery: {recovery}\n"));
+    }
     out.push_str("  conditions:\n");
     for condition in &view.conditions {
         out.push_str(&format!(
@@ -521,6 +541,12 @@ mod tests {
                     "member 1 is unreachable",
                 ),
             ],
+            recovery: Some(RecoveryRecord {
+                member: "shop-2".into(),
+                phase: quorum_core::crd::RecoveryPhase::Waiting,
+                replaced: None,
+                message: "member 2 does not answer".into(),
+            }),
             ..Default::default()
         });
         cluster
@@ -563,6 +589,10 @@ mod tests {
         );
         assert!(
             text.contains("last backup: nightly at 2026-11-26T00:00:00Z (3600s ago)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  recovery: from shop-2 Waiting: member 2 does not answer\n"),
             "{text}"
         );
         assert!(!text.contains('\x1b'), "plain text has no colour codes");

@@ -175,6 +175,38 @@ pub struct RepairRecord {
     pub message: String,
 }
 
+/// A person's request to bring a cluster whose primary (or majority) is lost for good back into
+/// service from one surviving member, which the annotation names. The operator never does this
+/// by itself: it cannot tell a member lost for good from one that is slow to come back, and what
+/// only the lost members held is given up. It is taken only while the cluster is blocked on
+/// members that do not answer, only from the surviving member that holds everything any member
+/// that answers holds, once per request (`status.recovery` records it). Removing the annotation
+/// ends the request and its record.
+pub const RECOVER_ANNOTATION: &str = "quorum.dev/recover-from";
+
+/// Where a recovery asked for by [`RECOVER_ANNOTATION`] stands.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum RecoveryPhase {
+    /// Not taken: the operator waits, or refuses the request as it stands, and says why.
+    Waiting,
+    /// The named member serves the cluster.
+    Done,
+}
+
+/// A recovery asked for by [`RECOVER_ANNOTATION`], kept while the annotation stays.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RecoveryRecord {
+    /// The member the annotation names.
+    pub member: String,
+    pub phase: RecoveryPhase,
+    /// The primary it replaced, once it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaced: Option<String>,
+    /// What the operator waits for, or why it refuses, or what it did.
+    pub message: String,
+}
+
 /// A change of primary the database made by itself (a Sentinel failover, an election), as the
 /// operator saw it.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]

@@ -59,6 +59,7 @@ pub mod pod;
 pub mod pod_failures;
 pub mod predecessor;
 pub mod rbac;
+pub mod recovery;
 pub mod repair;
 pub mod role_labels;
 pub mod rollout;

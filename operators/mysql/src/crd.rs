@@ -387,6 +387,9 @@ pub struct MySQLClusterStatus {
     /// The repair asked for with the `quorum.dev/repair` annotation, while it stands.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repair: Option<quorum_core::crd::RepairRecord>,
+    /// The recovery asked for with the `quorum.dev/recover-from` annotation, while it stands.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery: Option<quorum_core::crd::RecoveryRecord>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }

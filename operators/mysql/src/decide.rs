@@ -31,6 +31,7 @@ use quorum_core::{
         gate::{self, Disruption, Freshness, GateInput, Quorum, Verdict},
         health::{Health, Observation},
     },
+    recovery::{RECOVER_ANNOTATION, RecoveryRequest},
     repair::PodRepair,
     rollout::{RollTarget, Templates},
 };
@@ -164,6 +165,8 @@ pub struct Facts {
     pub binlog_expire_seconds: u32,
     /// A repair a person asked for, while the request stands.
     pub repair: Option<PodRepair>,
+    /// A recovery a person asked for, while the request stands.
+    pub recovery: Option<RecoveryRequest>,
     pub freshness: Duration,
     pub now: Instant,
 }
@@ -454,9 +457,15 @@ fn choose_primary(facts: &Facts) -> Result<usize, Decision> {
         return open_first_primary(facts);
     };
     let Some(fact) = member(facts, primary) else {
-        return Err(wait(
-            Reason::PrimaryMissing,
-            format!("the recorded primary (ordinal {primary}) has no pod"),
+        return Err(recover_on_request(
+            facts,
+            primary,
+            wait(
+                Reason::PrimaryMissing,
+                format!(
+                    "the recorded primary (ordinal {primary}) has no pod; if it is lost for good, name the survivor to serve from with {RECOVER_ANNOTATION} (docs/mysql.md, Disaster recovery)"
+                ),
+            ),
         ));
     };
     match &fact.health {
@@ -471,14 +480,73 @@ fn choose_primary(facts: &Facts) -> Result<usize, Decision> {
                 format!("the primary (ordinal {primary}) was not observed recently"),
             )),
         },
-        Health::Unknown(why) => Err(wait(
-            Reason::PrimaryUnknown,
-            format!(
-                "the primary (ordinal {primary}) is unreachable from the operator but its replicas do not report it down; no failover: {why}"
+        Health::Unknown(why) => Err(recover_on_request(
+            facts,
+            primary,
+            wait(
+                Reason::PrimaryUnknown,
+                format!(
+                    "the primary (ordinal {primary}) is unreachable from the operator but its replicas do not report it down; no failover: {why}"
+                ),
             ),
         )),
-        Health::Unhealthy(why) => Err(failover(facts, primary, why)),
+        Health::Unhealthy(why) => Err(match failover(facts, primary, why) {
+            blocked @ Decision::Wait(_) => recover_on_request(facts, primary, blocked),
+            decision => decision,
+        }),
     }
+}
+
+/// The primary does not answer and the operator waits (`blocked`): no pod, unreachable with
+/// no majority testifying, or no failover possible while a replica does not answer. A person
+/// who knows the primary is lost for good may name the survivor to promote
+/// ([`RECOVER_ANNOTATION`]). It is promoted, as in a failover, only if it answers, no member that
+/// answers still replicates from the primary (then the primary is not lost), and it holds every
+/// transaction any member that answers holds; what only the members that do not answer held is
+/// given up, which is why only a person asks for it. Once per request.
+fn recover_on_request(facts: &Facts, primary: usize, blocked: Decision) -> Decision {
+    let Some(request) = facts.recovery.as_ref().filter(|request| !request.is_done()) else {
+        return blocked;
+    };
+    let refused = |message: String| wait(Reason::RecoveryRefused, message);
+    let to = match request.target(facts.desired_members) {
+        Ok(to) => to,
+        Err(refusal) => return refused(refusal),
+    };
+    if to == primary {
+        return refused(format!(
+            "{RECOVER_ANNOTATION} names the primary (member {primary}), the member that is lost: name the surviving member to promote"
+        ));
+    }
+    let Some(target) = member(facts, to).and_then(|m| m.healthy_state(facts.now, facts.freshness)) else {
+        return refused(format!(
+            "member {to} does not answer; only a member that answers is promoted"
+        ));
+    };
+    let held = target.held();
+    for fact in facts.members.iter().filter(|m| m.ordinal != primary) {
+        let Some(state) = fact.healthy_state(facts.now, facts.freshness) else {
+            continue;
+        };
+        if state
+            .replication
+            .as_ref()
+            .is_some_and(|r| r.source == Some(primary) && r.io_running)
+        {
+            return refused(format!(
+                "member {} still replicates from the primary (member {primary}): it is not lost, nothing is promoted",
+                fact.ordinal
+            ));
+        }
+        if !held.includes(&state.held()) {
+            return refused(format!(
+                "member {} holds transactions member {to} lacks (it holds {}); name the member that holds everything the others that answer hold",
+                fact.ordinal,
+                state.held()
+            ));
+        }
+    }
+    Decision::Act(Step::Failover { from: primary, to })
 }
 
 /// The recorded primary restarted and no failover happened. It may have come back with less than
@@ -598,7 +666,7 @@ fn failover(facts: &Facts, from: usize, why: &str) -> Decision {
                 return wait(
                     Reason::FailoverBlocked,
                     format!(
-                        "the primary (ordinal {from}) is down ({why}), but replica {} is {}; every replica must answer before one is promoted",
+                        "the primary (ordinal {from}) is down ({why}), but replica {} is {}; every replica must answer before one is promoted, or, if it is lost for good, name the survivor to serve from with {RECOVER_ANNOTATION} (docs/mysql.md, Disaster recovery)",
                         fact.ordinal,
                         fact.health.as_str()
                     ),
@@ -953,6 +1021,7 @@ mod tests {
             semi_sync: true,
             binlog_expire_seconds: WEEK,
             repair: None,
+            recovery: None,
             freshness: Duration::from_secs(30),
             now,
         }
@@ -1758,6 +1827,117 @@ mod tests {
             assert_eq!(decide(&facts), expected, "{case}");
         }
     }
+    #[test]
+    fn a_recovery_request_promotes_the_named_survivor_only_while_the_primary_is_lost_and_only_if_it_holds_the_most()
+     {
+        let now = Instant::now();
+        let request = |member: &str, done: bool| RecoveryRequest {
+            member: member.to_string(),
+            ordinal: member.strip_prefix("main-").and_then(|o| o.parse().ok()),
+            done: done.then(|| "main-0".to_string()),
+        };
+        let lost_replica = |ordinal: usize, executed: &str| {
+            let mut state = replica_state(executed, 0);
+            let replication = state.replication.as_mut().unwrap();
+            replication.io_running = false;
+            replication.source_lost = true;
+            healthy(ordinal, state, now)
+        };
+        let unknown = |ordinal| unreachable(ordinal, Health::Unknown("timed out".into()), now);
+        // The primary (0) and member 2 gone: one replica cannot testify alone (PrimaryUnknown).
+        let primary_and_one_gone = || vec![unknown(0), lost_replica(1, "0-1-10"), unknown(2)];
+        let refused = |message: &str| {
+            Decision::Wait(Wait {
+                reason: Reason::RecoveryRefused,
+                message: message.into(),
+            })
+        };
+        let cases: Vec<(&str, Vec<MemberFact>, Option<RecoveryRequest>, Decision)> = vec![
+            (
+                "no request: waits as before",
+                primary_and_one_gone(),
+                None,
+                Decision::Wait(Wait {
+                    reason: Reason::PrimaryUnknown,
+                    message: "the primary (ordinal 0) is unreachable from the operator but its replicas do not report it down; no failover: timed out".into(),
+                }),
+            ),
+            (
+                "the survivor named: promoted",
+                primary_and_one_gone(),
+                Some(request("main-1", false)),
+                Decision::Act(Step::Failover { from: 0, to: 1 }),
+            ),
+            (
+                "taken once: a request recorded done is not taken again",
+                primary_and_one_gone(),
+                Some(request("main-1", true)),
+                Decision::Wait(Wait {
+                    reason: Reason::PrimaryUnknown,
+                    message: "the primary (ordinal 0) is unreachable from the operator but its replicas do not report it down; no failover: timed out".into(),
+                }),
+            ),
+            (
+                "the primary named",
+                primary_and_one_gone(),
+                Some(request("main-0", false)),
+                refused("quorum.dev/recover-from names the primary (member 0), the member that is lost: name the surviving member to promote"),
+            ),
+            (
+                "a member that does not answer named",
+                primary_and_one_gone(),
+                Some(request("main-2", false)),
+                refused("member 2 does not answer; only a member that answers is promoted"),
+            ),
+            (
+                "no such member",
+                primary_and_one_gone(),
+                Some(request("cache-1", false)),
+                refused("quorum.dev/recover-from names \"cache-1\", which is not one of this cluster's 3 members (ordinals 0 to 2), so nothing is changed: name one, or remove the annotation"),
+            ),
+            (
+                "another survivor holds more: refused, naming it",
+                vec![unknown(0), lost_replica(1, "0-1-9"), lost_replica(2, "0-1-10")],
+                Some(request("main-1", false)),
+                refused("member 2 holds transactions member 1 lacks (it holds 0-1-10); name the member that holds everything the others that answer hold"),
+            ),
+            (
+                "a member still replicating from the primary: it is not lost",
+                vec![unknown(0), lost_replica(1, "0-1-10"), healthy(2, replica_state("0-1-10", 0), now)],
+                Some(request("main-1", false)),
+                refused("member 2 still replicates from the primary (member 0): it is not lost, nothing is promoted"),
+            ),
+            (
+                "the primary down by testimony but a replica unreachable (FailoverBlocked): promoted on request",
+                vec![
+                    unreachable(0, Health::Unhealthy("2 of 2 replicas lost it".into()), now),
+                    lost_replica(1, "0-1-10"),
+                    unknown(2),
+                ],
+                Some(request("main-1", false)),
+                Decision::Act(Step::Failover { from: 0, to: 1 }),
+            ),
+            (
+                "the primary with no pod: promoted on request",
+                vec![lost_replica(1, "0-1-10"), lost_replica(2, "0-1-10")],
+                Some(request("main-2", false)),
+                Decision::Act(Step::Failover { from: 0, to: 2 }),
+            ),
+        ];
+        for (case, members, recovery, expected) in cases {
+            let mut facts = facts(keeping_logs(members), Some(0), now);
+            facts.desired_members = 3;
+            facts.statefulset_replicas = Some(3);
+            facts.recovery = recovery;
+            assert_eq!(decide(&facts), expected, "{case}");
+        }
+        // A healthy primary: the request changes nothing.
+        let mut healthy_primary = facts(settled_three(now), Some(0), now);
+        let without = decide(&healthy_primary);
+        healthy_primary.recovery = Some(request("main-1", false));
+        assert_eq!(decide(&healthy_primary), without);
+    }
+
     fn templates(outdated: &[usize], current: &[usize]) -> Templates {
         Templates::Known {
             outdated: outdated.iter().map(|o| (*o, format!("uid-{o}"))).collect(),

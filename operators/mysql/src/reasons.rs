@@ -49,6 +49,8 @@ quorum_core::reasons! {
         RestartStuck => Warning,
         /// A repair was asked for that cannot be taken as asked.
         RepairRefused => Warning,
+        /// A recovery was asked for that cannot be taken as asked.
+        RecoveryRefused => Warning,
         /// A switchover asked for cannot be taken, or was given up: the request is removed.
         SwitchoverRefused => Warning,
         /// The step recorded in status cannot be read: nothing disruptive until a person looks.
@@ -96,6 +98,7 @@ mod tests {
             "RestartBlocked",
             "RestartStuck",
             "RepairRefused",
+            "RecoveryRefused",
             "SwitchoverRefused",
             "InFlightUnreadable",
             "StepFailed",
@@ -120,6 +123,7 @@ mod tests {
                 "RestartBlocked",
                 "RestartStuck",
                 "RepairRefused",
+                "RecoveryRefused",
                 "SwitchoverRefused",
                 "InFlightUnreadable",
                 "StepFailed",

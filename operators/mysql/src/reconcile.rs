@@ -25,6 +25,7 @@ use quorum_core::{
     events::Severity,
     naming::PodHosts,
     pass::{Progress, Reason as _, UnreadableRecord, needed_secret, publish},
+    recovery::{RecoveryRecord, RecoveryRequest},
     repair::{PodRepair, RepairRecord},
     role_labels::LabelledPods,
     rollout::{Templates, needs_take_over, restart_pod, take_over_updates},
@@ -150,6 +151,7 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, context: Arc<Context<State>>)
             .repair
             .as_ref()
             .map(|repair| repair.record(None, "", false)),
+        recovery: None,
         pods: LabelledPods::new(std::mem::take(&mut observed.member_pods), ROLE_LABEL),
     };
     if let Some(step) = decision.step() {
@@ -197,6 +199,7 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, context: Arc<Context<State>>)
     }
 
     memory.repair = repair_record(&observed, &facts, &decision, memory.repair.take());
+    memory.recovery = recovery_record(&observed, &decision, memory.primary);
     report.write(&decision, &memory).await?;
     Ok(match decision {
         Decision::Settled => Action::requeue(Duration::from_secs(30)),
@@ -298,6 +301,8 @@ struct Observed {
     pending_restore: Option<PendingRestore>,
     /// A repair a person asked for, resolved against the member pods.
     repair: Option<PodRepair>,
+    /// A recovery a person asked for.
+    recovery: Option<RecoveryRequest>,
 }
 
 impl Observed {
@@ -321,6 +326,7 @@ impl Observed {
             semi_sync: semi_sync(cluster),
             binlog_expire_seconds: binlog_expire_seconds(cluster),
             repair: self.repair.clone(),
+            recovery: self.recovery.clone(),
             freshness: settings.freshness,
             now: std::time::Instant::now(),
         }
@@ -403,6 +409,11 @@ async fn observe(context: &Context<State>, cluster: &MySQLCluster) -> Result<Obs
             let ordinal = ordinal_of(&name, &request.member);
             PodRepair::resolve(request, ordinal, &member_pods)
         }),
+        recovery: quorum_core::recovery::request(
+            cluster,
+            cluster.status.as_ref().and_then(|s| s.recovery.as_ref()),
+            |member| ordinal_of(&name, member),
+        ),
         templates,
         member_pods,
         view,
@@ -431,6 +442,44 @@ fn repair_record(
     Some(repair.record(wiped_now.as_ref(), &waiting, back))
 }
 
+/// Where a recovery asked for stands at the end of the pass, for `status.recovery`; `None` once
+/// the request is gone. It is done once the member it names became the primary while it stood
+/// (this pass, or as recorded before); until then the record says what the pass decided about it.
+fn recovery_record(
+    observed: &Observed,
+    decision: &Decision,
+    primary_now: Option<usize>,
+) -> Option<RecoveryRecord> {
+    let request = observed.recovery.as_ref()?;
+    let name = observed.key.rsplit('/').next().unwrap_or_default();
+    if let Some(replaced) = &request.done {
+        return Some(request.done(replaced));
+    }
+    if let (Some(before), Some(after)) = (observed.primary, primary_now)
+        && request.ordinal == Some(after)
+        && before != after
+    {
+        return Some(request.done(&member_name(name, before)));
+    }
+    let message = match decision {
+        Decision::Wait(wait) if wait.reason == Reason::RecoveryRefused => wait.message.clone(),
+        Decision::Act(step @ Step::Failover { to, .. }) if request.ordinal == Some(*to) => {
+            describe(name, step)
+        }
+        _ => format!(
+            "taken only while the primary does not answer and the cluster waits on members that do not; {}",
+            match observed.primary {
+                Some(primary) => format!(
+                    "the primary now is {}. Remove the annotation (a switchover hands the primary over without losing a write)",
+                    member_name(name, primary)
+                ),
+                None => "no primary is recorded yet. Remove the annotation".to_string(),
+            }
+        ),
+    };
+    Some(request.waiting(message))
+}
+
 /// What the pass changes of the operator's memory in status.
 struct Memory {
     primary: Option<usize>,
@@ -439,6 +488,8 @@ struct Memory {
     restored: Option<RestoreRecord>,
     /// Where a repair asked for stands (`status.repair`).
     repair: Option<RepairRecord>,
+    /// Where a recovery asked for stands (`status.recovery`).
+    recovery: Option<RecoveryRecord>,
     /// The member pods, with the role labels set so far this pass.
     pods: LabelledPods,
 }
@@ -481,6 +532,7 @@ impl<'a> Report<'a> {
         );
         let status = MySQLClusterStatus {
             repair: memory.repair.clone(),
+            recovery: memory.recovery.clone(),
             ..status
         };
         self.writer.write(&status).await?;

@@ -340,6 +340,7 @@ pub fn build_status(
         last_backup: previous.last_backup,
         restored_from: restored,
         repair: previous.repair,
+        recovery: previous.recovery,
         conditions,
     }
 }

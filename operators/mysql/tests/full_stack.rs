@@ -1215,3 +1215,139 @@ async fn backup_stale_turns_true_without_a_recent_backup_and_false_with_one_and_
         completed_at,
     );
 }
+
+/// The primary and a replica lost at once: the one replica left cannot testify alone, so the
+/// operator promotes nothing by itself (a member that does not answer may hold the newest
+/// acknowledged commits). A person who knows both are gone for good names the survivor with
+/// `quorum.dev/recover-from`: a member that does not answer is refused with a record that says
+/// why, the survivor is promoted once, recorded as done, and holds every acknowledged write
+/// (the writer stopped and both replicas caught up before the loss). The lost members, back on
+/// their volumes, rejoin as its replicas; removing the annotation ends the record.
+#[tokio::test]
+async fn a_recovery_request_promotes_the_named_survivor_of_a_lost_primary_and_replica() {
+    use quorum_core::recovery::{RECOVER_ANNOTATION, RecoveryPhase};
+    let setup = setup("mysql-recover").await;
+    setup.create(3).await;
+    ready(&setup.clusters, "main", 2).await;
+    insert_items(setup.ip(0), 0..1).await;
+    let writer = support::Writer::start(setup.ip(0), "before the loss");
+    writer.committed(100).await;
+    let acknowledged = writer.stop(Duration::from_secs(20)).await;
+    for replica in [1, 2] {
+        wait::until(
+            &format!("member {replica} holds every acknowledged write"),
+            Duration::from_secs(60),
+            || async {
+                let held: BTreeSet<u64> = item_ids(setup.ip(replica)).await?.into_iter().collect();
+                let missing = acknowledged.difference(&held).count();
+                if missing == 0 {
+                    Ok(())
+                } else {
+                    Err(format!("{missing} missing"))
+                }
+            },
+        )
+        .await;
+    }
+
+    setup.members.kill(setup.ns(), "main-0").await;
+    setup.members.kill(setup.ns(), "main-2").await;
+    setup
+        .status_until(
+            "the operator waiting on the lost members",
+            Duration::from_secs(90),
+            |status| {
+                let waiting = status.conditions.iter().any(|c| {
+                    c.type_ == "Progressing"
+                        && ["PrimaryUnknown", "FailoverBlocked"].contains(&c.reason.as_str())
+                });
+                if waiting && status.primary.as_deref() == Some("main-0") {
+                    Ok(())
+                } else {
+                    Err(format!("{:?} {:?}", status.primary, status.conditions))
+                }
+            },
+        )
+        .await;
+
+    let request = |member: &str| {
+        let patch = serde_json::json!({"metadata": {"annotations": {RECOVER_ANNOTATION: member}}});
+        let clusters = setup.clusters.clone();
+        async move {
+            clusters
+                .patch("main", &PatchParams::default(), &Patch::Merge(patch))
+                .await
+                .unwrap();
+        }
+    };
+    request("main-2").await;
+    let refused = setup
+        .status_until(
+            "the request for a lost member refused",
+            Duration::from_secs(60),
+            |status| match status.recovery {
+                Some(record) if record.member == "main-2" => Ok(record),
+                other => Err(format!("{other:?}")),
+            },
+        )
+        .await;
+    assert_eq!(refused.phase, RecoveryPhase::Waiting, "{refused:?}");
+    assert!(refused.message.contains("does not answer"), "{refused:?}");
+
+    request("main-1").await;
+    let status = setup
+        .status_until(
+            "main-1 promoted on request",
+            Duration::from_secs(90),
+            |status| match (&status.primary, &status.recovery) {
+                (Some(primary), Some(record))
+                    if primary == "main-1" && record.phase == RecoveryPhase::Done =>
+                {
+                    Ok(status)
+                }
+                _ => Err(format!(
+                    "{:?} {:?} {:?}",
+                    status.primary, status.recovery, status.conditions
+                )),
+            },
+        )
+        .await;
+    let record = status.recovery.clone().unwrap();
+    assert_eq!(record.replaced.as_deref(), Some("main-0"), "{record:?}");
+    let held: BTreeSet<u64> = item_ids(setup.ip(1)).await.unwrap().into_iter().collect();
+    let lost: Vec<&u64> = acknowledged.difference(&held).collect();
+    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
+
+    // The lost members come back on their volumes (their pods replaced) and follow main-1.
+    let pods: Api<Pod> = Api::namespaced(setup.client.clone(), setup.ns());
+    for lost in ["main-0", "main-2"] {
+        pods.delete(lost, &DeleteParams::default()).await.unwrap();
+    }
+    let status = ready(&setup.clusters, "main", 2).await;
+    assert_eq!(status.primary.as_deref(), Some("main-1"));
+    let mut conn = app_connection(setup.ip(1)).await.expect("the new primary");
+    conn.exec_drop(
+        "INSERT INTO items VALUES (?, 'after the recovery')",
+        (7_000_000u64,),
+    )
+    .await
+    .expect("the new primary takes writes");
+
+    let patch = serde_json::json!({"metadata": {"annotations": {RECOVER_ANNOTATION: null}}});
+    setup
+        .clusters
+        .patch("main", &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .unwrap();
+    setup
+        .status_until(
+            "the record gone with the request",
+            Duration::from_secs(60),
+            |status| match status.recovery {
+                None => Ok(()),
+                Some(record) => Err(format!("{record:?}")),
+            },
+        )
+        .await;
+    setup.finish().await;
+}

@@ -1,0 +1,137 @@
+//! A person's request to bring a cluster whose primary or majority is lost for good back into
+//! service from one surviving member ([`RECOVER_ANNOTATION`]), the same for every engine: read
+//! from the cluster's annotation and joined with what `status.recovery` recorded of it.
+//!
+//! Whether the named member may serve is each engine's decision (it must answer, and hold
+//! everything any member that answers holds); what is shared is the request's reading, its
+//! record, and its one rule: a request recorded as done is never taken again.
+
+use kube::ResourceExt;
+
+pub use crate::crd::{RECOVER_ANNOTATION, RecoveryPhase, RecoveryRecord};
+
+/// A standing recovery request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecoveryRequest {
+    /// The member the annotation names, as written (trimmed).
+    pub member: String,
+    /// Its ordinal, when the name is one of the cluster's member names.
+    pub ordinal: Option<usize>,
+    /// The primary it replaced, when status recorded this request as done.
+    pub done: Option<String>,
+}
+
+/// The recovery `object` asks for, if it carries [`RECOVER_ANNOTATION`]; `ordinal_of` reads a
+/// member name's ordinal, and `recorded` (its `status.recovery`) says whether it was done.
+pub fn request(
+    object: &impl ResourceExt,
+    recorded: Option<&RecoveryRecord>,
+    ordinal_of: impl Fn(&str) -> Option<usize>,
+) -> Option<RecoveryRequest> {
+    let member = object.annotations().get(RECOVER_ANNOTATION)?.trim().to_string();
+    let done = recorded
+        .filter(|record| record.member == member && record.phase == RecoveryPhase::Done)
+        .map(|record| record.replaced.clone().unwrap_or_default());
+    Some(RecoveryRequest {
+        ordinal: ordinal_of(&member),
+        member,
+        done,
+    })
+}
+
+impl RecoveryRequest {
+    /// The ordinal of the member the request names when it is one of `members` (ordinals
+    /// `0..members`), or the refusal that says why nothing is changed.
+    pub fn target(&self, members: usize) -> Result<usize, String> {
+        self.ordinal.filter(|ordinal| *ordinal < members).ok_or_else(|| {
+            format!(
+                "{RECOVER_ANNOTATION} names {:?}, which is not one of this cluster's {members} members (ordinals 0 to {}), \
+                 so nothing is changed: name one, or remove the annotation",
+                self.member,
+                members.saturating_sub(1)
+            )
+        })
+    }
+
+    /// Whether the request was already taken.
+    pub fn is_done(&self) -> bool {
+        self.done.is_some()
+    }
+
+    /// The record while the request is not taken: what the operator waits for or why it refuses.
+    pub fn waiting(&self, message: impl Into<String>) -> RecoveryRecord {
+        RecoveryRecord {
+            member: self.member.clone(),
+            phase: RecoveryPhase::Waiting,
+            replaced: None,
+            message: message.into(),
+        }
+    }
+
+    /// The record once the named member serves in place of `replaced`.
+    pub fn done(&self, replaced: &str) -> RecoveryRecord {
+        RecoveryRecord {
+            member: self.member.clone(),
+            phase: RecoveryPhase::Done,
+            replaced: Some(replaced.to_string()),
+            message: format!(
+                "{} serves in place of {replaced}; what only the lost members held is not in it. Remove the annotation to end the request",
+                self.member
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    use super::*;
+
+    fn annotated(member: &str) -> ConfigMap {
+        let mut object = ConfigMap::default();
+        object.metadata.annotations = Some([(RECOVER_ANNOTATION.to_string(), format!(" {member} "))].into());
+        object
+    }
+
+    fn ordinal_of(name: &str) -> Option<usize> {
+        name.strip_prefix("main-")?.parse().ok()
+    }
+
+    #[test]
+    fn a_request_is_read_with_its_ordinal_and_is_done_only_when_recorded_done_for_the_same_member() {
+        assert_eq!(request(&ConfigMap::default(), None, ordinal_of), None);
+        let fresh = request(&annotated("main-2"), None, ordinal_of).unwrap();
+        assert_eq!(
+            (fresh.member.as_str(), fresh.ordinal, fresh.is_done()),
+            ("main-2", Some(2), false)
+        );
+        assert_eq!(fresh.target(3), Ok(2));
+        assert!(
+            fresh
+                .target(2)
+                .unwrap_err()
+                .contains("not one of this cluster's 2 members")
+        );
+        assert_eq!(
+            request(&annotated("other"), None, ordinal_of).unwrap().ordinal,
+            None
+        );
+
+        let done = fresh.done("main-0");
+        assert_eq!(done.phase, RecoveryPhase::Done);
+        let again = request(&annotated("main-2"), Some(&done), ordinal_of).unwrap();
+        assert_eq!(again.done.as_deref(), Some("main-0"));
+        let waiting = fresh.waiting("waits");
+        assert!(
+            !request(&annotated("main-2"), Some(&waiting), ordinal_of)
+                .unwrap()
+                .is_done()
+        );
+        assert!(
+            !request(&annotated("main-1"), Some(&done), ordinal_of)
+                .unwrap()
+                .is_done()
+        );
+    }
+}
