@@ -64,7 +64,9 @@ pub fn repair(member: Option<&str>) -> Value {
 /// pod name of the cluster) when its primary is lost for good, or, with `None`, ends the request.
 pub fn recover(target: &Target, member: Option<&str>) -> Result<Value, Refusal> {
     match target.engine {
-        Engine::MySql => Ok(json!({"metadata": {"annotations": {RECOVER_ANNOTATION: member}}})),
+        Engine::MySql | Engine::MongoDb => {
+            Ok(json!({"metadata": {"annotations": {RECOVER_ANNOTATION: member}}}))
+        }
         Engine::Etcd => Err(Refusal::NoRecovery(
             target.to_string(),
             "with a majority lost for good, restore a new cluster from the newest backup (docs/etcd.md, Disaster recovery)",
@@ -72,10 +74,6 @@ pub fn recover(target: &Target, member: Option<&str>) -> Result<Value, Refusal> 
         Engine::Redis => Err(Refusal::NoRecovery(
             target.to_string(),
             "the Sentinels or the cluster promote a replica themselves; see docs/redis.md, Disaster recovery",
-        )),
-        Engine::MongoDb => Err(Refusal::NoRecovery(
-            target.to_string(),
-            "with a majority lost for good, restore a new cluster from the newest backup (docs/mongodb.md, Disaster recovery)",
         )),
     }
 }

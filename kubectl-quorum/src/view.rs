@@ -348,6 +348,7 @@ pub fn mongodb(
         .map(|change| in_flight(&change.kind, &change.member, &change.started_at));
     view.last_failover = status.last_failover.as_ref().map(observed_failover);
     view.repair = repair(status.repair.as_ref());
+    view.recovery = recovery(status.recovery.as_ref());
     finish(view, &status.conditions, status.last_backup.as_ref(), now)
 }
 

@@ -133,6 +133,22 @@ pub struct Hello {
     pub me: Option<String>,
     /// The primary it knows of.
     pub primary: Option<String>,
+    /// The last operation it applied (`lastWrite.opTime`), when it reports one.
+    pub last_applied: Option<OpTime>,
+}
+
+/// A position in the oplog, ordered as the server orders them: by term, then by time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct OpTime {
+    pub term: i64,
+    pub time: u32,
+    pub increment: u32,
+}
+
+impl std::fmt::Display for OpTime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "term {} at {}.{}", self.term, self.time, self.increment)
+    }
 }
 
 /// One member's entry in the replica set configuration.
@@ -511,6 +527,18 @@ impl MongoAdmin {
             arbiter_only: reply.get_bool("arbiterOnly").unwrap_or(false),
             me: reply.get_str("me").ok().map(str::to_string),
             primary: reply.get_str("primary").ok().map(str::to_string),
+            last_applied: reply
+                .get_document("lastWrite")
+                .and_then(|last| last.get_document("opTime"))
+                .ok()
+                .and_then(|optime| {
+                    let ts = optime.get_timestamp("ts").ok()?;
+                    Some(OpTime {
+                        term: number(optime, "t").unwrap_or(-1),
+                        time: ts.time,
+                        increment: ts.increment,
+                    })
+                }),
         })
     }
 
@@ -563,6 +591,15 @@ impl MongoAdmin {
     /// changes, a stale version, a configuration not yet on a majority).
     pub async fn reconfig(&self, config: &ReplConfig) -> Result<(), AdminError> {
         self.command(doc! { "replSetReconfig": config.to_document() })
+            .await
+            .map(|_| ())
+    }
+
+    /// `replSetReconfig` with `force`, on a member that is not primary: how a set that lost its
+    /// majority for good is given a configuration of the members left. Only ever on a person's
+    /// request ([`quorum_core::recovery`]).
+    pub async fn force_reconfig(&self, config: &ReplConfig) -> Result<(), AdminError> {
+        self.command(doc! { "replSetReconfig": config.to_document(), "force": true })
             .await
             .map(|_| ())
     }

@@ -212,6 +212,9 @@ pub struct MongoDBReplicaSetStatus {
     /// loaded so that it is never loaded again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restored_from: Option<BackupRecord>,
+    /// The recovery asked for with the `quorum.dev/recover-from` annotation, while it stands.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery: Option<quorum_core::crd::RecoveryRecord>,
     /// The repair asked for with the `quorum.dev/repair` annotation, while it stands.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repair: Option<quorum_core::crd::RepairRecord>,
@@ -279,6 +282,9 @@ quorum_core::recorded_kinds! {
         SetFeatureCompatibilityVersion,
         /// A backup loaded into the first member of a set created with `restoreFrom`.
         Restore,
+        /// The members left of a set that lost its majority given a configuration of their
+        /// own (`replSetReconfig` with `force`), on request.
+        ForceReconfigure,
     }
 }
 

@@ -21,7 +21,10 @@ use quorum_core::availability::{
     gate::{self, Disruption, Freshness, GateInput, Quorum, Verdict, WaitReason},
     health::{Health, Observation},
 };
-use quorum_core::repair::RepairRequest;
+use quorum_core::{
+    recovery::{RECOVER_ANNOTATION, RecoveryRequest},
+    repair::RepairRequest,
+};
 
 use crate::admin::{ConfigMember, Hello, MemberState, ReplConfig, ReplStatus};
 use crate::crd::release_of;
@@ -125,6 +128,8 @@ pub struct Observed {
     pub restore_pending: bool,
     /// A repair a person asked for, while the request stands.
     pub repair: Option<RepairRequest>,
+    /// A recovery a person asked for, while the request stands.
+    pub recovery: Option<RecoveryRequest>,
 }
 
 impl Observed {
@@ -307,6 +312,13 @@ pub enum Step {
         member: String,
         pod_uid: String,
     },
+    /// Give the members left of a set that lost its majority for good a configuration of their
+    /// own (`replSetReconfig` with `force`, on `host`), on a person's request.
+    ForceReconfigure {
+        member: String,
+        host: String,
+        config: ReplConfig,
+    },
     /// Wipe the member's volume and pod (the one observed) so it comes back empty and copies
     /// the data again (an initial sync): the only way back for a member too stale to catch up.
     Resync {
@@ -347,7 +359,7 @@ pub fn decide(desired: &Desired, observed: &Observed) -> Step {
         );
     }
     let Some(primary) = observed.primary.as_deref() else {
-        return no_primary(observed);
+        return recover_on_request(observed, config).unwrap_or_else(|| no_primary(observed, config));
     };
     if observed.status.is_none() {
         return wait(
@@ -446,7 +458,7 @@ fn initiate(desired: &Desired, observed: &Observed) -> Step {
     }
 }
 
-fn no_primary(observed: &Observed) -> Step {
+fn no_primary(observed: &Observed, config: &ReplConfig) -> Step {
     let named: Vec<&str> = observed
         .members
         .iter()
@@ -465,10 +477,130 @@ fn no_primary(observed: &Observed) -> Step {
             ),
         );
     }
+    let silent: Vec<String> = config
+        .members
+        .iter()
+        .filter(|member| member.is_voting())
+        .filter(|member| observed.seen(&member.host).and_then(SeenMember::hello).is_none())
+        .map(|member| observed.name_of(&member.host))
+        .collect();
+    let voters = config.voting_members();
+    if silent.len() * 2 >= voters && !silent.is_empty() {
+        let most_applied = config
+            .members
+            .iter()
+            .filter_map(|member| {
+                let seen = observed.seen(&member.host)?;
+                Some((seen.hello()?.last_applied, seen.name.clone()))
+            })
+            .max()
+            .map(|(_, name)| name);
+        return wait(
+            Reason::QuorumLost,
+            format!(
+                "{} of the {voters} voting members do not answer ({}): the set cannot elect a primary. \
+                 If they are lost for good, name the member to recover from with {RECOVER_ANNOTATION}{}; \
+                 what only the lost members hold is given up (docs/mongodb.md, Disaster recovery)",
+                silent.len(),
+                silent.join(", "),
+                most_applied
+                    .map(|name| format!(" ({name} applied the most of those that answer)"))
+                    .unwrap_or_default()
+            ),
+        );
+    }
     wait(
         Reason::NoPrimary,
         "no member is primary; waiting for the set to elect one",
     )
+}
+
+/// A set with no primary whose voting majority does not answer cannot elect one, and the
+/// operator never forces a configuration by itself: a member it cannot reach may only be slow to
+/// come back. A person who knows the others are lost for good names the member to recover from
+/// ([`RECOVER_ANNOTATION`]). It is given a configuration of the members that answer (forced, as
+/// only that works without a majority) if it answers, no member that answers knows a primary
+/// (then the set is not lost), a majority of the voters does not answer (otherwise the set elects
+/// by itself), and no member that answers applied more than it. What only the members left out
+/// held is given up. `None` when there is no request to take or it was taken.
+fn recover_on_request(observed: &Observed, config: &ReplConfig) -> Option<Step> {
+    let request = observed.recovery.as_ref().filter(|request| !request.is_done())?;
+    let refused = |message: String| Some(wait(Reason::RecoveryRefused, message));
+    let Some(named) = observed
+        .members
+        .iter()
+        .find(|member| member.name == request.member && config.member(&member.host).is_some())
+    else {
+        return refused(format!(
+            "{RECOVER_ANNOTATION} names {:?}, which is not a member of the set's configuration, so nothing is changed: name one, or remove the annotation",
+            request.member
+        ));
+    };
+    let Some(hello) = named.hello() else {
+        return refused(format!(
+            "{} does not answer; only a member that answers is recovered from",
+            named.name
+        ));
+    };
+    let answering: Vec<(&SeenMember, &Hello)> = config
+        .members
+        .iter()
+        .filter_map(|member| {
+            let seen = observed.seen(&member.host)?;
+            Some((seen, seen.hello()?))
+        })
+        .collect();
+    if let Some((seen, known)) = answering.iter().find(|(_, hello)| hello.primary.is_some()) {
+        return refused(format!(
+            "{} knows a primary ({}): the set is not lost, nothing is forced",
+            seen.name,
+            known.primary.as_deref().unwrap_or_default()
+        ));
+    }
+    let voters = config.voting_members();
+    let voters_answering = config
+        .members
+        .iter()
+        .filter(|member| member.is_voting())
+        .filter(|member| answering.iter().any(|(seen, _)| seen.host == member.host))
+        .count();
+    if voters_answering > voters / 2 {
+        return refused(format!(
+            "{voters_answering} of the {voters} voting members answer, a majority: the set elects a primary by itself, nothing is forced"
+        ));
+    }
+    let Some(applied) = hello.last_applied else {
+        return refused(format!(
+            "{} does not report the last operation it applied, so it cannot be compared with the others",
+            named.name
+        ));
+    };
+    if let Some((ahead, their)) = answering
+        .iter()
+        .filter(|(seen, _)| seen.host != named.host)
+        .find_map(|(seen, hello)| {
+            hello
+                .last_applied
+                .filter(|theirs| *theirs > applied)
+                .map(|t| (seen, t))
+        })
+    {
+        return refused(format!(
+            "{} applied more than {} ({their} against {applied}); name the member that applied the most",
+            ahead.name, named.name
+        ));
+    }
+    let members = config
+        .members
+        .iter()
+        .filter(|member| answering.iter().any(|(seen, _)| seen.host == member.host))
+        .cloned()
+        .collect();
+    Some(Step::ForceReconfigure {
+        member: named.name.clone(),
+        host: named.host.clone(),
+        config: config.next(members),
+    })
 }
 
 /// A member wiped to copy everything again: one too stale to catch up, then one a person asked
@@ -955,7 +1087,7 @@ mod tests {
     use bson::Timestamp;
 
     use super::*;
-    use crate::admin::StatusMember;
+    use crate::admin::{OpTime, StatusMember};
 
     const SET: &str = "rs";
 
@@ -1072,6 +1204,7 @@ mod tests {
             feature_compatibility: Some("7.0".into()),
             restore_pending: false,
             repair: None,
+            recovery: None,
         }
     }
 
@@ -1132,6 +1265,137 @@ mod tests {
                 .collect(),
             ..Observed::default()
         }
+    }
+
+    /// A set of three whose primary (0) and member 2 do not answer: member 1 is left, knows no
+    /// primary, and applied up to `applied`.
+    fn majority_lost(applied: u32) -> Observed {
+        let mut observed = unknown(unknown(set(&[1, 1, 1]), 0), 2);
+        observed.primary = None;
+        observed.status = None;
+        observed.members[1].reach = Reach::Answered(Hello {
+            primary: None,
+            last_applied: Some(OpTime {
+                term: 1,
+                time: applied,
+                increment: 1,
+            }),
+            ..hello(Some(SET), false)
+        });
+        observed
+    }
+
+    fn request(member: &str, done: bool) -> Option<RecoveryRequest> {
+        Some(RecoveryRequest {
+            member: member.into(),
+            ordinal: None,
+            done: done.then(|| "rs-0".to_string()),
+        })
+    }
+
+    fn message(step: &Step) -> &str {
+        match step {
+            Step::Wait { message, .. } => message,
+            other => panic!("expected a wait, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_lost_majority_is_reported_and_forced_only_on_request_from_the_member_that_applied_the_most() {
+        let desired = desired(3, 0);
+        // No request: the operator says what is lost and what a person may do.
+        let lost = decide(&desired, &majority_lost(1000));
+        assert_eq!(reason(&lost), "QuorumLost");
+        assert_eq!(
+            message(&lost),
+            "2 of the 3 voting members do not answer (rs-0, rs-2): the set cannot elect a primary. \
+             If they are lost for good, name the member to recover from with quorum.dev/recover-from \
+             (rs-1 applied the most of those that answer); what only the lost members hold is given up \
+             (docs/mongodb.md, Disaster recovery)"
+        );
+
+        // The survivor named: a forced configuration of the members that answer, one version on.
+        let mut observed = majority_lost(1000);
+        observed.recovery = request("rs-1", false);
+        match decide(&desired, &observed) {
+            Step::ForceReconfigure {
+                member,
+                host: at,
+                config,
+            } => {
+                assert_eq!((member.as_str(), at), ("rs-1", host(1)));
+                assert_eq!(config.version, 6);
+                assert_eq!(config.members, vec![config_member(1, 1)]);
+            }
+            other => panic!("expected a forced reconfiguration, got {other:?}"),
+        }
+
+        // Taken once: recorded done, it is not taken again.
+        observed.recovery = request("rs-1", true);
+        assert_eq!(reason(&decide(&desired, &observed)), "QuorumLost");
+
+        let refusal = |observed: &Observed| {
+            let step = decide(&desired, observed);
+            assert_eq!(reason(&step), "RecoveryRefused", "{step:?}");
+            message(&step).to_string()
+        };
+        // A member that does not answer, or none of the set.
+        observed.recovery = request("rs-2", false);
+        assert_eq!(
+            refusal(&observed),
+            "rs-2 does not answer; only a member that answers is recovered from"
+        );
+        observed.recovery = request("cache-1", false);
+        assert!(refusal(&observed).contains("not a member of the set's configuration"));
+
+        // Another member that answers applied more.
+        let mut two_left = majority_lost(1000);
+        two_left.members[2].reach = Reach::Answered(Hello {
+            primary: None,
+            last_applied: Some(OpTime {
+                term: 1,
+                time: 2000,
+                increment: 1,
+            }),
+            ..hello(Some(SET), false)
+        });
+        two_left.recovery = request("rs-1", false);
+        // Two of three answer: a majority, which elects by itself.
+        assert!(refusal(&two_left).contains("2 of the 3 voting members answer, a majority"));
+        let mut five = set(&[1, 1, 1, 1, 1]);
+        five.primary = None;
+        five.status = None;
+        for ordinal in [0, 3, 4] {
+            five = unknown(five, ordinal);
+        }
+        for (ordinal, applied) in [(1, 1000), (2, 2000)] {
+            five.members[ordinal].reach = Reach::Answered(Hello {
+                primary: None,
+                last_applied: Some(OpTime {
+                    term: 1,
+                    time: applied,
+                    increment: 1,
+                }),
+                ..hello(Some(SET), false)
+            });
+        }
+        five.recovery = request("rs-1", false);
+        assert!(
+            refusal(&five).starts_with("rs-2 applied more than rs-1"),
+            "{}",
+            refusal(&five)
+        );
+        // A member that knows a primary: the set is not lost.
+        five.members[2].reach = Reach::Answered(Hello {
+            primary: Some(host(0)),
+            ..hello(Some(SET), false)
+        });
+        assert!(refusal(&five).contains("knows a primary"));
+        // A set with a primary: the request changes nothing.
+        let mut healthy = set(&[1, 1, 1]);
+        let without = decide(&desired, &healthy);
+        healthy.recovery = request("rs-1", false);
+        assert_eq!(decide(&desired, &healthy), without);
     }
 
     #[test]

@@ -204,6 +204,7 @@ pub(crate) async fn act(
         Step::StepDown { member, .. } => (ChangeKind::StepDown, member.clone()),
         Step::Restart { member, .. } => (ChangeKind::Restart, member.clone()),
         Step::Resync { member, .. } => (ChangeKind::Resync, member.clone()),
+        Step::ForceReconfigure { member, .. } => (ChangeKind::ForceReconfigure, member.clone()),
         Step::SetFeatureCompatibility { release } => {
             (ChangeKind::SetFeatureCompatibilityVersion, release.clone())
         }
@@ -263,6 +264,29 @@ pub(crate) async fn act(
                 .await
                 .map(|()| reconfigured(*change, &member, config))
         }
+        Step::ForceReconfigure { host, config, .. } => clients
+            .member(
+                key,
+                host,
+                "replSetReconfig force",
+                Idempotency::Mutation,
+                |admin| {
+                    let config = config.clone();
+                    async move { admin.force_reconfig(&config).await }
+                },
+            )
+            .await
+            .map(|()| {
+                let kept: Vec<&str> = config.members.iter().map(|m| m.host.as_str()).collect();
+                (
+                    Reason::Recovered,
+                    format!(
+                        "recovered from {member} on request: the set's configuration is forced to the members that answer ({}, version {}); what only the others held is given up",
+                        kept.join(", "),
+                        config.version
+                    ),
+                )
+            }),
         Step::StepDown { host, reason, .. } => clients
             .member(
                 key,
@@ -408,6 +432,7 @@ pub(crate) fn step_name(step: &Step) -> &'static str {
             Change::Adjust => "reconfiguring",
         },
         Step::StepDown { .. } => "replSetStepDown",
+        Step::ForceReconfigure { .. } => "forcing the configuration",
         Step::Restart { .. } => "restarting",
         Step::Resync { .. } => "resyncing",
         Step::SetFeatureCompatibility { .. } => "setFeatureCompatibilityVersion",

@@ -138,6 +138,14 @@ pub(crate) async fn observe(
                 .as_ref()
                 .and_then(|status| status.repair.as_ref()),
         ),
+        recovery: quorum_core::recovery::request(
+            replica_set,
+            replica_set
+                .status
+                .as_ref()
+                .and_then(|status| status.recovery.as_ref()),
+            |_| None,
+        ),
     })
 }
 

@@ -23,6 +23,9 @@ quorum_core::reasons! {
         FeatureCompatibilityVersionSet => Normal,
         /// A backup was loaded into the first member of a set created with `restoreFrom`.
         Restored => Normal,
+        /// The members left of a set that lost its majority were given a configuration of
+        /// their own, on request.
+        Recovered => Normal,
         // Waits that are part of normal progress.
         MemberStarting => Normal,
         MemberSyncing => Normal,
@@ -43,6 +46,10 @@ quorum_core::reasons! {
         ResyncBlocked => Warning,
         /// A repair was asked for that cannot be taken as asked.
         RepairRefused => Warning,
+        /// A majority of the voters does not answer: the set cannot elect a primary.
+        QuorumLost => Warning,
+        /// A recovery was asked for that cannot be taken as asked.
+        RecoveryRefused => Warning,
         MemberUnknown => Warning,
         MemberNotHealthy => Warning,
         LastVoter => Warning,
@@ -90,6 +97,7 @@ mod tests {
             "MemberResynced",
             "FeatureCompatibilityVersionSet",
             "Restored",
+            "Recovered",
         ];
         // The waits that are part of normal progress; every other wait is a warning.
         let normal_waits = [

@@ -32,7 +32,7 @@ pub use crate::status::{Progress, RecordedChange, recorded_change};
 use crate::{
     execute::{act, reported_failure, restore_step},
     observe::observe,
-    status::{repair_record, set_conditions, status_from, wait_on_unreadable_record},
+    status::{recovery_record, repair_record, set_conditions, status_from, wait_on_unreadable_record},
 };
 
 /// The configuration `_id` of the arbiter; data members use their ordinal (below 50).
@@ -171,6 +171,14 @@ pub async fn reconcile(
         },
     };
     status.repair = repair_record(&observed, status.repair.as_ref(), &progress);
+    status.recovery = recovery_record(
+        &observed,
+        &progress,
+        replica_set
+            .status
+            .as_ref()
+            .and_then(|s| s.primary.as_deref().or(s.lost_primary.as_deref())),
+    );
     let settled = progress.is_settled();
     publish(&context.events, replica_set.as_ref(), &progress).await;
 

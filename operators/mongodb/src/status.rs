@@ -6,6 +6,7 @@ use quorum_core::{
     conditions::ConditionUpdate,
     crd::ObservedFailover,
     pass::{Findings, UnreadableRecord},
+    recovery::RecoveryRecord,
     repair::{PodRepair, RepairRecord},
 };
 
@@ -200,6 +201,34 @@ pub(crate) fn repair_record(
     });
     let waiting = progress.message().unwrap_or("waiting for the next pass");
     Some(repair.record(wiped_now.as_ref(), waiting, back))
+}
+
+/// Where a recovery asked for stands, for `status.recovery`; `None` once the request is gone.
+/// Done once the forced configuration was taken (this pass, or as recorded before), naming the
+/// primary the set had before (`previous_primary`).
+pub(crate) fn recovery_record(
+    observed: &Observed,
+    progress: &Progress,
+    previous_primary: Option<&str>,
+) -> Option<RecoveryRecord> {
+    let request = observed.recovery.as_ref()?;
+    if let Some(replaced) = &request.done {
+        return Some(request.done(replaced));
+    }
+    Some(match progress {
+        Progress::Acted {
+            reason: Reason::Recovered,
+            ..
+        } => request.done(previous_primary.unwrap_or("the lost majority")),
+        Progress::Waiting {
+            reason: Reason::RecoveryRefused,
+            message,
+        } => request.waiting(message.clone()),
+        _ => request.waiting(
+            "taken only while the set has no primary and a majority of its voting members does not answer; \
+             the set is not in that state. Remove the annotation",
+        ),
+    })
 }
 
 pub(crate) fn member_status(seen: &SeenMember, desired: &Desired, observed: &Observed) -> MemberStatus {

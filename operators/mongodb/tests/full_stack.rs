@@ -555,3 +555,162 @@ async fn a_member_too_stale_to_catch_up_is_wiped_and_copies_every_write_again() 
     assert_eq!(held, written);
     setup.stop().await;
 }
+
+/// Two of three members killed and not started again: the one left cannot elect itself, and the
+/// operator forces nothing by itself; it reports `QuorumLost`, naming the member that applied
+/// the most. A person names the member to recover from with `quorum.dev/recover-from`: a member
+/// that does not answer is refused with a record that says why, the survivor is given a
+/// configuration of its own once (forced), becomes primary, and holds every write acknowledged
+/// by all three members. The lost members, back on their volumes, are added again; removing
+/// the annotation ends the record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_recovery_request_forces_the_survivor_of_a_lost_majority_to_serve_keeping_every_acknowledged_write()
+{
+    use futures::TryStreamExt;
+    use quorum_core::recovery::{RECOVER_ANNOTATION, RecoveryPhase};
+    use quorum_e2e::history::Writer;
+    let setup = Setup::start("mongodb-recover").await;
+    setup.create_ready("shop", spec(3), 3).await;
+    let application = setup.application("shop", 3).await;
+    let history_collection = application
+        .database("shop")
+        .collection::<bson::Document>("history");
+    // Acknowledged once every member has it: whichever survives holds it.
+    let writer = Writer::start("history", Duration::from_millis(20), 2_000, {
+        let collection = history_collection.clone();
+        move |key, value| {
+            let collection = collection.clone();
+            async move {
+                collection
+                    .insert_one(doc! { "_id": key, "value": value })
+                    .write_concern(
+                        mongodb::options::WriteConcern::builder()
+                            .w(mongodb::options::Acknowledgment::Nodes(3))
+                            .build(),
+                    )
+                    .await
+                    .is_ok()
+            }
+        }
+    });
+    writer.acknowledged_at_least(20, Duration::from_secs(120)).await;
+    let history = writer.stop().await;
+
+    setup.pods.kill(setup.ns(), "shop-0").await;
+    setup.pods.kill(setup.ns(), "shop-2").await;
+    let lost = setup
+        .status_until(
+            "shop",
+            "the majority reported lost",
+            Duration::from_secs(120),
+            |status| match status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "Progressing" && c.reason == "QuorumLost")
+            {
+                Some(condition) => Ok(condition.message.clone()),
+                None => Err(format!("{:?}", status.conditions)),
+            },
+        )
+        .await;
+    assert!(lost.contains("shop-1 applied the most"), "{lost}");
+
+    let request = |member: Option<&str>| {
+        let patch = serde_json::json!({"metadata": {"annotations": {RECOVER_ANNOTATION: member}}});
+        let sets = setup.sets.clone();
+        async move {
+            sets.patch(
+                "shop",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await
+            .unwrap();
+        }
+    };
+    request(Some("shop-2")).await;
+    let refused = setup
+        .status_until(
+            "shop",
+            "the request for a lost member refused",
+            Duration::from_secs(60),
+            |status| match status.recovery {
+                Some(record) if record.member == "shop-2" => Ok(record),
+                other => Err(format!("{other:?}")),
+            },
+        )
+        .await;
+    assert_eq!(refused.phase, RecoveryPhase::Waiting, "{refused:?}");
+    assert!(refused.message.contains("does not answer"), "{refused:?}");
+
+    request(Some("shop-1")).await;
+    let status = setup
+        .status_until(
+            "shop",
+            "shop-1 serving on request",
+            Duration::from_secs(120),
+            |status| match (&status.primary, &status.recovery) {
+                (Some(primary), Some(record))
+                    if primary == "shop-1" && record.phase == RecoveryPhase::Done =>
+                {
+                    Ok(status)
+                }
+                _ => Err(format!(
+                    "{:?} {:?} {:?}",
+                    status.primary, status.recovery, status.conditions
+                )),
+            },
+        )
+        .await;
+    assert_eq!(
+        status.recovery.unwrap().replaced.as_deref(),
+        Some("shop-0"),
+        "the primary it replaced"
+    );
+    let reasons: Vec<String> = setup
+        .events("shop")
+        .await
+        .into_iter()
+        .filter_map(|event| event.reason)
+        .collect();
+    assert!(reasons.iter().any(|r| r == "Recovered"), "{reasons:?}");
+    let held: BTreeMap<String, Option<String>> = history_collection
+        .find(doc! {})
+        .await
+        .expect("reading the history")
+        .try_collect::<Vec<bson::Document>>()
+        .await
+        .expect("reading the history")
+        .into_iter()
+        .map(|document| {
+            let key = document.get_str("_id").expect("a key").to_string();
+            (key, document.get_str("value").ok().map(str::to_string))
+        })
+        .collect();
+    let checked = history
+        .check(&held)
+        .unwrap_or_else(|violations| panic!("{violations:#?}"));
+    eprintln!("{checked} acknowledged writes checked on the survivor, none lost");
+
+    // The lost members come back on their volumes (their pods replaced) and are added again.
+    let pods: Api<Pod> = Api::namespaced(setup.client.clone(), setup.ns());
+    for lost in ["shop-0", "shop-2"] {
+        pods.delete(lost, &Default::default()).await.unwrap();
+    }
+    setup.ready("shop", 3).await;
+    assert_eq!(setup.config("shop", 3).await.voting_members(), 3);
+
+    request(None).await;
+    setup
+        .status_until(
+            "shop",
+            "the record gone with the request",
+            Duration::from_secs(60),
+            |status| match status.recovery {
+                None => Ok(()),
+                Some(record) => Err(format!("{record:?}")),
+            },
+        )
+        .await;
+    setup.stop().await;
+}
