@@ -106,11 +106,12 @@ fn packaging_version_variable(tool: &str) -> &'static str {
         "helm" => "HELM_VERSION",
         "opm" => "OPM_VERSION",
         "operator-sdk" => "OPERATOR_SDK_VERSION",
-        other => panic!("{other} is not a packaging tool (helm, opm, operator-sdk)"),
+        "promtool" => "PROMETHEUS_VERSION",
+        other => panic!("{other} is not a packaging tool (helm, opm, operator-sdk, promtool)"),
     }
 }
 
-/// A packaging tool (`helm`, `opm` or `operator-sdk`) at the version `e2e/toolchain/versions.env`
+/// A packaging tool (`helm`, `opm`, `operator-sdk` or `promtool`) at the version `e2e/toolchain/versions.env`
 /// pins, as `e2e/toolchain/packaging.sh` builds it.
 ///
 /// # Panics

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Builds the packaging tools (helm, opm, operator-sdk) from their Go modules into a cache outside the
+# Builds the packaging tools (helm, opm, operator-sdk, promtool) from their Go modules into a cache outside the
 # repository, keyed by version, and prints the directory that holds them. A warm run builds nothing.
 #
-#   e2e/toolchain/packaging.sh [helm|opm|operator-sdk|olm|all]
+#   e2e/toolchain/packaging.sh [helm|opm|operator-sdk|olm|promtool|all]
 #
 # QUORUM_CACHE (default ~/.cache/quorum) is the cache root. Versions come from versions.env.
 set -euo pipefail
@@ -33,6 +33,17 @@ build_helm() {
     ldflags+=" -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=$k8s_minor"
   done
   GOBIN="$out" go install -ldflags "$ldflags" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  echo "$out"
+}
+
+# promtool: Prometheus's go.mod has no replaces, so `go install` works (module v0.3xx.y is
+# Prometheus 3.x).
+build_promtool() {
+  local out="$cache/bin/promtool-$PROMETHEUS_VERSION"
+  if [[ -x "$out/promtool" ]]; then echo "$out"; return; fi
+  log "building promtool $PROMETHEUS_VERSION"
+  mkdir -p "$out"
+  GOBIN="$out" go install -ldflags "-s -w" "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION"
   echo "$out"
 }
 
@@ -152,6 +163,7 @@ case "${1:-all}" in
   opm) build_opm ;;
   operator-sdk) build_operator_sdk ;;
   olm) build_olm ;;
-  all) build_helm; build_opm; build_operator_sdk; build_olm ;;
-  *) echo "usage: $0 [helm|opm|operator-sdk|olm|all]" >&2; exit 2 ;;
+  promtool) build_promtool ;;
+  all) build_helm; build_opm; build_operator_sdk; build_olm; build_promtool ;;
+  *) echo "usage: $0 [helm|opm|operator-sdk|olm|promtool|all]" >&2; exit 2 ;;
 esac

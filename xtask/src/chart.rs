@@ -31,6 +31,14 @@ const SHARED_TEMPLATES: &[(&str, &str)] = &[
         "servicemonitor.yaml",
         include_str!("../chart-templates/servicemonitor.yaml"),
     ),
+    (
+        "prometheusrule.yaml",
+        include_str!("../chart-templates/prometheusrule.yaml"),
+    ),
+    (
+        "dashboards.yaml",
+        include_str!("../chart-templates/dashboards.yaml"),
+    ),
 ];
 
 /// A shared template as written into a chart, marked with where to edit it.
@@ -120,6 +128,26 @@ pub struct Metrics {
     #[schemars(range(min = 1, max = 65535))]
     pub port: u16,
     pub service_monitor: ServiceMonitor,
+    /// The alerts of docs/alerts.md as a Prometheus Operator PrometheusRule, over this
+    /// operator's series only.
+    pub prometheus_rule: PrometheusRule,
+    /// The overview and this operator's Grafana dashboards (docs/dashboards.md) in a ConfigMap
+    /// labelled `grafana_dashboard: "1"`, for Grafana's dashboard sidecar.
+    pub grafana_dashboards: Toggle,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PrometheusRule {
+    pub enabled: bool,
+    /// Labels added to the PrometheusRule (a Prometheus's `ruleSelector` may ask for some).
+    pub labels: std::collections::BTreeMap<String, String>,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Toggle {
+    pub enabled: bool,
 }
 
 #[derive(Serialize, JsonSchema)]
@@ -174,6 +202,11 @@ impl ChartValues {
                     enabled: false,
                     interval: "30s".into(),
                 },
+                prometheus_rule: PrometheusRule {
+                    enabled: false,
+                    labels: Default::default(),
+                },
+                grafana_dashboards: Toggle { enabled: false },
             },
             service_account: ServiceAccount {
                 create: true,

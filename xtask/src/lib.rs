@@ -23,6 +23,7 @@ pub struct GeneratedFile {
 pub mod bundle;
 pub mod chart;
 pub mod image;
+pub mod monitoring;
 
 /// One operator as packaged: names, what it says about itself, what it owns and needs.
 pub struct OperatorPackage {
@@ -284,6 +285,7 @@ pub fn generated_files() -> anyhow::Result<Vec<GeneratedFile>> {
         files.extend(bundle::bundle_files(&operator)?);
     }
     files.push(bundle::catalog_file(&operators())?);
+    files.extend(monitoring::monitoring_files(&operators())?);
     Ok(files)
 }
 

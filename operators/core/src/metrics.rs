@@ -36,6 +36,24 @@ struct BackupLabels {
     cluster: String,
 }
 
+/// One cluster's members of one health.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MemberLabels {
+    engine: String,
+    namespace: String,
+    cluster: String,
+    health: String,
+}
+
+/// One operator process.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OperatorLabels {
+    operator: String,
+}
+
+/// The health values a member is counted under: the availability layer's tri-state.
+pub const MEMBER_HEALTHS: [&str; 3] = ["Healthy", "Unhealthy", "Unknown"];
+
 fn duration_histogram() -> Histogram {
     // 5 ms to ~80 s: a reconcile that waits on an admin call can take seconds.
     Histogram::new(exponential_buckets(0.005, 2.0, 15))
@@ -51,6 +69,10 @@ pub struct Metrics {
     backup_failures: Family<BackupLabels, Counter>,
     /// The backup series of each cluster (`namespace/name`), removed when it is deleted.
     backup_series: Mutex<HashMap<String, BackupLabels>>,
+    members: Family<MemberLabels, Gauge>,
+    /// The member series of each cluster (`namespace/name`), removed when it is deleted.
+    member_series: Mutex<HashMap<String, Vec<MemberLabels>>>,
+    leader: Family<OperatorLabels, Gauge>,
     /// The admin layer's call, retry and circuit-breaker metrics.
     pub admin: AdminMetrics,
 }
@@ -93,6 +115,18 @@ impl Metrics {
             "Backup runs of a cluster that failed",
             backup_failures.clone(),
         );
+        let members = Family::<MemberLabels, Gauge>::default();
+        registry.register(
+            "members",
+            "A cluster's members by health (Healthy, Unhealthy, Unknown), as its last pass saw them",
+            members.clone(),
+        );
+        let leader = Family::<OperatorLabels, Gauge>::default();
+        registry.register(
+            "leader",
+            "1 while this operator process runs its controllers (it holds the leader lease, or runs without election), 0 while it stands by",
+            leader.clone(),
+        );
         let admin = AdminMetrics::default();
         admin.register(&mut registry);
         Self {
@@ -103,6 +137,9 @@ impl Metrics {
             backup_last_success,
             backup_failures,
             backup_series: Mutex::new(HashMap::new()),
+            members,
+            member_series: Mutex::new(HashMap::new()),
+            leader,
             admin,
         }
     }
@@ -151,8 +188,72 @@ impl Metrics {
             .inc();
     }
 
+    /// Sets how many of `namespace/cluster`'s members are of each health in `healths` (one
+    /// entry per member: `Healthy`, `Unhealthy` or `Unknown`; anything else counts as `Unknown`).
+    pub fn observe_members<'a>(
+        &self,
+        engine: &str,
+        namespace: &str,
+        cluster: &str,
+        healths: impl IntoIterator<Item = &'a str>,
+    ) {
+        let mut counts = [0i64; 3];
+        for health in healths {
+            let index = MEMBER_HEALTHS.iter().position(|h| *h == health).unwrap_or(2);
+            counts[index] += 1;
+        }
+        let series: Vec<MemberLabels> = MEMBER_HEALTHS
+            .iter()
+            .map(|health| MemberLabels {
+                engine: engine.to_string(),
+                namespace: namespace.to_string(),
+                cluster: cluster.to_string(),
+                health: (*health).to_string(),
+            })
+            .collect();
+        for (labels, count) in series.iter().zip(counts) {
+            self.members.get_or_create(labels).set(count);
+        }
+        self.member_series
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(format!("{namespace}/{cluster}"), series);
+    }
+
+    /// [`Self::observe_members`] for the cluster object `cluster`.
+    pub fn observe_members_of<'a>(
+        &self,
+        engine: &str,
+        cluster: &impl kube::ResourceExt,
+        healths: impl IntoIterator<Item = &'a str>,
+    ) {
+        self.observe_members(
+            engine,
+            &cluster.namespace().unwrap_or_default(),
+            &cluster.name_any(),
+            healths,
+        );
+    }
+
+    /// Records whether this process of `operator` runs its controllers now.
+    pub fn set_leading(&self, operator: &str, leading: bool) {
+        self.leader
+            .get_or_create(&OperatorLabels {
+                operator: operator.to_string(),
+            })
+            .set(i64::from(leading));
+    }
+
     /// Removes the per-cluster series of a deleted cluster (`namespace/name`).
     pub fn forget_cluster(&self, key: &str) {
+        let members = self
+            .member_series
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(key);
+        for labels in members.into_iter().flatten() {
+            self.members.remove(&labels);
+        }
         let labels = self
             .backup_series
             .lock()
@@ -188,6 +289,33 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn members_are_counted_by_health_and_go_with_the_cluster() {
+        let metrics = Metrics::new();
+        metrics.observe_members("etcd", "prod", "main", ["Healthy", "Unknown", "Healthy"]);
+        metrics.set_leading("quorum-etcd-operator", true);
+        let text = metrics.render();
+        let series = |health: &str, count: i64| {
+            format!(
+                r#"quorum_members{{engine="etcd",namespace="prod",cluster="main",health="{health}"}} {count}"#
+            )
+        };
+        for (health, count) in [("Healthy", 2), ("Unhealthy", 0), ("Unknown", 1)] {
+            assert!(
+                text.contains(&series(health, count)),
+                "{health} {count} in {text}"
+            );
+        }
+        assert!(
+            text.contains(r#"quorum_leader{operator="quorum-etcd-operator"} 1"#),
+            "{text}"
+        );
+        metrics.observe_members("etcd", "prod", "main", ["Healthy", "Healthy", "Healthy"]);
+        assert!(metrics.render().contains(&series("Unknown", 0)));
+        metrics.forget_cluster("prod/main");
+        assert!(!metrics.render().contains("quorum_members{"));
+    }
 
     #[test]
     fn renders_reconcile_count_duration_and_errors() {

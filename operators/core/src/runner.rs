@@ -601,6 +601,7 @@ impl Runtime {
             Ok(())
         };
         self.readiness.set(Phase::Running);
+        self.metrics.set_leading(self.operator, true);
         let outcome = match &elector {
             Some(elector) => tokio::select! {
                 outcome = controllers => outcome,
@@ -608,6 +609,7 @@ impl Runtime {
             },
             None => controllers.await,
         };
+        self.metrics.set_leading(self.operator, false);
         self.readiness.set(match outcome {
             Err(RunError::ControllersStopped) => Phase::Failed,
             _ => Phase::Stopping,

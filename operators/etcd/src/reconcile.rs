@@ -415,6 +415,11 @@ impl<'a> Report<'a> {
             ..status
         };
         self.writer.write(&status).await?;
+        self.context.metrics.observe_members_of(
+            crate::observe::ENGINE,
+            self.cluster,
+            status.members.iter().map(|m| m.health.as_str()),
+        );
         self.report_leader_change(&status).await;
         Ok(())
     }

@@ -217,6 +217,11 @@ pub async fn reconcile(
     };
     set_conditions(&mut status, &replica_set, ready, &progress, degraded, now);
     writer.write(&status).await?;
+    context.metrics.observe_members_of(
+        crate::clients::ENGINE,
+        replica_set.as_ref(),
+        status.members.iter().map(|m| m.health.as_str()),
+    );
     quorum_core::failover::report_new(
         &context.events,
         context.state.clients.metrics(),

@@ -498,6 +498,7 @@ struct Memory {
 /// only when it changed, each write diffed against the one before (a record written before a
 /// step and dropped after it in the same pass is removed, not left behind).
 struct Report<'a> {
+    metrics: &'a quorum_core::metrics::Metrics,
     cluster: &'a MySQLCluster,
     view: &'a ClusterView,
     now: Timestamp,
@@ -512,6 +513,7 @@ impl<'a> Report<'a> {
         now: Timestamp,
     ) -> Self {
         Self {
+            metrics: &context.metrics,
             cluster,
             view,
             now,
@@ -536,6 +538,11 @@ impl<'a> Report<'a> {
             ..status
         };
         self.writer.write(&status).await?;
+        self.metrics.observe_members_of(
+            crate::observe::ENGINE,
+            self.cluster,
+            status.members.iter().map(|m| m.health.as_str()),
+        );
         Ok(())
     }
 }

@@ -158,6 +158,15 @@ impl Pass<'_> {
         StatusWriter::new(&self.context.client, self.cluster, self.cluster.status.as_ref())
     }
 
+    /// Counts the data nodes by health in the metrics, as the status this pass wrote says.
+    pub fn observe_members(&self, status: &RedisClusterStatus) {
+        self.context.metrics.observe_members_of(
+            crate::clients::ENGINE,
+            self.cluster,
+            status.nodes.iter().map(|node| node.health.as_str()),
+        );
+    }
+
     /// Sets each data pod's role label where it differs from `roles`; pods not in `roles` keep
     /// theirs (a node the operator cannot see is not moved in or out of a Service on a guess).
     pub async fn set_role_labels(

@@ -328,6 +328,7 @@ async fn report(
         ));
     }
     pass.status_writer().write(&status).await?;
+    pass.observe_members(&status);
     quorum_core::failover::report_new(
         &pass.context.events,
         pass.context.state.clients.metrics(),

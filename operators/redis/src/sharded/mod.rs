@@ -110,6 +110,7 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
     let mut status = build_status(pass, &facts, &topology, &progress, rebalance);
     let mut writer = pass.status_writer();
     writer.write(&status).await?;
+    pass.observe_members(&status);
 
     // Act.
     let mut failure = None;
