@@ -280,7 +280,7 @@ fn engine_panels(engine: &str, controllers: &str) -> Vec<Panel> {
             unit: "short",
         },
         Panel {
-            title: "Failover time from loss (p50, p99)",
+            title: "Failover time from loss (p99)",
             description: "From the old primary's loss to the new primary accepting writes, as the operator saw it.",
             expr: format!(
                 "histogram_quantile(0.99, sum by (le) (rate(quorum_failover_from_loss_seconds_bucket{{engine=\"{engine}\"}}[1h])))"

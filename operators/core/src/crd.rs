@@ -191,6 +191,10 @@ pub enum RecoveryPhase {
     Waiting,
     /// The named member serves the cluster.
     Done,
+    /// Never taken: the request was made while nothing was lost, or the loss it was made for
+    /// is over. A request is for one loss: remove the annotation, and set it again during the
+    /// next one if it comes.
+    Expired,
 }
 
 /// A recovery asked for by [`RECOVER_ANNOTATION`], kept while the annotation stays.

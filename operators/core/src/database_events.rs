@@ -54,12 +54,15 @@ pub struct Notify<'a> {
     cluster: &'a ObjectKey,
     wakeups: &'a Wakeups,
     reopened: bool,
+    /// Set once the connection opened: a break after that starts the delays afresh.
+    was_opened: &'a std::sync::atomic::AtomicBool,
 }
 
 impl Notify<'_> {
     /// The connection is open. After a broken one, this wakes the pass: what happened while it
     /// was broken went unheard.
     pub fn opened(&self) {
+        self.was_opened.store(true, std::sync::atomic::Ordering::Relaxed);
         if self.reopened {
             self.wakeups.wake(self.cluster.clone());
         }
@@ -231,16 +234,24 @@ impl<L: Listen> Listener<L> {
 async fn run<L: Listen>(listener: Listener<L>) {
     let mut failures: u32 = 0;
     loop {
+        let was_opened = std::sync::atomic::AtomicBool::new(false);
         let notify = Notify {
             cluster: &listener.cluster,
             wakeups: &listener.wakeups,
             reopened: failures > 0,
+            was_opened: &was_opened,
         };
         let why = tokio::select! {
             () = listener.stop.cancelled() => return,
             why = listener.listen.listen(&listener.target, &listener.login, listener.settings, notify) => why,
         };
-        failures = failures.saturating_add(1);
+        // A connection that opened and then broke waits the shortest delay: the breaks of a
+        // long-lived process (every leader loss is one) do not add up to the longest.
+        failures = if was_opened.into_inner() {
+            1
+        } else {
+            failures.saturating_add(1)
+        };
         if listener.expired() {
             return;
         }
@@ -270,10 +281,11 @@ mod tests {
 
     use super::*;
 
-    /// A member that answers each connection with one event, then breaks it. Sends the login
-    /// of each connection.
+    /// A member that breaks each connection at once, with one event on the first only. Sends
+    /// the login of each connection.
     struct OneEventThenBreak {
         connections: mpsc::UnboundedSender<Option<String>>,
+        first: std::sync::atomic::AtomicBool,
     }
 
     impl Listen for OneEventThenBreak {
@@ -293,7 +305,9 @@ mod tests {
         ) -> String {
             let _ = self.connections.send(login.clone());
             notify.opened();
-            notify.wake();
+            if self.first.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                notify.wake();
+            }
             "closed by the member".into()
         }
     }
@@ -354,13 +368,21 @@ mod tests {
         let wakeups = Wakeups::new();
         let mut woken = Box::pin(wakeups.stream::<ConfigMap>(None));
         let (connections, mut connected) = mpsc::unbounded_channel();
-        let events = DatabaseEvents::new(OneEventThenBreak { connections }, wakeups, settings());
+        let events = DatabaseEvents::new(
+            OneEventThenBreak {
+                connections,
+                first: true.into(),
+            },
+            wakeups,
+            settings(),
+        );
         events.follow(
             ObjectKey::new("team-a", "main"),
             ["main-0".to_string()].into(),
             None,
         );
-        // First connection: its event only. Second (after the break): opened, then its event.
+        // The first connection's event, then one wake per connection opened again (the only
+        // other source of wakes).
         for _ in 0..3 {
             let object = tokio::time::timeout(Duration::from_secs(10), woken.next())
                 .await

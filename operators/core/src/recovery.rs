@@ -19,6 +19,8 @@ pub struct RecoveryRequest {
     pub ordinal: Option<usize>,
     /// The primary it replaced, when status recorded this request as done.
     pub done: Option<String>,
+    /// Status recorded this request as expired: it is for no loss and is never taken.
+    pub expired: bool,
 }
 
 /// The recovery `object` asks for, if it carries [`RECOVER_ANNOTATION`]; `ordinal_of` reads a
@@ -29,13 +31,15 @@ pub fn request(
     ordinal_of: impl Fn(&str) -> Option<usize>,
 ) -> Option<RecoveryRequest> {
     let member = object.annotations().get(RECOVER_ANNOTATION)?.trim().to_string();
-    let done = recorded
-        .filter(|record| record.member == member && record.phase == RecoveryPhase::Done)
+    let same = recorded.filter(|record| record.member == member);
+    let done = same
+        .filter(|record| record.phase == RecoveryPhase::Done)
         .map(|record| record.replaced.clone().unwrap_or_default());
     Some(RecoveryRequest {
         ordinal: ordinal_of(&member),
         member,
         done,
+        expired: same.is_some_and(|record| record.phase == RecoveryPhase::Expired),
     })
 }
 
@@ -56,6 +60,26 @@ impl RecoveryRequest {
     /// Whether the request was already taken.
     pub fn is_done(&self) -> bool {
         self.done.is_some()
+    }
+
+    /// Whether the request may still be taken: neither done nor expired.
+    pub fn is_open(&self) -> bool {
+        !self.is_done() && !self.expired
+    }
+
+    /// The record of a request that is for no loss (the cluster was not blocked on a lost
+    /// primary or majority when the pass saw it), and is never taken.
+    pub fn expire(&self) -> RecoveryRecord {
+        RecoveryRecord {
+            member: self.member.clone(),
+            phase: RecoveryPhase::Expired,
+            replaced: None,
+            message: format!(
+                "not taken: the cluster was not waiting on a lost primary or majority when this request was seen, \
+                 or that loss is over. A request is for one loss: remove {RECOVER_ANNOTATION}, and set it again \
+                 during a loss if one comes"
+            ),
+        }
     }
 
     /// The record while the request is not taken: what the operator waits for or why it refuses.
@@ -132,6 +156,14 @@ mod tests {
             !request(&annotated("main-1"), Some(&done), ordinal_of)
                 .unwrap()
                 .is_done()
+        );
+        let expired = fresh.expire();
+        let later = request(&annotated("main-2"), Some(&expired), ordinal_of).unwrap();
+        assert!(!later.is_open() && !later.is_done());
+        assert!(
+            request(&annotated("main-1"), Some(&expired), ordinal_of)
+                .unwrap()
+                .is_open()
         );
     }
 }

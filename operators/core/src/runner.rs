@@ -577,6 +577,8 @@ impl Runtime {
                 self.lease_timings.clone(),
             )
         });
+        // A standby exports 0, so an operator none of whose processes leads is seen.
+        self.metrics.set_leading(self.operator, false);
         if let Some(elector) = &elector {
             self.readiness.set(Phase::Standby);
             tokio::select! {

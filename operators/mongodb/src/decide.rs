@@ -524,7 +524,7 @@ fn no_primary(observed: &Observed, config: &ReplConfig) -> Step {
 /// by itself), and no member that answers applied more than it. What only the members left out
 /// held is given up. `None` when there is no request to take or it was taken.
 fn recover_on_request(observed: &Observed, config: &ReplConfig) -> Option<Step> {
-    let request = observed.recovery.as_ref().filter(|request| !request.is_done())?;
+    let request = observed.recovery.as_ref().filter(|request| request.is_open())?;
     let refused = |message: String| Some(wait(Reason::RecoveryRefused, message));
     let Some(named) = observed
         .members
@@ -542,6 +542,15 @@ fn recover_on_request(observed: &Observed, config: &ReplConfig) -> Option<Step> 
             named.name
         ));
     };
+    if config
+        .member(&named.host)
+        .is_none_or(|member| !member.is_voting() || member.priority <= 0.0 || member.arbiter_only)
+    {
+        return refused(format!(
+            "{} cannot be elected (no vote, priority 0 or an arbiter); name a voting data member",
+            named.name
+        ));
+    }
     let answering: Vec<(&SeenMember, &Hello)> = config
         .members
         .iter()
@@ -1290,6 +1299,7 @@ mod tests {
             member: member.into(),
             ordinal: None,
             done: done.then(|| "rs-0".to_string()),
+            expired: false,
         })
     }
 

@@ -225,6 +225,19 @@ pub(crate) async fn act(
         ));
         writer.write(status).await?;
     }
+    // A forced configuration is recorded as taken before it is sent: one that is applied but
+    // whose answer is lost is never forced again for the same request.
+    if let Step::ForceReconfigure { .. } = step
+        && let Some(request) = &observed.recovery
+    {
+        let replaced = replica_set
+            .status
+            .as_ref()
+            .and_then(|s| s.primary.clone().or_else(|| s.lost_primary.clone()))
+            .unwrap_or_else(|| "the lost majority".to_string());
+        status.recovery = Some(request.done(&replaced));
+        writer.write(status).await?;
+    }
     let change = RecordedChange {
         kind,
         member: member.clone(),
@@ -397,6 +410,10 @@ pub(crate) fn failed(
     }
     if !is_unreachable(&failure) {
         status.membership_change = None;
+        // Refused: nothing was forced, so the request is not taken.
+        if matches!(step, Step::ForceReconfigure { .. }) {
+            status.recovery = None;
+        }
     }
     Err(Error::Step {
         step: format!("{} of {member}", step_name(step)),

@@ -173,6 +173,7 @@ pub async fn reconcile(
     status.repair = repair_record(&observed, status.repair.as_ref(), &progress);
     status.recovery = recovery_record(
         &observed,
+        status.recovery.as_ref(),
         &progress,
         replica_set
             .status

@@ -6,7 +6,7 @@ use quorum_core::{
     conditions::ConditionUpdate,
     crd::ObservedFailover,
     pass::{Findings, UnreadableRecord},
-    recovery::RecoveryRecord,
+    recovery::{RecoveryPhase, RecoveryRecord},
     repair::{PodRepair, RepairRecord},
 };
 
@@ -208,12 +208,20 @@ pub(crate) fn repair_record(
 /// primary the set had before (`previous_primary`).
 pub(crate) fn recovery_record(
     observed: &Observed,
+    recorded: Option<&RecoveryRecord>,
     progress: &Progress,
     previous_primary: Option<&str>,
 ) -> Option<RecoveryRecord> {
     let request = observed.recovery.as_ref()?;
     if let Some(replaced) = &request.done {
         return Some(request.done(replaced));
+    }
+    if request.expired {
+        return Some(request.expire());
+    }
+    // Recorded as taken by this pass before the configuration was sent.
+    if let Some(taken) = recorded.filter(|r| r.member == request.member && r.phase == RecoveryPhase::Done) {
+        return Some(taken.clone());
     }
     Some(match progress {
         Progress::Acted {
@@ -224,10 +232,10 @@ pub(crate) fn recovery_record(
             reason: Reason::RecoveryRefused,
             message,
         } => request.waiting(message.clone()),
-        _ => request.waiting(
-            "taken only while the set has no primary and a majority of its voting members does not answer; \
-             the set is not in that state. Remove the annotation",
-        ),
+        Progress::Failed { message, .. } => request.waiting(message.clone()),
+        // While the majority is lost and the request is open, every pass decides on the
+        // request: anything else means the set is not (or no longer) in that state.
+        _ => request.expire(),
     })
 }
 

@@ -505,7 +505,7 @@ fn choose_primary(facts: &Facts) -> Result<usize, Decision> {
 /// transaction any member that answers holds; what only the members that do not answer held is
 /// given up, which is why only a person asks for it. Once per request.
 fn recover_on_request(facts: &Facts, primary: usize, blocked: Decision) -> Decision {
-    let Some(request) = facts.recovery.as_ref().filter(|request| !request.is_done()) else {
+    let Some(request) = facts.recovery.as_ref().filter(|request| request.is_open()) else {
         return blocked;
     };
     let refused = |message: String| wait(Reason::RecoveryRefused, message);
@@ -585,6 +585,10 @@ fn reopen_primary(facts: &Facts, primary: usize, state: &ServerState) -> Decisio
     }
     match most_advanced_by(&states, ServerState::held) {
         Some(to) if to != primary => Decision::Act(Step::Failover { from: primary, to }),
+        // Asynchronous replication: no member holds everything (a replica with errant writes,
+        // say); the primary is reopened as before rather than writes stopped, and the errant
+        // replica is fenced.
+        _ if !facts.semi_sync => Decision::Act(Step::OpenPrimary { ordinal: primary }),
         _ => wait(
             Reason::Diverged,
             format!(
@@ -1811,6 +1815,16 @@ mod tests {
                 Decision::Act(Step::Failover { from: 0, to: 1 }),
             ),
             (
+                "asynchronous mode, a replica with errant writes and less than the primary: reopened as before",
+                vec![
+                    healthy(0, restarted("0-1-10"), now),
+                    healthy(1, replica_state("0-1-9,1-2-1", 0), now),
+                    healthy(2, replica_state("0-1-10", 0), now),
+                ],
+                false,
+                Decision::Act(Step::OpenPrimary { ordinal: 0 }),
+            ),
+            (
                 "asynchronous mode, the primary lost its newest commits that a replica received: it takes over",
                 vec![
                     healthy(0, restarted("0-1-8"), now),
@@ -1835,6 +1849,7 @@ mod tests {
             member: member.to_string(),
             ordinal: member.strip_prefix("main-").and_then(|o| o.parse().ok()),
             done: done.then(|| "main-0".to_string()),
+            expired: false,
         };
         let lost_replica = |ordinal: usize, executed: &str| {
             let mut state = replica_state(executed, 0);
@@ -1931,6 +1946,13 @@ mod tests {
             facts.recovery = recovery;
             assert_eq!(decide(&facts), expected, "{case}");
         }
+        // Expired (seen while nothing was lost): never taken.
+        let mut expired = facts(keeping_logs(primary_and_one_gone()), Some(0), now);
+        expired.recovery = Some(RecoveryRequest {
+            expired: true,
+            ..request("main-1", false)
+        });
+        assert_eq!(reason(&decide(&expired)), Reason::PrimaryUnknown);
         // A healthy primary: the request changes nothing.
         let mut healthy_primary = facts(settled_three(now), Some(0), now);
         let without = decide(&healthy_primary);

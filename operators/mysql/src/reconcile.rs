@@ -151,7 +151,12 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, context: Arc<Context<State>>)
             .repair
             .as_ref()
             .map(|repair| repair.record(None, "", false)),
-        recovery: None,
+        // As stored while the request stands: a write before the end of the pass (a step
+        // recorded in flight, a failed step) must not drop a recovery recorded as done.
+        recovery: observed
+            .recovery
+            .as_ref()
+            .and(cluster.status.as_ref().and_then(|s| s.recovery.clone())),
         pods: LabelledPods::new(std::mem::take(&mut observed.member_pods), ROLE_LABEL),
     };
     if let Some(step) = decision.step() {
@@ -455,29 +460,26 @@ fn recovery_record(
     if let Some(replaced) = &request.done {
         return Some(request.done(replaced));
     }
+    if request.expired {
+        return Some(request.expire());
+    }
     if let (Some(before), Some(after)) = (observed.primary, primary_now)
         && request.ordinal == Some(after)
         && before != after
     {
         return Some(request.done(&member_name(name, before)));
     }
-    let message = match decision {
-        Decision::Wait(wait) if wait.reason == Reason::RecoveryRefused => wait.message.clone(),
-        Decision::Act(step @ Step::Failover { to, .. }) if request.ordinal == Some(*to) => {
-            describe(name, step)
+    // While the primary is lost and the request is open, every pass decides on the request:
+    // anything else means the cluster is not (or no longer) waiting on that loss.
+    Some(match decision {
+        Decision::Wait(wait) if wait.reason == Reason::RecoveryRefused => {
+            request.waiting(wait.message.clone())
         }
-        _ => format!(
-            "taken only while the primary does not answer and the cluster waits on members that do not; {}",
-            match observed.primary {
-                Some(primary) => format!(
-                    "the primary now is {}. Remove the annotation (a switchover hands the primary over without losing a write)",
-                    member_name(name, primary)
-                ),
-                None => "no primary is recorded yet. Remove the annotation".to_string(),
-            }
-        ),
-    };
-    Some(request.waiting(message))
+        Decision::Act(step @ Step::Failover { to, .. }) if request.ordinal == Some(*to) => {
+            request.waiting(describe(name, step))
+        }
+        _ => request.expire(),
+    })
 }
 
 /// What the pass changes of the operator's memory in status.

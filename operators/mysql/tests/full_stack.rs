@@ -1250,6 +1250,40 @@ async fn a_recovery_request_promotes_the_named_survivor_of_a_lost_primary_and_re
         .await;
     }
 
+    // A request made while nothing is lost is for no loss: it expires and is never taken.
+    let annotate = |member: Option<&str>| {
+        let patch = serde_json::json!({"metadata": {"annotations": {RECOVER_ANNOTATION: member}}});
+        let clusters = setup.clusters.clone();
+        async move {
+            clusters
+                .patch("main", &PatchParams::default(), &Patch::Merge(patch))
+                .await
+                .unwrap();
+        }
+    };
+    annotate(Some("main-1")).await;
+    setup
+        .status_until(
+            "a request made early expired",
+            Duration::from_secs(60),
+            |status| match status.recovery {
+                Some(record) if record.phase == RecoveryPhase::Expired => Ok(()),
+                other => Err(format!("{other:?}")),
+            },
+        )
+        .await;
+    annotate(None).await;
+    setup
+        .status_until(
+            "the expired record gone with its request",
+            Duration::from_secs(60),
+            |status| match status.recovery {
+                None => Ok(()),
+                Some(record) => Err(format!("{record:?}")),
+            },
+        )
+        .await;
+
     setup.members.kill(setup.ns(), "main-0").await;
     setup.members.kill(setup.ns(), "main-2").await;
     setup
@@ -1270,17 +1304,7 @@ async fn a_recovery_request_promotes_the_named_survivor_of_a_lost_primary_and_re
         )
         .await;
 
-    let request = |member: &str| {
-        let patch = serde_json::json!({"metadata": {"annotations": {RECOVER_ANNOTATION: member}}});
-        let clusters = setup.clusters.clone();
-        async move {
-            clusters
-                .patch("main", &PatchParams::default(), &Patch::Merge(patch))
-                .await
-                .unwrap();
-        }
-    };
-    request("main-2").await;
+    annotate(Some("main-2")).await;
     let refused = setup
         .status_until(
             "the request for a lost member refused",
@@ -1294,7 +1318,7 @@ async fn a_recovery_request_promotes_the_named_survivor_of_a_lost_primary_and_re
     assert_eq!(refused.phase, RecoveryPhase::Waiting, "{refused:?}");
     assert!(refused.message.contains("does not answer"), "{refused:?}");
 
-    request("main-1").await;
+    annotate(Some("main-1")).await;
     let status = setup
         .status_until(
             "main-1 promoted on request",
@@ -1333,12 +1357,7 @@ async fn a_recovery_request_promotes_the_named_survivor_of_a_lost_primary_and_re
     .await
     .expect("the new primary takes writes");
 
-    let patch = serde_json::json!({"metadata": {"annotations": {RECOVER_ANNOTATION: null}}});
-    setup
-        .clusters
-        .patch("main", &PatchParams::default(), &Patch::Merge(patch))
-        .await
-        .unwrap();
+    annotate(None).await;
     setup
         .status_until(
             "the record gone with the request",
