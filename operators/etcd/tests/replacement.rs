@@ -288,7 +288,8 @@ async fn a_killed_leader_is_recorded_as_a_leader_change_keeping_every_acknowledg
     // etcd reports no election time, but the killed leader's watch breaks at once and wakes the
     // pass (settled passes here are a minute apart): the loss is seen before the new leader, and
     // the time is bounded by the kill and the sight of the new leader (status times are whole
-    // seconds: one second of slack).
+    // seconds: one second of slack on each, and the figure runs from the stored, truncated loss
+    // time to the precise sight, so up to two against the stored sight).
     let (Some(lost_at), Some(from_loss)) = (change.lost_at.clone(), change.from_loss_millis) else {
         panic!("the loss was seen before the new leader: {change:?}, killed at {killed_at}");
     };
@@ -300,7 +301,7 @@ async fn a_killed_leader_is_recorded_as_a_leader_change_keeping_every_acknowledg
     );
     let kill_to_seen = change.observed_at.0.duration_since(killed_at).as_millis() as i64;
     assert!(
-        from_loss > 0 && from_loss <= kill_to_seen + 1_000,
+        from_loss > 0 && from_loss <= kill_to_seen + 2_000,
         "{change:?}, killed at {killed_at}"
     );
     let events: Api<Event> = Api::namespaced(client.clone(), &ns);
