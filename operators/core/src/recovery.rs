@@ -47,14 +47,7 @@ impl RecoveryRequest {
     /// The ordinal of the member the request names when it is one of `members` (ordinals
     /// `0..members`), or the refusal that says why nothing is changed.
     pub fn target(&self, members: usize) -> Result<usize, String> {
-        self.ordinal.filter(|ordinal| *ordinal < members).ok_or_else(|| {
-            format!(
-                "{RECOVER_ANNOTATION} names {:?}, which is not one of this cluster's {members} members (ordinals 0 to {}), \
-                 so nothing is changed: name one, or remove the annotation",
-                self.member,
-                members.saturating_sub(1)
-            )
-        })
+        crate::repair::named_member(RECOVER_ANNOTATION, &self.member, self.ordinal, members)
     }
 
     /// Whether the request was already taken.

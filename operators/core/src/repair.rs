@@ -48,6 +48,23 @@ impl RepairRequest {
     }
 }
 
+/// The ordinal a request's `annotation` names when it is one of `members` (ordinals
+/// `0..members`), or the refusal that says why nothing is changed.
+pub(crate) fn named_member(
+    annotation: &str,
+    member: &str,
+    ordinal: Option<usize>,
+    members: usize,
+) -> Result<usize, String> {
+    ordinal.filter(|ordinal| *ordinal < members).ok_or_else(|| {
+        format!(
+            "{annotation} names {member:?}, which is not one of this cluster's {members} members (ordinals 0 to {}), \
+             so nothing is changed: name one, or remove the annotation",
+            members.saturating_sub(1)
+        )
+    })
+}
+
 /// A request resolved against the cluster's member pods, for engines that rebuild a member by
 /// wiping its pod and claim ([`crate::wipe::wipe_member`]): which member, and its pod now.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -87,14 +104,7 @@ impl PodRepair {
     /// The ordinal of the member the request names when it is one of `members` (ordinals
     /// `0..members`), or the refusal that says why nothing is changed.
     pub fn target(&self, members: usize) -> Result<usize, String> {
-        self.ordinal.filter(|ordinal| *ordinal < members).ok_or_else(|| {
-            format!(
-                "{REPAIR_ANNOTATION} names {:?}, which is not one of this cluster's {members} members (ordinals 0 to {}), \
-                 so nothing is changed: name one, or remove the annotation",
-                self.member,
-                members.saturating_sub(1)
-            )
-        })
+        named_member(REPAIR_ANNOTATION, &self.member, self.ordinal, members)
     }
 
     /// Whether the request is done with: a pod was recorded as wiped for it and it is no longer

@@ -107,13 +107,30 @@ async fn a_set_forms_grows_through_non_voting_members_and_shrinks_keeping_every_
     setup.stop().await;
 }
 
+/// What the `history` collection holds, by key, for [`quorum_e2e::history::History::check`].
+async fn held_history(collection: &mongodb::Collection<bson::Document>) -> BTreeMap<String, Option<String>> {
+    use futures::TryStreamExt;
+    collection
+        .find(doc! {})
+        .await
+        .expect("reading the history")
+        .try_collect::<Vec<bson::Document>>()
+        .await
+        .expect("reading the history")
+        .into_iter()
+        .map(|document| {
+            let key = document.get_str("_id").expect("a key").to_string();
+            (key, document.get_str("value").ok().map(str::to_string))
+        })
+        .collect()
+}
+
 /// The primary's server killed (and not started again) under a writer with majority write
 /// concern: the set elects another primary by itself, and the operator records the election as a
 /// failover from the killed member, timed from its first failed observation of it, with a
 /// `PrimaryChanged` event. Every acknowledged write is on the new primary.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_election_after_the_primary_is_killed_is_recorded_from_loss_keeping_every_acknowledged_write() {
-    use futures::TryStreamExt;
     use quorum_e2e::history::Writer;
     let setup = Setup::start("mongodb-election").await;
     let status = setup.create_ready("shop", spec(3), 3).await;
@@ -189,19 +206,7 @@ async fn an_election_after_the_primary_is_killed_is_recorded_from_loss_keeping_e
         .acknowledged_at_least(writer.acknowledged() + 20, Duration::from_secs(120))
         .await;
     let history = writer.stop().await;
-    let held: BTreeMap<String, Option<String>> = history_collection
-        .find(doc! {})
-        .await
-        .expect("reading the history")
-        .try_collect::<Vec<bson::Document>>()
-        .await
-        .expect("reading the history")
-        .into_iter()
-        .map(|document| {
-            let key = document.get_str("_id").expect("a key").to_string();
-            (key, document.get_str("value").ok().map(str::to_string))
-        })
-        .collect();
+    let held = held_history(&history_collection).await;
     let checked = history
         .check(&held)
         .unwrap_or_else(|violations| panic!("{violations:#?}"));
@@ -566,7 +571,6 @@ async fn a_member_too_stale_to_catch_up_is_wiped_and_copies_every_write_again() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_recovery_request_forces_the_survivor_of_a_lost_majority_to_serve_keeping_every_acknowledged_write()
 {
-    use futures::TryStreamExt;
     use quorum_core::recovery::{RECOVER_ANNOTATION, RecoveryPhase};
     use quorum_e2e::history::Writer;
     let setup = Setup::start("mongodb-recover").await;
@@ -674,19 +678,7 @@ async fn a_recovery_request_forces_the_survivor_of_a_lost_majority_to_serve_keep
         .filter_map(|event| event.reason)
         .collect();
     assert!(reasons.iter().any(|r| r == "Recovered"), "{reasons:?}");
-    let held: BTreeMap<String, Option<String>> = history_collection
-        .find(doc! {})
-        .await
-        .expect("reading the history")
-        .try_collect::<Vec<bson::Document>>()
-        .await
-        .expect("reading the history")
-        .into_iter()
-        .map(|document| {
-            let key = document.get_str("_id").expect("a key").to_string();
-            (key, document.get_str("value").ok().map(str::to_string))
-        })
-        .collect();
+    let held = held_history(&history_collection).await;
     let checked = history
         .check(&held)
         .unwrap_or_else(|violations| panic!("{violations:#?}"));
