@@ -405,6 +405,11 @@ impl LeaderWatch {
                 source,
             }
         };
+        let incomplete = |what| AdminError::Incomplete {
+            verb: "watch",
+            endpoint: endpoint.to_string(),
+            what,
+        };
         let options = with_tls(
             ConnectOptions::new()
                 .with_connect_timeout(timeout)
@@ -417,30 +422,18 @@ impl LeaderWatch {
             .map_err(error("connect"))?;
         let mut stream = tokio::time::timeout(timeout, client.watch(LEADER_WATCH_KEY, None))
             .await
-            .map_err(|_| AdminError::Incomplete {
-                verb: "watch",
-                endpoint: endpoint.to_string(),
-                what: "an answer in time",
-            })?
+            .map_err(|_| incomplete("an answer in time"))?
             .map_err(error("watch"))?;
         let created = tokio::time::timeout(timeout, stream.message())
             .await
-            .map_err(|_| AdminError::Incomplete {
-                verb: "watch",
-                endpoint: endpoint.to_string(),
-                what: "the watch's confirmation in time",
-            })?
+            .map_err(|_| incomplete("the watch's confirmation in time"))?
             .map_err(error("watch"))?;
         match created {
             Some(response) if response.created() && !response.canceled() => Ok(Self {
                 stream,
                 endpoint: endpoint.to_string(),
             }),
-            _ => Err(AdminError::Incomplete {
-                verb: "watch",
-                endpoint: endpoint.to_string(),
-                what: "the watch's confirmation",
-            }),
+            _ => Err(incomplete("the watch's confirmation")),
         }
     }
 

@@ -1276,13 +1276,9 @@ mod tests {
         }
     }
 
-    /// A set of three whose primary (0) and member 2 do not answer: member 1 is left, knows no
-    /// primary, and applied up to `applied`.
-    fn majority_lost(applied: u32) -> Observed {
-        let mut observed = unknown(unknown(set(&[1, 1, 1]), 0), 2);
-        observed.primary = None;
-        observed.status = None;
-        observed.members[1].reach = Reach::Answered(Hello {
+    /// A secondary that knows no primary and applied up to `applied`.
+    fn secondary_applied(applied: u32) -> Reach {
+        Reach::Answered(Hello {
             primary: None,
             last_applied: Some(OpTime {
                 term: 1,
@@ -1290,7 +1286,16 @@ mod tests {
                 increment: 1,
             }),
             ..hello(Some(SET), false)
-        });
+        })
+    }
+
+    /// A set of three whose primary (0) and member 2 do not answer: member 1 is left, knows no
+    /// primary, and applied up to `applied`.
+    fn majority_lost(applied: u32) -> Observed {
+        let mut observed = unknown(unknown(set(&[1, 1, 1]), 0), 2);
+        observed.primary = None;
+        observed.status = None;
+        observed.members[1].reach = secondary_applied(applied);
         observed
     }
 
@@ -1360,15 +1365,7 @@ mod tests {
 
         // Another member that answers applied more.
         let mut two_left = majority_lost(1000);
-        two_left.members[2].reach = Reach::Answered(Hello {
-            primary: None,
-            last_applied: Some(OpTime {
-                term: 1,
-                time: 2000,
-                increment: 1,
-            }),
-            ..hello(Some(SET), false)
-        });
+        two_left.members[2].reach = secondary_applied(2000);
         two_left.recovery = request("rs-1", false);
         // Two of three answer: a majority, which elects by itself.
         assert!(refusal(&two_left).contains("2 of the 3 voting members answer, a majority"));
@@ -1379,15 +1376,7 @@ mod tests {
             five = unknown(five, ordinal);
         }
         for (ordinal, applied) in [(1, 1000), (2, 2000)] {
-            five.members[ordinal].reach = Reach::Answered(Hello {
-                primary: None,
-                last_applied: Some(OpTime {
-                    term: 1,
-                    time: applied,
-                    increment: 1,
-                }),
-                ..hello(Some(SET), false)
-            });
+            five.members[ordinal].reach = secondary_applied(applied);
         }
         five.recovery = request("rs-1", false);
         assert!(

@@ -171,15 +171,7 @@ pub async fn reconcile(
         },
     };
     status.repair = repair_record(&observed, status.repair.as_ref(), &progress);
-    status.recovery = recovery_record(
-        &observed,
-        status.recovery.as_ref(),
-        &progress,
-        replica_set
-            .status
-            .as_ref()
-            .and_then(|s| s.primary.as_deref().or(s.lost_primary.as_deref())),
-    );
+    status.recovery = recovery_record(&observed, status.recovery.as_ref(), &progress);
     let settled = progress.is_settled();
     publish(&context.events, replica_set.as_ref(), &progress).await;
 

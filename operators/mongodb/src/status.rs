@@ -204,13 +204,12 @@ pub(crate) fn repair_record(
 }
 
 /// Where a recovery asked for stands, for `status.recovery`; `None` once the request is gone.
-/// Done once the forced configuration was taken (this pass, or as recorded before), naming the
-/// primary the set had before (`previous_primary`).
+/// Done once the forced configuration was taken: as recorded before, or as this pass recorded
+/// it (`recorded`) before sending it.
 pub(crate) fn recovery_record(
     observed: &Observed,
     recorded: Option<&RecoveryRecord>,
     progress: &Progress,
-    previous_primary: Option<&str>,
 ) -> Option<RecoveryRecord> {
     let request = observed.recovery.as_ref()?;
     if let Some(replaced) = &request.done {
@@ -219,15 +218,11 @@ pub(crate) fn recovery_record(
     if request.expired {
         return Some(request.expire());
     }
-    // Recorded as taken by this pass before the configuration was sent.
+    // Recorded as taken by this pass before the configuration was sent (a refusal removed it).
     if let Some(taken) = recorded.filter(|r| r.member == request.member && r.phase == RecoveryPhase::Done) {
         return Some(taken.clone());
     }
     Some(match progress {
-        Progress::Acted {
-            reason: Reason::Recovered,
-            ..
-        } => request.done(previous_primary.unwrap_or("the lost majority")),
         Progress::Waiting {
             reason: Reason::RecoveryRefused,
             message,

@@ -107,6 +107,27 @@ async fn a_set_forms_grows_through_non_voting_members_and_shrinks_keeping_every_
     setup.stop().await;
 }
 
+/// A writer of at most `max` keys into the `history` collection, one every 20 ms, each
+/// acknowledged once `concern` is met.
+fn history_writer(
+    collection: &mongodb::Collection<bson::Document>,
+    concern: mongodb::options::WriteConcern,
+    max: usize,
+) -> quorum_e2e::history::Writer {
+    let collection = collection.clone();
+    quorum_e2e::history::Writer::start("history", Duration::from_millis(20), max, move |key, value| {
+        let collection = collection.clone();
+        let concern = concern.clone();
+        async move {
+            collection
+                .insert_one(doc! { "_id": key, "value": value })
+                .write_concern(concern)
+                .await
+                .is_ok()
+        }
+    })
+}
+
 /// What the `history` collection holds, by key, for [`quorum_e2e::history::History::check`].
 async fn held_history(collection: &mongodb::Collection<bson::Document>) -> BTreeMap<String, Option<String>> {
     use futures::TryStreamExt;
@@ -131,7 +152,6 @@ async fn held_history(collection: &mongodb::Collection<bson::Document>) -> BTree
 /// `PrimaryChanged` event. Every acknowledged write is on the new primary.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_election_after_the_primary_is_killed_is_recorded_from_loss_keeping_every_acknowledged_write() {
-    use quorum_e2e::history::Writer;
     let setup = Setup::start("mongodb-election").await;
     let status = setup.create_ready("shop", spec(3), 3).await;
     assert_eq!(status.primary.as_deref(), Some("shop-0"));
@@ -139,19 +159,11 @@ async fn an_election_after_the_primary_is_killed_is_recorded_from_loss_keeping_e
     let history_collection = application
         .database("shop")
         .collection::<bson::Document>("history");
-    let writer = Writer::start("history", Duration::from_millis(20), 20_000, {
-        let collection = history_collection.clone();
-        move |key, value| {
-            let collection = collection.clone();
-            async move {
-                collection
-                    .insert_one(doc! { "_id": key, "value": value })
-                    .write_concern(mongodb::options::WriteConcern::majority())
-                    .await
-                    .is_ok()
-            }
-        }
-    });
+    let writer = history_writer(
+        &history_collection,
+        mongodb::options::WriteConcern::majority(),
+        20_000,
+    );
     writer.acknowledged_at_least(20, Duration::from_secs(120)).await;
 
     let killed_at = jiff::Timestamp::now();
@@ -572,7 +584,6 @@ async fn a_member_too_stale_to_catch_up_is_wiped_and_copies_every_write_again() 
 async fn a_recovery_request_forces_the_survivor_of_a_lost_majority_to_serve_keeping_every_acknowledged_write()
 {
     use quorum_core::recovery::{RECOVER_ANNOTATION, RecoveryPhase};
-    use quorum_e2e::history::Writer;
     let setup = Setup::start("mongodb-recover").await;
     setup.create_ready("shop", spec(3), 3).await;
     let application = setup.application("shop", 3).await;
@@ -580,23 +591,13 @@ async fn a_recovery_request_forces_the_survivor_of_a_lost_majority_to_serve_keep
         .database("shop")
         .collection::<bson::Document>("history");
     // Acknowledged once every member has it: whichever survives holds it.
-    let writer = Writer::start("history", Duration::from_millis(20), 2_000, {
-        let collection = history_collection.clone();
-        move |key, value| {
-            let collection = collection.clone();
-            async move {
-                collection
-                    .insert_one(doc! { "_id": key, "value": value })
-                    .write_concern(
-                        mongodb::options::WriteConcern::builder()
-                            .w(mongodb::options::Acknowledgment::Nodes(3))
-                            .build(),
-                    )
-                    .await
-                    .is_ok()
-            }
-        }
-    });
+    let writer = history_writer(
+        &history_collection,
+        mongodb::options::WriteConcern::builder()
+            .w(mongodb::options::Acknowledgment::Nodes(3))
+            .build(),
+        2_000,
+    );
     writer.acknowledged_at_least(20, Duration::from_secs(120)).await;
     let history = writer.stop().await;
 

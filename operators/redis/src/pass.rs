@@ -56,6 +56,10 @@ pub struct State {
 
 impl quorum_core::runner::ForgetsClusters for State {
     fn forget_cluster<'a>(&'a self, key: &'a str) -> futures::future::BoxFuture<'a, ()> {
+        // Gone: its Sentinel subscriptions go with it.
+        if let Some(cluster) = quorum_core::wakeups::ObjectKey::parse(key) {
+            self.sentinel_events.forget(&cluster);
+        }
         Box::pin(self.clients.forget_cluster(key))
     }
 }

@@ -13,7 +13,6 @@ use quorum_core::{
     pod::generate_password,
     runner::Context,
     status::patch_status,
-    wakeups::ObjectKey,
 };
 
 use crate::{
@@ -44,15 +43,7 @@ pub async fn reconcile(cluster: Arc<RedisCluster>, context: Arc<Context<State>>)
     // recorded): decided on as stored (`quorum_core::pass::admit`).
     let cluster = match quorum_core::pass::admit(&context, cluster.as_ref()).await? {
         ControlFlow::Continue(cluster) => cluster,
-        ControlFlow::Break(action) => {
-            // Gone: its Sentinel subscriptions go with it.
-            if action == Action::await_change() {
-                state
-                    .sentinel_events
-                    .forget(&ObjectKey::new(namespace.as_str(), name.as_str()));
-            }
-            return Ok(action);
-        }
+        ControlFlow::Break(action) => return Ok(action),
     };
 
     let forbidden = forbidden_config_keys(&cluster.spec.config);

@@ -389,6 +389,23 @@ async fn a_sentinel_failover_moves_the_primary_label_without_waiting_for_a_sched
     .await;
     write_replicated(new_address, &password, "after", 50, 2).await;
     assert_eq!(count_keys(old_primary, &password, "after").await, 50);
+
+    // Deleted, the cluster's Sentinel subscriptions end with it.
+    let subscriptions = &setup.operator.context.state.sentinel_events;
+    assert_eq!(subscriptions.len(), 1);
+    setup.clusters.delete("cache", &Default::default()).await.unwrap();
+    wait::until(
+        "the subscriptions of the deleted cluster ended",
+        Duration::from_secs(60),
+        || async {
+            if subscriptions.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{} followed", subscriptions.len()))
+            }
+        },
+    )
+    .await;
     setup.stop().await;
 }
 
