@@ -11,6 +11,11 @@ use kube::{
     api::{DeleteParams, ListParams},
 };
 
+use quorum_core::{
+    backup::controller::BackupResource,
+    crd::{BackupPhase, BackupSpec},
+};
+
 use crate::{
     control_plane::{TestNamespace, admin_client},
     helm::ChartRelease,
@@ -64,6 +69,137 @@ impl InClusterS3 {
             .skip(1)
             .filter_map(|rest| rest.split_once("</Key>").map(|(key, _)| key.to_string()))
             .collect()
+    }
+}
+
+/// The one-shot backup of the store scenario ([`InClusterS3::back_up_once`]).
+pub const ONE_SHOT_BACKUP: &str = "one-shot";
+/// The scheduled backup of the store scenario: every minute, keeping one run
+/// ([`InClusterS3::schedule_every_minute`]).
+pub const SCHEDULED_BACKUP: &str = "every-minute";
+
+impl InClusterS3 {
+    fn backup_spec(
+        &self,
+        cluster: &str,
+        prefix: &str,
+        schedule: Option<&str>,
+        retain: Option<u32>,
+    ) -> BackupSpec {
+        BackupSpec {
+            cluster_name: cluster.into(),
+            destination: self.destination(prefix),
+            schedule: schedule.map(str::to_string),
+            retain,
+        }
+    }
+
+    /// Backs `cluster` up once into the store under `prefix` (a `B` named [`ONE_SHOT_BACKUP`]),
+    /// waits until the run succeeded, checks that its object is in the store, and returns its
+    /// location.
+    ///
+    /// # Panics
+    /// When the run fails, takes over three minutes, or its object is not in the store.
+    pub async fn back_up_once<B: BackupResource>(
+        &self,
+        setup: &OnRealNode,
+        cluster: &str,
+        prefix: &str,
+    ) -> String {
+        let backups: Api<B> = Api::namespaced(setup.admin.clone(), &setup.ns);
+        let backup = B::with_spec(ONE_SHOT_BACKUP, self.backup_spec(cluster, prefix, None, None));
+        backups
+            .create(&kube::api::PostParams::default(), &backup)
+            .await
+            .expect("create the one-shot backup");
+        let location = wait::until("the one-shot backup stored", Duration::from_secs(180), || async {
+            let backup = backups.get(ONE_SHOT_BACKUP).await.map_err(|e| e.to_string())?;
+            let run = backup.backup_status().map(B::run).cloned().unwrap_or_default();
+            match (run.phase, run.last_snapshot) {
+                (Some(BackupPhase::Succeeded), Some(snapshot)) => Ok(snapshot.location),
+                (Some(BackupPhase::Failed), _) => panic!("the one-shot backup failed: {:?}", run.message),
+                (phase, _) => Err(format!("{phase:?}: {:?}", run.message)),
+            }
+        })
+        .await;
+        let stored = self.keys(prefix).await;
+        assert!(
+            stored.iter().any(|key| location.ends_with(key.as_str())),
+            "{location} is not in the store: {stored:?}"
+        );
+        location
+    }
+
+    /// Starts a `B` named [`SCHEDULED_BACKUP`] of `cluster` into the store under `prefix`: a run
+    /// every minute, keeping one.
+    pub async fn schedule_every_minute<B: BackupResource>(
+        &self,
+        setup: &OnRealNode,
+        cluster: &str,
+        prefix: &str,
+    ) {
+        let backups: Api<B> = Api::namespaced(setup.admin.clone(), &setup.ns);
+        let backup = B::with_spec(
+            SCHEDULED_BACKUP,
+            self.backup_spec(cluster, prefix, Some("* * * * *"), Some(1)),
+        );
+        backups
+            .create(&kube::api::PostParams::default(), &backup)
+            .await
+            .expect("create the scheduled backup");
+    }
+
+    /// Waits until the scheduled backup's retention deleted a run (its second run is the
+    /// first to prune), then checks the store under `prefix`: exactly one run of its own, its
+    /// newest; not the deleted one; and every location in `kept` (other backups' objects)
+    /// still there.
+    ///
+    /// # Panics
+    /// When a run fails, nothing is pruned within four minutes, or the store holds otherwise.
+    pub async fn scheduled_runs_pruned<B: BackupResource>(
+        &self,
+        setup: &OnRealNode,
+        prefix: &str,
+        kept: &[String],
+    ) {
+        let backups: Api<B> = Api::namespaced(setup.admin.clone(), &setup.ns);
+        let (pruned, newest) = wait::until(
+            "the scheduled backup's second run and its first pruning",
+            Duration::from_secs(240),
+            || async {
+                let backup = backups.get(SCHEDULED_BACKUP).await.map_err(|e| e.to_string())?;
+                let run = backup.backup_status().map(B::run).cloned().unwrap_or_default();
+                match (run.phase, run.last_pruned, run.last_snapshot) {
+                    (Some(BackupPhase::Failed), _, _) => {
+                        panic!("the scheduled backup failed: {:?}", run.message)
+                    }
+                    (_, Some(pruned), Some(newest)) => Ok((pruned.locations, newest.location)),
+                    (phase, _, _) => Err(format!("{phase:?}: {:?}", run.message)),
+                }
+            },
+        )
+        .await;
+        assert!(!pruned.is_empty(), "a pruning that deleted nothing was recorded");
+        let stored = self.keys(prefix).await;
+        let is_stored = |location: &str| stored.iter().any(|key| location.ends_with(key.as_str()));
+        let own: Vec<&String> = stored
+            .iter()
+            .filter(|key| key.contains(&format!("/{SCHEDULED_BACKUP}/")))
+            .collect();
+        assert_eq!(own.len(), 1, "exactly `retain` runs of its own kept: {stored:?}");
+        assert!(is_stored(&newest), "its newest run {newest} is kept: {stored:?}");
+        for location in &pruned {
+            assert!(
+                !is_stored(location),
+                "{location} was recorded pruned but is stored: {stored:?}"
+            );
+        }
+        for location in kept {
+            assert!(
+                is_stored(location),
+                "another backup's {location} did not survive retention: {stored:?}"
+            );
+        }
     }
 }
 
@@ -510,6 +646,22 @@ impl OnRealNode {
             chart.uninstall();
         }
         self.namespace.delete().await;
+    }
+}
+
+/// Asserts that every pod in `pods` ran its init container `name` to a successful end.
+pub fn assert_init_container_succeeded(pods: &[Pod], name: &str) {
+    for pod in pods {
+        let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+        let ended = pod
+            .status
+            .as_ref()
+            .and_then(|status| status.init_container_statuses.as_ref())
+            .and_then(|statuses| statuses.iter().find(|status| status.name == name))
+            .and_then(|status| status.state.as_ref())
+            .and_then(|state| state.terminated.as_ref())
+            .unwrap_or_else(|| panic!("{pod_name} has no finished {name} init container"));
+        assert_eq!(ended.exit_code, 0, "{pod_name}'s {name}: {ended:?}");
     }
 }
 

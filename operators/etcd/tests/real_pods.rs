@@ -636,7 +636,7 @@ async fn a_cluster_created_again_under_its_name_never_starts_on_the_deleted_ones
 /// (the operator's image with etcdutl) reads it back over the pod network.
 #[tokio::test]
 async fn a_cluster_created_again_from_a_backup_holds_exactly_the_backups_data() {
-    use etcd_operator::crd::{BackupPhase, EtcdBackup, EtcdBackupSpec, RestoreSource};
+    use etcd_operator::crd::{EtcdBackup, RestoreSource};
 
     let setup = OnRealNode::install(
         "real-restore",
@@ -650,39 +650,10 @@ async fn a_cluster_created_again_from_a_backup_holds_exactly_the_backups_data() 
     let mut client = service_client(admin, &ns).await;
     client.put("in-the-backup", "kept", None).await.unwrap();
 
-    let backups: Api<EtcdBackup> = Api::namespaced(admin.clone(), &ns);
-    let backup = EtcdBackup::new(
-        "before-delete",
-        EtcdBackupSpec {
-            backup: quorum_core::crd::BackupSpec {
-                cluster_name: CLUSTER.into(),
-                destination: store.destination("etcd"),
-                schedule: None,
-                retain: None,
-            },
-        },
-    );
-    backups.create(&PostParams::default(), &backup).await.unwrap();
-    let snapshot = wait::until("the backup stored", Duration::from_secs(120), || async {
-        let status = backups
-            .get("before-delete")
-            .await
-            .map_err(|e| e.to_string())?
-            .status
-            .unwrap_or_default();
-        match (&status.run.phase, status.run.last_snapshot) {
-            (Some(BackupPhase::Succeeded), Some(snapshot)) => Ok(snapshot),
-            (Some(BackupPhase::Failed), _) => panic!("the backup failed: {:?}", status.run.message),
-            _ => Err(format!("{:?}", status.run.phase)),
-        }
-    })
-    .await;
-    let stored = store.keys("etcd/").await;
-    assert!(
-        stored.iter().any(|key| snapshot.location.ends_with(key.as_str())),
-        "{} is not in the store: {stored:?}",
-        snapshot.location
-    );
+    let one_shot = store.back_up_once::<EtcdBackup>(&setup, CLUSTER, "etcd").await;
+    store
+        .schedule_every_minute::<EtcdBackup>(&setup, CLUSTER, "etcd")
+        .await;
     client
         .put("after-the-backup", "lost-with-the-volumes", None)
         .await
@@ -691,23 +662,12 @@ async fn a_cluster_created_again_from_a_backup_holds_exactly_the_backups_data() 
 
     let mut again = real_cluster(3, None);
     again.spec.restore_from = Some(RestoreSource {
-        backup_name: "before-delete".into(),
+        backup_name: real_pods::ONE_SHOT_BACKUP.into(),
     });
     recreate_after_removing_leftovers(&setup, again).await;
     support::ready_with(clusters, CLUSTER, 3, Duration::from_secs(300)).await;
-    for pod in setup.members_ready(MEMBERS, 3, Duration::from_secs(120)).await {
-        let name = pod.metadata.name.clone().unwrap_or_default();
-        let restore = pod
-            .status
-            .and_then(|status| status.init_container_statuses)
-            .unwrap_or_default()
-            .into_iter()
-            .find(|status| status.name == "restore")
-            .and_then(|status| status.state)
-            .and_then(|state| state.terminated)
-            .unwrap_or_else(|| panic!("{name} has no finished restore init container"));
-        assert_eq!(restore.exit_code, 0, "{name}'s restore: {restore:?}");
-    }
+    let members = setup.members_ready(MEMBERS, 3, Duration::from_secs(120)).await;
+    real_pods::assert_init_container_succeeded(&members, "restore");
 
     let mut client = service_client(admin, &ns).await;
     let kept = client.get("in-the-backup", None).await.unwrap();
@@ -723,5 +683,8 @@ async fn a_cluster_created_again_from_a_backup_holds_exactly_the_backups_data() 
         after.kvs()
     );
     client.put("written-after-restore", "new", None).await.unwrap();
+    store
+        .scheduled_runs_pruned::<EtcdBackup>(&setup, "etcd", &[one_shot])
+        .await;
     setup.remove().await;
 }

@@ -40,18 +40,31 @@ fn sets(setup: &OnRealNode) -> Api<MongoDBReplicaSet> {
 /// Creates a set of `members` on the real node, on local-path volumes, and waits until the
 /// operator reports it Ready and every member pod is Ready by its own probes.
 async fn create_ready(setup: &OnRealNode, members: i32) -> MongoDBReplicaSetStatus {
+    create_ready_as(setup, MongoDBReplicaSet::new(SET, real_spec(members))).await
+}
+
+/// A spec of `members` on the real node, on local-path volumes.
+fn real_spec(members: i32) -> mongodb_operator::crd::MongoDBReplicaSetSpec {
     let mut spec = support::spec(members);
     // The release the operator defaults to, whose image the node holds.
     spec.version = mongodb_operator::packaging::DEFAULT_MONGODB_IMAGE_TAG.into();
     spec.storage.storage_class_name = Some(STORAGE_CLASS.into());
     spec.pod_template = Some(real_node::pod_overrides());
-    sets(setup)
-        .create(&PostParams::default(), &MongoDBReplicaSet::new(SET, spec))
-        .await
-        .unwrap();
-    let status = support::ready(&sets(setup), SET, members).await;
+    spec
+}
+
+/// As [`create_ready`], for `set` as given.
+async fn create_ready_as(setup: &OnRealNode, set: MongoDBReplicaSet) -> MongoDBReplicaSetStatus {
+    let name = set.metadata.name.clone().unwrap_or_default();
+    let members = set.spec.members;
+    sets(setup).create(&PostParams::default(), &set).await.unwrap();
+    let status = support::ready(&sets(setup), &name, members).await;
     setup
-        .members_ready(MEMBERS, members as usize, Duration::from_secs(120))
+        .members_ready(
+            &format!("app.kubernetes.io/name=mongodb,app.kubernetes.io/instance={name},app.kubernetes.io/component=member"),
+            members as usize,
+            Duration::from_secs(120),
+        )
         .await;
     status
 }
@@ -60,7 +73,12 @@ async fn create_ready(setup: &OnRealNode, members: i32) -> MongoDBReplicaSetStat
 /// pod address (the members' configured names are cluster DNS names, which the host cannot
 /// resolve).
 async fn direct_client(setup: &OnRealNode, pod: &str) -> mongodb::Client {
-    let credentials = support::generated_credentials(&setup.admin, &setup.ns, SET).await;
+    direct_client_of(setup, SET, pod).await
+}
+
+/// As [`direct_client`], to a member of the replica set `set`.
+async fn direct_client_of(setup: &OnRealNode, set: &str, pod: &str) -> mongodb::Client {
+    let credentials = support::generated_credentials(&setup.admin, &setup.ns, set).await;
     let ip = setup
         .pods()
         .get(pod)
@@ -448,5 +466,61 @@ async fn members_removed_and_added_again_start_from_empty_volumes() {
         )
         .await;
     }
+    setup.remove().await;
+}
+
+/// Backups to an S3 store in the cluster, from the operator's pod over the pod network: a
+/// one-shot backup, then a new replica set restored from it holds every write acknowledged
+/// before it and nothing written after; a schedule every minute keeps one run of its own and
+/// never deletes the one-shot's object.
+#[tokio::test]
+async fn backups_land_in_an_s3_store_and_a_new_replica_set_restores_from_one() {
+    use mongodb_operator::crd::{MongoDBBackup, RestoreSource};
+
+    let setup = OnRealNode::install(
+        "real-mongo-s3",
+        CHART,
+        &["admissionPolicy=false", "backups.allowHttp=true"],
+    )
+    .await;
+    let store = setup.deploy_s3_store().await;
+    let status = create_ready(&setup, 3).await;
+    let primary = direct_client(&setup, status.primary.as_deref().expect("a primary")).await;
+    let writer = start_writer(&primary);
+    writer.acknowledged_at_least(20, Duration::from_secs(60)).await;
+    let history = writer.stop().await;
+
+    let one_shot = store.back_up_once::<MongoDBBackup>(&setup, SET, "mongodb").await;
+    store
+        .schedule_every_minute::<MongoDBBackup>(&setup, SET, "mongodb")
+        .await;
+    history_collection(&primary)
+        .insert_one(doc! { "_id": "after-the-backup", "v": "not-restored" })
+        .write_concern(mongodb::options::WriteConcern::majority())
+        .await
+        .unwrap();
+
+    let mut copy = MongoDBReplicaSet::new("copy", real_spec(2));
+    copy.spec.restore_from = Some(RestoreSource {
+        backup_name: real_pods::ONE_SHOT_BACKUP.into(),
+    });
+    let restored = create_ready_as(&setup, copy).await;
+    let restored = direct_client_of(&setup, "copy", restored.primary.as_deref().expect("a primary")).await;
+    let after = history_collection(&restored)
+        .find_one(doc! { "_id": "after-the-backup" })
+        .await
+        .unwrap();
+    assert_eq!(after, None, "a document written after the backup was restored");
+    let checked = check_history(&restored, &history).await;
+    assert!(checked >= 20, "{checked} acknowledged writes checked");
+    history_collection(&restored)
+        .insert_one(doc! { "_id": "after-the-restore", "v": "written" })
+        .write_concern(mongodb::options::WriteConcern::majority())
+        .await
+        .unwrap();
+
+    store
+        .scheduled_runs_pruned::<MongoDBBackup>(&setup, "mongodb", &[one_shot])
+        .await;
     setup.remove().await;
 }

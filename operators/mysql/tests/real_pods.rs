@@ -760,3 +760,70 @@ async fn members_that_cannot_start_are_named_in_the_clusters_condition_and_event
     );
     setup.remove().await;
 }
+
+/// Backups to an S3 store in the cluster, from the operator's pod over the pod network: a
+/// one-shot backup, then a new cluster restored from it holds every write acknowledged before
+/// it and nothing written after; a schedule every minute keeps one run of its own and never
+/// deletes the one-shot's object.
+#[tokio::test]
+async fn backups_land_in_an_s3_store_and_a_new_cluster_restores_from_one() {
+    use mysql_operator::crd::{MySQLBackup, RestoreSource};
+
+    let setup = OnRealNode::install("real-mysql-s3", CHART, &["backups.allowHttp=true"]).await;
+    let store = setup.deploy_s3_store().await;
+    create_ready(&setup, 3).await;
+    let primary = service_pool(&setup, &mysql_operator::resources::primary_service_name(CLUSTER)).await;
+    let writer = start_writer(&primary).await;
+    writer.acknowledged_at_least(20, Duration::from_secs(60)).await;
+    let history = writer.stop().await;
+
+    let one_shot = store.back_up_once::<MySQLBackup>(&setup, CLUSTER, "mysql").await;
+    store
+        .schedule_every_minute::<MySQLBackup>(&setup, CLUSTER, "mysql")
+        .await;
+    until_done(
+        &primary,
+        "INSERT INTO history VALUES ('after-the-backup', 'not-restored')",
+    )
+    .await;
+
+    let mut copy = real_cluster(2);
+    copy.metadata.name = Some("copy".into());
+    copy.spec.restore_from = Some(RestoreSource {
+        backup_name: real_pods::ONE_SHOT_BACKUP.into(),
+    });
+    let clusters: Api<MySQLCluster> = Api::namespaced(setup.admin.clone(), &setup.ns);
+    clusters.create(&PostParams::default(), &copy).await.unwrap();
+    support::ready(&clusters, "copy", 1).await;
+    setup
+        .members_ready(
+            "app.kubernetes.io/name=mysql,app.kubernetes.io/instance=copy,app.kubernetes.io/component=member",
+            2,
+            Duration::from_secs(120),
+        )
+        .await;
+    let restored = service_pool(&setup, &mysql_operator::resources::primary_service_name("copy")).await;
+    let mut held = wait::until("the copy's rows", Duration::from_secs(60), || rows(&restored)).await;
+    assert_eq!(
+        held.remove("after-the-backup"),
+        None,
+        "a row written after the backup was restored"
+    );
+    for operation in &history.operations {
+        held.entry(operation.key.clone()).or_insert(None);
+    }
+    let checked = history
+        .check(&held)
+        .unwrap_or_else(|violations| panic!("the copy lost or invented writes: {violations:#?}"));
+    assert!(checked >= 20, "{checked} acknowledged writes checked");
+    until_done(
+        &restored,
+        "INSERT INTO history VALUES ('after-the-restore', 'written')",
+    )
+    .await;
+
+    store
+        .scheduled_runs_pruned::<MySQLBackup>(&setup, "mysql", &[one_shot])
+        .await;
+    setup.remove().await;
+}

@@ -1021,3 +1021,63 @@ async fn a_replica_removed_and_added_again_starts_from_an_empty_volume() {
     eprintln!("{checked} acknowledged writes checked, none lost");
     setup.remove().await;
 }
+
+/// Backups to an S3 store in the cluster: the operator's pod stores a one-shot backup there over
+/// the pod network, and a new deployment restored from it (each data pod's init step fetching
+/// its snapshot from the store) holds every write acknowledged before it and nothing written
+/// after; a schedule every minute keeps one run of its own and never deletes the one-shot's
+/// object.
+#[tokio::test]
+async fn backups_land_in_an_s3_store_and_a_new_deployment_restores_from_one() {
+    use redis_operator::crd::{RedisBackup, RestoreSource};
+
+    let setup = OnRealNode::install("real-redis-s3", CHART, &["backups.allowHttp=true"]).await;
+    let store = setup.deploy_s3_store().await;
+    create_ready(&setup, on_real_node(support::replication_spec(2)), 3, 3).await;
+    let password = generated_password(&setup.admin, &setup.ns, CLUSTER).await;
+    let writer = start_reconnecting_writer(primary_service_address(&setup).await, &password);
+    writer.acknowledged_at_least(20, Duration::from_secs(60)).await;
+    let history = writer.stop().await;
+
+    let one_shot = store.back_up_once::<RedisBackup>(&setup, CLUSTER, "redis").await;
+    store
+        .schedule_every_minute::<RedisBackup>(&setup, CLUSTER, "redis")
+        .await;
+    let mut primary = service_connection(&setup, &primary_service_name(CLUSTER), &password).await;
+    let _: () = primary.set("after-the-backup", "not-restored").await.unwrap();
+
+    let mut copy = on_real_node(support::replication_spec(1));
+    copy.metadata.name = Some("copy".into());
+    copy.spec.restore_from = Some(RestoreSource {
+        backup_name: real_pods::ONE_SHOT_BACKUP.into(),
+    });
+    clusters(&setup)
+        .create(&PostParams::default(), &copy)
+        .await
+        .unwrap();
+    support::ready(&clusters(&setup), "copy", 2).await;
+    let nodes = setup
+        .members_ready(
+            "app.kubernetes.io/name=redis,app.kubernetes.io/instance=copy,app.kubernetes.io/component=node",
+            2,
+            Duration::from_secs(120),
+        )
+        .await;
+    real_pods::assert_init_container_succeeded(&nodes, redis_operator::resources::RESTORE_CONTAINER);
+    let copy_password = generated_password(&setup.admin, &setup.ns, "copy").await;
+    let mut restored = service_connection(&setup, &primary_service_name("copy"), &copy_password).await;
+    let after: Option<String> = restored.get("after-the-backup").await.unwrap();
+    assert_eq!(after, None, "a key written after the backup was restored");
+    let checked = check_history(&history, |key| {
+        let mut restored = restored.clone();
+        async move { restored.get(key).await.unwrap() }
+    })
+    .await;
+    assert!(checked >= 20, "{checked} acknowledged writes checked");
+    let _: () = restored.set("after-the-restore", "written").await.unwrap();
+
+    store
+        .scheduled_runs_pruned::<RedisBackup>(&setup, "redis", &[one_shot])
+        .await;
+    setup.remove().await;
+}
