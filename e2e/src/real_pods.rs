@@ -518,12 +518,21 @@ impl OnRealNode {
 
     /// Deletes pod `name` and waits until its StatefulSet made a new one that is Ready.
     pub async fn delete_and_await_recreated(&self, name: &str, timeout: Duration) {
+        self.delete_and_await(name, true, timeout).await;
+    }
+
+    /// Deletes pod `name` and waits until its StatefulSet created it again, in whatever state.
+    pub async fn delete_and_await_new_pod(&self, name: &str, timeout: Duration) {
+        self.delete_and_await(name, false, timeout).await;
+    }
+
+    async fn delete_and_await(&self, name: &str, ready: bool, timeout: Duration) {
         let pods = self.pods();
         let pod = pods.get(name).await.unwrap();
         pods.delete(name, &DeleteParams::default()).await.unwrap();
-        wait::until(&format!("{name} re-created and Ready"), timeout, || async {
+        wait::until(&format!("{name} re-created"), timeout, || async {
             let now = pods.get(name).await.map_err(|error| error.to_string())?;
-            if now.metadata.uid != pod.metadata.uid && real_node::pod_ready(&now) {
+            if now.metadata.uid != pod.metadata.uid && (!ready || real_node::pod_ready(&now)) {
                 Ok(())
             } else {
                 Err(describe_pods(std::slice::from_ref(&now)))

@@ -390,8 +390,23 @@ pub struct MySQLClusterStatus {
     /// The recovery asked for with the `quorum.dev/recover-from` annotation, while it stands.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovery: Option<quorum_core::crd::RecoveryRecord>,
+    /// The primary's executed GTIDs as last seen while it accepted writes. A primary that comes
+    /// back without them lost data (a new or emptied volume); with asynchronous replication it
+    /// is then not reopened while a member that may hold them does not answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary_last_open: Option<PrimaryPosition>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// What a primary held, as seen at one pass.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PrimaryPosition {
+    /// The member that was the primary.
+    pub member: String,
+    /// Its executed GTIDs.
+    pub gtid: String,
 }
 
 /// A completed restore of a `MySQLBackup` into a new cluster.

@@ -167,6 +167,9 @@ pub struct Facts {
     pub repair: Option<PodRepair>,
     /// A recovery a person asked for, while the request stands.
     pub recovery: Option<RecoveryRequest>,
+    /// The recorded primary's executed GTIDs as last seen while it accepted writes
+    /// (`status.primaryLastOpen`).
+    pub primary_last_open: Option<GtidPosition>,
     pub freshness: Duration,
     pub now: Instant,
 }
@@ -505,6 +508,19 @@ fn choose_primary(facts: &Facts) -> Result<usize, Decision> {
 /// transaction any member that answers holds; what only the members that do not answer held is
 /// given up, which is why only a person asks for it. Once per request.
 fn recover_on_request(facts: &Facts, primary: usize, blocked: Decision) -> Decision {
+    promote_on_request(facts, primary, blocked, PrimaryLoss::Gone)
+}
+
+/// What a recovery asked for replaces.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PrimaryLoss {
+    /// A primary that does not answer: a member still replicating from it shows it is not lost.
+    Gone,
+    /// A primary that answers without its data: its replicas may still be linked to it.
+    Data,
+}
+
+fn promote_on_request(facts: &Facts, primary: usize, blocked: Decision, loss: PrimaryLoss) -> Decision {
     let Some(request) = facts.recovery.as_ref().filter(|request| request.is_open()) else {
         return blocked;
     };
@@ -528,10 +544,11 @@ fn recover_on_request(facts: &Facts, primary: usize, blocked: Decision) -> Decis
         let Some(state) = fact.healthy_state(facts.now, facts.freshness) else {
             continue;
         };
-        if state
-            .replication
-            .as_ref()
-            .is_some_and(|r| r.source == Some(primary) && r.io_running)
+        if loss == PrimaryLoss::Gone
+            && state
+                .replication
+                .as_ref()
+                .is_some_and(|r| r.source == Some(primary) && r.io_running)
         {
             return refused(format!(
                 "member {} still replicates from the primary (member {primary}): it is not lost, nothing is promoted",
@@ -549,6 +566,19 @@ fn recover_on_request(facts: &Facts, primary: usize, blocked: Decision) -> Decis
     Decision::Act(Step::Failover { from: primary, to })
 }
 
+/// The recorded primary came back without what it held and a member that may hold it does not
+/// answer (`blocked`). A person who knows that member is lost too may name the member to serve
+/// from: the primary itself, accepting what it holds, or another member that answers and holds
+/// everything the others that answer hold.
+fn recover_lost_primary_on_request(facts: &Facts, primary: usize, blocked: Decision) -> Decision {
+    match facts.recovery.as_ref().filter(|request| request.is_open()) {
+        Some(request) if request.ordinal == Some(primary) => {
+            Decision::Act(Step::OpenPrimary { ordinal: primary })
+        }
+        _ => promote_on_request(facts, primary, blocked, PrimaryLoss::Data),
+    }
+}
+
 /// The recorded primary restarted and no failover happened. It may have come back with less than
 /// it had: on an empty volume (its claim lost), without its newest commits (a power loss with
 /// `sync_binlog = 0`), or, in SemiSync mode with MariaDB, having discarded what it wrote but had
@@ -560,10 +590,33 @@ fn recover_on_request(facts: &Facts, primary: usize, blocked: Decision) -> Decis
 /// hold an acknowledged transaction); in asynchronous mode the members that answer are compared,
 /// as asynchronous replication never promised more.
 fn reopen_primary(facts: &Facts, primary: usize, state: &ServerState) -> Decision {
+    // Asynchronous mode has one witness of what the primary held: what it was last seen
+    // holding while it accepted writes. Came back without it, it lost data (a new or emptied
+    // volume), and a member that does not answer may hold what it lost.
+    let lost = facts
+        .primary_last_open
+        .as_ref()
+        .filter(|last| !facts.semi_sync && !state.executed.includes(last));
     let mut states = vec![(primary, state)];
     for fact in facts.members.iter().filter(|m| m.ordinal != primary) {
         match fact.healthy_state(facts.now, facts.freshness) {
             Some(replica) => states.push((fact.ordinal, replica)),
+            None if lost.is_some() => {
+                return recover_lost_primary_on_request(
+                    facts,
+                    primary,
+                    wait(
+                        Reason::PrimaryReopenBlocked,
+                        format!(
+                            "the primary (ordinal {primary}) came back without transactions it was last seen holding while it accepted writes ({}; it holds {}): its data was lost, and it is reopened or replaced once every member answers: member {} is {} and may hold them. If that member is lost for good too, name the member to serve from with {RECOVER_ANNOTATION}, the primary itself to accept what it holds (docs/mysql.md, Disaster recovery)",
+                            lost.map(ToString::to_string).unwrap_or_default(),
+                            state.executed,
+                            fact.ordinal,
+                            fact.health.as_str()
+                        ),
+                    ),
+                );
+            }
             None if !facts.semi_sync => {}
             None => {
                 return wait(
@@ -1026,6 +1079,7 @@ mod tests {
             binlog_expire_seconds: WEEK,
             repair: None,
             recovery: None,
+            primary_last_open: None,
             freshness: Duration::from_secs(30),
             now,
         }
@@ -1841,6 +1895,89 @@ mod tests {
             assert_eq!(decide(&facts), expected, "{case}");
         }
     }
+    /// Asynchronous mode: a primary that comes back without what it was last seen holding while
+    /// it accepted writes (its volume lost) is not reopened while a member that may hold it does
+    /// not answer. It was: with its replicas down, it reopened empty over their data.
+    #[test]
+    fn an_asynchronous_primary_back_without_what_it_was_last_seen_holding_waits_for_every_member() {
+        let now = Instant::now();
+        let restarted = |executed: &str| ServerState {
+            read_only: true,
+            ..primary_state(executed)
+        };
+        let down = |ordinal| unreachable(ordinal, Health::Unknown("timed out".into()), now);
+        let lost_wait = |member: usize, health: &str| {
+            Decision::Wait(Wait {
+                reason: Reason::PrimaryReopenBlocked,
+                message: format!(
+                    "the primary (ordinal 0) came back without transactions it was last seen holding while it accepted writes (0-1-10; it holds 0-1-3): its data was lost, and it is reopened or replaced once every member answers: member {member} is {health} and may hold them. If that member is lost for good too, name the member to serve from with {RECOVER_ANNOTATION}, the primary itself to accept what it holds (docs/mysql.md, Disaster recovery)"
+                ),
+            })
+        };
+        let cases: Vec<(&str, Vec<MemberFact>, Option<&str>, Decision)> = vec![
+            (
+                "back on an empty volume, its replicas down: waits",
+                vec![healthy(0, restarted("0-1-3"), now), down(1), down(2)],
+                None,
+                lost_wait(1, "Unknown"),
+            ),
+            (
+                "back with everything it was seen holding, its replicas down: reopened as before",
+                vec![healthy(0, restarted("0-1-12"), now), down(1), down(2)],
+                None,
+                Decision::Act(Step::OpenPrimary { ordinal: 0 }),
+            ),
+            (
+                "a replica that answers holds less, another does not answer: waits",
+                vec![
+                    healthy(0, restarted("0-1-3"), now),
+                    healthy(1, replica_state("0-1-7", 0), now),
+                    down(2),
+                ],
+                None,
+                lost_wait(2, "Unknown"),
+            ),
+            (
+                "every member answers: the one holding the most takes over, nothing more can be had",
+                vec![
+                    healthy(0, restarted("0-1-3"), now),
+                    healthy(1, replica_state("0-1-7", 0), now),
+                    healthy(2, replica_state("0-1-8", 0), now),
+                ],
+                None,
+                Decision::Act(Step::Failover { from: 0, to: 2 }),
+            ),
+            (
+                "a person accepts what the primary holds",
+                vec![healthy(0, restarted("0-1-3"), now), down(1), down(2)],
+                Some("main-0"),
+                Decision::Act(Step::OpenPrimary { ordinal: 0 }),
+            ),
+            (
+                "a person names a replica that answers and holds the most of those that answer",
+                vec![
+                    healthy(0, restarted("0-1-3"), now),
+                    healthy(1, replica_state("0-1-7", 0), now),
+                    down(2),
+                ],
+                Some("main-1"),
+                Decision::Act(Step::Failover { from: 0, to: 1 }),
+            ),
+        ];
+        for (case, members, recover_from, expected) in cases {
+            let mut facts = facts(members, Some(0), now);
+            facts.semi_sync = false;
+            facts.primary_last_open = Some(gtid("0-1-10"));
+            facts.recovery = recover_from.map(|member| RecoveryRequest {
+                member: member.into(),
+                ordinal: member.strip_prefix("main-").and_then(|o| o.parse().ok()),
+                done: None,
+                expired: false,
+            });
+            assert_eq!(decide(&facts), expected, "{case}");
+        }
+    }
+
     #[test]
     fn a_recovery_request_promotes_the_named_survivor_only_while_the_primary_is_lost_and_only_if_it_holds_the_most()
      {

@@ -332,6 +332,7 @@ impl Observed {
             binlog_expire_seconds: binlog_expire_seconds(cluster),
             repair: self.repair.clone(),
             recovery: self.recovery.clone(),
+            primary_last_open: primary_last_open(cluster, self.primary),
             freshness: settings.freshness,
             now: std::time::Instant::now(),
         }
@@ -447,6 +448,15 @@ fn repair_record(
     Some(repair.record(wiped_now.as_ref(), &waiting, back))
 }
 
+/// What the recorded primary was last seen holding while it accepted writes, from status. A
+/// record of another member, or one that cannot be read, is no witness.
+fn primary_last_open(cluster: &MySQLCluster, primary: Option<usize>) -> Option<GtidPosition> {
+    let recorded = cluster.status.as_ref()?.primary_last_open.as_ref()?;
+    (recorded.member == member_name(&cluster.name_any(), primary?))
+        .then(|| GtidPosition::parse(cluster.spec.flavor, &recorded.gtid).ok())
+        .flatten()
+}
+
 /// Where a recovery asked for stands at the end of the pass, for `status.recovery`; `None` once
 /// the request is gone. It is done once the member it names became the primary while it stood
 /// (this pass, or as recorded before); until then the record says what the pass decided about it.
@@ -458,7 +468,11 @@ fn recovery_record(
     let request = observed.recovery.as_ref()?;
     let name = observed.key.rsplit('/').next().unwrap_or_default();
     if let Some(replaced) = &request.done {
-        return Some(request.done(replaced));
+        return Some(if *replaced == request.member {
+            request.accepted()
+        } else {
+            request.done(replaced)
+        });
     }
     if request.expired {
         return Some(request.expire());
@@ -477,6 +491,10 @@ fn recovery_record(
         }
         Decision::Act(step @ Step::Failover { to, .. }) if request.ordinal == Some(*to) => {
             request.waiting(describe(name, step))
+        }
+        // The primary that lost its data, named to serve with what it holds: taken once.
+        Decision::Act(Step::OpenPrimary { ordinal }) if request.ordinal == Some(*ordinal) => {
+            request.accepted()
         }
         _ => request.expire(),
     })

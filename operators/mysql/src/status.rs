@@ -16,9 +16,9 @@ use quorum_core::{
 use crate::{
     crd::{
         FailoverRecord, InFlightAction, InFlightStep, MemberStatus, MySQLCluster, MySQLClusterStatus,
-        RestoreRecord,
+        PrimaryPosition, RestoreRecord,
     },
-    decide::{Decision, InFlight, MemberFact, RESTORE_TARGET, Reason, Step, Wait, errant},
+    decide::{Decision, InFlight, MemberFact, RESTORE_TARGET, Reason, ServerState, Step, Wait, errant},
     resources::{RoleLabel, member_name, member_selector_string, ordinal_of},
 };
 
@@ -341,7 +341,26 @@ pub fn build_status(
         restored_from: restored,
         repair: previous.repair,
         recovery: previous.recovery,
+        primary_last_open: primary_last_open(&name, primary, primary_state, previous.primary_last_open),
         conditions,
+    }
+}
+
+/// What the primary holds while it accepts writes; else what it was last seen holding then, as
+/// long as it is still the primary.
+fn primary_last_open(
+    cluster: &str,
+    primary: Option<usize>,
+    primary_state: Option<&ServerState>,
+    previous: Option<PrimaryPosition>,
+) -> Option<PrimaryPosition> {
+    let member = member_name(cluster, primary?);
+    match primary_state {
+        Some(state) if !state.read_only && state.replication.is_none() => Some(PrimaryPosition {
+            member,
+            gtid: state.executed.to_string(),
+        }),
+        _ => previous.filter(|last| last.member == member),
     }
 }
 
@@ -790,6 +809,61 @@ mod tests {
             Timestamp::UNIX_EPOCH,
         );
         assert!(status.conditions.iter().all(|c| c.type_ != RESTORED_CONDITION));
+    }
+
+    /// What the primary held while it accepted writes is recorded, kept while it is read-only or
+    /// unreachable (an empty volume must not overwrite the witness of what it lost), and
+    /// dropped when another member is the primary.
+    #[test]
+    fn the_primary_is_recorded_holding_what_it_held_while_it_accepted_writes() {
+        let now = Timestamp::from_second(1_800_000_000).unwrap();
+        let mut cluster = restored_cluster();
+        let state = |read_only: bool, executed: &str| ServerState {
+            read_only,
+            executed: crate::admin::gtid::GtidPosition::parse(Flavor::MariaDB, executed).unwrap(),
+            replication: None,
+            semi_sync_source: false,
+            semi_sync_replica: false,
+            binlog_expire_seconds: 0,
+        };
+        let with = |state: Option<ServerState>| MemberFact { state, ..member() };
+        let pass = |cluster: &MySQLCluster, primary_state: Option<ServerState>, primary: usize| {
+            build_status(
+                cluster,
+                &[with(primary_state)],
+                &Decision::Settled,
+                Some(primary),
+                None,
+                None,
+                None,
+                now,
+            )
+            .primary_last_open
+        };
+        let open = Some(PrimaryPosition {
+            member: "copy-0".into(),
+            gtid: "0-1-10".into(),
+        });
+        assert_eq!(pass(&cluster, Some(state(false, "0-1-10")), 0), open);
+        cluster.status = Some(MySQLClusterStatus {
+            primary_last_open: open.clone(),
+            ..Default::default()
+        });
+        assert_eq!(
+            pass(&cluster, Some(state(true, "")), 0),
+            open,
+            "restarted read-only and empty"
+        );
+        assert_eq!(pass(&cluster, None, 0), open, "not answering");
+        assert_eq!(pass(&cluster, None, 1), None, "another member is the primary");
+        assert_eq!(
+            pass(&cluster, Some(state(false, "0-1-3")), 0),
+            Some(PrimaryPosition {
+                member: "copy-0".into(),
+                gtid: "0-1-3".into(),
+            }),
+            "reopened: what it holds now"
+        );
     }
 
     /// A failover's time from loss starts at the first pass that saw the old primary fail (kept

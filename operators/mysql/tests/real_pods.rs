@@ -320,7 +320,21 @@ async fn a_total_outage_ends_with_every_member_back_and_every_acknowledged_write
 /// reopened the empty member as the primary, and the primary Service served an empty database.
 #[tokio::test]
 async fn an_async_primary_back_on_an_empty_volume_is_not_reopened_over_the_replicas_data() {
-    let setup = OnRealNode::install("real-mysql-lost-primary", CHART, &[]).await;
+    async_primary_loses_its_volume("real-mysql-lost-primary", false).await;
+}
+
+/// The same while the replicas are down (their pods gone, their volumes kept) when the operator
+/// comes back: they start after the empty primary. Status recorded what the primary held while
+/// it accepted writes, so it is not reopened before they answer, and the replica holding
+/// everything takes over. It failed first: with no replica answering, the empty primary was
+/// reopened, and the replicas, holding what it lacked, were fenced as errant.
+#[tokio::test]
+async fn an_async_primary_back_on_an_empty_volume_before_its_replicas_waits_for_them() {
+    async_primary_loses_its_volume("real-mysql-lost-alone", true).await;
+}
+
+async fn async_primary_loses_its_volume(prefix: &str, replicas_down: bool) {
+    let setup = OnRealNode::install(prefix, CHART, &[]).await;
     let mut cluster = real_cluster(3);
     cluster.spec.replication = Some(mysql_operator::crd::ReplicationSpec {
         mode: mysql_operator::crd::ReplicationMode::Async,
@@ -336,10 +350,33 @@ async fn an_async_primary_back_on_an_empty_volume_is_not_reopened_over_the_repli
     let history = writer.stop().await;
     check_history(&setup, &primary, &history, 3).await;
 
+    if replicas_down {
+        // Its only witness of what the primary held: what a pass saw it holding while it
+        // accepted writes (a settled cluster is looked at every half minute or so).
+        wait::until(
+            "a pass saw the primary holding the writes",
+            Duration::from_secs(120),
+            || async {
+                let status = clusters
+                    .get(CLUSTER)
+                    .await
+                    .map_err(|error| error.to_string())?
+                    .status
+                    .unwrap_or_default();
+                match status.primary_last_open {
+                    Some(seen) if !seen.gtid.is_empty() => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            },
+        )
+        .await;
+    }
+
     // The operator stopped while the volume goes, so that it first sees the member back,
     // empty, rather than the primary down (which fails over before the member is back).
     setup.scale_operator(0).await;
     let lost = status.primary.clone().expect("a primary");
+    assert_eq!(lost, member(0), "the first primary is member 0");
     let claim = format!("data-{lost}");
     let volume = setup.claim_uid(&claim).await;
     setup.claims().delete(&claim, &Default::default()).await.unwrap();
@@ -347,9 +384,66 @@ async fn an_async_primary_back_on_an_empty_volume_is_not_reopened_over_the_repli
         .delete_and_await_recreated(&lost, Duration::from_secs(180))
         .await;
     assert_ne!(setup.claim_uid(&claim).await, volume, "{lost} kept its volume");
+    let statefulsets: Api<k8s_openapi::api::apps::v1::StatefulSet> =
+        Api::namespaced(setup.admin.clone(), &setup.ns);
+    let place_on = |node_type: &str| {
+        Patch::Merge(
+            serde_json::json!({"spec": {"template": {"spec": {"nodeSelector": {"type": node_type}}}}}),
+        )
+    };
+    let replicas = [member(1), member(2)];
+    if replicas_down {
+        // The replicas' pods held off the node (no node matches), their volumes kept.
+        statefulsets
+            .patch(CLUSTER, &PatchParams::default(), &place_on("held"))
+            .await
+            .unwrap();
+        for replica in &replicas {
+            setup
+                .delete_and_await_new_pod(replica, Duration::from_secs(60))
+                .await;
+        }
+    }
     setup.scale_operator(1).await;
+    if replicas_down {
+        wait::until(
+            "the empty primary held read-only while its replicas do not answer",
+            Duration::from_secs(120),
+            || async {
+                let status = clusters
+                    .get(CLUSTER)
+                    .await
+                    .map_err(|error| error.to_string())?
+                    .status
+                    .unwrap_or_default();
+                let progressing = status.conditions.iter().find(|c| c.type_ == "Progressing");
+                match progressing {
+                    Some(c)
+                        if c.reason == "PrimaryReopenBlocked" && c.message.contains("came back without") =>
+                    {
+                        Ok(())
+                    }
+                    _ => Err(format!("{:?} {progressing:?}", status.primary)),
+                }
+            },
+        )
+        .await;
+        statefulsets
+            .patch(
+                CLUSTER,
+                &PatchParams::default(),
+                &place_on(&real_node::node_selector()["type"]),
+            )
+            .await
+            .unwrap();
+        for replica in &replicas {
+            setup
+                .delete_and_await_recreated(replica, Duration::from_secs(120))
+                .await;
+        }
+    }
 
-    let now = wait::until("another member primary", Duration::from_secs(180), || async {
+    let now = wait::until("another member primary", Duration::from_secs(240), || async {
         let status = clusters
             .get(CLUSTER)
             .await
