@@ -53,7 +53,7 @@ fn exported_families() -> BTreeSet<String> {
     metrics.observe_error("etcdclusters", "apply");
     metrics.observe_backup_success("etcd", "prod", "main", 1.0);
     metrics.observe_backup_failure("etcd", "prod", "main");
-    metrics.observe_members("etcd", "prod", "main", ["Healthy"]);
+    metrics.observe_members("etcd", "prod", "main", ["Healthy"], ["Healthy"]);
     metrics.set_leading("quorum-etcd-operator", true);
     let admin = &metrics.admin;
     admin.observe_call("etcd", "status", Outcome::Ok, 0.01);

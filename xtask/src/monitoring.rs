@@ -80,11 +80,31 @@ fn controllers(operator: &OperatorPackage) -> String {
         .join("|")
 }
 
+/// A quorum alert's expression: `by_majority` over the voters of every engine but MySQL, and
+/// `mysql` over MySQL's members; for one operator's scope, only its engine's.
+fn quorum_rule(scope: &Scope, by_majority: &str, mysql: &str) -> String {
+    match scope.engine.as_deref() {
+        Some("mysql") => mysql.to_string(),
+        Some(_) => by_majority.to_string(),
+        None => format!("({by_majority}) or ({mysql})"),
+    }
+}
+
 /// Every alert over `scope`'s series, in the order the docs list them.
 pub fn alerts(scope: &Scope) -> Vec<Alert> {
     let s = |metric: &str, matchers: &[&str]| scope.select(metric, matchers);
-    let members = s("quorum_members", &[]);
-    let healthy = s("quorum_members", &["health=\"Healthy\""]);
+    // The engine matchers only where no scope names the engine already.
+    let sum = |metric: &str, engine: &str, health: Option<&str>| {
+        let matchers: Vec<&str> = [(scope.engine.is_none()).then_some(engine), health]
+            .into_iter()
+            .flatten()
+            .collect();
+        format!("sum by ({CLUSTER}) ({})", s(metric, &matchers))
+    };
+    let voters = sum("quorum_voters", "engine!=\"mysql\"", None);
+    let healthy_voters = sum("quorum_voters", "engine!=\"mysql\"", Some("health=\"Healthy\""));
+    let mysql_members = sum("quorum_members", "engine=\"mysql\"", None);
+    let mysql_failing = sum("quorum_members", "engine=\"mysql\"", Some("health!=\"Healthy\""));
     vec![
         Alert {
             name: "QuorumBackupStale",
@@ -140,31 +160,40 @@ describe pod`, the cluster's `PodsNotStarting` condition) and at `kubectl quorum
             name: "QuorumAtRisk",
             severity: "warning",
             for_: Some("5m"),
-            expr: format!(
-                "sum by ({CLUSTER}) ({healthy}) <= floor(sum by ({CLUSTER}) ({members}) / 2) + 1 \
-and sum by ({CLUSTER}) ({healthy}) > floor(sum by ({CLUSTER}) ({members}) / 2) \
-and sum by ({CLUSTER}) ({members}) >= 3"
+            expr: quorum_rule(
+                scope,
+                &format!(
+                    "{healthy_voters} <= floor({voters} / 2) + 1 and {healthy_voters} > floor({voters} / 2) and {voters} >= 3"
+                ),
+                &format!("{mysql_failing} == 1 and {mysql_members} >= 2"),
             ),
-            summary: "{{ $labels.namespace }}/{{ $labels.cluster }} ({{ $labels.engine }}) keeps a majority of healthy members only if no other member fails",
-            runbook: "One more member lost and the cluster loses its majority: writes stop (etcd, \
-MongoDB) or no failover is possible (MySQL, Redis Sentinel). Bring the unhealthy or unknown members \
-back before any maintenance; the operator already refuses voluntary disruptions (restarts, \
-upgrades, scale-in) while a member is not healthy.",
+            summary: "{{ $labels.namespace }}/{{ $labels.cluster }} ({{ $labels.engine }}) survives no further member failure",
+            runbook: "One more member lost and the cluster can no longer elect a leader or fail over. \
+What counts is the engine's own rule, from the `quorum_voters` series the operators export: a \
+majority of etcd's voting members (learners do not count), of MongoDB's members with a vote, of \
+the Sentinels in Redis replication mode, of the shards with a serving primary in Redis cluster \
+mode. MySQL has no majority: a failover waits for every replica to answer, so any one member \
+down (`quorum_members`) leaves it at risk whatever its size. Bring the unhealthy or unknown \
+members back before any maintenance; the operator already refuses voluntary disruptions \
+(restarts, upgrades, scale-in) while a member is not healthy.",
         },
         Alert {
             name: "QuorumLost",
             severity: "critical",
             for_: Some("2m"),
-            expr: format!(
-                "sum by ({CLUSTER}) ({healthy}) <= floor(sum by ({CLUSTER}) ({members}) / 2) \
-and sum by ({CLUSTER}) ({members}) >= 2"
+            expr: quorum_rule(
+                scope,
+                &format!("{healthy_voters} <= floor({voters} / 2) and {voters} >= 2"),
+                &format!("{mysql_failing} >= 2 and {mysql_members} >= 2"),
             ),
-            summary: "{{ $labels.namespace }}/{{ $labels.cluster }} ({{ $labels.engine }}) has no majority of healthy members",
-            runbook: "Half of the members or more are not healthy. Bring them back on their volumes \
-first: the cluster comes back by itself with every acknowledged write once a majority answers. Only \
-if members are lost for good, follow the engine's Disaster recovery section (docs/<engine>.md): \
-MySQL and MongoDB recover from a named survivor on request (`kubectl quorum recover \
-<kind>/<name> <member>`), which gives up what only the lost members held.",
+            summary: "{{ $labels.namespace }}/{{ $labels.cluster }} ({{ $labels.engine }}) cannot elect a leader or fail over",
+            runbook: "Half of the voters or more are not healthy (for MySQL: two members or more), \
+so writes stop (etcd, MongoDB) or a lost primary is not replaced (MySQL, Redis). Bring them \
+back on their volumes first: the cluster comes back by itself with every acknowledged write \
+once they answer. Only if members are lost for good, follow the engine's Disaster recovery \
+section (docs/<engine>.md): MySQL and MongoDB recover from a named survivor on request \
+(`kubectl quorum recover <kind>/<name> <member>`), which gives up what only the lost members \
+held.",
         },
         Alert {
             name: "QuorumFailover",

@@ -70,7 +70,8 @@ pub struct Metrics {
     /// The backup series of each cluster (`namespace/name`), removed when it is deleted.
     backup_series: Mutex<HashMap<String, BackupLabels>>,
     members: Family<MemberLabels, Gauge>,
-    /// The member series of each cluster (`namespace/name`), removed when it is deleted.
+    voters: Family<MemberLabels, Gauge>,
+    /// The member and voter series of each cluster (`namespace/name`), removed when it is deleted.
     member_series: Mutex<HashMap<String, Vec<MemberLabels>>>,
     leader: Family<OperatorLabels, Gauge>,
     /// The admin layer's call, retry and circuit-breaker metrics.
@@ -121,6 +122,14 @@ impl Metrics {
             "A cluster's members by health (Healthy, Unhealthy, Unknown), as its last pass saw them",
             members.clone(),
         );
+        let voters = Family::<MemberLabels, Gauge>::default();
+        registry.register(
+            "voters",
+            "A cluster's voters by health: the members whose majority it needs to elect a leader or fail over \
+(etcd's voting members, MongoDB's members with a vote, the Sentinels of Redis replication, one per shard for its \
+primary in Redis cluster mode, every MySQL member), as its last pass saw them",
+            voters.clone(),
+        );
         let leader = Family::<OperatorLabels, Gauge>::default();
         registry.register(
             "leader",
@@ -138,6 +147,7 @@ impl Metrics {
             backup_failures,
             backup_series: Mutex::new(HashMap::new()),
             members,
+            voters,
             member_series: Mutex::new(HashMap::new()),
             leader,
             admin,
@@ -189,19 +199,26 @@ impl Metrics {
     }
 
     /// Sets how many of `namespace/cluster`'s members are of each health in `healths` (one
-    /// entry per member: `Healthy`, `Unhealthy` or `Unknown`; anything else counts as `Unknown`).
+    /// entry per member: `Healthy`, `Unhealthy` or `Unknown`; anything else counts as `Unknown`),
+    /// and how many of its voters are, in `voters` (see the `voters` metric).
     pub fn observe_members<'a>(
         &self,
         engine: &str,
         namespace: &str,
         cluster: &str,
         healths: impl IntoIterator<Item = &'a str>,
+        voters: impl IntoIterator<Item = &'a str>,
     ) {
-        let mut counts = [0i64; 3];
-        for health in healths {
-            let index = MEMBER_HEALTHS.iter().position(|h| *h == health).unwrap_or(2);
-            counts[index] += 1;
-        }
+        let count = |healths: &mut dyn Iterator<Item = &'a str>| {
+            let mut counts = [0i64; 3];
+            for health in healths {
+                let index = MEMBER_HEALTHS.iter().position(|h| *h == health).unwrap_or(2);
+                counts[index] += 1;
+            }
+            counts
+        };
+        let members = count(&mut healths.into_iter());
+        let voting = count(&mut voters.into_iter());
         let series: Vec<MemberLabels> = MEMBER_HEALTHS
             .iter()
             .map(|health| MemberLabels {
@@ -211,8 +228,9 @@ impl Metrics {
                 health: (*health).to_string(),
             })
             .collect();
-        for (labels, count) in series.iter().zip(counts) {
-            self.members.get_or_create(labels).set(count);
+        for ((labels, members), voting) in series.iter().zip(members).zip(voting) {
+            self.members.get_or_create(labels).set(members);
+            self.voters.get_or_create(labels).set(voting);
         }
         self.member_series
             .lock()
@@ -226,12 +244,14 @@ impl Metrics {
         engine: &str,
         cluster: &impl kube::ResourceExt,
         healths: impl IntoIterator<Item = &'a str>,
+        voters: impl IntoIterator<Item = &'a str>,
     ) {
         self.observe_members(
             engine,
             &cluster.namespace().unwrap_or_default(),
             &cluster.name_any(),
             healths,
+            voters,
         );
     }
 
@@ -253,6 +273,7 @@ impl Metrics {
             .remove(key);
         for labels in members.into_iter().flatten() {
             self.members.remove(&labels);
+            self.voters.remove(&labels);
         }
         let labels = self
             .backup_series
@@ -293,28 +314,43 @@ mod tests {
     #[test]
     fn members_are_counted_by_health_and_go_with_the_cluster() {
         let metrics = Metrics::new();
-        metrics.observe_members("etcd", "prod", "main", ["Healthy", "Unknown", "Healthy"]);
+        metrics.observe_members(
+            "etcd",
+            "prod",
+            "main",
+            ["Healthy", "Unknown", "Healthy", "Unhealthy"],
+            ["Healthy", "Unknown", "Healthy"],
+        );
         metrics.set_leading("quorum-etcd-operator", true);
         let text = metrics.render();
-        let series = |health: &str, count: i64| {
+        let series = |metric: &str, health: &str, count: i64| {
             format!(
-                r#"quorum_members{{engine="etcd",namespace="prod",cluster="main",health="{health}"}} {count}"#
+                r#"quorum_{metric}{{engine="etcd",namespace="prod",cluster="main",health="{health}"}} {count}"#
             )
         };
-        for (health, count) in [("Healthy", 2), ("Unhealthy", 0), ("Unknown", 1)] {
+        for (metric, health, count) in [
+            ("members", "Healthy", 2),
+            ("members", "Unhealthy", 1),
+            ("members", "Unknown", 1),
+            ("voters", "Healthy", 2),
+            ("voters", "Unhealthy", 0),
+            ("voters", "Unknown", 1),
+        ] {
             assert!(
-                text.contains(&series(health, count)),
-                "{health} {count} in {text}"
+                text.contains(&series(metric, health, count)),
+                "{metric} {health} {count} in {text}"
             );
         }
         assert!(
             text.contains(r#"quorum_leader{operator="quorum-etcd-operator"} 1"#),
             "{text}"
         );
-        metrics.observe_members("etcd", "prod", "main", ["Healthy", "Healthy", "Healthy"]);
-        assert!(metrics.render().contains(&series("Unknown", 0)));
+        metrics.observe_members("etcd", "prod", "main", ["Healthy"; 3], ["Healthy"; 3]);
+        assert!(metrics.render().contains(&series("members", "Unknown", 0)));
+        assert!(metrics.render().contains(&series("voters", "Unknown", 0)));
         metrics.forget_cluster("prod/main");
         assert!(!metrics.render().contains("quorum_members{"));
+        assert!(!metrics.render().contains("quorum_voters{"));
     }
 
     #[test]

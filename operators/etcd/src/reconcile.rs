@@ -419,6 +419,11 @@ impl<'a> Report<'a> {
             crate::observe::ENGINE,
             self.cluster,
             status.members.iter().map(|m| m.health.as_str()),
+            status
+                .members
+                .iter()
+                .filter(|m| !m.learner)
+                .map(|m| m.health.as_str()),
         );
         self.report_leader_change(&status).await;
         Ok(())

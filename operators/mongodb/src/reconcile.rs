@@ -214,6 +214,11 @@ pub async fn reconcile(
         crate::clients::ENGINE,
         replica_set.as_ref(),
         status.members.iter().map(|m| m.health.as_str()),
+        status
+            .members
+            .iter()
+            .filter(|m| m.votes > 0)
+            .map(|m| m.health.as_str()),
     );
     quorum_core::failover::report_new(
         &context.events,

@@ -562,6 +562,8 @@ impl<'a> Report<'a> {
             crate::observe::ENGINE,
             self.cluster,
             status.members.iter().map(|m| m.health.as_str()),
+            // Every member: a failover waits for every replica to answer.
+            status.members.iter().map(|m| m.health.as_str()),
         );
         Ok(())
     }

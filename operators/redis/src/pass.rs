@@ -162,12 +162,19 @@ impl Pass<'_> {
         StatusWriter::new(&self.context.client, self.cluster, self.cluster.status.as_ref())
     }
 
-    /// Counts the data nodes by health in the metrics, as the status this pass wrote says.
+    /// Counts the data nodes by health in the metrics, as the status this pass wrote says, and
+    /// the voters: the Sentinels in replication mode, in cluster mode one per shard for its
+    /// primary (the primaries elect a failed one's replacement).
     pub fn observe_members(&self, status: &RedisClusterStatus) {
+        let voters: Vec<&str> = match self.cluster.spec.mode {
+            crate::crd::Mode::Replication => status.sentinels.iter().map(|s| s.health.as_str()).collect(),
+            crate::crd::Mode::Cluster => shard_voters(&status.nodes),
+        };
         self.context.metrics.observe_members_of(
             crate::clients::ENGINE,
             self.cluster,
             status.nodes.iter().map(|node| node.health.as_str()),
+            voters,
         );
     }
 
@@ -234,4 +241,62 @@ pub(crate) async fn publish(
         .events
         .publish(cluster, severity, reason.as_str(), "Reconcile", message)
         .await;
+}
+
+/// Cluster mode: one voter per shard, as healthy as the best of its primaries that serve slots
+/// (`Healthy` if one is; else `Unknown` if a node of the shard is not reachable, which may be
+/// serving; else `Unhealthy`).
+pub fn shard_voters(nodes: &[crate::crd::NodeStatus]) -> Vec<&'static str> {
+    let shards: std::collections::BTreeSet<i32> = nodes.iter().filter_map(|node| node.shard).collect();
+    shards
+        .into_iter()
+        .map(|shard| {
+            let of_shard = || nodes.iter().filter(move |node| node.shard == Some(shard));
+            if of_shard()
+                .any(|node| node.role == "Primary" && !node.slots.is_empty() && node.health == "Healthy")
+            {
+                "Healthy"
+            } else if of_shard().any(|node| node.health == "Unknown") {
+                "Unknown"
+            } else {
+                "Unhealthy"
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::NodeStatus;
+
+    fn node(shard: i32, role: &str, health: &str, slots: &[&str]) -> NodeStatus {
+        NodeStatus {
+            name: format!("cache-{shard}-{role}"),
+            role: role.into(),
+            health: health.into(),
+            node_id: None,
+            shard: Some(shard),
+            slots: slots.iter().map(|slots| (*slots).to_string()).collect(),
+            following: None,
+            link: None,
+            message: None,
+            failing_since: None,
+        }
+    }
+
+    #[test]
+    fn a_shard_votes_healthy_only_through_a_healthy_primary_serving_slots() {
+        let nodes = [
+            node(0, "Primary", "Healthy", &["0-5460"]),
+            node(0, "Replica", "Healthy", &[]),
+            // Its primary down, its replica not yet promoted: the shard has no voter.
+            node(1, "Primary", "Unhealthy", &["5461-10922"]),
+            node(1, "Replica", "Healthy", &[]),
+            // A node the operator cannot reach may be serving.
+            node(2, "Unknown", "Unknown", &[]),
+            node(2, "Replica", "Healthy", &[]),
+        ];
+        assert_eq!(shard_voters(&nodes), ["Healthy", "Unhealthy", "Unknown"]);
+    }
 }
