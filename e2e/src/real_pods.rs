@@ -325,6 +325,25 @@ impl OnRealNode {
             .sum())
     }
 
+    /// Stops the operator's pod and starts it again when any of `reasons` was published more
+    /// times than `seen` (the total when last looked, updated here): the step just reported is
+    /// then resumed by a new process, which knows only what status and the cluster say. Returns
+    /// whether it restarted the operator.
+    pub async fn restart_operator_after_new_steps(
+        &self,
+        reasons: &[&str],
+        seen: &std::sync::Mutex<i32>,
+    ) -> bool {
+        let total: i32 = self.occurrences(reasons).await.values().sum();
+        if total <= *seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner) {
+            return false;
+        }
+        *seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = total;
+        self.scale_operator(0).await;
+        self.scale_operator(1).await;
+        true
+    }
+
     /// Scales the operator's Deployment to `replicas` and waits until exactly that many of its
     /// pods are Ready and no other is left: at zero, nothing reconciles the namespace's clusters.
     pub async fn scale_operator(&self, replicas: i32) {

@@ -554,7 +554,20 @@ async fn a_repair_request_rebuilds_the_named_replica_on_an_empty_volume() {
 /// write is lost.
 #[tokio::test]
 async fn a_new_pod_template_restarts_one_member_at_a_time_the_primary_last() {
-    let setup = OnRealNode::install("real-mysql-roll", CHART, &[]).await;
+    roll_under_a_writer("real-mysql-roll", false).await;
+}
+
+/// The same with the operator's pod stopped and started again as soon as each disruptive step
+/// is recorded (each restart, the switchover): every step resumes from status rather than being
+/// taken again. Each member's pod is still replaced exactly once, one at a time, the primary
+/// last, and no acknowledged write is lost.
+#[tokio::test]
+async fn a_roll_resumes_every_recorded_step_after_an_operator_restart() {
+    roll_under_a_writer("real-mysql-roll-restarts", true).await;
+}
+
+async fn roll_under_a_writer(prefix: &str, restart_operator_at_each_step: bool) {
+    let setup = OnRealNode::install(prefix, CHART, &[]).await;
     let status = create_ready(&setup, 3).await;
     let old_primary = status.primary.clone().expect("a primary");
     let clusters: Api<MySQLCluster> = Api::namespaced(setup.admin.clone(), &setup.ns);
@@ -573,13 +586,23 @@ async fn a_new_pod_template_restarts_one_member_at_a_time_the_primary_last() {
         )
         .await
         .unwrap();
+    let steps_seen = std::sync::Mutex::new(Vec::<String>::new());
     wait::until(
         "every member on the new template, the roll recorded as done",
-        Duration::from_secs(420),
+        Duration::from_secs(if restart_operator_at_each_step { 720 } else { 420 }),
         || async {
             let rolled = setup.ready_on_rolled_template(MEMBERS).await;
             let cluster = clusters.get(CLUSTER).await.map_err(|e| e.to_string())?;
             let in_flight = cluster.status.as_ref().and_then(|s| s.in_flight.clone());
+            if restart_operator_at_each_step && let Some(step) = &in_flight {
+                let step = format!("{:?} {}", step.action, step.member);
+                let new = !steps_seen.lock().unwrap().contains(&step);
+                if new {
+                    steps_seen.lock().unwrap().push(step);
+                    setup.scale_operator(0).await;
+                    setup.scale_operator(1).await;
+                }
+            }
             match (rolled, in_flight) {
                 (3, None) => Ok(()),
                 (count, in_flight) => Err(format!("{count} rolled, in flight: {in_flight:?}")),
@@ -589,6 +612,14 @@ async fn a_new_pod_template_restarts_one_member_at_a_time_the_primary_last() {
     .await;
     let status = support::ready(&clusters, CLUSTER, 2).await;
     let record = watch.stop().await;
+    if restart_operator_at_each_step {
+        let steps = steps_seen.into_inner().unwrap();
+        assert!(
+            steps.len() >= 4,
+            "three restarts and a switchover recorded, the operator restarted at each: {steps:?}"
+        );
+        eprintln!("the operator restarted after each of {steps:?}");
+    }
 
     assert_eq!(record.most_down_at_once(), 1, "one member at a time: {record:?}");
     assert_eq!(record.replaced.len(), 3, "{record:?}");

@@ -265,7 +265,20 @@ async fn the_chart_installed_operator_runs_a_primary_replicas_and_sentinels_of_r
 /// fail over on their own, and no acknowledged write is lost.
 #[tokio::test]
 async fn a_new_pod_template_restarts_one_node_at_a_time_the_primary_last_after_a_handover() {
-    let setup = OnRealNode::install("real-redis-roll", CHART, &[]).await;
+    roll_under_a_writer("real-redis-roll", false).await;
+}
+
+/// The same with the operator's pod stopped and started again after each step it reports (each
+/// node's restart, the handover): a new process finds where the roll stands from the pods and
+/// the Sentinels and goes on. Each data pod is still replaced exactly once, one at a time, the
+/// primary last after a handover, and no acknowledged write is lost.
+#[tokio::test]
+async fn a_roll_goes_on_after_an_operator_restart_at_every_step() {
+    roll_under_a_writer("real-redis-roll-restarts", true).await;
+}
+
+async fn roll_under_a_writer(prefix: &str, restart_operator_at_each_step: bool) {
+    let setup = OnRealNode::install(prefix, CHART, &[]).await;
     let status = create_ready(&setup, on_real_node(support::replication_spec(2)), 3, 3).await;
     let old_primary = status.primary.clone().expect("a primary");
     let password = generated_password(&setup.admin, &setup.ns, CLUSTER).await;
@@ -282,10 +295,16 @@ async fn a_new_pod_template_restarts_one_node_at_a_time_the_primary_last_after_a
         )
         .await
         .unwrap();
+    const STEPS: [&str; 2] = ["RestartingNode", "SwitchoverRequested"];
+    let seen = std::sync::Mutex::new(setup.occurrences(&STEPS).await.values().sum());
+    let restarts = std::sync::atomic::AtomicUsize::new(0);
     wait::until(
         "every data pod on the new template",
-        Duration::from_secs(420),
+        Duration::from_secs(if restart_operator_at_each_step { 720 } else { 420 }),
         || async {
+            if restart_operator_at_each_step && setup.restart_operator_after_new_steps(&STEPS, &seen).await {
+                restarts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
             let rolled = setup.ready_on_rolled_template(NODES).await;
             match rolled {
                 3 => Ok(()),
@@ -306,6 +325,11 @@ async fn a_new_pod_template_restarts_one_node_at_a_time_the_primary_last_after_a
     .await;
     let status = support::ready(&clusters(&setup), CLUSTER, 3).await;
     let record = watch.stop().await;
+    if restart_operator_at_each_step {
+        let restarts = restarts.into_inner();
+        assert!(restarts >= 3, "the operator restarted after {restarts} steps");
+        eprintln!("the operator restarted after {restarts} steps");
+    }
 
     assert_eq!(record.most_down_at_once(), 1, "one node at a time: {record:?}");
     assert_eq!(record.replaced.len(), 3, "{record:?}");
