@@ -150,12 +150,12 @@ impl InClusterS3 {
     }
 
     /// Waits until the scheduled backup's retention deleted a run (its second run is the
-    /// first to prune), then checks the store under `prefix`: exactly one run of its own, its
-    /// newest; not the deleted one; and every location in `kept` (other backups' objects)
-    /// still there.
+    /// first to prune) and the store under `prefix` holds exactly one run of its own (one
+    /// object per run), its newest, none it recorded as pruned, and every location in `kept`
+    /// (other backups' objects) still.
     ///
     /// # Panics
-    /// When a run fails, nothing is pruned within four minutes, or the store holds otherwise.
+    /// When that does not hold within five minutes, or a `kept` object is gone.
     pub async fn scheduled_runs_pruned<B: BackupResource>(
         &self,
         setup: &OnRealNode,
@@ -163,43 +163,46 @@ impl InClusterS3 {
         kept: &[String],
     ) {
         let backups: Api<B> = Api::namespaced(setup.admin.clone(), &setup.ns);
-        let (pruned, newest) = wait::until(
-            "the scheduled backup's second run and its first pruning",
-            Duration::from_secs(240),
+        // The schedule goes on while the store is listed: the listing is taken between two
+        // reads of the same pruning record, and taken again when a run came in between.
+        wait::until(
+            "the scheduled backup's runs pruned to its newest",
+            Duration::from_secs(300),
             || async {
-                let backup = backups.get(SCHEDULED_BACKUP).await.map_err(|e| e.to_string())?;
-                let run = backup.backup_status().map(B::run).cloned().unwrap_or_default();
-                match (run.phase, run.last_pruned, run.last_snapshot) {
-                    (Some(BackupPhase::Failed), _, _) => {
-                        panic!("the scheduled backup failed: {:?}", run.message)
+                let record = || async {
+                    let backup = backups.get(SCHEDULED_BACKUP).await.map_err(|e| e.to_string())?;
+                    let run = backup.backup_status().map(B::run).cloned().unwrap_or_default();
+                    match (run.last_pruned, run.last_snapshot) {
+                        (Some(pruned), Some(newest)) => Ok((pruned.locations, newest.location)),
+                        _ => Err(format!("{:?}: {:?}", run.phase, run.message)),
                     }
-                    (_, Some(pruned), Some(newest)) => Ok((pruned.locations, newest.location)),
-                    (phase, _, _) => Err(format!("{phase:?}: {:?}", run.message)),
+                };
+                let before = record().await?;
+                let stored = self.keys(prefix).await;
+                if record().await? != before {
+                    return Err("a run came in while the store was listed".to_string());
                 }
+                let (pruned, newest) = before;
+                let is_stored = |location: &str| stored.iter().any(|key| location.ends_with(key.as_str()));
+                let own = stored
+                    .iter()
+                    .filter(|key| key.contains(&format!("/{SCHEDULED_BACKUP}/")))
+                    .count();
+                if own != 1 || !is_stored(&newest) || pruned.iter().any(|location| is_stored(location)) {
+                    return Err(format!(
+                        "{own} runs of its own stored, newest {newest}, pruned {pruned:?}: {stored:?}"
+                    ));
+                }
+                for location in kept {
+                    assert!(
+                        is_stored(location),
+                        "another backup's {location} did not survive retention: {stored:?}"
+                    );
+                }
+                Ok(())
             },
         )
         .await;
-        assert!(!pruned.is_empty(), "a pruning that deleted nothing was recorded");
-        let stored = self.keys(prefix).await;
-        let is_stored = |location: &str| stored.iter().any(|key| location.ends_with(key.as_str()));
-        let own: Vec<&String> = stored
-            .iter()
-            .filter(|key| key.contains(&format!("/{SCHEDULED_BACKUP}/")))
-            .collect();
-        assert_eq!(own.len(), 1, "exactly `retain` runs of its own kept: {stored:?}");
-        assert!(is_stored(&newest), "its newest run {newest} is kept: {stored:?}");
-        for location in &pruned {
-            assert!(
-                !is_stored(location),
-                "{location} was recorded pruned but is stored: {stored:?}"
-            );
-        }
-        for location in kept {
-            assert!(
-                is_stored(location),
-                "another backup's {location} did not survive retention: {stored:?}"
-            );
-        }
     }
 }
 
@@ -679,6 +682,7 @@ impl OnRealNode {
 
 /// Asserts that every pod in `pods` ran its init container `name` to a successful end.
 pub fn assert_init_container_succeeded(pods: &[Pod], name: &str) {
+    assert!(!pods.is_empty(), "no pod to check for its {name} init container");
     for pod in pods {
         let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
         let ended = pod

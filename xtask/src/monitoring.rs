@@ -171,9 +171,10 @@ describe pod`, the cluster's `PodsNotStarting` condition) and at `kubectl quorum
             runbook: "One more member lost and the cluster can no longer elect a leader or fail over. \
 What counts is the engine's own rule, from the `quorum_voters` series the operators export: a \
 majority of etcd's voting members (learners do not count), of MongoDB's members with a vote, of \
-the Sentinels in Redis replication mode, of the shards with a serving primary in Redis cluster \
-mode. MySQL has no majority: a failover waits for every replica to answer, so any one member \
-down (`quorum_members`) leaves it at risk whatever its size. Bring the unhealthy or unknown \
+the Sentinels in Redis replication mode (a failover also needs the Sentinels' own `quorum` to \
+agree the primary is down, which may be more than a majority), of the shards serving slots in \
+Redis cluster mode. MySQL has no majority: a failover waits for every replica to answer, so any \
+one member down (`quorum_members`) leaves a cluster of two members or more at risk. Bring the unhealthy or unknown \
 members back before any maintenance; the operator already refuses voluntary disruptions \
 (restarts, upgrades, scale-in) while a member is not healthy.",
         },

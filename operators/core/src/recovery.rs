@@ -85,19 +85,6 @@ impl RecoveryRequest {
         }
     }
 
-    /// The record once the named member, which lost data, serves again with what it holds.
-    pub fn accepted(&self) -> RecoveryRecord {
-        RecoveryRecord {
-            member: self.member.clone(),
-            phase: RecoveryPhase::Done,
-            replaced: Some(self.member.clone()),
-            message: format!(
-                "{} serves again with what it holds; what it lost and no member that answered held is not in it. Remove the annotation to end the request",
-                self.member
-            ),
-        }
-    }
-
     /// The record once the named member serves in place of `replaced`.
     pub fn done(&self, replaced: &str) -> RecoveryRecord {
         RecoveryRecord {

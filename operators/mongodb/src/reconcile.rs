@@ -214,11 +214,7 @@ pub async fn reconcile(
         crate::clients::ENGINE,
         replica_set.as_ref(),
         status.members.iter().map(|m| m.health.as_str()),
-        status
-            .members
-            .iter()
-            .filter(|m| m.votes > 0)
-            .map(|m| m.health.as_str()),
+        crate::status::voter_healths(&status.members, &desired, observed.config.is_some()),
     );
     quorum_core::failover::report_new(
         &context.events,

@@ -268,6 +268,30 @@ pub(crate) fn member_status(seen: &SeenMember, desired: &Desired, observed: &Obs
     }
 }
 
+/// The health of each member that votes: as the configuration says, or, when no member gave
+/// the configuration (every member silent, say), as desired. A replica set whose members all
+/// stopped answering has lost its quorum, not its voters.
+pub(crate) fn voter_healths<'a>(
+    members: &'a [MemberStatus],
+    desired: &Desired,
+    config_known: bool,
+) -> Vec<&'a str> {
+    members
+        .iter()
+        .filter(|member| {
+            if config_known {
+                member.votes > 0
+            } else {
+                desired
+                    .members
+                    .iter()
+                    .any(|wanted| wanted.name == member.name && wanted.votes > 0)
+            }
+        })
+        .map(|member| member.health.as_str())
+        .collect()
+}
+
 /// Sets `Ready`, `Progressing` and `Degraded` from a pass's findings.
 pub(crate) fn set_conditions(
     status: &mut MongoDBReplicaSetStatus,
@@ -302,6 +326,51 @@ mod tests {
     use quorum_core::events::Severity;
 
     use super::*;
+
+    #[test]
+    fn voters_are_as_configured_or_as_desired_when_no_member_gave_the_configuration() {
+        let member = |name: &str, health: &str, votes: i32| MemberStatus {
+            name: name.into(),
+            host: None,
+            state: "UNKNOWN".into(),
+            health: health.into(),
+            votes,
+            priority: 0.0,
+            hidden: false,
+            arbiter: false,
+            lag_seconds: None,
+            version: None,
+            message: None,
+            failing_since: None,
+        };
+        let wanted = |name: &str, votes: i32| crate::decide::DesiredMember {
+            name: name.into(),
+            host: format!("{name}.rs"),
+            id: 0,
+            votes,
+            priority: 1.0,
+            hidden: false,
+            arbiter: false,
+        };
+        let desired = Desired {
+            set_name: "rs".into(),
+            members: vec![wanted("rs-0", 1), wanted("rs-1", 1), wanted("rs-2", 0)],
+            version: "8.0.4".into(),
+        };
+        let configured = [
+            member("rs-0", "Healthy", 1),
+            member("rs-1", "Unknown", 1),
+            member("rs-2", "Healthy", 0),
+        ];
+        assert_eq!(voter_healths(&configured, &desired, true), ["Healthy", "Unknown"]);
+        // Every member silent: no configuration read, every vote shown as 0.
+        let silent = [
+            member("rs-0", "Unknown", 0),
+            member("rs-1", "Unknown", 0),
+            member("rs-2", "Unknown", 0),
+        ];
+        assert_eq!(voter_healths(&silent, &desired, false), ["Unknown", "Unknown"]);
+    }
 
     fn status_with(change: serde_json::Value) -> MongoDBReplicaSetStatus {
         serde_json::from_value(serde_json::json!({ "membershipChange": change })).expect("a status as stored")

@@ -530,9 +530,16 @@ fn promote_on_request(facts: &Facts, primary: usize, blocked: Decision, loss: Pr
         Err(refusal) => return refused(refusal),
     };
     if to == primary {
-        return refused(format!(
-            "{RECOVER_ANNOTATION} names the primary (member {primary}), the member that is lost: name the surviving member to promote"
-        ));
+        return refused(match loss {
+            PrimaryLoss::Gone => format!(
+                "{RECOVER_ANNOTATION} names the primary (member {primary}), the member that is lost: name the surviving member to promote"
+            ),
+            // Reopened, it would write again under the GTIDs it lost, which a member holding
+            // them would then take for its own history: the members would diverge unseen.
+            PrimaryLoss::Data => format!(
+                "{RECOVER_ANNOTATION} names the primary (member {primary}), which lost data: it is not reopened over what it lost; name a member that answers, or restore a new cluster from the newest backup"
+            ),
+        });
     }
     let Some(target) = member(facts, to).and_then(|m| m.healthy_state(facts.now, facts.freshness)) else {
         return refused(format!(
@@ -540,7 +547,12 @@ fn promote_on_request(facts: &Facts, primary: usize, blocked: Decision, loss: Pr
         ));
     };
     let held = target.held();
-    for fact in facts.members.iter().filter(|m| m.ordinal != primary) {
+    // A primary that lost data still answers: the member named must hold what it holds too.
+    for fact in facts
+        .members
+        .iter()
+        .filter(|m| m.ordinal != primary || loss == PrimaryLoss::Data)
+    {
         let Some(state) = fact.healthy_state(facts.now, facts.freshness) else {
             continue;
         };
@@ -566,19 +578,6 @@ fn promote_on_request(facts: &Facts, primary: usize, blocked: Decision, loss: Pr
     Decision::Act(Step::Failover { from: primary, to })
 }
 
-/// The recorded primary came back without what it held and a member that may hold it does not
-/// answer (`blocked`). A person who knows that member is lost too may name the member to serve
-/// from: the primary itself, accepting what it holds, or another member that answers and holds
-/// everything the others that answer hold.
-fn recover_lost_primary_on_request(facts: &Facts, primary: usize, blocked: Decision) -> Decision {
-    match facts.recovery.as_ref().filter(|request| request.is_open()) {
-        Some(request) if request.ordinal == Some(primary) => {
-            Decision::Act(Step::OpenPrimary { ordinal: primary })
-        }
-        _ => promote_on_request(facts, primary, blocked, PrimaryLoss::Data),
-    }
-}
-
 /// The recorded primary restarted and no failover happened. It may have come back with less than
 /// it had: on an empty volume (its claim lost), without its newest commits (a power loss with
 /// `sync_binlog = 0`), or, in SemiSync mode with MariaDB, having discarded what it wrote but had
@@ -598,36 +597,45 @@ fn reopen_primary(facts: &Facts, primary: usize, state: &ServerState) -> Decisio
         .as_ref()
         .filter(|last| !facts.semi_sync && !state.executed.includes(last));
     let mut states = vec![(primary, state)];
+    let mut silent = None;
     for fact in facts.members.iter().filter(|m| m.ordinal != primary) {
         match fact.healthy_state(facts.now, facts.freshness) {
             Some(replica) => states.push((fact.ordinal, replica)),
-            None if lost.is_some() => {
-                return recover_lost_primary_on_request(
-                    facts,
-                    primary,
-                    wait(
-                        Reason::PrimaryReopenBlocked,
-                        format!(
-                            "the primary (ordinal {primary}) came back without transactions it was last seen holding while it accepted writes ({}; it holds {}): its data was lost, and it is reopened or replaced once every member answers: member {} is {} and may hold them. If that member is lost for good too, name the member to serve from with {RECOVER_ANNOTATION}, the primary itself to accept what it holds (docs/mysql.md, Disaster recovery)",
-                            lost.map(ToString::to_string).unwrap_or_default(),
-                            state.executed,
-                            fact.ordinal,
-                            fact.health.as_str()
-                        ),
-                    ),
-                );
-            }
-            None if !facts.semi_sync => {}
             None => {
-                return wait(
+                silent.get_or_insert(fact);
+            }
+        }
+    }
+    if let Some(fact) = silent {
+        if facts.semi_sync {
+            return wait(
+                Reason::PrimaryReopenBlocked,
+                format!(
+                    "the primary (ordinal {primary}) restarted and is reopened once every member answers: member {} is {} and may hold a transaction the restart discarded",
+                    fact.ordinal,
+                    fact.health.as_str()
+                ),
+            );
+        }
+        // What it lost may be only on the member that does not answer, unless a member that
+        // answers holds all of it.
+        if let Some(last) = lost
+            && !states.iter().any(|(_, other)| other.held().includes(last))
+        {
+            return promote_on_request(
+                facts,
+                primary,
+                wait(
                     Reason::PrimaryReopenBlocked,
                     format!(
-                        "the primary (ordinal {primary}) restarted and is reopened once every member answers: member {} is {} and may hold a transaction the restart discarded",
+                        "the primary (ordinal {primary}) came back without transactions it was last seen holding while it accepted writes ({last}; it holds {}): its data was lost, and it is replaced or reopened once every member answers: member {} is {} and may hold them. If that member is lost for good too, name the member to serve from with {RECOVER_ANNOTATION}, or restore a new cluster from the newest backup (docs/mysql.md, Disaster recovery)",
+                        state.executed,
                         fact.ordinal,
                         fact.health.as_str()
                     ),
-                );
-            }
+                ),
+                PrimaryLoss::Data,
+            );
         }
     }
     if states
@@ -640,8 +648,8 @@ fn reopen_primary(facts: &Facts, primary: usize, state: &ServerState) -> Decisio
         Some(to) if to != primary => Decision::Act(Step::Failover { from: primary, to }),
         // Asynchronous replication: no member holds everything (a replica with errant writes,
         // say); the primary is reopened as before rather than writes stopped, and the errant
-        // replica is fenced.
-        _ if !facts.semi_sync => Decision::Act(Step::OpenPrimary { ordinal: primary }),
+        // replica is fenced. Not a primary that lost data: what it lost may be on that replica.
+        _ if !facts.semi_sync && lost.is_none() => Decision::Act(Step::OpenPrimary { ordinal: primary }),
         _ => wait(
             Reason::Diverged,
             format!(
@@ -1910,7 +1918,7 @@ mod tests {
             Decision::Wait(Wait {
                 reason: Reason::PrimaryReopenBlocked,
                 message: format!(
-                    "the primary (ordinal 0) came back without transactions it was last seen holding while it accepted writes (0-1-10; it holds 0-1-3): its data was lost, and it is reopened or replaced once every member answers: member {member} is {health} and may hold them. If that member is lost for good too, name the member to serve from with {RECOVER_ANNOTATION}, the primary itself to accept what it holds (docs/mysql.md, Disaster recovery)"
+                    "the primary (ordinal 0) came back without transactions it was last seen holding while it accepted writes (0-1-10; it holds 0-1-3): its data was lost, and it is replaced or reopened once every member answers: member {member} is {health} and may hold them. If that member is lost for good too, name the member to serve from with {RECOVER_ANNOTATION}, or restore a new cluster from the newest backup (docs/mysql.md, Disaster recovery)"
                 ),
             })
         };
@@ -1948,10 +1956,13 @@ mod tests {
                 Decision::Act(Step::Failover { from: 0, to: 2 }),
             ),
             (
-                "a person accepts what the primary holds",
+                "a person naming the primary is refused: it would write again under the GTIDs it lost",
                 vec![healthy(0, restarted("0-1-3"), now), down(1), down(2)],
                 Some("main-0"),
-                Decision::Act(Step::OpenPrimary { ordinal: 0 }),
+                Decision::Wait(Wait {
+                    reason: Reason::RecoveryRefused,
+                    message: format!("{RECOVER_ANNOTATION} names the primary (member 0), which lost data: it is not reopened over what it lost; name a member that answers, or restore a new cluster from the newest backup"),
+                }),
             ),
             (
                 "a person names a replica that answers and holds the most of those that answer",
@@ -1962,6 +1973,42 @@ mod tests {
                 ],
                 Some("main-1"),
                 Decision::Act(Step::Failover { from: 0, to: 1 }),
+            ),
+            (
+                "a person names a replica holding less than the primary: refused",
+                vec![
+                    healthy(0, restarted("0-1-3,1-1-2"), now),
+                    healthy(1, replica_state("0-1-7", 0), now),
+                    down(2),
+                ],
+                Some("main-1"),
+                Decision::Wait(Wait {
+                    reason: Reason::RecoveryRefused,
+                    message: "member 0 holds transactions member 1 lacks (it holds 0-1-3,1-1-2); name the member that holds everything the others that answer hold".into(),
+                }),
+            ),
+            (
+                "a replica that answers holds everything it was seen holding: it takes over without waiting for the other",
+                vec![
+                    healthy(0, restarted("0-1-3"), now),
+                    healthy(1, replica_state("0-1-10", 0), now),
+                    down(2),
+                ],
+                None,
+                Decision::Act(Step::Failover { from: 0, to: 1 }),
+            ),
+            (
+                "every member answers but none holds everything: nothing is reopened over what may be the lost data",
+                vec![
+                    healthy(0, restarted("0-1-3"), now),
+                    healthy(1, replica_state("0-1-7,1-2-1", 0), now),
+                    healthy(2, replica_state("0-1-9", 0), now),
+                ],
+                None,
+                Decision::Wait(Wait {
+                    reason: Reason::Diverged,
+                    message: "the restarted primary (ordinal 0) and its replicas each hold transactions the others lack; the operator promotes none of them (each member's GTIDs are in status.members): keep the members as they are and restore a new cluster from the newest backup (docs/mysql.md, Disaster recovery)".into(),
+                }),
             ),
         ];
         for (case, members, recover_from, expected) in cases {

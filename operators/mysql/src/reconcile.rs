@@ -332,7 +332,7 @@ impl Observed {
             binlog_expire_seconds: binlog_expire_seconds(cluster),
             repair: self.repair.clone(),
             recovery: self.recovery.clone(),
-            primary_last_open: primary_last_open(cluster, self.primary),
+            primary_last_open: witness_of_the_primary(cluster, self.primary),
             freshness: settings.freshness,
             now: std::time::Instant::now(),
         }
@@ -450,7 +450,7 @@ fn repair_record(
 
 /// What the recorded primary was last seen holding while it accepted writes, from status. A
 /// record of another member, or one that cannot be read, is no witness.
-fn primary_last_open(cluster: &MySQLCluster, primary: Option<usize>) -> Option<GtidPosition> {
+fn witness_of_the_primary(cluster: &MySQLCluster, primary: Option<usize>) -> Option<GtidPosition> {
     let recorded = cluster.status.as_ref()?.primary_last_open.as_ref()?;
     (recorded.member == member_name(&cluster.name_any(), primary?))
         .then(|| GtidPosition::parse(cluster.spec.flavor, &recorded.gtid).ok())
@@ -468,11 +468,7 @@ fn recovery_record(
     let request = observed.recovery.as_ref()?;
     let name = observed.key.rsplit('/').next().unwrap_or_default();
     if let Some(replaced) = &request.done {
-        return Some(if *replaced == request.member {
-            request.accepted()
-        } else {
-            request.done(replaced)
-        });
+        return Some(request.done(replaced));
     }
     if request.expired {
         return Some(request.expire());
@@ -491,10 +487,6 @@ fn recovery_record(
         }
         Decision::Act(step @ Step::Failover { to, .. }) if request.ordinal == Some(*to) => {
             request.waiting(describe(name, step))
-        }
-        // The primary that lost its data, named to serve with what it holds: taken once.
-        Decision::Act(Step::OpenPrimary { ordinal }) if request.ordinal == Some(*ordinal) => {
-            request.accepted()
         }
         _ => request.expire(),
     })

@@ -352,7 +352,16 @@ async fn async_primary_loses_its_volume(prefix: &str, replicas_down: bool) {
 
     if replicas_down {
         // Its only witness of what the primary held: what a pass saw it holding while it
-        // accepted writes (a settled cluster is looked at every half minute or so).
+        // accepted writes (a settled cluster is looked at every half minute or so), here
+        // everything the writer wrote.
+        let written: String = primary
+            .get_conn()
+            .await
+            .unwrap()
+            .query_first("SELECT @@GLOBAL.gtid_binlog_pos")
+            .await
+            .unwrap()
+            .unwrap_or_default();
         wait::until(
             "a pass saw the primary holding the writes",
             Duration::from_secs(120),
@@ -364,8 +373,8 @@ async fn async_primary_loses_its_volume(prefix: &str, replicas_down: bool) {
                     .status
                     .unwrap_or_default();
                 match status.primary_last_open {
-                    Some(seen) if !seen.gtid.is_empty() => Ok(()),
-                    other => Err(format!("{other:?}")),
+                    Some(seen) if seen.member == member(0) && seen.gtid == written => Ok(()),
+                    other => Err(format!("{other:?}, the primary holds {written}")),
                 }
             },
         )
@@ -402,8 +411,19 @@ async fn async_primary_loses_its_volume(prefix: &str, replicas_down: bool) {
             setup
                 .delete_and_await_new_pod(replica, Duration::from_secs(60))
                 .await;
+            let held = setup.pods().get(replica).await.unwrap();
+            assert!(
+                held.spec
+                    .as_ref()
+                    .and_then(|spec| spec.node_name.as_ref())
+                    .is_none(),
+                "{replica} was placed on a node: {}",
+                real_pods::describe_pods(std::slice::from_ref(&held))
+            );
         }
     }
+    // The operator applies its own template again on its first pass; the replicas' pods
+    // created while it was stopped stay unplaced until they are deleted again below.
     setup.scale_operator(1).await;
     if replicas_down {
         wait::until(

@@ -243,24 +243,30 @@ pub(crate) async fn publish(
         .await;
 }
 
-/// Cluster mode: one voter per shard, as healthy as the best of its primaries that serve slots
-/// (`Healthy` if one is; else `Unknown` if a node of the shard is not reachable, which may be
-/// serving; else `Unhealthy`).
+/// Cluster mode: one voter per shard that serves slots (as a down primary still shows in the
+/// topology), as healthy as the best of its primaries that serve them (`Healthy` if one is; else
+/// `Unknown` if a node of the shard is not reachable, which may be serving; else `Unhealthy`).
 pub fn shard_voters(nodes: &[crate::crd::NodeStatus]) -> Vec<&'static str> {
     let shards: std::collections::BTreeSet<i32> = nodes.iter().filter_map(|node| node.shard).collect();
     shards
         .into_iter()
-        .map(|shard| {
+        .filter_map(|shard| {
             let of_shard = || nodes.iter().filter(move |node| node.shard == Some(shard));
-            if of_shard()
-                .any(|node| node.role == "Primary" && !node.slots.is_empty() && node.health == "Healthy")
-            {
-                "Healthy"
-            } else if of_shard().any(|node| node.health == "Unknown") {
-                "Unknown"
-            } else {
-                "Unhealthy"
+            // A shard serving no slot (being added, drained, or not formed yet) does not vote.
+            if of_shard().all(|node| node.slots.is_empty()) {
+                return None;
             }
+            Some(
+                if of_shard()
+                    .any(|node| node.role == "Primary" && !node.slots.is_empty() && node.health == "Healthy")
+                {
+                    "Healthy"
+                } else if of_shard().any(|node| node.health == "Unknown") {
+                    "Unknown"
+                } else {
+                    "Unhealthy"
+                },
+            )
         })
         .collect()
 }
@@ -294,8 +300,11 @@ mod tests {
             node(1, "Primary", "Unhealthy", &["5461-10922"]),
             node(1, "Replica", "Healthy", &[]),
             // A node the operator cannot reach may be serving.
-            node(2, "Unknown", "Unknown", &[]),
+            node(2, "Primary", "Unknown", &["10923-16383"]),
             node(2, "Replica", "Healthy", &[]),
+            // A shard being added: no slots yet, no vote.
+            node(3, "Primary", "Healthy", &[]),
+            node(3, "Replica", "Healthy", &[]),
         ];
         assert_eq!(shard_voters(&nodes), ["Healthy", "Unhealthy", "Unknown"]);
     }
