@@ -407,6 +407,10 @@ pub struct PrimaryPosition {
     pub member: String,
     /// Its executed GTIDs.
     pub gtid: String,
+    /// The uid of its data volume's claim then: a primary back on another claim came back on a
+    /// new, empty volume, whatever the GTIDs recorded say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume: Option<String>,
 }
 
 /// A completed restore of a `MySQLBackup` into a new cluster.

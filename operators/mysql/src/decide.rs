@@ -170,6 +170,8 @@ pub struct Facts {
     /// The recorded primary's executed GTIDs as last seen while it accepted writes
     /// (`status.primaryLastOpen`).
     pub primary_last_open: Option<GtidPosition>,
+    /// The recorded primary's data claim is another than the one it was last seen open on.
+    pub primary_volume_replaced: bool,
     pub freshness: Duration,
     pub now: Instant,
 }
@@ -617,6 +619,23 @@ fn reopen_primary(facts: &Facts, primary: usize, state: &ServerState) -> Decisio
                 ),
             );
         }
+        // Back on a new volume, what it held is known only as far as the witness goes: every
+        // member must answer first.
+        if facts.primary_volume_replaced {
+            return promote_on_request(
+                facts,
+                primary,
+                wait(
+                    Reason::PrimaryReopenBlocked,
+                    format!(
+                        "the primary (ordinal {primary}) came back on a new volume (its data claim is not the one it was seen accepting writes on): its data was lost, and it is replaced or reopened once every member answers: member {} is {} and may hold it. If that member is lost for good too, name the member to serve from with {RECOVER_ANNOTATION}, or restore a new cluster from the newest backup (docs/mysql.md, Disaster recovery)",
+                        fact.ordinal,
+                        fact.health.as_str()
+                    ),
+                ),
+                PrimaryLoss::Data,
+            );
+        }
         // What it lost may be only on the member that does not answer, unless a member that
         // answers holds all of it.
         if let Some(last) = lost
@@ -649,7 +668,9 @@ fn reopen_primary(facts: &Facts, primary: usize, state: &ServerState) -> Decisio
         // Asynchronous replication: no member holds everything (a replica with errant writes,
         // say); the primary is reopened as before rather than writes stopped, and the errant
         // replica is fenced. Not a primary that lost data: what it lost may be on that replica.
-        _ if !facts.semi_sync && lost.is_none() => Decision::Act(Step::OpenPrimary { ordinal: primary }),
+        _ if !facts.semi_sync && lost.is_none() && !facts.primary_volume_replaced => {
+            Decision::Act(Step::OpenPrimary { ordinal: primary })
+        }
         _ => wait(
             Reason::Diverged,
             format!(
@@ -1088,6 +1109,7 @@ mod tests {
             repair: None,
             recovery: None,
             primary_last_open: None,
+            primary_volume_replaced: false,
             freshness: Duration::from_secs(30),
             now,
         }
@@ -2021,6 +2043,62 @@ mod tests {
                 done: None,
                 expired: false,
             });
+            assert_eq!(decide(&facts), expected, "{case}");
+        }
+    }
+
+    /// Asynchronous mode: a primary back on another data claim than the one it was seen open on
+    /// came back on a new volume, whatever the GTIDs recorded say (a witness taken before the
+    /// newest writes, or by an operator that did not record one). It is not reopened while a
+    /// member does not answer, and the member holding the most takes over once all do.
+    #[test]
+    fn an_asynchronous_primary_back_on_a_new_volume_waits_for_every_member() {
+        let now = Instant::now();
+        let restarted = |executed: &str| ServerState {
+            read_only: true,
+            ..primary_state(executed)
+        };
+        let down = |ordinal| unreachable(ordinal, Health::Unknown("timed out".into()), now);
+        let cases: Vec<(&str, Vec<MemberFact>, Decision)> = vec![
+            (
+                "its replicas down, an old witness it still covers: waits",
+                vec![healthy(0, restarted("0-1-2"), now), down(1), down(2)],
+                Decision::Wait(Wait {
+                    reason: Reason::PrimaryReopenBlocked,
+                    message: format!(
+                        "the primary (ordinal 0) came back on a new volume (its data claim is not the one it was seen accepting writes on): its data was lost, and it is replaced or reopened once every member answers: member 1 is Unknown and may hold it. If that member is lost for good too, name the member to serve from with {RECOVER_ANNOTATION}, or restore a new cluster from the newest backup (docs/mysql.md, Disaster recovery)"
+                    ),
+                }),
+            ),
+            (
+                "a replica that answers holds nothing more, another does not answer: waits",
+                vec![
+                    healthy(0, restarted("0-1-2"), now),
+                    healthy(1, replica_state("0-1-2", 0), now),
+                    down(2),
+                ],
+                Decision::Wait(Wait {
+                    reason: Reason::PrimaryReopenBlocked,
+                    message: format!(
+                        "the primary (ordinal 0) came back on a new volume (its data claim is not the one it was seen accepting writes on): its data was lost, and it is replaced or reopened once every member answers: member 2 is Unknown and may hold it. If that member is lost for good too, name the member to serve from with {RECOVER_ANNOTATION}, or restore a new cluster from the newest backup (docs/mysql.md, Disaster recovery)"
+                    ),
+                }),
+            ),
+            (
+                "every member answers: the one holding the most takes over",
+                vec![
+                    healthy(0, restarted("0-1-2"), now),
+                    healthy(1, replica_state("0-1-30", 0), now),
+                    healthy(2, replica_state("0-1-29", 0), now),
+                ],
+                Decision::Act(Step::Failover { from: 0, to: 1 }),
+            ),
+        ];
+        for (case, members, expected) in cases {
+            let mut facts = facts(members, Some(0), now);
+            facts.semi_sync = false;
+            facts.primary_last_open = Some(gtid("0-1-2"));
+            facts.primary_volume_replaced = true;
             assert_eq!(decide(&facts), expected, "{case}");
         }
     }

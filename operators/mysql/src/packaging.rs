@@ -38,6 +38,9 @@ pub fn rules() -> Vec<PolicyRule> {
             rule("", &["pods"], &["get", "list", "watch", "patch", "delete"]),
             // A replica rebuilt on request: its claim goes with its pod.
             quorum_core::wipe::rbac_rule(),
+            // The primary's data claim, read to know whether a restarted primary came back on
+            // the volume it was seen accepting writes on.
+            rule("", &["persistentvolumeclaims"], &["get"]),
         ],
     )
 }

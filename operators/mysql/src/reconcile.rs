@@ -158,6 +158,7 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, context: Arc<Context<State>>)
             .as_ref()
             .and(cluster.status.as_ref().and_then(|s| s.recovery.clone())),
         pods: LabelledPods::new(std::mem::take(&mut observed.member_pods), ROLE_LABEL),
+        primary_volume: observed.primary_volume.clone(),
     };
     if let Some(step) = decision.step() {
         let step_context = StepContext {
@@ -308,9 +309,29 @@ struct Observed {
     repair: Option<PodRepair>,
     /// A recovery a person asked for.
     recovery: Option<RecoveryRequest>,
+    /// The recorded primary's data claim uid, read when status has no volume for it yet or the
+    /// primary came back read-only.
+    primary_volume: Option<(usize, String)>,
 }
 
 impl Observed {
+    /// Whether the recorded primary's data claim is another than the one it was seen open on.
+    fn primary_volume_replaced(&self, cluster: &MySQLCluster) -> bool {
+        let recorded = cluster
+            .status
+            .as_ref()
+            .and_then(|s| s.primary_last_open.as_ref())
+            .filter(|last| {
+                self.primary
+                    .is_some_and(|p| last.member == member_name(&cluster.name_any(), p))
+            })
+            .and_then(|last| last.volume.as_deref());
+        match (recorded, &self.primary_volume) {
+            (Some(recorded), Some((ordinal, now))) => Some(*ordinal) == self.primary && recorded != now,
+            _ => false,
+        }
+    }
+
     fn facts(&self, cluster: &MySQLCluster, in_flight: Option<InFlight>, settings: &Settings) -> Facts {
         Facts {
             desired_members: self.desired,
@@ -333,6 +354,7 @@ impl Observed {
             repair: self.repair.clone(),
             recovery: self.recovery.clone(),
             primary_last_open: witness_of_the_primary(cluster, self.primary),
+            primary_volume_replaced: self.primary_volume_replaced(cluster),
             freshness: settings.freshness,
             now: std::time::Instant::now(),
         }
@@ -390,12 +412,29 @@ async fn observe(context: &Context<State>, cluster: &MySQLCluster) -> Result<Obs
         .clients
         .observe(&key, &addresses, statefulset_replicas.unwrap_or(0))
         .await;
+    let primary = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.primary.as_deref())
+        .and_then(|p| ordinal_of(&name, p));
+    let primary_volume = match primary {
+        Some(primary) if needs_primary_volume(cluster, primary, &view) => {
+            let claim = quorum_core::pod::data_claim_name(&member_name(&name, primary));
+            context
+                .read::<k8s_openapi::api::core::v1::PersistentVolumeClaim>(
+                    &cluster.namespace().unwrap_or_default(),
+                    &claim,
+                )
+                .await
+                .map_err(Error::api("reading the primary's data claim"))?
+                .and_then(|claim| claim.metadata.uid.clone())
+                .map(|uid| (primary, uid))
+        }
+        _ => None,
+    };
     Ok(Observed {
-        primary: cluster
-            .status
-            .as_ref()
-            .and_then(|s| s.primary.as_deref())
-            .and_then(|p| ordinal_of(&name, p)),
+        primary_volume,
+        primary,
         desired: usize::try_from(cluster.spec.replicas).unwrap_or(0),
         in_flight: in_flight_from_status(cluster),
         switchover_to: cluster
@@ -446,6 +485,23 @@ fn repair_record(
         _ => false,
     };
     Some(repair.record(wiped_now.as_ref(), &waiting, back))
+}
+
+/// Whether this pass reads the recorded primary's data claim: status has no volume for it yet, or
+/// it answers read-only (restarted, perhaps on a new volume). A settled primary costs no read.
+fn needs_primary_volume(cluster: &MySQLCluster, primary: usize, view: &ClusterView) -> bool {
+    let recorded = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.primary_last_open.as_ref())
+        .filter(|last| last.member == member_name(&cluster.name_any(), primary));
+    let read_only = view
+        .members
+        .iter()
+        .find(|member| member.ordinal == primary)
+        .and_then(|member| member.state.as_ref())
+        .is_some_and(|state| state.read_only);
+    recorded.is_none_or(|last| last.volume.is_none()) || read_only
 }
 
 /// What the recorded primary was last seen holding while it accepted writes, from status. A
@@ -504,6 +560,8 @@ struct Memory {
     recovery: Option<RecoveryRecord>,
     /// The member pods, with the role labels set so far this pass.
     pods: LabelledPods,
+    /// The data claim uid of the member that was the primary when the pass began, if read.
+    primary_volume: Option<(usize, String)>,
 }
 
 /// The status writer of one pass: status is computed from what the pass observed and written
@@ -542,6 +600,12 @@ impl<'a> Report<'a> {
             memory.in_flight.as_ref(),
             memory.last_failover.clone(),
             memory.restored.clone(),
+            // The claim read this pass is the primary's only while the primary did not change.
+            memory
+                .primary_volume
+                .as_ref()
+                .filter(|(ordinal, _)| memory.primary == Some(*ordinal))
+                .map(|(_, volume)| volume.as_str()),
             self.now,
         );
         let status = MySQLClusterStatus {

@@ -104,7 +104,7 @@ pub fn status_keeping_unreadable_record(
     now: Timestamp,
 ) -> MySQLClusterStatus {
     let decision = Decision::Wait(wait.clone());
-    let mut status = build_status(cluster, members, &decision, primary, None, None, None, now);
+    let mut status = build_status(cluster, members, &decision, primary, None, None, None, None, now);
     status.in_flight = cluster.status.as_ref().and_then(|s| s.in_flight.clone());
     status
 }
@@ -178,6 +178,7 @@ pub fn build_status(
     in_flight: Option<&InFlight>,
     last_failover: Option<FailoverRecord>,
     restored: Option<RestoreRecord>,
+    primary_volume: Option<&str>,
     now: Timestamp,
 ) -> MySQLClusterStatus {
     let previous = cluster.status.clone().unwrap_or_default();
@@ -341,26 +342,45 @@ pub fn build_status(
         restored_from: restored,
         repair: previous.repair,
         recovery: previous.recovery,
-        primary_last_open: primary_last_open(&name, primary, primary_state, previous.primary_last_open),
+        primary_last_open: primary_last_open(
+            &name,
+            primary,
+            primary_state,
+            primary_volume,
+            previous.primary_last_open,
+        )
+        .map(|mut last| {
+            // Reopened by this pass, perhaps on a new volume: the next pass reads which.
+            if matches!(decision, Decision::Act(Step::OpenPrimary { ordinal }) if Some(*ordinal) == primary) {
+                last.volume = None;
+            }
+            last
+        }),
         conditions,
     }
 }
 
-/// What the primary holds while it accepts writes; else what it was last seen holding then, as
-/// long as it is still the primary.
+/// What the primary holds while it accepts writes, on which volume (`volume`, its claim's uid
+/// when read this pass); else what it was last seen holding then, as long as it is still the
+/// primary (a restarted primary's new volume is never written over the one it was seen on).
 fn primary_last_open(
     cluster: &str,
     primary: Option<usize>,
     primary_state: Option<&ServerState>,
+    volume: Option<&str>,
     previous: Option<PrimaryPosition>,
 ) -> Option<PrimaryPosition> {
     let member = member_name(cluster, primary?);
+    let previous = previous.filter(|last| last.member == member);
     match primary_state {
         Some(state) if !state.read_only && state.replication.is_none() => Some(PrimaryPosition {
-            member,
             gtid: state.executed.to_string(),
+            volume: volume
+                .map(str::to_string)
+                .or_else(|| previous.and_then(|last| last.volume)),
+            member,
         }),
-        _ => previous.filter(|last| last.member == member),
+        _ => previous,
     }
 }
 
@@ -739,7 +759,7 @@ mod tests {
             Reason::RestoreSourceNotReady,
             "MySQLBackup nightly does not exist",
         );
-        let status = build_status(&cluster, &[member()], &waiting, None, None, None, None, now);
+        let status = build_status(&cluster, &[member()], &waiting, None, None, None, None, None, now);
         assert_eq!(
             restored_condition_of(&status),
             (
@@ -749,7 +769,17 @@ mod tests {
             )
         );
         let starting = Decision::wait(Reason::MembersStarting, "member 0 has not answered yet");
-        let status = build_status(&cluster, &[member()], &starting, None, None, None, None, now);
+        let status = build_status(
+            &cluster,
+            &[member()],
+            &starting,
+            None,
+            None,
+            None,
+            None,
+            None,
+            now,
+        );
         assert_eq!(restored_condition_of(&status).1, "RestorePending");
 
         let record = RestoreRecord {
@@ -768,6 +798,7 @@ mod tests {
             None,
             None,
             Some(record.clone()),
+            None,
             now,
         );
         assert_eq!(status.restored_from.as_ref(), Some(&record));
@@ -788,6 +819,7 @@ mod tests {
             None,
             None,
             None,
+            None,
             now,
         );
         assert_eq!(later.restored_from, Some(record));
@@ -802,6 +834,7 @@ mod tests {
             &cluster,
             &[member()],
             &Decision::Settled,
+            None,
             None,
             None,
             None,
@@ -827,7 +860,7 @@ mod tests {
             binlog_expire_seconds: 0,
         };
         let with = |state: Option<ServerState>| MemberFact { state, ..member() };
-        let pass = |cluster: &MySQLCluster, primary_state: Option<ServerState>, primary: usize| {
+        let pass_on = |cluster: &MySQLCluster, primary_state: Option<ServerState>, primary: usize, volume| {
             build_status(
                 cluster,
                 &[with(primary_state)],
@@ -836,15 +869,36 @@ mod tests {
                 None,
                 None,
                 None,
+                volume,
                 now,
             )
             .primary_last_open
         };
+        let pass =
+            |cluster: &MySQLCluster, primary_state, primary| pass_on(cluster, primary_state, primary, None);
         let open = Some(PrimaryPosition {
             member: "copy-0".into(),
             gtid: "0-1-10".into(),
+            volume: Some("claim-1".into()),
         });
-        assert_eq!(pass(&cluster, Some(state(false, "0-1-10")), 0), open);
+        assert_eq!(
+            pass_on(&cluster, Some(state(false, "0-1-10")), 0, Some("claim-1")),
+            open
+        );
+        cluster.status = Some(MySQLClusterStatus {
+            primary_last_open: open.clone(),
+            ..Default::default()
+        });
+        assert_eq!(
+            pass(&cluster, Some(state(false, "0-1-10")), 0),
+            open,
+            "open, its claim not read again: the volume kept"
+        );
+        assert_eq!(
+            pass_on(&cluster, Some(state(true, "")), 0, Some("claim-2")),
+            open,
+            "restarted read-only on a new claim: the one it was seen open on kept"
+        );
         cluster.status = Some(MySQLClusterStatus {
             primary_last_open: open.clone(),
             ..Default::default()
@@ -855,12 +909,29 @@ mod tests {
             "restarted read-only and empty"
         );
         assert_eq!(pass(&cluster, None, 0), open, "not answering");
+        let reopened = build_status(
+            &cluster,
+            &[with(Some(state(true, "")))],
+            &Decision::Act(Step::OpenPrimary { ordinal: 0 }),
+            Some(0),
+            None,
+            None,
+            None,
+            Some("claim-2"),
+            now,
+        );
+        assert_eq!(
+            reopened.primary_last_open.and_then(|last| last.volume),
+            None,
+            "reopened: its volume read again by the next pass"
+        );
         assert_eq!(pass(&cluster, None, 1), None, "another member is the primary");
         assert_eq!(
             pass(&cluster, Some(state(false, "0-1-3")), 0),
             Some(PrimaryPosition {
                 member: "copy-0".into(),
                 gtid: "0-1-3".into(),
+                volume: Some("claim-1".into()),
             }),
             "reopened: what it holds now"
         );
@@ -887,6 +958,7 @@ mod tests {
                 &Decision::Settled,
                 Some(0),
                 in_flight,
+                None,
                 None,
                 None,
                 now,
@@ -930,6 +1002,7 @@ mod tests {
             &[healthy(0), healthy(1)],
             &Decision::Settled,
             Some(0),
+            None,
             None,
             None,
             None,
