@@ -2093,6 +2093,18 @@ mod tests {
                 ],
                 Decision::Act(Step::Failover { from: 0, to: 1 }),
             ),
+            (
+                "every member answers, none holds everything: nothing is reopened over what a replica may hold",
+                vec![
+                    healthy(0, restarted("0-1-2"), now),
+                    healthy(1, replica_state("0-1-30,1-2-1", 0), now),
+                    healthy(2, replica_state("0-1-29,2-3-1", 0), now),
+                ],
+                Decision::Wait(Wait {
+                    reason: Reason::Diverged,
+                    message: "the restarted primary (ordinal 0) and its replicas each hold transactions the others lack; the operator promotes none of them (each member's GTIDs are in status.members): keep the members as they are and restore a new cluster from the newest backup (docs/mysql.md, Disaster recovery)".into(),
+                }),
+            ),
         ];
         for (case, members, expected) in cases {
             let mut facts = facts(members, Some(0), now);

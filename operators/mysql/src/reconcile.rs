@@ -417,18 +417,26 @@ async fn observe(context: &Context<State>, cluster: &MySQLCluster) -> Result<Obs
         .as_ref()
         .and_then(|s| s.primary.as_deref())
         .and_then(|p| ordinal_of(&name, p));
+    // Only asynchronous replication uses it. A claim that cannot be read is no evidence either
+    // way: the pass goes on with the GTIDs recorded, as before the claim was recorded at all.
     let primary_volume = match primary {
-        Some(primary) if needs_primary_volume(cluster, primary, &view) => {
+        Some(primary) if !semi_sync(cluster) && needs_primary_volume(cluster, primary, &view) => {
             let claim = quorum_core::pod::data_claim_name(&member_name(&name, primary));
-            context
+            match context
                 .read::<k8s_openapi::api::core::v1::PersistentVolumeClaim>(
                     &cluster.namespace().unwrap_or_default(),
                     &claim,
                 )
                 .await
-                .map_err(Error::api("reading the primary's data claim"))?
-                .and_then(|claim| claim.metadata.uid.clone())
-                .map(|uid| (primary, uid))
+            {
+                Ok(found) => found
+                    .and_then(|claim| claim.metadata.uid.clone())
+                    .map(|uid| (primary, uid)),
+                Err(error) => {
+                    tracing::warn!(cluster = %key, claim, %error, "reading the primary's data claim failed");
+                    None
+                }
+            }
         }
         _ => None,
     };

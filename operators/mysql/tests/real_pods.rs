@@ -355,6 +355,7 @@ async fn async_primary_loses_its_volume(prefix: &str, replicas_down: bool) {
     if replicas_down {
         // What the operator knows of the primary's data: the volume it was seen accepting
         // writes on (recorded by the first pass that saw it open), whatever GTIDs a pass saw.
+        let volume = setup.claim_uid(&format!("data-{}", member(0))).await;
         wait::until(
             "the primary's volume recorded",
             Duration::from_secs(120),
@@ -366,7 +367,7 @@ async fn async_primary_loses_its_volume(prefix: &str, replicas_down: bool) {
                     .status
                     .unwrap_or_default();
                 match status.primary_last_open {
-                    Some(seen) if seen.member == member(0) && seen.volume.is_some() => Ok(()),
+                    Some(seen) if seen.member == member(0) && seen.volume.as_ref() == Some(&volume) => Ok(()),
                     other => Err(format!("{other:?}")),
                 }
             },
