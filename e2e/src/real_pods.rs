@@ -338,13 +338,21 @@ impl OnRealNode {
         seen: &std::sync::Mutex<i32>,
     ) -> bool {
         let total: i32 = self.occurrences(reasons).await.values().sum();
-        if total <= *seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner) {
-            return false;
+        {
+            let mut seen = seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if total <= *seen {
+                return false;
+            }
+            *seen = total;
         }
-        *seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = total;
+        self.restart_operator().await;
+        true
+    }
+
+    /// Stops the operator's pod and starts it again, waiting for each.
+    pub async fn restart_operator(&self) {
         self.scale_operator(0).await;
         self.scale_operator(1).await;
-        true
     }
 
     /// Scales the operator's Deployment to `replicas` and waits until exactly that many of its

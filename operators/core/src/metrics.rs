@@ -59,6 +59,16 @@ fn duration_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.005, 2.0, 15))
 }
 
+/// How many of `healths` are of each of [`MEMBER_HEALTHS`]; anything else counts as `Unknown`.
+fn count_by_health<'a>(healths: impl IntoIterator<Item = &'a str>) -> [i64; 3] {
+    let mut counts = [0i64; 3];
+    for health in healths {
+        let index = MEMBER_HEALTHS.iter().position(|h| *h == health).unwrap_or(2);
+        counts[index] += 1;
+    }
+    counts
+}
+
 /// The process's metric registry and the reconcile metrics every controller reports.
 pub struct Metrics {
     registry: Registry,
@@ -209,16 +219,8 @@ primary in Redis cluster mode, every MySQL member), as its last pass saw them",
         healths: impl IntoIterator<Item = &'a str>,
         voters: impl IntoIterator<Item = &'a str>,
     ) {
-        let count = |healths: &mut dyn Iterator<Item = &'a str>| {
-            let mut counts = [0i64; 3];
-            for health in healths {
-                let index = MEMBER_HEALTHS.iter().position(|h| *h == health).unwrap_or(2);
-                counts[index] += 1;
-            }
-            counts
-        };
-        let members = count(&mut healths.into_iter());
-        let voting = count(&mut voters.into_iter());
+        let members = count_by_health(healths);
+        let voting = count_by_health(voters);
         let series: Vec<MemberLabels> = MEMBER_HEALTHS
             .iter()
             .map(|health| MemberLabels {

@@ -620,35 +620,34 @@ fn reopen_primary(facts: &Facts, primary: usize, state: &ServerState) -> Decisio
             );
         }
         // Back on a new volume, what it held is known only as far as the witness goes: every
-        // member must answer first.
-        if facts.primary_volume_replaced {
+        // member must answer first. Without what it was seen holding, it waits unless a member
+        // that answers holds all of that.
+        let loss = if facts.primary_volume_replaced {
+            Some((
+                "came back on a new volume (its data claim is not the one it was seen accepting writes on)"
+                    .to_string(),
+                "it",
+            ))
+        } else {
+            lost.filter(|last| !states.iter().any(|(_, other)| other.held().includes(last)))
+                .map(|last| {
+                    (
+                        format!(
+                            "came back without transactions it was last seen holding while it accepted writes ({last}; it holds {})",
+                            state.executed
+                        ),
+                        "them",
+                    )
+                })
+        };
+        if let Some((how, what)) = loss {
             return promote_on_request(
                 facts,
                 primary,
                 wait(
                     Reason::PrimaryReopenBlocked,
                     format!(
-                        "the primary (ordinal {primary}) came back on a new volume (its data claim is not the one it was seen accepting writes on): its data was lost, and it is replaced or reopened once every member answers: member {} is {} and may hold it. If that member is lost for good too, name the member to serve from with {RECOVER_ANNOTATION}, or restore a new cluster from the newest backup (docs/mysql.md, Disaster recovery)",
-                        fact.ordinal,
-                        fact.health.as_str()
-                    ),
-                ),
-                PrimaryLoss::Data,
-            );
-        }
-        // What it lost may be only on the member that does not answer, unless a member that
-        // answers holds all of it.
-        if let Some(last) = lost
-            && !states.iter().any(|(_, other)| other.held().includes(last))
-        {
-            return promote_on_request(
-                facts,
-                primary,
-                wait(
-                    Reason::PrimaryReopenBlocked,
-                    format!(
-                        "the primary (ordinal {primary}) came back without transactions it was last seen holding while it accepted writes ({last}; it holds {}): its data was lost, and it is replaced or reopened once every member answers: member {} is {} and may hold them. If that member is lost for good too, name the member to serve from with {RECOVER_ANNOTATION}, or restore a new cluster from the newest backup (docs/mysql.md, Disaster recovery)",
-                        state.executed,
+                        "the primary (ordinal {primary}) {how}: its data was lost, and it is replaced or reopened once every member answers: member {} is {} and may hold {what}. If that member is lost for good too, name the member to serve from with {RECOVER_ANNOTATION}, or restore a new cluster from the newest backup (docs/mysql.md, Disaster recovery)",
                         fact.ordinal,
                         fact.health.as_str()
                     ),

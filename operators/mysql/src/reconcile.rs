@@ -39,8 +39,8 @@ use crate::{
     address::Addresses,
     admin::{Credentials, gtid::GtidPosition},
     crd::{
-        Access, BackupRecord, FailoverRecord, MySQLBackup, MySQLCluster, MySQLClusterStatus, RestoreRecord,
-        SWITCHOVER_ANNOTATION, forbidden_config_keys,
+        Access, BackupRecord, FailoverRecord, MySQLBackup, MySQLCluster, MySQLClusterStatus, PrimaryPosition,
+        RestoreRecord, SWITCHOVER_ANNOTATION, forbidden_config_keys,
     },
     decide::{Decision, Facts, InFlight, Reason, Restore, Step, caught_up_replica, decide},
     execute::{StepContext, StepError, StepOutcome, execute, step_failure},
@@ -317,14 +317,9 @@ struct Observed {
 impl Observed {
     /// Whether the recorded primary's data claim is another than the one it was seen open on.
     fn primary_volume_replaced(&self, cluster: &MySQLCluster) -> bool {
-        let recorded = cluster
-            .status
-            .as_ref()
-            .and_then(|s| s.primary_last_open.as_ref())
-            .filter(|last| {
-                self.primary
-                    .is_some_and(|p| last.member == member_name(&cluster.name_any(), p))
-            })
+        let recorded = self
+            .primary
+            .and_then(|primary| recorded_primary_position(cluster, primary))
             .and_then(|last| last.volume.as_deref());
         match (recorded, &self.primary_volume) {
             (Some(recorded), Some((ordinal, now))) => Some(*ordinal) == self.primary && recorded != now,
@@ -353,7 +348,10 @@ impl Observed {
             binlog_expire_seconds: binlog_expire_seconds(cluster),
             repair: self.repair.clone(),
             recovery: self.recovery.clone(),
-            primary_last_open: witness_of_the_primary(cluster, self.primary),
+            primary_last_open: self
+                .primary
+                .and_then(|primary| recorded_primary_position(cluster, primary))
+                .and_then(|last| GtidPosition::parse(cluster.spec.flavor, &last.gtid).ok()),
             primary_volume_replaced: self.primary_volume_replaced(cluster),
             freshness: settings.freshness,
             now: std::time::Instant::now(),
@@ -498,11 +496,7 @@ fn repair_record(
 /// Whether this pass reads the recorded primary's data claim: status has no volume for it yet, or
 /// it answers read-only (restarted, perhaps on a new volume). A settled primary costs no read.
 fn needs_primary_volume(cluster: &MySQLCluster, primary: usize, view: &ClusterView) -> bool {
-    let recorded = cluster
-        .status
-        .as_ref()
-        .and_then(|s| s.primary_last_open.as_ref())
-        .filter(|last| last.member == member_name(&cluster.name_any(), primary));
+    let recorded = recorded_primary_position(cluster, primary);
     let read_only = view
         .members
         .iter()
@@ -512,13 +506,15 @@ fn needs_primary_volume(cluster: &MySQLCluster, primary: usize, view: &ClusterVi
     recorded.is_none_or(|last| last.volume.is_none()) || read_only
 }
 
-/// What the recorded primary was last seen holding while it accepted writes, from status. A
-/// record of another member, or one that cannot be read, is no witness.
-fn witness_of_the_primary(cluster: &MySQLCluster, primary: Option<usize>) -> Option<GtidPosition> {
-    let recorded = cluster.status.as_ref()?.primary_last_open.as_ref()?;
-    (recorded.member == member_name(&cluster.name_any(), primary?))
-        .then(|| GtidPosition::parse(cluster.spec.flavor, &recorded.gtid).ok())
-        .flatten()
+/// What status records the primary `primary` held while it accepted writes (GTIDs and claim).
+/// A record of another member is no witness of this one; GTIDs that cannot be read are none.
+fn recorded_primary_position(cluster: &MySQLCluster, primary: usize) -> Option<&PrimaryPosition> {
+    cluster
+        .status
+        .as_ref()?
+        .primary_last_open
+        .as_ref()
+        .filter(|last| last.member == member_name(&cluster.name_any(), primary))
 }
 
 /// Where a recovery asked for stands at the end of the pass, for `status.recovery`; `None` once

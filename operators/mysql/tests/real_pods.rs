@@ -614,8 +614,7 @@ async fn roll_under_a_writer(prefix: &str, restart_operator_at_each_step: bool) 
                 let new = !steps_seen.lock().unwrap().contains(&step);
                 if new {
                     steps_seen.lock().unwrap().push(step);
-                    setup.scale_operator(0).await;
-                    setup.scale_operator(1).await;
+                    setup.restart_operator().await;
                 }
             }
             match (rolled, in_flight) {
