@@ -1056,6 +1056,19 @@ mod tests {
         }
     }
 
+    /// A primary that restarted read-only holding `executed`.
+    fn restarted(executed: &str) -> ServerState {
+        ServerState {
+            read_only: true,
+            ..primary_state(executed)
+        }
+    }
+
+    /// A member the operator cannot reach.
+    fn down(ordinal: usize, now: Instant) -> MemberFact {
+        unreachable(ordinal, Health::Unknown("timed out".into()), now)
+    }
+
     fn replica_state(executed: &str, source: usize) -> ServerState {
         ServerState {
             read_only: true,
@@ -1821,10 +1834,6 @@ mod tests {
     #[test]
     fn a_restarted_primary_is_reopened_only_when_no_replica_holds_what_it_lacks() {
         let now = Instant::now();
-        let restarted = |executed: &str| ServerState {
-            read_only: true,
-            ..primary_state(executed)
-        };
         let received = |executed: &str, received: &str| {
             let mut state = replica_state(executed, 0);
             state.replication.as_mut().unwrap().received = gtid(received);
@@ -1930,11 +1939,6 @@ mod tests {
     #[test]
     fn an_asynchronous_primary_back_without_what_it_was_last_seen_holding_waits_for_every_member() {
         let now = Instant::now();
-        let restarted = |executed: &str| ServerState {
-            read_only: true,
-            ..primary_state(executed)
-        };
-        let down = |ordinal| unreachable(ordinal, Health::Unknown("timed out".into()), now);
         let lost_wait = |member: usize, health: &str| {
             Decision::Wait(Wait {
                 reason: Reason::PrimaryReopenBlocked,
@@ -1946,13 +1950,13 @@ mod tests {
         let cases: Vec<(&str, Vec<MemberFact>, Option<&str>, Decision)> = vec![
             (
                 "back on an empty volume, its replicas down: waits",
-                vec![healthy(0, restarted("0-1-3"), now), down(1), down(2)],
+                vec![healthy(0, restarted("0-1-3"), now), down(1, now), down(2, now)],
                 None,
                 lost_wait(1, "Unknown"),
             ),
             (
                 "back with everything it was seen holding, its replicas down: reopened as before",
-                vec![healthy(0, restarted("0-1-12"), now), down(1), down(2)],
+                vec![healthy(0, restarted("0-1-12"), now), down(1, now), down(2, now)],
                 None,
                 Decision::Act(Step::OpenPrimary { ordinal: 0 }),
             ),
@@ -1961,7 +1965,7 @@ mod tests {
                 vec![
                     healthy(0, restarted("0-1-3"), now),
                     healthy(1, replica_state("0-1-7", 0), now),
-                    down(2),
+                    down(2, now),
                 ],
                 None,
                 lost_wait(2, "Unknown"),
@@ -1978,7 +1982,7 @@ mod tests {
             ),
             (
                 "a person naming the primary is refused: it would write again under the GTIDs it lost",
-                vec![healthy(0, restarted("0-1-3"), now), down(1), down(2)],
+                vec![healthy(0, restarted("0-1-3"), now), down(1, now), down(2, now)],
                 Some("main-0"),
                 Decision::Wait(Wait {
                     reason: Reason::RecoveryRefused,
@@ -1990,7 +1994,7 @@ mod tests {
                 vec![
                     healthy(0, restarted("0-1-3"), now),
                     healthy(1, replica_state("0-1-7", 0), now),
-                    down(2),
+                    down(2, now),
                 ],
                 Some("main-1"),
                 Decision::Act(Step::Failover { from: 0, to: 1 }),
@@ -2000,7 +2004,7 @@ mod tests {
                 vec![
                     healthy(0, restarted("0-1-3,1-1-2"), now),
                     healthy(1, replica_state("0-1-7", 0), now),
-                    down(2),
+                    down(2, now),
                 ],
                 Some("main-1"),
                 Decision::Wait(Wait {
@@ -2013,7 +2017,7 @@ mod tests {
                 vec![
                     healthy(0, restarted("0-1-3"), now),
                     healthy(1, replica_state("0-1-10", 0), now),
-                    down(2),
+                    down(2, now),
                 ],
                 None,
                 Decision::Act(Step::Failover { from: 0, to: 1 }),
@@ -2053,15 +2057,10 @@ mod tests {
     #[test]
     fn an_asynchronous_primary_back_on_a_new_volume_waits_for_every_member() {
         let now = Instant::now();
-        let restarted = |executed: &str| ServerState {
-            read_only: true,
-            ..primary_state(executed)
-        };
-        let down = |ordinal| unreachable(ordinal, Health::Unknown("timed out".into()), now);
         let cases: Vec<(&str, Vec<MemberFact>, Decision)> = vec![
             (
                 "its replicas down, an old witness it still covers: waits",
-                vec![healthy(0, restarted("0-1-2"), now), down(1), down(2)],
+                vec![healthy(0, restarted("0-1-2"), now), down(1, now), down(2, now)],
                 Decision::Wait(Wait {
                     reason: Reason::PrimaryReopenBlocked,
                     message: format!(
@@ -2074,7 +2073,7 @@ mod tests {
                 vec![
                     healthy(0, restarted("0-1-2"), now),
                     healthy(1, replica_state("0-1-2", 0), now),
-                    down(2),
+                    down(2, now),
                 ],
                 Decision::Wait(Wait {
                     reason: Reason::PrimaryReopenBlocked,
