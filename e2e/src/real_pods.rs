@@ -546,6 +546,41 @@ impl OnRealNode {
         claims
     }
 
+    /// Takes the pods `names` of StatefulSet `statefulset` off the node, their volumes kept (as
+    /// members down for good whose data survives): the template asks for a node type no node
+    /// has, and each pod is created again from it, unplaced. Scaling down instead would delete
+    /// the claims. The operator must be stopped meanwhile; once it runs again, its own template
+    /// places pods created from then on, while these stay unplaced until deleted.
+    pub async fn hold_off_the_node(&self, statefulset: &str, names: &[String]) {
+        self.place_template_on(statefulset, "held").await;
+        for name in names {
+            self.delete_and_await_new_pod(name, Duration::from_secs(60)).await;
+            let held = self.pods().get(name).await.unwrap();
+            assert!(
+                held.spec
+                    .as_ref()
+                    .and_then(|spec| spec.node_name.as_ref())
+                    .is_none(),
+                "{name} was placed on a node: {}",
+                describe_pods(std::slice::from_ref(&held))
+            );
+        }
+    }
+
+    /// Sets the node type that StatefulSet `statefulset`'s pod template asks for.
+    pub async fn place_template_on(&self, statefulset: &str, node_type: &str) {
+        Api::<k8s_openapi::api::apps::v1::StatefulSet>::namespaced(self.admin.clone(), &self.ns)
+            .patch(
+                statefulset,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(
+                    serde_json::json!({"spec": {"template": {"spec": {"nodeSelector": {"type": node_type}}}}}),
+                ),
+            )
+            .await
+            .unwrap();
+    }
+
     /// Deletes pod `name` and waits until its StatefulSet made a new one that is Ready.
     pub async fn delete_and_await_recreated(&self, name: &str, timeout: Duration) {
         self.delete_and_await(name, true, timeout).await;
@@ -868,12 +903,20 @@ pub async fn request_repair<K>(clusters: &Api<K>, name: &str, member: Option<&st
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    clusters
+    annotate(clusters, name, quorum_core::repair::REPAIR_ANNOTATION, member).await;
+}
+
+/// Sets annotation `annotation` of object `name` to `value` (or, with `None`, removes it).
+pub async fn annotate<K>(objects: &Api<K>, name: &str, annotation: &str, value: Option<&str>)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    objects
         .patch(
             name,
             &kube::api::PatchParams::default(),
             &kube::api::Patch::Merge(serde_json::json!({
-                "metadata": {"annotations": {quorum_core::repair::REPAIR_ANNOTATION: member}}
+                "metadata": {"annotations": {annotation: value}}
             })),
         )
         .await

@@ -64,13 +64,9 @@ pub fn repair(member: Option<&str>) -> Value {
 /// pod name of the cluster) when its primary is lost for good, or, with `None`, ends the request.
 pub fn recover(target: &Target, member: Option<&str>) -> Result<Value, Refusal> {
     match target.engine {
-        Engine::MySql | Engine::MongoDb => {
+        Engine::MySql | Engine::MongoDb | Engine::Etcd => {
             Ok(json!({"metadata": {"annotations": {RECOVER_ANNOTATION: member}}}))
         }
-        Engine::Etcd => Err(Refusal::NoRecovery(
-            target.to_string(),
-            "with a majority lost for good, restore a new cluster from the newest backup (docs/etcd.md, Disaster recovery)",
-        )),
         Engine::Redis => Err(Refusal::NoRecovery(
             target.to_string(),
             "the Sentinels or the cluster promote a replica themselves; see docs/redis.md, Disaster recovery",
@@ -149,7 +145,7 @@ mod tests {
     }
 
     #[test]
-    fn recover_sets_or_ends_the_request_for_mysql_and_says_what_to_do_elsewhere() {
+    fn recover_sets_or_ends_the_request_for_mysql_mongodb_and_etcd_and_says_what_to_do_for_redis() {
         let shop = parse("mysql/shop").unwrap();
         assert_eq!(
             recover(&shop, Some("shop-1")),
@@ -159,10 +155,14 @@ mod tests {
             recover(&shop, None),
             Ok(json!({"metadata": {"annotations": {"quorum.dev/recover-from": null}}}))
         );
-        let refused = recover(&parse("etcd/main").unwrap(), Some("main-0")).unwrap_err();
+        assert_eq!(
+            recover(&parse("etcd/main").unwrap(), Some("main-2")),
+            Ok(json!({"metadata": {"annotations": {"quorum.dev/recover-from": "main-2"}}}))
+        );
+        let refused = recover(&parse("redis/cache").unwrap(), Some("cache-0")).unwrap_err();
         assert!(
             refused.to_string().contains("has no recovery on request yet")
-                && refused.to_string().contains("newest backup"),
+                && refused.to_string().contains("promote a replica themselves"),
             "{refused}"
         );
     }

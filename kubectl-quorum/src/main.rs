@@ -70,8 +70,8 @@ enum Command {
         end: bool,
     },
     /// Asks the operator to bring a cluster whose primary is lost for good back into service
-    /// from the named surviving member (annotation `quorum.dev/recover-from`; MySQL/MariaDB and
-    /// MongoDB).
+    /// from the named surviving member (annotation `quorum.dev/recover-from`; MySQL/MariaDB,
+    /// MongoDB, and etcd with a majority lost).
     /// What only the lost members held is given up; `--end` ends the request.
     Recover {
         target: String,

@@ -251,6 +251,7 @@ pub fn etcd(cluster: &etcd_operator::crd::EtcdCluster, pods: &Pods, now: Timesta
     });
     view.last_failover = status.last_leader_change.as_ref().map(observed_failover);
     view.repair = repair(status.repair.as_ref());
+    view.recovery = recovery(status.recovery.as_ref());
     finish(view, &status.conditions, status.last_backup.as_ref(), now)
 }
 

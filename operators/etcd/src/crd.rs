@@ -171,6 +171,10 @@ pub struct EtcdClusterStatus {
     /// The repair asked for with the `quorum.dev/repair` annotation, while it stands.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repair: Option<quorum_core::crd::RepairRecord>,
+    /// The recovery from a lost quorum asked for with the `quorum.dev/recover-from` annotation,
+    /// while it stands.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery: Option<quorum_core::crd::RecoveryRecord>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }
@@ -183,6 +187,9 @@ quorum_core::recorded_kinds! {
         Remove,
         Replace,
         Upgrade,
+        Recover,
+        ForceNewCluster,
+        EndForceNewCluster,
     }
 }
 
@@ -190,7 +197,8 @@ quorum_core::recorded_kinds! {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct InFlightStep {
-    /// `AddLearner`, `Promote`, `Remove`, `Replace` or `Upgrade`.
+    /// `AddLearner`, `Promote`, `Remove`, `Replace`, `Upgrade`, or a phase of a recovery from a
+    /// lost quorum: `Recover`, `ForceNewCluster`, `EndForceNewCluster`.
     #[schemars(with = "String")]
     pub action: InFlightAction,
     pub ordinal: i32,

@@ -19,6 +19,7 @@ use quorum_core::{
         gate::{self, Disruption, Freshness, GateInput, Quorum, Verdict},
         health::{Health, Observation},
     },
+    recovery::{RECOVER_ANNOTATION, RecoveryRequest},
     rollout::Templates,
 };
 
@@ -45,11 +46,39 @@ pub struct MemberFact {
 /// The disruptive or membership step recorded in status before it is taken.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum InFlight {
-    AddLearner { ordinal: usize },
-    Promote { ordinal: usize, id: u64 },
-    Remove { ordinal: usize, id: u64 },
-    Upgrade { ordinal: usize },
-    Replace { ordinal: usize, id: u64 },
+    AddLearner {
+        ordinal: usize,
+    },
+    Promote {
+        ordinal: usize,
+        id: u64,
+    },
+    Remove {
+        ordinal: usize,
+        id: u64,
+    },
+    Upgrade {
+        ordinal: usize,
+    },
+    Replace {
+        ordinal: usize,
+        id: u64,
+    },
+    /// A recovery from member `ordinal` after a lost quorum: the other members' pods and volumes
+    /// are being deleted, so none of them can start on its old data while the next phase runs.
+    Recover {
+        ordinal: usize,
+    },
+    /// The other members are wiped: the pod template carries `--force-new-cluster`, and member
+    /// `ordinal` restarts with it into a cluster of itself.
+    ForceNewCluster {
+        ordinal: usize,
+    },
+    /// Member `ordinal` leads a cluster of itself: the template no longer carries the flag, and
+    /// the member restarts without it before any other member is added again.
+    EndForceNewCluster {
+        ordinal: usize,
+    },
 }
 
 impl InFlight {
@@ -61,7 +90,29 @@ impl InFlight {
             InFlight::Remove { ordinal, .. } => format!("removing member {ordinal}"),
             InFlight::Upgrade { ordinal } => format!("upgrading member {ordinal}"),
             InFlight::Replace { ordinal, .. } => format!("replacing member {ordinal}"),
+            InFlight::Recover { ordinal } => {
+                format!("recovering from member {ordinal}: deleting the other members' pods and volumes")
+            }
+            InFlight::ForceNewCluster { ordinal } => {
+                format!("recovering from member {ordinal}: restarting it as a new cluster of itself")
+            }
+            InFlight::EndForceNewCluster { ordinal } => {
+                format!("recovering from member {ordinal}: restarting it without --force-new-cluster")
+            }
         }
+    }
+
+    /// A phase of a recovery from a lost quorum: taken before anything else, lost quorum or not.
+    pub fn is_recovery(&self) -> bool {
+        matches!(
+            self,
+            InFlight::Recover { .. } | InFlight::ForceNewCluster { .. } | InFlight::EndForceNewCluster { .. }
+        )
+    }
+
+    /// Whether the member pods' template carries `--force-new-cluster` in this phase.
+    pub fn forces_new_cluster(&self) -> bool {
+        matches!(self, InFlight::ForceNewCluster { .. })
     }
 }
 
@@ -99,6 +150,11 @@ pub struct Facts {
     pub in_flight: Option<InFlight>,
     /// A repair a person asked for, while the request stands.
     pub repair: Option<RepairRequest>,
+    /// A recovery from a lost quorum a person asked for, while the request stands.
+    pub recovery: Option<RecoveryRequest>,
+    /// Ordinals of the member pods (not terminating) created from a template that carried
+    /// `--force-new-cluster`.
+    pub forced_pods: std::collections::BTreeSet<usize>,
     pub freshness: Duration,
     /// How long a member must stay Unhealthy (as its peers report) before it is replaced.
     pub replace_after: Duration,
@@ -130,6 +186,15 @@ pub enum Step {
     Upgrade { ordinal: usize },
     /// The step recorded in status is visible now; clear it.
     ClearInFlight,
+    /// Begin a recovery from member `ordinal`, the lost quorum's most advanced survivor: delete
+    /// the pods and volumes of every other member (`lost`), which come back empty and are added
+    /// again once the survivor leads a cluster of itself.
+    Recover { ordinal: usize, lost: Vec<usize> },
+    /// Delete member `ordinal`'s pod so it starts on the current template (with or without
+    /// `--force-new-cluster`, as the recovery's phase says).
+    RestartMember { ordinal: usize },
+    /// Member `ordinal` leads a cluster of itself: take `--force-new-cluster` off the template.
+    EndForceNewCluster { ordinal: usize },
 }
 
 impl Step {
@@ -141,6 +206,8 @@ impl Step {
             Step::Remove { ordinal, id } => Some(InFlight::Remove { ordinal, id }),
             Step::Replace { ordinal, id } => Some(InFlight::Replace { ordinal, id }),
             Step::Upgrade { ordinal } => Some(InFlight::Upgrade { ordinal }),
+            Step::Recover { ordinal, .. } => Some(InFlight::Recover { ordinal }),
+            Step::EndForceNewCluster { ordinal } => Some(InFlight::EndForceNewCluster { ordinal }),
             _ => None,
         }
     }
@@ -170,6 +237,10 @@ pub fn decide(facts: &Facts) -> Decision {
             ),
         };
     }
+    // A recovery under way goes on whatever the quorum: it is what restores it.
+    if let Some(recovery) = facts.in_flight.as_ref().filter(|step| step.is_recovery()) {
+        return resume_recovery(facts, recovery);
+    }
     let Some(members) = facts.members.as_deref() else {
         return wait(
             Reason::NoMemberReachable,
@@ -178,7 +249,7 @@ pub fn decide(facts: &Facts) -> Decision {
     };
 
     if let Some(lost) = quorum_lost(members) {
-        return lost;
+        return recover_on_request(facts, members).unwrap_or(Decision::Wait(lost));
     }
 
     if let Some(in_flight) = &facts.in_flight {
@@ -186,11 +257,15 @@ pub fn decide(facts: &Facts) -> Decision {
     }
 
     // A member being replaced: once its replacement is in the membership, wipe the old volume.
+    // etcd admits one learner at a time: the next replacement is added once the learner before
+    // it is promoted.
+    let other_learner = |ordinal: usize| members.iter().any(|m| m.learner && m.ordinal != ordinal);
     if let Some(&ordinal) = facts.wipe_pending.first() {
-        return match members.iter().find(|m| m.ordinal == ordinal) {
-            Some(_) => Decision::Act(Step::WipeMember { ordinal }),
-            None => Decision::Act(Step::AddLearner { ordinal }),
-        };
+        match members.iter().find(|m| m.ordinal == ordinal) {
+            Some(_) => return Decision::Act(Step::WipeMember { ordinal }),
+            None if !other_learner(ordinal) => return Decision::Act(Step::AddLearner { ordinal }),
+            None => {}
+        }
     }
 
     let statefulset_replicas = facts.statefulset_replicas.unwrap_or(0);
@@ -336,7 +411,7 @@ fn repair_member(facts: &Facts, members: &[MemberFact], request: &RepairRequest)
 /// the cluster serves no write and etcd accepts no membership change. A member that cannot be
 /// reached is never taken for lost, so nothing is changed; the wait says what the operator knows
 /// (who answers, whose log reaches furthest) and what a person can do.
-fn quorum_lost(members: &[MemberFact]) -> Option<Decision> {
+pub fn quorum_lost(members: &[MemberFact]) -> Option<Wait> {
     let voters: Vec<&MemberFact> = members.iter().filter(|m| !m.learner).collect();
     if voters.iter().any(|m| m.leader) {
         return None;
@@ -370,26 +445,134 @@ fn quorum_lost(members: &[MemberFact]) -> Option<Decision> {
             )
         })
         .unwrap_or_default();
-    Some(wait(
-        Reason::QuorumLost,
-        format!(
+    Some(Wait {
+        reason: Reason::QuorumLost,
+        message: format!(
             "quorum lost: voting members {:?} do not answer the operator and members {:?} have \
              followed no leader for {} s or more, so no write is served through them and no \
              membership change can be made.{furthest} Members that come \
              back on their volumes restore the quorum with every acknowledged write; the operator \
-             removes no member it cannot reach. If they are lost for good, create a new cluster \
-             from the newest backup (spec.restoreFrom; docs/etcd.md, \"Disaster recovery\").",
+             removes no member it cannot reach. If they are lost for good, name the member to \
+             recover from with {RECOVER_ANNOTATION} (what only the lost members held is given up), \
+             or create a new cluster from the newest backup (spec.restoreFrom; docs/etcd.md, \
+             \"Disaster recovery\").",
             ordinals(&silent),
             ordinals(&answering),
             QUORUM_LOST_AFTER.as_secs(),
         ),
-    ))
+    })
 }
 
 /// How long the members that answer must have followed no leader, with a majority silent,
 /// before the quorum is reported lost: far longer than an election, shorter than a person's
 /// patience.
 pub const QUORUM_LOST_AFTER: Duration = Duration::from_secs(30);
+
+/// A lost quorum is never ended by the operator alone: a member it cannot reach may be alive
+/// behind a partition or slow to come back. A person who knows the silent members are lost for
+/// good names the member to recover from ([`RECOVER_ANNOTATION`]). It is taken only while the
+/// quorum is lost, only from a voting member that answers and whose raft log reaches at least as
+/// far as every other member's that answers, once per request. `None` when there is no request
+/// to take.
+fn recover_on_request(facts: &Facts, members: &[MemberFact]) -> Option<Decision> {
+    let request = facts.recovery.as_ref().filter(|request| request.is_open())?;
+    let refused = |message: String| Some(wait(Reason::RecoveryRefused, message));
+    let ordinal = match request.target(member_slots(facts)) {
+        Ok(ordinal) => ordinal,
+        Err(refusal) => return refused(refusal),
+    };
+    let Some(named) = members.iter().find(|m| m.ordinal == ordinal && !m.learner) else {
+        return refused(format!(
+            "{} is not a voting member of the membership, so nothing is changed: name one, or remove {RECOVER_ANNOTATION}",
+            request.member
+        ));
+    };
+    let Some(reach) = named.raft_index else {
+        return refused(format!(
+            "{} does not answer; only a member that answers is recovered from",
+            request.member
+        ));
+    };
+    if let Some(further) = members
+        .iter()
+        .filter(|m| m.ordinal != ordinal)
+        .find(|m| m.raft_index.is_some_and(|theirs| theirs > reach))
+    {
+        return refused(format!(
+            "member {}'s raft log reaches further than {}'s ({} against {reach}); name the member whose log reaches furthest",
+            further.ordinal,
+            request.member,
+            further.raft_index.unwrap_or_default()
+        ));
+    }
+    Some(Decision::Act(Step::Recover {
+        ordinal,
+        lost: others(facts, ordinal),
+    }))
+}
+
+/// How many member ordinals may hold a pod or a member: the StatefulSet's, the spec's, and the
+/// membership's, whichever is most.
+fn member_slots(facts: &Facts) -> usize {
+    let highest = facts
+        .members
+        .iter()
+        .flatten()
+        .map(|m| m.ordinal + 1)
+        .max()
+        .unwrap_or(0);
+    highest
+        .max(facts.statefulset_replicas.unwrap_or(0))
+        .max(facts.desired_members)
+}
+
+/// Every member ordinal but `ordinal`.
+fn others(facts: &Facts, ordinal: usize) -> Vec<usize> {
+    (0..member_slots(facts))
+        .filter(|other| *other != ordinal)
+        .collect()
+}
+
+/// The next phase of a recovery recorded in status. Each phase is finished before the next
+/// begins, and each is taken again if the operator stopped in it: the survivor restarts with
+/// `--force-new-cluster` only once no other member can start on its old data, and without it
+/// before any member is added again (a member restarted with the flag later would drop them).
+fn resume_recovery(facts: &Facts, recovery: &InFlight) -> Decision {
+    let leads_alone = |ordinal: usize| {
+        facts.members.as_deref().is_some_and(|members| {
+            let mut voters = members.iter().filter(|m| !m.learner);
+            voters.next().is_some_and(|m| m.ordinal == ordinal && m.leader) && voters.next().is_none()
+        })
+    };
+    let forced = |ordinal: usize| facts.forced_pods.contains(&ordinal);
+    match *recovery {
+        InFlight::Recover { ordinal } => Decision::Act(Step::Recover {
+            ordinal,
+            lost: others(facts, ordinal),
+        }),
+        InFlight::ForceNewCluster { ordinal } if !forced(ordinal) => {
+            Decision::Act(Step::RestartMember { ordinal })
+        }
+        InFlight::ForceNewCluster { ordinal } if leads_alone(ordinal) => {
+            Decision::Act(Step::EndForceNewCluster { ordinal })
+        }
+        InFlight::ForceNewCluster { ordinal } => wait(
+            Reason::RecoveryInProgress,
+            format!("member {ordinal} is starting with --force-new-cluster, as a cluster of itself"),
+        ),
+        InFlight::EndForceNewCluster { ordinal } if forced(ordinal) => {
+            Decision::Act(Step::RestartMember { ordinal })
+        }
+        InFlight::EndForceNewCluster { ordinal } if leads_alone(ordinal) => {
+            Decision::Act(Step::ClearInFlight)
+        }
+        InFlight::EndForceNewCluster { ordinal } => wait(
+            Reason::RecoveryInProgress,
+            format!("member {ordinal} is restarting without --force-new-cluster"),
+        ),
+        _ => unreachable!("only a recovery is resumed here"),
+    }
+}
 
 /// The next upgrade step: a member on another version or an older pod template, non-leaders
 /// first in ordinal order, the leader last after handing leadership to an upgraded member.
@@ -484,6 +667,9 @@ pub fn unsupported_change(running: &str, desired: &str) -> Option<String> {
 fn resume(facts: &Facts, members: &[MemberFact], in_flight: &InFlight) -> Decision {
     let member = |ordinal: usize| members.iter().find(|m| m.ordinal == ordinal);
     match *in_flight {
+        InFlight::Recover { .. } | InFlight::ForceNewCluster { .. } | InFlight::EndForceNewCluster { .. } => {
+            resume_recovery(facts, in_flight)
+        }
         InFlight::AddLearner { ordinal } => match member(ordinal) {
             Some(_) => Decision::Act(Step::ClearInFlight),
             None => Decision::Act(Step::AddLearner { ordinal }),
@@ -646,6 +832,8 @@ mod tests {
             templates: Templates::Unknown,
             in_flight: None,
             repair: None,
+            recovery: None,
+            forced_pods: Default::default(),
             freshness: Duration::from_secs(30),
             replace_after: Duration::from_secs(300),
             now: Instant::now(),
@@ -949,6 +1137,187 @@ mod tests {
         }
     }
 
+    fn recover_from(ordinal: usize) -> Option<RecoveryRequest> {
+        Some(RecoveryRequest {
+            member: format!("main-{ordinal}"),
+            ordinal: (ordinal < 9).then_some(ordinal),
+            done: None,
+            expired: false,
+        })
+    }
+
+    /// Member 0 alone, leading a cluster of itself: a forced new cluster.
+    fn alone() -> Option<Vec<MemberFact>> {
+        Some(vec![member(0, Health::Healthy)])
+    }
+
+    /// Each row: a name, the gathered facts, and the decision expected. A recovery is taken only
+    /// on request, only from the member that answers with the log that reaches furthest, once;
+    /// then phase by phase: the others wiped, the survivor restarted with the flag, restarted
+    /// without it once it leads alone, and only then the others added back one at a time.
+    #[test]
+    fn a_lost_quorum_is_recovered_from_only_on_request_and_phase_by_phase() {
+        let mut five = healthy(5);
+        for m in &mut five {
+            m.leader = false;
+        }
+        for m in &mut five[..3] {
+            m.raft_index = None;
+            m.observation.health = unknown();
+            m.unhealthy_for = Some(Duration::from_secs(600));
+        }
+        five[3].raft_index = Some(900);
+        five[4].raft_index = Some(700);
+        for m in &mut five[3..] {
+            m.observation.health = Health::Unhealthy("reports no leader".into());
+            m.unhealthy_for = Some(Duration::from_secs(60));
+        }
+        let lost = || facts(3, Some(majority_silent()));
+        let in_phase = |phase: InFlight, forced: &[usize], members: Option<Vec<MemberFact>>| Facts {
+            in_flight: Some(phase),
+            forced_pods: forced.iter().copied().collect(),
+            recovery: recover_from(0),
+            ..facts(3, members)
+        };
+        let mut learner_back = alone().unwrap();
+        learner_back.push(MemberFact {
+            learner: true,
+            started: false,
+            ..member(1, unknown())
+        });
+        let rows: Vec<(&str, Facts, Decision)> = vec![
+            (
+                "no request: nothing is forced",
+                lost(),
+                wait(Reason::QuorumLost, ""),
+            ),
+            (
+                "a silent member is not recovered from",
+                Facts {
+                    recovery: recover_from(1),
+                    ..lost()
+                },
+                wait(Reason::RecoveryRefused, ""),
+            ),
+            (
+                "a name that is no member is refused",
+                Facts {
+                    recovery: recover_from(9),
+                    ..lost()
+                },
+                wait(Reason::RecoveryRefused, ""),
+            ),
+            (
+                "a member behind another that answers is refused",
+                Facts {
+                    recovery: recover_from(4),
+                    ..facts(5, Some(five.clone()))
+                },
+                wait(Reason::RecoveryRefused, ""),
+            ),
+            (
+                "the member whose log reaches furthest: every other member is wiped first",
+                Facts {
+                    recovery: recover_from(3),
+                    ..facts(5, Some(five))
+                },
+                Decision::Act(Step::Recover {
+                    ordinal: 3,
+                    lost: vec![0, 1, 2, 4],
+                }),
+            ),
+            (
+                "the survivor of three",
+                Facts {
+                    recovery: recover_from(0),
+                    ..lost()
+                },
+                Decision::Act(Step::Recover {
+                    ordinal: 0,
+                    lost: vec![1, 2],
+                }),
+            ),
+            (
+                "a request already taken is not taken again",
+                Facts {
+                    recovery: Some(RecoveryRequest {
+                        done: Some("main-1, main-2".into()),
+                        ..recover_from(0).unwrap()
+                    }),
+                    ..lost()
+                },
+                wait(Reason::QuorumLost, ""),
+            ),
+            (
+                "a wipe interrupted is taken again, whoever answers",
+                in_phase(InFlight::Recover { ordinal: 0 }, &[], None),
+                Decision::Act(Step::Recover {
+                    ordinal: 0,
+                    lost: vec![1, 2],
+                }),
+            ),
+            (
+                "the survivor's pod is not yet on the template with the flag: restart it",
+                in_phase(
+                    InFlight::ForceNewCluster { ordinal: 0 },
+                    &[],
+                    Some(majority_silent()),
+                ),
+                Decision::Act(Step::RestartMember { ordinal: 0 }),
+            ),
+            (
+                "the survivor starting with the flag: wait",
+                in_phase(InFlight::ForceNewCluster { ordinal: 0 }, &[0], None),
+                wait(Reason::RecoveryInProgress, ""),
+            ),
+            (
+                "the survivor leads alone: the flag comes off",
+                in_phase(InFlight::ForceNewCluster { ordinal: 0 }, &[0], alone()),
+                Decision::Act(Step::EndForceNewCluster { ordinal: 0 }),
+            ),
+            (
+                "its pod still carries the flag: restart it",
+                in_phase(InFlight::EndForceNewCluster { ordinal: 0 }, &[0], alone()),
+                Decision::Act(Step::RestartMember { ordinal: 0 }),
+            ),
+            (
+                "restarted without the flag, leading alone: the recovery is over",
+                in_phase(InFlight::EndForceNewCluster { ordinal: 0 }, &[], alone()),
+                Decision::Act(Step::ClearInFlight),
+            ),
+            (
+                "restarted without the flag, not answering yet: wait",
+                in_phase(InFlight::EndForceNewCluster { ordinal: 0 }, &[], None),
+                wait(Reason::RecoveryInProgress, ""),
+            ),
+            (
+                "then the lost members are added back, the first as a learner",
+                Facts {
+                    wipe_pending: vec![1, 2],
+                    ..facts(3, alone())
+                },
+                Decision::Act(Step::AddLearner { ordinal: 1 }),
+            ),
+            (
+                "the next is added only once the learner before it is promoted",
+                Facts {
+                    wipe_pending: vec![2],
+                    ..facts(3, Some(learner_back))
+                },
+                wait(Reason::LearnerCatchingUp, ""),
+            ),
+        ];
+        for (name, facts, expected) in rows {
+            let decided = decide(&facts);
+            match (&expected, &decided) {
+                (Decision::Wait(want), Decision::Wait(got)) => {
+                    assert_eq!(want.reason, got.reason, "{name}: {got:?}")
+                }
+                _ => assert_eq!(decided, expected, "{name}"),
+            }
+        }
+    }
+
     #[test]
     fn a_new_pod_template_rolls_like_an_upgrade_and_a_recorded_restart_waits_for_the_pod() {
         let on = |outdated: &[usize]| Facts {
@@ -1146,6 +1515,11 @@ mod tests {
             Step::Remove { ordinal: 1, id: 1 },
             Step::Replace { ordinal: 1, id: 1 },
             Step::Upgrade { ordinal: 1 },
+            Step::Recover {
+                ordinal: 1,
+                lost: vec![0],
+            },
+            Step::EndForceNewCluster { ordinal: 1 },
         ] {
             assert!(step.in_flight().is_some(), "{step:?}");
         }

@@ -116,6 +116,9 @@ pub async fn execute(
         Step::WipeMember { .. } => Err(StepError::NotAnAdminStep("WipeMember")),
         Step::Upgrade { .. } => Err(StepError::NotAnAdminStep("Upgrade")),
         Step::ClearInFlight => Err(StepError::NotAnAdminStep("ClearInFlight")),
+        Step::Recover { .. } => Err(StepError::NotAnAdminStep("Recover")),
+        Step::RestartMember { .. } => Err(StepError::NotAnAdminStep("RestartMember")),
+        Step::EndForceNewCluster { .. } => Err(StepError::NotAnAdminStep("EndForceNewCluster")),
     }
 }
 

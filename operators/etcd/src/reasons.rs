@@ -18,10 +18,14 @@ quorum_core::reasons! {
         WipingMember => Normal,
         MovingLeader => Normal,
         UpgradingMember => Normal,
+        /// A phase of a recovery from a lost quorum, on a person's request.
+        RecoveringFromMember => Normal,
+        RestartingMember => Normal,
         StepCompleted => Normal,
         // Waits that are part of normal progress.
         LearnerCatchingUp => Normal,
         UpgradeInProgress => Normal,
+        RecoveryInProgress => Normal,
         UnsupportedVersionChange => Normal,
         RestoreSourceNotReady => Warning,
         // Waits a person should look at.
@@ -40,6 +44,8 @@ quorum_core::reasons! {
         StepFailed => Warning,
         /// A repair was asked for that cannot be taken as asked.
         RepairRefused => Warning,
+        /// A recovery from a lost quorum was asked for that cannot be taken as asked.
+        RecoveryRefused => Warning,
         /// The spec asks for an even number of members.
         EvenMemberCount => Warning,
     }
@@ -81,6 +87,7 @@ mod tests {
                 "InFlightUnreadable",
                 "StepFailed",
                 "RepairRefused",
+                "RecoveryRefused",
                 "EvenMemberCount",
             ]
         );

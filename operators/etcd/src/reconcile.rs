@@ -36,7 +36,8 @@ use crate::{
         build_peer_service, build_pod_disruption_budget, build_statefulset, client_service_name,
     },
     status::{
-        build_status, describe, in_flight_from_status, repair_record, step_reason, unhealthy_durations,
+        build_status, describe, in_flight_from_status, recovery_record, repair_record, step_reason,
+        unhealthy_durations,
     },
 };
 
@@ -136,11 +137,7 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, context: Arc<Context<State>>) 
     {
         return Ok(action);
     }
-    let mut memory = Memory {
-        in_flight,
-        wipe_pending: observed.wipe_pending.clone(),
-        repair_replaced: observed.repair.as_ref().and_then(|r| r.replaced),
-    };
+    let mut memory = Memory::of(&observed, in_flight);
     let progress = match decision.step() {
         Some(step) => {
             act(
@@ -230,6 +227,9 @@ struct Observed {
     pod_versions: std::collections::BTreeMap<usize, String>,
     templates: quorum_core::rollout::Templates,
     repair: Option<RepairRequest>,
+    recovery: Option<quorum_core::recovery::RecoveryRequest>,
+    /// Member pods created from a template that carried `--force-new-cluster`.
+    forced_pods: std::collections::BTreeSet<usize>,
 }
 
 impl Observed {
@@ -245,6 +245,8 @@ impl Observed {
             templates: self.templates.clone(),
             in_flight,
             repair: self.repair.clone(),
+            recovery: self.recovery.clone(),
+            forced_pods: self.forced_pods.clone(),
             freshness: settings.freshness,
             replace_after: settings.replace_after,
             now: std::time::Instant::now(),
@@ -311,6 +313,12 @@ async fn observe(
             crate::resolver::ordinal_of(&name, pod)
         }),
         repair: repair_request(cluster),
+        recovery: quorum_core::recovery::request(
+            cluster,
+            status.and_then(|s| s.recovery.as_ref()),
+            |member| crate::resolver::ordinal_of(&name, member),
+        ),
+        forced_pods: forced_pods(cluster, &member_pods),
         view,
         members,
     })
@@ -337,9 +345,21 @@ struct Memory {
     in_flight: Option<InFlight>,
     wipe_pending: Vec<usize>,
     repair_replaced: Option<u64>,
+    /// The members given up, when this pass finished a recovery from a lost quorum.
+    recovered: Option<Vec<usize>>,
 }
 
 impl Memory {
+    /// The memory as status stored it, with the step in flight as it was read.
+    fn of(observed: &Observed, in_flight: Option<InFlight>) -> Self {
+        Self {
+            in_flight,
+            wipe_pending: observed.wipe_pending.clone(),
+            repair_replaced: observed.repair.as_ref().and_then(|r| r.replaced),
+            recovered: None,
+        }
+    }
+
     /// What a step done changes in memory. A member removed to be replaced, by the step itself or
     /// found removed when its recorded step is resumed after a crash, must be wiped before its
     /// pod returns; when a repair asked for it, the repair is recorded as taken.
@@ -349,9 +369,22 @@ impl Memory {
             | (Step::ClearInFlight, Some(InFlight::Replace { ordinal, id })) => Some((*ordinal, *id)),
             _ => None,
         };
-        match step {
-            Step::ClearInFlight => self.in_flight = None,
-            Step::WipeMember { ordinal } => self.wipe_pending.retain(|o| o != ordinal),
+        match (step, &self.in_flight) {
+            (Step::ClearInFlight, Some(InFlight::EndForceNewCluster { .. })) => {
+                self.recovered = Some(self.wipe_pending.clone());
+                self.in_flight = None;
+            }
+            (Step::ClearInFlight, _) => self.in_flight = None,
+            (Step::WipeMember { ordinal }, _) => self.wipe_pending.retain(|o| o != ordinal),
+            // The lost members come back empty and are added again once the recovery ends.
+            (Step::Recover { ordinal, lost }, _) => {
+                for member in lost {
+                    if !self.wipe_pending.contains(member) {
+                        self.wipe_pending.push(*member);
+                    }
+                }
+                self.in_flight = Some(InFlight::ForceNewCluster { ordinal: *ordinal });
+            }
             _ => {}
         }
         if let Some((ordinal, id)) = replaced {
@@ -404,7 +437,22 @@ impl<'a> Report<'a> {
             &memory.wipe_pending,
             self.now,
         );
+        let recovered = memory.recovered.as_ref().map(|given_up| {
+            let names: Vec<String> = given_up
+                .iter()
+                .map(|ordinal| member_name(&self.cluster.name_any(), *ordinal))
+                .collect();
+            names.join(", ")
+        });
         let status = EtcdClusterStatus {
+            recovery: recovery_record(
+                self.observed.recovery.as_ref(),
+                self.cluster.status.as_ref().and_then(|s| s.recovery.as_ref()),
+                recovered.as_deref(),
+                memory.in_flight.as_ref(),
+                decision,
+                &self.observed.members,
+            ),
             repair: repair_record(
                 self.observed.repair.as_ref(),
                 memory.repair_replaced,
@@ -542,11 +590,7 @@ async fn apply_objects(
                         why,
                     )
                     .await;
-                let memory = Memory {
-                    in_flight: observed.in_flight.clone().ok().flatten(),
-                    wipe_pending: observed.wipe_pending.clone(),
-                    repair_replaced: observed.repair.as_ref().and_then(|r| r.replaced),
-                };
+                let memory = Memory::of(observed, observed.in_flight.clone().ok().flatten());
                 report.write(&wait, &memory).await?;
                 return Ok(ControlFlow::Break(Action::requeue(Duration::from_secs(10))));
             }
@@ -559,6 +603,10 @@ async fn apply_objects(
             replicas as i32,
             &context.state.settings.members.cluster_domain,
             restore.as_ref(),
+            observed
+                .in_flight
+                .as_ref()
+                .is_ok_and(|step| step.as_ref().is_some_and(InFlight::forces_new_cluster)),
         )?)
         .await?;
     Ok(ControlFlow::Continue(()))
@@ -648,7 +696,7 @@ async fn take(
         Step::Bootstrap { .. } | Step::StartPod { .. } | Step::StopPod { .. } | Step::ClearInFlight => {
             Ok(StepOutcome::Done)
         }
-        Step::Upgrade { ordinal } => {
+        Step::Upgrade { ordinal } | Step::RestartMember { ordinal } => {
             // Only the pod observed on an older template: one created again since is left to
             // the next pass.
             let Some(uid) = observed.templates.outdated_pod(*ordinal) else {
@@ -660,12 +708,17 @@ async fn take(
             Ok(StepOutcome::Done)
         }
         Step::WipeMember { ordinal } => {
-            let pod = member_name(&name, *ordinal);
-            quorum_core::wipe::wipe_member(&context.client, &namespace, &pod, None)
-                .await
-                .map_err(Error::api(format!("deleting {pod}")))?;
+            wipe(context, &namespace, &member_name(&name, *ordinal)).await?;
             Ok(StepOutcome::Done)
         }
+        Step::Recover { lost, .. } => {
+            for ordinal in lost {
+                wipe(context, &namespace, &member_name(&name, *ordinal)).await?;
+            }
+            Ok(StepOutcome::Done)
+        }
+        // The template is applied without the flag from the next pass on.
+        Step::EndForceNewCluster { .. } => Ok(StepOutcome::Done),
         admin_step => execute(&context.state.clients, key, resolver, view, admin_step)
             .await
             .map_err(|source| Error::Step {
@@ -673,6 +726,13 @@ async fn take(
                 source,
             }),
     }
+}
+
+/// Deletes a member's pod and volume, so it starts again empty.
+async fn wipe(context: &Context<State>, namespace: &str, pod: &str) -> Result<(), Error> {
+    quorum_core::wipe::wipe_member(&context.client, namespace, pod, None)
+        .await
+        .map_err(Error::api(format!("deleting {pod}")))
 }
 
 /// The material to reach members serving clients over TLS: `ca.crt`, `tls.crt` and `tls.key`
@@ -707,6 +767,21 @@ async fn member_pods(context: &Context<State>, cluster: &EtcdCluster) -> Result<
         .await
         .map_err(Error::api("reading member pods"))?;
     Ok(listed.into_iter().map(Arc::unwrap_or_clone).collect())
+}
+
+/// The ordinals of the member pods (not terminating) created while the template carried
+/// `--force-new-cluster`.
+fn forced_pods(cluster: &EtcdCluster, pods: &[Pod]) -> std::collections::BTreeSet<usize> {
+    let name = cluster.name_any();
+    pods.iter()
+        .filter(|pod| pod.metadata.deletion_timestamp.is_none())
+        .filter(|pod| {
+            pod.labels()
+                .get(crate::resources::FORCE_NEW_CLUSTER_LABEL)
+                .is_some_and(|value| value == "true")
+        })
+        .filter_map(|pod| crate::resolver::ordinal_of(&name, &pod.name_any()))
+        .collect()
 }
 
 /// The version label of each member pod that exists and is not terminating, by ordinal.
@@ -774,6 +849,7 @@ mod tests {
             in_flight,
             wipe_pending,
             repair_replaced: None,
+            recovered: None,
         }
     }
 
@@ -783,6 +859,27 @@ mod tests {
             ordinal: Some(ordinal),
             replaced: None,
         }
+    }
+
+    /// The wipe of the lost members moves a recovery to its forcing phase and leaves them to be
+    /// added back; the end of the last phase records them as given up.
+    #[test]
+    fn a_recovery_moves_phase_by_phase_and_ends_naming_the_members_given_up() {
+        let mut taken = memory(Some(InFlight::Recover { ordinal: 0 }), vec![2]);
+        taken.remember(
+            &Step::Recover {
+                ordinal: 0,
+                lost: vec![1, 2],
+            },
+            None,
+        );
+        assert_eq!(taken.in_flight, Some(InFlight::ForceNewCluster { ordinal: 0 }));
+        assert_eq!(taken.wipe_pending, [2, 1]);
+        taken.remember(&Step::RestartMember { ordinal: 0 }, None);
+        assert_eq!(taken.in_flight, Some(InFlight::ForceNewCluster { ordinal: 0 }));
+        taken.in_flight = Some(InFlight::EndForceNewCluster { ordinal: 0 });
+        taken.remember(&Step::ClearInFlight, None);
+        assert_eq!((taken.in_flight, taken.recovered), (None, Some(vec![2, 1])));
     }
 
     #[test]

@@ -48,6 +48,8 @@ pub const METRICS_PORT: i32 = 2381;
 pub const DATA_DIR: &str = "/var/lib/etcd/data";
 /// The label carrying the etcd version a pod was created for.
 pub const VERSION_LABEL: &str = "etcd.quorum.dev/version";
+/// The label of a member pod created from a template that carried `--force-new-cluster`.
+pub const FORCE_NEW_CLUSTER_LABEL: &str = "etcd.quorum.dev/force-new-cluster";
 /// The account etcd runs as: the distroless images' `nonroot`.
 const ETCD_UID: i64 = 65532;
 
@@ -315,6 +317,7 @@ pub fn build_statefulset(
     replicas: i32,
     cluster_domain: &str,
     restore: Option<&RestoreInit>,
+    force_new_cluster: bool,
 ) -> Result<StatefulSet> {
     let name = cluster.name_any();
     let namespace = cluster.namespace().unwrap_or_default();
@@ -328,6 +331,9 @@ pub fn build_statefulset(
 
     let mut pod_labels = member_selector(cluster);
     pod_labels.insert(VERSION_LABEL.to_string(), cluster.spec.version.clone());
+    if force_new_cluster {
+        pod_labels.insert(FORCE_NEW_CLUSTER_LABEL.to_string(), "true".to_string());
+    }
 
     let mut environment = vec![
         EnvVar {
@@ -420,6 +426,11 @@ pub fn build_statefulset(
 
     let security = member_container_security(true);
     let environment_for_init = environment.clone();
+    if force_new_cluster {
+        // Only a member with a data directory acts on it: the others are on empty volumes
+        // during a recovery, and cannot join a cluster that does not list them.
+        environment.push(env("ETCD_FORCE_NEW_CLUSTER", "true"));
+    }
     let container = Container {
         name: "etcd".into(),
         image: Some(image(cluster)),
@@ -554,7 +565,7 @@ mod tests {
     #[test]
     fn members_prefer_distinct_nodes_unless_the_user_gives_an_affinity() {
         let spread = |cluster: &EtcdCluster| {
-            let statefulset = build_statefulset(cluster, 3, "cluster.local", None).unwrap();
+            let statefulset = build_statefulset(cluster, 3, "cluster.local", None, false).unwrap();
             statefulset.spec.unwrap().template.spec.unwrap().affinity
         };
         let mut cluster = cluster();
@@ -575,7 +586,7 @@ mod tests {
 
     #[test]
     fn statefulset_is_owned_parallel_on_delete_and_restricted() {
-        let statefulset = build_statefulset(&cluster(), 3, "cluster.local", None).unwrap();
+        let statefulset = build_statefulset(&cluster(), 3, "cluster.local", None, false).unwrap();
         let owner = &statefulset.metadata.owner_references.as_ref().unwrap()[0];
         assert_eq!(
             (owner.kind.as_str(), owner.controller),
@@ -620,7 +631,7 @@ mod tests {
 
     #[test]
     fn members_advertise_their_stable_dns_names() {
-        let env = env_of(&build_statefulset(&cluster(), 3, "cluster.local", None).unwrap());
+        let env = env_of(&build_statefulset(&cluster(), 3, "cluster.local", None, false).unwrap());
         assert_eq!(env["ETCD_NAME"], "$(POD_NAME)");
         assert_eq!(
             env["ETCD_INITIAL_ADVERTISE_PEER_URLS"],
@@ -651,7 +662,7 @@ mod tests {
             client_secret_name: Some("client-tls".into()),
             peer_secret_name: Some("peer-tls".into()),
         });
-        let statefulset = build_statefulset(&cluster, 3, "cluster.local", None).unwrap();
+        let statefulset = build_statefulset(&cluster, 3, "cluster.local", None, false).unwrap();
         let env = env_of(&statefulset);
         assert!(env["ETCD_ADVERTISE_CLIENT_URLS"].starts_with("https://"));
         assert!(env["ETCD_INITIAL_ADVERTISE_PEER_URLS"].starts_with("https://"));
@@ -670,7 +681,7 @@ mod tests {
             client_secret_name: Some("client-tls".into()),
             peer_secret_name: None,
         });
-        let statefulset = build_statefulset(&cluster, 3, "cluster.local", None).unwrap();
+        let statefulset = build_statefulset(&cluster, 3, "cluster.local", None, false).unwrap();
         let env = env_of(&statefulset);
         assert_eq!(env["ETCD_CLIENT_CERT_AUTH"], "true");
         assert_eq!(env["ETCD_LISTEN_METRICS_URLS"], "http://0.0.0.0:2381");
@@ -693,7 +704,7 @@ mod tests {
     #[test]
     fn the_operator_version_does_not_appear_in_the_pod_template() {
         let template = serde_json::to_string(
-            &build_statefulset(&cluster(), 3, "cluster.local", None)
+            &build_statefulset(&cluster(), 3, "cluster.local", None, false)
                 .unwrap()
                 .spec
                 .unwrap()
@@ -702,6 +713,28 @@ mod tests {
         .unwrap();
         assert!(!template.contains(env!("CARGO_PKG_VERSION")) || env!("CARGO_PKG_VERSION") == "3.6.16");
         assert!(!template.contains(OPERATOR_NAME), "{template}");
+    }
+
+    /// Only during a recovery's forcing phase, and then with a label that shows which pods were
+    /// created so: an ordinary template is the same as before recoveries existed.
+    #[test]
+    fn the_force_new_cluster_flag_is_in_the_template_only_while_a_recovery_forces() {
+        let label = |statefulset: &StatefulSet| {
+            let template = statefulset.spec.clone().unwrap().template;
+            template
+                .metadata
+                .unwrap()
+                .labels
+                .unwrap()
+                .get(FORCE_NEW_CLUSTER_LABEL)
+                .cloned()
+        };
+        let plain = build_statefulset(&cluster(), 3, "cluster.local", None, false).unwrap();
+        assert!(!env_of(&plain).contains_key("ETCD_FORCE_NEW_CLUSTER"));
+        assert_eq!(label(&plain), None);
+        let forcing = build_statefulset(&cluster(), 3, "cluster.local", None, true).unwrap();
+        assert_eq!(env_of(&forcing)["ETCD_FORCE_NEW_CLUSTER"], "true");
+        assert_eq!(label(&forcing).as_deref(), Some("true"));
     }
 
     #[test]
@@ -715,7 +748,7 @@ mod tests {
             credentials_secret_name: Some("s3-credentials".into()),
             allow_http: false,
         };
-        let statefulset = build_statefulset(&cluster(), 3, "cluster.local", Some(&restore)).unwrap();
+        let statefulset = build_statefulset(&cluster(), 3, "cluster.local", Some(&restore), false).unwrap();
         let pod = statefulset.spec.unwrap().template.spec.unwrap();
         let init = &pod.init_containers.unwrap()[0];
         assert_eq!(init.image.as_deref(), Some("quorum/etcd-operator:1"));
@@ -741,7 +774,7 @@ mod tests {
             "the bootstrap settings come from the ConfigMap"
         );
         // Without a restore source there is no init container.
-        let plain = build_statefulset(&cluster(), 3, "cluster.local", None).unwrap();
+        let plain = build_statefulset(&cluster(), 3, "cluster.local", None, false).unwrap();
         assert!(
             plain
                 .spec

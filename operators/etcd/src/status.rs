@@ -10,8 +10,9 @@ use kube::ResourceExt;
 use quorum_core::{
     availability::health::Health,
     conditions::{ConditionType, ConditionUpdate, set_condition},
-    crd::{ObservedFailover, RepairPhase, RepairRecord},
+    crd::{ObservedFailover, RecoveryRecord, RepairPhase, RepairRecord},
     pass::UnreadableRecord,
+    recovery::RecoveryRequest,
 };
 
 use crate::{
@@ -65,6 +66,9 @@ pub fn in_flight_from_status(
         InFlightAction::Remove => InFlight::Remove { ordinal, id: id()? },
         InFlightAction::Replace => InFlight::Replace { ordinal, id: id()? },
         InFlightAction::Upgrade => InFlight::Upgrade { ordinal },
+        InFlightAction::Recover => InFlight::Recover { ordinal },
+        InFlightAction::ForceNewCluster => InFlight::ForceNewCluster { ordinal },
+        InFlightAction::EndForceNewCluster => InFlight::EndForceNewCluster { ordinal },
         InFlightAction::Unrecognized(_) => unreachable!("known() refuses it"),
     }))
 }
@@ -77,6 +81,9 @@ pub fn in_flight_to_status(in_flight: &InFlight, now: Timestamp) -> InFlightStep
         InFlight::Remove { ordinal, id } => (InFlightAction::Remove, ordinal, Some(id)),
         InFlight::Replace { ordinal, id } => (InFlightAction::Replace, ordinal, Some(id)),
         InFlight::Upgrade { ordinal } => (InFlightAction::Upgrade, ordinal, None),
+        InFlight::Recover { ordinal } => (InFlightAction::Recover, ordinal, None),
+        InFlight::ForceNewCluster { ordinal } => (InFlightAction::ForceNewCluster, ordinal, None),
+        InFlight::EndForceNewCluster { ordinal } => (InFlightAction::EndForceNewCluster, ordinal, None),
     };
     InFlightStep {
         action,
@@ -204,10 +211,9 @@ pub fn build_status(
         .iter()
         .filter(|m| !m.observation.health.is_healthy())
         .collect();
-    let quorum_lost = match decision {
-        Decision::Wait(wait) if wait.reason == Reason::QuorumLost => Some(wait),
-        _ => None,
-    };
+    // From what was observed, not from the decision: a recovery refused or under way does
+    // not make a lost quorum any less lost.
+    let quorum_lost = crate::decide::quorum_lost(members);
     let degraded = match troubled
         .iter()
         .find(|m| matches!(m.observation.health, Health::Unhealthy(_)))
@@ -308,8 +314,40 @@ pub fn build_status(
         wipe_pending: wipe_pending.iter().map(|o| *o as i32).collect(),
         last_backup: previous.last_backup,
         repair: previous.repair,
+        recovery: previous.recovery,
         conditions,
     }
+}
+
+/// Where a recovery asked for stands, for `status.recovery`; `None` once the request is gone.
+/// `recovered` names the members given up when this pass finished the recovery. A request seen
+/// while some member leads is for no loss and expires; one that waits or is refused says why.
+pub fn recovery_record(
+    request: Option<&RecoveryRequest>,
+    recorded: Option<&RecoveryRecord>,
+    recovered: Option<&str>,
+    in_flight: Option<&InFlight>,
+    decision: &Decision,
+    members: &[MemberFact],
+) -> Option<RecoveryRecord> {
+    let request = request?;
+    if let Some(given_up) = recovered {
+        return Some(request.done(given_up));
+    }
+    if !request.is_open() {
+        return recorded.cloned();
+    }
+    if let Some(phase) = in_flight.filter(|step| step.is_recovery()) {
+        return Some(request.waiting(phase.describe()));
+    }
+    if members.iter().any(|m| m.leader) {
+        return Some(request.expire());
+    }
+    Some(request.waiting(match decision {
+        Decision::Wait(wait) => wait.message.clone(),
+        Decision::Act(step) => describe(step),
+        Decision::Settled => "waiting for the next pass".to_string(),
+    }))
 }
 
 /// Where a repair asked for stands, for `status.repair`; `None` once the request is gone.
@@ -381,6 +419,8 @@ pub fn step_reason(step: &Step) -> Reason {
         Step::WipeMember { .. } => Reason::WipingMember,
         Step::MoveLeader { .. } => Reason::MovingLeader,
         Step::Upgrade { .. } => Reason::UpgradingMember,
+        Step::Recover { .. } | Step::EndForceNewCluster { .. } => Reason::RecoveringFromMember,
+        Step::RestartMember { .. } => Reason::RestartingMember,
         Step::ClearInFlight => Reason::StepCompleted,
     }
 }
@@ -400,6 +440,16 @@ pub fn describe(step: &Step) -> String {
             format!("handing leadership over from member {from} before its restart")
         }
         Step::Upgrade { ordinal } => format!("restarting member {ordinal} with the new version"),
+        Step::Recover { ordinal, lost } => format!(
+            "recovering from member {ordinal} on request: deleting the pods and volumes of members {lost:?}, \
+             which are added again empty once member {ordinal} leads a cluster of itself"
+        ),
+        Step::RestartMember { ordinal } => {
+            format!("restarting member {ordinal} for the recovery's next phase")
+        }
+        Step::EndForceNewCluster { ordinal } => {
+            format!("member {ordinal} leads a cluster of itself; restarting it without --force-new-cluster")
+        }
         Step::ClearInFlight => "the recorded step completed".to_string(),
     }
 }
@@ -576,6 +626,97 @@ mod tests {
         assert_eq!(
             (change.from.as_str(), change.lost_at, change.from_loss_millis),
             ("main-2", None, None)
+        );
+    }
+    /// A lost quorum is `Degraded` with `QuorumLost` whatever the pass decided (a recovery
+    /// refused, or under way); a recovery request seen while a member leads expires, one seen
+    /// during the loss waits with the refusal, and a phase under way says which.
+    #[test]
+    fn a_lost_quorum_stays_degraded_and_a_recovery_request_expires_only_under_a_leader() {
+        use quorum_core::{availability::health::Observation, recovery::RecoveryPhase};
+        let member = |ordinal: usize, answering: bool, leader: bool| MemberFact {
+            ordinal,
+            id: ordinal as u64 + 100,
+            learner: false,
+            started: true,
+            leader,
+            version: None,
+            raft_index: answering.then_some(10),
+            observation: Observation::new(
+                format!("main-{ordinal}"),
+                if answering {
+                    Health::Unhealthy("reports no leader".into())
+                } else {
+                    Health::Unknown("timed out".into())
+                },
+                true,
+            ),
+            unhealthy_for: Some(Duration::from_secs(120)),
+        };
+        let lost = [
+            member(0, true, false),
+            member(1, false, false),
+            member(2, false, false),
+        ];
+        let cluster: EtcdCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "etcd.quorum.dev/v1alpha1", "kind": "EtcdCluster",
+            "metadata": {"name": "main", "namespace": "prod"},
+            "spec": {"replicas": 3, "version": "3.6.16", "storage": {"size": "1Gi"}}
+        }))
+        .unwrap();
+        let view = ClusterView {
+            membership: Some(Vec::new()),
+            reports: BTreeMap::new(),
+            members: Vec::new(),
+        };
+        let refused = Decision::wait(Reason::RecoveryRefused, "main-1 does not answer");
+        let status = build_status(&cluster, &view, &lost, &refused, None, &[], Timestamp::UNIX_EPOCH);
+        let degraded = status.conditions.iter().find(|c| c.type_ == "Degraded").unwrap();
+        assert_eq!(
+            (degraded.status.as_str(), degraded.reason.as_str()),
+            ("True", "QuorumLost")
+        );
+
+        let request = RecoveryRequest {
+            member: "main-1".into(),
+            ordinal: Some(1),
+            done: None,
+            expired: false,
+        };
+        let record = |members: &[MemberFact], in_flight: Option<&InFlight>, decision: &Decision| {
+            recovery_record(Some(&request), None, None, in_flight, decision, members).unwrap()
+        };
+        let waiting = record(&lost, None, &refused);
+        assert_eq!(
+            (waiting.phase, waiting.message.as_str()),
+            (RecoveryPhase::Waiting, "main-1 does not answer")
+        );
+        let forcing = record(&lost, Some(&InFlight::ForceNewCluster { ordinal: 0 }), &refused);
+        assert_eq!(
+            forcing.message,
+            "recovering from member 0: restarting it as a new cluster of itself"
+        );
+        let led = [
+            member(0, true, true),
+            member(1, true, false),
+            member(2, true, false),
+        ];
+        assert_eq!(
+            record(&led, None, &Decision::Settled).phase,
+            RecoveryPhase::Expired
+        );
+        let done = recovery_record(
+            Some(&request),
+            None,
+            Some("main-1, main-2"),
+            None,
+            &Decision::Settled,
+            &led,
+        )
+        .unwrap();
+        assert_eq!(
+            (done.phase, done.replaced.as_deref()),
+            (RecoveryPhase::Done, Some("main-1, main-2"))
         );
     }
 }

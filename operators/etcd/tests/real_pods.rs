@@ -19,7 +19,10 @@ use kube::{
     Api, Client,
     api::{ObjectMeta, Patch, PatchParams, PostParams},
 };
-use quorum_core::crd::{RepairPhase, RepairRecord};
+use quorum_core::{
+    crd::{RepairPhase, RepairRecord},
+    recovery::{RECOVER_ANNOTATION, RecoveryPhase, RecoveryRecord},
+};
 use quorum_e2e::{
     history::{History, Writer},
     real_node::{self, STORAGE_CLASS},
@@ -445,6 +448,166 @@ async fn a_total_outage_ends_with_the_same_members_and_every_acknowledged_write(
     let mut client = service_client(admin, &ns).await;
     let checked = check_history(&mut client, &history).await;
     eprintln!("{checked} acknowledged writes checked, none lost");
+    setup.remove().await;
+}
+
+/// The reason of the cluster's `Progressing` condition and the recovery record, once `until`
+/// holds for them.
+async fn progress_until(
+    clusters: &Api<EtcdCluster>,
+    what: &str,
+    timeout: Duration,
+    until: impl Fn(&str, Option<&RecoveryRecord>) -> bool,
+) -> (String, Option<RecoveryRecord>) {
+    wait::until(what, timeout, || async {
+        let status = clusters
+            .get(CLUSTER)
+            .await
+            .map_err(|error| error.to_string())?
+            .status
+            .unwrap_or_default();
+        let reason = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Progressing")
+            .map(|c| c.reason.clone())
+            .unwrap_or_default();
+        if until(&reason, status.recovery.as_ref()) {
+            Ok((reason, status.recovery))
+        } else {
+            Err(format!("{reason} {:?} {:?}", status.recovery, status.in_flight))
+        }
+    })
+    .await
+}
+
+/// Two members of three down for good, their pods off the node and their volumes kept: the
+/// operator reports the quorum lost and forces nothing by itself. A request naming a member that
+/// does not answer is refused and changes nothing. A request naming the survivor recovers from
+/// it: the lost members' pods and volumes are deleted, the survivor restarts with
+/// `--force-new-cluster` into a cluster of itself under its own member id, then without the flag,
+/// and the lost members come back empty under new ids, one at a time. The cluster keeps its name
+/// and client Service, and every write acknowledged before the loss is read back through it.
+#[tokio::test]
+async fn a_quorum_lost_for_good_is_recovered_from_the_named_survivor_on_request() {
+    recover_from_the_survivor("real-recover", false).await;
+}
+
+/// The same recovery with the operator stopped and started again as soon as each phase is
+/// recorded: every phase is resumed where it stood, none is skipped or taken twice out of turn.
+#[tokio::test]
+async fn a_recovery_resumes_every_recorded_phase_after_an_operator_restart() {
+    recover_from_the_survivor("real-recover-restarts", true).await;
+}
+
+async fn recover_from_the_survivor(prefix: &str, restart_operator_at_each_step: bool) {
+    let setup = install(prefix).await;
+    let (admin, ns, clusters) = (&setup.admin, setup.ns.clone(), &clusters(&setup));
+    create_ready(&setup, &real_cluster(3, None)).await;
+    let client = service_client(admin, &ns).await;
+    let writer = start_writer(&client);
+    writer.acknowledged_at_least(20, Duration::from_secs(60)).await;
+    let members_before = member_ids(clusters).await;
+    let survivor = format!("{CLUSTER}-2");
+    let lost = [format!("{CLUSTER}-0"), format!("{CLUSTER}-1")];
+
+    // The operator stopped while the members go, so it first sees them gone, not going.
+    setup.scale_operator(0).await;
+    setup.hold_off_the_node(CLUSTER, &lost).await;
+    setup.scale_operator(1).await;
+    progress_until(
+        clusters,
+        "the quorum reported lost",
+        Duration::from_secs(180),
+        |reason, _| reason == "QuorumLost",
+    )
+    .await;
+    let acknowledged_before_recovery = writer.acknowledged();
+
+    real_pods::annotate(clusters, CLUSTER, RECOVER_ANNOTATION, Some(&lost[0])).await;
+    let (_, refused) = progress_until(
+        clusters,
+        "a request naming a silent member refused",
+        Duration::from_secs(120),
+        |reason, record| {
+            reason == "RecoveryRefused" && record.is_some_and(|r| r.message.contains("does not answer"))
+        },
+    )
+    .await;
+    assert_eq!(refused.unwrap().phase, RecoveryPhase::Waiting);
+    assert_eq!(
+        setup.occurrences(&["RecoveringFromMember"]).await,
+        Default::default(),
+        "a refused request changed something"
+    );
+
+    real_pods::annotate(clusters, CLUSTER, RECOVER_ANNOTATION, Some(&survivor)).await;
+    const PHASES: [&str; 2] = ["RecoveringFromMember", "RestartingMember"];
+    let seen = std::sync::Mutex::new(0);
+    let restarts = std::sync::atomic::AtomicUsize::new(0);
+    let done = wait::until("the recovery done", Duration::from_secs(600), || async {
+        if restart_operator_at_each_step && setup.restart_operator_after_new_steps(&PHASES, &seen).await {
+            restarts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        let status = clusters
+            .get(CLUSTER)
+            .await
+            .map_err(|error| error.to_string())?
+            .status
+            .unwrap_or_default();
+        match status.recovery {
+            Some(record) if record.phase == RecoveryPhase::Done => Ok(record),
+            other => Err(format!("{other:?} {:?}", status.in_flight)),
+        }
+    })
+    .await;
+    let taken = setup.occurrences(&PHASES).await;
+    // Wiping the lost members and ending the forced cluster; the survivor restarted with the
+    // flag and again without it.
+    assert!(
+        taken.get("RecoveringFromMember").is_some_and(|n| *n >= 2)
+            && taken.get("RestartingMember").is_some_and(|n| *n >= 2),
+        "{taken:?}"
+    );
+    if restart_operator_at_each_step {
+        let restarts = restarts.into_inner();
+        assert!(restarts >= 3, "the operator was restarted {restarts} times");
+    }
+    assert_eq!(done.replaced.as_deref(), Some("demo-0, demo-1"), "{done:?}");
+    support::ready_with(clusters, CLUSTER, 3, Duration::from_secs(300)).await;
+    setup.members_ready(MEMBERS, 3, Duration::from_secs(120)).await;
+    writer
+        .acknowledged_at_least(
+            acknowledged_before_recovery.max(writer.acknowledged()) + 10,
+            Duration::from_secs(120),
+        )
+        .await;
+
+    let members_after = member_ids(clusters).await;
+    for ((name, before), (_, after)) in members_before.iter().zip(&members_after) {
+        if *name == survivor {
+            assert_eq!(before, after, "the survivor kept its member id");
+        } else {
+            assert_ne!(before, after, "{name} came back as a new member");
+        }
+    }
+    let forced = setup
+        .pods()
+        .get(&survivor)
+        .await
+        .unwrap()
+        .metadata
+        .labels
+        .unwrap_or_default();
+    assert!(
+        !forced.contains_key(etcd_operator::resources::FORCE_NEW_CLUSTER_LABEL),
+        "the survivor still runs with --force-new-cluster"
+    );
+    let history = writer.stop().await;
+    let mut client = service_client(admin, &ns).await;
+    let checked = check_history(&mut client, &history).await;
+    eprintln!("{checked} acknowledged writes checked, none lost");
+    real_pods::annotate(clusters, CLUSTER, RECOVER_ANNOTATION, None).await;
     setup.remove().await;
 }
 

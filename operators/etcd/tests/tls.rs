@@ -104,6 +104,8 @@ fn facts(view: &ClusterView, desired: usize) -> Facts {
         templates: Default::default(),
         in_flight: None,
         repair: None,
+        recovery: None,
+        forced_pods: Default::default(),
         freshness: Duration::from_secs(30),
         replace_after: Duration::from_secs(1),
         now: std::time::Instant::now(),

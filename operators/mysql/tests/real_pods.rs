@@ -387,34 +387,9 @@ async fn async_primary_loses_its_volume(prefix: &str, replicas_down: bool) {
         .delete_and_await_recreated(&lost, Duration::from_secs(180))
         .await;
     assert_ne!(setup.claim_uid(&claim).await, volume, "{lost} kept its volume");
-    let statefulsets: Api<k8s_openapi::api::apps::v1::StatefulSet> =
-        Api::namespaced(setup.admin.clone(), &setup.ns);
-    let place_on = |node_type: &str| {
-        Patch::Merge(
-            serde_json::json!({"spec": {"template": {"spec": {"nodeSelector": {"type": node_type}}}}}),
-        )
-    };
     let replicas = [member(1), member(2)];
     if replicas_down {
-        // The replicas' pods held off the node (no node matches), their volumes kept.
-        statefulsets
-            .patch(CLUSTER, &PatchParams::default(), &place_on("held"))
-            .await
-            .unwrap();
-        for replica in &replicas {
-            setup
-                .delete_and_await_new_pod(replica, Duration::from_secs(60))
-                .await;
-            let held = setup.pods().get(replica).await.unwrap();
-            assert!(
-                held.spec
-                    .as_ref()
-                    .and_then(|spec| spec.node_name.as_ref())
-                    .is_none(),
-                "{replica} was placed on a node: {}",
-                real_pods::describe_pods(std::slice::from_ref(&held))
-            );
-        }
+        setup.hold_off_the_node(CLUSTER, &replicas).await;
     }
     // The operator applies its own template again on its first pass; the replicas' pods
     // created while it was stopped stay unplaced until they are deleted again below.
@@ -443,14 +418,9 @@ async fn async_primary_loses_its_volume(prefix: &str, replicas_down: bool) {
             },
         )
         .await;
-        statefulsets
-            .patch(
-                CLUSTER,
-                &PatchParams::default(),
-                &place_on(&real_node::node_selector()["type"]),
-            )
-            .await
-            .unwrap();
+        setup
+            .place_template_on(CLUSTER, &real_node::node_selector()["type"])
+            .await;
         for replica in &replicas {
             setup
                 .delete_and_await_recreated(replica, Duration::from_secs(120))

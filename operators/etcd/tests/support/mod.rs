@@ -181,6 +181,8 @@ impl Harness {
             templates: Default::default(),
             in_flight: self.in_flight.clone(),
             repair: None,
+            recovery: None,
+            forced_pods: Default::default(),
             freshness: Duration::from_secs(30),
             replace_after: Duration::from_secs(60),
             now: std::time::Instant::now(),
