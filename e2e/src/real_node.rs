@@ -113,14 +113,7 @@ fn assert_no_disk_eviction() {
 
 /// Whether every container of the pod passed its readiness probe.
 pub fn pod_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|status| status.conditions.as_ref())
-        .is_some_and(|conditions| {
-            conditions
-                .iter()
-                .any(|condition| condition.type_ == "Ready" && condition.status == "True")
-        })
+    quorum_core::pod::is_ready(pod)
 }
 
 /// How often the kubelet restarted the pod's container `container`.

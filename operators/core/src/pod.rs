@@ -122,6 +122,18 @@ pub fn memory_volume(name: &str) -> Volume {
 /// The name of the members' data volume claim template.
 pub const DATA_CLAIM: &str = "data";
 
+/// Whether the kubelet reports every container of `pod` passed its readiness probe.
+pub fn is_ready(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|status| status.conditions.as_ref())
+        .is_some_and(|conditions| {
+            conditions
+                .iter()
+                .any(|condition| condition.type_ == "Ready" && condition.status == "True")
+        })
+}
+
 /// The claim the StatefulSet made for pod `pod` from the [`DATA_CLAIM`] template.
 pub fn data_claim_name(pod: &str) -> String {
     format!("{DATA_CLAIM}-{pod}")

@@ -10,6 +10,11 @@ use kube::ResourceExt;
 
 pub use crate::crd::{RECOVER_ANNOTATION, RecoveryPhase, RecoveryRecord};
 
+/// The value of [`RECOVER_ANNOTATION`] that asks, when no member survives, for the cluster to be
+/// restored in place from its newest successful backup (`status.lastBackup`), where the engine
+/// offers it (etcd).
+pub const NEWEST_BACKUP: &str = "newest-backup";
+
 /// A standing recovery request.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RecoveryRequest {

@@ -175,6 +175,10 @@ pub struct EtcdClusterStatus {
     /// while it stands.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovery: Option<quorum_core::crd::RecoveryRecord>,
+    /// The backup the members restore while the cluster is restored in place (a recovery
+    /// request for the newest backup, when no member survived).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restoring_from: Option<BackupRecord>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }
@@ -190,6 +194,7 @@ quorum_core::recorded_kinds! {
         Recover,
         ForceNewCluster,
         EndForceNewCluster,
+        RestoreInPlace,
     }
 }
 
@@ -198,7 +203,8 @@ quorum_core::recorded_kinds! {
 #[serde(rename_all = "camelCase")]
 pub struct InFlightStep {
     /// `AddLearner`, `Promote`, `Remove`, `Replace`, `Upgrade`, or a phase of a recovery from a
-    /// lost quorum: `Recover`, `ForceNewCluster`, `EndForceNewCluster`.
+    /// lost quorum: `Recover`, `ForceNewCluster`, `EndForceNewCluster`; or `RestoreInPlace` when no
+    /// member survived.
     #[schemars(with = "String")]
     pub action: InFlightAction,
     pub ordinal: i32,

@@ -19,7 +19,7 @@ use quorum_core::{
         gate::{self, Disruption, Freshness, GateInput, Quorum, Verdict},
         health::{Health, Observation},
     },
-    recovery::{RECOVER_ANNOTATION, RecoveryRequest},
+    recovery::{NEWEST_BACKUP, RECOVER_ANNOTATION, RecoveryRequest},
     rollout::Templates,
 };
 
@@ -79,6 +79,10 @@ pub enum InFlight {
     EndForceNewCluster {
         ordinal: usize,
     },
+    /// No member survived: every member's pod and volume was deleted, and the members form a new
+    /// cluster from the snapshot recorded in `status.restoringFrom`, each restoring it on its
+    /// empty volume before etcd starts.
+    RestoreInPlace,
 }
 
 impl InFlight {
@@ -99,6 +103,9 @@ impl InFlight {
             InFlight::EndForceNewCluster { ordinal } => {
                 format!("recovering from member {ordinal}: restarting it without --force-new-cluster")
             }
+            InFlight::RestoreInPlace => {
+                "restoring in place: the members form a new cluster from the newest backup".to_string()
+            }
         }
     }
 
@@ -106,7 +113,10 @@ impl InFlight {
     pub fn is_recovery(&self) -> bool {
         matches!(
             self,
-            InFlight::Recover { .. } | InFlight::ForceNewCluster { .. } | InFlight::EndForceNewCluster { .. }
+            InFlight::Recover { .. }
+                | InFlight::ForceNewCluster { .. }
+                | InFlight::EndForceNewCluster { .. }
+                | InFlight::RestoreInPlace
         )
     }
 
@@ -155,6 +165,11 @@ pub struct Facts {
     /// Ordinals of the member pods (not terminating) created from a template that carried
     /// `--force-new-cluster`.
     pub forced_pods: std::collections::BTreeSet<usize>,
+    /// Ordinals of the member pods (not terminating) that the kubelet reports Ready by their own
+    /// probes.
+    pub ready_pods: std::collections::BTreeSet<usize>,
+    /// The newest successful backup (`status.lastBackup`), described for people, if any.
+    pub newest_backup: Option<String>,
     pub freshness: Duration,
     /// How long a member must stay Unhealthy (as its peers report) before it is replaced.
     pub replace_after: Duration,
@@ -195,6 +210,9 @@ pub enum Step {
     RestartMember { ordinal: usize },
     /// Member `ordinal` leads a cluster of itself: take `--force-new-cluster` off the template.
     EndForceNewCluster { ordinal: usize },
+    /// No member survived: delete the pods and volumes of `members` members, which come back
+    /// empty and form a new cluster from the newest backup (`backup`, described for people).
+    RestoreInPlace { members: usize, backup: String },
 }
 
 impl Step {
@@ -208,6 +226,7 @@ impl Step {
             Step::Upgrade { ordinal } => Some(InFlight::Upgrade { ordinal }),
             Step::Recover { ordinal, .. } => Some(InFlight::Recover { ordinal }),
             Step::EndForceNewCluster { ordinal } => Some(InFlight::EndForceNewCluster { ordinal }),
+            Step::RestoreInPlace { .. } => Some(InFlight::RestoreInPlace),
             _ => None,
         }
     }
@@ -242,6 +261,9 @@ pub fn decide(facts: &Facts) -> Decision {
         return resume_recovery(facts, recovery);
     }
     let Some(members) = facts.members.as_deref() else {
+        if let Some(restore) = restore_on_request(facts) {
+            return restore;
+        }
         return wait(
             Reason::NoMemberReachable,
             "no member answered; unreachable is not down, so nothing changes until one does",
@@ -477,6 +499,17 @@ pub const QUORUM_LOST_AFTER: Duration = Duration::from_secs(30);
 fn recover_on_request(facts: &Facts, members: &[MemberFact]) -> Option<Decision> {
     let request = facts.recovery.as_ref().filter(|request| request.is_open())?;
     let refused = |message: String| Some(wait(Reason::RecoveryRefused, message));
+    if request.member == NEWEST_BACKUP {
+        let answering: Vec<usize> = members
+            .iter()
+            .filter(|m| m.raft_index.is_some())
+            .map(|m| m.ordinal)
+            .collect();
+        return refused(format!(
+            "members {answering:?} answer, so the cluster is not restored from a backup: recover from the one whose \
+             log reaches furthest ({RECOVER_ANNOTATION}=<member>), which holds more than any backup"
+        ));
+    }
     let ordinal = match request.target(member_slots(facts)) {
         Ok(ordinal) => ordinal,
         Err(refusal) => return refused(refusal),
@@ -511,6 +544,36 @@ fn recover_on_request(facts: &Facts, members: &[MemberFact]) -> Option<Decision>
     }))
 }
 
+/// No member answers and a person asked for the cluster to be restored in place from its newest
+/// backup ([`NEWEST_BACKUP`]). It is taken only when no member pod is Ready by its own probes
+/// either: a cluster that serves its clients while the operator cannot reach it is never wiped.
+/// `None` when there is no such request to take.
+fn restore_on_request(facts: &Facts) -> Option<Decision> {
+    let request = facts
+        .recovery
+        .as_ref()
+        .filter(|request| request.is_open() && request.member == NEWEST_BACKUP)?;
+    let refused = |message: String| Some(wait(Reason::RecoveryRefused, message));
+    if !facts.ready_pods.is_empty() {
+        return refused(format!(
+            "the pods of members {:?} are Ready by their own probes though the operator reaches no member: the \
+             operator may be cut off from a cluster that serves, so nothing is wiped",
+            facts.ready_pods
+        ));
+    }
+    let Some(backup) = &facts.newest_backup else {
+        return refused(format!(
+            "{} asks for the newest backup, and no successful backup of this cluster is recorded (status.lastBackup); \
+             create a new cluster from a backup instead (spec.restoreFrom)",
+            request.member
+        ));
+    };
+    Some(Decision::Act(Step::RestoreInPlace {
+        members: member_slots(facts),
+        backup: backup.clone(),
+    }))
+}
+
 /// How many member ordinals may hold a pod or a member: the StatefulSet's, the spec's, and the
 /// membership's, whichever is most.
 fn member_slots(facts: &Facts) -> usize {
@@ -524,6 +587,29 @@ fn member_slots(facts: &Facts) -> usize {
     highest
         .max(facts.statefulset_replicas.unwrap_or(0))
         .max(facts.desired_members)
+}
+
+/// The members restoring in place: a pod created before the template carried the restore (the
+/// StatefulSet controller may recreate a wiped pod from the template it knew) started empty
+/// without it, so it is wiped again; once every member votes, answers, and one leads, the
+/// restore is over.
+fn restore_in_place(facts: &Facts) -> Decision {
+    if let Some(ordinal) = (0..member_slots(facts)).find(|o| facts.templates.is_outdated(*o)) {
+        return Decision::Act(Step::WipeMember { ordinal });
+    }
+    let formed = facts.members.as_deref().is_some_and(|members| {
+        let voters: Vec<&MemberFact> = members.iter().filter(|m| !m.learner).collect();
+        voters.len() >= facts.desired_members
+            && voters.iter().any(|m| m.leader)
+            && voters.iter().all(|m| m.observation.health.is_healthy())
+    });
+    if formed {
+        return Decision::Act(Step::ClearInFlight);
+    }
+    wait(
+        Reason::RecoveryInProgress,
+        "the members restore the newest backup on their empty volumes and form a new cluster",
+    )
 }
 
 /// Every member ordinal but `ordinal`.
@@ -570,6 +656,7 @@ fn resume_recovery(facts: &Facts, recovery: &InFlight) -> Decision {
             Reason::RecoveryInProgress,
             format!("member {ordinal} is restarting without --force-new-cluster"),
         ),
+        InFlight::RestoreInPlace => restore_in_place(facts),
         _ => unreachable!("only a recovery is resumed here"),
     }
 }
@@ -667,9 +754,10 @@ pub fn unsupported_change(running: &str, desired: &str) -> Option<String> {
 fn resume(facts: &Facts, members: &[MemberFact], in_flight: &InFlight) -> Decision {
     let member = |ordinal: usize| members.iter().find(|m| m.ordinal == ordinal);
     match *in_flight {
-        InFlight::Recover { .. } | InFlight::ForceNewCluster { .. } | InFlight::EndForceNewCluster { .. } => {
-            resume_recovery(facts, in_flight)
-        }
+        InFlight::Recover { .. }
+        | InFlight::ForceNewCluster { .. }
+        | InFlight::EndForceNewCluster { .. }
+        | InFlight::RestoreInPlace => resume_recovery(facts, in_flight),
         InFlight::AddLearner { ordinal } => match member(ordinal) {
             Some(_) => Decision::Act(Step::ClearInFlight),
             None => Decision::Act(Step::AddLearner { ordinal }),
@@ -834,6 +922,8 @@ mod tests {
             repair: None,
             recovery: None,
             forced_pods: Default::default(),
+            ready_pods: Default::default(),
+            newest_backup: None,
             freshness: Duration::from_secs(30),
             replace_after: Duration::from_secs(300),
             now: Instant::now(),
@@ -1305,6 +1395,112 @@ mod tests {
                     ..facts(3, Some(learner_back))
                 },
                 wait(Reason::LearnerCatchingUp, ""),
+            ),
+        ];
+        for (name, facts, expected) in rows {
+            let decided = decide(&facts);
+            match (&expected, &decided) {
+                (Decision::Wait(want), Decision::Wait(got)) => {
+                    assert_eq!(want.reason, got.reason, "{name}: {got:?}")
+                }
+                _ => assert_eq!(decided, expected, "{name}"),
+            }
+        }
+    }
+
+    /// Each row: a name, the gathered facts, and the decision expected. With no member
+    /// answering, a restore in place from the newest backup is taken only on request, only
+    /// when no member pod is Ready by its own probes and a backup is recorded; a member that
+    /// answers is recovered from instead; the restore ends once every member votes and one leads.
+    #[test]
+    fn a_cluster_with_no_member_left_is_restored_in_place_only_on_request() {
+        let newest = || {
+            Some(RecoveryRequest {
+                member: NEWEST_BACKUP.into(),
+                ordinal: None,
+                done: None,
+                expired: false,
+            })
+        };
+        let none_answer = || Facts {
+            recovery: newest(),
+            newest_backup: Some("EtcdBackup nightly".into()),
+            statefulset_replicas: Some(3),
+            ..facts(3, None)
+        };
+        let restoring = |members: Option<Vec<MemberFact>>, templates: Templates| Facts {
+            in_flight: Some(InFlight::RestoreInPlace),
+            templates,
+            ..facts(3, members)
+        };
+        let mut leaderless = healthy(3);
+        leaderless[0].leader = false;
+        let rows: Vec<(&str, Facts, Decision)> = vec![
+            (
+                "no request: nothing is wiped",
+                Facts {
+                    recovery: None,
+                    ..none_answer()
+                },
+                wait(Reason::NoMemberReachable, ""),
+            ),
+            (
+                "requested, no backup recorded: refused",
+                Facts {
+                    newest_backup: None,
+                    ..none_answer()
+                },
+                wait(Reason::RecoveryRefused, ""),
+            ),
+            (
+                "a member pod Ready by its own probes: the operator may be cut off, refused",
+                Facts {
+                    ready_pods: [1].into(),
+                    ..none_answer()
+                },
+                wait(Reason::RecoveryRefused, ""),
+            ),
+            (
+                "requested with a survivor: recover from it instead",
+                Facts {
+                    recovery: newest(),
+                    ..facts(3, Some(majority_silent()))
+                },
+                wait(Reason::RecoveryRefused, ""),
+            ),
+            (
+                "requested, no member answers, none Ready, a backup recorded: every member wiped",
+                none_answer(),
+                Decision::Act(Step::RestoreInPlace {
+                    members: 3,
+                    backup: "EtcdBackup nightly".into(),
+                }),
+            ),
+            (
+                "a pod recreated from the template before the restore: wiped again",
+                restoring(
+                    None,
+                    Templates::Known {
+                        outdated: [(1, "uid-1".to_string())].into(),
+                        current: [0, 2].into(),
+                    },
+                ),
+                Decision::Act(Step::WipeMember { ordinal: 1 }),
+            ),
+            (
+                "restoring, no member answers yet: wait",
+                restoring(None, Templates::Unknown),
+                wait(Reason::RecoveryInProgress, ""),
+            ),
+            (
+                "restored members electing: wait",
+                restoring(Some(leaderless), Templates::Unknown),
+                wait(Reason::RecoveryInProgress, ""),
+            ),
+            (
+                "every member votes and one leads: the restore is over",
+                restoring(Some(healthy(3)), Templates::Unknown),
+                Decision::Act(Step::ClearInFlight),
             ),
         ];
         for (name, facts, expected) in rows {

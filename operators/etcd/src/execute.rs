@@ -119,6 +119,7 @@ pub async fn execute(
         Step::Recover { .. } => Err(StepError::NotAnAdminStep("Recover")),
         Step::RestartMember { .. } => Err(StepError::NotAnAdminStep("RestartMember")),
         Step::EndForceNewCluster { .. } => Err(StepError::NotAnAdminStep("EndForceNewCluster")),
+        Step::RestoreInPlace { .. } => Err(StepError::NotAnAdminStep("RestoreInPlace")),
     }
 }
 

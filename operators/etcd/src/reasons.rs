@@ -21,6 +21,9 @@ quorum_core::reasons! {
         /// A phase of a recovery from a lost quorum, on a person's request.
         RecoveringFromMember => Normal,
         RestartingMember => Normal,
+        /// No member survived: the cluster is restored in place from its newest backup, on a
+        /// person's request.
+        RestoringInPlace => Normal,
         StepCompleted => Normal,
         // Waits that are part of normal progress.
         LearnerCatchingUp => Normal,

@@ -15,6 +15,7 @@ use k8s_openapi::{
 };
 use kube::{Api, ResourceExt, runtime::controller::Action};
 use quorum_core::{
+    crd::BackupRecord,
     events::Severity,
     pass::{Progress, Reason as _, UnreadableRecord, needed_secret, publish},
     rollout::restart_pod,
@@ -230,6 +231,10 @@ struct Observed {
     recovery: Option<quorum_core::recovery::RecoveryRequest>,
     /// Member pods created from a template that carried `--force-new-cluster`.
     forced_pods: std::collections::BTreeSet<usize>,
+    /// Member pods the kubelet reports Ready.
+    ready_pods: std::collections::BTreeSet<usize>,
+    /// The backup the members restore while the cluster is restored in place.
+    restoring_from: Option<BackupRecord>,
 }
 
 impl Observed {
@@ -247,6 +252,17 @@ impl Observed {
             repair: self.repair.clone(),
             recovery: self.recovery.clone(),
             forced_pods: self.forced_pods.clone(),
+            ready_pods: self.ready_pods.clone(),
+            newest_backup: cluster
+                .status
+                .as_ref()
+                .and_then(|s| s.last_backup.as_ref())
+                .map(|backup| {
+                    format!(
+                        "EtcdBackup {}'s snapshot completed at {} ({})",
+                        backup.name, backup.completed_at.0, backup.location
+                    )
+                }),
             freshness: settings.freshness,
             replace_after: settings.replace_after,
             now: std::time::Instant::now(),
@@ -319,6 +335,12 @@ async fn observe(
             |member| crate::resolver::ordinal_of(&name, member),
         ),
         forced_pods: forced_pods(cluster, &member_pods),
+        restoring_from: status.and_then(|s| s.restoring_from.clone()),
+        ready_pods: member_pods
+            .iter()
+            .filter(|pod| pod.metadata.deletion_timestamp.is_none() && quorum_core::pod::is_ready(pod))
+            .filter_map(|pod| crate::resolver::ordinal_of(&name, &pod.name_any()))
+            .collect(),
         view,
         members,
     })
@@ -345,8 +367,19 @@ struct Memory {
     in_flight: Option<InFlight>,
     wipe_pending: Vec<usize>,
     repair_replaced: Option<u64>,
-    /// The members given up, when this pass finished a recovery from a lost quorum.
-    recovered: Option<Vec<usize>>,
+    /// What was given up, when this pass finished a recovery.
+    recovered: Option<Recovered>,
+    /// The backup the members restore while the cluster is restored in place.
+    restoring_from: Option<BackupRecord>,
+}
+
+/// What a finished recovery gave up.
+#[derive(Clone, Debug, PartialEq)]
+enum Recovered {
+    /// These members, recovered from a survivor.
+    Members(Vec<usize>),
+    /// Every member: the cluster was restored in place from this backup.
+    FromBackup(BackupRecord),
 }
 
 impl Memory {
@@ -357,6 +390,16 @@ impl Memory {
             wipe_pending: observed.wipe_pending.clone(),
             repair_replaced: observed.repair.as_ref().and_then(|r| r.replaced),
             recovered: None,
+            restoring_from: observed.restoring_from.clone(),
+        }
+    }
+
+    /// Records `step` as in flight before it is taken; a restore in place records the backup
+    /// it restores (the newest, `last_backup`) with it.
+    fn record(&mut self, step: &Step, last_backup: Option<&BackupRecord>) {
+        self.in_flight = step.in_flight();
+        if let Step::RestoreInPlace { .. } = step {
+            self.restoring_from = last_backup.cloned();
         }
     }
 
@@ -371,7 +414,11 @@ impl Memory {
         };
         match (step, &self.in_flight) {
             (Step::ClearInFlight, Some(InFlight::EndForceNewCluster { .. })) => {
-                self.recovered = Some(self.wipe_pending.clone());
+                self.recovered = Some(Recovered::Members(self.wipe_pending.clone()));
+                self.in_flight = None;
+            }
+            (Step::ClearInFlight, Some(InFlight::RestoreInPlace)) => {
+                self.recovered = self.restoring_from.take().map(Recovered::FromBackup);
                 self.in_flight = None;
             }
             (Step::ClearInFlight, _) => self.in_flight = None,
@@ -437,14 +484,21 @@ impl<'a> Report<'a> {
             &memory.wipe_pending,
             self.now,
         );
-        let recovered = memory.recovered.as_ref().map(|given_up| {
-            let names: Vec<String> = given_up
-                .iter()
-                .map(|ordinal| member_name(&self.cluster.name_any(), *ordinal))
-                .collect();
-            names.join(", ")
+        let recovered = memory.recovered.as_ref().map(|given_up| match given_up {
+            Recovered::Members(ordinals) => {
+                let names: Vec<String> = ordinals
+                    .iter()
+                    .map(|ordinal| member_name(&self.cluster.name_any(), *ordinal))
+                    .collect();
+                names.join(", ")
+            }
+            Recovered::FromBackup(backup) => format!(
+                "every member, restored from EtcdBackup {}'s snapshot completed at {}",
+                backup.name, backup.completed_at.0
+            ),
         });
         let status = EtcdClusterStatus {
+            restoring_from: memory.restoring_from.clone(),
             recovery: recovery_record(
                 self.observed.recovery.as_ref(),
                 self.cluster.status.as_ref().and_then(|s| s.recovery.as_ref()),
@@ -535,7 +589,16 @@ async fn apply_objects(
 ) -> Result<ControlFlow<Action>, Error> {
     let name = cluster.name_any();
     let applier = &context.applier;
-    if !observed.bootstrapped {
+    // A restore in place, taken now or under way: the members form a new cluster from the
+    // backup, as a cluster created from it does.
+    let restoring_in_place = match step {
+        Some(Step::RestoreInPlace { .. }) => cluster.status.as_ref().and_then(|s| s.last_backup.as_ref()),
+        _ if matches!(observed.in_flight, Ok(Some(InFlight::RestoreInPlace))) => {
+            observed.restoring_from.as_ref()
+        }
+        _ => None,
+    };
+    if !observed.bootstrapped || restoring_in_place.is_some() {
         let members = bootstrap_members(cluster, resolver, observed.desired);
         applier
             .apply(&build_config_map(cluster, ClusterState::New, &members)?)
@@ -574,11 +637,13 @@ async fn apply_objects(
             .statefulset_replicas
             .unwrap_or_else(|| observed.recorded_members.max(observed.desired)),
     };
-    let restore = match restore_source(context, cluster).await? {
+    let restore = match restore_source(context, cluster, restoring_in_place).await? {
         RestoreSource::None => None,
         RestoreSource::Ready(restore) => Some(restore),
         RestoreSource::NotReady(why) => {
-            if !observed.bootstrapped && observed.statefulset_replicas.is_none() {
+            if restoring_in_place.is_some()
+                || (!observed.bootstrapped && observed.statefulset_replicas.is_none())
+            {
                 let wait = Decision::wait(Reason::RestoreSourceNotReady, why.clone());
                 context
                     .events
@@ -626,8 +691,8 @@ async fn act(
     report: &mut Report<'_>,
 ) -> Result<Progress<Reason>, Error> {
     let decision = Decision::Act(step.clone());
-    if let Some(recorded) = step.in_flight() {
-        memory.in_flight = Some(recorded);
+    if step.in_flight().is_some() {
+        memory.record(step, cluster.status.as_ref().and_then(|s| s.last_backup.as_ref()));
         report.write(&decision, memory).await?;
     }
     match take(context, cluster, resolver, observed, step).await {
@@ -714,6 +779,12 @@ async fn take(
         Step::Recover { lost, .. } => {
             for ordinal in lost {
                 wipe(context, &namespace, &member_name(&name, *ordinal)).await?;
+            }
+            Ok(StepOutcome::Done)
+        }
+        Step::RestoreInPlace { members, .. } => {
+            for ordinal in 0..*members {
+                wipe(context, &namespace, &member_name(&name, ordinal)).await?;
             }
             Ok(StepOutcome::Done)
         }
@@ -806,26 +877,36 @@ enum RestoreSource {
     NotReady(String),
 }
 
-async fn restore_source(context: &Context<State>, cluster: &EtcdCluster) -> Result<RestoreSource, Error> {
-    let Some(source) = &cluster.spec.restore_from else {
-        return Ok(RestoreSource::None);
+/// Where the members get their data: `in_place`, the snapshot a restore in place uses, or else
+/// the newest snapshot of the backup `spec.restoreFrom` names. The snapshot's backup resource
+/// says where it is stored and with which credentials.
+async fn restore_source(
+    context: &Context<State>,
+    cluster: &EtcdCluster,
+    in_place: Option<&BackupRecord>,
+) -> Result<RestoreSource, Error> {
+    let backup_name = match (in_place, &cluster.spec.restore_from) {
+        (Some(snapshot), _) => &snapshot.name,
+        (None, Some(source)) => &source.backup_name,
+        (None, None) => return Ok(RestoreSource::None),
     };
     let backups: Api<EtcdBackup> =
         Api::namespaced(context.client.clone(), &cluster.namespace().unwrap_or_default());
     let backup = backups
-        .get_opt(&source.backup_name)
+        .get_opt(backup_name)
         .await
         .map_err(Error::api("reading EtcdBackup"))?;
     let Some(backup) = backup else {
         return Ok(RestoreSource::NotReady(format!(
-            "EtcdBackup {} does not exist",
-            source.backup_name
+            "EtcdBackup {backup_name} does not exist"
         )));
     };
-    let Some(snapshot) = backup.status.as_ref().and_then(|s| s.run.last_snapshot.clone()) else {
+    let snapshot = in_place
+        .cloned()
+        .or_else(|| backup.status.as_ref().and_then(|s| s.run.last_snapshot.clone()));
+    let Some(snapshot) = snapshot else {
         return Ok(RestoreSource::NotReady(format!(
-            "EtcdBackup {} has no stored snapshot yet",
-            source.backup_name
+            "EtcdBackup {backup_name} has no stored snapshot yet"
         )));
     };
     let s3 = backup.spec.backup.destination.s3.as_ref();
@@ -850,6 +931,7 @@ mod tests {
             wipe_pending,
             repair_replaced: None,
             recovered: None,
+            restoring_from: None,
         }
     }
 
@@ -879,7 +961,41 @@ mod tests {
         assert_eq!(taken.in_flight, Some(InFlight::ForceNewCluster { ordinal: 0 }));
         taken.in_flight = Some(InFlight::EndForceNewCluster { ordinal: 0 });
         taken.remember(&Step::ClearInFlight, None);
-        assert_eq!((taken.in_flight, taken.recovered), (None, Some(vec![2, 1])));
+        assert_eq!(
+            (taken.in_flight, taken.recovered),
+            (None, Some(Recovered::Members(vec![2, 1])))
+        );
+    }
+
+    /// A restore in place records the newest backup with the step, keeps it while the members
+    /// form, and ends naming it, with the record cleared.
+    #[test]
+    fn a_restore_in_place_records_its_backup_and_ends_naming_it() {
+        let backup = BackupRecord {
+            name: "nightly".into(),
+            location: "s3://b/k".into(),
+            completed_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH),
+            size_bytes: 1,
+            sha256: "ab".into(),
+        };
+        let mut taken = memory(None, Vec::new());
+        let step = Step::RestoreInPlace {
+            members: 3,
+            backup: "EtcdBackup nightly".into(),
+        };
+        taken.record(&step, Some(&backup));
+        assert_eq!(
+            (taken.in_flight.clone(), taken.restoring_from.clone()),
+            (Some(InFlight::RestoreInPlace), Some(backup.clone()))
+        );
+        taken.remember(&step, None);
+        taken.remember(&Step::WipeMember { ordinal: 1 }, None);
+        assert_eq!(taken.restoring_from, Some(backup.clone()));
+        taken.remember(&Step::ClearInFlight, None);
+        assert_eq!(
+            (taken.in_flight, taken.restoring_from, taken.recovered),
+            (None, None, Some(Recovered::FromBackup(backup)))
+        );
     }
 
     #[test]

@@ -69,6 +69,7 @@ pub fn in_flight_from_status(
         InFlightAction::Recover => InFlight::Recover { ordinal },
         InFlightAction::ForceNewCluster => InFlight::ForceNewCluster { ordinal },
         InFlightAction::EndForceNewCluster => InFlight::EndForceNewCluster { ordinal },
+        InFlightAction::RestoreInPlace => InFlight::RestoreInPlace,
         InFlightAction::Unrecognized(_) => unreachable!("known() refuses it"),
     }))
 }
@@ -84,6 +85,7 @@ pub fn in_flight_to_status(in_flight: &InFlight, now: Timestamp) -> InFlightStep
         InFlight::Recover { ordinal } => (InFlightAction::Recover, ordinal, None),
         InFlight::ForceNewCluster { ordinal } => (InFlightAction::ForceNewCluster, ordinal, None),
         InFlight::EndForceNewCluster { ordinal } => (InFlightAction::EndForceNewCluster, ordinal, None),
+        InFlight::RestoreInPlace => (InFlightAction::RestoreInPlace, 0, None),
     };
     InFlightStep {
         action,
@@ -315,6 +317,7 @@ pub fn build_status(
         last_backup: previous.last_backup,
         repair: previous.repair,
         recovery: previous.recovery,
+        restoring_from: previous.restoring_from,
         conditions,
     }
 }
@@ -420,6 +423,7 @@ pub fn step_reason(step: &Step) -> Reason {
         Step::MoveLeader { .. } => Reason::MovingLeader,
         Step::Upgrade { .. } => Reason::UpgradingMember,
         Step::Recover { .. } | Step::EndForceNewCluster { .. } => Reason::RecoveringFromMember,
+        Step::RestoreInPlace { .. } => Reason::RestoringInPlace,
         Step::RestartMember { .. } => Reason::RestartingMember,
         Step::ClearInFlight => Reason::StepCompleted,
     }
@@ -447,6 +451,10 @@ pub fn describe(step: &Step) -> String {
         Step::RestartMember { ordinal } => {
             format!("restarting member {ordinal} for the recovery's next phase")
         }
+        Step::RestoreInPlace { members, backup } => format!(
+            "restoring in place on request, no member having survived: deleting the pods and volumes of the {members} \
+             members, which form a new cluster from {backup}"
+        ),
         Step::EndForceNewCluster { ordinal } => {
             format!("member {ordinal} leads a cluster of itself; restarting it without --force-new-cluster")
         }

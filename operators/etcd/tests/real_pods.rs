@@ -611,6 +611,112 @@ async fn recover_from_the_survivor(prefix: &str, restart_operator_at_each_step: 
     setup.remove().await;
 }
 
+/// Every member lost for good, their pods off the node with their volumes: the operator reaches
+/// none and wipes nothing by itself. A request for the newest backup restores the cluster in
+/// place: every member's pod and volume is deleted and the members form the cluster again from
+/// the snapshot, under the same name and client Service; every write acknowledged before the
+/// backup is read back through it, and a key written after the backup is gone with the volumes.
+#[tokio::test]
+async fn a_cluster_with_every_member_lost_is_restored_in_place_from_its_newest_backup() {
+    use etcd_operator::crd::EtcdBackup;
+
+    let setup = OnRealNode::install(
+        "real-restore-in-place",
+        CHART,
+        &["admissionPolicy=false", "backups.allowHttp=true"],
+    )
+    .await;
+    let (admin, ns, clusters) = (&setup.admin, setup.ns.clone(), &clusters(&setup));
+    let store = setup.deploy_s3_store().await;
+    create_ready(&setup, &real_cluster(3, None)).await;
+    let service_ip = real_node::cluster_ip(admin, &ns, CLUSTER).await;
+    let mut client = service_client(admin, &ns).await;
+    let writer = start_writer(&client);
+    writer.acknowledged_at_least(20, Duration::from_secs(60)).await;
+    let history = writer.stop().await;
+    store.back_up_once::<EtcdBackup>(&setup, CLUSTER, "etcd").await;
+    wait::until(
+        "the backup recorded on the cluster",
+        Duration::from_secs(60),
+        || async {
+            let status = clusters
+                .get(CLUSTER)
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .unwrap_or_default();
+            status.last_backup.ok_or_else(|| "no lastBackup yet".to_string())
+        },
+    )
+    .await;
+    client
+        .put("after-the-backup", "lost-with-the-volumes", None)
+        .await
+        .unwrap();
+    drop(client);
+
+    let members: Vec<String> = (0..3).map(|ordinal| format!("{CLUSTER}-{ordinal}")).collect();
+    setup.scale_operator(0).await;
+    setup.hold_off_the_node(CLUSTER, &members).await;
+    setup.scale_operator(1).await;
+    progress_until(
+        clusters,
+        "no member reachable",
+        Duration::from_secs(180),
+        |reason, _| reason == "NoMemberReachable",
+    )
+    .await;
+    assert_eq!(
+        setup.occurrences(&["RestoringInPlace", "WipingMember"]).await,
+        Default::default(),
+        "a member was wiped without a request"
+    );
+
+    real_pods::annotate(
+        clusters,
+        CLUSTER,
+        RECOVER_ANNOTATION,
+        Some(quorum_core::recovery::NEWEST_BACKUP),
+    )
+    .await;
+    let (_, done) = progress_until(
+        clusters,
+        "the restore in place done",
+        Duration::from_secs(600),
+        |_, record| record.is_some_and(|r| r.phase == RecoveryPhase::Done),
+    )
+    .await;
+    let done = done.unwrap();
+    assert!(
+        done.replaced
+            .as_deref()
+            .is_some_and(|given_up| given_up.contains(real_pods::ONE_SHOT_BACKUP)),
+        "{done:?}"
+    );
+    support::ready_with(clusters, CLUSTER, 3, Duration::from_secs(300)).await;
+    setup.members_ready(MEMBERS, 3, Duration::from_secs(180)).await;
+    assert_eq!(
+        real_node::cluster_ip(admin, &ns, CLUSTER).await,
+        service_ip,
+        "the client Service was replaced"
+    );
+    let status = clusters.get(CLUSTER).await.unwrap().status.unwrap_or_default();
+    assert_eq!(status.restoring_from, None, "{status:?}");
+
+    let mut client = service_client(admin, &ns).await;
+    let checked = check_history(&mut client, &history).await;
+    eprintln!("{checked} acknowledged writes checked, none lost");
+    let after = client.get("after-the-backup", None).await.unwrap();
+    assert!(
+        after.kvs().is_empty(),
+        "a key written after the backup came back from the deleted volumes: {:?}",
+        after.kvs()
+    );
+    client.put("written-after-restore", "new", None).await.unwrap();
+    real_pods::annotate(clusters, CLUSTER, RECOVER_ANNOTATION, None).await;
+    setup.remove().await;
+}
+
 /// Sets (or, with `None`, removes) the repair request.
 async fn request_repair(clusters: &Api<EtcdCluster>, member: Option<&str>) {
     real_pods::request_repair(clusters, CLUSTER, member).await;

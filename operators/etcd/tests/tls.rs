@@ -106,6 +106,8 @@ fn facts(view: &ClusterView, desired: usize) -> Facts {
         repair: None,
         recovery: None,
         forced_pods: Default::default(),
+        ready_pods: Default::default(),
+        newest_backup: None,
         freshness: Duration::from_secs(30),
         replace_after: Duration::from_secs(1),
         now: std::time::Instant::now(),

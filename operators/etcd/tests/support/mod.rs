@@ -183,6 +183,8 @@ impl Harness {
             repair: None,
             recovery: None,
             forced_pods: Default::default(),
+            ready_pods: Default::default(),
+            newest_backup: None,
             freshness: Duration::from_secs(30),
             replace_after: Duration::from_secs(60),
             now: std::time::Instant::now(),
