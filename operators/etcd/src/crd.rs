@@ -195,6 +195,7 @@ quorum_core::recorded_kinds! {
         ForceNewCluster,
         EndForceNewCluster,
         RestoreInPlace,
+        RestoreForming,
     }
 }
 
@@ -203,7 +204,7 @@ quorum_core::recorded_kinds! {
 #[serde(rename_all = "camelCase")]
 pub struct InFlightStep {
     /// `AddLearner`, `Promote`, `Remove`, `Replace`, `Upgrade`, or a phase of a recovery from a
-    /// lost quorum: `Recover`, `ForceNewCluster`, `EndForceNewCluster`; or `RestoreInPlace` when no
+    /// lost quorum: `Recover`, `ForceNewCluster`, `EndForceNewCluster`; or `RestoreInPlace` then `RestoreForming` when no
     /// member survived.
     #[schemars(with = "String")]
     pub action: InFlightAction,

@@ -79,10 +79,13 @@ pub enum InFlight {
     EndForceNewCluster {
         ordinal: usize,
     },
-    /// No member survived: every member's pod and volume was deleted, and the members form a new
-    /// cluster from the snapshot recorded in `status.restoringFrom`, each restoring it on its
-    /// empty volume before etcd starts.
+    /// No member survived: the restore is recorded (the snapshot in `status.restoringFrom`) and
+    /// the template carries it; the members' volumes are wiped once the StatefulSet controller
+    /// has taken that template, so every pod it creates again restores.
     RestoreInPlace,
+    /// Every member's pod and volume was deleted: the members restore the snapshot on their
+    /// empty volumes before etcd starts, and form a new cluster.
+    RestoreForming,
 }
 
 impl InFlight {
@@ -104,6 +107,10 @@ impl InFlight {
                 format!("recovering from member {ordinal}: restarting it without --force-new-cluster")
             }
             InFlight::RestoreInPlace => {
+                "restoring in place from the newest backup: waiting for the StatefulSet to take the restore template"
+                    .to_string()
+            }
+            InFlight::RestoreForming => {
                 "restoring in place: the members form a new cluster from the newest backup".to_string()
             }
         }
@@ -117,6 +124,7 @@ impl InFlight {
                 | InFlight::ForceNewCluster { .. }
                 | InFlight::EndForceNewCluster { .. }
                 | InFlight::RestoreInPlace
+                | InFlight::RestoreForming
         )
     }
 
@@ -213,6 +221,8 @@ pub enum Step {
     /// No member survived: delete the pods and volumes of `members` members, which come back
     /// empty and form a new cluster from the newest backup (`backup`, described for people).
     RestoreInPlace { members: usize, backup: String },
+    /// The restore template is taken: delete the pods and volumes of `members` members at once.
+    WipeForRestore { members: usize },
 }
 
 impl Step {
@@ -227,6 +237,7 @@ impl Step {
             Step::Recover { ordinal, .. } => Some(InFlight::Recover { ordinal }),
             Step::EndForceNewCluster { ordinal } => Some(InFlight::EndForceNewCluster { ordinal }),
             Step::RestoreInPlace { .. } => Some(InFlight::RestoreInPlace),
+            Step::WipeForRestore { .. } => Some(InFlight::RestoreForming),
             _ => None,
         }
     }
@@ -435,7 +446,7 @@ fn repair_member(facts: &Facts, members: &[MemberFact], request: &RepairRequest)
 /// (who answers, whose log reaches furthest) and what a person can do.
 pub fn quorum_lost(members: &[MemberFact]) -> Option<Wait> {
     let voters: Vec<&MemberFact> = members.iter().filter(|m| !m.learner).collect();
-    if voters.iter().any(|m| m.leader) {
+    if voters.is_empty() || voters.iter().any(|m| m.leader) {
         return None;
     }
     let (answering, silent): (Vec<&MemberFact>, Vec<&MemberFact>) =
@@ -589,20 +600,34 @@ fn member_slots(facts: &Facts) -> usize {
         .max(facts.desired_members)
 }
 
-/// The members restoring in place: a pod created before the template carried the restore (the
-/// StatefulSet controller may recreate a wiped pod from the template it knew) started empty
-/// without it, so it is wiped again; once every member votes, answers, and one leads, the
-/// restore is over.
-fn restore_in_place(facts: &Facts) -> Decision {
+/// A restore in place, recorded. Nothing is wiped before the StatefulSet controller has taken
+/// the template that carries the restore (with the new-cluster settings), so no pod created
+/// again starts empty without it and bootstraps an empty cluster; then every member is wiped at
+/// once. A pod still on an older template after that is wiped again. The restore is over once
+/// every pod runs the restore template, every member votes and answers, and one leads.
+fn restore_in_place(facts: &Facts, phase: &InFlight) -> Decision {
+    let template_taken = facts.templates != Templates::Unknown;
+    if *phase == InFlight::RestoreInPlace {
+        if !template_taken {
+            return wait(
+                Reason::RecoveryInProgress,
+                "restoring in place: waiting for the StatefulSet controller to take the restore template before any volume is wiped",
+            );
+        }
+        return Decision::Act(Step::WipeForRestore {
+            members: member_slots(facts),
+        });
+    }
     if let Some(ordinal) = (0..member_slots(facts)).find(|o| facts.templates.is_outdated(*o)) {
         return Decision::Act(Step::WipeMember { ordinal });
     }
-    let formed = facts.members.as_deref().is_some_and(|members| {
-        let voters: Vec<&MemberFact> = members.iter().filter(|m| !m.learner).collect();
-        voters.len() >= facts.desired_members
-            && voters.iter().any(|m| m.leader)
-            && voters.iter().all(|m| m.observation.health.is_healthy())
-    });
+    let formed = template_taken
+        && facts.members.as_deref().is_some_and(|members| {
+            let voters: Vec<&MemberFact> = members.iter().filter(|m| !m.learner).collect();
+            voters.len() >= facts.desired_members
+                && voters.iter().any(|m| m.leader)
+                && voters.iter().all(|m| m.observation.health.is_healthy())
+        });
     if formed {
         return Decision::Act(Step::ClearInFlight);
     }
@@ -646,7 +671,9 @@ fn resume_recovery(facts: &Facts, recovery: &InFlight) -> Decision {
             Reason::RecoveryInProgress,
             format!("member {ordinal} is starting with --force-new-cluster, as a cluster of itself"),
         ),
-        InFlight::EndForceNewCluster { ordinal } if forced(ordinal) => {
+        // Any pod created while the template carried the flag (the survivor's, or another
+        // created again meanwhile) restarts without it before the recovery ends.
+        InFlight::EndForceNewCluster { .. } if let Some(&ordinal) = facts.forced_pods.first() => {
             Decision::Act(Step::RestartMember { ordinal })
         }
         InFlight::EndForceNewCluster { ordinal } if leads_alone(ordinal) => {
@@ -656,7 +683,7 @@ fn resume_recovery(facts: &Facts, recovery: &InFlight) -> Decision {
             Reason::RecoveryInProgress,
             format!("member {ordinal} is restarting without --force-new-cluster"),
         ),
-        InFlight::RestoreInPlace => restore_in_place(facts),
+        InFlight::RestoreInPlace | InFlight::RestoreForming => restore_in_place(facts, recovery),
         _ => unreachable!("only a recovery is resumed here"),
     }
 }
@@ -757,7 +784,8 @@ fn resume(facts: &Facts, members: &[MemberFact], in_flight: &InFlight) -> Decisi
         InFlight::Recover { .. }
         | InFlight::ForceNewCluster { .. }
         | InFlight::EndForceNewCluster { .. }
-        | InFlight::RestoreInPlace => resume_recovery(facts, in_flight),
+        | InFlight::RestoreInPlace
+        | InFlight::RestoreForming => resume_recovery(facts, in_flight),
         InFlight::AddLearner { ordinal } => match member(ordinal) {
             Some(_) => Decision::Act(Step::ClearInFlight),
             None => Decision::Act(Step::AddLearner { ordinal }),
@@ -959,6 +987,12 @@ mod tests {
             m.unhealthy_for = Some(Duration::from_secs(600));
         }
         members
+    }
+
+    #[test]
+    fn a_lost_quorum_needs_voters_to_have_lost_it() {
+        // No membership known (a cluster forming, no member reachable) is not a lost quorum.
+        assert_eq!(quorum_lost(&[]), None);
     }
 
     #[test]
@@ -1371,6 +1405,11 @@ mod tests {
                 Decision::Act(Step::RestartMember { ordinal: 0 }),
             ),
             (
+                "another pod created while the template carried the flag: restarted too",
+                in_phase(InFlight::EndForceNewCluster { ordinal: 0 }, &[2], alone()),
+                Decision::Act(Step::RestartMember { ordinal: 2 }),
+            ),
+            (
                 "restarted without the flag, leading alone: the recovery is over",
                 in_phase(InFlight::EndForceNewCluster { ordinal: 0 }, &[], alone()),
                 Decision::Act(Step::ClearInFlight),
@@ -1429,9 +1468,13 @@ mod tests {
             ..facts(3, None)
         };
         let restoring = |members: Option<Vec<MemberFact>>, templates: Templates| Facts {
-            in_flight: Some(InFlight::RestoreInPlace),
+            in_flight: Some(InFlight::RestoreForming),
             templates,
             ..facts(3, members)
+        };
+        let all_current = || Templates::Known {
+            outdated: Default::default(),
+            current: [0, 1, 2].into(),
         };
         let mut leaderless = healthy(3);
         leaderless[0].leader = false;
@@ -1477,6 +1520,27 @@ mod tests {
                 }),
             ),
             (
+                "recorded, the restore template not yet taken by the StatefulSet: nothing wiped",
+                Facts {
+                    in_flight: Some(InFlight::RestoreInPlace),
+                    ..facts(3, None)
+                },
+                wait(Reason::RecoveryInProgress, ""),
+            ),
+            (
+                "the restore template taken: every member wiped at once",
+                Facts {
+                    in_flight: Some(InFlight::RestoreInPlace),
+                    statefulset_replicas: Some(3),
+                    templates: Templates::Known {
+                        outdated: [(0, "a".to_string()), (1, "b".to_string()), (2, "c".to_string())].into(),
+                        current: Default::default(),
+                    },
+                    ..facts(3, None)
+                },
+                Decision::Act(Step::WipeForRestore { members: 3 }),
+            ),
+            (
                 "a pod recreated from the template before the restore: wiped again",
                 restoring(
                     None,
@@ -1498,8 +1562,13 @@ mod tests {
                 wait(Reason::RecoveryInProgress, ""),
             ),
             (
-                "every member votes and one leads: the restore is over",
+                "every member votes and one leads, templates not known: wait",
                 restoring(Some(healthy(3)), Templates::Unknown),
+                wait(Reason::RecoveryInProgress, ""),
+            ),
+            (
+                "every member votes and one leads, every pod on the restore template: over",
+                restoring(Some(healthy(3)), all_current()),
                 Decision::Act(Step::ClearInFlight),
             ),
         ];

@@ -120,6 +120,7 @@ pub async fn execute(
         Step::RestartMember { .. } => Err(StepError::NotAnAdminStep("RestartMember")),
         Step::EndForceNewCluster { .. } => Err(StepError::NotAnAdminStep("EndForceNewCluster")),
         Step::RestoreInPlace { .. } => Err(StepError::NotAnAdminStep("RestoreInPlace")),
+        Step::WipeForRestore { .. } => Err(StepError::NotAnAdminStep("WipeForRestore")),
     }
 }
 

@@ -400,6 +400,8 @@ impl Memory {
         self.in_flight = step.in_flight();
         if let Step::RestoreInPlace { .. } = step {
             self.restoring_from = last_backup.cloned();
+            // Every volume is wiped: no replacement is left to finish.
+            self.wipe_pending.clear();
         }
     }
 
@@ -417,7 +419,7 @@ impl Memory {
                 self.recovered = Some(Recovered::Members(self.wipe_pending.clone()));
                 self.in_flight = None;
             }
-            (Step::ClearInFlight, Some(InFlight::RestoreInPlace)) => {
+            (Step::ClearInFlight, Some(InFlight::RestoreForming)) => {
                 self.recovered = self.restoring_from.take().map(Recovered::FromBackup);
                 self.in_flight = None;
             }
@@ -593,15 +595,49 @@ async fn apply_objects(
     // backup, as a cluster created from it does.
     let restoring_in_place = match step {
         Some(Step::RestoreInPlace { .. }) => cluster.status.as_ref().and_then(|s| s.last_backup.as_ref()),
-        _ if matches!(observed.in_flight, Ok(Some(InFlight::RestoreInPlace))) => {
+        _ if matches!(
+            observed.in_flight,
+            Ok(Some(InFlight::RestoreInPlace | InFlight::RestoreForming))
+        ) =>
+        {
             observed.restoring_from.as_ref()
         }
         _ => None,
     };
+    // A recovery from a survivor, taken now or under way: the survivor alone is the cluster the
+    // wiped members may be told of. An empty member told of the old membership would join it
+    // under its old id and give the old cluster a quorum again, of empty members.
+    let recovering_from = match (step, &observed.in_flight) {
+        (Some(Step::Recover { ordinal, .. }), _)
+        | (
+            _,
+            Ok(Some(
+                InFlight::Recover { ordinal }
+                | InFlight::ForceNewCluster { ordinal }
+                | InFlight::EndForceNewCluster { ordinal },
+            )),
+        ) => Some(*ordinal),
+        _ => None,
+    };
     if !observed.bootstrapped || restoring_in_place.is_some() {
         let members = bootstrap_members(cluster, resolver, observed.desired);
+        let restored_from = restoring_in_place.map(|backup| backup.sha256.as_str());
         applier
-            .apply(&build_config_map(cluster, ClusterState::New, &members)?)
+            .apply(&build_config_map(
+                cluster,
+                ClusterState::New,
+                &members,
+                restored_from,
+            )?)
+            .await?;
+    } else if let Some(survivor) = recovering_from {
+        let alone: Vec<(String, String)> = resolver
+            .peer_url(survivor)
+            .map(|url| (member_name(&name, survivor), url))
+            .into_iter()
+            .collect();
+        applier
+            .apply(&build_config_map(cluster, ClusterState::Existing, &alone, None)?)
             .await?;
     } else if let Some(membership) = observed.view.membership.as_deref() {
         let mut initial: Vec<(String, String)> = membership
@@ -616,7 +652,12 @@ async fn apply_objects(
             .collect();
         initial.sort();
         applier
-            .apply(&build_config_map(cluster, ClusterState::Existing, &initial)?)
+            .apply(&build_config_map(
+                cluster,
+                ClusterState::Existing,
+                &initial,
+                None,
+            )?)
             .await?;
     }
     quorum_core::backup::controller::ensure_scheduled_backup::<crate::crd::EtcdBackup, _, _>(
@@ -782,7 +823,9 @@ async fn take(
             }
             Ok(StepOutcome::Done)
         }
-        Step::RestoreInPlace { members, .. } => {
+        // Recorded; the template that carries the restore was applied above.
+        Step::RestoreInPlace { .. } => Ok(StepOutcome::Done),
+        Step::WipeForRestore { members } => {
             for ordinal in 0..*members {
                 wipe(context, &namespace, &member_name(&name, ordinal)).await?;
             }
@@ -978,17 +1021,26 @@ mod tests {
             size_bytes: 1,
             sha256: "ab".into(),
         };
-        let mut taken = memory(None, Vec::new());
+        // A replacement left pending when everything was lost: its member is wiped anyway.
+        let mut taken = memory(None, vec![2]);
         let step = Step::RestoreInPlace {
             members: 3,
             backup: "EtcdBackup nightly".into(),
         };
         taken.record(&step, Some(&backup));
         assert_eq!(
-            (taken.in_flight.clone(), taken.restoring_from.clone()),
-            (Some(InFlight::RestoreInPlace), Some(backup.clone()))
+            (
+                taken.in_flight.clone(),
+                taken.restoring_from.clone(),
+                taken.wipe_pending.clone()
+            ),
+            (Some(InFlight::RestoreInPlace), Some(backup.clone()), Vec::new())
         );
         taken.remember(&step, None);
+        let wipe = Step::WipeForRestore { members: 3 };
+        taken.record(&wipe, Some(&backup));
+        taken.remember(&wipe, None);
+        assert_eq!(taken.in_flight, Some(InFlight::RestoreForming));
         taken.remember(&Step::WipeMember { ordinal: 1 }, None);
         assert_eq!(taken.restoring_from, Some(backup.clone()));
         taken.remember(&Step::ClearInFlight, None);

@@ -105,13 +105,17 @@ pub enum ClusterState {
 
 /// The ConfigMap with `ETCD_INITIAL_CLUSTER*` settings: for a new cluster, every member of
 /// the bootstrap; afterwards, the membership as etcd reports it (names and peer URLs).
+/// `restored_from` is the SHA-256 of the snapshot a cluster restored in place starts from: it
+/// goes into the token, so the new cluster's id and member ids differ from the ones of the
+/// cluster it replaces, whose processes could otherwise still be taken for peers.
 pub fn build_config_map(
     cluster: &EtcdCluster,
     state: ClusterState,
     initial_cluster: &[(String, String)],
+    restored_from: Option<&str>,
 ) -> Result<ConfigMap> {
     let name = cluster.name_any();
-    let token = format!(
+    let mut token = format!(
         "{}-{}",
         name,
         cluster
@@ -121,6 +125,10 @@ pub fn build_config_map(
             .next()
             .unwrap_or_default()
     );
+    if let Some(sha256) = restored_from {
+        token.push_str("-restored-");
+        token.extend(sha256.chars().take(12));
+    }
     let members = initial_cluster
         .iter()
         .map(|(member, url)| format!("{member}={url}"))
@@ -797,7 +805,7 @@ mod tests {
             peer_tls: false,
         };
         let members = bootstrap_members(&cluster(), &resolver, 3);
-        let config = build_config_map(&cluster(), ClusterState::New, &members).unwrap();
+        let config = build_config_map(&cluster(), ClusterState::New, &members, None).unwrap();
         let data = config.data.unwrap();
         assert_eq!(
             data["ETCD_INITIAL_CLUSTER"],

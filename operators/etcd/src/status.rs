@@ -70,6 +70,7 @@ pub fn in_flight_from_status(
         InFlightAction::ForceNewCluster => InFlight::ForceNewCluster { ordinal },
         InFlightAction::EndForceNewCluster => InFlight::EndForceNewCluster { ordinal },
         InFlightAction::RestoreInPlace => InFlight::RestoreInPlace,
+        InFlightAction::RestoreForming => InFlight::RestoreForming,
         InFlightAction::Unrecognized(_) => unreachable!("known() refuses it"),
     }))
 }
@@ -86,6 +87,7 @@ pub fn in_flight_to_status(in_flight: &InFlight, now: Timestamp) -> InFlightStep
         InFlight::ForceNewCluster { ordinal } => (InFlightAction::ForceNewCluster, ordinal, None),
         InFlight::EndForceNewCluster { ordinal } => (InFlightAction::EndForceNewCluster, ordinal, None),
         InFlight::RestoreInPlace => (InFlightAction::RestoreInPlace, 0, None),
+        InFlight::RestoreForming => (InFlightAction::RestoreForming, 0, None),
     };
     InFlightStep {
         action,
@@ -423,7 +425,7 @@ pub fn step_reason(step: &Step) -> Reason {
         Step::MoveLeader { .. } => Reason::MovingLeader,
         Step::Upgrade { .. } => Reason::UpgradingMember,
         Step::Recover { .. } | Step::EndForceNewCluster { .. } => Reason::RecoveringFromMember,
-        Step::RestoreInPlace { .. } => Reason::RestoringInPlace,
+        Step::RestoreInPlace { .. } | Step::WipeForRestore { .. } => Reason::RestoringInPlace,
         Step::RestartMember { .. } => Reason::RestartingMember,
         Step::ClearInFlight => Reason::StepCompleted,
     }
@@ -452,8 +454,12 @@ pub fn describe(step: &Step) -> String {
             format!("restarting member {ordinal} for the recovery's next phase")
         }
         Step::RestoreInPlace { members, backup } => format!(
-            "restoring in place on request, no member having survived: deleting the pods and volumes of the {members} \
-             members, which form a new cluster from {backup}"
+            "restoring in place on request, no member having survived: the {members} members will form a new cluster \
+             from {backup}, once the StatefulSet takes the restore template"
+        ),
+        Step::WipeForRestore { members } => format!(
+            "restoring in place: deleting the pods and volumes of the {members} members, which restore the backup on \
+             empty volumes"
         ),
         Step::EndForceNewCluster { ordinal } => {
             format!("member {ordinal} leads a cluster of itself; restarting it without --force-new-cluster")

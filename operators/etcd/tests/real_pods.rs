@@ -545,6 +545,9 @@ async fn recover_from_the_survivor(prefix: &str, restart_operator_at_each_step: 
     const PHASES: [&str; 2] = ["RecoveringFromMember", "RestartingMember"];
     let seen = std::sync::Mutex::new(0);
     let restarts = std::sync::atomic::AtomicUsize::new(0);
+    // A wiped member told of the old membership would join it under its old id and serve,
+    // empty, in the old cluster: while the recovery runs, none of them may be Ready.
+    let joined_the_old_cluster = std::sync::Mutex::new(Vec::new());
     let done = wait::until("the recovery done", Duration::from_secs(600), || async {
         if restart_operator_at_each_step && setup.restart_operator_after_new_steps(&PHASES, &seen).await {
             restarts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -555,12 +558,30 @@ async fn recover_from_the_survivor(prefix: &str, restart_operator_at_each_step: 
             .map_err(|error| error.to_string())?
             .status
             .unwrap_or_default();
+        if status.in_flight.as_ref().is_some_and(|step| {
+            matches!(
+                step.action.as_str(),
+                "Recover" | "ForceNewCluster" | "EndForceNewCluster"
+            )
+        }) {
+            for pod in setup.pods_of(MEMBERS).await {
+                let name = pod.metadata.name.clone().unwrap_or_default();
+                if lost.contains(&name) && real_node::pod_ready(&pod) {
+                    joined_the_old_cluster.lock().unwrap().push(name);
+                }
+            }
+        }
         match status.recovery {
             Some(record) if record.phase == RecoveryPhase::Done => Ok(record),
             other => Err(format!("{other:?} {:?}", status.in_flight)),
         }
     })
     .await;
+    let joined = joined_the_old_cluster.into_inner().unwrap();
+    assert!(
+        joined.is_empty(),
+        "wiped members served during the recovery: {joined:?}"
+    );
     let taken = setup.occurrences(&PHASES).await;
     // Wiping the lost members and ending the forced cluster; the survivor restarted with the
     // flag and again without it.
