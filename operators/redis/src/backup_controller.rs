@@ -151,6 +151,37 @@ impl BackupEngine for RedisSnapshots<'_> {
             .collect();
     }
 
+    /// Cluster mode: the shards are taken in turn, so a slot moved between two of them while
+    /// they were taken (a rebalance started meanwhile) would leave its keys in neither
+    /// snapshot, or in two. After the last shard the slots are read again, with the
+    /// deployment as it stands now; the run fails unless every shard still serves what it
+    /// served when it was planned and no rebalance is under way.
+    async fn confirm(&self, cluster: &RedisCluster, sources: &[Source]) -> Result<(), SnapshotError> {
+        if cluster.spec.mode != Mode::Cluster {
+            return Ok(());
+        }
+        let unconfirmed = |why: String| {
+            SnapshotError::Snapshot(format!(
+                "after the last shard the slots could not be confirmed unchanged ({why}); the next run takes every \
+                 shard again"
+            ))
+        };
+        let current = self
+            .context
+            .read::<RedisCluster>(&cluster.namespace().unwrap_or_default(), &cluster.name_any())
+            .await
+            .map_err(|error| unconfirmed(error.to_string()))?
+            .ok_or_else(|| unconfirmed("the deployment is gone".to_string()))?;
+        let now = find_sources(self.context, &current).await?.map_err(unconfirmed)?;
+        match slots_moved(sources, &now) {
+            None => Ok(()),
+            Some(moved) => Err(SnapshotError::Snapshot(format!(
+                "slots moved between shards while they were taken in turn ({moved}), so keys of a moved slot could \
+                 be in neither snapshot or in two; the next run takes every shard again"
+            ))),
+        }
+    }
+
     fn describe(&self, source: &Source, snapshot: &Snapshot<()>) -> String {
         format!(
             "{} bytes from {} to {} (sha256 {})",
@@ -402,6 +433,41 @@ async fn find_sources(
     })
 }
 
+/// What changed, if anything, between the slots each shard served when the snapshots were
+/// planned (`planned`) and now (`now`).
+fn slots_moved(planned: &[Source], now: &[Source]) -> Option<String> {
+    let by_shard = |sources: &[Source]| -> BTreeMap<Option<usize>, Vec<SlotRange>> {
+        sources
+            .iter()
+            .map(|source| (source.shard, source.slots.clone()))
+            .collect()
+    };
+    let (before, after) = (by_shard(planned), by_shard(now));
+    if before == after {
+        return None;
+    }
+    let shards: std::collections::BTreeSet<&Option<usize>> = before.keys().chain(after.keys()).collect();
+    shards.into_iter().find_map(|shard| {
+        let (was, is) = (before.get(shard), after.get(shard));
+        (was != is).then(|| {
+            let show = |slots: Option<&Vec<SlotRange>>| match slots {
+                None => "nothing".to_string(),
+                Some(slots) => slots
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(","),
+            };
+            format!(
+                "shard {} served {} and serves {}",
+                shard.map_or_else(|| "?".to_string(), |s| s.to_string()),
+                show(was),
+                show(is)
+            )
+        })
+    })
+}
+
 /// `CLUSTER NODES` from the first node that answers it.
 async fn cluster_view(
     context: &Context<State>,
@@ -580,6 +646,33 @@ mod tests {
     const R3: &str = "a3 127.0.1.4:6379@16379 slave a2 0 0 2 connected";
     const P4: &str = "a4 127.0.1.5:6379@16379 master - 0 0 3 connected 10923-16383";
     const R5: &str = "a5 127.0.1.6:6379@16379 slave a4 0 0 3 connected";
+
+    /// A backup of a cluster-mode deployment is one backup only if no slot moved between the
+    /// shards while they were taken in turn.
+    #[test]
+    fn a_slot_moved_while_the_shards_were_taken_is_named() {
+        let shard = |shard: usize, slots: &[(u16, u16)]| Source {
+            node: format!("cache-{}", shard * 2),
+            ordinal: shard * 2,
+            shard: Some(shard),
+            slots: slots.iter().map(|(a, b)| SlotRange::new(*a, *b)).collect(),
+        };
+        let planned = [shard(0, &[(0, 8191)]), shard(1, &[(8192, 16383)])];
+        // Read again from other nodes of the same shards (a replica answered this time).
+        let mut same = planned.clone();
+        same[0].ordinal = 1;
+        assert_eq!(slots_moved(&planned, &same), None);
+        let moved = [shard(0, &[(0, 8190)]), shard(1, &[(8191, 16383)])];
+        assert_eq!(
+            slots_moved(&planned, &moved).as_deref(),
+            Some("shard 0 served 0-8191 and serves 0-8190")
+        );
+        let added = [planned[0].clone(), planned[1].clone(), shard(2, &[(100, 100)])];
+        assert!(
+            slots_moved(&planned, &added)
+                .is_some_and(|moved| moved.contains("shard 2 served nothing and serves 100"))
+        );
+    }
 
     #[test]
     fn each_shard_is_read_from_a_linked_replica_else_its_primary() {

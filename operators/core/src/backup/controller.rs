@@ -182,6 +182,18 @@ pub trait BackupEngine: Send + Sync {
     ) {
     }
 
+    /// Once every source's snapshot is stored, before the run is recorded a success: whether
+    /// the snapshots, taken in turn, still make one backup of the cluster (Redis cluster mode:
+    /// no slot moved between shards meanwhile). An error fails the run with its message, and
+    /// the next run takes them all again. Nothing to check by default.
+    fn confirm(
+        &self,
+        _cluster: &Self::Cluster,
+        _sources: &[Self::Source],
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        std::future::ready(Ok(()))
+    }
+
     /// What one stored object holds and where it went; a run's are joined with `; ` into the
     /// Ready condition's and the event's message.
     fn describe(&self, source: &Self::Source, snapshot: &Snapshot<Self::Info>) -> String;
@@ -481,18 +493,28 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
                 Ok(snapshot) => snapshots.push((source, snapshot)),
                 Err(error) => {
                     let message = format!("the snapshot from {}: {error}", self.engine.member(source));
-                    self.run_status().duration_seconds = Some(whole_seconds(now, Timestamp::now()));
-                    self.fail("SnapshotFailed", message, true).await?;
-                    self.context.metrics.observe_backup_failure(
-                        E::ENGINE,
-                        &self.namespace,
-                        &self.spec().cluster_name,
-                    );
-                    return Err(BackupControllerError::Engine(error));
+                    return Err(self.failed_run("SnapshotFailed", message, error).await);
                 }
             }
         }
+        if let Err(error) = self.engine.confirm(cluster, sources).await {
+            let message = format!("the snapshots do not make one backup: {error}");
+            return Err(self.failed_run("SnapshotsInconsistent", message, error).await);
+        }
         Ok(snapshots)
+    }
+
+    /// Records a run that failed (`reason`, `message`) with its duration, and counts it.
+    async fn failed_run(&mut self, reason: &str, message: String, error: E::Error) -> Failure<E> {
+        let now = self.now;
+        self.run_status().duration_seconds = Some(whole_seconds(now, Timestamp::now()));
+        if let Err(failure) = self.fail(reason, message, true).await {
+            return failure;
+        }
+        self.context
+            .metrics
+            .observe_backup_failure(E::ENGINE, &self.namespace, &self.spec().cluster_name);
+        BackupControllerError::Engine(error)
     }
 
     /// Records a successful run on the backup (the shared fields, then the engine's, in one
