@@ -800,7 +800,107 @@ impl RollWatch {
     }
 }
 
+/// What a roll to the rolled template showed ([`OnRealNode::await_roll`]).
+#[derive(Debug)]
+pub struct Rolled {
+    pub record: RollRecord,
+    /// How often the operator was stopped and started again after a step.
+    pub operator_restarts: usize,
+    /// The leader (or primary) as the operator reported it, each change once, starting with the
+    /// one before the roll.
+    pub leaders: Vec<String>,
+}
+
+impl Rolled {
+    /// `members` restarted once each, one at a time, and the leader before the roll last (it
+    /// hands over before its restart). When the database elected a leader of its own meanwhile
+    /// (a heartbeat late on a busy machine), the order is not checked, and that is said.
+    pub fn assert_one_at_a_time_leader_last(&self, members: usize) {
+        let record = &self.record;
+        assert_eq!(record.most_down_at_once(), 1, "one member at a time: {record:?}");
+        assert_eq!(record.replaced.len(), members, "{record:?}");
+        match self.leaders.as_slice() {
+            [before, _after] => assert_eq!(
+                record.replaced.last(),
+                Some(before),
+                "the leader last: {record:?}"
+            ),
+            leaders => {
+                eprintln!("leaders during the roll: {leaders:?}; the leader-last order is not checked")
+            }
+        }
+    }
+}
+
 impl OnRealNode {
+    /// Gives cluster `name` of `clusters` the rolled template ([`rolled_template_patch`]) and
+    /// waits until `members` pods matching `selector` run Ready on it, watching every pod event
+    /// and noting each leader that `leader_now` reports (`leader` before the roll); with
+    /// `restart_operator_at_each_step`, the operator is stopped and started again after each new
+    /// event of `steps`.
+    pub async fn roll_to_a_new_template<K, F, Fut>(
+        &self,
+        (clusters, name): (&Api<K>, &str),
+        (selector, members): (&str, usize),
+        (steps, restart_operator_at_each_step): (&[&str], bool),
+        leader: String,
+        leader_now: F,
+    ) -> Rolled
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Option<String>>,
+    {
+        let watch = self.watch_roll(selector).await;
+        clusters
+            .patch(
+                name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(rolled_template_patch()),
+            )
+            .await
+            .unwrap();
+        let seen = std::sync::Mutex::new(self.occurrences(steps).await.values().sum());
+        let restarts = std::sync::atomic::AtomicUsize::new(0);
+        let leaders = std::sync::Mutex::new(vec![leader]);
+        wait::until(
+            "every member on the new template",
+            Duration::from_secs(if restart_operator_at_each_step { 720 } else { 420 }),
+            || async {
+                if restart_operator_at_each_step && self.restart_operator_after_new_steps(steps, &seen).await
+                {
+                    restarts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                if let Some(now) = leader_now().await {
+                    let mut leaders = leaders.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    if leaders.last() != Some(&now) {
+                        leaders.push(now);
+                    }
+                }
+                match self.ready_on_rolled_template(selector).await {
+                    rolled if rolled == members => Ok(()),
+                    rolled => Err(format!("{rolled} of {members} rolled")),
+                }
+            },
+        )
+        .await;
+        let rolled = Rolled {
+            record: watch.stop().await,
+            operator_restarts: restarts.into_inner(),
+            leaders: leaders
+                .into_inner()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        };
+        if restart_operator_at_each_step {
+            assert!(
+                rolled.operator_restarts >= members,
+                "the operator restarted after {} steps",
+                rolled.operator_restarts
+            );
+        }
+        rolled
+    }
+
     /// Starts watching the pods matching `selector` (all Ready now): every event is seen, so a
     /// moment when two members were down at once cannot fall between two polls.
     pub async fn watch_roll(&self, selector: &str) -> RollWatch {

@@ -71,6 +71,16 @@ async fn install(prefix: &str) -> OnRealNode {
     OnRealNode::install(prefix, CHART, &["admissionPolicy=false"]).await
 }
 
+/// As [`install`], with backups allowed to the plain-HTTP S3 store the tests deploy.
+async fn install_with_backups(prefix: &str) -> OnRealNode {
+    OnRealNode::install(
+        prefix,
+        CHART,
+        &["admissionPolicy=false", "backups.allowHttp=true"],
+    )
+    .await
+}
+
 fn clusters(setup: &OnRealNode) -> Api<EtcdCluster> {
     Api::namespaced(setup.admin.clone(), &setup.ns)
 }
@@ -641,12 +651,7 @@ async fn recover_from_the_survivor(prefix: &str, restart_operator_at_each_step: 
 async fn a_cluster_with_every_member_lost_is_restored_in_place_from_its_newest_backup() {
     use etcd_operator::crd::EtcdBackup;
 
-    let setup = OnRealNode::install(
-        "real-restore-in-place",
-        CHART,
-        &["admissionPolicy=false", "backups.allowHttp=true"],
-    )
-    .await;
+    let setup = install_with_backups("real-restore-in-place").await;
     let (admin, ns, clusters) = (&setup.admin, setup.ns.clone(), &clusters(&setup));
     let store = setup.deploy_s3_store().await;
     create_ready(&setup, &real_cluster(3, None)).await;
@@ -765,66 +770,20 @@ async fn roll_under_a_writer(prefix: &str, restart_operator_at_each_step: bool) 
     let client = service_client(admin, &ns).await;
     let writer = start_writer(&client);
     writer.acknowledged_at_least(10, Duration::from_secs(60)).await;
-    let watch = setup.watch_roll(MEMBERS).await;
-
-    clusters
-        .patch(
-            CLUSTER,
-            &PatchParams::default(),
-            &Patch::Merge(real_pods::rolled_template_patch()),
+    let rolled = setup
+        .roll_to_a_new_template(
+            (clusters, CLUSTER),
+            (MEMBERS, 3),
+            (
+                &["UpgradingMember", "MovingLeader"],
+                restart_operator_at_each_step,
+            ),
+            old_leader,
+            || async { clusters.get(CLUSTER).await.ok()?.status?.leader },
         )
-        .await
-        .unwrap();
-    const STEPS: [&str; 2] = ["UpgradingMember", "MovingLeader"];
-    let seen = std::sync::Mutex::new(setup.occurrences(&STEPS).await.values().sum());
-    let restarts = std::sync::atomic::AtomicUsize::new(0);
-    let leaders = std::sync::Mutex::new(vec![old_leader.clone()]);
-    wait::until(
-        "every member on the new template",
-        Duration::from_secs(if restart_operator_at_each_step { 720 } else { 420 }),
-        || async {
-            if restart_operator_at_each_step && setup.restart_operator_after_new_steps(&STEPS, &seen).await {
-                restarts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
-            let status = clusters
-                .get(CLUSTER)
-                .await
-                .map_err(|e| e.to_string())?
-                .status
-                .unwrap_or_default();
-            if let Some(leader) = status.leader {
-                let mut leaders = leaders.lock().unwrap();
-                if leaders.last() != Some(&leader) {
-                    leaders.push(leader);
-                }
-            }
-            match setup.ready_on_rolled_template(MEMBERS).await {
-                3 => Ok(()),
-                count => Err(format!("{count} rolled; in flight: {:?}", status.in_flight)),
-            }
-        },
-    )
-    .await;
+        .await;
     support::ready_with(clusters, CLUSTER, 3, Duration::from_secs(120)).await;
-    let record = watch.stop().await;
-    if restart_operator_at_each_step {
-        let restarts = restarts.into_inner();
-        assert!(restarts >= 3, "the operator restarted after {restarts} steps");
-    }
-    assert_eq!(record.most_down_at_once(), 1, "one member at a time: {record:?}");
-    assert_eq!(record.replaced.len(), 3, "{record:?}");
-    // The leader goes last, after handing over; an election of etcd's own during the roll (a
-    // heartbeat late on a busy machine) would make another member the last leader to restart.
-    let leaders = leaders.into_inner().unwrap();
-    if leaders.len() == 2 {
-        assert_eq!(
-            record.replaced.last(),
-            Some(&old_leader),
-            "the leader last: {record:?}"
-        );
-    } else {
-        eprintln!("leaders during the roll: {leaders:?}; the leader-last order is not checked");
-    }
+    rolled.assert_one_at_a_time_leader_last(3);
     assert_eq!(
         member_ids(clusters).await,
         members_before,
@@ -1030,12 +989,7 @@ async fn a_cluster_created_again_under_its_name_never_starts_on_the_deleted_ones
 async fn a_cluster_created_again_from_a_backup_holds_exactly_the_backups_data() {
     use etcd_operator::crd::{EtcdBackup, RestoreSource};
 
-    let setup = OnRealNode::install(
-        "real-restore",
-        CHART,
-        &["admissionPolicy=false", "backups.allowHttp=true"],
-    )
-    .await;
+    let setup = install_with_backups("real-restore").await;
     let (admin, ns, clusters) = (&setup.admin, setup.ns.clone(), &clusters(&setup));
     let store = setup.deploy_s3_store().await;
     create_ready(&setup, &real_cluster(3, None)).await;

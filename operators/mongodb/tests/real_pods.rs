@@ -310,73 +310,22 @@ async fn a_roll_goes_on_after_an_operator_restart_at_every_step() {
 }
 
 async fn roll_under_a_writer(prefix: &str, restart_operator_at_each_step: bool) {
-    use kube::api::{Patch, PatchParams};
-
     let setup = install(prefix).await;
     let status = create_ready(&setup, 3).await;
     let old_primary = status.primary.clone().expect("a primary");
     let writer = start_following_writer(&setup);
     writer.acknowledged_at_least(10, Duration::from_secs(60)).await;
-    let watch = setup.watch_roll(MEMBERS).await;
-
-    sets(&setup)
-        .patch(
-            SET,
-            &PatchParams::default(),
-            &Patch::Merge(real_pods::rolled_template_patch()),
+    let rolled = setup
+        .roll_to_a_new_template(
+            (&sets(&setup), SET),
+            (MEMBERS, 3),
+            (&["MemberRestarted", "SteppedDown"], restart_operator_at_each_step),
+            old_primary,
+            || async { sets(&setup).get(SET).await.ok()?.status?.primary },
         )
-        .await
-        .unwrap();
-    const STEPS: [&str; 2] = ["MemberRestarted", "SteppedDown"];
-    let seen = std::sync::Mutex::new(setup.occurrences(&STEPS).await.values().sum());
-    let restarts = std::sync::atomic::AtomicUsize::new(0);
-    let primaries = std::sync::Mutex::new(vec![old_primary.clone()]);
-    wait::until(
-        "every member on the new template",
-        Duration::from_secs(if restart_operator_at_each_step { 720 } else { 420 }),
-        || async {
-            if restart_operator_at_each_step && setup.restart_operator_after_new_steps(&STEPS, &seen).await {
-                restarts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
-            let status = sets(&setup)
-                .get(SET)
-                .await
-                .map_err(|e| e.to_string())?
-                .status
-                .unwrap_or_default();
-            if let Some(primary) = status.primary {
-                let mut primaries = primaries.lock().unwrap();
-                if primaries.last() != Some(&primary) {
-                    primaries.push(primary);
-                }
-            }
-            match setup.ready_on_rolled_template(MEMBERS).await {
-                3 => Ok(()),
-                count => Err(format!("{count} rolled")),
-            }
-        },
-    )
-    .await;
+        .await;
     support::ready(&sets(&setup), SET, 3).await;
-    let record = watch.stop().await;
-    if restart_operator_at_each_step {
-        let restarts = restarts.into_inner();
-        assert!(restarts >= 3, "the operator restarted after {restarts} steps");
-    }
-    assert_eq!(record.most_down_at_once(), 1, "one member at a time: {record:?}");
-    assert_eq!(record.replaced.len(), 3, "{record:?}");
-    // The primary goes last, after stepping down; an election of the set's own during the roll
-    // would make another member the last primary to restart.
-    let primaries = primaries.into_inner().unwrap();
-    if primaries.len() == 2 {
-        assert_eq!(
-            record.replaced.last(),
-            Some(&old_primary),
-            "the primary last: {record:?}"
-        );
-    } else {
-        eprintln!("primaries during the roll: {primaries:?}; the primary-last order is not checked");
-    }
+    rolled.assert_one_at_a_time_leader_last(3);
     writer
         .acknowledged_at_least(writer.acknowledged() + 10, Duration::from_secs(120))
         .await;
