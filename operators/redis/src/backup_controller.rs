@@ -166,12 +166,15 @@ impl BackupEngine for RedisSnapshots<'_> {
                  shard again"
             ))
         };
-        let current = self
-            .context
-            .read::<RedisCluster>(&cluster.namespace().unwrap_or_default(), &cluster.name_any())
-            .await
-            .map_err(|error| unconfirmed(error.to_string()))?
-            .ok_or_else(|| unconfirmed("the deployment is gone".to_string()))?;
+        // Read from the API server, not a cache: a rebalance recorded a moment ago must be seen.
+        let current = kube::Api::<RedisCluster>::namespaced(
+            self.context.client.clone(),
+            &cluster.namespace().unwrap_or_default(),
+        )
+        .get_opt(&cluster.name_any())
+        .await
+        .map_err(|error| unconfirmed(error.to_string()))?
+        .ok_or_else(|| unconfirmed("the deployment is gone".to_string()))?;
         let now = find_sources(self.context, &current).await?.map_err(unconfirmed)?;
         match slots_moved(sources, &now) {
             None => Ok(()),
