@@ -334,12 +334,18 @@ async fn observe(
             status.and_then(|s| s.recovery.as_ref()),
             |member| crate::resolver::ordinal_of(&name, member),
         ),
-        forced_pods: forced_pods(cluster, &member_pods),
+        forced_pods: live_members(&name, &member_pods)
+            .filter(|(_, pod)| {
+                pod.labels()
+                    .get(crate::resources::FORCE_NEW_CLUSTER_LABEL)
+                    .is_some_and(|value| value == "true")
+            })
+            .map(|(ordinal, _)| ordinal)
+            .collect(),
         restoring_from: status.and_then(|s| s.restoring_from.clone()),
-        ready_pods: member_pods
-            .iter()
-            .filter(|pod| pod.metadata.deletion_timestamp.is_none() && quorum_core::pod::is_ready(pod))
-            .filter_map(|pod| crate::resolver::ordinal_of(&name, &pod.name_any()))
+        ready_pods: live_members(&name, &member_pods)
+            .filter(|(_, pod)| quorum_core::pod::is_ready(pod))
+            .map(|(ordinal, _)| ordinal)
             .collect(),
         view,
         members,
@@ -814,21 +820,17 @@ async fn take(
             Ok(StepOutcome::Done)
         }
         Step::WipeMember { ordinal } => {
-            wipe(context, &namespace, &member_name(&name, *ordinal)).await?;
+            wipe(context, (&namespace, &name), [*ordinal]).await?;
             Ok(StepOutcome::Done)
         }
         Step::Recover { lost, .. } => {
-            for ordinal in lost {
-                wipe(context, &namespace, &member_name(&name, *ordinal)).await?;
-            }
+            wipe(context, (&namespace, &name), lost.iter().copied()).await?;
             Ok(StepOutcome::Done)
         }
         // Recorded; the template that carries the restore was applied above.
         Step::RestoreInPlace { .. } => Ok(StepOutcome::Done),
         Step::WipeForRestore { members } => {
-            for ordinal in 0..*members {
-                wipe(context, &namespace, &member_name(&name, ordinal)).await?;
-            }
+            wipe(context, (&namespace, &name), 0..*members).await?;
             Ok(StepOutcome::Done)
         }
         // The template is applied without the flag from the next pass on.
@@ -842,11 +844,20 @@ async fn take(
     }
 }
 
-/// Deletes a member's pod and volume, so it starts again empty.
-async fn wipe(context: &Context<State>, namespace: &str, pod: &str) -> Result<(), Error> {
-    quorum_core::wipe::wipe_member(&context.client, namespace, pod, None)
-        .await
-        .map_err(Error::api(format!("deleting {pod}")))
+/// Deletes the pods and volumes of members `ordinals` of cluster `(namespace, name)`, in turn,
+/// so each starts again empty.
+async fn wipe(
+    context: &Context<State>,
+    (namespace, name): (&str, &str),
+    ordinals: impl IntoIterator<Item = usize>,
+) -> Result<(), Error> {
+    for ordinal in ordinals {
+        let pod = member_name(name, ordinal);
+        quorum_core::wipe::wipe_member(&context.client, namespace, &pod, None)
+            .await
+            .map_err(Error::api(format!("deleting {pod}")))?;
+    }
+    Ok(())
 }
 
 /// The material to reach members serving clients over TLS: `ca.crt`, `tls.crt` and `tls.key`
@@ -883,30 +894,22 @@ async fn member_pods(context: &Context<State>, cluster: &EtcdCluster) -> Result<
     Ok(listed.into_iter().map(Arc::unwrap_or_clone).collect())
 }
 
-/// The ordinals of the member pods (not terminating) created while the template carried
-/// `--force-new-cluster`.
-fn forced_pods(cluster: &EtcdCluster, pods: &[Pod]) -> std::collections::BTreeSet<usize> {
-    let name = cluster.name_any();
+/// The member pods of cluster `name` that are not terminating, with their ordinals.
+fn live_members<'a>(name: &'a str, pods: &'a [Pod]) -> impl Iterator<Item = (usize, &'a Pod)> + 'a {
     pods.iter()
         .filter(|pod| pod.metadata.deletion_timestamp.is_none())
-        .filter(|pod| {
-            pod.labels()
-                .get(crate::resources::FORCE_NEW_CLUSTER_LABEL)
-                .is_some_and(|value| value == "true")
-        })
-        .filter_map(|pod| crate::resolver::ordinal_of(&name, &pod.name_any()))
-        .collect()
+        .filter_map(move |pod| Some((crate::resolver::ordinal_of(name, &pod.name_any())?, pod)))
 }
 
 /// The version label of each member pod that exists and is not terminating, by ordinal.
 fn pod_versions(cluster: &EtcdCluster, pods: &[Pod]) -> std::collections::BTreeMap<usize, String> {
     let name = cluster.name_any();
-    pods.iter()
-        .filter(|pod| pod.metadata.deletion_timestamp.is_none())
-        .filter_map(|pod| {
-            let ordinal = crate::resolver::ordinal_of(&name, &pod.name_any())?;
-            let version = pod.labels().get(crate::resources::VERSION_LABEL)?.clone();
-            Some((ordinal, version))
+    live_members(&name, pods)
+        .filter_map(|(ordinal, pod)| {
+            Some((
+                ordinal,
+                pod.labels().get(crate::resources::VERSION_LABEL)?.clone(),
+            ))
         })
         .collect()
 }

@@ -549,6 +549,25 @@ mod tests {
         );
     }
 
+    /// A cluster `prod/main` of three members.
+    fn three_members() -> EtcdCluster {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "etcd.quorum.dev/v1alpha1", "kind": "EtcdCluster",
+            "metadata": {"name": "main", "namespace": "prod"},
+            "spec": {"replicas": 3, "version": "3.6.16", "storage": {"size": "1Gi"}}
+        }))
+        .unwrap()
+    }
+
+    /// What a pass that read the membership (and nothing else) observed.
+    fn membership_known() -> ClusterView {
+        ClusterView {
+            membership: Some(Vec::new()),
+            reports: BTreeMap::new(),
+            members: Vec::new(),
+        }
+    }
+
     /// The leader lost, no leader for a pass, then another elected: recorded as a change from
     /// the lost leader, timed from the operator's first failed observation of it. A healthy
     /// leader handing over is no failover.
@@ -567,17 +586,8 @@ mod tests {
             observation: Observation::new(format!("main-{ordinal}"), health, true),
             unhealthy_for: None,
         };
-        let view = ClusterView {
-            membership: Some(Vec::new()),
-            reports: BTreeMap::new(),
-            members: Vec::new(),
-        };
-        let mut cluster: EtcdCluster = serde_json::from_value(serde_json::json!({
-            "apiVersion": "etcd.quorum.dev/v1alpha1", "kind": "EtcdCluster",
-            "metadata": {"name": "main", "namespace": "prod"},
-            "spec": {"replicas": 3, "version": "3.6.16", "storage": {"size": "1Gi"}}
-        }))
-        .unwrap();
+        let view = membership_known();
+        let mut cluster: EtcdCluster = three_members();
         let pass = |cluster: &mut EtcdCluster, members: &[MemberFact], seconds| {
             let status = build_status(
                 cluster,
@@ -672,17 +682,8 @@ mod tests {
             member(1, false, false),
             member(2, false, false),
         ];
-        let cluster: EtcdCluster = serde_json::from_value(serde_json::json!({
-            "apiVersion": "etcd.quorum.dev/v1alpha1", "kind": "EtcdCluster",
-            "metadata": {"name": "main", "namespace": "prod"},
-            "spec": {"replicas": 3, "version": "3.6.16", "storage": {"size": "1Gi"}}
-        }))
-        .unwrap();
-        let view = ClusterView {
-            membership: Some(Vec::new()),
-            reports: BTreeMap::new(),
-            members: Vec::new(),
-        };
+        let cluster: EtcdCluster = three_members();
+        let view = membership_known();
         let refused = Decision::wait(Reason::RecoveryRefused, "main-1 does not answer");
         let status = build_status(&cluster, &view, &lost, &refused, None, &[], Timestamp::UNIX_EPOCH);
         let degraded = status.conditions.iter().find(|c| c.type_ == "Degraded").unwrap();

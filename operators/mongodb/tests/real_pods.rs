@@ -156,6 +156,16 @@ fn start_following_writer(setup: &OnRealNode) -> Writer {
     })
 }
 
+/// Checks the history on the member the operator reports primary now, and says and returns how
+/// many acknowledged writes it checked.
+async fn check_history_on_the_primary(setup: &OnRealNode, history: &History) -> usize {
+    let status = sets(setup).get(SET).await.unwrap().status.unwrap();
+    let primary = direct_client(setup, status.primary.as_deref().expect("a primary")).await;
+    let checked = check_history(&primary, history).await;
+    eprintln!("{checked} acknowledged writes checked, none lost");
+    checked
+}
+
 /// Checks that `member` holds every acknowledged write and nothing invented.
 async fn check_history(member: &mongodb::Client, history: &History) -> usize {
     use futures::TryStreamExt;
@@ -286,10 +296,7 @@ async fn a_total_outage_ends_with_the_same_members_and_every_acknowledged_write(
         "membership steps taken"
     );
     let history = writer.stop().await;
-    let status = sets(&setup).get(SET).await.unwrap().status.unwrap();
-    let primary = direct_client(&setup, status.primary.as_deref().expect("a primary")).await;
-    let checked = check_history(&primary, &history).await;
-    eprintln!("{checked} acknowledged writes checked, none lost");
+    check_history_on_the_primary(&setup, &history).await;
     setup.remove().await;
 }
 
@@ -330,10 +337,7 @@ async fn roll_under_a_writer(prefix: &str, restart_operator_at_each_step: bool) 
         .acknowledged_at_least(writer.acknowledged() + 10, Duration::from_secs(120))
         .await;
     let history = writer.stop().await;
-    let status = sets(&setup).get(SET).await.unwrap().status.unwrap();
-    let primary = direct_client(&setup, status.primary.as_deref().expect("a primary")).await;
-    let checked = check_history(&primary, &history).await;
-    eprintln!("{checked} acknowledged writes checked, none lost");
+    check_history_on_the_primary(&setup, &history).await;
     setup.remove().await;
 }
 
@@ -408,13 +412,7 @@ async fn a_repair_request_rebuilds_the_named_member_on_an_empty_volume() {
         .acknowledged_at_least(writer.acknowledged() + 10, Duration::from_secs(60))
         .await;
     let history = writer.stop().await;
-    let status = sets(&setup).get(SET).await.unwrap().status.unwrap();
-    let checked = check_history(
-        &direct_client(&setup, status.primary.as_deref().expect("a primary")).await,
-        &history,
-    )
-    .await;
-    eprintln!("{checked} acknowledged writes checked, none lost");
+    let checked = check_history_on_the_primary(&setup, &history).await;
     let rebuilt = direct_client(&setup, &target).await;
     wait::until(
         &format!("{target} holds the writes"),
