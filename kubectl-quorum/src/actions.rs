@@ -54,8 +54,7 @@ pub fn switchover(target: &Target, to: &str) -> Result<Value, Refusal> {
 }
 
 /// The merge patch that asks the operator to rebuild `member` (a pod name of the cluster) from
-/// its peers, or, with `None`, ends the request. Every engine takes it (Redis in replication
-/// mode; in cluster mode the operator says in `status.repair` that it does not yet).
+/// its peers, or, with `None`, ends the request. Every engine takes it.
 pub fn repair(member: Option<&str>) -> Value {
     json!({"metadata": {"annotations": {REPAIR_ANNOTATION: member}}})
 }

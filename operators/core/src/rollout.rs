@@ -118,6 +118,40 @@ impl Templates {
         Self::Known { outdated, current }
     }
 
+    /// The members of several StatefulSets (a deployment with one per shard, whose ordinals do
+    /// not overlap) as one: known when any part is. The pods of a part whose current revision
+    /// is not known are in neither set, as pods being replaced are, so nothing is restarted
+    /// on a guess about them.
+    pub fn combine(parts: impl IntoIterator<Item = Templates>) -> Self {
+        parts
+            .into_iter()
+            .fold(Self::Unknown, |combined, part| match (combined, part) {
+                (Self::Unknown, part) => part,
+                (combined, Self::Unknown) => combined,
+                (
+                    Self::Known {
+                        mut outdated,
+                        mut current,
+                    },
+                    Self::Known {
+                        outdated: more_outdated,
+                        current: more_current,
+                    },
+                ) => {
+                    outdated.extend(more_outdated);
+                    current.extend(more_current);
+                    Self::Known { outdated, current }
+                }
+            })
+    }
+
+    /// Whether any member's pod runs an older template or is being replaced (`members` are the
+    /// ordinals expected to have a pod): a roll is under way. Never while the templates are
+    /// not known.
+    pub fn rolling(&self, members: impl IntoIterator<Item = usize>) -> bool {
+        matches!(self, Self::Known { .. }) && members.into_iter().any(|ordinal| !self.is_current(ordinal))
+    }
+
     /// Whether member `ordinal`'s pod exists and runs an older template.
     pub fn is_outdated(&self, ordinal: usize) -> bool {
         self.outdated_pod(ordinal).is_some()
@@ -289,6 +323,46 @@ mod tests {
         );
         assert_eq!(Templates::observe(None, &pods, ordinal_of), Templates::Unknown);
         assert_eq!(Templates::Unknown.next(Some(0)), None);
+    }
+
+    #[test]
+    fn statefulsets_combined_are_known_where_any_is_and_an_unknown_ones_pods_are_neither() {
+        let pods = [
+            pod(0, "new", false),
+            pod(1, "old", false),
+            pod(2, "old", false),
+            pod(3, "old", false),
+        ];
+        let first_two = |name: &str| ordinal_of(name).filter(|o| *o < 2);
+        let last_two = |name: &str| ordinal_of(name).filter(|o| *o >= 2);
+        let combined = Templates::combine([
+            Templates::observe(Some(&statefulset(2, 2, "new")), &pods, first_two),
+            Templates::observe(Some(&statefulset(5, 4, "old")), &pods, last_two),
+        ]);
+        assert_eq!(
+            combined,
+            Templates::Known {
+                outdated: [(1, "uid-1".to_string())].into(),
+                current: [0].into()
+            }
+        );
+        assert!(combined.rolling(0..4), "members 2 and 3 are neither");
+        assert!(combined.rolling(0..2), "member 1 is outdated");
+        assert!(!combined.rolling(0..1));
+        assert!(!Templates::Unknown.rolling(0..4), "nothing known is no roll");
+
+        let both_known = Templates::combine([
+            Templates::observe(Some(&statefulset(2, 2, "new")), &pods, first_two),
+            Templates::observe(Some(&statefulset(4, 4, "old")), &pods, last_two),
+        ]);
+        assert_eq!(
+            both_known,
+            Templates::Known {
+                outdated: [(1, "uid-1".to_string())].into(),
+                current: [0, 2, 3].into()
+            }
+        );
+        assert_eq!(Templates::combine([]), Templates::Unknown);
     }
 
     #[test]

@@ -689,11 +689,9 @@ fn data_statefulset(cluster: &RedisCluster, shard: Option<usize>, replicas: i32)
             cluster.spec.nodes_per_shard() as i32,
         );
     }
-    // In replication mode the operator rolls the data pods itself (replicas first, the primary
-    // last after a handover without loss); in cluster mode the StatefulSet controller still does.
-    if cluster.spec.mode == Mode::Replication
-        && let Some(spec) = statefulset.spec.as_mut()
-    {
+    // The operator rolls the data pods itself: replicas first, a primary last after handing
+    // its role (in cluster mode, its shard's slots) to a replica without losing a write.
+    if let Some(spec) = statefulset.spec.as_mut() {
         spec.update_strategy = Some(quorum_core::rollout::operator_managed_updates());
     }
     let restore = cluster.status.as_ref().and_then(|status| status.restore.as_ref());
@@ -990,20 +988,21 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn replication_mode_data_pods_change_only_when_the_operator_restarts_them() {
-        let strategy = |mode| {
-            build_statefulset(&cluster(mode), 3)
-                .unwrap()
-                .spec
-                .unwrap()
-                .update_strategy
-        };
+    fn data_pods_change_only_when_the_operator_restarts_them_in_either_mode() {
+        let managed = Some(quorum_core::rollout::operator_managed_updates());
+        let strategy = |statefulset: StatefulSet| statefulset.spec.unwrap().update_strategy;
         assert_eq!(
-            strategy(Mode::Replication),
-            Some(quorum_core::rollout::operator_managed_updates())
+            strategy(build_statefulset(&cluster(Mode::Replication), 3).unwrap()),
+            managed
         );
-        // Cluster mode is still rolled by the StatefulSet controller.
-        assert_eq!(strategy(Mode::Cluster), None);
+        assert_eq!(
+            strategy(build_statefulset(&cluster(Mode::Cluster), 3).unwrap()),
+            managed
+        );
+        assert_eq!(
+            strategy(build_shard_statefulset(&cluster(Mode::Cluster), 1, 2).unwrap()),
+            managed
+        );
     }
 
     #[test]

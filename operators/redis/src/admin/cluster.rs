@@ -435,6 +435,37 @@ impl RedisAdmin {
         .await
     }
 
+    /// Makes this replica its shard's primary without losing a write its primary acknowledged,
+    /// and waits until it serves as one, for at most `timeout`. `CLUSTER FAILOVER` (neither
+    /// `FORCE` nor `TAKEOVER`): the primary holds its clients' writes until this replica has
+    /// processed its whole stream, then the replica is elected with the other primaries' votes
+    /// and the held clients are redirected to it.
+    ///
+    /// # Errors
+    /// The server's refusal (this node is not a replica, or its primary cannot be reached), or
+    /// `Unexpected` when it is still a replica after `timeout`: the primary then keeps its
+    /// slots, as Redis gives up a manual failover that did not complete in time.
+    pub async fn hand_over_to_me(&self, timeout: Duration) -> Result<(), AdminError> {
+        self.run::<()>("CLUSTER FAILOVER", redis::cmd("CLUSTER").arg("FAILOVER"))
+            .await?;
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if self.cluster_myself().await?.flags.primary {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(self.unexpected(
+                    "CLUSTER FAILOVER",
+                    format!(
+                        "still a replica {} s after asking to take over",
+                        timeout.as_secs()
+                    ),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// `CLUSTER SETSLOT slot IMPORTING|MIGRATING|NODE|STABLE`.
     pub async fn cluster_set_slot(&self, slot: u16, state: &SlotState) -> Result<(), AdminError> {
         let mut command = redis::cmd("CLUSTER");

@@ -640,8 +640,7 @@ pub fn decide(facts: &Facts) -> Decision {
         );
     }
     // While a roll is under way, a node restarting or resyncing is its expected progress.
-    let rolling = matches!(facts.templates, Templates::Known { .. })
-        && facts.nodes.iter().any(|n| !facts.templates.is_current(n.ordinal));
+    let rolling = facts.templates.rolling(facts.nodes.iter().map(|n| n.ordinal));
     let node_wait = |otherwise: Reason, what: String| {
         if rolling {
             wait(

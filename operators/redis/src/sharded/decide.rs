@@ -15,6 +15,12 @@
 //! before anything else moves; only then are replicas placed, slots moved and shards removed.
 //! A node the operator cannot reach is never the source or target of a move, never forgotten
 //! and never counted as removable.
+//!
+//! Last, with the cluster whole, a node rebuilt on request, then a managed roll onto the pods'
+//! current templates: one shard at a time, its replicas first, then its primary after it has
+//! handed its slots to a replica already restarted (`CLUSTER FAILOVER`, which holds the
+//! primary's clients until the replica has every write it acknowledged), so no acknowledged
+//! write is lost to a restart. A primary to be rebuilt hands its slots over the same way first.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -22,7 +28,9 @@ use std::{
     ops::Range,
 };
 
-use quorum_core::{availability::health::Health, pass::UnreadableRecord};
+use quorum_core::{
+    availability::health::Health, pass::UnreadableRecord, repair::PodRepair, rollout::Templates,
+};
 
 use crate::admin::{
     cluster::{ClusterNode, SLOT_COUNT, SlotRange, myself},
@@ -111,6 +119,13 @@ pub struct Facts {
     /// The slots each shard's first node is given at formation, by shard: the layout a restored
     /// backup recorded (its keys are in those slots), or an even split.
     pub layout: Vec<Vec<SlotRange>>,
+    /// Which pods run their StatefulSet's current template.
+    pub templates: Templates,
+    /// A repair a person asked for (`quorum.dev/repair`), resolved against the pods.
+    pub repair: Option<PodRepair>,
+    /// Pods the API server reports `Pending` (not placed on a node, or their containers not
+    /// started): nothing of theirs runs or serves.
+    pub pending: BTreeSet<usize>,
 }
 
 /// `shards` shards sharing the slots evenly: the layout of a new, empty cluster.
@@ -309,6 +324,15 @@ pub enum Step {
         /// Moves of the plan after `planned`.
         remaining_moves: usize,
     },
+    /// Restart pod `ordinal` onto its StatefulSet's current template: a replica, or a shard's
+    /// only node.
+    RestartNode { ordinal: usize },
+    /// `CLUSTER FAILOVER` on `replica`, so that `primary` hands its slots over without losing
+    /// an acknowledged write before it is restarted or rebuilt.
+    HandOver { primary: usize, replica: usize },
+    /// Rebuild replica `ordinal` on request: its claim, then its pod (`pod_uid` only), are
+    /// deleted, so it comes back empty under a new node id and copies its shard's primary.
+    WipeNode { ordinal: usize, pod_uid: String },
     /// `CLUSTER FORGET` each id of `forget`, none of them a pod's, on each pod of `on` (at once,
     /// as for [`Step::RemoveShards`]).
     ForgetStrays { forget: Vec<String>, on: Vec<usize> },
@@ -350,11 +374,49 @@ pub fn decide_pass(cluster: &str, facts: &Facts, unreadable: Option<&UnreadableR
 
 /// The one step to take now.
 pub fn decide(facts: &Facts) -> Decision {
+    during_roll(facts, next_step(facts))
+}
+
+/// While a roll is under way, a node restarting, rejoining or resyncing is its expected
+/// progress, and the wait says so.
+fn during_roll(facts: &Facts, decision: Decision) -> Decision {
+    match decision {
+        Decision::Wait(wait)
+            if matches!(
+                wait.reason,
+                Reason::NodeUnknown
+                    | Reason::NodeUnhealthy
+                    | Reason::NodesStarting
+                    | Reason::Joining
+                    | Reason::ClusterStateNotOk
+                    | Reason::ReplicaSyncing
+            ) && facts.templates.rolling(0..facts.pod_count()) =>
+        {
+            Decision::wait(
+                Reason::RestartInProgress,
+                format!("rolling onto the current pod template: {}", wait.message),
+            )
+        }
+        other => other,
+    }
+}
+
+fn next_step(facts: &Facts) -> Decision {
     let desired = facts.desired_nodes();
     if facts.pods.is_none_or(|pods| pods < desired) {
         return Decision::Act(Step::ScaleNodes {
             replicas: desired.max(facts.pod_count()),
         });
+    }
+    // A pod that runs nothing disturbs nothing when it is replaced, and one stuck on an older
+    // template (one its node cannot take, say) may start only on the current one.
+    if let Some(ordinal) = facts
+        .pending
+        .iter()
+        .copied()
+        .find(|ordinal| facts.templates.is_outdated(*ordinal))
+    {
+        return Decision::Act(Step::RestartNode { ordinal });
     }
     let topology = Topology::new(facts);
     if let Some(decision) = formation(facts, &topology) {
@@ -773,7 +835,136 @@ fn rebalance_or_remove(facts: &Facts, topology: &Topology) -> Decision {
     if scaling_in {
         return remove_shards(facts, topology);
     }
-    settled_or_waiting(facts)
+    match settled_or_waiting(facts) {
+        Decision::Settled => facts
+            .repair
+            .as_ref()
+            .and_then(|repair| repair_node(facts, topology, repair))
+            .unwrap_or_else(|| roll(facts, topology)),
+        waiting => waiting,
+    }
+}
+
+/// The next step of a repair a person asked for, reached only with the cluster whole: the
+/// named replica is wiped, once per request (the pod recorded as wiped is wiped again only
+/// while it is still that pod); a primary hands its slots to a linked replica first, and a
+/// shard's only node is refused. `None` once the request is done with.
+fn repair_node(facts: &Facts, topology: &Topology, repair: &PodRepair) -> Option<Decision> {
+    let ordinal = match repair.target(facts.pod_count()) {
+        Ok(ordinal) => ordinal,
+        Err(refusal) => return Some(wait(Reason::RepairRefused, refusal)),
+    };
+    if repair.wiped() {
+        return None;
+    }
+    let shard = ordinal / facts.nodes_per_shard.max(1);
+    let Some(primary) = topology.shard_primary(facts, shard) else {
+        return Some(wait(
+            Reason::RestartBlocked,
+            format!("node {ordinal} is to be rebuilt and shard {shard} has no single primary"),
+        ));
+    };
+    if ordinal == primary {
+        if facts.shard_ordinals(shard).len() == 1 {
+            return Some(wait(
+                Reason::RepairRefused,
+                format!(
+                    "node {ordinal} is the only node of shard {shard}: there is nothing to rebuild it from, so \
+                     nothing is changed; remove the annotation"
+                ),
+            ));
+        }
+        return Some(match linked_replica(facts, topology, shard, primary, |_| true) {
+            Some(replica) => Decision::Act(Step::HandOver { primary, replica }),
+            None => wait(
+                Reason::RestartBlocked,
+                format!(
+                    "node {ordinal}, shard {shard}'s primary, hands its slots over before it is rebuilt; \
+                     none of its replicas is linked to it"
+                ),
+            ),
+        });
+    }
+    Some(match repair.pod_uid.clone() {
+        Some(pod_uid) => Decision::Act(Step::WipeNode { ordinal, pod_uid }),
+        None => wait(
+            Reason::RestartInProgress,
+            format!("node {ordinal} is to be rebuilt and has no pod yet"),
+        ),
+    })
+}
+
+/// A node of `shard` other than `primary`, accepted by `eligible`, that replicates `primary`
+/// with its link up: one that can take the primary's slots with `CLUSTER FAILOVER`.
+fn linked_replica(
+    facts: &Facts,
+    topology: &Topology,
+    shard: usize,
+    primary: usize,
+    eligible: impl Fn(usize) -> bool,
+) -> Option<usize> {
+    let primary_id = topology.ids.get(&primary);
+    facts.shard_ordinals(shard).find(|o| {
+        *o != primary
+            && eligible(*o)
+            && facts.node(*o).and_then(NodeFact::answered).is_some_and(|view| {
+                view.link_up
+                    && view
+                        .me()
+                        .is_some_and(|me| me.flags.replica && me.primary_id.as_ref() == primary_id)
+            })
+    })
+}
+
+/// The next step of a managed roll onto the pods' current templates, `Settled` when every pod
+/// runs its own. Reached only with the cluster whole (every node healthy, `cluster_state:ok`,
+/// every replica linked, no slot to move), so each restart starts from a whole cluster. The
+/// lowest shard with a pod behind goes first: its replicas one at a time, then its primary,
+/// once it has handed its slots to a replica already restarted. A shard of one node is
+/// restarted as it is: there is no one to hand its slots to.
+fn roll(facts: &Facts, topology: &Topology) -> Decision {
+    let templates = &facts.templates;
+    if let Templates::Unknown = templates {
+        return Decision::Settled;
+    }
+    if let Some(ordinal) =
+        (0..facts.pod_count()).find(|o| !templates.is_current(*o) && !templates.is_outdated(*o))
+    {
+        return wait(
+            Reason::RestartInProgress,
+            format!("rolling onto the current pod template: node {ordinal}'s pod is being replaced"),
+        );
+    }
+    let Some(shard) = (0..facts.desired_shards)
+        .find(|shard| facts.shard_ordinals(*shard).any(|o| templates.is_outdated(o)))
+    else {
+        return Decision::Settled;
+    };
+    let Some(primary) = topology.shard_primary(facts, shard) else {
+        return wait(
+            Reason::RestartBlocked,
+            format!("shard {shard} runs an older pod template and has no single primary"),
+        );
+    };
+    if let Some(ordinal) = facts
+        .shard_ordinals(shard)
+        .find(|o| *o != primary && templates.is_outdated(*o))
+    {
+        return Decision::Act(Step::RestartNode { ordinal });
+    }
+    if facts.shard_ordinals(shard).len() == 1 {
+        return Decision::Act(Step::RestartNode { ordinal: primary });
+    }
+    match linked_replica(facts, topology, shard, primary, |o| templates.is_current(o)) {
+        Some(replica) => Decision::Act(Step::HandOver { primary, replica }),
+        None => wait(
+            Reason::RestartBlocked,
+            format!(
+                "shard {shard}'s primary, node {primary}, runs an older pod template and hands its slots over \
+                 before its restart; none of its replicas on the current template is linked to it"
+            ),
+        ),
+    }
 }
 
 /// The recorded move while the plan still has it (so a restarted operator carries on with it),
@@ -1098,6 +1289,9 @@ mod tests {
             nodes,
             recorded_move: None,
             layout: even_layout(shards),
+            templates: Templates::Unknown,
+            repair: None,
+            pending: BTreeSet::new(),
         }
     }
 
@@ -1599,5 +1793,255 @@ mod tests {
         assert_eq!(reason(&decide(&facts)), "ReplicaSyncing");
         let topology = Topology::new(&facts);
         assert_eq!(serving(&facts, &topology).unwrap_err().0, "ShardNotReady");
+    }
+
+    /// `facts` with the pods of `outdated` on an older template and every other pod on the
+    /// current one.
+    fn on_templates(mut facts: Facts, outdated: &[usize]) -> Facts {
+        facts.templates = Templates::Known {
+            outdated: outdated.iter().map(|o| (*o, format!("uid-{o}"))).collect(),
+            current: (0..facts.nodes.len()).filter(|o| !outdated.contains(o)).collect(),
+        };
+        facts
+    }
+
+    /// Shard `shard` of `formed` after its replica took its primary's slots.
+    fn handed_over(mut nodes: Vec<Node>, shard: usize) -> Vec<Node> {
+        let (old, new) = (2 * shard, 2 * shard + 1);
+        let slots = nodes[old].slots.clone();
+        nodes[new] = primary(new, &slots);
+        nodes[old] = replica(old, new);
+        nodes
+    }
+
+    #[test]
+    fn a_new_template_restarts_a_shards_replica_then_hands_its_slots_over_and_restarts_the_old_primary() {
+        let whole = everyone_knows_everyone(&formed(3));
+        // Shard 1 (nodes 2 and 3, node 2 its primary) took the new template.
+        assert_eq!(
+            decide(&on_templates(facts(3, whole.clone()), &[2, 3])),
+            Decision::Act(Step::RestartNode { ordinal: 3 }),
+            "the replica first"
+        );
+        assert_eq!(
+            decide(&on_templates(facts(3, whole.clone()), &[2])),
+            Decision::Act(Step::HandOver {
+                primary: 2,
+                replica: 3
+            }),
+            "the primary hands its slots to the restarted replica"
+        );
+        let after = everyone_knows_everyone(&handed_over(formed(3), 1));
+        assert_eq!(
+            decide(&on_templates(facts(3, after.clone()), &[2])),
+            Decision::Act(Step::RestartNode { ordinal: 2 }),
+            "the old primary, a replica now, last"
+        );
+        assert_eq!(decide(&on_templates(facts(3, after), &[])), Decision::Settled);
+        assert_eq!(decide(&on_templates(facts(3, whole), &[])), Decision::Settled);
+    }
+
+    #[test]
+    fn the_lowest_shard_behind_rolls_first_and_a_one_node_shard_restarts_as_it_is() {
+        let whole = everyone_knows_everyone(&formed(3));
+        assert_eq!(
+            decide(&on_templates(facts(3, whole), &[0, 1, 4, 5])),
+            Decision::Act(Step::RestartNode { ordinal: 1 })
+        );
+        let lone: Vec<Node> = initial_ranges(3)
+            .into_iter()
+            .enumerate()
+            .map(|(shard, range)| primary(shard, &[range]))
+            .collect();
+        let mut lone = facts(3, everyone_knows_everyone(&lone));
+        lone.nodes_per_shard = 1;
+        assert_eq!(
+            decide(&on_templates(lone, &[1, 2])),
+            Decision::Act(Step::RestartNode { ordinal: 1 })
+        );
+    }
+
+    #[test]
+    fn a_roll_waits_for_the_whole_cluster_and_says_so() {
+        // Node 3 restarted and not back yet: nothing else restarts.
+        let mut restarting = everyone_knows_everyone(&formed(3));
+        restarting[3] = unreachable(3);
+        let decision = decide(&on_templates(facts(3, restarting), &[2]));
+        assert_eq!(reason(&decision), "RestartInProgress", "{decision:?}");
+
+        // Node 3 back and resyncing: no handover to it yet.
+        let mut syncing = everyone_knows_everyone(&formed(3));
+        syncing[3].view.as_mut().unwrap().link_up = false;
+        let decision = decide(&on_templates(facts(3, syncing.clone()), &[2]));
+        assert_eq!(reason(&decision), "RestartInProgress", "{decision:?}");
+        // The same wait with no roll under way is what it is.
+        assert_eq!(
+            reason(&decide(&on_templates(facts(3, syncing), &[]))),
+            "ReplicaSyncing"
+        );
+
+        // A pod deleted and not created again yet, on either template.
+        let whole = everyone_knows_everyone(&formed(3));
+        let mut replacing = on_templates(facts(3, whole.clone()), &[2]);
+        if let Templates::Known { current, .. } = &mut replacing.templates {
+            current.remove(&3);
+        }
+        let decision = decide(&replacing);
+        assert_eq!(reason(&decision), "RestartInProgress", "{decision:?}");
+
+        // Templates not known (a StatefulSet's controller behind its spec): nothing restarts.
+        assert_eq!(decide(&facts(3, whole)), Decision::Settled);
+    }
+
+    #[test]
+    fn no_restart_while_slots_move_or_a_node_does_not_answer() {
+        // A node of another shard unreachable: its shard's slots may be failing over.
+        let mut unknown = everyone_knows_everyone(&formed(3));
+        unknown[5] = unreachable(5);
+        let decision = decide(&on_templates(facts(3, unknown), &[2, 3]));
+        assert!(decision.step().is_none(), "{decision:?}");
+
+        // A fourth shard to fill first: the slots move before anything restarts.
+        let mut grown = formed(3);
+        grown.extend([primary(6, &[]), replica(7, 6)]);
+        let decision = decide(&on_templates(facts(4, everyone_knows_everyone(&grown)), &[0, 1]));
+        assert!(
+            matches!(decision, Decision::Act(Step::MoveSlots { .. })),
+            "{decision:?}"
+        );
+    }
+
+    fn with_repair(mut facts: Facts, member: &str, ordinal: Option<usize>, taken: Option<&str>) -> Facts {
+        facts.repair = Some(PodRepair {
+            member: member.into(),
+            ordinal,
+            taken: taken.map(str::to_string),
+            pod_uid: ordinal.map(|o| format!("uid-{o}")),
+        });
+        facts
+    }
+
+    #[test]
+    fn a_repair_wipes_a_replica_once_from_a_whole_cluster_and_a_primary_hands_its_slots_over_first() {
+        let whole = || facts(3, everyone_knows_everyone(&formed(3)));
+        assert_eq!(
+            decide(&with_repair(whole(), "cache-shard-1-1", Some(3), None)),
+            Decision::Act(Step::WipeNode {
+                ordinal: 3,
+                pod_uid: "uid-3".into()
+            })
+        );
+        // Recorded, and its pod is still there (stopped between the record and the wipe): again.
+        assert_eq!(
+            decide(&with_repair(whole(), "cache-shard-1-1", Some(3), Some("uid-3"))),
+            Decision::Act(Step::WipeNode {
+                ordinal: 3,
+                pod_uid: "uid-3".into()
+            })
+        );
+        // Another pod under the name: the request is done with, and a roll may go on.
+        assert_eq!(
+            decide(&with_repair(whole(), "cache-shard-1-1", Some(3), Some("uid-old"))),
+            Decision::Settled
+        );
+        assert_eq!(
+            decide(&on_templates(
+                with_repair(whole(), "cache-shard-1-1", Some(3), Some("uid-old")),
+                &[5]
+            )),
+            Decision::Act(Step::RestartNode { ordinal: 5 })
+        );
+        // The primary hands its slots to its replica first; then it is a replica, wiped.
+        assert_eq!(
+            decide(&with_repair(whole(), "cache-shard-1-0", Some(2), None)),
+            Decision::Act(Step::HandOver {
+                primary: 2,
+                replica: 3
+            })
+        );
+        let after = facts(3, everyone_knows_everyone(&handed_over(formed(3), 1)));
+        assert_eq!(
+            decide(&with_repair(after, "cache-shard-1-0", Some(2), None)),
+            Decision::Act(Step::WipeNode {
+                ordinal: 2,
+                pod_uid: "uid-2".into()
+            })
+        );
+        // A repair comes before a roll.
+        assert_eq!(
+            decide(&on_templates(
+                with_repair(whole(), "cache-shard-2-1", Some(5), None),
+                &[0, 1]
+            )),
+            Decision::Act(Step::WipeNode {
+                ordinal: 5,
+                pod_uid: "uid-5".into()
+            })
+        );
+
+        let lone: Vec<Node> = initial_ranges(3)
+            .into_iter()
+            .enumerate()
+            .map(|(shard, range)| primary(shard, &[range]))
+            .collect();
+        let mut lone = facts(3, everyone_knows_everyone(&lone));
+        lone.nodes_per_shard = 1;
+        let mut syncing = everyone_knows_everyone(&formed(3));
+        syncing[1].view.as_mut().unwrap().link_up = false;
+        let mut unknown = everyone_knows_everyone(&formed(3));
+        unknown[4] = unreachable(4);
+        for (case, facts, reason) in [
+            (
+                "a name that is no node",
+                with_repair(whole(), "other-1", None, None),
+                Reason::RepairRefused,
+            ),
+            (
+                "an ordinal beyond the deployment",
+                with_repair(whole(), "cache-shard-3-1", Some(7), None),
+                Reason::RepairRefused,
+            ),
+            (
+                "a shard's only node",
+                with_repair(lone, "cache-shard-1-0", Some(1), None),
+                Reason::RepairRefused,
+            ),
+            (
+                "another node syncing",
+                with_repair(facts(3, syncing), "cache-shard-1-1", Some(3), None),
+                Reason::ReplicaSyncing,
+            ),
+            (
+                "another node unreachable",
+                with_repair(facts(3, unknown), "cache-shard-1-1", Some(3), None),
+                Reason::NodeUnknown,
+            ),
+        ] {
+            let Decision::Wait(wait) = decide(&facts) else {
+                panic!("{case}: not a wait")
+            };
+            assert_eq!(wait.reason, reason, "{case}: {wait:?}");
+        }
+    }
+
+    #[test]
+    fn a_pod_stuck_pending_on_an_older_template_is_replaced_at_once() {
+        // Before formation, one pod of each shard could not be placed under the old template.
+        let fresh: Vec<Node> = (0..6).map(|o| primary(o, &[])).collect();
+        let mut nodes: Vec<NodeFact> = fresh.iter().map(|n| answering(n, &[])).collect();
+        for ordinal in [1, 3, 5] {
+            nodes[ordinal] = unreachable(ordinal);
+        }
+        let mut stuck = on_templates(facts(3, nodes), &[0, 1, 3, 5]);
+        stuck.recorded_ids.clear();
+        stuck.pending = [1, 3, 5].into();
+        assert_eq!(decide(&stuck), Decision::Act(Step::RestartNode { ordinal: 1 }));
+        // On the current template, it waits to be placed like any starting pod.
+        let mut placed = on_templates(stuck.clone(), &[0, 3, 5]);
+        placed.pending = [1, 3, 5].into();
+        assert_eq!(decide(&placed), Decision::Act(Step::RestartNode { ordinal: 3 }));
+        placed.pending.clear();
+        let decision = decide(&placed);
+        assert!(decision.step().is_none(), "{decision:?}");
     }
 }

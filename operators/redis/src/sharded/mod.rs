@@ -4,23 +4,28 @@
 //! size the StatefulSet, record the step in status (a slot move is recorded before it is
 //! made, so an operator restarted halfway resumes it), take it ([`execute`]), label the pods
 //! from what they said, and report. Failover is Redis Cluster's own; the operator only
-//! follows it in labels and status.
+//! follows it in labels and status, and asks for one only to hand a primary's slots to its
+//! replica before restarting it onto a new pod template.
 
 pub mod decide;
 pub mod observe;
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     time::{Duration, Instant},
 };
 
-use k8s_openapi::{api::apps::v1::StatefulSet, apimachinery::pkg::apis::meta::v1::Time};
+use k8s_openapi::{
+    api::{apps::v1::StatefulSet, core::v1::Pod},
+    apimachinery::pkg::apis::meta::v1::Time,
+};
 use kube::ResourceExt;
 use quorum_core::{
     availability::{health::Health, retry::Idempotency},
     conditions::{ConditionType, ConditionUpdate},
     pass::{UnreadableRecord, publish},
-    rollout::rolled_out,
+    repair::{PodRepair, RepairRecord},
+    rollout::{Templates, needs_take_over, restart_pod, take_over_updates},
 };
 
 use crate::{
@@ -39,12 +44,16 @@ use crate::{
     },
 };
 
-use decide::{Decision, Facts, Reason, Step, Topology, decide_pass, pending_moves, serving};
+use decide::{Decision, Facts, NodeFact, Reason, Step, Topology, decide_pass, pending_moves, serving};
 use observe::observe_nodes;
 
 /// How long one pass keeps moving slots before it reports and yields; the rest of the batch
 /// is left to the next pass.
 const MOVE_BUDGET: Duration = Duration::from_secs(5);
+
+/// How long a handover may take before the step is reported failed; the primary keeps its
+/// slots if it did not happen (Redis ends a manual failover that did not complete by itself).
+const HANDOVER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The recorded move's slot range, for the messages of a record that cannot be read.
 const RECORDED_SLOTS_FIELD: &str = "status.rebalance.current.slots";
@@ -56,6 +65,7 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
     let data = &pass.addresses.nodes;
     let statefulsets = DataStatefulSets::observe(pass).await?;
     let pods = statefulsets.pods(data.nodes_per_shard());
+    let mut data_pods = pass.data_pods().await?;
     let previous = pass.cluster.status.clone().unwrap_or_default();
     let recorded_ids: BTreeMap<usize, String> = previous
         .nodes
@@ -75,6 +85,9 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
         recorded_ids,
         recorded_move: recorded.clone().unwrap_or_default(),
         layout: formation_layout(&previous, spec.shard_count(), spec.nodes_per_shard()),
+        templates: statefulsets.templates(data, data_pods.pods()),
+        repair: node_repair(pass, data_pods.pods()),
+        pending: pending_pods(data, data_pods.pods()),
     };
 
     // Decide.
@@ -87,7 +100,7 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
         Decision::Act(Step::ScaleNodes { replicas }) => *replicas,
         _ => pods.unwrap_or(facts.desired_nodes()),
     };
-    let settled = |shard| shard_settled(&facts, shard);
+    let settled = |shard| shard_rolled(&facts, shard);
     statefulsets.size(pass, replicas, false, settled).await?;
 
     let mut progress = match &decision {
@@ -100,14 +113,19 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
     };
 
     // Labels and status from what the nodes said, recorded before the step is taken.
-    pass.set_role_labels(&mut pass.data_pods().await?, &role_labels(&facts))
-        .await?;
+    pass.set_role_labels(&mut data_pods, &role_labels(&facts)).await?;
     let rebalance = match &recorded {
         // Kept as stored, until a person removes it or an operator that can read it resumes it.
         Err(_) => previous.rebalance.clone(),
         Ok(_) => rebalance_record(&previous, &decision, pending_moves(&facts, &topology), pass),
     };
-    let mut status = build_status(pass, &facts, &topology, &progress, rebalance);
+    // A wipe is recorded before it is taken: one request wipes one pod, never a second after a
+    // restart of the operator.
+    let wiping = match &decision {
+        Decision::Act(Step::WipeNode { pod_uid, .. }) => Some(pod_uid),
+        _ => None,
+    };
+    let mut status = build_status(pass, &facts, &topology, &progress, rebalance, wiping);
     let mut writer = pass.status_writer();
     writer.write(&status).await?;
     pass.observe_members(&status);
@@ -118,9 +136,29 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
         Decision::Act(step) => Some((step, execute(pass, &facts, step).await)),
         _ => None,
     };
-    if let Some((Step::RemoveShards { replicas, .. }, Ok(()))) = &outcome {
-        // Forgotten everywhere: now the pods may go.
-        statefulsets.size(pass, *replicas, true, settled).await?;
+    match &outcome {
+        Some((Step::RemoveShards { replicas, .. }, Ok(()))) => {
+            // Forgotten everywhere: now the pods may go.
+            statefulsets.size(pass, *replicas, true, settled).await?;
+        }
+        Some((Step::WipeNode { ordinal, pod_uid }, Ok(()))) => {
+            let pod = data.name(*ordinal);
+            quorum_core::wipe::wipe_member(
+                &pass.context.client,
+                &pass.namespace(),
+                &pod,
+                Some(pod_uid.clone()),
+            )
+            .await
+            .map_err(Error::api(format!("wiping {pod}")))?;
+        }
+        Some((Step::RestartNode { ordinal }, Ok(()))) => {
+            // Only the pod observed: one replaced meanwhile is not restarted twice.
+            if let Some(uid) = facts.templates.outdated_pod(*ordinal) {
+                restart_pod(&pass.context.client, &pass.namespace(), &data.name(*ordinal), uid).await?;
+            }
+        }
+        _ => {}
     }
     if let Some((step, Err(source))) = outcome {
         let message = format!("{} failed: {source}", describe(data, step));
@@ -128,7 +166,14 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
             reason: Reason::StepFailed,
             message,
         };
-        status = build_status(pass, &facts, &topology, &progress, status.rebalance.clone());
+        status = build_status(
+            pass,
+            &facts,
+            &topology,
+            &progress,
+            status.rebalance.clone(),
+            wiping,
+        );
         writer.write(&status).await?;
         failure = Some(Error::Step {
             step: describe(data, step),
@@ -167,6 +212,20 @@ impl DataStatefulSets {
         Ok(found)
     }
 
+    /// Which pods run their own StatefulSet's current template, by ordinal across the
+    /// deployment.
+    fn templates(&self, data: &DataNodes, pods: &[Pod]) -> Templates {
+        match data.nodes_per_shard() {
+            None => Templates::observe(self.one.as_ref(), pods, |pod| data.ordinal_of(pod)),
+            Some(per_shard) => Templates::combine(self.by_shard.iter().map(|(shard, statefulset)| {
+                Templates::observe(Some(statefulset), pods, |pod| {
+                    data.ordinal_of(pod)
+                        .filter(|ordinal| shard_of(*ordinal, per_shard) == *shard)
+                })
+            })),
+        }
+    }
+
     /// Pods the StatefulSets of the deployment's layout hold in all; `None` before they exist.
     /// Only shards `0..n` without a gap count: the ordinals assume them, and a shard beyond a
     /// missing one is left as it is, never taken for leaving.
@@ -191,8 +250,10 @@ impl DataStatefulSets {
     /// them is scaled to no pods only with `remove_leaving` (after the step that made every
     /// other node forget it; its volumes go with its pods, so a shard added again starts empty)
     /// and removed once empty. An existing shard's StatefulSet, whose template may have
-    /// changed, is applied only as [`ShardRoll::next`] allows, so a new pod template restarts
-    /// one shard at a time, each back in the cluster (`settled`) before the next.
+    /// changed, is applied only as [`ShardRoll::next`] allows, so a new pod template reaches
+    /// one shard at a time, each rolled onto it and back in the cluster (`settled`) before the
+    /// next. A StatefulSet made before the operator rolled cluster-mode pods itself is taken
+    /// over first (no pod restarts: its template is unchanged).
     async fn size(
         &self,
         pass: &Pass<'_>,
@@ -200,6 +261,12 @@ impl DataStatefulSets {
         remove_leaving: bool,
         settled: impl Fn(usize) -> bool,
     ) -> Result<(), Error> {
+        let client = &pass.context.client;
+        for statefulset in self.by_shard.values().chain(&self.one) {
+            if needs_take_over(statefulset) {
+                take_over_updates(client, &pass.namespace(), &statefulset.name_any()).await?;
+            }
+        }
         let Some(per_shard) = pass.addresses.nodes.nodes_per_shard() else {
             return pass.apply(&build_statefulset(pass.cluster, nodes as i32)?).await;
         };
@@ -209,7 +276,7 @@ impl DataStatefulSets {
             .by_shard
             .iter()
             .filter(|(shard, _)| **shard < shards)
-            .map(|(shard, statefulset)| (*shard, rolled_out(statefulset) && settled(*shard)))
+            .map(|(shard, _)| (*shard, settled(*shard)))
             .collect();
         let mut roll = ShardRoll::next(&staying);
         for shard in 0..shards {
@@ -272,18 +339,30 @@ fn is_empty(statefulset: &StatefulSet) -> bool {
     replicas_of(Some(statefulset)) == Some(0) && statefulset.status.as_ref().is_none_or(|s| s.replicas == 0)
 }
 
-/// Whether shard `shard`'s nodes are back in the cluster: each answers with `cluster_state:ok`,
-/// and each replica's link to its primary is up. Before any node serves (formation), there is
-/// nothing a restart could disturb, so every shard is.
-fn shard_settled(facts: &Facts, shard: usize) -> bool {
+/// Whether a new pod template may go on to the shards after `shard`: every one of its pods runs
+/// its StatefulSet's current template (read from the pods: an `OnDelete` StatefulSet's
+/// controller never reports its update done) and is back in the cluster, answering with
+/// `cluster_state:ok`, each replica's link to its primary up. Before any node serves
+/// (formation), there is nothing a restart could disturb, so every shard may take it.
+fn shard_rolled(facts: &Facts, shard: usize) -> bool {
     let serving = facts
         .nodes
         .iter()
         .any(|node| node.answered().is_some_and(|view| view.state_ok));
     let nodes = facts.nodes_per_shard;
     !serving
-        || (shard * nodes..(shard + 1) * nodes)
-            .all(|ordinal| facts.node(ordinal).is_some_and(|node| node.in_the_cluster()))
+        || (shard * nodes..(shard + 1) * nodes).all(|ordinal| {
+            facts.templates.is_current(ordinal) && facts.node(ordinal).is_some_and(NodeFact::in_the_cluster)
+        })
+}
+
+/// The ordinals of the data pods the API server reports `Pending`.
+fn pending_pods(data: &DataNodes, pods: &[Pod]) -> BTreeSet<usize> {
+    pods.iter()
+        .filter(|pod| pod.metadata.deletion_timestamp.is_none())
+        .filter(|pod| pod.status.as_ref().and_then(|status| status.phase.as_deref()) == Some("Pending"))
+        .filter_map(|pod| data.ordinal_of(&pod.name_any()))
+        .collect()
 }
 
 /// Takes one step.
@@ -298,7 +377,19 @@ async fn execute(pass: &Pass<'_>, facts: &Facts, step: &Step) -> Result<(), Call
             .and_then(|n| n.address)
     };
     match step {
-        Step::ScaleNodes { .. } => Ok(()),
+        Step::ScaleNodes { .. } | Step::RestartNode { .. } | Step::WipeNode { .. } => Ok(()),
+        Step::HandOver { replica, .. } => {
+            clients
+                .node(
+                    key,
+                    addresses,
+                    *replica,
+                    "cluster_failover",
+                    Idempotency::Mutation,
+                    |admin| async move { admin.hand_over_to_me(HANDOVER_TIMEOUT).await },
+                )
+                .await
+        }
         Step::Form {
             introducer,
             meet,
@@ -456,6 +547,27 @@ async fn move_slots(
     Ok(())
 }
 
+/// The repair a person asked for, resolved against the data pods.
+fn node_repair(pass: &Pass<'_>, pods: &[Pod]) -> Option<PodRepair> {
+    let recorded = pass.cluster.status.as_ref().and_then(|s| s.repair.as_ref());
+    let request = quorum_core::repair::request(pass.cluster, recorded)?;
+    let ordinal = pass.addresses.nodes.ordinal_of(&request.member);
+    Some(PodRepair::resolve(request, ordinal, pods))
+}
+
+/// Where a repair asked for stands, for `status.repair`; `None` once the request is gone.
+/// `wiping` is the pod this pass wipes for it. The node is back once it is in the cluster
+/// again: `cluster_state:ok` and a replica with its link up.
+fn repair_record(facts: &Facts, wiping: Option<&String>, progress: &Progress) -> Option<RepairRecord> {
+    let repair = facts.repair.as_ref()?;
+    let back = repair
+        .ordinal
+        .and_then(|ordinal| facts.node(ordinal))
+        .is_some_and(|node| node.in_the_cluster() && node.me().is_some_and(|me| me.flags.replica));
+    let waiting = progress.message().unwrap_or("waiting for the next pass");
+    Some(repair.record(wiping, waiting, back))
+}
+
 /// The role label of each pod that answered: a primary by its own word, a replica while its
 /// link is up. Pods that did not answer keep theirs (failover is Redis's; the operator does
 /// not guess).
@@ -513,19 +625,13 @@ fn build_status(
     topology: &Topology,
     progress: &Progress,
     rebalance: Option<RebalanceStatus>,
+    wiping: Option<&String>,
 ) -> RedisClusterStatus {
     let data = &pass.addresses.nodes;
     let mut status = pass.cluster.status.clone().unwrap_or_default();
     let previous_nodes = std::mem::take(&mut status.nodes);
     let now = pass.now;
-    // Said, not silently ignored: cluster mode takes no repair request yet.
-    status.repair = quorum_core::repair::request(pass.cluster, None).map(|request| {
-        request.record(
-            quorum_core::repair::RepairPhase::Waiting,
-            None,
-            "cluster mode takes no repair request yet, so nothing is changed: remove the annotation",
-        )
-    });
+    status.repair = repair_record(facts, wiping, progress);
     let name_of_id = |id: &str| {
         topology
             .ordinals
@@ -694,6 +800,9 @@ pub fn step_reason(step: &Step) -> Reason {
         Step::MoveSlots { .. } => Reason::MovingSlots,
         Step::RemoveShards { .. } => Reason::RemovingShards,
         Step::ForgetStrays { .. } => Reason::ForgettingStrayNodes,
+        Step::RestartNode { .. } => Reason::RestartingNode,
+        Step::HandOver { .. } => Reason::SwitchoverRequested,
+        Step::WipeNode { .. } => Reason::RebuildingNode,
     }
 }
 
@@ -705,6 +814,20 @@ pub fn describe(data: &DataNodes, step: &Step) -> String {
     };
     match step {
         Step::ScaleNodes { replicas } => format!("scaling the data nodes to {replicas} pods"),
+        Step::RestartNode { ordinal } => {
+            format!("restarting {} onto the current pod template", node(ordinal))
+        }
+        Step::WipeNode { ordinal, .. } => format!(
+            "rebuilding {} on request: its claim and pod deleted, so it comes back empty under a new node id \
+             and copies everything from its shard's primary",
+            node(ordinal)
+        ),
+        Step::HandOver { primary, replica } => format!(
+            "handing the slots of {}, which runs an older pod template, to its replica {} \
+             (CLUSTER FAILOVER: its clients held until the replica has every write it acknowledged)",
+            node(primary),
+            node(replica)
+        ),
         Step::Form {
             introducer, assign, ..
         } => format!(
@@ -762,7 +885,6 @@ pub fn describe(data: &DataNodes, step: &Step) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use decide::NodeFact;
 
     #[test]
     fn a_new_template_reaches_one_shard_at_a_time_each_settled_before_the_next() {
@@ -936,6 +1058,9 @@ mod tests {
             recorded_ids: BTreeMap::new(),
             recorded_move: None,
             layout: decide::even_layout(3),
+            templates: Templates::Unknown,
+            repair: None,
+            pending: Default::default(),
         };
         assert!(role_labels(&facts).is_empty());
     }
