@@ -152,6 +152,13 @@ impl Templates {
         matches!(self, Self::Known { .. }) && members.into_iter().any(|ordinal| !self.is_current(ordinal))
     }
 
+    /// The first of `pending` (members whose pods run nothing, [`pending_members`]) whose pod
+    /// runs an older template: replacing it disturbs nothing, and it may start only once
+    /// replaced.
+    pub fn stuck(&self, pending: &BTreeSet<usize>) -> Option<usize> {
+        pending.iter().copied().find(|ordinal| self.is_outdated(*ordinal))
+    }
+
     /// Whether member `ordinal`'s pod exists and runs an older template.
     pub fn is_outdated(&self, ordinal: usize) -> bool {
         self.outdated_pod(ordinal).is_some()
@@ -184,6 +191,18 @@ impl Templates {
                 .map(|primary| RollTarget::Primary(*primary)),
         }
     }
+}
+
+/// The members whose pods the API server reports `Pending` (not placed on a node, or their
+/// containers not started): nothing of theirs runs or serves, so replacing one disturbs
+/// nothing, and one stuck on an older template (one no node can take, say) may start only once
+/// replaced. `ordinal_of` maps a pod name to its ordinal.
+pub fn pending_members(pods: &[Pod], ordinal_of: impl Fn(&str) -> Option<usize>) -> BTreeSet<usize> {
+    pods.iter()
+        .filter(|pod| pod.metadata.deletion_timestamp.is_none())
+        .filter(|pod| pod.status.as_ref().and_then(|status| status.phase.as_deref()) == Some("Pending"))
+        .filter_map(|pod| ordinal_of(&pod.name_any()))
+        .collect()
 }
 
 /// Restarts member pod `pod` onto its StatefulSet's current template by deleting it, if it is
@@ -363,6 +382,24 @@ mod tests {
             }
         );
         assert_eq!(Templates::combine([]), Templates::Unknown);
+    }
+
+    #[test]
+    fn a_pending_member_on_an_older_template_is_stuck_and_one_on_the_current_is_not() {
+        let mut waiting = pod(1, "old", false);
+        waiting.status = Some(k8s_openapi::api::core::v1::PodStatus {
+            phase: Some("Pending".into()),
+            ..Default::default()
+        });
+        let mut starting = pod(2, "new", false);
+        starting.status = waiting.status.clone();
+        let pods = [pod(0, "old", false), waiting, starting];
+        let pending = pending_members(&pods, ordinal_of);
+        assert_eq!(pending, [1, 2].into());
+        let templates = Templates::observe(Some(&statefulset(2, 2, "new")), &pods, ordinal_of);
+        assert_eq!(templates.stuck(&pending), Some(1));
+        assert_eq!(templates.stuck(&[2].into()), None);
+        assert_eq!(Templates::Unknown.stuck(&pending), None);
     }
 
     #[test]

@@ -12,7 +12,11 @@
 //! address when the Sentinels last agreed (never by offset or run id: a restart from the
 //! append-only file resets both), and re-points the Sentinels there one at a time.
 
-use std::{collections::BTreeMap, net::SocketAddr, time::Duration};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::SocketAddr,
+    time::Duration,
+};
 
 use quorum_core::{
     availability::{
@@ -107,6 +111,8 @@ pub struct Facts {
     pub sentinels_rolled: bool,
     /// A repair a person asked for, while the request stands.
     pub repair: Option<PodRepair>,
+    /// Data pods the API server reports `Pending`: nothing of theirs runs or serves.
+    pub pending: BTreeSet<usize>,
 }
 
 /// One step.
@@ -492,6 +498,11 @@ pub fn decide(facts: &Facts) -> Decision {
         return Decision::Act(Step::ScaleSentinels {
             replicas: facts.desired_sentinels,
         });
+    }
+    // A pod that runs nothing disturbs nothing when it is replaced, and one stuck on an older
+    // template (one no node can take, say) may start only on the current one.
+    if let Some(ordinal) = facts.templates.stuck(&facts.pending) {
+        return Decision::Act(Step::RestartNode { ordinal });
     }
     let (primary, primary_address) = match find_primary(facts) {
         PrimaryFinding::Agreed { ordinal, address } => (ordinal, address),
@@ -952,6 +963,7 @@ mod tests {
             },
             sentinels_rolled: true,
             repair: None,
+            pending: BTreeSet::new(),
         }
     }
 
@@ -1545,6 +1557,22 @@ mod tests {
             current: (0..3).filter(|o| !outdated.contains(o)).collect(),
         };
         facts
+    }
+
+    #[test]
+    fn a_replica_stuck_pending_on_an_older_template_is_replaced_without_waiting_for_it() {
+        // Node 2 could not be placed under the old template: it does not answer, so a roll
+        // waiting for every node to be healthy would wait for ever.
+        let mut nodes = settled_nodes(0);
+        nodes[2] = unreachable_node(2);
+        let mut stuck = with_outdated(facts(nodes, all_watching(0), Some(0)), &[0, 1, 2]);
+        stuck.pending = [2].into();
+        assert_eq!(decide(&stuck), Decision::Act(Step::RestartNode { ordinal: 2 }));
+        // Pending on the current template: it waits like any node starting.
+        let mut placed = with_outdated(stuck.clone(), &[0, 1]);
+        placed.nodes = stuck.nodes.clone();
+        let decision = decide(&placed);
+        assert!(decision.step().is_none(), "{decision:?}");
     }
 
     #[test]

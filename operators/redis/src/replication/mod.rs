@@ -19,7 +19,7 @@ use quorum_core::{
     pass::publish,
     repair::{PodRepair, RepairRecord},
     role_labels::LabelledPods,
-    rollout::{Templates, needs_take_over, restart_pod, rolled_out, take_over_updates},
+    rollout::{Templates, needs_take_over, pending_members, restart_pod, rolled_out, take_over_updates},
     wakeups::ObjectKey,
 };
 
@@ -120,6 +120,7 @@ async fn observe(pass: &Pass<'_>) -> Result<Observed, Error> {
         }),
         sentinels_rolled: sentinel_statefulset.as_ref().is_some_and(rolled_out),
         repair: node_repair(pass, &data_pods),
+        pending: pending_members(data_pods.pods(), |pod| ordinal_of(&name, pod)),
     };
     Ok(Observed {
         facts,

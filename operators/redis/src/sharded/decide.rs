@@ -410,12 +410,7 @@ fn next_step(facts: &Facts) -> Decision {
     }
     // A pod that runs nothing disturbs nothing when it is replaced, and one stuck on an older
     // template (one its node cannot take, say) may start only on the current one.
-    if let Some(ordinal) = facts
-        .pending
-        .iter()
-        .copied()
-        .find(|ordinal| facts.templates.is_outdated(*ordinal))
-    {
+    if let Some(ordinal) = facts.templates.stuck(&facts.pending) {
         return Decision::Act(Step::RestartNode { ordinal });
     }
     let topology = Topology::new(facts);

@@ -11,7 +11,7 @@ pub mod decide;
 pub mod observe;
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::BTreeMap,
     time::{Duration, Instant},
 };
 
@@ -25,7 +25,7 @@ use quorum_core::{
     conditions::{ConditionType, ConditionUpdate},
     pass::{UnreadableRecord, publish},
     repair::{PodRepair, RepairRecord},
-    rollout::{Templates, needs_take_over, restart_pod, take_over_updates},
+    rollout::{Templates, needs_take_over, pending_members, restart_pod, take_over_updates},
 };
 
 use crate::{
@@ -87,7 +87,7 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
         layout: formation_layout(&previous, spec.shard_count(), spec.nodes_per_shard()),
         templates: statefulsets.templates(data, data_pods.pods()),
         repair: node_repair(pass, data_pods.pods()),
-        pending: pending_pods(data, data_pods.pods()),
+        pending: pending_members(data_pods.pods(), |pod| data.ordinal_of(pod)),
     };
 
     // Decide.
@@ -354,15 +354,6 @@ fn shard_rolled(facts: &Facts, shard: usize) -> bool {
         || (shard * nodes..(shard + 1) * nodes).all(|ordinal| {
             facts.templates.is_current(ordinal) && facts.node(ordinal).is_some_and(NodeFact::in_the_cluster)
         })
-}
-
-/// The ordinals of the data pods the API server reports `Pending`.
-fn pending_pods(data: &DataNodes, pods: &[Pod]) -> BTreeSet<usize> {
-    pods.iter()
-        .filter(|pod| pod.metadata.deletion_timestamp.is_none())
-        .filter(|pod| pod.status.as_ref().and_then(|status| status.phase.as_deref()) == Some("Pending"))
-        .filter_map(|pod| data.ordinal_of(&pod.name_any()))
-        .collect()
 }
 
 /// Takes one step.
