@@ -143,6 +143,19 @@ impl Pass<'_> {
         ))
     }
 
+    /// Rebuilds data pod `pod` for a repair: its claim, then the pod (the incarnation `uid`
+    /// only), are deleted, so it comes back on an empty volume.
+    pub async fn wipe_data_pod(&self, pod: &str, uid: &str) -> Result<(), Error> {
+        quorum_core::wipe::wipe_member(
+            &self.context.client,
+            &self.namespace(),
+            pod,
+            Some(uid.to_string()),
+        )
+        .await
+        .map_err(Error::api(format!("wiping {pod}")))
+    }
+
     pub async fn apply<K>(&self, object: &K) -> Result<(), Error>
     where
         K: quorum_core::cache::Cacheable + serde::Serialize,

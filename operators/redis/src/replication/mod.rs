@@ -269,15 +269,7 @@ async fn take_step(pass: &Pass<'_>, facts: &Facts, decision: &Decision) -> Resul
                 status.repair = Some(record);
                 pass.status_writer().write(&status).await?;
             }
-            let pod = node_name(&name, *ordinal);
-            quorum_core::wipe::wipe_member(
-                &pass.context.client,
-                &pass.namespace(),
-                &pod,
-                Some(pod_uid.clone()),
-            )
-            .await
-            .map_err(Error::api(format!("wiping {pod}")))?;
+            pass.wipe_data_pod(&node_name(&name, *ordinal), pod_uid).await?;
             wiped_for_repair = Some(pod_uid.clone());
         }
         _ => {}

@@ -142,15 +142,7 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
             statefulsets.size(pass, *replicas, true, settled).await?;
         }
         Some((Step::WipeNode { ordinal, pod_uid }, Ok(()))) => {
-            let pod = data.name(*ordinal);
-            quorum_core::wipe::wipe_member(
-                &pass.context.client,
-                &pass.namespace(),
-                &pod,
-                Some(pod_uid.clone()),
-            )
-            .await
-            .map_err(Error::api(format!("wiping {pod}")))?;
+            pass.wipe_data_pod(&data.name(*ordinal), pod_uid).await?;
         }
         Some((Step::RestartNode { ordinal }, Ok(()))) => {
             // Only the pod observed: one replaced meanwhile is not restarted twice.
