@@ -82,6 +82,11 @@ for path in "$goroot" "$rustup_home" "$cargo_home/bin" "$cargo_home/registry" /s
 git -C "$root" ls-files -z | (cd "$root" && tar --null -T - -cf -) | tar -C "$fs/src" -xf -
 
 inner_path="$goroot/bin:$cargo_home/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# The crates come from this machine's registry cache, fetched here first: the clean root has
+# none of this machine's network configuration (a proxy's certificate authority, say), and what
+# it checks is the setup, not the way to crates.io. Inside, cargo stays offline.
+log "fetching the workspace's crates into $cargo_home/registry"
+(cd "$root" && cargo fetch --locked --quiet)
 started=$(date +%s)
 log "running e2e/setup.sh $stage and the workspace build in the clean root"
 unshare --mount --pid --uts --fork --propagation private bash -euo pipefail -c '
@@ -97,7 +102,7 @@ unshare --mount --pid --uts --fork --propagation private bash -euo pipefail -c '
   # Downloaded crate sources only: what cargo would fetch from crates.io anyway.
   mount --bind "$cargo_home/registry" "$fs$cargo_home/registry"
   exec chroot "$fs" /usr/bin/env -i HOME=/root PATH="$inner_path" RUSTUP_HOME="$rustup_home" \
-    CARGO_HOME="$cargo_home" CARGO_TARGET_DIR=/tmp/target TERM=dumb /bin/bash -euo pipefail -c "
+    CARGO_HOME="$cargo_home" CARGO_NET_OFFLINE=true CARGO_TARGET_DIR=/tmp/target TERM=dumb /bin/bash -euo pipefail -c "
       cd /src
       echo \"[fresh-check] what a clean bookworm lacks, before the setup:\" >&2
       e2e/setup.sh check >&2 || true
