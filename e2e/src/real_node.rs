@@ -284,23 +284,29 @@ impl ProcessConfinement {
 /// Kills the main process of `container` in `pod` with SIGKILL, as a crash or the kernel's OOM
 /// killer would, leaving the pod in place for the kubelet to restart the container.
 pub fn kill_container(pod: &Pod, container: &str) {
+    container_task(pod, container, &["kill", "-s", "SIGKILL"]);
+}
+
+/// Freezes every process of `container` in `pod` (containerd's `tasks pause`, the cgroup
+/// freezer), as a server hung for good would be: it answers no command, while its pod stays in
+/// place. [`thaw_container`] lets it run again.
+pub fn freeze_container(pod: &Pod, container: &str) {
+    container_task(pod, container, &["pause"]);
+}
+
+/// Lets a container frozen by [`freeze_container`] run again.
+pub fn thaw_container(pod: &Pod, container: &str) {
+    container_task(pod, container, &["resume"]);
+}
+
+/// `ctr tasks VERB...` on `container`'s task in `pod`.
+fn container_task(pod: &Pod, container: &str, verb: &[&str]) {
     let id = container_id(pod, container);
     let socket = containerd_socket().display().to_string();
-    let (command, output) = run_tool(
-        std::path::Path::new("ctr"),
-        &[
-            "--address",
-            &socket,
-            "-n",
-            "k8s.io",
-            "tasks",
-            "kill",
-            "-s",
-            "SIGKILL",
-            &id,
-        ],
-        None,
-    );
+    let mut args = vec!["--address", &socket, "-n", "k8s.io", "tasks"];
+    args.extend_from_slice(verb);
+    args.push(&id);
+    let (command, output) = run_tool(std::path::Path::new("ctr"), &args, None);
     assert!(output.status.success(), "{}", transcript(&command, &output));
 }
 

@@ -13,8 +13,6 @@ use crate::target::{Engine, Target};
 pub enum Refusal {
     #[error("{0} has no switchover: {1}")]
     NoSwitchover(String, &'static str),
-    #[error("{0} has no recovery on request yet: {1}")]
-    NoRecovery(String, &'static str),
     #[error(
         "{target} has no spec.backup.destination to back up to; pass --like <an existing {backup_kind}> to use its destination"
     )]
@@ -59,18 +57,12 @@ pub fn repair(member: Option<&str>) -> Value {
     json!({"metadata": {"annotations": {REPAIR_ANNOTATION: member}}})
 }
 
-/// The merge patch that asks the operator to bring `target` back into service from `member` (a
-/// pod name of the cluster) when its primary is lost for good, or, with `None`, ends the request.
-pub fn recover(target: &Target, member: Option<&str>) -> Result<Value, Refusal> {
-    match target.engine {
-        Engine::MySql | Engine::MongoDb | Engine::Etcd => {
-            Ok(json!({"metadata": {"annotations": {RECOVER_ANNOTATION: member}}}))
-        }
-        Engine::Redis => Err(Refusal::NoRecovery(
-            target.to_string(),
-            "the Sentinels or the cluster promote a replica themselves; see docs/redis.md, Disaster recovery",
-        )),
-    }
+/// The merge patch that asks the operator to bring a cluster back into service from `member` (a
+/// pod name of the cluster) when its primary or majority is lost for good, or, with `None`, ends
+/// the request. Every engine takes it (Redis in replication mode; in cluster mode, where Redis
+/// Cluster promotes replicas itself, the operator says in `status.recovery` that it does not).
+pub fn recover(member: Option<&str>) -> Value {
+    json!({"metadata": {"annotations": {RECOVER_ANNOTATION: member}}})
 }
 
 /// A one-shot backup of `target` named `name` to `destination` (the cluster's
@@ -144,25 +136,14 @@ mod tests {
     }
 
     #[test]
-    fn recover_sets_or_ends_the_request_for_mysql_mongodb_and_etcd_and_says_what_to_do_for_redis() {
-        let shop = parse("mysql/shop").unwrap();
+    fn recover_sets_or_ends_the_request() {
         assert_eq!(
-            recover(&shop, Some("shop-1")),
-            Ok(json!({"metadata": {"annotations": {"quorum.dev/recover-from": "shop-1"}}}))
+            recover(Some("shop-1")),
+            json!({"metadata": {"annotations": {"quorum.dev/recover-from": "shop-1"}}})
         );
         assert_eq!(
-            recover(&shop, None),
-            Ok(json!({"metadata": {"annotations": {"quorum.dev/recover-from": null}}}))
-        );
-        assert_eq!(
-            recover(&parse("etcd/main").unwrap(), Some("main-2")),
-            Ok(json!({"metadata": {"annotations": {"quorum.dev/recover-from": "main-2"}}}))
-        );
-        let refused = recover(&parse("redis/cache").unwrap(), Some("cache-0")).unwrap_err();
-        assert!(
-            refused.to_string().contains("has no recovery on request yet")
-                && refused.to_string().contains("promote a replica themselves"),
-            "{refused}"
+            recover(None),
+            json!({"metadata": {"annotations": {"quorum.dev/recover-from": null}}})
         );
     }
 

@@ -220,9 +220,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Recover { target, member, .. } => {
             let target = target::parse(&target)?;
-            scope
-                .patch(&target, actions::recover(&target, member.as_deref())?)
-                .await?;
+            scope.patch(&target, actions::recover(member.as_deref())).await?;
             match member {
                 Some(member) => println!(
                     "{target}: recovery from {member} requested (annotation {}); `kubectl quorum status {target}` shows whether it is taken or refused and why, and `kubectl quorum recover {target} --end` ends the request",

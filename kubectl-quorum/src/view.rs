@@ -319,6 +319,7 @@ pub fn redis(cluster: &redis_operator::crd::RedisCluster, pods: &Pods, now: Time
     view.in_flight = status.rebalance.as_ref().map(wire);
     view.last_failover = status.last_failover.as_ref().map(observed_failover);
     view.repair = repair(status.repair.as_ref());
+    view.recovery = recovery(status.recovery.as_ref());
     finish(view, &status.conditions, status.last_backup.as_ref(), now)
 }
 

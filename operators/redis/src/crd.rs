@@ -383,10 +383,13 @@ pub struct RedisClusterStatus {
     /// A cluster created with `restoreFrom`: the snapshots it starts from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restore: Option<RestoreStatus>,
-    /// The repair asked for with the `quorum.dev/repair` annotation, while it stands
-    /// (replication mode).
+    /// The repair asked for with the `quorum.dev/repair` annotation, while it stands.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repair: Option<quorum_core::crd::RepairRecord>,
+    /// Replication mode: where a recovery asked for with `quorum.dev/recover-from` stands (a
+    /// replica made the primary in place of one lost for good).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery: Option<quorum_core::crd::RecoveryRecord>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }

@@ -24,6 +24,7 @@ quorum_core::reasons! {
         SentinelReset => Normal,
         RestartingNode => Normal,
         RebuildingNode => Normal,
+        RecoveringFromNode => Normal,
         // Steps taken in cluster mode.
         FormingCluster => Normal,
         MeetingNodes => Normal,
@@ -67,6 +68,7 @@ quorum_core::reasons! {
         RestartBlocked => Warning,
         /// A repair was asked for that cannot be taken as asked.
         RepairRefused => Warning,
+        RecoveryRefused => Warning,
         // Waits a person should look at, in either mode.
         ScaleInBlocked => Warning,
         // Waits a person should look at, in cluster mode.
@@ -123,6 +125,7 @@ mod tests {
         "SentinelReset",
         "RestartingNode",
         "RebuildingNode",
+        "RecoveringFromNode",
         "FormingCluster",
         "MeetingNodes",
         "FinishingSlotMove",
@@ -171,6 +174,7 @@ mod tests {
                 "NodeNotHealthy",
                 "RestartBlocked",
                 "RepairRefused",
+                "RecoveryRefused",
                 "ScaleInBlocked",
                 "NodesNotAnswering",
                 "NodeIdsChanged",

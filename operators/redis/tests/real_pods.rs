@@ -13,7 +13,10 @@ use kube::{
     Api,
     api::{Patch, PatchParams, PostParams},
 };
-use quorum_core::repair::{RepairPhase, RepairRecord};
+use quorum_core::{
+    recovery::{RecoveryPhase, RecoveryRecord},
+    repair::{RepairPhase, RepairRecord},
+};
 use quorum_e2e::{
     history::{History, Writer},
     real_node::{self, STORAGE_CLASS},
@@ -23,7 +26,9 @@ use quorum_e2e::{
 use redis::AsyncCommands;
 use redis_operator::{
     crd::{RedisCluster, RedisClusterSpec, RedisClusterStatus},
-    resources::{DataNodes, SHARD_LABEL, node_name, primary_service_name, replicas_service_name},
+    resources::{
+        DataNodes, SHARD_LABEL, node_name, primary_service_name, replicas_service_name, sentinel_name,
+    },
 };
 use support::{ClusterClient, data_connection, generated_password};
 
@@ -829,6 +834,154 @@ async fn start_cluster_writer(setup: &OnRealNode, password: &str) -> Writer {
             fresh.set(&key, &value).await.is_ok()
         }
     })
+}
+
+/// Replication mode, the primary lost for good (its server hung, its pod in place) while no
+/// Sentinel can fail over (each replaced by a new one that monitors nothing): the operator
+/// waits and says why; `quorum.dev/recover-from` naming the lost primary is refused and changes
+/// nothing; naming a replica that holds everything makes it the primary, the Sentinels monitor
+/// it, the other replica follows it, writes through the primary Service are taken again, and
+/// every write acknowledged before the loss is there. Before, a person could only restore a
+/// new deployment from the newest backup.
+#[tokio::test]
+async fn a_recovery_request_promotes_the_named_replica_when_the_primary_is_lost_and_no_sentinel_can_fail_over()
+ {
+    let setup = OnRealNode::install("real-redis-recover", CHART, &[]).await;
+    let status = create_ready(&setup, on_real_node(support::replication_spec(2)), 3, 3).await;
+    let lost = status.primary.clone().expect("a primary");
+    let survivor = (0..3)
+        .map(|ordinal| node_name(CLUSTER, ordinal))
+        .find(|name| *name != lost)
+        .unwrap();
+    let password = generated_password(&setup.admin, &setup.ns, CLUSTER).await;
+    let primary_service = primary_service_address(&setup).await;
+    let writer = start_reconnecting_writer(primary_service, &password);
+    writer.acknowledged_at_least(30, Duration::from_secs(60)).await;
+    let before_loss = writer.stop().await;
+    let replicas = service_connection(&setup, &replicas_service_name(CLUSTER), &password).await;
+    let last = before_loss.acknowledged().last().expect("a write").key.clone();
+    wait::until(
+        "the replicas hold the last acknowledged write",
+        Duration::from_secs(30),
+        || async {
+            let value: Option<String> = replicas.clone().get(&last).await.map_err(|e| e.to_string())?;
+            value.map(|_| ()).ok_or_else(|| "not yet".to_string())
+        },
+    )
+    .await;
+
+    // No Sentinel can fail over: with the operator stopped, each is replaced by a new one that
+    // monitors nothing. Then the primary's server hangs for good.
+    setup.scale_operator(0).await;
+    for ordinal in 0..3 {
+        setup
+            .delete_and_await_recreated(&sentinel_name(CLUSTER, ordinal), Duration::from_secs(60))
+            .await;
+    }
+    let lost_pod = setup.pods().get(&lost).await.unwrap();
+    real_node::freeze_container(&lost_pod, SERVER);
+    setup.scale_operator(1).await;
+    progressing_reason(&setup, "PrimaryUnknown").await;
+    assert_eq!(
+        clusters(&setup)
+            .get(CLUSTER)
+            .await
+            .unwrap()
+            .status
+            .unwrap()
+            .primary
+            .as_deref(),
+        Some(lost.as_str()),
+        "no node promoted without a request"
+    );
+
+    request_recovery(&setup, Some(&lost)).await;
+    let refused = recovery_record(&setup, "the request naming the lost primary refused", |record| {
+        record.is_some_and(|r| r.message.contains("names the primary"))
+    })
+    .await;
+    assert_eq!(refused.phase, RecoveryPhase::Waiting, "{refused:?}");
+
+    request_recovery(&setup, Some(&survivor)).await;
+    let done = recovery_record(&setup, &format!("{survivor} serving"), |record| {
+        record.is_some_and(|r| r.phase == RecoveryPhase::Done)
+    })
+    .await;
+    assert_eq!(done.replaced.as_deref(), Some(lost.as_str()), "{done:?}");
+    let now = clusters(&setup).get(CLUSTER).await.unwrap().status.unwrap();
+    assert_eq!(now.primary.as_deref(), Some(survivor.as_str()));
+    let recoveries = setup.occurrences(&["RecoveringFromNode"]).await;
+    assert!(
+        recoveries.get("RecoveringFromNode").is_some_and(|n| *n >= 1),
+        "{recoveries:?}"
+    );
+
+    // The new primary takes writes through the primary Service once the other replica follows
+    // it (its write fence), and holds every write acknowledged before the loss.
+    let after = start_reconnecting_writer(primary_service, &password);
+    after.acknowledged_at_least(10, Duration::from_secs(120)).await;
+    let after = after.stop().await;
+    let primary = service_connection(&setup, &primary_service_name(CLUSTER), &password).await;
+    for history in [&before_loss, &after] {
+        check_history(history, |key| {
+            let mut primary = primary.clone();
+            async move { primary.get(key).await.unwrap() }
+        })
+        .await;
+    }
+    request_recovery(&setup, None).await;
+    real_node::thaw_container(&lost_pod, SERVER);
+    setup.remove().await;
+}
+
+/// Sets (or, with `None`, removes) the recovery request.
+async fn request_recovery(setup: &OnRealNode, member: Option<&str>) {
+    let patch =
+        serde_json::json!({"metadata": {"annotations": {quorum_core::recovery::RECOVER_ANNOTATION: member}}});
+    clusters(setup)
+        .patch(CLUSTER, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+/// The recovery record in status once it satisfies `until`.
+async fn recovery_record(
+    setup: &OnRealNode,
+    what: &str,
+    until: impl Fn(Option<&RecoveryRecord>) -> bool,
+) -> RecoveryRecord {
+    wait::until(what, Duration::from_secs(120), || async {
+        let cluster = clusters(setup).get(CLUSTER).await.map_err(|e| e.to_string())?;
+        let record = cluster.status.and_then(|status| status.recovery);
+        match record {
+            Some(record) if until(Some(&record)) => Ok(record),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await
+}
+
+/// Waits until the `Progressing` condition's reason is `reason`.
+async fn progressing_reason(setup: &OnRealNode, reason: &str) {
+    wait::until(
+        &format!("Progressing {reason}"),
+        Duration::from_secs(120),
+        || async {
+            let cluster = clusters(setup).get(CLUSTER).await.map_err(|e| e.to_string())?;
+            let progressing = cluster
+                .status
+                .unwrap_or_default()
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "Progressing")
+                .map(|c| format!("{}: {}", c.reason, c.message));
+            match progressing {
+                Some(text) if text.starts_with(&format!("{reason}:")) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
 }
 
 /// Sets (or, with `None`, removes) the repair request.

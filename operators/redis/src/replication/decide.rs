@@ -26,7 +26,10 @@ use quorum_core::{
     rollout::{RollTarget, Templates},
 };
 
-use quorum_core::repair::PodRepair;
+use quorum_core::{
+    recovery::{RECOVER_ANNOTATION, RecoveryRequest},
+    repair::PodRepair,
+};
 
 use crate::admin::{ReplicationInfo, Role, WriteFence};
 pub use crate::reasons::Reason;
@@ -113,6 +116,8 @@ pub struct Facts {
     pub repair: Option<PodRepair>,
     /// Data pods the API server reports `Pending`: nothing of theirs runs or serves.
     pub pending: BTreeSet<usize>,
+    /// A recovery a person asked for, while the request stands.
+    pub recovery: Option<RecoveryRequest>,
 }
 
 /// One step.
@@ -144,6 +149,9 @@ pub enum Step {
     /// Delete a replica's claim and pod (exactly the pod observed), so it comes back on an empty
     /// volume and copies everything again from the primary: a repair asked for.
     WipeNode { ordinal: usize, pod_uid: String },
+    /// Make replica `to` the primary in place of `from`, lost for good, on a person's request
+    /// (`REPLICAOF NO ONE`), and every Sentinel that answers monitor it instead.
+    Promote { from: usize, to: usize },
     /// Remove the highest node, a replica, by shrinking the StatefulSet.
     RemoveNode { ordinal: usize },
     /// Make a Sentinel forget replicas and Sentinels that are gone (`SENTINEL RESET`); one
@@ -533,7 +541,7 @@ pub fn decide(facts: &Facts) -> Decision {
                 ),
             };
         }
-        PrimaryFinding::Unknown(why) => return Decision::Wait(why),
+        PrimaryFinding::Unknown(why) => return recover_on_request(facts, why),
     };
     let primary_seen = facts
         .nodes
@@ -703,6 +711,85 @@ pub fn decide(facts: &Facts) -> Decision {
         return decision;
     }
     roll(facts, primary)
+}
+
+/// The primary cannot be found and the operator waits (`blocked`): the Sentinels do not agree on
+/// a node it can see, or none knows one and the recorded primary does not answer. A person who
+/// knows the recorded primary is lost for good may name the replica to serve from
+/// ([`RECOVER_ANNOTATION`]). It is promoted only if the recorded primary does not answer, no
+/// Sentinel is failing over, no node that answers still has its link to a primary up (then the
+/// primary is not lost) or serves as one, and the named node answers and is at least as far
+/// along the same replication stream as every node that answers; what only the lost primary
+/// (and the nodes that do not answer) held is given up, which is why only a person asks for it.
+/// Once per request.
+fn recover_on_request(facts: &Facts, blocked: Wait) -> Decision {
+    let Some(request) = facts.recovery.as_ref().filter(|request| request.is_open()) else {
+        return Decision::Wait(blocked);
+    };
+    if blocked.reason == Reason::FailoverInProgress {
+        return Decision::Wait(blocked);
+    }
+    let refused = |message: String| wait(Reason::RecoveryRefused, message);
+    let Some(from) = facts.recorded_primary else {
+        return refused(format!(
+            "{RECOVER_ANNOTATION}: no primary was ever recorded for this deployment, so none is lost; nothing is promoted"
+        ));
+    };
+    let to = match request.target(facts.desired_nodes) {
+        Ok(to) => to,
+        Err(refusal) => return refused(refusal),
+    };
+    if to == from {
+        return refused(format!(
+            "{RECOVER_ANNOTATION} names the primary (node {from}), the node that is lost: name the replica to promote"
+        ));
+    }
+    let node = |ordinal: usize| facts.nodes.iter().find(|n| n.ordinal == ordinal);
+    if node(from).is_some_and(|n| n.health.is_healthy()) {
+        return refused(format!(
+            "the primary (node {from}) answers: it is not lost, nothing is promoted"
+        ));
+    }
+    let Some(target) = node(to)
+        .filter(|n| n.address.is_some())
+        .and_then(NodeFact::answered)
+    else {
+        return refused(format!(
+            "node {to} does not answer; only a node that answers is promoted"
+        ));
+    };
+    for (ordinal, info) in facts
+        .nodes
+        .iter()
+        .filter(|n| n.ordinal != to)
+        .filter_map(|n| Some((n.ordinal, n.answered()?)))
+    {
+        if info.role == Role::Primary {
+            return refused(format!(
+                "node {ordinal} serves as a primary: the Sentinels or a person chose one already; nothing is promoted"
+            ));
+        }
+        if info.link_up {
+            return refused(format!(
+                "node {ordinal} still has its link to its primary up: the primary is not lost, nothing is promoted"
+            ));
+        }
+        if info.replication_id != target.replication_id {
+            return refused(format!(
+                "node {ordinal} follows another replication history ({}) than node {to} ({}); nothing is promoted: \
+                 restore a new deployment from the newest backup",
+                info.replication_id, target.replication_id
+            ));
+        }
+        if info.offset > target.offset {
+            return refused(format!(
+                "node {ordinal} is further along the primary's stream (offset {}) than node {to} (offset {}): name the \
+                 node that holds the most",
+                info.offset, target.offset
+            ));
+        }
+    }
+    Decision::Act(Step::Promote { from, to })
 }
 
 /// The next step of a repair a person asked for, reached only with every node healthy and in
@@ -964,6 +1051,7 @@ mod tests {
             sentinels_rolled: true,
             repair: None,
             pending: BTreeSet::new(),
+            recovery: None,
         }
     }
 
@@ -1085,6 +1173,122 @@ mod tests {
 
     fn all_watching(primary: usize) -> Vec<SentinelFact> {
         (0..3).map(|s| watching(s, primary)).collect()
+    }
+
+    /// A replica whose primary is gone: its link down, `offset` bytes of the stream processed,
+    /// on replication history `history`.
+    fn orphan(ordinal: usize, offset: u64, history: &str) -> NodeFact {
+        node(
+            ordinal,
+            parse_replication(&format!(
+                "role:slave\r\nmaster_host:127.0.9.1\r\nmaster_port:6379\r\nmaster_link_status:down\r\n\
+                 master_last_io_seconds_ago:-1\r\nmaster_sync_in_progress:0\r\nslave_repl_offset:{offset}\r\n\
+                 connected_slaves:0\r\nmaster_replid:{history}\r\nmaster_repl_offset:{offset}\r\n"
+            ))
+            .unwrap(),
+        )
+    }
+
+    fn recover_from(member: &str, ordinal: Option<usize>) -> Option<RecoveryRequest> {
+        Some(RecoveryRequest {
+            member: member.into(),
+            ordinal,
+            done: None,
+            expired: false,
+        })
+    }
+
+    #[test]
+    fn a_recovery_request_promotes_the_named_replica_only_while_the_primary_is_lost_and_only_if_it_holds_the_most()
+     {
+        // Node 0, the recorded primary, is gone; every Sentinel is new (its pod deleted), so
+        // none fails over: the operator waits for a person.
+        let lost = |nodes: Vec<NodeFact>, recovery: Option<RecoveryRequest>| {
+            let mut facts = facts(nodes, (0..3).map(new_sentinel).collect(), Some(0));
+            facts.recovery = recovery;
+            facts
+        };
+        let orphans = || vec![unreachable_node(0), orphan(1, 500, "abc"), orphan(2, 400, "abc")];
+        let blocked = decide(&lost(orphans(), None));
+        assert!(
+            matches!(&blocked, Decision::Wait(wait) if wait.reason == Reason::PrimaryUnknown),
+            "{blocked:?}"
+        );
+        assert_eq!(
+            decide(&lost(orphans(), recover_from("cache-1", Some(1)))),
+            Decision::Act(Step::Promote { from: 0, to: 1 })
+        );
+        // A request taken (done) or expired is never taken again.
+        let mut done = recover_from("cache-1", Some(1));
+        done.as_mut().unwrap().done = Some("cache-0".into());
+        assert_eq!(decide(&lost(orphans(), done)), blocked);
+        let mut expired = recover_from("cache-1", Some(1));
+        expired.as_mut().unwrap().expired = true;
+        assert_eq!(decide(&lost(orphans(), expired)), blocked);
+
+        let mut linked = orphans();
+        linked[2] = node(2, replica_info(0, true));
+        let mut elsewhere = orphans();
+        elsewhere[2] = orphan(2, 400, "other");
+        let mut chosen = orphans();
+        chosen[2] = node(2, primary_info(&[]));
+        let mut silent = orphans();
+        silent[1] = unreachable_node(1);
+        for (case, nodes, request, refusal) in [
+            (
+                "a node ahead of the one named",
+                orphans(),
+                recover_from("cache-2", Some(2)),
+                "node 1 is further along",
+            ),
+            (
+                "the lost primary named",
+                orphans(),
+                recover_from("cache-0", Some(0)),
+                "names the primary (node 0)",
+            ),
+            (
+                "a name that is no node",
+                orphans(),
+                recover_from("other-1", None),
+                "not one of this cluster's 3 members",
+            ),
+            (
+                "the named node silent",
+                silent,
+                recover_from("cache-1", Some(1)),
+                "node 1 does not answer",
+            ),
+            (
+                "a replica still linked",
+                linked,
+                recover_from("cache-1", Some(1)),
+                "node 2 still has its link",
+            ),
+            (
+                "another replication history",
+                elsewhere,
+                recover_from("cache-1", Some(1)),
+                "another replication history",
+            ),
+            (
+                "another node serving as primary",
+                chosen,
+                recover_from("cache-1", Some(1)),
+                "node 2 serves as a primary",
+            ),
+        ] {
+            let decision = decide(&lost(nodes, request));
+            let Decision::Wait(wait) = &decision else {
+                panic!("{case}: {decision:?}")
+            };
+            assert_eq!(wait.reason, Reason::RecoveryRefused, "{case}: {wait:?}");
+            assert!(wait.message.contains(refusal), "{case}: {wait:?}");
+        }
+        // The primary answering is no loss: the pass goes on as usual, the request untaken.
+        let mut back = facts(settled_nodes(0), all_watching(0), Some(0));
+        back.recovery = recover_from("cache-1", Some(1));
+        assert_eq!(decide(&back), Decision::Settled);
     }
 
     #[test]

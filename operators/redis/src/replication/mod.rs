@@ -67,7 +67,7 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
     pass.set_role_labels(&mut data_pods, &role_labels(&facts, primary))
         .await?;
 
-    report(pass, &facts, finding, primary, &taken).await?;
+    report(pass, &facts, &decision, finding, primary, &taken).await?;
     match taken.failure {
         Some(error) => Err(error),
         None => Ok(taken.progress),
@@ -120,6 +120,11 @@ async fn observe(pass: &Pass<'_>) -> Result<Observed, Error> {
         }),
         sentinels_rolled: sentinel_statefulset.as_ref().is_some_and(rolled_out),
         repair: node_repair(pass, &data_pods),
+        recovery: quorum_core::recovery::request(
+            pass.cluster,
+            status.and_then(|status| status.recovery.as_ref()),
+            |member| ordinal_of(&name, member),
+        ),
         pending: pending_members(data_pods.pods(), |pod| ordinal_of(&name, pod)),
     };
     Ok(Observed {
@@ -238,6 +243,7 @@ async fn take_step(pass: &Pass<'_>, facts: &Facts, decision: &Decision) -> Resul
     let mut handed_over_to = None;
     let mut wiped_for_repair = None;
     match step {
+        Step::Promote { .. } => handed_over_to = moved,
         Step::HandOver { .. } => {
             handed_over_to = moved;
             pass.context.state.clients.metrics().observe_primary_change(
@@ -287,6 +293,7 @@ async fn take_step(pass: &Pass<'_>, facts: &Facts, decision: &Decision) -> Resul
 async fn report(
     pass: &Pass<'_>,
     facts: &Facts,
+    decision: &Decision,
     finding: PrimaryFinding,
     primary: Option<usize>,
     taken: &Taken,
@@ -295,6 +302,7 @@ async fn report(
     publish(&pass.context.events, pass.cluster, &taken.progress).await;
     let mut status = build_status(pass, facts, primary, &taken.progress);
     status.repair = repair_record(facts, taken.wiped_for_repair.as_ref(), &taken.progress);
+    status.recovery = recovery_record(&name, facts, decision, primary);
     let recorded_primary = facts.recorded_primary;
     status.primary_address = match (taken.handed_over_to, finding) {
         (Some(to), _) => primary_address(facts, Some(to)).map(|address| address.to_string()),
@@ -577,6 +585,7 @@ async fn execute(
             };
             return handover.run().await.map(Some);
         }
+        Step::Promote { to, .. } => return promote(pass, facts, *to).await.map(|()| Some(*to)),
         Step::RestartNode { .. } | Step::WipeNode { .. } => Ok(()),
         Step::ResetSentinel { sentinel } => {
             clients
@@ -592,6 +601,79 @@ async fn execute(
         }
     };
     taken.map(|()| None)
+}
+
+/// Makes node `to` the primary (`REPLICAOF NO ONE`, a no-op on a primary), then tells every
+/// Sentinel that answered this pass to forget what it monitored and monitor `to`, so they fail
+/// over from it from now on. Each part may be taken again: a step cut off halfway is taken
+/// again whole by a later pass.
+async fn promote(pass: &Pass<'_>, facts: &Facts, to: usize) -> Result<(), crate::clients::CallFailure> {
+    let Some(address) = primary_address(facts, Some(to)) else {
+        return Err(crate::clients::CallFailure::Failed(AdminError::Unexpected {
+            endpoint: node_name(&pass.name(), to),
+            command: "promote",
+            detail: "the node has no address".into(),
+        }));
+    };
+    pass.context
+        .state
+        .clients
+        .node(
+            &pass.key,
+            &pass.addresses,
+            to,
+            "promote",
+            Idempotency::Mutation,
+            |admin| async move { admin.promote().await },
+        )
+        .await?;
+    for sentinel in facts.sentinels.iter().filter(|s| s.health.is_healthy()) {
+        monitor(
+            pass,
+            sentinel.ordinal,
+            address,
+            facts.settings,
+            true,
+            "sentinel_repoint",
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Where a recovery asked for stands at the end of the pass, for `status.recovery`; `None` once
+/// the request is gone. It is done once the node it names became the primary in place of the
+/// one recorded while it stood (this pass, or as recorded before); until then the record says
+/// what the pass decided about it. A request seen while the pass did not wait on a lost primary
+/// is for no loss, and expires.
+fn recovery_record(
+    name: &str,
+    facts: &Facts,
+    decision: &Decision,
+    primary_now: Option<usize>,
+) -> Option<quorum_core::recovery::RecoveryRecord> {
+    let request = facts.recovery.as_ref()?;
+    if let Some(replaced) = &request.done {
+        return Some(request.done(replaced));
+    }
+    if request.expired {
+        return Some(request.expire());
+    }
+    if let (Some(before), Some(after)) = (facts.recorded_primary, primary_now)
+        && request.ordinal == Some(after)
+        && before != after
+    {
+        return Some(request.done(&node_name(name, before)));
+    }
+    Some(match decision {
+        Decision::Wait(wait) if wait.reason == Reason::RecoveryRefused => {
+            request.waiting(wait.message.clone())
+        }
+        Decision::Act(step @ Step::Promote { to, .. }) if request.ordinal == Some(*to) => request.waiting(
+            format!("{} did not complete; it is taken again", describe(name, step)),
+        ),
+        _ => request.expire(),
+    })
 }
 
 /// Tells a Sentinel to monitor the primary at `primary` with the spec's settings and the
@@ -836,6 +918,7 @@ pub fn step_reason(step: &Step) -> Reason {
         Step::Replicate { .. } => Reason::ReplicaConfigured,
         Step::FenceWrites { .. } => Reason::WriteFenceSet,
         Step::HandOver { .. } => Reason::SwitchoverRequested,
+        Step::Promote { .. } => Reason::RecoveringFromNode,
         Step::RestartNode { .. } => Reason::RestartingNode,
         Step::WipeNode { .. } => Reason::RebuildingNode,
         Step::RemoveNode { .. } => Reason::RemovingNode,
@@ -878,6 +961,12 @@ pub fn describe(cluster: &str, step: &Step) -> String {
         Step::RestartNode { ordinal } => format!(
             "restarting {} onto the current pod template",
             node_name(cluster, *ordinal)
+        ),
+        Step::Promote { from, to } => format!(
+            "making {} the primary in place of {}, lost for good, as {} asks; every Sentinel that answers monitors it",
+            node_name(cluster, *to),
+            node_name(cluster, *from),
+            quorum_core::recovery::RECOVER_ANNOTATION
         ),
         Step::WipeNode { ordinal, .. } => format!(
             "rebuilding {} on request: its claim and pod deleted, so it comes back empty and copies everything from the primary",

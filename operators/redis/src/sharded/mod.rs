@@ -615,6 +615,13 @@ fn build_status(
     let previous_nodes = std::mem::take(&mut status.nodes);
     let now = pass.now;
     status.repair = repair_record(facts, wiping, progress);
+    // Said, not silently ignored: Redis Cluster promotes a shard's replica itself.
+    status.recovery = quorum_core::recovery::request(pass.cluster, None, |_| None).map(|request| {
+        request.waiting(
+            "cluster mode takes no recovery request: Redis Cluster promotes a shard's replica itself, so nothing is \
+             changed; remove the annotation",
+        )
+    });
     let name_of_id = |id: &str| {
         topology
             .ordinals
