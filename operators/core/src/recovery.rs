@@ -90,6 +90,33 @@ impl RecoveryRequest {
         }
     }
 
+    /// Where the request stands at the end of a pass, for `status.recovery`. It is done once the
+    /// member it names became the primary while it stood: as recorded before, or in this pass
+    /// (`took_over_from`: the primary it took over from, when the primary changed to it).
+    /// Otherwise, while the primary is lost, every pass decides on the request: `refused` is the
+    /// pass's refusal of it, `taking` the step it takes for it. Neither means the cluster is not
+    /// (or no longer) waiting on a loss, and the request expires.
+    pub fn outcome(
+        &self,
+        took_over_from: Option<String>,
+        refused: Option<String>,
+        taking: Option<String>,
+    ) -> RecoveryRecord {
+        if let Some(replaced) = &self.done {
+            return self.done(replaced);
+        }
+        if self.expired {
+            return self.expire();
+        }
+        if let Some(replaced) = took_over_from {
+            return self.done(&replaced);
+        }
+        match refused.or(taking) {
+            Some(message) => self.waiting(message),
+            None => self.expire(),
+        }
+    }
+
     /// The record once the named member serves in place of `replaced`.
     pub fn done(&self, replaced: &str) -> RecoveryRecord {
         RecoveryRecord {
@@ -162,6 +189,33 @@ mod tests {
             request(&annotated("main-1"), Some(&expired), ordinal_of)
                 .unwrap()
                 .is_open()
+        );
+    }
+
+    #[test]
+    fn a_pass_ends_a_request_done_refused_taking_or_expired() {
+        let open = request(&annotated("main-1"), None, ordinal_of).unwrap();
+        let done = open.outcome(Some("main-0".into()), Some("ignored".into()), None);
+        assert_eq!(
+            (done.phase, done.replaced.as_deref()),
+            (RecoveryPhase::Done, Some("main-0"))
+        );
+        let refused = open.outcome(None, Some("member 1 does not answer".into()), None);
+        assert_eq!(
+            (refused.phase, refused.message.as_str()),
+            (RecoveryPhase::Waiting, "member 1 does not answer")
+        );
+        let taking = open.outcome(None, None, Some("promoting main-1".into()));
+        assert_eq!(taking.phase, RecoveryPhase::Waiting);
+        assert_eq!(open.outcome(None, None, None).phase, RecoveryPhase::Expired);
+        // A request recorded done or expired stays so, whatever the pass did.
+        let recorded = request(&annotated("main-1"), Some(&done), ordinal_of).unwrap();
+        assert_eq!(recorded.outcome(None, None, None), done);
+        let expired = open.expire();
+        let recorded = request(&annotated("main-1"), Some(&expired), ordinal_of).unwrap();
+        assert_eq!(
+            recorded.outcome(None, None, Some("x".into())).phase,
+            RecoveryPhase::Expired
         );
     }
 }

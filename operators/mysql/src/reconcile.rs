@@ -527,29 +527,22 @@ fn recovery_record(
 ) -> Option<RecoveryRecord> {
     let request = observed.recovery.as_ref()?;
     let name = observed.key.rsplit('/').next().unwrap_or_default();
-    if let Some(replaced) = &request.done {
-        return Some(request.done(replaced));
-    }
-    if request.expired {
-        return Some(request.expire());
-    }
-    if let (Some(before), Some(after)) = (observed.primary, primary_now)
-        && request.ordinal == Some(after)
-        && before != after
-    {
-        return Some(request.done(&member_name(name, before)));
-    }
-    // While the primary is lost and the request is open, every pass decides on the request:
-    // anything else means the cluster is not (or no longer) waiting on that loss.
-    Some(match decision {
-        Decision::Wait(wait) if wait.reason == Reason::RecoveryRefused => {
-            request.waiting(wait.message.clone())
-        }
+    let took_over_from = observed
+        .primary
+        .zip(primary_now)
+        .filter(|(before, after)| request.ordinal == Some(*after) && before != after)
+        .map(|(before, _)| member_name(name, before));
+    let refused = match decision {
+        Decision::Wait(wait) if wait.reason == Reason::RecoveryRefused => Some(wait.message.clone()),
+        _ => None,
+    };
+    let taking = match decision {
         Decision::Act(step @ Step::Failover { to, .. }) if request.ordinal == Some(*to) => {
-            request.waiting(describe(name, step))
+            Some(describe(name, step))
         }
-        _ => request.expire(),
-    })
+        _ => None,
+    };
+    Some(request.outcome(took_over_from, refused, taking))
 }
 
 /// What the pass changes of the operator's memory in status.

@@ -653,27 +653,23 @@ fn recovery_record(
     primary_now: Option<usize>,
 ) -> Option<quorum_core::recovery::RecoveryRecord> {
     let request = facts.recovery.as_ref()?;
-    if let Some(replaced) = &request.done {
-        return Some(request.done(replaced));
-    }
-    if request.expired {
-        return Some(request.expire());
-    }
-    if let (Some(before), Some(after)) = (facts.recorded_primary, primary_now)
-        && request.ordinal == Some(after)
-        && before != after
-    {
-        return Some(request.done(&node_name(name, before)));
-    }
-    Some(match decision {
-        Decision::Wait(wait) if wait.reason == Reason::RecoveryRefused => {
-            request.waiting(wait.message.clone())
-        }
-        Decision::Act(step @ Step::Promote { to, .. }) if request.ordinal == Some(*to) => request.waiting(
-            format!("{} did not complete; it is taken again", describe(name, step)),
-        ),
-        _ => request.expire(),
-    })
+    let took_over_from = facts
+        .recorded_primary
+        .zip(primary_now)
+        .filter(|(before, after)| request.ordinal == Some(*after) && before != after)
+        .map(|(before, _)| node_name(name, before));
+    let refused = match decision {
+        Decision::Wait(wait) if wait.reason == Reason::RecoveryRefused => Some(wait.message.clone()),
+        _ => None,
+    };
+    let taking = match decision {
+        Decision::Act(step @ Step::Promote { to, .. }) if request.ordinal == Some(*to) => Some(format!(
+            "{} did not complete; it is taken again",
+            describe(name, step)
+        )),
+        _ => None,
+    };
+    Some(request.outcome(took_over_from, refused, taking))
 }
 
 /// Tells a Sentinel to monitor the primary at `primary` with the spec's settings and the
