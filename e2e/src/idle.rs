@@ -2,10 +2,11 @@
 //! client ([`crate::control_plane::recording_admin_client`]).
 //!
 //! A pass is asked for by touching an annotation of the cluster object (the test's write, not
-//! counted) and awaited on the operator's pass counter. The first pass after the operator
-//! started may still apply children once; the rounds after it must write nothing, and read
-//! nothing but the cluster object that the annotation changed: everything else a pass needs is
-//! in the operator's watch caches.
+//! counted) and awaited on the operator's pass counter. The first passes after the operator
+//! started may still apply children once, and read them until the watches deliver those
+//! writes; once one pass has read nothing but the cluster object, the rounds after it must
+//! write nothing, and read nothing but the cluster object that the annotation changed:
+//! everything else a pass needs is in the operator's watch caches.
 
 use std::{fmt::Debug, time::Duration};
 
@@ -99,10 +100,33 @@ pub async fn assert_settled_passes_are_free<K>(
     K: Resource + Clone + DeserializeOwned + Debug + Serialize,
 {
     settled(objects, name).await;
-    poke(objects, name, metrics, controller, 0).await;
+    // Until its watches deliver the operator's own last writes (a moment; longer on a loaded
+    // machine), a pass reads what it wrote rather than trust a copy that may predate it: a
+    // cost of the first moments after a change, not of a settled cluster. So the rounds
+    // counted start once one pass has read nothing but the cluster object.
+    let mut round = 0;
+    wait::until(
+        "a pass over the settled cluster that reads nothing but it",
+        Duration::from_secs(60),
+        || {
+            round += 1;
+            let this_round = round;
+            async move {
+                let reads = sent.reads().len();
+                poke(objects, name, metrics, controller, this_round).await;
+                let read = &sent.reads()[reads..];
+                if read.iter().all(|(_, target)| target == object_path) {
+                    Ok(())
+                } else {
+                    Err(format!("round {this_round} read {read:?}"))
+                }
+            }
+        },
+    )
+    .await;
     let (writes, reads) = (sent.writes().len(), sent.reads().len());
-    for round in 1..=rounds {
-        poke(objects, name, metrics, controller, round).await;
+    for counted in 1..=rounds {
+        poke(objects, name, metrics, controller, round + counted).await;
     }
     let written = &sent.writes()[writes..];
     assert!(
