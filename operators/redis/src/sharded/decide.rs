@@ -1790,6 +1790,18 @@ mod tests {
         assert_eq!(serving(&facts, &topology).unwrap_err().0, "ShardNotReady");
     }
 
+    /// A formed cluster of `shards` shards of one node each (no replicas).
+    fn lone_shards(shards: usize) -> Facts {
+        let nodes: Vec<Node> = initial_ranges(shards)
+            .into_iter()
+            .enumerate()
+            .map(|(shard, range)| primary(shard, &[range]))
+            .collect();
+        let mut lone = facts(shards, everyone_knows_everyone(&nodes));
+        lone.nodes_per_shard = 1;
+        lone
+    }
+
     /// `facts` with the pods of `outdated` on an older template and every other pod on the
     /// current one.
     fn on_templates(mut facts: Facts, outdated: &[usize]) -> Facts {
@@ -1843,13 +1855,7 @@ mod tests {
             decide(&on_templates(facts(3, whole), &[0, 1, 4, 5])),
             Decision::Act(Step::RestartNode { ordinal: 1 })
         );
-        let lone: Vec<Node> = initial_ranges(3)
-            .into_iter()
-            .enumerate()
-            .map(|(shard, range)| primary(shard, &[range]))
-            .collect();
-        let mut lone = facts(3, everyone_knows_everyone(&lone));
-        lone.nodes_per_shard = 1;
+        let lone = lone_shards(3);
         assert_eq!(
             decide(&on_templates(lone, &[1, 2])),
             Decision::Act(Step::RestartNode { ordinal: 1 })
@@ -1974,13 +1980,7 @@ mod tests {
             })
         );
 
-        let lone: Vec<Node> = initial_ranges(3)
-            .into_iter()
-            .enumerate()
-            .map(|(shard, range)| primary(shard, &[range]))
-            .collect();
-        let mut lone = facts(3, everyone_knows_everyone(&lone));
-        lone.nodes_per_shard = 1;
+        let lone = lone_shards(3);
         let mut syncing = everyone_knows_everyone(&formed(3));
         syncing[1].view.as_mut().unwrap().link_up = false;
         let mut unknown = everyone_knows_everyone(&formed(3));
