@@ -101,6 +101,32 @@ async fn wait_member_state(
     .await;
 }
 
+/// Waits until `client`'s member has heard from `host` that it holds configuration `version`,
+/// which is what lets the next reconfiguration start.
+async fn wait_config_held(processes: &MongoProcesses, client: &Client, host: &str, version: i32) {
+    wait::until(
+        &format!("{host} to hold configuration version {version}"),
+        Duration::from_secs(20),
+        || async {
+            let status = admin(client, doc! { "replSetGetStatus": 1 })
+                .await
+                .map_err(|e| e.to_string())?;
+            let members = status.get_array("members").map_err(|e| e.to_string())?;
+            let held = members
+                .iter()
+                .filter_map(|m| m.as_document())
+                .find(|m| m.get_str("name").ok() == Some(host))
+                .and_then(|m| m.get_i32("configVersion").ok());
+            if held == Some(version) {
+                Ok(())
+            } else {
+                Err(format!("{held:?}\n{}", processes.log_tails(10)))
+            }
+        },
+    )
+    .await;
+}
+
 /// Waits until one of `among` says it is the writable primary; returns its index.
 async fn wait_primary(processes: &MongoProcesses, among: &[usize]) -> usize {
     let clients: Vec<(usize, Client)> = among.iter().map(|i| (*i, processes.direct_client(*i))).collect();
@@ -225,6 +251,9 @@ async fn membership_changes_follow_the_replica_set_rules() {
     .await;
     assert!(two_voters.contains("at most 1 voting member"), "{two_voters}");
     wait_member_state(&processes, &m1, 1, &hosts[1], "SECONDARY").await;
+    // Version 3 is committed only once the other voter holds it; until then the primary
+    // refuses the next reconfiguration with ConfigurationInProgress.
+    wait_config_held(&processes, &m0, &hosts[1], 3).await;
     refused(
         &m1,
         doc! { "replSetReconfig": { "_id": "rs0", "version": 4, "members": three.clone() } },
