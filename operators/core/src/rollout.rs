@@ -199,10 +199,17 @@ impl Templates {
 /// replaced. `ordinal_of` maps a pod name to its ordinal.
 pub fn pending_members(pods: &[Pod], ordinal_of: impl Fn(&str) -> Option<usize>) -> BTreeSet<usize> {
     pods.iter()
-        .filter(|pod| pod.metadata.deletion_timestamp.is_none())
-        .filter(|pod| pod.status.as_ref().and_then(|status| status.phase.as_deref()) == Some("Pending"))
+        .filter(|pod| runs_nothing(pod))
         .filter_map(|pod| ordinal_of(&pod.name_any()))
         .collect()
+}
+
+/// Whether the API server reports `pod` `Pending` and it is not being deleted: not placed on a
+/// node, or its containers (init containers included) not all started, so its member serves
+/// nothing and replacing the pod disturbs nothing.
+pub fn runs_nothing(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_none()
+        && pod.status.as_ref().and_then(|status| status.phase.as_deref()) == Some("Pending")
 }
 
 /// Restarts member pod `pod` onto its StatefulSet's current template by deleting it, if it is

@@ -94,6 +94,8 @@ pub struct SeenMember {
     /// Its pod was created from an older template than its StatefulSet's current one (a
     /// changed override, a new operator release): it restarts like a version upgrade.
     pub pod_outdated: bool,
+    /// The API server reports its pod `Pending`: nothing of the member runs or serves.
+    pub pod_pending: bool,
     pub reach: Reach,
     /// The version its server reports.
     pub server_version: Option<String>,
@@ -346,6 +348,9 @@ fn wait(reason: Reason, message: impl Into<String>) -> Step {
 
 /// The next step for the set.
 pub fn decide(desired: &Desired, observed: &Observed) -> Step {
+    if let Some(step) = stuck_pod(desired, observed) {
+        return step;
+    }
     let Some(config) = &observed.config else {
         return initiate(desired, observed);
     };
@@ -413,6 +418,29 @@ pub fn decide(desired: &Desired, observed: &Observed) -> Step {
         return step;
     }
     Step::Settled
+}
+
+/// A member whose pod runs nothing (`Pending`: no node took it, say) on an older template is
+/// replaced at once: replacing it disturbs nothing, it may start only on the current template,
+/// and every other step would wait for it to answer. Not for a version its data may not start
+/// on: that is the upgrade's to refuse.
+fn stuck_pod(desired: &Desired, observed: &Observed) -> Option<Step> {
+    let release = release_of(&desired.version);
+    let compatible = observed
+        .feature_compatibility
+        .as_deref()
+        .is_some_and(|fcv| runs_on_compatibility(&release, fcv));
+    observed
+        .members
+        .iter()
+        .filter(|member| member.pod_pending && member.pod_outdated)
+        .filter(|member| member.pod_version.as_deref() == Some(desired.version.as_str()) || compatible)
+        .find_map(|member| {
+            Some(Step::Restart {
+                member: member.name.clone(),
+                pod_uid: member.pod_uid.clone()?,
+            })
+        })
 }
 
 fn initiate(desired: &Desired, observed: &Observed) -> Step {
@@ -1202,6 +1230,7 @@ mod tests {
                     pod_uid: pod_uid(ordinal),
                     pod_version: Some("7.0".into()),
                     pod_outdated: false,
+                    pod_pending: false,
                     reach: Reach::Answered(hello(Some(SET), ordinal == 0)),
                     server_version: Some("7.0.14".into()),
                     too_stale: false,
@@ -1224,6 +1253,7 @@ mod tests {
             pod_uid: pod_uid(ordinal),
             pod_version: Some("7.0".into()),
             pod_outdated: false,
+            pod_pending: false,
             reach: Reach::Answered(hello(None, false)),
             server_version: Some("7.0.14".into()),
             too_stale: false,
@@ -1267,6 +1297,7 @@ mod tests {
                     pod_uid: pod_uid(ordinal),
                     pod_version: Some("7.0".into()),
                     pod_outdated: false,
+                    pod_pending: false,
                     reach: Reach::Answered(hello(None, false)),
                     server_version: Some("7.0.14".into()),
                     too_stale: false,
@@ -1657,6 +1688,7 @@ mod tests {
             pod_uid: Some("rs-arbiter-0-uid".into()),
             pod_version: Some("7.0".into()),
             pod_outdated: false,
+            pod_pending: false,
             reach: Reach::Answered(hello(None, false)),
             server_version: None,
             too_stale: false,
@@ -1676,6 +1708,40 @@ mod tests {
         wanted.version = "8.0".into();
         let _ = observed;
         wanted
+    }
+
+    #[test]
+    fn a_pod_stuck_pending_on_an_older_template_is_replaced_without_waiting_for_it() {
+        // rs-2's pod was never placed under the old template (no node had the memory it asked
+        // for, say); the template changed since.
+        let mut observed = set(&[1, 1, 1]);
+        let stuck = &mut observed.members[2];
+        stuck.pod_outdated = true;
+        stuck.pod_pending = true;
+        stuck.reach = Reach::Unknown("connection refused".into());
+        let wanted = desired(3, 0);
+        let replaced = Step::Restart {
+            member: "rs-2".into(),
+            pod_uid: "rs-2-uid".into(),
+        };
+        assert_eq!(decide(&wanted, &observed), replaced);
+        // Before the set is initiated too: the first member may be the one stuck.
+        let mut uninitiated = observed.clone();
+        uninitiated.config = None;
+        uninitiated.initiated_before = false;
+        assert_eq!(decide(&wanted, &uninitiated), replaced);
+        // Pending on the current template, it is starting: it is left to start.
+        let mut starting = observed.clone();
+        starting.members[2].pod_outdated = false;
+        assert_ne!(decide(&wanted, &starting), replaced);
+        // The next release is one the data starts on (featureCompatibilityVersion 7.0)...
+        let mut next = wanted.clone();
+        next.version = "8.0".into();
+        assert_eq!(decide(&next, &observed), replaced);
+        // ...two releases ahead is not: the upgrade refuses it, the stuck pod stays.
+        let mut far = wanted.clone();
+        far.version = "9.0".into();
+        assert_ne!(decide(&far, &observed), replaced);
     }
 
     #[test]

@@ -344,7 +344,10 @@ pub(crate) async fn act(
             restart(context, replica_set, member, pod_uid).await?;
             Ok((
                 Reason::MemberRestarted,
-                format!("restarted {member} for version {}", replica_set.spec.version),
+                format!(
+                    "restarted {member} onto the current pod template (version {})",
+                    replica_set.spec.version
+                ),
             ))
         }
         Step::Resync {
