@@ -8,9 +8,9 @@ use k8s_openapi::{
     api::{
         apps::v1::{StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec},
         core::v1::{
-            Affinity, Capabilities, EmptyDirVolumeSource, EnvVar, EnvVarSource, ObjectFieldSelector,
-            PersistentVolumeClaim, PersistentVolumeClaimSpec, PodAffinityTerm, PodAntiAffinity,
-            PodSecurityContext, PodSpec, PodTemplateSpec, SeccompProfile, SecurityContext,
+            Affinity, Capabilities, ConfigMap, EmptyDirVolumeSource, EnvVar, EnvVarSource,
+            ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodAffinityTerm,
+            PodAntiAffinity, PodSecurityContext, PodSpec, PodTemplateSpec, SeccompProfile, SecurityContext,
             TopologySpreadConstraint, Volume, VolumeMount, VolumeResourceRequirements,
             WeightedPodAffinityTerm,
         },
@@ -212,6 +212,30 @@ pub struct MemberPods<'a> {
     pub labels: BTreeMap<String, String>,
     pub uid: i64,
     pub spec: PodSpec,
+    /// The ConfigMap whose files the members read only as they start (`my.cnf`,
+    /// `redis.conf`, start scripts), if any: its digest goes on the template
+    /// ([`CONFIG_DIGEST_ANNOTATION`]).
+    pub config: Option<&'a ConfigMap>,
+}
+
+/// The pod-template annotation carrying a digest of the files the members read only as they
+/// start. A change of those files (a changed `spec.config`, or a new operator release that
+/// writes them differently) changes the template with it, so the managed roll restarts each
+/// member onto them one at a time; without it a member would read them only whenever it
+/// happened to restart, and members would run different settings unannounced.
+pub const CONFIG_DIGEST_ANNOTATION: &str = "quorum.dev/config-digest";
+
+/// The SHA-256 of `config_map`'s data, keys and values in key order, hex-encoded.
+pub fn config_digest(config_map: &ConfigMap) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    for (key, value) in config_map.data.iter().flatten() {
+        for part in [key, value] {
+            hasher.update((part.len() as u64).to_be_bytes());
+            hasher.update(part.as_bytes());
+        }
+    }
+    hex::encode(hasher.finalize())
 }
 
 /// The members' pod template: `pods.spec` run as `pods.uid` under [`member_pod_security`], with
@@ -225,14 +249,19 @@ pub fn member_template(pods: MemberPods<'_>, members: &BTreeMap<String, String>)
         labels,
         uid,
         spec: pod,
+        config,
     } = pods;
     let overrides = overrides.cloned().unwrap_or_default();
     let mut pod_labels = overrides.labels;
     pod_labels.extend(labels);
+    let mut annotations = overrides.annotations;
+    if let Some(config) = config {
+        annotations.insert(CONFIG_DIGEST_ANNOTATION.into(), config_digest(config));
+    }
     PodTemplateSpec {
         metadata: Some(ObjectMeta {
             labels: Some(pod_labels),
-            annotations: (!overrides.annotations.is_empty()).then_some(overrides.annotations),
+            annotations: (!annotations.is_empty()).then_some(annotations),
             ..ObjectMeta::default()
         }),
         spec: Some(PodSpec {
@@ -325,6 +354,7 @@ mod tests {
             labels: members.clone(),
             uid: 999,
             spec: pod,
+            config: None,
         };
         let template = member_template(pods, &members);
         let labels = template.metadata.as_ref().unwrap().labels.as_ref().unwrap();
@@ -353,10 +383,55 @@ mod tests {
             labels: members.clone(),
             uid: 999,
             spec: PodSpec::default(),
+            config: None,
         };
         let plain = member_template(pods, &members);
         assert_eq!(plain.metadata.unwrap().annotations, None);
         assert_eq!(plain.spec.unwrap().tolerations, None);
+    }
+
+    #[test]
+    fn the_config_digest_follows_the_files_and_the_operator_s_annotation_wins() {
+        let config = |files: &[(&str, &str)]| ConfigMap {
+            data: Some(
+                files
+                    .iter()
+                    .map(|(key, value)| (key.to_string(), value.to_string()))
+                    .collect(),
+            ),
+            ..ConfigMap::default()
+        };
+        let base = config(&[("my.cnf", "a = 1\n"), ("start.sh", "exec x\n")]);
+        assert_eq!(config_digest(&base), config_digest(&base.clone()));
+        for changed in [
+            config(&[("my.cnf", "a = 2\n"), ("start.sh", "exec x\n")]),
+            config(&[("my.cnf", "a = 1\n"), ("start.sh", "exec y\n")]),
+            config(&[("my.cnf", "a = 1\nstart.sh"), ("", "exec x\n")]),
+            config(&[("my.cnf", "a = 1\n")]),
+        ] {
+            assert_ne!(config_digest(&base), config_digest(&changed), "{changed:?}");
+        }
+        let members = BTreeMap::from([("app".to_string(), "demo".to_string())]);
+        let overrides = PodOverrides {
+            annotations: BTreeMap::from([
+                (CONFIG_DIGEST_ANNOTATION.to_string(), "mine".to_string()),
+                ("note".to_string(), "x".to_string()),
+            ]),
+            ..PodOverrides::default()
+        };
+        let template = member_template(
+            MemberPods {
+                overrides: Some(&overrides),
+                labels: members.clone(),
+                uid: 999,
+                spec: PodSpec::default(),
+                config: Some(&base),
+            },
+            &members,
+        );
+        let annotations = template.metadata.unwrap().annotations.unwrap();
+        assert_eq!(annotations[CONFIG_DIGEST_ANNOTATION], config_digest(&base));
+        assert_eq!(annotations["note"], "x");
     }
 
     #[test]

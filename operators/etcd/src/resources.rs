@@ -504,6 +504,9 @@ pub fn build_statefulset(
                 enable_service_links: Some(false),
                 ..PodSpec::default()
             },
+            // The ConfigMap names the membership, which a member reads only to join on an
+            // empty volume: a membership change must not restart every member.
+            config: None,
         },
         true,
         Some(&cluster.spec.storage),

@@ -541,6 +541,9 @@ fn statefulset(
                 termination_grace_period_seconds: Some(30),
                 ..PodSpec::default()
             },
+            // The ConfigMap holds the set's name, which never changes, and the version, which
+            // changes the image in the template already.
+            config: None,
         },
         true,
         persistent.then_some(&replica_set.spec.storage),

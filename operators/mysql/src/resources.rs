@@ -518,6 +518,7 @@ pub fn build_statefulset(cluster: &MySQLCluster, replicas: i32) -> Result<Statef
                 termination_grace_period_seconds: Some(60),
                 ..PodSpec::default()
             },
+            config: Some(&build_config_map(cluster)?),
         },
         true,
         Some(&cluster.spec.storage),
@@ -673,6 +674,20 @@ mod tests {
         let sources = credentials.projected.unwrap().sources.unwrap();
         assert_eq!(sources[0].secret.as_ref().unwrap().name, "shop-root");
         assert_eq!(sources[1].secret.as_ref().unwrap().name, "shop-replication");
+    }
+
+    #[test]
+    fn a_changed_config_changes_the_pod_template_so_the_members_roll_onto_it() {
+        let template = |cluster: &MySQLCluster| build_statefulset(cluster, 3).unwrap().spec.unwrap().template;
+        let before = cluster(Flavor::MariaDB, 3);
+        let mut tuned = before.clone();
+        tuned.spec.config.insert("max_connections".into(), "800".into());
+        assert_ne!(
+            template(&before),
+            template(&tuned),
+            "my.cnf is read only as mysqld starts: a template that does not change with it never restarts a member onto it"
+        );
+        assert_eq!(template(&before), template(&before.clone()));
     }
 
     #[test]

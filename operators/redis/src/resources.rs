@@ -482,6 +482,21 @@ pub fn build_config_map(cluster: &RedisCluster) -> Result<ConfigMap> {
     })
 }
 
+/// The data nodes' ConfigMap as far as a node must restart to take it: without the write fence
+/// (`min-replicas-*`), which the operator sets on every running node itself as the node count
+/// changes, so scaling restarts no node.
+fn restart_config(cluster: &RedisCluster) -> Result<ConfigMap> {
+    let mut config = build_config_map(cluster)?;
+    if let Some(conf) = config.data.as_mut().and_then(|data| data.get_mut("redis.conf")) {
+        *conf = conf
+            .lines()
+            .filter(|line| !line.starts_with("min-replicas-"))
+            .map(|line| format!("{line}\n"))
+            .collect();
+    }
+    Ok(config)
+}
+
 /// The Sentinels' ConfigMap: `start.sh`.
 pub fn build_sentinel_config_map(cluster: &RedisCluster) -> Result<ConfigMap> {
     let name = cluster.name_any();
@@ -661,7 +676,7 @@ fn data_statefulset(cluster: &RedisCluster, shard: Option<usize>, replicas: i32)
             |shard| shard_statefulset_name(&name, shard),
         ),
         component: NODE_COMPONENT,
-        config_map: config_map_name(&statefulset_name(&name)),
+        config: restart_config(cluster)?,
         service: statefulset_name(&name),
         selector: shard.map_or_else(
             || selector(cluster, NODE_COMPONENT),
@@ -788,7 +803,7 @@ fn restore_container(restore: &RestoreStatus, snapshots: &[RestoreSnapshot]) -> 
 pub fn build_sentinel_statefulset(cluster: &RedisCluster, replicas: i32) -> Result<StatefulSet> {
     let name = sentinel_statefulset_name(&cluster.name_any());
     let members = Members {
-        config_map: config_map_name(&name),
+        config: build_sentinel_config_map(cluster)?,
         service: name.clone(),
         statefulset: name,
         component: SENTINEL_COMPONENT,
@@ -803,7 +818,8 @@ pub fn build_sentinel_statefulset(cluster: &RedisCluster, replicas: i32) -> Resu
 struct Members {
     statefulset: String,
     component: &'static str,
-    config_map: String,
+    /// The ConfigMap the pods read as they start: mounted, and its digest on the template.
+    config: ConfigMap,
     /// The headless Service naming the pods.
     service: String,
     /// The StatefulSet's selector; its pods carry these labels.
@@ -817,7 +833,7 @@ fn statefulset(cluster: &RedisCluster, members: Members, replicas: i32) -> Resul
     let Members {
         statefulset: name,
         component,
-        config_map,
+        config,
         service,
         selector: pod_selector,
         port,
@@ -840,7 +856,7 @@ fn statefulset(cluster: &RedisCluster, members: Members, replicas: i32) -> Resul
         Volume {
             name: "config".into(),
             config_map: Some(ConfigMapVolumeSource {
-                name: config_map,
+                name: config.name_any(),
                 ..ConfigMapVolumeSource::default()
             }),
             ..Volume::default()
@@ -923,6 +939,7 @@ fn statefulset(cluster: &RedisCluster, members: Members, replicas: i32) -> Resul
                 termination_grace_period_seconds: Some(30),
                 ..PodSpec::default()
             },
+            config: Some(&config),
         },
         false,
         persistent.then_some(&cluster.spec.storage),
@@ -1002,6 +1019,49 @@ pub(crate) mod tests {
         assert_eq!(
             strategy(build_shard_statefulset(&cluster(Mode::Cluster), 1, 2).unwrap()),
             managed
+        );
+    }
+
+    #[test]
+    fn a_changed_config_changes_the_data_pods_template_in_either_mode_so_they_roll_onto_it() {
+        let template = |statefulset: StatefulSet| statefulset.spec.unwrap().template;
+        for mode in [Mode::Replication, Mode::Cluster] {
+            let before = cluster(mode);
+            let mut tuned = before.clone();
+            tuned.spec.config.insert("maxmemory".into(), "200mb".into());
+            assert_ne!(
+                template(build_statefulset(&before, 3).unwrap()),
+                template(build_statefulset(&tuned, 3).unwrap()),
+                "{mode:?}: redis.conf is read only as the server starts"
+            );
+            assert_ne!(
+                template(build_shard_statefulset(&before, 1, 2).unwrap()),
+                template(build_shard_statefulset(&tuned, 1, 2).unwrap()),
+                "{mode:?}: a shard's StatefulSet"
+            );
+        }
+        // The write fence the operator sets on running nodes: scaling restarts none.
+        let mut alone = cluster(Mode::Replication);
+        alone.spec.replicas = Some(1);
+        let mut fenced = cluster(Mode::Replication);
+        fenced.spec.replicas = Some(3);
+        fenced
+            .spec
+            .config
+            .insert("min-replicas-max-lag".into(), "5".into());
+        assert_ne!(redis_conf(&alone), redis_conf(&fenced));
+        assert_eq!(
+            template(build_statefulset(&alone, 1).unwrap()),
+            template(build_statefulset(&fenced, 1).unwrap())
+        );
+        // The Sentinels read only their start script, which follows the operator's release.
+        let sentinels = template(build_sentinel_statefulset(&cluster(Mode::Replication), 3).unwrap());
+        let digest = sentinels.metadata.unwrap().annotations.unwrap()
+            [quorum_core::pod::CONFIG_DIGEST_ANNOTATION]
+            .clone();
+        assert_eq!(
+            digest,
+            quorum_core::pod::config_digest(&build_sentinel_config_map(&cluster(Mode::Replication)).unwrap())
         );
     }
 
