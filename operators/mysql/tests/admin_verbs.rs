@@ -1144,16 +1144,19 @@ async fn a_commit_acknowledged_just_before_every_member_is_killed_survives_on_th
             processes.restart_with(index, as_a_member_pod_starts).await;
         }
         admins[0].set_read_only(false).await.expect("open the primary");
-        admins[1]
-            .configure_replica(
-                &ReplicationSource {
-                    semi_sync: true,
-                    ..source(&processes, 0)
-                },
-                None,
-            )
-            .await
-            .expect("configure replica");
+        // As the operator does, each pass: a server still busy with its crash recovery may let
+        // one call go unanswered.
+        let replica_of_the_primary = ReplicationSource {
+            semi_sync: true,
+            ..source(&processes, 0)
+        };
+        wait::until("the replica configured", Duration::from_secs(120), || async {
+            admins[1]
+                .configure_replica(&replica_of_the_primary, None)
+                .await
+                .map_err(|error| format!("{error:?}\n{}", processes.error_log_tail(1)))
+        })
+        .await;
         if round == 0 {
             processes
                 .sql(
