@@ -4,15 +4,17 @@
 # OCI archive cached by its content under QUORUM_CACHE/images, and imported into the real node's
 # containerd under the same reference the charts, CSVs and operators name.
 #
-#   e2e/images.sh build [node|engines|operators|peer|all]   build what is missing, print the archives
-#   e2e/images.sh import [node|engines|operators|peer|all]  build, then import into the node's containerd
+#   e2e/images.sh build [node|engines|operators|peer|previous|all]  build what is missing, print the archives
+#   e2e/images.sh import [node|engines|operators|peer|previous|all] build, then import into the node's containerd
 #   e2e/images.sh references                           the references, as NAME=REFERENCE words
+#   e2e/images.sh previous-release                     the previous release's checkout (its charts)
 #
 # node: the pod sandbox, CoreDNS, the volume provisioner and its helper; engines: the database
 # images; operators: the four operators (`cargo xtask image`, unoptimized unless
 # QUORUM_OPERATOR_PROFILE=release, as `make bench` builds them; the image's shape does not depend
 # on optimization); peer: the benchmark's baseline operator (etcd-io/etcd-operator,
-# `make bench` only, not part of `all`).
+# `make bench` only, not part of `all`); previous: the MySQL operator of the release the operator
+# upgrade test starts from (PREVIOUS_RELEASE_COMMIT, `make test` only, not part of `all`).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -41,6 +43,10 @@ S3_IMAGE=localhost/quorum-e2e/gofakes3:$GOFAKES3_VERSION
 # The benchmark's baseline: etcd-io/etcd-operator built from its source (e2e/toolchain/build.sh
 # peer), packed like our images. Benchmarks only: nothing of it is in a product image.
 PEER_IMAGE=localhost/quorum-bench/etcd-operator:$PEER_ETCD_OPERATOR_COMMIT
+# The previous release's MySQL operator, under a repository of its own so the current image
+# keeps its name; the tag is the one its layout carries.
+PREVIOUS_REPOSITORY=localhost/quorum-e2e/previous-mysql-operator
+PREVIOUS_CHECKOUT=$cache/build/previous-$PREVIOUS_RELEASE_COMMIT
 
 # Copies a static busybox and its applets into ROOTFS/bin (a shell for helper pods and for
 # `kubectl exec`).
@@ -209,6 +215,35 @@ build_operator_images() {
   done
 }
 
+# The previous release's checkout, from this repository's history (the commit must be in it),
+# extracted once.
+previous_checkout() {
+  if [[ ! -f $PREVIOUS_CHECKOUT/.extracted ]]; then
+    rm -rf "$PREVIOUS_CHECKOUT"; mkdir -p "$PREVIOUS_CHECKOUT"
+    git -C "$root" archive "$PREVIOUS_RELEASE_COMMIT" | tar -x -C "$PREVIOUS_CHECKOUT" \
+      || { log "commit $PREVIOUS_RELEASE_COMMIT (PREVIOUS_RELEASE_COMMIT) is not in this repository's history"; exit 1; }
+    touch "$PREVIOUS_CHECKOUT/.extracted"
+  fi
+  echo "$PREVIOUS_CHECKOUT"
+}
+
+# The previous release's MySQL operator: its binary compiled from its checkout (into a target
+# directory of its own), packed as `cargo xtask image` packs the current one; cached by commit.
+build_previous_image() {
+  local archive="$images/previous-mysql-operator-$PREVIOUS_RELEASE_COMMIT.tar"
+  if [[ ! -s $archive ]]; then
+    local checkout; checkout=$(previous_checkout) || exit 1
+    local layout="$images/.layout-previous-mysql-operator"
+    (cd "$root" && cargo xtask image mysql-operator --layout "$layout" --profile dev --source "$checkout" >&2)
+    tar -C "$layout" -cf "$archive.partial" . && mv "$archive.partial" "$archive"
+    # The archive is what is kept; the compiled crates serve no other commit.
+    rm -rf "$cache/static-target-$(basename "$checkout")" "$layout"
+  fi
+  local tag
+  tag=$(tar -xOf "$archive" ./index.json | grep -o '"org.opencontainers.image.ref.name":"[^"]*"' | head -n 1 | cut -d'"' -f4)
+  echo "$PREVIOUS_REPOSITORY:$tag $archive"
+}
+
 # The peer's manager alone, as its own Dockerfile ships it (a static binary, a non-root user).
 build_peer_image() {
   # Inside the caller's command substitution `set -e` is off: a failed build must stop here.
@@ -228,8 +263,9 @@ build() {
     engines) build_engine_images ;;
     operators) build_operator_images ;;
     peer) build_peer_image ;;
+    previous) build_previous_image ;;
     all) build_node_images; build_engine_images; build_operator_images ;;
-    *) echo "usage: $0 build|import [node|engines|operators|peer|all]" >&2; exit 2 ;;
+    *) echo "usage: $0 build|import [node|engines|operators|peer|previous|all]" >&2; exit 2 ;;
   esac
 }
 
@@ -257,7 +293,8 @@ case "${1:-}" in
     echo "PAUSE_IMAGE=$PAUSE_IMAGE COREDNS_IMAGE=$COREDNS_IMAGE LOCAL_PATH_IMAGE=$LOCAL_PATH_IMAGE"
     echo "HELPER_IMAGE=$HELPER_IMAGE ETCD_IMAGE=$ETCD_IMAGE MARIADB_IMAGE=$MARIADB_IMAGE REDIS_IMAGE=$REDIS_IMAGE MONGO_IMAGE=$MONGO_IMAGE S3_IMAGE=$S3_IMAGE"
     echo "PEER_IMAGE=$PEER_IMAGE" ;;
+  previous-release) previous_checkout ;;
   build) build "${2:-all}" ;;
   import) import "${2:-all}" ;;
-  *) echo "usage: $0 build|import [node|engines|operators|peer|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 build|import [node|engines|operators|peer|previous|all] | references | previous-release" >&2; exit 2 ;;
 esac

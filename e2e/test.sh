@@ -20,6 +20,8 @@ e2e/cluster.sh start
 trap 'e2e/cluster.sh stop' EXIT
 log "operator images, imported into the real node"
 e2e/images.sh import operators
+log "the previous release's MySQL operator (the operator upgrade test starts there), built and imported"
+e2e/images.sh import previous
 log "the benchmark's baseline operator (etcd-io/etcd-operator), built and imported"
 e2e/images.sh import peer >/dev/null
 QUORUM_PEER_DIR=$(e2e/toolchain/build.sh peer)

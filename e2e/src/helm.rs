@@ -1,7 +1,10 @@
 //! Operators installed from their Helm chart (`charts/<package>`) by the real `helm`, built
 //! from its Go module by `e2e/toolchain/packaging.sh`.
 
-use std::time::Duration;
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
 use k8s_openapi::api::{
     apps::v1::Deployment,
@@ -44,7 +47,8 @@ impl ChartRelease {
     /// ServiceAccount and a Role in `namespace` exist (and no ClusterRole), and the Deployment's
     /// pod runs (on KWOK) as that ServiceAccount.
     pub async fn install(admin: &Client, package: &str, namespace: &str, settings: &[&str]) -> Self {
-        Self::install_placed(admin, package, namespace, settings, Placement::Kwok).await
+        let chart = chart_directory(package);
+        Self::install_placed(admin, &chart, package, namespace, settings, Placement::Kwok).await
     }
 
     /// `helm install` as [`Self::install`], with the operator's pod placed on the real node from
@@ -56,26 +60,69 @@ impl ChartRelease {
         namespace: &str,
         settings: &[&str],
     ) -> Self {
+        Self::install_on_real_node_from(admin, &chart_directory(package), package, namespace, settings).await
+    }
+
+    /// [`Self::install_on_real_node`] from the chart of `package` in `chart`, a directory
+    /// outside this checkout (an earlier release's chart, say).
+    pub async fn install_on_real_node_from(
+        admin: &Client,
+        chart: &Path,
+        package: &str,
+        namespace: &str,
+        settings: &[&str],
+    ) -> Self {
         real_node::require(admin).await;
         let placement = real_node::chart_settings();
         let mut all: Vec<&str> = placement.iter().map(String::as_str).collect();
         all.extend_from_slice(settings);
-        Self::install_placed(admin, package, namespace, &all, Placement::RealNode).await
+        Self::install_placed(admin, chart, package, namespace, &all, Placement::RealNode).await
+    }
+
+    /// `helm upgrade` of this release to the chart in `chart` with the placement on the real
+    /// node and `settings`, everything else back to the new chart's defaults (its image among
+    /// them), as a user upgrading to a new release does; checks the release deployed.
+    pub fn upgrade_on_real_node(&self, chart: &Path, settings: &[&str]) -> String {
+        let kubeconfig = kubeconfig_path().display().to_string();
+        let chart = chart.display().to_string();
+        let watch = format!("watchNamespaces={{{}}}", self.namespace);
+        let placement = real_node::chart_settings();
+        let mut args = vec![
+            "upgrade",
+            self.release.as_str(),
+            chart.as_str(),
+            "--kubeconfig",
+            kubeconfig.as_str(),
+            "--namespace",
+            self.namespace.as_str(),
+            "--set",
+            watch.as_str(),
+        ];
+        for setting in placement
+            .iter()
+            .map(String::as_str)
+            .chain(settings.iter().copied())
+        {
+            args.extend(["--set", setting]);
+        }
+        let (upgraded, _) = succeeds(&packaging_tool("helm"), &args, None);
+        assert!(
+            upgraded.contains("has been upgraded") && upgraded.contains("STATUS: deployed"),
+            "{upgraded}"
+        );
+        upgraded
     }
 
     async fn install_placed(
         admin: &Client,
+        chart: &Path,
         package: &str,
         namespace: &str,
         settings: &[&str],
         placement: Placement,
     ) -> Self {
         let release = format!("rbac-{}", &namespace[namespace.len().saturating_sub(6)..]);
-        let chart = repository_root()
-            .join("charts")
-            .join(package)
-            .display()
-            .to_string();
+        let chart = chart.display().to_string();
         let kubeconfig = kubeconfig_path().display().to_string();
         let watch = format!("watchNamespaces={{{namespace}}}");
         let mut args = vec![
@@ -191,4 +238,27 @@ impl ChartRelease {
             None,
         );
     }
+}
+
+/// `charts/<package>` of this checkout.
+pub fn chart_directory(package: &str) -> PathBuf {
+    repository_root().join("charts").join(package)
+}
+
+/// The image a chart in `chart` runs by default: `image.repository:image.tag` of its generated
+/// `values.yaml` (two-space indentation, one line each).
+pub fn default_image(chart: &Path) -> String {
+    let values = std::fs::read_to_string(chart.join("values.yaml"))
+        .unwrap_or_else(|error| panic!("reading {}/values.yaml: {error}", chart.display()));
+    let field = |name: &str| {
+        values
+            .lines()
+            .skip_while(|line| *line != "image:")
+            .take_while(|line| *line == "image:" || line.starts_with("  "))
+            .find_map(|line| line.strip_prefix(&format!("  {name}: ")))
+            .unwrap_or_else(|| panic!("no image.{name} in {}/values.yaml", chart.display()))
+            .trim()
+            .to_string()
+    };
+    format!("{}:{}", field("repository"), field("tag"))
 }

@@ -3,7 +3,7 @@
 //! a database process killed inside its container, a pod deleted, a claim followed across both.
 //! Each engine's `tests/real_pods.rs` adds only what is its own (clients, histories, members).
 
-use std::{collections::BTreeMap, time::Duration};
+use std::{collections::BTreeMap, path::Path, time::Duration};
 
 use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
 use kube::{
@@ -234,6 +234,58 @@ impl OnRealNode {
         }
     }
 
+    /// [`Self::install`] from a chart outside this checkout (`chart_directory`, an earlier
+    /// release's, say).
+    pub async fn install_from(prefix: &str, chart_directory: &Path, chart: &str, settings: &[&str]) -> Self {
+        quorum_core::telemetry::init(quorum_core::config::LogFormat::Text);
+        let admin = admin_client().await;
+        let namespace = TestNamespace::create(&admin, prefix).await;
+        let ns = namespace.name().to_string();
+        let release =
+            ChartRelease::install_on_real_node_from(&admin, chart_directory, chart, &ns, settings).await;
+        Self {
+            admin,
+            namespace,
+            ns,
+            chart: Some(release),
+            chart_name: chart.to_string(),
+        }
+    }
+
+    /// `helm upgrade` of the operator to this checkout's chart with its default image, as a
+    /// user upgrading to this release does, then waits until exactly one operator pod runs,
+    /// Ready, from the new chart's image.
+    pub async fn upgrade_operator(&self) {
+        let chart = self.chart.as_ref().expect("the operator is installed");
+        let directory = crate::helm::chart_directory(&self.chart_name);
+        chart.upgrade_on_real_node(&directory, &[]);
+        let image = crate::helm::default_image(&directory);
+        let image = image.as_str();
+        let selector = format!("app.kubernetes.io/name={}", self.chart_name);
+        let pods = self.pods();
+        wait::until(
+            &format!("one operator pod Ready from {image}"),
+            Duration::from_secs(180),
+            || async {
+                let now = pods
+                    .list(&ListParams::default().labels(&selector))
+                    .await
+                    .map_err(|error| error.to_string())?
+                    .items;
+                let runs_image = |pod: &Pod| {
+                    pod.spec
+                        .as_ref()
+                        .is_some_and(|spec| spec.containers.iter().all(|c| c.image.as_deref() == Some(image)))
+                };
+                match now.as_slice() {
+                    [pod] if runs_image(pod) && real_node::pod_ready(pod) => Ok(()),
+                    _ => Err(describe_pods(&now)),
+                }
+            },
+        )
+        .await;
+    }
+
     pub fn pods(&self) -> Api<Pod> {
         Api::namespaced(self.admin.clone(), &self.ns)
     }
@@ -245,6 +297,11 @@ impl OnRealNode {
     /// How many pods matching `selector` run the template [`rolled_template_patch`] asks for
     /// and are Ready.
     pub async fn ready_on_rolled_template(&self, selector: &str) -> usize {
+        self.ready_with_annotation(selector, ROLLED_ANNOTATION).await
+    }
+
+    /// How many pods matching `selector` carry the annotation `key` and are Ready.
+    pub async fn ready_with_annotation(&self, selector: &str, key: &str) -> usize {
         self.pods_of(selector)
             .await
             .iter()
@@ -252,7 +309,7 @@ impl OnRealNode {
                 pod.metadata
                     .annotations
                     .as_ref()
-                    .is_some_and(|a| a.contains_key(ROLLED_ANNOTATION))
+                    .is_some_and(|a| a.contains_key(key))
                     && crate::real_node::pod_ready(pod)
             })
             .count()
@@ -984,8 +1041,8 @@ impl OnRealNode {
     }
 }
 
-/// The annotation the roll tests add to a cluster's pod template.
-const ROLLED_ANNOTATION: &str = "example.com/rolled";
+/// The annotation the roll tests add to a cluster's pod template ([`rolled_template_patch`]).
+pub const ROLLED_ANNOTATION: &str = "example.com/rolled";
 
 /// A merge patch that gives a cluster a new pod template (the real node's overrides and one
 /// annotation more), as a version bump or a new operator release would.

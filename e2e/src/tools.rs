@@ -25,6 +25,27 @@ pub fn cache_root() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/quorum"))
 }
 
+/// The repository the previous release's MySQL operator image is imported under (its tag is
+/// the chart's default): `e2e/images.sh import previous`.
+pub const PREVIOUS_RELEASE_MYSQL_IMAGE: &str = "localhost/quorum-e2e/previous-mysql-operator";
+
+/// The checkout of the release the operator upgrade test starts from (`PREVIOUS_RELEASE_COMMIT`
+/// in `e2e/toolchain/versions.env`), extracted by `e2e/images.sh`: its charts.
+///
+/// # Panics
+/// When it has not been extracted: run `e2e/images.sh import previous` (the test command does).
+pub fn previous_release() -> PathBuf {
+    let checkout = cache_root()
+        .join("build")
+        .join(format!("previous-{}", pinned_version("PREVIOUS_RELEASE_COMMIT")));
+    assert!(
+        checkout.join(".extracted").exists(),
+        "{} is missing: run `e2e/images.sh import previous`",
+        checkout.display()
+    );
+    checkout
+}
+
 /// The etcd server binary.
 ///
 /// # Panics

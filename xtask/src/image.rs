@@ -129,6 +129,18 @@ fn tools(operator: &OperatorPackage) -> anyhow::Result<Vec<ImageFile>> {
     }
 }
 
+/// The checkout an operator's binary is compiled from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// This workspace.
+    Workspace,
+    /// Another checkout of it (an earlier release's, say, for the operator upgrade test),
+    /// compiled into a target directory of its own named after the checkout's directory:
+    /// cargo tells two checkouts' crates apart by their paths inside the workspace and their
+    /// files' times, so sharing one directory would take one's artifacts for the other's.
+    Checkout(PathBuf),
+}
+
 /// What [`build`] made.
 #[derive(Debug)]
 pub struct BuiltImage {
@@ -140,10 +152,15 @@ pub struct BuiltImage {
 
 /// Builds `operator`'s image into the OCI layout `layout` (replaced if it is one already),
 /// tagged [`tag`] of the workspace's version.
-pub fn build(operator: &OperatorPackage, layout: &Path, profile: Profile) -> anyhow::Result<BuiltImage> {
+pub fn build(
+    operator: &OperatorPackage,
+    layout: &Path,
+    profile: Profile,
+    source: &Source,
+) -> anyhow::Result<BuiltImage> {
     let version = crate::bundle::VERSION;
     ensure_replaceable(layout)?;
-    let binary = static_binary(operator, profile)?;
+    let binary = static_binary(operator, profile, source)?;
     let entrypoint = format!("/{BIN}/{}", operator.binary);
     let mut files = vec![ImageFile {
         path: entrypoint[1..].to_string(),
@@ -264,13 +281,32 @@ pub fn build(operator: &OperatorPackage, layout: &Path, profile: Profile) -> any
 /// (the static flag and the profiles must not invalidate the workspace's usual builds), and
 /// returns its path. Cargo's fingerprints make a run after no change a no-op and a run after a
 /// change a rebuild of the changed crates.
-pub fn static_binary(operator: &OperatorPackage, profile: Profile) -> anyhow::Result<PathBuf> {
+pub fn static_binary(
+    operator: &OperatorPackage,
+    profile: Profile,
+    source: &Source,
+) -> anyhow::Result<PathBuf> {
     let (name, settings) = profile.cargo_profile();
-    let target_dir = cache_root().join("static-target");
+    let (checkout, target_dir) = match source {
+        Source::Workspace => (crate::repository_root(), cache_root().join("static-target")),
+        Source::Checkout(checkout) => {
+            let directory = checkout
+                .file_name()
+                .with_context(|| format!("{} names no directory", checkout.display()))?;
+            let mut target = std::ffi::OsString::from("static-target-");
+            target.push(directory);
+            (checkout.clone(), cache_root().join(target))
+        }
+    };
+    ensure!(
+        checkout.join("Cargo.toml").exists(),
+        "{} is not a checkout of the workspace",
+        checkout.display()
+    );
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut command = Command::new(cargo);
     command
-        .current_dir(crate::repository_root())
+        .current_dir(&checkout)
         .args([
             "build",
             "--quiet",

@@ -12,8 +12,9 @@ const USAGE: &str = "usage:
   cargo xtask check
   cargo xtask bundle <operator> --version <version> --out <dir>
       the operator's bundle at <version>, upgrading from the workspace's version
-  cargo xtask image <operator> --layout <dir> [--profile release|dev]
-      the operator's image as an OCI layout (a directory), tagged v<workspace version>
+  cargo xtask image <operator> --layout <dir> [--profile release|dev] [--source <checkout>]
+      the operator's image as an OCI layout (a directory), tagged v<workspace version>; with
+      --source, its binary compiled from that checkout of the workspace (an earlier release)
 <operator> is an engine (etcd), a binary (etcd-operator) or an OLM package (quorum-etcd-operator).";
 
 fn main() -> anyhow::Result<()> {
@@ -41,13 +42,18 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Some("image") => {
-            let (operator, options) = operator_and_options(&args[1..], &["--layout", "--profile"])?;
+            let (operator, options) =
+                operator_and_options(&args[1..], &["--layout", "--profile", "--source"])?;
             let layout = PathBuf::from(option(&options, "--layout")?);
             let profile = match options.iter().find(|(name, _)| name == "--profile") {
                 Some((_, value)) => value.parse()?,
                 None => image::Profile::Release,
             };
-            let built = image::build(&operator, &layout, profile)?;
+            let source = match options.iter().find(|(name, _)| name == "--source") {
+                Some((_, checkout)) => image::Source::Checkout(PathBuf::from(checkout)),
+                None => image::Source::Workspace,
+            };
+            let built = image::build(&operator, &layout, profile, &source)?;
             println!("{}:{}", built.layout.display(), built.tag);
             Ok(())
         }

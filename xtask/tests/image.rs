@@ -333,7 +333,7 @@ fn a_layout_flag_that_names_something_else_is_refused() {
     std::fs::create_dir_all(&scratch).unwrap();
     std::fs::write(scratch.join("notes.txt"), "keep me").unwrap();
     let operator = &xtask::operators()[0];
-    let error = image::build(operator, &scratch, image::Profile::Dev)
+    let error = image::build(operator, &scratch, image::Profile::Dev, &image::Source::Workspace)
         .expect_err("a directory that is not an OCI layout is not replaced");
     assert!(error.to_string().contains("is not an OCI layout"), "{error:#}");
     assert_eq!(

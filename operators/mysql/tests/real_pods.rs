@@ -19,7 +19,7 @@ use quorum_e2e::{
     history::{History, Writer},
     real_node::{self, STORAGE_CLASS},
     real_pods::{self, OnRealNode, rolled_template_patch},
-    wait,
+    tools, wait,
 };
 use support::{APP_DATABASE, APP_PASSWORD, APP_USER};
 
@@ -539,7 +539,17 @@ async fn a_repair_request_rebuilds_the_named_replica_on_an_empty_volume() {
 /// write is lost.
 #[tokio::test]
 async fn a_new_pod_template_restarts_one_member_at_a_time_the_primary_last() {
-    roll_under_a_writer("real-mysql-roll", false).await;
+    roll_under_a_writer("real-mysql-roll", NewTemplate::Override).await;
+}
+
+/// The operator upgraded through its chart, from the previous release (`PREVIOUS_RELEASE_COMMIT`,
+/// its own chart and image) to this one, under a steady writer: the new release builds the
+/// members' pods differently (their template carries the digest of `my.cnf`), and no member
+/// restarts by surprise: each is replaced once, one at a time, the primary last after a
+/// switchover, and no acknowledged write is lost.
+#[tokio::test]
+async fn an_operator_upgrade_through_the_chart_rolls_one_member_at_a_time_the_primary_last() {
+    roll_under_a_writer("real-mysql-upgrade", NewTemplate::OperatorUpgrade).await;
 }
 
 /// The same with the operator's pod stopped and started again as soon as each disruptive step
@@ -548,12 +558,45 @@ async fn a_new_pod_template_restarts_one_member_at_a_time_the_primary_last() {
 /// last, and no acknowledged write is lost.
 #[tokio::test]
 async fn a_roll_resumes_every_recorded_step_after_an_operator_restart() {
-    roll_under_a_writer("real-mysql-roll-restarts", true).await;
+    roll_under_a_writer(
+        "real-mysql-roll-restarts",
+        NewTemplate::OverrideRestartingTheOperator,
+    )
+    .await;
 }
 
-async fn roll_under_a_writer(prefix: &str, restart_operator_at_each_step: bool) {
-    let setup = OnRealNode::install(prefix, CHART, &[]).await;
+/// What gives the members a new pod template.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum NewTemplate {
+    /// A changed `spec.podTemplate`.
+    Override,
+    /// The same, with the operator restarted after each step it records.
+    OverrideRestartingTheOperator,
+    /// The operator upgraded through its chart from the previous release.
+    OperatorUpgrade,
+}
+
+async fn roll_under_a_writer(prefix: &str, new_template: NewTemplate) {
+    let restart_operator_at_each_step = new_template == NewTemplate::OverrideRestartingTheOperator;
+    // What every pod on the new template carries.
+    let rolled_annotation = match new_template {
+        NewTemplate::OperatorUpgrade => quorum_core::pod::CONFIG_DIGEST_ANNOTATION,
+        _ => real_pods::ROLLED_ANNOTATION,
+    };
+    let setup = match new_template {
+        NewTemplate::OperatorUpgrade => {
+            let previous = tools::previous_release().join("charts").join(CHART);
+            let image = format!("image.repository={}", tools::PREVIOUS_RELEASE_MYSQL_IMAGE);
+            OnRealNode::install_from(prefix, &previous, CHART, &[&image]).await
+        }
+        _ => OnRealNode::install(prefix, CHART, &[]).await,
+    };
     let status = create_ready(&setup, 3).await;
+    assert_eq!(
+        setup.ready_with_annotation(MEMBERS, rolled_annotation).await,
+        0,
+        "no member runs the new template before the change"
+    );
     let old_primary = status.primary.clone().expect("a primary");
     let clusters: Api<MySQLCluster> = Api::namespaced(setup.admin.clone(), &setup.ns);
     let primary = service_pool(&setup, &mysql_operator::resources::primary_service_name(CLUSTER)).await;
@@ -563,20 +606,25 @@ async fn roll_under_a_writer(prefix: &str, restart_operator_at_each_step: bool) 
         .await;
     let watch = setup.watch_roll(MEMBERS).await;
 
-    clusters
-        .patch(
-            CLUSTER,
-            &PatchParams::default(),
-            &Patch::Merge(rolled_template_patch()),
-        )
-        .await
-        .unwrap();
+    match new_template {
+        NewTemplate::OperatorUpgrade => setup.upgrade_operator().await,
+        _ => {
+            clusters
+                .patch(
+                    CLUSTER,
+                    &PatchParams::default(),
+                    &Patch::Merge(rolled_template_patch()),
+                )
+                .await
+                .unwrap();
+        }
+    }
     let steps_seen = std::sync::Mutex::new(Vec::<String>::new());
     wait::until(
         "every member on the new template, the roll recorded as done",
         Duration::from_secs(if restart_operator_at_each_step { 720 } else { 420 }),
         || async {
-            let rolled = setup.ready_on_rolled_template(MEMBERS).await;
+            let rolled = setup.ready_with_annotation(MEMBERS, rolled_annotation).await;
             let cluster = clusters.get(CLUSTER).await.map_err(|e| e.to_string())?;
             let in_flight = cluster.status.as_ref().and_then(|s| s.in_flight.clone());
             if restart_operator_at_each_step && let Some(step) = &in_flight {
