@@ -390,6 +390,11 @@ pub struct RedisClusterStatus {
     /// replica made the primary in place of one lost for good).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovery: Option<quorum_core::crd::RecoveryRecord>,
+    /// Replication mode: the node a recovery made the primary, until every Sentinel has been
+    /// seen monitoring it. A Sentinel that names another primary meanwhile was out of reach
+    /// when it happened: it is told to monitor this node, never followed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary_on_request: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }

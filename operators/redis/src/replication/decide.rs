@@ -118,6 +118,9 @@ pub struct Facts {
     pub pending: BTreeSet<usize>,
     /// A recovery a person asked for, while the request stands.
     pub recovery: Option<RecoveryRequest>,
+    /// The node a recovery made the primary, until every Sentinel has been seen monitoring it
+    /// (`status.primaryOnRequest`).
+    pub primary_on_request: Option<usize>,
 }
 
 /// One step.
@@ -129,8 +132,9 @@ pub enum Step {
     ScaleSentinels { replicas: usize },
     /// Tell a Sentinel to monitor the primary, with the spec's settings and the password.
     Monitor { sentinel: usize, primary: SocketAddr },
-    /// Tell a Sentinel that names the primary's old address to monitor it at its new one
-    /// (`SENTINEL REMOVE`, then as `Monitor`); one Sentinel per pass.
+    /// Tell a Sentinel that names the primary's old address, or a primary a recovery replaced,
+    /// to monitor the primary at its address (`SENTINEL REMOVE`, then as `Monitor`); one
+    /// Sentinel per pass.
     RepointSentinel { sentinel: usize, primary: SocketAddr },
     /// Correct a Sentinel's quorum, down-after or failover timeout.
     Configure { sentinel: usize },
@@ -249,6 +253,32 @@ pub fn find_primary(facts: &Facts) -> PrimaryFinding {
             Reason::FailoverInProgress,
             "a Sentinel is failing over; waiting for it to finish".into(),
         );
+    }
+    // A recovery made this node the primary outside the Sentinels: those naming another one
+    // missed it (they were out of reach), and following them could make it, and the replicas
+    // that follow it, drop every write it took since. It stays the primary while it says it is.
+    // Should it stop answering, the others' choice waits for it; should it answer as a
+    // replica, the Sentinels it was made known to have failed over since, as they may.
+    if let Some(promoted) = facts.primary_on_request {
+        let node = facts.nodes.iter().find(|n| n.ordinal == promoted);
+        match node.and_then(|n| n.address.zip(n.answered())) {
+            Some((address, info)) if info.role == Role::Primary => {
+                return PrimaryFinding::Agreed {
+                    ordinal: promoted,
+                    address,
+                };
+            }
+            Some(_) => {}
+            None => {
+                return unknown(
+                    Reason::PrimaryUnknown,
+                    format!(
+                        "node {promoted}, made the primary on request, does not answer, and not every Sentinel has \
+                         been seen monitoring it: no other node is taken for the primary until it answers"
+                    ),
+                );
+            }
+        }
     }
     // Votes per node: a Sentinel naming the recorded primary's former address votes for it.
     let mut votes: BTreeMap<usize, usize> = BTreeMap::new();
@@ -399,6 +429,33 @@ pub fn find_primary(facts: &Facts) -> PrimaryFinding {
             format!("node {candidate} is not a primary the operator can see; no Sentinel knows another"),
         ),
     }
+}
+
+/// `status.primaryOnRequest` after a pass: the node a recovery promoted in it (`promoted`), or
+/// the one recorded for as long as it serves as the primary and a Sentinel is yet to be seen
+/// monitoring it; none once every Sentinel answers and names it, or once it answers as a
+/// replica (the Sentinels failed over since).
+pub fn primary_on_request_after(facts: &Facts, promoted: Option<usize>) -> Option<usize> {
+    if promoted.is_some() {
+        return promoted;
+    }
+    let recorded = facts.primary_on_request?;
+    let node = facts.nodes.iter().find(|n| n.ordinal == recorded);
+    if node
+        .and_then(NodeFact::answered)
+        .is_some_and(|info| info.role == Role::Replica)
+    {
+        return None;
+    }
+    let address = node.and_then(|n| n.address);
+    let monitoring = facts
+        .sentinels
+        .iter()
+        .filter(|s| s.health.is_healthy())
+        .filter(|s| s.view.as_ref().is_some_and(|v| Some(v.primary) == address))
+        .count();
+    let everyone = monitoring == facts.sentinels.len() && monitoring >= facts.desired_sentinels;
+    (!everyone).then_some(recorded)
 }
 
 /// The node that takes writes now: the primary the Sentinels agree on or, while they cannot
@@ -554,6 +611,12 @@ pub fn decide(facts: &Facts) -> Decision {
     // handle.
     for sentinel in facts.sentinels.iter().filter(|s| s.health.is_healthy()) {
         match &sentinel.view {
+            Some(view) if facts.primary_on_request == Some(primary) && view.primary != primary_address => {
+                return Decision::Act(Step::RepointSentinel {
+                    sentinel: sentinel.ordinal,
+                    primary: primary_address,
+                });
+            }
             None if primary_seen => {
                 return Decision::Act(Step::Monitor {
                     sentinel: sentinel.ordinal,
@@ -1052,6 +1115,7 @@ mod tests {
             repair: None,
             pending: BTreeSet::new(),
             recovery: None,
+            primary_on_request: None,
         }
     }
 
@@ -1706,6 +1770,78 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn after_a_recovery_sentinels_that_missed_it_are_repointed_at_the_new_primary_never_followed() {
+        // Node 1 was made the primary on request while node 0 was lost and most Sentinels were
+        // out of reach; node 2 follows it. Node 0 comes back as the primary it was, and so do
+        // two Sentinels that never heard of the recovery. Following them would make nodes 1
+        // and 2 replicas of node 0 and drop every write since the recovery.
+        let nodes = || {
+            vec![
+                node(0, primary_info(&[])),
+                node(1, primary_info(&[2])),
+                node(2, replica_info(1, true)),
+            ]
+        };
+        let recovered = |nodes: Vec<NodeFact>, sentinels: Vec<SentinelFact>| Facts {
+            primary_on_request: Some(1),
+            ..facts(nodes, sentinels, Some(1))
+        };
+        let stale = || vec![watching(0, 0), watching(1, 0), watching(2, 1)];
+        assert_eq!(
+            decide(&recovered(nodes(), stale())),
+            Decision::Act(Step::RepointSentinel {
+                sentinel: 0,
+                primary: address(1)
+            })
+        );
+        assert_eq!(
+            primary_on_request_after(&recovered(nodes(), stale()), None),
+            Some(1)
+        );
+        // Once every Sentinel monitors node 1, node 0 follows it, and the record ends.
+        let repointed = recovered(nodes(), all_watching(1));
+        assert_eq!(
+            decide(&repointed),
+            Decision::Act(Step::Replicate {
+                node: 0,
+                primary: address(1)
+            })
+        );
+        assert_eq!(primary_on_request_after(&repointed, None), None);
+        // A Sentinel out of reach may still name node 0: the record stays.
+        let one_unreachable = recovered(
+            nodes(),
+            vec![watching(0, 1), watching(1, 1), unreachable_sentinel(2)],
+        );
+        assert_eq!(primary_on_request_after(&one_unreachable, None), Some(1));
+        // Node 1 out of reach: the stale majority is not followed in the meantime.
+        let mut gone = nodes();
+        gone[1] = unreachable_node(1);
+        let decision = decide(&recovered(gone, stale()));
+        assert!(
+            matches!(&decision, Decision::Wait(w) if w.reason == Reason::PrimaryUnknown),
+            "{decision:?}"
+        );
+        // Node 1 answering as a replica: the Sentinels failed over since, as they may.
+        let mut demoted = settled_nodes(2);
+        demoted[1] = node(1, replica_info(2, true));
+        let failed_over = recovered(demoted, all_watching(2));
+        assert_eq!(primary_on_request_after(&failed_over, None), None);
+        assert_eq!(
+            find_primary(&failed_over),
+            PrimaryFinding::Agreed {
+                ordinal: 2,
+                address: address(2)
+            }
+        );
+        // The pass that promotes records it.
+        assert_eq!(
+            primary_on_request_after(&facts(nodes(), stale(), Some(0)), Some(1)),
+            Some(1)
+        );
     }
 
     #[test]

@@ -41,7 +41,7 @@ use handover::Handover;
 
 use decide::{
     Decision, Facts, NodeFact, PrimaryFinding, Reason, SentinelFact, SentinelSettings, SentinelView, Step,
-    decide, find_primary, serving_primary_given,
+    decide, find_primary, primary_on_request_after, serving_primary_given,
 };
 
 /// One reconcile pass in replication mode.
@@ -126,6 +126,9 @@ async fn observe(pass: &Pass<'_>) -> Result<Observed, Error> {
             |member| ordinal_of(&name, member),
         ),
         pending: pending_members(data_pods.pods(), |pod| ordinal_of(&name, pod)),
+        primary_on_request: status
+            .and_then(|s| s.primary_on_request.as_deref())
+            .and_then(|node| ordinal_of(&name, node)),
     };
     Ok(Observed {
         facts,
@@ -303,6 +306,12 @@ async fn report(
     let mut status = build_status(pass, facts, primary, &taken.progress);
     status.repair = repair_record(facts, taken.wiped_for_repair.as_ref(), &taken.progress);
     status.recovery = recovery_record(&name, facts, decision, primary);
+    let promoted = match decision {
+        Decision::Act(Step::Promote { to, .. }) if taken.handed_over_to == Some(*to) => Some(*to),
+        _ => None,
+    };
+    status.primary_on_request =
+        primary_on_request_after(facts, promoted).map(|ordinal| node_name(&name, ordinal));
     let recorded_primary = facts.recorded_primary;
     status.primary_address = match (taken.handed_over_to, finding) {
         (Some(to), _) => primary_address(facts, Some(to)).map(|address| address.to_string()),
@@ -932,7 +941,7 @@ pub fn describe(cluster: &str, step: &Step) -> String {
             sentinel_name(cluster, *sentinel)
         ),
         Step::RepointSentinel { sentinel, primary } => format!(
-            "telling {}, which names the primary's old address, to monitor it at {primary}",
+            "telling {}, which names another address for the primary (an old one, or a primary a recovery replaced), to monitor it at {primary}",
             sentinel_name(cluster, *sentinel)
         ),
         Step::Configure { sentinel } => format!(
