@@ -5,6 +5,9 @@
 #   e2e/setup.sh demo     system, then the local control plane and its real node (Go-built, cached by version)
 #   e2e/setup.sh [all]    demo, then the packaging tools only the packaging tests use (helm, opm,
 #                         operator-sdk, OLM) and the test-only servers (the previous etcd, an S3 server)
+#   e2e/setup.sh tools    what `all` builds from Go modules, once `system` is done: installs nothing
+#                         and touches no Cargo state, so it can run beside a Rust build (`make test`
+#                         does, on a cold machine the two take turns on the processors)
 #
 # Each prerequisite is checked by what the build or the tests actually use (a command, a file),
 # so a package that is installed but incomplete is found too. `e2e/setup.sh check` only lists
@@ -83,9 +86,23 @@ if [[ ${1:-} == check ]]; then
 fi
 
 stage=${1:-all}
-case $stage in system | demo | all) ;; *) echo "usage: $0 [system|demo|all|check]" >&2; exit 2 ;; esac
+case $stage in system | demo | all | tools) ;; *) echo "usage: $0 [system|demo|all|tools|check]" >&2; exit 2 ;; esac
 
 check_toolchains >&2 || exit 1
+
+go_tools() {
+  for tool in etcd kwok k8s coredns local-path pause; do "$here/toolchain/build.sh" "$tool" >/dev/null; done
+  [[ $stage == demo ]] && return
+  for tool in etcd-previous s3; do "$here/toolchain/build.sh" "$tool" >/dev/null; done
+  "$here/toolchain/packaging.sh" all >/dev/null
+}
+
+if [[ $stage == tools ]]; then
+  still=$(missing_packages)
+  [[ -z $still ]] || { log "run e2e/setup.sh system first; missing (package, what it should provide):"; echo "$still" >&2; exit 1; }
+  go_tools
+  exit 0
+fi
 
 mapfile -t missing < <(missing_packages | cut -d' ' -f1 | sort -u)
 if ((${#missing[@]})); then
@@ -122,9 +139,4 @@ fi
 
 [[ $stage == system ]] && exit 0
 
-for tool in etcd kwok k8s coredns local-path pause; do "$here/toolchain/build.sh" "$tool" >/dev/null; done
-
-[[ $stage == demo ]] && exit 0
-
-for tool in etcd-previous s3; do "$here/toolchain/build.sh" "$tool" >/dev/null; done
-"$here/toolchain/packaging.sh" all >/dev/null
+go_tools
