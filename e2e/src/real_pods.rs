@@ -260,29 +260,37 @@ impl OnRealNode {
         let directory = crate::helm::chart_directory(&self.chart_name);
         chart.upgrade_on_real_node(&directory, &[]);
         let image = crate::helm::default_image(&directory);
-        let image = image.as_str();
-        let selector = format!("app.kubernetes.io/name={}", self.chart_name);
-        let pods = self.pods();
-        wait::until(
+        let runs_image = |pod: &Pod| {
+            pod.spec.as_ref().is_some_and(|spec| {
+                spec.containers
+                    .iter()
+                    .all(|c| c.image.as_deref() == Some(image.as_str()))
+            })
+        };
+        self.operator_pods_until(
             &format!("one operator pod Ready from {image}"),
             Duration::from_secs(180),
-            || async {
-                let now = pods
-                    .list(&ListParams::default().labels(&selector))
-                    .await
-                    .map_err(|error| error.to_string())?
-                    .items;
-                let runs_image = |pod: &Pod| {
-                    pod.spec
-                        .as_ref()
-                        .is_some_and(|spec| spec.containers.iter().all(|c| c.image.as_deref() == Some(image)))
-                };
-                match now.as_slice() {
-                    [pod] if runs_image(pod) && real_node::pod_ready(pod) => Ok(()),
-                    _ => Err(describe_pods(&now)),
-                }
-            },
+            |now| matches!(now, [pod] if runs_image(pod) && real_node::pod_ready(pod)),
         )
+        .await;
+    }
+
+    /// Waits until the operator's pods, as a whole, are what `wanted` accepts.
+    async fn operator_pods_until(&self, what: &str, timeout: Duration, wanted: impl Fn(&[Pod]) -> bool) {
+        let selector = format!("app.kubernetes.io/name={}", self.chart_name);
+        let pods = self.pods();
+        wait::until(what, timeout, || async {
+            let now = pods
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .map_err(|error| error.to_string())?
+                .items;
+            if wanted(&now) {
+                Ok(())
+            } else {
+                Err(describe_pods(&now))
+            }
+        })
         .await;
     }
 
@@ -433,23 +441,10 @@ impl OnRealNode {
                 .await
                 .unwrap();
         }
-        let pods = self.pods();
-        wait::until(
+        self.operator_pods_until(
             &format!("{replicas} operator pods Ready"),
             Duration::from_secs(120),
-            || async {
-                let now = pods
-                    .list(&ListParams::default().labels(&selector))
-                    .await
-                    .map_err(|error| error.to_string())?
-                    .items;
-                let ready = now.iter().filter(|pod| real_node::pod_ready(pod)).count();
-                if now.len() == replicas as usize && ready == now.len() {
-                    Ok(())
-                } else {
-                    Err(describe_pods(&now))
-                }
-            },
+            |now| now.len() == replicas as usize && now.iter().all(real_node::pod_ready),
         )
         .await;
     }

@@ -68,6 +68,19 @@ async fn reconfig(client: &Client, version: i32, members: Vec<Document>) -> Resu
     .await
 }
 
+/// `host`'s entry in the `replSetGetStatus` of `client`'s member, if it has one.
+async fn member_as_seen(client: &Client, host: &str) -> Result<Option<Document>, String> {
+    let status = admin(client, doc! { "replSetGetStatus": 1 })
+        .await
+        .map_err(|e| e.to_string())?;
+    let members = status.get_array("members").map_err(|e| e.to_string())?;
+    Ok(members
+        .iter()
+        .filter_map(|m| m.as_document())
+        .find(|m| m.get_str("name").ok() == Some(host))
+        .cloned())
+}
+
 /// Waits until member `observer` reports `host` in state `state_str`.
 async fn wait_member_state(
     processes: &MongoProcesses,
@@ -80,14 +93,9 @@ async fn wait_member_state(
         &format!("{host} to be {state_str} as seen by m-{observer}"),
         Duration::from_secs(20),
         || async {
-            let status = admin(client, doc! { "replSetGetStatus": 1 })
-                .await
-                .map_err(|e| e.to_string())?;
-            let members = status.get_array("members").map_err(|e| e.to_string())?;
-            let seen = members
-                .iter()
-                .filter_map(|m| m.as_document())
-                .find(|m| m.get_str("name").ok() == Some(host))
+            let member = member_as_seen(client, host).await?;
+            let seen = member
+                .as_ref()
                 .and_then(|m| m.get_str("stateStr").ok())
                 .unwrap_or("absent")
                 .to_string();
@@ -108,15 +116,8 @@ async fn wait_config_held(processes: &MongoProcesses, client: &Client, host: &st
         &format!("{host} to hold configuration version {version}"),
         Duration::from_secs(20),
         || async {
-            let status = admin(client, doc! { "replSetGetStatus": 1 })
-                .await
-                .map_err(|e| e.to_string())?;
-            let members = status.get_array("members").map_err(|e| e.to_string())?;
-            let held = members
-                .iter()
-                .filter_map(|m| m.as_document())
-                .find(|m| m.get_str("name").ok() == Some(host))
-                .and_then(|m| m.get_i32("configVersion").ok());
+            let member = member_as_seen(client, host).await?;
+            let held = member.as_ref().and_then(|m| m.get_i32("configVersion").ok());
             if held == Some(version) {
                 Ok(())
             } else {
@@ -670,9 +671,13 @@ async fn the_driver_helpers_read_and_write_through_the_simulator() {
 async fn a_member_behind_every_oplog_is_recovering_too_stale_and_stays_so() {
     let mut processes = MongoProcesses::start("rs0", 3, credentials()).await;
     let hosts = processes.hosts();
+    // No election is wanted here: a primary busy with 51,000 inserts on a loaded machine may
+    // miss a one-second election timeout and step down in the middle of a batch.
+    let mut unhurried = settings();
+    unhurried.insert("electionTimeoutMillis", 10_000);
     admin(
         &processes.direct_client(0),
-        doc! { "replSetInitiate": { "_id": "rs0", "members": three_voting_members(&hosts), "settings": settings() } },
+        doc! { "replSetInitiate": { "_id": "rs0", "members": three_voting_members(&hosts), "settings": unhurried } },
     )
     .await
     .unwrap();
