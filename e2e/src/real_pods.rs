@@ -904,14 +904,7 @@ impl OnRealNode {
         Fut: std::future::Future<Output = Option<String>>,
     {
         let watch = self.watch_roll(selector).await;
-        clusters
-            .patch(
-                name,
-                &kube::api::PatchParams::default(),
-                &kube::api::Patch::Merge(rolled_template_patch()),
-            )
-            .await
-            .unwrap();
+        give_new_template(clusters, name).await;
         let seen = std::sync::Mutex::new(self.occurrences(steps).await.values().sum());
         let restarts = std::sync::atomic::AtomicUsize::new(0);
         let leaders = std::sync::Mutex::new(vec![leader]);
@@ -1047,6 +1040,21 @@ pub fn rolled_template_patch() -> serde_json::Value {
         .annotations
         .insert(ROLLED_ANNOTATION.into(), "once".into());
     serde_json::json!({"spec": {"podTemplate": template}})
+}
+
+/// Gives cluster `name` a new pod template ([`rolled_template_patch`]).
+pub async fn give_new_template<K>(clusters: &Api<K>, name: &str)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    clusters
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(rolled_template_patch()),
+        )
+        .await
+        .unwrap();
 }
 
 /// Sets (or, with `None`, removes) the repair request on cluster `name`, as

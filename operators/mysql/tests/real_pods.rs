@@ -18,7 +18,7 @@ use quorum_core::repair::{RepairPhase, RepairRecord};
 use quorum_e2e::{
     history::{History, Writer},
     real_node::{self, STORAGE_CLASS},
-    real_pods::{self, OnRealNode, rolled_template_patch},
+    real_pods::{self, OnRealNode},
     tools, wait,
 };
 use support::{APP_DATABASE, APP_PASSWORD, APP_USER};
@@ -608,16 +608,7 @@ async fn roll_under_a_writer(prefix: &str, new_template: NewTemplate) {
 
     match new_template {
         NewTemplate::OperatorUpgrade => setup.upgrade_operator().await,
-        _ => {
-            clusters
-                .patch(
-                    CLUSTER,
-                    &PatchParams::default(),
-                    &Patch::Merge(rolled_template_patch()),
-                )
-                .await
-                .unwrap();
-        }
+        _ => real_pods::give_new_template(&clusters, CLUSTER).await,
     }
     let steps_seen = std::sync::Mutex::new(Vec::<String>::new());
     wait::until(

@@ -20,7 +20,7 @@ use quorum_core::{
 use quorum_e2e::{
     history::{History, Writer},
     real_node::{self, STORAGE_CLASS},
-    real_pods::{self, OnRealNode, rolled_template_patch},
+    real_pods::{self, OnRealNode},
     wait,
 };
 use redis::AsyncCommands;
@@ -292,14 +292,7 @@ async fn roll_under_a_writer(prefix: &str, restart_operator_at_each_step: bool) 
     let before = setup.occurrences(&reasons).await;
     let watch = setup.watch_roll(NODES).await;
 
-    clusters(&setup)
-        .patch(
-            CLUSTER,
-            &PatchParams::default(),
-            &Patch::Merge(rolled_template_patch()),
-        )
-        .await
-        .unwrap();
+    real_pods::give_new_template(&clusters(&setup), CLUSTER).await;
     const STEPS: [&str; 2] = ["RestartingNode", "SwitchoverRequested"];
     let seen = std::sync::Mutex::new(setup.occurrences(&STEPS).await.values().sum());
     let restarts = std::sync::atomic::AtomicUsize::new(0);
