@@ -1047,14 +1047,7 @@ pub async fn give_new_template<K>(clusters: &Api<K>, name: &str)
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    clusters
-        .patch(
-            name,
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(rolled_template_patch()),
-        )
-        .await
-        .unwrap();
+    merge_patch(clusters, name, rolled_template_patch()).await;
 }
 
 /// Sets (or, with `None`, removes) the repair request on cluster `name`, as
@@ -1071,13 +1064,24 @@ pub async fn annotate<K>(objects: &Api<K>, name: &str, annotation: &str, value: 
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
+    merge_patch(
+        objects,
+        name,
+        serde_json::json!({"metadata": {"annotations": {annotation: value}}}),
+    )
+    .await;
+}
+
+/// A JSON merge patch of object `name`.
+async fn merge_patch<K>(objects: &Api<K>, name: &str, patch: serde_json::Value)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
     objects
         .patch(
             name,
             &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(serde_json::json!({
-                "metadata": {"annotations": {annotation: value}}
-            })),
+            &kube::api::Patch::Merge(patch),
         )
         .await
         .unwrap();
