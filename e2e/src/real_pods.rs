@@ -220,18 +220,7 @@ impl OnRealNode {
     /// Creates a namespace named after `prefix` and installs `chart` there with `settings`
     /// (`--set` values), waiting until the operator's pod is Ready by its probe.
     pub async fn install(prefix: &str, chart: &str, settings: &[&str]) -> Self {
-        quorum_core::telemetry::init(quorum_core::config::LogFormat::Text);
-        let admin = admin_client().await;
-        let namespace = TestNamespace::create(&admin, prefix).await;
-        let ns = namespace.name().to_string();
-        let release = ChartRelease::install_on_real_node(&admin, chart, &ns, settings).await;
-        Self {
-            admin,
-            namespace,
-            ns,
-            chart: Some(release),
-            chart_name: chart.to_string(),
-        }
+        Self::install_from(prefix, &crate::helm::chart_directory(chart), chart, settings).await
     }
 
     /// [`Self::install`] from a chart outside this checkout (`chart_directory`, an earlier
