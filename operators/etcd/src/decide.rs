@@ -176,8 +176,6 @@ pub struct Facts {
     /// Ordinals of the member pods (not terminating) that the kubelet reports Ready by their own
     /// probes.
     pub ready_pods: std::collections::BTreeSet<usize>,
-    /// Ordinals of the member pods the API server reports `Pending`: nothing of theirs runs.
-    pub pending_pods: std::collections::BTreeSet<usize>,
     /// The newest successful backup (`status.lastBackup`), described for people, if any.
     pub newest_backup: Option<String>,
     pub freshness: Duration,
@@ -218,9 +216,6 @@ pub enum Step {
     /// Delete member `ordinal`'s pod so it starts on the current template (with or without
     /// `--force-new-cluster`, as the recovery's phase says).
     RestartMember { ordinal: usize },
-    /// Delete member `ordinal`'s pod, which runs nothing on an older template (`Pending`: no
-    /// node took it, say), so it is created again on the current one.
-    ReplaceStuckPod { ordinal: usize },
     /// Member `ordinal` leads a cluster of itself: take `--force-new-cluster` off the template.
     EndForceNewCluster { ordinal: usize },
     /// No member survived: delete the pods and volumes of `members` members, which come back
@@ -275,18 +270,6 @@ pub fn decide(facts: &Facts) -> Decision {
     // A recovery under way goes on whatever the quorum: it is what restores it.
     if let Some(recovery) = facts.in_flight.as_ref().filter(|step| step.is_recovery()) {
         return resume_recovery(facts, recovery);
-    }
-    // A pod that runs nothing disturbs nothing when it is replaced, and one stuck on an older
-    // template (one no node can take, say) may start only on the current one: the quorum it is
-    // missing from may depend on it. Not during a recovery, whose phases decide which template
-    // each pod starts on, nor for a member whose volume waits to be wiped.
-    let stuck = facts
-        .pending_pods
-        .iter()
-        .copied()
-        .filter(|o| !facts.wipe_pending.contains(o));
-    if let Some(ordinal) = facts.templates.stuck(&stuck.collect()) {
-        return Decision::Act(Step::ReplaceStuckPod { ordinal });
     }
     let Some(members) = facts.members.as_deref() else {
         if let Some(restore) = restore_on_request(facts) {
@@ -968,7 +951,6 @@ mod tests {
             recovery: None,
             forced_pods: Default::default(),
             ready_pods: Default::default(),
-            pending_pods: Default::default(),
             newest_backup: None,
             freshness: Duration::from_secs(30),
             replace_after: Duration::from_secs(300),
@@ -1588,56 +1570,6 @@ mod tests {
             ),
         ];
         assert_decisions(rows);
-    }
-
-    #[test]
-    fn a_pod_stuck_pending_on_an_older_template_is_replaced_even_while_the_quorum_is_lost() {
-        // No node can take the old template (it asked for more memory than any has, say); the
-        // template changed since, and two of three pods were never placed: no quorum, and no
-        // member answers for them.
-        let outdated = |ordinals: &[usize]| Templates::Known {
-            outdated: ordinals.iter().map(|o| (*o, format!("uid-{o}"))).collect(),
-            current: (0..3).filter(|o| !ordinals.contains(o)).collect(),
-        };
-        let stuck = Facts {
-            templates: outdated(&[0, 1, 2]),
-            pending_pods: [1, 2].into(),
-            ..facts(3, None)
-        };
-        assert_eq!(
-            decide(&stuck),
-            Decision::Act(Step::ReplaceStuckPod { ordinal: 1 })
-        );
-        // A member whose volume waits to be wiped keeps its pod until the wipe.
-        let wiping = Facts {
-            wipe_pending: vec![1],
-            ..stuck.clone()
-        };
-        assert_eq!(
-            decide(&wiping),
-            Decision::Act(Step::ReplaceStuckPod { ordinal: 2 })
-        );
-        // Pending on the current template, a pod is starting: left to start.
-        let starting = Facts {
-            templates: outdated(&[0]),
-            ..stuck.clone()
-        };
-        assert_ne!(
-            decide(&starting),
-            Decision::Act(Step::ReplaceStuckPod { ordinal: 1 })
-        );
-        // A recovery's phases decide which template each pod starts on: a pod created now
-        // could carry --force-new-cluster.
-        let recovering = Facts {
-            in_flight: Some(InFlight::ForceNewCluster { ordinal: 0 }),
-            forced_pods: [0].into(),
-            ..stuck
-        };
-        assert!(
-            !matches!(decide(&recovering), Decision::Act(Step::ReplaceStuckPod { .. })),
-            "{:?}",
-            decide(&recovering)
-        );
     }
 
     #[test]

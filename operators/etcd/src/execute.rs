@@ -118,7 +118,6 @@ pub async fn execute(
         Step::ClearInFlight => Err(StepError::NotAnAdminStep("ClearInFlight")),
         Step::Recover { .. } => Err(StepError::NotAnAdminStep("Recover")),
         Step::RestartMember { .. } => Err(StepError::NotAnAdminStep("RestartMember")),
-        Step::ReplaceStuckPod { .. } => Err(StepError::NotAnAdminStep("ReplaceStuckPod")),
         Step::EndForceNewCluster { .. } => Err(StepError::NotAnAdminStep("EndForceNewCluster")),
         Step::RestoreInPlace { .. } => Err(StepError::NotAnAdminStep("RestoreInPlace")),
         Step::WipeForRestore { .. } => Err(StepError::NotAnAdminStep("WipeForRestore")),

@@ -233,8 +233,6 @@ struct Observed {
     forced_pods: std::collections::BTreeSet<usize>,
     /// Member pods the kubelet reports Ready.
     ready_pods: std::collections::BTreeSet<usize>,
-    /// Member pods the API server reports Pending.
-    pending_pods: std::collections::BTreeSet<usize>,
     /// The backup the members restore while the cluster is restored in place.
     restoring_from: Option<BackupRecord>,
 }
@@ -255,7 +253,6 @@ impl Observed {
             recovery: self.recovery.clone(),
             forced_pods: self.forced_pods.clone(),
             ready_pods: self.ready_pods.clone(),
-            pending_pods: self.pending_pods.clone(),
             newest_backup: cluster
                 .status
                 .as_ref()
@@ -350,9 +347,6 @@ async fn observe(
             .filter(|(_, pod)| quorum_core::pod::is_ready(pod))
             .map(|(ordinal, _)| ordinal)
             .collect(),
-        pending_pods: quorum_core::rollout::pending_members(&member_pods, |pod| {
-            crate::resolver::ordinal_of(&name, pod)
-        }),
         view,
         members,
     })
@@ -814,7 +808,7 @@ async fn take(
         Step::Bootstrap { .. } | Step::StartPod { .. } | Step::StopPod { .. } | Step::ClearInFlight => {
             Ok(StepOutcome::Done)
         }
-        Step::Upgrade { ordinal } | Step::RestartMember { ordinal } | Step::ReplaceStuckPod { ordinal } => {
+        Step::Upgrade { ordinal } | Step::RestartMember { ordinal } => {
             // Only the pod observed on an older template: one created again since is left to
             // the next pass.
             let Some(uid) = observed.templates.outdated_pod(*ordinal) else {

@@ -426,7 +426,7 @@ pub fn step_reason(step: &Step) -> Reason {
         Step::Upgrade { .. } => Reason::UpgradingMember,
         Step::Recover { .. } | Step::EndForceNewCluster { .. } => Reason::RecoveringFromMember,
         Step::RestoreInPlace { .. } | Step::WipeForRestore { .. } => Reason::RestoringInPlace,
-        Step::RestartMember { .. } | Step::ReplaceStuckPod { .. } => Reason::RestartingMember,
+        Step::RestartMember { .. } => Reason::RestartingMember,
         Step::ClearInFlight => Reason::StepCompleted,
     }
 }
@@ -453,9 +453,6 @@ pub fn describe(step: &Step) -> String {
         Step::RestartMember { ordinal } => {
             format!("restarting member {ordinal} for the recovery's next phase")
         }
-        Step::ReplaceStuckPod { ordinal } => format!(
-            "replacing the pod of member {ordinal}, which never started on an older pod template, with one on the current template"
-        ),
         Step::RestoreInPlace { members, backup } => format!(
             "restoring in place on request, no member having survived: the {members} members will form a new cluster \
              from {backup}, once the StatefulSet takes the restore template"

@@ -24,10 +24,7 @@
 //!    caught up, then the primary's role is switched over to a current replica, and the old
 //!    primary goes last.
 
-use std::{
-    collections::BTreeSet,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use quorum_core::{
     availability::{
@@ -175,8 +172,6 @@ pub struct Facts {
     pub primary_last_open: Option<GtidPosition>,
     /// The recorded primary's data claim is another than the one it was last seen open on.
     pub primary_volume_replaced: bool,
-    /// Members whose pods the API server reports `Pending`: nothing of theirs runs or serves.
-    pub pending: BTreeSet<usize>,
     pub freshness: Duration,
     pub now: Instant,
 }
@@ -210,10 +205,6 @@ pub enum Step {
     /// Delete `ordinal`'s pod: the StatefulSet recreates it on its current template, on the
     /// same volume.
     RestartMember { ordinal: usize },
-    /// Delete `ordinal`'s pod, which runs nothing on an older template (`Pending`: no node took
-    /// it, say), so it is created again on the current one. Nothing waits for it afterwards:
-    /// it served nothing before.
-    ReplaceStuckPod { ordinal: usize },
     /// Delete a replica's claim and pod (exactly the pod observed), so it comes back empty and
     /// is seeded again from the primary: a repair asked for.
     WipeMember { ordinal: usize, pod_uid: String },
@@ -247,12 +238,6 @@ fn wait(reason: Reason, message: impl Into<String>) -> Decision {
 
 /// Decides the next step.
 pub fn decide(facts: &Facts) -> Decision {
-    // A pod that runs nothing disturbs nothing when it is replaced, and one stuck on an older
-    // template (one no node can take, say) may start only on the current one: every other
-    // step would wait for it to answer.
-    if let Some(ordinal) = facts.templates.stuck(&facts.pending) {
-        return Decision::Act(Step::ReplaceStuckPod { ordinal });
-    }
     if let Some(in_flight) = &facts.in_flight {
         return continue_in_flight(facts, in_flight);
     }
@@ -1137,7 +1122,6 @@ mod tests {
             recovery: None,
             primary_last_open: None,
             primary_volume_replaced: false,
-            pending: BTreeSet::new(),
             freshness: Duration::from_secs(30),
             now,
         }
@@ -2260,50 +2244,6 @@ mod tests {
             Decision::Wait(wait) => wait.reason,
             other => panic!("expected a wait, got {other:?}"),
         }
-    }
-
-    #[test]
-    fn a_pod_stuck_pending_on_an_older_template_is_replaced_without_waiting_for_it() {
-        // Member 2's pod was never placed under the old template (no node had the memory it
-        // asked for, say); the template changed since. It does not answer, so every step that
-        // waits for all members to answer would wait for ever.
-        let now = Instant::now();
-        let mut members = settled_three(now);
-        members[2] = unreachable(2, Health::Unknown("connection refused".into()), now);
-        let stuck = Facts {
-            templates: templates(&[0, 1, 2], &[]),
-            pending: [2].into(),
-            ..facts(members, Some(0), now)
-        };
-        assert_eq!(
-            decide(&stuck),
-            Decision::Act(Step::ReplaceStuckPod { ordinal: 2 })
-        );
-        // Whatever is in flight: the pod serves nothing, so replacing it disturbs nothing.
-        let restarting = Facts {
-            in_flight: Some(InFlight::Restart { ordinal: 1 }),
-            templates: templates(&[0, 2], &[]),
-            ..stuck.clone()
-        };
-        assert_eq!(
-            decide(&restarting),
-            Decision::Act(Step::ReplaceStuckPod { ordinal: 2 })
-        );
-        // The step records nothing in flight: nothing waits for the pod afterwards.
-        assert_eq!(Step::ReplaceStuckPod { ordinal: 2 }.in_flight(), None);
-        // Pending on the current template, it is starting: it is left to start, as any member.
-        let replaced = Some(&Step::ReplaceStuckPod { ordinal: 2 });
-        let starting = Facts {
-            templates: templates(&[0, 1], &[2]),
-            ..stuck.clone()
-        };
-        assert_ne!(decide(&starting).step(), replaced);
-        // While the templates are not known, nothing counts as outdated.
-        let unknown = Facts {
-            templates: Templates::Unknown,
-            ..stuck
-        };
-        assert_ne!(decide(&unknown).step(), replaced);
     }
 
     #[test]

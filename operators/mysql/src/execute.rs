@@ -120,7 +120,6 @@ pub async fn execute(context: &StepContext<'_>, step: &Step) -> Result<StepOutco
         // Kubernetes steps, taken by the reconcile: the StatefulSet's size, a pod deleted.
         Step::ScalePods { .. }
         | Step::RestartMember { .. }
-        | Step::ReplaceStuckPod { .. }
         | Step::WipeMember { .. }
         | Step::ClearInFlight => Ok(StepOutcome::Done),
     }

@@ -28,7 +28,7 @@ use quorum_core::{
     recovery::{RecoveryRecord, RecoveryRequest},
     repair::{PodRepair, RepairRecord},
     role_labels::LabelledPods,
-    rollout::{Templates, needs_take_over, pending_members, restart_pod, take_over_updates},
+    rollout::{Templates, needs_take_over, restart_pod, take_over_updates},
     runner::Context,
     status::StatusWriter,
 };
@@ -353,7 +353,6 @@ impl Observed {
                 .and_then(|primary| recorded_primary_position(cluster, primary))
                 .and_then(|last| GtidPosition::parse(cluster.spec.flavor, &last.gtid).ok()),
             primary_volume_replaced: self.primary_volume_replaced(cluster),
-            pending: pending_members(&self.member_pods, |pod| ordinal_of(&cluster.name_any(), pod)),
             freshness: settings.freshness,
             now: std::time::Instant::now(),
         }
@@ -644,7 +643,7 @@ async fn act(
         report.write(&decision, memory).await?;
     }
     set_role_labels(context, cluster, observed, memory).await?;
-    if let Step::RestartMember { ordinal } | Step::ReplaceStuckPod { ordinal } = *step
+    if let Step::RestartMember { ordinal } = *step
         && let Some(uid) = observed.templates.outdated_pod(ordinal)
     {
         let namespace = cluster.namespace().unwrap_or_default();

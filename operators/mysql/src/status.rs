@@ -456,7 +456,7 @@ pub fn step_reason(step: &Step) -> Reason {
         Step::SetBinlogExpiry { .. } => Reason::SettingBinlogExpiry,
         Step::RemoveMember { .. } => Reason::RemovingMember,
         Step::Restore { .. } => Reason::Restoring,
-        Step::RestartMember { .. } | Step::ReplaceStuckPod { .. } => Reason::RestartingMember,
+        Step::RestartMember { .. } => Reason::RestartingMember,
         Step::WipeMember { .. } => Reason::RebuildingMember,
         Step::ClearInFlight => Reason::StepCompleted,
     }
@@ -508,10 +508,6 @@ pub fn describe(cluster: &str, step: &Step) -> String {
         ),
         Step::RestartMember { ordinal } => format!(
             "restarting {} onto the StatefulSet's current pod template",
-            name(ordinal)
-        ),
-        Step::ReplaceStuckPod { ordinal } => format!(
-            "replacing the pod of {}, which never started on an older pod template, with one on the current template",
             name(ordinal)
         ),
         Step::WipeMember { ordinal, .. } => format!(

@@ -184,7 +184,6 @@ impl Harness {
             recovery: None,
             forced_pods: Default::default(),
             ready_pods: Default::default(),
-            pending_pods: Default::default(),
             newest_backup: None,
             freshness: Duration::from_secs(30),
             replace_after: Duration::from_secs(60),
