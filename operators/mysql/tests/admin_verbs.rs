@@ -1093,7 +1093,8 @@ async fn a_crashed_primary_discards_its_unacknowledged_commit_and_takes_it_back_
 }
 
 /// The crash-recovery settings of a semi-synchronous MariaDB member's `my.cnf`, as server
-/// options: how a restarted member treats the commits its crash left in doubt.
+/// options: how a restarted member treats the commits its crash left in doubt, and that it
+/// starts with replication stopped.
 fn crash_recovery_options_of_a_member_pod() -> Vec<String> {
     let cluster = MySQLCluster::new(
         "outage",
@@ -1102,7 +1103,15 @@ fn crash_recovery_options_of_a_member_pod() -> Vec<String> {
         }))
         .expect("a MySQLCluster spec"),
     );
-    const CRASH_RECOVERY: [&str; 3] = ["init_rpl_role", "innodb_flush_log_at_trx_commit", "sync_binlog"];
+    // A member pod also starts with replication stopped until the operator configures it;
+    // threads the server started by itself at boot raced the test's STOP SLAVE on a loaded
+    // machine and hung it.
+    const CRASH_RECOVERY: [&str; 4] = [
+        "init_rpl_role",
+        "innodb_flush_log_at_trx_commit",
+        "sync_binlog",
+        "skip_slave_start",
+    ];
     // The server's defaults first, where the harness trades durability for speed; the
     // member's own settings after them win.
     let server_defaults = ["--innodb-flush-log-at-trx-commit=1", "--sync-binlog=0"].map(String::from);
