@@ -204,7 +204,7 @@ build_operator_images() {
     # The tag is the one the layout carries (the workspace's version); the repository is the
     # one `cargo xtask image` documents and the CSVs and charts name.
     local tag
-    tag=$(grep -o '"org.opencontainers.image.ref.name":"[^"]*"' "$layout/index.json" | head -n 1 | cut -d'"' -f4)
+    tag=$(layout_tag <"$layout/index.json")
     reference=ghcr.io/quorum-dev/$operator:$tag
     local stage; stage=$(mktemp -d "$images/.stage.XXXXXX")
     tar -C "$layout" -cf "$stage/layout.tar" .
@@ -213,6 +213,11 @@ build_operator_images() {
     rm -rf "$stage"
     echo "$reference $archive"
   done
+}
+
+# The tag an OCI layout's index (on standard input) carries: the image's reference name.
+layout_tag() {
+  grep -o '"org.opencontainers.image.ref.name":"[^"]*"' | head -n 1 | cut -d'"' -f4
 }
 
 # The previous release's checkout, from this repository's history (the commit must be in it),
@@ -240,7 +245,7 @@ build_previous_image() {
     rm -rf "$cache/static-target-$(basename "$checkout")" "$layout"
   fi
   local tag
-  tag=$(tar -xOf "$archive" ./index.json | grep -o '"org.opencontainers.image.ref.name":"[^"]*"' | head -n 1 | cut -d'"' -f4)
+  tag=$(tar -xOf "$archive" ./index.json | layout_tag)
   echo "$PREVIOUS_REPOSITORY:$tag $archive"
 }
 

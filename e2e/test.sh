@@ -23,13 +23,14 @@ log "cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 log "generated files"
 cargo xtask check
-if ! wait "$tools"; then
-  sed 's/^/[tools] /' "$tools_log" >&2
+tools_status=0
+wait "$tools" || tools_status=$?
+sed 's/^/[tools] /' "$tools_log" >&2
+rm -f "$tools_log"
+if ((tools_status)); then
   log "building the Go-built tools failed"
   exit 1
 fi
-sed 's/^/[tools] /' "$tools_log" >&2
-rm -f "$tools_log"
 
 e2e/cluster.sh start
 trap 'e2e/cluster.sh stop' EXIT

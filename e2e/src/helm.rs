@@ -83,29 +83,10 @@ impl ChartRelease {
     /// node and `settings`, everything else back to the new chart's defaults (its image among
     /// them), as a user upgrading to a new release does; checks the release deployed.
     pub fn upgrade_on_real_node(&self, chart: &Path, settings: &[&str]) -> String {
-        let kubeconfig = kubeconfig_path().display().to_string();
-        let chart = chart.display().to_string();
-        let watch = format!("watchNamespaces={{{}}}", self.namespace);
         let placement = real_node::chart_settings();
-        let mut args = vec![
-            "upgrade",
-            self.release.as_str(),
-            chart.as_str(),
-            "--kubeconfig",
-            kubeconfig.as_str(),
-            "--namespace",
-            self.namespace.as_str(),
-            "--set",
-            watch.as_str(),
-        ];
-        for setting in placement
-            .iter()
-            .map(String::as_str)
-            .chain(settings.iter().copied())
-        {
-            args.extend(["--set", setting]);
-        }
-        let (upgraded, _) = succeeds(&packaging_tool("helm"), &args, None);
+        let mut all: Vec<&str> = placement.iter().map(String::as_str).collect();
+        all.extend_from_slice(settings);
+        let upgraded = deploy("upgrade", &self.release, chart, &self.namespace, &all);
         assert!(
             upgraded.contains("has been upgraded") && upgraded.contains("STATUS: deployed"),
             "{upgraded}"
@@ -122,24 +103,7 @@ impl ChartRelease {
         placement: Placement,
     ) -> Self {
         let release = format!("rbac-{}", &namespace[namespace.len().saturating_sub(6)..]);
-        let chart = chart.display().to_string();
-        let kubeconfig = kubeconfig_path().display().to_string();
-        let watch = format!("watchNamespaces={{{namespace}}}");
-        let mut args = vec![
-            "install",
-            release.as_str(),
-            chart.as_str(),
-            "--kubeconfig",
-            kubeconfig.as_str(),
-            "--namespace",
-            namespace,
-            "--set",
-            watch.as_str(),
-        ];
-        for setting in settings {
-            args.extend(["--set", setting]);
-        }
-        let (installed, _) = succeeds(&packaging_tool("helm"), &args, None);
+        let installed = deploy("install", &release, chart, namespace, settings);
         let account = format!("{release}-{package}");
         assert!(
             installed.contains("STATUS: deployed")
@@ -238,6 +202,29 @@ impl ChartRelease {
             None,
         );
     }
+}
+
+/// `helm install` or `helm upgrade` (`verb`) of `release` from the chart in `chart` into
+/// `namespace`, watching `namespace` only, with `settings` (`--set` values); what helm printed.
+fn deploy(verb: &str, release: &str, chart: &Path, namespace: &str, settings: &[&str]) -> String {
+    let chart = chart.display().to_string();
+    let kubeconfig = kubeconfig_path().display().to_string();
+    let watch = format!("watchNamespaces={{{namespace}}}");
+    let mut args = vec![
+        verb,
+        release,
+        chart.as_str(),
+        "--kubeconfig",
+        kubeconfig.as_str(),
+        "--namespace",
+        namespace,
+        "--set",
+        watch.as_str(),
+    ];
+    for setting in settings {
+        args.extend(["--set", setting]);
+    }
+    succeeds(&packaging_tool("helm"), &args, None).0
 }
 
 /// `charts/<package>` of this checkout.
