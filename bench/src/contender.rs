@@ -33,7 +33,7 @@ pub fn peer_image() -> String {
 }
 
 /// A Quorum operator: one per engine.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
 pub enum Engine {
     Etcd,
     Mysql,

@@ -50,23 +50,9 @@ pub struct Run {
     pub idle_rss_bytes: u64,
 }
 
-/// Installs `contender`, measures it and removes it (also when the measurement fails).
-pub async fn run(
-    admin: &Client,
-    audit: &AuditLog,
-    contender: Contender,
-    settings: Settings,
-    ticks_per_second: u64,
-) -> anyhow::Result<Run> {
-    let installed = contender.install(admin).await?;
-    let measured = measure(admin, audit, &installed, settings, ticks_per_second).await;
-    let removed = installed.remove(admin).await;
-    let run = measured.with_context(|| format!("measuring {}", contender.name()))?;
-    removed.with_context(|| format!("removing {}", contender.name()))?;
-    Ok(run)
-}
-
-async fn measure(
+/// Creates the clusters under `installed`, times them until ready and settled, and leaves them
+/// settled for the window (they stay for the next scenario).
+pub async fn measure(
     admin: &Client,
     audit: &AuditLog,
     installed: &Installed,

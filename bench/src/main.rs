@@ -1,6 +1,6 @@
 //! `make bench`: Quorum's etcd operator against etcd-io/etcd-operator on the same local control
 //! plane and real node, one after the other in one invocation, then every other Quorum operator's
-//! settled cost. Prints tables of figures, ratios and targets, and writes the raw numbers as JSON
+//! settled cost, and for each Quorum operator failovers as a client sees them. Prints tables of figures, ratios and targets, and writes the raw numbers as JSON
 //! under `bench/results/`. Absolute figures are
 //! printed, never asserted; `--quick` runs the smallest size and fails only when an invariant
 //! breaks (a cluster never ready, an operator restarted, a measurement that saw nothing).
@@ -8,6 +8,7 @@
 mod audit;
 mod contender;
 mod convergence;
+mod failover;
 mod process;
 mod report;
 
@@ -21,6 +22,7 @@ use crate::{
     audit::AuditLog,
     contender::{Contender, Engine},
     convergence::{Run, Settings},
+    failover::Failovers,
 };
 
 #[derive(Parser)]
@@ -39,6 +41,12 @@ struct Arguments {
     /// The settled window, in seconds.
     #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(10..))]
     idle_seconds: u64,
+    /// The engines to measure (etcd also runs the peer beside it).
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Engine::Etcd, Engine::Mysql, Engine::Redis, Engine::Mongodb])]
+    engines: Vec<Engine>,
+    /// Kills of the primary per Quorum engine in the failover scenario (2 with --quick).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u16).range(1..))]
+    kills: u16,
     /// Where the JSON goes (default: bench/results, or bench/results/quick with --quick).
     #[arg(long)]
     results: Option<PathBuf>,
@@ -67,26 +75,11 @@ async fn main() -> anyhow::Result<()> {
     }
     let audit = AuditLog::local()?;
     let ticks = process::ticks_per_second()?;
-
-    let mut runs = Vec::new();
-    for contender in [Contender::Quorum(Engine::Etcd), Contender::Peer] {
-        runs.push(measure(&admin, &audit, contender, settings, ticks).await?);
-    }
-    let [quorum, peer] = <[Run; 2]>::try_from(runs).expect("two runs");
-    let figures = report::figures(&quorum, &peer);
-    println!(
-        "Quorum's etcd operator against etcd-io/etcd-operator, {} clusters of 3 members each:\n",
-        settings.clusters
-    );
-    println!("{}", report::table(&figures));
-    for run in [&quorum, &peer] {
-        println!(
-            "\n{}: requests while converging {}; settled {}",
-            run.contender.name(),
-            run.convergence_requests.describe(),
-            run.idle_requests.describe()
-        );
-    }
+    let kills = if arguments.quick {
+        2
+    } else {
+        arguments.kills.into()
+    };
 
     let engine_settings = Settings {
         clusters: if arguments.quick {
@@ -96,15 +89,35 @@ async fn main() -> anyhow::Result<()> {
         },
         ..settings
     };
-    let mut engine_runs = vec![quorum.clone()];
-    for engine in [Engine::Mysql, Engine::Redis, Engine::Mongodb] {
+    let mut comparison = None;
+    let mut engine_runs = Vec::new();
+    let mut failovers: Vec<Failovers> = Vec::new();
+    for engine in [Engine::Etcd, Engine::Mysql, Engine::Redis, Engine::Mongodb] {
+        if !arguments.engines.contains(&engine) {
+            continue;
+        }
         let contender = Contender::Quorum(engine);
-        engine_runs.push(measure(&admin, &audit, contender, engine_settings, ticks).await?);
+        if engine == Engine::Etcd {
+            let (quorum, failed_over) = measure(&admin, &audit, contender, settings, ticks, kills).await?;
+            let (peer, _) = measure(&admin, &audit, Contender::Peer, settings, ticks, kills).await?;
+            print_comparison(&quorum, &peer, settings.clusters);
+            engine_runs.push(quorum.clone());
+            failovers.extend(failed_over);
+            comparison = Some([quorum, peer]);
+        } else {
+            let (run, failed_over) =
+                measure(&admin, &audit, contender, engine_settings, ticks, kills).await?;
+            engine_runs.push(run);
+            failovers.extend(failed_over);
+        }
     }
     let engines = report::engines(&engine_runs);
     println!("\nEvery Quorum operator, settled:\n");
     println!("{}", report::engines_table(&engines));
-    for run in &engine_runs[1..] {
+    for run in engine_runs
+        .iter()
+        .filter(|run| run.contender != Contender::Quorum(Engine::Etcd))
+    {
         println!(
             "\n{}: requests while converging {}; settled {}",
             run.contender.name(),
@@ -112,6 +125,12 @@ async fn main() -> anyhow::Result<()> {
             run.idle_requests.describe()
         );
     }
+
+    let failover_rows = report::failovers(&failovers);
+    println!(
+        "\nFailover as a client sees it, the primary's (etcd: the leader's) server killed {kills} times:\n"
+    );
+    println!("{}", report::engines_table(&failover_rows));
 
     let results = arguments.results.unwrap_or_else(|| {
         let root = quorum_e2e::tools::repository_root().join("bench").join("results");
@@ -127,10 +146,12 @@ async fn main() -> anyhow::Result<()> {
         "versions": versions(),
         "settings": settings,
         "engine_settings": engine_settings,
-        "runs": [quorum, peer],
-        "figures": figures,
+        "runs": comparison,
+        "figures": comparison.as_ref().map(|[quorum, peer]| report::figures(quorum, peer)),
         "engine_runs": engine_runs,
         "engines": engines,
+        "failovers": failovers,
+        "failover_figures": failover_rows,
     });
     std::fs::write(&path, serde_json::to_string_pretty(&record)? + "\n")
         .with_context(|| format!("writing {}", path.display()))?;
@@ -138,22 +159,59 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Quorum's etcd operator against the peer, as a table.
+fn print_comparison(quorum: &Run, peer: &Run, clusters: usize) {
+    println!(
+        "Quorum's etcd operator against etcd-io/etcd-operator, {clusters} clusters of 3 members each:\n"
+    );
+    println!("{}", report::table(&report::figures(quorum, peer)));
+    for run in [quorum, peer] {
+        println!(
+            "\n{}: requests while converging {}; settled {}",
+            run.contender.name(),
+            run.convergence_requests.describe(),
+            run.idle_requests.describe()
+        );
+    }
+}
+
+/// Installs `contender`, measures its convergence and settled cost and, for Quorum's operators,
+/// failovers on the first cluster, and removes it (also when a measurement fails).
 async fn measure(
     admin: &kube::Client,
     audit: &AuditLog,
     contender: Contender,
     settings: Settings,
     ticks: u64,
-) -> anyhow::Result<Run> {
+    kills: usize,
+) -> anyhow::Result<(Run, Option<Failovers>)> {
     eprintln!(
         "[bench] {}: {} clusters of 3 members at once, then {} s settled",
         contender.name(),
         settings.clusters,
         settings.idle.as_secs()
     );
-    let run = convergence::run(admin, audit, contender, settings, ticks).await?;
-    check_invariants(&run)?;
-    Ok(run)
+    let installed = contender.install(admin).await?;
+    let measured = async {
+        let run = convergence::measure(admin, audit, &installed, settings, ticks).await?;
+        check_invariants(&run)?;
+        let failovers = match contender {
+            Contender::Quorum(engine) => {
+                eprintln!(
+                    "[bench] {}: the primary killed {kills} times under a writer",
+                    contender.name()
+                );
+                Some(failover::measure(admin, &installed, engine, kills).await?)
+            }
+            Contender::Peer => None,
+        };
+        anyhow::Ok((run, failovers))
+    }
+    .await;
+    let removed = installed.remove(admin).await;
+    let measured = measured.with_context(|| format!("measuring {}", contender.name()))?;
+    removed.with_context(|| format!("removing {}", contender.name()))?;
+    Ok(measured)
 }
 
 /// A full run's figures are the operators' alone: no other pod may share the node (a demo's

@@ -3,7 +3,11 @@
 
 use serde::Serialize;
 
-use crate::convergence::Run;
+use crate::{
+    contender::{Contender, Engine},
+    convergence::Run,
+    failover::Failovers,
+};
 
 const MIB: f64 = 1024.0 * 1024.0;
 
@@ -203,6 +207,44 @@ pub fn engines(runs: &[Run]) -> Vec<EngineRow> {
         .collect()
 }
 
+/// One row per engine of the failover scenario: how often the primary moved, the time from a
+/// kill to the first acknowledged write (p99 judged for MySQL and Redis, whose failover the
+/// operator's defaults decide), and the acknowledged writes found again.
+pub fn failovers(runs: &[Failovers]) -> Vec<EngineRow> {
+    runs.iter()
+        .map(|run| {
+            let p99_target = match run.engine {
+                Engine::Mysql | Engine::Redis => Target::AtMost(5.0),
+                Engine::Etcd | Engine::Mongodb => Target::None,
+            };
+            let count = |name: &str, value: usize| Figure::new(name, "", value as f64, None, Target::None);
+            EngineRow {
+                operator: Contender::Quorum(run.engine).name(),
+                clusters: 1,
+                figures: vec![
+                    count("kills", run.kills.len()),
+                    count("primary moved", run.primary_moved()),
+                    Figure::new(
+                        "first write after the kill, p50",
+                        "s",
+                        run.seconds_to_first_write(50.0),
+                        None,
+                        Target::None,
+                    ),
+                    Figure::new(
+                        "first write after the kill, p99",
+                        "s",
+                        run.seconds_to_first_write(99.0),
+                        None,
+                        p99_target,
+                    ),
+                    count("acknowledged writes, none lost", run.writes_checked),
+                ],
+            }
+        })
+        .collect()
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct EngineRow {
     pub operator: String,
@@ -216,12 +258,10 @@ pub fn engines_table(rows: &[EngineRow]) -> String {
         return String::new();
     };
     let mut header = vec!["operator".to_string(), "clusters".to_string()];
-    header.extend(
-        first
-            .figures
-            .iter()
-            .map(|figure| format!("{} ({})", figure.name, figure.unit)),
-    );
+    header.extend(first.figures.iter().map(|figure| match figure.unit {
+        "" => figure.name.clone(),
+        unit => format!("{} ({unit})", figure.name),
+    }));
     let mut lines = vec![
         format!("| {} |", header.join(" | ")),
         format!("|---|{}", "---:|".repeat(header.len() - 1)),
@@ -242,7 +282,7 @@ pub fn engines_table(rows: &[EngineRow]) -> String {
 }
 
 fn number(value: f64) -> String {
-    if value == 0.0 || value.abs() >= 100.0 {
+    if value.fract() == 0.0 || value.abs() >= 100.0 {
         format!("{value:.0}")
     } else if value.abs() >= 1.0 {
         format!("{value:.1}")
@@ -358,7 +398,7 @@ mod tests {
 
         let table = table(&figures);
         assert!(
-            table.contains("| clusters ready, from creation | s | 20.0 | 60.0 | 0.33 | ratio ≤ 0.5 | pass |"),
+            table.contains("| clusters ready, from creation | s | 20 | 60 | 0.33 | ratio ≤ 0.5 | pass |"),
             "{table}"
         );
     }
@@ -370,7 +410,7 @@ mod tests {
         // 3 patches over 2 clusters in 600 s: 9 per cluster-hour; 1 GET: 0.5 per 10 min.
         assert!(
             table.ends_with(
-                "| quorum-mysql-operator | 2 | 30.0 | 9.0 (short) | 0.500 (pass) | 0.200 | 3.0 | 2.0 | 14.0 |"
+                "| quorum-mysql-operator | 2 | 30 | 9 (short) | 0.500 (pass) | 0.200 | 3 | 2 | 14 |"
             ),
             "{table}"
         );

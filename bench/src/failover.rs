@@ -1,0 +1,593 @@
+//! Failover as a client sees it: a writer through each engine's client Service (MongoDB's
+//! members, as a driver finds its primary), the primary's server (etcd: the leader's) killed
+//! inside its container again and again, as a crash or the OOM killer would. For each kill, the
+//! time from the kill to the first write invoked after it that the database acknowledged; at the
+//! end, every acknowledged write read back from the primary: none may be lost.
+
+use std::{
+    collections::BTreeMap,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use anyhow::Context;
+use futures::{FutureExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use kube::{
+    Api, Client,
+    api::{DynamicObject, ListParams},
+};
+use mysql_async::prelude::Queryable;
+use quorum_e2e::{
+    control_plane::generated_secret,
+    history::{History, Writer},
+    real_node, wait,
+};
+use serde::Serialize;
+
+use crate::contender::{Engine, Installed};
+
+/// The cluster the kills are aimed at: the first the convergence scenario created.
+pub const CLUSTER: &str = "bench-000";
+const PREFIX: &str = "failover";
+/// How long one write may take before the client gives up on it and tries the next: a client
+/// with a shorter timeout would see a failover sooner, one with a longer one later.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(1);
+const WRITE_INTERVAL: Duration = Duration::from_millis(50);
+/// Bounds the writer in count whatever happens (20 kills take a few minutes at 20 writes a second).
+const MOST_WRITES: usize = 60_000;
+/// How long the cluster may take to be whole and settled again after one kill.
+const RECOVERY_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// One kill and what followed it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Kill {
+    /// The member whose server was killed: the primary (etcd: the leader) at the time.
+    pub member: String,
+    /// The primary once the cluster had settled again: the same member when its restart was
+    /// quicker than a failover.
+    pub primary_after: String,
+    /// From the kill to the first write invoked after it that was acknowledged.
+    pub seconds_to_first_write: f64,
+}
+
+/// The failover scenario's result for one engine.
+#[derive(Clone, Debug, Serialize)]
+pub struct Failovers {
+    pub engine: Engine,
+    pub kills: Vec<Kill>,
+    pub writes_acknowledged: usize,
+    /// Acknowledged writes read back from the primary at the end: all of them, or the run fails.
+    pub writes_checked: usize,
+}
+
+impl Failovers {
+    /// The kills after which another member was primary.
+    pub fn primary_moved(&self) -> usize {
+        self.kills
+            .iter()
+            .filter(|kill| kill.primary_after != kill.member)
+            .count()
+    }
+
+    /// The nearest-rank `percentile` of the times to the first write.
+    pub fn seconds_to_first_write(&self, percentile: f64) -> f64 {
+        let mut seconds: Vec<f64> = self
+            .kills
+            .iter()
+            .map(|kill| kill.seconds_to_first_write)
+            .collect();
+        seconds.sort_by(f64::total_cmp);
+        nearest_rank(&seconds, percentile)
+    }
+}
+
+/// The value at `percentile` (0 to 100) of `sorted`, by nearest rank; 0 for none.
+fn nearest_rank(sorted: &[f64], percentile: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = (percentile / 100.0 * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// For each kill instant, the time from it to the first write invoked at or after it that was
+/// acknowledged; `None` when no such write was. A write invoked before the kill is left out even
+/// when acknowledged after it: the old primary may have served it on its way down.
+fn first_write_after(history: &History, kills: &[Instant]) -> Vec<Option<Duration>> {
+    kills
+        .iter()
+        .map(|&killed| {
+            history
+                .operations
+                .iter()
+                .filter(|operation| operation.invoked >= killed)
+                .find_map(|operation| operation.acknowledged)
+                .map(|acknowledged| acknowledged - killed)
+        })
+        .collect()
+}
+
+/// Kills the primary of [`CLUSTER`] `kills` times under a writer, each once the cluster is whole
+/// and settled again, and checks the writer's history on the primary at the end.
+pub async fn measure(
+    admin: &Client,
+    installed: &Installed,
+    engine: Engine,
+    kills: usize,
+) -> anyhow::Result<Failovers> {
+    let namespace = installed.clusters_namespace;
+    let client = Arc::new(DataClient::connect(admin, namespace, engine).await?);
+    client.prepare().await?;
+    let written = client.clone();
+    let writer = Writer::start(PREFIX, WRITE_INTERVAL, MOST_WRITES, move |key, value| {
+        let client = written.clone();
+        async move {
+            tokio::time::timeout(WRITE_TIMEOUT, client.write(key, value))
+                .await
+                .unwrap_or(false)
+        }
+    });
+    let killed = kill_primaries(admin, installed, &writer, kills).await;
+    let history = writer.stop().await;
+    let killed = killed?;
+
+    let held = wait::within(
+        "every written key read back from the primary",
+        Duration::from_secs(60),
+        || client.read_all(),
+    )
+    .await
+    .map_err(anyhow::Error::msg)?;
+    let writes_checked = history.check(&held).map_err(|violations| {
+        anyhow::anyhow!("{}: lost or invented writes: {violations:#?}", engine.name())
+    })?;
+    anyhow::ensure!(
+        writes_checked > 0,
+        "{}: the writer had no write acknowledged",
+        engine.name()
+    );
+
+    let instants: Vec<Instant> = killed.iter().map(|(_, at, _)| *at).collect();
+    let kills = killed
+        .into_iter()
+        .zip(first_write_after(&history, &instants))
+        .map(|((member, _, primary_after), first)| {
+            let first = first.with_context(|| format!("no write acknowledged after {member} was killed"))?;
+            Ok(Kill {
+                member,
+                primary_after,
+                seconds_to_first_write: first.as_secs_f64(),
+            })
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok(Failovers {
+        engine,
+        kills,
+        writes_acknowledged: history.acknowledged().count(),
+        writes_checked,
+    })
+}
+
+/// The kills: for each, the member killed, when, and the primary once all was settled again.
+async fn kill_primaries(
+    admin: &Client,
+    installed: &Installed,
+    writer: &Writer,
+    kills: usize,
+) -> anyhow::Result<Vec<(String, Instant, String)>> {
+    let clusters = installed.contender.clusters(admin, installed.clusters_namespace);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), installed.clusters_namespace);
+    let acknowledged = writer.acknowledged();
+    wait::within("the writer's first writes", Duration::from_secs(60), || async {
+        let now = writer.acknowledged();
+        (now >= acknowledged + 20)
+            .then_some(())
+            .ok_or(format!("{now} acknowledged"))
+    })
+    .await
+    .map_err(anyhow::Error::msg)?;
+
+    let mut killed = Vec::with_capacity(kills);
+    for _ in 0..kills {
+        let member = wait::within("a primary", Duration::from_secs(120), || primary(&clusters))
+            .await
+            .map_err(anyhow::Error::msg)?;
+        let pod = pods.get(&member).await?;
+        let container = server_container(&pod)?;
+        let restarts = real_node::restart_count(&pod, &container);
+        let acknowledged = writer.acknowledged();
+        let pods_before = cluster_pods(&pods).await?.len();
+        real_node::kill_container(&pod, &container);
+        // Once the signal was sent (`ctr` takes a while to start): a write invoked between the
+        // call and the signal would be the old primary's.
+        let at = Instant::now();
+        wait::within(
+            &format!("writes again after {member} was killed"),
+            RECOVERY_TIMEOUT,
+            || async {
+                let writes = writer.acknowledged() - acknowledged;
+                (writes >= 20)
+                    .then_some(())
+                    .ok_or(format!("{writes} writes since"))
+            },
+        )
+        .await
+        .map_err(anyhow::Error::msg)?;
+        // The kubelet restarts a container that crashed again with a growing delay (10 s, then
+        // doubling up to 5 minutes). Once the client writes again, a server still held back is
+        // given a new pod on its volume, so each kill starts from a whole cluster.
+        let now = pods.get(&member).await?;
+        if now.metadata.uid == pod.metadata.uid && real_node::restart_count(&now, &container) == restarts {
+            pods.delete(&member, &Default::default()).await?;
+        }
+        wait::within(
+            &format!("{member} back, every member ready and the cluster settled"),
+            RECOVERY_TIMEOUT,
+            || async {
+                let now = pods.get(&member).await.map_err(|error| error.to_string())?;
+                let back = now.metadata.uid != pod.metadata.uid
+                    || real_node::restart_count(&now, &container) > restarts;
+                let members = cluster_pods(&pods).await.map_err(|error| error.to_string())?;
+                let ready = members.iter().filter(|pod| real_node::pod_ready(pod)).count();
+                let cluster = clusters.get(CLUSTER).await.map_err(|error| error.to_string())?;
+                let settled = installed.contender.is_settled(&cluster);
+                (back && ready == pods_before && settled)
+                    .then_some(())
+                    .ok_or(format!(
+                        "{member} back {back}, {ready} of {pods_before} pods ready, settled {settled}"
+                    ))
+            },
+        )
+        .await
+        .map_err(anyhow::Error::msg)?;
+        let after = wait::within("a primary", Duration::from_secs(120), || primary(&clusters))
+            .await
+            .map_err(anyhow::Error::msg)?;
+        eprintln!("[bench] killed {member}'s {container}; primary after: {after}");
+        killed.push((member, at, after));
+    }
+    Ok(killed)
+}
+
+/// Every pod of [`CLUSTER`] (Redis: its Sentinels' too).
+async fn cluster_pods(pods: &Api<Pod>) -> kube::Result<Vec<Pod>> {
+    let selector = format!("app.kubernetes.io/instance={CLUSTER}");
+    Ok(pods.list(&ListParams::default().labels(&selector)).await?.items)
+}
+
+/// The member the operator reports primary (etcd: leader).
+async fn primary(clusters: &Api<DynamicObject>) -> Result<String, String> {
+    let cluster = clusters.get(CLUSTER).await.map_err(|error| error.to_string())?;
+    let status = &cluster.data["status"];
+    status["primary"]
+        .as_str()
+        .or(status["leader"].as_str())
+        .map(str::to_string)
+        .ok_or_else(|| "none reported".to_string())
+}
+
+/// A member pod's database server: its first container.
+fn server_container(pod: &Pod) -> anyhow::Result<String> {
+    pod.spec
+        .as_ref()
+        .and_then(|spec| spec.containers.first())
+        .map(|container| container.name.clone())
+        .context("a member pod without containers")
+}
+
+/// A client of [`CLUSTER`] as an application reaches it from inside the cluster: through the
+/// Service that follows the primary (etcd: any member), or, for MongoDB, every member's address,
+/// the primary found by asking them.
+enum DataClient {
+    Etcd(Box<etcd_client::Client>),
+    Mysql(mysql_async::Opts),
+    Redis(redis::ConnectionInfo),
+    Mongodb(Vec<mongodb::Client>),
+}
+
+impl DataClient {
+    async fn connect(admin: &Client, namespace: &str, engine: Engine) -> anyhow::Result<Self> {
+        let service_ip = |service: String| async move {
+            real_node::cluster_ip(admin, namespace, &service)
+                .await
+                .parse::<std::net::IpAddr>()
+                .with_context(|| format!("the cluster IP of {service}"))
+        };
+        Ok(match engine {
+            Engine::Etcd => {
+                let ip = service_ip(etcd_operator::resources::client_service_name(CLUSTER)).await?;
+                let options = etcd_client::ConnectOptions::new()
+                    .with_connect_timeout(WRITE_TIMEOUT)
+                    .with_timeout(WRITE_TIMEOUT);
+                DataClient::Etcd(Box::new(
+                    etcd_client::Client::connect([format!("http://{ip}:2379")], Some(options)).await?,
+                ))
+            }
+            Engine::Mysql => {
+                let ip = service_ip(mysql_operator::resources::primary_service_name(CLUSTER)).await?;
+                let secret = mysql_operator::resources::generated_root_secret_name(CLUSTER);
+                let password = generated_secret(admin, namespace, &secret).await
+                    [mysql_operator::resources::PASSWORD_KEY]
+                    .clone();
+                let options = mysql_async::OptsBuilder::default()
+                    .ip_or_hostname(ip.to_string())
+                    .tcp_port(3306)
+                    .user(Some("root"))
+                    .pass(Some(password))
+                    .prefer_socket(false);
+                DataClient::Mysql(options.into())
+            }
+            Engine::Redis => {
+                use redis::IntoConnectionInfo;
+                let ip = service_ip(redis_operator::resources::primary_service_name(CLUSTER)).await?;
+                let secret = redis_operator::resources::generated_auth_secret_name(CLUSTER);
+                let password = generated_secret(admin, namespace, &secret).await
+                    [redis_operator::resources::PASSWORD_KEY]
+                    .clone();
+                let info = redis::ConnectionAddr::Tcp(ip.to_string(), 6379)
+                    .into_connection_info()?
+                    .set_redis_settings(redis::RedisConnectionInfo::default().set_password(password));
+                DataClient::Redis(info)
+            }
+            Engine::Mongodb => {
+                let secret = mongodb_operator::resources::generated_admin_secret_name(CLUSTER);
+                let login = generated_secret(admin, namespace, &secret).await;
+                let (username, password) = (
+                    &login[mongodb_operator::resources::USERNAME_KEY],
+                    &login[mongodb_operator::resources::PASSWORD_KEY],
+                );
+                let pods: Api<Pod> = Api::namespaced(admin.clone(), namespace);
+                let selector =
+                    format!("app.kubernetes.io/instance={CLUSTER},app.kubernetes.io/component=member");
+                let mut members = Vec::new();
+                for pod in pods.list(&ListParams::default().labels(&selector)).await?.items {
+                    // A killed server restarts in the same pod, at the same address.
+                    let ip = pod
+                        .status
+                        .and_then(|status| status.pod_ip)
+                        .context("a member pod without an address")?;
+                    let uri = format!(
+                        "mongodb://{username}:{password}@{ip}:27017/?directConnection=true&authSource=admin\
+                         &retryWrites=false&serverSelectionTimeoutMS=1000&connectTimeoutMS=1000"
+                    );
+                    members.push(mongodb::Client::with_uri_str(&uri).await?);
+                }
+                anyhow::ensure!(!members.is_empty(), "no member pod matches {selector}");
+                DataClient::Mongodb(members)
+            }
+        })
+    }
+
+    /// What the writes need before the first: MySQL's table.
+    async fn prepare(&self) -> anyhow::Result<()> {
+        let DataClient::Mysql(options) = self else {
+            return Ok(());
+        };
+        wait::within("the benchmark's table", Duration::from_secs(60), || async {
+            let mut conn = mysql_async::Conn::new(options.clone())
+                .await
+                .map_err(|error| error.to_string())?;
+            for statement in [
+                "CREATE DATABASE IF NOT EXISTS quorum_bench",
+                "CREATE TABLE IF NOT EXISTS quorum_bench.failover (k VARCHAR(64) PRIMARY KEY, v VARCHAR(64))",
+            ] {
+                conn.query_drop(statement)
+                    .await
+                    .map_err(|error| error.to_string())?;
+            }
+            Ok(())
+        })
+        .await
+        .map_err(anyhow::Error::msg)
+    }
+
+    /// One write on a new connection (a client that reconnects after a failure would make one
+    /// anyway, and a pooled one to a dead server would only add a failure): whether the
+    /// database acknowledged it.
+    async fn write(&self, key: String, value: String) -> bool {
+        match self {
+            DataClient::Etcd(client) => client.as_ref().clone().put(key, value, None).await.is_ok(),
+            DataClient::Mysql(options) => {
+                let insert = async {
+                    let mut conn = mysql_async::Conn::new(options.clone()).await?;
+                    conn.exec_drop("INSERT INTO quorum_bench.failover VALUES (?, ?)", (key, value))
+                        .await?;
+                    conn.disconnect().await
+                };
+                insert.await.is_ok()
+            }
+            DataClient::Redis(info) => {
+                let set = async {
+                    let mut connection = redis::Client::open(info.clone())?
+                        .get_multiplexed_async_connection()
+                        .await?;
+                    redis::cmd("SET")
+                        .arg(&key)
+                        .arg(&value)
+                        .query_async::<()>(&mut connection)
+                        .await
+                };
+                set.await.is_ok()
+            }
+            // Sent to every member at once, as no client knows the new primary before asking:
+            // only the primary takes it, and only a majority's acknowledgement counts.
+            DataClient::Mongodb(members) => {
+                let inserts = members.iter().map(|member| {
+                    let collection = member
+                        .database("quorum_bench")
+                        .collection::<bson::Document>("failover");
+                    let document = bson::doc! {"_id": &key, "v": &value};
+                    async move {
+                        collection
+                            .insert_one(document)
+                            .write_concern(mongodb::options::WriteConcern::majority())
+                            .await
+                    }
+                    .boxed()
+                });
+                futures::future::select_ok(inserts).await.is_ok()
+            }
+        }
+    }
+
+    /// Every key the writer wrote, with its value, read from the primary.
+    async fn read_all(&self) -> Result<BTreeMap<String, Option<String>>, String> {
+        let text = |error: &dyn std::fmt::Display| error.to_string();
+        match self {
+            DataClient::Etcd(client) => {
+                let options = etcd_client::GetOptions::new().with_prefix();
+                let read = client
+                    .as_ref()
+                    .clone()
+                    .get(PREFIX, Some(options))
+                    .await
+                    .map_err(|e| text(&e))?;
+                read.kvs()
+                    .iter()
+                    .map(|kv| {
+                        Ok((
+                            kv.key_str().map_err(|e| text(&e))?.to_string(),
+                            Some(kv.value_str().map_err(|e| text(&e))?.to_string()),
+                        ))
+                    })
+                    .collect()
+            }
+            DataClient::Mysql(options) => {
+                let mut conn = mysql_async::Conn::new(options.clone())
+                    .await
+                    .map_err(|e| text(&e))?;
+                let rows: Vec<(String, String)> = conn
+                    .query("SELECT k, v FROM quorum_bench.failover")
+                    .await
+                    .map_err(|e| text(&e))?;
+                Ok(rows.into_iter().map(|(key, value)| (key, Some(value))).collect())
+            }
+            DataClient::Redis(info) => {
+                let mut connection = redis::Client::open(info.clone())
+                    .map_err(|e| text(&e))?
+                    .get_multiplexed_async_connection()
+                    .await
+                    .map_err(|e| text(&e))?;
+                let mut held = BTreeMap::new();
+                let mut cursor = 0u64;
+                loop {
+                    let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                        .arg(cursor)
+                        .arg("MATCH")
+                        .arg(format!("{PREFIX}/*"))
+                        .arg("COUNT")
+                        .arg(1000)
+                        .query_async(&mut connection)
+                        .await
+                        .map_err(|e| text(&e))?;
+                    if !keys.is_empty() {
+                        let values: Vec<Option<String>> = redis::cmd("MGET")
+                            .arg(&keys)
+                            .query_async(&mut connection)
+                            .await
+                            .map_err(|e| text(&e))?;
+                        held.extend(keys.into_iter().zip(values));
+                    }
+                    if next == 0 {
+                        return Ok(held);
+                    }
+                    cursor = next;
+                }
+            }
+            DataClient::Mongodb(members) => {
+                for member in members {
+                    let hello = member
+                        .database("admin")
+                        .run_command(bson::doc! {"hello": 1})
+                        .await
+                        .map_err(|e| text(&e))?;
+                    if !hello.get_bool("isWritablePrimary").unwrap_or(false) {
+                        continue;
+                    }
+                    let documents: Vec<bson::Document> = member
+                        .database("quorum_bench")
+                        .collection::<bson::Document>("failover")
+                        .find(bson::doc! {})
+                        .await
+                        .map_err(|e| text(&e))?
+                        .try_collect()
+                        .await
+                        .map_err(|e| text(&e))?;
+                    return Ok(documents
+                        .iter()
+                        .filter_map(|document| {
+                            let key = document.get_str("_id").ok()?.to_string();
+                            Some((key, document.get_str("v").ok().map(str::to_string)))
+                        })
+                        .collect());
+                }
+                Err("no member says it is the primary".into())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use quorum_e2e::history::Operation;
+
+    use super::*;
+
+    #[test]
+    fn the_first_write_after_a_kill_is_the_first_invoked_after_it_and_acknowledged() {
+        let start = Instant::now();
+        let at = |millis: u64| start + Duration::from_millis(millis);
+        let write = |invoked: u64, acknowledged: Option<u64>| Operation {
+            key: format!("k{invoked}"),
+            value: "v".into(),
+            invoked: at(invoked),
+            acknowledged: acknowledged.map(at),
+        };
+        let history = History {
+            operations: vec![
+                write(0, Some(10)),
+                // In flight at the kill, acknowledged after it: the old primary served it.
+                write(90, Some(400)),
+                write(400, None),
+                write(1_400, None),
+                write(2_400, Some(2_450)),
+                write(2_500, Some(2_510)),
+            ],
+        };
+        assert_eq!(
+            first_write_after(&history, &[at(100), at(2_480), at(3_000)]),
+            vec![
+                Some(Duration::from_millis(2_350)),
+                Some(Duration::from_millis(30)),
+                None
+            ]
+        );
+    }
+
+    #[test]
+    fn percentiles_are_by_nearest_rank() {
+        let twenty: Vec<f64> = (1..=20).map(f64::from).collect();
+        assert_eq!(nearest_rank(&twenty, 50.0), 10.0);
+        assert_eq!(nearest_rank(&twenty, 99.0), 20.0);
+        assert_eq!(nearest_rank(&[3.0, 7.0], 50.0), 3.0);
+        assert_eq!(nearest_rank(&[3.0, 7.0], 99.0), 7.0);
+        assert_eq!(nearest_rank(&[], 99.0), 0.0);
+    }
+
+    #[test]
+    fn a_kill_moved_the_primary_when_another_member_leads_after_it() {
+        let kill = |member: &str, after: &str| Kill {
+            member: member.into(),
+            primary_after: after.into(),
+            seconds_to_first_write: 1.0,
+        };
+        let failovers = Failovers {
+            engine: Engine::Redis,
+            kills: vec![kill("a-0", "a-0"), kill("a-0", "a-1"), kill("a-1", "a-1")],
+            writes_acknowledged: 3,
+            writes_checked: 3,
+        };
+        assert_eq!(failovers.primary_moved(), 1);
+    }
+}
