@@ -36,6 +36,9 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(1);
 const WRITE_INTERVAL: Duration = Duration::from_millis(50);
 /// Bounds the writer in count whatever happens (20 kills take a few minutes at 20 writes a second).
 const MOST_WRITES: usize = 60_000;
+/// The MySQL application account the writer uses (the cluster lives for one benchmark run).
+const MYSQL_USER: &str = "bench";
+const MYSQL_PASSWORD: &str = "bench-application";
 /// How long the cluster may take to be whole and settled again after one kill.
 const RECOVERY_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -117,8 +120,12 @@ pub async fn measure(
     kills: usize,
 ) -> anyhow::Result<Failovers> {
     let namespace = installed.clusters_namespace;
-    let client = Arc::new(DataClient::connect(admin, namespace, engine).await?);
-    client.prepare().await?;
+    let client = Arc::new(
+        DataClient::connect(admin, namespace, engine)
+            .await?
+            .prepare()
+            .await?,
+    );
     let written = client.clone();
     let writer = Writer::start(PREFIX, WRITE_INTERVAL, MOST_WRITES, move |key, value| {
         let client = written.clone();
@@ -359,18 +366,22 @@ impl DataClient {
         })
     }
 
-    /// What the writes need before the first: MySQL's table.
-    async fn prepare(&self) -> anyhow::Result<()> {
-        let DataClient::Mysql(options) = self else {
-            return Ok(());
+    /// What the writes need before the first: MySQL's table, and an application's account to
+    /// write with. Not root: an administrator's writes pass `read_only`, so they would be taken
+    /// by a restarted primary before the operator reopened it, which no application's are.
+    async fn prepare(self) -> anyhow::Result<Self> {
+        let DataClient::Mysql(root) = self else {
+            return Ok(self);
         };
-        wait::within("the benchmark's table", Duration::from_secs(60), || async {
-            let mut conn = mysql_async::Conn::new(options.clone())
+        wait::within("the benchmark's table and account", Duration::from_secs(60), || async {
+            let mut conn = mysql_async::Conn::new(root.clone())
                 .await
                 .map_err(|error| error.to_string())?;
             for statement in [
                 "CREATE DATABASE IF NOT EXISTS quorum_bench",
                 "CREATE TABLE IF NOT EXISTS quorum_bench.failover (k VARCHAR(64) PRIMARY KEY, v VARCHAR(64))",
+                &format!("CREATE USER IF NOT EXISTS '{MYSQL_USER}'@'%' IDENTIFIED BY '{MYSQL_PASSWORD}'"),
+                &format!("GRANT SELECT, INSERT ON quorum_bench.* TO '{MYSQL_USER}'@'%'"),
             ] {
                 conn.query_drop(statement)
                     .await
@@ -379,7 +390,11 @@ impl DataClient {
             Ok(())
         })
         .await
-        .map_err(anyhow::Error::msg)
+        .map_err(anyhow::Error::msg)?;
+        let application = mysql_async::OptsBuilder::from_opts(root)
+            .user(Some(MYSQL_USER))
+            .pass(Some(MYSQL_PASSWORD));
+        Ok(DataClient::Mysql(application.into()))
     }
 
     /// One write on a new connection (a client that reconnects after a failure would make one

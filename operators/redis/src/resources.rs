@@ -325,6 +325,9 @@ pub fn write_fence(spec: &crate::crd::RedisClusterSpec) -> crate::admin::WriteFe
     }
 }
 
+/// How long a primary waits for more replicas to ask for a full copy before starting one.
+pub const DISKLESS_SYNC_DELAY_SECONDS: u32 = 1;
+
 /// `redis.conf` from the spec: persistence and the user's `config`. The settings the operator
 /// owns (addresses, password, cluster membership) are appended by `start.sh` after it, so they
 /// win.
@@ -332,6 +335,12 @@ pub fn redis_conf(cluster: &RedisCluster) -> String {
     let persistence = &cluster.spec.persistence;
     let mut lines = vec![
         "# Written by the Quorum Redis operator; edit spec.config of the RedisCluster instead.".to_string(),
+        // Defaults a `config` entry may change, so before it. A restarted primary has a new
+        // replication id, so each replica copies it whole, and the write fence refuses writes
+        // until one has; Redis's own default waits five seconds for more replicas to ask before
+        // starting the copy. Replicas ask again every second, so one second still serves them
+        // all with one copy (`make bench`: the first write after a restart, 5.4 to 6.7 s before).
+        format!("repl-diskless-sync-delay {DISKLESS_SYNC_DELAY_SECONDS}"),
     ];
     if !cluster.spec.config.is_empty() {
         lines.extend(
@@ -1106,6 +1115,14 @@ pub(crate) mod tests {
         assert!(conf.contains("cluster-allow-replica-migration no"));
         assert!(!redis_conf(&cluster(Mode::Replication)).contains("cluster-enabled"));
         assert!(!node_start_script(Mode::Replication).contains("cluster-config-file"));
+    }
+
+    #[test]
+    fn a_restarted_primary_copies_itself_to_its_replicas_after_one_second_unless_configured() {
+        let conf = redis_conf(&cluster(Mode::Replication));
+        let delay = conf.find("repl-diskless-sync-delay 1").expect("the operator's default");
+        assert!(delay < conf.find("maxmemory 100mb").unwrap(), "the user's config comes after it");
+        assert!(redis_conf(&cluster(Mode::Cluster)).contains("repl-diskless-sync-delay 1"));
     }
 
     #[test]
