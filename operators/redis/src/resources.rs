@@ -1120,8 +1120,13 @@ pub(crate) mod tests {
     #[test]
     fn a_restarted_primary_copies_itself_to_its_replicas_after_one_second_unless_configured() {
         let conf = redis_conf(&cluster(Mode::Replication));
-        let delay = conf.find("repl-diskless-sync-delay 1").expect("the operator's default");
-        assert!(delay < conf.find("maxmemory 100mb").unwrap(), "the user's config comes after it");
+        let delay = conf
+            .find("repl-diskless-sync-delay 1")
+            .expect("the operator's default");
+        assert!(
+            delay < conf.find("maxmemory 100mb").unwrap(),
+            "the user's config comes after it"
+        );
         assert!(redis_conf(&cluster(Mode::Cluster)).contains("repl-diskless-sync-delay 1"));
     }
 
