@@ -36,6 +36,9 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(1);
 const WRITE_INTERVAL: Duration = Duration::from_millis(50);
 /// Bounds the writer in count whatever happens (20 kills take a few minutes at 20 writes a second).
 const MOST_WRITES: usize = 60_000;
+/// Acknowledged writes that show the writer reaches the primary (at the start, and again after
+/// a kill).
+const WRITES_FLOWING: usize = 20;
 /// The MySQL application account the writer uses (the cluster lives for one benchmark run).
 const MYSQL_USER: &str = "bench";
 const MYSQL_PASSWORD: &str = "bench-application";
@@ -185,15 +188,10 @@ async fn kill_primaries(
 ) -> anyhow::Result<Vec<(String, Instant, String)>> {
     let clusters = installed.contender.clusters(admin, installed.clusters_namespace);
     let pods: Api<Pod> = Api::namespaced(admin.clone(), installed.clusters_namespace);
-    let acknowledged = writer.acknowledged();
-    wait::within("the writer's first writes", Duration::from_secs(60), || async {
-        let now = writer.acknowledged();
-        (now >= acknowledged + 20)
-            .then_some(())
-            .ok_or(format!("{now} acknowledged"))
-    })
-    .await
-    .map_err(anyhow::Error::msg)?;
+    writer
+        .acknowledged_within(writer.acknowledged() + WRITES_FLOWING, Duration::from_secs(60))
+        .await
+        .map_err(|failure| anyhow::anyhow!("the writer's first writes: {failure}"))?;
 
     let mut killed = Vec::with_capacity(kills);
     for _ in 0..kills {
@@ -209,18 +207,10 @@ async fn kill_primaries(
         // Once the signal was sent (`ctr` takes a while to start): a write invoked between the
         // call and the signal would be the old primary's.
         let at = Instant::now();
-        wait::within(
-            &format!("writes again after {member} was killed"),
-            RECOVERY_TIMEOUT,
-            || async {
-                let writes = writer.acknowledged() - acknowledged;
-                (writes >= 20)
-                    .then_some(())
-                    .ok_or(format!("{writes} writes since"))
-            },
-        )
-        .await
-        .map_err(anyhow::Error::msg)?;
+        writer
+            .acknowledged_within(acknowledged + WRITES_FLOWING, RECOVERY_TIMEOUT)
+            .await
+            .map_err(|failure| anyhow::anyhow!("writes again after {member} was killed: {failure}"))?;
         // The kubelet restarts a container that crashed again with a growing delay (10 s, then
         // doubling up to 5 minutes). Once the client writes again, a server still held back is
         // given a new pod on its volume, so each kill starts from a whole cluster.

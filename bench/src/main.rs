@@ -1,8 +1,8 @@
 //! `make bench`: Quorum's etcd operator against etcd-io/etcd-operator on the same local control
 //! plane and real node, one after the other in one invocation, then every other Quorum operator's
-//! settled cost, and for each Quorum operator failovers as a client sees them. Prints tables of figures, ratios and targets, and writes the raw numbers as JSON
-//! under `bench/results/`. Absolute figures are
-//! printed, never asserted; `--quick` runs the smallest size and fails only when an invariant
+//! settled cost, and for each Quorum operator failovers as a client sees them. Prints tables of
+//! figures, ratios and targets, and writes the raw numbers as JSON under `bench/results/`.
+//! Absolute figures are printed, never asserted; `--quick` runs the smallest size and fails only when an invariant
 //! breaks (a cluster never ready, an operator restarted, a measurement that saw nothing).
 
 mod audit;
@@ -114,17 +114,10 @@ async fn main() -> anyhow::Result<()> {
     let engines = report::engines(&engine_runs);
     println!("\nEvery Quorum operator, settled:\n");
     println!("{}", report::engines_table(&engines));
-    for run in engine_runs
+    engine_runs
         .iter()
         .filter(|run| run.contender != Contender::Quorum(Engine::Etcd))
-    {
-        println!(
-            "\n{}: requests while converging {}; settled {}",
-            run.contender.name(),
-            run.convergence_requests.describe(),
-            run.idle_requests.describe()
-        );
-    }
+        .for_each(print_requests);
 
     let failover_rows = report::failovers(&failovers);
     println!(
@@ -165,14 +158,17 @@ fn print_comparison(quorum: &Run, peer: &Run, clusters: usize) {
         "Quorum's etcd operator against etcd-io/etcd-operator, {clusters} clusters of 3 members each:\n"
     );
     println!("{}", report::table(&report::figures(quorum, peer)));
-    for run in [quorum, peer] {
-        println!(
-            "\n{}: requests while converging {}; settled {}",
-            run.contender.name(),
-            run.convergence_requests.describe(),
-            run.idle_requests.describe()
-        );
-    }
+    [quorum, peer].into_iter().for_each(print_requests);
+}
+
+/// The requests one operator made, by verb and resource.
+fn print_requests(run: &Run) {
+    println!(
+        "\n{}: requests while converging {}; settled {}",
+        run.contender.name(),
+        run.convergence_requests.describe(),
+        run.idle_requests.describe()
+    );
 }
 
 /// Installs `contender`, measures its convergence and settled cost and, for Quorum's operators,

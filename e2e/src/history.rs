@@ -147,11 +147,19 @@ impl Writer {
     /// Waits until at least `count` writes were acknowledged: the writer reaches the database
     /// (before a fault, so there is a history to lose, and after it, so it serves again).
     pub async fn acknowledged_at_least(&self, count: usize, timeout: Duration) {
-        crate::wait::until(&format!("{count} writes acknowledged"), timeout, || async {
+        self.acknowledged_within(count, timeout)
+            .await
+            .unwrap_or_else(|failure| panic!("{failure}"));
+    }
+
+    /// As [`Writer::acknowledged_at_least`], but a timeout is an error, for callers that must
+    /// clean up after a failure rather than panic.
+    pub async fn acknowledged_within(&self, count: usize, timeout: Duration) -> Result<(), String> {
+        crate::wait::within(&format!("{count} writes acknowledged"), timeout, || async {
             let now = self.acknowledged();
             (now >= count).then_some(()).ok_or(format!("{now} so far"))
         })
-        .await;
+        .await
     }
 
     /// Stops the writer and returns its history.
