@@ -396,6 +396,67 @@ impl<S, R> Decision<S, R> {
     }
 }
 
+/// How soon a pass follows a pass that took a step.
+///
+/// Steps come in sequences: a failover promotes a replica, then clears its record, then
+/// points each other replica at the new primary, and with semi-synchronous replication writes
+/// wait until one replica is back. Each link waiting a whole waiting interval would add that
+/// interval to the time writes stop, so a pass that took a step is followed soon
+/// ([`FollowUps::SOON`]). A step taken twice in a row, whose effect was then not seen, is
+/// followed at the usual interval instead: a step that never takes effect costs no more than a
+/// wait.
+#[derive(Debug)]
+pub struct FollowUps<S> {
+    last_taken: std::sync::Mutex<std::collections::HashMap<String, S>>,
+}
+
+impl<S> Default for FollowUps<S> {
+    fn default() -> Self {
+        Self {
+            last_taken: std::sync::Mutex::new(std::collections::HashMap::new()),
+        }
+    }
+}
+
+impl<S: PartialEq + Clone> FollowUps<S> {
+    /// How soon a pass follows one that took a new step.
+    pub const SOON: std::time::Duration = std::time::Duration::from_millis(250);
+
+    /// When the next pass on `cluster` runs: [`Self::SOON`] when this pass took `taken` and the
+    /// previous pass did not take the same step, otherwise `usual`. `taken` is `None` for a pass
+    /// that took no step or whose step did not complete.
+    pub fn next_pass(
+        &self,
+        cluster: &str,
+        taken: Option<&S>,
+        usual: std::time::Duration,
+    ) -> std::time::Duration {
+        let mut last_taken = self
+            .last_taken
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        match taken {
+            Some(step) => {
+                let repeated = last_taken.get(cluster) == Some(step);
+                last_taken.insert(cluster.to_string(), step.clone());
+                if repeated { usual } else { Self::SOON }
+            }
+            None => {
+                last_taken.remove(cluster);
+                usual
+            }
+        }
+    }
+
+    /// Drops what is remembered of a deleted cluster.
+    pub fn forget_cluster(&self, cluster: &str) {
+        self.last_taken
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .remove(cluster);
+    }
+}
+
 /// Where a pass left the cluster: the `Progressing` condition, the event and the requeue.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Progress<R> {
@@ -595,6 +656,38 @@ where
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    #[test]
+    fn a_step_taken_is_followed_soon_but_the_same_step_twice_in_a_row_is_not() {
+        let usual = Duration::from_secs(2);
+        let follow_ups = FollowUps::<&str>::default();
+        let soon = FollowUps::<&str>::SOON;
+        assert!(soon < usual);
+        let sequence = [
+            (Some("promote 1"), soon),
+            (Some("clear record"), soon),
+            (Some("wire 2"), soon),
+            // Its effect was not seen: the usual interval, as long as it repeats.
+            (Some("wire 2"), usual),
+            (Some("wire 2"), usual),
+            (None, usual),
+            // After a pass without a step, the same step is new again.
+            (Some("wire 2"), soon),
+        ];
+        for (taken, expected) in sequence {
+            assert_eq!(
+                follow_ups.next_pass("ns/a", taken.as_ref(), usual),
+                expected,
+                "{taken:?}"
+            );
+        }
+        // Per cluster.
+        assert_eq!(follow_ups.next_pass("ns/b", Some(&"wire 2"), usual), soon);
+        follow_ups.forget_cluster("ns/a");
+        assert_eq!(follow_ups.next_pass("ns/a", Some(&"wire 2"), usual), soon);
+    }
+
     use super::*;
 
     #[test]

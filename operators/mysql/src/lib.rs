@@ -52,6 +52,7 @@ impl Operator for MySqlOperator {
         reconcile::State {
             clients: observe::MySqlClients::new(calls, metrics.admin.clone()),
             settings,
+            follow_ups: Default::default(),
         }
     }
 

@@ -24,7 +24,7 @@ use quorum_core::{
     backup::{backup_target, credentials},
     events::Severity,
     naming::PodHosts,
-    pass::{Progress, Reason as _, UnreadableRecord, needed_secret, publish},
+    pass::{FollowUps, Progress, Reason as _, UnreadableRecord, needed_secret, publish},
     recovery::{RecoveryRecord, RecoveryRequest},
     repair::{PodRepair, RepairRecord},
     role_labels::LabelledPods,
@@ -74,10 +74,12 @@ pub struct Settings {
 pub struct State {
     pub clients: MySqlClients,
     pub settings: Settings,
+    pub follow_ups: FollowUps<Step>,
 }
 
 impl quorum_core::runner::ForgetsClusters for State {
     fn forget_cluster<'a>(&'a self, key: &'a str) -> futures::future::BoxFuture<'a, ()> {
+        self.follow_ups.forget_cluster(key);
         Box::pin(self.clients.forget_cluster(key))
     }
 }
@@ -160,6 +162,7 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, context: Arc<Context<State>>)
         pods: LabelledPods::new(std::mem::take(&mut observed.member_pods), ROLE_LABEL),
         primary_volume: observed.primary_volume.clone(),
     };
+    let mut taken = None;
     if let Some(step) = decision.step() {
         let step_context = StepContext {
             clients: &context.state.clients,
@@ -177,7 +180,7 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, context: Arc<Context<State>>)
             }),
             restore: observed.stored_snapshot(),
         };
-        act(
+        if act(
             &context,
             &cluster,
             &observed,
@@ -186,7 +189,10 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, context: Arc<Context<State>>)
             &mut memory,
             &mut report,
         )
-        .await?;
+        .await?
+        {
+            taken = Some(step);
+        }
     }
     set_role_labels(&context, &cluster, &observed, &mut memory).await?;
     match &decision {
@@ -207,10 +213,15 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, context: Arc<Context<State>>)
     memory.repair = repair_record(&observed, &facts, &decision, memory.repair.take());
     memory.recovery = recovery_record(&observed, &decision, memory.primary);
     report.write(&decision, &memory).await?;
-    Ok(match decision {
-        Decision::Settled => Action::requeue(Duration::from_secs(30)),
-        _ => Action::requeue(Duration::from_secs(2)),
-    })
+    let usual = match decision {
+        Decision::Settled => Duration::from_secs(30),
+        _ => Duration::from_secs(2),
+    };
+    Ok(Action::requeue(context.state.follow_ups.next_pass(
+        &observed.key,
+        taken,
+        usual,
+    )))
 }
 
 /// The cluster as stored, if a pass may run on it now (`quorum_core::pass::admit`: status is this
@@ -626,7 +637,7 @@ impl<'a> Report<'a> {
 /// backup (a crash from then on resumes it, never repeats it blindly), fences a failing primary
 /// out of the primary Service, takes the step and publishes it. A failed step is reported, then
 /// returned as the error; a switchover given up drops its record and the request, or every
-/// retry would make the primary read-only again.
+/// retry would make the primary read-only again. `true` when the step was taken in full.
 async fn act(
     context: &Context<State>,
     cluster: &MySQLCluster,
@@ -635,7 +646,7 @@ async fn act(
     step: &Step,
     memory: &mut Memory,
     report: &mut Report<'_>,
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     let name = cluster.name_any();
     let decision = Decision::Act(step.clone());
     if let Some(recorded) = step.in_flight() {
@@ -665,11 +676,11 @@ async fn act(
     match execute(step_context, step).await {
         Ok(StepOutcome::Done) => {
             record_done(context, cluster, observed, step, memory, report.now).await?;
-            Ok(())
+            Ok(true)
         }
         Ok(StepOutcome::NotYet(why)) => {
             tracing::info!(cluster = %observed.key, ?step, %why, "not yet");
-            Ok(())
+            Ok(false)
         }
         Err(error) => {
             let failure = step_failure(&error);
