@@ -97,6 +97,26 @@ pub fn failures<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> Vec<PodFailure> 
     found
 }
 
+/// The members whose server container (named `container`) the kubelet is not running and holds
+/// back (a crash loop's back-off, an image it cannot pull), with the kubelet's reason. Unlike a
+/// call that goes unanswered, which may be the network's doing, this is the kubelet's word that
+/// the server is not running and will not be for a while.
+pub fn held_back(
+    pods: &[Pod],
+    container: &str,
+    ordinal_of: impl Fn(&str) -> Option<usize>,
+) -> BTreeMap<usize, String> {
+    pods.iter()
+        .filter_map(|pod| {
+            let ordinal = ordinal_of(&pod.name_any())?;
+            let status = pod.status.as_ref()?.container_statuses.as_ref()?;
+            let server = status.iter().find(|status| status.name == container)?;
+            let failure = failing(&pod.name_any(), server)?;
+            Some((ordinal, failure.reason))
+        })
+        .collect()
+}
+
 fn failing(pod: &str, container: &ContainerStatus) -> Option<PodFailure> {
     let waiting = container.state.as_ref()?.waiting.as_ref()?;
     let reason = waiting.reason.as_deref()?;
@@ -236,6 +256,43 @@ mod tests {
             status: Some(status),
             ..Pod::default()
         }
+    }
+
+    #[test]
+    fn a_server_is_held_back_only_while_the_kubelet_keeps_its_own_container_from_running() {
+        let with = |name: &str, containers: Vec<ContainerStatus>| {
+            pod(
+                name,
+                PodStatus {
+                    container_statuses: Some(containers),
+                    ..PodStatus::default()
+                },
+            )
+        };
+        let pods = vec![
+            with("shop-0", vec![container("redis", Some("CrashLoopBackOff"))]),
+            with("shop-1", vec![container("redis", None)]),
+            // Starting, not held back.
+            with("shop-2", vec![container("redis", Some("ContainerCreating"))]),
+            // Another container's crash loop says nothing of the server.
+            with(
+                "shop-3",
+                vec![
+                    container("redis", None),
+                    container("exporter", Some("CrashLoopBackOff")),
+                ],
+            ),
+            with("shop-4", vec![container("redis", Some("ImagePullBackOff"))]),
+            with("other-0", vec![container("redis", Some("CrashLoopBackOff"))]),
+        ];
+        let ordinal_of = |name: &str| name.strip_prefix("shop-")?.parse().ok();
+        assert_eq!(
+            held_back(&pods, "redis", ordinal_of),
+            BTreeMap::from([
+                (0, "CrashLoopBackOff".to_string()),
+                (4, "ImagePullBackOff".to_string())
+            ])
+        );
     }
 
     #[test]

@@ -25,6 +25,9 @@ quorum_core::reasons! {
         RestartingNode => Normal,
         RebuildingNode => Normal,
         RecoveringFromNode => Normal,
+        /// The primary's server is held back by the kubelet (a crash loop): a Sentinel was
+        /// asked to fail over without waiting for `down-after`.
+        FailingOverHeldBack => Normal,
         // Steps taken in cluster mode.
         FormingCluster => Normal,
         MeetingNodes => Normal,
@@ -126,6 +129,7 @@ mod tests {
         "RestartingNode",
         "RebuildingNode",
         "RecoveringFromNode",
+        "FailingOverHeldBack",
         "FormingCluster",
         "MeetingNodes",
         "FinishingSlotMove",

@@ -54,6 +54,8 @@ pub const PASSWORD_KEY: &str = "password";
 pub const SENTINEL_PRIMARY_NAME: &str = "primary";
 /// The init container of a restored cluster's data pods.
 pub const RESTORE_CONTAINER: &str = "restore";
+/// The data pods' server container (a Sentinel pod's is `sentinel`).
+pub const SERVER_CONTAINER: &str = "redis";
 
 const CONFIG_DIR: &str = "/etc/redis/quorum";
 const CREDENTIALS_DIR: &str = "/etc/redis/credentials";
@@ -895,7 +897,7 @@ fn statefulset(cluster: &RedisCluster, members: Members, replicas: i32) -> Resul
     }
     let port_name = port_name(component);
     let container = Container {
-        name: if persistent { "redis" } else { "sentinel" }.into(),
+        name: if persistent { SERVER_CONTAINER } else { "sentinel" }.into(),
         image: Some(image(cluster)),
         command: Some(vec!["sh".into(), format!("{CONFIG_DIR}/start.sh")]),
         env: Some(env),

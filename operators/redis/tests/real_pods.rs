@@ -411,21 +411,28 @@ async fn a_killed_node_or_a_deleted_pod_rejoins_with_its_data() {
     setup.remove().await;
 }
 
-/// The primary's server killed inside its container and restarted by the kubelet long before
-/// the Sentinels would deem it down: it comes back as the primary with every write it
-/// acknowledged, and its replicas, which resynchronise from it, keep them too.
-#[tokio::test]
-async fn a_primary_restarted_before_the_sentinels_notice_keeps_every_acknowledged_write() {
-    let setup = OnRealNode::install("real-redis-primary-restart", CHART, &[]).await;
+/// A primary, two replicas and three Sentinels that deem a primary down only after two minutes
+/// (so no Sentinel failover comes within a test's waits), ready, with a writer through the
+/// primary Service: the setup, the status, the password and the writer.
+async fn slow_sentinels_under_a_writer(prefix: &str) -> (OnRealNode, RedisClusterStatus, String, Writer) {
+    let setup = OnRealNode::install(prefix, CHART, &[]).await;
     let mut spec = support::replication_spec(2);
     if let Some(sentinel) = spec.sentinel.as_mut() {
         sentinel.down_after_millis = 120_000;
     }
     let status = create_ready(&setup, on_real_node(spec), 3, 3).await;
-    let primary_pod = status.primary.clone().expect("a primary");
     let password = generated_password(&setup.admin, &setup.ns, CLUSTER).await;
-    let primary_address = primary_service_address(&setup).await;
-    let writer = start_reconnecting_writer(primary_address, &password);
+    let writer = start_reconnecting_writer(primary_service_address(&setup).await, &password);
+    (setup, status, password, writer)
+}
+
+/// The primary's server killed inside its container and restarted by the kubelet long before
+/// the Sentinels would deem it down: it comes back as the primary with every write it
+/// acknowledged, and its replicas, which resynchronise from it, keep them too.
+#[tokio::test]
+async fn a_primary_restarted_before_the_sentinels_notice_keeps_every_acknowledged_write() {
+    let (setup, status, password, writer) = slow_sentinels_under_a_writer("real-redis-primary-restart").await;
+    let primary_pod = status.primary.clone().expect("a primary");
     let primary = service_connection(&setup, &primary_service_name(CLUSTER), &password).await;
     wait::until(
         "writes acknowledged before the kill",
@@ -471,6 +478,80 @@ async fn a_primary_restarted_before_the_sentinels_notice_keeps_every_acknowledge
     let now = clusters(&setup).get(CLUSTER).await.unwrap().status.unwrap();
     assert_eq!(now.primary, status.primary, "the Sentinels failed over");
 
+    check_history_on_primary_and_replicas(&setup, &primary, &password, &history).await;
+    setup.remove().await;
+}
+
+/// A primary that crashes again soon after a restart is held back by the kubelet (ten seconds,
+/// doubling with each crash): the operator, told so by the kubelet, has a Sentinel fail over at
+/// once. `down-after` is two minutes here, so only that step moves the primary within the test's
+/// wait; no acknowledged write is lost.
+#[tokio::test]
+async fn a_primary_the_kubelet_holds_back_is_failed_over_at_once_with_every_acknowledged_write() {
+    let (setup, status, password, writer) = slow_sentinels_under_a_writer("real-redis-held-back").await;
+    let primary_pod = status.primary.clone().expect("a primary");
+    wait::until(
+        "writes acknowledged before the kills",
+        Duration::from_secs(60),
+        || async {
+            let acknowledged = writer.acknowledged();
+            (acknowledged >= 30)
+                .then_some(())
+                .ok_or(format!("{acknowledged} acknowledged"))
+        },
+    )
+    .await;
+
+    // The first crash is restarted at once; the second, within minutes, is held back.
+    setup
+        .kill_and_await_restart(&primary_pod, SERVER, Duration::from_secs(120))
+        .await;
+    let after_restart = support::ready(&clusters(&setup), CLUSTER, 3).await;
+    assert_eq!(
+        after_restart.primary, status.primary,
+        "the first crash was restarted in place"
+    );
+    let pod = setup.pods().get(&primary_pod).await.unwrap();
+    real_node::kill_container(&pod, SERVER);
+    let moved = wait::until(
+        "another node made the primary, well before down-after",
+        Duration::from_secs(60),
+        || async {
+            let now = clusters(&setup)
+                .get(CLUSTER)
+                .await
+                .map_err(|error| error.to_string())?;
+            let primary = now.status.and_then(|status| status.primary);
+            primary
+                .clone()
+                .filter(|primary| *primary != primary_pod)
+                .ok_or(format!("primary {primary:?}"))
+        },
+    )
+    .await;
+    assert_eq!(
+        setup
+            .occurrences(&["FailingOverHeldBack"])
+            .await
+            .get("FailingOverHeldBack"),
+        Some(&1),
+        "the operator asked a Sentinel to fail over once"
+    );
+    let acknowledged = writer.acknowledged();
+    wait::until(
+        "writes acknowledged on the new primary",
+        Duration::from_secs(60),
+        || async {
+            let now = writer.acknowledged();
+            (now >= acknowledged + 20)
+                .then_some(())
+                .ok_or(format!("{now} acknowledged"))
+        },
+    )
+    .await;
+    let history = writer.stop().await;
+    eprintln!("{primary_pod} held back by the kubelet; {moved} is the primary");
+    let primary = service_connection(&setup, &primary_service_name(CLUSTER), &password).await;
     check_history_on_primary_and_replicas(&setup, &primary, &password, &history).await;
     setup.remove().await;
 }

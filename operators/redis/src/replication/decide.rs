@@ -68,6 +68,9 @@ pub struct SentinelView {
     pub down_after: Duration,
     pub failover_timeout: Duration,
     pub failover_in_progress: bool,
+    /// The epoch of the configuration it holds: a Sentinel that led a failover, and every
+    /// Sentinel that has heard of it since, holds the epoch that failover was voted for.
+    pub config_epoch: u64,
     /// Replicas and other Sentinels it has discovered (including ones long gone).
     pub known_replicas: u32,
     pub known_sentinels: u32,
@@ -116,6 +119,9 @@ pub struct Facts {
     pub repair: Option<PodRepair>,
     /// Data pods the API server reports `Pending`: nothing of theirs runs or serves.
     pub pending: BTreeSet<usize>,
+    /// Data nodes whose server the kubelet is not running and holds back (a crash loop's
+    /// back-off), with its reason.
+    pub held_back: BTreeMap<usize, String>,
     /// A recovery a person asked for, while the request stands.
     pub recovery: Option<RecoveryRequest>,
     /// The node a recovery made the primary, until every Sentinel has been seen monitoring it
@@ -158,6 +164,10 @@ pub enum Step {
     Promote { from: usize, to: usize },
     /// Remove the highest node, a replica, by shrinking the StatefulSet.
     RemoveNode { ordinal: usize },
+    /// Have `sentinel` fail the primary over now (`SENTINEL FAILOVER`): its server is not
+    /// running and the kubelet holds it back, so waiting for `down-after` would only keep
+    /// writes stopped. Sentinel chooses the replica, as in the failover it would make.
+    FailOver { sentinel: usize, primary: usize },
     /// Make a Sentinel forget replicas and Sentinels that are gone (`SENTINEL RESET`); one
     /// Sentinel per pass, so the others keep the quorum meanwhile.
     ResetSentinel { sentinel: usize },
@@ -241,6 +251,42 @@ fn named(facts: &Facts, address: SocketAddr) -> Named {
     }
 }
 
+/// The failover the Sentinels would make `down-after` from now, asked for now: the primary does
+/// not answer and the kubelet says its server is not running and is held back (a second crash
+/// within minutes waits ten seconds or more for its restart), a replica that follows it answers,
+/// and a Sentinel that names it answers. `None` otherwise: an unanswered call alone is no
+/// evidence that the primary is down, and the Sentinels decide.
+fn fail_over_held_back(facts: &Facts, primary: usize) -> Option<Step> {
+    facts.held_back.get(&primary)?;
+    let address = facts.nodes.iter().find(|n| n.ordinal == primary)?.address?;
+    let followed = facts.nodes.iter().any(|node| {
+        node.ordinal != primary
+            && node
+                .answered()
+                .is_some_and(|info| info.role == Role::Replica && info.follows(address))
+    });
+    let sentinel = facts.sentinels.iter().find(|sentinel| {
+        sentinel.health.is_healthy() && sentinel.view.as_ref().is_some_and(|view| view.primary == address)
+    })?;
+    followed.then_some(Step::FailOver {
+        sentinel: sentinel.ordinal,
+        primary,
+    })
+}
+
+/// The view of the one Sentinel whose configuration epoch is higher than every other answering
+/// Sentinel's. Sentinel moves a primary's epoch forward only by a failover that a majority of
+/// the Sentinels voted for, and spreads it to the others, which adopt any newer configuration:
+/// a view ahead of all the others is the one they are all about to hold.
+fn newest_configuration(facts: &Facts) -> Option<&SentinelView> {
+    let mut views: Vec<&SentinelView> = facts.sentinels.iter().filter_map(|s| s.view.as_ref()).collect();
+    views.sort_by_key(|view| std::cmp::Reverse(view.config_epoch));
+    match views.as_slice() {
+        [newest, next, ..] if newest.config_epoch > next.config_epoch => Some(newest),
+        _ => None,
+    }
+}
+
 /// The primary, as the Sentinels agree or, before any Sentinel knows one, as recorded.
 pub fn find_primary(facts: &Facts) -> PrimaryFinding {
     let unknown = |reason: Reason, message: String| PrimaryFinding::Unknown(Wait { reason, message });
@@ -320,6 +366,18 @@ pub fn find_primary(facts: &Facts) -> PrimaryFinding {
             .and_then(NodeFact::answered)
             .is_some_and(|info| info.role == Role::Primary)
     };
+    if let Some(newest) = newest_configuration(facts)
+        && let Named::Node(ordinal) = named(facts, newest.primary)
+        && says_primary(ordinal)
+    {
+        // A failover a majority voted for, ahead of the Sentinels that have not heard of it:
+        // they take it as soon as they do (Sentinel's own rule, the newest epoch wins), and
+        // waiting for their hello messages would keep writes on the dead primary meanwhile.
+        return PrimaryFinding::Agreed {
+            ordinal,
+            address: newest.primary,
+        };
+    }
     let majority = facts.desired_sentinels.max(facts.sentinels.len()) / 2 + 1;
     let leading = votes
         .iter()
@@ -606,6 +664,10 @@ pub fn decide(facts: &Facts) -> Decision {
         .find(|n| n.ordinal == primary)
         .and_then(NodeFact::answered)
         .is_some_and(|info| info.role == Role::Primary);
+
+    if !primary_seen && let Some(step) = fail_over_held_back(facts, primary) {
+        return Decision::Act(step);
+    }
 
     // Sentinels first: once they watch the primary, a failure from here on is theirs to
     // handle.
@@ -1073,6 +1135,7 @@ mod tests {
                 down_after: Duration::from_secs(5),
                 failover_timeout: Duration::from_secs(60),
                 failover_in_progress: false,
+                config_epoch: 0,
                 known_replicas: 2,
                 known_sentinels: 2,
             }),
@@ -1114,6 +1177,7 @@ mod tests {
             sentinels_rolled: true,
             repair: None,
             pending: BTreeSet::new(),
+            held_back: BTreeMap::new(),
             recovery: None,
             primary_on_request: None,
         }
@@ -1491,6 +1555,71 @@ mod tests {
     }
 
     #[test]
+    fn a_primary_the_kubelet_holds_back_is_failed_over_at_once_and_only_then() {
+        let crashed = || {
+            vec![
+                unreachable_node(0),
+                node(1, replica_info(0, false)),
+                node(2, replica_info(0, false)),
+            ]
+        };
+        let held_back = |mut facts: Facts| {
+            facts.held_back.insert(0, "CrashLoopBackOff".into());
+            facts
+        };
+        let fail_over = Decision::Act(Step::FailOver {
+            sentinel: 0,
+            primary: 0,
+        });
+        assert_eq!(
+            decide(&held_back(facts(crashed(), all_watching(0), Some(0)))),
+            fail_over
+        );
+        // The first Sentinel that answers and names the primary is asked.
+        let first_down = vec![unreachable_sentinel(0), watching(1, 0), watching(2, 0)];
+        assert_eq!(
+            decide(&held_back(facts(crashed(), first_down, Some(0)))),
+            Decision::Act(Step::FailOver {
+                sentinel: 1,
+                primary: 0
+            })
+        );
+
+        let waits = |facts: Facts, reason: Reason, case: &str| {
+            match decide(&facts) {
+                Decision::Wait(wait) => assert_eq!(wait.reason, reason, "{case}: {wait:?}"),
+                other => panic!("{case}: {other:?}"),
+            };
+        };
+        waits(
+            facts(crashed(), all_watching(0), Some(0)),
+            Reason::PrimaryUnknown,
+            "unreachable, but the kubelet says nothing: the Sentinels decide",
+        );
+        let mut failing_over = all_watching(0);
+        failing_over[2].view.as_mut().unwrap().failover_in_progress = true;
+        waits(
+            held_back(facts(crashed(), failing_over, Some(0))),
+            Reason::FailoverInProgress,
+            "a Sentinel is failing over already",
+        );
+        waits(
+            held_back(facts(
+                vec![unreachable_node(0), unreachable_node(1), unreachable_node(2)],
+                all_watching(0),
+                Some(0),
+            )),
+            Reason::PrimaryUnknown,
+            "no replica that follows it answers",
+        );
+        let served = held_back(facts(settled_nodes(0), all_watching(0), Some(0)));
+        assert!(
+            !matches!(decide(&served), Decision::Act(Step::FailOver { .. })),
+            "the primary answers: the kubelet's word is older than the answer"
+        );
+    }
+
+    #[test]
     fn the_last_agreed_primary_keeps_serving_until_a_majority_names_another() {
         type Case = (&'static str, Vec<NodeFact>, Vec<SentinelFact>, Option<usize>);
         let cases: Vec<Case> = vec![
@@ -1550,6 +1679,99 @@ mod tests {
             let facts = facts(nodes, sentinels, Some(1));
             assert_eq!(serving_primary(&facts), expected, "{case}");
         }
+    }
+
+    fn at_epoch(mut sentinel: SentinelFact, epoch: u64) -> SentinelFact {
+        sentinel.view.as_mut().unwrap().config_epoch = epoch;
+        sentinel
+    }
+
+    #[test]
+    fn a_failover_is_followed_as_soon_as_its_leader_holds_it_without_waiting_for_the_others_to_hear() {
+        // Node 0, the primary, was killed; the Sentinel that led the failover (epoch 1) promoted
+        // node 1, and the other two have not had its hello message yet.
+        let after_failover = || {
+            vec![
+                unreachable_node(0),
+                node(1, primary_info(&[2])),
+                node(2, replica_info(1, true)),
+            ]
+        };
+        let leader_ahead = || vec![watching(0, 0), at_epoch(watching(1, 1), 1), watching(2, 0)];
+        type Case = (&'static str, Vec<NodeFact>, Vec<SentinelFact>, Option<usize>);
+        let cases: Vec<Case> = vec![
+            (
+                "the leader's newer configuration",
+                after_failover(),
+                leader_ahead(),
+                Some(1),
+            ),
+            (
+                "the leader's newer configuration, another Sentinel down",
+                after_failover(),
+                vec![
+                    watching(0, 0),
+                    at_epoch(watching(1, 1), 1),
+                    unreachable_sentinel(2),
+                ],
+                Some(1),
+            ),
+            (
+                "the node it names does not say it is a primary (yet): the majority's",
+                {
+                    let mut nodes = after_failover();
+                    nodes[1] = node(1, replica_info(0, false));
+                    nodes
+                },
+                leader_ahead(),
+                Some(0),
+            ),
+            (
+                "the node it names does not answer: the majority's",
+                {
+                    let mut nodes = after_failover();
+                    nodes[1] = unreachable_node(1);
+                    nodes
+                },
+                leader_ahead(),
+                Some(0),
+            ),
+            (
+                "two Sentinels share the newest epoch: no view is ahead, the majority's",
+                after_failover(),
+                vec![
+                    at_epoch(watching(0, 0), 1),
+                    at_epoch(watching(1, 1), 1),
+                    watching(2, 0),
+                ],
+                Some(0),
+            ),
+            (
+                "a Sentinel behind the others (re-monitored, epoch 0) is not followed",
+                settled_nodes(0),
+                vec![
+                    at_epoch(watching(0, 0), 3),
+                    at_epoch(watching(1, 0), 3),
+                    watching(2, 1),
+                ],
+                Some(0),
+            ),
+        ];
+        for (case, nodes, sentinels, expected) in cases {
+            let facts = facts(nodes, sentinels, Some(0));
+            let found = find_primary(&facts).ordinal();
+            assert_eq!(found, expected, "{case}: {:?}", find_primary(&facts));
+        }
+        // While the leader is still failing over, nothing is followed yet.
+        let mut failing_over = leader_ahead();
+        failing_over[1].view.as_mut().unwrap().failover_in_progress = true;
+        assert!(matches!(
+            find_primary(&facts(after_failover(), failing_over, Some(0))),
+            PrimaryFinding::Unknown(Wait {
+                reason: Reason::FailoverInProgress,
+                ..
+            })
+        ));
     }
 
     #[test]

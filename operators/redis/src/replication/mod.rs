@@ -126,6 +126,11 @@ async fn observe(pass: &Pass<'_>) -> Result<Observed, Error> {
             |member| ordinal_of(&name, member),
         ),
         pending: pending_members(data_pods.pods(), |pod| ordinal_of(&name, pod)),
+        held_back: quorum_core::pod_failures::held_back(
+            data_pods.pods(),
+            crate::resources::SERVER_CONTAINER,
+            |pod| ordinal_of(&name, pod),
+        ),
         primary_on_request: status
             .and_then(|s| s.primary_on_request.as_deref())
             .and_then(|node| ordinal_of(&name, node)),
@@ -475,6 +480,7 @@ async fn observe_sentinels(pass: &Pass<'_>, count: usize) -> Vec<SentinelFact> {
                     down_after: primary.down_after,
                     failover_timeout: primary.failover_timeout,
                     failover_in_progress: primary.flags.failover_in_progress,
+                    config_epoch: primary.config_epoch,
                     known_replicas: primary.replicas,
                     known_sentinels: primary.other_sentinels,
                 }),
@@ -596,6 +602,18 @@ async fn execute(
         }
         Step::Promote { to, .. } => return promote(pass, facts, *to).await.map(|()| Some(*to)),
         Step::RestartNode { .. } | Step::WipeNode { .. } => Ok(()),
+        Step::FailOver { sentinel, .. } => {
+            clients
+                .sentinel(
+                    key,
+                    addresses,
+                    *sentinel,
+                    "sentinel_failover",
+                    Idempotency::Mutation,
+                    |admin| async move { admin.failover(SENTINEL_PRIMARY_NAME).await },
+                )
+                .await
+        }
         Step::ResetSentinel { sentinel } => {
             clients
                 .sentinel(
@@ -928,6 +946,7 @@ pub fn step_reason(step: &Step) -> Reason {
         Step::WipeNode { .. } => Reason::RebuildingNode,
         Step::RemoveNode { .. } => Reason::RemovingNode,
         Step::ResetSentinel { .. } => Reason::SentinelReset,
+        Step::FailOver { .. } => Reason::FailingOverHeldBack,
     }
 }
 
@@ -978,6 +997,11 @@ pub fn describe(cluster: &str, step: &Step) -> String {
             node_name(cluster, *ordinal)
         ),
         Step::RemoveNode { ordinal } => format!("removing replica {}", node_name(cluster, *ordinal)),
+        Step::FailOver { sentinel, primary } => format!(
+            "asking {} to fail over now: the kubelet holds back the server of the primary, {}, so it would not answer before down-after",
+            sentinel_name(cluster, *sentinel),
+            node_name(cluster, *primary)
+        ),
         Step::ResetSentinel { sentinel } => format!(
             "making {} forget nodes and Sentinels that are gone",
             sentinel_name(cluster, *sentinel)
