@@ -232,9 +232,10 @@ impl Contender {
                 create_namespace(admin, QUORUM_NAMESPACE).await?;
                 // No cluster-wide admission policy: tests may run beside the benchmark. The
                 // chart's own requests and limits, which the peer is given too.
+                // Backups go to a store in the cluster over plain HTTP.
                 let settings: &[&str] = match engine {
-                    Engine::Etcd | Engine::Mongodb => &["admissionPolicy=false"],
-                    Engine::Mysql | Engine::Redis => &[],
+                    Engine::Etcd | Engine::Mongodb => &["admissionPolicy=false", "backups.allowHttp=true"],
+                    Engine::Mysql | Engine::Redis => &["backups.allowHttp=true"],
                 };
                 let chart = ChartRelease::install_on_real_node(
                     admin,

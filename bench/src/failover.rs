@@ -39,6 +39,8 @@ const MOST_WRITES: usize = 60_000;
 /// Acknowledged writes that show the writer reaches the primary (at the start, and again after
 /// a kill).
 const WRITES_FLOWING: usize = 20;
+/// The database the benchmark writes to (MySQL).
+pub const MYSQL_DATABASE: &str = "quorum_bench";
 /// The MySQL application account the writer uses (the cluster lives for one benchmark run).
 const MYSQL_USER: &str = "bench";
 const MYSQL_PASSWORD: &str = "bench-application";
@@ -124,7 +126,7 @@ pub async fn measure(
 ) -> anyhow::Result<Failovers> {
     let namespace = installed.clusters_namespace;
     let client = Arc::new(
-        DataClient::connect(admin, namespace, engine)
+        DataClient::connect(admin, namespace, engine, CLUSTER)
             .await?
             .prepare()
             .await?,
@@ -265,7 +267,7 @@ async fn primary(clusters: &Api<DynamicObject>) -> Result<String, String> {
 }
 
 /// A member pod's database server: its first container.
-fn server_container(pod: &Pod) -> anyhow::Result<String> {
+pub fn server_container(pod: &Pod) -> anyhow::Result<String> {
     pod.spec
         .as_ref()
         .and_then(|spec| spec.containers.first())
@@ -273,10 +275,50 @@ fn server_container(pod: &Pod) -> anyhow::Result<String> {
         .context("a member pod without containers")
 }
 
-/// A client of [`CLUSTER`] as an application reaches it from inside the cluster: through the
+/// The administrator's password the operator generated for `cluster` (MySQL's root, Redis's
+/// default user); etcd's and MongoDB's are not asked for.
+pub async fn generated_password(
+    admin: &Client,
+    namespace: &str,
+    engine: Engine,
+    cluster: &str,
+) -> anyhow::Result<String> {
+    let (secret, key) = match engine {
+        Engine::Mysql => (
+            mysql_operator::resources::generated_root_secret_name(cluster),
+            mysql_operator::resources::PASSWORD_KEY,
+        ),
+        Engine::Redis => (
+            redis_operator::resources::generated_auth_secret_name(cluster),
+            redis_operator::resources::PASSWORD_KEY,
+        ),
+        Engine::Etcd | Engine::Mongodb => anyhow::bail!("no generated password asked for {}", engine.name()),
+    };
+    Ok(generated_secret(admin, namespace, &secret).await[key].clone())
+}
+
+/// Runs `statements` as MySQL's root, again from the first until all of them went through (the
+/// primary Service may not reach the primary yet): `what` names them in the timeout's error.
+async fn run_as_root(root: &mysql_async::Opts, what: &str, statements: &[String]) -> anyhow::Result<()> {
+    wait::within(what, Duration::from_secs(60), || async {
+        let mut conn = mysql_async::Conn::new(root.clone())
+            .await
+            .map_err(|error| error.to_string())?;
+        for statement in statements {
+            conn.query_drop(statement)
+                .await
+                .map_err(|error| error.to_string())?;
+        }
+        Ok(())
+    })
+    .await
+    .map_err(anyhow::Error::msg)
+}
+
+/// A client of a cluster as an application reaches it from inside the cluster: through the
 /// Service that follows the primary (etcd: any member), or, for MongoDB, every member's address,
 /// the primary found by asking them.
-enum DataClient {
+pub enum DataClient {
     Etcd(Box<etcd_client::Client>),
     Mysql(mysql_async::Opts),
     Redis(redis::ConnectionInfo),
@@ -284,7 +326,12 @@ enum DataClient {
 }
 
 impl DataClient {
-    async fn connect(admin: &Client, namespace: &str, engine: Engine) -> anyhow::Result<Self> {
+    pub async fn connect(
+        admin: &Client,
+        namespace: &str,
+        engine: Engine,
+        cluster: &str,
+    ) -> anyhow::Result<Self> {
         let service_ip = |service: String| async move {
             real_node::cluster_ip(admin, namespace, &service)
                 .await
@@ -293,7 +340,7 @@ impl DataClient {
         };
         Ok(match engine {
             Engine::Etcd => {
-                let ip = service_ip(etcd_operator::resources::client_service_name(CLUSTER)).await?;
+                let ip = service_ip(etcd_operator::resources::client_service_name(cluster)).await?;
                 let options = etcd_client::ConnectOptions::new()
                     .with_connect_timeout(WRITE_TIMEOUT)
                     .with_timeout(WRITE_TIMEOUT);
@@ -302,11 +349,8 @@ impl DataClient {
                 ))
             }
             Engine::Mysql => {
-                let ip = service_ip(mysql_operator::resources::primary_service_name(CLUSTER)).await?;
-                let secret = mysql_operator::resources::generated_root_secret_name(CLUSTER);
-                let password = generated_secret(admin, namespace, &secret).await
-                    [mysql_operator::resources::PASSWORD_KEY]
-                    .clone();
+                let ip = service_ip(mysql_operator::resources::primary_service_name(cluster)).await?;
+                let password = generated_password(admin, namespace, engine, cluster).await?;
                 let options = mysql_async::OptsBuilder::default()
                     .ip_or_hostname(ip.to_string())
                     .tcp_port(3306)
@@ -317,18 +361,15 @@ impl DataClient {
             }
             Engine::Redis => {
                 use redis::IntoConnectionInfo;
-                let ip = service_ip(redis_operator::resources::primary_service_name(CLUSTER)).await?;
-                let secret = redis_operator::resources::generated_auth_secret_name(CLUSTER);
-                let password = generated_secret(admin, namespace, &secret).await
-                    [redis_operator::resources::PASSWORD_KEY]
-                    .clone();
+                let ip = service_ip(redis_operator::resources::primary_service_name(cluster)).await?;
+                let password = generated_password(admin, namespace, engine, cluster).await?;
                 let info = redis::ConnectionAddr::Tcp(ip.to_string(), 6379)
                     .into_connection_info()?
                     .set_redis_settings(redis::RedisConnectionInfo::default().set_password(password));
                 DataClient::Redis(info)
             }
             Engine::Mongodb => {
-                let secret = mongodb_operator::resources::generated_admin_secret_name(CLUSTER);
+                let secret = mongodb_operator::resources::generated_admin_secret_name(cluster);
                 let login = generated_secret(admin, namespace, &secret).await;
                 let (username, password) = (
                     &login[mongodb_operator::resources::USERNAME_KEY],
@@ -336,7 +377,7 @@ impl DataClient {
                 );
                 let pods: Api<Pod> = Api::namespaced(admin.clone(), namespace);
                 let selector =
-                    format!("app.kubernetes.io/instance={CLUSTER},app.kubernetes.io/component=member");
+                    format!("app.kubernetes.io/instance={cluster},app.kubernetes.io/component=member");
                 let mut members = Vec::new();
                 for pod in pods.list(&ListParams::default().labels(&selector)).await?.items {
                     // A killed server restarts in the same pod, at the same address.
@@ -363,28 +404,84 @@ impl DataClient {
         let DataClient::Mysql(root) = self else {
             return Ok(self);
         };
-        wait::within("the benchmark's table and account", Duration::from_secs(60), || async {
-            let mut conn = mysql_async::Conn::new(root.clone())
-                .await
-                .map_err(|error| error.to_string())?;
-            for statement in [
-                "CREATE DATABASE IF NOT EXISTS quorum_bench",
-                "CREATE TABLE IF NOT EXISTS quorum_bench.failover (k VARCHAR(64) PRIMARY KEY, v VARCHAR(64))",
-                &format!("CREATE USER IF NOT EXISTS '{MYSQL_USER}'@'%' IDENTIFIED BY '{MYSQL_PASSWORD}'"),
-                &format!("GRANT SELECT, INSERT ON quorum_bench.* TO '{MYSQL_USER}'@'%'"),
-            ] {
-                conn.query_drop(statement)
-                    .await
-                    .map_err(|error| error.to_string())?;
-            }
-            Ok(())
-        })
-        .await
-        .map_err(anyhow::Error::msg)?;
+        run_as_root(
+            &root,
+            "the benchmark's table and account",
+            &[
+                format!("CREATE DATABASE IF NOT EXISTS {MYSQL_DATABASE}"),
+                format!("CREATE TABLE IF NOT EXISTS {MYSQL_DATABASE}.failover (k VARCHAR(64) PRIMARY KEY, v VARCHAR(64))"),
+                format!("CREATE USER IF NOT EXISTS '{MYSQL_USER}'@'%' IDENTIFIED BY '{MYSQL_PASSWORD}'"),
+                format!("GRANT SELECT, INSERT ON {MYSQL_DATABASE}.* TO '{MYSQL_USER}'@'%'"),
+            ],
+        )
+        .await?;
         let application = mysql_async::OptsBuilder::from_opts(root)
             .user(Some(MYSQL_USER))
             .pass(Some(MYSQL_PASSWORD));
         Ok(DataClient::Mysql(application.into()))
+    }
+
+    /// What bulk writes need before the first: MySQL's table, written as root (the data is
+    /// loaded before anything is measured, so root's passing `read_only` does not matter).
+    pub async fn prepare_bulk(&self) -> anyhow::Result<()> {
+        let DataClient::Mysql(root) = self else {
+            return Ok(());
+        };
+        run_as_root(
+            root,
+            "the benchmark's bulk table",
+            &[
+                format!("CREATE DATABASE IF NOT EXISTS {MYSQL_DATABASE}"),
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {MYSQL_DATABASE}.data (k VARCHAR(64) PRIMARY KEY, v LONGTEXT)"
+                ),
+            ],
+        )
+        .await
+    }
+
+    /// Writes `pairs` at once (one etcd transaction, one MySQL statement, one Redis pipeline);
+    /// any failure fails the load.
+    pub async fn write_batch(&self, pairs: Vec<(String, String)>) -> anyhow::Result<()> {
+        match self {
+            DataClient::Etcd(client) => {
+                let puts: Vec<etcd_client::TxnOp> = pairs
+                    .into_iter()
+                    .map(|(key, value)| etcd_client::TxnOp::put(key, value, None))
+                    .collect();
+                client
+                    .as_ref()
+                    .clone()
+                    .txn(etcd_client::Txn::new().and_then(puts))
+                    .await?;
+            }
+            DataClient::Mysql(options) => {
+                let rows = vec!["(?, ?)"; pairs.len()].join(", ");
+                let values: Vec<mysql_async::Value> = pairs
+                    .into_iter()
+                    .flat_map(|(key, value)| [key.into(), value.into()])
+                    .collect();
+                let mut conn = mysql_async::Conn::new(options.clone()).await?;
+                conn.exec_drop(
+                    format!("INSERT INTO {MYSQL_DATABASE}.data VALUES {rows}"),
+                    mysql_async::Params::Positional(values),
+                )
+                .await?;
+                conn.disconnect().await?;
+            }
+            DataClient::Redis(info) => {
+                let mut connection = redis::Client::open(info.clone())?
+                    .get_multiplexed_async_connection()
+                    .await?;
+                let mut pipeline = redis::pipe();
+                for (key, value) in pairs {
+                    pipeline.set(key, value).ignore();
+                }
+                pipeline.query_async::<()>(&mut connection).await?;
+            }
+            DataClient::Mongodb(_) => anyhow::bail!("no bulk load for MongoDB's simulator"),
+        }
+        Ok(())
     }
 
     /// One write on a new connection (a client that reconnects after a failure would make one
@@ -396,8 +493,11 @@ impl DataClient {
             DataClient::Mysql(options) => {
                 let insert = async {
                     let mut conn = mysql_async::Conn::new(options.clone()).await?;
-                    conn.exec_drop("INSERT INTO quorum_bench.failover VALUES (?, ?)", (key, value))
-                        .await?;
+                    conn.exec_drop(
+                        format!("INSERT INTO {MYSQL_DATABASE}.failover VALUES (?, ?)"),
+                        (key, value),
+                    )
+                    .await?;
                     conn.disconnect().await
                 };
                 insert.await.is_ok()
@@ -463,7 +563,7 @@ impl DataClient {
                     .await
                     .map_err(|e| text(&e))?;
                 let rows: Vec<(String, String)> = conn
-                    .query("SELECT k, v FROM quorum_bench.failover")
+                    .query(format!("SELECT k, v FROM {MYSQL_DATABASE}.failover"))
                     .await
                     .map_err(|e| text(&e))?;
                 Ok(rows.into_iter().map(|(key, value)| (key, Some(value))).collect())

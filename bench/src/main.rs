@@ -1,11 +1,13 @@
 //! `make bench`: Quorum's etcd operator against etcd-io/etcd-operator on the same local control
 //! plane and real node, one after the other in one invocation, then every other Quorum operator's
-//! settled cost, and for each Quorum operator failovers as a client sees them. Prints tables of
+//! settled cost, and for each Quorum operator failovers as a client sees them and (MongoDB's
+//! simulator aside) backups against the engine's own tool. Prints tables of
 //! figures, ratios and targets, and writes the raw numbers as JSON under `bench/results/`.
 //! Absolute figures are printed, never asserted; `--quick` runs the smallest size and fails only when an invariant
 //! breaks (a cluster never ready, an operator restarted, a measurement that saw nothing).
 
 mod audit;
+mod backups;
 mod contender;
 mod convergence;
 mod failover;
@@ -20,6 +22,7 @@ use serde_json::json;
 
 use crate::{
     audit::AuditLog,
+    backups::Backups,
     contender::{Contender, Engine},
     convergence::{Run, Settings},
     failover::Failovers,
@@ -47,6 +50,12 @@ struct Arguments {
     /// Kills of the primary per Quorum engine in the failover scenario (2 with --quick).
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u16).range(1..))]
     kills: u16,
+    /// MiB of data loaded into each engine's cluster for the backup scenario (4 with --quick).
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u16).range(1..=4096))]
+    backup_mib: u16,
+    /// Backups each way per engine, alternating Quorum's and the engine's tool (1 with --quick).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..))]
+    backup_rounds: u16,
     /// Where the JSON goes (default: bench/results, or bench/results/quick with --quick).
     #[arg(long)]
     results: Option<PathBuf>,
@@ -75,11 +84,22 @@ async fn main() -> anyhow::Result<()> {
     }
     let audit = AuditLog::local()?;
     let ticks = process::ticks_per_second()?;
-    let kills = if arguments.quick {
-        2
+    let scenarios = if arguments.quick {
+        Scenarios {
+            kills: 2,
+            backup_mib: 4,
+            backup_rounds: 1,
+            ticks,
+        }
     } else {
-        arguments.kills.into()
+        Scenarios {
+            kills: arguments.kills.into(),
+            backup_mib: arguments.backup_mib.into(),
+            backup_rounds: arguments.backup_rounds.into(),
+            ticks,
+        }
     };
+    let kills = scenarios.kills;
 
     let engine_settings = Settings {
         clusters: if arguments.quick {
@@ -92,23 +112,25 @@ async fn main() -> anyhow::Result<()> {
     let mut comparison = None;
     let mut engine_runs = Vec::new();
     let mut failovers: Vec<Failovers> = Vec::new();
+    let mut backups: Vec<Backups> = Vec::new();
     for engine in [Engine::Etcd, Engine::Mysql, Engine::Redis, Engine::Mongodb] {
         if !arguments.engines.contains(&engine) {
             continue;
         }
         let contender = Contender::Quorum(engine);
         if engine == Engine::Etcd {
-            let (quorum, failed_over) = measure(&admin, &audit, contender, settings, ticks, kills).await?;
-            let (peer, _) = measure(&admin, &audit, Contender::Peer, settings, ticks, kills).await?;
-            print_comparison(&quorum, &peer, settings.clusters);
-            engine_runs.push(quorum.clone());
-            failovers.extend(failed_over);
-            comparison = Some([quorum, peer]);
+            let quorum = measure(&admin, &audit, contender, settings, scenarios).await?;
+            let peer = measure(&admin, &audit, Contender::Peer, settings, scenarios).await?;
+            print_comparison(&quorum.run, &peer.run, settings.clusters);
+            engine_runs.push(quorum.run.clone());
+            failovers.extend(quorum.failovers);
+            backups.extend(quorum.backups);
+            comparison = Some([quorum.run, peer.run]);
         } else {
-            let (run, failed_over) =
-                measure(&admin, &audit, contender, engine_settings, ticks, kills).await?;
-            engine_runs.push(run);
-            failovers.extend(failed_over);
+            let measured = measure(&admin, &audit, contender, engine_settings, scenarios).await?;
+            engine_runs.push(measured.run);
+            failovers.extend(measured.failovers);
+            backups.extend(measured.backups);
         }
     }
     let engines = report::engines(&engine_runs);
@@ -124,6 +146,14 @@ async fn main() -> anyhow::Result<()> {
         "\nFailover as a client sees it, the primary's (etcd: the leader's) server killed {kills} times:\n"
     );
     println!("{}", report::engines_table(&failover_rows));
+
+    let backup_rows = report::backups(&backups);
+    println!(
+        "\nBackups of {} MiB to an S3-compatible store in the cluster, against the engine's own tool on the \
+         same member, the median of {} each:\n",
+        scenarios.backup_mib, scenarios.backup_rounds
+    );
+    println!("{}", report::engines_table(&backup_rows));
 
     let results = arguments.results.unwrap_or_else(|| {
         let root = quorum_e2e::tools::repository_root().join("bench").join("results");
@@ -145,6 +175,8 @@ async fn main() -> anyhow::Result<()> {
         "engines": engines,
         "failovers": failovers,
         "failover_figures": failover_rows,
+        "backups": backups,
+        "backup_figures": backup_rows,
     });
     std::fs::write(&path, serde_json::to_string_pretty(&record)? + "\n")
         .with_context(|| format!("writing {}", path.display()))?;
@@ -171,16 +203,32 @@ fn print_requests(run: &Run) {
     );
 }
 
+/// What runs after convergence and the settled window, for Quorum's operators.
+#[derive(Clone, Copy, Debug)]
+struct Scenarios {
+    kills: usize,
+    backup_mib: usize,
+    backup_rounds: usize,
+    ticks: u64,
+}
+
+/// What one contender's turn measured.
+struct Measured {
+    run: Run,
+    failovers: Option<Failovers>,
+    backups: Option<Backups>,
+}
+
 /// Installs `contender`, measures its convergence and settled cost and, for Quorum's operators,
-/// failovers on the first cluster, and removes it (also when a measurement fails).
+/// failovers on the first cluster and backups of a cluster of their own, and removes it (also
+/// when a measurement fails).
 async fn measure(
     admin: &kube::Client,
     audit: &AuditLog,
     contender: Contender,
     settings: Settings,
-    ticks: u64,
-    kills: usize,
-) -> anyhow::Result<(Run, Option<Failovers>)> {
+    scenarios: Scenarios,
+) -> anyhow::Result<Measured> {
     eprintln!(
         "[bench] {}: {} clusters of 3 members at once, then {} s settled",
         contender.name(),
@@ -189,19 +237,47 @@ async fn measure(
     );
     let installed = contender.install(admin).await?;
     let measured = async {
-        let run = convergence::measure(admin, audit, &installed, settings, ticks).await?;
+        let run = convergence::measure(admin, audit, &installed, settings, scenarios.ticks).await?;
         check_invariants(&run)?;
-        let failovers = match contender {
-            Contender::Quorum(engine) => {
-                eprintln!(
-                    "[bench] {}: the primary killed {kills} times under a writer",
-                    contender.name()
-                );
-                Some(failover::measure(admin, &installed, engine, kills).await?)
-            }
-            Contender::Peer => None,
+        let Contender::Quorum(engine) = contender else {
+            return anyhow::Ok(Measured {
+                run,
+                failovers: None,
+                backups: None,
+            });
         };
-        anyhow::Ok((run, failovers))
+        eprintln!(
+            "[bench] {}: the primary killed {} times under a writer",
+            contender.name(),
+            scenarios.kills
+        );
+        let failovers = failover::measure(admin, &installed, engine, scenarios.kills).await?;
+        let backups = if engine == Engine::Mongodb {
+            None
+        } else {
+            eprintln!(
+                "[bench] {}: {} MiB backed up {} times each way",
+                contender.name(),
+                scenarios.backup_mib,
+                scenarios.backup_rounds
+            );
+            Some(
+                backups::measure(
+                    admin,
+                    &installed,
+                    engine,
+                    scenarios.backup_mib,
+                    scenarios.backup_rounds,
+                    scenarios.ticks,
+                )
+                .await?,
+            )
+        };
+        anyhow::Ok(Measured {
+            run,
+            failovers: Some(failovers),
+            backups,
+        })
     }
     .await;
     let removed = installed.remove(admin).await;

@@ -4,6 +4,7 @@
 use serde::Serialize;
 
 use crate::{
+    backups::Backups,
     contender::{Contender, Engine},
     convergence::Run,
     failover::Failovers,
@@ -18,6 +19,8 @@ pub enum Target {
     RatioAtMost(f64),
     /// Quorum's own figure, at most this.
     AtMost(f64),
+    /// Quorum's own figure, at least this.
+    AtLeast(f64),
     /// Printed for reference only.
     None,
 }
@@ -58,6 +61,8 @@ impl Figure {
             },
             Target::AtMost(most) if quorum <= most => Verdict::Pass,
             Target::AtMost(_) => Verdict::Short,
+            Target::AtLeast(least) if quorum >= least => Verdict::Pass,
+            Target::AtLeast(_) => Verdict::Short,
             Target::None => Verdict::NotJudged,
         };
         Self {
@@ -245,6 +250,33 @@ pub fn failovers(runs: &[Failovers]) -> Vec<EngineRow> {
         .collect()
 }
 
+/// Per engine: Quorum's backup and the engine's own tool, their ratio (at least 0.9), and how
+/// much the operator's memory grew while it backed up (at most 10 MiB).
+pub fn backups(runs: &[Backups]) -> Vec<EngineRow> {
+    runs.iter()
+        .map(|run| {
+            let (quorum, tool) = (run.quorum_mib_per_second(), run.tool_mib_per_second());
+            let ratio = if tool > 0.0 { quorum / tool } else { 0.0 };
+            EngineRow {
+                operator: Contender::Quorum(run.engine).name(),
+                clusters: 1,
+                figures: vec![
+                    Figure::new("Quorum's backup", "MiB/s", quorum, None, Target::None),
+                    Figure::new("the engine's tool", "MiB/s", tool, None, Target::None),
+                    Figure::new("Quorum over the tool", "", ratio, None, Target::AtLeast(0.9)),
+                    Figure::new(
+                        "operator memory growth",
+                        "MiB",
+                        run.operator_rss_growth_mib(),
+                        None,
+                        Target::AtMost(10.0),
+                    ),
+                ],
+            }
+        })
+        .collect()
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct EngineRow {
     pub operator: String,
@@ -301,6 +333,7 @@ pub fn table(figures: &[Figure]) -> String {
         let target = match figure.target {
             Target::RatioAtMost(most) => format!("ratio ≤ {most}"),
             Target::AtMost(most) => format!("≤ {}", number(most)),
+            Target::AtLeast(least) => format!("≥ {}", number(least)),
             Target::None => String::new(),
         };
         let verdict = match figure.verdict {

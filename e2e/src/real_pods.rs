@@ -51,6 +51,23 @@ impl InClusterS3 {
         }
     }
 
+    /// Deletes every object stored under `prefix` (the store keeps them in memory).
+    pub async fn delete_all(&self, prefix: &str) {
+        let client = reqwest::Client::new();
+        for key in self.keys(prefix).await {
+            client
+                .delete(format!(
+                    "{}/{}/{key}",
+                    self.host_endpoint,
+                    crate::s3::DEFAULT_BUCKET
+                ))
+                .send()
+                .await
+                .and_then(reqwest::Response::error_for_status)
+                .unwrap_or_else(|error| panic!("delete the store's object {key}: {error}"));
+        }
+    }
+
     /// The keys of the objects stored under `prefix` (S3 `ListObjectsV2`; the store does not
     /// check signatures, so a plain GET does).
     pub async fn keys(&self, prefix: &str) -> Vec<String> {
@@ -687,72 +704,9 @@ impl OnRealNode {
         seen
     }
 
-    /// Runs an S3-compatible store (gofakes3, in memory, one bucket) as a pod on the real node
-    /// with a Service in front, and the credentials Secret backups name; waits until it serves.
-    /// The operator's pod writes backups there and the members' init containers read them, over
-    /// the pod network (plain HTTP: the chart needs `backups.allowHttp=true`).
+    /// Runs an S3-compatible store in the test namespace ([`deploy_s3_store`]).
     pub async fn deploy_s3_store(&self) -> InClusterS3 {
-        let image = format!(
-            "localhost/quorum-e2e/gofakes3:{}",
-            crate::tools::pinned_version("GOFAKES3_VERSION")
-        );
-        let labels = serde_json::json!({ "app.kubernetes.io/name": S3_STORE });
-        let pod: Pod = serde_json::from_value(serde_json::json!({
-            "metadata": { "name": S3_STORE, "labels": labels },
-            "spec": {
-                "nodeSelector": real_node::node_selector(),
-                "tolerations": real_node::tolerations(),
-                "securityContext": {
-                    "runAsNonRoot": true, "runAsUser": 65532, "seccompProfile": { "type": "RuntimeDefault" }
-                },
-                "containers": [{
-                    "name": "s3",
-                    "image": image,
-                    "imagePullPolicy": "IfNotPresent",
-                    "args": ["-backend", "memory", "-host", format!(":{S3_PORT}"),
-                             "-initialbucket", crate::s3::DEFAULT_BUCKET, "-quiet"],
-                    "ports": [{ "name": "s3", "containerPort": S3_PORT }],
-                    "readinessProbe": { "tcpSocket": { "port": S3_PORT }, "periodSeconds": 2 },
-                    "securityContext": {
-                        "allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
-                        "capabilities": { "drop": ["ALL"] }
-                    }
-                }]
-            }
-        }))
-        .expect("the store's pod");
-        let service: k8s_openapi::api::core::v1::Service = serde_json::from_value(serde_json::json!({
-            "metadata": { "name": S3_STORE },
-            "spec": { "selector": labels, "ports": [{ "name": "s3", "port": S3_PORT }] }
-        }))
-        .expect("the store's Service");
-        let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(serde_json::json!({
-            "metadata": { "name": S3_CREDENTIALS },
-            "stringData": {
-                "accessKeyId": crate::s3::ACCESS_KEY_ID,
-                "secretAccessKey": crate::s3::SECRET_ACCESS_KEY
-            }
-        }))
-        .expect("the credentials Secret");
-        let create = kube::api::PostParams::default();
-        self.pods()
-            .create(&create, &pod)
-            .await
-            .expect("create the S3 store's pod");
-        Api::namespaced(self.admin.clone(), &self.ns)
-            .create(&create, &service)
-            .await
-            .expect("create the S3 store's Service");
-        Api::namespaced(self.admin.clone(), &self.ns)
-            .create(&create, &secret)
-            .await
-            .expect("create the S3 credentials Secret");
-        real_node::wait_pod_ready(&self.admin, &self.ns, S3_STORE, Duration::from_secs(120)).await;
-        let cluster_ip = real_node::cluster_ip(&self.admin, &self.ns, S3_STORE).await;
-        InClusterS3 {
-            endpoint: format!("http://{S3_STORE}.{}.svc.cluster.local:{S3_PORT}", self.ns),
-            host_endpoint: format!("http://{cluster_ip}:{S3_PORT}"),
-        }
+        deploy_s3_store(&self.admin, &self.ns).await
     }
 
     /// Removes the release and the namespace (and with it the clusters, pods and claims).
@@ -1095,4 +1049,73 @@ where
             .ok_or_else(|| format!("{record:?}"))
     })
     .await
+}
+
+/// Runs an S3-compatible store (gofakes3, in memory, one bucket) as a pod on the real node in
+/// `namespace`, with a Service in front, and the credentials Secret backups name; waits until
+/// it serves.
+/// The operator's pod writes backups there and the members' init containers read them, over
+/// the pod network (plain HTTP: the chart needs `backups.allowHttp=true`).
+pub async fn deploy_s3_store(admin: &Client, namespace: &str) -> InClusterS3 {
+    let image = format!(
+        "localhost/quorum-e2e/gofakes3:{}",
+        crate::tools::pinned_version("GOFAKES3_VERSION")
+    );
+    let labels = serde_json::json!({ "app.kubernetes.io/name": S3_STORE });
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": S3_STORE, "labels": labels },
+        "spec": {
+            "nodeSelector": real_node::node_selector(),
+            "tolerations": real_node::tolerations(),
+            "securityContext": {
+                "runAsNonRoot": true, "runAsUser": 65532, "seccompProfile": { "type": "RuntimeDefault" }
+            },
+            "containers": [{
+                "name": "s3",
+                "image": image,
+                "imagePullPolicy": "IfNotPresent",
+                "args": ["-backend", "memory", "-host", format!(":{S3_PORT}"),
+                         "-initialbucket", crate::s3::DEFAULT_BUCKET, "-quiet"],
+                "ports": [{ "name": "s3", "containerPort": S3_PORT }],
+                "readinessProbe": { "tcpSocket": { "port": S3_PORT }, "periodSeconds": 2 },
+                "securityContext": {
+                    "allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
+                    "capabilities": { "drop": ["ALL"] }
+                }
+            }]
+        }
+    }))
+    .expect("the store's pod");
+    let service: k8s_openapi::api::core::v1::Service = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": S3_STORE },
+        "spec": { "selector": labels, "ports": [{ "name": "s3", "port": S3_PORT }] }
+    }))
+    .expect("the store's Service");
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": S3_CREDENTIALS },
+        "stringData": {
+            "accessKeyId": crate::s3::ACCESS_KEY_ID,
+            "secretAccessKey": crate::s3::SECRET_ACCESS_KEY
+        }
+    }))
+    .expect("the credentials Secret");
+    let create = kube::api::PostParams::default();
+    Api::<Pod>::namespaced(admin.clone(), namespace)
+        .create(&create, &pod)
+        .await
+        .expect("create the S3 store's pod");
+    Api::namespaced(admin.clone(), namespace)
+        .create(&create, &service)
+        .await
+        .expect("create the S3 store's Service");
+    Api::namespaced(admin.clone(), namespace)
+        .create(&create, &secret)
+        .await
+        .expect("create the S3 credentials Secret");
+    real_node::wait_pod_ready(admin, namespace, S3_STORE, Duration::from_secs(120)).await;
+    let cluster_ip = real_node::cluster_ip(admin, namespace, S3_STORE).await;
+    InClusterS3 {
+        endpoint: format!("http://{S3_STORE}.{namespace}.svc.cluster.local:{S3_PORT}"),
+        host_endpoint: format!("http://{cluster_ip}:{S3_PORT}"),
+    }
 }
