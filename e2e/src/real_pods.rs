@@ -685,12 +685,7 @@ impl OnRealNode {
     /// repeated is one object with a count or a series).
     pub async fn occurrences(&self, reasons: &[&str]) -> BTreeMap<String, i32> {
         let mut seen = BTreeMap::new();
-        let events = Api::<Event>::namespaced(self.admin.clone(), &self.ns)
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items;
-        for event in events {
+        for event in self.events().await {
             let Some(reason) = event.reason.filter(|reason| reasons.contains(&reason.as_str())) else {
                 continue;
             };
@@ -702,6 +697,24 @@ impl OnRealNode {
             *seen.entry(reason).or_insert(0) += times;
         }
         seen
+    }
+
+    /// The messages of the namespace's events with `reason`.
+    pub async fn messages(&self, reason: &str) -> Vec<String> {
+        self.events()
+            .await
+            .into_iter()
+            .filter(|event| event.reason.as_deref() == Some(reason))
+            .filter_map(|event| event.message)
+            .collect()
+    }
+
+    async fn events(&self) -> Vec<Event> {
+        Api::<Event>::namespaced(self.admin.clone(), &self.ns)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
     }
 
     /// Runs an S3-compatible store in the test namespace ([`deploy_s3_store`]).

@@ -11,7 +11,7 @@ use k8s_openapi::{
     api::core::v1::{ContainerStatus, ObjectReference, Pod},
     apimachinery::pkg::apis::meta::v1::Condition,
 };
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, time::Duration};
 
 use kube::{Client, Resource, ResourceExt};
 
@@ -97,10 +97,23 @@ pub fn failures<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> Vec<PodFailure> 
     found
 }
 
+/// How long after its restart a container that exits is surely still held back by the kubelet:
+/// it keeps a crash's back-off (10 s at first, doubling to 5 minutes) until twice its longest
+/// back-off, ten minutes, has passed since it began the restart; a minute less, for the time
+/// the restart takes and the timestamps' whole seconds.
+const KUBELET_BACK_OFF_KEPT: Duration = Duration::from_secs(9 * 60);
+
 /// The members whose server container (named `container`) the kubelet is not running and holds
 /// back (a crash loop's back-off, an image it cannot pull), with the kubelet's reason. Unlike a
 /// call that goes unanswered, which may be the network's doing, this is the kubelet's word that
 /// the server is not running and will not be for a while.
+///
+/// A server that exits after a restart less than nine minutes old is held back from the moment it
+/// exits, though the kubelet writes `CrashLoopBackOff` only at its next sync of the pod, seconds
+/// later: it restarts at once only a container that never crashed before (or whose last crash
+/// is ten minutes old), and otherwise waits out its back-off, at least 10 s, from the exit. (A
+/// node that enables the alpha `ReduceDefaultCrashLoopBackOffDecay` gate waits 1 s at first:
+/// there a failover taken on this word may be one the restart would have made needless.)
 pub fn held_back(
     pods: &[Pod],
     container: &str,
@@ -111,10 +124,34 @@ pub fn held_back(
             let ordinal = ordinal_of(&pod.name_any())?;
             let status = pod.status.as_ref()?.container_statuses.as_ref()?;
             let server = status.iter().find(|status| status.name == container)?;
-            let failure = failing(&pod.name_any(), server)?;
-            Some((ordinal, failure.reason))
+            let reason = match failing(&pod.name_any(), server) {
+                Some(failure) => failure.reason,
+                None => backing_off(server)?,
+            };
+            Some((ordinal, reason))
         })
         .collect()
+}
+
+/// Why the kubelet will back off the restart of `container`, which has exited and was restarted
+/// before, less than [`KUBELET_BACK_OFF_KEPT`] before it exited; `None` for a container that
+/// runs, waits for another reason, exited for the first time or after a long run.
+fn backing_off(container: &ContainerStatus) -> Option<String> {
+    let terminated = container.state.as_ref()?.terminated.as_ref()?;
+    if container.restart_count < 1 {
+        return None;
+    }
+    let started = terminated.started_at.as_ref()?.0;
+    let finished = terminated.finished_at.as_ref()?.0;
+    let ran = Duration::try_from(finished.duration_since(started)).ok()?;
+    (ran < KUBELET_BACK_OFF_KEPT).then(|| {
+        format!(
+            "exited ({}, code {}) {} s after its restart: the kubelet backs off its next start",
+            terminated.reason.as_deref().unwrap_or("no reason"),
+            terminated.exit_code,
+            ran.as_secs()
+        )
+    })
 }
 
 fn failing(pod: &str, container: &ContainerStatus) -> Option<PodFailure> {
@@ -221,8 +258,10 @@ where
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::{
-        ContainerState, ContainerStateRunning, ContainerStateWaiting, PodCondition, PodStatus,
+        ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting, PodCondition,
+        PodStatus,
     };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use kube::api::ObjectMeta;
 
     use super::*;
@@ -292,6 +331,59 @@ mod tests {
                 (0, "CrashLoopBackOff".to_string()),
                 (4, "ImagePullBackOff".to_string())
             ])
+        );
+    }
+
+    #[test]
+    fn a_server_that_exits_soon_after_a_restart_is_held_back_before_the_kubelet_says_so() {
+        let exited = |restarts: i32, ran_seconds: i64| {
+            let finished = k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).unwrap();
+            let started = finished - k8s_openapi::jiff::SignedDuration::from_secs(ran_seconds);
+            ContainerStatus {
+                name: "redis".into(),
+                restart_count: restarts,
+                state: Some(ContainerState {
+                    terminated: Some(ContainerStateTerminated {
+                        exit_code: 137,
+                        reason: Some("Error".into()),
+                        started_at: Some(Time(started)),
+                        finished_at: Some(Time(finished)),
+                        ..ContainerStateTerminated::default()
+                    }),
+                    ..ContainerState::default()
+                }),
+                ..ContainerStatus::default()
+            }
+        };
+        let pods: Vec<Pod> = [
+            // Restarted before, exits after 4 s: backed off for 10 s or more.
+            exited(1, 4),
+            // Its first exit: the kubelet restarts it at once.
+            exited(0, 4),
+            // Ran for more than nine minutes: its back-off may be forgotten.
+            exited(3, 9 * 60 + 1),
+            // Just inside.
+            exited(3, 9 * 60 - 1),
+            // Running.
+            container("redis", None),
+        ]
+        .into_iter()
+        .enumerate()
+        .map(|(ordinal, server)| {
+            pod(
+                &format!("shop-{ordinal}"),
+                PodStatus {
+                    container_statuses: Some(vec![server]),
+                    ..PodStatus::default()
+                },
+            )
+        })
+        .collect();
+        let held = held_back(&pods, "redis", |name| name.strip_prefix("shop-")?.parse().ok());
+        assert_eq!(held.keys().copied().collect::<Vec<_>>(), vec![0, 3]);
+        assert_eq!(
+            held[&0],
+            "exited (Error, code 137) 4 s after its restart: the kubelet backs off its next start"
         );
     }
 

@@ -166,8 +166,13 @@ pub enum Step {
     RemoveNode { ordinal: usize },
     /// Have `sentinel` fail the primary over now (`SENTINEL FAILOVER`): its server is not
     /// running and the kubelet holds it back, so waiting for `down-after` would only keep
-    /// writes stopped. Sentinel chooses the replica, as in the failover it would make.
-    FailOver { sentinel: usize, primary: usize },
+    /// writes stopped. Sentinel chooses the replica, as in the failover it would make. `held_back`
+    /// is the kubelet's reason, or why it will hold the server back.
+    FailOver {
+        sentinel: usize,
+        primary: usize,
+        held_back: String,
+    },
     /// Make a Sentinel forget replicas and Sentinels that are gone (`SENTINEL RESET`); one
     /// Sentinel per pass, so the others keep the quorum meanwhile.
     ResetSentinel { sentinel: usize },
@@ -257,7 +262,7 @@ fn named(facts: &Facts, address: SocketAddr) -> Named {
 /// and a Sentinel that names it answers. `None` otherwise: an unanswered call alone is no
 /// evidence that the primary is down, and the Sentinels decide.
 fn fail_over_held_back(facts: &Facts, primary: usize) -> Option<Step> {
-    facts.held_back.get(&primary)?;
+    let held_back = facts.held_back.get(&primary)?;
     let address = facts.nodes.iter().find(|n| n.ordinal == primary)?.address?;
     let followed = facts.nodes.iter().any(|node| {
         node.ordinal != primary
@@ -268,9 +273,10 @@ fn fail_over_held_back(facts: &Facts, primary: usize) -> Option<Step> {
     let sentinel = facts.sentinels.iter().find(|sentinel| {
         sentinel.health.is_healthy() && sentinel.view.as_ref().is_some_and(|view| view.primary == address)
     })?;
-    followed.then_some(Step::FailOver {
+    followed.then(|| Step::FailOver {
         sentinel: sentinel.ordinal,
         primary,
+        held_back: held_back.clone(),
     })
 }
 
@@ -1570,6 +1576,7 @@ mod tests {
         let fail_over = Decision::Act(Step::FailOver {
             sentinel: 0,
             primary: 0,
+            held_back: "CrashLoopBackOff".into(),
         });
         assert_eq!(
             decide(&held_back(facts(crashed(), all_watching(0), Some(0)))),
@@ -1581,7 +1588,8 @@ mod tests {
             decide(&held_back(facts(crashed(), first_down, Some(0)))),
             Decision::Act(Step::FailOver {
                 sentinel: 1,
-                primary: 0
+                primary: 0,
+                held_back: "CrashLoopBackOff".into(),
             })
         );
 

@@ -997,8 +997,12 @@ pub fn describe(cluster: &str, step: &Step) -> String {
             node_name(cluster, *ordinal)
         ),
         Step::RemoveNode { ordinal } => format!("removing replica {}", node_name(cluster, *ordinal)),
-        Step::FailOver { sentinel, primary } => format!(
-            "asking {} to fail over now: the kubelet holds back the server of the primary, {}, so it would not answer before down-after",
+        Step::FailOver {
+            sentinel,
+            primary,
+            held_back,
+        } => format!(
+            "asking {} to fail over now: the kubelet holds back the server of the primary, {} ({held_back}), so it would not answer before down-after",
             sentinel_name(cluster, *sentinel),
             node_name(cluster, *primary)
         ),
