@@ -502,6 +502,15 @@ impl<R: Reason> Progress<R> {
         }
     }
 
+    /// The step this progress took, as its reason and message name it (a [`FollowUps`] step),
+    /// `None` unless a step was taken and completed.
+    pub fn acted(&self) -> Option<(R, String)> {
+        match self {
+            Progress::Acted { reason, message } => Some((*reason, message.clone())),
+            _ => None,
+        }
+    }
+
     /// What the progress says: none when settled, else the step's, wait's or failure's message.
     pub fn message(&self) -> Option<&str> {
         self.event().map(|(_, _, message)| message)

@@ -50,6 +50,7 @@ impl Operator for EtcdOperator {
                 quorum_core::wakeups::Wakeups::new(),
                 settings.leader_events,
             ),
+            follow_ups: Default::default(),
             settings,
         }
     }

@@ -65,6 +65,8 @@ pub struct State {
     pub clients: EtcdClients,
     pub leader_events: LeaderEvents,
     pub settings: Settings,
+    /// When the pass after a step comes.
+    pub follow_ups: quorum_core::pass::FollowUps<(Reason, String)>,
 }
 
 impl quorum_core::runner::ForgetsClusters for State {
@@ -72,6 +74,7 @@ impl quorum_core::runner::ForgetsClusters for State {
         if let Some(cluster) = ObjectKey::parse(key) {
             self.leader_events.forget(&cluster);
         }
+        self.follow_ups.forget_cluster(key);
         Box::pin(self.clients.forget_cluster(key))
     }
 }
@@ -161,10 +164,15 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, context: Arc<Context<State>>) 
     warn_on_even_member_count(&context, &cluster).await;
 
     report.write(&decision, &memory).await?;
-    Ok(match decision {
-        Decision::Settled => Action::requeue(Duration::from_secs(60)),
-        _ => Action::requeue(Duration::from_secs(5)),
-    })
+    let usual = match decision {
+        Decision::Settled => Duration::from_secs(60),
+        _ => Duration::from_secs(5),
+    };
+    Ok(Action::requeue(context.state.follow_ups.next_pass(
+        &observed.key,
+        progress.acted().as_ref(),
+        usual,
+    )))
 }
 
 /// The cluster as stored, if a pass may run on it now (`quorum_core::pass::admit`: status is this

@@ -58,6 +58,7 @@ impl Operator for MongoDbOperator {
     fn state(settings: reconcile::Settings, calls: AdminCalls, metrics: &Metrics) -> reconcile::State {
         reconcile::State {
             clients: clients::MongoClients::new(calls, metrics.admin.clone()),
+            follow_ups: Default::default(),
             settings,
         }
     }

@@ -23,10 +23,13 @@ pub struct Settings {
 pub struct State {
     pub clients: MongoClients,
     pub settings: Settings,
+    /// When the pass after a step comes.
+    pub follow_ups: quorum_core::pass::FollowUps<(crate::decide::Reason, String)>,
 }
 
 impl quorum_core::runner::ForgetsClusters for State {
     fn forget_cluster<'a>(&'a self, key: &'a str) -> futures::future::BoxFuture<'a, ()> {
+        self.follow_ups.forget_cluster(key);
         Box::pin(self.clients.forget_cluster(key))
     }
 }

@@ -230,11 +230,16 @@ pub async fn reconcile(
     if let Some(failure) = failure {
         return Err(failure);
     }
-    Ok(if settled && not_healthy.is_empty() {
-        Action::requeue(Duration::from_secs(30))
+    let usual = if settled && not_healthy.is_empty() {
+        Duration::from_secs(30)
     } else {
-        Action::requeue(Duration::from_secs(2))
-    })
+        Duration::from_secs(2)
+    };
+    Ok(Action::requeue(state.follow_ups.next_pass(
+        &key,
+        progress.acted().as_ref(),
+        usual,
+    )))
 }
 
 /// Creates the generated administrator and keyfile Secrets once; existing ones are never

@@ -60,6 +60,7 @@ impl Operator for RedisOperator {
                 quorum_core::wakeups::Wakeups::new(),
                 settings.sentinel_events,
             ),
+            follow_ups: Default::default(),
             settings,
         }
     }

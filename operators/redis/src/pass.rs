@@ -52,6 +52,8 @@ pub struct State {
     pub settings: Settings,
     /// Subscriptions to the Sentinels' primary switches of replication-mode clusters.
     pub sentinel_events: SentinelEvents,
+    /// When the pass after a step comes.
+    pub follow_ups: quorum_core::pass::FollowUps<(Reason, String)>,
 }
 
 impl quorum_core::runner::ForgetsClusters for State {
@@ -60,6 +62,7 @@ impl quorum_core::runner::ForgetsClusters for State {
         if let Some(cluster) = quorum_core::wakeups::ObjectKey::parse(key) {
             self.sentinel_events.forget(&cluster);
         }
+        self.follow_ups.forget_cluster(key);
         Box::pin(self.clients.forget_cluster(key))
     }
 }

@@ -122,10 +122,15 @@ pub async fn reconcile(cluster: Arc<RedisCluster>, context: Arc<Context<State>>)
         Mode::Replication => crate::replication::pass(&pass).await?,
         Mode::Cluster => crate::sharded::pass(&pass).await?,
     };
-    Ok(match progress {
-        Progress::Settled => Action::requeue(state.settings.settled_recheck),
-        _ => Action::requeue(Duration::from_secs(2)),
-    })
+    let usual = match progress {
+        Progress::Settled => state.settings.settled_recheck,
+        _ => Duration::from_secs(2),
+    };
+    Ok(Action::requeue(state.follow_ups.next_pass(
+        &pass.key,
+        progress.acted().as_ref(),
+        usual,
+    )))
 }
 
 /// Cluster mode: the deployment with its data layout recorded in status, recorded now when it
