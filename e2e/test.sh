@@ -5,6 +5,15 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 log() { echo "[test] $*" >&2; }
+# Waits for the background job PID, prints its output file with each line marked [NAME], and
+# returns the job's status.
+collect() {
+  local name=$1 pid=$2 output=$3 status=0
+  wait "$pid" || status=$?
+  sed "s/^/[$name] /" "$output" >&2
+  rm -f "$output"
+  return "$status"
+}
 
 e2e/setup.sh system
 # The Go-built tools go beside the checks below: on a cold machine each leaves the processors
@@ -21,11 +30,7 @@ log "cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 log "generated files"
 cargo xtask check
-tools_status=0
-wait "$tools" || tools_status=$?
-sed 's/^/[tools] /' "$tools_log" >&2
-rm -f "$tools_log"
-if ((tools_status)); then
+if ! collect tools "$tools" "$tools_log"; then
   log "building the Go-built tools failed"
   exit 1
 fi
@@ -79,11 +84,7 @@ second=$!
 failed=0
 wait "$first" || failed=1
 wait "$second" || failed=1
-fresh_status=0
-wait "$fresh" || fresh_status=$?
-sed 's/^/[fresh-check] /' "$fresh_log" >&2
-rm -f "$fresh_log"
-if ((fresh_status)); then
+if ! collect fresh "$fresh" "$fresh_log"; then
   log "the fresh-machine check failed: the setup leaves something the build needs missing"
   failed=1
 fi
