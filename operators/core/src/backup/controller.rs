@@ -330,8 +330,7 @@ where
     };
     let sink = pass.sink().await?;
     let snapshots = pass.run(&cluster, &sources, &sink).await?;
-    let first = pass.record(&snapshots).await?;
-    pass.record_on_cluster(first).await?;
+    pass.record(&snapshots).await?;
     pass.prune(&sink, snapshots.len()).await?;
     Ok(pass.next())
 }
@@ -517,12 +516,12 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
         BackupControllerError::Engine(error)
     }
 
-    /// Records a successful run on the backup (the shared fields, then the engine's, in one
-    /// write), reports it, and returns the record of its first object.
-    async fn record(
-        &mut self,
-        snapshots: &[(&E::Source, Snapshot<E::Info>)],
-    ) -> Result<BackupRecord, Failure<E>> {
+    /// Records a successful run: first on the cluster (`lastBackup`), then on the backup (the
+    /// shared fields, then the engine's, in one write), and reports it. The cluster goes first
+    /// so that a backup seen `Succeeded` is already the cluster's newest; a cluster write that
+    /// fails leaves the run `Running`, which the next pass reports as interrupted rather than as
+    /// a success the cluster never learned of.
+    async fn record(&mut self, snapshots: &[(&E::Source, Snapshot<E::Info>)]) -> Result<(), Failure<E>> {
         let completed_at = Time(Timestamp::now());
         let records: Vec<BackupRecord> = snapshots
             .iter()
@@ -534,6 +533,13 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
                 sha256: snapshot.stored.sha256.clone(),
             })
             .collect();
+        self.record_on_cluster(
+            records
+                .first()
+                .cloned()
+                .expect("a run stores at least one object"),
+        )
+        .await?;
         let summary = snapshots
             .iter()
             .map(|(source, snapshot)| self.engine.describe(source, snapshot))
@@ -564,10 +570,7 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
             &spec.cluster_name,
             unix_seconds(completed_at.0),
         );
-        Ok(records
-            .into_iter()
-            .next()
-            .expect("a run stores at least one object"))
+        Ok(())
     }
 
     /// `lastBackup` on the cluster; its own reconciler writes only the status fields it changed.
