@@ -15,6 +15,16 @@ pub use crate::crd::{RECOVER_ANNOTATION, RecoveryPhase, RecoveryRecord};
 /// offers it (etcd).
 pub const NEWEST_BACKUP: &str = "newest-backup";
 
+/// The command that asks for a recovery of cluster `cluster` (of kind `kind`, as
+/// `EtcdCluster`) from `member`, exactly as a person runs it: what a cluster that waits on a
+/// lost quorum or primary names in its condition.
+pub fn request_command(kind: &str, cluster: &str, member: &str) -> String {
+    format!(
+        "kubectl annotate {} {cluster} {RECOVER_ANNOTATION}={member}",
+        kind.to_lowercase()
+    )
+}
+
 /// A standing recovery request.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RecoveryRequest {
@@ -136,6 +146,14 @@ mod tests {
     use k8s_openapi::api::core::v1::ConfigMap;
 
     use super::*;
+
+    #[test]
+    fn the_request_command_is_what_a_person_runs() {
+        assert_eq!(
+            request_command("EtcdCluster", "demo", "demo-2"),
+            "kubectl annotate etcdcluster demo quorum.dev/recover-from=demo-2"
+        );
+    }
 
     fn annotated(member: &str) -> ConfigMap {
         let mut object = ConfigMap::default();

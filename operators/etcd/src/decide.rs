@@ -19,9 +19,11 @@ use quorum_core::{
         gate::{self, Disruption, Freshness, GateInput, Quorum, Verdict},
         health::{Health, Observation},
     },
-    recovery::{NEWEST_BACKUP, RECOVER_ANNOTATION, RecoveryRequest},
+    recovery::{NEWEST_BACKUP, RECOVER_ANNOTATION, RecoveryRequest, request_command},
     rollout::Templates,
 };
+
+use crate::resolver::member_name;
 
 pub use crate::reasons::Reason;
 
@@ -149,6 +151,8 @@ pub struct RepairRequest {
 /// Everything the decision needs, gathered by the reconciler.
 #[derive(Clone, Debug)]
 pub struct Facts {
+    /// The cluster's name: what a person types in a command the cluster asks them to run.
+    pub cluster: String,
     pub desired_members: usize,
     pub desired_version: String,
     /// The cluster has formed before (status recorded its members).
@@ -294,7 +298,7 @@ pub fn decide(facts: &Facts) -> Decision {
         );
     };
 
-    if let Some(lost) = quorum_lost(members) {
+    if let Some(lost) = quorum_lost(&facts.cluster, members) {
         return recover_on_request(facts, members).unwrap_or(Decision::Wait(lost));
     }
 
@@ -457,7 +461,8 @@ fn repair_member(facts: &Facts, members: &[MemberFact], request: &RepairRequest)
 /// the cluster serves no write and etcd accepts no membership change. A member that cannot be
 /// reached is never taken for lost, so nothing is changed; the wait says what the operator knows
 /// (who answers, whose log reaches furthest) and what a person can do.
-pub fn quorum_lost(members: &[MemberFact]) -> Option<Wait> {
+pub fn quorum_lost(cluster: &str, members: &[MemberFact]) -> Option<Wait> {
+    const KIND: &str = "EtcdCluster";
     let voters: Vec<&MemberFact> = members.iter().filter(|m| !m.learner).collect();
     if voters.is_empty() || voters.iter().any(|m| m.leader) {
         return None;
@@ -482,15 +487,28 @@ pub fn quorum_lost(members: &[MemberFact]) -> Option<Wait> {
     };
     let furthest = answering
         .iter()
-        .max_by_key(|m| (m.raft_index, std::cmp::Reverse(m.ordinal)))
-        .map(|m| {
+        .max_by_key(|m| (m.raft_index, std::cmp::Reverse(m.ordinal)));
+    let (furthest, recover) = match furthest {
+        Some(m) => (
             format!(
                 " Of those that answer, member {} holds the log that reaches furthest (raft index {}).",
                 m.ordinal,
                 m.raft_index.unwrap_or_default()
-            )
-        })
-        .unwrap_or_default();
+            ),
+            format!(
+                "recover from member {} with `{}`",
+                m.ordinal,
+                request_command(KIND, cluster, &member_name(cluster, m.ordinal))
+            ),
+        ),
+        None => (
+            String::new(),
+            format!(
+                "restore it in place from its newest backup with `{}`",
+                request_command(KIND, cluster, NEWEST_BACKUP)
+            ),
+        ),
+    };
     Some(Wait {
         reason: Reason::QuorumLost,
         message: format!(
@@ -498,10 +516,9 @@ pub fn quorum_lost(members: &[MemberFact]) -> Option<Wait> {
              followed no leader for {} s or more, so no write is served through them and no \
              membership change can be made.{furthest} Members that come \
              back on their volumes restore the quorum with every acknowledged write; the operator \
-             removes no member it cannot reach. If they are lost for good, name the member to \
-             recover from with {RECOVER_ANNOTATION} (what only the lost members held is given up), \
-             or create a new cluster from the newest backup (spec.restoreFrom; docs/etcd.md, \
-             \"Disaster recovery\").",
+             removes no member it cannot reach. If they are lost for good, {recover} (what only \
+             the lost members held is given up), or create a new cluster from the newest backup \
+             (spec.restoreFrom; docs/etcd.md, \"Disaster recovery\").",
             ordinals(&silent),
             ordinals(&answering),
             QUORUM_LOST_AFTER.as_secs(),
@@ -951,6 +968,7 @@ mod tests {
             .as_ref()
             .map(|m| m.iter().map(|m| m.ordinal + 1).max().unwrap_or(0));
         Facts {
+            cluster: "demo".into(),
             desired_members: desired,
             desired_version: V_OLD.to_string(),
             bootstrapped: true,
@@ -1074,7 +1092,7 @@ mod tests {
     #[test]
     fn a_lost_quorum_needs_voters_to_have_lost_it() {
         // No membership known (a cluster forming, no member reachable) is not a lost quorum.
-        assert_eq!(quorum_lost(&[]), None);
+        assert_eq!(quorum_lost("demo", &[]), None);
     }
 
     #[test]
@@ -1102,6 +1120,7 @@ mod tests {
             "voting members [0, 1, 2] do not answer",
             "members [3, 4] have followed no leader for 30 s or more",
             "member 3 holds the log that reaches furthest (raft index 900)",
+            "recover from member 3 with `kubectl annotate etcdcluster demo quorum.dev/recover-from=demo-3`",
             "spec.restoreFrom",
         ] {
             assert!(lost.message.contains(said), "{said}: {}", lost.message);

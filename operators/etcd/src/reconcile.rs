@@ -249,6 +249,7 @@ struct Observed {
 impl Observed {
     fn facts(&self, cluster: &EtcdCluster, in_flight: Option<InFlight>, settings: &Settings) -> Facts {
         Facts {
+            cluster: cluster.name_any(),
             desired_members: self.desired,
             desired_version: cluster.spec.version.clone(),
             bootstrapped: self.bootstrapped,

@@ -217,7 +217,7 @@ pub fn build_status(
         .collect();
     // From what was observed, not from the decision: a recovery refused or under way does
     // not make a lost quorum any less lost.
-    let quorum_lost = crate::decide::quorum_lost(members);
+    let quorum_lost = crate::decide::quorum_lost(&cluster.name_any(), members);
     let degraded = match troubled
         .iter()
         .find(|m| matches!(m.observation.health, Health::Unhealthy(_)))

@@ -1034,3 +1034,48 @@ async fn a_cluster_created_again_from_a_backup_holds_exactly_the_backups_data() 
         .await;
     setup.remove().await;
 }
+
+/// A spec no node can take (a memory request larger than any node) rolls one member onto a pod
+/// that stays `Pending`; once the spec is fixed, that pod (still on the template no node could
+/// take: the StatefulSet is `OnDelete`) is replaced at once instead of being waited for: every
+/// member comes back on the fixed template with the same membership, and no acknowledged write
+/// is lost.
+#[tokio::test]
+async fn a_member_stuck_pending_on_a_template_no_node_can_take_is_replaced_once_the_spec_is_fixed() {
+    let setup = install("real-pending").await;
+    let (admin, ns, clusters) = (&setup.admin, setup.ns.clone(), &clusters(&setup));
+    create_ready(&setup, &real_cluster(3, None)).await;
+    let members_before = member_ids(clusters).await;
+    let mut client = service_client(admin, &ns).await;
+    let writer = start_writer(&client);
+    writer.acknowledged_at_least(10, Duration::from_secs(60)).await;
+
+    real_pods::ask_for_more_memory_than_any_node(clusters, CLUSTER, true).await;
+    let stuck = setup.an_unplaced_pod(MEMBERS, Duration::from_secs(180)).await;
+    real_pods::ask_for_more_memory_than_any_node(clusters, CLUSTER, false).await;
+    let pods = setup.members_ready(MEMBERS, 3, Duration::from_secs(300)).await;
+    let replaced = pods
+        .iter()
+        .find(|pod| pod.metadata.name == stuck.metadata.name)
+        .unwrap();
+    assert_ne!(
+        replaced.metadata.uid, stuck.metadata.uid,
+        "the stuck pod was replaced"
+    );
+    assert!(
+        !pods.iter().any(real_pods::asks_for_more_memory_than_any_node),
+        "a member runs the template no node can take: {}",
+        real_pods::describe_pods(&pods)
+    );
+    support::ready_with(clusters, CLUSTER, 3, Duration::from_secs(120)).await;
+    assert_eq!(
+        member_ids(clusters).await,
+        members_before,
+        "the membership changed"
+    );
+
+    let history = writer.stop().await;
+    let checked = check_history(&mut client, &history).await;
+    eprintln!("{checked} acknowledged writes checked, none lost");
+    setup.remove().await;
+}

@@ -89,6 +89,7 @@ fn resolver(processes: &EtcdProcesses, slots: usize) -> MemberResolver {
 
 fn facts(view: &ClusterView, desired: usize) -> Facts {
     Facts {
+        cluster: "demo".into(),
         desired_members: desired,
         desired_version: view
             .reports

@@ -22,7 +22,7 @@ use quorum_core::availability::{
     health::{Health, Observation},
 };
 use quorum_core::{
-    recovery::{RECOVER_ANNOTATION, RecoveryRequest},
+    recovery::{RECOVER_ANNOTATION, RecoveryRequest, request_command},
     repair::RepairRequest,
 };
 
@@ -364,7 +364,7 @@ pub fn decide(desired: &Desired, observed: &Observed) -> Step {
         );
     }
     let Some(primary) = observed.primary.as_deref() else {
-        return recover_on_request(observed, config).unwrap_or_else(|| no_primary(observed, config));
+        return recover_on_request(observed, config).unwrap_or_else(|| no_primary(desired, observed, config));
     };
     if observed.status.is_none() {
         return wait(
@@ -486,7 +486,7 @@ fn initiate(desired: &Desired, observed: &Observed) -> Step {
     }
 }
 
-fn no_primary(observed: &Observed, config: &ReplConfig) -> Step {
+fn no_primary(desired: &Desired, observed: &Observed, config: &ReplConfig) -> Step {
     let named: Vec<&str> = observed
         .members
         .iter()
@@ -523,17 +523,21 @@ fn no_primary(observed: &Observed, config: &ReplConfig) -> Step {
             })
             .max()
             .map(|(_, name)| name);
+        let recover = match most_applied {
+            Some(name) => format!(
+                "recover from {name}, which applied the most of those that answer, with `{}`",
+                request_command("MongoDBReplicaSet", &desired.set_name, &name)
+            ),
+            None => format!("name the member to recover from with {RECOVER_ANNOTATION}"),
+        };
         return wait(
             Reason::QuorumLost,
             format!(
                 "{} of the {voters} voting members do not answer ({}): the set cannot elect a primary. \
-                 If they are lost for good, name the member to recover from with {RECOVER_ANNOTATION}{}; \
-                 what only the lost members hold is given up (docs/mongodb.md, Disaster recovery)",
+                 If they are lost for good, {recover}; what only the lost members hold is given up \
+                 (docs/mongodb.md, Disaster recovery)",
                 silent.len(),
                 silent.join(", "),
-                most_applied
-                    .map(|name| format!(" ({name} applied the most of those that answer)"))
-                    .unwrap_or_default()
             ),
         );
     }
@@ -1355,9 +1359,9 @@ mod tests {
         assert_eq!(
             message(&lost),
             "2 of the 3 voting members do not answer (rs-0, rs-2): the set cannot elect a primary. \
-             If they are lost for good, name the member to recover from with quorum.dev/recover-from \
-             (rs-1 applied the most of those that answer); what only the lost members hold is given up \
-             (docs/mongodb.md, Disaster recovery)"
+             If they are lost for good, recover from rs-1, which applied the most of those that answer, \
+             with `kubectl annotate mongodbreplicaset rs quorum.dev/recover-from=rs-1`; what only the lost \
+             members hold is given up (docs/mongodb.md, Disaster recovery)"
         );
 
         // The survivor named: a forced configuration of the members that answer, one version on.

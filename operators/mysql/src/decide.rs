@@ -34,13 +34,13 @@ use quorum_core::{
         gate::{self, Disruption, Freshness, GateInput, Quorum, Verdict},
         health::{Health, Observation},
     },
-    recovery::{RECOVER_ANNOTATION, RecoveryRequest},
+    recovery::{RECOVER_ANNOTATION, RecoveryRequest, request_command},
     repair::PodRepair,
     rollout::{RollTarget, Templates},
 };
 
 pub use crate::reasons::Reason;
-use crate::{admin::gtid::GtidPosition, crd::SWITCHOVER_ANNOTATION};
+use crate::{admin::gtid::GtidPosition, crd::SWITCHOVER_ANNOTATION, resources::member_name};
 
 /// What a reachable member reported, reduced to what the decision needs.
 #[derive(Clone, Debug, PartialEq)]
@@ -145,6 +145,8 @@ pub enum Restore {
 /// Everything the decision looks at.
 #[derive(Clone, Debug)]
 pub struct Facts {
+    /// The cluster's name: what a person types in a command the cluster asks them to run.
+    pub cluster: String,
     pub desired_members: usize,
     /// The StatefulSet's replicas; `None` when it does not exist yet.
     pub statefulset_replicas: Option<usize>,
@@ -484,7 +486,18 @@ fn choose_primary(facts: &Facts) -> Result<usize, Decision> {
             wait(
                 Reason::PrimaryMissing,
                 format!(
-                    "the recorded primary (ordinal {primary}) has no pod; if it is lost for good, name the survivor to serve from with {RECOVER_ANNOTATION} (docs/mysql.md, Disaster recovery)"
+                    "the recorded primary (ordinal {primary}) has no pod; if it is lost for good, {} (docs/mysql.md, Disaster recovery)",
+                    match survivor_holding_everything(facts, primary) {
+                        Some(survivor) => format!(
+                            "promote member {survivor}, which holds every transaction the members that answer hold, with `{}`",
+                            request_command(
+                                "MySQLCluster",
+                                &facts.cluster,
+                                &member_name(&facts.cluster, survivor)
+                            )
+                        ),
+                        None => format!("name the survivor to serve from with {RECOVER_ANNOTATION}"),
+                    }
                 ),
             ),
         ));
@@ -527,6 +540,21 @@ fn choose_primary(facts: &Facts) -> Result<usize, Decision> {
 /// given up, which is why only a person asks for it. Once per request.
 fn recover_on_request(facts: &Facts, primary: usize, blocked: Decision) -> Decision {
     promote_on_request(facts, primary, blocked, PrimaryLoss::Gone)
+}
+
+/// The member other than `primary` that answers and holds every transaction any other member
+/// that answers holds: the one a recovery request may promote.
+fn survivor_holding_everything(facts: &Facts, primary: usize) -> Option<usize> {
+    let answering: Vec<(usize, GtidPosition)> = facts
+        .members
+        .iter()
+        .filter(|m| m.ordinal != primary)
+        .filter_map(|m| Some((m.ordinal, m.healthy_state(facts.now, facts.freshness)?.held())))
+        .collect();
+    answering
+        .iter()
+        .find(|(_, held)| answering.iter().all(|(_, other)| held.includes(other)))
+        .map(|(ordinal, _)| *ordinal)
 }
 
 /// What a recovery asked for replaces.
@@ -1123,6 +1151,7 @@ mod tests {
 
     fn facts(members: Vec<MemberFact>, primary: Option<usize>, now: Instant) -> Facts {
         Facts {
+            cluster: "main".into(),
             desired_members: members.len(),
             statefulset_replicas: Some(members.len()),
             members,
@@ -2235,6 +2264,26 @@ mod tests {
             facts.recovery = recovery;
             assert_eq!(decide(&facts), expected, "{case}");
         }
+        // No request: the wait names the survivor to promote and the command that asks for it.
+        let mut missing = facts(
+            keeping_logs(vec![lost_replica(1, "0-1-9"), lost_replica(2, "0-1-10")]),
+            Some(0),
+            now,
+        );
+        missing.desired_members = 3;
+        missing.statefulset_replicas = Some(3);
+        let Decision::Wait(wait) = decide(&missing) else {
+            panic!("expected a wait");
+        };
+        assert_eq!(wait.reason, Reason::PrimaryMissing);
+        assert!(
+            wait.message.contains(
+                "promote member 2, which holds every transaction the members that answer hold, \
+                 with `kubectl annotate mysqlcluster main quorum.dev/recover-from=main-2`"
+            ),
+            "{}",
+            wait.message
+        );
         // Expired (seen while nothing was lost): never taken.
         let mut expired = facts(keeping_logs(primary_and_one_gone()), Some(0), now);
         expired.recovery = Some(RecoveryRequest {

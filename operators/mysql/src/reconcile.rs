@@ -340,6 +340,7 @@ impl Observed {
 
     fn facts(&self, cluster: &MySQLCluster, in_flight: Option<InFlight>, settings: &Settings) -> Facts {
         Facts {
+            cluster: cluster.name_any(),
             desired_members: self.desired,
             statefulset_replicas: self.statefulset_replicas,
             members: self.view.members.clone(),

@@ -975,3 +975,44 @@ async fn backups_land_in_an_s3_store_and_a_new_cluster_restores_from_one() {
         .await;
     setup.remove().await;
 }
+
+/// A spec no node can take (a memory request larger than any node) rolls one replica onto a pod
+/// that stays `Pending`; once the spec is fixed, that pod (still on the template no node could
+/// take: the StatefulSet is `OnDelete`) is replaced at once instead of being waited for, every
+/// member comes back on the fixed template, and no acknowledged write is lost.
+#[tokio::test]
+async fn a_member_stuck_pending_on_a_template_no_node_can_take_is_replaced_once_the_spec_is_fixed() {
+    let setup = OnRealNode::install("real-mysql-pending", CHART, &[]).await;
+    let status = create_ready(&setup, 3).await;
+    let clusters: Api<MySQLCluster> = Api::namespaced(setup.admin.clone(), &setup.ns);
+    let primary = service_pool(&setup, &mysql_operator::resources::primary_service_name(CLUSTER)).await;
+    let writer = start_writer(&primary).await;
+    writer.acknowledged_at_least(10, Duration::from_secs(60)).await;
+
+    real_pods::ask_for_more_memory_than_any_node(&clusters, CLUSTER, true).await;
+    let stuck = setup.an_unplaced_pod(MEMBERS, Duration::from_secs(180)).await;
+    assert_ne!(stuck.metadata.name, status.primary, "a replica is rolled first");
+    real_pods::ask_for_more_memory_than_any_node(&clusters, CLUSTER, false).await;
+    let pods = setup.members_ready(MEMBERS, 3, Duration::from_secs(300)).await;
+    let replaced = pods
+        .iter()
+        .find(|pod| pod.metadata.name == stuck.metadata.name)
+        .unwrap();
+    assert_ne!(
+        replaced.metadata.uid, stuck.metadata.uid,
+        "the stuck pod was replaced"
+    );
+    assert!(
+        !pods.iter().any(real_pods::asks_for_more_memory_than_any_node),
+        "a member runs the template no node can take: {}",
+        real_pods::describe_pods(&pods)
+    );
+    support::ready(&clusters, CLUSTER, 2).await;
+    let failovers = setup.occurrences(&["FailingOver"]).await;
+    assert!(failovers.is_empty(), "no member was lost: {failovers:?}");
+
+    let history = writer.stop().await;
+    let checked = check_history(&setup, &primary, &history, 3).await;
+    eprintln!("{checked} acknowledged writes checked, none lost");
+    setup.remove().await;
+}

@@ -171,6 +171,7 @@ impl Harness {
             member.unhealthy_for = self.unhealthy_for.get(&member.ordinal).copied();
         }
         Facts {
+            cluster: CLUSTER.into(),
             desired_members: desired,
             desired_version: self.version.clone(),
             bootstrapped: true,
