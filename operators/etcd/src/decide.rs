@@ -169,9 +169,6 @@ pub struct Facts {
     /// Which member pods run the StatefulSet's current template: a new template (a changed
     /// override, a new operator release) rolls like a version upgrade.
     pub templates: Templates,
-    /// Members whose pods the API server reports `Pending`: nothing of theirs runs
-    /// (`quorum_core::rollout::pending_members`).
-    pub pending: std::collections::BTreeSet<usize>,
     pub in_flight: Option<InFlight>,
     /// A repair a person asked for, while the request stands.
     pub repair: Option<RepairRequest>,
@@ -262,16 +259,6 @@ fn wait(reason: Reason, message: impl Into<String>) -> Decision {
 
 /// Decides the one next step.
 pub fn decide(facts: &Facts) -> Decision {
-    let recovery = facts.in_flight.as_ref().filter(|step| step.is_recovery());
-    // A pod that runs nothing disturbs nothing when it is replaced, and one stuck on an older
-    // template (one no node can take, say) may start only on the current one: with `OnDelete`
-    // the StatefulSet never replaces it, and a roll, waiting for every member to be healthy,
-    // would never reach it. A recovery or a restore in place replaces (or wipes) its own.
-    if recovery.is_none()
-        && let Some(ordinal) = facts.templates.stuck(&facts.pending)
-    {
-        return Decision::Act(Step::RestartMember { ordinal });
-    }
     if !facts.bootstrapped {
         return match facts.statefulset_replicas {
             None | Some(0) => Decision::Act(Step::Bootstrap {
@@ -285,7 +272,7 @@ pub fn decide(facts: &Facts) -> Decision {
         };
     }
     // A recovery under way goes on whatever the quorum: it is what restores it.
-    if let Some(recovery) = recovery {
+    if let Some(recovery) = facts.in_flight.as_ref().filter(|step| step.is_recovery()) {
         return resume_recovery(facts, recovery);
     }
     let Some(members) = facts.members.as_deref() else {
@@ -977,7 +964,6 @@ mod tests {
             wipe_pending: Vec::new(),
             pod_versions: Default::default(),
             templates: Templates::Unknown,
-            pending: Default::default(),
             in_flight: None,
             repair: None,
             recovery: None,
@@ -1019,74 +1005,6 @@ mod tests {
             m.unhealthy_for = Some(Duration::from_secs(600));
         }
         members
-    }
-
-    #[test]
-    fn a_pod_stuck_pending_on_an_older_template_is_replaced_whatever_the_others_state() {
-        let templates = |outdated: &[usize], current: &[usize]| Templates::Known {
-            outdated: outdated.iter().map(|o| (*o, format!("uid-{o}"))).collect(),
-            current: current.iter().copied().collect(),
-        };
-        // Member 2's pod was never placed (a template no node could take); the spec was fixed,
-        // so the StatefulSet's template is new, but `OnDelete` leaves the pod as it is.
-        let mut members = healthy(3);
-        members[2] = member(2, Health::Unknown("no pod address".into()));
-        let stuck = Facts {
-            templates: templates(&[2], &[0, 1]),
-            pending: [2].into(),
-            ..facts(3, Some(members))
-        };
-        assert_eq!(decide(&stuck), Decision::Act(Step::RestartMember { ordinal: 2 }));
-        // Without the rule a roll waits for member 2, which never comes.
-        let not_pending = Facts {
-            pending: Default::default(),
-            ..stuck.clone()
-        };
-        assert_ne!(
-            decide(&not_pending),
-            Decision::Act(Step::RestartMember { ordinal: 2 })
-        );
-        // Two of three never placed: the quorum is lost, and still they are replaced.
-        let mut lost = healthy(3);
-        lost[1] = member(1, Health::Unknown("no pod address".into()));
-        lost[2] = member(2, Health::Unknown("no pod address".into()));
-        let quorum_lost = Facts {
-            templates: templates(&[1, 2], &[0]),
-            pending: [1, 2].into(),
-            ..facts(3, Some(lost))
-        };
-        assert_eq!(
-            decide(&quorum_lost),
-            Decision::Act(Step::RestartMember { ordinal: 1 })
-        );
-        // A new cluster whose pods were never placed: no member answers.
-        let forming = Facts {
-            templates: templates(&[0, 1, 2], &[]),
-            pending: [0, 1, 2].into(),
-            bootstrapped: false,
-            statefulset_replicas: Some(3),
-            ..facts(3, None)
-        };
-        assert_eq!(
-            decide(&forming),
-            Decision::Act(Step::RestartMember { ordinal: 0 })
-        );
-        // Pending on the current template: being placed, left to the scheduler.
-        let placing = Facts {
-            templates: templates(&[], &[0, 1, 2]),
-            ..stuck.clone()
-        };
-        assert_ne!(
-            decide(&placing),
-            Decision::Act(Step::RestartMember { ordinal: 2 })
-        );
-        // A restore in place wipes a pod left on an older template, not merely replaces it:
-        // started again on its old volume, it would hold the data the restore replaces.
-        let restoring = Facts {
-            in_flight: Some(InFlight::RestoreForming),
-            ..stuck.clone()
-        };
-        assert_eq!(decide(&restoring), Decision::Act(Step::WipeMember { ordinal: 2 }));
     }
 
     #[test]

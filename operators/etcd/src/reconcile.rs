@@ -235,7 +235,6 @@ struct Observed {
     in_flight: Result<Option<InFlight>, UnreadableRecord>,
     pod_versions: std::collections::BTreeMap<usize, String>,
     templates: quorum_core::rollout::Templates,
-    pending: std::collections::BTreeSet<usize>,
     repair: Option<RepairRequest>,
     recovery: Option<quorum_core::recovery::RecoveryRequest>,
     /// Member pods created from a template that carried `--force-new-cluster`.
@@ -258,7 +257,6 @@ impl Observed {
             wipe_pending: self.wipe_pending.clone(),
             pod_versions: self.pod_versions.clone(),
             templates: self.templates.clone(),
-            pending: self.pending.clone(),
             in_flight,
             repair: self.repair.clone(),
             recovery: self.recovery.clone(),
@@ -337,9 +335,6 @@ async fn observe(
         in_flight: in_flight_from_status(status),
         pod_versions: pod_versions(cluster, &member_pods),
         templates: quorum_core::rollout::Templates::observe(existing.as_deref(), &member_pods, |pod| {
-            crate::resolver::ordinal_of(&name, pod)
-        }),
-        pending: quorum_core::rollout::pending_members(&member_pods, |pod| {
             crate::resolver::ordinal_of(&name, pod)
         }),
         repair: repair_request(cluster),

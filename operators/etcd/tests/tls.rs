@@ -106,7 +106,6 @@ fn facts(view: &ClusterView, desired: usize) -> Facts {
         in_flight: None,
         repair: None,
         recovery: None,
-        pending: Default::default(),
         forced_pods: Default::default(),
         ready_pods: Default::default(),
         newest_backup: None,

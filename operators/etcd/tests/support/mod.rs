@@ -183,7 +183,6 @@ impl Harness {
             in_flight: self.in_flight.clone(),
             repair: None,
             recovery: None,
-            pending: Default::default(),
             forced_pods: Default::default(),
             ready_pods: Default::default(),
             newest_backup: None,
