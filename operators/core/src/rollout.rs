@@ -73,6 +73,41 @@ pub async fn take_over_updates(client: &Client, namespace: &str, name: &str) -> 
     })
 }
 
+/// Whether `statefulset` lacks the claim templates `desired` has: a field the API server never
+/// lets change, so the StatefulSet must be made again ([`recreate_keeping_pods`]).
+pub fn lacks_claims_of(statefulset: &StatefulSet, desired: &StatefulSet) -> bool {
+    let claims = |statefulset: &StatefulSet| {
+        statefulset
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.volume_claim_templates.as_ref())
+            .map_or(0, Vec::len)
+    };
+    claims(statefulset) < claims(desired)
+}
+
+/// Deletes StatefulSet `name` and leaves its pods running (orphaned): the one way to give a
+/// StatefulSet claim templates it was made without. The StatefulSet applied next adopts the pods
+/// and replaces them, one at a time, by its update strategy.
+///
+/// # Errors
+/// The API server's error for the delete.
+pub async fn recreate_keeping_pods(client: &Client, namespace: &str, name: &str) -> Result<(), crate::Error> {
+    let api: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
+    let orphan = kube::api::DeleteParams {
+        propagation_policy: Some(kube::api::PropagationPolicy::Orphan),
+        ..kube::api::DeleteParams::default()
+    };
+    api.delete(name, &orphan)
+        .await
+        .map(|_| crate::freshness::record_deleted::<StatefulSet>(namespace, name, None))
+        .map_err(|source| crate::Error::Apply {
+            kind: "StatefulSet".into(),
+            name: format!("{namespace}/{name}"),
+            source,
+        })
+}
+
 /// Which member pods run their StatefulSet's current template.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum Templates {
@@ -204,6 +239,26 @@ pub fn pending_members(pods: &[Pod], ordinal_of: impl Fn(&str) -> Option<usize>)
         .collect()
 }
 
+/// Member pods (not being deleted) whose volume `volume` is not a claim: made by a StatefulSet
+/// that had no claim template for it, which its StatefulSet made again with one cannot change in
+/// place (a pod's volumes never change), by ordinal, with each pod's uid.
+pub fn without_claim(
+    pods: &[Pod],
+    volume: &str,
+    ordinal_of: impl Fn(&str) -> Option<usize>,
+) -> BTreeMap<usize, String> {
+    pods.iter()
+        .filter(|pod| pod.metadata.deletion_timestamp.is_none())
+        .filter(|pod| {
+            !pod.spec
+                .iter()
+                .flat_map(|spec| spec.volumes.iter().flatten())
+                .any(|v| v.name == volume && v.persistent_volume_claim.is_some())
+        })
+        .filter_map(|pod| Some((ordinal_of(&pod.name_any())?, pod.metadata.uid.clone()?)))
+        .collect()
+}
+
 /// Whether the API server reports `pod` `Pending` and it is not being deleted: not placed on a
 /// node, or its containers (init containers included) not all started, so its member serves
 /// nothing and replacing the pod disturbs nothing.
@@ -292,6 +347,47 @@ mod tests {
     };
 
     use super::*;
+
+    #[test]
+    fn pods_made_without_a_claim_for_a_volume_are_found_with_their_uid() {
+        use k8s_openapi::api::core::v1::{PersistentVolumeClaimVolumeSource, PodSpec, Volume};
+        let pod = |name: &str, claim: bool| Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                uid: Some(format!("uid-{name}")),
+                ..ObjectMeta::default()
+            },
+            spec: Some(PodSpec {
+                volumes: Some(vec![Volume {
+                    name: "data".into(),
+                    persistent_volume_claim: claim.then(|| PersistentVolumeClaimVolumeSource {
+                        claim_name: format!("data-{name}"),
+                        ..Default::default()
+                    }),
+                    empty_dir: (!claim).then(Default::default),
+                    ..Volume::default()
+                }]),
+                ..PodSpec::default()
+            }),
+            ..Pod::default()
+        };
+        let pods = [pod("s-0", true), pod("s-1", false), pod("s-2", false)];
+        let ordinal = |name: &str| name.rsplit_once('-')?.1.parse().ok();
+        assert_eq!(
+            without_claim(&pods, "data", ordinal),
+            BTreeMap::from([(1, "uid-s-1".to_string()), (2, "uid-s-2".to_string())])
+        );
+
+        let with_claims = |claims: usize| StatefulSet {
+            spec: Some(k8s_openapi::api::apps::v1::StatefulSetSpec {
+                volume_claim_templates: (claims > 0).then(|| vec![Default::default(); claims]),
+                ..Default::default()
+            }),
+            ..StatefulSet::default()
+        };
+        assert!(lacks_claims_of(&with_claims(0), &with_claims(1)));
+        assert!(!lacks_claims_of(&with_claims(1), &with_claims(1)));
+    }
 
     fn statefulset(generation: i64, observed: i64, revision: &str) -> StatefulSet {
         StatefulSet {

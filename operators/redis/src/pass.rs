@@ -6,7 +6,10 @@
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
-use k8s_openapi::{api::apps::v1::StatefulSet, jiff::Timestamp};
+use k8s_openapi::{
+    api::{apps::v1::StatefulSet, core::v1::Pod},
+    jiff::Timestamp,
+};
 use kube::ResourceExt;
 use quorum_core::{
     availability::retry::CallError,
@@ -25,7 +28,7 @@ use crate::{
     clients::RedisClients,
     crd::{RedisCluster, RedisClusterStatus},
     reasons::Reason,
-    resources::{DataNodes, NODE_COMPONENT, ROLE_LABEL, RoleLabel, selector},
+    resources::{DataNodes, NODE_COMPONENT, ROLE_LABEL, RoleLabel, SENTINEL_COMPONENT, selector},
     sentinel_events::{ListenSettings, SentinelEvents},
 };
 
@@ -144,6 +147,16 @@ impl Pass<'_> {
             listed.into_iter().map(Arc::unwrap_or_clone).collect(),
             ROLE_LABEL,
         ))
+    }
+
+    /// The Sentinels' pods.
+    pub async fn sentinel_pods(&self) -> Result<Vec<Pod>, Error> {
+        let listed = self
+            .context
+            .pods(&self.namespace(), &selector(self.cluster, SENTINEL_COMPONENT))
+            .await
+            .map_err(Error::api("listing Sentinel pods"))?;
+        Ok(listed.into_iter().map(Arc::unwrap_or_clone).collect())
     }
 
     /// Rebuilds data pod `pod` for a repair: its claim, then the pod (the incarnation `uid`

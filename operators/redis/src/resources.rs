@@ -19,12 +19,13 @@ use k8s_openapi::{
         },
         policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec},
     },
-    apimachinery::pkg::{apis::meta::v1::LabelSelector, util::intstr::IntOrString},
+    apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::LabelSelector, util::intstr::IntOrString},
 };
 use kube::ResourceExt;
 use quorum_core::{
     apply::child_metadata,
     backup::{ACCESS_KEY_ID_KEY, SECRET_ACCESS_KEY_KEY},
+    crd::Storage,
     naming::{child_name, label_selector, selector_labels, standard_labels},
     pod::{
         MemberPods, affinity_or_spread, field_env, keep_apart, member_container_security, member_statefulset,
@@ -459,18 +460,24 @@ exec "$REDIS_SERVER" "$RUN_DIR/redis.conf"
 /// container restarts; the operator tells a new Sentinel what to monitor.
 pub fn sentinel_start_script() -> String {
     format!(
-        r#"{preamble}if [ ! -f "$DATA_DIR/sentinel.conf" ]; then
-  {{
-    echo "bind $POD_IP"
-    echo "port {SENTINEL_PORT}"
-    echo "dir $DATA_DIR"
-    echo "protected-mode no"
-    echo "requirepass $PASSWORD"
-    echo "sentinel sentinel-pass $PASSWORD"
-    echo "sentinel announce-ip $POD_IP"
-  }} > "$DATA_DIR/sentinel.conf"
-fi
-exec "$REDIS_SERVER" "$DATA_DIR/sentinel.conf" --sentinel
+        r#"{preamble}# What the operator sets is written afresh at every start (the pod's address and the password
+# may have changed); what the Sentinel learned and rewrote into its file (its id, the epochs,
+# the primary it monitors, the replicas and Sentinels it knows) is kept from the volume.
+conf="$DATA_DIR/sentinel.conf"
+{{
+  echo "bind $POD_IP"
+  echo "port {SENTINEL_PORT}"
+  echo "dir $DATA_DIR"
+  echo "protected-mode no"
+  echo "requirepass $PASSWORD"
+  echo "sentinel sentinel-pass $PASSWORD"
+  echo "sentinel announce-ip $POD_IP"
+  if [ -f "$conf" ]; then
+    grep -v -E '^(bind|port|dir|protected-mode|requirepass|user|sentinel sentinel-pass|sentinel announce-ip) ' "$conf" || true
+  fi
+}} > "$conf.next"
+mv "$conf.next" "$conf"
+exec "$REDIS_SERVER" "$conf" --sentinel
 "#,
         preamble = script_preamble()
     )
@@ -694,7 +701,8 @@ fn data_statefulset(cluster: &RedisCluster, shard: Option<usize>, replicas: i32)
             |shard| shard_selector(cluster, shard),
         ),
         port: PORT,
-        persistent: true,
+        server: true,
+        storage: cluster.spec.storage.clone(),
     };
     let mut statefulset = statefulset(cluster, members, replicas)?;
     let user_affinity = cluster
@@ -809,8 +817,12 @@ fn restore_container(restore: &RestoreStatus, snapshots: &[RestoreSnapshot]) -> 
     }
 }
 
-/// The Sentinels' StatefulSet. A Sentinel keeps what it learns on a pod-lifetime volume: a
-/// new pod is a new Sentinel, told what to monitor by the operator.
+/// The size of each Sentinel's volume: it holds one small configuration file.
+pub const SENTINEL_VOLUME_SIZE: &str = "64Mi";
+
+/// The Sentinels' StatefulSet. A Sentinel keeps what it learns (its id, the epochs, the primary
+/// it monitors) on a volume of its own, in the cluster's StorageClass: a Sentinel whose pod is
+/// replaced, or every Sentinel after an outage, comes back knowing what it knew.
 pub fn build_sentinel_statefulset(cluster: &RedisCluster, replicas: i32) -> Result<StatefulSet> {
     let name = sentinel_statefulset_name(&cluster.name_any());
     let members = Members {
@@ -820,7 +832,11 @@ pub fn build_sentinel_statefulset(cluster: &RedisCluster, replicas: i32) -> Resu
         component: SENTINEL_COMPONENT,
         selector: selector(cluster, SENTINEL_COMPONENT),
         port: SENTINEL_PORT,
-        persistent: false,
+        server: false,
+        storage: Storage {
+            size: Quantity(SENTINEL_VOLUME_SIZE.into()),
+            storage_class_name: cluster.spec.storage.storage_class_name.clone(),
+        },
     };
     statefulset(cluster, members, replicas)
 }
@@ -836,8 +852,10 @@ struct Members {
     /// The StatefulSet's selector; its pods carry these labels.
     selector: BTreeMap<String, String>,
     port: i32,
-    /// A data volume per pod (data nodes), else a pod-lifetime one (Sentinels).
-    persistent: bool,
+    /// Data nodes (the server's container, the cluster's resources), else Sentinels.
+    server: bool,
+    /// Each pod's volume.
+    storage: Storage,
 }
 
 fn statefulset(cluster: &RedisCluster, members: Members, replicas: i32) -> Result<StatefulSet> {
@@ -848,7 +866,8 @@ fn statefulset(cluster: &RedisCluster, members: Members, replicas: i32) -> Resul
         service,
         selector: pod_selector,
         port,
-        persistent,
+        server,
+        storage,
     } = members;
     let mut pod_labels = labels(cluster, component);
     pod_labels.extend(pod_selector.clone());
@@ -863,7 +882,7 @@ fn statefulset(cluster: &RedisCluster, members: Members, replicas: i32) -> Resul
         mount("credentials", CREDENTIALS_DIR, true),
         mount("run", RUN_DIR, false),
     ];
-    let mut volumes = vec![
+    let volumes = vec![
         Volume {
             name: "config".into(),
             config_map: Some(ConfigMapVolumeSource {
@@ -888,16 +907,9 @@ fn statefulset(cluster: &RedisCluster, members: Members, replicas: i32) -> Resul
         },
         memory_volume("run"),
     ];
-    if !persistent {
-        volumes.push(Volume {
-            name: "data".into(),
-            empty_dir: Some(Default::default()),
-            ..Volume::default()
-        });
-    }
     let port_name = port_name(component);
     let container = Container {
-        name: if persistent { SERVER_CONTAINER } else { "sentinel" }.into(),
+        name: if server { SERVER_CONTAINER } else { "sentinel" }.into(),
         image: Some(image(cluster)),
         command: Some(vec!["sh".into(), format!("{CONFIG_DIR}/start.sh")]),
         env: Some(env),
@@ -908,7 +920,7 @@ fn statefulset(cluster: &RedisCluster, members: Members, replicas: i32) -> Resul
         }]),
         volume_mounts: Some(mounts),
         security_context: Some(member_container_security(true)),
-        resources: if persistent {
+        resources: if server {
             cluster.spec.resources.clone()
         } else {
             None
@@ -953,7 +965,7 @@ fn statefulset(cluster: &RedisCluster, members: Members, replicas: i32) -> Resul
             config: Some(&config),
         },
         false,
-        persistent.then_some(&cluster.spec.storage),
+        Some(&storage),
     )
 }
 
@@ -980,7 +992,6 @@ impl quorum_core::pass::ClusterObject for RedisCluster {
 pub(crate) mod tests {
     use super::*;
     use crate::crd::{Persistence, RedisClusterSpec};
-    use quorum_core::crd::Storage;
 
     pub(crate) fn cluster(mode: Mode) -> RedisCluster {
         let (replicas, shards, replicas_per_shard) = match mode {
@@ -1132,6 +1143,76 @@ pub(crate) mod tests {
         assert!(redis_conf(&cluster(Mode::Cluster)).contains("repl-diskless-sync-delay 1"));
     }
 
+    /// Runs the Sentinels' `start.sh` as a pod at `ip` would, with a server that only prints
+    /// the file it was given; returns that file.
+    fn start_sentinel(data: &std::path::Path, ip: &str, password: &str) -> String {
+        let credentials = data.join("credentials");
+        std::fs::create_dir_all(&credentials).unwrap();
+        std::fs::write(credentials.join(PASSWORD_KEY), password).unwrap();
+        let server = data.join("print-config");
+        std::fs::write(&server, "#!/bin/sh\ncat \"$1\"\n").unwrap();
+        std::process::Command::new("chmod")
+            .arg("+x")
+            .arg(&server)
+            .status()
+            .unwrap();
+        let output = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(sentinel_start_script())
+            .env("DATA_DIR", data)
+            .env("CREDENTIALS_DIR", &credentials)
+            .env("RUN_DIR", data)
+            .env("REDIS_SERVER", &server)
+            .env("POD_IP", ip)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).unwrap()
+    }
+
+    #[test]
+    fn a_sentinel_keeps_what_it_learned_and_takes_its_new_address_and_password() {
+        let data = std::env::temp_dir().join(format!("quorum-sentinel-start-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&data);
+        std::fs::create_dir_all(&data).unwrap();
+        let first = start_sentinel(&data, "10.0.0.7", "old");
+        assert!(first.contains("bind 10.0.0.7\n"), "{first}");
+        assert!(first.contains("requirepass \"old\"\n"), "{first}");
+        // What the Sentinel rewrites into its file as it learns (CONFIG REWRITE).
+        let learned = "sentinel myid 5f1c0e\nsentinel monitor primary 10.0.0.9 6379 2\n\
+                       sentinel config-epoch primary 4\nsentinel known-sentinel primary 10.0.0.8 26379 77aa\n\
+                       user default on sanitize-payload #abc ~* &* +@all\n";
+        let conf = data.join("sentinel.conf");
+        let written = std::fs::read_to_string(&conf).unwrap();
+        std::fs::write(&conf, format!("{written}{learned}")).unwrap();
+
+        let again = start_sentinel(&data, "10.0.0.12", "new");
+        for kept in [
+            "sentinel myid 5f1c0e",
+            "sentinel monitor primary 10.0.0.9 6379 2",
+            "sentinel config-epoch primary 4",
+            "sentinel known-sentinel primary 10.0.0.8 26379 77aa",
+        ] {
+            assert!(again.contains(kept), "{kept} lost: {again}");
+        }
+        for now in [
+            "bind 10.0.0.12\n",
+            "sentinel announce-ip 10.0.0.12\n",
+            "requirepass \"new\"\n",
+            "sentinel sentinel-pass \"new\"\n",
+        ] {
+            assert_eq!(again.matches(now).count(), 1, "{now}: {again}");
+        }
+        for gone in ["10.0.0.7", "\"old\"", "user default"] {
+            assert!(!again.contains(gone), "{gone} kept: {again}");
+        }
+        std::fs::remove_dir_all(&data).unwrap();
+    }
+
     #[test]
     fn the_users_settings_come_first_so_the_operators_win() {
         let conf = redis_conf(&cluster(Mode::Replication));
@@ -1142,14 +1223,25 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn sentinels_keep_their_rewritten_file_and_have_no_claim() {
-        assert!(sentinel_start_script().contains(r#"if [ ! -f "$DATA_DIR/sentinel.conf" ]"#));
-        let statefulset = build_sentinel_statefulset(&cluster(Mode::Replication), 3).unwrap();
+    fn sentinels_keep_what_they_learned_on_a_claim_of_their_own() {
+        let mut cluster = cluster(Mode::Replication);
+        cluster.spec.storage.storage_class_name = Some("fast".into());
+        let statefulset = build_sentinel_statefulset(&cluster, 3).unwrap();
         let spec = statefulset.spec.unwrap();
         assert_eq!(spec.service_name.as_deref(), Some("cache-sentinel"));
-        assert!(spec.volume_claim_templates.is_none());
+        let claims = spec.volume_claim_templates.expect("a claim per Sentinel");
+        let claim = claims[0].spec.as_ref().unwrap();
+        assert_eq!(claim.storage_class_name.as_deref(), Some("fast"));
+        assert_eq!(
+            claim.resources.as_ref().unwrap().requests.as_ref().unwrap()["storage"],
+            Quantity(SENTINEL_VOLUME_SIZE.into())
+        );
         let volumes = spec.template.spec.unwrap().volumes.unwrap();
-        assert!(volumes.iter().any(|v| v.name == "data" && v.empty_dir.is_some()));
+        assert!(
+            !volumes.iter().any(|v| v.name == "data"),
+            "no pod-lifetime data volume"
+        );
+        assert!(spec.persistent_volume_claim_retention_policy.is_some());
     }
 
     #[test]

@@ -814,3 +814,110 @@ async fn a_primary_left_without_replicas_by_the_spec_keeps_taking_writes() {
         .expect("a primary with no replica by the spec takes writes");
     setup.stop().await;
 }
+
+/// Sentinels made by an earlier release, on pod-lifetime volumes, are moved onto volumes of
+/// their own: their StatefulSet (whose claim templates the API server never lets change) is made
+/// again with its pods left running, each Sentinel is replaced onto its own claim, and the
+/// deployment forms and replicates as before.
+#[tokio::test]
+async fn sentinels_made_without_volumes_are_moved_onto_volumes_of_their_own() {
+    use kube::api::PostParams;
+    use quorum_core::runner::PAUSE_ANNOTATION;
+    use redis_operator::{crd::RedisCluster, resources::build_sentinel_statefulset};
+
+    let setup = Setup::start("redis-sentinel-volumes").await;
+    let ns = setup.ns().to_string();
+    // Paused, so the operator leaves it alone while the earlier release's Sentinels are made.
+    let mut paused = RedisCluster::new("cache", replication_spec(2));
+    paused
+        .metadata
+        .annotations
+        .get_or_insert_default()
+        .insert(PAUSE_ANNOTATION.into(), "true".into());
+    let created = setup
+        .clusters
+        .create(&PostParams::default(), &paused)
+        .await
+        .unwrap();
+    let mut earlier = build_sentinel_statefulset(&created, 3).unwrap();
+    let spec = earlier.spec.as_mut().unwrap();
+    spec.volume_claim_templates = None;
+    spec.persistent_volume_claim_retention_policy = None;
+    let pod = spec.template.spec.as_mut().unwrap();
+    pod.volumes
+        .get_or_insert_default()
+        .push(k8s_openapi::api::core::v1::Volume {
+            name: "data".into(),
+            empty_dir: Some(Default::default()),
+            ..Default::default()
+        });
+    let statefulsets: Api<StatefulSet> = Api::namespaced(setup.client.clone(), &ns);
+    statefulsets
+        .create(&PostParams::default(), &earlier)
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(setup.client.clone(), &ns);
+    let sentinel_pods = ListParams::default().labels("app.kubernetes.io/component=sentinel");
+    let before: Vec<Option<String>> = wait::until(
+        "the earlier release's three Sentinels",
+        Duration::from_secs(60),
+        || async {
+            let listed = pods.list(&sentinel_pods).await.map_err(|e| e.to_string())?.items;
+            match listed.len() {
+                3 => Ok(listed.into_iter().map(|p| p.metadata.uid).collect()),
+                n => Err(format!("{n} pods")),
+            }
+        },
+    )
+    .await;
+
+    setup
+        .clusters
+        .patch(
+            "cache",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"annotations": {PAUSE_ANNOTATION: null}}})),
+        )
+        .await
+        .unwrap();
+    wait::until(
+        "every Sentinel replaced onto a claim of its own",
+        Duration::from_secs(180),
+        || async {
+            let statefulset = statefulsets
+                .get("cache-sentinel")
+                .await
+                .map_err(|e| e.to_string())?;
+            let claims = statefulset
+                .spec
+                .as_ref()
+                .and_then(|s| s.volume_claim_templates.as_ref())
+                .map_or(0, Vec::len);
+            let listed = pods.list(&sentinel_pods).await.map_err(|e| e.to_string())?.items;
+            let replaced = listed
+                .iter()
+                .filter(|p| !before.contains(&p.metadata.uid) && p.metadata.deletion_timestamp.is_none())
+                .count();
+            if claims == 1 && replaced == 3 {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{claims} claim templates, {replaced} of 3 Sentinels replaced"
+                ))
+            }
+        },
+    )
+    .await;
+    let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        Api::namespaced(setup.client.clone(), &ns);
+    for ordinal in 0..3 {
+        claims
+            .get(&format!("data-cache-sentinel-{ordinal}"))
+            .await
+            .unwrap_or_else(|e| panic!("Sentinel {ordinal}'s claim: {e}"));
+    }
+    ready(&setup.clusters, "cache", 3).await;
+    let password = setup.password("cache").await;
+    write_replicated(node_address(&ns, "cache", 0), &password, "moved", 50, 2).await;
+    setup.stop().await;
+}

@@ -115,6 +115,8 @@ pub struct Facts {
     /// Every Sentinel pod runs its StatefulSet's current template and is ready: none is about
     /// to be restarted by the StatefulSet controller in the middle of a handover.
     pub sentinels_rolled: bool,
+    /// Sentinel pods made before Sentinels had volumes, by ordinal, with each pod's uid.
+    pub sentinels_without_volume: BTreeMap<usize, String>,
     /// A repair a person asked for, while the request stands.
     pub repair: Option<PodRepair>,
     /// Data pods the API server reports `Pending`: nothing of theirs runs or serves.
@@ -176,6 +178,9 @@ pub enum Step {
     /// Make a Sentinel forget replicas and Sentinels that are gone (`SENTINEL RESET`); one
     /// Sentinel per pass, so the others keep the quorum meanwhile.
     ResetSentinel { sentinel: usize },
+    /// Replace a Sentinel's pod (the incarnation `pod_uid`) made before Sentinels had volumes:
+    /// its StatefulSet makes it again on a volume of its own.
+    MoveSentinelOntoVolume { sentinel: usize, pod_uid: String },
 }
 
 /// Why no step is taken now: a reason from [`Reason`] and a sentence for people.
@@ -782,6 +787,20 @@ pub fn decide(facts: &Facts) -> Decision {
             sentinel: sentinel.ordinal,
         });
     }
+    // Sentinels made before Sentinels had volumes move onto volumes one at a time, the highest
+    // first, each only while every Sentinel answers and watches a primary: the others keep the
+    // quorum, and the one replaced is told what to monitor as a new Sentinel.
+    if let Some((&sentinel, pod_uid)) = facts.sentinels_without_volume.iter().next_back()
+        && facts
+            .sentinels
+            .iter()
+            .all(|s| s.health.is_healthy() && s.view.is_some())
+    {
+        return Decision::Act(Step::MoveSentinelOntoVolume {
+            sentinel,
+            pod_uid: pod_uid.clone(),
+        });
+    }
 
     if !primary_seen {
         return wait(
@@ -1181,6 +1200,7 @@ mod tests {
                 current: (0..3).collect(),
             },
             sentinels_rolled: true,
+            sentinels_without_volume: BTreeMap::new(),
             repair: None,
             pending: BTreeSet::new(),
             held_back: BTreeMap::new(),
@@ -1845,6 +1865,36 @@ mod tests {
                 sentinel: 0
             })
         );
+    }
+
+    #[test]
+    fn sentinels_made_without_volumes_move_onto_volumes_one_at_a_time_while_all_watch() {
+        let mut moving = facts(settled_nodes(0), all_watching(0), Some(0));
+        moving.sentinels_without_volume = BTreeMap::from([(0, "uid-0".into()), (2, "uid-2".into())]);
+        assert_eq!(
+            decide(&moving),
+            Decision::Act(Step::MoveSentinelOntoVolume {
+                sentinel: 2,
+                pod_uid: "uid-2".into()
+            })
+        );
+        // The one replaced last is new: it waits until it is told what to monitor.
+        moving.sentinels_without_volume.remove(&2);
+        moving.sentinels[2].view = None;
+        assert!(!matches!(
+            decide(&moving),
+            Decision::Act(Step::MoveSentinelOntoVolume { .. })
+        ));
+        // A Sentinel that does not answer: the others keep the quorum, none is replaced.
+        moving.sentinels[2] = all_watching(0).remove(2);
+        moving.sentinels[1].health = Health::Unknown("timed out".into());
+        assert!(!matches!(
+            decide(&moving),
+            Decision::Act(Step::MoveSentinelOntoVolume { .. })
+        ));
+        // Every Sentinel on a volume: nothing to move.
+        let settled = facts(settled_nodes(0), all_watching(0), Some(0));
+        assert_eq!(decide(&settled), Decision::Settled);
     }
 
     #[test]

@@ -19,7 +19,10 @@ use quorum_core::{
     pass::publish,
     repair::{PodRepair, RepairRecord},
     role_labels::LabelledPods,
-    rollout::{Templates, needs_take_over, pending_members, restart_pod, rolled_out, take_over_updates},
+    rollout::{
+        Templates, lacks_claims_of, needs_take_over, pending_members, recreate_keeping_pods, restart_pod,
+        rolled_out, take_over_updates, without_claim,
+    },
     wakeups::ObjectKey,
 };
 
@@ -49,6 +52,7 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
     let Observed {
         facts,
         data_statefulset,
+        sentinel_statefulset,
         mut data_pods,
     } = observe(pass).await?;
 
@@ -57,7 +61,13 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
     let primary = serving_primary_given(&facts, &finding);
     tracing::info!(cluster = %pass.key, ?decision, ?primary, "decided");
 
-    size_statefulsets(pass, &facts, data_statefulset.as_ref(), &decision).await?;
+    size_statefulsets(
+        pass,
+        &facts,
+        [data_statefulset.as_ref(), sentinel_statefulset.as_ref()],
+        &decision,
+    )
+    .await?;
     let taken = take_step(pass, &facts, &decision).await?;
 
     // Labels from what is true now: only the agreed (or, while the Sentinels cannot agree, the
@@ -78,6 +88,7 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
 struct Observed {
     facts: Facts,
     data_statefulset: Option<StatefulSet>,
+    sentinel_statefulset: Option<StatefulSet>,
     data_pods: LabelledPods,
 }
 
@@ -91,6 +102,7 @@ async fn observe(pass: &Pass<'_>) -> Result<Observed, Error> {
     let sentinel_statefulset = pass.statefulset(&sentinel_statefulset_name(&name)).await?;
     let sentinel_pods = replicas_of(sentinel_statefulset.as_ref());
     let data_pods = pass.data_pods().await?;
+    let sentinel_pods_listed = pass.sentinel_pods().await?;
 
     let nodes = observe_nodes(pass, node_pods.unwrap_or(0)).await;
     let sentinels = observe_sentinels(pass, sentinel_pods.unwrap_or(0)).await;
@@ -119,6 +131,11 @@ async fn observe(pass: &Pass<'_>) -> Result<Observed, Error> {
             ordinal_of(&name, pod)
         }),
         sentinels_rolled: sentinel_statefulset.as_ref().is_some_and(rolled_out),
+        sentinels_without_volume: without_claim(
+            &sentinel_pods_listed,
+            quorum_core::pod::DATA_CLAIM,
+            crate::resources::ordinal_of_pod,
+        ),
         repair: node_repair(pass, &data_pods),
         recovery: quorum_core::recovery::request(
             pass.cluster,
@@ -138,6 +155,7 @@ async fn observe(pass: &Pass<'_>) -> Result<Observed, Error> {
     Ok(Observed {
         facts,
         data_statefulset,
+        sentinel_statefulset,
         data_pods,
     })
 }
@@ -167,11 +185,13 @@ fn repair_record(facts: &Facts, wiped_now: Option<&String>, progress: &Progress)
 
 /// Applies both StatefulSets at the size the step asks for (the size they have otherwise). A
 /// data StatefulSet made before the operator rolled pods itself is taken over first (no pod
-/// restarts: the template is unchanged).
+/// restarts: the template is unchanged). A Sentinels' StatefulSet made before Sentinels had
+/// volumes is deleted with its pods left running, and made again by a later pass, once it is
+/// gone: the new one adopts the Sentinels and replaces them one at a time, each onto a volume.
 async fn size_statefulsets(
     pass: &Pass<'_>,
     facts: &Facts,
-    data_statefulset: Option<&StatefulSet>,
+    [data_statefulset, sentinel_statefulset]: [Option<&StatefulSet>; 2],
     decision: &Decision,
 ) -> Result<(), Error> {
     let name = pass.name();
@@ -188,11 +208,20 @@ async fn size_statefulsets(
     };
     pass.apply(&build_statefulset(pass.cluster, node_replicas as i32)?)
         .await?;
-    pass.apply(&build_sentinel_statefulset(
-        pass.cluster,
-        sentinel_replicas as i32,
-    )?)
-    .await?;
+    let sentinels = build_sentinel_statefulset(pass.cluster, sentinel_replicas as i32)?;
+    match sentinel_statefulset {
+        Some(current) if current.metadata.deletion_timestamp.is_some() => {}
+        Some(current) if lacks_claims_of(current, &sentinels) => {
+            tracing::info!(cluster = %pass.key, "the Sentinels' StatefulSet made again, its pods kept, to give each Sentinel a volume");
+            recreate_keeping_pods(
+                &pass.context.client,
+                &pass.namespace(),
+                &sentinel_statefulset_name(&name),
+            )
+            .await?;
+        }
+        _ => pass.apply(&sentinels).await?,
+    }
     Ok(())
 }
 
@@ -263,6 +292,15 @@ async fn take_step(pass: &Pass<'_>, facts: &Facts, decision: &Decision) -> Resul
         Step::RemoveNode { ordinal } => {
             pass.apply(&build_statefulset(pass.cluster, *ordinal as i32)?)
                 .await?;
+        }
+        Step::MoveSentinelOntoVolume { sentinel, pod_uid } => {
+            restart_pod(
+                &pass.context.client,
+                &pass.namespace(),
+                &sentinel_name(&name, *sentinel),
+                pod_uid,
+            )
+            .await?;
         }
         Step::RestartNode { ordinal } => {
             if let Some(uid) = facts.templates.outdated_pod(*ordinal) {
@@ -601,7 +639,7 @@ async fn execute(
             return handover.run().await.map(Some);
         }
         Step::Promote { to, .. } => return promote(pass, facts, *to).await.map(|()| Some(*to)),
-        Step::RestartNode { .. } | Step::WipeNode { .. } => Ok(()),
+        Step::RestartNode { .. } | Step::WipeNode { .. } | Step::MoveSentinelOntoVolume { .. } => Ok(()),
         Step::FailOver { sentinel, .. } => {
             clients
                 .sentinel(
@@ -946,6 +984,7 @@ pub fn step_reason(step: &Step) -> Reason {
         Step::WipeNode { .. } => Reason::RebuildingNode,
         Step::RemoveNode { .. } => Reason::RemovingNode,
         Step::ResetSentinel { .. } => Reason::SentinelReset,
+        Step::MoveSentinelOntoVolume { .. } => Reason::MovingSentinelOntoVolume,
         Step::FailOver { .. } => Reason::FailingOverHeldBack,
     }
 }
@@ -1008,6 +1047,10 @@ pub fn describe(cluster: &str, step: &Step) -> String {
         ),
         Step::ResetSentinel { sentinel } => format!(
             "making {} forget nodes and Sentinels that are gone",
+            sentinel_name(cluster, *sentinel)
+        ),
+        Step::MoveSentinelOntoVolume { sentinel, .. } => format!(
+            "replacing {}, made by an earlier release on a pod-lifetime volume, with a Sentinel on a volume of its own",
             sentinel_name(cluster, *sentinel)
         ),
     }
