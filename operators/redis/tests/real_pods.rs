@@ -254,6 +254,38 @@ async fn the_chart_installed_operator_runs_a_primary_replicas_and_sentinels_of_r
     let log = real_node::logs(&setup.ns, &primary_pod, SERVER);
     assert!(log.contains("Ready to accept connections"), "{log}");
 
+    // A Sentinel whose pod is replaced comes back as the same Sentinel, from its own volume.
+    let sentinel = sentinel_name(CLUSTER, 1);
+    let sentinel_id = || {
+        real_node::exec(
+            &setup.ns,
+            &sentinel,
+            "sentinel",
+            &[
+                "sh",
+                "-c",
+                "REDISCLI_AUTH=\"$(cat /etc/redis/credentials/password)\" redis-cli -h \"$POD_IP\" -p 26379 SENTINEL MYID",
+            ],
+        )
+        .trim()
+        .to_string()
+    };
+    let id = sentinel_id();
+    assert_eq!(id.len(), 40, "a Sentinel id: {id}");
+    let volume = setup
+        .claim_uid(&quorum_core::pod::data_claim_name(&sentinel))
+        .await;
+    setup
+        .delete_and_await_recreated(&sentinel, Duration::from_secs(60))
+        .await;
+    assert_eq!(sentinel_id(), id, "{sentinel} came back as a new Sentinel");
+    assert_eq!(
+        setup
+            .claim_uid(&quorum_core::pod::data_claim_name(&sentinel))
+            .await,
+        volume
+    );
+
     // Removing the operator leaves the databases serving.
     setup.uninstall_operator().await;
     setup.members_ready(NODES, 3, Duration::from_secs(30)).await;
@@ -949,12 +981,18 @@ async fn a_recovery_request_promotes_the_named_replica_when_the_primary_is_lost_
     )
     .await;
 
-    // No Sentinel can fail over: with the operator stopped, each is replaced by a new one that
-    // monitors nothing. Then the primary's server hangs for good.
+    // No Sentinel can fail over: with the operator stopped, each loses its volume and is replaced
+    // by a new one that monitors nothing. Then the primary's server hangs for good.
     setup.scale_operator(0).await;
     for ordinal in 0..3 {
+        let sentinel = sentinel_name(CLUSTER, ordinal);
         setup
-            .delete_and_await_recreated(&sentinel_name(CLUSTER, ordinal), Duration::from_secs(60))
+            .claims()
+            .delete(&quorum_core::pod::data_claim_name(&sentinel), &Default::default())
+            .await
+            .unwrap();
+        setup
+            .delete_and_await_recreated(&sentinel, Duration::from_secs(60))
             .await;
     }
     let lost_pod = setup.pods().get(&lost).await.unwrap();
