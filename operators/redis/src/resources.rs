@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::{
     api::{
-        apps::v1::StatefulSet,
+        apps::v1::{StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy},
         core::v1::{
             ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, KeyToPath,
             PodSpec, Probe, Secret, SecretKeySelector, SecretVolumeSource, Service, ServicePort, ServiceSpec,
@@ -838,7 +838,17 @@ pub fn build_sentinel_statefulset(cluster: &RedisCluster, replicas: i32) -> Resu
             storage_class_name: cluster.spec.storage.storage_class_name.clone(),
         },
     };
-    statefulset(cluster, members, replicas)
+    let mut statefulset = statefulset(cluster, members, replicas)?;
+    // A Sentinel's volume holds nothing a new Sentinel cannot learn again: it goes with the
+    // StatefulSet (the deployment deleted), where the data nodes' volumes are kept.
+    if let Some(spec) = statefulset.spec.as_mut() {
+        spec.persistent_volume_claim_retention_policy =
+            Some(StatefulSetPersistentVolumeClaimRetentionPolicy {
+                when_scaled: Some("Delete".into()),
+                when_deleted: Some("Delete".into()),
+            });
+    }
+    Ok(statefulset)
 }
 
 /// What differs between the StatefulSets of data nodes and Sentinels.
@@ -1241,7 +1251,8 @@ pub(crate) mod tests {
             !volumes.iter().any(|v| v.name == "data"),
             "no pod-lifetime data volume"
         );
-        assert!(spec.persistent_volume_claim_retention_policy.is_some());
+        let retention = spec.persistent_volume_claim_retention_policy.unwrap();
+        assert_eq!(retention.when_deleted.as_deref(), Some("Delete"));
     }
 
     #[test]
