@@ -96,6 +96,8 @@ pub struct SeenMember {
     pub pod_outdated: bool,
     /// The API server reports its pod `Pending`: nothing of the member runs or serves.
     pub pod_pending: bool,
+    /// The kubelet reports its pod Ready by its own probes.
+    pub pod_ready: bool,
     pub reach: Reach,
     /// The version its server reports.
     pub server_version: Option<String>,
@@ -992,6 +994,24 @@ fn upgrading(desired: &Desired, observed: &Observed, config: &ReplConfig, primar
                 ),
             ));
         }
+        // A restarted server may answer before its pod is Ready by its probes: until it is, the
+        // pod counts against the disruption budget and clients do not reach it through the
+        // Services, so the next restart would leave two members out at once.
+        let not_ready: Vec<String> = observed
+            .members
+            .iter()
+            .filter(|member| !member.pod_ready && config.member(&member.host).is_some())
+            .map(|member| member.name.clone())
+            .collect();
+        if !not_ready.is_empty() {
+            return Some(wait(
+                Reason::UpgradeWaiting,
+                format!(
+                    "the next member restarts once every member's pod is Ready; not yet: {}",
+                    not_ready.join(", ")
+                ),
+            ));
+        }
         let not_serving: Vec<String> = config
             .members
             .iter()
@@ -1235,6 +1255,7 @@ mod tests {
                     pod_version: Some("7.0".into()),
                     pod_outdated: false,
                     pod_pending: false,
+                    pod_ready: true,
                     reach: Reach::Answered(hello(Some(SET), ordinal == 0)),
                     server_version: Some("7.0.14".into()),
                     too_stale: false,
@@ -1258,6 +1279,7 @@ mod tests {
             pod_version: Some("7.0".into()),
             pod_outdated: false,
             pod_pending: false,
+            pod_ready: true,
             reach: Reach::Answered(hello(None, false)),
             server_version: Some("7.0.14".into()),
             too_stale: false,
@@ -1302,6 +1324,7 @@ mod tests {
                     pod_version: Some("7.0".into()),
                     pod_outdated: false,
                     pod_pending: false,
+                    pod_ready: true,
                     reach: Reach::Answered(hello(None, false)),
                     server_version: Some("7.0.14".into()),
                     too_stale: false,
@@ -1693,6 +1716,7 @@ mod tests {
             pod_version: Some("7.0".into()),
             pod_outdated: false,
             pod_pending: false,
+            pod_ready: true,
             reach: Reach::Answered(hello(None, false)),
             server_version: None,
             too_stale: false,
@@ -1829,6 +1853,15 @@ mod tests {
         observed.members[1].pod_uid = None;
         assert_eq!(reason(&decide(&wanted, &observed)), "UpgradeWaiting");
         observed.members[1].pod_uid = Some("rs-1-uid-2".into());
+        // Back and answering, but its pod not yet Ready by its probes: the next one waits.
+        observed.members[1].pod_ready = false;
+        let waiting = decide(&wanted, &observed);
+        assert_eq!(reason(&waiting), "UpgradeWaiting");
+        assert!(
+            message(&waiting).contains("pod is Ready; not yet: rs-1"),
+            "{waiting:?}"
+        );
+        observed.members[1].pod_ready = true;
         observed.members[2].pod_outdated = false;
         match decide(&wanted, &observed) {
             Step::StepDown { member, reason, .. } => {

@@ -213,6 +213,7 @@ pub(crate) async fn see(
         pod_version: pod.and_then(|(pod, _)| pod.labels().get(VERSION_LABEL).cloned()),
         pod_outdated: pod.is_some_and(|(_, outdated)| outdated),
         pod_pending: pod.is_some_and(|(pod, _)| quorum_core::rollout::runs_nothing(pod)),
+        pod_ready: pod.is_some_and(|(pod, _)| quorum_core::pod::is_ready(pod)),
         reach,
         server_version,
         too_stale,

@@ -618,7 +618,13 @@ async fn a_recovery_request_forces_the_survivor_of_a_lost_majority_to_serve_keep
             },
         )
         .await;
-    assert!(lost.contains("shop-1 applied the most"), "{lost}");
+    assert!(
+        lost.contains(
+            "recover from shop-1, which applied the most of those that answer, \
+             with `kubectl annotate mongodbreplicaset shop quorum.dev/recover-from=shop-1`"
+        ),
+        "{lost}"
+    );
 
     let request = |member: Option<&str>| {
         let patch = serde_json::json!({"metadata": {"annotations": {RECOVER_ANNOTATION: member}}});
