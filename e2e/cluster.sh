@@ -20,7 +20,10 @@ run="$dir/run"
 etcd_client_port=${QUORUM_ETCD_PORT:-23379}
 apiserver_port=${QUORUM_APISERVER_PORT:-26443}
 nodes=${QUORUM_NODES:-3}
-volumes=${QUORUM_VOLUMES:-300}
+# Each claim a test makes on the KWOK nodes takes one pre-made volume for the life of the control
+# plane (a released one is not bound again): a full `make test` takes about 300, and each
+# replication-mode Redis deployment three more for its Sentinels.
+volumes=${QUORUM_VOLUMES:-800}
 
 log() { echo "[cluster] $*" >&2; }
 
