@@ -24,10 +24,7 @@
 //!    caught up, then the primary's role is switched over to a current replica, and the old
 //!    primary goes last.
 
-use std::{
-    collections::BTreeSet,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use quorum_core::{
     availability::{
@@ -154,9 +151,6 @@ pub struct Facts {
     pub members: Vec<MemberFact>,
     /// Which member pods run the StatefulSet's current template.
     pub templates: Templates,
-    /// Members whose pods the API server reports `Pending`: nothing of theirs runs
-    /// (`quorum_core::rollout::pending_members`).
-    pub pending: BTreeSet<usize>,
     /// The primary recorded in status.
     pub primary: Option<usize>,
     pub in_flight: Option<InFlight>,
@@ -254,13 +248,6 @@ pub fn decide(facts: &Facts) -> Decision {
         return Decision::Act(Step::ScalePods {
             replicas: facts.desired_members,
         });
-    }
-    // A pod that runs nothing disturbs nothing when it is replaced, and one stuck on an older
-    // template (one no node can take, say) may start only on the current one: with `OnDelete`
-    // the StatefulSet never replaces it, and the gate, waiting for it, would never let a roll
-    // reach it.
-    if let Some(ordinal) = facts.templates.stuck(&facts.pending) {
-        return Decision::Act(Step::RestartMember { ordinal });
     }
     let primary = match choose_primary(facts) {
         Ok(primary) => primary,
@@ -395,9 +382,6 @@ fn continue_in_flight(facts: &Facts, in_flight: &InFlight) -> Decision {
             }
         }
         InFlight::Restart { ordinal } => {
-            if facts.templates.stuck(&facts.pending) == Some(ordinal) {
-                return Decision::Act(Step::RestartMember { ordinal });
-            }
             if facts.templates.is_outdated(ordinal) {
                 // Recorded, but the pod was not deleted (the operator stopped first, or the
                 // delete failed): taken again, through the gate again.
@@ -1156,7 +1140,6 @@ mod tests {
             statefulset_replicas: Some(members.len()),
             members,
             templates: Templates::Unknown,
-            pending: BTreeSet::new(),
             primary,
             in_flight: None,
             in_flight_age: None,
@@ -2310,64 +2293,6 @@ mod tests {
             Decision::Wait(wait) => wait.reason,
             other => panic!("expected a wait, got {other:?}"),
         }
-    }
-
-    #[test]
-    fn a_pod_stuck_pending_on_an_older_template_is_replaced_whatever_the_others_state() {
-        let now = Instant::now();
-        // Member 2's pod was never placed (a template no node could take); the spec was fixed,
-        // so the StatefulSet's template is new, but `OnDelete` leaves the pod as it is.
-        let mut members = settled_three(now);
-        members[2] = unreachable(2, Health::Unknown("no pod address".into()), now);
-        let stuck = Facts {
-            templates: templates(&[2], &[0, 1]),
-            pending: [2].into(),
-            ..facts(members.clone(), Some(0), now)
-        };
-        assert_eq!(decide(&stuck), Decision::Act(Step::RestartMember { ordinal: 2 }));
-        // Without the rule the gate waits for member 2, which never comes.
-        let not_pending = Facts {
-            pending: BTreeSet::new(),
-            ..stuck.clone()
-        };
-        assert_ne!(
-            decide(&not_pending),
-            Decision::Act(Step::RestartMember { ordinal: 2 })
-        );
-        // Recorded and not yet deleted: taken again, past the gate.
-        let recorded = Facts {
-            in_flight: Some(InFlight::Restart { ordinal: 2 }),
-            ..stuck.clone()
-        };
-        assert_eq!(
-            decide(&recorded),
-            Decision::Act(Step::RestartMember { ordinal: 2 })
-        );
-        // Even before a primary is known: a new cluster whose pods were never placed.
-        let forming = Facts {
-            templates: templates(&[0, 1, 2], &[]),
-            pending: [0, 1, 2].into(),
-            ..facts(
-                (0..3)
-                    .map(|ordinal| unreachable(ordinal, Health::Unknown("no pod address".into()), now))
-                    .collect(),
-                None,
-                now,
-            )
-        };
-        assert_eq!(
-            decide(&forming),
-            Decision::Act(Step::RestartMember { ordinal: 0 })
-        );
-        // Pending on the current template: being placed, left to the scheduler.
-        let placing = Facts {
-            templates: templates(&[], &[0, 1, 2]),
-            ..stuck.clone()
-        };
-        assert_ne!(
-            decide(&placing),
-            Decision::Act(Step::RestartMember { ordinal: 2 })
-        );
     }
 
     #[test]

@@ -28,7 +28,7 @@ use quorum_core::{
     recovery::{RecoveryRecord, RecoveryRequest},
     repair::{PodRepair, RepairRecord},
     role_labels::LabelledPods,
-    rollout::{Templates, needs_take_over, pending_members, restart_pod, take_over_updates},
+    rollout::{Templates, needs_take_over, restart_pod, take_over_updates},
     runner::Context,
     status::StatusWriter,
 };
@@ -345,7 +345,6 @@ impl Observed {
             statefulset_replicas: self.statefulset_replicas,
             members: self.view.members.clone(),
             templates: self.templates.clone(),
-            pending: pending_members(&self.member_pods, |pod| ordinal_of(&cluster.name_any(), pod)),
             primary: self.primary,
             in_flight,
             in_flight_age: self.in_flight_age(cluster),
