@@ -341,26 +341,6 @@ impl OnRealNode {
         pods
     }
 
-    /// Waits until a pod matching `selector` is `Pending` and placed on no node, and returns it.
-    pub async fn an_unplaced_pod(&self, selector: &str, timeout: Duration) -> Pod {
-        wait::until(
-            &format!("a pod {selector} placed on no node"),
-            timeout,
-            || async {
-                let pods = self.pods_of(selector).await;
-                pods.iter()
-                    .find(|pod| {
-                        pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending")
-                            && pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none()
-                            && pod.metadata.deletion_timestamp.is_none()
-                    })
-                    .cloned()
-                    .ok_or_else(|| describe_pods(&pods))
-            },
-        )
-        .await
-    }
-
     /// Waits until exactly `count` pods match `selector` and every one is Ready by its own
     /// probes, then asserts each runs on the real node with a pod-network address.
     pub async fn members_ready(&self, selector: &str, count: usize, timeout: Duration) -> Vec<Pod> {
@@ -1024,42 +1004,6 @@ where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     merge_patch(clusters, name, rolled_template_patch()).await;
-}
-
-/// A memory request larger than any node's: a member pod asking for it is never placed.
-pub const MEMORY_NO_NODE_HAS: &str = "1000Gi";
-
-/// Asks every member of cluster `name` for [`MEMORY_NO_NODE_HAS`] (`too_much`), or removes
-/// the request again, as a user fixing the spec would.
-pub async fn ask_for_more_memory_than_any_node<K>(clusters: &Api<K>, name: &str, too_much: bool)
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let resources = match too_much {
-        true => serde_json::json!({"requests": {"memory": MEMORY_NO_NODE_HAS}}),
-        false => serde_json::Value::Null,
-    };
-    merge_patch(
-        clusters,
-        name,
-        serde_json::json!({"spec": {"resources": resources}}),
-    )
-    .await;
-}
-
-/// Whether a container of `pod` asks for [`MEMORY_NO_NODE_HAS`].
-pub fn asks_for_more_memory_than_any_node(pod: &Pod) -> bool {
-    pod.spec
-        .iter()
-        .flat_map(|spec| &spec.containers)
-        .any(|container| {
-            container
-                .resources
-                .as_ref()
-                .and_then(|resources| resources.requests.as_ref())
-                .and_then(|requests| requests.get("memory"))
-                .is_some_and(|memory| memory.0 == MEMORY_NO_NODE_HAS)
-        })
 }
 
 /// Sets (or, with `None`, removes) the repair request on cluster `name`, as
