@@ -119,7 +119,9 @@ async fn start_writer(primary: &Pool) -> Writer {
 /// Checks that the primary holds every acknowledged write and nothing invented, and that each
 /// member converges to exactly the primary's rows; returns how many writes were checked.
 async fn check_history(setup: &OnRealNode, primary: &Pool, history: &History, members: usize) -> usize {
-    let mut held: BTreeMap<String, Option<String>> = rows(primary).await.unwrap();
+    // Through the primary Service, retried while kube-proxy catches up with a primary that moved.
+    let primary_rows = || wait::until("the primary's rows", Duration::from_secs(60), || rows(primary));
+    let mut held: BTreeMap<String, Option<String>> = primary_rows().await;
     for operation in &history.operations {
         held.entry(operation.key.clone()).or_insert(None);
     }
@@ -127,7 +129,7 @@ async fn check_history(setup: &OnRealNode, primary: &Pool, history: &History, me
         .check(&held)
         .unwrap_or_else(|violations| panic!("lost or invented writes: {violations:#?}"));
     assert!(checked > 0, "the writer had no write acknowledged");
-    let expected = rows(primary).await.unwrap();
+    let expected = primary_rows().await;
     for pod in setup
         .members_ready(MEMBERS, members, Duration::from_secs(60))
         .await
