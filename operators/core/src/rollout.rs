@@ -88,7 +88,9 @@ pub fn lacks_claims_of(statefulset: &StatefulSet, desired: &StatefulSet) -> bool
 
 /// Deletes StatefulSet `name` and leaves its pods running (orphaned): the one way to give a
 /// StatefulSet claim templates it was made without. The StatefulSet applied next adopts the pods
-/// and replaces them, one at a time, by its update strategy.
+/// but cannot move them onto claims (a pod's volumes never change, and its controller only
+/// reports each update it is refused), so the operator replaces them itself ([`without_claim`]
+/// finds them).
 ///
 /// # Errors
 /// The API server's error for the delete.
@@ -239,9 +241,9 @@ pub fn pending_members(pods: &[Pod], ordinal_of: impl Fn(&str) -> Option<usize>)
         .collect()
 }
 
-/// Member pods (not being deleted) whose volume `volume` is not a claim: made by a StatefulSet
-/// that had no claim template for it, which its StatefulSet made again with one cannot change in
-/// place (a pod's volumes never change), by ordinal, with each pod's uid.
+/// Member pods (not being deleted) whose volume `volume` is not a claim, by ordinal, with each
+/// pod's uid: pods made before their StatefulSet had a claim template for it, which only a new
+/// pod can move onto one (a pod's volumes never change).
 pub fn without_claim(
     pods: &[Pod],
     volume: &str,

@@ -977,38 +977,23 @@ fn upgrading(desired: &Desired, observed: &Observed, config: &ReplConfig, primar
                 ),
             ));
         }
-        // A pod being replaced is not there, though its server may still answer: the next
-        // member restarts only once every member's pod exists again.
-        let without_pod: Vec<String> = observed
+        // A pod being replaced is not there, though its server may still answer; a restarted
+        // server may answer before its pod is Ready by its probes, and until then the pod counts
+        // against the disruption budget and the Services do not reach it. Either way the next
+        // restart would leave two members out at once.
+        let not_back: Vec<String> = observed
             .members
             .iter()
-            .filter(|member| member.pod_uid.is_none() && config.member(&member.host).is_some())
+            .filter(|member| config.member(&member.host).is_some())
+            .filter(|member| member.pod_uid.is_none() || !member.pod_ready)
             .map(|member| member.name.clone())
             .collect();
-        if !without_pod.is_empty() {
+        if !not_back.is_empty() {
             return Some(wait(
                 Reason::UpgradeWaiting,
                 format!(
-                    "the next member restarts once every member's pod is back; not yet: {}",
-                    without_pod.join(", ")
-                ),
-            ));
-        }
-        // A restarted server may answer before its pod is Ready by its probes: until it is, the
-        // pod counts against the disruption budget and clients do not reach it through the
-        // Services, so the next restart would leave two members out at once.
-        let not_ready: Vec<String> = observed
-            .members
-            .iter()
-            .filter(|member| !member.pod_ready && config.member(&member.host).is_some())
-            .map(|member| member.name.clone())
-            .collect();
-        if !not_ready.is_empty() {
-            return Some(wait(
-                Reason::UpgradeWaiting,
-                format!(
-                    "the next member restarts once every member's pod is Ready; not yet: {}",
-                    not_ready.join(", ")
+                    "the next member restarts once every member's pod is back and Ready; not yet: {}",
+                    not_back.join(", ")
                 ),
             ));
         }
@@ -1858,7 +1843,7 @@ mod tests {
         let waiting = decide(&wanted, &observed);
         assert_eq!(reason(&waiting), "UpgradeWaiting");
         assert!(
-            message(&waiting).contains("pod is Ready; not yet: rs-1"),
+            message(&waiting).contains("pod is back and Ready; not yet: rs-1"),
             "{waiting:?}"
         );
         observed.members[1].pod_ready = true;

@@ -187,7 +187,8 @@ fn repair_record(facts: &Facts, wiped_now: Option<&String>, progress: &Progress)
 /// data StatefulSet made before the operator rolled pods itself is taken over first (no pod
 /// restarts: the template is unchanged). A Sentinels' StatefulSet made before Sentinels had
 /// volumes is deleted with its pods left running, and made again by a later pass, once it is
-/// gone: the new one adopts the Sentinels and replaces them one at a time, each onto a volume.
+/// gone: the new one adopts the Sentinels, which the decision then moves onto volumes one at a
+/// time (`MoveSentinelOntoVolume`).
 async fn size_statefulsets(
     pass: &Pass<'_>,
     facts: &Facts,
