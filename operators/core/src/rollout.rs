@@ -241,6 +241,17 @@ pub fn pending_members(pods: &[Pod], ordinal_of: impl Fn(&str) -> Option<usize>)
         .collect()
 }
 
+/// The members whose pods exist, are not being deleted and are not Ready by the kubelet's
+/// probes. A database may answer its admin API a few seconds before its probe passes, and until
+/// then its pod is out of its Services and counts against its disruption budget: a roll takes
+/// the next member down only once every pod is Ready again.
+pub fn unready_members(pods: &[Pod], ordinal_of: impl Fn(&str) -> Option<usize>) -> BTreeSet<usize> {
+    pods.iter()
+        .filter(|pod| pod.metadata.deletion_timestamp.is_none() && !crate::pod::is_ready(pod))
+        .filter_map(|pod| ordinal_of(&pod.name_any()))
+        .collect()
+}
+
 /// Member pods (not being deleted) whose volume `volume` is not a claim, by ordinal, with each
 /// pod's uid: pods made before their StatefulSet had a claim template for it, which only a new
 /// pod can move onto one (a pod's volumes never change).

@@ -121,6 +121,8 @@ pub struct Facts {
     pub repair: Option<PodRepair>,
     /// Data pods the API server reports `Pending`: nothing of theirs runs or serves.
     pub pending: BTreeSet<usize>,
+    /// Data pods not Ready by the kubelet's probes ([`quorum_core::rollout::unready_members`]).
+    pub unready: BTreeSet<usize>,
     /// Data nodes whose server the kubelet is not running and holds back (a crash loop's
     /// back-off), with its reason.
     pub held_back: BTreeMap<usize, String>,
@@ -1041,6 +1043,17 @@ fn roll(facts: &Facts, primary: usize) -> Decision {
             ),
         );
     }
+    if let Some(ordinal) = facts.unready.first()
+        && facts.templates.next(Some(primary)).is_some()
+    {
+        return wait(
+            Reason::RestartInProgress,
+            format!(
+                "rolling onto the current pod template: node {ordinal}'s pod is not Ready by its probes yet; \
+                 the next node restarts once it is"
+            ),
+        );
+    }
     match facts.templates.next(Some(primary)) {
         None => Decision::Settled,
         Some(RollTarget::Replica(ordinal)) => restart(facts, ordinal),
@@ -1203,6 +1216,7 @@ mod tests {
             sentinels_without_volume: BTreeMap::new(),
             repair: None,
             pending: BTreeSet::new(),
+            unready: BTreeSet::new(),
             held_back: BTreeMap::new(),
             recovery: None,
             primary_on_request: None,
@@ -2307,6 +2321,23 @@ mod tests {
             panic!("a restart while node 2's pod is replaced")
         };
         assert_eq!(wait.reason, Reason::RestartInProgress, "{wait:?}");
+    }
+
+    #[test]
+    fn a_pod_back_but_not_ready_by_its_probes_holds_the_roll() {
+        let mut unready = facts(settled_nodes(0), all_watching(0), Some(0));
+        unready.templates = Templates::Known {
+            outdated: [(0, "uid-0".to_string()), (2, "uid-2".to_string())].into(),
+            current: [1].into(),
+        };
+        unready.unready = [1].into();
+        let Decision::Wait(wait) = decide(&unready) else {
+            panic!("node 2 restarted while node 1's pod is not Ready")
+        };
+        assert_eq!(wait.reason, Reason::RestartInProgress, "{wait:?}");
+        assert!(wait.message.contains("node 1's pod is not Ready"), "{wait:?}");
+        unready.unready.clear();
+        assert_eq!(decide(&unready), Decision::Act(Step::RestartNode { ordinal: 2 }));
     }
 
     #[test]

@@ -21,7 +21,7 @@ use quorum_core::{
     role_labels::LabelledPods,
     rollout::{
         Templates, lacks_claims_of, needs_take_over, pending_members, recreate_keeping_pods, restart_pod,
-        rolled_out, take_over_updates, without_claim,
+        rolled_out, take_over_updates, unready_members, without_claim,
     },
     wakeups::ObjectKey,
 };
@@ -143,6 +143,7 @@ async fn observe(pass: &Pass<'_>) -> Result<Observed, Error> {
             |member| ordinal_of(&name, member),
         ),
         pending: pending_members(data_pods.pods(), |pod| ordinal_of(&name, pod)),
+        unready: unready_members(data_pods.pods(), |pod| ordinal_of(&name, pod)),
         held_back: quorum_core::pod_failures::held_back(
             data_pods.pods(),
             crate::resources::SERVER_CONTAINER,

@@ -126,6 +126,8 @@ pub struct Facts {
     /// Pods the API server reports `Pending` (not placed on a node, or their containers not
     /// started): nothing of theirs runs or serves.
     pub pending: BTreeSet<usize>,
+    /// Pods not Ready by the kubelet's probes ([`quorum_core::rollout::unready_members`]).
+    pub unready: BTreeSet<usize>,
 }
 
 /// `shards` shards sharing the slots evenly: the layout of a new, empty cluster.
@@ -930,6 +932,15 @@ fn roll(facts: &Facts, topology: &Topology) -> Decision {
             format!("rolling onto the current pod template: node {ordinal}'s pod is being replaced"),
         );
     }
+    if let Some(ordinal) = facts.unready.first() {
+        return wait(
+            Reason::RestartInProgress,
+            format!(
+                "rolling onto the current pod template: node {ordinal}'s pod is not Ready by its probes yet; \
+                 the next node restarts once it is"
+            ),
+        );
+    }
     let Some(shard) = (0..facts.desired_shards)
         .find(|shard| facts.shard_ordinals(*shard).any(|o| templates.is_outdated(o)))
     else {
@@ -1287,6 +1298,7 @@ mod tests {
             templates: Templates::Unknown,
             repair: None,
             pending: BTreeSet::new(),
+            unready: BTreeSet::new(),
         }
     }
 
@@ -1889,6 +1901,25 @@ mod tests {
         }
         let decision = decide(&replacing);
         assert_eq!(reason(&decision), "RestartInProgress", "{decision:?}");
+
+        // Node 3 answers and is linked, but its pod is not Ready by its probes yet: neither
+        // the next restart nor a handover to it, until it is.
+        let mut unready = on_templates(facts(3, whole.clone()), &[2]);
+        unready.unready = [3].into();
+        let decision = decide(&unready);
+        assert_eq!(reason(&decision), "RestartInProgress", "{decision:?}");
+        assert!(
+            matches!(&decision, Decision::Wait(wait) if wait.message.contains("node 3's pod is not Ready")),
+            "{decision:?}"
+        );
+        unready.unready.clear();
+        assert_eq!(
+            decide(&unready),
+            Decision::Act(Step::HandOver {
+                primary: 2,
+                replica: 3
+            })
+        );
 
         // Templates not known (a StatefulSet's controller behind its spec): nothing restarts.
         assert_eq!(decide(&facts(3, whole)), Decision::Settled);

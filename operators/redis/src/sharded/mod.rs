@@ -25,7 +25,7 @@ use quorum_core::{
     conditions::{ConditionType, ConditionUpdate},
     pass::{UnreadableRecord, publish},
     repair::{PodRepair, RepairRecord},
-    rollout::{Templates, needs_take_over, pending_members, restart_pod, take_over_updates},
+    rollout::{Templates, needs_take_over, pending_members, restart_pod, take_over_updates, unready_members},
 };
 
 use crate::{
@@ -88,6 +88,7 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
         templates: statefulsets.templates(data, data_pods.pods()),
         repair: node_repair(pass, data_pods.pods()),
         pending: pending_members(data_pods.pods(), |pod| data.ordinal_of(pod)),
+        unready: unready_members(data_pods.pods(), |pod| data.ordinal_of(pod)),
     };
 
     // Decide.
@@ -1051,6 +1052,7 @@ mod tests {
             templates: Templates::Unknown,
             repair: None,
             pending: Default::default(),
+            unready: Default::default(),
         };
         assert!(role_labels(&facts).is_empty());
     }
