@@ -231,6 +231,18 @@ pub fn spec(members: i32) -> MongoDBReplicaSetSpec {
 
 /// Inserts `count` documents into `shop.orders` with majority write concern; returns their ids.
 pub async fn insert_orders(client: &mongodb::Client, first: i64, count: i64) -> Vec<i64> {
+    try_insert_orders(client, first, count)
+        .await
+        .expect("inserting orders")
+}
+
+/// [`insert_orders`], with the driver's error when the batch was not acknowledged (a primary
+/// that stepped down mid-batch, say): none, some or all of its documents may be stored.
+pub async fn try_insert_orders(
+    client: &mongodb::Client,
+    first: i64,
+    count: i64,
+) -> Result<Vec<i64>, mongodb::error::Error> {
     let orders = client.database("shop").collection::<Document>("orders");
     let ids: Vec<i64> = (first..first + count).collect();
     let documents: Vec<Document> = ids
@@ -240,9 +252,31 @@ pub async fn insert_orders(client: &mongodb::Client, first: i64, count: i64) -> 
     orders
         .insert_many(documents)
         .write_concern(mongodb::options::WriteConcern::majority())
-        .await
-        .expect("inserting orders");
-    ids
+        .await?;
+    Ok(ids)
+}
+
+/// Checks the order ids a set holds against its client's history: every acknowledged id is held,
+/// and every id held was written (acknowledged, or in a batch whose outcome is unknown).
+pub fn check_orders(held: &[i64], acknowledged: &[i64], unknown: &[i64]) -> Result<(), String> {
+    let held: std::collections::BTreeSet<i64> = held.iter().copied().collect();
+    let lost: Vec<i64> = acknowledged
+        .iter()
+        .filter(|id| !held.contains(id))
+        .copied()
+        .collect();
+    let written: std::collections::BTreeSet<i64> = acknowledged.iter().chain(unknown).copied().collect();
+    let invented: Vec<i64> = held.iter().filter(|id| !written.contains(id)).copied().collect();
+    match (lost.is_empty(), invented.is_empty()) {
+        (true, true) => Ok(()),
+        _ => Err(format!(
+            "{} acknowledged orders lost (first: {:?}); {} orders held that were never written (first: {:?})",
+            lost.len(),
+            lost.first(),
+            invented.len(),
+            invented.first()
+        )),
+    }
 }
 
 /// Every order id in the set, read from the primary.
