@@ -27,12 +27,13 @@ use quorum_core::{
 };
 
 use quorum_core::{
-    recovery::{RECOVER_ANNOTATION, RecoveryRequest},
+    recovery::{RECOVER_ANNOTATION, RecoveryRequest, request_command},
     repair::PodRepair,
 };
 
 use crate::admin::{ReplicationInfo, Role, WriteFence};
 pub use crate::reasons::Reason;
+use crate::resources::node_name;
 
 /// One data node, as observed.
 #[derive(Clone, Debug)]
@@ -96,6 +97,8 @@ pub struct SentinelSettings {
 /// Everything the decision looks at.
 #[derive(Clone, Debug)]
 pub struct Facts {
+    /// The deployment's name.
+    pub cluster: String,
     pub desired_nodes: usize,
     /// The data StatefulSet's replicas; `None` before it exists.
     pub node_pods: Option<usize>,
@@ -875,12 +878,12 @@ pub fn decide(facts: &Facts) -> Decision {
 /// (and the nodes that do not answer) held is given up, which is why only a person asks for it.
 /// Once per request.
 fn recover_on_request(facts: &Facts, blocked: Wait) -> Decision {
-    let Some(request) = facts.recovery.as_ref().filter(|request| request.is_open()) else {
-        return Decision::Wait(blocked);
-    };
     if blocked.reason == Reason::FailoverInProgress {
         return Decision::Wait(blocked);
     }
+    let Some(request) = facts.recovery.as_ref().filter(|request| request.is_open()) else {
+        return Decision::Wait(with_recovery_command(facts, blocked));
+    };
     let refused = |message: String| wait(Reason::RecoveryRefused, message);
     let Some(from) = facts.recorded_primary else {
         return refused(format!(
@@ -891,14 +894,50 @@ fn recover_on_request(facts: &Facts, blocked: Wait) -> Decision {
         Ok(to) => to,
         Err(refusal) => return refused(refusal),
     };
+    match promotion_refusal(facts, from, to) {
+        Some(refusal) => refused(refusal),
+        None => Decision::Act(Step::Promote { from, to }),
+    }
+}
+
+/// A wait with no recovery asked for, when one would be taken: it names the node a request
+/// would promote (the furthest along of those that answer) and the exact command that asks for
+/// it, for the person who knows the recorded primary is lost for good.
+fn with_recovery_command(facts: &Facts, mut blocked: Wait) -> Wait {
+    let Some(from) = facts.recorded_primary else {
+        return blocked;
+    };
+    let mut candidates: Vec<(usize, u64)> = facts
+        .nodes
+        .iter()
+        .filter(|n| n.ordinal != from && n.address.is_some())
+        .filter_map(|n| Some((n.ordinal, n.answered()?.offset)))
+        .collect();
+    candidates.sort_by_key(|(ordinal, offset)| (std::cmp::Reverse(*offset), *ordinal));
+    if let Some((to, _)) = candidates
+        .into_iter()
+        .find(|(to, _)| promotion_refusal(facts, from, *to).is_none())
+    {
+        blocked.message = format!(
+            "{}. If node {from}, the recorded primary, is lost for good, promote node {to}, the furthest along of the \
+             nodes that answer (what only node {from} held is given up), with `{}`",
+            blocked.message,
+            request_command("RedisCluster", &facts.cluster, &node_name(&facts.cluster, to))
+        );
+    }
+    blocked
+}
+
+/// Why node `to` may not be promoted in place of the lost primary `from`, if it may not.
+fn promotion_refusal(facts: &Facts, from: usize, to: usize) -> Option<String> {
     if to == from {
-        return refused(format!(
+        return Some(format!(
             "{RECOVER_ANNOTATION} names the primary (node {from}), the node that is lost: name the replica to promote"
         ));
     }
     let node = |ordinal: usize| facts.nodes.iter().find(|n| n.ordinal == ordinal);
     if node(from).is_some_and(|n| n.health.is_healthy()) {
-        return refused(format!(
+        return Some(format!(
             "the primary (node {from}) answers: it is not lost, nothing is promoted"
         ));
     }
@@ -906,7 +945,7 @@ fn recover_on_request(facts: &Facts, blocked: Wait) -> Decision {
         .filter(|n| n.address.is_some())
         .and_then(NodeFact::answered)
     else {
-        return refused(format!(
+        return Some(format!(
             "node {to} does not answer; only a node that answers is promoted"
         ));
     };
@@ -917,31 +956,31 @@ fn recover_on_request(facts: &Facts, blocked: Wait) -> Decision {
         .filter_map(|n| Some((n.ordinal, n.answered()?)))
     {
         if info.role == Role::Primary {
-            return refused(format!(
+            return Some(format!(
                 "node {ordinal} serves as a primary: the Sentinels or a person chose one already; nothing is promoted"
             ));
         }
         if info.link_up {
-            return refused(format!(
+            return Some(format!(
                 "node {ordinal} still has its link to its primary up: the primary is not lost, nothing is promoted"
             ));
         }
         if info.replication_id != target.replication_id {
-            return refused(format!(
+            return Some(format!(
                 "node {ordinal} follows another replication history ({}) than node {to} ({}); nothing is promoted: \
                  restore a new deployment from the newest backup",
                 info.replication_id, target.replication_id
             ));
         }
         if info.offset > target.offset {
-            return refused(format!(
+            return Some(format!(
                 "node {ordinal} is further along the primary's stream (offset {}) than node {to} (offset {}): name the \
                  node that holds the most",
                 info.offset, target.offset
             ));
         }
     }
-    Decision::Act(Step::Promote { from, to })
+    None
 }
 
 /// The next step of a repair a person asked for, reached only with every node healthy and in
@@ -1198,6 +1237,7 @@ mod tests {
 
     fn facts(nodes: Vec<NodeFact>, sentinels: Vec<SentinelFact>, recorded: Option<usize>) -> Facts {
         Facts {
+            cluster: "cache".into(),
             desired_nodes: 3,
             node_pods: Some(3),
             desired_sentinels: 3,
@@ -1382,6 +1422,30 @@ mod tests {
             matches!(&blocked, Decision::Wait(wait) if wait.reason == Reason::PrimaryUnknown),
             "{blocked:?}"
         );
+        // The wait names the node a request would promote and the command that asks for it.
+        let command = "`kubectl annotate rediscluster cache quorum.dev/recover-from=cache-1`";
+        assert!(
+            matches!(&blocked, Decision::Wait(wait) if wait.message.contains("promote node 1")
+                && wait.message.ends_with(command)),
+            "{blocked:?}"
+        );
+        // The same with node 2 ahead; none named while a replica is linked (no loss) or while
+        // the nodes that answer follow different histories (no node a request would promote).
+        let mut two_ahead = orphans();
+        two_ahead[2] = orphan(2, 600, "abc");
+        assert!(matches!(decide(&lost(two_ahead, None)), Decision::Wait(wait)
+                if wait.message.ends_with("recover-from=cache-2`")),);
+        let mut linked = orphans();
+        linked[2] = node(2, replica_info(0, true));
+        let mut elsewhere = orphans();
+        elsewhere[2] = orphan(2, 400, "other");
+        for nodes in [linked, elsewhere] {
+            let decision = decide(&lost(nodes, None));
+            assert!(
+                matches!(&decision, Decision::Wait(wait) if !wait.message.contains("kubectl")),
+                "{decision:?}"
+            );
+        }
         assert_eq!(
             decide(&lost(orphans(), recover_from("cache-1", Some(1)))),
             Decision::Act(Step::Promote { from: 0, to: 1 })

@@ -109,6 +109,7 @@ async fn observe(pass: &Pass<'_>) -> Result<Observed, Error> {
     follow_sentinel_events(pass, sentinel_pods.unwrap_or(0)).await;
     let status = pass.cluster.status.as_ref();
     let facts = Facts {
+        cluster: name.clone(),
         desired_nodes: spec.node_count(),
         node_pods,
         desired_sentinels: sentinel_spec.replicas.max(1) as usize,
