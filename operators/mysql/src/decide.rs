@@ -398,8 +398,11 @@ fn continue_in_flight(facts: &Facts, in_flight: &InFlight) -> Decision {
                     format!(
                         "member {ordinal} has not come back {} minutes after its restart onto the current pod \
                          template; nothing else is restarted meanwhile. The PodsFailing condition and \
-                         `kubectl describe pod` say why (image, configuration, volume, node)",
-                        age.as_secs() / 60
+                         `kubectl describe pod {pod}` say why (image, configuration, volume, node); once the \
+                         cause is fixed in the cluster's spec, `kubectl delete pod {pod}` makes the pod again \
+                         from the fixed template",
+                        age.as_secs() / 60,
+                        pod = member_name(&facts.cluster, ordinal),
                     ),
                 ),
                 _ => wait(
@@ -2463,7 +2466,8 @@ mod tests {
         let stuck = decide(&long_ago(11 * 60));
         assert_eq!(reason(&stuck), Reason::RestartStuck, "{stuck:?}");
         assert!(
-            format!("{stuck:?}").contains("has not come back 11 minutes"),
+            format!("{stuck:?}").contains("has not come back 11 minutes")
+                && format!("{stuck:?}").contains("`kubectl delete pod main-1`"),
             "{stuck:?}"
         );
         assert_eq!(
