@@ -67,6 +67,38 @@ pub struct MemberConfig {
     /// clear text; for local test stores only).
     #[arg(long, env = "ALLOW_HTTP_BACKUPS", default_value_t = false, action = ArgAction::Set)]
     pub allow_http_backups: bool,
+
+    /// Where a backup's bytes go through: a Job in the cluster's namespace, beside the data,
+    /// running the operator's image; or the operator's own process.
+    #[arg(long, env = "BACKUP_RUNNER", value_enum, default_value_t = BackupRunner::Job)]
+    pub backup_runner: BackupRunner,
+}
+
+/// Where a backup runs (the `--backup-runner` flag).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BackupRunner {
+    /// A Job per run in the cluster's namespace: the bytes stream from the member to the
+    /// destination there, and the operator's memory, CPU and network carry none of them.
+    Job,
+    /// The operator's own process (local demos and tests whose pods run nothing).
+    Operator,
+}
+
+impl MemberConfig {
+    /// The settings as the environment a backup Job's process reads them from (the same
+    /// flags), so it finds members and sends backups as the operator would.
+    pub fn job_environment(&self) -> Vec<(&'static str, String)> {
+        let addresses = match self.member_addresses {
+            MemberAddresses::Dns => "dns",
+            MemberAddresses::Loopback => "loopback",
+        };
+        vec![
+            ("CLUSTER_DOMAIN", self.cluster_domain.clone()),
+            ("MEMBER_ADDRESSES", addresses.to_string()),
+            ("ALLOW_HTTP_BACKUPS", self.allow_http_backups.to_string()),
+            ("BACKUP_RUNNER", "operator".to_string()),
+        ]
+    }
 }
 
 /// How an operator finds its members' addresses (the `--member-addresses` flag).

@@ -16,6 +16,7 @@ use quorum_core::{
     backup::{
         BackupError, BackupSink, PipeError,
         controller::{self, BackupControllerError, BackupEngine, Snapshot, Sources},
+        job::{JobOutcome, JobSettings},
         pipe, producer,
     },
     runner::{Context, object_key},
@@ -69,6 +70,11 @@ impl BackupEngine for MySqlSnapshots<'_> {
 
     fn allow_http(&self) -> bool {
         self.state.settings.members.allow_http_backups
+    }
+
+    fn jobs(&self) -> Option<JobSettings> {
+        let settings = &self.state.settings;
+        JobSettings::when_configured(&settings.members, &settings.operator_image)
     }
 
     async fn sources(
@@ -205,4 +211,16 @@ pub async fn reconcile_backup(
         &context,
     )
     .await
+}
+
+/// Takes one run of a `MySQLBackup` in a backup Job's process.
+pub async fn run_backup(
+    backup: Arc<MySQLBackup>,
+    context: Arc<Context<State>>,
+    started: jiff::Timestamp,
+) -> JobOutcome {
+    let engine = MySqlSnapshots {
+        state: &context.state,
+    };
+    controller::run_in_job(&engine, backup.as_ref(), &context, started).await
 }

@@ -68,6 +68,8 @@ pub struct Settings {
     pub members: MemberConfig,
     /// How old an observation may be for the decision to act on it.
     pub freshness: Duration,
+    /// The operator's own image: backup Jobs run it.
+    pub operator_image: String,
 }
 
 /// The operator's own state in the shared context.
