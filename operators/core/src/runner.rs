@@ -420,7 +420,14 @@ impl Runtime {
         if let Some(wakeups) = wakeups {
             controller = controller.reconcile_on(wakeups.stream::<K>(namespace.clone()));
         }
-        if shape != Shape::Leaf {
+        if shape == Shape::Leaf {
+            // Backups own the Jobs their runs are taken in: a finished one wakes its backup.
+            controller = controller.owns_stream(self.cache.watch(
+                owned::<k8s_openapi::api::batch::v1::Job>(&client, &namespace),
+                namespace.clone(),
+                managed.clone(),
+            ));
+        } else {
             let (cache, scope) = (&self.cache, || namespace.clone());
             controller = controller
                 .owns_stream(cache.watch(

@@ -57,6 +57,10 @@ impl BackupEngine for EtcdSnapshots<'_> {
         self.state.settings.members.allow_http_backups
     }
 
+    fn pod_overrides<'c>(&self, cluster: &'c EtcdCluster) -> Option<&'c quorum_core::crd::PodOverrides> {
+        cluster.spec.pod_template.as_ref()
+    }
+
     fn jobs(&self) -> Option<JobSettings> {
         let settings = &self.state.settings;
         JobSettings::when_configured(&settings.members, &settings.operator_image)

@@ -93,6 +93,10 @@ impl BackupEngine for RedisSnapshots<'_> {
         self.context.state.settings.members.allow_http_backups
     }
 
+    fn pod_overrides<'c>(&self, cluster: &'c RedisCluster) -> Option<&'c quorum_core::crd::PodOverrides> {
+        cluster.spec.pod_template.as_ref()
+    }
+
     fn jobs(&self) -> Option<JobSettings> {
         let settings = &self.context.state.settings;
         JobSettings::when_configured(&settings.members, &settings.operator_image)

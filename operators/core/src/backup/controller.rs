@@ -2,10 +2,14 @@
 //! `MongoDBBackup`): one pass, the same for every engine, around the engine's own part.
 //!
 //! A pass, in order:
-//! 0. **interrupted**: a pass starts from the stored backup (not the watch cache, which may
-//!    trail the last write). A run is taken within one pass, so a pass that finds `Running`
-//!    finds a run the operator stopped during (a restart, a lost lease). A partial upload is
-//!    never stored; it is recorded `Failed` (`Interrupted`) and the backup goes on as after any
+//! 0. **in flight**: a pass starts from the stored backup (not the watch cache, which may
+//!    trail the last write). A run recorded `Running` in a Job ([`super::job`]) is followed:
+//!    while the Job runs the pass looks again later (a change of the Job wakes it sooner); once
+//!    it finished, its outcome is recorded as a run in the operator's process would be (6, 7),
+//!    and a Job that is gone, or that reported nothing, fails the run. A run taken in the
+//!    operator's process is taken within one pass, so a pass that finds one `Running` finds a
+//!    run the operator stopped during (a restart, a lost lease). A partial upload is never
+//!    stored; it is recorded `Failed` (`Interrupted`) and the backup goes on as after any
 //!    failed run: a schedule at its next time.
 //! 1. **due**: a one-shot backup runs once; a scheduled one at its next time (written to
 //!    `nextScheduledAt` while it waits). A schedule that never fires is recorded, reported, and
@@ -17,7 +21,9 @@
 //!    is recorded and reported; a bad one waits for the resource to change, a credentials
 //!    Secret that cannot be read is retried.
 //! 5. **run**: `Running` is recorded, then each source's snapshot is produced (engine) into
-//!    its own object, in order, stopping at the first failure.
+//!    its own object, in order, stopping at the first failure: in a Job created after
+//!    `Running` (with the Job's name) is recorded, whose process does this and reports
+//!    ([`run_in_job`]), or in the operator's process (`--backup-runner=operator`).
 //! 6. **record**: on the backup (the shared run fields, then the engine's own), on the
 //!    cluster (`lastBackup`), in one event; then the next schedule time.
 //! 7. **retention** (`retain`): of the objects this backup resource made (their names share
@@ -64,7 +70,7 @@ use super::{
 use crate::{
     ReconcileError,
     conditions::{ConditionType, ConditionUpdate, set_condition},
-    crd::{BackupPhase, BackupRecord, BackupRunStatus, BackupSpec, PruneRecord},
+    crd::{BackupPhase, BackupRecord, BackupRunStatus, BackupSpec, PodOverrides, PruneRecord},
     events::Severity,
     runner::Context,
     status::StatusWriter,
@@ -78,8 +84,9 @@ const NO_SOURCE_RETRY: Duration = Duration::from_secs(15);
 const ACTION: &str = "Backup";
 /// The field manager of the backup Jobs' service account, Role and RoleBinding.
 const ACTION_MANAGER: &str = "quorum-backup-controller";
-/// How often a run's Job is looked at while it runs.
-const JOB_POLL: Duration = Duration::from_secs(5);
+/// How often a run's Job is looked at while it runs, besides when it changes (the backup
+/// controller watches its Jobs).
+const JOB_POLL: Duration = Duration::from_secs(15);
 
 /// A backup resource: the shared spec and status fragments it embeds.
 pub trait BackupResource:
@@ -170,6 +177,9 @@ pub trait BackupEngine: Send + Sync {
 
     /// Whether a plain-HTTP S3 endpoint is allowed (an operator setting).
     fn allow_http(&self) -> bool;
+
+    /// The cluster's `spec.podTemplate`: a backup Job may run where its members may.
+    fn pod_overrides<'c>(&self, cluster: &'c Self::Cluster) -> Option<&'c PodOverrides>;
 
     /// How runs are taken in Jobs beside the data; `None` to take them in the operator's
     /// process (an operator setting, `--backup-runner`).
@@ -360,7 +370,7 @@ where
     };
     let sink = pass.sink().await?;
     if let Some(settings) = engine.jobs() {
-        return pass.start_job(&sources, &settings).await;
+        return pass.start_job(&cluster, &sources, &settings).await;
     }
     let snapshots = pass.run(&cluster, &sources, &sink).await?;
     pass.record(&snapshots).await?;
@@ -626,6 +636,7 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
     /// service account in the namespace and creates the Job.
     async fn start_job(
         &mut self,
+        cluster: &E::Cluster,
         sources: &[E::Source],
         settings: &JobSettings,
     ) -> Result<Action, Failure<E>> {
@@ -639,7 +650,8 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
         run.job = Some(name.clone());
         self.writer.write(&self.status).await?;
 
-        if let Err(error) = self.create_job(&name, now, settings).await {
+        let placement = self.engine.pod_overrides(cluster);
+        if let Err(error) = self.create_job(&name, now, settings, placement).await {
             let message = format!("the run's Job {name} could not be created: {error}");
             self.fail_job_run("JobNotCreated", message).await?;
             return Err(BackupControllerError::Kubernetes(error));
@@ -654,6 +666,7 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
         name: &str,
         started: Timestamp,
         settings: &JobSettings,
+        placement: Option<&PodOverrides>,
     ) -> Result<(), crate::Error> {
         let client = &self.context.client;
         let namespace = &self.namespace;
@@ -684,10 +697,20 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
             .map_err(failed("RoleBinding"))?;
         let labels = BTreeMap::from([
             (BACKUP_LABEL.to_string(), self.backup.name_any()),
-            ("app.kubernetes.io/managed-by".to_string(), "quorum".to_string()),
+            // What the backup controller's Job watch selects: a Job's changes wake its backup.
+            (
+                "app.kubernetes.io/managed-by".to_string(),
+                self.context.applier.field_manager().to_string(),
+            ),
         ]);
         let metadata = crate::apply::child_metadata(self.backup, name, labels)?;
-        let job = backup_job(metadata, &self.backup.name_any(), &started.to_string(), settings);
+        let job = backup_job(
+            metadata,
+            &self.backup.name_any(),
+            &started.to_string(),
+            settings,
+            placement,
+        );
         match Api::<Job>::namespaced(client.clone(), namespace)
             .create(&PostParams::default(), &job)
             .await

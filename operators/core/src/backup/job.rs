@@ -27,7 +27,7 @@ use k8s_openapi::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::rbac::rule;
+use crate::{crd::PodOverrides, rbac::rule};
 
 /// The service account backup Jobs run as, one per namespace.
 pub const JOB_SERVICE_ACCOUNT: &str = "quorum-backup";
@@ -231,7 +231,13 @@ pub fn job_name(backup: &str, started_millis: i64) -> String {
 /// operator's member settings as environment, the backup's own service account, no retry
 /// (a failed run is recorded and a schedule tries again at its next time), owned by the
 /// backup so it goes with it.
-pub fn backup_job(metadata: ObjectMeta, backup: &str, started_at: &str, settings: &JobSettings) -> Job {
+pub fn backup_job(
+    metadata: ObjectMeta,
+    backup: &str,
+    started_at: &str,
+    settings: &JobSettings,
+    placement: Option<&PodOverrides>,
+) -> Job {
     let mut environment: Vec<EnvVar> = settings
         .environment
         .iter()
@@ -250,6 +256,16 @@ pub fn backup_job(metadata: ObjectMeta, backup: &str, started_at: &str, settings
                     ..ObjectMeta::default()
                 }),
                 spec: Some(PodSpec {
+                    // Where the members may run, the Job may too (dedicated, tainted nodes);
+                    // not their affinity, which keeps members apart, nor their labels, which
+                    // the members' Services select.
+                    node_selector: placement
+                        .map(|p| p.node_selector.clone())
+                        .filter(|selector| !selector.is_empty()),
+                    tolerations: placement
+                        .map(|p| p.tolerations.clone())
+                        .filter(|tolerations| !tolerations.is_empty()),
+                    priority_class_name: placement.and_then(|p| p.priority_class_name.clone()),
                     service_account_name: Some(JOB_SERVICE_ACCOUNT.into()),
                     restart_policy: Some("Never".into()),
                     security_context: Some(crate::pod::member_pod_security(65532)),
@@ -486,15 +502,31 @@ mod tests {
             image: "ghcr.io/quorum-dev/etcd-operator:v1".into(),
             environment: vec![("CLUSTER_DOMAIN", "cluster.local".into())],
         };
+        let placement = PodOverrides {
+            labels: BTreeMap::from([("team".into(), "db".into())]),
+            node_selector: BTreeMap::from([("pool".into(), "databases".into())]),
+            tolerations: vec![k8s_openapi::api::core::v1::Toleration {
+                key: Some("dedicated".into()),
+                operator: Some("Exists".into()),
+                ..Default::default()
+            }],
+            ..PodOverrides::default()
+        };
         let job = backup_job(
             ObjectMeta::default(),
             "nightly",
             "2026-11-29T00:00:00Z",
             &settings,
+            Some(&placement),
         );
         let spec = job.spec.unwrap();
         assert_eq!(spec.backoff_limit, Some(0));
+        let template_labels = spec.template.metadata.and_then(|meta| meta.labels);
+        assert!(template_labels.is_none_or(|labels| !labels.contains_key("team")));
         let pod = spec.template.spec.unwrap();
+        // Placed where the members may run.
+        assert_eq!(pod.node_selector.as_ref(), Some(&placement.node_selector));
+        assert_eq!(pod.tolerations.as_ref(), Some(&placement.tolerations));
         assert_eq!(pod.service_account_name.as_deref(), Some(JOB_SERVICE_ACCOUNT));
         assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
         let container = &pod.containers[0];
