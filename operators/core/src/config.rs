@@ -190,4 +190,43 @@ mod tests {
             assert!(error.contains(name), "{error}");
         }
     }
+
+    #[derive(Parser)]
+    struct MemberCli {
+        #[command(flatten)]
+        members: MemberConfig,
+    }
+
+    /// A backup Job's process reads the operator's member settings from its environment: each
+    /// variable is one the flags read, and read back it gives the same settings, with backups
+    /// taken in that process.
+    #[test]
+    fn a_backup_jobs_environment_carries_the_operators_member_settings() {
+        use clap::CommandFactory;
+        let operator = MemberCli::parse_from([
+            "op",
+            "--cluster-domain=example.internal",
+            "--member-addresses=loopback",
+            "--allow-http-backups=true",
+        ])
+        .members;
+        assert_eq!(operator.backup_runner, BackupRunner::Job, "the default");
+        let command = MemberCli::command();
+        let flags: Vec<String> = operator
+            .job_environment()
+            .into_iter()
+            .map(|(name, value)| {
+                let argument = command
+                    .get_arguments()
+                    .find(|argument| argument.get_env().is_some_and(|env| env == name))
+                    .unwrap_or_else(|| panic!("{name} is no flag's variable"));
+                format!("--{}={value}", argument.get_long().unwrap())
+            })
+            .collect();
+        let job = MemberCli::parse_from(std::iter::once("op".to_string()).chain(flags)).members;
+        assert_eq!(job.cluster_domain, operator.cluster_domain);
+        assert_eq!(job.member_addresses, operator.member_addresses);
+        assert_eq!(job.allow_http_backups, operator.allow_http_backups);
+        assert_eq!(job.backup_runner, BackupRunner::Operator);
+    }
 }

@@ -1080,16 +1080,21 @@ async fn a_run_whose_job_cannot_be_made_fails_and_the_next_scheduled_run_is_stor
         .schedule_every_minute::<EtcdBackup>(&setup, CLUSTER, "etcd")
         .await;
     let backups: Api<EtcdBackup> = Api::namespaced(setup.admin.clone(), &setup.ns);
-    let refused = wait::until("a run refused its Job", Duration::from_secs(150), || async {
+    let scheduled_run = || async {
         let backup = backups
             .get(real_pods::SCHEDULED_BACKUP)
             .await
             .map_err(|e| e.to_string())?;
-        let run = backup
-            .backup_status()
-            .map(EtcdBackup::run)
-            .cloned()
-            .unwrap_or_default();
+        Ok::<_, String>(
+            backup
+                .backup_status()
+                .map(EtcdBackup::run)
+                .cloned()
+                .unwrap_or_default(),
+        )
+    };
+    let refused = wait::until("a run refused its Job", Duration::from_secs(150), || async {
+        let run = scheduled_run().await?;
         let reason = run
             .conditions
             .iter()
@@ -1114,15 +1119,7 @@ async fn a_run_whose_job_cannot_be_made_fails_and_the_next_scheduled_run_is_stor
 
     quotas.delete("no-jobs", &Default::default()).await.unwrap();
     let stored = wait::until("a later run stored", Duration::from_secs(180), || async {
-        let backup = backups
-            .get(real_pods::SCHEDULED_BACKUP)
-            .await
-            .map_err(|e| e.to_string())?;
-        let run = backup
-            .backup_status()
-            .map(EtcdBackup::run)
-            .cloned()
-            .unwrap_or_default();
+        let run = scheduled_run().await?;
         run.last_snapshot
             .ok_or_else(|| format!("{:?}: {:?}", run.phase, run.message))
     })
