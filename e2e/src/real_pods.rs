@@ -129,15 +129,30 @@ impl InClusterS3 {
             .create(&kube::api::PostParams::default(), &backup)
             .await
             .expect("create the one-shot backup");
-        let location = wait::until("the one-shot backup stored", Duration::from_secs(180), || async {
+        let (location, job) = wait::until("the one-shot backup stored", Duration::from_secs(180), || async {
             let backup = backups.get(ONE_SHOT_BACKUP).await.map_err(|e| e.to_string())?;
             let run = backup.backup_status().map(B::run).cloned().unwrap_or_default();
             match (run.phase, run.last_snapshot) {
-                (Some(BackupPhase::Succeeded), Some(snapshot)) => Ok(snapshot.location),
+                (Some(BackupPhase::Succeeded), Some(snapshot)) => Ok((snapshot.location, run.job)),
                 (Some(BackupPhase::Failed), _) => panic!("the one-shot backup failed: {:?}", run.message),
                 (phase, _) => Err(format!("{phase:?}: {:?}", run.message)),
             }
         })
+        .await;
+        // The bytes went through a Job beside the data, not the operator; once the run is
+        // recorded its Job goes.
+        let job = job.expect("the run names the Job it ran in");
+        let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(setup.admin.clone(), &setup.ns);
+        wait::until(
+            "the recorded run's Job deleted",
+            Duration::from_secs(60),
+            || async {
+                match jobs.get_opt(&job).await.map_err(|e| e.to_string())? {
+                    None => Ok(()),
+                    Some(_) => Err(format!("Job {job} still there")),
+                }
+            },
+        )
         .await;
         let stored = self.keys(prefix).await;
         assert!(

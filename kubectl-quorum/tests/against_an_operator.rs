@@ -102,6 +102,7 @@ async fn status_pause_resume_backup_and_restore_through_the_plugin_and_refusals_
             cluster_domain: "cluster.local".into(),
             member_addresses: MemberAddresses::Loopback,
             allow_http_backups: true,
+            backup_runner: quorum_core::config::BackupRunner::Operator,
         },
         freshness: Duration::from_secs(30),
         replace_after: Duration::from_secs(300),

@@ -328,3 +328,28 @@ pub fn repository_root() -> PathBuf {
         .unwrap_or_else(|| panic!("{} is not inside the Quorum workspace", start.display()))
         .to_path_buf()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A backup Job's service account is granted its rules by the operator, which the API
+    /// server allows only for what the operator holds itself.
+    #[test]
+    fn every_operator_may_grant_its_backup_jobs_what_they_read() {
+        for package in operators() {
+            let [cluster, backup] = [&package.crds[0], &package.crds[1]];
+            let granted = quorum_core::backup::job::job_rules(
+                &cluster.spec.group,
+                &cluster.spec.names.plural,
+                &backup.spec.names.plural,
+            );
+            assert_eq!(
+                quorum_core::rbac::beyond(&granted, &package.rules),
+                Vec::<String>::new(),
+                "{}",
+                package.package
+            );
+        }
+    }
+}

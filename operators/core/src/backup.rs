@@ -51,6 +51,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 pub mod controller;
 mod destination;
+pub mod job;
 mod pipe;
 mod run;
 mod schedule;

@@ -67,6 +67,38 @@ pub struct MemberConfig {
     /// clear text; for local test stores only).
     #[arg(long, env = "ALLOW_HTTP_BACKUPS", default_value_t = false, action = ArgAction::Set)]
     pub allow_http_backups: bool,
+
+    /// Where a backup's bytes go through: a Job in the cluster's namespace, beside the data,
+    /// running the operator's image; or the operator's own process.
+    #[arg(long, env = "BACKUP_RUNNER", value_enum, default_value_t = BackupRunner::Job)]
+    pub backup_runner: BackupRunner,
+}
+
+/// Where a backup runs (the `--backup-runner` flag).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BackupRunner {
+    /// A Job per run in the cluster's namespace: the bytes stream from the member to the
+    /// destination there, and the operator's memory, CPU and network carry none of them.
+    Job,
+    /// The operator's own process (local demos and tests whose pods run nothing).
+    Operator,
+}
+
+impl MemberConfig {
+    /// The settings as the environment a backup Job's process reads them from (the same
+    /// flags), so it finds members and sends backups as the operator would.
+    pub fn job_environment(&self) -> Vec<(&'static str, String)> {
+        let addresses = match self.member_addresses {
+            MemberAddresses::Dns => "dns",
+            MemberAddresses::Loopback => "loopback",
+        };
+        vec![
+            ("CLUSTER_DOMAIN", self.cluster_domain.clone()),
+            ("MEMBER_ADDRESSES", addresses.to_string()),
+            ("ALLOW_HTTP_BACKUPS", self.allow_http_backups.to_string()),
+            ("BACKUP_RUNNER", "operator".to_string()),
+        ]
+    }
 }
 
 /// How an operator finds its members' addresses (the `--member-addresses` flag).
@@ -157,5 +189,44 @@ mod tests {
             let name = flag.split('=').next().unwrap();
             assert!(error.contains(name), "{error}");
         }
+    }
+
+    #[derive(Parser)]
+    struct MemberCli {
+        #[command(flatten)]
+        members: MemberConfig,
+    }
+
+    /// A backup Job's process reads the operator's member settings from its environment: each
+    /// variable is one the flags read, and read back it gives the same settings, with backups
+    /// taken in that process.
+    #[test]
+    fn a_backup_jobs_environment_carries_the_operators_member_settings() {
+        use clap::CommandFactory;
+        let operator = MemberCli::parse_from([
+            "op",
+            "--cluster-domain=example.internal",
+            "--member-addresses=loopback",
+            "--allow-http-backups=true",
+        ])
+        .members;
+        assert_eq!(operator.backup_runner, BackupRunner::Job, "the default");
+        let command = MemberCli::command();
+        let flags: Vec<String> = operator
+            .job_environment()
+            .into_iter()
+            .map(|(name, value)| {
+                let argument = command
+                    .get_arguments()
+                    .find(|argument| argument.get_env().is_some_and(|env| env == name))
+                    .unwrap_or_else(|| panic!("{name} is no flag's variable"));
+                format!("--{}={value}", argument.get_long().unwrap())
+            })
+            .collect();
+        let job = MemberCli::parse_from(std::iter::once("op".to_string()).chain(flags)).members;
+        assert_eq!(job.cluster_domain, operator.cluster_domain);
+        assert_eq!(job.member_addresses, operator.member_addresses);
+        assert_eq!(job.allow_http_backups, operator.allow_http_backups);
+        assert_eq!(job.backup_runner, BackupRunner::Operator);
     }
 }

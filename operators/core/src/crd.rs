@@ -354,6 +354,10 @@ pub struct BackupRunStatus {
     /// What retention (`retain`) deleted last, and when.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_pruned: Option<PruneRecord>,
+    /// The Job of the run in progress, or of the last run (backups run in Jobs beside the
+    /// data): `kubectl logs job/<job>` shows what it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
 }
 
 /// Objects a backup's retention deleted in one pass.

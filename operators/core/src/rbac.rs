@@ -12,6 +12,33 @@ pub fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
     }
 }
 
+/// Whether `rules` allow `verb` on `resource` of API `group`.
+pub fn allows(rules: &[PolicyRule], group: &str, resource: &str, verb: &str) -> bool {
+    rules.iter().any(|rule| {
+        rule.api_groups.iter().flatten().any(|g| g == group)
+            && rule.resources.iter().flatten().any(|r| r == resource)
+            && rule.verbs.iter().any(|v| v == verb)
+    })
+}
+
+/// What `granted` allows that `holder` does not, as `verb group/resource` (the API server lets
+/// an account grant only what it holds itself).
+pub fn beyond(granted: &[PolicyRule], holder: &[PolicyRule]) -> Vec<String> {
+    let mut beyond = Vec::new();
+    for rule in granted {
+        for group in rule.api_groups.iter().flatten() {
+            for resource in rule.resources.iter().flatten() {
+                for verb in &rule.verbs {
+                    if !allows(holder, group, resource, verb) {
+                        beyond.push(format!("{verb} {group}/{resource}"));
+                    }
+                }
+            }
+        }
+    }
+    beyond
+}
+
 /// The rules on an engine's own resources in API `group`: its clusters (`clusters`, read and
 /// watched, plus `extra_cluster_verbs`) and their status, which is its to write; its backups
 /// (`backups`), applied and deleted on behalf of a cluster's backup policy, and their status.
@@ -53,6 +80,8 @@ pub fn operator_rules(
     rules.extend(own);
     // Claims listed to find a deleted cluster's leftovers (`crate::predecessor::find`).
     rules.push(rule("", &["persistentvolumeclaims"], &["list"]));
+    // Backups run in Jobs beside the data, as their own service account.
+    rules.extend(crate::backup::job::operator_rules());
     rules.push(events_rule());
     rules
 }

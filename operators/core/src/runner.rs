@@ -420,7 +420,14 @@ impl Runtime {
         if let Some(wakeups) = wakeups {
             controller = controller.reconcile_on(wakeups.stream::<K>(namespace.clone()));
         }
-        if shape != Shape::Leaf {
+        if shape == Shape::Leaf {
+            // Backups own the Jobs their runs are taken in: a finished one wakes its backup.
+            controller = controller.owns_stream(self.cache.watch(
+                owned::<k8s_openapi::api::batch::v1::Job>(&client, &namespace),
+                namespace.clone(),
+                managed.clone(),
+            ));
+        } else {
             let (cache, scope) = (&self.cache, || namespace.clone());
             controller = controller
                 .owns_stream(cache.watch(
@@ -675,6 +682,14 @@ pub trait Operator: 'static {
         context: Arc<Context<Self::State>>,
     ) -> impl Future<Output = Result<Action, impl ReconcileError>> + Send + 'static;
 
+    /// One run of a backup in a backup Job's process ([`run_backup_job`]), started at
+    /// `started` as the operator recorded it.
+    fn run_backup(
+        backup: Arc<Self::Backup>,
+        context: Arc<Context<Self::State>>,
+        started: jiff::Timestamp,
+    ) -> impl Future<Output = crate::backup::job::JobOutcome> + Send + 'static;
+
     /// What wakes a cluster's pass besides its objects changing: the database's own events,
     /// where the operator follows them.
     fn wakeups(_state: &Self::State) -> Option<Wakeups> {
@@ -707,6 +722,56 @@ pub async fn serve<O: Operator>(config: OperatorConfig, settings: O::Settings) -
     let context = runtime.context(O::state(settings, AdminCalls::default(), runtime.metrics()));
     let controllers = O::controllers(&runtime, context);
     runtime.run(controllers).await
+}
+
+/// The process of a backup Job (`<operator> backup-run`, see [`crate::backup::job`]): one run
+/// of backup `args.backup` in its own namespace, its outcome written as the container's
+/// termination message (and to standard output) for the operator to record. Exits 0 when the
+/// run stored its objects, 1 otherwise.
+pub async fn run_backup_job<O: Operator>(
+    config: OperatorConfig,
+    settings: O::Settings,
+    args: &crate::backup::job::BackupRunArgs,
+) -> ! {
+    use crate::backup::job::{JobOutcome, TERMINATION_LOG};
+    crate::install_crypto_provider();
+    let outcome = async {
+        let started: jiff::Timestamp = args.started_at.parse().map_err(|error| JobOutcome::Failed {
+            reason: "JobInvalid".into(),
+            message: format!("--started-at {}: {error}", args.started_at),
+        })?;
+        let unreadable = |error: String| JobOutcome::Failed {
+            reason: "JobInvalid".into(),
+            message: error,
+        };
+        let namespace = config
+            .pod_namespace
+            .clone()
+            .ok_or_else(|| unreadable("POD_NAMESPACE is not set".into()))?;
+        let client = api_client(&config)
+            .await
+            .map_err(|error| unreadable(format!("the API server: {error}")))?;
+        let backups: Api<O::Backup> = Api::namespaced(client.clone(), &namespace);
+        let backup = backups
+            .get(&args.backup)
+            .await
+            .map_err(|error| unreadable(format!("reading backup {}: {error}", args.backup)))?;
+        let metrics = Arc::new(Metrics::new());
+        let state = O::state(settings, AdminCalls::default(), &metrics);
+        let context = Arc::new(Context::new(client, O::NAME, metrics, state));
+        Ok::<_, JobOutcome>(O::run_backup(Arc::new(backup), context, started).await)
+    }
+    .await
+    .unwrap_or_else(|failed| failed);
+    let message = outcome.encode();
+    if let Err(error) = std::fs::write(TERMINATION_LOG, &message) {
+        tracing::warn!(%error, "the termination message could not be written");
+    }
+    println!("{message}");
+    std::process::exit(match outcome {
+        JobOutcome::Stored { .. } => 0,
+        JobOutcome::Failed { .. } => 1,
+    })
 }
 
 /// The annotation that pauses reconciliation of one object: while it is `"true"`, the operator

@@ -13,6 +13,7 @@ use quorum_core::{
     backup::{
         BackupSink,
         controller::{self, BackupControllerError, BackupEngine, Snapshot, Sources},
+        job::{JobOutcome, JobSettings},
     },
     runner::{Context, object_key},
 };
@@ -54,6 +55,15 @@ impl BackupEngine for EtcdSnapshots<'_> {
 
     fn allow_http(&self) -> bool {
         self.state.settings.members.allow_http_backups
+    }
+
+    fn pod_overrides<'c>(&self, cluster: &'c EtcdCluster) -> Option<&'c quorum_core::crd::PodOverrides> {
+        cluster.spec.pod_template.as_ref()
+    }
+
+    fn jobs(&self) -> Option<JobSettings> {
+        let settings = &self.state.settings;
+        JobSettings::when_configured(&settings.members, &settings.operator_image)
     }
 
     async fn sources(
@@ -126,4 +136,16 @@ pub async fn reconcile_backup(
         state: &context.state,
     };
     controller::reconcile(&engine, backup.as_ref(), &context).await
+}
+
+/// Takes one run of an `EtcdBackup` in a backup Job's process.
+pub async fn run_backup(
+    backup: Arc<EtcdBackup>,
+    context: Arc<Context<State>>,
+    started: jiff::Timestamp,
+) -> JobOutcome {
+    let engine = EtcdSnapshots {
+        state: &context.state,
+    };
+    controller::run_in_job(&engine, backup.as_ref(), &context, started).await
 }

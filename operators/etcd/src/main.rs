@@ -11,9 +11,9 @@ use etcd_operator::{
     restore::{RestoreMemberArgs, restore_member},
 };
 use quorum_core::{
-    backup::{S3Credentials, finish_restore_step},
+    backup::{S3Credentials, finish_restore_step, job::BackupRunArgs},
     config::{MemberConfig, OperatorConfig},
-    runner::{RunError, serve},
+    runner::{RunError, run_backup_job, serve},
     telemetry,
 };
 
@@ -44,7 +44,9 @@ enum Command {
     /// Restore this member's data directory from a snapshot (the init container of members of
     /// a cluster created with `spec.restoreFrom`). S3 credentials come from AWS_ACCESS_KEY_ID
     /// and AWS_SECRET_ACCESS_KEY.
-    RestoreMember(RestoreMemberArgs),
+    RestoreMember(Box<RestoreMemberArgs>),
+    /// Take one run of a backup (the process of a backup Job the operator started).
+    BackupRun(BackupRunArgs),
 }
 
 #[tokio::main]
@@ -62,5 +64,8 @@ async fn main() -> Result<(), RunError> {
         operator_image: cli.operator_image,
         leader_events: ListenSettings::default(),
     };
+    if let Some(Command::BackupRun(args)) = &cli.command {
+        run_backup_job::<EtcdOperator>(cli.operator, settings, args).await;
+    }
     serve::<EtcdOperator>(cli.operator, settings).await
 }

@@ -24,8 +24,8 @@ pub fn rules() -> Vec<PolicyRule> {
             rule("", &["secrets"], &["get", "list", "watch"]),
             // Member pods (the operator's own, watched into its cache): listed to see which version
             // each runs; one deleted at a time for an upgrade, or to replace a member with an empty
-            // volume.
-            rule("", &["pods"], &["list", "watch", "delete"]),
+            // volume. `get` only to grant it to backup Jobs (`quorum_core::backup::job`).
+            rule("", &["pods"], &["get", "list", "watch", "delete"]),
             quorum_core::wipe::rbac_rule(),
         ],
     )

@@ -982,8 +982,8 @@ async fn a_cluster_created_again_under_its_name_never_starts_on_the_deleted_ones
 }
 
 /// The same with `restoreFrom`: a cluster deleted and created again from a backup holds exactly
-/// the backup's data, never what the deleted cluster's volumes held after it. The operator's pod
-/// writes the snapshot to an S3 store in the cluster, and each member's `restore` init container
+/// the backup's data, never what the deleted cluster's volumes held after it. A backup Job
+/// beside the members writes the snapshot to an S3 store in the cluster, and each member's `restore` init container
 /// (the operator's image with etcdutl) reads it back over the pod network.
 #[tokio::test]
 async fn a_cluster_created_again_from_a_backup_holds_exactly_the_backups_data() {
@@ -1032,5 +1032,103 @@ async fn a_cluster_created_again_from_a_backup_holds_exactly_the_backups_data() 
     store
         .scheduled_runs_pruned::<EtcdBackup>(&setup, "etcd", &[one_shot])
         .await;
+    setup.remove().await;
+}
+
+/// A scheduled run whose Job cannot be made (a ResourceQuota allows no Job in the namespace) is
+/// recorded `Failed` (`JobNotCreated`) with the API server's reason, and nothing is stored; the
+/// schedule goes on, and once Jobs are allowed again its next run is stored.
+#[tokio::test]
+async fn a_run_whose_job_cannot_be_made_fails_and_the_next_scheduled_run_is_stored() {
+    use etcd_operator::crd::EtcdBackup;
+    use k8s_openapi::api::core::v1::{ResourceQuota, ResourceQuotaSpec};
+    use quorum_core::backup::controller::BackupResource;
+
+    let setup = install_with_backups("real-backup-job").await;
+    let store = setup.deploy_s3_store().await;
+    create_ready(&setup, &real_cluster(3, None)).await;
+    let quotas: Api<ResourceQuota> = Api::namespaced(setup.admin.clone(), &setup.ns);
+    let no_jobs = ResourceQuota {
+        metadata: kube::api::ObjectMeta {
+            name: Some("no-jobs".into()),
+            ..Default::default()
+        },
+        spec: Some(ResourceQuotaSpec {
+            hard: Some(
+                [(
+                    "count/jobs.batch".to_string(),
+                    k8s_openapi::apimachinery::pkg::api::resource::Quantity("0".into()),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    quotas.create(&PostParams::default(), &no_jobs).await.unwrap();
+    // The quota admission plugin enforces a quota once its controller has computed its usage.
+    wait::until("the quota in force", Duration::from_secs(60), || async {
+        let quota = quotas.get("no-jobs").await.map_err(|e| e.to_string())?;
+        match quota.status.and_then(|status| status.used) {
+            Some(used) if used.contains_key("count/jobs.batch") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+
+    store
+        .schedule_every_minute::<EtcdBackup>(&setup, CLUSTER, "etcd")
+        .await;
+    let backups: Api<EtcdBackup> = Api::namespaced(setup.admin.clone(), &setup.ns);
+    let scheduled_run = || async {
+        let backup = backups
+            .get(real_pods::SCHEDULED_BACKUP)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok::<_, String>(
+            backup
+                .backup_status()
+                .map(EtcdBackup::run)
+                .cloned()
+                .unwrap_or_default(),
+        )
+    };
+    let refused = wait::until("a run refused its Job", Duration::from_secs(150), || async {
+        let run = scheduled_run().await?;
+        let reason = run
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .map(|c| c.reason.clone());
+        match (reason.as_deref(), &run.message) {
+            (Some("JobNotCreated"), Some(_)) => Ok(run.clone()),
+            _ => Err(format!("{reason:?}: {:?}", run.message)),
+        }
+    })
+    .await;
+    let message = refused.message.clone().unwrap();
+    assert!(
+        message.contains("could not be created") && message.contains("quota"),
+        "{message}"
+    );
+    assert_eq!(refused.last_snapshot, None, "a refused run stored nothing");
+    assert!(
+        store.keys("etcd").await.is_empty(),
+        "a refused run stored nothing"
+    );
+
+    quotas.delete("no-jobs", &Default::default()).await.unwrap();
+    let stored = wait::until("a later run stored", Duration::from_secs(180), || async {
+        let run = scheduled_run().await?;
+        run.last_snapshot
+            .ok_or_else(|| format!("{:?}: {:?}", run.phase, run.message))
+    })
+    .await;
+    let keys = store.keys("etcd").await;
+    assert!(
+        keys.iter().any(|key| stored.location.ends_with(key.as_str())),
+        "{} is not in the store: {keys:?}",
+        stored.location
+    );
     setup.remove().await;
 }

@@ -19,6 +19,7 @@ use quorum_core::{
     backup::{
         BackupError, BackupSink, PipeError,
         controller::{self, BackupControllerError, BackupEngine, Snapshot, Sources},
+        job::{JobOutcome, JobSettings},
         pipe, producer,
     },
     runner::{Context, object_key},
@@ -79,6 +80,18 @@ impl BackupEngine for MongoSnapshots<'_> {
 
     fn allow_http(&self) -> bool {
         self.context.state.settings.members.allow_http_backups
+    }
+
+    fn pod_overrides<'c>(
+        &self,
+        cluster: &'c MongoDBReplicaSet,
+    ) -> Option<&'c quorum_core::crd::PodOverrides> {
+        cluster.spec.pod_template.as_ref()
+    }
+
+    fn jobs(&self) -> Option<JobSettings> {
+        let settings = &self.context.state.settings;
+        JobSettings::when_configured(&settings.members, &settings.operator_image)
     }
 
     async fn sources(
@@ -268,6 +281,21 @@ pub async fn reconcile_backup(
     context: Arc<Context<State>>,
 ) -> Result<Action, BackupControllerError<SnapshotError>> {
     controller::reconcile(&MongoSnapshots { context: &context }, backup.as_ref(), &context).await
+}
+
+/// Takes one run of a `MongoDBBackup` in a backup Job's process.
+pub async fn run_backup(
+    backup: Arc<MongoDBBackup>,
+    context: Arc<Context<State>>,
+    started: jiff::Timestamp,
+) -> JobOutcome {
+    controller::run_in_job(
+        &MongoSnapshots { context: &context },
+        backup.as_ref(),
+        &context,
+        started,
+    )
+    .await
 }
 
 #[cfg(test)]

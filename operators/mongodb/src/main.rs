@@ -3,8 +3,9 @@
 use clap::Parser;
 use mongodb_operator::{MongoDbOperator, reconcile::Settings};
 use quorum_core::{
+    backup::job::BackupRunArgs,
     config::{MemberConfig, OperatorConfig},
-    runner::{RunError, serve},
+    runner::{RunError, run_backup_job, serve},
     telemetry,
 };
 
@@ -17,12 +18,31 @@ struct Cli {
 
     #[command(flatten)]
     members: MemberConfig,
+
+    /// The operator's own image: backup Jobs run it.
+    #[arg(long, env = "OPERATOR_IMAGE", default_value = concat!("ghcr.io/quorum-dev/mongodb-operator:v", env!("CARGO_PKG_VERSION")))]
+    operator_image: String,
+
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum Command {
+    /// Take one run of a backup (the process of a backup Job the operator started).
+    BackupRun(BackupRunArgs),
 }
 
 #[tokio::main]
 async fn main() -> Result<(), RunError> {
     let cli = Cli::parse();
     telemetry::init(cli.operator.log_format);
-    let settings = Settings { members: cli.members };
+    let settings = Settings {
+        members: cli.members,
+        operator_image: cli.operator_image,
+    };
+    if let Some(Command::BackupRun(args)) = &cli.command {
+        run_backup_job::<MongoDbOperator>(cli.operator, settings, args).await;
+    }
     serve::<MongoDbOperator>(cli.operator, settings).await
 }

@@ -17,6 +17,8 @@ pub struct Settings {
     /// Where members are found (`--cluster-domain`, `--member-addresses`) and whether backups
     /// may go to an `http://` S3 endpoint (`--allow-http-backups`).
     pub members: MemberConfig,
+    /// The operator's own image: backup Jobs run it.
+    pub operator_image: String,
 }
 
 /// The operator's own state in the shared context.

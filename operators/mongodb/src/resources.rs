@@ -653,6 +653,7 @@ pub(crate) mod tests {
             cluster_domain: cluster_domain.into(),
             member_addresses,
             allow_http_backups: false,
+            backup_runner: quorum_core::config::BackupRunner::Operator,
         }
     }
 

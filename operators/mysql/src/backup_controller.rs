@@ -16,6 +16,7 @@ use quorum_core::{
     backup::{
         BackupError, BackupSink, PipeError,
         controller::{self, BackupControllerError, BackupEngine, Snapshot, Sources},
+        job::{JobOutcome, JobSettings},
         pipe, producer,
     },
     runner::{Context, object_key},
@@ -49,7 +50,7 @@ impl ReconcileError for SnapshotFailed {
 
 /// MySQL's part of a backup: one caught-up member, its consistent snapshot.
 struct MySqlSnapshots<'a> {
-    state: &'a State,
+    context: &'a Context<State>,
 }
 
 /// The member a snapshot is read from.
@@ -68,7 +69,16 @@ impl BackupEngine for MySqlSnapshots<'_> {
     const ENGINE: &'static str = crate::observe::ENGINE;
 
     fn allow_http(&self) -> bool {
-        self.state.settings.members.allow_http_backups
+        self.context.state.settings.members.allow_http_backups
+    }
+
+    fn pod_overrides<'c>(&self, cluster: &'c MySQLCluster) -> Option<&'c quorum_core::crd::PodOverrides> {
+        cluster.spec.pod_template.as_ref()
+    }
+
+    fn jobs(&self) -> Option<JobSettings> {
+        let settings = &self.context.state.settings;
+        JobSettings::when_configured(&settings.members, &settings.operator_image)
     }
 
     async fn sources(
@@ -76,10 +86,14 @@ impl BackupEngine for MySqlSnapshots<'_> {
         _: &MySQLBackup,
         cluster: &MySQLCluster,
     ) -> Result<Sources<Member>, SnapshotFailed> {
+        crate::reconcile::hand_admin_credentials(self.context, cluster)
+            .await
+            .map_err(|error| SnapshotFailed(format!("the admin credentials: {error}")))?;
         let cluster_name = cluster.name_any();
-        let addresses = self.state.addresses(cluster);
+        let addresses = self.context.state.addresses(cluster);
         let members = cluster.status.as_ref().map_or(0, |s| s.members.len());
         let view = self
+            .context
             .state
             .clients
             .observe(&object_key(cluster), &addresses, members)
@@ -116,8 +130,9 @@ impl BackupEngine for MySqlSnapshots<'_> {
         sink: &BackupSink,
         name: &str,
     ) -> Result<Snapshot<SnapshotInfo>, SnapshotFailed> {
-        let addresses = self.state.addresses(cluster);
+        let addresses = self.context.state.addresses(cluster);
         let admin = self
+            .context
             .state
             .clients
             .call(
@@ -197,12 +212,15 @@ pub async fn reconcile_backup(
     backup: Arc<MySQLBackup>,
     context: Arc<Context<State>>,
 ) -> Result<Action, BackupControllerError<SnapshotFailed>> {
-    controller::reconcile(
-        &MySqlSnapshots {
-            state: &context.state,
-        },
-        backup.as_ref(),
-        &context,
-    )
-    .await
+    controller::reconcile(&MySqlSnapshots { context: &context }, backup.as_ref(), &context).await
+}
+
+/// Takes one run of a `MySQLBackup` in a backup Job's process.
+pub async fn run_backup(
+    backup: Arc<MySQLBackup>,
+    context: Arc<Context<State>>,
+    started: jiff::Timestamp,
+) -> JobOutcome {
+    let engine = MySqlSnapshots { context: &context };
+    controller::run_in_job(&engine, backup.as_ref(), &context, started).await
 }

@@ -69,4 +69,12 @@ impl Operator for MySqlOperator {
     ) -> impl Future<Output = Result<Action, impl ReconcileError>> + Send + 'static {
         backup_controller::reconcile_backup(backup, context)
     }
+
+    fn run_backup(
+        backup: Arc<crd::MySQLBackup>,
+        context: Arc<Context<reconcile::State>>,
+        started: jiff::Timestamp,
+    ) -> impl Future<Output = quorum_core::backup::job::JobOutcome> + Send + 'static {
+        backup_controller::run_backup(backup, context, started)
+    }
 }

@@ -5,8 +5,9 @@ use std::time::Duration;
 use clap::Parser;
 use mysql_operator::{MySqlOperator, reconcile::Settings};
 use quorum_core::{
+    backup::job::BackupRunArgs,
     config::{MemberConfig, OperatorConfig},
-    runner::{RunError, serve},
+    runner::{RunError, run_backup_job, serve},
     telemetry,
 };
 
@@ -19,6 +20,19 @@ struct Cli {
 
     #[command(flatten)]
     members: MemberConfig,
+
+    /// The operator's own image: backup Jobs run it.
+    #[arg(long, env = "OPERATOR_IMAGE", default_value = concat!("ghcr.io/quorum-dev/mysql-operator:v", env!("CARGO_PKG_VERSION")))]
+    operator_image: String,
+
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum Command {
+    /// Take one run of a backup (the process of a backup Job the operator started).
+    BackupRun(BackupRunArgs),
 }
 
 #[tokio::main]
@@ -28,6 +42,10 @@ async fn main() -> Result<(), RunError> {
     let settings = Settings {
         members: cli.members,
         freshness: Duration::from_secs(30),
+        operator_image: cli.operator_image,
     };
+    if let Some(Command::BackupRun(args)) = &cli.command {
+        run_backup_job::<MySqlOperator>(cli.operator, settings, args).await;
+    }
     serve::<MySqlOperator>(cli.operator, settings).await
 }

@@ -68,6 +68,8 @@ pub struct Settings {
     pub members: MemberConfig,
     /// How old an observation may be for the decision to act on it.
     pub freshness: Duration,
+    /// The operator's own image: backup Jobs run it.
+    pub operator_image: String,
 }
 
 /// The operator's own state in the shared context.
@@ -269,8 +271,19 @@ async fn load_credentials(context: &Context<State>, cluster: &MySQLCluster) -> R
     )
     .await?;
     ensure_generated_secret(context, cluster, replication_secret_name(&name), true).await?;
+    hand_admin_credentials(context, cluster).await?;
+    read_password(context, &namespace, &replication_secret_name(&name)).await
+}
+
+/// The admin credentials (the root password, the servers' CA) handed to the clients: by every
+/// pass, and by a backup's run, which may come before any pass (after an operator restart, or
+/// in a backup Job's process).
+pub(crate) async fn hand_admin_credentials(
+    context: &Context<State>,
+    cluster: &MySQLCluster,
+) -> Result<(), Error> {
+    let namespace = cluster.namespace().unwrap_or_default();
     let root_password = read_password(context, &namespace, &root_secret_name(cluster)).await?;
-    let replication_password = read_password(context, &namespace, &replication_secret_name(&name)).await?;
     let server_ca = match &cluster.spec.tls {
         Some(tls) => Some(read_server_ca(context, &namespace, &tls.secret_name).await?),
         None => None,
@@ -288,7 +301,7 @@ async fn load_credentials(context: &Context<State>, cluster: &MySQLCluster) -> R
             },
         )
         .await;
-    Ok(replication_password)
+    Ok(())
 }
 
 fn cluster_key(cluster: &MySQLCluster) -> String {

@@ -21,6 +21,7 @@ use quorum_core::{
     backup::{
         BackupError, BackupSink, PipeError,
         controller::{self, BackupControllerError, BackupEngine, Snapshot, Sources},
+        job::{JobOutcome, JobSettings},
         pipe, producer,
     },
     runner::{Context, object_key},
@@ -90,6 +91,15 @@ impl BackupEngine for RedisSnapshots<'_> {
 
     fn allow_http(&self) -> bool {
         self.context.state.settings.members.allow_http_backups
+    }
+
+    fn pod_overrides<'c>(&self, cluster: &'c RedisCluster) -> Option<&'c quorum_core::crd::PodOverrides> {
+        cluster.spec.pod_template.as_ref()
+    }
+
+    fn jobs(&self) -> Option<JobSettings> {
+        let settings = &self.context.state.settings;
+        JobSettings::when_configured(&settings.members, &settings.operator_image)
     }
 
     async fn sources(
@@ -211,6 +221,21 @@ pub async fn reconcile_backup(
     context: Arc<Context<State>>,
 ) -> Result<Action, BackupControllerError<SnapshotError>> {
     controller::reconcile(&RedisSnapshots { context: &context }, backup.as_ref(), &context).await
+}
+
+/// Takes one run of a `RedisBackup` in a backup Job's process.
+pub async fn run_backup(
+    backup: Arc<RedisBackup>,
+    context: Arc<Context<State>>,
+    started: jiff::Timestamp,
+) -> JobOutcome {
+    controller::run_in_job(
+        &RedisSnapshots { context: &context },
+        backup.as_ref(),
+        &context,
+        started,
+    )
+    .await
 }
 
 /// One data node as the backup controller found it.

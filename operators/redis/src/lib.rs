@@ -79,6 +79,14 @@ impl Operator for RedisOperator {
         backup_controller::reconcile_backup(backup, context)
     }
 
+    fn run_backup(
+        backup: Arc<crd::RedisBackup>,
+        context: Arc<Context<reconcile::State>>,
+        started: jiff::Timestamp,
+    ) -> impl Future<Output = quorum_core::backup::job::JobOutcome> + Send + 'static {
+        backup_controller::run_backup(backup, context, started)
+    }
+
     fn wakeups(state: &reconcile::State) -> Option<quorum_core::wakeups::Wakeups> {
         Some(state.sentinel_events.wakeups())
     }

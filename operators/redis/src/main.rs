@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use clap::Parser;
 use quorum_core::{
-    backup::{S3Credentials, finish_restore_step},
+    backup::{S3Credentials, finish_restore_step, job::BackupRunArgs},
     config::{MemberConfig, OperatorConfig},
-    runner::{RunError, serve},
+    runner::{RunError, run_backup_job, serve},
     telemetry,
 };
 use redis_operator::{
@@ -42,6 +42,8 @@ enum Command {
     /// pods of a cluster created with `spec.restoreFrom`). S3 credentials come from
     /// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.
     RestoreNode(RestoreNodeArgs),
+    /// Take one run of a backup (the process of a backup Job the operator started).
+    BackupRun(BackupRunArgs),
 }
 
 #[tokio::main]
@@ -61,5 +63,8 @@ async fn main() -> Result<(), RunError> {
         settled_recheck: Duration::from_secs(30),
         sentinel_events: ListenSettings::default(),
     };
+    if let Some(Command::BackupRun(args)) = &cli.command {
+        run_backup_job::<RedisOperator>(cli.operator, settings, args).await;
+    }
     serve::<RedisOperator>(cli.operator, settings).await
 }

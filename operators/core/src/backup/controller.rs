@@ -2,10 +2,14 @@
 //! `MongoDBBackup`): one pass, the same for every engine, around the engine's own part.
 //!
 //! A pass, in order:
-//! 0. **interrupted**: a pass starts from the stored backup (not the watch cache, which may
-//!    trail the last write). A run is taken within one pass, so a pass that finds `Running`
-//!    finds a run the operator stopped during (a restart, a lost lease). A partial upload is
-//!    never stored; it is recorded `Failed` (`Interrupted`) and the backup goes on as after any
+//! 0. **in flight**: a pass starts from the stored backup (not the watch cache, which may
+//!    trail the last write). A run recorded `Running` in a Job ([`super::job`]) is followed:
+//!    while the Job runs the pass looks again later (a change of the Job wakes it sooner); once
+//!    it finished, its outcome is recorded as a run in the operator's process would be (6, 7),
+//!    and a Job that is gone, or that reported nothing, fails the run. A run taken in the
+//!    operator's process is taken within one pass, so a pass that finds one `Running` finds a
+//!    run the operator stopped during (a restart, a lost lease). A partial upload is never
+//!    stored; it is recorded `Failed` (`Interrupted`) and the backup goes on as after any
 //!    failed run: a schedule at its next time.
 //! 1. **due**: a one-shot backup runs once; a scheduled one at its next time (written to
 //!    `nextScheduledAt` while it waits). A schedule that never fires is recorded, reported, and
@@ -17,7 +21,9 @@
 //!    is recorded and reported; a bad one waits for the resource to change, a credentials
 //!    Secret that cannot be read is retried.
 //! 5. **run**: `Running` is recorded, then each source's snapshot is produced (engine) into
-//!    its own object, in order, stopping at the first failure.
+//!    its own object, in order, stopping at the first failure: in a Job created after
+//!    `Running` (with the Job's name) is recorded, whose process does this and reports
+//!    ([`run_in_job`]), or in the operator's process (`--backup-runner=operator`).
 //! 6. **record**: on the backup (the shared run fields, then the engine's own), on the
 //!    cluster (`lastBackup`), in one event; then the next schedule time.
 //! 7. **retention** (`retain`): of the objects this backup resource made (their names share
@@ -29,25 +35,42 @@
 //! returned as an error (so the error counter sees it); a schedule tries again at its next
 //! time, a one-shot backup does not run again.
 
-use std::{collections::BTreeSet, fmt::Debug, future::Future, time::Duration};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fmt::Debug,
+    future::Future,
+    time::Duration,
+};
 
 use jiff::Timestamp;
-use k8s_openapi::{NamespaceResourceScope, apimachinery::pkg::apis::meta::v1::Time};
+use k8s_openapi::{
+    NamespaceResourceScope,
+    api::{
+        batch::v1::Job,
+        core::v1::{Pod, ServiceAccount},
+        rbac::v1::{Role, RoleBinding},
+    },
+    apimachinery::pkg::apis::meta::v1::Time,
+};
 use kube::{
     Api, Resource, ResourceExt,
-    api::{ListParams, Patch, PatchParams},
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
     runtime::controller::Action,
 };
 use serde::{Serialize, de::DeserializeOwned};
 
 use super::{
     BackupError, BackupSink, Retention, ScheduleError, SinkSetupError, StoredBackup, cluster_sink, due_at,
+    job::{
+        BACKUP_LABEL, JOB_SERVICE_ACCOUNT, JobOutcome, JobSettings, JobState, StoredObject, backup_job,
+        job_identity, job_name, job_rules, job_state,
+    },
     next_due, object_name, object_prefix, until,
 };
 use crate::{
     ReconcileError,
     conditions::{ConditionType, ConditionUpdate, set_condition},
-    crd::{BackupPhase, BackupRecord, BackupRunStatus, BackupSpec, PruneRecord},
+    crd::{BackupPhase, BackupRecord, BackupRunStatus, BackupSpec, PodOverrides, PruneRecord},
     events::Severity,
     runner::Context,
     status::StatusWriter,
@@ -59,6 +82,11 @@ const CLUSTER_MISSING_RETRY: Duration = Duration::from_secs(30);
 const NO_SOURCE_RETRY: Duration = Duration::from_secs(15);
 /// The action of every event a backup controller publishes.
 const ACTION: &str = "Backup";
+/// The field manager of the backup Jobs' service account, Role and RoleBinding.
+const ACTION_MANAGER: &str = "quorum-backup-controller";
+/// How often a run's Job is looked at while it runs, besides when it changes (the backup
+/// controller watches its Jobs).
+const JOB_POLL: Duration = Duration::from_secs(15);
 
 /// A backup resource: the shared spec and status fragments it embeds.
 pub trait BackupResource:
@@ -71,7 +99,7 @@ pub trait BackupResource:
     + Sync
     + 'static
 {
-    type Status: Default + Clone + PartialEq + Serialize + Send + Sync;
+    type Status: Default + Clone + PartialEq + Serialize + DeserializeOwned + Send + Sync;
 
     /// A backup named `name` with `backup` as its spec.
     fn with_spec(name: &str, backup: BackupSpec) -> Self;
@@ -149,6 +177,15 @@ pub trait BackupEngine: Send + Sync {
 
     /// Whether a plain-HTTP S3 endpoint is allowed (an operator setting).
     fn allow_http(&self) -> bool;
+
+    /// The cluster's `spec.podTemplate`: a backup Job may run where its members may.
+    fn pod_overrides<'c>(&self, cluster: &'c Self::Cluster) -> Option<&'c PodOverrides>;
+
+    /// How runs are taken in Jobs beside the data; `None` to take them in the operator's
+    /// process (an operator setting, `--backup-runner`).
+    fn jobs(&self) -> Option<JobSettings> {
+        None
+    }
 
     /// The members to read from, chosen on what the engine observes now.
     fn sources(
@@ -304,6 +341,9 @@ where
     let backup = &backup;
     let mut pass = Pass::new(engine, backup, context);
     pass.remember_newest_success();
+    if let Some(action) = pass.follow_job().await? {
+        return Ok(action);
+    }
     pass.fail_interrupted_run().await?;
     if let Some(later) = pass.wait_until_due().await? {
         return Ok(later);
@@ -329,10 +369,112 @@ where
         Sources::Wait { reason, message } => return pass.wait(reason, message, NO_SOURCE_RETRY).await,
     };
     let sink = pass.sink().await?;
+    if let Some(settings) = engine.jobs() {
+        return pass.start_job(&cluster, &sources, &settings).await;
+    }
     let snapshots = pass.run(&cluster, &sources, &sink).await?;
     pass.record(&snapshots).await?;
     pass.prune(&sink, snapshots.len()).await?;
     Ok(pass.next())
+}
+
+/// One run in a backup Job's process (`<operator> backup-run`, see [`super::job`]): the run
+/// the operator recorded as started at `started`, from the backup and its cluster as stored
+/// now. Its outcome is what the operator records; nothing here writes to the API server.
+pub async fn run_in_job<E, S>(
+    engine: &E,
+    backup: &E::Backup,
+    context: &Context<S>,
+    started: Timestamp,
+) -> JobOutcome
+where
+    E: BackupEngine,
+{
+    let failed = |reason: &str, message: String| JobOutcome::Failed {
+        reason: reason.to_string(),
+        message,
+    };
+    let namespace = backup.namespace().unwrap_or_default();
+    let spec = backup.backup_spec();
+    let clusters: Api<E::Cluster> = Api::namespaced(context.client.clone(), &namespace);
+    let cluster = match clusters.get_opt(&spec.cluster_name).await {
+        Ok(Some(cluster)) => cluster,
+        Ok(None) => {
+            let message = format!("{} {} does not exist", E::Cluster::kind(&()), spec.cluster_name);
+            return failed("ClusterNotFound", message);
+        }
+        Err(error) => return failed("ClusterUnreadable", error.to_string()),
+    };
+    let sources = match engine.sources(backup, &cluster).await {
+        Ok(Sources::From(sources)) if !sources.is_empty() => sources,
+        Ok(Sources::From(_)) => {
+            return failed("NoSnapshotSource", "no member to read the backup from".into());
+        }
+        Ok(Sources::Wait { reason, message }) => return failed(reason, message),
+        Err(error) => return failed("SnapshotFailed", error.to_string()),
+    };
+    let sink = match cluster_sink(
+        &context.client,
+        &namespace,
+        &spec.cluster_name,
+        &spec.destination,
+        engine.allow_http(),
+    )
+    .await
+    {
+        Ok(sink) => sink,
+        Err(error) => {
+            return failed(
+                "DestinationInvalid",
+                format!("the destination cannot be used: {error}"),
+            );
+        }
+    };
+    let mut snapshots = Vec::with_capacity(sources.len());
+    for source in &sources {
+        let name = object_name(
+            &E::Backup::kind(&()),
+            &backup.name_any(),
+            &spec.cluster_name,
+            started,
+            &engine.extension(source),
+        );
+        match engine.produce(&cluster, source, &sink, &name).await {
+            Ok(snapshot) => snapshots.push((source, snapshot)),
+            Err(error) => {
+                let message = format!("the snapshot from {}: {error}", engine.member(source));
+                return failed("SnapshotFailed", message);
+            }
+        }
+    }
+    if let Err(error) = engine.confirm(&cluster, &sources).await {
+        let message = format!("the snapshots do not make one backup: {error}");
+        return failed("SnapshotsInconsistent", message);
+    }
+    let mut engine_status = <E::Backup as BackupResource>::Status::default();
+    engine.record(&mut engine_status, &snapshots);
+    JobOutcome::Stored {
+        member: engine.member(&sources[0]),
+        objects: snapshots
+            .iter()
+            .map(|(_, snapshot)| StoredObject {
+                location: snapshot.stored.location.clone(),
+                size: snapshot.stored.size,
+                sha256: snapshot.stored.sha256.clone(),
+            })
+            .collect(),
+        summary: summary(engine, &snapshots),
+        engine_status: serde_json::to_value(&engine_status).expect("a status is JSON"),
+    }
+}
+
+/// A run's description: each stored object's, joined.
+fn summary<E: BackupEngine>(engine: &E, snapshots: &[(&E::Source, Snapshot<E::Info>)]) -> String {
+    snapshots
+        .iter()
+        .map(|(source, snapshot)| engine.describe(source, snapshot))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// One pass over one backup resource: what it reads, what it has written, where it reports.
@@ -400,6 +542,182 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
             .metrics
             .observe_backup_failure(E::ENGINE, &self.namespace, &self.spec().cluster_name);
         Ok(())
+    }
+
+    /// Follows the run's Job while the run is recorded `Running` in one: `Some` with when to
+    /// look again while it runs, or once its outcome (or its disappearance) is recorded;
+    /// `None` when no run is in a Job.
+    async fn follow_job(&mut self) -> Result<Option<Action>, Failure<E>> {
+        let run = E::Backup::run(&self.status);
+        let (Some(BackupPhase::Running), Some(job)) = (run.phase, run.job.clone()) else {
+            return Ok(None);
+        };
+        let jobs: Api<Job> = Api::namespaced(self.context.client.clone(), &self.namespace);
+        let read = |what: String| move |source| BackupControllerError::Read { what, source };
+        let found = jobs.get_opt(&job).await.map_err(read(format!("Job {job}")))?;
+        let pods = match &found {
+            Some(_) => {
+                let pods: Api<Pod> = Api::namespaced(self.context.client.clone(), &self.namespace);
+                pods.list(&ListParams::default().labels(&format!("batch.kubernetes.io/job-name={job}")))
+                    .await
+                    .map_err(read(format!("the pods of Job {job}")))?
+                    .items
+            }
+            None => Vec::new(),
+        };
+        let failure = match job_state(found.as_ref(), &pods) {
+            JobState::Running => return Ok(Some(Action::requeue(JOB_POLL))),
+            JobState::Missing => (
+                "Interrupted".to_string(),
+                format!(
+                    "the run's Job {job} is gone before it finished (deleted, or never created): a partial \
+                     upload is never stored, and an object it may have completed is not used"
+                ),
+            ),
+            JobState::Finished(Ok(JobOutcome::Stored {
+                member,
+                objects,
+                summary,
+                engine_status,
+            })) => {
+                if let Some(started) = E::Backup::run(&self.status).started_at.clone() {
+                    self.now = started.0;
+                }
+                self.run_status().member = Some(member);
+                let engine_status =
+                    serde_json::from_value::<<E::Backup as BackupResource>::Status>(engine_status);
+                let engine_status = match engine_status {
+                    Ok(status) => status,
+                    Err(error) => {
+                        let message = format!(
+                            "the run's Job {job} reported a status this operator cannot read: {error}"
+                        );
+                        self.fail_job_run("JobOutcomeUnreadable", message).await?;
+                        return Ok(Some(self.next()));
+                    }
+                };
+                self.record_stored(&objects, summary, |_, status| {
+                    let run = E::Backup::run(status).clone();
+                    *status = engine_status;
+                    *E::Backup::run_mut(status) = run;
+                })
+                .await?;
+                let sink = self.sink().await?;
+                self.prune(&sink, objects.len()).await?;
+                let removed = jobs.delete(&job, &DeleteParams::background()).await;
+                crate::apply::ignore_not_found(removed).map_err(read(format!("deleting Job {job}")))?;
+                return Ok(Some(self.next()));
+            }
+            JobState::Finished(Ok(JobOutcome::Failed { reason, message })) => (reason, message),
+            JobState::Finished(Err(why)) => (
+                "JobFailed".to_string(),
+                format!("the run's Job {job} failed: {why}; `kubectl logs job/{job}` says more"),
+            ),
+        };
+        self.fail_job_run(&failure.0, failure.1).await?;
+        Ok(Some(self.next()))
+    }
+
+    /// Records a run whose Job failed (`reason`, `message`) with its duration, and counts it.
+    async fn fail_job_run(&mut self, reason: &str, message: String) -> Result<(), Failure<E>> {
+        let now = Timestamp::now();
+        let run = self.run_status();
+        let started = run.started_at.as_ref().map(|time| time.0);
+        run.duration_seconds = started.map(|started| whole_seconds(started, now));
+        self.fail(reason, message, true).await?;
+        self.context
+            .metrics
+            .observe_backup_failure(E::ENGINE, &self.namespace, &self.spec().cluster_name);
+        Ok(())
+    }
+
+    /// Starts a run in a Job: records it `Running` with the Job's name first (so a restarted
+    /// operator follows the Job rather than starting another), then makes sure of the Jobs'
+    /// service account in the namespace and creates the Job.
+    async fn start_job(
+        &mut self,
+        cluster: &E::Cluster,
+        sources: &[E::Source],
+        settings: &JobSettings,
+    ) -> Result<Action, Failure<E>> {
+        let (now, member) = (self.now, self.engine.member(&sources[0]));
+        let name = job_name(&self.backup.name_any(), now.as_millisecond());
+        let run = self.run_status();
+        run.phase = Some(BackupPhase::Running);
+        run.started_at = Some(Time(now));
+        run.member = Some(member);
+        run.message = None;
+        run.job = Some(name.clone());
+        self.writer.write(&self.status).await?;
+
+        let placement = self.engine.pod_overrides(cluster);
+        if let Err(error) = self.create_job(&name, now, settings, placement).await {
+            let message = format!("the run's Job {name} could not be created: {error}");
+            self.fail_job_run("JobNotCreated", message).await?;
+            return Err(BackupControllerError::Kubernetes(error));
+        }
+        let message = format!("taking the backup in Job {name}");
+        self.publish(Severity::Normal, "BackupStarted", message).await;
+        Ok(Action::requeue(JOB_POLL))
+    }
+
+    async fn create_job(
+        &self,
+        name: &str,
+        started: Timestamp,
+        settings: &JobSettings,
+        placement: Option<&PodOverrides>,
+    ) -> Result<(), crate::Error> {
+        let client = &self.context.client;
+        let namespace = &self.namespace;
+        let (account, role, binding) = job_identity(
+            namespace,
+            job_rules(
+                &E::Cluster::group(&()),
+                &E::Cluster::plural(&()),
+                &E::Backup::plural(&()),
+            ),
+        );
+        let apply = PatchParams::apply(ACTION_MANAGER).force();
+        let failed = |kind: &str| {
+            let (kind, name) = (kind.to_string(), format!("{namespace}/{name}"));
+            move |source| crate::Error::Apply { kind, name, source }
+        };
+        Api::<ServiceAccount>::namespaced(client.clone(), namespace)
+            .patch(JOB_SERVICE_ACCOUNT, &apply, &Patch::Apply(&account))
+            .await
+            .map_err(failed("ServiceAccount"))?;
+        Api::<Role>::namespaced(client.clone(), namespace)
+            .patch(JOB_SERVICE_ACCOUNT, &apply, &Patch::Apply(&role))
+            .await
+            .map_err(failed("Role"))?;
+        Api::<RoleBinding>::namespaced(client.clone(), namespace)
+            .patch(JOB_SERVICE_ACCOUNT, &apply, &Patch::Apply(&binding))
+            .await
+            .map_err(failed("RoleBinding"))?;
+        let labels = BTreeMap::from([
+            (BACKUP_LABEL.to_string(), self.backup.name_any()),
+            // What the backup controller's Job watch selects: a Job's changes wake its backup.
+            (
+                "app.kubernetes.io/managed-by".to_string(),
+                self.context.applier.field_manager().to_string(),
+            ),
+        ]);
+        let metadata = crate::apply::child_metadata(self.backup, name, labels)?;
+        let job = backup_job(
+            metadata,
+            &self.backup.name_any(),
+            &started.to_string(),
+            settings,
+            placement,
+        );
+        match Api::<Job>::namespaced(client.clone(), namespace)
+            .create(&PostParams::default(), &job)
+            .await
+        {
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+            result => result.map(drop).map_err(failed("Job")),
+        }
     }
 
     /// `None` when the backup runs now; otherwise when to look again (never, for a finished
@@ -477,6 +795,7 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
         run.started_at = Some(Time(now));
         run.member = Some(member);
         run.message = None;
+        run.job = None;
         self.writer.write(&self.status).await?;
 
         let mut snapshots = Vec::with_capacity(sources.len());
@@ -522,15 +841,38 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
     /// fails leaves the run `Running`, which the next pass reports as interrupted rather than as
     /// a success the cluster never learned of.
     async fn record(&mut self, snapshots: &[(&E::Source, Snapshot<E::Info>)]) -> Result<(), Failure<E>> {
-        let completed_at = Time(Timestamp::now());
-        let records: Vec<BackupRecord> = snapshots
+        let objects: Vec<StoredObject> = snapshots
             .iter()
-            .map(|(_, snapshot)| BackupRecord {
-                name: self.backup.name_any(),
+            .map(|(_, snapshot)| StoredObject {
                 location: snapshot.stored.location.clone(),
-                completed_at: completed_at.clone(),
-                size_bytes: snapshot.stored.size as i64,
+                size: snapshot.stored.size,
                 sha256: snapshot.stored.sha256.clone(),
+            })
+            .collect();
+        let summary = summary(self.engine, snapshots);
+        self.record_stored(&objects, summary, |engine, status| {
+            engine.record(status, snapshots)
+        })
+        .await
+    }
+
+    /// [`Pass::record`] of a run's stored `objects`, its `summary`, and the engine's own status
+    /// fields as `engine_fields` sets them.
+    async fn record_stored(
+        &mut self,
+        objects: &[StoredObject],
+        summary: String,
+        engine_fields: impl FnOnce(&E, &mut <E::Backup as BackupResource>::Status),
+    ) -> Result<(), Failure<E>> {
+        let completed_at = Time(Timestamp::now());
+        let records: Vec<BackupRecord> = objects
+            .iter()
+            .map(|object| BackupRecord {
+                name: self.backup.name_any(),
+                location: object.location.clone(),
+                completed_at: completed_at.clone(),
+                size_bytes: object.size as i64,
+                sha256: object.sha256.clone(),
             })
             .collect();
         self.record_on_cluster(
@@ -540,11 +882,6 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
                 .expect("a run stores at least one object"),
         )
         .await?;
-        let summary = snapshots
-            .iter()
-            .map(|(source, snapshot)| self.engine.describe(source, snapshot))
-            .collect::<Vec<_>>()
-            .join("; ");
         let (spec, now, generation) = (self.spec(), self.now, self.backup.meta().generation);
         let run = self.run_status();
         run.phase = Some(match spec.schedule {
@@ -561,7 +898,8 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
             generation,
             completed_at.0,
         );
-        self.engine.record(&mut self.status, snapshots);
+        let engine = self.engine;
+        engine_fields(engine, &mut self.status);
         self.writer.write(&self.status).await?;
         self.publish(Severity::Normal, "SnapshotStored", summary).await;
         self.context.metrics.observe_backup_success(

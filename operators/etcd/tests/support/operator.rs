@@ -55,6 +55,7 @@ fn start_configured(
             cluster_domain: "cluster.local".into(),
             member_addresses: addresses,
             allow_http_backups: true,
+            backup_runner: quorum_core::config::BackupRunner::Operator,
         },
         freshness: Duration::from_secs(30),
         replace_after,

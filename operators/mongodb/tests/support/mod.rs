@@ -39,7 +39,9 @@ pub fn start_operator_with(client: kube::Client, namespace: &str, leader_elect: 
             cluster_domain: "cluster.local".into(),
             member_addresses: MemberAddresses::Loopback,
             allow_http_backups: true,
+            backup_runner: quorum_core::config::BackupRunner::Operator,
         },
+        operator_image: "quorum/mongodb-operator:test".into(),
     };
     operator::start::<MongoDbOperator>(
         client,

@@ -45,8 +45,10 @@ pub fn start_operator_with(client: kube::Client, namespace: &str, leader_elect: 
             cluster_domain: "cluster.local".into(),
             member_addresses: MemberAddresses::Loopback,
             allow_http_backups: true,
+            backup_runner: quorum_core::config::BackupRunner::Operator,
         },
         freshness: Duration::from_secs(30),
+        operator_image: "quorum/mysql-operator:test".into(),
     };
     operator::start::<MySqlOperator>(
         client,

@@ -54,6 +54,7 @@ pub fn start_operator_rechecking(
             cluster_domain: "cluster.local".into(),
             member_addresses: MemberAddresses::Loopback,
             allow_http_backups: true,
+            backup_runner: quorum_core::config::BackupRunner::Operator,
         },
         // The local pods have no container runtime: their launcher runs this binary as the
         // restore step's image.

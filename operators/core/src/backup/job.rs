@@ -1,0 +1,580 @@
+//! Backups run beside the data: each run of a backup resource is a Job in the cluster's
+//! namespace, running the operator's own image (`<operator> backup-run`), so the bytes stream
+//! from the member to the destination there and never through the operator.
+//!
+//! The operator starts a run (records it `Running` with its Job's name, then creates the Job),
+//! and later passes follow the Job: still running, done, or failed. The Job's process runs the
+//! engine's part of the controller (sources, snapshot, store, and the check that the snapshots
+//! make one backup) and reports a [`JobOutcome`] in its termination message; the operator
+//! records the run from it, exactly as it records a run taken in its own process. A Job that
+//! disappears (deleted by a person, or its pod evicted and the Job gone) leaves the run
+//! interrupted; an operator restart does not, since the Job goes on without it.
+//!
+//! The Job runs as the namespace's `quorum-backup` service account, which may read only what a
+//! run reads ([`job_rules`]): the backup and its cluster, their pods and Services, and Secrets
+//! (the cluster's credentials and the destination's).
+
+use std::{collections::BTreeMap, io::Read, io::Write};
+
+use base64::Engine as _;
+use k8s_openapi::{
+    api::{
+        batch::v1::{Job, JobSpec},
+        core::v1::{Container, EnvVar, Pod, PodSpec, PodTemplateSpec, ResourceRequirements, ServiceAccount},
+        rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject},
+    },
+    apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::ObjectMeta},
+};
+use serde::{Deserialize, Serialize};
+
+use crate::{crd::PodOverrides, rbac::rule};
+
+/// The service account backup Jobs run as, one per namespace.
+pub const JOB_SERVICE_ACCOUNT: &str = "quorum-backup";
+/// The label naming the backup resource a Job runs for.
+pub const BACKUP_LABEL: &str = "quorum.dev/backup";
+/// The first argument of the operator's process in a backup Job.
+pub const BACKUP_RUN_COMMAND: &str = "backup-run";
+/// Where a backup Job's process writes its outcome (the container's termination message).
+pub const TERMINATION_LOG: &str = "/dev/termination-log";
+/// The kubelet keeps at most this many bytes of a termination message.
+const MESSAGE_LIMIT: usize = 4096;
+/// An outcome too long for the message as JSON is sent compressed, after this prefix.
+const COMPRESSED: &str = "gzip+base64:";
+/// A finished Job is kept this long for `kubectl describe` and its logs, then removed by
+/// Kubernetes (a run the operator recorded as a success is deleted at once).
+const FINISHED_JOB_SECONDS: i32 = 24 * 3600;
+
+/// How an operator runs backups in Jobs: the image they run, and the environment the Job's
+/// process reads its settings from (the operator's own member settings).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobSettings {
+    pub image: String,
+    pub environment: Vec<(&'static str, String)>,
+}
+
+impl JobSettings {
+    /// Jobs of `image` with the operator's member settings when `members` says backups run in
+    /// Jobs; `None` when they run in the operator's process.
+    pub fn when_configured(members: &crate::config::MemberConfig, image: &str) -> Option<Self> {
+        (members.backup_runner == crate::config::BackupRunner::Job).then(|| Self {
+            image: image.to_string(),
+            environment: members.job_environment(),
+        })
+    }
+}
+
+/// One stored object, as the Job reports it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredObject {
+    pub location: String,
+    pub size: u64,
+    pub sha256: String,
+}
+
+/// What a backup Job's run came to: stored (every object, in source order; the pod the first
+/// was read from; the run's description; the engine's own status fields), or failed with a
+/// reason and a message, as a run in the operator's process would be recorded.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum JobOutcome {
+    Stored {
+        member: String,
+        objects: Vec<StoredObject>,
+        summary: String,
+        /// The backup's status with only the engine's own fields set, as its `record` sets
+        /// them for this run.
+        engine_status: serde_json::Value,
+    },
+    Failed {
+        reason: String,
+        message: String,
+    },
+}
+
+impl JobOutcome {
+    /// The outcome as a termination message: JSON, or compressed JSON when that would not fit.
+    pub fn encode(&self) -> String {
+        let json = serde_json::to_string(self).expect("an outcome is JSON");
+        if json.len() <= MESSAGE_LIMIT {
+            return json;
+        }
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        encoder.write_all(json.as_bytes()).expect("writing to memory");
+        let compressed = encoder.finish().expect("writing to memory");
+        format!(
+            "{COMPRESSED}{}",
+            base64::engine::general_purpose::STANDARD.encode(compressed)
+        )
+    }
+
+    /// Reads a termination message written by [`JobOutcome::encode`].
+    ///
+    /// # Errors
+    /// What is wrong with the message (cut short by the kubelet, or not an outcome).
+    pub fn decode(message: &str) -> Result<Self, String> {
+        let message = message.trim();
+        let json = match message.strip_prefix(COMPRESSED) {
+            Some(encoded) => {
+                let compressed = base64::engine::general_purpose::STANDARD
+                    .decode(encoded)
+                    .map_err(|error| format!("the compressed outcome is not base64: {error}"))?;
+                let mut json = String::new();
+                flate2::read::GzDecoder::new(compressed.as_slice())
+                    .read_to_string(&mut json)
+                    .map_err(|error| format!("the compressed outcome does not decompress: {error}"))?;
+                json
+            }
+            None => message.to_string(),
+        };
+        serde_json::from_str(&json).map_err(|error| format!("the outcome is not one: {error}"))
+    }
+}
+
+/// The flags of `<operator> backup-run`, the process of a backup Job.
+#[derive(clap::Args, Clone, Debug)]
+pub struct BackupRunArgs {
+    /// The backup resource, in the pod's own namespace.
+    #[arg(long)]
+    pub backup: String,
+    /// When the operator recorded the run as started (RFC 3339): its objects are named by it.
+    #[arg(long)]
+    pub started_at: String,
+}
+
+/// Where a run's Job stands.
+#[derive(Clone, Debug, PartialEq)]
+pub enum JobState {
+    /// No such Job (deleted, or never created because the operator stopped first).
+    Missing,
+    /// Created and not finished.
+    Running,
+    /// Finished, with the outcome its process reported, or why none can be read.
+    Finished(Result<JobOutcome, String>),
+}
+
+/// Where `job` stands, from it and its pods: finished once Kubernetes says it succeeded or
+/// failed; the outcome is the termination message of its newest pod that has one. A failed Job
+/// whose pod left no outcome (killed, evicted, out of memory) says what its pod's container
+/// said instead.
+pub fn job_state(job: Option<&Job>, pods: &[Pod]) -> JobState {
+    let Some(job) = job else {
+        return JobState::Missing;
+    };
+    let finished = job
+        .status
+        .as_ref()
+        .and_then(|status| status.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .find(|condition| {
+            (condition.type_ == "Complete" || condition.type_ == "Failed") && condition.status == "True"
+        });
+    let Some(finished) = finished else {
+        return JobState::Running;
+    };
+    let mut terminated: Vec<_> = pods
+        .iter()
+        .filter_map(|pod| {
+            let created = pod.metadata.creation_timestamp.clone();
+            let state = pod
+                .status
+                .as_ref()?
+                .container_statuses
+                .as_ref()?
+                .first()?
+                .state
+                .as_ref()?
+                .terminated
+                .clone()?;
+            Some((created, state))
+        })
+        .collect();
+    terminated.sort_by(|(a, _), (b, _)| a.as_ref().map(|t| t.0).cmp(&b.as_ref().map(|t| t.0)));
+    let outcome = match terminated.last() {
+        Some((_, state)) => match state.message.as_deref().filter(|m| !m.trim().is_empty()) {
+            Some(message) => JobOutcome::decode(message),
+            None => Err(format!(
+                "its container ended ({}, exit code {}) without reporting an outcome",
+                state.reason.as_deref().unwrap_or("no reason given"),
+                state.exit_code
+            )),
+        },
+        None => Err(format!(
+            "the Job {} ({}) and no pod of it reported an outcome",
+            if finished.type_ == "Complete" {
+                "completed"
+            } else {
+                "failed"
+            },
+            finished
+                .message
+                .as_deref()
+                .or(finished.reason.as_deref())
+                .unwrap_or("no reason given")
+        )),
+    };
+    JobState::Finished(outcome)
+}
+
+/// The name of the Job of the run of backup `backup` started at `started` (Unix milliseconds):
+/// one per run, within the 63 characters a Job's pods' labels allow.
+pub fn job_name(backup: &str, started_millis: i64) -> String {
+    let suffix = format!("-{started_millis:x}");
+    let room = 52 - suffix.len();
+    let base: String = backup.chars().take(room).collect();
+    format!("{}{suffix}", base.trim_end_matches('-'))
+}
+
+/// The Job of one run: the operator's image, `backup-run` with the run's identity, the
+/// operator's member settings as environment, the backup's own service account, no retry
+/// (a failed run is recorded and a schedule tries again at its next time), owned by the
+/// backup so it goes with it.
+pub fn backup_job(
+    metadata: ObjectMeta,
+    backup: &str,
+    started_at: &str,
+    settings: &JobSettings,
+    placement: Option<&PodOverrides>,
+) -> Job {
+    let mut environment: Vec<EnvVar> = settings
+        .environment
+        .iter()
+        .map(|(name, value)| crate::pod::value_env(name, value.clone()))
+        .collect();
+    environment.push(crate::pod::field_env("POD_NAMESPACE", "metadata.namespace"));
+    let labels = metadata.labels.clone();
+    Job {
+        metadata,
+        spec: Some(JobSpec {
+            backoff_limit: Some(0),
+            ttl_seconds_after_finished: Some(FINISHED_JOB_SECONDS),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels,
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    // Where the members may run, the Job may too (dedicated, tainted nodes);
+                    // not their affinity, which keeps members apart, nor their labels, which
+                    // the members' Services select.
+                    node_selector: placement
+                        .map(|p| p.node_selector.clone())
+                        .filter(|selector| !selector.is_empty()),
+                    tolerations: placement
+                        .map(|p| p.tolerations.clone())
+                        .filter(|tolerations| !tolerations.is_empty()),
+                    priority_class_name: placement.and_then(|p| p.priority_class_name.clone()),
+                    service_account_name: Some(JOB_SERVICE_ACCOUNT.into()),
+                    restart_policy: Some("Never".into()),
+                    security_context: Some(crate::pod::member_pod_security(65532)),
+                    containers: vec![Container {
+                        name: "backup".into(),
+                        image: Some(settings.image.clone()),
+                        image_pull_policy: Some("IfNotPresent".into()),
+                        args: Some(vec![
+                            BACKUP_RUN_COMMAND.into(),
+                            format!("--backup={backup}"),
+                            format!("--started-at={started_at}"),
+                        ]),
+                        env: Some(environment),
+                        security_context: Some(crate::pod::member_container_security(true)),
+                        termination_message_path: Some(TERMINATION_LOG.into()),
+                        termination_message_policy: Some("File".into()),
+                        resources: Some(ResourceRequirements {
+                            requests: Some(BTreeMap::from([
+                                ("cpu".into(), Quantity("100m".into())),
+                                ("memory".into(), Quantity("64Mi".into())),
+                            ])),
+                            limits: Some(BTreeMap::from([("memory".into(), Quantity("512Mi".into()))])),
+                            ..ResourceRequirements::default()
+                        }),
+                        ..Container::default()
+                    }],
+                    ..PodSpec::default()
+                }),
+            },
+            ..JobSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// What a backup Job's process reads, and nothing else: the engine's clusters and backups
+/// (API `group`), their pods and Services, and Secrets (the cluster's credentials and the
+/// destination's). Every one is also the operator's (the API server lets it grant only what
+/// it holds).
+pub fn job_rules(group: &str, clusters: &str, backups: &str) -> Vec<PolicyRule> {
+    vec![
+        rule(group, &[clusters, backups], &["get", "list"]),
+        rule("", &["pods"], &["get", "list"]),
+        rule("", &["services", "configmaps", "secrets"], &["get"]),
+    ]
+}
+
+/// The service account, Role and RoleBinding backup Jobs run as in `namespace`.
+pub fn job_identity(namespace: &str, rules: Vec<PolicyRule>) -> (ServiceAccount, Role, RoleBinding) {
+    let metadata = ObjectMeta {
+        name: Some(JOB_SERVICE_ACCOUNT.into()),
+        namespace: Some(namespace.into()),
+        labels: Some(BTreeMap::from([(
+            "app.kubernetes.io/managed-by".to_string(),
+            "quorum".to_string(),
+        )])),
+        ..ObjectMeta::default()
+    };
+    (
+        ServiceAccount {
+            metadata: metadata.clone(),
+            ..ServiceAccount::default()
+        },
+        Role {
+            metadata: metadata.clone(),
+            rules: Some(rules),
+        },
+        RoleBinding {
+            metadata,
+            role_ref: RoleRef {
+                api_group: "rbac.authorization.k8s.io".into(),
+                kind: "Role".into(),
+                name: JOB_SERVICE_ACCOUNT.into(),
+            },
+            subjects: Some(vec![Subject {
+                kind: "ServiceAccount".into(),
+                name: JOB_SERVICE_ACCOUNT.into(),
+                namespace: Some(namespace.into()),
+                ..Subject::default()
+            }]),
+        },
+    )
+}
+
+/// The rules an operator needs to run backups in Jobs: the Jobs (created, followed, their
+/// pods' termination messages read, deleted once recorded) and the Jobs' identity (applied).
+pub fn operator_rules() -> Vec<PolicyRule> {
+    vec![
+        rule("batch", &["jobs"], &["get", "list", "watch", "create", "delete"]),
+        rule("", &["serviceaccounts"], &["get", "create", "patch"]),
+        rule(
+            "rbac.authorization.k8s.io",
+            &["roles", "rolebindings"],
+            &["get", "create", "patch"],
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::{
+        api::{
+            batch::v1::{JobCondition, JobStatus},
+            core::v1::{ContainerState, ContainerStateTerminated, ContainerStatus, PodStatus},
+        },
+        apimachinery::pkg::apis::meta::v1::Time,
+    };
+
+    use super::*;
+
+    fn stored(objects: usize) -> JobOutcome {
+        JobOutcome::Stored {
+            member: "shop-1".into(),
+            objects: (0..objects)
+                .map(|n| StoredObject {
+                    location: format!("s3://backups/prod/shop/main/redisbackup/nightly/main-20261129T000000.000Z.shard-{n}.rdb"),
+                    size: 1 << 20,
+                    sha256: format!("{n:064x}"),
+                })
+                .collect(),
+            summary: "stored".into(),
+            engine_status: serde_json::json!({"shards": (0..objects).map(|n| serde_json::json!({"shard": n, "sha256": format!("{n:064x}")})).collect::<Vec<_>>()}),
+        }
+    }
+
+    #[test]
+    fn outcomes_round_trip_through_a_termination_message_and_long_ones_are_compressed() {
+        for outcome in [
+            stored(1),
+            stored(40),
+            JobOutcome::Failed {
+                reason: "SnapshotFailed".into(),
+                message: "no".into(),
+            },
+        ] {
+            let message = outcome.encode();
+            assert!(message.len() <= MESSAGE_LIMIT, "{} bytes", message.len());
+            assert_eq!(JobOutcome::decode(&message), Ok(outcome));
+        }
+        assert!(
+            stored(1).encode().starts_with('{'),
+            "a short outcome stays readable"
+        );
+        assert!(stored(40).encode().starts_with(COMPRESSED));
+        assert!(JobOutcome::decode("{\"stored\":").is_err(), "cut short");
+    }
+
+    fn job(condition: Option<&str>) -> Job {
+        Job {
+            status: Some(JobStatus {
+                conditions: condition.map(|type_| {
+                    vec![JobCondition {
+                        type_: type_.into(),
+                        status: "True".into(),
+                        reason: Some("BackoffLimitExceeded".into()),
+                        ..JobCondition::default()
+                    }]
+                }),
+                ..JobStatus::default()
+            }),
+            ..Job::default()
+        }
+    }
+
+    fn pod(second: i64, message: Option<&str>, exit_code: i32) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                creation_timestamp: Some(Time(jiff::Timestamp::from_second(second).unwrap())),
+                ..ObjectMeta::default()
+            },
+            status: Some(PodStatus {
+                container_statuses: Some(vec![ContainerStatus {
+                    state: Some(ContainerState {
+                        terminated: Some(ContainerStateTerminated {
+                            exit_code,
+                            message: message.map(String::from),
+                            reason: Some("OOMKilled".into()),
+                            ..ContainerStateTerminated::default()
+                        }),
+                        ..ContainerState::default()
+                    }),
+                    ..ContainerStatus::default()
+                }]),
+                ..PodStatus::default()
+            }),
+            ..Pod::default()
+        }
+    }
+
+    #[test]
+    fn a_job_is_followed_until_it_finishes_and_its_newest_pod_says_how() {
+        assert_eq!(job_state(None, &[]), JobState::Missing);
+        assert_eq!(job_state(Some(&job(None)), &[]), JobState::Running);
+        let failed = JobOutcome::Failed {
+            reason: "SnapshotFailed".into(),
+            message: "refused".into(),
+        };
+        assert_eq!(
+            job_state(
+                Some(&job(Some("Failed"))),
+                &[pod(2, Some(&failed.encode()), 1), pod(1, None, 137)]
+            ),
+            JobState::Finished(Ok(failed))
+        );
+        assert_eq!(
+            job_state(
+                Some(&job(Some("Complete"))),
+                &[pod(1, Some(&stored(1).encode()), 0)]
+            ),
+            JobState::Finished(Ok(stored(1)))
+        );
+        let JobState::Finished(Err(why)) = job_state(Some(&job(Some("Failed"))), &[pod(1, None, 137)]) else {
+            panic!("a killed pod reports no outcome")
+        };
+        assert!(why.contains("OOMKilled, exit code 137"), "{why}");
+        let JobState::Finished(Err(why)) = job_state(Some(&job(Some("Failed"))), &[]) else {
+            panic!("no pod")
+        };
+        assert!(why.contains("BackoffLimitExceeded"), "{why}");
+    }
+
+    #[test]
+    fn job_names_are_one_per_run_and_fit_a_label() {
+        let long = "a".repeat(80);
+        let name = job_name(&long, 1_795_000_000_000);
+        assert!(name.len() <= 52, "{name}");
+        assert_ne!(job_name("nightly", 1), job_name("nightly", 2));
+        assert_eq!(job_name("nightly", 255), "nightly-ff");
+    }
+
+    #[test]
+    fn a_job_runs_the_operators_image_as_the_backup_account_once() {
+        let settings = JobSettings {
+            image: "ghcr.io/quorum-dev/etcd-operator:v1".into(),
+            environment: vec![("CLUSTER_DOMAIN", "cluster.local".into())],
+        };
+        let placement = PodOverrides {
+            labels: BTreeMap::from([("team".into(), "db".into())]),
+            node_selector: BTreeMap::from([("pool".into(), "databases".into())]),
+            tolerations: vec![k8s_openapi::api::core::v1::Toleration {
+                key: Some("dedicated".into()),
+                operator: Some("Exists".into()),
+                ..Default::default()
+            }],
+            ..PodOverrides::default()
+        };
+        let job = backup_job(
+            ObjectMeta::default(),
+            "nightly",
+            "2026-11-29T00:00:00Z",
+            &settings,
+            Some(&placement),
+        );
+        let spec = job.spec.unwrap();
+        assert_eq!(spec.backoff_limit, Some(0));
+        let template_labels = spec.template.metadata.and_then(|meta| meta.labels);
+        assert!(template_labels.is_none_or(|labels| !labels.contains_key("team")));
+        let pod = spec.template.spec.unwrap();
+        // Placed where the members may run.
+        assert_eq!(pod.node_selector.as_ref(), Some(&placement.node_selector));
+        assert_eq!(pod.tolerations.as_ref(), Some(&placement.tolerations));
+        assert_eq!(pod.service_account_name.as_deref(), Some(JOB_SERVICE_ACCOUNT));
+        assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
+        let container = &pod.containers[0];
+        assert_eq!(
+            container.image.as_deref(),
+            Some("ghcr.io/quorum-dev/etcd-operator:v1")
+        );
+        assert_eq!(
+            container.args.as_deref().unwrap(),
+            [
+                "backup-run",
+                "--backup=nightly",
+                "--started-at=2026-11-29T00:00:00Z"
+            ]
+        );
+        assert!(
+            container
+                .env
+                .iter()
+                .flatten()
+                .any(|env| env.name == "CLUSTER_DOMAIN" && env.value.as_deref() == Some("cluster.local"))
+        );
+    }
+
+    #[test]
+    fn a_job_may_do_only_what_the_operator_may() {
+        let operator = crate::rbac::operator_rules(
+            "etcd.quorum.dev",
+            "etcdclusters",
+            "etcdbackups",
+            &[],
+            [
+                rule("", &["secrets"], &["get", "list", "watch"]),
+                rule("", &["pods"], &["get", "list", "watch", "delete"]),
+            ],
+        );
+        let granted = job_rules("etcd.quorum.dev", "etcdclusters", "etcdbackups");
+        assert_eq!(crate::rbac::beyond(&granted, &operator), Vec::<String>::new());
+        let without_pods = crate::rbac::operator_rules(
+            "etcd.quorum.dev",
+            "etcdclusters",
+            "etcdbackups",
+            &[],
+            [rule("", &["secrets"], &["get"])],
+        );
+        assert_eq!(
+            crate::rbac::beyond(&granted, &without_pods),
+            ["get /pods", "list /pods"]
+        );
+    }
+}
