@@ -2402,6 +2402,10 @@ mod tests {
         assert!(wait.message.contains("node 1's pod is not Ready"), "{wait:?}");
         unready.unready.clear();
         assert_eq!(decide(&unready), Decision::Act(Step::RestartNode { ordinal: 2 }));
+        // With nothing to roll, a pod not Ready holds nothing up.
+        let mut rolled = facts(settled_nodes(0), all_watching(0), Some(0));
+        rolled.unready = [1].into();
+        assert_eq!(decide(&rolled), Decision::Settled);
     }
 
     #[test]

@@ -932,6 +932,11 @@ fn roll(facts: &Facts, topology: &Topology) -> Decision {
             format!("rolling onto the current pod template: node {ordinal}'s pod is being replaced"),
         );
     }
+    let Some(shard) = (0..facts.desired_shards)
+        .find(|shard| facts.shard_ordinals(*shard).any(|o| templates.is_outdated(o)))
+    else {
+        return Decision::Settled;
+    };
     if let Some(ordinal) = facts.unready.first() {
         return wait(
             Reason::RestartInProgress,
@@ -941,11 +946,6 @@ fn roll(facts: &Facts, topology: &Topology) -> Decision {
             ),
         );
     }
-    let Some(shard) = (0..facts.desired_shards)
-        .find(|shard| facts.shard_ordinals(*shard).any(|o| templates.is_outdated(o)))
-    else {
-        return Decision::Settled;
-    };
     let Some(primary) = topology.shard_primary(facts, shard) else {
         return wait(
             Reason::RestartBlocked,
@@ -1920,6 +1920,10 @@ mod tests {
                 replica: 3
             })
         );
+        // With nothing to roll, a pod not Ready holds nothing up.
+        let mut rolled = on_templates(facts(3, whole.clone()), &[]);
+        rolled.unready = [3].into();
+        assert_eq!(decide(&rolled), Decision::Settled);
 
         // Templates not known (a StatefulSet's controller behind its spec): nothing restarts.
         assert_eq!(decide(&facts(3, whole)), Decision::Settled);
