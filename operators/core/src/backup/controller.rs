@@ -430,42 +430,75 @@ where
             );
         }
     };
-    let mut snapshots = Vec::with_capacity(sources.len());
-    for source in &sources {
-        let name = object_name(
-            &E::Backup::kind(&()),
-            &backup.name_any(),
-            &spec.cluster_name,
-            started,
-            &engine.extension(source),
-        );
-        match engine.produce(&cluster, source, &sink, &name).await {
-            Ok(snapshot) => snapshots.push((source, snapshot)),
-            Err(error) => {
-                let message = format!("the snapshot from {}: {error}", engine.member(source));
-                return failed("SnapshotFailed", message);
-            }
-        }
-    }
-    if let Err(error) = engine.confirm(&cluster, &sources).await {
-        let message = format!("the snapshots do not make one backup: {error}");
-        return failed("SnapshotsInconsistent", message);
-    }
+    let snapshots = match take_snapshots(engine, backup, &cluster, &sources, &sink, started).await {
+        Ok(snapshots) => snapshots,
+        Err(failure) => return failed(failure.reason, failure.message),
+    };
     let mut engine_status = <E::Backup as BackupResource>::Status::default();
     engine.record(&mut engine_status, &snapshots);
     JobOutcome::Stored {
         member: engine.member(&sources[0]),
-        objects: snapshots
-            .iter()
-            .map(|(_, snapshot)| StoredObject {
-                location: snapshot.stored.location.clone(),
-                size: snapshot.stored.size,
-                sha256: snapshot.stored.sha256.clone(),
-            })
-            .collect(),
+        objects: stored_objects(&snapshots),
         summary: summary(engine, &snapshots),
         engine_status: serde_json::to_value(&engine_status).expect("a status is JSON"),
     }
+}
+
+/// Why a run's snapshots were not all taken: the reason and message it is recorded with, and
+/// the engine's error.
+struct SnapshotsFailed<E> {
+    reason: &'static str,
+    message: String,
+    error: E,
+}
+
+/// Stores each source's snapshot in its own object, named by the run's start `started`, in
+/// order, stopping at the first failure; then asks the engine whether they make one backup.
+/// The same in the operator's process and in a backup Job's.
+async fn take_snapshots<'s, E: BackupEngine>(
+    engine: &E,
+    backup: &E::Backup,
+    cluster: &E::Cluster,
+    sources: &'s [E::Source],
+    sink: &BackupSink,
+    started: Timestamp,
+) -> Result<Vec<(&'s E::Source, Snapshot<E::Info>)>, SnapshotsFailed<E::Error>> {
+    let mut snapshots = Vec::with_capacity(sources.len());
+    for source in sources {
+        let name = object_name(
+            &E::Backup::kind(&()),
+            &backup.name_any(),
+            &backup.backup_spec().cluster_name,
+            started,
+            &engine.extension(source),
+        );
+        match engine.produce(cluster, source, sink, &name).await {
+            Ok(snapshot) => snapshots.push((source, snapshot)),
+            Err(error) => {
+                return Err(SnapshotsFailed {
+                    reason: "SnapshotFailed",
+                    message: format!("the snapshot from {}: {error}", engine.member(source)),
+                    error,
+                });
+            }
+        }
+    }
+    if let Err(error) = engine.confirm(cluster, sources).await {
+        return Err(SnapshotsFailed {
+            reason: "SnapshotsInconsistent",
+            message: format!("the snapshots do not make one backup: {error}"),
+            error,
+        });
+    }
+    Ok(snapshots)
+}
+
+/// What each snapshot stored.
+fn stored_objects<S, I>(snapshots: &[(&S, Snapshot<I>)]) -> Vec<StoredObject> {
+    snapshots
+        .iter()
+        .map(|(_, snapshot)| StoredObject::from(&snapshot.stored))
+        .collect()
 }
 
 /// A run's description: each stored object's, joined.
@@ -592,7 +625,7 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
                         let message = format!(
                             "the run's Job {job} reported a status this operator cannot read: {error}"
                         );
-                        self.fail_job_run("JobOutcomeUnreadable", message).await?;
+                        self.record_failed_run("JobOutcomeUnreadable", message).await?;
                         return Ok(Some(self.next()));
                     }
                 };
@@ -614,21 +647,8 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
                 format!("the run's Job {job} failed: {why}; `kubectl logs job/{job}` says more"),
             ),
         };
-        self.fail_job_run(&failure.0, failure.1).await?;
+        self.record_failed_run(&failure.0, failure.1).await?;
         Ok(Some(self.next()))
-    }
-
-    /// Records a run whose Job failed (`reason`, `message`) with its duration, and counts it.
-    async fn fail_job_run(&mut self, reason: &str, message: String) -> Result<(), Failure<E>> {
-        let now = Timestamp::now();
-        let run = self.run_status();
-        let started = run.started_at.as_ref().map(|time| time.0);
-        run.duration_seconds = started.map(|started| whole_seconds(started, now));
-        self.fail(reason, message, true).await?;
-        self.context
-            .metrics
-            .observe_backup_failure(E::ENGINE, &self.namespace, &self.spec().cluster_name);
-        Ok(())
     }
 
     /// Starts a run in a Job: records it `Running` with the Job's name first (so a restarted
@@ -640,20 +660,14 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
         sources: &[E::Source],
         settings: &JobSettings,
     ) -> Result<Action, Failure<E>> {
-        let (now, member) = (self.now, self.engine.member(&sources[0]));
+        let now = self.now;
         let name = job_name(&self.backup.name_any(), now.as_millisecond());
-        let run = self.run_status();
-        run.phase = Some(BackupPhase::Running);
-        run.started_at = Some(Time(now));
-        run.member = Some(member);
-        run.message = None;
-        run.job = Some(name.clone());
-        self.writer.write(&self.status).await?;
+        self.record_running(&sources[0], Some(name.clone())).await?;
 
         let placement = self.engine.pod_overrides(cluster);
         if let Err(error) = self.create_job(&name, now, settings, placement).await {
             let message = format!("the run's Job {name} could not be created: {error}");
-            self.fail_job_run("JobNotCreated", message).await?;
+            self.record_failed_run("JobNotCreated", message).await?;
             return Err(BackupControllerError::Kubernetes(error));
         }
         let message = format!("taking the backup in Job {name}");
@@ -789,50 +803,44 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
         sources: &'s [E::Source],
         sink: &BackupSink,
     ) -> Result<Vec<(&'s E::Source, Snapshot<E::Info>)>, Failure<E>> {
-        let (now, member) = (self.now, self.engine.member(&sources[0]));
+        self.record_running(&sources[0], None).await?;
+        let taken = take_snapshots(self.engine, self.backup, cluster, sources, sink, self.now).await;
+        match taken {
+            Ok(snapshots) => Ok(snapshots),
+            Err(failed) => Err(
+                match self.record_failed_run(failed.reason, failed.message).await {
+                    Ok(()) => BackupControllerError::Engine(failed.error),
+                    Err(failure) => failure,
+                },
+            ),
+        }
+    }
+
+    /// Records a run started now, from `source`'s member, in Job `job` if it runs in one.
+    async fn record_running(&mut self, source: &E::Source, job: Option<String>) -> Result<(), Failure<E>> {
+        let (now, member) = (self.now, self.engine.member(source));
         let run = self.run_status();
         run.phase = Some(BackupPhase::Running);
         run.started_at = Some(Time(now));
         run.member = Some(member);
         run.message = None;
-        run.job = None;
+        run.job = job;
         self.writer.write(&self.status).await?;
-
-        let mut snapshots = Vec::with_capacity(sources.len());
-        for source in sources {
-            let name = object_name(
-                &E::Backup::kind(&()),
-                &self.backup.name_any(),
-                &self.spec().cluster_name,
-                now,
-                &self.engine.extension(source),
-            );
-            match self.engine.produce(cluster, source, sink, &name).await {
-                Ok(snapshot) => snapshots.push((source, snapshot)),
-                Err(error) => {
-                    let message = format!("the snapshot from {}: {error}", self.engine.member(source));
-                    return Err(self.failed_run("SnapshotFailed", message, error).await);
-                }
-            }
-        }
-        if let Err(error) = self.engine.confirm(cluster, sources).await {
-            let message = format!("the snapshots do not make one backup: {error}");
-            return Err(self.failed_run("SnapshotsInconsistent", message, error).await);
-        }
-        Ok(snapshots)
+        Ok(())
     }
 
-    /// Records a run that failed (`reason`, `message`) with its duration, and counts it.
-    async fn failed_run(&mut self, reason: &str, message: String, error: E::Error) -> Failure<E> {
-        let now = self.now;
-        self.run_status().duration_seconds = Some(whole_seconds(now, Timestamp::now()));
-        if let Err(failure) = self.fail(reason, message, true).await {
-            return failure;
-        }
+    /// Records a run that failed (`reason`, `message`) with its duration since it started, and
+    /// counts it.
+    async fn record_failed_run(&mut self, reason: &str, message: String) -> Result<(), Failure<E>> {
+        let now = Timestamp::now();
+        let run = self.run_status();
+        let started = run.started_at.as_ref().map(|time| time.0);
+        run.duration_seconds = started.map(|started| whole_seconds(started, now));
+        self.fail(reason, message, true).await?;
         self.context
             .metrics
             .observe_backup_failure(E::ENGINE, &self.namespace, &self.spec().cluster_name);
-        BackupControllerError::Engine(error)
+        Ok(())
     }
 
     /// Records a successful run: first on the cluster (`lastBackup`), then on the backup (the
@@ -841,14 +849,7 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
     /// fails leaves the run `Running`, which the next pass reports as interrupted rather than as
     /// a success the cluster never learned of.
     async fn record(&mut self, snapshots: &[(&E::Source, Snapshot<E::Info>)]) -> Result<(), Failure<E>> {
-        let objects: Vec<StoredObject> = snapshots
-            .iter()
-            .map(|(_, snapshot)| StoredObject {
-                location: snapshot.stored.location.clone(),
-                size: snapshot.stored.size,
-                sha256: snapshot.stored.sha256.clone(),
-            })
-            .collect();
+        let objects = stored_objects(snapshots);
         let summary = summary(self.engine, snapshots);
         self.record_stored(&objects, summary, |engine, status| {
             engine.record(status, snapshots)

@@ -73,6 +73,16 @@ pub struct StoredObject {
     pub sha256: String,
 }
 
+impl From<&crate::backup::StoredBackup> for StoredObject {
+    fn from(stored: &crate::backup::StoredBackup) -> Self {
+        Self {
+            location: stored.location.clone(),
+            size: stored.size,
+            sha256: stored.sha256.clone(),
+        }
+    }
+}
+
 /// What a backup Job's run came to: stored (every object, in source order; the pod the first
 /// was read from; the run's description; the engine's own status fields), or failed with a
 /// reason and a message, as a run in the operator's process would be recorded.
