@@ -62,8 +62,8 @@ use serde::{Serialize, de::DeserializeOwned};
 use super::{
     BackupError, BackupSink, Retention, ScheduleError, SinkSetupError, StoredBackup, cluster_sink, due_at,
     job::{
-        BACKUP_LABEL, JOB_SERVICE_ACCOUNT, JobOutcome, JobSettings, JobState, StoredObject, backup_job,
-        job_identity, job_name, job_rules, job_state,
+        BACKUP_LABEL, JobOutcome, JobSettings, JobState, StoredObject, backup_job, job_account, job_identity,
+        job_name, job_rules, job_state,
     },
     next_due, object_name, object_prefix, until,
 };
@@ -82,8 +82,6 @@ const CLUSTER_MISSING_RETRY: Duration = Duration::from_secs(30);
 const NO_SOURCE_RETRY: Duration = Duration::from_secs(15);
 /// The action of every event a backup controller publishes.
 const ACTION: &str = "Backup";
-/// The field manager of the backup Jobs' service account, Role and RoleBinding.
-const ACTION_MANAGER: &str = "quorum-backup-controller";
 /// How often a run's Job is looked at while it runs, besides when it changes (the backup
 /// controller watches its Jobs).
 const JOB_POLL: Duration = Duration::from_secs(15);
@@ -684,38 +682,38 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
     ) -> Result<(), crate::Error> {
         let client = &self.context.client;
         let namespace = &self.namespace;
+        let operator = self.context.applier.field_manager();
         let (account, role, binding) = job_identity(
             namespace,
+            operator,
             job_rules(
                 &E::Cluster::group(&()),
                 &E::Cluster::plural(&()),
                 &E::Backup::plural(&()),
             ),
         );
-        let apply = PatchParams::apply(ACTION_MANAGER).force();
+        let apply = PatchParams::apply(operator).force();
+        let account_name = job_account(operator);
         let failed = |kind: &str| {
             let (kind, name) = (kind.to_string(), format!("{namespace}/{name}"));
             move |source| crate::Error::Apply { kind, name, source }
         };
         Api::<ServiceAccount>::namespaced(client.clone(), namespace)
-            .patch(JOB_SERVICE_ACCOUNT, &apply, &Patch::Apply(&account))
+            .patch(&account_name, &apply, &Patch::Apply(&account))
             .await
             .map_err(failed("ServiceAccount"))?;
         Api::<Role>::namespaced(client.clone(), namespace)
-            .patch(JOB_SERVICE_ACCOUNT, &apply, &Patch::Apply(&role))
+            .patch(&account_name, &apply, &Patch::Apply(&role))
             .await
             .map_err(failed("Role"))?;
         Api::<RoleBinding>::namespaced(client.clone(), namespace)
-            .patch(JOB_SERVICE_ACCOUNT, &apply, &Patch::Apply(&binding))
+            .patch(&account_name, &apply, &Patch::Apply(&binding))
             .await
             .map_err(failed("RoleBinding"))?;
         let labels = BTreeMap::from([
             (BACKUP_LABEL.to_string(), self.backup.name_any()),
             // What the backup controller's Job watch selects: a Job's changes wake its backup.
-            (
-                "app.kubernetes.io/managed-by".to_string(),
-                self.context.applier.field_manager().to_string(),
-            ),
+            ("app.kubernetes.io/managed-by".to_string(), operator.to_string()),
         ]);
         let metadata = crate::apply::child_metadata(self.backup, name, labels)?;
         let job = backup_job(
@@ -723,6 +721,7 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
             &self.backup.name_any(),
             &started.to_string(),
             settings,
+            &account_name,
             placement,
         );
         match Api::<Job>::namespaced(client.clone(), namespace)

@@ -10,8 +10,9 @@
 //! disappears (deleted by a person, or its pod evicted and the Job gone) leaves the run
 //! interrupted; an operator restart does not, since the Job goes on without it.
 //!
-//! The Job runs as the namespace's `quorum-backup` service account, which may read only what a
-//! run reads ([`job_rules`]): the backup and its cluster, their pods and Services, and Secrets
+//! The Job runs as its operator's service account in the namespace (`<operator>-backup`, one
+//! per operator, so that operators of two engines in one namespace never rewrite each other's
+//! Role), which may read only what a run reads ([`job_rules`]): the backup and its cluster, their pods and Services, and Secrets
 //! (the cluster's credentials and the destination's).
 
 use std::{collections::BTreeMap, io::Read, io::Write};
@@ -29,8 +30,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::{crd::PodOverrides, rbac::rule};
 
-/// The service account backup Jobs run as, one per namespace.
-pub const JOB_SERVICE_ACCOUNT: &str = "quorum-backup";
+/// The service account (and Role and RoleBinding) operator `operator`'s backup Jobs run as
+/// in each namespace.
+pub fn job_account(operator: &str) -> String {
+    format!("{operator}-backup")
+}
 /// The label naming the backup resource a Job runs for.
 pub const BACKUP_LABEL: &str = "quorum.dev/backup";
 /// The first argument of the operator's process in a backup Job.
@@ -238,7 +242,7 @@ pub fn job_name(backup: &str, started_millis: i64) -> String {
 }
 
 /// The Job of one run: the operator's image, `backup-run` with the run's identity, the
-/// operator's member settings as environment, the backup's own service account, no retry
+/// operator's member settings as environment, the service account `account`, no retry
 /// (a failed run is recorded and a schedule tries again at its next time), owned by the
 /// backup so it goes with it.
 pub fn backup_job(
@@ -246,6 +250,7 @@ pub fn backup_job(
     backup: &str,
     started_at: &str,
     settings: &JobSettings,
+    account: &str,
     placement: Option<&PodOverrides>,
 ) -> Job {
     let mut environment: Vec<EnvVar> = settings
@@ -276,7 +281,7 @@ pub fn backup_job(
                         .map(|p| p.tolerations.clone())
                         .filter(|tolerations| !tolerations.is_empty()),
                     priority_class_name: placement.and_then(|p| p.priority_class_name.clone()),
-                    service_account_name: Some(JOB_SERVICE_ACCOUNT.into()),
+                    service_account_name: Some(account.into()),
                     restart_policy: Some("Never".into()),
                     security_context: Some(crate::pod::member_pod_security(65532)),
                     containers: vec![Container {
@@ -323,14 +328,20 @@ pub fn job_rules(group: &str, clusters: &str, backups: &str) -> Vec<PolicyRule> 
     ]
 }
 
-/// The service account, Role and RoleBinding backup Jobs run as in `namespace`.
-pub fn job_identity(namespace: &str, rules: Vec<PolicyRule>) -> (ServiceAccount, Role, RoleBinding) {
+/// The service account, Role and RoleBinding operator `operator`'s backup Jobs run as in
+/// `namespace` ([`job_account`]).
+pub fn job_identity(
+    namespace: &str,
+    operator: &str,
+    rules: Vec<PolicyRule>,
+) -> (ServiceAccount, Role, RoleBinding) {
+    let account = job_account(operator);
     let metadata = ObjectMeta {
-        name: Some(JOB_SERVICE_ACCOUNT.into()),
+        name: Some(account.clone()),
         namespace: Some(namespace.into()),
         labels: Some(BTreeMap::from([(
             "app.kubernetes.io/managed-by".to_string(),
-            "quorum".to_string(),
+            operator.to_string(),
         )])),
         ..ObjectMeta::default()
     };
@@ -348,11 +359,11 @@ pub fn job_identity(namespace: &str, rules: Vec<PolicyRule>) -> (ServiceAccount,
             role_ref: RoleRef {
                 api_group: "rbac.authorization.k8s.io".into(),
                 kind: "Role".into(),
-                name: JOB_SERVICE_ACCOUNT.into(),
+                name: account.clone(),
             },
             subjects: Some(vec![Subject {
                 kind: "ServiceAccount".into(),
-                name: JOB_SERVICE_ACCOUNT.into(),
+                name: account,
                 namespace: Some(namespace.into()),
                 ..Subject::default()
             }]),
@@ -527,6 +538,7 @@ mod tests {
             "nightly",
             "2026-11-29T00:00:00Z",
             &settings,
+            "quorum-etcd-operator-backup",
             Some(&placement),
         );
         let spec = job.spec.unwrap();
@@ -537,7 +549,10 @@ mod tests {
         // Placed where the members may run.
         assert_eq!(pod.node_selector.as_ref(), Some(&placement.node_selector));
         assert_eq!(pod.tolerations.as_ref(), Some(&placement.tolerations));
-        assert_eq!(pod.service_account_name.as_deref(), Some(JOB_SERVICE_ACCOUNT));
+        assert_eq!(
+            pod.service_account_name.as_deref(),
+            Some("quorum-etcd-operator-backup")
+        );
         assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
         let container = &pod.containers[0];
         assert_eq!(
@@ -586,5 +601,35 @@ mod tests {
             crate::rbac::beyond(&granted, &without_pods),
             ["get /pods", "list /pods"]
         );
+    }
+
+    /// Operators of two engines back up in one namespace: each applies its own account, Role
+    /// and RoleBinding, so neither replaces the other's rules.
+    #[test]
+    fn each_operators_jobs_have_an_identity_of_their_own() {
+        let etcd = job_identity(
+            "shop",
+            "quorum-etcd-operator",
+            job_rules("etcd.quorum.dev", "etcdclusters", "etcdbackups"),
+        );
+        let mysql = job_identity(
+            "shop",
+            "quorum-mysql-operator",
+            job_rules("mysql.quorum.dev", "mysqlclusters", "mysqlbackups"),
+        );
+        for (account, role, binding) in [&etcd, &mysql] {
+            let name = account.metadata.name.clone().unwrap();
+            assert_eq!(role.metadata.name.as_ref(), Some(&name));
+            assert_eq!(binding.metadata.name.as_ref(), Some(&name));
+            assert_eq!(binding.role_ref.name, name);
+            assert_eq!(binding.subjects.as_ref().unwrap()[0].name, name);
+        }
+        assert_eq!(
+            etcd.0.metadata.name.as_deref(),
+            Some("quorum-etcd-operator-backup")
+        );
+        assert_ne!(etcd.0.metadata.name, mysql.0.metadata.name);
+        assert_ne!(etcd.1.metadata.name, mysql.1.metadata.name);
+        assert_ne!(etcd.2.metadata.name, mysql.2.metadata.name);
     }
 }
