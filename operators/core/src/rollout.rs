@@ -252,6 +252,16 @@ pub fn unready_members(pods: &[Pod], ordinal_of: impl Fn(&str) -> Option<usize>)
         .collect()
 }
 
+/// The members whose pods exist, are not being deleted and are Ready by the kubelet's probes.
+/// A pod just deleted may still answer for a moment, and one just made may not be up yet:
+/// neither counts until its replacement is Ready.
+pub fn ready_members(pods: &[Pod], ordinal_of: impl Fn(&str) -> Option<usize>) -> BTreeSet<usize> {
+    pods.iter()
+        .filter(|pod| pod.metadata.deletion_timestamp.is_none() && crate::pod::is_ready(pod))
+        .filter_map(|pod| ordinal_of(&pod.name_any()))
+        .collect()
+}
+
 /// Member pods (not being deleted) whose volume `volume` is not a claim, by ordinal, with each
 /// pod's uid: pods made before their StatefulSet had a claim template for it, which only a new
 /// pod can move onto one (a pod's volumes never change).
@@ -400,6 +410,36 @@ mod tests {
         };
         assert!(lacks_claims_of(&with_claims(0), &with_claims(1)));
         assert!(!lacks_claims_of(&with_claims(1), &with_claims(1)));
+    }
+
+    #[test]
+    fn a_pod_counts_as_ready_only_while_it_is_not_being_deleted() {
+        use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+        let pod = |name: &str, ready: bool, deleting: bool| Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                deletion_timestamp: deleting.then(|| Time(Default::default())),
+                ..ObjectMeta::default()
+            },
+            status: Some(PodStatus {
+                conditions: Some(vec![PodCondition {
+                    type_: "Ready".into(),
+                    status: if ready { "True" } else { "False" }.into(),
+                    ..PodCondition::default()
+                }]),
+                ..PodStatus::default()
+            }),
+            ..Pod::default()
+        };
+        let pods = [
+            pod("s-0", true, false),
+            pod("s-1", true, true),
+            pod("s-2", false, false),
+            pod("s-3", false, true),
+        ];
+        let ordinal = |name: &str| name.rsplit_once('-')?.1.parse().ok();
+        assert_eq!(ready_members(&pods, ordinal), BTreeSet::from([0]));
+        assert_eq!(unready_members(&pods, ordinal), BTreeSet::from([2]));
     }
 
     fn statefulset(generation: i64, observed: i64, revision: &str) -> StatefulSet {

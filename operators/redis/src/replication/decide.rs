@@ -120,6 +120,9 @@ pub struct Facts {
     pub sentinels_rolled: bool,
     /// Sentinel pods made before Sentinels had volumes, by ordinal, with each pod's uid.
     pub sentinels_without_volume: BTreeMap<usize, String>,
+    /// Sentinel pods that exist, are not being deleted and are Ready
+    /// ([`quorum_core::rollout::ready_members`]).
+    pub sentinels_ready: BTreeSet<usize>,
     /// A repair a person asked for, while the request stands.
     pub repair: Option<PodRepair>,
     /// Data pods the API server reports `Pending`: nothing of theirs runs or serves.
@@ -792,10 +795,15 @@ pub fn decide(facts: &Facts) -> Decision {
             sentinel: sentinel.ordinal,
         });
     }
-    // Sentinels made before Sentinels had volumes move onto volumes one at a time, the highest
-    // first, each only while every Sentinel answers and watches a primary: the others keep the
-    // quorum, and the one replaced is told what to monitor as a new Sentinel.
-    if let Some((&sentinel, pod_uid)) = facts.sentinels_without_volume.iter().next_back()
+    // Sentinels made before Sentinels had volumes move onto volumes one at a time, each only
+    // while every Sentinel's pod is Ready and every Sentinel answers and watches a primary: the
+    // others keep the quorum, and the one replaced is told what to monitor as a new Sentinel. A
+    // pod just deleted may still answer, so its answer alone does not count.
+    // The lowest first: the StatefulSet controller goes through the pods from ordinal 0 and
+    // stops at the first it cannot bring onto its claim template (a pod's volumes never
+    // change), so a higher ordinal deleted first would never be made again.
+    if let Some((&sentinel, pod_uid)) = facts.sentinels_without_volume.iter().next()
+        && (0..facts.desired_sentinels).all(|ordinal| facts.sentinels_ready.contains(&ordinal))
         && facts
             .sentinels
             .iter()
@@ -1254,6 +1262,7 @@ mod tests {
             },
             sentinels_rolled: true,
             sentinels_without_volume: BTreeMap::new(),
+            sentinels_ready: (0..3).collect(),
             repair: None,
             pending: BTreeSet::new(),
             unready: BTreeSet::new(),
@@ -1949,6 +1958,30 @@ mod tests {
     fn sentinels_made_without_volumes_move_onto_volumes_one_at_a_time_while_all_watch() {
         let mut moving = facts(settled_nodes(0), all_watching(0), Some(0));
         moving.sentinels_without_volume = BTreeMap::from([(0, "uid-0".into()), (2, "uid-2".into())]);
+        // The lowest first: the StatefulSet controller makes no higher pod while pod 0 is old.
+        assert_eq!(
+            decide(&moving),
+            Decision::Act(Step::MoveSentinelOntoVolume {
+                sentinel: 0,
+                pod_uid: "uid-0".into()
+            })
+        );
+        // Just deleted, its pod gone, the old process still answering: nothing more moves
+        // until its replacement is Ready.
+        moving.sentinels_without_volume.remove(&0);
+        moving.sentinels_ready.remove(&0);
+        assert!(!matches!(
+            decide(&moving),
+            Decision::Act(Step::MoveSentinelOntoVolume { .. })
+        ));
+        // The one replaced is new: it waits until it is told what to monitor.
+        moving.sentinels_ready.insert(0);
+        moving.sentinels[0].view = None;
+        assert!(!matches!(
+            decide(&moving),
+            Decision::Act(Step::MoveSentinelOntoVolume { .. })
+        ));
+        moving.sentinels[0] = all_watching(0).remove(0);
         assert_eq!(
             decide(&moving),
             Decision::Act(Step::MoveSentinelOntoVolume {
@@ -1956,15 +1989,7 @@ mod tests {
                 pod_uid: "uid-2".into()
             })
         );
-        // The one replaced last is new: it waits until it is told what to monitor.
-        moving.sentinels_without_volume.remove(&2);
-        moving.sentinels[2].view = None;
-        assert!(!matches!(
-            decide(&moving),
-            Decision::Act(Step::MoveSentinelOntoVolume { .. })
-        ));
         // A Sentinel that does not answer: the others keep the quorum, none is replaced.
-        moving.sentinels[2] = all_watching(0).remove(2);
         moving.sentinels[1].health = Health::Unknown("timed out".into());
         assert!(!matches!(
             decide(&moving),

@@ -20,8 +20,8 @@ use quorum_core::{
     repair::{PodRepair, RepairRecord},
     role_labels::LabelledPods,
     rollout::{
-        Templates, lacks_claims_of, needs_take_over, pending_members, recreate_keeping_pods, restart_pod,
-        rolled_out, take_over_updates, unready_members, without_claim,
+        Templates, lacks_claims_of, needs_take_over, pending_members, ready_members, recreate_keeping_pods,
+        restart_pod, rolled_out, take_over_updates, unready_members, without_claim,
     },
     wakeups::ObjectKey,
 };
@@ -137,6 +137,7 @@ async fn observe(pass: &Pass<'_>) -> Result<Observed, Error> {
             quorum_core::pod::DATA_CLAIM,
             crate::resources::ordinal_of_pod,
         ),
+        sentinels_ready: ready_members(&sentinel_pods_listed, crate::resources::ordinal_of_pod),
         repair: node_repair(pass, &data_pods),
         recovery: quorum_core::recovery::request(
             pass.cluster,
