@@ -4,7 +4,13 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-log() { echo "[test] $*" >&2; }
+log() { printf '[test %(%T)T] %s\n' -1 "$*" >&2; }
+# Marks each line of its input with NAME and the time it was printed, so a slow test or phase
+# can be found in the log.
+mark() {
+  local name=$1 line
+  while IFS= read -r line; do printf '[%s %(%T)T] %s\n' "$name" -1 "$line"; done
+}
 # Waits for the background job PID, prints its output file with each line marked [NAME], and
 # returns the job's status.
 collect() {
@@ -55,7 +61,7 @@ cargo build --quiet -p quorum-bench
 shard() {
   local name=$1
   shift
-  cargo test --no-fail-fast "$@" 2>&1 | sed -u "s/^/[$name] /"
+  cargo test --no-fail-fast "$@" 2>&1 | mark "$name"
   return "${PIPESTATUS[0]}"
 }
 # The fresh-machine check (the setup in a clean bookworm root, then `cargo check` of the
@@ -76,7 +82,7 @@ first=$!
 the_rest_and_the_quick_bench() {
   local failed=0
   shard the-rest --workspace --exclude redis-operator --exclude mongodb-operator --exclude xtask || failed=1
-  cargo run --quiet -p quorum-bench -- --quick 2>&1 | sed -u "s/^/[bench] /" || failed=1
+  cargo run --quiet -p quorum-bench -- --quick 2>&1 | mark bench || failed=1
   return "$failed"
 }
 the_rest_and_the_quick_bench &
