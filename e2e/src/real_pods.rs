@@ -133,7 +133,13 @@ impl InClusterS3 {
             let backup = backups.get(ONE_SHOT_BACKUP).await.map_err(|e| e.to_string())?;
             let run = backup.backup_status().map(B::run).cloned().unwrap_or_default();
             match (run.phase, run.last_snapshot) {
-                (Some(BackupPhase::Succeeded), Some(snapshot)) => Ok((snapshot.location, run.job)),
+                (Some(BackupPhase::Succeeded), Some(snapshot)) => {
+                    // At least the first object's bytes (a Redis cluster's run stores a shard's
+                    // object each).
+                    let sent = run.progress.as_ref().map_or(0, |progress| progress.bytes as i64);
+                    assert!(sent >= snapshot.size_bytes, "what the run sent: {:?}", run.progress);
+                    Ok((snapshot.location, run.job))
+                }
                 (Some(BackupPhase::Failed), _) => panic!("the one-shot backup failed: {:?}", run.message),
                 (phase, _) => Err(format!("{phase:?}: {:?}", run.message)),
             }

@@ -37,7 +37,10 @@
 use std::{
     fmt,
     path::PathBuf,
-    sync::Arc,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -53,6 +56,7 @@ pub mod controller;
 mod destination;
 pub mod job;
 mod pipe;
+pub mod progress;
 mod run;
 mod schedule;
 
@@ -292,6 +296,9 @@ pub struct BackupSink {
     store: Arc<dyn ObjectStore>,
     /// `location` of a key is this followed by the key.
     location_base: String,
+    /// Bytes read from sources and handed to the store by every upload of this sink and its
+    /// clones: how far a run has got ([`BackupSink::bytes_sent`]).
+    sent: Arc<AtomicU64>,
 }
 
 impl BackupSink {
@@ -346,7 +353,11 @@ impl BackupSink {
             Some(prefix) => Arc::new(PrefixStore::new(store, prefix)),
             None => Arc::new(store),
         };
-        Ok(BackupSink { store, location_base })
+        Ok(BackupSink {
+            store,
+            location_base,
+            sent: Arc::default(),
+        })
     }
 
     fn new_filesystem(directory: PathBuf) -> Result<BackupSink, BackupError> {
@@ -365,7 +376,14 @@ impl BackupSink {
         Ok(BackupSink {
             store: Arc::new(store),
             location_base: format!("{}/", canonical.display().to_string().trim_end_matches('/')),
+            sent: Arc::default(),
         })
+    }
+
+    /// Bytes every upload through this sink (and its clones) has read from its source so far,
+    /// counted as they are handed to the store: a run's progress.
+    pub fn bytes_sent(&self) -> u64 {
+        self.sent.load(Ordering::Relaxed)
     }
 
     /// Where the object `key` is (or would be): `s3://bucket/prefix/key` or an absolute path.
@@ -424,6 +442,7 @@ impl BackupSink {
             hasher.update(&buffer[..read]);
             size += read as u64;
             writer.write(&buffer[..read]);
+            self.sent.fetch_add(read as u64, Ordering::Relaxed);
         }
         if size == 0 {
             abort_upload(writer, &key).await;

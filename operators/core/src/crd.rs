@@ -358,6 +358,22 @@ pub struct BackupRunStatus {
     /// data): `kubectl logs job/<job>` shows what it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<String>,
+    /// How far the run in progress has got, reported while it streams; after a run, what the
+    /// whole run sent and its average rate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<BackupProgress>,
+}
+
+/// How many bytes a backup run has streamed to its destination, and how fast.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupProgress {
+    /// Bytes sent to the destination so far.
+    pub bytes: u64,
+    /// The average rate since the run started, in bytes per second.
+    pub bytes_per_second: u64,
+    /// When these figures were taken.
+    pub updated_at: Time,
 }
 
 /// Objects a backup's retention deleted in one pass.

@@ -108,6 +108,89 @@ fn s3_backup(name: &str, s3: &S3Server, schedule: Option<&str>, retain: Option<u
     )
 }
 
+/// A run in progress writes how many bytes it has sent into its backup's `status.progress`
+/// while it streams, not only at the end.
+#[tokio::test]
+async fn a_run_in_progress_reports_the_bytes_it_has_sent() {
+    use quorum_core::backup::progress::reporting;
+    use tokio::io::AsyncWriteExt;
+    const CHUNK: usize = 64 * 1024;
+    const CHUNKS: usize = 40;
+
+    let client = admin_client().await;
+    install_crd(&client, &EtcdBackup::crd()).await;
+    let namespace = TestNamespace::create(&client, "etcd-backup-progress").await;
+    let backups: Api<EtcdBackup> = Api::namespaced(client.clone(), namespace.name());
+    let store = std::env::temp_dir().join(format!("quorum-progress-{}", namespace.name()));
+    let backup = backups
+        .create(
+            &PostParams::default(),
+            &EtcdBackup::new(
+                "slow",
+                EtcdBackupSpec {
+                    backup: quorum_core::crd::BackupSpec {
+                        cluster_name: "main".into(),
+                        destination: BackupDestination {
+                            s3: None,
+                            filesystem: Some(FilesystemDestination {
+                                path: store.display().to_string(),
+                            }),
+                        },
+                        schedule: None,
+                        retain: None,
+                    },
+                },
+            ),
+        )
+        .await
+        .unwrap();
+    let sink = BackupSink::new(quorum_core::backup::BackupTarget::Filesystem {
+        directory: store.clone(),
+    })
+    .unwrap();
+    // A source that yields a chunk every 25 ms, as a slow member would.
+    let (mut source_writer, source) = tokio::io::duplex(CHUNK);
+    let feed = async move {
+        let chunk = vec![7_u8; CHUNK];
+        for _ in 0..CHUNKS {
+            tokio::time::sleep(Duration::from_millis(25)).await;
+            source_writer.write_all(&chunk).await.unwrap();
+        }
+    };
+    let upload = reporting(
+        &client,
+        &backup,
+        &sink,
+        Duration::from_millis(100),
+        sink.upload("slow.db", source),
+    );
+    let seen_midway = async {
+        wait::until(
+            "the backup's status reporting part of the stream sent",
+            Duration::from_secs(30),
+            || async {
+                let progress = backups
+                    .get_status("slow")
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .status
+                    .and_then(|status| status.run.progress);
+                match progress {
+                    Some(p) if p.bytes > 0 && p.bytes < (CHUNK * CHUNKS) as u64 => Ok(p),
+                    other => Err(format!("{other:?}")),
+                }
+            },
+        )
+        .await
+    };
+    let ((), stored, midway) = tokio::join!(feed, upload, seen_midway);
+    let stored = stored.unwrap();
+    assert_eq!(stored.size, (CHUNK * CHUNKS) as u64);
+    assert!(midway.bytes_per_second > 0, "{midway:?}");
+    let _ = std::fs::remove_dir_all(store);
+    namespace.delete().await;
+}
+
 #[tokio::test]
 async fn backups_reach_a_directory_and_s3_are_recorded_and_restore_into_a_new_cluster() {
     quorum_core::telemetry::init(quorum_core::config::LogFormat::Text);
@@ -175,7 +258,10 @@ async fn backups_reach_a_directory_and_s3_are_recorded_and_restore_into_a_new_cl
 
     // The directory backup: the file is where status says, with the size and checksum it says.
     let done = succeeded(&backups, "to-directory").await;
-    let record = done.status.unwrap().run.last_snapshot.unwrap();
+    let run = done.status.unwrap().run;
+    let record = run.last_snapshot.unwrap();
+    let progress = run.progress.expect("a stored run records what it sent");
+    assert_eq!(progress.bytes as i64, record.size_bytes, "{progress:?}");
     let path = std::path::PathBuf::from(&record.location);
     assert!(
         path.starts_with(scratch.join("store").join(&ns).join("main")),

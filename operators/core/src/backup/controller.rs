@@ -53,7 +53,7 @@ use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::Time,
 };
 use kube::{
-    Api, Resource, ResourceExt,
+    Api, Client, Resource, ResourceExt,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
     runtime::controller::Action,
 };
@@ -65,7 +65,9 @@ use super::{
         BACKUP_LABEL, JobOutcome, JobSettings, JobState, StoredObject, backup_job, job_account, job_identity,
         job_name, job_rules, job_state,
     },
-    next_due, object_name, object_prefix, until,
+    next_due, object_name, object_prefix,
+    progress::{self, PROGRESS_INTERVAL},
+    until,
 };
 use crate::{
     ReconcileError,
@@ -428,7 +430,7 @@ where
             );
         }
     };
-    let snapshots = match take_snapshots(engine, backup, &cluster, &sources, &sink, started).await {
+    let snapshots = match take_snapshots(&context.client, engine, backup, &cluster, &sources, &sink, started).await {
         Ok(snapshots) => snapshots,
         Err(failure) => return failed(failure.reason, failure.message),
     };
@@ -453,7 +455,22 @@ struct SnapshotsFailed<E> {
 /// Stores each source's snapshot in its own object, named by the run's start `started`, in
 /// order, stopping at the first failure; then asks the engine whether they make one backup.
 /// The same in the operator's process and in a backup Job's.
+/// Reports how far the run has got in the backup's `status.progress` meanwhile.
 async fn take_snapshots<'s, E: BackupEngine>(
+    client: &Client,
+    engine: &E,
+    backup: &E::Backup,
+    cluster: &E::Cluster,
+    sources: &'s [E::Source],
+    sink: &BackupSink,
+    started: Timestamp,
+) -> Result<Vec<(&'s E::Source, Snapshot<E::Info>)>, SnapshotsFailed<E::Error>> {
+    let snapshots = snapshots_in_turn(engine, backup, cluster, sources, sink, started);
+    progress::reporting(client, backup, sink, PROGRESS_INTERVAL, snapshots).await
+}
+
+/// [`take_snapshots`] without the progress reports.
+async fn snapshots_in_turn<'s, E: BackupEngine>(
     engine: &E,
     backup: &E::Backup,
     cluster: &E::Cluster,
@@ -803,7 +820,7 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
         sink: &BackupSink,
     ) -> Result<Vec<(&'s E::Source, Snapshot<E::Info>)>, Failure<E>> {
         self.record_running(&sources[0], None).await?;
-        let taken = take_snapshots(self.engine, self.backup, cluster, sources, sink, self.now).await;
+        let taken = take_snapshots(&self.context.client, self.engine, self.backup, cluster, sources, sink, self.now).await;
         match taken {
             Ok(snapshots) => Ok(snapshots),
             Err(failed) => Err(
@@ -824,6 +841,7 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
         run.member = Some(member);
         run.message = None;
         run.job = job;
+        run.progress = None;
         self.writer.write(&self.status).await?;
         Ok(())
     }
@@ -888,8 +906,13 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
             Some(_) => BackupPhase::Pending,
             None => BackupPhase::Succeeded,
         });
+        // From when the run started: a run in a Job is recorded by a later pass.
+        let started = run.started_at.as_ref().map_or(now, |time| time.0);
         run.completed_at = Some(completed_at.clone());
-        run.duration_seconds = Some(whole_seconds(now, completed_at.0));
+        run.duration_seconds = Some(whole_seconds(started, completed_at.0));
+        let sent = objects.iter().map(|object| object.size).sum();
+        let took = completed_at.0.duration_since(started).unsigned_abs();
+        run.progress = Some(progress::progress(sent, took, completed_at.0));
         run.last_snapshot = records.first().cloned();
         run.next_scheduled_at = next_run(spec, now);
         set_condition(

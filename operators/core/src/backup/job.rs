@@ -12,8 +12,9 @@
 //!
 //! The Job runs as its operator's service account in the namespace (`<operator>-backup`, one
 //! per operator, so that operators of two engines in one namespace never rewrite each other's
-//! Role), which may read only what a run reads ([`job_rules`]): the backup and its cluster, their pods and Services, and Secrets
-//! (the cluster's credentials and the destination's).
+//! Role), which may read only what a run reads ([`job_rules`]): the backup and its cluster,
+//! their pods and Services, and Secrets (the cluster's credentials and the destination's); it
+//! writes only its backup's `status.progress` ([`super::progress`]).
 
 use std::{collections::BTreeMap, io::Read, io::Write};
 
@@ -318,11 +319,12 @@ pub fn backup_job(
 
 /// What a backup Job's process reads, and nothing else: the engine's clusters and backups
 /// (API `group`), their pods and Services, and Secrets (the cluster's credentials and the
-/// destination's). Every one is also the operator's (the API server lets it grant only what
-/// it holds).
+/// destination's); and the one thing it writes, its backup's `status.progress`. Every one is
+/// also the operator's (the API server lets it grant only what it holds).
 pub fn job_rules(group: &str, clusters: &str, backups: &str) -> Vec<PolicyRule> {
     vec![
         rule(group, &[clusters, backups], &["get", "list"]),
+        rule(group, &[&format!("{backups}/status")], &["patch"]),
         rule("", &["pods"], &["get", "list"]),
         rule("", &["services", "configmaps", "secrets"], &["get"]),
     ]

@@ -1,0 +1,88 @@
+//! How far a backup run has got, in its resource's `status.progress` while it streams: the
+//! bytes its sink has sent and the average rate since it started. A run's outcome never rests
+//! on these figures; they are for the people watching a long backup.
+
+use std::{fmt::Debug, future::Future, time::Duration};
+
+use jiff::Timestamp;
+use k8s_openapi::{NamespaceResourceScope, apimachinery::pkg::apis::meta::v1::Time};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::{Patch, PatchParams},
+};
+use serde::de::DeserializeOwned;
+use tokio::time::Instant;
+
+use super::BackupSink;
+use crate::{crd::BackupProgress, freshness};
+
+/// How often a run in progress reports how far it has got.
+pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The figures of a run that has sent `bytes` in `elapsed`, taken at `now`.
+pub fn progress(bytes: u64, elapsed: Duration, now: Timestamp) -> BackupProgress {
+    let seconds = elapsed.as_secs_f64();
+    BackupProgress {
+        bytes,
+        bytes_per_second: if seconds > 0.0 {
+            (bytes as f64 / seconds) as u64
+        } else {
+            0
+        },
+        updated_at: Time(now),
+    }
+}
+
+/// Runs `work` while writing, every `every`, how many bytes `sink` has sent into `backup`'s
+/// `status.progress` (that field alone), whenever the figure changed. A report that fails is
+/// logged and the run goes on.
+pub async fn reporting<K, F>(client: &Client, backup: &K, sink: &BackupSink, every: Duration, work: F) -> F::Output
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + Debug + DeserializeOwned,
+    F: Future,
+{
+    let namespace = backup.namespace().unwrap_or_default();
+    let name = backup.name_any();
+    let api: Api<K> = Api::namespaced(client.clone(), &namespace);
+    let started = Instant::now();
+    let report = async {
+        let mut reported = 0;
+        loop {
+            tokio::time::sleep(every).await;
+            let bytes = sink.bytes_sent();
+            if bytes == reported {
+                continue;
+            }
+            let figures = progress(bytes, started.elapsed(), Timestamp::now());
+            let patch = serde_json::json!({ "status": { "progress": figures } });
+            let written = api
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await;
+            freshness::record_write::<K, _>(&namespace, &name, &written);
+            match written {
+                Ok(_) => reported = bytes,
+                Err(error) => tracing::warn!(backup = %name, %namespace, %error, "reporting progress"),
+            }
+        }
+    };
+    tokio::select! {
+        biased;
+        output = work => output,
+        () = report => unreachable!("the progress reports go on until the run ends"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rate_is_the_average_since_the_run_started() {
+        let now = Timestamp::from_second(1_700_000_000).unwrap();
+        let figures = progress(10 * 1024 * 1024, Duration::from_secs(4), now);
+        assert_eq!(figures.bytes, 10 * 1024 * 1024);
+        assert_eq!(figures.bytes_per_second, 2_621_440);
+        assert_eq!(figures.updated_at, Time(now));
+        assert_eq!(progress(5, Duration::ZERO, now).bytes_per_second, 0);
+    }
+}
