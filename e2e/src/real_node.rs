@@ -116,6 +116,16 @@ pub fn pod_ready(pod: &Pod) -> bool {
     quorum_core::pod::is_ready(pod)
 }
 
+/// Whether the pod's container `container` has started and not ended.
+pub fn container_running(pod: &Pod, container: &str) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|status| status.container_statuses.as_ref())
+        .and_then(|statuses| statuses.iter().find(|status| status.name == container))
+        .and_then(|status| status.state.as_ref())
+        .is_some_and(|state| state.running.is_some())
+}
+
 /// How often the kubelet restarted the pod's container `container`.
 pub fn restart_count(pod: &Pod, container: &str) -> i32 {
     pod.status

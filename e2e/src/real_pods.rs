@@ -34,6 +34,8 @@ pub struct InClusterS3 {
     pub endpoint: String,
     /// What the test on the host uses: the Service's cluster IP.
     pub host_endpoint: String,
+    /// The store's pod, as it was once Ready.
+    pod: Pod,
 }
 
 impl InClusterS3 {
@@ -49,6 +51,17 @@ impl InClusterS3 {
             }),
             filesystem: None,
         }
+    }
+
+    /// Freezes the store's server (the cgroup freezer): every request to it hangs, as it
+    /// would to a store that stopped answering, until [`InClusterS3::thaw`].
+    pub fn freeze(&self) {
+        real_node::freeze_container(&self.pod, "s3");
+    }
+
+    /// Lets the store frozen by [`InClusterS3::freeze`] answer again.
+    pub fn thaw(&self) {
+        real_node::thaw_container(&self.pod, "s3");
     }
 
     /// Deletes every object stored under `prefix` (the store keeps them in memory).
@@ -123,12 +136,9 @@ impl InClusterS3 {
         cluster: &str,
         prefix: &str,
     ) -> String {
-        let backups: Api<B> = Api::namespaced(setup.admin.clone(), &setup.ns);
-        let backup = B::with_spec(ONE_SHOT_BACKUP, self.backup_spec(cluster, prefix, None, None));
-        backups
-            .create(&kube::api::PostParams::default(), &backup)
-            .await
-            .expect("create the one-shot backup");
+        let backups = self
+            .start_backup::<B>(setup, ONE_SHOT_BACKUP, cluster, prefix)
+            .await;
         let (location, job) = wait::until("the one-shot backup stored", Duration::from_secs(180), || async {
             let backup = backups.get(ONE_SHOT_BACKUP).await.map_err(|e| e.to_string())?;
             let run = backup.backup_status().map(B::run).cloned().unwrap_or_default();
@@ -137,7 +147,11 @@ impl InClusterS3 {
                     // At least the first object's bytes (a Redis cluster's run stores a shard's
                     // object each).
                     let sent = run.progress.as_ref().map_or(0, |progress| progress.bytes as i64);
-                    assert!(sent >= snapshot.size_bytes, "what the run sent: {:?}", run.progress);
+                    assert!(
+                        sent >= snapshot.size_bytes,
+                        "what the run sent: {:?}",
+                        run.progress
+                    );
                     Ok((snapshot.location, run.job))
                 }
                 (Some(BackupPhase::Failed), _) => panic!("the one-shot backup failed: {:?}", run.message),
@@ -166,6 +180,24 @@ impl InClusterS3 {
             "{location} is not in the store: {stored:?}"
         );
         location
+    }
+
+    /// Creates a one-shot `B` named `name` of `cluster` into the store under `prefix`, and
+    /// returns the API of `B`s.
+    pub async fn start_backup<B: BackupResource>(
+        &self,
+        setup: &OnRealNode,
+        name: &str,
+        cluster: &str,
+        prefix: &str,
+    ) -> Api<B> {
+        let backups: Api<B> = Api::namespaced(setup.admin.clone(), &setup.ns);
+        let backup = B::with_spec(name, self.backup_spec(cluster, prefix, None, None));
+        backups
+            .create(&kube::api::PostParams::default(), &backup)
+            .await
+            .unwrap_or_else(|error| panic!("create the backup {name}: {error}"));
+        backups
     }
 
     /// Starts a `B` named [`SCHEDULED_BACKUP`] of `cluster` into the store under `prefix`: a run
@@ -1151,5 +1183,9 @@ pub async fn deploy_s3_store(admin: &Client, namespace: &str) -> InClusterS3 {
     InClusterS3 {
         endpoint: format!("http://{S3_STORE}.{namespace}.svc.cluster.local:{S3_PORT}"),
         host_endpoint: format!("http://{cluster_ip}:{S3_PORT}"),
+        pod: Api::<Pod>::namespaced(admin.clone(), namespace)
+            .get(S3_STORE)
+            .await
+            .expect("the S3 store's pod"),
     }
 }

@@ -1132,3 +1132,88 @@ async fn a_run_whose_job_cannot_be_made_fails_and_the_next_scheduled_run_is_stor
     );
     setup.remove().await;
 }
+
+/// A run whose Job is killed midway (its pod deleted while the store hangs, so the run cannot
+/// have finished) is recorded `Failed` with why, stores nothing, and does not hold up the next
+/// run, which is stored.
+#[tokio::test]
+async fn a_run_killed_midway_fails_stores_nothing_and_the_next_run_is_stored() {
+    use etcd_operator::crd::EtcdBackup;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{DeleteParams, ListParams};
+    use quorum_core::backup::controller::BackupResource;
+    use quorum_core::crd::BackupPhase;
+
+    let setup = install_with_backups("real-backup-killed").await;
+    let store = setup.deploy_s3_store().await;
+    create_ready(&setup, &real_cluster(3, None)).await;
+    store.freeze();
+    let backups = store
+        .start_backup::<EtcdBackup>(&setup, "killed", CLUSTER, "etcd")
+        .await;
+    let run_of = |backup: EtcdBackup| {
+        backup
+            .backup_status()
+            .map(EtcdBackup::run)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let job = wait::until("the run's Job named", Duration::from_secs(60), || async {
+        let run = run_of(backups.get("killed").await.map_err(|e| e.to_string())?);
+        match (run.phase, run.job) {
+            (Some(BackupPhase::Running), Some(job)) => Ok(job),
+            (phase, job) => Err(format!("{phase:?}, Job {job:?}")),
+        }
+    })
+    .await;
+    let pods: Api<Pod> = Api::namespaced(setup.admin.clone(), &setup.ns);
+    let in_job = ListParams::default().labels(&format!("job-name={job}"));
+    let pod = wait::until("the Job's pod running", Duration::from_secs(120), || async {
+        let listed = pods.list(&in_job).await.map_err(|e| e.to_string())?.items;
+        listed
+            .into_iter()
+            .find(|pod| real_node::container_running(pod, "backup"))
+            .ok_or_else(|| "not running yet".to_string())
+    })
+    .await;
+    pods.delete(
+        &pod.metadata.name.unwrap(),
+        &DeleteParams::default().grace_period(1),
+    )
+    .await
+    .unwrap();
+
+    let failed = wait::until(
+        "the killed run recorded Failed",
+        Duration::from_secs(120),
+        || async {
+            let run = run_of(backups.get("killed").await.map_err(|e| e.to_string())?);
+            match run.phase {
+                Some(BackupPhase::Failed) => Ok(run),
+                phase => Err(format!("{phase:?}: {:?}", run.message)),
+            }
+        },
+    )
+    .await;
+    let reason = failed
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.reason.clone());
+    assert!(
+        matches!(reason.as_deref(), Some("JobFailed" | "Interrupted")),
+        "{reason:?}: {:?}",
+        failed.message
+    );
+    assert!(
+        failed.message.is_some_and(|m| !m.is_empty()),
+        "a failed run says why"
+    );
+    assert_eq!(failed.last_snapshot, None, "a killed run stored nothing");
+    store.thaw();
+    assert!(store.keys("etcd").await.is_empty(), "a killed run stored nothing");
+
+    // The next run is not held up by the one that failed.
+    store.back_up_once::<EtcdBackup>(&setup, CLUSTER, "etcd").await;
+    setup.remove().await;
+}

@@ -430,7 +430,17 @@ where
             );
         }
     };
-    let snapshots = match take_snapshots(&context.client, engine, backup, &cluster, &sources, &sink, started).await {
+    let snapshots = match take_snapshots(
+        &context.client,
+        engine,
+        backup,
+        &cluster,
+        &sources,
+        &sink,
+        started,
+    )
+    .await
+    {
         Ok(snapshots) => snapshots,
         Err(failure) => return failed(failure.reason, failure.message),
     };
@@ -820,7 +830,16 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
         sink: &BackupSink,
     ) -> Result<Vec<(&'s E::Source, Snapshot<E::Info>)>, Failure<E>> {
         self.record_running(&sources[0], None).await?;
-        let taken = take_snapshots(&self.context.client, self.engine, self.backup, cluster, sources, sink, self.now).await;
+        let taken = take_snapshots(
+            &self.context.client,
+            self.engine,
+            self.backup,
+            cluster,
+            sources,
+            sink,
+            self.now,
+        )
+        .await;
         match taken {
             Ok(snapshots) => Ok(snapshots),
             Err(failed) => Err(

@@ -36,7 +36,13 @@ pub fn progress(bytes: u64, elapsed: Duration, now: Timestamp) -> BackupProgress
 /// Runs `work` while writing, every `every`, how many bytes `sink` has sent into `backup`'s
 /// `status.progress` (that field alone), whenever the figure changed. A report that fails is
 /// logged and the run goes on.
-pub async fn reporting<K, F>(client: &Client, backup: &K, sink: &BackupSink, every: Duration, work: F) -> F::Output
+pub async fn reporting<K, F>(
+    client: &Client,
+    backup: &K,
+    sink: &BackupSink,
+    every: Duration,
+    work: F,
+) -> F::Output
 where
     K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + Debug + DeserializeOwned,
     F: Future,
