@@ -136,9 +136,12 @@ impl InClusterS3 {
         cluster: &str,
         prefix: &str,
     ) -> String {
-        let backups = self
-            .start_backup::<B>(setup, ONE_SHOT_BACKUP, cluster, prefix)
-            .await;
+        let backups: Api<B> = Api::namespaced(setup.admin.clone(), &setup.ns);
+        let backup = B::with_spec(ONE_SHOT_BACKUP, self.backup_spec(cluster, prefix, None, None));
+        backups
+            .create(&kube::api::PostParams::default(), &backup)
+            .await
+            .expect("create the one-shot backup");
         let (location, job) = wait::until("the one-shot backup stored", Duration::from_secs(180), || async {
             let backup = backups.get(ONE_SHOT_BACKUP).await.map_err(|e| e.to_string())?;
             let run = backup.backup_status().map(B::run).cloned().unwrap_or_default();
@@ -180,24 +183,6 @@ impl InClusterS3 {
             "{location} is not in the store: {stored:?}"
         );
         location
-    }
-
-    /// Creates a one-shot `B` named `name` of `cluster` into the store under `prefix`, and
-    /// returns the API of `B`s.
-    pub async fn start_backup<B: BackupResource>(
-        &self,
-        setup: &OnRealNode,
-        name: &str,
-        cluster: &str,
-        prefix: &str,
-    ) -> Api<B> {
-        let backups: Api<B> = Api::namespaced(setup.admin.clone(), &setup.ns);
-        let backup = B::with_spec(name, self.backup_spec(cluster, prefix, None, None));
-        backups
-            .create(&kube::api::PostParams::default(), &backup)
-            .await
-            .unwrap_or_else(|error| panic!("create the backup {name}: {error}"));
-        backups
     }
 
     /// Starts a `B` named [`SCHEDULED_BACKUP`] of `cluster` into the store under `prefix`: a run
