@@ -13,7 +13,7 @@ use kube::{
 
 use quorum_core::{
     backup::controller::BackupResource,
-    crd::{BackupPhase, BackupSpec},
+    crd::{BackupPhase, BackupRunStatus, BackupSpec},
 };
 
 use crate::{
@@ -202,6 +202,37 @@ impl InClusterS3 {
             .create(&kube::api::PostParams::default(), &backup)
             .await
             .expect("create the scheduled backup");
+    }
+
+    /// Where the scheduled backup ([`SCHEDULED_BACKUP`]) stands now.
+    pub async fn scheduled_run<B: BackupResource>(
+        &self,
+        setup: &OnRealNode,
+    ) -> Result<BackupRunStatus, String> {
+        let backups: Api<B> = Api::namespaced(setup.admin.clone(), &setup.ns);
+        let backup = backups.get(SCHEDULED_BACKUP).await.map_err(|e| e.to_string())?;
+        Ok(backup.backup_status().map(B::run).cloned().unwrap_or_default())
+    }
+
+    /// Waits until the scheduled backup has stored a run (after one that failed: the schedule
+    /// was not held up), and checks that its object is in the store under `prefix`.
+    pub async fn scheduled_run_stored<B: BackupResource>(&self, setup: &OnRealNode, prefix: &str) {
+        let stored = wait::until(
+            "a later scheduled run stored",
+            Duration::from_secs(180),
+            || async {
+                let run = self.scheduled_run::<B>(setup).await?;
+                run.last_snapshot
+                    .ok_or_else(|| format!("{:?}: {:?}", run.phase, run.message))
+            },
+        )
+        .await;
+        let keys = self.keys(prefix).await;
+        assert!(
+            keys.iter().any(|key| stored.location.ends_with(key.as_str())),
+            "{} is not in the store: {keys:?}",
+            stored.location
+        );
     }
 
     /// Waits until the scheduled backup's retention deleted a run (its second run is the

@@ -1042,7 +1042,6 @@ async fn a_cluster_created_again_from_a_backup_holds_exactly_the_backups_data() 
 async fn a_run_whose_job_cannot_be_made_fails_and_the_next_scheduled_run_is_stored() {
     use etcd_operator::crd::EtcdBackup;
     use k8s_openapi::api::core::v1::{ResourceQuota, ResourceQuotaSpec};
-    use quorum_core::backup::controller::BackupResource;
 
     let setup = install_with_backups("real-backup-job").await;
     let store = setup.deploy_s3_store().await;
@@ -1079,20 +1078,7 @@ async fn a_run_whose_job_cannot_be_made_fails_and_the_next_scheduled_run_is_stor
     store
         .schedule_every_minute::<EtcdBackup>(&setup, CLUSTER, "etcd")
         .await;
-    let backups: Api<EtcdBackup> = Api::namespaced(setup.admin.clone(), &setup.ns);
-    let scheduled_run = || async {
-        let backup = backups
-            .get(real_pods::SCHEDULED_BACKUP)
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok::<_, String>(
-            backup
-                .backup_status()
-                .map(EtcdBackup::run)
-                .cloned()
-                .unwrap_or_default(),
-        )
-    };
+    let scheduled_run = || store.scheduled_run::<EtcdBackup>(&setup);
     let refused = wait::until("a run refused its Job", Duration::from_secs(150), || async {
         let run = scheduled_run().await?;
         let reason = run
@@ -1118,18 +1104,7 @@ async fn a_run_whose_job_cannot_be_made_fails_and_the_next_scheduled_run_is_stor
     );
 
     quotas.delete("no-jobs", &Default::default()).await.unwrap();
-    let stored = wait::until("a later run stored", Duration::from_secs(180), || async {
-        let run = scheduled_run().await?;
-        run.last_snapshot
-            .ok_or_else(|| format!("{:?}: {:?}", run.phase, run.message))
-    })
-    .await;
-    let keys = store.keys("etcd").await;
-    assert!(
-        keys.iter().any(|key| stored.location.ends_with(key.as_str())),
-        "{} is not in the store: {keys:?}",
-        stored.location
-    );
+    store.scheduled_run_stored::<EtcdBackup>(&setup, "etcd").await;
     setup.remove().await;
 }
 
@@ -1141,7 +1116,6 @@ async fn a_run_killed_midway_fails_stores_nothing_and_the_next_scheduled_run_is_
     use etcd_operator::crd::EtcdBackup;
     use k8s_openapi::api::core::v1::Pod;
     use kube::api::{DeleteParams, ListParams};
-    use quorum_core::backup::controller::BackupResource;
     use quorum_core::crd::BackupPhase;
 
     let setup = install_with_backups("real-backup-killed").await;
@@ -1151,20 +1125,7 @@ async fn a_run_killed_midway_fails_stores_nothing_and_the_next_scheduled_run_is_
     store
         .schedule_every_minute::<EtcdBackup>(&setup, CLUSTER, "etcd")
         .await;
-    let backups: Api<EtcdBackup> = Api::namespaced(setup.admin.clone(), &setup.ns);
-    let scheduled_run = || async {
-        let backup = backups
-            .get(real_pods::SCHEDULED_BACKUP)
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok::<_, String>(
-            backup
-                .backup_status()
-                .map(EtcdBackup::run)
-                .cloned()
-                .unwrap_or_default(),
-        )
-    };
+    let scheduled_run = || store.scheduled_run::<EtcdBackup>(&setup);
     let job = wait::until(
         "a scheduled run's Job named",
         Duration::from_secs(120),
@@ -1224,21 +1185,6 @@ async fn a_run_killed_midway_fails_stores_nothing_and_the_next_scheduled_run_is_
     store.thaw();
     assert!(store.keys("etcd").await.is_empty(), "a killed run stored nothing");
 
-    let stored = wait::until(
-        "the next scheduled run stored",
-        Duration::from_secs(180),
-        || async {
-            let run = scheduled_run().await?;
-            run.last_snapshot
-                .ok_or_else(|| format!("{:?}: {:?}", run.phase, run.message))
-        },
-    )
-    .await;
-    let keys = store.keys("etcd").await;
-    assert!(
-        keys.iter().any(|key| stored.location.ends_with(key.as_str())),
-        "{} is not in the store: {keys:?}",
-        stored.location
-    );
+    store.scheduled_run_stored::<EtcdBackup>(&setup, "etcd").await;
     setup.remove().await;
 }
