@@ -62,17 +62,26 @@ cargo build --quiet -p quorum-bench
 # each ends at about the same time.
 metadata=$(mktemp)
 cargo metadata --no-deps --format-version 1 >"$metadata"
+# Cargo enables a dependency's features by the packages it is asked to build: `-p PACKAGE`
+# alone would build the workspace's crates again with fewer features than the build above, and
+# link every test a second time. The benchmark depends on every other package, so with it
+# selected beside PACKAGE the features are the workspace's and the build above is reused.
+same_features=(-p quorum-bench)
 # The arguments selecting every test of package $1 but its real-node ones: its library, its
-# binaries and its other test targets.
+# binaries and its other test targets, each by name (the benchmark selected beside it must add
+# none of its own).
 without_real_node() {
   python3 - "$metadata" "$1" <<'PY'
 import json, sys
 metadata, wanted = sys.argv[1], sys.argv[2]
 package = next(p for p in json.load(open(metadata))["packages"] if p["name"] == wanted)
-kinds = {kind for target in package["targets"] for kind in target["kind"]}
-arguments = (["--lib"] if "lib" in kinds else []) + (["--bins"] if "bin" in kinds else [])
+arguments = ["-p", wanted]
 for target in package["targets"]:
-    if "test" in target["kind"] and target["name"] != "real_pods":
+    if "lib" in target["kind"]:
+        arguments.append("--lib")
+    elif "bin" in target["kind"]:
+        arguments += ["--bin", target["name"]]
+    elif "test" in target["kind"] and target["name"] != "real_pods":
         arguments += ["--test", target["name"]]
 print(" ".join(arguments))
 PY
@@ -83,8 +92,8 @@ PY
 # never on a figure.
 step() {
   case $1 in
-    tests:*) cargo test --no-fail-fast -p "${1#tests:}" $(without_real_node "${1#tests:}") ;;
-    real:*) cargo test --no-fail-fast -p "${1#real:}" --test real_pods ;;
+    tests:*) cargo test --no-fail-fast "${same_features[@]}" $(without_real_node "${1#tests:}") ;;
+    real:*) cargo test --no-fail-fast "${same_features[@]}" -p "${1#real:}" --test real_pods ;;
     doc) cargo test --no-fail-fast --workspace --doc ;;
     bench) cargo run --quiet -p quorum-bench -- --quick ;;
   esac
