@@ -704,6 +704,19 @@ pub fn decide(facts: &Facts) -> Decision {
                     primary: primary_address,
                 });
             }
+            // Left behind when the others moved on: it watches an address no node has any more
+            // (every pod came back on a new one) and so never hears them. It is re-pointed at
+            // the primary the others agree on, as they were.
+            Some(view)
+                if primary_seen
+                    && view.primary != primary_address
+                    && !facts.nodes.iter().any(|node| node.address == Some(view.primary)) =>
+            {
+                return Decision::Act(Step::RepointSentinel {
+                    sentinel: sentinel.ordinal,
+                    primary: primary_address,
+                });
+            }
             Some(view)
                 if view.quorum != facts.settings.quorum
                     || view.down_after != facts.settings.down_after
@@ -1952,6 +1965,26 @@ mod tests {
                 sentinel: 0
             })
         );
+    }
+
+    #[test]
+    fn a_sentinel_left_watching_an_address_no_node_has_is_repointed_at_the_agreed_primary() {
+        let mut behind = facts(settled_nodes(0), all_watching(0), Some(0));
+        let gone: SocketAddr = "127.0.9.99:6379".parse().unwrap();
+        behind.sentinels[2].view.as_mut().unwrap().primary = gone;
+        assert_eq!(
+            decide(&behind),
+            Decision::Act(Step::RepointSentinel {
+                sentinel: 2,
+                primary: address(0)
+            })
+        );
+        // One watching another node that is there is Sentinel's own business, not re-pointed.
+        behind.sentinels[2].view.as_mut().unwrap().primary = address(1);
+        assert!(!matches!(
+            decide(&behind),
+            Decision::Act(Step::RepointSentinel { .. })
+        ));
     }
 
     #[test]
