@@ -271,19 +271,14 @@ where
                 conditions: &conditions,
             },
         };
-        let written = api
-            .patch_status(
-                &cluster.name_any(),
-                &kube::api::PatchParams::default(),
-                &kube::api::Patch::Merge(&patch),
-            )
-            .await;
-        crate::freshness::record_write::<K, _>(
+        crate::status::merge_status(
+            &api,
             &cluster.namespace().unwrap_or_default(),
             &cluster.name_any(),
-            &written,
-        );
-        written.map_err(|source| Error::PatchStatus {
+            &patch,
+        )
+        .await
+        .map_err(|source| Error::PatchStatus {
             kind: K::kind(&()).to_string(),
             name: cluster.name_any(),
             source,

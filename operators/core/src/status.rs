@@ -179,12 +179,33 @@ where
         .and_then(|c| serde_json::to_value(c).ok())
         .unwrap_or(serde_json::Value::Null);
     let patch = serde_json::json!({ "status": merge_patch(&current_json, &desired_json) });
-    let written = api
-        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await;
-    freshness::record_write::<K, _>(&object.namespace().unwrap_or_default(), &name, &written);
-    written.map_err(|source| Error::PatchStatus { kind, name, source })?;
+    let namespace = object.namespace().unwrap_or_default();
+    merge_status(&api, &namespace, &name, &patch)
+        .await
+        .map_err(|source| Error::PatchStatus { kind, name, source })?;
     Ok(true)
+}
+
+/// Sends `patch` (a JSON merge patch with a `status` field) to the status of
+/// `namespace/name` through `api`, and records the write for the freshness guard, as every
+/// status write of this process must be.
+///
+/// # Errors
+/// The API server's answer when the patch is refused or lost.
+pub async fn merge_status<K>(
+    api: &Api<K>,
+    namespace: &str,
+    name: &str,
+    patch: &(impl Serialize + Debug),
+) -> Result<K, kube::Error>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned,
+{
+    let written = api
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await;
+    freshness::record_write::<K, _>(namespace, name, &written);
+    written
 }
 
 /// Writes one object's status during one pass. Each write is diffed against what this pass

@@ -464,8 +464,8 @@ struct SnapshotsFailed<E> {
 
 /// Stores each source's snapshot in its own object, named by the run's start `started`, in
 /// order, stopping at the first failure; then asks the engine whether they make one backup.
-/// The same in the operator's process and in a backup Job's.
-/// Reports how far the run has got in the backup's `status.progress` meanwhile.
+/// Meanwhile reports how far the run has got in the backup's `status.progress`. The same in
+/// the operator's process and in a backup Job's.
 async fn take_snapshots<'s, E: BackupEngine>(
     client: &Client,
     engine: &E,
@@ -956,15 +956,10 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
     /// `lastBackup` on the cluster; its own reconciler writes only the status fields it changed.
     async fn record_on_cluster(&self, record: BackupRecord) -> Result<(), Failure<E>> {
         let clusters: Api<E::Cluster> = Api::namespaced(self.context.client.clone(), &self.namespace);
-        let written = clusters
-            .patch_status(
-                &self.spec().cluster_name,
-                &PatchParams::default(),
-                &Patch::Merge(serde_json::json!({ "status": { "lastBackup": record } })),
-            )
-            .await;
-        crate::freshness::record_write::<E::Cluster, _>(&self.namespace, &self.spec().cluster_name, &written);
-        written.map_err(BackupControllerError::RecordOnCluster)?;
+        let patch = serde_json::json!({ "status": { "lastBackup": record } });
+        crate::status::merge_status(&clusters, &self.namespace, &self.spec().cluster_name, &patch)
+            .await
+            .map_err(BackupControllerError::RecordOnCluster)?;
         Ok(())
     }
 

@@ -6,15 +6,12 @@ use std::{fmt::Debug, future::Future, time::Duration};
 
 use jiff::Timestamp;
 use k8s_openapi::{NamespaceResourceScope, apimachinery::pkg::apis::meta::v1::Time};
-use kube::{
-    Api, Client, Resource, ResourceExt,
-    api::{Patch, PatchParams},
-};
+use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
 use super::BackupSink;
-use crate::{crd::BackupProgress, freshness};
+use crate::{crd::BackupProgress, status::merge_status};
 
 /// How often a run in progress reports how far it has got.
 pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(5);
@@ -61,11 +58,7 @@ where
             }
             let figures = progress(bytes, started.elapsed(), Timestamp::now());
             let patch = serde_json::json!({ "status": { "progress": figures } });
-            let written = api
-                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await;
-            freshness::record_write::<K, _>(&namespace, &name, &written);
-            match written {
+            match merge_status(&api, &namespace, &name, &patch).await {
                 Ok(_) => reported = bytes,
                 Err(error) => tracing::warn!(backup = %name, %namespace, %error, "reporting progress"),
             }
