@@ -475,47 +475,37 @@ async fn take_snapshots<'s, E: BackupEngine>(
     sink: &BackupSink,
     started: Timestamp,
 ) -> Result<Vec<(&'s E::Source, Snapshot<E::Info>)>, SnapshotsFailed<E::Error>> {
-    let snapshots = snapshots_in_turn(engine, backup, cluster, sources, sink, started);
-    progress::reporting(client, backup, sink, PROGRESS_INTERVAL, snapshots).await
-}
-
-/// [`take_snapshots`] without the progress reports.
-async fn snapshots_in_turn<'s, E: BackupEngine>(
-    engine: &E,
-    backup: &E::Backup,
-    cluster: &E::Cluster,
-    sources: &'s [E::Source],
-    sink: &BackupSink,
-    started: Timestamp,
-) -> Result<Vec<(&'s E::Source, Snapshot<E::Info>)>, SnapshotsFailed<E::Error>> {
-    let mut snapshots = Vec::with_capacity(sources.len());
-    for source in sources {
-        let name = object_name(
-            &E::Backup::kind(&()),
-            &backup.name_any(),
-            &backup.backup_spec().cluster_name,
-            started,
-            &engine.extension(source),
-        );
-        match engine.produce(cluster, source, sink, &name).await {
-            Ok(snapshot) => snapshots.push((source, snapshot)),
-            Err(error) => {
-                return Err(SnapshotsFailed {
-                    reason: "SnapshotFailed",
-                    message: format!("the snapshot from {}: {error}", engine.member(source)),
-                    error,
-                });
+    let in_turn = async {
+        let mut snapshots = Vec::with_capacity(sources.len());
+        for source in sources {
+            let name = object_name(
+                &E::Backup::kind(&()),
+                &backup.name_any(),
+                &backup.backup_spec().cluster_name,
+                started,
+                &engine.extension(source),
+            );
+            match engine.produce(cluster, source, sink, &name).await {
+                Ok(snapshot) => snapshots.push((source, snapshot)),
+                Err(error) => {
+                    return Err(SnapshotsFailed {
+                        reason: "SnapshotFailed",
+                        message: format!("the snapshot from {}: {error}", engine.member(source)),
+                        error,
+                    });
+                }
             }
         }
-    }
-    if let Err(error) = engine.confirm(cluster, sources).await {
-        return Err(SnapshotsFailed {
-            reason: "SnapshotsInconsistent",
-            message: format!("the snapshots do not make one backup: {error}"),
-            error,
-        });
-    }
-    Ok(snapshots)
+        if let Err(error) = engine.confirm(cluster, sources).await {
+            return Err(SnapshotsFailed {
+                reason: "SnapshotsInconsistent",
+                message: format!("the snapshots do not make one backup: {error}"),
+                error,
+            });
+        }
+        Ok(snapshots)
+    };
+    progress::reporting(client, backup, sink, PROGRESS_INTERVAL, in_turn).await
 }
 
 /// What each snapshot stored.
