@@ -293,6 +293,28 @@ fn fail_over_held_back(facts: &Facts, primary: usize) -> Option<Step> {
     })
 }
 
+/// The primary's address to record in status for the next pass. A new primary, or one never
+/// recorded, is recorded at once. The same primary on a new address is recorded only once a
+/// majority of the Sentinels name the new one: until then a Sentinel that still names the old
+/// address (one that did not answer when the first was re-pointed, say) is known by that address
+/// and re-pointed too, where recording the new address would leave it naming an address no node
+/// has, which nothing may follow.
+pub fn primary_address_to_record(facts: &Facts, ordinal: usize, address: SocketAddr) -> SocketAddr {
+    let Some(recorded) = facts.recorded_primary_address else {
+        return address;
+    };
+    if facts.recorded_primary != Some(ordinal) || recorded == address {
+        return address;
+    }
+    let majority = facts.desired_sentinels.max(facts.sentinels.len()) / 2 + 1;
+    let naming_new = facts
+        .sentinels
+        .iter()
+        .filter(|s| s.view.as_ref().is_some_and(|v| v.primary == address))
+        .count();
+    if naming_new >= majority { address } else { recorded }
+}
+
 /// The view of the one Sentinel whose configuration epoch is higher than every other answering
 /// Sentinel's. Sentinel moves a primary's epoch forward only by a failover that a majority of
 /// the Sentinels voted for, and spreads it to the others, which adopt any newer configuration:
@@ -2166,6 +2188,47 @@ mod tests {
             "{decision:?}"
         );
         assert_eq!(serving_primary(&facts(nodes, all_watching(0), Some(0))), Some(0));
+    }
+
+    #[test]
+    fn a_sentinel_that_answers_late_after_a_total_outage_is_repointed_too() {
+        // Every pod came back on a new address. Only Sentinel 0 answers at first; it is
+        // re-pointed at node 0's new address. The old address stays recorded until a majority
+        // names the new one, so Sentinels 1 and 2, answering later with the old address, are
+        // known to mean node 0 and re-pointed as well.
+        let first = facts(
+            moved_nodes(),
+            vec![
+                naming(0, moved(0)),
+                unreachable_sentinel(1),
+                unreachable_sentinel(2),
+            ],
+            Some(0),
+        );
+        assert_eq!(primary_address_to_record(&first, 0, moved(0)), address(0));
+        let later = facts(
+            moved_nodes(),
+            vec![naming(0, moved(0)), watching(1, 0), watching(2, 0)],
+            Some(0),
+        );
+        assert_eq!(
+            decide(&later),
+            Decision::Act(Step::RepointSentinel {
+                sentinel: 1,
+                primary: moved(0)
+            })
+        );
+        let majority = facts(
+            moved_nodes(),
+            vec![naming(0, moved(0)), naming(1, moved(0)), watching(2, 0)],
+            Some(0),
+        );
+        assert_eq!(primary_address_to_record(&majority, 0, moved(0)), moved(0));
+        // A new primary is recorded at once, and so is the first one.
+        assert_eq!(primary_address_to_record(&first, 1, moved(1)), moved(1));
+        let mut unrecorded = first.clone();
+        unrecorded.recorded_primary_address = None;
+        assert_eq!(primary_address_to_record(&unrecorded, 0, moved(0)), moved(0));
     }
 
     #[test]

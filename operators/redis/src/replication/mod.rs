@@ -362,7 +362,9 @@ async fn report(
     let recorded_primary = facts.recorded_primary;
     status.primary_address = match (taken.handed_over_to, finding) {
         (Some(to), _) => primary_address(facts, Some(to)).map(|address| address.to_string()),
-        (None, PrimaryFinding::Agreed { address, .. }) => Some(address.to_string()),
+        (None, PrimaryFinding::Agreed { ordinal, address }) => {
+            Some(decide::primary_address_to_record(facts, ordinal, address).to_string())
+        }
         _ if primary == recorded_primary => status.primary_address,
         _ => None,
     };
