@@ -55,14 +55,58 @@ log "cargo test: building every test, and the benchmark"
 cargo test --workspace --no-run --quiet
 cargo build --quiet -p quorum-bench
 # The integration tests wait on pods, servers and the API server far more than they compute, so
-# two shards run at once, each package's binaries in turn, lines marked with their shard. Tests
-# that need the machine to themselves take a lock (OLM, whose operators use fixed ports); tests
-# that count an operator's API requests count them at its own client.
+# three shards run at once, lines marked with their shard. Tests that need the machine to
+# themselves take a lock (OLM, whose operators use fixed ports); tests that count an operator's
+# API requests count them at its own client. The real-node tests (each operator's
+# tests/real_pods.rs) are the longest binaries by far: they are spread over the shards so that
+# each ends at about the same time.
+metadata=$(mktemp)
+cargo metadata --no-deps --format-version 1 >"$metadata"
+# Cargo enables a dependency's features by the packages it is asked to build: `-p PACKAGE`
+# alone would build the workspace's crates again with fewer features than the build above, and
+# link every test a second time. The benchmark depends on every other package, so with it
+# selected beside PACKAGE the features are the workspace's and the build above is reused.
+same_features=(-p quorum-bench)
+# The arguments selecting every test of package $1 but its real-node ones: its library, its
+# binaries and its other test targets, each by name (the benchmark selected beside it must add
+# none of its own).
+without_real_node() {
+  python3 - "$metadata" "$1" <<'PY'
+import json, sys
+metadata, wanted = sys.argv[1], sys.argv[2]
+package = next(p for p in json.load(open(metadata))["packages"] if p["name"] == wanted)
+arguments = ["-p", wanted]
+for target in package["targets"]:
+    if "lib" in target["kind"]:
+        arguments.append("--lib")
+    elif "bin" in target["kind"]:
+        arguments += ["--bin", target["name"]]
+    elif "test" in target["kind"] and target["name"] != "real_pods":
+        arguments += ["--test", target["name"]]
+print(" ".join(arguments))
+PY
+}
+# One step of a shard: `tests:PACKAGE`, every test of PACKAGE but its real-node ones;
+# `real:PACKAGE`, its real-node tests; `doc`, every doctest; `bench`, the benchmark at its
+# smallest size, as `make bench QUICK=1` runs it, which fails only when an invariant breaks,
+# never on a figure.
+step() {
+  case $1 in
+    tests:*) cargo test --no-fail-fast "${same_features[@]}" $(without_real_node "${1#tests:}") ;;
+    real:*) cargo test --no-fail-fast "${same_features[@]}" -p "${1#real:}" --test real_pods ;;
+    doc) cargo test --no-fail-fast --workspace --doc ;;
+    bench) cargo run --quiet -p quorum-bench -- --quick ;;
+  esac
+}
+# shard NAME STEP...: runs each step in turn, all of them even after one failed; fails when
+# one did.
 shard() {
-  local name=$1
+  local name=$1 each failed=0
   shift
-  cargo test --no-fail-fast "$@" 2>&1 | mark "$name"
-  return "${PIPESTATUS[0]}"
+  for each in "$@"; do
+    step "$each" 2>&1 | mark "$name" || failed=1
+  done
+  return "$failed"
 }
 # The fresh-machine check (the setup in a clean bookworm root, then `cargo check` of the
 # workspace there) goes beside the shards, at the lowest priority: on a new machine it is twenty
@@ -73,23 +117,32 @@ setsid nice -n 19 ionice -c 3 e2e/fresh-check.sh check >"$fresh_log" 2>&1 &
 fresh=$!
 trap 'kill -- -"$fresh" 2>/dev/null || true; e2e/cluster.sh stop' EXIT
 log "fresh-machine check, beside the shards: $fresh_log"
-log "cargo test: two shards at once"
-shard redis+mongodb -p redis-operator -p mongodb-operator -p xtask &
-first=$!
-# The second shard ends with the benchmark at its smallest size (what `make bench QUICK=1` runs,
-# on this control plane and these images), which fails only when an invariant breaks, never on
-# a figure.
-the_rest_and_the_quick_bench() {
-  local failed=0
-  shard the-rest --workspace --exclude redis-operator --exclude mongodb-operator --exclude xtask || failed=1
-  cargo run --quiet -p quorum-bench -- --quick 2>&1 | mark bench || failed=1
-  return "$failed"
-}
-the_rest_and_the_quick_bench &
-second=$!
+first=(tests:redis-operator tests:mongodb-operator tests:xtask real:etcd-operator)
+second=(doc tests:quorum-core tests:etcd-operator tests:mysql-operator tests:quorum-e2e tests:kubectl-quorum
+  tests:quorum-bench real:mongodb-operator bench)
+third=(real:redis-operator real:mysql-operator)
+# Every package's tests, and every real-node test binary, are in a shard.
+python3 - "$metadata" "${first[@]}" "${second[@]}" "${third[@]}" <<'PY'
+import json, sys
+packages = json.load(open(sys.argv[1]))["packages"]
+steps = set(sys.argv[2:])
+missing = [f"tests:{p['name']}" for p in packages] + [
+    f"real:{p['name']}" for p in packages if any(t["name"] == "real_pods" for t in p["targets"])
+]
+missing = [step for step in missing if step not in steps]
+sys.exit(f"e2e/test.sh: no shard runs {', '.join(missing)}" if missing else 0)
+PY
+log "cargo test: three shards at once"
+shard shard-1 "${first[@]}" &
+first_pid=$!
+shard shard-2 "${second[@]}" &
+second_pid=$!
+shard shard-3 "${third[@]}" &
+third_pid=$!
 failed=0
-wait "$first" || failed=1
-wait "$second" || failed=1
+wait "$first_pid" || failed=1
+wait "$second_pid" || failed=1
+wait "$third_pid" || failed=1
 if ! collect fresh "$fresh" "$fresh_log"; then
   log "the fresh-machine check failed: the setup leaves something the build needs missing"
   failed=1
