@@ -140,7 +140,7 @@ POLICY
     --etcd-servers "http://127.0.0.1:$etcd_client_port" \
     --bind-address 0.0.0.0 --advertise-address "$real_node_ip" --secure-port "$apiserver_port" \
     --service-cluster-ip-range "$service_cidr" \
-    --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
+    --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction,PodNodeSelector,PodTolerationRestriction \
     --kubelet-client-certificate "$pki/kubelet-client.crt" --kubelet-client-key "$pki/kubelet-client.key" \
     --kubelet-preferred-address-types InternalIP \
     --cert-dir "$pki" --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \

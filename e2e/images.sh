@@ -4,8 +4,8 @@
 # OCI archive cached by its content under QUORUM_CACHE/images, and imported into the real node's
 # containerd under the same reference the charts, CSVs and operators name.
 #
-#   e2e/images.sh build [node|engines|operators|peer|previous|all]  build what is missing, print the archives
-#   e2e/images.sh import [node|engines|operators|peer|previous|all] build, then import into the node's containerd
+#   e2e/images.sh build [node|engines|operators|peer|previous|olm|all]  build what is missing, print the archives
+#   e2e/images.sh import [node|engines|operators|peer|previous|olm|all] build, then import into the node's containerd
 #   e2e/images.sh references                           the references, as NAME=REFERENCE words
 #   e2e/images.sh previous-release                     the previous release's checkout (its charts)
 #
@@ -14,7 +14,11 @@
 # QUORUM_OPERATOR_PROFILE=release, as `make bench` builds them; the image's shape does not depend
 # on optimization); peer: the benchmark's baseline operator (etcd-io/etcd-operator,
 # `make bench` only, not part of `all`); previous: the MySQL operator of the release the operator
-# upgrade test starts from (PREVIOUS_RELEASE_COMMIT, `make test` only, not part of `all`).
+# upgrade test starts from (PREVIOUS_RELEASE_COMMIT, `make test` only, not part of `all`); olm:
+# OLM v0's image (its operators and the tools its unpack Jobs copy out of it) and opm's image
+# (the bundle unpack Jobs' extractor), under the names OLM's own chart gives them, for the test
+# that installs OLM in the cluster and has them pulled from the node's registry (not part of
+# `all`: they are pushed there, not imported).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -47,6 +51,8 @@ PEER_IMAGE=localhost/quorum-bench/etcd-operator:$PEER_ETCD_OPERATOR_COMMIT
 # keeps its name; the tag is the one its layout carries.
 PREVIOUS_REPOSITORY=localhost/quorum-e2e/previous-mysql-operator
 PREVIOUS_CHECKOUT=$cache/build/previous-$PREVIOUS_RELEASE_COMMIT
+OLM_IMAGE=quay.io/operator-framework/olm:$OLM_VERSION
+OPM_IMAGE=quay.io/operator-framework/opm:$OPM_VERSION
 
 # Copies a static busybox and its applets into ROOTFS/bin (a shell for helper pods and for
 # `kubectl exec`).
@@ -261,6 +267,28 @@ build_peer_image() {
   rm -rf "$stage"
 }
 
+# OLM's image as upstream ships it: its commands under /bin, run as uid 1001 (its deployments
+# ask for a non-root user), and coreutils' `cp`, which its unpack Jobs run as `/bin/cp -Rv` to
+# copy `cpb` out. opm's: opm and the gRPC health probe, also uid 1001.
+build_olm_images() {
+  local olm opm probe
+  olm=$("$here/toolchain/packaging.sh" olm) || exit 1
+  opm=$("$here/toolchain/packaging.sh" opm) || exit 1
+  probe=$("$here/toolchain/packaging.sh" grpc-health-probe) || exit 1
+  local stage; stage=$(mktemp -d "$images/.stage.XXXXXX")
+  mkdir -p "$stage/olm/bin" "$stage/olm/tmp"; chmod 1777 "$stage/olm/tmp"
+  cp "$olm"/{olm,catalog,package-server,cpb,copy-content} "$stage/olm/bin/"
+  with_libraries "$stage/olm" /bin/cp
+  with_users "$stage/olm" 1001
+  pack "$OLM_IMAGE" "$stage/olm" 1001 /bin/olm
+  mkdir -p "$stage/opm/bin" "$stage/opm/tmp"; chmod 1777 "$stage/opm/tmp"
+  cp "$opm/opm" "$stage/opm/bin/opm"
+  cp "$probe/grpc-health-probe" "$stage/opm/bin/grpc_health_probe"
+  with_users "$stage/opm" 1001
+  pack "$OPM_IMAGE" "$stage/opm" 1001 /bin/opm
+  rm -rf "$stage"
+}
+
 build() {
   mkdir -p "$images"
   case $1 in
@@ -269,8 +297,9 @@ build() {
     operators) build_operator_images ;;
     peer) build_peer_image ;;
     previous) build_previous_image ;;
+    olm) build_olm_images ;;
     all) build_node_images; build_engine_images; build_operator_images ;;
-    *) echo "usage: $0 build|import [node|engines|operators|peer|previous|all]" >&2; exit 2 ;;
+    *) echo "usage: $0 build|import [node|engines|operators|peer|previous|olm|all]" >&2; exit 2 ;;
   esac
 }
 
@@ -297,9 +326,9 @@ case "${1:-}" in
   references) # NAME=REFERENCE lines, for the node's manifests
     echo "PAUSE_IMAGE=$PAUSE_IMAGE COREDNS_IMAGE=$COREDNS_IMAGE LOCAL_PATH_IMAGE=$LOCAL_PATH_IMAGE"
     echo "HELPER_IMAGE=$HELPER_IMAGE ETCD_IMAGE=$ETCD_IMAGE MARIADB_IMAGE=$MARIADB_IMAGE REDIS_IMAGE=$REDIS_IMAGE MONGO_IMAGE=$MONGO_IMAGE S3_IMAGE=$S3_IMAGE"
-    echo "PEER_IMAGE=$PEER_IMAGE" ;;
+    echo "PEER_IMAGE=$PEER_IMAGE OLM_IMAGE=$OLM_IMAGE OPM_IMAGE=$OPM_IMAGE" ;;
   previous-release) previous_checkout ;;
   build) build "${2:-all}" ;;
   import) import "${2:-all}" ;;
-  *) echo "usage: $0 build|import [node|engines|operators|peer|previous|all] | references | previous-release" >&2; exit 2 ;;
+  *) echo "usage: $0 build|import [node|engines|operators|peer|previous|olm|all] | references | previous-release" >&2; exit 2 ;;
 esac

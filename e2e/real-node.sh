@@ -7,6 +7,12 @@
 # 10.244.0.0/24 with no default route and no masquerade, the service network 10.96.0.0/16 is routed
 # onto the bridge, and DNS answers cluster.local and nothing else.
 #
+# An OCI registry (distribution's `registry`) listens on 127.0.0.1:5000 with nothing in it, and
+# containerd pulls the images of ghcr.io and quay.io from there (its registry hosts: a mirror
+# per registry, plain HTTP on loopback): what is pushed there is what a pod pulls, as from the
+# real registry, and nothing is ever fetched from outside. Images imported into containerd are
+# used as they are (IfNotPresent finds them).
+#
 # The node is tainted quorum.dev/real-node=true:NoSchedule while KWOK nodes exist, so only pods that
 # ask for it (a toleration, and a node selector on type=real) run real containers; without KWOK nodes
 # (the demo) it takes every pod and local-path is the default storage class.
@@ -27,6 +33,10 @@ cluster_dns_ip=10.96.0.10
 node_dir="$dir/node"
 containerd_socket="$node_dir/containerd/containerd.sock"
 real_node_taint=quorum.dev/real-node
+registry_address=127.0.0.1:5000
+# The registries whose images are pulled from the local one (OLM's images are quay.io's, ours
+# ghcr.io's).
+mirrored_registries=(ghcr.io quay.io)
 
 # Stops `cluster.sh start` with one line naming what is missing.
 real_node_preflight() {
@@ -54,8 +64,8 @@ real_node_preflight() {
   fi
   if [[ -z $problem ]] && ! running kubelet; then
     local port
-    for port in 10250 10248 10249 10256; do
-      if [[ -n $(ss -Hltn "sport = :$port") ]]; then problem="port $port is in use (the kubelet or kube-proxy needs it)"; break; fi
+    for port in 10250 10248 10249 10256 ${registry_address##*:}; do
+      if [[ -n $(ss -Hltn "sport = :$port") ]]; then problem="port $port is in use (the kubelet, kube-proxy or the registry needs it)"; break; fi
     done
   fi
   if [[ -n $problem ]]; then
@@ -138,8 +148,27 @@ state = "$node_dir/containerd/state"
     bin_dir = "/usr/lib/cni"
     conf_dir = "$node_dir/cni/net.d"
   [plugins."io.containerd.grpc.v1.cri".registry]
-    config_path = ""
+    config_path = "$node_dir/containerd/certs.d"
 TOML
+  local registry
+  for registry in "${mirrored_registries[@]}"; do
+    mkdir -p "$node_dir/containerd/certs.d/$registry"
+    cat > "$node_dir/containerd/certs.d/$registry/hosts.toml" <<TOML
+server = "https://$registry"
+[host."http://$registry_address"]
+  capabilities = ["pull", "resolve"]
+TOML
+  done
+  mkdir -p "$node_dir/registry/storage"
+  cat > "$node_dir/registry/config.yml" <<YAML
+version: 0.1
+log: {level: warn}
+storage:
+  filesystem: {rootdirectory: $node_dir/registry/storage}
+  delete: {enabled: true}
+http:
+  addr: $registry_address
+YAML
   cat > "$node_dir/cni/net.d/10-quorum.conflist" <<JSON
 {
   "cniVersion": "1.0.0",
@@ -217,8 +246,13 @@ real_node_ready() {
 # the volume provisioner, and waits until DNS answers.
 real_node_start() {
   real_node_configs
+  local registry_bin
+  registry_bin=$("$here/toolchain/packaging.sh" registry)
+  # No trace exporter: it would only try to reach a collector that does not exist.
+  OTEL_TRACES_EXPORTER=none launch registry "$registry_bin/registry" serve "$node_dir/registry/config.yml"
   launch containerd containerd --config "$node_dir/containerd/config.toml"
   wait_for containerd 30 ctr --address "$containerd_socket" version
+  wait_for registry 30 curl -fsS "http://$registry_address/v2/"
   QUORUM_CONTAINERD_SOCKET=$containerd_socket "$here/images.sh" import node
   QUORUM_CONTAINERD_SOCKET=$containerd_socket "$here/images.sh" import engines
 
@@ -262,6 +296,7 @@ real_node_stop() (
     for container in $("${ctr_[@]}" containers ls -q 2>/dev/null); do "${ctr_[@]}" containers rm "$container" >/dev/null 2>&1 || true; done
   fi
   stop_process containerd
+  stop_process registry
   # Shims whose containerd is gone (their socket lives under the node's state).
   pkill -9 -f "containerd-shim-runc-v2 .*-address $containerd_socket" 2>/dev/null || true
   local mount

@@ -4,7 +4,8 @@
 #   e2e/setup.sh system   Debian packages and Rust components: what building the workspace needs
 #   e2e/setup.sh demo     system, then the local control plane and its real node (Go-built, cached by version)
 #   e2e/setup.sh [all]    demo, then the packaging tools only the packaging tests use (helm, opm,
-#                         operator-sdk, OLM) and the test-only servers (the previous etcd, an S3 server)
+#                         operator-sdk, OLM, the gRPC health probe) and the test-only servers (the
+#                         previous etcd, an S3 server)
 #   e2e/setup.sh tools    what `all` builds from Go modules, once `system` is done: installs nothing
 #                         and touches no Cargo state, so it can run beside a Rust build (`make test`
 #                         does, on a cold machine the two take turns on the processors)
@@ -92,6 +93,8 @@ check_toolchains >&2 || exit 1
 
 go_tools() {
   for tool in etcd kwok k8s coredns local-path pause; do "$here/toolchain/build.sh" "$tool" >/dev/null; done
+  # The real node's registry.
+  "$here/toolchain/packaging.sh" registry >/dev/null
   [[ $stage == demo ]] && return
   for tool in etcd-previous s3; do "$here/toolchain/build.sh" "$tool" >/dev/null; done
   "$here/toolchain/packaging.sh" all >/dev/null

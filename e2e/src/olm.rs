@@ -1,8 +1,10 @@
-//! Real OLM v0, out of cluster, for the tests that install operators through it: OLM's CRDs on
-//! the local control plane, its `olm` and `catalog` operators as host processes (built by
-//! `e2e/toolchain/packaging.sh olm`), and a file-based catalog of inline bundles (`opm render`
-//! of bundle directories, no image) served by `opm serve` on a loopback port: no catalog pod,
-//! no bundle image, no unpack Job.
+//! Real OLM v0 for the tests that install operators through it, in two forms:
+//! - out of cluster: OLM's CRDs on the local control plane, its `olm` and `catalog` operators as
+//!   host processes (built by `e2e/toolchain/packaging.sh olm`), and a file-based catalog of
+//!   inline bundles (`opm render` of bundle directories, no image) served by `opm serve` on a
+//!   loopback port: no catalog pod, no bundle image, no unpack Job;
+//! - in the cluster ([`Olm::in_cluster`]): OLM's own chart, its images pulled from the real
+//!   node's registry, catalogs and bundles as images there, as a user's cluster runs it.
 
 use std::{
     fs::File,
@@ -259,19 +261,30 @@ impl CatalogServer {
 // ---------------------------------------------------------------------------------------------
 // OLM itself.
 
-/// OLM's CRDs installed, its namespace created and its two operators running on the host.
+/// OLM's CRDs installed, its namespace created and its two operators running, on the host or
+/// in the cluster.
 pub struct Olm {
-    pub catalog_operator: HostProcess,
-    pub olm_operator: HostProcess,
+    operators: OlmOperators,
     /// Held while OLM runs (dropped after its operators stop): one OLM at a time on this
     /// machine, as its operators listen on fixed ports and act in every namespace.
     _exclusive: std::fs::File,
 }
 
+enum OlmOperators {
+    /// Host processes; their bundles are inline (no unpack Job).
+    Host {
+        catalog_operator: HostProcess,
+        olm_operator: HostProcess,
+    },
+    /// Deployments from OLM's own chart, on the real node; their bundles are images, unpacked
+    /// by Jobs. Removed when dropped.
+    InCluster,
+}
+
 impl Olm {
-    /// Installs OLM's CRDs (server-side: the CSV CRD is too large for a client-side apply
-    /// annotation) and namespace, and starts its operators; `scratch` holds their logs.
-    pub async fn start(admin: &Client, scratch: &Path) -> Self {
+    /// Takes the machine's one OLM lock, then installs OLM's CRDs (server-side: the CSV CRD is
+    /// too large for a client-side apply annotation).
+    async fn exclusive_with_crds() -> std::fs::File {
         let exclusive = tokio::task::spawn_blocking(|| {
             let path = std::env::temp_dir().join("quorum-olm.lock");
             let file = std::fs::File::create(&path)
@@ -282,8 +295,7 @@ impl Olm {
         })
         .await
         .expect("waiting for the OLM lock");
-        let olm = olm_directory();
-        let crds = olm.join("crds").display().to_string();
+        let crds = olm_directory().join("crds").display().to_string();
         kubectl(&[
             "apply",
             "--server-side",
@@ -299,6 +311,14 @@ impl Olm {
             "-f",
             &crds,
         ]);
+        exclusive
+    }
+
+    /// Installs OLM's CRDs and namespace, and starts its operators on the host; `scratch` holds
+    /// their logs.
+    pub async fn start(admin: &Client, scratch: &Path) -> Self {
+        let exclusive = Self::exclusive_with_crds().await;
+        let olm = olm_directory();
         let namespaces: Api<Namespace> = Api::all(admin.clone());
         if namespaces.get_opt(OLM_NAMESPACE).await.unwrap().is_none() {
             let created = namespaces
@@ -336,17 +356,139 @@ impl Olm {
         ]);
         let olm_operator = HostProcess::spawn("olm-olm", olm_command, &logs);
         Self {
-            catalog_operator,
-            olm_operator,
+            operators: OlmOperators::Host {
+                catalog_operator,
+                olm_operator,
+            },
             _exclusive: exclusive,
         }
     }
 
-    /// Panics (with its log) if either operator has exited.
-    pub fn assert_running(&mut self) {
-        self.catalog_operator.assert_running();
-        self.olm_operator.assert_running();
+    /// Installs OLM as its own chart does (`helm template` of the chart in OLM's module, into
+    /// namespace `olm`, operators' namespace `operators`), its operators' images `olm_image` and
+    /// `opm_image` pulled as the chart says (always), and waits until both operators' pods are
+    /// ready. Left out of the chart: packageserver (an aggregated API the control plane has no
+    /// front proxy for, which would break discovery for everyone) and the upstream catalog
+    /// (unreachable here). Every pod in `olm` and `operators` runs on the real node (the
+    /// namespaces' node selector and default toleration). `scratch` keeps the rendered chart.
+    pub async fn in_cluster(admin: &Client, scratch: &Path, olm_image: &str, opm_image: &str) -> Self {
+        let exclusive = Self::exclusive_with_crds().await;
+        for namespace in [OLM_NAMESPACE, "operators"] {
+            on_real_node(admin, namespace).await;
+        }
+        let values = [
+            format!("namespace={OLM_NAMESPACE}"),
+            format!("catalog_namespace={OLM_NAMESPACE}"),
+            "operator_namespace=operators".to_string(),
+            format!("olm.image.ref={olm_image}"),
+            format!("catalog.image.ref={olm_image}"),
+            format!("package.image.ref={olm_image}"),
+            format!("catalog.opmImageArgs=--opmImage={opm_image}"),
+            format!("catalog.commandArgs=--configmapServerImage={opm_image}"),
+        ];
+        let chart = olm_directory().join("chart").display().to_string();
+        let (rendered, _) = succeeds(
+            &packaging_tool("helm"),
+            &[
+                "template",
+                "olm",
+                &chart,
+                "--namespace",
+                OLM_NAMESPACE,
+                "--set",
+                &values.join(","),
+            ],
+            None,
+        );
+        let kept: Vec<&str> = rendered
+            .split("\n---")
+            .filter(|document| {
+                !document.contains("\nkind: ClusterServiceVersion")
+                    && !document.contains("\nkind: CatalogSource")
+            })
+            .collect();
+        let path = scratch.join("olm.yaml");
+        std::fs::write(&path, kept.join("\n---")).expect("the rendered chart");
+        kubectl(&["apply", "-f", &path.display().to_string()]);
+        for deployment in ["olm-operator", "catalog-operator"] {
+            kubectl(&[
+                "-n",
+                OLM_NAMESPACE,
+                "rollout",
+                "status",
+                &format!("deployment/{deployment}"),
+                "--timeout=300s",
+            ]);
+        }
+        Self {
+            operators: OlmOperators::InCluster,
+            _exclusive: exclusive,
+        }
     }
+
+    /// Whether the catalogs' bundles are images that OLM unpacks with a Job (in the cluster),
+    /// rather than inline.
+    pub fn unpacks_bundle_images(&self) -> bool {
+        matches!(self.operators, OlmOperators::InCluster)
+    }
+
+    /// Panics (with its log) if either operator runs on the host and has exited. In the
+    /// cluster, the kubelet restarts them, and a wait that ends without them says so.
+    pub fn assert_running(&mut self) {
+        if let OlmOperators::Host {
+            catalog_operator,
+            olm_operator,
+        } = &mut self.operators
+        {
+            catalog_operator.assert_running();
+            olm_operator.assert_running();
+        }
+    }
+}
+
+impl Drop for Olm {
+    /// OLM in the cluster stops acting before the lock goes: its operators' Deployments are
+    /// deleted (the rest of the chart stays, and serves the next install).
+    fn drop(&mut self) {
+        if let OlmOperators::InCluster = self.operators {
+            for deployment in ["olm-operator", "catalog-operator"] {
+                let _ = std::process::Command::new(kubectl_binary())
+                    .args(["--kubeconfig", &kubeconfig_path().display().to_string()])
+                    .args([
+                        "-n",
+                        OLM_NAMESPACE,
+                        "delete",
+                        "deployment",
+                        deployment,
+                        "--wait=true",
+                    ])
+                    .output();
+            }
+        }
+    }
+}
+
+/// Creates `namespace` if it does not exist, with the node selector and default toleration
+/// that put every pod made in it on the real node (the API server's PodNodeSelector and
+/// PodTolerationRestriction admission), for pods whose spec no test writes: OLM's, its
+/// catalogs', its unpack Jobs', the operators' and the members' it installs.
+pub async fn on_real_node(admin: &Client, namespace: &str) {
+    let toleration =
+        json!([{"key": crate::real_node::TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}]);
+    let annotations = json!({
+        "scheduler.alpha.kubernetes.io/node-selector": "type=real",
+        "scheduler.alpha.kubernetes.io/defaultTolerations": toleration.to_string(),
+    });
+    let namespaces: Api<Namespace> = Api::all(admin.clone());
+    let wanted = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "annotations": annotations}});
+    namespaces
+        .patch(
+            namespace,
+            &PatchParams::apply("quorum-olm-test").force(),
+            &Patch::Apply(wanted),
+        )
+        .await
+        .unwrap_or_else(|error| panic!("namespace {namespace} on the real node: {error}"));
 }
 
 /// A self-signed certificate and key for the catalog operator's health server: with TLS it
@@ -411,6 +553,23 @@ impl OlmApis {
     /// An OperatorGroup targeting this namespace only, and a CatalogSource `name` of the
     /// catalog served on `port`; waits until OLM has connected to it.
     pub async fn add_catalog(&self, olm: &mut Olm, name: &str, port: u16) {
+        let spec = json!({
+            "sourceType": "grpc",
+            "address": format!("127.0.0.1:{port}"),
+            "displayName": "Quorum (inline, from bundle/)",
+            "publisher": "Quorum tests",
+        });
+        self.add_catalog_source(olm, name, spec).await;
+    }
+
+    /// An OperatorGroup targeting this namespace only, and a CatalogSource `name` of the
+    /// catalog image `image`, as the README's; waits until OLM has connected to its pod.
+    pub async fn add_catalog_image(&self, olm: &mut Olm, name: &str, image: &str) {
+        let spec = json!({"sourceType": "grpc", "image": image, "displayName": "Quorum"});
+        self.add_catalog_source(olm, name, spec).await;
+    }
+
+    async fn add_catalog_source(&self, olm: &mut Olm, name: &str, spec: Value) {
         let post = PostParams::default();
         self.catalog_sources
             .create(
@@ -419,12 +578,7 @@ impl OlmApis {
                     "apiVersion": "operators.coreos.com/v1alpha1",
                     "kind": "CatalogSource",
                     "metadata": {"name": name},
-                    "spec": {
-                        "sourceType": "grpc",
-                        "address": format!("127.0.0.1:{port}"),
-                        "displayName": "Quorum (inline, from bundle/)",
-                        "publisher": "Quorum tests",
-                    },
+                    "spec": spec,
                 })),
             )
             .await
@@ -442,8 +596,8 @@ impl OlmApis {
             .await
             .unwrap();
         wait::until(
-            "the CatalogSource to connect to opm serve",
-            Duration::from_secs(120),
+            "the CatalogSource to connect to its catalog",
+            Duration::from_secs(180),
             || {
                 olm.assert_running();
                 let catalog_sources = self.catalog_sources.clone();
@@ -540,6 +694,9 @@ impl OlmApis {
         )
         .await;
         assert_eq!(phase(&plan), "Complete", "InstallPlan: {}", plan.data["status"]);
+        if olm.unpacks_bundle_images() {
+            return plan;
+        }
         // Inline bundles: the plan carries the manifests itself, and no unpack Job was needed.
         assert!(
             plan.data["status"]["bundleLookups"]

@@ -26,6 +26,9 @@ pub const TAINT_KEY: &str = "quorum.dev/real-node";
 pub const STORAGE_CLASS: &str = "local-path";
 /// The pod network: real pods get their addresses from it.
 pub const POD_NETWORK_PREFIX: &str = "10.244.0.";
+/// The node's OCI registry (e2e/real-node.sh), from which containerd pulls what pods name at
+/// ghcr.io and quay.io.
+pub const REGISTRY: &str = "127.0.0.1:5000";
 
 /// The node selector that picks the real node.
 pub fn node_selector() -> BTreeMap<String, String> {

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Builds the packaging tools (helm, opm, operator-sdk, promtool) from their Go modules into a cache outside the
+# Builds the packaging tools (helm, opm, operator-sdk, promtool, OLM, the registry and the gRPC
+# health probe) from their Go modules into a cache outside the
 # repository, keyed by version, and prints the directory that holds them. A warm run builds nothing.
 #
-#   e2e/toolchain/packaging.sh [helm|opm|operator-sdk|olm|promtool|all]
+#   e2e/toolchain/packaging.sh [helm|opm|operator-sdk|olm|promtool|registry|grpc-health-probe|all]
 #
 # QUORUM_CACHE (default ~/.cache/quorum) is the cache root. Versions come from versions.env.
 set -euo pipefail
@@ -116,14 +117,19 @@ build_operator_sdk() {
   echo "$out"
 }
 
-# OLM v0's `olm` and `catalog` operators, run as host processes by the OLM tests, and the CRDs they
-# serve (from the github.com/operator-framework/api version OLM's go.mod requires, under `crds/`).
-# OLM's go.mod has non-local replaces (grpc, cel-go, openshift api/client-go), so `go install` is
-# refused: one wrapper module requires OLM, copies those replaces and builds both commands, which
-# share one dependency graph. Output: OUT/olm, OUT/catalog and OUT/crds/*.yaml.
+# OLM v0: its `olm` and `catalog` operators (host processes in the OLM tests, pods from OLM's image
+# on the real node), what that image also carries (`package-server`; `cpb` and `copy-content`,
+# which the bundle unpack Jobs and catalog pods copy out of it), and the CRDs they serve (from the
+# github.com/operator-framework/api version OLM's go.mod requires, under `crds/`), with OLM's own
+# Helm chart (under `chart/`), which installs it in a cluster. OLM's go.mod has non-local replaces
+# (grpc, cel-go, openshift api/client-go), so `go install` is refused: one wrapper module requires
+# OLM, copies those replaces and builds every command, which share one dependency graph.
+# Output: OUT/{olm,catalog,package-server,cpb,copy-content}, OUT/crds/*.yaml and OUT/chart.
+olm_commands=(olm catalog package-server cpb copy-content)
 build_olm() {
-  local out="$cache/bin/olm-$OLM_VERSION"
-  if [[ -x "$out/olm" && -x "$out/catalog" && -d "$out/crds" ]]; then echo "$out"; return; fi
+  local out="$cache/bin/olm-$OLM_VERSION" cmd built=1
+  for cmd in "${olm_commands[@]}"; do [[ -x "$out/$cmd" ]] || built=0; done
+  if [[ $built == 1 && -d "$out/crds" && -d "$out/chart" ]]; then echo "$out"; return; fi
   log "building OLM $OLM_VERSION (olm, catalog)"
   local module=github.com/operator-framework/operator-lifecycle-manager
   local work="$cache/build/olm-$OLM_VERSION"
@@ -138,16 +144,23 @@ build_olm() {
     echo "require $module $OLM_VERSION"
     sed -n '/^replace (/,/^)/p; /^replace [^(]/p' "$upstream_mod"
   } > "$work/go.mod"
-  printf '//go:build tools\n\npackage tools\n\nimport (\n\t_ "%s/cmd/olm"\n\t_ "%s/cmd/catalog"\n)\n' \
-    "$module" "$module" > "$work/tools.go"
+  printf '//go:build tools\n\npackage tools\n\nimport (\n\t_ "%s/cmd/olm"\n\t_ "%s/cmd/catalog"\n\t_ "%s/cmd/package-server"\n\t_ "%s/cmd/copy-content"\n\t_ "%s/util/cpb"\n)\n' \
+    "$module" "$module" "$module" "$module" "$module" > "$work/tools.go"
   (cd "$work" && go mod tidy)
   local v=$module/pkg/version
   local ldflags="-s -w -X $v.OLMVersion=$OLM_VERSION -X $v.GitCommit=$OLM_VERSION"
   local cmd
-  for cmd in olm catalog; do
-    (cd "$work" && go build -tags json1,containers_image_openpgp -ldflags "$ldflags" -o "$out/$cmd.tmp" "$module/cmd/$cmd")
+  local package
+  for cmd in "${olm_commands[@]}"; do
+    package=$module/cmd/$cmd
+    [[ $cmd == cpb ]] && package=$module/util/cpb
+    (cd "$work" && go build -tags json1,containers_image_openpgp -ldflags "$ldflags" -o "$out/$cmd.tmp" "$package")
     mv "$out/$cmd.tmp" "$out/$cmd"
   done
+  local olm_dir
+  olm_dir=$(cd "$work" && go list -m -f '{{.Dir}}' "$module")
+  rm -rf "$out/chart"; cp -r "$olm_dir/deploy/chart" "$out/chart.tmp"; chmod -R u+w "$out/chart.tmp"
+  mv "$out/chart.tmp" "$out/chart"
   # The CRDs: from the operator-framework/api version the wrapper resolved (OLM's own requirement).
   local api_dir
   api_dir=$(cd "$work" && go list -m -f '{{.Dir}}' github.com/operator-framework/api)
@@ -158,12 +171,35 @@ build_olm() {
   echo "$out"
 }
 
+# The OCI registry (distribution's `registry` command) that OLM's images, our bundles and the
+# catalog are pushed to on the real node.
+build_registry() {
+  local out="$cache/bin/registry-$DISTRIBUTION_VERSION"
+  if [[ -x "$out/registry" ]]; then echo "$out"; return; fi
+  log "building the registry (distribution $DISTRIBUTION_VERSION)"
+  build_in_wrapper registry github.com/distribution/distribution/v3 "$DISTRIBUTION_VERSION" \
+    github.com/distribution/distribution/v3/cmd/registry "" "-s -w"
+  echo "$out"
+}
+
+# grpc_health_probe: OLM's catalog pods probe the catalog by running it by that name.
+build_grpc_health_probe() {
+  local out="$cache/bin/grpc-health-probe-$GRPC_HEALTH_PROBE_VERSION"
+  if [[ -x "$out/grpc-health-probe" ]]; then echo "$out"; return; fi
+  log "building grpc_health_probe $GRPC_HEALTH_PROBE_VERSION"
+  build_in_wrapper grpc-health-probe github.com/grpc-ecosystem/grpc-health-probe "$GRPC_HEALTH_PROBE_VERSION" \
+    github.com/grpc-ecosystem/grpc-health-probe "" "-s -w"
+  echo "$out"
+}
+
 case "${1:-all}" in
   helm) build_helm ;;
   opm) build_opm ;;
   operator-sdk) build_operator_sdk ;;
   olm) build_olm ;;
   promtool) build_promtool ;;
-  all) build_helm; build_opm; build_operator_sdk; build_olm; build_promtool ;;
-  *) echo "usage: $0 [helm|opm|operator-sdk|olm|promtool|all]" >&2; exit 2 ;;
+  registry) build_registry ;;
+  grpc-health-probe) build_grpc_health_probe ;;
+  all) build_helm; build_opm; build_operator_sdk; build_olm; build_promtool; build_registry; build_grpc_health_probe ;;
+  *) echo "usage: $0 [helm|opm|operator-sdk|olm|promtool|registry|grpc-health-probe|all]" >&2; exit 2 ;;
 esac

@@ -280,22 +280,13 @@ pub fn bundle_files_of(operator: &OperatorPackage, release: &Release) -> anyhow:
             contents: crate::to_yaml(crd)?,
         });
     }
-    let annotations = json!({"annotations": {
-        "operators.operatorframework.io.bundle.mediatype.v1": "registry+v1",
-        "operators.operatorframework.io.bundle.manifests.v1": "manifests/",
-        "operators.operatorframework.io.bundle.metadata.v1": "metadata/",
-        "operators.operatorframework.io.bundle.package.v1": operator.package,
-        "operators.operatorframework.io.bundle.channels.v1": CHANNELS.join(","),
-        "operators.operatorframework.io.bundle.channel.default.v1": "stable"
-    }});
+    let annotations = bundle_annotations(operator);
     files.push(GeneratedFile {
         path: "metadata/annotations.yaml".into(),
-        contents: crate::to_yaml(&annotations)?,
+        contents: crate::to_yaml(&json!({ "annotations": annotations.iter().cloned().collect::<serde_json::Map<String, Value>>() }))?,
     });
-    let labels: String = annotations["annotations"]
-        .as_object()
-        .into_iter()
-        .flatten()
+    let labels: String = annotations
+        .iter()
         .map(|(key, value)| format!("LABEL {key}={}\n", value.as_str().unwrap_or_default()))
         .collect();
     files.push(GeneratedFile {
@@ -306,6 +297,47 @@ pub fn bundle_files_of(operator: &OperatorPackage, release: &Release) -> anyhow:
     });
     Ok(files)
 }
+
+/// The bundle's annotations (`metadata/annotations.yaml`), which its image carries as labels.
+pub fn bundle_annotations(operator: &OperatorPackage) -> Vec<(String, Value)> {
+    [
+        (
+            "operators.operatorframework.io.bundle.mediatype.v1",
+            "registry+v1".to_string(),
+        ),
+        (
+            "operators.operatorframework.io.bundle.manifests.v1",
+            "manifests/".into(),
+        ),
+        (
+            "operators.operatorframework.io.bundle.metadata.v1",
+            "metadata/".into(),
+        ),
+        (
+            "operators.operatorframework.io.bundle.package.v1",
+            operator.package.into(),
+        ),
+        (
+            "operators.operatorframework.io.bundle.channels.v1",
+            CHANNELS.join(","),
+        ),
+        (
+            "operators.operatorframework.io.bundle.channel.default.v1",
+            "stable".into(),
+        ),
+    ]
+    .into_iter()
+    .map(|(key, value)| (key.to_string(), Value::String(value)))
+    .collect()
+}
+
+/// The bundle image of `operator` at `version`, as the catalog names it.
+pub fn bundle_image(operator: &OperatorPackage, version: &str) -> String {
+    format!("ghcr.io/quorum-dev/{}-bundle:v{version}", operator.binary)
+}
+
+/// The catalog image, as the README's CatalogSource names it.
+pub const CATALOG_IMAGE: &str = "ghcr.io/quorum-dev/catalog";
 
 /// Writes the bundle directory of `release` into `directory`.
 pub fn write_bundle(operator: &OperatorPackage, release: &Release, directory: &Path) -> anyhow::Result<()> {
@@ -367,6 +399,24 @@ pub fn catalog_text(documents: &[Value]) -> anyhow::Result<String> {
     Ok(text)
 }
 
+/// The catalog's `olm.bundle` entries of `operator` at `releases`, each naming its bundle image.
+pub fn bundle_documents(operator: &OperatorPackage, releases: &[Release]) -> Vec<Value> {
+    releases
+        .iter()
+        .map(|release| {
+            json!({
+                "schema": "olm.bundle",
+                "name": release.csv_name(operator.package),
+                "package": operator.package,
+                "image": bundle_image(operator, &release.version),
+                "properties": [
+                    {"type": "olm.package", "value": {"packageName": operator.package, "version": release.version}}
+                ]
+            })
+        })
+        .collect()
+}
+
 /// `catalog/index.yaml`: the file-based catalog with every package, its channels and bundles.
 /// Bundles are referenced by image, as users with a registry consume them; the tests render an
 /// inline catalog from the bundle directories instead.
@@ -375,17 +425,7 @@ pub fn catalog_file(operators: &[OperatorPackage]) -> anyhow::Result<GeneratedFi
     let mut documents = Vec::new();
     for operator in operators {
         documents.extend(package_documents(operator, &releases));
-        for release in &releases {
-            documents.push(json!({
-                "schema": "olm.bundle",
-                "name": release.csv_name(operator.package),
-                "package": operator.package,
-                "image": format!("ghcr.io/quorum-dev/{}-bundle:v{}", operator.binary, release.version),
-                "properties": [
-                    {"type": "olm.package", "value": {"packageName": operator.package, "version": release.version}}
-                ]
-            }));
-        }
+        documents.extend(bundle_documents(operator, &releases));
     }
     Ok(GeneratedFile {
         path: Path::new("catalog/index.yaml").to_path_buf(),

@@ -178,55 +178,12 @@ pub fn build(
         ca_bundle.display()
     );
 
+    files.push(ImageFile {
+        path: "etc/ssl/certs/ca-certificates.crt".into(),
+        source: ca_bundle.to_path_buf(),
+        mode: 0o644,
+    });
     let tag = tag(version);
-    let scratch = layout.with_extension("building");
-    remove_layout(layout)?;
-    remove_dir(&scratch)?;
-    std::fs::create_dir_all(&scratch)?;
-    let image = format!("{}:{tag}", layout.display());
-    umoci(&["init", "--layout", &layout.display().to_string()])?;
-    umoci(&["new", "--image", &image])?;
-    let bundle = scratch.join("bundle");
-    umoci(&[
-        "unpack",
-        "--rootless",
-        "--image",
-        &image,
-        &bundle.display().to_string(),
-    ])?;
-
-    let rootfs = bundle.join("rootfs");
-    for file in &files {
-        copy(&file.source, &rootfs.join(&file.path), file.mode)?;
-    }
-    write(
-        &rootfs.join("etc/passwd"),
-        &format!(
-            "root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:{USER}:{USER}:nonroot:/nonexistent:/sbin/nologin\n"
-        ),
-        0o644,
-    )?;
-    write(
-        &rootfs.join("etc/group"),
-        &format!("root:x:0:\nnonroot:x:{USER}:\n"),
-        0o644,
-    )?;
-    copy(
-        ca_bundle,
-        &rootfs.join("etc/ssl/certs/ca-certificates.crt"),
-        0o644,
-    )?;
-    make_dir(&rootfs.join("tmp"), 0o1777)?;
-    umoci(&[
-        "repack",
-        "--image",
-        &image,
-        "--history.created_by",
-        &format!("cargo xtask image {}", operator.engine),
-        &bundle.display().to_string(),
-    ])?;
-
-    let user = format!("{USER}:{USER}");
     let labels = [
         (
             "org.opencontainers.image.title",
@@ -243,16 +200,118 @@ pub fn build(
             env!("CARGO_PKG_LICENSE").to_string(),
         ),
     ];
-    let mut config = vec![
-        "config".to_string(),
-        "--image".into(),
-        image.clone(),
-        "--config.user".into(),
-        user,
-        "--config.entrypoint".into(),
-        entrypoint,
+    assemble(
+        layout,
+        &tag,
+        &Contents {
+            files,
+            texts: users(),
+            directories: vec![("tmp".into(), 0o1777)],
+        },
+        &ImageConfig {
+            user: Some(format!("{USER}:{USER}")),
+            entrypoint: vec![entrypoint],
+            cmd: Vec::new(),
+            path: "/usr/local/bin:/usr/bin:/bin",
+            labels: labels.map(|(key, value)| (key.to_string(), value)).to_vec(),
+            created_by: format!("cargo xtask image {}", operator.engine),
+        },
+    )?;
+    Ok(BuiltImage {
+        layout: layout.to_path_buf(),
+        tag,
+        binary,
+    })
+}
+
+/// What an image holds: files copied from this machine, files written from text (path inside
+/// the image, contents, mode) and directories (path, mode).
+pub struct Contents {
+    pub files: Vec<ImageFile>,
+    pub texts: Vec<(String, String, u32)>,
+    pub directories: Vec<(String, u32)>,
+}
+
+/// An image's configuration.
+pub struct ImageConfig {
+    pub user: Option<String>,
+    pub entrypoint: Vec<String>,
+    pub cmd: Vec<String>,
+    /// The search path (`PATH`).
+    pub path: &'static str,
+    pub labels: Vec<(String, String)>,
+    /// The history entry of its one layer.
+    pub created_by: String,
+}
+
+/// `/etc/passwd` and `/etc/group` with root and the non-root user [`USER`].
+fn users() -> Vec<(String, String, u32)> {
+    vec![
+        (
+            "etc/passwd".into(),
+            format!(
+                "root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:{USER}:{USER}:nonroot:/nonexistent:/sbin/nologin\n"
+            ),
+            0o644,
+        ),
+        (
+            "etc/group".into(),
+            format!("root:x:0:\nnonroot:x:{USER}:\n"),
+            0o644,
+        ),
+    ]
+}
+
+/// Writes a one-layer image of `contents` with `config` into the OCI layout `layout` (replaced
+/// if it is one already), tagged `tag`.
+pub fn assemble(layout: &Path, tag: &str, contents: &Contents, config: &ImageConfig) -> anyhow::Result<()> {
+    ensure_replaceable(layout)?;
+    let scratch = layout.with_extension("building");
+    remove_layout(layout)?;
+    remove_dir(&scratch)?;
+    std::fs::create_dir_all(&scratch)?;
+    let image = format!("{}:{tag}", layout.display());
+    umoci(&["init", "--layout", &layout.display().to_string()])?;
+    umoci(&["new", "--image", &image])?;
+    let bundle = scratch.join("bundle");
+    umoci(&[
+        "unpack",
+        "--rootless",
+        "--image",
+        &image,
+        &bundle.display().to_string(),
+    ])?;
+    let rootfs = bundle.join("rootfs");
+    for file in &contents.files {
+        copy(&file.source, &rootfs.join(&file.path), file.mode)?;
+    }
+    for (path, text, mode) in &contents.texts {
+        write(&rootfs.join(path), text, *mode)?;
+    }
+    for (path, mode) in &contents.directories {
+        make_dir(&rootfs.join(path), *mode)?;
+    }
+    umoci(&[
+        "repack",
+        "--image",
+        &image,
+        "--history.created_by",
+        &config.created_by,
+        &bundle.display().to_string(),
+    ])?;
+    let mut arguments: Vec<String> = vec!["config".into(), "--image".into(), image.clone()];
+    if let Some(user) = &config.user {
+        arguments.extend(["--config.user".into(), user.clone()]);
+    }
+    for part in &config.entrypoint {
+        arguments.extend(["--config.entrypoint".into(), part.clone()]);
+    }
+    for part in &config.cmd {
+        arguments.extend(["--config.cmd".into(), part.clone()]);
+    }
+    arguments.extend([
         "--config.env".into(),
-        "PATH=/usr/local/bin:/usr/bin:/bin".into(),
+        format!("PATH={}", config.path),
         "--config.workingdir".into(),
         "/".into(),
         "--os".into(),
@@ -260,21 +319,119 @@ pub fn build(
         "--architecture".into(),
         "amd64".into(),
         "--history.created_by".into(),
-        "cargo xtask image".into(),
-    ];
-    for (key, value) in labels {
-        config.push("--config.label".into());
-        config.push(format!("{key}={value}"));
+        config.created_by.clone(),
+    ]);
+    for (key, value) in &config.labels {
+        arguments.extend(["--config.label".into(), format!("{key}={value}")]);
     }
-    umoci(&config.iter().map(String::as_str).collect::<Vec<_>>())?;
+    umoci(&arguments.iter().map(String::as_str).collect::<Vec<_>>())?;
     // `repack` and `config` leave the blobs they superseded behind.
     umoci(&["gc", "--layout", &layout.display().to_string()])?;
-    remove_dir(&scratch)?;
-    Ok(BuiltImage {
-        layout: layout.to_path_buf(),
+    remove_dir(&scratch)
+}
+
+/// The bundle image of `operator` at `release` (what `bundle/<package>/bundle.Dockerfile`
+/// builds: its manifests and metadata, its annotations as labels, nothing else), into the OCI
+/// layout `layout`, tagged `v<version>`. Returns the tag.
+pub fn build_bundle_image(
+    operator: &OperatorPackage,
+    release: &crate::bundle::Release,
+    layout: &Path,
+) -> anyhow::Result<String> {
+    let texts = crate::bundle::bundle_files_of(operator, release)?
+        .into_iter()
+        .filter(|file| file.path.starts_with("manifests") || file.path.starts_with("metadata"))
+        .map(|file| (file.path.display().to_string(), file.contents, 0o644))
+        .collect();
+    let labels = crate::bundle::bundle_annotations(operator)
+        .into_iter()
+        .map(|(key, value)| (key, value.as_str().unwrap_or_default().to_string()))
+        .collect();
+    let tag = tag(&release.version);
+    assemble(
+        layout,
+        &tag,
+        &Contents {
+            files: Vec::new(),
+            texts,
+            directories: Vec::new(),
+        },
+        &ImageConfig {
+            user: None,
+            entrypoint: Vec::new(),
+            cmd: Vec::new(),
+            path: "/",
+            labels,
+            created_by: format!("cargo xtask bundle-image {}", operator.engine),
+        },
+    )?;
+    Ok(tag)
+}
+
+/// Where the catalog image keeps its file-based catalog.
+const CATALOG_CONFIGS: &str = "configs";
+
+/// The catalog image: `opm serve` of the file-based catalog `index` (the text of
+/// `catalog/index.yaml`, or a catalog of other releases), with the gRPC health probe OLM's
+/// catalog pods run by name (what `catalog/catalog.Dockerfile` builds from the opm image), into
+/// the OCI layout `layout`, tagged `tag`. opm and the probe are the ones
+/// `e2e/toolchain/packaging.sh` builds.
+pub fn build_catalog_image(index: &str, layout: &Path, tag: &str) -> anyhow::Result<()> {
+    let opm = cache_root().join(format!("bin/opm-{}/opm", pinned_version("OPM_VERSION")?));
+    let probe = cache_root().join(format!(
+        "bin/grpc-health-probe-{}/grpc-health-probe",
+        pinned_version("GRPC_HEALTH_PROBE_VERSION")?
+    ));
+    for (tool, name) in [(&opm, "opm"), (&probe, "grpc-health-probe")] {
+        ensure!(
+            tool.exists(),
+            "{} is missing: run `e2e/toolchain/packaging.sh {name}`",
+            tool.display()
+        );
+        // The probe's `--help` fails (it wants an address): linked statically is what matters.
+        ensure_linked_statically(tool)?;
+    }
+    let mut texts = users();
+    texts.push((
+        format!("{CATALOG_CONFIGS}/quorum/index.yaml"),
+        index.to_string(),
+        0o644,
+    ));
+    assemble(
+        layout,
         tag,
-        binary,
-    })
+        &Contents {
+            files: vec![
+                ImageFile {
+                    path: "bin/opm".into(),
+                    source: opm,
+                    mode: 0o755,
+                },
+                ImageFile {
+                    path: "bin/grpc_health_probe".into(),
+                    source: probe,
+                    mode: 0o755,
+                },
+            ],
+            texts,
+            directories: vec![("tmp".into(), 0o1777)],
+        },
+        &ImageConfig {
+            user: Some(format!("{USER}:{USER}")),
+            entrypoint: vec!["/bin/opm".into()],
+            cmd: vec![
+                "serve".into(),
+                format!("/{CATALOG_CONFIGS}"),
+                "--cache-dir=/tmp/cache".into(),
+            ],
+            path: "/bin",
+            labels: vec![(
+                "operators.operatorframework.io.index.configs.v1".into(),
+                format!("/{CATALOG_CONFIGS}"),
+            )],
+            created_by: "cargo xtask catalog-image".into(),
+        },
+    )
 }
 
 /// Compiles the operator's binary statically, into its own target directory under the cache
@@ -339,8 +496,8 @@ pub fn static_binary(
 }
 
 /// Fails unless `path` is an ELF executable with no program interpreter (nothing for the
-/// kernel to load but the file itself) that runs `--help` here.
-pub fn ensure_static(path: &Path) -> anyhow::Result<()> {
+/// kernel to load but the file itself).
+pub fn ensure_linked_statically(path: &Path) -> anyhow::Result<()> {
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     ensure!(
         bytes.starts_with(b"\x7fELF") && bytes.get(4) == Some(&2) && bytes.get(5) == Some(&1),
@@ -367,6 +524,12 @@ pub fn ensure_static(path: &Path) -> anyhow::Result<()> {
             );
         }
     }
+    Ok(())
+}
+
+/// [`ensure_linked_statically`], and it runs `--help` here.
+pub fn ensure_static(path: &Path) -> anyhow::Result<()> {
+    ensure_linked_statically(path)?;
     let output = Command::new(path)
         .arg("--help")
         .output()

@@ -24,6 +24,7 @@ pub mod bundle;
 pub mod chart;
 pub mod image;
 pub mod monitoring;
+pub mod registry;
 
 /// One operator as packaged: names, what it says about itself, what it owns and needs.
 pub struct OperatorPackage {
@@ -287,6 +288,55 @@ pub fn generated_files() -> anyhow::Result<Vec<GeneratedFile>> {
     files.push(bundle::catalog_file(&operators())?);
     files.extend(monitoring::monitoring_files(&operators())?);
     Ok(files)
+}
+
+/// Builds the bundle image of every operator at each of `releases` and the catalog image of
+/// `catalog` (a file-based catalog's text) under `work`, and pushes them to `registry` (a
+/// `host:port`) under the repositories and tags the catalog and the README name, the catalog
+/// under each of `catalog_tags`. Returns what was pushed, as `reference@digest`.
+pub fn publish_releases(
+    releases: &[bundle::Release],
+    catalog: &str,
+    catalog_tags: &[&str],
+    registry_host: &str,
+    work: &Path,
+) -> anyhow::Result<Vec<String>> {
+    let mut pushed = Vec::new();
+    for operator in operators() {
+        for release in releases {
+            let layout = work.join(format!("{}-bundle-{}", operator.binary, release.version));
+            let tag = image::build_bundle_image(&operator, release, &layout)?;
+            let destination = registry::Destination::mirrored(
+                &bundle::bundle_image(&operator, &release.version),
+                registry_host,
+            )?;
+            let digest = registry::push(&layout, &tag, &destination)?;
+            pushed.push(format!("{destination}@{digest}"));
+        }
+    }
+    let layout = work.join("catalog");
+    let built_tag = catalog_tags.first().copied().unwrap_or("latest");
+    image::build_catalog_image(catalog, &layout, built_tag)?;
+    for tag in catalog_tags {
+        let destination =
+            registry::Destination::mirrored(&format!("{}:{tag}", bundle::CATALOG_IMAGE), registry_host)?;
+        let digest = registry::push(&layout, built_tag, &destination)?;
+        pushed.push(format!("{destination}@{digest}"));
+    }
+    Ok(pushed)
+}
+
+/// [`publish_releases`] of every published release and the committed catalog, tagged `latest`
+/// and `v<version>`.
+pub fn publish(catalog: &str, registry_host: &str, work: &Path) -> anyhow::Result<Vec<String>> {
+    let version_tag = image::tag(bundle::VERSION);
+    publish_releases(
+        &bundle::releases(),
+        catalog,
+        &["latest", &version_tag],
+        registry_host,
+        work,
+    )
 }
 
 /// Writes every generated file under `root`.

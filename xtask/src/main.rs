@@ -1,11 +1,12 @@
 //! `cargo xtask generate` writes the generated files; `cargo xtask check` fails on drift;
 //! `cargo xtask bundle` writes a bundle of another version; `cargo xtask image` builds an
-//! operator's image as an OCI layout.
+//! operator's image as an OCI layout, `bundle-image` and `catalog-image` the OLM images;
+//! `cargo xtask push` and `publish` push them to a registry.
 
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
-use xtask::{OperatorPackage, bundle, image};
+use xtask::{OperatorPackage, bundle, image, registry};
 
 const USAGE: &str = "usage:
   cargo xtask generate
@@ -15,6 +16,16 @@ const USAGE: &str = "usage:
   cargo xtask image <operator> --layout <dir> [--profile release|dev] [--source <checkout>]
       the operator's image as an OCI layout (a directory), tagged v<workspace version>; with
       --source, its binary compiled from that checkout of the workspace (an earlier release)
+  cargo xtask bundle-image <operator> --layout <dir>
+      the operator's bundle image as an OCI layout, tagged v<workspace version>
+  cargo xtask catalog-image --layout <dir> [--tag <tag>]
+      the catalog image (opm serving catalog/index.yaml) as an OCI layout, tagged <tag> (latest)
+  cargo xtask push --layout <dir> --tag <tag> --to <registry>/<repository>:<tag>
+      the image tagged <tag> in the OCI layout <dir>, pushed (plain HTTP on loopback only)
+  cargo xtask publish --registry <host:port> --work <dir>
+      every bundle image and the catalog image, built under <dir> and pushed to <registry> under
+      the repositories the catalog and the README name (ghcr.io/quorum-dev/...): a registry that
+      mirrors ghcr.io serves them to OLM as published
 <operator> is an engine (etcd), a binary (etcd-operator) or an OLM package (quorum-etcd-operator).";
 
 fn main() -> anyhow::Result<()> {
@@ -57,6 +68,38 @@ fn main() -> anyhow::Result<()> {
             println!("{}:{}", built.layout.display(), built.tag);
             Ok(())
         }
+        Some("bundle-image") => {
+            let (operator, options) = operator_and_options(&args[1..], &["--layout"])?;
+            let layout = PathBuf::from(option(&options, "--layout")?);
+            let tag = image::build_bundle_image(&operator, &bundle::Release::current(), &layout)?;
+            println!("{}:{tag}", layout.display());
+            Ok(())
+        }
+        Some("catalog-image") => {
+            let options = options(&args[1..], &["--layout", "--tag"])?;
+            let layout = PathBuf::from(option(&options, "--layout")?);
+            let tag = option(&options, "--tag").unwrap_or("latest");
+            image::build_catalog_image(&published_catalog(&root)?, &layout, tag)?;
+            println!("{}:{tag}", layout.display());
+            Ok(())
+        }
+        Some("push") => {
+            let options = options(&args[1..], &["--layout", "--tag", "--to"])?;
+            let layout = PathBuf::from(option(&options, "--layout")?);
+            let destination: registry::Destination = option(&options, "--to")?.parse()?;
+            let digest = registry::push(&layout, option(&options, "--tag")?, &destination)?;
+            println!("{destination}@{digest}");
+            Ok(())
+        }
+        Some("publish") => {
+            let options = options(&args[1..], &["--registry", "--work"])?;
+            let registry_host = option(&options, "--registry")?;
+            let work = PathBuf::from(option(&options, "--work")?);
+            for pushed in xtask::publish(&published_catalog(&root)?, registry_host, &work)? {
+                println!("{pushed}");
+            }
+            Ok(())
+        }
         _ => bail!("{USAGE}"),
     }
 }
@@ -73,8 +116,13 @@ fn operator_and_options(
         .into_iter()
         .find(|operator| [operator.engine, operator.binary, operator.package].contains(&name.as_str()))
         .with_context(|| format!("no operator {name:?}\n{USAGE}"))?;
+    Ok((operator, options(&args[1..], known)?))
+}
+
+/// `--name value` pairs among `known`, with no operator before them.
+fn options(args: &[String], known: &[&str]) -> anyhow::Result<Vec<(String, String)>> {
     let mut options = Vec::new();
-    let mut rest = args[1..].iter();
+    let mut rest = args.iter();
     while let Some(flag) = rest.next() {
         if !known.contains(&flag.as_str()) {
             bail!("unknown option {flag:?}\n{USAGE}");
@@ -82,7 +130,13 @@ fn operator_and_options(
         let value = rest.next().with_context(|| format!("{flag} needs a value"))?;
         options.push((flag.clone(), value.clone()));
     }
-    Ok((operator, options))
+    Ok(options)
+}
+
+/// The committed catalog, `catalog/index.yaml`.
+fn published_catalog(root: &std::path::Path) -> anyhow::Result<String> {
+    let path = root.join("catalog/index.yaml");
+    std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))
 }
 
 fn option<'a>(options: &'a [(String, String)], name: &str) -> anyhow::Result<&'a str> {
