@@ -117,10 +117,10 @@ setsid nice -n 19 ionice -c 3 e2e/fresh-check.sh check >"$fresh_log" 2>&1 &
 fresh=$!
 trap 'kill -- -"$fresh" 2>/dev/null || true; e2e/cluster.sh stop' EXIT
 log "fresh-machine check, beside the shards: $fresh_log"
-first=(tests:redis-operator tests:mongodb-operator tests:xtask real:etcd-operator)
+first=(tests:redis-operator tests:mongodb-operator real:etcd-operator)
 second=(doc tests:quorum-core tests:etcd-operator tests:mysql-operator tests:quorum-e2e tests:kubectl-quorum
-  tests:quorum-bench real:mongodb-operator bench)
-third=(real:redis-operator real:mysql-operator)
+  tests:quorum-bench bench)
+third=(real:redis-operator real:mysql-operator real:mongodb-operator tests:xtask)
 # Every package's tests, and every real-node test binary, are in a shard.
 python3 - "$metadata" "${first[@]}" "${second[@]}" "${third[@]}" <<'PY'
 import json, sys

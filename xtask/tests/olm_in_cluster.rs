@@ -5,8 +5,8 @@
 //! image), an OperatorGroup targeting the namespace, a Subscription at N with manual approval.
 //! Then the catalog pod serves, the bundle unpack Job runs, the CSV succeeds, its Deployment's
 //! pod runs our image from the registry on the real node with `WATCH_NAMESPACES` from the
-//! OperatorGroup's target, and the operator reconciles the CSV's example; the upgrade to N+1
-//! through the channel does the same with N+1's bundle and image.
+//! OperatorGroup's target, and the operator reconciles the CSV's example; for the etcd
+//! operator, the upgrade to N+1 through the channel does the same with N+1's bundle and image.
 
 use std::{collections::BTreeMap, path::Path, time::Duration};
 
@@ -34,7 +34,7 @@ use xtask::{
 const SOURCE: &str = "quorum";
 
 #[tokio::test]
-async fn olm_in_the_cluster_installs_every_package_from_the_registry_and_upgrades_it() {
+async fn olm_in_the_cluster_installs_every_package_from_the_registry_and_upgrades_one() {
     let admin: Client = admin_client().await;
     real_node::require(&admin).await;
     let scratch = std::env::temp_dir().join(format!("quorum-olm-in-cluster-{}", std::process::id()));
@@ -123,16 +123,17 @@ async fn olm_in_the_cluster_installs_every_package_from_the_registry_and_upgrade
         .await;
         reconciles_its_example(&admin, namespace.name(), &csv, operator.engine).await;
 
-        apis.upgrade(&mut olm, package, &plan, &from, &to).await;
-        bundle_unpacked(&admin, namespace.name(), &bundle_image(operator, &next.version)).await;
-        operator_pod_runs(
-            &admin,
-            namespace.name(),
-            package,
-            &image::reference(operator, &next.version),
-        )
-        .await;
-        apis.uninstall(&mut olm, package, &to).await;
+        // One package goes on to N+1 (every package's upgrade is `olm_upgrades.rs`'s, inline).
+        let installed_csv = if operator.engine == "etcd" {
+            apis.upgrade(&mut olm, package, &plan, &from, &to).await;
+            bundle_unpacked(&admin, namespace.name(), &bundle_image(operator, &next.version)).await;
+            let upgraded_image = image::reference(operator, &next.version);
+            operator_pod_runs(&admin, namespace.name(), package, &upgraded_image).await;
+            to
+        } else {
+            from
+        };
+        apis.uninstall(&mut olm, package, &installed_csv).await;
         installed.push((apis, namespace));
     }
 

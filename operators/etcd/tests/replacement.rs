@@ -304,16 +304,28 @@ async fn a_killed_leader_is_recorded_as_a_leader_change_keeping_every_acknowledg
         from_loss > 0 && from_loss <= kill_to_seen + 2_000,
         "{change:?}, killed at {killed_at}"
     );
+    // The event is published after the status that records the change: it may be a moment
+    // behind it.
     let events: Api<Event> = Api::namespaced(client.clone(), &ns);
-    let reasons: Vec<String> = events
-        .list(&ListParams::default().fields("involvedObject.name=main"))
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter_map(|event| event.reason)
-        .collect();
-    assert!(reasons.iter().any(|r| r == "PrimaryChanged"), "{reasons:?}");
+    wait::until("a PrimaryChanged event", Duration::from_secs(30), || {
+        let events = events.clone();
+        async move {
+            let reasons: Vec<String> = events
+                .list(&ListParams::default().fields("involvedObject.name=main"))
+                .await
+                .map_err(|error| error.to_string())?
+                .items
+                .into_iter()
+                .filter_map(|event| event.reason)
+                .collect();
+            if reasons.iter().any(|r| r == "PrimaryChanged") {
+                Ok(())
+            } else {
+                Err(format!("{reasons:?}"))
+            }
+        }
+    })
+    .await;
 
     writer
         .acknowledged_at_least(writer.acknowledged() + 50, Duration::from_secs(120))
