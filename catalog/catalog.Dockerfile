@@ -4,4 +4,7 @@ FROM quay.io/operator-framework/opm:latest
 ENTRYPOINT ["/bin/opm"]
 CMD ["serve", "/configs", "--cache-dir=/tmp/cache"]
 COPY index.yaml /configs/quorum/index.yaml
+# `serve --cache-dir` refuses to start on a cache it did not find (its integrity check): build
+# it here, as opm's own catalogs do.
+RUN ["/bin/opm", "serve", "/configs", "--cache-dir=/tmp/cache", "--cache-only"]
 LABEL operators.operatorframework.io.index.configs.v1=/configs

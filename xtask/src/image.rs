@@ -397,6 +397,8 @@ pub fn build_catalog_image(index: &str, layout: &Path, tag: &str) -> anyhow::Res
         index.to_string(),
         0o644,
     ));
+    // opm writes one when there is none, which its non-root user cannot.
+    texts.push(("etc/nsswitch.conf".into(), "hosts: files dns\n".into(), 0o644));
     assemble(
         layout,
         tag,
@@ -419,11 +421,10 @@ pub fn build_catalog_image(index: &str, layout: &Path, tag: &str) -> anyhow::Res
         &ImageConfig {
             user: Some(format!("{USER}:{USER}")),
             entrypoint: vec!["/bin/opm".into()],
-            cmd: vec![
-                "serve".into(),
-                format!("/{CATALOG_CONFIGS}"),
-                "--cache-dir=/tmp/cache".into(),
-            ],
+            // No `--cache-dir`: opm would refuse a cache it did not find (its integrity check),
+            // and building one here would need opm to run on the image's paths. Without it,
+            // opm builds its cache at start, a moment for a catalog this size.
+            cmd: vec!["serve".into(), format!("/{CATALOG_CONFIGS}")],
             path: "/bin",
             labels: vec![(
                 "operators.operatorframework.io.index.configs.v1".into(),

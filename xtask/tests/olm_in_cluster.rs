@@ -43,42 +43,13 @@ async fn olm_in_the_cluster_installs_every_package_from_the_registry_and_upgrade
     let next = current.followed_by(&next_patch(&current.version).expect("a semantic version"));
     let operators = xtask::operators();
 
-    // OLM's and opm's images, and the operators' (N's binary also under N+1's tag: the upgrade
-    // changes the bundle, not the program), pushed where the node pulls ghcr.io and quay.io.
-    let built = built_images(&["olm", "operators"], &scratch);
-    for (reference, layout) in &built {
-        let tag = reference.rsplit_once(':').expect("a tag").1;
-        let mut destinations = vec![reference.clone()];
-        if reference.starts_with("ghcr.io/quorum-dev/") {
-            destinations.push(reference.replace(&image::tag(&current.version), &image::tag(&next.version)));
-        }
-        for destination in destinations {
-            push(
-                layout,
-                tag,
-                &Destination::mirrored(&destination, REGISTRY).unwrap(),
-            )
-            .unwrap_or_else(|error| panic!("pushing {destination}: {error:#}"));
-        }
-    }
-    // Every bundle at N and N+1, and a catalog whose channels hold both, as `cargo xtask publish`
-    // pushes them.
-    let mut documents: Vec<Value> = Vec::new();
-    for operator in &operators {
-        let releases = [current.clone(), next.clone()];
-        documents.extend(package_documents(operator, &releases));
-        documents.extend(bundle_documents(operator, &releases));
-    }
-    let catalog = catalog_text(&documents).expect("the catalog");
-    let pushed = publish_releases(
-        &[current.clone(), next.clone()],
-        &catalog,
-        &["latest"],
-        REGISTRY,
-        &scratch.join("published"),
-    )
-    .unwrap_or_else(|error| panic!("cargo xtask publish: {error:#}"));
-    assert_eq!(pushed.len(), operators.len() * 2 + 1, "{pushed:?}");
+    // Building and pushing block (pushes run their own runtime): off this test's runtime.
+    let built = {
+        let (scratch, current, next) = (scratch.clone(), current.clone(), next.clone());
+        tokio::task::spawn_blocking(move || publish_everything(&scratch, &current, &next))
+            .await
+            .expect("publishing")
+    };
 
     let reference = |name: &str| {
         built
@@ -143,6 +114,51 @@ async fn olm_in_the_cluster_installs_every_package_from_the_registry_and_upgrade
         namespace.delete().await;
     }
     let _ = std::fs::remove_dir_all(scratch);
+}
+
+/// Pushes OLM's and opm's images, and the operators' (N's binary also under N+1's tag: the
+/// upgrade changes the bundle, not the program), where the node pulls ghcr.io and quay.io; then
+/// every bundle at N and N+1 and a catalog whose channels hold both, as `cargo xtask publish`
+/// pushes them. Returns the images built: reference → layout.
+fn publish_everything(
+    scratch: &Path,
+    current: &Release,
+    next: &Release,
+) -> BTreeMap<String, std::path::PathBuf> {
+    let operators = xtask::operators();
+    let built = built_images(&["olm", "operators"], scratch);
+    for (reference, layout) in &built {
+        let tag = reference.rsplit_once(':').expect("a tag").1;
+        let mut destinations = vec![reference.clone()];
+        if reference.starts_with("ghcr.io/quorum-dev/") {
+            destinations.push(reference.replace(&image::tag(&current.version), &image::tag(&next.version)));
+        }
+        for destination in destinations {
+            push(
+                layout,
+                tag,
+                &Destination::mirrored(&destination, REGISTRY).unwrap(),
+            )
+            .unwrap_or_else(|error| panic!("pushing {destination}: {error:#}"));
+        }
+    }
+    let mut documents: Vec<Value> = Vec::new();
+    for operator in &operators {
+        let releases = [current.clone(), next.clone()];
+        documents.extend(package_documents(operator, &releases));
+        documents.extend(bundle_documents(operator, &releases));
+    }
+    let catalog = catalog_text(&documents).expect("the catalog");
+    let pushed = publish_releases(
+        &[current.clone(), next.clone()],
+        &catalog,
+        &["latest"],
+        REGISTRY,
+        &scratch.join("published"),
+    )
+    .unwrap_or_else(|error| panic!("cargo xtask publish: {error:#}"));
+    assert_eq!(pushed.len(), operators.len() * 2 + 1, "{pushed:?}");
+    built
 }
 
 /// `e2e/images.sh build GROUP` for each group, each archive unpacked into an OCI layout under
