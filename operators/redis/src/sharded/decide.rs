@@ -807,6 +807,22 @@ fn rebalance_or_remove(facts: &Facts, topology: &Topology) -> Decision {
             Some((planned, range)) => {
                 let source = topology.ordinals[&planned.from];
                 let target = topology.ordinals[&planned.to];
+                // A node that has not learned every slot's owner yet (one that just met the
+                // cluster) refuses MIGRATE with CLUSTERDOWN, leaving the slot half moved, and
+                // refuses every client that `ASK` sends there the same way.
+                if let Some(node) = [source, target]
+                    .into_iter()
+                    .filter_map(|ordinal| facts.node(ordinal))
+                    .find(|node| node.answered().is_some_and(|view| !view.state_ok))
+                {
+                    return wait(
+                        Reason::ClusterStateNotOk,
+                        format!(
+                            "node {} does not report cluster_state:ok yet; no slot moves to or from it until it does",
+                            node.ordinal
+                        ),
+                    );
+                }
                 let batch_end = range.start as usize + range.len().min(MAX_SLOTS_PER_PASS) - 1;
                 Decision::Act(Step::MoveSlots {
                     slots: SlotRange::new(range.start, batch_end as u16),
@@ -1509,6 +1525,30 @@ mod tests {
         assert_eq!(planned.slots, SlotRange::new(4096, 5461));
         assert_eq!(slots, SlotRange::new(4096, 4096 + MAX_SLOTS_PER_PASS as u16 - 1));
         assert_eq!(remaining_moves, 2);
+    }
+
+    #[test]
+    fn no_slot_moves_to_or_from_a_node_that_does_not_report_cluster_state_ok() {
+        // A node that just met the cluster answers MIGRATE with CLUSTERDOWN until it has
+        // learned every slot's owner, and so would every client sent there with ASK.
+        let mut nodes = formed(3);
+        nodes.push(primary(6, &[]));
+        nodes.push(replica(7, 6));
+        for (not_ok, role) in [(6, "target"), (0, "source")] {
+            let mut joining = facts(4, everyone_knows_everyone(&nodes));
+            joining.nodes[not_ok].view.as_mut().unwrap().state_ok = false;
+            let decision = decide(&joining);
+            assert_eq!(
+                reason(&decision),
+                Reason::ClusterStateNotOk,
+                "the {role}: {decision:?}"
+            );
+            assert_eq!(decision.step(), None);
+        }
+        assert!(matches!(
+            decide(&facts(4, everyone_knows_everyone(&nodes))),
+            Decision::Act(Step::MoveSlots { .. })
+        ));
     }
 
     #[test]
