@@ -35,6 +35,12 @@ use crate::{
 /// OLM's global catalog namespace (the catalog operator's `--namespace`).
 pub const OLM_NAMESPACE: &str = "olm";
 
+/// The namespace OLM's chart makes for operators installed for every namespace.
+const OPERATORS_NAMESPACE: &str = "operators";
+
+/// The Deployments of OLM's chart that act: its two operators.
+const OLM_DEPLOYMENTS: [&str; 2] = ["olm-operator", "catalog-operator"];
+
 /// A host process that is killed when dropped; its output goes to a log file whose tail is
 /// printed if the test is failing.
 pub struct HostProcess {
@@ -373,13 +379,13 @@ impl Olm {
     /// namespaces' node selector and default toleration). `scratch` keeps the rendered chart.
     pub async fn in_cluster(admin: &Client, scratch: &Path, olm_image: &str, opm_image: &str) -> Self {
         let exclusive = Self::exclusive_with_crds().await;
-        for namespace in [OLM_NAMESPACE, "operators"] {
+        for namespace in [OLM_NAMESPACE, OPERATORS_NAMESPACE] {
             on_real_node(admin, namespace).await;
         }
         let values = [
             format!("namespace={OLM_NAMESPACE}"),
             format!("catalog_namespace={OLM_NAMESPACE}"),
-            "operator_namespace=operators".to_string(),
+            format!("operator_namespace={OPERATORS_NAMESPACE}"),
             format!("olm.image.ref={olm_image}"),
             format!("catalog.image.ref={olm_image}"),
             format!("package.image.ref={olm_image}"),
@@ -410,7 +416,7 @@ impl Olm {
         let path = scratch.join("olm.yaml");
         std::fs::write(&path, kept.join("\n---")).expect("the rendered chart");
         kubectl(&["apply", "-f", &path.display().to_string()]);
-        for deployment in ["olm-operator", "catalog-operator"] {
+        for deployment in OLM_DEPLOYMENTS {
             kubectl(&[
                 "-n",
                 OLM_NAMESPACE,
@@ -451,19 +457,11 @@ impl Drop for Olm {
     /// deleted (the rest of the chart stays, and serves the next install).
     fn drop(&mut self) {
         if let OlmOperators::InCluster = self.operators {
-            for deployment in ["olm-operator", "catalog-operator"] {
-                let _ = std::process::Command::new(kubectl_binary())
-                    .args(["--kubeconfig", &kubeconfig_path().display().to_string()])
-                    .args([
-                        "-n",
-                        OLM_NAMESPACE,
-                        "delete",
-                        "deployment",
-                        deployment,
-                        "--wait=true",
-                    ])
-                    .output();
-            }
+            let _ = std::process::Command::new(kubectl_binary())
+                .args(["--kubeconfig", &kubeconfig_path().display().to_string()])
+                .args(["-n", OLM_NAMESPACE, "delete", "deployment", "--wait=true"])
+                .args(OLM_DEPLOYMENTS)
+                .output();
         }
     }
 }

@@ -283,11 +283,14 @@ pub fn bundle_files_of(operator: &OperatorPackage, release: &Release) -> anyhow:
     let annotations = bundle_annotations(operator);
     files.push(GeneratedFile {
         path: "metadata/annotations.yaml".into(),
-        contents: crate::to_yaml(&json!({ "annotations": annotations.iter().cloned().collect::<serde_json::Map<String, Value>>() }))?,
+        contents: crate::to_yaml(&json!({ "annotations": annotations
+            .iter()
+            .map(|(key, value)| (key.to_string(), Value::String(value.clone())))
+            .collect::<serde_json::Map<String, Value>>() }))?,
     });
     let labels: String = annotations
         .iter()
-        .map(|(key, value)| format!("LABEL {key}={}\n", value.as_str().unwrap_or_default()))
+        .map(|(key, value)| format!("LABEL {key}={value}\n"))
         .collect();
     files.push(GeneratedFile {
         path: "bundle.Dockerfile".into(),
@@ -299,7 +302,7 @@ pub fn bundle_files_of(operator: &OperatorPackage, release: &Release) -> anyhow:
 }
 
 /// The bundle's annotations (`metadata/annotations.yaml`), which its image carries as labels.
-pub fn bundle_annotations(operator: &OperatorPackage) -> Vec<(String, Value)> {
+pub fn bundle_annotations(operator: &OperatorPackage) -> Vec<(&'static str, String)> {
     [
         (
             "operators.operatorframework.io.bundle.mediatype.v1",
@@ -326,14 +329,16 @@ pub fn bundle_annotations(operator: &OperatorPackage) -> Vec<(String, Value)> {
             "stable".into(),
         ),
     ]
-    .into_iter()
-    .map(|(key, value)| (key.to_string(), Value::String(value)))
-    .collect()
+    .into()
 }
 
 /// The bundle image of `operator` at `version`, as the catalog names it.
 pub fn bundle_image(operator: &OperatorPackage, version: &str) -> String {
-    format!("ghcr.io/quorum-dev/{}-bundle:v{version}", operator.binary)
+    format!(
+        "ghcr.io/quorum-dev/{}-bundle:{}",
+        operator.binary,
+        crate::image::tag(version)
+    )
 }
 
 /// The catalog image, as the README's CatalogSource names it.

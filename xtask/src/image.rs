@@ -345,7 +345,7 @@ pub fn build_bundle_image(
         .collect();
     let labels = crate::bundle::bundle_annotations(operator)
         .into_iter()
-        .map(|(key, value)| (key, value.as_str().unwrap_or_default().to_string()))
+        .map(|(key, value)| (key.to_string(), value))
         .collect();
     let tag = tag(&release.version);
     assemble(

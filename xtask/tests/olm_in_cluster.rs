@@ -24,6 +24,7 @@ use quorum_e2e::{
 };
 use serde_json::Value;
 use xtask::{
+    OperatorPackage,
     bundle::{
         CATALOG_IMAGE, Release, bundle_documents, bundle_image, catalog_text, next_patch, package_documents,
     },
@@ -92,7 +93,7 @@ async fn olm_in_the_cluster_installs_every_package_from_the_registry_and_upgrade
             &image::reference(operator, &current.version),
         )
         .await;
-        reconciles_its_example(&admin, namespace.name(), &csv, operator.engine).await;
+        reconciles_its_example(&admin, namespace.name(), &csv, operator).await;
 
         // One package goes on to N+1 (every package's upgrade is `olm_upgrades.rs`'s, inline).
         let installed_csv = if operator.engine == "etcd" {
@@ -337,8 +338,13 @@ async fn operator_pod_runs(admin: &Client, namespace: &str, package: &str, image
 
 /// The CSV's first example of the operator's cluster kind, created in the namespace, is
 /// reconciled (its status observes its generation), then deleted and gone.
-async fn reconciles_its_example(admin: &Client, namespace: &str, csv: &DynamicObject, engine: &str) {
-    let kind = match engine {
+async fn reconciles_its_example(
+    admin: &Client,
+    namespace: &str,
+    csv: &DynamicObject,
+    operator: &OperatorPackage,
+) {
+    let kind = match operator.engine {
         "etcd" => "EtcdCluster",
         "mysql" => "MySQLCluster",
         "redis" => "RedisCluster",
@@ -348,7 +354,13 @@ async fn reconciles_its_example(admin: &Client, namespace: &str, csv: &DynamicOb
     let example = alm_example(csv, kind);
     let api_version = example["apiVersion"].as_str().expect("apiVersion");
     let (group, version) = api_version.split_once('/').expect("group/version");
-    let plural = format!("{}s", kind.to_lowercase());
+    // The resource's plural is its CRD's.
+    let plural = operator
+        .crds
+        .iter()
+        .find(|crd| crd.spec.names.kind == kind)
+        .map(|crd| crd.spec.names.plural.clone())
+        .unwrap_or_else(|| panic!("{} owns no {kind}", operator.package));
     let resource = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), &plural);
     let clusters: Api<DynamicObject> = Api::namespaced_with(admin.clone(), namespace, &resource);
     let created = clusters

@@ -306,13 +306,19 @@ pub fn primary_address_to_record(facts: &Facts, ordinal: usize, address: SocketA
     if facts.recorded_primary != Some(ordinal) || recorded == address {
         return address;
     }
-    let majority = facts.desired_sentinels.max(facts.sentinels.len()) / 2 + 1;
+    let majority = sentinel_majority(facts);
     let naming_new = facts
         .sentinels
         .iter()
         .filter(|s| s.view.as_ref().is_some_and(|v| v.primary == address))
         .count();
     if naming_new >= majority { address } else { recorded }
+}
+
+/// How many Sentinels make a majority: of those wanted, or of those there are when more are
+/// (a scale-down still under way).
+fn sentinel_majority(facts: &Facts) -> usize {
+    facts.desired_sentinels.max(facts.sentinels.len()) / 2 + 1
 }
 
 /// The view of the one Sentinel whose configuration epoch is higher than every other answering
@@ -419,7 +425,7 @@ pub fn find_primary(facts: &Facts) -> PrimaryFinding {
             address: newest.primary,
         };
     }
-    let majority = facts.desired_sentinels.max(facts.sentinels.len()) / 2 + 1;
+    let majority = sentinel_majority(facts);
     let leading = votes
         .iter()
         .max_by_key(|(_, count)| **count)
