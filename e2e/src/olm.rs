@@ -454,12 +454,20 @@ impl Olm {
 
 impl Drop for Olm {
     /// OLM in the cluster stops acting before the lock goes: its operators' Deployments are
-    /// deleted (the rest of the chart stays, and serves the next install).
+    /// deleted with their pods (foreground: a pod still terminating would act beside the next
+    /// test's OLM); the rest of the chart stays, and serves the next install.
     fn drop(&mut self) {
         if let OlmOperators::InCluster = self.operators {
             let _ = std::process::Command::new(kubectl_binary())
                 .args(["--kubeconfig", &kubeconfig_path().display().to_string()])
-                .args(["-n", OLM_NAMESPACE, "delete", "deployment", "--wait=true"])
+                .args([
+                    "-n",
+                    OLM_NAMESPACE,
+                    "delete",
+                    "deployment",
+                    "--cascade=foreground",
+                    "--wait=true",
+                ])
                 .args(OLM_DEPLOYMENTS)
                 .output();
         }
