@@ -100,11 +100,24 @@ step() {
 }
 # shard NAME STEP...: runs each step in turn, all of them even after one failed; fails when
 # one did.
+# Each step's outcome and duration, and every failed test's name and panic, also go to
+# $outcomes, printed again at the end so the tail of the log says what failed and where time went.
+outcomes=$(mktemp)
+# The lines of a marked test output that name a failed test, and each panic with its message.
+failures() {
+  awk '/\] test .* \.\.\. FAILED$/ || / panicked at / { print; if (/ panicked at /) { getline; print } }'
+}
 shard() {
-  local name=$1 each failed=0
+  local name=$1 each failed=0 started
   shift
   for each in "$@"; do
-    step "$each" 2>&1 | mark "$name" || failed=1
+    started=$SECONDS
+    if step "$each" 2>&1 | mark "$name" | tee >(failures >>"$outcomes"); then
+      printf '[%s] %s passed in %d s\n' "$name" "$each" $((SECONDS - started)) >>"$outcomes"
+    else
+      printf '[%s] %s FAILED in %d s\n' "$name" "$each" $((SECONDS - started)) >>"$outcomes"
+      failed=1
+    fi
   done
   return "$failed"
 }
@@ -147,6 +160,8 @@ if ! collect fresh "$fresh" "$fresh_log"; then
   log "the fresh-machine check failed: the setup leaves something the build needs missing"
   failed=1
 fi
+log "cargo test: each step, and every failed test"
+cat "$outcomes" >&2
 if ((failed)); then
   log "cargo test: a shard failed (search this log for 'FAILED' and 'panicked')"
   exit 1
