@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+use anyhow::Context;
 use base64::Engine;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde_json::{Value, json};
@@ -190,6 +191,9 @@ pub fn cluster_service_version_of(operator: &OperatorPackage, release: &Release)
             .iter()
             .map(|(name, image)| json!({"name": name, "image": image})),
     );
+    let capabilities = crate::capability::proven_level(&crate::capability::proofs(operator.engine))
+        .map(|level| level.annotation())
+        .with_context(|| format!("no test proves even the basic install of {}", operator.package))?;
     let mut csv = json!({
         "apiVersion": "operators.coreos.com/v1alpha1",
         "kind": "ClusterServiceVersion",
@@ -198,7 +202,7 @@ pub fn cluster_service_version_of(operator: &OperatorPackage, release: &Release)
             "annotations": {
                 "olm.skipRange": release.skip_range(),
                 "alm-examples": serde_json::to_string_pretty(&samples(operator)?)?,
-                "capabilities": "Full Lifecycle",
+                "capabilities": capabilities,
                 "categories": "Database",
                 "containerImage": image,
                 "createdAt": "2026-11-21T00:00:00Z",

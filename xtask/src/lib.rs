@@ -21,6 +21,7 @@ pub struct GeneratedFile {
 }
 
 pub mod bundle;
+pub mod capability;
 pub mod chart;
 pub mod image;
 pub mod monitoring;
