@@ -32,11 +32,13 @@ helm="$(e2e/toolchain/packaging.sh helm)/helm"
 log "images: the node's, the members' and the operators', imported into the node's containerd"
 e2e/images.sh import all
 
+# backups.allowHttp: the README's day-two walk-through backs up to an in-cluster store over
+# plain HTTP (samples/demo-backup-store.yaml).
 for engine in etcd mysql redis mongodb; do
   chart=quorum-$engine-operator
-  log "helm upgrade --install $chart charts/$chart --namespace quorum-$engine --create-namespace"
+  log "helm upgrade --install $chart charts/$chart --namespace quorum-$engine --create-namespace --set backups.allowHttp=true"
   "$helm" upgrade --install "$chart" "charts/$chart" --namespace "quorum-$engine" --create-namespace \
-    --wait --timeout 180s >/dev/null
+    --set backups.allowHttp=true --wait --timeout 180s >/dev/null
 done
 
 log "applying the samples"
@@ -83,4 +85,5 @@ log "     kubectl scale etcdcluster demo --replicas=5; kubectl get etcdclusters 
 log "     kubectl annotate mysqlcluster shop mysql.quorum.dev/switchover-to=shop-1"
 log "     kubectl patch rediscluster sessions --type merge -p '{\"spec\":{\"shards\":4}}'"
 log "     kubectl scale mongodbreplicaset orders --replicas=5"
+log "day two (status, a switchover, a backup and a restore, a roll, pause): README.md, \"Day two\""
 log "stop everything: make demo-stop"

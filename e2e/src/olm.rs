@@ -380,7 +380,7 @@ impl Olm {
     pub async fn in_cluster(admin: &Client, scratch: &Path, olm_image: &str, opm_image: &str) -> Self {
         let exclusive = Self::exclusive_with_crds().await;
         for namespace in [OLM_NAMESPACE, OPERATORS_NAMESPACE] {
-            on_real_node(admin, namespace).await;
+            crate::real_node::namespace_on_real_node(admin, namespace).await;
         }
         let values = [
             format!("namespace={OLM_NAMESPACE}"),
@@ -472,29 +472,6 @@ impl Drop for Olm {
                 .output();
         }
     }
-}
-
-/// Creates `namespace` if it does not exist, with the node selector and default toleration
-/// that put every pod made in it on the real node (the API server's PodNodeSelector and
-/// PodTolerationRestriction admission), for pods whose spec no test writes: OLM's, its
-/// catalogs', its unpack Jobs', the operators' and the members' it installs.
-pub async fn on_real_node(admin: &Client, namespace: &str) {
-    let toleration =
-        json!([{"key": crate::real_node::TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}]);
-    let annotations = json!({
-        "scheduler.alpha.kubernetes.io/node-selector": "type=real",
-        "scheduler.alpha.kubernetes.io/defaultTolerations": toleration.to_string(),
-    });
-    let namespaces: Api<Namespace> = Api::all(admin.clone());
-    let wanted = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "annotations": annotations}});
-    namespaces
-        .patch(
-            namespace,
-            &PatchParams::apply("quorum-olm-test").force(),
-            &Patch::Apply(wanted),
-        )
-        .await
-        .unwrap_or_else(|error| panic!("namespace {namespace} on the real node: {error}"));
 }
 
 /// A self-signed certificate and key for the catalog operator's health server: with TLS it

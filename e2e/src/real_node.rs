@@ -64,6 +64,48 @@ pub fn chart_settings() -> Vec<String> {
     ]
 }
 
+/// Creates `namespace` if it does not exist, with the node selector and default toleration
+/// that put every pod made in it on the real node (the API server's PodNodeSelector and
+/// PodTolerationRestriction admission), for pods whose spec no test writes: OLM's, its
+/// catalogs', its unpack Jobs', the operators' and the members' it installs, and those of
+/// the samples the README applies as they are.
+pub async fn namespace_on_real_node(admin: &Client, namespace: &str) {
+    let toleration = serde_json::json!([{"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}]);
+    let annotations = serde_json::json!({
+        "scheduler.alpha.kubernetes.io/node-selector": "type=real",
+        "scheduler.alpha.kubernetes.io/defaultTolerations": toleration.to_string(),
+    });
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(admin.clone());
+    let wanted = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "annotations": annotations}});
+    namespaces
+        .patch(
+            namespace,
+            &kube::api::PatchParams::apply(REAL_NODE_FIELD_MANAGER).force(),
+            &kube::api::Patch::Apply(wanted),
+        )
+        .await
+        .unwrap_or_else(|error| panic!("namespace {namespace} on the real node: {error}"));
+}
+
+/// Takes back what [`namespace_on_real_node`] set on `namespace` (the annotations it applied,
+/// by its field manager), for a namespace the tests do not own, such as `default`.
+pub async fn namespace_off_real_node(admin: &Client, namespace: &str) {
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(admin.clone());
+    let wanted =
+        serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}});
+    namespaces
+        .patch(
+            namespace,
+            &kube::api::PatchParams::apply(REAL_NODE_FIELD_MANAGER).force(),
+            &kube::api::Patch::Apply(wanted),
+        )
+        .await
+        .unwrap_or_else(|error| panic!("namespace {namespace} off the real node: {error}"));
+}
+
+/// The field manager of the real node's namespace annotations.
+const REAL_NODE_FIELD_MANAGER: &str = "quorum-real-node-test";
+
 /// Fails the test unless the real node is Ready.
 pub async fn require(admin: &Client) {
     let node = Api::<Node>::all(admin.clone())

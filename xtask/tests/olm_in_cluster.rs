@@ -17,7 +17,7 @@ use kube::{
 };
 use quorum_e2e::{
     control_plane::{TestNamespace, admin_client},
-    olm::{Olm, OlmApis, alm_example, on_real_node},
+    olm::{Olm, OlmApis, alm_example},
     real_node::{self, REGISTRY},
     tools::{repository_root, succeeds},
     wait,
@@ -73,7 +73,7 @@ async fn olm_in_the_cluster_installs_every_package_from_the_registry_and_upgrade
         let package = operator.package;
         let (from, to) = (current.csv_name(package), next.csv_name(package));
         let namespace = TestNamespace::create(&admin, "olm-cluster").await;
-        on_real_node(&admin, namespace.name()).await;
+        real_node::namespace_on_real_node(&admin, namespace.name()).await;
         let apis = OlmApis::new(&admin, namespace.name());
         apis.add_catalog_image(&mut olm, SOURCE, &format!("{CATALOG_IMAGE}:latest"))
             .await;
