@@ -83,20 +83,52 @@ pub async fn migrate_slot(
     others: &[RedisAdmin],
     settings: MigrationSettings,
 ) -> Result<MigrationReport, MigrationError> {
+    resume_slot(source, target, slot, others, settings)
+        .await
+        .map(|(report, _)| report)
+}
+
+/// The two nodes of a move as the source knows them, learned by [`resume_slot`].
+struct Pair {
+    source_id: String,
+    target_id: String,
+    target_address: std::net::SocketAddr,
+}
+
+/// [`migrate_slot`], which also returns the pair it learned (`None` when the slot was the
+/// target's already and the source knows no address for it).
+async fn resume_slot(
+    source: &RedisAdmin,
+    target: &RedisAdmin,
+    slot: u16,
+    others: &[RedisAdmin],
+    settings: MigrationSettings,
+) -> Result<(MigrationReport, Option<Pair>), MigrationError> {
     let source_view = source.cluster_nodes().await?;
     let target_me = target.cluster_myself().await?;
     let source_me = myself(&source_view)
         .cloned()
         .ok_or_else(|| source.unexpected("CLUSTER NODES", "no myself line"))?;
     let target_id = target_me.id.clone();
+    // The address the source knows the target by: the one it can reach.
+    let target_address = source_view
+        .iter()
+        .find(|node| node.id == target_id)
+        .and_then(|node| node.address);
+    let pair = target_address.map(|target_address| Pair {
+        source_id: source_me.id.clone(),
+        target_id: target_id.clone(),
+        target_address,
+    });
 
     if target_me.owns(slot) && target_me.importing_from(slot).is_none() {
         // Step 4 began: the target has taken the slot. Finish telling the others.
         announce_owner(source, others, slot, &target_id).await?;
-        return Ok(MigrationReport {
+        let report = MigrationReport {
             keys_moved: 0,
             already_done: true,
-        });
+        };
+        return Ok((report, pair));
     }
     if !source_me.owns(slot) {
         return Err(MigrationError::NotOwned {
@@ -115,28 +147,95 @@ pub async fn migrate_slot(
             .cluster_set_slot(slot, &SlotState::Migrating(target_id.clone()))
             .await?;
     }
-    // The address the source knows the target by: the one it can reach.
-    let target_address = source_view
-        .iter()
-        .find(|node| node.id == target_id)
-        .and_then(|node| node.address)
-        .ok_or_else(|| MigrationError::TargetUnknown {
-            source_node: source_me.id.clone(),
-            target_node: target_id.clone(),
-        })?;
-    let keys_moved = move_keys(source, target, target_address, slot, settings).await?;
-
+    let Some(pair) = pair else {
+        return Err(MigrationError::TargetUnknown {
+            source_node: source_me.id,
+            target_node: target_id,
+        });
+    };
+    let keys_moved = move_keys(source, target, pair.target_address, slot, settings).await?;
     target
         .cluster_set_slot(slot, &SlotState::Node(target_id.clone()))
         .await?;
     announce_owner(source, others, slot, &target_id).await?;
+    let report = MigrationReport {
+        keys_moved,
+        already_done: false,
+    };
+    Ok((report, Some(pair)))
+}
+
+/// Moves a slot that nothing has begun to move: the slot after one this pair just moved. The
+/// same steps as [`migrate_slot`] without first reading both nodes' views: should the slot not
+/// be as assumed, a node refuses a step, the error is returned, and [`migrate_slot`] resumes
+/// from whatever state that left.
+async fn migrate_untouched_slot(
+    source: &RedisAdmin,
+    target: &RedisAdmin,
+    pair: &Pair,
+    slot: u16,
+    others: &[RedisAdmin],
+    settings: MigrationSettings,
+) -> Result<MigrationReport, MigrationError> {
+    target
+        .cluster_set_slot(slot, &SlotState::Importing(pair.source_id.clone()))
+        .await?;
+    source
+        .cluster_set_slot(slot, &SlotState::Migrating(pair.target_id.clone()))
+        .await?;
+    let keys_moved = move_keys(source, target, pair.target_address, slot, settings).await?;
+    target
+        .cluster_set_slot(slot, &SlotState::Node(pair.target_id.clone()))
+        .await?;
+    announce_owner(source, others, slot, &pair.target_id).await?;
     Ok(MigrationReport {
         keys_moved,
         already_done: false,
     })
 }
 
-/// Moves every slot of `slots` with [`migrate_slot`], in order; the sum of their reports.
+/// Moves every slot of `slots`, in order, until `deadline` (if any) has passed: the first
+/// with [`migrate_slot`], which resumes whatever an earlier call left, each next one without
+/// reading the nodes' views again (only the slot just moved was touched). The sum of their
+/// reports and the number of slots moved.
+///
+/// # Errors
+/// The first slot's error; the slots before it are moved, and calling again resumes.
+pub async fn migrate_slots_until(
+    source: &RedisAdmin,
+    target: &RedisAdmin,
+    slots: SlotRange,
+    others: &[RedisAdmin],
+    settings: MigrationSettings,
+    deadline: Option<std::time::Instant>,
+) -> Result<(MigrationReport, usize), MigrationError> {
+    let mut total = MigrationReport {
+        keys_moved: 0,
+        already_done: true,
+    };
+    let mut moved = 0;
+    let mut pair: Option<Pair> = None;
+    for slot in slots.slots() {
+        if deadline.is_some_and(|deadline| std::time::Instant::now() >= deadline) {
+            break;
+        }
+        let report = match &pair {
+            Some(known) => migrate_untouched_slot(source, target, known, slot, others, settings).await?,
+            None => {
+                let (report, learned) = resume_slot(source, target, slot, others, settings).await?;
+                // A slot found moved already says nothing of the next one: read again.
+                pair = learned.filter(|_| !report.already_done);
+                report
+            }
+        };
+        total.keys_moved += report.keys_moved;
+        total.already_done &= report.already_done;
+        moved += 1;
+    }
+    Ok((total, moved))
+}
+
+/// Moves every slot of `slots` with [`migrate_slots_until`], with no deadline.
 ///
 /// # Errors
 /// The first slot's error; the slots before it are moved, and calling again resumes.
@@ -147,16 +246,9 @@ pub async fn migrate_slots(
     others: &[RedisAdmin],
     settings: MigrationSettings,
 ) -> Result<MigrationReport, MigrationError> {
-    let mut total = MigrationReport {
-        keys_moved: 0,
-        already_done: true,
-    };
-    for slot in slots.slots() {
-        let report = migrate_slot(source, target, slot, others, settings).await?;
-        total.keys_moved += report.keys_moved;
-        total.already_done &= report.already_done;
-    }
-    Ok(total)
+    migrate_slots_until(source, target, slots, others, settings, None)
+        .await
+        .map(|(report, _)| report)
 }
 
 /// Step 3: `MIGRATE` batches until the source holds no key of `slot`.
@@ -208,10 +300,11 @@ async fn announce_owner(
             return Err(error);
         }
     }
-    for other in others {
+    let told = others.iter().map(|other| async {
         if let Err(error) = other.cluster_set_slot(slot, &state).await {
             tracing::debug!(%error, node = other.endpoint(), slot, "telling a primary the new slot owner");
         }
-    }
+    });
+    futures::future::join_all(told).await;
     Ok(())
 }

@@ -32,7 +32,7 @@ use crate::{
     admin::{
         AdminError, RedisAdmin,
         cluster::SlotRange,
-        migrate::{MigrationError, MigrationSettings, migrate_slot},
+        migrate::{MigrationError, MigrationSettings, migrate_slots_until},
         rebalance::SlotMove,
     },
     clients::CallFailure,
@@ -506,28 +506,23 @@ async fn move_slots(
             others.push(admin);
         }
     }
-    let started = Instant::now();
-    for slot in slots.slots() {
-        migrate_slot(
-            &source_admin,
-            &target_admin,
-            slot,
-            &others,
-            MigrationSettings::default(),
-        )
-        .await
-        .map_err(|error| match error {
-            MigrationError::Admin(error) => CallFailure::Failed(error),
-            other => CallFailure::Failed(AdminError::Unexpected {
-                endpoint: source_admin.endpoint().to_string(),
-                command: "migrate slot",
-                detail: other.to_string(),
-            }),
-        })?;
-        if started.elapsed() > MOVE_BUDGET {
-            break;
-        }
-    }
+    migrate_slots_until(
+        &source_admin,
+        &target_admin,
+        slots,
+        &others,
+        MigrationSettings::default(),
+        Some(Instant::now() + MOVE_BUDGET),
+    )
+    .await
+    .map_err(|error| match error {
+        MigrationError::Admin(error) => CallFailure::Failed(error),
+        other => CallFailure::Failed(AdminError::Unexpected {
+            endpoint: source_admin.endpoint().to_string(),
+            command: "migrate slot",
+            detail: other.to_string(),
+        }),
+    })?;
     Ok(())
 }
 
