@@ -75,36 +75,32 @@ pub async fn namespace_on_real_node(admin: &Client, namespace: &str) {
         "scheduler.alpha.kubernetes.io/node-selector": "type=real",
         "scheduler.alpha.kubernetes.io/defaultTolerations": toleration.to_string(),
     });
-    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(admin.clone());
-    let wanted = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "annotations": annotations}});
-    namespaces
-        .patch(
-            namespace,
-            &kube::api::PatchParams::apply(REAL_NODE_FIELD_MANAGER).force(),
-            &kube::api::Patch::Apply(wanted),
-        )
-        .await
-        .unwrap_or_else(|error| panic!("namespace {namespace} on the real node: {error}"));
+    apply_namespace_annotations(admin, namespace, annotations).await;
 }
 
 /// Takes back what [`namespace_on_real_node`] set on `namespace` (the annotations it applied,
 /// by its field manager), for a namespace the tests do not own, such as `default`.
 pub async fn namespace_off_real_node(admin: &Client, namespace: &str) {
+    apply_namespace_annotations(admin, namespace, serde_json::json!({})).await;
+}
+
+/// Server-side apply of `annotations` on `namespace` by the real node's field manager: what it
+/// applied before and does not apply now is removed.
+async fn apply_namespace_annotations(admin: &Client, namespace: &str, annotations: serde_json::Value) {
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(admin.clone());
-    let wanted =
-        serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}});
+    let wanted = serde_json::json!({
+        "apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": namespace, "annotations": annotations}
+    });
     namespaces
         .patch(
             namespace,
-            &kube::api::PatchParams::apply(REAL_NODE_FIELD_MANAGER).force(),
+            &kube::api::PatchParams::apply("quorum-real-node-test").force(),
             &kube::api::Patch::Apply(wanted),
         )
         .await
-        .unwrap_or_else(|error| panic!("namespace {namespace} off the real node: {error}"));
+        .unwrap_or_else(|error| panic!("namespace {namespace}, annotations {annotations}: {error}"));
 }
-
-/// The field manager of the real node's namespace annotations.
-const REAL_NODE_FIELD_MANAGER: &str = "quorum-real-node-test";
 
 /// Fails the test unless the real node is Ready.
 pub async fn require(admin: &Client) {
