@@ -90,15 +90,25 @@ async fn passes_over_a_settled_cluster_write_nothing_read_only_what_changed_and_
     // A pass reads the budget from its watch cache, which may not hold the change yet when the
     // pass after the poke starts: a pass that sees it takes it back.
     let round = std::sync::atomic::AtomicUsize::new(4);
-    wait::until("the operator's selector back", Duration::from_secs(60), || async {
-        let selector = budgets.get("main").await.map_err(|e| e.to_string())?.spec.unwrap().selector;
-        if selector == wanted {
-            return Ok(());
-        }
-        let round = round.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        idle::poke(&clusters, "main", &metrics, "etcdclusters", round).await;
-        Err(format!("{selector:?}"))
-    })
+    wait::until(
+        "the operator's selector back",
+        Duration::from_secs(60),
+        || async {
+            let selector = budgets
+                .get("main")
+                .await
+                .map_err(|e| e.to_string())?
+                .spec
+                .unwrap()
+                .selector;
+            if selector == wanted {
+                return Ok(());
+            }
+            let round = round.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            idle::poke(&clusters, "main", &metrics, "etcdclusters", round).await;
+            Err(format!("{selector:?}"))
+        },
+    )
     .await;
 
     operator.stop().await;

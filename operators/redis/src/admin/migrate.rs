@@ -165,38 +165,70 @@ async fn resume_slot(
     Ok((report, Some(pair)))
 }
 
-/// Moves a slot that nothing has begun to move: the slot after one this pair just moved. The
-/// same steps as [`migrate_slot`] without first reading both nodes' views: should the slot not
-/// be as assumed, a node refuses a step, the error is returned, and [`migrate_slot`] resumes
-/// from whatever state that left.
-async fn migrate_untouched_slot(
+/// How many untouched slots [`migrate_untouched_slots`] moves together.
+const UNTOUCHED_BATCH: usize = 128;
+
+/// Moves slots that nothing has begun to move: those after one this pair just moved. The same
+/// steps as [`migrate_slot`], each taken for every slot of the batch at once (the commands of
+/// a step pipelined on each node's connection, the steps one after another), without first
+/// reading both nodes' views: should a slot not be as assumed, a node refuses a step, the
+/// error is returned, and [`migrate_slot`] resumes each slot from whatever state that left.
+async fn migrate_untouched_slots(
     source: &RedisAdmin,
     target: &RedisAdmin,
     pair: &Pair,
-    slot: u16,
+    slots: &[u16],
     others: &[RedisAdmin],
     settings: MigrationSettings,
 ) -> Result<MigrationReport, MigrationError> {
-    target
-        .cluster_set_slot(slot, &SlotState::Importing(pair.source_id.clone()))
-        .await?;
-    source
-        .cluster_set_slot(slot, &SlotState::Migrating(pair.target_id.clone()))
-        .await?;
-    let keys_moved = move_keys(source, target, pair.target_address, slot, settings).await?;
-    target
-        .cluster_set_slot(slot, &SlotState::Node(pair.target_id.clone()))
-        .await?;
-    announce_owner(source, others, slot, &pair.target_id).await?;
+    set_slots(target, slots, &SlotState::Importing(pair.source_id.clone())).await?;
+    set_slots(source, slots, &SlotState::Migrating(pair.target_id.clone())).await?;
+    let mut keys_moved = 0;
+    for slot in slots {
+        keys_moved += move_keys(source, target, pair.target_address, *slot, settings).await?;
+    }
+    let owner = SlotState::Node(pair.target_id.clone());
+    set_slots(target, slots, &owner).await?;
+    let refused: Vec<u16> = futures::future::join_all(
+        slots
+            .iter()
+            .map(|slot| async { (*slot, source.cluster_set_slot(*slot, &owner).await) }),
+    )
+    .await
+    .into_iter()
+    .filter_map(|(slot, told)| told.is_err().then_some(slot))
+    .collect();
+    for slot in refused {
+        // As in announce_owner: a source that gave up its last slot refuses; the move is done
+        // when it neither owns nor migrates the slot.
+        let source_me = source.cluster_myself().await?;
+        if source_me.owns(slot) || source_me.migrating_to(slot).is_some() {
+            source.cluster_set_slot(slot, &owner).await?;
+        }
+    }
+    let told = others.iter().map(|other| set_slots(other, slots, &owner));
+    for (other, told) in others.iter().zip(futures::future::join_all(told).await) {
+        if let Err(error) = told {
+            tracing::debug!(%error, node = other.endpoint(), "telling a primary the new slot owners");
+        }
+    }
     Ok(MigrationReport {
         keys_moved,
         already_done: false,
     })
 }
 
+/// `CLUSTER SETSLOT slot state` on `node` for every slot of `slots`, sent at once (pipelined
+/// on its connection); the first refusal, after every answer.
+async fn set_slots(node: &RedisAdmin, slots: &[u16], state: &SlotState) -> Result<(), AdminError> {
+    let answers =
+        futures::future::join_all(slots.iter().map(|slot| node.cluster_set_slot(*slot, state))).await;
+    answers.into_iter().collect()
+}
+
 /// Moves every slot of `slots`, in order, until `deadline` (if any) has passed: the first
-/// with [`migrate_slot`], which resumes whatever an earlier call left, each next one without
-/// reading the nodes' views again (only the slot just moved was touched). The sum of their
+/// with [`migrate_slot`], which resumes whatever an earlier call left, the next ones in
+/// batches without reading the nodes' views again (only the slots just moved were touched). The sum of their
 /// reports and the number of slots moved.
 ///
 /// # Errors
@@ -215,22 +247,27 @@ pub async fn migrate_slots_until(
     };
     let mut moved = 0;
     let mut pair: Option<Pair> = None;
-    for slot in slots.slots() {
+    let slots: Vec<u16> = slots.slots().collect();
+    while moved < slots.len() {
         if deadline.is_some_and(|deadline| std::time::Instant::now() >= deadline) {
             break;
         }
-        let report = match &pair {
-            Some(known) => migrate_untouched_slot(source, target, known, slot, others, settings).await?,
+        let (report, count) = match &pair {
+            Some(known) => {
+                let batch = &slots[moved..(moved + UNTOUCHED_BATCH).min(slots.len())];
+                let report = migrate_untouched_slots(source, target, known, batch, others, settings).await?;
+                (report, batch.len())
+            }
             None => {
-                let (report, learned) = resume_slot(source, target, slot, others, settings).await?;
+                let (report, learned) = resume_slot(source, target, slots[moved], others, settings).await?;
                 // A slot found moved already says nothing of the next one: read again.
                 pair = learned.filter(|_| !report.already_done);
-                report
+                (report, 1)
             }
         };
         total.keys_moved += report.keys_moved;
         total.already_done &= report.already_done;
-        moved += 1;
+        moved += count;
     }
     Ok((total, moved))
 }
