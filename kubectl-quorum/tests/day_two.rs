@@ -226,7 +226,10 @@ async fn the_readmes_day_two_walk_through_works_as_written() {
     // 2. A switchover to shop-2.
     let seen = run(&blocks[1], &path).await;
     assert_eq!(status("shop").await.primary.as_deref(), Some("shop-2"));
-    assert!(seen.contains("shop-2"), "{seen}");
+    assert!(
+        seen.contains("MySQLCluster/shop in default: Ready True\n  primary: shop-2\n"),
+        "shop-2 takes writes: {seen}"
+    );
 
     // 3. A backup now, restored into a new cluster holding the rows of step 1.
     let seen = run(&blocks[2], &path).await;
