@@ -189,23 +189,9 @@ async fn migrate_untouched_slots(
     }
     let owner = SlotState::Node(pair.target_id.clone());
     set_slots(target, slots, &owner).await?;
-    let refused: Vec<u16> = futures::future::join_all(
-        slots
-            .iter()
-            .map(|slot| async { (*slot, source.cluster_set_slot(*slot, &owner).await) }),
-    )
-    .await
-    .into_iter()
-    .filter_map(|(slot, told)| told.is_err().then_some(slot))
-    .collect();
-    for slot in refused {
-        // As in announce_owner: a source that gave up its last slot refuses; the move is done
-        // when it neither owns nor migrates the slot.
-        let source_me = source.cluster_myself().await?;
-        if source_me.owns(slot) || source_me.migrating_to(slot).is_some() {
-            source.cluster_set_slot(slot, &owner).await?;
-        }
-    }
+    let released =
+        futures::future::join_all(slots.iter().map(|slot| release_on_source(source, *slot, &owner))).await;
+    released.into_iter().collect::<Result<(), AdminError>>()?;
     let told = others.iter().map(|other| set_slots(other, slots, &owner));
     for (other, told) in others.iter().zip(futures::future::join_all(told).await) {
         if let Err(error) = told {
@@ -216,6 +202,20 @@ async fn migrate_untouched_slots(
         keys_moved,
         already_done: false,
     })
+}
+
+/// Step 4 on the source: `CLUSTER SETSLOT slot NODE target` (`owner`).
+async fn release_on_source(source: &RedisAdmin, slot: u16, owner: &SlotState) -> Result<(), AdminError> {
+    if let Err(error) = source.cluster_set_slot(slot, owner).await {
+        // Gossip can tell the source first. A source that so lost its last slot turns itself
+        // into a replica of the target (cluster-allow-replica-migration) and refuses SETSLOT:
+        // the move is complete when it neither owns nor migrates the slot any more.
+        let source_me = source.cluster_myself().await?;
+        if source_me.owns(slot) || source_me.migrating_to(slot).is_some() {
+            return Err(error);
+        }
+    }
+    Ok(())
 }
 
 /// `CLUSTER SETSLOT slot state` on `node` for every slot of `slots`, sent at once (pipelined
@@ -328,15 +328,7 @@ async fn announce_owner(
     target_id: &str,
 ) -> Result<(), AdminError> {
     let state = SlotState::Node(target_id.to_string());
-    if let Err(error) = source.cluster_set_slot(slot, &state).await {
-        // Gossip can tell the source first. A source that so lost its last slot turns itself
-        // into a replica of the target (cluster-allow-replica-migration) and refuses SETSLOT:
-        // the move is complete when it neither owns nor migrates the slot any more.
-        let source_me = source.cluster_myself().await?;
-        if source_me.owns(slot) || source_me.migrating_to(slot).is_some() {
-            return Err(error);
-        }
-    }
+    release_on_source(source, slot, &state).await?;
     let told = others.iter().map(|other| async {
         if let Err(error) = other.cluster_set_slot(slot, &state).await {
             tracing::debug!(%error, node = other.endpoint(), slot, "telling a primary the new slot owner");
