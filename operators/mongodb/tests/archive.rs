@@ -74,7 +74,9 @@ async fn replica_set(name: &str, count: usize) -> MongoProcesses {
             "replSetInitiate": {
                 "_id": name,
                 "members": members,
-                "settings": { "electionTimeoutMillis": 1000, "heartbeatIntervalMillis": 100 },
+                // Long enough that a loaded machine's late heartbeats do not step the primary
+                // down mid-fill: these tests are about archives, not elections.
+                "settings": { "electionTimeoutMillis": 5000, "heartbeatIntervalMillis": 200 },
             }
         })
         .await
