@@ -395,6 +395,11 @@ pub struct MySQLClusterStatus {
     /// is then not reopened while a member that may hold them does not answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub primary_last_open: Option<PrimaryPosition>,
+    /// The names of the `spec.users` accounts created on the primary. The cluster is
+    /// not `Ready` while one of `spec.users` is missing here: an application told the cluster is
+    /// ready can log in.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub accounts: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }

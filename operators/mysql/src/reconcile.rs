@@ -163,6 +163,11 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, context: Arc<Context<State>>)
             .and(cluster.status.as_ref().and_then(|s| s.recovery.clone())),
         pods: LabelledPods::new(std::mem::take(&mut observed.member_pods), ROLE_LABEL),
         primary_volume: observed.primary_volume.clone(),
+        accounts: cluster
+            .status
+            .as_ref()
+            .map(|s| s.accounts.clone())
+            .unwrap_or_default(),
     };
     let mut taken = None;
     if let Some(step) = decision.step() {
@@ -206,7 +211,8 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, context: Arc<Context<State>>)
         }
         Decision::Settled => {
             if let Some(primary) = memory.primary {
-                ensure_users(&context, &cluster, &observed.key, &observed.addresses, primary).await?;
+                memory.accounts =
+                    ensure_users(&context, &cluster, &observed.key, &observed.addresses, primary).await?;
             }
         }
         Decision::Act(_) => {}
@@ -584,6 +590,8 @@ struct Memory {
     pods: LabelledPods,
     /// The data claim uid of the member that was the primary when the pass began, if read.
     primary_volume: Option<(usize, String)>,
+    /// The `spec.users` accounts known to exist on the primary (`status.accounts`).
+    accounts: Vec<String>,
 }
 
 /// The status writer of one pass: status is computed from what the pass observed and written
@@ -628,6 +636,7 @@ impl<'a> Report<'a> {
                 .as_ref()
                 .filter(|(ordinal, _)| memory.primary == Some(*ordinal))
                 .map(|(_, volume)| volume.as_str()),
+            &memory.accounts,
             self.now,
         );
         let status = MySQLClusterStatus {
@@ -917,16 +926,18 @@ async fn remove_switchover_annotation(context: &Context<State>, cluster: &MySQLC
 
 /// The application accounts of `spec.users`, created or updated on the primary when they or
 /// their passwords changed since this operator process last applied them (the statements are
-/// idempotent, so a restarted operator applying them once more is harmless).
+/// idempotent, so a restarted operator applying them once more is harmless). Returns the names
+/// of the accounts that now exist.
 async fn ensure_users(
     context: &Context<State>,
     cluster: &MySQLCluster,
     key: &str,
     addresses: &Addresses,
     primary: usize,
-) -> Result<(), Error> {
+) -> Result<Vec<String>, Error> {
+    let names = cluster.spec.users.iter().map(|user| user.name.clone()).collect();
     if cluster.spec.users.is_empty() {
-        return Ok(());
+        return Ok(names);
     }
     let namespace = cluster.namespace().unwrap_or_default();
     let mut accounts = Vec::new();
@@ -954,7 +965,7 @@ async fn ensure_users(
     }
     let fingerprint = hex::encode(fingerprint.finalize());
     if !context.state.clients.users_changed(key, &fingerprint) {
-        return Ok(());
+        return Ok(names);
     }
     for (user, database, password, grants) in accounts {
         context
@@ -985,7 +996,7 @@ async fn ensure_users(
             })?;
     }
     context.state.clients.users_applied(key, fingerprint);
-    Ok(())
+    Ok(names)
 }
 
 /// The restore a cluster created from a backup still has to take.

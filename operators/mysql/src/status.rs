@@ -104,7 +104,14 @@ pub fn status_keeping_unreadable_record(
     now: Timestamp,
 ) -> MySQLClusterStatus {
     let decision = Decision::Wait(wait.clone());
-    let mut status = build_status(cluster, members, &decision, primary, None, None, None, None, now);
+    let accounts = cluster
+        .status
+        .as_ref()
+        .map(|s| s.accounts.clone())
+        .unwrap_or_default();
+    let mut status = build_status(
+        cluster, members, &decision, primary, None, None, None, None, &accounts, now,
+    );
     status.in_flight = cluster.status.as_ref().and_then(|s| s.in_flight.clone());
     status
 }
@@ -168,7 +175,8 @@ pub fn role_labels(
         .collect()
 }
 
-/// The status to write after this pass. `restored` is a restore completed in this pass.
+/// The status to write after this pass. `restored` is a restore completed in this pass;
+/// `accounts` are the `spec.users` accounts known to exist on the primary.
 #[allow(clippy::too_many_arguments)]
 pub fn build_status(
     cluster: &MySQLCluster,
@@ -179,6 +187,7 @@ pub fn build_status(
     last_failover: Option<FailoverRecord>,
     restored: Option<RestoreRecord>,
     primary_volume: Option<&str>,
+    accounts: &[String],
     now: Timestamp,
 ) -> MySQLClusterStatus {
     let previous = cluster.status.clone().unwrap_or_default();
@@ -227,7 +236,25 @@ pub fn build_status(
 
     let generation = cluster.metadata.generation;
     let mut conditions = previous.conditions.clone();
-    let ready = if primary_open && ready_replicas + 1 == desired && members.len() == desired {
+    let missing_accounts: Vec<&str> = cluster
+        .spec
+        .users
+        .iter()
+        .map(|user| user.name.as_str())
+        .filter(|name| !accounts.iter().any(|created| created == name))
+        .collect();
+    let replicating = primary_open && ready_replicas + 1 == desired && members.len() == desired;
+    let ready = if replicating && !missing_accounts.is_empty() {
+        ConditionUpdate::new(
+            ConditionType::Ready,
+            false,
+            "AccountsPending",
+            format!(
+                "every member replicates; creating the accounts of spec.users on the primary: {}",
+                missing_accounts.join(", ")
+            ),
+        )
+    } else if replicating {
         ConditionUpdate::new(
             ConditionType::Ready,
             true,
@@ -356,6 +383,7 @@ pub fn build_status(
             }
             last
         }),
+        accounts: accounts.to_vec(),
         conditions,
     }
 }
@@ -759,7 +787,18 @@ mod tests {
             Reason::RestoreSourceNotReady,
             "MySQLBackup nightly does not exist",
         );
-        let status = build_status(&cluster, &[member()], &waiting, None, None, None, None, None, now);
+        let status = build_status(
+            &cluster,
+            &[member()],
+            &waiting,
+            None,
+            None,
+            None,
+            None,
+            None,
+            &[],
+            now,
+        );
         assert_eq!(
             restored_condition_of(&status),
             (
@@ -778,6 +817,7 @@ mod tests {
             None,
             None,
             None,
+            &[],
             now,
         );
         assert_eq!(restored_condition_of(&status).1, "RestorePending");
@@ -799,6 +839,7 @@ mod tests {
             None,
             Some(record.clone()),
             None,
+            &[],
             now,
         );
         assert_eq!(status.restored_from.as_ref(), Some(&record));
@@ -820,6 +861,7 @@ mod tests {
             None,
             None,
             None,
+            &[],
             now,
         );
         assert_eq!(later.restored_from, Some(record));
@@ -839,6 +881,7 @@ mod tests {
             None,
             None,
             None,
+            &[],
             Timestamp::UNIX_EPOCH,
         );
         assert!(status.conditions.iter().all(|c| c.type_ != RESTORED_CONDITION));
@@ -870,6 +913,7 @@ mod tests {
                 None,
                 None,
                 volume,
+                &[],
                 now,
             )
             .primary_last_open
@@ -918,6 +962,7 @@ mod tests {
             None,
             None,
             Some("claim-2"),
+            &[],
             now,
         );
         assert_eq!(
@@ -935,6 +980,63 @@ mod tests {
             }),
             "reopened: what it holds now"
         );
+    }
+
+    /// An application told the cluster is Ready logs in: a cluster whose members replicate is
+    /// not Ready until every account of `spec.users` was created on the primary.
+    #[test]
+    fn ready_waits_for_the_accounts_of_spec_users() {
+        let now = Timestamp::from_second(1_800_000_000).unwrap();
+        let mut cluster = restored_cluster();
+        cluster.spec.restore_from = None;
+        cluster.spec.users = vec![crate::crd::UserSpec {
+            name: "app".into(),
+            password_secret: "app-password".into(),
+            database: "shop".into(),
+            access: crate::crd::Access::ReadWrite,
+        }];
+        let open = ServerState {
+            read_only: false,
+            executed: crate::admin::gtid::GtidPosition::parse(Flavor::MariaDB, "0-1-10").unwrap(),
+            replication: None,
+            semi_sync_source: false,
+            semi_sync_replica: false,
+            binlog_expire_seconds: 0,
+        };
+        let members = [MemberFact {
+            state: Some(open),
+            ..member()
+        }];
+        let ready = |accounts: &[String]| {
+            let status = build_status(
+                &cluster,
+                &members,
+                &Decision::Settled,
+                Some(0),
+                None,
+                None,
+                None,
+                None,
+                accounts,
+                now,
+            );
+            let condition = status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "Ready")
+                .expect("a Ready condition")
+                .clone();
+            (condition.status, condition.reason, status.accounts)
+        };
+        let (status, reason, accounts) = ready(&[]);
+        assert_eq!((status.as_str(), reason.as_str()), ("False", "AccountsPending"));
+        assert!(accounts.is_empty());
+        let (status, reason, accounts) = ready(&["app".to_string()]);
+        assert_eq!(
+            (status.as_str(), reason.as_str()),
+            ("True", "AllMembersReplicating")
+        );
+        assert_eq!(accounts, ["app"]);
     }
 
     /// A failover's time from loss starts at the first pass that saw the old primary fail (kept
@@ -961,6 +1063,7 @@ mod tests {
                 None,
                 None,
                 None,
+                &[],
                 now,
             )
         };
@@ -1006,6 +1109,7 @@ mod tests {
             None,
             None,
             None,
+            &[],
             at(10),
         );
         assert_eq!(back.members[0].failing_since, None);
