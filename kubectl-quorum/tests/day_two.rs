@@ -88,16 +88,37 @@ async fn run(block: &str, path: &str) -> String {
 }
 
 /// Deletes what the walk-through creates in `default`, waiting until it is gone.
+fn kubectl_succeeds(args: &[&str]) -> String {
+    let (command, output) = real_node::kubectl(args);
+    assert!(
+        output.status.success(),
+        "{}",
+        quorum_e2e::tools::transcript(&command, &output)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
 fn remove_leftovers() {
     for leftover in LEFTOVERS {
         let mut args = vec!["delete", "-n", NAMESPACE, "--ignore-not-found", "--timeout=300s"];
         args.extend_from_slice(leftover);
-        let (command, output) = real_node::kubectl(&args);
-        assert!(
-            output.status.success(),
-            "{}",
-            quorum_e2e::tools::transcript(&command, &output)
-        );
+        kubectl_succeeds(&args);
+    }
+}
+
+/// The operators of earlier runs that failed (left for inspection) watch `default` too, and two
+/// operators acting on one cluster fight. Called after `remove_leftovers`: the clusters go
+/// first, while those operators still run to remove their finalizers.
+fn remove_earlier_runs() {
+    let namespaces = kubectl_succeeds(&["get", "namespaces", "-o", "name"]);
+    let earlier_runs: Vec<&str> = namespaces
+        .lines()
+        .filter(|name| name.starts_with("namespace/day-two-"))
+        .collect();
+    if !earlier_runs.is_empty() {
+        let mut args = vec!["delete", "--wait", "--timeout=300s"];
+        args.extend(earlier_runs);
+        kubectl_succeeds(&args);
     }
 }
 
@@ -166,6 +187,7 @@ async fn the_readmes_day_two_walk_through_works_as_written() {
     let admin = admin_client().await;
     real_node::require(&admin).await;
     remove_leftovers();
+    remove_earlier_runs();
     real_node::namespace_on_real_node(&admin, NAMESPACE).await;
     let operator_namespace = TestNamespace::create(&admin, "day-two").await;
     let watched = format!("watchNamespaces={{{},{NAMESPACE}}}", operator_namespace.name());
