@@ -843,18 +843,20 @@ pub fn decide(facts: &Facts) -> Decision {
     // The lowest first: the StatefulSet controller goes through the pods from ordinal 0 and
     // stops at the first it cannot bring onto its claim template (a pod's volumes never
     // change), so a higher ordinal deleted first would never be made again.
-    if let Some((&sentinel, pod_uid)) = facts.sentinels_without_volume.iter().next()
-        && (0..facts.desired_sentinels).all(|ordinal| facts.sentinels_ready.contains(&ordinal))
-        && facts
-            .sentinels
-            .iter()
-            .all(|s| s.health.is_healthy() && s.view.is_some())
-    {
-        return Decision::Act(Step::MoveSentinelOntoVolume {
-            sentinel,
-            pod_uid: pod_uid.clone(),
-        });
-    }
+    let sentinel_move_blocked = match facts.sentinels_without_volume.iter().next() {
+        Some((&sentinel, pod_uid)) => match sentinel_move_blocker(facts) {
+            None => {
+                return Decision::Act(Step::MoveSentinelOntoVolume {
+                    sentinel,
+                    pod_uid: pod_uid.clone(),
+                });
+            }
+            Some(blocker) => Some(format!(
+                "Sentinel {sentinel} moves onto a volume of its own once {blocker}"
+            )),
+        },
+        None => None,
+    };
 
     if !primary_seen {
         return wait(
@@ -914,7 +916,31 @@ pub fn decide(facts: &Facts) -> Decision {
     {
         return decision;
     }
-    roll(facts, primary)
+    match (roll(facts, primary), sentinel_move_blocked) {
+        (Decision::Settled, Some(blocked)) => wait(Reason::MovingSentinelOntoVolume, blocked),
+        (decision, _) => decision,
+    }
+}
+
+/// Why no Sentinel may be replaced now, if one may not: every Sentinel's pod must be Ready and
+/// every Sentinel must answer and watch a primary.
+fn sentinel_move_blocker(facts: &Facts) -> Option<String> {
+    if let Some(ordinal) =
+        (0..facts.desired_sentinels).find(|ordinal| !facts.sentinels_ready.contains(ordinal))
+    {
+        return Some(format!("Sentinel {ordinal}'s pod is Ready"));
+    }
+    facts
+        .sentinels
+        .iter()
+        .find(|s| !s.health.is_healthy() || s.view.is_none())
+        .map(|s| {
+            format!(
+                "Sentinel {} answers and watches a primary (it is {})",
+                s.ordinal,
+                s.health.as_str()
+            )
+        })
 }
 
 /// The primary cannot be found and the operator waits (`blocked`): the Sentinels do not agree on
@@ -2031,10 +2057,14 @@ mod tests {
         // until its replacement is Ready.
         moving.sentinels_without_volume.remove(&0);
         moving.sentinels_ready.remove(&0);
-        assert!(!matches!(
+        assert_eq!(
             decide(&moving),
-            Decision::Act(Step::MoveSentinelOntoVolume { .. })
-        ));
+            Decision::wait(
+                Reason::MovingSentinelOntoVolume,
+                "Sentinel 2 moves onto a volume of its own once Sentinel 0's pod is Ready"
+            ),
+            "a move that cannot be taken says what it waits for, never Settled"
+        );
         // The one replaced is new: it waits until it is told what to monitor.
         moving.sentinels_ready.insert(0);
         moving.sentinels[0].view = None;
