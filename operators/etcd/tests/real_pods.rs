@@ -274,11 +274,22 @@ fn start_writer(client: &EtcdClient) -> Writer {
 }
 
 /// Reads back every key the history wrote (linearizable reads through the Service) and checks
-/// that no acknowledged write was lost; returns how many were checked.
+/// that no acknowledged write was lost; returns how many were checked. A read that fails is
+/// tried again, bounded, as a client would: the Service's connection may land on a member that
+/// is restarting while the others keep the cluster Ready; only what is read is judged.
 async fn check_history(client: &mut EtcdClient, history: &History) -> usize {
     let mut held = std::collections::BTreeMap::new();
     for operation in &history.operations {
-        let read = client.get(operation.key.as_str(), None).await.unwrap();
+        let read = wait::until(
+            &format!("a read of {} through the Service", operation.key),
+            Duration::from_secs(60),
+            || {
+                let mut client = client.clone();
+                let key = operation.key.clone();
+                async move { client.get(key, None).await.map_err(|error| error.to_string()) }
+            },
+        )
+        .await;
         held.insert(
             operation.key.clone(),
             read.kvs().first().map(|kv| kv.value_str().unwrap().to_string()),
