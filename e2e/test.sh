@@ -103,9 +103,10 @@ step() {
 # Each step's outcome and duration, and every failed test's name and panic, also go to
 # $outcomes, printed again at the end so the tail of the log says what failed and where time went.
 outcomes=$(mktemp)
-# The lines of a marked test output that name a failed test, and each panic with its message.
+# The lines of a marked test output that name a failed test, each panic with its message, and
+# the error a program (the benchmark) ended with.
 failures() {
-  awk '/\] test .* \.\.\. FAILED$/ || / panicked at / { print; if (/ panicked at /) { getline; print } }'
+  awk '/\] test .* \.\.\. FAILED$/ || / panicked at / || /\] Error: / { print; if (/ panicked at /) { getline; print } }'
 }
 shard() {
   local name=$1 each failed=0 started

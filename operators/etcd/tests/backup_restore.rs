@@ -2,12 +2,11 @@
 //! a real S3-compatible server and a local directory as sinks, and `etcdutl` restoring the
 //! stored snapshot into a new 3-member cluster on another loopback block.
 
-// Each test crate compiles the shared harness on its own; this one uses only part of it.
-#[allow(dead_code)]
-mod support;
+use crate::support;
 
 use std::{collections::BTreeMap, path::PathBuf, time::Duration};
 
+use crate::support::{CLUSTER, Harness, KEY};
 use etcd_client::GetOptions;
 use etcd_operator::backup::{
     BackupStepError, choose_snapshot_member, restore_data_dir, restore_plan, snapshot_to_sink,
@@ -15,7 +14,6 @@ use etcd_operator::backup::{
 use quorum_core::backup::{BackupSink, BackupTarget};
 use quorum_e2e::{etcd::EtcdProcesses, fault_proxy::Fault, s3::S3Server, tools, wait};
 use sha2::{Digest, Sha256};
-use support::{CLUSTER, Harness, KEY};
 
 /// A scratch directory removed on drop.
 struct Scratch(PathBuf);

@@ -3,8 +3,7 @@
 //! server). Also: a cluster's backup policy becomes an owned scheduled `EtcdBackup`, and the
 //! cluster reports whether its newest backup is recent enough.
 
-#[allow(dead_code)] // each test binary uses part of the support
-mod support;
+use crate::support;
 
 use std::{collections::BTreeMap, time::Duration};
 

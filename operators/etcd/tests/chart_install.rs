@@ -3,8 +3,7 @@
 //! ServiceAccount the chart created, and it takes its Lease and brings the sample
 //! `EtcdCluster` to Ready with a real etcd behind each member pod.
 
-#[allow(dead_code)] // each test binary uses part of the support
-mod support;
+use crate::support;
 
 use std::{collections::BTreeMap, time::Duration};
 

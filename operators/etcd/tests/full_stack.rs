@@ -3,8 +3,7 @@
 //! address the operator resolves for it. Creating an `EtcdCluster` forms a real cluster;
 //! `kubectl scale` (the scale subresource) really adds and removes members, one at a time.
 
-#[allow(dead_code)] // each test binary uses part of the support
-mod support;
+use crate::support;
 
 use std::{collections::BTreeMap, time::Duration};
 

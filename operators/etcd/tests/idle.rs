@@ -4,8 +4,7 @@
 //! every request it sends (reads, writes of any kind, deletions included), whatever else runs
 //! meanwhile.
 
-#[allow(dead_code)] // each test binary uses part of the support
-mod support;
+use crate::support;
 
 use std::{collections::BTreeMap, time::Duration};
 

@@ -1,9 +1,6 @@
 //! Membership changes and the safety gate, against real etcd processes: the operator's own
 //! observe -> decide -> execute loop, with a fault proxy between it and each member.
 
-#[allow(dead_code)] // each test binary uses part of the support
-mod support;
-
 use std::{
     collections::BTreeSet,
     sync::{
@@ -13,10 +10,10 @@ use std::{
     time::Duration,
 };
 
+use crate::support::{CLUSTER, Harness};
 use etcd_operator::decide::{Decision, Step, decide};
 use quorum_core::availability::health::Health;
 use quorum_e2e::{fault_proxy::Fault, wait};
-use support::{CLUSTER, Harness};
 
 /// Writes keys through every member until stopped; returns the keys etcd acknowledged.
 fn start_writer(urls: Vec<String>, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<BTreeSet<String>> {

@@ -9,8 +9,7 @@
 //! and reconciles the CSV's `alm-examples` EtcdCluster to Ready with real etcd members.
 //! `olm_upgrade.rs` upgrades through the channel with the same machinery (`quorum_e2e::olm`).
 
-#[allow(dead_code)] // each test binary uses part of the support
-mod support;
+use crate::support;
 
 use std::{collections::BTreeMap, time::Duration};
 

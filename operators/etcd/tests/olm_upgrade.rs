@@ -9,8 +9,7 @@
 //! under N is the same object afterwards, and the operator, restarted under N+1's permissions
 //! only, still reconciles it.
 
-#[allow(dead_code)] // each test binary uses part of the support
-mod support;
+use crate::support;
 
 use std::{collections::BTreeMap, time::Duration};
 

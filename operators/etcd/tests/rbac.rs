@@ -2,8 +2,7 @@
 //! the generated rules (and nothing else), and it forms a real cluster, scales it, takes a
 //! backup, publishes events and holds its leader-election Lease.
 
-#[allow(dead_code)] // each test binary uses part of the support
-mod support;
+use crate::support;
 
 use std::{collections::BTreeMap, time::Duration};
 

@@ -5,8 +5,7 @@
 
 use std::time::Duration;
 
-#[allow(dead_code)] // each test binary uses part of the support
-mod support;
+use crate::support;
 
 use etcd_operator::{
     crd::{EtcdCluster, EtcdClusterSpec},

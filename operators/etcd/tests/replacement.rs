@@ -4,8 +4,7 @@
 //! same name, its volume and pod are deleted so it starts empty, and it is promoted once it
 //! has caught up. Real control plane, real etcd processes.
 
-#[allow(dead_code)] // each test binary uses part of the support
-mod support;
+use crate::support;
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 

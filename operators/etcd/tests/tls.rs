@@ -6,8 +6,7 @@
 //! Without it (or with material from another CA) no member can be verified: none is judged
 //! Unhealthy, the decision waits, and nothing is changed.
 
-#[allow(dead_code)] // each test binary uses part of the support
-mod support;
+use crate::support;
 
 use std::{collections::BTreeMap, net::Ipv4Addr, path::Path, time::Duration};
 

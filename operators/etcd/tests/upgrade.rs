@@ -11,8 +11,7 @@
 //! non-leaders first, and the leader last, after leadership was handed to an upgraded member.
 //! At the end every member runs the new version and every key is still there.
 
-#[allow(dead_code)] // each test binary uses part of the support
-mod support;
+use crate::support;
 
 use std::{
     collections::{BTreeMap, BTreeSet},

@@ -3,11 +3,9 @@
 //! and a real directory as the destination. A set created with `restoreFrom` loads the
 //! snapshot into its first member before the others join, and they copy it from there.
 
-#[allow(dead_code)] // each test binary uses part of the support
-mod support;
-
 use std::{collections::BTreeMap, path::Path, time::Duration};
 
+use crate::support::{Setup, insert_orders, spec};
 use bson::{Bson, Document, doc};
 use futures::TryStreamExt;
 use kube::{Api, api::PostParams};
@@ -22,7 +20,6 @@ use mongodb_operator::{
 use quorum_core::crd::FilesystemDestination;
 use quorum_e2e::wait;
 use sha2::{Digest, Sha256};
-use support::{Setup, insert_orders, spec};
 
 /// Every document of every collection of every user database, by `db.collection`, in `_id`
 /// order.

@@ -3,16 +3,13 @@
 //! uses for it — the replica-set simulator (`mongo-sim`, the real wire protocol to the real
 //! driver), or a real `mongod` when `QUORUM_MONGOD` names one.
 
-#[allow(dead_code)] // each test binary uses part of the support
-mod support;
-
 use std::{collections::BTreeMap, time::Duration};
 
+use crate::support::{Setup, check_orders, insert_orders, order_ids, spec, try_insert_orders};
 use bson::doc;
 use k8s_openapi::api::{apps::v1::StatefulSet, core::v1::Pod};
 use kube::{Api, ResourceExt, api::ListParams};
 use quorum_e2e::fault_proxy::{Fault, FaultProxy};
-use support::{Setup, check_orders, insert_orders, order_ids, spec, try_insert_orders};
 
 fn condition(
     status: &mongodb_operator::crd::MongoDBReplicaSetStatus,

@@ -6,8 +6,7 @@
 //! MongoDBReplicaSet to Ready. The members are the replica-set simulator (`mongo-sim`), or
 //! real `mongod` processes when `QUORUM_MONGOD` names one.
 
-#[allow(dead_code)] // each test binary uses part of the support
-mod support;
+use crate::support;
 
 use kube::{
     Api,

@@ -4,11 +4,11 @@
 //! versions), takes a `MongoDBBackup` of it (the backup's status and the set's `lastBackup`),
 //! publishes events and can hold its leader-election Lease.
 
-#[allow(dead_code)] // each test binary uses part of the support
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
+use crate::support::{Setup, insert_orders, spec};
 use k8s_openapi::api::core::v1::Event;
 use kube::{
     Api, CustomResourceExt,
@@ -28,7 +28,6 @@ use quorum_e2e::{
     local_members::{LocalMembers, MongoLauncher},
     wait,
 };
-use support::{Setup, insert_orders, spec};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_generated_rules_are_enough_to_run_the_operator() {

@@ -5,8 +5,7 @@
 //! ServiceAccount the chart created, and brings the sample `MySQLCluster` (with its
 //! application account's Secret) to Ready with a real MariaDB behind each member pod.
 
-#[allow(dead_code)] // each test binary uses part of the support
-mod support;
+use crate::support;
 
 use kube::{Api, CustomResourceExt, api::PostParams};
 use mysql_operator::crd::{MySQLBackup, MySQLCluster};

@@ -2,11 +2,11 @@
 //! runs the pods, and `LocalMembers` runs a real `mariadbd` for each member pod (through the
 //! pods' own `start.sh`) on the loopback address the operator resolves for it.
 
-#[allow(dead_code)] // each test binary uses part of the support
-mod support;
+use crate::support;
 
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
+use crate::support::{app_connection, converges, insert_items, item_ids, ready, setup};
 use k8s_openapi::api::{
     apps::v1::StatefulSet,
     core::v1::{ConfigMap, Pod, Secret, Service},
@@ -23,7 +23,6 @@ use quorum_e2e::{
     fault_proxy::{Fault, FaultProxy},
     idle, wait,
 };
-use support::{app_connection, converges, insert_items, item_ids, ready, setup};
 
 /// A settled cluster costs the API server nothing: passes over it write nothing (no status, no
 /// event, no child, no label) and read nothing but the cluster object the test touched.

@@ -5,8 +5,7 @@
 //! CSV's permissions are behind it, takes its Lease and brings the CSV's `alm-examples`
 //! MySQLCluster to Ready with a real MariaDB behind each member pod.
 
-#[allow(dead_code)] // each test binary uses part of the support
-mod support;
+use crate::support;
 
 use kube::{
     Api,

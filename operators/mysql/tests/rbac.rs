@@ -5,8 +5,7 @@
 //! request (removing the request annotation), publishes events and can hold its
 //! leader-election Lease.
 
-#[allow(dead_code)] // each test binary uses part of the support
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -1,11 +1,11 @@
 //! Restoring a new cluster from a `MySQLBackup`, through the whole operator: the real local
 //! control plane, KWOK pods, and a real MariaDB server behind every member pod.
 
-#[allow(dead_code)] // each test binary uses part of the support
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
+use crate::support::{app_connection, converges, insert_items, item_ids, ready, setup};
 use k8s_openapi::{api::core::v1::Event, apimachinery::pkg::apis::meta::v1::Condition};
 use kube::{
     Api,
@@ -17,7 +17,6 @@ use mysql_operator::{
     crd::{BackupPhase, Flavor, MySQLBackup, MySQLCluster, MySQLClusterStatus, RestoreSource},
 };
 use quorum_e2e::wait;
-use support::{app_connection, converges, insert_items, item_ids, ready, setup};
 
 fn condition<'a>(status: &'a MySQLClusterStatus, type_: &str) -> Option<&'a Condition> {
     status.conditions.iter().find(|c| c.type_ == type_)

@@ -1,8 +1,7 @@
 //! Bad input is refused by the API server itself, with a message that names the field, before
 //! the operator sees it: the CRD's schema and CEL rules against the real local control plane.
 
-#[allow(dead_code)] // each test binary uses part of the support
-mod support;
+use crate::support;
 
 use kube::{
     Api, CustomResourceExt,

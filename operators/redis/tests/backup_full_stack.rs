@@ -3,11 +3,11 @@
 //! destination. A new deployment restored from a backup runs the operator binary as its
 //! data pods' restore step, as the pods would run the operator image.
 
-#[allow(dead_code)] // each test binary uses part of the support
-mod support;
+use crate::support;
 
 use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf, time::Duration};
 
+use crate::support::{Setup, data_connection, ready, replication_spec};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::{
     Api,
@@ -21,7 +21,6 @@ use redis_operator::crd::{
     RestoreSource,
 };
 use sha2::{Digest, Sha256};
-use support::{Setup, data_connection, ready, replication_spec};
 
 fn node_address(namespace: &str, cluster: &str, ordinal: usize) -> SocketAddr {
     SocketAddr::new(loopback_ip(namespace, cluster, ordinal).into(), 6379)

@@ -3,8 +3,7 @@
 //! under a token of the ServiceAccount the chart created, takes its Lease and brings the sample
 //! `RedisCluster` users are shown to Ready with real Redis processes behind the pods.
 
-#[allow(dead_code)] // each test binary uses part of the support
-mod support;
+use crate::support;
 
 use kube::{Api, CustomResourceExt, api::PostParams};
 use quorum_e2e::{

@@ -4,9 +4,6 @@
 //! operator resolves for it. Applications are played by a cluster-aware client that follows
 //! `MOVED` and `ASK`, as real ones do during a resharding.
 
-#[allow(dead_code)] // each test binary uses part of the support
-mod support;
-
 use std::{
     collections::{BTreeMap, BTreeSet},
     net::SocketAddr,
@@ -17,6 +14,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use crate::support::{ClusterClient, Setup, cluster_spec, ready, start_operator};
 use k8s_openapi::api::{
     apps::v1::StatefulSet,
     core::v1::{Event, Pod, Service},
@@ -39,7 +37,6 @@ use redis_operator::{
     crd::{RedisCluster, RedisClusterStatus},
     resources::{DataNodes, ROLE_LABEL},
 };
-use support::{ClusterClient, Setup, cluster_spec, ready, start_operator};
 
 /// The tests' deployments: shards of a primary and a replica, each shard its own StatefulSet.
 fn data_nodes() -> DataNodes {

@@ -6,8 +6,7 @@
 //! RedisCluster (a primary, two replicas, three Sentinels) to Ready with real Redis processes
 //! behind the pods.
 
-#[allow(dead_code)] // each test binary uses part of the support
-mod support;
+use crate::support;
 
 use kube::{
     Api,

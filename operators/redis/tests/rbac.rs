@@ -4,8 +4,7 @@
 //! StatefulSets, role labels on the pods), grows it by one replica, publishes events and can
 //! hold its leader-election Lease.
 
-#[allow(dead_code)] // each test binary uses part of the support
-mod support;
+use crate::support;
 
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::{

@@ -3,11 +3,9 @@
 //! Sentinel for each pod (through the pods' own `start.sh`) on the loopback address the
 //! operator resolves for it.
 
-#[allow(dead_code)] // each test binary uses part of the support
-mod support;
-
 use std::{collections::BTreeMap, net::SocketAddr, time::Duration};
 
+use crate::support::{Setup, data_connection, ready, replication_spec};
 use k8s_openapi::api::{
     apps::v1::StatefulSet,
     core::v1::{ConfigMap, Event, Pod, Service},
@@ -23,7 +21,6 @@ use quorum_e2e::{
 };
 use redis::AsyncCommands;
 use redis_operator::{address::Kind, resources::ROLE_LABEL};
-use support::{Setup, data_connection, ready, replication_spec};
 
 fn node_address(namespace: &str, cluster: &str, ordinal: usize) -> SocketAddr {
     SocketAddr::new(loopback_ip(namespace, cluster, ordinal).into(), 6379)

@@ -1,16 +1,13 @@
 //! Bad input is refused by the API server itself, with a message that names the field, before
 //! the operator sees it: the CRD's schema and CEL rules against the real local control plane.
 
-#[allow(dead_code)] // each test binary uses part of the support
-mod support;
-
+use crate::support::{cluster_spec, replication_spec};
 use kube::{
     Api, CustomResourceExt,
     api::{Patch, PatchParams, PostParams},
 };
 use quorum_e2e::control_plane::{TestNamespace, admin_client, install_crd};
 use redis_operator::crd::{RedisBackup, RedisBackupSpec, RedisCluster};
-use support::{cluster_spec, replication_spec};
 
 async fn refusal<K>(api: &Api<K>, object: &K) -> String
 where

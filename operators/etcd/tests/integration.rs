@@ -1,0 +1,40 @@
+//! Every integration test of this package but the real-node ones (`real_pods.rs`), in one
+//! binary: each file below is a module, and the package links one test binary instead of one
+//! per file. Select one file's tests with its module name as the filter, e.g.
+//! `cargo test --test integration admin_verbs::`.
+
+// Each file uses part of the shared support.
+#[allow(dead_code)]
+#[path = "support/mod.rs"]
+mod support;
+
+#[path = "admin_verbs.rs"]
+mod admin_verbs;
+#[path = "admission.rs"]
+mod admission;
+#[path = "backup_restore.rs"]
+mod backup_restore;
+#[path = "backups_full_stack.rs"]
+mod backups_full_stack;
+#[path = "chart_install.rs"]
+mod chart_install;
+#[path = "full_stack.rs"]
+mod full_stack;
+#[path = "idle.rs"]
+mod idle;
+#[path = "membership.rs"]
+mod membership;
+#[path = "olm.rs"]
+mod olm;
+#[path = "olm_upgrade.rs"]
+mod olm_upgrade;
+#[path = "rbac.rs"]
+mod rbac;
+#[path = "reconcile_objects.rs"]
+mod reconcile_objects;
+#[path = "replacement.rs"]
+mod replacement;
+#[path = "tls.rs"]
+mod tls;
+#[path = "upgrade.rs"]
+mod upgrade;
