@@ -601,12 +601,21 @@ impl DataClient {
                 }
             }
             DataClient::Mongodb(members) => {
+                // A member that does not answer (a killed one still held back by the kubelet)
+                // says nothing about the others: the primary is asked all the same.
+                let mut unanswered = Vec::new();
                 for member in members {
-                    let hello = member
+                    let hello = match member
                         .database("admin")
                         .run_command(bson::doc! {"hello": 1})
                         .await
-                        .map_err(|e| text(&e))?;
+                    {
+                        Ok(hello) => hello,
+                        Err(error) => {
+                            unanswered.push(text(&error));
+                            continue;
+                        }
+                    };
                     if !hello.get_bool("isWritablePrimary").unwrap_or(false) {
                         continue;
                     }
@@ -627,7 +636,9 @@ impl DataClient {
                         })
                         .collect());
                 }
-                Err("no member says it is the primary".into())
+                Err(format!(
+                    "no member says it is the primary; unanswered: {unanswered:?}"
+                ))
             }
         }
     }

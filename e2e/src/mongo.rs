@@ -565,6 +565,17 @@ impl MongoProcesses {
     /// A client that discovers the set from every member (`replicaSet=<name>`), as the root
     /// user.
     pub fn client(&self) -> Client {
+        self.client_with_connect_timeout(Duration::from_secs(2))
+    }
+
+    /// As [`Self::client`], with the driver's own ten-second connect timeout, which also bounds
+    /// its monitors' checks: for a test that keeps the set busy (large batches on a loaded
+    /// machine), where a two-second check may time out and clear the connection pool mid-write.
+    pub fn patient_client(&self) -> Client {
+        self.client_with_connect_timeout(Duration::from_secs(10))
+    }
+
+    fn client_with_connect_timeout(&self, connect_timeout: Duration) -> Client {
         let hosts: Vec<ServerAddress> = (0..self.members.len())
             .map(|i| ServerAddress::Tcp {
                 host: self.ip(i).to_string(),
@@ -576,7 +587,7 @@ impl MongoProcesses {
             .repl_set_name(self.set_name.clone())
             .credential(self.credential())
             .heartbeat_freq(Duration::from_millis(500))
-            .connect_timeout(Duration::from_secs(2))
+            .connect_timeout(connect_timeout)
             .server_selection_timeout(Duration::from_secs(20))
             .build();
         Client::with_options(options).expect("client options")

@@ -684,7 +684,7 @@ async fn a_member_behind_every_oplog_is_recovering_too_stale_and_stays_so() {
     let primary = wait_primary(&processes, &[0, 1, 2]).await;
     let stale = (0..3).find(|index| *index != primary).unwrap();
     let things = processes
-        .client()
+        .patient_client()
         .database("app")
         .collection::<Document>("things");
     things

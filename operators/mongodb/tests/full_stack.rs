@@ -203,13 +203,20 @@ async fn an_election_after_the_primary_is_killed_is_recorded_from_loss_keeping_e
         (1..=10_000 + 5_000).contains(&from_loss),
         "the election timeout plus a margin: {failover:?}, killed at {killed_at}"
     );
-    let reasons: Vec<String> = setup
-        .events("shop")
-        .await
-        .into_iter()
-        .filter_map(|event| event.reason)
-        .collect();
-    assert!(reasons.iter().any(|r| r == "PrimaryChanged"), "{reasons:?}");
+    // The event follows the status write that recorded the failover, in the same pass.
+    quorum_e2e::wait::until("a PrimaryChanged event", Duration::from_secs(30), || async {
+        let reasons: Vec<String> = setup
+            .events("shop")
+            .await
+            .into_iter()
+            .filter_map(|event| event.reason)
+            .collect();
+        match reasons.iter().any(|r| r == "PrimaryChanged") {
+            true => Ok(()),
+            false => Err(format!("{reasons:?}")),
+        }
+    })
+    .await;
 
     writer
         .acknowledged_at_least(writer.acknowledged() + 20, Duration::from_secs(120))

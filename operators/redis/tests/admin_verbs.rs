@@ -57,7 +57,7 @@ async fn data_connection(address: SocketAddr, password: &str) -> MultiplexedConn
         .set_redis_settings(redis::RedisConnectionInfo::default().set_password(password));
     redis::Client::open(info)
         .unwrap()
-        .get_multiplexed_async_connection()
+        .get_multiplexed_async_connection_with_config(&crate::support::application_timeouts())
         .await
         .unwrap_or_else(|e| panic!("data connection to {address}: {e}"))
 }

@@ -246,8 +246,17 @@ pub async fn data_connection(
         .into_connection_info()?
         .set_redis_settings(redis::RedisConnectionInfo::default().set_password(password));
     redis::Client::open(info)?
-        .get_multiplexed_async_connection()
+        .get_multiplexed_async_connection_with_config(&application_timeouts())
         .await
+}
+
+/// An application's timeouts: seconds, not the client library's default half second for an
+/// answer, which a loaded test machine exceeds now and then; a write that times out is one
+/// the tests would count as refused.
+pub fn application_timeouts() -> redis::AsyncConnectionConfig {
+    redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(std::time::Duration::from_secs(5)))
+        .set_response_timeout(Some(std::time::Duration::from_secs(10)))
 }
 
 /// The password the operator generated for `cluster` in `namespace`.
