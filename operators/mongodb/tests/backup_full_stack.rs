@@ -382,12 +382,7 @@ async fn a_set_restored_from_a_backup_not_taken_yet_waits_alone_then_restores_it
     let (databases, members) = first_member(&setup, "waiting").await;
     assert_eq!(members, 1, "no member joins before the restore");
     assert!(databases.is_empty(), "nothing restored: {databases:?}");
-    let reasons: Vec<String> = setup
-        .events("waiting")
-        .await
-        .into_iter()
-        .filter_map(|event| event.reason)
-        .collect();
+    let reasons: Vec<String> = setup.event_reasons("waiting").await;
     assert!(
         !reasons.iter().any(|r| r == "MemberAdded" || r == "Restored"),
         "{reasons:?}"

@@ -68,12 +68,7 @@ async fn a_set_forms_grows_through_non_voting_members_and_shrinks_keeping_every_
     written.extend(insert_orders(&application, 200, 100).await);
     let config = setup.config("shop", 5).await;
     assert_eq!(config.voting_members(), 5);
-    let reasons: Vec<String> = setup
-        .events("shop")
-        .await
-        .into_iter()
-        .filter_map(|event| event.reason)
-        .collect();
+    let reasons: Vec<String> = setup.event_reasons("shop").await;
     for reason in ["Initiated", "MemberAdded", "MemberPromoted"] {
         assert!(reasons.iter().any(|r| r == reason), "{reason} in {reasons:?}");
     }
@@ -88,12 +83,7 @@ async fn a_set_forms_grows_through_non_voting_members_and_shrinks_keeping_every_
     let replicas = statefulsets.get("shop").await.unwrap().spec.unwrap().replicas;
     assert_eq!(replicas, Some(3));
     for reason in ["MemberDemoted", "MemberRemoved"] {
-        let reasons: Vec<String> = setup
-            .events("shop")
-            .await
-            .into_iter()
-            .filter_map(|event| event.reason)
-            .collect();
+        let reasons: Vec<String> = setup.event_reasons("shop").await;
         assert!(reasons.iter().any(|r| r == reason), "{reason} in {reasons:?}");
     }
     assert_eq!(
@@ -205,12 +195,7 @@ async fn an_election_after_the_primary_is_killed_is_recorded_from_loss_keeping_e
     );
     // The event follows the status write that recorded the failover, in the same pass.
     quorum_e2e::wait::until("a PrimaryChanged event", Duration::from_secs(30), || async {
-        let reasons: Vec<String> = setup
-            .events("shop")
-            .await
-            .into_iter()
-            .filter_map(|event| event.reason)
-            .collect();
+        let reasons: Vec<String> = setup.event_reasons("shop").await;
         match reasons.iter().any(|r| r == "PrimaryChanged") {
             true => Ok(()),
             false => Err(format!("{reasons:?}")),
@@ -545,12 +530,7 @@ async fn a_member_too_stale_to_catch_up_is_wiped_and_copies_every_write_again() 
     )
     .await;
     setup.ready("ledger", 3).await;
-    let reasons: Vec<String> = setup
-        .events("ledger")
-        .await
-        .into_iter()
-        .filter_map(|event| event.reason)
-        .collect();
+    let reasons: Vec<String> = setup.event_reasons("ledger").await;
     assert!(reasons.iter().any(|r| r == "MemberResynced"), "{reasons:?}");
 
     // Every acknowledged write, on the set and on the member that copied it again.
@@ -698,12 +678,7 @@ async fn a_recovery_request_forces_the_survivor_of_a_lost_majority_to_serve_keep
         Some("shop-0"),
         "the primary it replaced"
     );
-    let reasons: Vec<String> = setup
-        .events("shop")
-        .await
-        .into_iter()
-        .filter_map(|event| event.reason)
-        .collect();
+    let reasons: Vec<String> = setup.event_reasons("shop").await;
     assert!(reasons.iter().any(|r| r == "Recovered"), "{reasons:?}");
     let held = held_history(&history_collection).await;
     let checked = history

@@ -190,6 +190,15 @@ impl Setup {
             .items
     }
 
+    /// The reasons of the set's events.
+    pub async fn event_reasons(&self, name: &str) -> Vec<String> {
+        self.events(name)
+            .await
+            .into_iter()
+            .filter_map(|event| event.reason)
+            .collect()
+    }
+
     pub async fn scale(&self, name: &str, members: i32) {
         let patch = serde_json::json!({"spec": {"members": members}});
         self.sets
