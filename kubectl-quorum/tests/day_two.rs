@@ -87,7 +87,7 @@ async fn run(block: &str, path: &str) -> String {
     stdout
 }
 
-/// Deletes what the walk-through creates in `default`, waiting until it is gone.
+/// `kubectl args`, which must succeed; its standard output.
 fn kubectl_succeeds(args: &[&str]) -> String {
     let (command, output) = real_node::kubectl(args);
     assert!(
@@ -98,6 +98,7 @@ fn kubectl_succeeds(args: &[&str]) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
+/// Deletes what the walk-through creates in `default`, waiting until it is gone.
 fn remove_leftovers() {
     for leftover in LEFTOVERS {
         let mut args = vec!["delete", "-n", NAMESPACE, "--ignore-not-found", "--timeout=300s"];

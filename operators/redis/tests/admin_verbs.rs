@@ -15,7 +15,7 @@ use quorum_e2e::{
     redis::{Mode, RedisProcesses},
     wait,
 };
-use redis::{ErrorKind, IntoConnectionInfo, ServerErrorKind, aio::MultiplexedConnection};
+use redis::{ErrorKind, ServerErrorKind, aio::MultiplexedConnection};
 use redis_operator::{
     address::{Addresses, Kind},
     admin::{
@@ -51,13 +51,7 @@ async fn admins(processes: &RedisProcesses) -> Vec<RedisAdmin> {
 
 /// A plain data connection, for writing and reading keys as an application would.
 async fn data_connection(address: SocketAddr, password: &str) -> MultiplexedConnection {
-    let info = redis::ConnectionAddr::Tcp(address.ip().to_string(), address.port())
-        .into_connection_info()
-        .unwrap()
-        .set_redis_settings(redis::RedisConnectionInfo::default().set_password(password));
-    redis::Client::open(info)
-        .unwrap()
-        .get_multiplexed_async_connection_with_config(&crate::support::application_timeouts())
+    crate::support::data_connection(address, password)
         .await
         .unwrap_or_else(|e| panic!("data connection to {address}: {e}"))
 }

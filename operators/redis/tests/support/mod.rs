@@ -253,7 +253,7 @@ pub async fn data_connection(
 /// An application's timeouts: seconds, not the client library's default half second for an
 /// answer, which a loaded test machine exceeds now and then; a write that times out is one
 /// the tests would count as refused.
-pub fn application_timeouts() -> redis::AsyncConnectionConfig {
+fn application_timeouts() -> redis::AsyncConnectionConfig {
     redis::AsyncConnectionConfig::new()
         .set_connection_timeout(Some(std::time::Duration::from_secs(5)))
         .set_response_timeout(Some(std::time::Duration::from_secs(10)))
