@@ -163,11 +163,7 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, context: Arc<Context<State>>)
             .and(cluster.status.as_ref().and_then(|s| s.recovery.clone())),
         pods: LabelledPods::new(std::mem::take(&mut observed.member_pods), ROLE_LABEL),
         primary_volume: observed.primary_volume.clone(),
-        accounts: cluster
-            .status
-            .as_ref()
-            .map(|s| s.accounts.clone())
-            .unwrap_or_default(),
+        accounts: None,
     };
     let mut taken = None;
     if let Some(step) = decision.step() {
@@ -211,8 +207,9 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, context: Arc<Context<State>>)
         }
         Decision::Settled => {
             if let Some(primary) = memory.primary {
-                memory.accounts =
-                    ensure_users(&context, &cluster, &observed.key, &observed.addresses, primary).await?;
+                memory.accounts = Some(
+                    ensure_users(&context, &cluster, &observed.key, &observed.addresses, primary).await?,
+                );
             }
         }
         Decision::Act(_) => {}
@@ -590,8 +587,8 @@ struct Memory {
     pods: LabelledPods,
     /// The data claim uid of the member that was the primary when the pass began, if read.
     primary_volume: Option<(usize, String)>,
-    /// The `spec.users` accounts known to exist on the primary (`status.accounts`).
-    accounts: Vec<String>,
+    /// The `spec.users` accounts this pass made sure of (`status.accounts`); `None`: as stored.
+    accounts: Option<Vec<String>>,
 }
 
 /// The status writer of one pass: status is computed from what the pass observed and written
@@ -636,7 +633,7 @@ impl<'a> Report<'a> {
                 .as_ref()
                 .filter(|(ordinal, _)| memory.primary == Some(*ordinal))
                 .map(|(_, volume)| volume.as_str()),
-            &memory.accounts,
+            memory.accounts.clone(),
             self.now,
         );
         let status = MySQLClusterStatus {

@@ -104,13 +104,8 @@ pub fn status_keeping_unreadable_record(
     now: Timestamp,
 ) -> MySQLClusterStatus {
     let decision = Decision::Wait(wait.clone());
-    let accounts = cluster
-        .status
-        .as_ref()
-        .map(|s| s.accounts.clone())
-        .unwrap_or_default();
     let mut status = build_status(
-        cluster, members, &decision, primary, None, None, None, None, &accounts, now,
+        cluster, members, &decision, primary, None, None, None, None, None, now,
     );
     status.in_flight = cluster.status.as_ref().and_then(|s| s.in_flight.clone());
     status
@@ -176,7 +171,8 @@ pub fn role_labels(
 }
 
 /// The status to write after this pass. `restored` is a restore completed in this pass;
-/// `accounts` are the `spec.users` accounts known to exist on the primary.
+/// `accounts` are the `spec.users` accounts this pass made sure exist on the primary (`None`:
+/// those stored).
 #[allow(clippy::too_many_arguments)]
 pub fn build_status(
     cluster: &MySQLCluster,
@@ -187,10 +183,11 @@ pub fn build_status(
     last_failover: Option<FailoverRecord>,
     restored: Option<RestoreRecord>,
     primary_volume: Option<&str>,
-    accounts: &[String],
+    accounts: Option<Vec<String>>,
     now: Timestamp,
 ) -> MySQLClusterStatus {
     let previous = cluster.status.clone().unwrap_or_default();
+    let accounts = accounts.unwrap_or_else(|| previous.accounts.clone());
     let restored = restored.or(previous.restored_from.clone());
     let name = cluster.name_any();
     let labels = role_labels(members, primary, in_flight);
@@ -383,7 +380,7 @@ pub fn build_status(
             }
             last
         }),
-        accounts: accounts.to_vec(),
+        accounts,
         conditions,
     }
 }
@@ -796,7 +793,7 @@ mod tests {
             None,
             None,
             None,
-            &[],
+            None,
             now,
         );
         assert_eq!(
@@ -817,7 +814,7 @@ mod tests {
             None,
             None,
             None,
-            &[],
+            None,
             now,
         );
         assert_eq!(restored_condition_of(&status).1, "RestorePending");
@@ -839,7 +836,7 @@ mod tests {
             None,
             Some(record.clone()),
             None,
-            &[],
+            None,
             now,
         );
         assert_eq!(status.restored_from.as_ref(), Some(&record));
@@ -861,7 +858,7 @@ mod tests {
             None,
             None,
             None,
-            &[],
+            None,
             now,
         );
         assert_eq!(later.restored_from, Some(record));
@@ -881,7 +878,7 @@ mod tests {
             None,
             None,
             None,
-            &[],
+            None,
             Timestamp::UNIX_EPOCH,
         );
         assert!(status.conditions.iter().all(|c| c.type_ != RESTORED_CONDITION));
@@ -913,7 +910,7 @@ mod tests {
                 None,
                 None,
                 volume,
-                &[],
+                None,
                 now,
             )
             .primary_last_open
@@ -962,7 +959,7 @@ mod tests {
             None,
             None,
             Some("claim-2"),
-            &[],
+            None,
             now,
         );
         assert_eq!(
@@ -1007,7 +1004,7 @@ mod tests {
             state: Some(open),
             ..member()
         }];
-        let ready = |accounts: &[String]| {
+        let ready = |accounts: &[&str]| {
             let status = build_status(
                 &cluster,
                 &members,
@@ -1017,7 +1014,7 @@ mod tests {
                 None,
                 None,
                 None,
-                accounts,
+                Some(accounts.iter().map(|name| name.to_string()).collect()),
                 now,
             );
             let condition = status
@@ -1031,7 +1028,7 @@ mod tests {
         let (status, reason, accounts) = ready(&[]);
         assert_eq!((status.as_str(), reason.as_str()), ("False", "AccountsPending"));
         assert!(accounts.is_empty());
-        let (status, reason, accounts) = ready(&["app".to_string()]);
+        let (status, reason, accounts) = ready(&["app"]);
         assert_eq!(
             (status.as_str(), reason.as_str()),
             ("True", "AllMembersReplicating")
@@ -1063,7 +1060,7 @@ mod tests {
                 None,
                 None,
                 None,
-                &[],
+                None,
                 now,
             )
         };
@@ -1109,7 +1106,7 @@ mod tests {
             None,
             None,
             None,
-            &[],
+            None,
             at(10),
         );
         assert_eq!(back.members[0].failing_since, None);
