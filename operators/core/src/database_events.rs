@@ -9,14 +9,19 @@
 //! happened meanwhile), and drops clusters no pass has followed for a while. A wake is a hint:
 //! the pass observes everything afresh, and the scheduled pass stays the safety net for whatever
 //! a listener misses.
+//!
+//! A connection that breaks after it opened is also a time: the moment the member was heard
+//! failing ([`DatabaseEvents::broken_since`]). A pass that runs late (a loaded machine, a queue
+//! of passes) dates the failure from there rather than from its own sight of it.
 
 use std::{
-    collections::{BTreeSet, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap},
     fmt::{Debug, Display},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
+use jiff::Timestamp;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
@@ -56,6 +61,7 @@ pub struct Notify<'a> {
     reopened: bool,
     /// Set once the connection opened: a break after that starts the delays afresh.
     was_opened: &'a std::sync::atomic::AtomicBool,
+    broken: &'a Mutex<Option<Broken>>,
 }
 
 impl Notify<'_> {
@@ -63,6 +69,7 @@ impl Notify<'_> {
     /// was broken went unheard.
     pub fn opened(&self) {
         self.was_opened.store(true, std::sync::atomic::Ordering::Relaxed);
+        *self.broken.lock().expect("broken lock") = None;
         if self.reopened {
             self.wakeups.wake(self.cluster.clone());
         }
@@ -113,7 +120,17 @@ struct Followed<L: Listen> {
     targets: BTreeSet<L::Target>,
     login: L::Login,
     last_followed: Arc<Mutex<Instant>>,
+    /// Each target's connection break not yet mended.
+    broken: BTreeMap<L::Target, Arc<Mutex<Option<Broken>>>>,
     stop: CancellationToken,
+}
+
+/// When a connection that had opened broke: as a time for status, and as an instant to compare
+/// with an observation's.
+#[derive(Clone, Copy, Debug)]
+struct Broken {
+    at: Timestamp,
+    instant: Instant,
 }
 
 impl<L: Listen> Drop for DatabaseEvents<L> {
@@ -172,7 +189,10 @@ impl<L: Listen> DatabaseEvents<L> {
         }
         let stop = self.stop.child_token();
         let last_followed = Arc::new(Mutex::new(now));
+        let mut broken = BTreeMap::new();
         for target in &targets {
+            let target_broken = Arc::new(Mutex::new(None));
+            broken.insert(target.clone(), target_broken.clone());
             tokio::spawn(run(Listener {
                 listen: self.listen.clone(),
                 cluster: cluster.clone(),
@@ -181,6 +201,7 @@ impl<L: Listen> DatabaseEvents<L> {
                 wakeups: self.wakeups.clone(),
                 settings: self.settings,
                 last_followed: last_followed.clone(),
+                broken: target_broken,
                 stop: stop.clone(),
             }));
         }
@@ -191,6 +212,7 @@ impl<L: Listen> DatabaseEvents<L> {
                 targets,
                 login,
                 last_followed,
+                broken,
                 stop,
             },
         );
@@ -200,6 +222,34 @@ impl<L: Listen> DatabaseEvents<L> {
     pub fn forget(&self, cluster: &ObjectKey) {
         if let Some(entry) = self.followed.lock().expect("followed lock").remove(cluster) {
             entry.stop.cancel();
+        }
+    }
+
+    /// The targets of `cluster` whose connection broke after it had opened, has not opened
+    /// again, and was not seen healthy since ([`Self::seen_healthy`]), each with when it broke.
+    pub fn broken_since(&self, cluster: &ObjectKey) -> BTreeMap<L::Target, Timestamp> {
+        let followed = self.followed.lock().expect("followed lock");
+        let Some(entry) = followed.get(cluster) else {
+            return BTreeMap::new();
+        };
+        entry
+            .broken
+            .iter()
+            .filter_map(|(target, broken)| {
+                Some((target.clone(), broken.lock().expect("broken lock").as_ref()?.at))
+            })
+            .collect()
+    }
+
+    /// A pass saw `target` healthy in an observation made at `observed_at`: a break heard before
+    /// that is over, even while the connection has not opened again yet (its retry delay).
+    pub fn seen_healthy(&self, cluster: &ObjectKey, target: &L::Target, observed_at: Instant) {
+        let followed = self.followed.lock().expect("followed lock");
+        if let Some(broken) = followed.get(cluster).and_then(|entry| entry.broken.get(target)) {
+            let mut broken = broken.lock().expect("broken lock");
+            if broken.is_some_and(|b| b.instant <= observed_at) {
+                *broken = None;
+            }
         }
     }
 
@@ -222,6 +272,7 @@ struct Listener<L: Listen> {
     wakeups: Wakeups,
     settings: ListenSettings,
     last_followed: Arc<Mutex<Instant>>,
+    broken: Arc<Mutex<Option<Broken>>>,
     stop: CancellationToken,
 }
 
@@ -240,6 +291,7 @@ async fn run<L: Listen>(listener: Listener<L>) {
             wakeups: &listener.wakeups,
             reopened: failures > 0,
             was_opened: &was_opened,
+            broken: &listener.broken,
         };
         let why = tokio::select! {
             () = listener.stop.cancelled() => return,
@@ -248,6 +300,10 @@ async fn run<L: Listen>(listener: Listener<L>) {
         // A connection that opened and then broke waits the shortest delay: the breaks of a
         // long-lived process (every leader loss is one) do not add up to the longest.
         failures = if was_opened.into_inner() {
+            *listener.broken.lock().expect("broken lock") = Some(Broken {
+                at: Timestamp::now(),
+                instant: Instant::now(),
+            });
             1
         } else {
             failures.saturating_add(1)
@@ -324,6 +380,37 @@ mod tests {
         }
 
         async fn listen(&self, _: &String, _: &Option<String>, _: ListenSettings, _: Notify<'_>) -> String {
+            "connection refused".into()
+        }
+    }
+
+    /// Member `up-then-down` opens its first connection and closes it, then refuses every
+    /// other; member `down` refuses all. Sends each attempt's target.
+    struct OpensOnceThenRefuses {
+        attempts: mpsc::UnboundedSender<String>,
+        opened: std::sync::atomic::AtomicBool,
+    }
+
+    impl Listen for OpensOnceThenRefuses {
+        type Target = String;
+        type Login = Option<String>;
+
+        fn same_login(a: &Self::Login, b: &Self::Login) -> bool {
+            a == b
+        }
+
+        async fn listen(
+            &self,
+            target: &String,
+            _: &Option<String>,
+            _: ListenSettings,
+            notify: Notify<'_>,
+        ) -> String {
+            let _ = self.attempts.send(target.clone());
+            if target == "up-then-down" && !self.opened.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                notify.opened();
+                return "closed by the member".into();
+            }
             "connection refused".into()
         }
     }
@@ -406,5 +493,56 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(10), with_new_login)
             .await
             .expect("the listener with the new login connects");
+    }
+
+    #[tokio::test]
+    async fn a_connection_that_opened_and_broke_dates_the_failure_until_a_pass_sees_the_member_healthy() {
+        let (attempts, mut attempted) = mpsc::unbounded_channel();
+        let events = DatabaseEvents::new(
+            OpensOnceThenRefuses {
+                attempts,
+                opened: false.into(),
+            },
+            Wakeups::new(),
+            settings(),
+        );
+        let cluster = ObjectKey::new("team-a", "main");
+        let before = Instant::now();
+        let start = Timestamp::now();
+        events.follow(
+            cluster.clone(),
+            ["up-then-down".to_string(), "down".to_string()].into(),
+            None,
+        );
+        // A second attempt at each comes after its first broke (and its break was recorded).
+        let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+        while seen.len() < 2 || seen.values().any(|n| *n < 2) {
+            let target = tokio::time::timeout(Duration::from_secs(10), attempted.recv())
+                .await
+                .expect("each member tried again within the retry delay")
+                .expect("listener running");
+            *seen.entry(target).or_default() += 1;
+        }
+        let broken = events.broken_since(&cluster);
+        assert_eq!(
+            broken.keys().collect::<Vec<_>>(),
+            ["up-then-down"],
+            "only a connection that had opened has a break to date"
+        );
+        let at = broken["up-then-down"];
+        assert!(start <= at && at <= Timestamp::now(), "{at} after {start}");
+
+        events.seen_healthy(&cluster, &"up-then-down".to_string(), before);
+        assert_eq!(
+            events.broken_since(&cluster).len(),
+            1,
+            "seen healthy before it broke: the break stands"
+        );
+        events.seen_healthy(&cluster, &"up-then-down".to_string(), Instant::now());
+        assert!(
+            events.broken_since(&cluster).is_empty(),
+            "seen healthy since: the break is over"
+        );
+        assert!(events.broken_since(&ObjectKey::new("team-a", "other")).is_empty());
     }
 }

@@ -44,7 +44,23 @@ pub fn failing_since(
     health: &crate::availability::health::Health,
     now: Timestamp,
 ) -> Option<Time> {
-    held_since(previous, !health.is_healthy(), now)
+    failing_since_heard(previous, health, None, now)
+}
+
+/// As [`failing_since`], for a member whose own connection was heard breaking at `heard_at`
+/// ([`crate::database_events::DatabaseEvents::broken_since`]): a failure this pass is the first
+/// to see started there, however late the pass ran.
+pub fn failing_since_heard(
+    previous: Option<&Time>,
+    health: &crate::availability::health::Health,
+    heard_at: Option<Timestamp>,
+    now: Timestamp,
+) -> Option<Time> {
+    held_since(
+        previous,
+        !health.is_healthy(),
+        heard_at.map_or(now, |heard| heard.min(now)),
+    )
 }
 
 /// Sets on `object` the conditions `updates` asks for, given its conditions as stored now (read
@@ -288,7 +304,33 @@ pub fn merge_patch(current: &serde_json::Value, desired: &serde_json::Value) -> 
 mod tests {
     use serde_json::json;
 
-    use super::merge_patch;
+    use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
+
+    use super::{failing_since_heard, merge_patch};
+    use crate::availability::health::Health;
+
+    #[test]
+    fn a_failure_first_seen_late_is_dated_from_when_it_was_heard() {
+        let at = |seconds: i64| Timestamp::from_second(seconds).unwrap();
+        let unknown = Health::Unknown("connection refused".into());
+        // (previous, health, heard, expected)
+        let rows = [
+            (None, &unknown, Some(at(100)), Some(at(100))),
+            (None, &unknown, None, Some(at(105))),
+            // A failure seen before goes on from when it was first seen.
+            (Some(at(90)), &unknown, Some(at(100)), Some(at(90))),
+            // Never after this pass's own sight of it.
+            (None, &unknown, Some(at(110)), Some(at(105))),
+            (None, &Health::Healthy, Some(at(100)), None),
+        ];
+        for (previous, health, heard, expected) in rows {
+            assert_eq!(
+                failing_since_heard(previous.map(Time).as_ref(), health, heard, at(105)).map(|t| t.0),
+                expected,
+                "{previous:?} {health:?} {heard:?}"
+            );
+        }
+    }
 
     #[test]
     fn fields_left_out_are_removed_and_nested_objects_are_patched() {

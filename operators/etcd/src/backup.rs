@@ -451,6 +451,7 @@ mod tests {
             membership: Some(Vec::new()),
             reports: BTreeMap::new(),
             members,
+            heard_failing_at: BTreeMap::new(),
         }
     }
 

@@ -8,6 +8,8 @@
 
 use std::{collections::BTreeMap, sync::Arc};
 
+use k8s_openapi::jiff::Timestamp;
+
 use quorum_core::availability::{
     clients::MemberKey,
     health::{Health, Observation, classify},
@@ -42,6 +44,9 @@ pub struct ClusterView {
     pub reports: BTreeMap<usize, MemberReport>,
     /// The membership joined with health, for the decision.
     pub members: Vec<MemberFact>,
+    /// Members not healthy whose leader watch broke before this pass saw them so, by ordinal,
+    /// with when it broke ([`crate::leader_events`]): where their failure is dated from.
+    pub heard_failing_at: BTreeMap<usize, Timestamp>,
 }
 
 impl ClusterView {
@@ -173,6 +178,7 @@ impl EtcdClients {
             membership,
             reports,
             members,
+            heard_failing_at: BTreeMap::new(),
         }
     }
 }

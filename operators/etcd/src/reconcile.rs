@@ -213,6 +213,29 @@ fn follow_leader_events(
     );
 }
 
+/// The members this pass sees failing whose leader watch broke before, with when it broke; a
+/// member seen healthy closes its watch's break.
+fn heard_failing(
+    context: &Context<State>,
+    cluster: &EtcdCluster,
+    resolver: &MemberResolver,
+    members: &[crate::decide::MemberFact],
+) -> std::collections::BTreeMap<usize, Timestamp> {
+    let key = ObjectKey::new(cluster.namespace().unwrap_or_default(), cluster.name_any());
+    let events = &context.state.leader_events;
+    for member in members.iter().filter(|m| m.observation.health.is_healthy()) {
+        if let Some(url) = resolver.client_url(member.ordinal) {
+            events.seen_healthy(&key, &url, member.observation.observed_at);
+        }
+    }
+    let broken = events.broken_since(&key);
+    members
+        .iter()
+        .filter(|m| !m.observation.health.is_healthy())
+        .filter_map(|m| Some((m.ordinal, *broken.get(&resolver.client_url(m.ordinal)?)?)))
+        .collect()
+}
+
 fn cluster_key(cluster: &EtcdCluster) -> String {
     format!(
         "{}/{}",
@@ -309,7 +332,8 @@ async fn observe(
         .max(desired)
         .max(recorded_members);
     follow_leader_events(context, cluster, resolver, candidates);
-    let view = context.state.clients.observe(&key, resolver, candidates).await;
+    let mut view = context.state.clients.observe(&key, resolver, candidates).await;
+    view.heard_failing_at = heard_failing(context, cluster, resolver, &view.members);
     let unhealthy_for = unhealthy_durations(status, now);
     let mut members = view.members.clone();
     for member in &mut members {

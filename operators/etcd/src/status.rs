@@ -128,9 +128,10 @@ pub fn build_status(
                 matches!(m.observation.health, Health::Unhealthy(_)),
                 now,
             );
-            let failing_since = quorum_core::status::failing_since(
+            let failing_since = quorum_core::status::failing_since_heard(
                 previous_failing.get(member.as_str()).copied(),
                 &m.observation.health,
+                view.heard_failing_at.get(&m.ordinal).copied(),
                 now,
             );
             MemberStatus {
@@ -565,6 +566,7 @@ mod tests {
             membership: Some(Vec::new()),
             reports: BTreeMap::new(),
             members: Vec::new(),
+            heard_failing_at: BTreeMap::new(),
         }
     }
 
@@ -650,6 +652,28 @@ mod tests {
         assert_eq!(
             (change.from.as_str(), change.lost_at, change.from_loss_millis),
             ("main-2", None, None)
+        );
+
+        // main-0 lost and main-1 elected, both first seen in one pass that ran late, but
+        // main-0's leader watch broke when it was lost: timed from there.
+        let late = [
+            member(0, down(), false),
+            member(1, Health::Healthy, true),
+            member(2, Health::Healthy, false),
+        ];
+        let heard = ClusterView {
+            heard_failing_at: [(0, at(13))].into(),
+            ..membership_known()
+        };
+        let status = build_status(&cluster, &heard, &late, &Decision::Settled, None, &[], at(15));
+        let change = status.last_leader_change.unwrap();
+        assert_eq!(
+            (
+                change.from.as_str(),
+                change.lost_at.map(|t| t.0),
+                change.from_loss_millis
+            ),
+            ("main-0", Some(at(13)), Some(2_000))
         );
     }
     /// A lost quorum is `Degraded` with `QuorumLost` whatever the pass decided (a recovery
