@@ -660,6 +660,7 @@ impl MemberLauncher for MongoLauncher {
             key_file: key_file.as_deref(),
             version: version.as_deref(),
             credentials: credentials.as_ref(),
+            oplog_entries: None,
         });
         command.env("TMPDIR", &directories.tmp);
         command

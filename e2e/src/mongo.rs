@@ -168,6 +168,8 @@ pub struct MemberSpec<'a> {
     /// The simulated release (`7.0`); a real `mongod` is what it is.
     pub version: Option<&'a str>,
     pub credentials: Option<&'a Credentials>,
+    /// Oplog entries the simulator keeps, when not its default; a real `mongod` sizes its own.
+    pub oplog_entries: Option<usize>,
 }
 
 /// The command that runs a member: the simulator, or the real `mongod` of `QUORUM_MONGOD`
@@ -198,6 +200,9 @@ pub fn member_command(spec: &MemberSpec<'_>) -> Command {
     if real.is_none() {
         if let Some(version) = spec.version {
             command.args(["--sim-version", version]);
+        }
+        if let Some(entries) = spec.oplog_entries {
+            command.arg("--sim-oplog-entries").arg(entries.to_string());
         }
         // The simulator creates the root user on an empty dbpath, as the image's entrypoint.
         if let Some(credentials) = spec.credentials {
@@ -385,6 +390,7 @@ pub struct MongoProcesses {
     set_name: String,
     credentials: Credentials,
     key_file: PathBuf,
+    oplog_entries: Option<usize>,
     pub members: Vec<MongoProcess>,
 }
 
@@ -395,6 +401,18 @@ impl MongoProcesses {
     /// Starts `count` members of the set `set_name`, not yet initiated, each with the root user
     /// `credentials`, and waits until each answers `ping`.
     pub async fn start(set_name: &str, count: usize, credentials: Credentials) -> Self {
+        Self::start_keeping(set_name, count, credentials, None).await
+    }
+
+    /// As [`Self::start`], each simulated member keeping `oplog_entries` oplog entries (its
+    /// default when `None`): a test of a member that falls behind every oplog writes a few
+    /// thousand documents rather than fifty thousand.
+    pub async fn start_keeping(
+        set_name: &str,
+        count: usize,
+        credentials: Credentials,
+        oplog_entries: Option<usize>,
+    ) -> Self {
         let block = [127, rand::random_range(1..=250), rand::random_range(1..=250)];
         let dir = std::env::temp_dir().join(format!(
             "quorum-mongo-{}-{}-{}",
@@ -419,6 +437,7 @@ impl MongoProcesses {
             set_name: set_name.to_string(),
             credentials,
             key_file,
+            oplog_entries,
             members: Vec::new(),
         };
         for _ in 0..count {
@@ -523,6 +542,7 @@ impl MongoProcesses {
             key_file: Some(&self.key_file),
             version: Some(version),
             credentials: Some(&self.credentials),
+            oplog_entries: self.oplog_entries,
         })
         .stdout(Stdio::from(log_file.try_clone().expect("log file")))
         .stderr(Stdio::from(log_file))

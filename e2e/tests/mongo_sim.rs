@@ -663,16 +663,18 @@ async fn the_driver_helpers_read_and_write_through_the_simulator() {
     refused(&client, doc! { "noSuchCommand": 1 }, 59).await;
 }
 
-/// A member that was down while more was written than any member's oplog keeps (the
-/// simulator keeps 50,000 entries) cannot catch up, as on the server: it says RECOVERING with
+/// A member that was down while more was written than any member's oplog keeps (2,000 entries
+/// here, `--sim-oplog-entries`) cannot catch up, as on the server: it says RECOVERING with
 /// `error RS102 too stale to catch up`, the primary shows the same in its heartbeat message,
 /// and it does not copy the data again by itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_behind_every_oplog_is_recovering_too_stale_and_stays_so() {
-    let mut processes = MongoProcesses::start("rs0", 3, credentials()).await;
+    const OPLOG_ENTRIES: i32 = 2_000;
+    let mut processes =
+        MongoProcesses::start_keeping("rs0", 3, credentials(), Some(OPLOG_ENTRIES as usize)).await;
     let hosts = processes.hosts();
-    // No election is wanted here: a primary busy with 51,000 inserts on a loaded machine may
-    // miss a one-second election timeout and step down in the middle of a batch.
+    // No election is wanted here: a primary busy with batches of inserts on a loaded machine
+    // may miss a one-second election timeout and step down in the middle of a batch.
     let mut unhurried = settings();
     unhurried.insert("electionTimeoutMillis", 10_000);
     admin(
@@ -703,7 +705,8 @@ async fn a_member_behind_every_oplog_is_recovering_too_stale_and_stays_so() {
 
     processes.kill(stale).await;
     // More entries than an oplog keeps, in batches the other secondary acknowledges.
-    for batch in 0..51 {
+    let batches = OPLOG_ENTRIES / 1000 + 1;
+    for batch in 0..batches {
         let documents: Vec<Document> = (0..1000).map(|n| doc! { "_id": batch * 1000 + n }).collect();
         things
             .insert_many(documents)
@@ -755,5 +758,5 @@ async fn a_member_behind_every_oplog_is_recovering_too_stale_and_stays_so() {
     let status = admin(&own_view, doc! { "replSetGetStatus": 1 }).await.unwrap();
     assert_eq!(status.get_i32("myState"), Ok(3), "{status}");
     let count = things.count_documents(doc! {}).await.unwrap();
-    assert_eq!(count, 51_001);
+    assert_eq!(count, u64::try_from(batches * 1000 + 1).unwrap());
 }

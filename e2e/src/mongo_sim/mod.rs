@@ -25,7 +25,8 @@
 //!   `writeConcernError`) and `stopReplProducer`; `simPartition` is the simulator's own.
 //! - A member whose oplog diverged copies all data again (state ROLLBACK, then SECONDARY)
 //!   instead of rolling back entries. One that fell further behind than any sync source's kept
-//!   oplog (50,000 entries whatever `--oplogSize` says) is too stale to catch up, as on the
+//!   oplog (50,000 entries, or `--sim-oplog-entries`, whatever `--oplogSize` says) is too
+//!   stale to catch up, as on the
 //!   server: RECOVERING, `error RS102 too stale to catch up`, until it is wiped and syncs anew.
 //! - A new primary has no catch-up phase, `secondaryDelaySecs` does not delay, `buildIndexes`
 //!   changes nothing, write concerns take `majority` or a number (no tag sets), and
@@ -205,12 +206,14 @@ pub struct Options {
     pub heartbeat_interval: Duration,
     /// `--setParameter scramSHA256IterationCount=N`: PBKDF2 rounds of new credentials.
     pub scram_iterations: u32,
+    /// `--sim-oplog-entries`: how many oplog entries a member keeps.
+    pub oplog_entries: usize,
     pub argv: Vec<String>,
 }
 
 pub const USAGE: &str = "mongo-sim --replSet <name> --bind_ip <ip> --port <port> --dbpath <dir> \
      [--keyFile <file>] [--sim-version 7.0] [--sim-election-timeout-ms 2000] [--sim-heartbeat-ms 200] \
-     [--setParameter k=v]";
+     [--sim-oplog-entries 50000] [--setParameter k=v]";
 
 impl Options {
     /// Parses `mongod`-style arguments (`--flag value` or `--flag=value`).
@@ -223,6 +226,7 @@ impl Options {
         let mut release = "7.0".to_string();
         let mut election_ms = 2000u64;
         let mut heartbeat_ms = 200u64;
+        let mut oplog_entries = state::OPLOG_ENTRIES;
         let mut scram_iterations = scram::DEFAULT_ITERATIONS;
         let mut rest = args.iter().cloned();
         while let Some(arg) = rest.next() {
@@ -252,6 +256,13 @@ impl Options {
                 }
                 "--sim-heartbeat-ms" => {
                     heartbeat_ms = value()?.parse().map_err(|e| format!("{flag}: {e}"))?
+                }
+                "--sim-oplog-entries" => {
+                    oplog_entries = value()?
+                        .parse()
+                        .ok()
+                        .filter(|entries| *entries > 0)
+                        .ok_or_else(|| format!("{flag}: must be a number of at least 1"))?
                 }
                 "--setParameter" => {
                     let setting = value()?;
@@ -290,6 +301,7 @@ impl Options {
             election_timeout: Duration::from_millis(election_ms.max(1)),
             heartbeat_interval: Duration::from_millis(heartbeat_ms.max(1)),
             scram_iterations,
+            oplog_entries,
             argv: args.to_vec(),
         })
     }
@@ -324,9 +336,10 @@ mod tests {
         let options = Options::parse(&args(
             "--replSet rs0 --bind_ip 127.0.0.5,::1 --port=27018 --dbpath /d --keyFile /k \
              --setParameter enableTestCommands=1 --sim-version 6.0 --sim-heartbeat-ms 100 \
-             --setParameter scramSHA256IterationCount=5000",
+             --setParameter scramSHA256IterationCount=5000 --sim-oplog-entries 2000",
         ))
         .unwrap();
+        assert_eq!(options.oplog_entries, 2000);
         assert_eq!(options.host(), "127.0.0.5:27018");
         assert_eq!(options.key_file, Some(PathBuf::from("/k")));
         assert_eq!(options.release, "6.0");
@@ -344,6 +357,18 @@ mod tests {
             "no --replSet"
         );
         assert!(Options::parse(&args("--replSet a --bind_ip 1.2.3.4 --dbpath /d --fork")).is_err());
+        assert_eq!(
+            Options::parse(&args("--replSet a --bind_ip 1.2.3.4 --dbpath /d"))
+                .unwrap()
+                .oplog_entries,
+            state::OPLOG_ENTRIES
+        );
+        assert!(
+            Options::parse(&args(
+                "--replSet a --bind_ip 1.2.3.4 --dbpath /d --sim-oplog-entries 0"
+            ))
+            .is_err()
+        );
         assert!(
             Options::parse(&args(
                 "--replSet a --bind_ip 1.2.3.4 --dbpath /d --sim-version 3.6"

@@ -175,6 +175,8 @@ pub struct Inner {
     dirty: bool,
     changed: bool,
     heartbeat_now: bool,
+    /// Oplog entries kept (`--sim-oplog-entries`).
+    oplog_entries: usize,
 }
 
 impl Inner {
@@ -247,7 +249,7 @@ impl Inner {
         };
         self.store.apply(&entry)?;
         let optime = entry.optime();
-        self.store.append(entry);
+        self.store.append(entry, self.oplog_entries);
         self.mark_dirty();
         Ok(optime)
     }
@@ -374,6 +376,7 @@ impl Node {
             dirty: fresh,
             changed: false,
             heartbeat_now: false,
+            oplog_entries: options.oplog_entries,
         };
         let node = Arc::new(Node {
             key: key.clone(),
@@ -1554,7 +1557,7 @@ impl Node {
                         format!("applying {:?} from {source}: {error}", entry.optime()),
                     );
                 }
-                inner.store.append(entry.clone());
+                inner.store.append(entry.clone(), inner.oplog_entries);
             }
             if !entries.is_empty() {
                 inner.mark_dirty();

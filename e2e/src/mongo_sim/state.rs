@@ -17,8 +17,9 @@ pub const STATE_FILE: &str = "mongo-sim.state";
 pub const USERS: (&str, &str) = ("admin", "system.users");
 pub const VERSION: (&str, &str) = ("admin", "system.version");
 pub const FCV_ID: &str = "featureCompatibilityVersion";
-/// Oplog entries kept, like the server's capped oplog: a member that falls further behind
-/// finds its last entry gone at its sync source and copies everything again.
+/// Oplog entries kept unless `--sim-oplog-entries` says otherwise, like the server's capped
+/// oplog: a member that falls further behind finds its last entry gone at its sync source and
+/// is too stale to catch up.
 pub const OPLOG_ENTRIES: usize = 50_000;
 
 /// A position in the oplog. Ordered by term, then timestamp, as the server orders them.
@@ -245,11 +246,11 @@ impl Store {
         std::fs::rename(&temporary, &path)
     }
 
-    /// Appends an applied entry to the oplog, dropping the oldest beyond [`OPLOG_ENTRIES`].
-    pub fn append(&mut self, entry: OplogEntry) {
+    /// Appends an applied entry to the oplog, dropping the oldest beyond `kept`.
+    pub fn append(&mut self, entry: OplogEntry, kept: usize) {
         self.oplog.push(entry);
-        if self.oplog.len() > OPLOG_ENTRIES {
-            let excess = self.oplog.len() - OPLOG_ENTRIES;
+        if self.oplog.len() > kept {
+            let excess = self.oplog.len() - kept;
             self.oplog.drain(..excess);
         }
     }
