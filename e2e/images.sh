@@ -19,6 +19,9 @@
 # (the bundle unpack Jobs' extractor), under the names OLM's own chart gives them, for the test
 # that installs OLM in the cluster and has them pulled from the node's registry (not part of
 # `all`: they are pushed there, not imported).
+#
+# QUORUM_WORKSPACE_BINARIES: a directory where the workspace's debug `xtask` and `mongo-sim` are
+# already built (the test command's test build); without it, cargo builds them.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -184,8 +187,13 @@ build_engine_images() {
   pack "$REDIS_IMAGE" "$stage/redis" 0 /usr/bin/redis-server
   # The simulator: its binary (the workspace's debug build) with the libraries it loads, a
   # busybox for the entry point's shell and the init container's `install`, the uid 999 account.
-  (cd "$root" && cargo build --quiet -p quorum-e2e --bin mongo-sim >&2)
-  local mongo_sim=${CARGO_TARGET_DIR:-$root/target}/debug/mongo-sim
+  local mongo_sim
+  if [[ -n ${QUORUM_WORKSPACE_BINARIES:-} ]]; then
+    mongo_sim=$QUORUM_WORKSPACE_BINARIES/mongo-sim
+  else
+    (cd "$root" && cargo build --quiet -p quorum-e2e --bin mongo-sim >&2)
+    mongo_sim=${CARGO_TARGET_DIR:-$root/target}/debug/mongo-sim
+  fi
   with_busybox "$stage/mongo"
   with_libraries "$stage/mongo" "$mongo_sim"
   # Debian's busybox has no `install` applet: coreutils' own, for the key file's private copy.
@@ -202,11 +210,21 @@ build_engine_images() {
   rm -rf "$stage"
 }
 
+# The workspace's generator: built by the caller when QUORUM_WORKSPACE_BINARIES names where
+# (the test command's test build links it with the workspace's features), else by cargo.
+xtask() {
+  if [[ -n ${QUORUM_WORKSPACE_BINARIES:-} ]]; then
+    "$QUORUM_WORKSPACE_BINARIES/xtask" "$@"
+  else
+    cargo xtask "$@"
+  fi
+}
+
 build_operator_images() {
   local operator layout reference profile=${QUORUM_OPERATOR_PROFILE:-dev}
   for operator in etcd-operator mysql-operator redis-operator mongodb-operator; do
     layout="$images/.layout-$operator-$profile"
-    (cd "$root" && cargo xtask image "$operator" --layout "$layout" --profile "$profile" >&2)
+    (cd "$root" && xtask image "$operator" --layout "$layout" --profile "$profile" >&2)
     # The tag is the one the layout carries (the workspace's version); the repository is the
     # one `cargo xtask image` documents and the CSVs and charts name.
     local tag
@@ -238,17 +256,19 @@ previous_checkout() {
   echo "$PREVIOUS_CHECKOUT"
 }
 
-# The previous release's MySQL operator: its binary compiled from its checkout (into a target
-# directory of its own), packed as `cargo xtask image` packs the current one; cached by commit.
+# The previous release's MySQL operator: its binary compiled from its checkout (beside the
+# workspace's static build, whose dependencies it shares), packed as `cargo xtask image` packs
+# the current one; cached by commit.
 build_previous_image() {
   local archive="$images/previous-mysql-operator-$PREVIOUS_RELEASE_COMMIT.tar"
   if [[ ! -s $archive ]]; then
     local checkout; checkout=$(previous_checkout) || exit 1
     local layout="$images/.layout-previous-mysql-operator"
-    (cd "$root" && cargo xtask image mysql-operator --layout "$layout" --profile dev --source "$checkout" >&2)
+    (cd "$root" && xtask image mysql-operator --layout "$layout" --profile dev --source "$checkout" >&2)
     tar -C "$layout" -cf "$archive.partial" . && mv "$archive.partial" "$archive"
-    # The archive is what is kept; the compiled crates serve no other commit.
-    rm -rf "$cache/static-target-$(basename "$checkout")" "$layout"
+    # The archive is what is kept. The checkout's crates were compiled beside the workspace's,
+    # which share nearly every dependency with them (`cargo xtask image --source`).
+    rm -rf "$layout"
   fi
   local tag
   tag=$(tar -xOf "$archive" ./index.json | layout_tag)

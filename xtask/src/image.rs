@@ -439,23 +439,22 @@ pub fn build_catalog_image(index: &str, layout: &Path, tag: &str) -> anyhow::Res
 /// (the static flag and the profiles must not invalidate the workspace's usual builds), and
 /// returns its path. Cargo's fingerprints make a run after no change a no-op and a run after a
 /// change a rebuild of the changed crates.
+///
+/// A checkout of another commit (an earlier release) builds into the same directory: its
+/// dependencies are nearly all the workspace's own, already compiled there, so only its own
+/// crates compile. Its binary is linked to the same path as the workspace's: the caller copies
+/// it before the next build.
 pub fn static_binary(
     operator: &OperatorPackage,
     profile: Profile,
     source: &Source,
 ) -> anyhow::Result<PathBuf> {
     let (name, settings) = profile.cargo_profile();
-    let (checkout, target_dir) = match source {
-        Source::Workspace => (crate::repository_root(), cache_root().join("static-target")),
-        Source::Checkout(checkout) => {
-            let directory = checkout
-                .file_name()
-                .with_context(|| format!("{} names no directory", checkout.display()))?;
-            let mut target = std::ffi::OsString::from("static-target-");
-            target.push(directory);
-            (checkout.clone(), cache_root().join(target))
-        }
+    let checkout = match source {
+        Source::Workspace => crate::repository_root(),
+        Source::Checkout(checkout) => checkout.clone(),
     };
+    let target_dir = cache_root().join("static-target");
     ensure!(
         checkout.join("Cargo.toml").exists(),
         "{} is not a checkout of the workspace",
