@@ -124,14 +124,20 @@ start() {
   wait_for etcd 30 curl -fsS "http://127.0.0.1:$((etcd_client_port + 2))/health"
 
   # The benchmark counts its operators' requests by verb from this audit log: only the service
-  # accounts of its two fixed namespaces are recorded (bench/), nothing else.
+  # accounts of its fixed namespaces are recorded (one per Quorum engine, and the peer's;
+  # bench/), nothing else.
   cat > "$dir/audit-policy.yaml" <<'POLICY'
 apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived"]
 rules:
   - level: Metadata
-    userGroups: ["system:serviceaccounts:quorum-bench", "system:serviceaccounts:etcd-operator-system"]
+    userGroups:
+      - system:serviceaccounts:quorum-bench-etcd
+      - system:serviceaccounts:quorum-bench-mysql
+      - system:serviceaccounts:quorum-bench-redis
+      - system:serviceaccounts:quorum-bench-mongodb
+      - system:serviceaccounts:etcd-operator-system
   - level: None
 POLICY
   # Host processes use 127.0.0.1; pods reach it through the kubernetes Service, whose endpoint is

@@ -18,9 +18,9 @@ use quorum_e2e::{
 };
 use serde_json::{Value, json};
 
-/// The namespaces the API server's audit policy records (`e2e/cluster.sh`): Quorum's operator
-/// and its clusters in the first, the peer's operator in the second.
-pub const QUORUM_NAMESPACE: &str = "quorum-bench";
+/// The namespaces the API server's audit policy records (`e2e/cluster.sh`): each Quorum
+/// operator and its clusters in one of its own ([`Engine::namespace`], so that runs of
+/// different engines can share the node), the peer's operator in the last.
 pub const PEER_NAMESPACE: &str = "etcd-operator-system";
 /// The peer's clusters (it watches every namespace).
 pub const PEER_CLUSTERS_NAMESPACE: &str = "quorum-bench-peer";
@@ -48,6 +48,16 @@ impl Engine {
             Engine::Mysql => "mysql",
             Engine::Redis => "redis",
             Engine::Mongodb => "mongodb",
+        }
+    }
+
+    /// Where the engine's operator and its clusters go.
+    pub fn namespace(self) -> &'static str {
+        match self {
+            Engine::Etcd => "quorum-bench-etcd",
+            Engine::Mysql => "quorum-bench-mysql",
+            Engine::Redis => "quorum-bench-redis",
+            Engine::Mongodb => "quorum-bench-mongodb",
         }
     }
 
@@ -158,27 +168,48 @@ impl Contender {
     /// member pod's own readiness is checked apart, the same for both.)
     pub fn is_ready(self, cluster: &DynamicObject) -> bool {
         let status = &cluster.data["status"];
-        let condition = |type_: &str| {
-            status["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|condition| condition["type"] == type_ && condition["status"] == "True")
-        };
         match self {
-            Contender::Quorum(_) => condition("Ready"),
-            Contender::Peer => {
+            Contender::Quorum(_) => condition_holds(status, "Ready"),
+            Contender::Peer => peer_available_at(status, 3),
+        }
+    }
+
+    /// Whether the operator reports the etcd `cluster` at `size` members, each a healthy voter,
+    /// with nothing left to do: Quorum's settled with `size` members in status; the peer's
+    /// available at `size` and not `Progressing`.
+    pub fn settled_at(self, cluster: &DynamicObject, size: usize) -> bool {
+        let status = &cluster.data["status"];
+        match self {
+            Contender::Quorum(_) => {
                 let members = status["members"]
                     .as_array()
                     .map(Vec::as_slice)
                     .unwrap_or_default();
-                condition("Available")
-                    && status["readyReplicas"] == 3
-                    && members.len() == 3
+                self.is_settled(cluster)
+                    && members.len() == size
                     && members
                         .iter()
-                        .all(|member| member["isHealthy"] == true && member["isLearner"] != true)
+                        .all(|member| member["health"] == "Healthy" && member["learner"] != true)
             }
+            Contender::Peer => peer_available_at(status, size) && !condition_holds(status, "Progressing"),
+        }
+    }
+
+    /// The spec fields that size an etcd cluster at `size` members.
+    pub fn size_spec(self, size: usize) -> Value {
+        match self {
+            Contender::Quorum(_) => json!({ "replicas": size }),
+            Contender::Peer => json!({ "size": size }),
+        }
+    }
+
+    /// The label selector of `cluster`'s member pods.
+    pub fn member_selector(self, cluster: &str) -> String {
+        match self {
+            Contender::Quorum(engine) => quorum_core::naming::label_selector(
+                &quorum_core::naming::selector_labels(engine.name(), cluster, "member"),
+            ),
+            Contender::Peer => format!("app={cluster}"),
         }
     }
 
@@ -229,7 +260,8 @@ impl Contender {
         self.remove_everything(admin, None).await?;
         match self {
             Contender::Quorum(engine) => {
-                create_namespace(admin, QUORUM_NAMESPACE).await?;
+                let namespace = engine.namespace();
+                create_namespace(admin, namespace).await?;
                 // No cluster-wide admission policy: tests may run beside the benchmark. The
                 // chart's own requests and limits, which the peer is given too.
                 // Backups go to a store in the cluster over plain HTTP.
@@ -240,18 +272,18 @@ impl Contender {
                 let chart = ChartRelease::install_on_real_node(
                     admin,
                     &format!("quorum-{}-operator", engine.name()),
-                    QUORUM_NAMESPACE,
+                    namespace,
                     settings,
                 )
                 .await;
                 let selector = format!("app.kubernetes.io/instance={}", chart.release);
-                let pod = ready_pod(admin, QUORUM_NAMESPACE, &selector).await?;
+                let pod = ready_pod(admin, namespace, &selector).await?;
                 Ok(Installed {
                     contender: self,
                     pod,
                     container: "operator",
-                    username: format!("system:serviceaccount:{QUORUM_NAMESPACE}:{}", chart.account),
-                    clusters_namespace: QUORUM_NAMESPACE,
+                    username: format!("system:serviceaccount:{namespace}:{}", chart.account),
+                    clusters_namespace: namespace,
                     chart: Some(chart),
                 })
             }
@@ -285,7 +317,7 @@ impl Contender {
 
     fn clusters_namespace(self) -> &'static str {
         match self {
-            Contender::Quorum(_) => QUORUM_NAMESPACE,
+            Contender::Quorum(engine) => engine.namespace(),
             Contender::Peer => PEER_CLUSTERS_NAMESPACE,
         }
     }
@@ -353,7 +385,7 @@ impl Contender {
             (Contender::Quorum(_), None) => {}
         }
         let namespaces = match self {
-            Contender::Quorum(_) => vec![QUORUM_NAMESPACE],
+            Contender::Quorum(engine) => vec![engine.namespace()],
             Contender::Peer => vec![PEER_CLUSTERS_NAMESPACE, PEER_NAMESPACE],
         };
         for namespace in namespaces {
@@ -479,6 +511,29 @@ async fn create_namespace(admin: &Client, name: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Whether the condition `type_` in `status` is `True`.
+fn condition_holds(status: &Value, type_: &str) -> bool {
+    status["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|condition| condition["type"] == type_ && condition["status"] == "True")
+}
+
+/// The peer's `Available` condition with `size` ready pods and `size` healthy voting members.
+fn peer_available_at(status: &Value, size: usize) -> bool {
+    let members = status["members"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    condition_holds(status, "Available")
+        && status["readyReplicas"] == size
+        && members.len() == size
+        && members
+            .iter()
+            .all(|member| member["isHealthy"] == true && member["isLearner"] != true)
+}
+
 /// Deletes `name` and waits until it is gone and the provisioner has removed its volumes, so
 /// that the next contender does not share the node with their clean-up.
 pub async fn delete_namespace(admin: &Client, name: &str) -> anyhow::Result<()> {
@@ -560,6 +615,55 @@ mod tests {
             json!({"conditions": [{"type": "Ready", "status": "False"}]})
         )));
         assert!(!Contender::Quorum(Engine::Etcd).is_ready(&with_status(Value::Null)));
+    }
+
+    #[test]
+    fn each_contender_is_settled_at_a_size_by_its_own_status() {
+        let quorum = Contender::Quorum(Engine::Etcd);
+        let settled = json!([
+            {"type": "Ready", "status": "True"},
+            {"type": "Progressing", "status": "False"},
+        ]);
+        let voter = json!({"health": "Healthy", "learner": false});
+        let five = json!([voter, voter, voter, voter, voter]);
+        assert!(quorum.settled_at(&with_status(json!({"conditions": settled, "members": five})), 5));
+        assert!(!quorum.settled_at(&with_status(json!({"conditions": settled, "members": five})), 3));
+        let learning = json!([voter, voter, voter, voter, {"health": "Healthy", "learner": true}]);
+        assert!(!quorum.settled_at(
+            &with_status(json!({"conditions": settled, "members": learning})),
+            5
+        ));
+        let progressing = json!([
+            {"type": "Ready", "status": "True"},
+            {"type": "Progressing", "status": "True"},
+        ]);
+        assert!(!quorum.settled_at(
+            &with_status(json!({"conditions": progressing, "members": five})),
+            5
+        ));
+
+        let member = json!({"isHealthy": true, "isLearner": false});
+        let peer = |conditions: Value, ready: usize| {
+            with_status(json!({
+                "conditions": conditions,
+                "readyReplicas": ready,
+                "members": [member, member, member, member, member],
+            }))
+        };
+        let available = json!([{"type": "Available", "status": "True"}]);
+        assert!(Contender::Peer.settled_at(&peer(available.clone(), 5), 5));
+        assert!(!Contender::Peer.settled_at(&peer(available, 4), 5));
+        let scaling = json!([
+            {"type": "Available", "status": "True"},
+            {"type": "Progressing", "status": "True"},
+        ]);
+        assert!(!Contender::Peer.settled_at(&peer(scaling, 5), 5));
+        assert_eq!(quorum.size_spec(5), json!({"replicas": 5}));
+        assert_eq!(Contender::Peer.size_spec(3), json!({"size": 3}));
+        assert_eq!(
+            quorum.member_selector("bench-000"),
+            "app.kubernetes.io/component=member,app.kubernetes.io/instance=bench-000,app.kubernetes.io/name=etcd"
+        );
     }
 
     #[test]

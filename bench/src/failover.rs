@@ -315,6 +315,29 @@ async fn run_as_root(root: &mysql_async::Opts, what: &str, statements: &[String]
     .map_err(anyhow::Error::msg)
 }
 
+/// Every key under `prefix` with its value, read through `client`.
+pub async fn etcd_read_prefix(
+    client: &etcd_client::Client,
+    prefix: &str,
+) -> Result<BTreeMap<String, Option<String>>, String> {
+    let text = |error: &dyn std::fmt::Display| error.to_string();
+    let options = etcd_client::GetOptions::new().with_prefix();
+    let read = client
+        .clone()
+        .get(prefix, Some(options))
+        .await
+        .map_err(|e| text(&e))?;
+    read.kvs()
+        .iter()
+        .map(|kv| {
+            Ok((
+                kv.key_str().map_err(|e| text(&e))?.to_string(),
+                Some(kv.value_str().map_err(|e| text(&e))?.to_string()),
+            ))
+        })
+        .collect()
+}
+
 /// A client of a cluster as an application reaches it from inside the cluster: through the
 /// Service that follows the primary (etcd: any member), or, for MongoDB, every member's address,
 /// the primary found by asking them.
@@ -540,24 +563,7 @@ impl DataClient {
     async fn read_all(&self) -> Result<BTreeMap<String, Option<String>>, String> {
         let text = |error: &dyn std::fmt::Display| error.to_string();
         match self {
-            DataClient::Etcd(client) => {
-                let options = etcd_client::GetOptions::new().with_prefix();
-                let read = client
-                    .as_ref()
-                    .clone()
-                    .get(PREFIX, Some(options))
-                    .await
-                    .map_err(|e| text(&e))?;
-                read.kvs()
-                    .iter()
-                    .map(|kv| {
-                        Ok((
-                            kv.key_str().map_err(|e| text(&e))?.to_string(),
-                            Some(kv.value_str().map_err(|e| text(&e))?.to_string()),
-                        ))
-                    })
-                    .collect()
-            }
+            DataClient::Etcd(client) => etcd_read_prefix(client, PREFIX).await,
             DataClient::Mysql(options) => {
                 let mut conn = mysql_async::Conn::new(options.clone())
                     .await

@@ -11,6 +11,7 @@ mod backups;
 mod contender;
 mod convergence;
 mod failover;
+mod operations;
 mod process;
 mod report;
 
@@ -26,7 +27,10 @@ use crate::{
     contender::{Contender, Engine},
     convergence::{Run, Settings},
     failover::Failovers,
+    operations::Resizes,
 };
+
+const ALL_ENGINES: [Engine; 4] = [Engine::Etcd, Engine::Mysql, Engine::Redis, Engine::Mongodb];
 
 #[derive(Parser)]
 #[command(about = "Quorum's operators measured on the local real node, etcd against etcd-io/etcd-operator")]
@@ -113,7 +117,8 @@ async fn main() -> anyhow::Result<()> {
     let mut engine_runs = Vec::new();
     let mut failovers: Vec<Failovers> = Vec::new();
     let mut backups: Vec<Backups> = Vec::new();
-    for engine in [Engine::Etcd, Engine::Mysql, Engine::Redis, Engine::Mongodb] {
+    let mut resizes: [Option<Resizes>; 2] = [None, None];
+    for engine in ALL_ENGINES {
         if !arguments.engines.contains(&engine) {
             continue;
         }
@@ -122,6 +127,13 @@ async fn main() -> anyhow::Result<()> {
             let quorum = measure(&admin, &audit, contender, settings, scenarios).await?;
             let peer = measure(&admin, &audit, Contender::Peer, settings, scenarios).await?;
             print_comparison(&quorum.run, &peer.run, settings.clusters);
+            if let Some(ours) = &quorum.resizes {
+                println!(
+                    "\nOne etcd cluster resized by its spec under a writer, no acknowledged write lost:\n"
+                );
+                println!("{}", report::table(&report::resizes(ours, peer.resizes.as_ref())));
+            }
+            resizes = [quorum.resizes.clone(), peer.resizes.clone()];
             engine_runs.push(quorum.run.clone());
             failovers.extend(quorum.failovers);
             backups.extend(quorum.backups);
@@ -155,13 +167,30 @@ async fn main() -> anyhow::Result<()> {
     );
     println!("{}", report::engines_table(&backup_rows));
 
+    let resize_rows = resizes[0]
+        .as_ref()
+        .map(|ours| report::resizes(ours, resizes[1].as_ref()));
+
     let results = arguments.results.unwrap_or_else(|| {
         let root = quorum_e2e::tools::repository_root().join("bench").join("results");
         if arguments.quick { root.join("quick") } else { root }
     });
     std::fs::create_dir_all(&results).with_context(|| format!("creating {}", results.display()))?;
     let now = jiff::Timestamp::now();
-    let path = results.join(format!("bench-{}.json", now.strftime("%Y%m%dT%H%M%SZ")));
+    // Runs of different engines may share the node and end in the same second.
+    let engines_measured: String = if arguments.engines.len() < ALL_ENGINES.len() {
+        arguments
+            .engines
+            .iter()
+            .map(|engine| format!("-{}", engine.name()))
+            .collect()
+    } else {
+        String::new()
+    };
+    let path = results.join(format!(
+        "bench-{}{engines_measured}.json",
+        now.strftime("%Y%m%dT%H%M%SZ")
+    ));
     let record = json!({
         "date": now.to_string(),
         "quick": arguments.quick,
@@ -177,6 +206,8 @@ async fn main() -> anyhow::Result<()> {
         "failover_figures": failover_rows,
         "backups": backups,
         "backup_figures": backup_rows,
+        "resizes": resizes,
+        "resize_figures": resize_rows,
     });
     std::fs::write(&path, serde_json::to_string_pretty(&record)? + "\n")
         .with_context(|| format!("writing {}", path.display()))?;
@@ -217,6 +248,19 @@ struct Measured {
     run: Run,
     failovers: Option<Failovers>,
     backups: Option<Backups>,
+    /// etcd's operators only.
+    resizes: Option<Resizes>,
+}
+
+/// The etcd cluster grown and shrunk under a writer ([`operations`]).
+async fn resize(admin: &kube::Client, installed: &contender::Installed) -> anyhow::Result<Resizes> {
+    let sizes: Vec<String> = operations::SIZES.iter().map(usize::to_string).collect();
+    eprintln!(
+        "[bench] {}: resized to {} members under a writer",
+        installed.contender.name(),
+        sizes.join(", then ")
+    );
+    operations::measure(admin, installed).await
 }
 
 /// Installs `contender`, measures its convergence and settled cost and, for Quorum's operators,
@@ -240,10 +284,21 @@ async fn measure(
         let run = convergence::measure(admin, audit, &installed, settings, scenarios.ticks).await?;
         check_invariants(&run)?;
         let Contender::Quorum(engine) = contender else {
+            // The baseline's own failure is a finding to print, not a broken run.
+            let resizes = resize(admin, &installed)
+                .await
+                .inspect_err(|error| {
+                    eprintln!(
+                        "[bench] {}: the resize did not complete: {error:#}",
+                        contender.name()
+                    )
+                })
+                .ok();
             return anyhow::Ok(Measured {
                 run,
                 failovers: None,
                 backups: None,
+                resizes,
             });
         };
         eprintln!(
@@ -252,6 +307,11 @@ async fn measure(
             scenarios.kills
         );
         let failovers = failover::measure(admin, &installed, engine, scenarios.kills).await?;
+        let resizes = if engine == Engine::Etcd {
+            Some(resize(admin, &installed).await?)
+        } else {
+            None
+        };
         let backups = if engine == Engine::Mongodb {
             None
         } else {
@@ -277,6 +337,7 @@ async fn measure(
             run,
             failovers: Some(failovers),
             backups,
+            resizes,
         })
     }
     .await;

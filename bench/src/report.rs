@@ -8,6 +8,7 @@ use crate::{
     contender::{Contender, Engine},
     convergence::Run,
     failover::Failovers,
+    operations::Resizes,
 };
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -188,6 +189,27 @@ pub fn figures(quorum: &Run, peer: &Run) -> Vec<Figure> {
         .collect();
     figures.push(settled_rss(quorum, Some(peer)));
     figures
+}
+
+/// The resize scenario's times, Quorum's against the peer's (when its resize completed):
+/// printed, not judged (no target is set for them yet).
+pub fn resizes(quorum: &Resizes, peer: Option<&Resizes>) -> Vec<Figure> {
+    quorum
+        .resizes
+        .iter()
+        .map(|resize| {
+            Figure::new(
+                format!(
+                    "etcd {} to {} members: settled, from the spec change",
+                    resize.from, resize.to
+                ),
+                "s",
+                resize.seconds,
+                peer.and_then(|peer| peer.seconds_to(resize.to)),
+                Target::None,
+            )
+        })
+        .collect()
 }
 
 /// One row per engine of Quorum's settled cost (no peer runs these), judged on the same targets.
