@@ -34,8 +34,17 @@ log "cargo fmt --check"
 cargo fmt --all --check
 log "cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+log "cargo test: building every test, and the benchmark"
+cargo test --workspace --no-run --quiet
+cargo build --quiet -p quorum-bench
+# The generator and the simulator as the test build linked them (beside the tests that run
+# them): `cargo xtask` or `cargo build -p quorum-e2e` alone would compile the workspace's crates
+# again, with only their own features (e2e/images.sh takes them from here too).
+QUORUM_WORKSPACE_BINARIES=$(cargo metadata --no-deps --format-version 1 \
+  | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')/debug
+export QUORUM_WORKSPACE_BINARIES
 log "generated files"
-cargo xtask check
+"$QUORUM_WORKSPACE_BINARIES/xtask" check
 if ! collect tools "$tools" "$tools_log"; then
   log "building the Go-built tools failed"
   exit 1
@@ -51,9 +60,6 @@ log "the benchmark's baseline operator (etcd-io/etcd-operator), built and import
 e2e/images.sh import peer >/dev/null
 QUORUM_PEER_DIR=$(e2e/toolchain/build.sh peer)
 export QUORUM_PEER_DIR
-log "cargo test: building every test, and the benchmark"
-cargo test --workspace --no-run --quiet
-cargo build --quiet -p quorum-bench
 # The integration tests wait on pods, servers and the API server far more than they compute, so
 # four shards run at once, lines marked with their shard. Tests that need the machine to
 # themselves take a lock (OLM, whose operators use fixed ports); tests that count an operator's
@@ -87,15 +93,16 @@ print(" ".join(arguments))
 PY
 }
 # One step of a shard: `tests:PACKAGE`, every test of PACKAGE but its real-node ones;
-# `real:PACKAGE`, its real-node tests; `doc`, every doctest; `bench`, the benchmark at its
-# smallest size, as `make bench QUICK=1` runs it, which fails only when an invariant breaks,
-# never on a figure.
+# `real:PACKAGE`, its real-node tests; `doc`, every doctest; `bench:ENGINES`, the benchmark of
+# ENGINES (etcd with its peer) at its smallest size, as `make bench QUICK=1` runs it, which
+# fails only when an invariant breaks, never on a figure (each engine's operator and clusters in
+# a namespace of their own, so two such steps share the node).
 step() {
   case $1 in
     tests:*) cargo test --no-fail-fast "${same_features[@]}" $(without_real_node "${1#tests:}") ;;
     real:*) cargo test --no-fail-fast "${same_features[@]}" -p "${1#real:}" --test real_pods ;;
     doc) cargo test --no-fail-fast --workspace --doc ;;
-    bench) cargo run --quiet -p quorum-bench -- --quick ;;
+    bench:*) cargo run --quiet -p quorum-bench -- --quick --engines "${1#bench:}" ;;
   esac
 }
 # shard NAME STEP...: runs each step in turn, all of them even after one failed; fails when
@@ -104,9 +111,16 @@ step() {
 # $outcomes, printed again at the end so the tail of the log says what failed and where time went.
 outcomes=$(mktemp)
 # The lines of a marked test output that name a failed test, each panic with its message, and
-# the error a program (the benchmark) ended with.
+# the error a program (the benchmark) ended with, with the causes listed under it.
 failures() {
-  awk '/\] test .* \.\.\. FAILED$/ || / panicked at / || /\] Error: / { print; if (/ panicked at /) { getline; print } }'
+  awk '
+    causes && /\] (Caused by:|    .*)?$/ { print; next }
+    { causes = 0 }
+    /\] test .* \.\.\. FAILED$/ || / panicked at / || /\] Error: / {
+      print
+      if (/ panicked at /) { getline; print }
+      if (/\] Error: /) causes = 1
+    }'
 }
 shard() {
   local name=$1 each failed=0 started
@@ -131,13 +145,15 @@ setsid nice -n 19 ionice -c 3 e2e/fresh-check.sh check >"$fresh_log" 2>&1 &
 fresh=$!
 trap 'kill -- -"$fresh" 2>/dev/null || true; e2e/cluster.sh stop' EXIT
 log "fresh-machine check, beside the shards: $fresh_log"
-first=(tests:redis-operator tests:mongodb-operator real:etcd-operator)
-second=(doc tests:quorum-core tests:etcd-operator tests:mysql-operator tests:kubectl-quorum tests:quorum-bench)
-third=(real:redis-operator real:mysql-operator tests:xtask)
-# The quick benchmark mostly waits (clusters settling, kills recovering): it gets a shard of its
-# own with the shorter steps.
-fourth=(bench real:mongodb-operator tests:quorum-e2e)
-# Every package's tests, and every real-node test binary, are in a shard.
+# The shards are balanced by the steps' durations in earlier runs (the longest first, each to
+# the shard with the least so far). The quick benchmark mostly waits (clusters settling, kills
+# recovering): it is split in two, etcd with its peer and the other engines, in two shards.
+first=(real:redis-operator real:mongodb-operator tests:etcd-operator tests:quorum-e2e)
+second=(real:etcd-operator tests:redis-operator tests:kubectl-quorum doc tests:quorum-core)
+third=(bench:mysql,redis,mongodb real:mysql-operator tests:xtask tests:quorum-bench)
+fourth=(tests:mysql-operator bench:etcd tests:mongodb-operator)
+# Every package's tests, every real-node test binary and every engine's benchmark are in a
+# shard.
 python3 - "$metadata" "${first[@]}" "${second[@]}" "${third[@]}" "${fourth[@]}" <<'PY'
 import json, sys
 packages = json.load(open(sys.argv[1]))["packages"]
@@ -146,6 +162,8 @@ missing = [f"tests:{p['name']}" for p in packages] + [
     f"real:{p['name']}" for p in packages if any(t["name"] == "real_pods" for t in p["targets"])
 ]
 missing = [step for step in missing if step not in steps]
+benched = {e for step in steps if step.startswith("bench:") for e in step[6:].split(",")}
+missing += [f"bench:{e}" for e in ("etcd", "mysql", "redis", "mongodb") if e not in benched]
 sys.exit(f"e2e/test.sh: no shard runs {', '.join(missing)}" if missing else 0)
 PY
 log "cargo test: four shards at once"
