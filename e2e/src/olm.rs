@@ -345,9 +345,15 @@ impl Olm {
         std::fs::create_dir_all(&logs).expect("logs directory");
         let kubeconfig = kubeconfig_path();
         let (cert, key) = health_tls(scratch);
+        // OLM evaluates a CSV again on its objects' events and on a wake-up (5 and 15 minutes by
+        // default). An upgrade's new CSV whose requirements were checked before OLM saw it
+        // replaces the old one waits for that wake-up (RequirementsNotMet, the CRDs and the
+        // ServiceAccount "owned by another CSV"): every 30 s here, within the tests' waits.
+        let wake_up = "--interval=30s";
         let mut catalog_command = Command::new(olm.join("catalog"));
         catalog_command.arg("--kubeconfig").arg(&kubeconfig).args([
             &format!("--namespace={OLM_NAMESPACE}"),
+            wake_up,
             "--writeStatusName=",
             &format!("--tls-cert={cert}"),
             &format!("--tls-key={key}"),
@@ -357,6 +363,7 @@ impl Olm {
         let mut olm_command = Command::new(olm.join("olm"));
         olm_command.env("KUBECONFIG", &kubeconfig).args([
             &format!("--namespace={OLM_NAMESPACE}"),
+            wake_up,
             "--writeStatusName=",
             "--writePackageServerStatusName=",
         ]);
