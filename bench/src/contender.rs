@@ -181,10 +181,7 @@ impl Contender {
         let status = &cluster.data["status"];
         match self {
             Contender::Quorum(_) => {
-                let members = status["members"]
-                    .as_array()
-                    .map(Vec::as_slice)
-                    .unwrap_or_default();
+                let members = members(status);
                 self.is_settled(cluster)
                     && members.len() == size
                     && members
@@ -520,12 +517,17 @@ fn condition_holds(status: &Value, type_: &str) -> bool {
         .any(|condition| condition["type"] == type_ && condition["status"] == "True")
 }
 
-/// The peer's `Available` condition with `size` ready pods and `size` healthy voting members.
-fn peer_available_at(status: &Value, size: usize) -> bool {
-    let members = status["members"]
+/// The members `status` lists (both operators call the list `members`).
+fn members(status: &Value) -> &[Value] {
+    status["members"]
         .as_array()
         .map(Vec::as_slice)
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+/// The peer's `Available` condition with `size` ready pods and `size` healthy voting members.
+fn peer_available_at(status: &Value, size: usize) -> bool {
+    let members = members(status);
     condition_holds(status, "Available")
         && status["readyReplicas"] == size
         && members.len() == size

@@ -131,15 +131,7 @@ pub async fn measure(
             .prepare()
             .await?,
     );
-    let written = client.clone();
-    let writer = Writer::start(PREFIX, WRITE_INTERVAL, MOST_WRITES, move |key, value| {
-        let client = written.clone();
-        async move {
-            tokio::time::timeout(WRITE_TIMEOUT, client.write(key, value))
-                .await
-                .unwrap_or(false)
-        }
-    });
+    let writer = start_writer(client.clone(), PREFIX, MOST_WRITES);
     let killed = kill_primaries(admin, installed, &writer, kills).await;
     let history = writer.stop().await;
     let killed = killed?;
@@ -179,6 +171,27 @@ pub async fn measure(
         writes_acknowledged: history.acknowledged().count(),
         writes_checked,
     })
+}
+
+/// A writer through `client`, as an application writes: `prefix/<n>` every [`WRITE_INTERVAL`],
+/// each write given up after [`WRITE_TIMEOUT`], at most `most_writes`.
+pub fn start_writer(client: Arc<DataClient>, prefix: &str, most_writes: usize) -> Writer {
+    Writer::start(prefix, WRITE_INTERVAL, most_writes, move |key, value| {
+        let client = client.clone();
+        async move {
+            tokio::time::timeout(WRITE_TIMEOUT, client.write(key, value))
+                .await
+                .unwrap_or(false)
+        }
+    })
+}
+
+/// An etcd client of `endpoints` (`http://host:2379`), with the writer's timeouts.
+pub async fn etcd_client(endpoints: &[String]) -> anyhow::Result<etcd_client::Client> {
+    let options = etcd_client::ConnectOptions::new()
+        .with_connect_timeout(WRITE_TIMEOUT)
+        .with_timeout(WRITE_TIMEOUT);
+    Ok(etcd_client::Client::connect(endpoints, Some(options)).await?)
 }
 
 /// The kills: for each, the member killed, when, and the primary once all was settled again.
@@ -364,12 +377,7 @@ impl DataClient {
         Ok(match engine {
             Engine::Etcd => {
                 let ip = service_ip(etcd_operator::resources::client_service_name(cluster)).await?;
-                let options = etcd_client::ConnectOptions::new()
-                    .with_connect_timeout(WRITE_TIMEOUT)
-                    .with_timeout(WRITE_TIMEOUT);
-                DataClient::Etcd(Box::new(
-                    etcd_client::Client::connect([format!("http://{ip}:2379")], Some(options)).await?,
-                ))
+                DataClient::Etcd(Box::new(etcd_client(&[format!("http://{ip}:2379")]).await?))
             }
             Engine::Mysql => {
                 let ip = service_ip(mysql_operator::resources::primary_service_name(cluster)).await?;

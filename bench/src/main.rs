@@ -118,6 +118,7 @@ async fn main() -> anyhow::Result<()> {
     let mut failovers: Vec<Failovers> = Vec::new();
     let mut backups: Vec<Backups> = Vec::new();
     let mut resizes: [Option<Resizes>; 2] = [None, None];
+    let mut resize_rows = None;
     for engine in ALL_ENGINES {
         if !arguments.engines.contains(&engine) {
             continue;
@@ -127,11 +128,15 @@ async fn main() -> anyhow::Result<()> {
             let quorum = measure(&admin, &audit, contender, settings, scenarios).await?;
             let peer = measure(&admin, &audit, Contender::Peer, settings, scenarios).await?;
             print_comparison(&quorum.run, &peer.run, settings.clusters);
-            if let Some(ours) = &quorum.resizes {
+            resize_rows = quorum
+                .resizes
+                .as_ref()
+                .map(|ours| report::resizes(ours, peer.resizes.as_ref()));
+            if let Some(rows) = &resize_rows {
                 println!(
                     "\nOne etcd cluster resized by its spec under a writer, no acknowledged write lost:\n"
                 );
-                println!("{}", report::table(&report::resizes(ours, peer.resizes.as_ref())));
+                println!("{}", report::table(rows));
             }
             resizes = [quorum.resizes.clone(), peer.resizes.clone()];
             engine_runs.push(quorum.run.clone());
@@ -166,10 +171,6 @@ async fn main() -> anyhow::Result<()> {
         scenarios.backup_mib, scenarios.backup_rounds
     );
     println!("{}", report::engines_table(&backup_rows));
-
-    let resize_rows = resizes[0]
-        .as_ref()
-        .map(|ours| report::resizes(ours, resizes[1].as_ref()));
 
     let results = arguments.results.unwrap_or_else(|| {
         let root = quorum_e2e::tools::repository_root().join("bench").join("results");

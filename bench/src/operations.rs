@@ -6,7 +6,10 @@
 //! for both operators: the peer's Service is headless); at the end every acknowledged write is
 //! read back, and none may be lost.
 
-use std::time::{Duration, Instant};
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::{
@@ -22,15 +25,13 @@ use serde_json::json;
 
 use crate::{
     contender::{Contender, Installed},
-    failover::{CLUSTER, etcd_read_prefix},
+    failover::{CLUSTER, DataClient, etcd_client, etcd_read_prefix, start_writer},
 };
 
 /// The sizes the cluster is taken to, in turn, from the three members it was created with.
 pub const SIZES: [usize; 2] = [5, 3];
 const STARTING_SIZE: usize = 3;
 const PREFIX: &str = "operations";
-const WRITE_TIMEOUT: Duration = Duration::from_secs(1);
-const WRITE_INTERVAL: Duration = Duration::from_millis(50);
 /// Bounds the writer in count whatever happens (a few minutes at 20 writes a second).
 const MOST_WRITES: usize = 20_000;
 /// Acknowledged writes that show the writer reaches the cluster before the first resize.
@@ -86,19 +87,12 @@ pub async fn measure(admin: &Client, installed: &Installed) -> anyhow::Result<Re
         contender.name(),
         endpoints.len()
     );
-    let options = etcd_client::ConnectOptions::new()
-        .with_connect_timeout(WRITE_TIMEOUT)
-        .with_timeout(WRITE_TIMEOUT);
-    let client = etcd_client::Client::connect(endpoints, Some(options)).await?;
-    let written = client.clone();
-    let writer = Writer::start(PREFIX, WRITE_INTERVAL, MOST_WRITES, move |key, value| {
-        let mut client = written.clone();
-        async move {
-            tokio::time::timeout(WRITE_TIMEOUT, client.put(key, value, None))
-                .await
-                .is_ok_and(|put| put.is_ok())
-        }
-    });
+    let client = etcd_client(&endpoints).await?;
+    let writer = start_writer(
+        Arc::new(DataClient::Etcd(Box::new(client.clone()))),
+        PREFIX,
+        MOST_WRITES,
+    );
     let resized = resize_each(admin, installed, &pods, &selector, &writer).await;
     let history = writer.stop().await;
     let resizes = resized?;

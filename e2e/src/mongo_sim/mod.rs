@@ -25,9 +25,9 @@
 //!   `writeConcernError`) and `stopReplProducer`; `simPartition` is the simulator's own.
 //! - A member whose oplog diverged copies all data again (state ROLLBACK, then SECONDARY)
 //!   instead of rolling back entries. One that fell further behind than any sync source's kept
-//!   oplog (50,000 entries, or `--sim-oplog-entries`, whatever `--oplogSize` says) is too
-//!   stale to catch up, as on the
-//!   server: RECOVERING, `error RS102 too stale to catch up`, until it is wiped and syncs anew.
+//!   oplog (50,000 entries, or `--sim-oplog-entries`, whatever `--oplogSize` says) is too stale
+//!   to catch up, as on the server: RECOVERING, `error RS102 too stale to catch up`, until it is
+//!   wiped and syncs anew.
 //! - A new primary has no catch-up phase, `secondaryDelaySecs` does not delay, `buildIndexes`
 //!   changes nothing, write concerns take `majority` or a number (no tag sets), and
 //!   `replSetReconfig` returns once a majority of the new voters hold the configuration or

@@ -9,7 +9,7 @@
 //! A wake is a hint, never a fact: the pass observes everything afresh, as for any other trigger.
 
 use futures::{Stream, StreamExt};
-use kube::{Resource, runtime::reflector::ObjectRef};
+use kube::{Resource, ResourceExt, runtime::reflector::ObjectRef};
 use tokio::sync::broadcast;
 
 /// How many wakes may wait unread before the oldest are dropped. A dropped wake loses nothing:
@@ -29,6 +29,11 @@ impl ObjectKey {
             namespace: namespace.into(),
             name: name.into(),
         }
+    }
+
+    /// The key of `object` (a namespaced resource; the empty namespace for a cluster-scoped one).
+    pub fn of<K: Resource>(object: &K) -> Self {
+        Self::new(object.namespace().unwrap_or_default(), object.name_any())
     }
 
     /// The key of `namespace/name`, as the runner names a cluster that is gone.

@@ -207,7 +207,7 @@ fn follow_leader_events(
         .filter_map(|ordinal| resolver.client_url(ordinal))
         .collect();
     context.state.leader_events.follow(
-        ObjectKey::new(cluster.namespace().unwrap_or_default(), cluster.name_any()),
+        ObjectKey::of(cluster),
         endpoints,
         context.state.clients.tls(&cluster_key(cluster)),
     );
@@ -221,7 +221,7 @@ fn heard_failing(
     resolver: &MemberResolver,
     members: &[crate::decide::MemberFact],
 ) -> std::collections::BTreeMap<usize, Timestamp> {
-    let key = ObjectKey::new(cluster.namespace().unwrap_or_default(), cluster.name_any());
+    let key = ObjectKey::of(cluster);
     let events = &context.state.leader_events;
     for member in members.iter().filter(|m| m.observation.health.is_healthy()) {
         if let Some(url) = resolver.client_url(member.ordinal) {
