@@ -33,6 +33,7 @@ use crate::{
     contender::{Engine, Installed},
     failover::{DataClient, generated_password, server_container},
     process,
+    seeding::{self, Seed},
 };
 
 /// The cluster backed up: made for this scenario, with room for the data.
@@ -67,6 +68,8 @@ pub struct Backups {
     /// The operator's resident memory before the first backup, and its peak over all of them.
     pub operator_rss_before_bytes: u64,
     pub operator_peak_rss_bytes: u64,
+    /// MySQL: a fourth member seeded from the same data, after the backups.
+    pub seed: Option<Seed>,
 }
 
 impl Backups {
@@ -184,6 +187,12 @@ pub async fn measure(
         "{}'s process restarted during the backups",
         installed.contender.name()
     );
+    let seed = if engine == Engine::Mysql {
+        eprintln!("[bench] mysql: a fourth member seeded from the {data_mib} MiB");
+        Some(seeding::measure(admin, installed, CLUSTER, data_bytes, ticks_per_second).await?)
+    } else {
+        None
+    };
     clusters
         .delete(CLUSTER, &DeleteParams::background())
         .await
@@ -195,13 +204,16 @@ pub async fn measure(
         rounds: measured,
         operator_rss_before_bytes: before.rss_bytes,
         operator_peak_rss_bytes: after.peak_rss_bytes,
+        seed,
     })
 }
 
-/// The benchmark's cluster of `engine`, with memory for the data where the engine keeps it all
-/// in memory (Redis) and binary logs kept only as long as replication needs them.
+/// The benchmark's cluster of `engine`, with volumes for the data and memory for it where the
+/// engine keeps it all in memory (Redis).
 fn backup_cluster(installed: &Installed, engine: Engine, data_mib: usize) -> anyhow::Result<DynamicObject> {
     let mut cluster = installed.contender.cluster(CLUSTER)?;
+    // Room for the data, its snapshots or binary logs, and the engine's own files.
+    cluster.data["spec"]["storage"]["size"] = json!(format!("{}Mi", 3 * data_mib + 1024));
     if engine == Engine::Redis {
         cluster.data["spec"]["config"] = json!({
             "maxmemory": format!("{}mb", 2 * data_mib + 64),
@@ -444,6 +456,7 @@ mod tests {
             ],
             operator_rss_before_bytes: 30 * 1024 * 1024,
             operator_peak_rss_bytes: 28 * 1024 * 1024,
+            seed: None,
         };
         assert_eq!(backups.quorum_mib_per_second(), 16.0);
         assert_eq!(backups.tool_mib_per_second(), 32.0);

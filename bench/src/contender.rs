@@ -122,7 +122,7 @@ impl Contender {
         }
     }
 
-    fn cluster_resource(self) -> ApiResource {
+    pub fn cluster_resource(self) -> ApiResource {
         let gvk = match self {
             Contender::Quorum(engine) => GroupVersionKind::gvk(
                 &format!("{}.quorum.dev", engine.name()),

@@ -14,6 +14,8 @@ mod failover;
 mod operations;
 mod process;
 mod report;
+mod reshard;
+mod seeding;
 
 use std::{path::PathBuf, time::Duration};
 
@@ -28,6 +30,7 @@ use crate::{
     convergence::{Run, Settings},
     failover::Failovers,
     operations::Resizes,
+    reshard::Reshard,
 };
 
 const ALL_ENGINES: [Engine; 4] = [Engine::Etcd, Engine::Mysql, Engine::Redis, Engine::Mongodb];
@@ -54,12 +57,17 @@ struct Arguments {
     /// Kills of the primary per Quorum engine in the failover scenario (2 with --quick).
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u16).range(1..))]
     kills: u16,
-    /// MiB of data loaded into each engine's cluster for the backup scenario (4 with --quick).
-    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u16).range(1..=4096))]
+    /// MiB of data loaded into each engine's cluster for the backup scenario, and the MySQL
+    /// member seeded after it (4 with --quick).
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u16).range(1..=4096))]
     backup_mib: u16,
     /// Backups each way per engine, alternating Quorum's and the engine's tool (1 with --quick).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..))]
     backup_rounds: u16,
+    /// Keys in the Redis cluster a shard is added to, for Quorum and for `redis-cli --cluster
+    /// rebalance` (20,000 with --quick).
+    #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1_000..=10_000_000))]
+    reshard_keys: u64,
     /// Where the JSON goes (default: bench/results, or bench/results/quick with --quick).
     #[arg(long)]
     results: Option<PathBuf>,
@@ -93,6 +101,7 @@ async fn main() -> anyhow::Result<()> {
             kills: 2,
             backup_mib: 4,
             backup_rounds: 1,
+            reshard_keys: 20_000,
             ticks,
         }
     } else {
@@ -100,6 +109,7 @@ async fn main() -> anyhow::Result<()> {
             kills: arguments.kills.into(),
             backup_mib: arguments.backup_mib.into(),
             backup_rounds: arguments.backup_rounds.into(),
+            reshard_keys: arguments.reshard_keys as usize,
             ticks,
         }
     };
@@ -119,6 +129,7 @@ async fn main() -> anyhow::Result<()> {
     let mut backups: Vec<Backups> = Vec::new();
     let mut resizes: [Option<Resizes>; 2] = [None, None];
     let mut resize_rows = None;
+    let mut reshard = None;
     for engine in ALL_ENGINES {
         if !arguments.engines.contains(&engine) {
             continue;
@@ -146,6 +157,7 @@ async fn main() -> anyhow::Result<()> {
         } else {
             let measured = measure(&admin, &audit, contender, engine_settings, scenarios).await?;
             engine_runs.push(measured.run);
+            reshard = reshard.or(measured.reshard);
             failovers.extend(measured.failovers);
             backups.extend(measured.backups);
         }
@@ -171,6 +183,26 @@ async fn main() -> anyhow::Result<()> {
         scenarios.backup_mib, scenarios.backup_rounds
     );
     println!("{}", report::engines_table(&backup_rows));
+
+    let seed_rows = report::seeding(&backups);
+    if !seed_rows.is_empty() {
+        println!(
+            "\nA fourth MySQL member seeded from the backup scenario's {} MiB, the operator streaming the primary's \
+             snapshot into it:\n",
+            scenarios.backup_mib
+        );
+        println!("{}", report::engines_table(&seed_rows));
+    }
+
+    let reshard_rows = reshard.as_ref().map(report::reshard_figures);
+    if let Some(rows) = &reshard_rows {
+        println!(
+            "\nA fourth shard added to a Redis cluster of {} keys, against redis-cli --cluster rebalance on \
+             the same data, every key found after:\n",
+            scenarios.reshard_keys
+        );
+        println!("{}", report::table_against(rows, "redis-cli"));
+    }
 
     let results = arguments.results.unwrap_or_else(|| {
         let root = quorum_e2e::tools::repository_root().join("bench").join("results");
@@ -207,8 +239,11 @@ async fn main() -> anyhow::Result<()> {
         "failover_figures": failover_rows,
         "backups": backups,
         "backup_figures": backup_rows,
+        "seed_figures": seed_rows,
         "resizes": resizes,
         "resize_figures": resize_rows,
+        "reshard": reshard,
+        "reshard_figures": reshard_rows,
     });
     std::fs::write(&path, serde_json::to_string_pretty(&record)? + "\n")
         .with_context(|| format!("writing {}", path.display()))?;
@@ -241,6 +276,7 @@ struct Scenarios {
     kills: usize,
     backup_mib: usize,
     backup_rounds: usize,
+    reshard_keys: usize,
     ticks: u64,
 }
 
@@ -251,6 +287,8 @@ struct Measured {
     backups: Option<Backups>,
     /// etcd's operators only.
     resizes: Option<Resizes>,
+    /// Redis's only.
+    reshard: Option<Reshard>,
 }
 
 /// The etcd cluster grown and shrunk under a writer ([`operations`]).
@@ -300,6 +338,7 @@ async fn measure(
                 failovers: None,
                 backups: None,
                 resizes,
+                reshard: None,
             });
         };
         eprintln!(
@@ -310,6 +349,16 @@ async fn measure(
         let failovers = failover::measure(admin, &installed, engine, scenarios.kills).await?;
         let resizes = if engine == Engine::Etcd {
             Some(resize(admin, &installed).await?)
+        } else {
+            None
+        };
+        let reshard = if engine == Engine::Redis {
+            eprintln!(
+                "[bench] {}: a fourth shard added to {} keys, then redis-cli's rebalance on the same",
+                contender.name(),
+                scenarios.reshard_keys
+            );
+            Some(reshard::measure(admin, &installed, scenarios.reshard_keys).await?)
         } else {
             None
         };
@@ -339,6 +388,7 @@ async fn measure(
             failovers: Some(failovers),
             backups,
             resizes,
+            reshard,
         })
     }
     .await;

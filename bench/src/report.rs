@@ -9,6 +9,7 @@ use crate::{
     convergence::Run,
     failover::Failovers,
     operations::Resizes,
+    reshard::Reshard,
 };
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -18,6 +19,8 @@ const MIB: f64 = 1024.0 * 1024.0;
 pub enum Target {
     /// Quorum's figure over the peer's, at most this.
     RatioAtMost(f64),
+    /// Quorum's figure over the peer's, at least this.
+    RatioAtLeast(f64),
     /// Quorum's own figure, at most this.
     AtMost(f64),
     /// Quorum's own figure, at least this.
@@ -57,6 +60,11 @@ impl Figure {
         let verdict = match target {
             Target::RatioAtMost(most) => match ratio {
                 Some(ratio) if ratio <= most => Verdict::Pass,
+                Some(_) => Verdict::Short,
+                None => Verdict::NotJudged,
+            },
+            Target::RatioAtLeast(least) => match ratio {
+                Some(ratio) if ratio >= least => Verdict::Pass,
                 Some(_) => Verdict::Short,
                 None => Verdict::NotJudged,
             },
@@ -212,6 +220,36 @@ pub fn resizes(quorum: &Resizes, peer: Option<&Resizes>) -> Vec<Figure> {
         .collect()
 }
 
+/// A shard added to a loaded Redis cluster, against `redis-cli --cluster rebalance` on the
+/// same data: keys moved per second judged, the rest printed.
+pub fn reshard_figures(reshard: &Reshard) -> Vec<Figure> {
+    let (quorum, cli) = (&reshard.quorum, &reshard.redis_cli);
+    vec![
+        Figure::new(
+            "Redis 3 to 4 shards: keys moved per second",
+            "keys/s",
+            quorum.keys_per_second(),
+            Some(cli.keys_per_second()),
+            Target::RatioAtLeast(1.0),
+        ),
+        Figure::new(
+            "keys moved",
+            "keys",
+            quorum.keys_moved as f64,
+            Some(cli.keys_moved as f64),
+            Target::None,
+        ),
+        Figure::new("moving", "s", quorum.seconds, Some(cli.seconds), Target::None),
+        Figure::new(
+            "Quorum's scale-out, from the spec change",
+            "s",
+            reshard.quorum_from_spec_seconds,
+            None,
+            Target::None,
+        ),
+    ]
+}
+
 /// One row per engine of Quorum's settled cost (no peer runs these), judged on the same targets.
 pub fn engines(runs: &[Run]) -> Vec<EngineRow> {
     runs.iter()
@@ -299,6 +337,43 @@ pub fn backups(runs: &[Backups]) -> Vec<EngineRow> {
         .collect()
 }
 
+/// The MySQL replica seeded from the backup scenario's data, when it ran: how long, how fast,
+/// and the operator's memory growth while it streamed the snapshot (judged as the backups').
+pub fn seeding(runs: &[Backups]) -> Vec<EngineRow> {
+    runs.iter()
+        .filter_map(|run| {
+            let seed = run.seed.as_ref()?;
+            Some(EngineRow {
+                operator: Contender::Quorum(run.engine).name(),
+                clusters: 1,
+                figures: vec![
+                    Figure::new(
+                        "seeded, from the spec change",
+                        "s",
+                        seed.seconds,
+                        None,
+                        Target::None,
+                    ),
+                    Figure::new(
+                        "data over the time",
+                        "MiB/s",
+                        seed.mib_per_second(),
+                        None,
+                        Target::None,
+                    ),
+                    Figure::new(
+                        "operator memory growth",
+                        "MiB",
+                        seed.operator_rss_growth_mib(),
+                        None,
+                        Target::AtMost(10.0),
+                    ),
+                ],
+            })
+        })
+        .collect()
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct EngineRow {
     pub operator: String,
@@ -345,15 +420,21 @@ fn number(value: f64) -> String {
     }
 }
 
-/// A Markdown table (the README's Performance section shows the latest one).
+/// A Markdown table against the peer (the README's Performance section shows the latest one).
 pub fn table(figures: &[Figure]) -> String {
+    table_against(figures, "etcd-io/etcd-operator")
+}
+
+/// A Markdown table of Quorum's figures against `baseline`'s.
+pub fn table_against(figures: &[Figure], baseline: &str) -> String {
     let mut lines = vec![
-        "| figure | unit | Quorum | etcd-io/etcd-operator | ratio | target | |".to_string(),
+        format!("| figure | unit | Quorum | {baseline} | ratio | target | |"),
         "|---|---|---:|---:|---:|---|---|".to_string(),
     ];
     for figure in figures {
         let target = match figure.target {
             Target::RatioAtMost(most) => format!("ratio ≤ {most}"),
+            Target::RatioAtLeast(least) => format!("ratio ≥ {least}"),
             Target::AtMost(most) => format!("≤ {}", number(most)),
             Target::AtLeast(least) => format!("≥ {}", number(least)),
             Target::None => String::new(),
@@ -469,6 +550,42 @@ mod tests {
             ),
             "{table}"
         );
+    }
+
+    #[test]
+    fn resharding_is_judged_on_keys_per_second_against_redis_cli() {
+        use crate::reshard::Moved;
+        let reshard = Reshard {
+            keys: 1_000,
+            quorum: Moved {
+                keys_moved: 250,
+                seconds: 5.0,
+            },
+            quorum_from_spec_seconds: 20.0,
+            redis_cli: Moved {
+                keys_moved: 250,
+                seconds: 10.0,
+            },
+        };
+        let figures = reshard_figures(&reshard);
+        assert_eq!(
+            (
+                figures[0].quorum,
+                figures[0].peer,
+                figures[0].ratio,
+                figures[0].verdict
+            ),
+            (50.0, Some(25.0), Some(2.0), Verdict::Pass)
+        );
+        let table = table_against(&figures, "redis-cli");
+        assert!(
+            table.contains(
+                "| Redis 3 to 4 shards: keys moved per second | keys/s | 50 | 25 | 2.00 | ratio ≥ 1 | pass |"
+            ),
+            "{table}"
+        );
+        let slower = Figure::new("f", "keys/s", 20.0, Some(25.0), Target::RatioAtLeast(1.0));
+        assert_eq!(slower.verdict, Verdict::Short);
     }
 
     #[test]
