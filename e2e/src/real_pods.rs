@@ -182,6 +182,7 @@ impl InClusterS3 {
             stored.iter().any(|key| location.ends_with(key.as_str())),
             "{location} is not in the store: {stored:?}"
         );
+        reads_only_its_secrets(setup, ONE_SHOT_BACKUP).await;
         location
     }
 
@@ -1204,4 +1205,165 @@ pub async fn deploy_s3_store(admin: &Client, namespace: &str) -> InClusterS3 {
             .await
             .expect("the S3 store's pod"),
     }
+}
+
+/// The service account backup `backup`'s Jobs ran as (the one it owns) may read the store's
+/// credentials and no other Secret of the namespace: asked of the API server's own authorizer.
+pub async fn reads_only_its_secrets(setup: &OnRealNode, backup: &str) {
+    use k8s_openapi::api::{
+        authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec},
+        core::v1::ServiceAccount,
+    };
+    let accounts: Api<ServiceAccount> = Api::namespaced(setup.admin.clone(), &setup.ns);
+    let owned: Vec<String> = accounts
+        .list(&Default::default())
+        .await
+        .expect("list service accounts")
+        .items
+        .into_iter()
+        .filter(|account| {
+            account
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|owner| owner.name == backup)
+        })
+        .filter_map(|account| account.metadata.name)
+        .collect();
+    let [account] = &owned[..] else {
+        panic!("backup {backup} owns the service accounts {owned:?}, not one");
+    };
+    let reviews: Api<SubjectAccessReview> = Api::all(setup.admin.clone());
+    let allowed = |secret: &'static str| {
+        let reviews = reviews.clone();
+        let review = SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                user: Some(format!("system:serviceaccount:{}:{account}", setup.ns)),
+                resource_attributes: Some(ResourceAttributes {
+                    namespace: Some(setup.ns.clone()),
+                    verb: Some("get".into()),
+                    resource: Some("secrets".into()),
+                    name: Some(secret.into()),
+                    ..ResourceAttributes::default()
+                }),
+                ..SubjectAccessReviewSpec::default()
+            },
+            ..SubjectAccessReview::default()
+        };
+        async move {
+            reviews
+                .create(&kube::api::PostParams::default(), &review)
+                .await
+                .expect("review access")
+                .status
+                .is_some_and(|status| status.allowed)
+        }
+    };
+    assert!(
+        allowed(S3_CREDENTIALS).await,
+        "{account} may not read the store's credentials"
+    );
+    assert!(
+        !allowed("someone-elses-secret").await,
+        "{account} may read a Secret its backup does not need"
+    );
+}
+
+/// The account, Role and RoleBinding operator `operator`'s backup Jobs shared in a namespace in
+/// earlier releases, its Role allowing every Secret there, as such a release left them.
+pub async fn leave_a_shared_backup_identity(setup: &OnRealNode, operator: &str) {
+    use k8s_openapi::api::{
+        core::v1::ServiceAccount,
+        rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject},
+    };
+    let name = format!("{operator}-backup");
+    let metadata = kube::api::ObjectMeta {
+        name: Some(name.clone()),
+        namespace: Some(setup.ns.clone()),
+        ..Default::default()
+    };
+    let create = kube::api::PostParams::default();
+    Api::<ServiceAccount>::namespaced(setup.admin.clone(), &setup.ns)
+        .create(
+            &create,
+            &ServiceAccount {
+                metadata: metadata.clone(),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("create the shared account");
+    Api::<Role>::namespaced(setup.admin.clone(), &setup.ns)
+        .create(
+            &create,
+            &Role {
+                metadata: metadata.clone(),
+                rules: Some(vec![PolicyRule {
+                    api_groups: Some(vec![String::new()]),
+                    resources: Some(vec!["secrets".into()]),
+                    verbs: vec!["get".into()],
+                    ..Default::default()
+                }]),
+            },
+        )
+        .await
+        .expect("create the shared Role");
+    Api::<RoleBinding>::namespaced(setup.admin.clone(), &setup.ns)
+        .create(
+            &create,
+            &RoleBinding {
+                metadata,
+                role_ref: RoleRef {
+                    api_group: "rbac.authorization.k8s.io".into(),
+                    kind: "Role".into(),
+                    name: name.clone(),
+                },
+                subjects: Some(vec![Subject {
+                    kind: "ServiceAccount".into(),
+                    name,
+                    namespace: Some(setup.ns.clone()),
+                    ..Default::default()
+                }]),
+            },
+        )
+        .await
+        .expect("create the shared RoleBinding");
+}
+
+/// The shared identity [`leave_a_shared_backup_identity`] left is gone, all three objects.
+pub async fn shared_backup_identity_gone(setup: &OnRealNode, operator: &str) {
+    use k8s_openapi::api::{
+        core::v1::ServiceAccount,
+        rbac::v1::{Role, RoleBinding},
+    };
+    let name = format!("{operator}-backup");
+    wait::until(
+        "the shared backup identity deleted",
+        Duration::from_secs(60),
+        || async {
+            let left = [
+                Api::<ServiceAccount>::namespaced(setup.admin.clone(), &setup.ns)
+                    .get_opt(&name)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .map(|_| "ServiceAccount"),
+                Api::<Role>::namespaced(setup.admin.clone(), &setup.ns)
+                    .get_opt(&name)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .map(|_| "Role"),
+                Api::<RoleBinding>::namespaced(setup.admin.clone(), &setup.ns)
+                    .get_opt(&name)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .map(|_| "RoleBinding"),
+            ];
+            let left: Vec<&str> = left.into_iter().flatten().collect();
+            left.is_empty()
+                .then_some(())
+                .ok_or(format!("still there: {left:?}"))
+        },
+    )
+    .await;
 }

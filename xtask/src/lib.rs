@@ -394,6 +394,8 @@ mod tests {
                 &cluster.spec.group,
                 &cluster.spec.names.plural,
                 &backup.spec.names.plural,
+                "nightly",
+                &["credentials".to_string()],
             );
             assert_eq!(
                 quorum_core::rbac::beyond(&granted, &package.rules),

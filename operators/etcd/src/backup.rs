@@ -94,6 +94,10 @@ pub enum BackupStepError {
         #[source]
         source: BackupError,
     },
+    /// The cluster's client TLS material (`spec.tls.clientSecretName`) could not be read, so
+    /// its members cannot be reached. Nothing was asked.
+    #[error("the client TLS material: {0}")]
+    ClientTls(String),
 }
 
 impl BackupStepError {
@@ -110,6 +114,7 @@ impl BackupStepError {
             BackupStepError::Snapshot { .. } => "snapshot",
             BackupStepError::Stalled { .. } => "stalled",
             BackupStepError::Sink { .. } => "sink",
+            BackupStepError::ClientTls(_) => "client_tls",
         }
     }
 }

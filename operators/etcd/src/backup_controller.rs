@@ -35,6 +35,7 @@ impl ReconcileError for BackupStepError {
 
 /// etcd's part of a backup: one member, its snapshot.
 struct EtcdSnapshots<'a> {
+    context: &'a Context<State>,
     state: &'a State,
 }
 
@@ -61,6 +62,15 @@ impl BackupEngine for EtcdSnapshots<'_> {
         cluster.spec.pod_template.as_ref()
     }
 
+    fn secrets(&self, cluster: &EtcdCluster) -> Vec<String> {
+        cluster
+            .spec
+            .tls
+            .iter()
+            .filter_map(|tls| tls.client_secret_name.clone())
+            .collect()
+    }
+
     fn jobs(&self) -> Option<JobSettings> {
         let settings = &self.state.settings;
         JobSettings::when_configured(&settings.members, &settings.operator_image)
@@ -71,6 +81,12 @@ impl BackupEngine for EtcdSnapshots<'_> {
         _: &EtcdBackup,
         cluster: &EtcdCluster,
     ) -> Result<Sources<Member>, BackupStepError> {
+        // A run may come before any pass of the cluster has handed the clients its material
+        // (after an operator restart, and always in a backup Job's process).
+        let tls = crate::reconcile::client_tls(self.context, cluster)
+            .await
+            .map_err(|error| BackupStepError::ClientTls(error.to_string()))?;
+        self.state.clients.set_tls(&object_key(cluster), tls).await;
         let resolver = self.state.resolver(cluster);
         let candidates = cluster
             .status
@@ -133,6 +149,7 @@ pub async fn reconcile_backup(
     context: Arc<Context<State>>,
 ) -> Result<Action, BackupControllerError<BackupStepError>> {
     let engine = EtcdSnapshots {
+        context: &context,
         state: &context.state,
     };
     controller::reconcile(&engine, backup.as_ref(), &context).await
@@ -145,6 +162,7 @@ pub async fn run_backup(
     started: jiff::Timestamp,
 ) -> JobOutcome {
     let engine = EtcdSnapshots {
+        context: &context,
         state: &context.state,
     };
     controller::run_in_job(&engine, backup.as_ref(), &context, started).await

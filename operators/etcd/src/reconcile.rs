@@ -896,7 +896,10 @@ async fn wipe(
 /// The material to reach members serving clients over TLS: `ca.crt`, `tls.crt` and `tls.key`
 /// of `spec.tls.clientSecretName` (the certificate is presented as the operator's client
 /// identity, so it must allow client authentication). `None` when clients use plain HTTP.
-async fn client_tls(context: &Context<State>, cluster: &EtcdCluster) -> Result<Option<TlsMaterial>, Error> {
+pub(crate) async fn client_tls(
+    context: &Context<State>,
+    cluster: &EtcdCluster,
+) -> Result<Option<TlsMaterial>, Error> {
     let Some(secret_name) = cluster
         .spec
         .tls

@@ -207,16 +207,20 @@ async fn create_tls_secret(admin: &Client, namespace: &str, name: &str) {
 }
 
 /// Client TLS (with client-certificate authentication), peer TLS, and both, from formation: the
-/// members' own probes pass in each, the operator sees every member through its TLS clients, and
-/// a client holding the certificate writes and reads inside a member.
+/// members' own probes pass in each, the operator sees every member through its TLS clients, a
+/// client holding the certificate writes and reads inside a member, and a backup is stored by
+/// its Job, whose process reaches the members with the cluster's client material as the
+/// operator does (before, a Job never read it, so every backup of a cluster with client TLS
+/// failed).
 #[tokio::test]
-async fn members_with_client_peer_or_both_tls_form_and_pass_their_probes() {
+async fn members_with_client_peer_or_both_tls_form_pass_their_probes_and_are_backed_up() {
+    use etcd_operator::crd::EtcdBackup;
     for (label, client_tls, peer_tls) in [
         ("client", true, false),
         ("peer", false, true),
         ("both", true, true),
     ] {
-        let setup = install(&format!("real-tls-{label}")).await;
+        let setup = install_with_backups(&format!("real-tls-{label}")).await;
         let ns = setup.ns.clone();
         for (wanted, secret) in [(client_tls, "client-tls"), (peer_tls, "peer-tls")] {
             if wanted {
@@ -256,6 +260,8 @@ async fn members_with_client_peer_or_both_tls_form_and_pass_their_probes() {
             assert!(row[4].starts_with(client_scheme), "{label}: {listed}");
         }
 
+        let store = setup.deploy_s3_store().await;
+        store.back_up_once::<EtcdBackup>(&setup, CLUSTER, "etcd").await;
         setup.remove().await;
     }
 }
@@ -1007,7 +1013,10 @@ async fn a_cluster_created_again_from_a_backup_holds_exactly_the_backups_data() 
     let mut client = service_client(admin, &ns).await;
     client.put("in-the-backup", "kept", None).await.unwrap();
 
+    // What an earlier release's Jobs ran as goes when this one starts a Job.
+    real_pods::leave_a_shared_backup_identity(&setup, CHART).await;
     let one_shot = store.back_up_once::<EtcdBackup>(&setup, CLUSTER, "etcd").await;
+    real_pods::shared_backup_identity_gone(&setup, CHART).await;
     store
         .schedule_every_minute::<EtcdBackup>(&setup, CLUSTER, "etcd")
         .await;

@@ -89,6 +89,10 @@ impl BackupEngine for MongoSnapshots<'_> {
         cluster.spec.pod_template.as_ref()
     }
 
+    fn secrets(&self, replica_set: &MongoDBReplicaSet) -> Vec<String> {
+        vec![admin_secret_name(replica_set)]
+    }
+
     fn jobs(&self) -> Option<JobSettings> {
         let settings = &self.context.state.settings;
         JobSettings::when_configured(&settings.members, &settings.operator_image)

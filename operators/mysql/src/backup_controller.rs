@@ -76,6 +76,14 @@ impl BackupEngine for MySqlSnapshots<'_> {
         cluster.spec.pod_template.as_ref()
     }
 
+    /// What [`crate::reconcile::hand_admin_credentials`] reads: the root password and the
+    /// servers' CA.
+    fn secrets(&self, cluster: &MySQLCluster) -> Vec<String> {
+        std::iter::once(crate::resources::root_secret_name(cluster))
+            .chain(cluster.spec.tls.iter().map(|tls| tls.secret_name.clone()))
+            .collect()
+    }
+
     fn jobs(&self) -> Option<JobSettings> {
         let settings = &self.context.state.settings;
         JobSettings::when_configured(&settings.members, &settings.operator_image)

@@ -97,6 +97,10 @@ impl BackupEngine for RedisSnapshots<'_> {
         cluster.spec.pod_template.as_ref()
     }
 
+    fn secrets(&self, cluster: &RedisCluster) -> Vec<String> {
+        vec![auth_secret_name(cluster)]
+    }
+
     fn jobs(&self) -> Option<JobSettings> {
         let settings = &self.context.state.settings;
         JobSettings::when_configured(&settings.members, &settings.operator_image)

@@ -63,7 +63,7 @@ use super::{
     BackupError, BackupSink, Retention, ScheduleError, SinkSetupError, StoredBackup, cluster_sink, due_at,
     job::{
         BACKUP_LABEL, JobOutcome, JobSettings, JobState, StoredObject, backup_job, job_account, job_identity,
-        job_name, job_rules, job_state,
+        job_name, job_rules, job_state, shared_job_account,
     },
     next_due, object_name, object_prefix,
     progress::{self, PROGRESS_INTERVAL},
@@ -180,6 +180,10 @@ pub trait BackupEngine: Send + Sync {
 
     /// The cluster's `spec.podTemplate`: a backup Job may run where its members may.
     fn pod_overrides<'c>(&self, cluster: &'c Self::Cluster) -> Option<&'c PodOverrides>;
+
+    /// The Secrets a run reads for `cluster`: its credentials and the TLS material its clients
+    /// use. A backup Job may read these and the destination's, and no other.
+    fn secrets(&self, cluster: &Self::Cluster) -> Vec<String>;
 
     /// How runs are taken in Jobs beside the data; `None` to take them in the operator's
     /// process (an operator setting, `--backup-runner`).
@@ -679,8 +683,7 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
         let name = job_name(&self.backup.name_any(), now.as_millisecond());
         self.record_running(&sources[0], Some(name.clone())).await?;
 
-        let placement = self.engine.pod_overrides(cluster);
-        if let Err(error) = self.create_job(&name, now, settings, placement).await {
+        if let Err(error) = self.create_job(cluster, &name, now, settings).await {
             let message = format!("the run's Job {name} could not be created: {error}");
             self.record_failed_run("JobNotCreated", message).await?;
             return Err(BackupControllerError::Kubernetes(error));
@@ -690,64 +693,91 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
         Ok(Action::requeue(JOB_POLL))
     }
 
+    /// Applies the backup's own service account, Role (allowing the Secrets this run reads, by
+    /// name) and RoleBinding, removes the identity earlier releases shared between every
+    /// backup of the namespace, and creates the Job.
     async fn create_job(
         &self,
+        cluster: &E::Cluster,
         name: &str,
         started: Timestamp,
         settings: &JobSettings,
-        placement: Option<&PodOverrides>,
     ) -> Result<(), crate::Error> {
         let client = &self.context.client;
         let namespace = &self.namespace;
         let operator = self.context.applier.field_manager();
+        let backup = self.backup.name_any();
+        let mut secrets = self.engine.secrets(cluster);
+        secrets.extend(
+            self.spec()
+                .destination
+                .s3
+                .as_ref()
+                .map(|s3| s3.credentials_secret_name.clone()),
+        );
+        let account_name = job_account(operator, &backup);
+        let managed = BTreeMap::from([("app.kubernetes.io/managed-by".to_string(), operator.to_string())]);
         let (account, role, binding) = job_identity(
-            namespace,
-            operator,
+            crate::apply::child_metadata(self.backup, &account_name, managed)?,
             job_rules(
                 &E::Cluster::group(&()),
                 &E::Cluster::plural(&()),
                 &E::Backup::plural(&()),
+                &backup,
+                &secrets,
             ),
         );
         let apply = PatchParams::apply(operator).force();
-        let account_name = job_account(operator);
-        let failed = |kind: &str| {
-            let (kind, name) = (kind.to_string(), format!("{namespace}/{name}"));
+        let failed = |kind: &str, object: &str| {
+            let (kind, name) = (kind.to_string(), format!("{namespace}/{object}"));
             move |source| crate::Error::Apply { kind, name, source }
         };
         Api::<ServiceAccount>::namespaced(client.clone(), namespace)
             .patch(&account_name, &apply, &Patch::Apply(&account))
             .await
-            .map_err(failed("ServiceAccount"))?;
+            .map_err(failed("ServiceAccount", &account_name))?;
         Api::<Role>::namespaced(client.clone(), namespace)
             .patch(&account_name, &apply, &Patch::Apply(&role))
             .await
-            .map_err(failed("Role"))?;
+            .map_err(failed("Role", &account_name))?;
         Api::<RoleBinding>::namespaced(client.clone(), namespace)
             .patch(&account_name, &apply, &Patch::Apply(&binding))
             .await
-            .map_err(failed("RoleBinding"))?;
+            .map_err(failed("RoleBinding", &account_name))?;
+        self.remove_shared_identity().await?;
+
         let labels = BTreeMap::from([
-            (BACKUP_LABEL.to_string(), self.backup.name_any()),
+            (BACKUP_LABEL.to_string(), backup.clone()),
             // What the backup controller's Job watch selects: a Job's changes wake its backup.
             ("app.kubernetes.io/managed-by".to_string(), operator.to_string()),
         ]);
         let metadata = crate::apply::child_metadata(self.backup, name, labels)?;
         let job = backup_job(
             metadata,
-            &self.backup.name_any(),
+            &backup,
             &started.to_string(),
             settings,
             &account_name,
-            placement,
+            self.engine.pod_overrides(cluster),
         );
         match Api::<Job>::namespaced(client.clone(), namespace)
             .create(&PostParams::default(), &job)
             .await
         {
             Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
-            result => result.map(drop).map_err(failed("Job")),
+            result => result.map(drop).map_err(failed("Job", name)),
         }
+    }
+
+    /// Deletes the service account, Role and RoleBinding every backup Job of this operator in
+    /// the namespace ran as before each backup had its own: that Role allowed every Secret.
+    /// Gone already is the usual answer.
+    async fn remove_shared_identity(&self) -> Result<(), crate::Error> {
+        let (client, namespace) = (&self.context.client, self.namespace.as_str());
+        let shared = shared_job_account(self.context.applier.field_manager());
+        delete_if_present::<RoleBinding>(client, namespace, &shared).await?;
+        delete_if_present::<Role>(client, namespace, &shared).await?;
+        delete_if_present::<ServiceAccount>(client, namespace, &shared).await
     }
 
     /// `None` when the backup runs now; otherwise when to look again (never, for a finished
@@ -1120,6 +1150,21 @@ where
     let name = crate::naming::child_name(&cluster.name_any(), "scheduled");
     let backup = scheduled_backup::<B, C>(cluster, policy, &name, labels)?;
     context.applier.apply_or_remove(cluster, &name, backup).await
+}
+
+/// Deletes `namespace/name` of kind `K` when it exists.
+async fn delete_if_present<K>(client: &kube::Client, namespace: &str, name: &str) -> Result<(), crate::Error>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + Debug + DeserializeOwned,
+{
+    let deleted = Api::<K>::namespaced(client.clone(), namespace)
+        .delete(name, &DeleteParams::background())
+        .await;
+    crate::apply::ignore_not_found(deleted).map_err(|source| crate::Error::Apply {
+        kind: format!("deleting {}", K::kind(&())),
+        name: format!("{namespace}/{name}"),
+        source,
+    })
 }
 
 #[cfg(test)]

@@ -10,11 +10,13 @@
 //! disappears (deleted by a person, or its pod evicted and the Job gone) leaves the run
 //! interrupted; an operator restart does not, since the Job goes on without it.
 //!
-//! The Job runs as its operator's service account in the namespace (`<operator>-backup`, one
-//! per operator, so that operators of two engines in one namespace never rewrite each other's
-//! Role), which may read only what a run reads ([`job_rules`]): the backup and its cluster,
-//! their pods and Services, and Secrets (the cluster's credentials and the destination's); it
-//! writes only its backup's `status.progress` ([`super::progress`]).
+//! The Job runs as a service account of its backup's own (`<operator>-backup-<backup>`, with a
+//! Role and RoleBinding of the same name, all owned by the backup so they go with it), which may
+//! read only what a run reads ([`job_rules`]): the backup and its cluster, their pods and
+//! Services, and by name the Secrets the run needs (the cluster's credentials and TLS material,
+//! and the destination's); it writes only its own backup's `status.progress`
+//! ([`super::progress`]). One identity per backup, not per operator, because a Role names the
+//! Secrets it allows: a shared one would let every backup's Job read every backup's Secrets.
 
 use std::{collections::BTreeMap, io::Read, io::Write};
 
@@ -31,11 +33,21 @@ use serde::{Deserialize, Serialize};
 
 use crate::{crd::PodOverrides, rbac::rule};
 
-/// The service account (and Role and RoleBinding) operator `operator`'s backup Jobs run as
-/// in each namespace.
-pub fn job_account(operator: &str) -> String {
+/// The service account (and Role and RoleBinding) the Jobs of backup `backup` run as, made by
+/// operator `operator` (two engines' backups may share a name in one namespace).
+pub fn job_account(operator: &str, backup: &str) -> String {
+    crate::naming::shorten(&format!("{operator}-backup-{backup}"), MAX_OBJECT_NAME)
+}
+
+/// The one account, Role and RoleBinding an operator's backup Jobs shared in a namespace
+/// before each backup had its own; the operator deletes them when it next starts a Job there,
+/// since that Role let any Job read every Secret of the namespace.
+pub fn shared_job_account(operator: &str) -> String {
     format!("{operator}-backup")
 }
+
+/// The longest name of a service account, Role or RoleBinding (a DNS subdomain).
+const MAX_OBJECT_NAME: usize = 253;
 /// The label naming the backup resource a Job runs for.
 pub const BACKUP_LABEL: &str = "quorum.dev/backup";
 /// The first argument of the operator's process in a backup Job.
@@ -317,36 +329,46 @@ pub fn backup_job(
     }
 }
 
-/// What a backup Job's process reads, and nothing else: the engine's clusters and backups
-/// (API `group`), their pods and Services, and Secrets (the cluster's credentials and the
-/// destination's); and the one thing it writes, its backup's `status.progress`. Every one is
-/// also the operator's (the API server lets it grant only what it holds).
-pub fn job_rules(group: &str, clusters: &str, backups: &str) -> Vec<PolicyRule> {
-    vec![
+/// What the Jobs of backup `backup` read, and nothing else: the engine's clusters and backups
+/// (API `group`), their pods and Services, and the Secrets named in `secrets` (the cluster's
+/// credentials and TLS material, the destination's); and the one thing they write, their own
+/// backup's `status.progress`. Every one is also the operator's (the API server lets it grant
+/// only what it holds).
+pub fn job_rules(
+    group: &str,
+    clusters: &str,
+    backups: &str,
+    backup: &str,
+    secrets: &[String],
+) -> Vec<PolicyRule> {
+    let named = |mut rule: PolicyRule, names: Vec<String>| {
+        rule.resource_names = Some(names);
+        rule
+    };
+    let mut rules = vec![
         rule(group, &[clusters, backups], &["get", "list"]),
-        rule(group, &[&format!("{backups}/status")], &["patch"]),
+        named(
+            rule(group, &[&format!("{backups}/status")], &["patch"]),
+            vec![backup.to_string()],
+        ),
         rule("", &["pods"], &["get", "list"]),
-        rule("", &["services", "configmaps", "secrets"], &["get"]),
-    ]
+        rule("", &["services", "configmaps"], &["get"]),
+    ];
+    let mut secrets = secrets.to_vec();
+    secrets.sort();
+    secrets.dedup();
+    // A rule with no names would allow every Secret: with none to read, none is allowed.
+    if !secrets.is_empty() {
+        rules.push(named(rule("", &["secrets"], &["get"]), secrets));
+    }
+    rules
 }
 
-/// The service account, Role and RoleBinding operator `operator`'s backup Jobs run as in
-/// `namespace` ([`job_account`]).
-pub fn job_identity(
-    namespace: &str,
-    operator: &str,
-    rules: Vec<PolicyRule>,
-) -> (ServiceAccount, Role, RoleBinding) {
-    let account = job_account(operator);
-    let metadata = ObjectMeta {
-        name: Some(account.clone()),
-        namespace: Some(namespace.into()),
-        labels: Some(BTreeMap::from([(
-            "app.kubernetes.io/managed-by".to_string(),
-            operator.to_string(),
-        )])),
-        ..ObjectMeta::default()
-    };
+/// The service account, Role and RoleBinding of `metadata` (its name, namespace, labels and
+/// owner), the Role holding `rules`.
+pub fn job_identity(metadata: ObjectMeta, rules: Vec<PolicyRule>) -> (ServiceAccount, Role, RoleBinding) {
+    let account = metadata.name.clone().unwrap_or_default();
+    let namespace = metadata.namespace.clone();
     (
         ServiceAccount {
             metadata: metadata.clone(),
@@ -366,7 +388,7 @@ pub fn job_identity(
             subjects: Some(vec![Subject {
                 kind: "ServiceAccount".into(),
                 name: account,
-                namespace: Some(namespace.into()),
+                namespace,
                 ..Subject::default()
             }]),
         },
@@ -374,15 +396,16 @@ pub fn job_identity(
 }
 
 /// The rules an operator needs to run backups in Jobs: the Jobs (created, followed, their
-/// pods' termination messages read, deleted once recorded) and the Jobs' identity (applied).
+/// pods' termination messages read, deleted once recorded) and the Jobs' identities (applied;
+/// the shared one of earlier releases deleted).
 pub fn operator_rules() -> Vec<PolicyRule> {
     vec![
         rule("batch", &["jobs"], &["get", "list", "watch", "create", "delete"]),
-        rule("", &["serviceaccounts"], &["get", "create", "patch"]),
+        rule("", &["serviceaccounts"], &["get", "create", "patch", "delete"]),
         rule(
             "rbac.authorization.k8s.io",
             &["roles", "rolebindings"],
-            &["get", "create", "patch"],
+            &["get", "create", "patch", "delete"],
         ),
     ]
 }
@@ -578,6 +601,17 @@ mod tests {
         );
     }
 
+    fn etcd_rules(secrets: &[&str]) -> Vec<PolicyRule> {
+        let secrets: Vec<String> = secrets.iter().map(|name| name.to_string()).collect();
+        job_rules(
+            "etcd.quorum.dev",
+            "etcdclusters",
+            "etcdbackups",
+            "nightly",
+            &secrets,
+        )
+    }
+
     #[test]
     fn a_job_may_do_only_what_the_operator_may() {
         let operator = crate::rbac::operator_rules(
@@ -590,7 +624,7 @@ mod tests {
                 rule("", &["pods"], &["get", "list", "watch", "delete"]),
             ],
         );
-        let granted = job_rules("etcd.quorum.dev", "etcdclusters", "etcdbackups");
+        let granted = etcd_rules(&["client-tls", "s3-credentials"]);
         assert_eq!(crate::rbac::beyond(&granted, &operator), Vec::<String>::new());
         let without_pods = crate::rbac::operator_rules(
             "etcd.quorum.dev",
@@ -605,33 +639,68 @@ mod tests {
         );
     }
 
-    /// Operators of two engines back up in one namespace: each applies its own account, Role
-    /// and RoleBinding, so neither replaces the other's rules.
+    /// A Job reads the Secrets its run needs by name and no other, and writes only its own
+    /// backup's status; with no Secret to read it may read none (a rule without names would
+    /// allow them all).
     #[test]
-    fn each_operators_jobs_have_an_identity_of_their_own() {
-        let etcd = job_identity(
-            "shop",
-            "quorum-etcd-operator",
-            job_rules("etcd.quorum.dev", "etcdclusters", "etcdbackups"),
-        );
-        let mysql = job_identity(
-            "shop",
-            "quorum-mysql-operator",
-            job_rules("mysql.quorum.dev", "mysqlclusters", "mysqlbackups"),
-        );
-        for (account, role, binding) in [&etcd, &mysql] {
-            let name = account.metadata.name.clone().unwrap();
-            assert_eq!(role.metadata.name.as_ref(), Some(&name));
-            assert_eq!(binding.metadata.name.as_ref(), Some(&name));
-            assert_eq!(binding.role_ref.name, name);
-            assert_eq!(binding.subjects.as_ref().unwrap()[0].name, name);
-        }
+    fn a_jobs_secrets_and_status_are_its_backups_own() {
+        let named = |rules: &[PolicyRule], resource: &str| -> Option<Vec<String>> {
+            rules
+                .iter()
+                .find(|rule| rule.resources.iter().flatten().any(|r| r == resource))
+                .map(|rule| {
+                    rule.resource_names
+                        .clone()
+                        .expect("the rule names what it allows")
+                })
+        };
+        let rules = etcd_rules(&["s3-credentials", "client-tls", "s3-credentials"]);
         assert_eq!(
-            etcd.0.metadata.name.as_deref(),
-            Some("quorum-etcd-operator-backup")
+            named(&rules, "secrets"),
+            Some(vec!["client-tls".to_string(), "s3-credentials".to_string()])
         );
-        assert_ne!(etcd.0.metadata.name, mysql.0.metadata.name);
-        assert_ne!(etcd.1.metadata.name, mysql.1.metadata.name);
-        assert_ne!(etcd.2.metadata.name, mysql.2.metadata.name);
+        assert_eq!(
+            named(&rules, "etcdbackups/status"),
+            Some(vec!["nightly".to_string()])
+        );
+        assert!(
+            rules
+                .iter()
+                .filter(|rule| rule.resource_names.is_none())
+                .all(|rule| !rule.resources.iter().flatten().any(|r| r == "secrets"))
+        );
+        assert_eq!(named(&etcd_rules(&[]), "secrets"), None);
+    }
+
+    /// Each backup has an identity of its own, named for its operator and itself: operators of
+    /// two engines back up in one namespace, and their backups may share a name.
+    #[test]
+    fn each_backup_has_an_identity_of_its_own() {
+        let etcd = job_account("quorum-etcd-operator", "nightly");
+        let mysql = job_account("quorum-mysql-operator", "nightly");
+        assert_eq!(etcd, "quorum-etcd-operator-backup-nightly");
+        assert_ne!(etcd, mysql);
+        assert_ne!(etcd, job_account("quorum-etcd-operator", "hourly"));
+        assert_ne!(etcd, shared_job_account("quorum-etcd-operator"));
+        let long = job_account("quorum-etcd-operator", &"b".repeat(253));
+        assert!(long.len() <= 253, "{}", long.len());
+        assert_ne!(long, job_account("quorum-etcd-operator", &"b".repeat(252)));
+
+        let metadata = ObjectMeta {
+            name: Some(etcd.clone()),
+            namespace: Some("shop".into()),
+            ..ObjectMeta::default()
+        };
+        let (account, role, binding) = job_identity(metadata, etcd_rules(&["client-tls"]));
+        for name in [
+            account.metadata.name.as_ref(),
+            role.metadata.name.as_ref(),
+            binding.metadata.name.as_ref(),
+            Some(&binding.role_ref.name),
+            Some(&binding.subjects.as_ref().unwrap()[0].name),
+        ] {
+            assert_eq!(name, Some(&etcd));
+        }
+        assert_eq!(binding.subjects.unwrap()[0].namespace.as_deref(), Some("shop"));
     }
 }
