@@ -44,6 +44,9 @@ use crate::{
 
 pub use quorum_core::config::{MemberAddresses, MemberConfig};
 
+/// How soon a step etcd declined for now is asked again.
+const DECLINED_STEP_RETRY: Duration = Duration::from_secs(1);
+
 /// Operator-wide settings.
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -164,15 +167,23 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, context: Arc<Context<State>>) 
     warn_on_even_member_count(&context, &cluster).await;
 
     report.write(&decision, &memory).await?;
-    let usual = match decision {
-        Decision::Settled => Duration::from_secs(60),
-        _ => Duration::from_secs(5),
-    };
     Ok(Action::requeue(context.state.follow_ups.next_pass(
         &observed.key,
         progress.acted().as_ref(),
-        usual,
+        usual_interval(&decision, &progress),
     )))
+}
+
+/// How soon the next pass runs unless this one took a new step: a minute once settled; a
+/// second after a step etcd declined for now, whose reasons pass within seconds (a learner
+/// catching up with the leader, members connected for less than etcd's five-second health
+/// window); five seconds while waiting on anything else.
+fn usual_interval(decision: &Decision, progress: &Progress<Reason>) -> Duration {
+    match (decision, progress) {
+        (Decision::Settled, _) => Duration::from_secs(60),
+        (Decision::Act(_), Progress::Waiting { .. }) => DECLINED_STEP_RETRY,
+        _ => Duration::from_secs(5),
+    }
 }
 
 /// The cluster as stored, if a pass may run on it now (`quorum_core::pass::admit`: status is this
@@ -785,7 +796,13 @@ async fn act(
         }
         Ok(StepOutcome::NotYet(why)) => {
             tracing::info!(cluster = %observed.key, ?step, %why, "etcd declined the step for now");
-            Ok(Progress::Settled)
+            Ok(Progress::Waiting {
+                reason: step_reason(step),
+                message: format!(
+                    "{}: etcd declined it for now, asked again shortly: {why}",
+                    describe(step)
+                ),
+            })
         }
         Err(error) => {
             let failed = Progress::Failed {
@@ -1023,6 +1040,40 @@ mod tests {
             ordinal: Some(ordinal),
             replaced: None,
         }
+    }
+
+    /// A step etcd declined for now is asked again within a second, not at the five seconds
+    /// of any other wait (a grow of two members spent up to ten more seconds before).
+    #[test]
+    fn a_declined_step_is_asked_again_sooner_than_any_other_wait() {
+        let promote = Decision::Act(Step::Promote { ordinal: 3, id: 7 });
+        let declined = Progress::Waiting {
+            reason: Reason::PromotingMember,
+            message: "promote member 3: etcd declined it for now".into(),
+        };
+        let taken = Progress::Acted {
+            reason: Reason::PromotingMember,
+            message: "promote member 3".into(),
+        };
+        let waiting = Decision::wait(Reason::LearnerCatchingUp, "member 3 is starting");
+        let learner_waits = Progress::Waiting {
+            reason: Reason::LearnerCatchingUp,
+            message: "member 3 is starting".into(),
+        };
+        let cases = [
+            (&promote, &declined, DECLINED_STEP_RETRY),
+            (&promote, &taken, Duration::from_secs(5)),
+            (&waiting, &learner_waits, Duration::from_secs(5)),
+            (&Decision::Settled, &Progress::Settled, Duration::from_secs(60)),
+        ];
+        for (decision, progress, expected) in cases {
+            assert_eq!(
+                usual_interval(decision, progress),
+                expected,
+                "{decision:?} {progress:?}"
+            );
+        }
+        assert!(DECLINED_STEP_RETRY < Duration::from_secs(5));
     }
 
     /// The wipe of the lost members moves a recovery to its forcing phase and leaves them to be
