@@ -222,18 +222,11 @@ async fn quorum_reshard(
         .await
         .with_context(|| format!("deleting {CLUSTER}"))?;
     // Its memory is the baseline's to use.
-    wait::within(
+    real_node::pods_gone(
+        &pods,
+        &selector,
         &format!("{CLUSTER}'s pods gone"),
         Duration::from_secs(180),
-        || async {
-            let left = pods
-                .list(&ListParams::default().labels(&selector))
-                .await
-                .map_err(|error| error.to_string())?
-                .items
-                .len();
-            (left == 0).then_some(()).ok_or(format!("{left} left"))
-        },
     )
     .await
     .map_err(anyhow::Error::msg)?;

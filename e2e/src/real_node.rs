@@ -209,6 +209,21 @@ pub async fn wait_pod_ready(admin: &Client, namespace: &str, name: &str, timeout
     .await
 }
 
+/// Waits until no pod matches `selector`, up to `timeout`; a timeout is an error saying how
+/// many are left.
+pub async fn pods_gone(pods: &Api<Pod>, selector: &str, what: &str, timeout: Duration) -> Result<(), String> {
+    wait::within(what, timeout, || async {
+        let left = pods
+            .list(&kube::api::ListParams::default().labels(selector))
+            .await
+            .map_err(|error| error.to_string())?
+            .items
+            .len();
+        (left == 0).then_some(()).ok_or(format!("{left} left"))
+    })
+    .await
+}
+
 /// The Service's cluster IP: how a test on the host reaches the pods behind it (kube-proxy
 /// routes it; the host cannot resolve cluster DNS names).
 pub async fn cluster_ip(admin: &Client, namespace: &str, service: &str) -> String {

@@ -530,25 +530,14 @@ impl OnRealNode {
         let chart = self.chart.take().expect("the chart is installed");
         chart.uninstall();
         let selector = format!("app.kubernetes.io/name={}", self.chart_name);
-        let pods = self.pods();
-        wait::until(
+        real_node::pods_gone(
+            &self.pods(),
+            &selector,
             "the operator's pod gone after helm uninstall",
             Duration::from_secs(60),
-            || async {
-                let left = pods
-                    .list(&ListParams::default().labels(&selector))
-                    .await
-                    .map_err(|error| error.to_string())?
-                    .items
-                    .len();
-                if left == 0 {
-                    Ok(())
-                } else {
-                    Err(format!("{left} left"))
-                }
-            },
         )
-        .await;
+        .await
+        .unwrap_or_else(|failure| panic!("{failure}"));
     }
 
     /// Kills `container`'s main process in pod `name` (as a crash or the OOM killer would) and
@@ -1343,27 +1332,30 @@ pub async fn shared_backup_identity_gone(setup: &OnRealNode, operator: &str) {
         Duration::from_secs(60),
         || async {
             let left = [
-                Api::<ServiceAccount>::namespaced(setup.admin.clone(), &setup.ns)
-                    .get_opt(&name)
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .map(|_| "ServiceAccount"),
-                Api::<Role>::namespaced(setup.admin.clone(), &setup.ns)
-                    .get_opt(&name)
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .map(|_| "Role"),
-                Api::<RoleBinding>::namespaced(setup.admin.clone(), &setup.ns)
-                    .get_opt(&name)
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .map(|_| "RoleBinding"),
+                kind_if_present::<ServiceAccount>(setup, &name).await?,
+                kind_if_present::<Role>(setup, &name).await?,
+                kind_if_present::<RoleBinding>(setup, &name).await?,
             ];
-            let left: Vec<&str> = left.into_iter().flatten().collect();
+            let left: Vec<String> = left.into_iter().flatten().collect();
             left.is_empty()
                 .then_some(())
                 .ok_or(format!("still there: {left:?}"))
         },
     )
     .await;
+}
+
+/// The kind of `K`, when the object `name` of that kind is in the setup's namespace.
+async fn kind_if_present<K>(setup: &OnRealNode, name: &str) -> Result<Option<String>, String>
+where
+    K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+{
+    let found = Api::<K>::namespaced(setup.admin.clone(), &setup.ns)
+        .get_opt(name)
+        .await
+        .map_err(|error| error.to_string())?;
+    Ok(found.map(|_| K::kind(&()).to_string()))
 }
