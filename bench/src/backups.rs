@@ -44,6 +44,8 @@ const STORE_PREFIX: &str = "bench-backups";
 const VALUE_BYTES: usize = 64 * 1024;
 /// Values written at once while loading.
 const LOAD_BATCH: usize = 16;
+/// How long one batch may take to be written.
+const LOAD_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long one backup (either way) may take before the run fails.
 const BACKUP_TIMEOUT: Duration = Duration::from_secs(900);
 
@@ -150,7 +152,7 @@ pub async fn measure(
     .await
     .map_err(anyhow::Error::msg)?;
 
-    let client = DataClient::connect(admin, namespace, engine, CLUSTER).await?;
+    let client = DataClient::connect(admin, namespace, engine, CLUSTER, LOAD_TIMEOUT).await?;
     let data_bytes = load(&client, data_mib).await?;
     eprintln!("[bench] {}: {data_mib} MiB loaded into {CLUSTER}", engine.name());
 

@@ -126,7 +126,7 @@ pub async fn measure(
 ) -> anyhow::Result<Failovers> {
     let namespace = installed.clusters_namespace;
     let client = Arc::new(
-        DataClient::connect(admin, namespace, engine, CLUSTER)
+        DataClient::connect(admin, namespace, engine, CLUSTER, WRITE_TIMEOUT)
             .await?
             .prepare()
             .await?,
@@ -188,9 +188,17 @@ pub fn start_writer(client: Arc<DataClient>, prefix: &str, most_writes: usize) -
 
 /// An etcd client of `endpoints` (`http://host:2379`), with the writer's timeouts.
 pub async fn etcd_client(endpoints: &[String]) -> anyhow::Result<etcd_client::Client> {
+    etcd_client_timing_out(endpoints, WRITE_TIMEOUT).await
+}
+
+/// An etcd client of `endpoints` whose connections and requests are given up after `timeout`.
+async fn etcd_client_timing_out(
+    endpoints: &[String],
+    timeout: Duration,
+) -> anyhow::Result<etcd_client::Client> {
     let options = etcd_client::ConnectOptions::new()
-        .with_connect_timeout(WRITE_TIMEOUT)
-        .with_timeout(WRITE_TIMEOUT);
+        .with_connect_timeout(timeout)
+        .with_timeout(timeout);
     Ok(etcd_client::Client::connect(endpoints, Some(options)).await?)
 }
 
@@ -362,11 +370,15 @@ pub enum DataClient {
 }
 
 impl DataClient {
+    /// A client of `cluster`'s client Service, as an application's, each etcd request given up
+    /// after `etcd_timeout` (the writer's second; longer for bulk loads, whose megabyte
+    /// transactions a busy member may take seconds to commit).
     pub async fn connect(
         admin: &Client,
         namespace: &str,
         engine: Engine,
         cluster: &str,
+        etcd_timeout: Duration,
     ) -> anyhow::Result<Self> {
         let service_ip = |service: String| async move {
             real_node::cluster_ip(admin, namespace, &service)
@@ -377,7 +389,8 @@ impl DataClient {
         Ok(match engine {
             Engine::Etcd => {
                 let ip = service_ip(etcd_operator::resources::client_service_name(cluster)).await?;
-                DataClient::Etcd(Box::new(etcd_client(&[format!("http://{ip}:2379")]).await?))
+                let endpoint = format!("http://{ip}:2379");
+                DataClient::Etcd(Box::new(etcd_client_timing_out(&[endpoint], etcd_timeout).await?))
             }
             Engine::Mysql => {
                 let ip = service_ip(mysql_operator::resources::primary_service_name(cluster)).await?;
