@@ -5,6 +5,7 @@
 //! nothing if its effect is already there, so a step repeated after a crash is harmless.
 
 use quorum_core::availability::{clients::MemberKey, retry::CallError, retry::Idempotency};
+use std::time::Duration;
 
 use crate::{
     admin::AdminError,
@@ -34,13 +35,16 @@ pub enum StepError {
     Call(#[from] CallError<AdminError>),
 }
 
-/// Takes an admin step against the cluster observed in `view`.
+/// Takes an admin step against the cluster observed in `view`; `tried_for` is how long the
+/// step has been tried (since it was recorded in flight), which picks the member a membership
+/// change goes to ([`membership_target`]).
 pub async fn execute(
     clients: &EtcdClients,
     cluster: &str,
     resolver: &MemberResolver,
     view: &ClusterView,
     step: &Step,
+    tried_for: Duration,
 ) -> Result<StepOutcome, StepError> {
     let membership = view.membership.as_deref().unwrap_or_default();
     match *step {
@@ -49,7 +53,7 @@ pub async fn execute(
             if membership.iter().any(|m| m.peer_urls.contains(&peer_url)) {
                 return Ok(StepOutcome::Done);
             }
-            let (key, endpoint) = healthy_member(view, resolver, cluster, None, "member_add")?;
+            let (key, endpoint) = healthy_member(view, resolver, cluster, None, tried_for, "member_add")?;
             membership_change(
                 clients
                     .call(&key, &endpoint, "member_add", Idempotency::Mutation, |admin| {
@@ -63,7 +67,7 @@ pub async fn execute(
             if membership.iter().any(|m| m.id == id && !m.learner) {
                 return Ok(StepOutcome::Done);
             }
-            let (key, endpoint) = healthy_member(view, resolver, cluster, None, "member_promote")?;
+            let (key, endpoint) = healthy_member(view, resolver, cluster, None, tried_for, "member_promote")?;
             membership_change(
                 clients
                     .call(
@@ -80,7 +84,8 @@ pub async fn execute(
             if !membership.iter().any(|m| m.id == id) {
                 return Ok(StepOutcome::Done);
             }
-            let (key, endpoint) = healthy_member(view, resolver, cluster, Some(ordinal), "member_remove")?;
+            let (key, endpoint) =
+                healthy_member(view, resolver, cluster, Some(ordinal), tried_for, "member_remove")?;
             membership_change(
                 clients
                     .call(
@@ -142,12 +147,14 @@ fn membership_change<T>(result: Result<T, CallError<AdminError>>) -> Result<Step
     }
 }
 
-/// A healthy voting member to send a membership change to, the leader first, never `except`.
+/// A healthy voting member to send a membership change to, never `except`: the leader first,
+/// the others in turn once the change has been tried for a while ([`membership_target`]).
 fn healthy_member(
     view: &ClusterView,
     resolver: &MemberResolver,
     cluster: &str,
     except: Option<usize>,
+    tried_for: Duration,
     verb: &'static str,
 ) -> Result<(MemberKey, String), StepError> {
     let mut candidates: Vec<_> = view
@@ -156,9 +163,64 @@ fn healthy_member(
         .filter(|m| !m.learner && m.observation.health.is_healthy() && Some(m.ordinal) != except)
         .collect();
     candidates.sort_by_key(|m| (!m.leader, m.ordinal));
-    let member = candidates.first().ok_or(StepError::NoHealthyMember(verb))?;
+    let member = candidates
+        .get(membership_target(candidates.len(), tried_for))
+        .ok_or(StepError::NoHealthyMember(verb))?;
     let endpoint = resolver
         .client_url(member.ordinal)
         .ok_or(StepError::NoAddress(member.ordinal))?;
     Ok((MemberKey::new(cluster, member.ordinal.to_string()), endpoint))
+}
+
+/// How long a membership change goes to the leader before the others are tried.
+const LEADER_FIRST_FOR: Duration = Duration::from_secs(15);
+/// How long each member gets the change after that, in turn.
+const EACH_MEMBER_FOR: Duration = Duration::from_secs(5);
+
+/// Which of `candidates` healthy voting members (the leader first) a membership change tried
+/// for `tried_for` goes to: the leader for [`LEADER_FIRST_FOR`], then each in turn for
+/// [`EACH_MEMBER_FOR`]. etcd's strict reconfiguration check runs on the member that receives the
+/// change, against its own record of which peers it reached lately, and a member can keep a
+/// peer marked unreachable while their streams work: after one failed send to the address of a
+/// member's pod since replaced, until the streams reconnect. Seen on the real node after a
+/// member's pod was given a new address: the leader declined to add a learner ("unhealthy
+/// cluster") for ten minutes, while a follower accepted it at once.
+pub fn membership_target(candidates: usize, tried_for: Duration) -> usize {
+    if candidates == 0 || tried_for < LEADER_FIRST_FOR {
+        return 0;
+    }
+    let turns = (tried_for - LEADER_FIRST_FOR).as_secs() / EACH_MEMBER_FOR.as_secs();
+    // The leader (index 0) has had its turn: the others first, then all again.
+    (1 + turns as usize) % candidates
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A membership change goes to the leader for fifteen seconds, then to each other member in
+    /// turn for five, then round again; with one candidate, always to it.
+    #[test]
+    fn a_declined_membership_change_goes_to_the_other_members_in_turn() {
+        let seconds = Duration::from_secs;
+        let cases = [
+            (3, seconds(0), 0),
+            (3, seconds(14), 0),
+            (3, seconds(15), 1),
+            (3, seconds(19), 1),
+            (3, seconds(20), 2),
+            (3, seconds(25), 0),
+            (3, seconds(30), 1),
+            (5, seconds(35), 0),
+            (1, seconds(60), 0),
+            (0, seconds(60), 0),
+        ];
+        for (candidates, tried_for, expected) in cases {
+            assert_eq!(
+                membership_target(candidates, tried_for),
+                expected,
+                "{candidates} candidates, tried for {tried_for:?}"
+            );
+        }
+    }
 }

@@ -174,6 +174,16 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, context: Arc<Context<State>>) 
     )))
 }
 
+/// How long the step recorded in flight has been tried by `now`: zero when none is recorded.
+fn in_flight_for(cluster: &EtcdCluster, now: Timestamp) -> Duration {
+    cluster
+        .status
+        .as_ref()
+        .and_then(|status| status.in_flight.as_ref())
+        .and_then(|step| now.duration_since(step.started_at.0).try_into().ok())
+        .unwrap_or_default()
+}
+
 /// How soon the next pass runs unless this one took a new step: a minute once settled; a
 /// second after a step etcd declined for now, whose reasons pass within seconds (a learner
 /// catching up with the leader, members connected for less than etcd's five-second health
@@ -885,12 +895,19 @@ async fn take(
         }
         // The template is applied without the flag from the next pass on.
         Step::EndForceNewCluster { .. } => Ok(StepOutcome::Done),
-        admin_step => execute(&context.state.clients, key, resolver, view, admin_step)
-            .await
-            .map_err(|source| Error::Step {
-                step: describe(admin_step),
-                source,
-            }),
+        admin_step => execute(
+            &context.state.clients,
+            key,
+            resolver,
+            view,
+            admin_step,
+            in_flight_for(cluster, Timestamp::now()),
+        )
+        .await
+        .map_err(|source| Error::Step {
+            step: describe(admin_step),
+            source,
+        }),
     }
 }
 
