@@ -152,7 +152,16 @@ async fn assert_unverifiable(
         assert!(links.is_err(), "{why}: member {ordinal} gave metrics: {links:?}");
     }
     // A membership change has no member to go to: nothing is changed.
-    match execute(clients, KEY, resolver, &view, &Step::AddLearner { ordinal: 3 }).await {
+    match execute(
+        clients,
+        KEY,
+        resolver,
+        &view,
+        &Step::AddLearner { ordinal: 3 },
+        Duration::ZERO,
+    )
+    .await
+    {
         Err(StepError::NoHealthyMember(_)) => {}
         other => panic!("{why}: a step without a reachable member: {other:?}"),
     }
@@ -244,7 +253,16 @@ async fn tls_members_are_reached_with_the_clusters_material_and_unknown_without_
         if let Some(learner) = view.members.iter().find(|m| m.ordinal == 3) {
             return Ok(learner.clone());
         }
-        match execute(&clients, KEY, &resolver, &view, &Step::AddLearner { ordinal: 3 }).await {
+        match execute(
+            &clients,
+            KEY,
+            &resolver,
+            &view,
+            &Step::AddLearner { ordinal: 3 },
+            Duration::ZERO,
+        )
+        .await
+        {
             Ok(outcome) => Err(format!("{outcome:?}")),
             Err(error) => panic!("adding a learner over TLS: {error}"),
         }
@@ -262,6 +280,7 @@ async fn tls_members_are_reached_with_the_clusters_material_and_unknown_without_
             ordinal: 3,
             id: added.id,
         },
+        Duration::ZERO,
     )
     .await
     .unwrap_or_else(|error| panic!("removing the learner over TLS: {error}"));

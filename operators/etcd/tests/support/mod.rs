@@ -236,9 +236,16 @@ impl Harness {
                 if let Some(in_flight) = admin_step.in_flight() {
                     self.in_flight = Some(in_flight);
                 }
-                let outcome = execute(&self.clients, KEY, &self.resolver(), view, admin_step)
-                    .await
-                    .unwrap_or_else(|error| panic!("{admin_step:?} failed: {error}"));
+                let outcome = execute(
+                    &self.clients,
+                    KEY,
+                    &self.resolver(),
+                    view,
+                    admin_step,
+                    Duration::ZERO,
+                )
+                .await
+                .unwrap_or_else(|error| panic!("{admin_step:?} failed: {error}"));
                 if outcome != StepOutcome::Done {
                     tokio::time::sleep(Duration::from_millis(300)).await;
                 }
