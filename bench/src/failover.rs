@@ -230,10 +230,19 @@ async fn kill_primaries(
         // Once the signal was sent (`ctr` takes a while to start): a write invoked between the
         // call and the signal would be the old primary's.
         let at = Instant::now();
-        writer
+        if let Err(failure) = writer
             .acknowledged_within(acknowledged + WRITES_FLOWING, RECOVERY_TIMEOUT)
             .await
-            .map_err(|failure| anyhow::anyhow!("writes again after {member} was killed: {failure}"))?;
+        {
+            // What the operator said then, for the diagnosis: the cluster goes with the run.
+            let status = match clusters.get(CLUSTER).await {
+                Ok(cluster) => cluster.data["status"].to_string(),
+                Err(error) => format!("unreadable: {error}"),
+            };
+            anyhow::bail!(
+                "writes again after {member} was killed: {failure}; the cluster's status: {status}"
+            );
+        }
         // The kubelet restarts a container that crashed again with a growing delay (10 s, then
         // doubling up to 5 minutes). Once the client writes again, a server still held back is
         // given a new pod on its volume, so each kill starts from a whole cluster.

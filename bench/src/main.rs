@@ -130,14 +130,26 @@ async fn main() -> anyhow::Result<()> {
     let mut resizes: [Option<Resizes>; 2] = [None, None];
     let mut resize_rows = None;
     let mut reshard = None;
+    // An engine whose turn fails is reported at the end; the others still run and print.
+    let mut failed: Vec<String> = Vec::new();
     for engine in ALL_ENGINES {
         if !arguments.engines.contains(&engine) {
             continue;
         }
         let contender = Contender::Quorum(engine);
         if engine == Engine::Etcd {
-            let quorum = measure(&admin, &audit, contender, settings, scenarios).await?;
-            let peer = measure(&admin, &audit, Contender::Peer, settings, scenarios).await?;
+            let both = async {
+                let quorum = measure(&admin, &audit, contender, settings, scenarios).await?;
+                let peer = measure(&admin, &audit, Contender::Peer, settings, scenarios).await?;
+                anyhow::Ok((quorum, peer))
+            };
+            let (quorum, peer) = match both.await {
+                Ok(both) => both,
+                Err(error) => {
+                    failed.push(report_failure(&error));
+                    continue;
+                }
+            };
             print_comparison(&quorum.run, &peer.run, settings.clusters);
             resize_rows = quorum
                 .resizes
@@ -155,7 +167,13 @@ async fn main() -> anyhow::Result<()> {
             backups.extend(quorum.backups);
             comparison = Some([quorum.run, peer.run]);
         } else {
-            let measured = measure(&admin, &audit, contender, engine_settings, scenarios).await?;
+            let measured = match measure(&admin, &audit, contender, engine_settings, scenarios).await {
+                Ok(measured) => measured,
+                Err(error) => {
+                    failed.push(report_failure(&error));
+                    continue;
+                }
+            };
             engine_runs.push(measured.run);
             reshard = reshard.or(measured.reshard);
             failovers.extend(measured.failovers);
@@ -244,11 +262,25 @@ async fn main() -> anyhow::Result<()> {
         "resize_figures": resize_rows,
         "reshard": reshard,
         "reshard_figures": reshard_rows,
+        "failed": failed,
     });
     std::fs::write(&path, serde_json::to_string_pretty(&record)? + "\n")
         .with_context(|| format!("writing {}", path.display()))?;
     eprintln!("[bench] raw figures: {}", path.display());
+    anyhow::ensure!(
+        failed.is_empty(),
+        "{} of the operators' turns failed (the figures above are the others'):\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
     Ok(())
+}
+
+/// Prints why an operator's turn failed, as it happens, and returns it for the end.
+fn report_failure(error: &anyhow::Error) -> String {
+    let described = format!("{error:#}");
+    eprintln!("[bench] {described}");
+    described
 }
 
 /// Quorum's etcd operator against the peer, as a table.
