@@ -123,6 +123,14 @@ async fn main() -> anyhow::Result<()> {
         },
         ..settings
     };
+    let results = arguments.results.unwrap_or_else(|| {
+        let root = quorum_e2e::tools::repository_root().join("bench").join("results");
+        if arguments.quick { root.join("quick") } else { root }
+    });
+    std::fs::create_dir_all(&results).with_context(|| format!("creating {}", results.display()))?;
+    // Each operator's log, kept for the diagnosis of what its figures show (not in the repository).
+    let logs = results.join("logs");
+    std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
     let mut comparison = None;
     let mut engine_runs = Vec::new();
     let mut failovers: Vec<Failovers> = Vec::new();
@@ -139,8 +147,8 @@ async fn main() -> anyhow::Result<()> {
         let contender = Contender::Quorum(engine);
         if engine == Engine::Etcd {
             let both = async {
-                let quorum = measure(&admin, &audit, contender, settings, scenarios).await?;
-                let peer = measure(&admin, &audit, Contender::Peer, settings, scenarios).await?;
+                let quorum = measure(&admin, &audit, contender, settings, scenarios, &logs).await?;
+                let peer = measure(&admin, &audit, Contender::Peer, settings, scenarios, &logs).await?;
                 anyhow::Ok((quorum, peer))
             };
             let (quorum, peer) = match both.await {
@@ -167,7 +175,7 @@ async fn main() -> anyhow::Result<()> {
             backups.extend(quorum.backups);
             comparison = Some([quorum.run, peer.run]);
         } else {
-            let measured = match measure(&admin, &audit, contender, engine_settings, scenarios).await {
+            let measured = match measure(&admin, &audit, contender, engine_settings, scenarios, &logs).await {
                 Ok(measured) => measured,
                 Err(error) => {
                     failed.push(report_failure(&error));
@@ -222,11 +230,6 @@ async fn main() -> anyhow::Result<()> {
         println!("{}", report::table_against(rows, "redis-cli"));
     }
 
-    let results = arguments.results.unwrap_or_else(|| {
-        let root = quorum_e2e::tools::repository_root().join("bench").join("results");
-        if arguments.quick { root.join("quick") } else { root }
-    });
-    std::fs::create_dir_all(&results).with_context(|| format!("creating {}", results.display()))?;
     let now = jiff::Timestamp::now();
     // Runs of different engines may share the node and end in the same second.
     let engines_measured: String = if arguments.engines.len() < ALL_ENGINES.len() {
@@ -274,6 +277,29 @@ async fn main() -> anyhow::Result<()> {
         failed.join("\n")
     );
     Ok(())
+}
+
+/// Writes the operator's log (its container's, as `kubectl logs` gives it) under `directory`;
+/// one that cannot be read or written is said, never fatal.
+fn keep_operator_log(installed: &contender::Installed, directory: &std::path::Path) {
+    let namespace = installed.pod.metadata.namespace.as_deref().unwrap_or_default();
+    let pod = installed.pod.metadata.name.as_deref().unwrap_or_default();
+    let (command, output) =
+        quorum_e2e::real_node::kubectl(&["logs", "-n", namespace, pod, "-c", installed.container]);
+    let name = installed.contender.name().replace('/', "-");
+    let path = directory.join(format!(
+        "{name}-{}.log",
+        jiff::Timestamp::now().strftime("%Y%m%dT%H%M%SZ")
+    ));
+    let kept = if output.status.success() {
+        std::fs::write(&path, &output.stdout).map_err(|error| error.to_string())
+    } else {
+        Err(format!("{command}: {}", String::from_utf8_lossy(&output.stderr)))
+    };
+    match kept {
+        Ok(()) => eprintln!("[bench] {name}'s log: {}", path.display()),
+        Err(why) => eprintln!("[bench] {name}'s log not kept: {why}"),
+    }
 }
 
 /// Prints why an operator's turn failed, as it happens, and returns it for the end.
@@ -343,6 +369,7 @@ async fn measure(
     contender: Contender,
     settings: Settings,
     scenarios: Scenarios,
+    logs: &std::path::Path,
 ) -> anyhow::Result<Measured> {
     eprintln!(
         "[bench] {}: {} clusters of 3 members at once, then {} s settled",
@@ -424,6 +451,7 @@ async fn measure(
         })
     }
     .await;
+    keep_operator_log(&installed, logs);
     let removed = installed.remove(admin).await;
     let measured = measured.with_context(|| format!("measuring {}", contender.name()))?;
     removed.with_context(|| format!("removing {}", contender.name()))?;
