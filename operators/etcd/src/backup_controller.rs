@@ -36,7 +36,6 @@ impl ReconcileError for BackupStepError {
 /// etcd's part of a backup: one member, its snapshot.
 struct EtcdSnapshots<'a> {
     context: &'a Context<State>,
-    state: &'a State,
 }
 
 /// The member a snapshot is read from.
@@ -55,7 +54,7 @@ impl BackupEngine for EtcdSnapshots<'_> {
     const ENGINE: &'static str = crate::observe::ENGINE;
 
     fn allow_http(&self) -> bool {
-        self.state.settings.members.allow_http_backups
+        self.context.state.settings.members.allow_http_backups
     }
 
     fn pod_overrides<'c>(&self, cluster: &'c EtcdCluster) -> Option<&'c quorum_core::crd::PodOverrides> {
@@ -72,7 +71,7 @@ impl BackupEngine for EtcdSnapshots<'_> {
     }
 
     fn jobs(&self) -> Option<JobSettings> {
-        let settings = &self.state.settings;
+        let settings = &self.context.state.settings;
         JobSettings::when_configured(&settings.members, &settings.operator_image)
     }
 
@@ -81,19 +80,17 @@ impl BackupEngine for EtcdSnapshots<'_> {
         _: &EtcdBackup,
         cluster: &EtcdCluster,
     ) -> Result<Sources<Member>, BackupStepError> {
-        // A run may come before any pass of the cluster has handed the clients its material
-        // (after an operator restart, and always in a backup Job's process).
-        let tls = crate::reconcile::client_tls(self.context, cluster)
+        crate::reconcile::hand_client_tls(self.context, cluster)
             .await
             .map_err(|error| BackupStepError::ClientTls(error.to_string()))?;
-        self.state.clients.set_tls(&object_key(cluster), tls).await;
-        let resolver = self.state.resolver(cluster);
+        let resolver = self.context.state.resolver(cluster);
         let candidates = cluster
             .status
             .as_ref()
             .map_or(0, |status| status.members.len())
             .max(cluster.spec.replicas as usize);
         let view = self
+            .context
             .state
             .clients
             .observe(&object_key(cluster), &resolver, candidates)
@@ -125,10 +122,17 @@ impl BackupEngine for EtcdSnapshots<'_> {
         sink: &BackupSink,
         name: &str,
     ) -> Result<Snapshot<()>, BackupStepError> {
-        let resolver = self.state.resolver(cluster);
+        let resolver = self.context.state.resolver(cluster);
         let key = object_key(cluster);
-        let stored =
-            snapshot_to_sink(&self.state.clients, &key, &resolver, source.ordinal, sink, name).await?;
+        let stored = snapshot_to_sink(
+            &self.context.state.clients,
+            &key,
+            &resolver,
+            source.ordinal,
+            sink,
+            name,
+        )
+        .await?;
         Ok(Snapshot { stored, info: () })
     }
 
@@ -148,10 +152,7 @@ pub async fn reconcile_backup(
     backup: Arc<EtcdBackup>,
     context: Arc<Context<State>>,
 ) -> Result<Action, BackupControllerError<BackupStepError>> {
-    let engine = EtcdSnapshots {
-        context: &context,
-        state: &context.state,
-    };
+    let engine = EtcdSnapshots { context: &context };
     controller::reconcile(&engine, backup.as_ref(), &context).await
 }
 
@@ -161,9 +162,6 @@ pub async fn run_backup(
     context: Arc<Context<State>>,
     started: jiff::Timestamp,
 ) -> JobOutcome {
-    let engine = EtcdSnapshots {
-        context: &context,
-        state: &context.state,
-    };
+    let engine = EtcdSnapshots { context: &context };
     controller::run_in_job(&engine, backup.as_ref(), &context, started).await
 }

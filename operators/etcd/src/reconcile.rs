@@ -19,7 +19,7 @@ use quorum_core::{
     events::Severity,
     pass::{Progress, Reason as _, UnreadableRecord, needed_secret, publish},
     rollout::restart_pod,
-    runner::Context,
+    runner::{Context, object_key},
     status::StatusWriter,
     wakeups::ObjectKey,
 };
@@ -207,13 +207,17 @@ async fn admit(
         ControlFlow::Continue(cluster) => cluster,
         stop => return Ok(stop),
     };
-    let key = cluster_key(&cluster);
-    context
-        .state
-        .clients
-        .set_tls(&key, client_tls(context, &cluster).await?)
-        .await;
+    hand_client_tls(context, &cluster).await?;
     Ok(ControlFlow::Continue(cluster))
+}
+
+/// Hands the clients `cluster`'s client TLS material: by every pass, and by a backup's run,
+/// which may come before any pass (after an operator restart, and always in a backup Job's
+/// process).
+pub(crate) async fn hand_client_tls(context: &Context<State>, cluster: &EtcdCluster) -> Result<(), Error> {
+    let tls = client_tls(context, cluster).await?;
+    context.state.clients.set_tls(&object_key(cluster), tls).await;
+    Ok(())
 }
 
 /// Keeps a leader watch open on every member that may exist, so a lost leader wakes the next
@@ -230,7 +234,7 @@ fn follow_leader_events(
     context.state.leader_events.follow(
         ObjectKey::of(cluster),
         endpoints,
-        context.state.clients.tls(&cluster_key(cluster)),
+        context.state.clients.tls(&object_key(cluster)),
     );
 }
 
@@ -255,14 +259,6 @@ fn heard_failing(
         .filter(|m| !m.observation.health.is_healthy())
         .filter_map(|m| Some((m.ordinal, *broken.get(&resolver.client_url(m.ordinal)?)?)))
         .collect()
-}
-
-fn cluster_key(cluster: &EtcdCluster) -> String {
-    format!(
-        "{}/{}",
-        cluster.namespace().unwrap_or_default(),
-        cluster.name_any()
-    )
 }
 
 /// What one pass observed: the StatefulSet, every member through the admin layer, the member
@@ -330,7 +326,7 @@ async fn observe(
     now: Timestamp,
 ) -> Result<Observed, Error> {
     let name = cluster.name_any();
-    let key = cluster_key(cluster);
+    let key = object_key(cluster);
     let status = cluster.status.as_ref();
     let existing = context
         .read::<StatefulSet>(
@@ -930,10 +926,7 @@ async fn wipe(
 /// The material to reach members serving clients over TLS: `ca.crt`, `tls.crt` and `tls.key`
 /// of `spec.tls.clientSecretName` (the certificate is presented as the operator's client
 /// identity, so it must allow client authentication). `None` when clients use plain HTTP.
-pub(crate) async fn client_tls(
-    context: &Context<State>,
-    cluster: &EtcdCluster,
-) -> Result<Option<TlsMaterial>, Error> {
+async fn client_tls(context: &Context<State>, cluster: &EtcdCluster) -> Result<Option<TlsMaterial>, Error> {
     let Some(secret_name) = cluster
         .spec
         .tls
@@ -1060,7 +1053,7 @@ mod tests {
     }
 
     /// A step etcd declined for now is asked again within a second, not at the five seconds
-    /// of any other wait (a grow of two members spent up to ten more seconds before).
+    /// of any other wait.
     #[test]
     fn a_declined_step_is_asked_again_sooner_than_any_other_wait() {
         let promote = Decision::Act(Step::Promote { ordinal: 3, id: 7 });
