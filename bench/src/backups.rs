@@ -32,7 +32,7 @@ use serde_json::json;
 use crate::{
     contender::{Engine, Installed},
     failover::{DataClient, generated_password, server_container},
-    process,
+    process, report,
     seeding::{self, Seed},
 };
 
@@ -87,22 +87,13 @@ impl Backups {
 
     /// How much the operator's memory grew while it backed up, in MiB.
     pub fn operator_rss_growth_mib(&self) -> f64 {
-        self.operator_peak_rss_bytes
-            .saturating_sub(self.operator_rss_before_bytes) as f64
-            / MIB
+        report::growth_mib(self.operator_rss_before_bytes, self.operator_peak_rss_bytes)
     }
 
     fn mib_per_second(&self, seconds: impl Iterator<Item = f64>) -> f64 {
-        let median = median(seconds.collect());
-        if median > 0.0 {
-            self.data_bytes as f64 / MIB / median
-        } else {
-            0.0
-        }
+        report::mib_per_second(self.data_bytes, median(seconds.collect()))
     }
 }
-
-const MIB: f64 = 1024.0 * 1024.0;
 
 /// The median (the lower middle of an even count); 0 with no value.
 fn median(mut values: Vec<f64>) -> f64 {

@@ -517,8 +517,9 @@ fn condition_holds(status: &Value, type_: &str) -> bool {
         .any(|condition| condition["type"] == type_ && condition["status"] == "True")
 }
 
-/// The members `status` lists (both operators call the list `members`).
-fn members(status: &Value) -> &[Value] {
+/// The members `status` lists (the etcd operators and Quorum's MySQL operator name the list
+/// `members`).
+pub fn members(status: &Value) -> &[Value] {
     status["members"]
         .as_array()
         .map(Vec::as_slice)

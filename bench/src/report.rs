@@ -12,7 +12,22 @@ use crate::{
     reshard::Reshard,
 };
 
-const MIB: f64 = 1024.0 * 1024.0;
+pub const MIB: f64 = 1024.0 * 1024.0;
+
+/// `bytes` over `seconds`, in MiB/s; 0 without time.
+pub fn mib_per_second(bytes: u64, seconds: f64) -> f64 {
+    if seconds > 0.0 {
+        bytes as f64 / MIB / seconds
+    } else {
+        0.0
+    }
+}
+
+/// How much resident memory grew from `before_bytes` to its `peak_bytes`, in MiB; never
+/// negative (a peak reset can read below the resident memory read before it).
+pub fn growth_mib(before_bytes: u64, peak_bytes: u64) -> f64 {
+    peak_bytes.saturating_sub(before_bytes) as f64 / MIB
+}
 
 /// What a figure must be to meet its target.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]

@@ -19,9 +19,9 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::{
-    contender::{Engine, Installed},
+    contender::{self, Engine, Installed},
     failover::{MYSQL_DATABASE, generated_password},
-    process,
+    process, report,
 };
 
 const MEMBERS_BEFORE: usize = 3;
@@ -44,21 +44,13 @@ pub struct Seed {
 
 impl Seed {
     pub fn mib_per_second(&self) -> f64 {
-        if self.seconds > 0.0 {
-            self.data_bytes as f64 / MIB / self.seconds
-        } else {
-            0.0
-        }
+        report::mib_per_second(self.data_bytes, self.seconds)
     }
 
     pub fn operator_rss_growth_mib(&self) -> f64 {
-        self.operator_peak_rss_bytes
-            .saturating_sub(self.operator_rss_before_bytes) as f64
-            / MIB
+        report::growth_mib(self.operator_rss_before_bytes, self.operator_peak_rss_bytes)
     }
 }
-
-const MIB: f64 = 1024.0 * 1024.0;
 
 /// Adds a fourth member to `cluster`, which holds `data_bytes` of loaded rows, and waits until
 /// it is seeded and replicating.
@@ -72,9 +64,7 @@ pub async fn measure(
     let namespace = installed.clusters_namespace;
     let contender = installed.contender;
     let clusters = contender.clusters(admin, namespace);
-    let members = clusters.get(cluster).await?.data["status"]["members"]
-        .as_array()
-        .map_or(0, Vec::len);
+    let members = contender::members(&clusters.get(cluster).await?.data["status"]).len();
     anyhow::ensure!(
         members == MEMBERS_BEFORE,
         "{cluster} has {members} members before the seeding, not {MEMBERS_BEFORE}"
@@ -96,10 +86,7 @@ pub async fn measure(
         SEED_TIMEOUT,
         || async {
             let cluster = clusters.get(cluster).await.map_err(|error| error.to_string())?;
-            let members = cluster.data["status"]["members"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
+            let members = contender::members(&cluster.data["status"]);
             let replicas = members
                 .iter()
                 .filter(|member| member["role"] == "Replica" && member["health"] == "Healthy")
