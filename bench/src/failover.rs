@@ -202,6 +202,19 @@ async fn etcd_client_timing_out(
     Ok(etcd_client::Client::connect(endpoints, Some(options)).await?)
 }
 
+/// How to reach the Redis server at `address` as the default user with `password`.
+pub fn redis_connection_info(
+    address: std::net::SocketAddr,
+    password: String,
+) -> anyhow::Result<redis::ConnectionInfo> {
+    use redis::IntoConnectionInfo;
+    Ok(
+        redis::ConnectionAddr::Tcp(address.ip().to_string(), address.port())
+            .into_connection_info()?
+            .set_redis_settings(redis::RedisConnectionInfo::default().set_password(password)),
+    )
+}
+
 /// The kills: for each, the member killed, when, and the primary once all was settled again.
 async fn kill_primaries(
     admin: &Client,
@@ -413,13 +426,12 @@ impl DataClient {
                 DataClient::Mysql(options.into())
             }
             Engine::Redis => {
-                use redis::IntoConnectionInfo;
                 let ip = service_ip(redis_operator::resources::primary_service_name(cluster)).await?;
                 let password = generated_password(admin, namespace, engine, cluster).await?;
-                let info = redis::ConnectionAddr::Tcp(ip.to_string(), 6379)
-                    .into_connection_info()?
-                    .set_redis_settings(redis::RedisConnectionInfo::default().set_password(password));
-                DataClient::Redis(info)
+                DataClient::Redis(redis_connection_info(
+                    std::net::SocketAddr::new(ip, 6379),
+                    password,
+                )?)
             }
             Engine::Mongodb => {
                 let secret = mongodb_operator::resources::generated_admin_secret_name(cluster);

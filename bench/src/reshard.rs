@@ -26,7 +26,7 @@ use kube::{
 };
 use quorum_e2e::{real_node, wait};
 use redis_operator::{
-    admin::cluster::{ClusterNode, key_slot, owner_of, parse_cluster_nodes},
+    admin::cluster::{ClusterNode, key_slot, owner_of, parse_cluster_info, parse_cluster_nodes},
     crd::RedisCluster,
 };
 use serde::Serialize;
@@ -34,7 +34,7 @@ use serde_json::{Value, json};
 
 use crate::{
     contender::{Engine, Installed},
-    failover::generated_password,
+    failover::{generated_password, redis_connection_info},
 };
 
 /// The cluster Quorum's operator reshards.
@@ -382,8 +382,7 @@ impl<'a> Baseline<'a> {
 /// The operator's `redis.conf` for `spec`, then what its start script adds for a data node
 /// (the directory, the password, the node's file), for a plain pod.
 fn baseline_config(spec: &Value, password: &str) -> anyhow::Result<String> {
-    let mut cluster = RedisCluster::new(BASELINE, serde_json::from_value(spec.clone())?);
-    cluster.metadata.namespace = Some("bench".into());
+    let cluster = RedisCluster::new(BASELINE, serde_json::from_value(spec.clone())?);
     let mut config = redis_operator::resources::redis_conf(&cluster);
     config.push_str(&format!(
         "port {REDIS_PORT}\ndir /data\nrequirepass \"{password}\"\nmasterauth \"{password}\"\n\
@@ -433,11 +432,7 @@ impl Nodes {
     }
 
     async fn connection(&self, address: SocketAddr) -> anyhow::Result<redis::aio::MultiplexedConnection> {
-        use redis::IntoConnectionInfo;
-        let info = redis::ConnectionAddr::Tcp(address.ip().to_string(), address.port())
-            .into_connection_info()?
-            .set_redis_settings(redis::RedisConnectionInfo::default().set_password(self.password.clone()));
-        let client = redis::Client::open(info)?;
+        let client = redis::Client::open(redis_connection_info(address, self.password.clone())?)?;
         Ok(
             tokio::time::timeout(Duration::from_secs(10), client.get_multiplexed_async_connection())
                 .await
@@ -445,12 +440,10 @@ impl Nodes {
         )
     }
 
-    async fn cluster_nodes(&self, address: SocketAddr) -> anyhow::Result<Vec<ClusterNode>> {
-        let mut connection = self.connection(address).await?;
-        let text: String = redis::cmd("CLUSTER")
-            .arg("NODES")
-            .query_async(&mut connection)
-            .await?;
+    async fn cluster_nodes(
+        connection: &mut redis::aio::MultiplexedConnection,
+    ) -> anyhow::Result<Vec<ClusterNode>> {
+        let text: String = redis::cmd("CLUSTER").arg("NODES").query_async(connection).await?;
         parse_cluster_nodes(&text).map_err(anyhow::Error::msg)
     }
 
@@ -485,12 +478,11 @@ impl Nodes {
                 &format!("{address} seeing {primaries} connected primaries"),
                 Duration::from_secs(120),
                 || async {
-                    let nodes = self
-                        .cluster_nodes(address)
-                        .await
-                        .map_err(|error| error.to_string())?;
                     let mut connection = self
                         .connection(address)
+                        .await
+                        .map_err(|error| error.to_string())?;
+                    let nodes = Self::cluster_nodes(&mut connection)
                         .await
                         .map_err(|error| error.to_string())?;
                     let info: String = redis::cmd("CLUSTER")
@@ -498,17 +490,15 @@ impl Nodes {
                         .query_async(&mut connection)
                         .await
                         .map_err(|error| error.to_string())?;
+                    let state_ok = parse_cluster_info(&info)?.state_ok;
                     let joined = nodes
                         .iter()
                         .filter(|node| node.flags.primary && (node.connected || node.flags.myself))
                         .filter(|node| !node.flags.handshake)
                         .count();
-                    (joined == primaries && info.contains("cluster_state:ok"))
+                    (joined == primaries && state_ok)
                         .then_some(())
-                        .ok_or(format!(
-                            "{joined} primaries joined; {}",
-                            info.lines().next().unwrap_or("")
-                        ))
+                        .ok_or(format!("{joined} primaries joined; cluster state ok: {state_ok}"))
                 },
             )
             .await
@@ -519,7 +509,7 @@ impl Nodes {
 
     /// Writes `keys` keys, each to the primary that serves its slot, a pipeline at a time.
     async fn load(&self, keys: usize) -> anyhow::Result<()> {
-        let nodes = self.cluster_nodes(self.addresses[0]).await?;
+        let nodes = Self::cluster_nodes(&mut self.connection(self.addresses[0]).await?).await?;
         let mut connections = BTreeMap::new();
         for node in nodes.iter().filter(|node| node.flags.primary) {
             let address = node.address.context("a primary without an address")?;
