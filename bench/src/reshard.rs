@@ -130,9 +130,7 @@ fn cluster_spec() -> Value {
 
 /// The selector of a deployment's data pods.
 fn node_selector(cluster: &str) -> String {
-    format!(
-        "app.kubernetes.io/name=redis,app.kubernetes.io/instance={cluster},app.kubernetes.io/component=node"
-    )
+    quorum_core::naming::label_selector(&quorum_core::naming::selector_labels("redis", cluster, "node"))
 }
 
 /// Quorum's turn: the moving, the whole scale-out's seconds, and the image its pods ran.
