@@ -334,9 +334,57 @@ fn newest_configuration(facts: &Facts) -> Option<&SentinelView> {
     }
 }
 
+/// The node a majority of the Sentinels promoted, while another Sentinel is still in a failover
+/// of its own: the majority's configuration is newer than any the failing-over Sentinels hold,
+/// and the node says it is the primary. That failover cannot win (the others no longer monitor
+/// the primary it would replace, so they give it no vote), and the Sentinel takes the newer
+/// configuration at its failover timeout; meanwhile writes go where they will stay.
+fn failover_completed_by_majority(facts: &Facts) -> Option<PrimaryFinding> {
+    let views: Vec<&SentinelView> = facts.sentinels.iter().filter_map(|s| s.view.as_ref()).collect();
+    let failing_over_epoch = views
+        .iter()
+        .filter(|view| view.failover_in_progress)
+        .map(|view| view.config_epoch)
+        .max()?;
+    let mut votes: BTreeMap<usize, (usize, SocketAddr)> = BTreeMap::new();
+    for view in views
+        .iter()
+        .filter(|view| !view.failover_in_progress && view.config_epoch > failing_over_epoch)
+    {
+        if let Named::Node(ordinal) = named(facts, view.primary) {
+            votes.entry(ordinal).or_insert((0, view.primary)).0 += 1;
+        }
+    }
+    let (&ordinal, &(count, address)) = votes.iter().max_by_key(|(_, (count, _))| *count)?;
+    let says_primary = facts
+        .nodes
+        .iter()
+        .find(|n| n.ordinal == ordinal)
+        .and_then(NodeFact::answered)
+        .is_some_and(|info| info.role == Role::Primary);
+    (count >= sentinel_majority(facts) && says_primary).then_some(PrimaryFinding::Agreed { ordinal, address })
+}
+
+/// Whether a Sentinel is failing `ordinal` over: what that node takes meanwhile is dropped if the
+/// failover promotes another.
+fn being_failed_over(facts: &Facts, ordinal: usize) -> bool {
+    facts
+        .sentinels
+        .iter()
+        .filter_map(|s| s.view.as_ref())
+        .filter(|view| view.failover_in_progress)
+        .any(|view| match named(facts, view.primary) {
+            Named::Node(named) | Named::FormerAddressOf(named) => named == ordinal,
+            Named::Reused { .. } | Named::NoNode => false,
+        })
+}
+
 /// The primary, as the Sentinels agree or, before any Sentinel knows one, as recorded.
 pub fn find_primary(facts: &Facts) -> PrimaryFinding {
     let unknown = |reason: Reason, message: String| PrimaryFinding::Unknown(Wait { reason, message });
+    if let Some(finding) = failover_completed_by_majority(facts) {
+        return finding;
+    }
     if facts
         .sentinels
         .iter()
@@ -564,9 +612,11 @@ pub fn primary_on_request_after(facts: &Facts, promoted: Option<usize>) -> Optio
 }
 
 /// The node that takes writes now: the primary the Sentinels agree on or, while they cannot
-/// agree (restarting, unreachable, split, failing over), the one last recorded, for as long as it
-/// does not itself say it is no longer a primary. A Sentinel outage is then no write outage, and
-/// only a majority of the Sentinels naming another node moves the primary.
+/// agree (restarting, unreachable, split, failing over another node), the one last recorded, for
+/// as long as it does not itself say it is no longer a primary and no Sentinel is failing it
+/// over. A Sentinel outage is then no write outage, only a majority of the Sentinels naming
+/// another node moves the primary, and a primary that comes back in the middle of its own
+/// failover takes no write that the failover would drop.
 pub fn serving_primary(facts: &Facts) -> Option<usize> {
     serving_primary_given(facts, &find_primary(facts))
 }
@@ -579,6 +629,9 @@ pub fn serving_primary_given(facts: &Facts, finding: &PrimaryFinding) -> Option<
         | PrimaryFinding::Moved { ordinal, .. } => Some(ordinal),
         PrimaryFinding::Unknown(_) => {
             let recorded = facts.recorded_primary?;
+            if being_failed_over(facts, recorded) {
+                return None;
+            }
             let demoted = facts
                 .nodes
                 .iter()
@@ -2563,6 +2616,59 @@ mod tests {
         let mut rolled = facts(settled_nodes(0), all_watching(0), Some(0));
         rolled.unready = [1].into();
         assert_eq!(decide(&rolled), Decision::Settled);
+    }
+
+    #[test]
+    fn a_primary_a_sentinel_is_still_failing_over_takes_no_writes_when_it_is_back() {
+        // Node 1 was the primary and crashed. Sentinels 0 and 1 failed it over to node 0 (epoch
+        // 4); Sentinel 2 began a failover of its own, which cannot win, and names node 1 until
+        // its failover timeout. Node 1 restarts and answers as a primary: what it took now would
+        // be dropped when it follows node 0, so node 0, the majority's newer choice, serves.
+        let nodes = vec![
+            node(0, primary_info(&[2])),
+            node(1, primary_info(&[])),
+            node(2, replica_info(0, true)),
+        ];
+        let mut sentinels = vec![watching(0, 0), watching(1, 0), watching(2, 1)];
+        for sentinel in &mut sentinels[..2] {
+            sentinel.view.as_mut().unwrap().config_epoch = 4;
+        }
+        sentinels[2].view.as_mut().unwrap().failover_in_progress = true;
+        let completed = facts(nodes.clone(), sentinels.clone(), Some(1));
+        assert!(matches!(
+            find_primary(&completed),
+            PrimaryFinding::Agreed { ordinal: 0, .. }
+        ));
+        assert_eq!(serving_primary(&completed), Some(0));
+
+        // The same Sentinel failing node 1 over before the others have chosen: nobody serves
+        // until the failover ends (node 1 takes writes again if it is still the primary then).
+        let mut alone = all_watching(1);
+        alone[2].view.as_mut().unwrap().failover_in_progress = true;
+        let in_progress = facts(nodes.clone(), alone.clone(), Some(1));
+        let PrimaryFinding::Unknown(wait) = find_primary(&in_progress) else {
+            panic!("a failover in progress was not waited for")
+        };
+        assert_eq!(wait.reason, Reason::FailoverInProgress);
+        assert_eq!(serving_primary(&in_progress), None);
+
+        // A majority on the newer epoch whose node does not say it is the primary yet: waited
+        // for, and the node being failed over still takes nothing.
+        let mut not_yet = nodes;
+        not_yet[0] = node(0, replica_info(1, false));
+        let promoting = facts(not_yet, sentinels, Some(1));
+        assert!(matches!(find_primary(&promoting), PrimaryFinding::Unknown(_)));
+        assert_eq!(serving_primary(&promoting), None);
+
+        // A failover of another node than the recorded primary leaves the recorded one serving.
+        let mut elsewhere = all_watching(1);
+        let view = elsewhere[2].view.as_mut().unwrap();
+        view.failover_in_progress = true;
+        view.primary = address(2);
+        assert_eq!(
+            serving_primary(&facts(settled_nodes(1), elsewhere, Some(1))),
+            Some(1)
+        );
     }
 
     #[test]
