@@ -48,7 +48,10 @@ use mongodb::{
     error::ErrorKind,
     options::{ReadConcern, ReadPreference, SelectionCriteria, WriteConcern},
 };
-use quorum_core::backup::{BackupError, BackupSink};
+use quorum_core::backup::{
+    BackupError, BackupSink,
+    digest::{ContentDigest, ContentFingerprint},
+};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
 
@@ -332,6 +335,9 @@ pub struct DumpSummary {
     pub size: u64,
     /// SHA-256 of the bytes written, lowercase hex.
     pub sha256: String,
+    /// The documents written, counted and digested by collection: a dump of a member restored
+    /// from this archive finds the same.
+    pub content: ContentFingerprint,
 }
 
 /// What [`restore`] loaded.
@@ -366,6 +372,7 @@ pub async fn dump<W: AsyncWrite + Unpin>(client: &Client, sink: W) -> Result<Dum
         created_at: DateTime::now(),
     };
     let mut writer = ArchiveWriter::start(sink, &header).await?;
+    let mut content = ContentDigest::default();
     for database in user_databases(client).await? {
         let database = client.database(&database);
         for collection in collections(&database).await? {
@@ -384,7 +391,9 @@ pub async fn dump<W: AsyncWrite + Unpin>(client: &Client, sink: W) -> Result<Dum
                 .await
                 .map_err(server)?;
             while cursor.advance().await.map_err(server)? {
-                writer.document(cursor.current()).await?;
+                let document = cursor.current();
+                content.add_parts(&[namespace.as_bytes(), b"\n", document.as_bytes()]);
+                writer.document(document).await?;
             }
             writer.end_collection().await?;
         }
@@ -395,6 +404,7 @@ pub async fn dump<W: AsyncWrite + Unpin>(client: &Client, sink: W) -> Result<Dum
         counts,
         size,
         sha256,
+        content: content.fingerprint(),
     })
 }
 

@@ -180,6 +180,7 @@ impl BackupEngine for MongoSnapshots<'_> {
         status.cluster_time = Some(archive::cluster_time_text(summary.header.cluster_time));
         status.databases = Some(summary.counts.databases as i64);
         status.documents = Some(summary.counts.documents as i64);
+        status.content = Some(summary.content.clone());
     }
 
     fn describe(&self, source: &Source, snapshot: &Snapshot<DumpSummary>) -> String {

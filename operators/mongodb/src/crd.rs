@@ -351,6 +351,10 @@ pub struct MongoDBBackupStatus {
     pub databases: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub documents: Option<i64>,
+    /// The documents of the newest snapshot, counted and digested: a member restored from it
+    /// holds the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<quorum_core::backup::digest::ContentFingerprint>,
 }
 
 #[cfg(test)]

@@ -334,6 +334,12 @@ async fn a_dump_from_a_secondary_restores_identically_into_a_new_set() {
     assert_eq!(restored.counts, summary.counts);
     assert_eq!(restored.header, summary.header);
     assert_eq!(restored.indexes, 2, "orders' and customers' secondary indexes");
+    // A dump of the restored set finds the documents the archive held, as a restore drill checks.
+    assert_eq!(summary.content.records, 1500 + 40 + 3);
+    let again = dump(&member_client(&target, 0), tokio::io::sink())
+        .await
+        .expect("dump");
+    assert_eq!(again.content, summary.content);
 
     let expected = contents(&member_client(&source, 0)).await;
     let actual = contents(&member_client(&target, 0)).await;
@@ -365,6 +371,26 @@ async fn a_dump_from_a_secondary_restores_identically_into_a_new_set() {
         .find(|index| index.get_str("name") == Ok("email_unique"))
         .expect("the unique index was restored");
     assert_eq!(unique_email.get_bool("unique"), Ok(true));
+
+    // One document changed in place: the same count, another digest.
+    member_client(&target, 0)
+        .database("inventory")
+        .collection::<Document>("items")
+        .update_one(doc! {}, doc! {"$set": {"changed": true}})
+        .await
+        .expect("update");
+    let changed = dump(&member_client(&target, 0), tokio::io::sink())
+        .await
+        .expect("dump");
+    assert!(
+        summary
+            .content
+            .mismatch(&changed.content)
+            .is_some_and(|m| m.contains("content differs")),
+        "{:?} against {:?}",
+        changed.content,
+        summary.content
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -169,13 +169,15 @@ impl BackupEngine for MySqlSnapshots<'_> {
     fn record(&self, status: &mut MySQLBackupStatus, snapshots: &[(&Member, Snapshot<SnapshotInfo>)]) {
         if let Some((_, snapshot)) = snapshots.first() {
             status.gtid_position = Some(snapshot.info.position.to_string());
+            status.content = Some(snapshot.info.content.clone());
         }
     }
 
     fn describe(&self, member: &Member, snapshot: &Snapshot<SnapshotInfo>) -> String {
         format!(
-            "{} bytes from {} at GTID position {} to {} (sha256 {})",
+            "{} bytes ({} rows) from {} at GTID position {} to {} (sha256 {})",
             snapshot.stored.size,
+            snapshot.info.content.records,
             self.member(member),
             snapshot.info.position,
             snapshot.stored.location,

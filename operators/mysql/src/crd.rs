@@ -554,6 +554,10 @@ pub struct MySQLBackupStatus {
     /// The GTID position the newest snapshot corresponds to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gtid_position: Option<String>,
+    /// The rows of the newest snapshot, counted and digested: a member restored from it holds
+    /// the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<quorum_core::backup::digest::ContentFingerprint>,
 }
 
 /// The `my.cnf` setting the operator owns for MariaDB with SemiSync replication only.

@@ -616,6 +616,14 @@ async fn snapshot_of_a_busy_primary_restores_into_an_empty_server_that_then_conv
 
     let restored = snapshot::snapshot_in(&fresh, &stream[..]).await.unwrap();
     assert_eq!(restored, info.position);
+    // A snapshot of the restored server finds the rows the snapshot held, and only those, as
+    // a restore drill checks.
+    assert!(info.content.records > 50, "{:?}", info.content);
+    let restored_content = snapshot::snapshot_out(&fresh, &["root", REPLICATION_USER], tokio::io::sink())
+        .await
+        .unwrap()
+        .content;
+    assert_eq!(restored_content, info.content);
     let after_restore = fresh.report().await.unwrap();
     assert!(
         after_restore.executed.is_empty(),
@@ -632,6 +640,16 @@ async fn snapshot_of_a_busy_primary_restores_into_an_empty_server_that_then_conv
 
     let final_position = executed(&primary).await;
     assert!(fresh.wait_for_executed(&final_position, CONVERGE).await.unwrap());
+    let caught_up = snapshot::snapshot_out(&fresh, &["root", REPLICATION_USER], tokio::io::sink())
+        .await
+        .unwrap()
+        .content;
+    assert!(
+        info.content
+            .mismatch(&caught_up)
+            .is_some_and(|m| m.contains("records where the backup recorded")),
+        "the rows written since the snapshot show: {caught_up:?}"
+    );
     let replica = fresh.report().await.unwrap();
     assert_eq!(replica.executed.errant_against(&final_position), None);
     assert!(final_position.includes(&replica.executed) && replica.executed.includes(&final_position));

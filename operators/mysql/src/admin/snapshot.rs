@@ -32,6 +32,7 @@
 //! without locking (see [`super::dialect::MariaDbDialect::snapshot_start`]); MySQL holds a
 //! global read lock only while the snapshot opens.
 
+use quorum_core::backup::digest::{ContentDigest, ContentFingerprint};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
 
@@ -63,6 +64,9 @@ pub struct SnapshotInfo {
     /// SHA-256 of the whole stream as written, hex.
     pub sha256: String,
     pub statements: u64,
+    /// The rows written, counted and digested by table: a snapshot of a member restored from
+    /// this one finds the same.
+    pub content: ContentFingerprint,
     /// Objects present on the server but not in the snapshot (`view app.v`, `trigger app.t`…).
     pub skipped: Vec<String>,
 }
@@ -128,6 +132,7 @@ pub async fn snapshot_out(
     dump_accounts(admin, &mut conn, exclude_users, &mut out, &mut skipped).await?;
     run(&mut conn, "COMMIT", "COMMIT").await?;
     let statements = out.statements;
+    let content = out.content.fingerprint();
     out.line(&format!("{TRAILER}{statements}")).await?;
     let (bytes, sha256) = out.finish().await?;
     Ok(SnapshotInfo {
@@ -135,6 +140,7 @@ pub async fn snapshot_out(
         bytes,
         sha256,
         statements,
+        content,
         skipped,
     })
 }
@@ -487,10 +493,12 @@ async fn dump_table(
         .map_err(|e| classify(e, "read table", None))?;
     let mut batch = String::new();
     while let Some(row) = result.next().await.map_err(|e| classify(e, "read table", None))? {
-        let values: Vec<String> = row.unwrap().iter().map(literal).collect();
+        let values = row.unwrap().iter().map(literal).collect::<Vec<_>>().join(",");
+        out.content
+            .add_parts(&[qualified.as_bytes(), b"\n", values.as_bytes()]);
         batch.push_str(if batch.is_empty() { &prefix } else { "," });
         batch.push('(');
-        batch.push_str(&values.join(","));
+        batch.push_str(&values);
         batch.push(')');
         if batch.len() >= INSERT_BATCH_BYTES {
             out.statement(&batch).await?;
@@ -680,6 +688,8 @@ struct Output<W> {
     hash: Sha256,
     bytes: u64,
     statements: u64,
+    /// Every row written, by table: what a dump of a member restored from it must find again.
+    content: ContentDigest,
 }
 
 impl<W: AsyncWrite + Unpin> Output<W> {
@@ -689,6 +699,7 @@ impl<W: AsyncWrite + Unpin> Output<W> {
             hash: Sha256::new(),
             bytes: 0,
             statements: 0,
+            content: ContentDigest::default(),
         }
     }
 
