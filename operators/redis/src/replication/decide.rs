@@ -334,23 +334,24 @@ fn newest_configuration(facts: &Facts) -> Option<&SentinelView> {
     }
 }
 
-/// The node a majority of the Sentinels promoted, while another Sentinel is still in a failover
-/// of its own: the majority's configuration is newer than any the failing-over Sentinels hold,
-/// and the node says it is the primary. That failover cannot win (the others no longer monitor
-/// the primary it would replace, so they give it no vote), and the Sentinel takes the newer
-/// configuration at its failover timeout; meanwhile writes go where they will stay.
+/// The node a majority of the Sentinels took as the primary while another Sentinel is still
+/// failing over the one before: their configuration is at least as new as the failing-over
+/// Sentinels', they name another node than those do, and that node says it is the primary.
+/// Either that Sentinel led this very failover and is still reconfiguring the other nodes (a
+/// dead former primary keeps it at it until its failover timeout), or its own attempt cannot
+/// win (the others no longer monitor the primary it would replace, so they give it no vote) and
+/// it takes the newer configuration at its timeout. Meanwhile writes go where they will stay.
 fn failover_completed_by_majority(facts: &Facts) -> Option<PrimaryFinding> {
     let views: Vec<&SentinelView> = facts.sentinels.iter().filter_map(|s| s.view.as_ref()).collect();
-    let failing_over_epoch = views
-        .iter()
-        .filter(|view| view.failover_in_progress)
-        .map(|view| view.config_epoch)
-        .max()?;
+    let failing_over: Vec<&&SentinelView> = views.iter().filter(|view| view.failover_in_progress).collect();
+    let failing_over_epoch = failing_over.iter().map(|view| view.config_epoch).max()?;
+    let being_replaced: Vec<SocketAddr> = failing_over.iter().map(|view| view.primary).collect();
     let mut votes: BTreeMap<usize, (usize, SocketAddr)> = BTreeMap::new();
-    for view in views
-        .iter()
-        .filter(|view| !view.failover_in_progress && view.config_epoch > failing_over_epoch)
-    {
+    for view in views.iter().filter(|view| {
+        !view.failover_in_progress
+            && view.config_epoch >= failing_over_epoch
+            && !being_replaced.contains(&view.primary)
+    }) {
         if let Named::Node(ordinal) = named(facts, view.primary) {
             votes.entry(ordinal).or_insert((0, view.primary)).0 += 1;
         }
@@ -2640,6 +2641,17 @@ mod tests {
             PrimaryFinding::Agreed { ordinal: 0, .. }
         ));
         assert_eq!(serving_primary(&completed), Some(0));
+        // Sentinel 2 led that failover (epoch 4 too) and still reconfigures the nodes, the dead
+        // former primary among them, before it names node 0 itself.
+        let mut leading = sentinels.clone();
+        leading[2].view.as_mut().unwrap().config_epoch = 4;
+        let leading = facts(nodes.clone(), leading, Some(1));
+        assert_eq!(serving_primary(&leading), Some(0));
+        // And node 1 follows node 0, as the Sentinels would have it.
+        assert!(matches!(
+            decide(&leading),
+            Decision::Act(Step::Replicate { node: 1, .. })
+        ));
 
         // The same Sentinel failing node 1 over before the others have chosen: nobody serves
         // until the failover ends (node 1 takes writes again if it is still the primary then).
