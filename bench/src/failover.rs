@@ -6,6 +6,7 @@
 
 use std::{
     collections::BTreeMap,
+    net::IpAddr,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -24,6 +25,7 @@ use quorum_e2e::{
     real_node, wait,
 };
 use serde::Serialize;
+use serde_json::Value;
 
 use crate::contender::{Engine, Installed};
 
@@ -63,6 +65,9 @@ pub struct Kill {
 #[derive(Clone, Debug, Serialize)]
 pub struct Failovers {
     pub engine: Engine,
+    /// Redis cluster mode: the primary of one shard of a three-shard deployment was killed,
+    /// the writer's keys all in that shard's slots.
+    pub one_shard: bool,
     pub kills: Vec<Kill>,
     pub writes_acknowledged: usize,
     /// Acknowledged writes read back from the primary at the end: all of them, or the run fails.
@@ -116,6 +121,58 @@ fn first_write_after(history: &History, kills: &[Instant]) -> Vec<Option<Duratio
         .collect()
 }
 
+/// What the kills aim at: a cluster, and the member of it that takes the writer's writes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Aim {
+    /// [`CLUSTER`]'s primary (etcd: its leader), as its status names it.
+    Primary,
+    /// The primary of a Redis cluster-mode deployment that serves `slot`, as its status names it.
+    SlotOwner { cluster: &'static str, slot: u16 },
+}
+
+impl Aim {
+    fn cluster(self) -> &'static str {
+        match self {
+            Aim::Primary => CLUSTER,
+            Aim::SlotOwner { cluster, .. } => cluster,
+        }
+    }
+
+    /// The member aimed at, as the cluster's `status` names it.
+    fn member(self, status: &Value) -> Option<String> {
+        match self {
+            Aim::Primary => status["primary"]
+                .as_str()
+                .or(status["leader"].as_str())
+                .map(str::to_string),
+            Aim::SlotOwner { slot, .. } => status["nodes"]
+                .as_array()?
+                .iter()
+                .find(|node| {
+                    node["role"] == "Primary"
+                        && node["slots"]
+                            .as_array()
+                            .is_some_and(|ranges| ranges.iter().any(|range| slot_in(range, slot)))
+                })
+                .and_then(|node| node["name"].as_str())
+                .map(str::to_string),
+        }
+    }
+}
+
+/// Whether `range`, a slot range as the Redis operator's status writes it (`start-end`, or one
+/// slot), holds `slot`.
+fn slot_in(range: &Value, slot: u16) -> bool {
+    let Some(range) = range.as_str() else {
+        return false;
+    };
+    let (start, end) = range.split_once('-').unwrap_or((range, range));
+    match (start.parse::<u16>(), end.parse::<u16>()) {
+        (Ok(start), Ok(end)) => (start..=end).contains(&slot),
+        _ => false,
+    }
+}
+
 /// Kills the primary of [`CLUSTER`] `kills` times under a writer, each once the cluster is whole
 /// and settled again, and checks the writer's history on the primary at the end.
 pub async fn measure(
@@ -125,14 +182,27 @@ pub async fn measure(
     kills: usize,
 ) -> anyhow::Result<Failovers> {
     let namespace = installed.clusters_namespace;
-    let client = Arc::new(
-        DataClient::connect(admin, namespace, engine, CLUSTER, WRITE_TIMEOUT)
-            .await?
-            .prepare()
-            .await?,
-    );
-    let writer = start_writer(client.clone(), PREFIX, MOST_WRITES);
-    let killed = kill_primaries(admin, installed, &writer, kills).await;
+    let client = DataClient::connect(admin, namespace, engine, CLUSTER, WRITE_TIMEOUT)
+        .await?
+        .prepare()
+        .await?;
+    measure_aimed(admin, installed, engine, Aim::Primary, client, PREFIX, kills).await
+}
+
+/// Kills the member `aim` names `kills` times under a writer of `prefix/<n>` through `client`,
+/// each once the cluster is whole and settled again, and checks the writer's history at the end.
+pub async fn measure_aimed(
+    admin: &Client,
+    installed: &Installed,
+    engine: Engine,
+    aim: Aim,
+    client: DataClient,
+    prefix: &str,
+    kills: usize,
+) -> anyhow::Result<Failovers> {
+    let client = Arc::new(client);
+    let writer = start_writer(client.clone(), prefix, MOST_WRITES);
+    let killed = kill_primaries(admin, installed, aim, &writer, kills).await;
     let history = writer.stop().await;
     let killed = killed?;
 
@@ -167,6 +237,7 @@ pub async fn measure(
         .collect::<anyhow::Result<Vec<_>>>()?;
     Ok(Failovers {
         engine,
+        one_shard: matches!(aim, Aim::SlotOwner { .. }),
         kills,
         writes_acknowledged: history.acknowledged().count(),
         writes_checked,
@@ -179,9 +250,13 @@ pub fn start_writer(client: Arc<DataClient>, prefix: &str, most_writes: usize) -
     Writer::start(prefix, WRITE_INTERVAL, most_writes, move |key, value| {
         let client = client.clone();
         async move {
-            tokio::time::timeout(WRITE_TIMEOUT, client.write(key, value))
+            let acknowledged = tokio::time::timeout(WRITE_TIMEOUT, client.write(key, value))
                 .await
-                .unwrap_or(false)
+                .unwrap_or(false);
+            if !acknowledged {
+                client.after_failure().await;
+            }
+            acknowledged
         }
     })
 }
@@ -219,6 +294,7 @@ pub fn redis_connection_info(
 async fn kill_primaries(
     admin: &Client,
     installed: &Installed,
+    aim: Aim,
     writer: &Writer,
     kills: usize,
 ) -> anyhow::Result<Vec<(String, Instant, String)>> {
@@ -231,14 +307,14 @@ async fn kill_primaries(
 
     let mut killed = Vec::with_capacity(kills);
     for _ in 0..kills {
-        let member = wait::within("a primary", Duration::from_secs(120), || primary(&clusters))
+        let member = wait::within("a primary", Duration::from_secs(120), || aimed_at(&clusters, aim))
             .await
             .map_err(anyhow::Error::msg)?;
         let pod = pods.get(&member).await?;
         let container = server_container(&pod)?;
         let restarts = real_node::restart_count(&pod, &container);
         let acknowledged = writer.acknowledged();
-        let pods_before = cluster_pods(&pods).await?.len();
+        let pods_before = cluster_pods(&pods, aim.cluster()).await?.len();
         real_node::kill_container(&pod, &container);
         // Once the signal was sent (`ctr` takes a while to start): a write invoked between the
         // call and the signal would be the old primary's.
@@ -248,7 +324,7 @@ async fn kill_primaries(
             .await
         {
             // What the operator said then, for the diagnosis: the cluster goes with the run.
-            let status = match clusters.get(CLUSTER).await {
+            let status = match clusters.get(aim.cluster()).await {
                 Ok(cluster) => cluster.data["status"].to_string(),
                 Err(error) => format!("unreadable: {error}"),
             };
@@ -270,9 +346,14 @@ async fn kill_primaries(
                 let now = pods.get(&member).await.map_err(|error| error.to_string())?;
                 let back = now.metadata.uid != pod.metadata.uid
                     || real_node::restart_count(&now, &container) > restarts;
-                let members = cluster_pods(&pods).await.map_err(|error| error.to_string())?;
+                let members = cluster_pods(&pods, aim.cluster())
+                    .await
+                    .map_err(|error| error.to_string())?;
                 let ready = members.iter().filter(|pod| real_node::pod_ready(pod)).count();
-                let cluster = clusters.get(CLUSTER).await.map_err(|error| error.to_string())?;
+                let cluster = clusters
+                    .get(aim.cluster())
+                    .await
+                    .map_err(|error| error.to_string())?;
                 let settled = installed.contender.is_settled(&cluster);
                 (back && ready == pods_before && settled)
                     .then_some(())
@@ -283,7 +364,7 @@ async fn kill_primaries(
         )
         .await
         .map_err(anyhow::Error::msg)?;
-        let after = wait::within("a primary", Duration::from_secs(120), || primary(&clusters))
+        let after = wait::within("a primary", Duration::from_secs(120), || aimed_at(&clusters, aim))
             .await
             .map_err(anyhow::Error::msg)?;
         eprintln!("[bench] killed {member}'s {container}; primary after: {after}");
@@ -292,20 +373,19 @@ async fn kill_primaries(
     Ok(killed)
 }
 
-/// Every pod of [`CLUSTER`] (Redis: its Sentinels' too).
-async fn cluster_pods(pods: &Api<Pod>) -> kube::Result<Vec<Pod>> {
-    let selector = format!("app.kubernetes.io/instance={CLUSTER}");
+/// Every pod of `cluster` (Redis: its Sentinels' too).
+async fn cluster_pods(pods: &Api<Pod>, cluster: &str) -> kube::Result<Vec<Pod>> {
+    let selector = format!("app.kubernetes.io/instance={cluster}");
     Ok(pods.list(&ListParams::default().labels(&selector)).await?.items)
 }
 
-/// The member the operator reports primary (etcd: leader).
-async fn primary(clusters: &Api<DynamicObject>) -> Result<String, String> {
-    let cluster = clusters.get(CLUSTER).await.map_err(|error| error.to_string())?;
-    let status = &cluster.data["status"];
-    status["primary"]
-        .as_str()
-        .or(status["leader"].as_str())
-        .map(str::to_string)
+/// The member `aim` names, as the cluster's status reports it.
+async fn aimed_at(clusters: &Api<DynamicObject>, aim: Aim) -> Result<String, String> {
+    let cluster = clusters
+        .get(aim.cluster())
+        .await
+        .map_err(|error| error.to_string())?;
+    aim.member(&cluster.data["status"])
         .ok_or_else(|| "none reported".to_string())
 }
 
@@ -388,7 +468,110 @@ pub enum DataClient {
     Etcd(Box<etcd_client::Client>),
     Mysql(mysql_async::Opts),
     Redis(redis::ConnectionInfo),
-    Mongodb(Vec<mongodb::Client>),
+    Mongodb(MongoMembers),
+    /// One shard of a Redis cluster-mode deployment, its writes sent to every data node.
+    RedisShard(crate::shard_failover::ShardClient),
+}
+
+/// The addresses of a cluster's pods, as a client that cannot resolve their DNS names (the
+/// bench runs on the host) knows them. A member given a new pod (the kills replace one the
+/// kubelet holds back in crash-loop back-off) has a new address, so they are looked up again
+/// once a write failed, as a driver resolves its seed list again.
+pub struct PodAddresses {
+    pods: Api<Pod>,
+    selector: String,
+    known: tokio::sync::RwLock<Vec<IpAddr>>,
+    /// When they were last looked up.
+    looked_up: std::sync::Mutex<Option<Instant>>,
+}
+
+/// How often a failing writer may look the addresses up (a LIST of pods each).
+const LOOK_UP_AGAIN_AFTER: Duration = Duration::from_secs(2);
+
+impl PodAddresses {
+    /// The addresses of the pods matching `selector`, looked up now.
+    pub async fn look_up(pods: Api<Pod>, selector: String) -> anyhow::Result<Self> {
+        let addresses = Self {
+            pods,
+            selector,
+            known: tokio::sync::RwLock::new(Vec::new()),
+            looked_up: std::sync::Mutex::new(None),
+        };
+        addresses.refresh().await?;
+        Ok(addresses)
+    }
+
+    pub async fn current(&self) -> Vec<IpAddr> {
+        self.known.read().await.clone()
+    }
+
+    async fn refresh(&self) -> anyhow::Result<()> {
+        *self.looked_up.lock().expect("not poisoned") = Some(Instant::now());
+        let listed = self
+            .pods
+            .list(&ListParams::default().labels(&self.selector))
+            .await?;
+        let addresses: Vec<IpAddr> = listed
+            .items
+            .into_iter()
+            .filter_map(|pod| pod.status.and_then(|status| status.pod_ip)?.parse().ok())
+            .collect();
+        anyhow::ensure!(
+            !addresses.is_empty(),
+            "no pod matching {} has an address",
+            self.selector
+        );
+        *self.known.write().await = addresses;
+        Ok(())
+    }
+
+    /// Looks them up again unless that was done within [`LOOK_UP_AGAIN_AFTER`]; a failed
+    /// look-up keeps those known (the next failing write tries again).
+    pub async fn refresh_after_failure(&self) {
+        let due = self
+            .looked_up
+            .lock()
+            .expect("not poisoned")
+            .is_none_or(|at| at.elapsed() >= LOOK_UP_AGAIN_AFTER);
+        if due && let Err(error) = self.refresh().await {
+            eprintln!("[bench] looking up {} again: {error:#}", self.selector);
+        }
+    }
+}
+
+/// A client of every member of a MongoDB replica set, at their pods' addresses.
+pub struct MongoMembers {
+    addresses: PodAddresses,
+    username: String,
+    password: String,
+    /// A client per address, made on first use.
+    clients: tokio::sync::Mutex<BTreeMap<IpAddr, mongodb::Client>>,
+}
+
+impl MongoMembers {
+    /// A client of each member's current address.
+    async fn clients(&self) -> anyhow::Result<Vec<mongodb::Client>> {
+        let addresses = self.addresses.current().await;
+        let mut clients = self.clients.lock().await;
+        clients.retain(|ip, _| addresses.contains(ip));
+        let mut current = Vec::with_capacity(addresses.len());
+        for ip in addresses {
+            let client = match clients.entry(ip) {
+                std::collections::btree_map::Entry::Occupied(known) => known.get().clone(),
+                std::collections::btree_map::Entry::Vacant(new) => {
+                    let (username, password) = (&self.username, &self.password);
+                    let client = mongodb::Client::with_uri_str(format!(
+                        "mongodb://{username}:{password}@{ip}:27017/?directConnection=true&authSource=admin\
+                         &retryWrites=false&serverSelectionTimeoutMS=1000&connectTimeoutMS=1000"
+                    ))
+                    .await?;
+                    new.insert(client).clone()
+                }
+            };
+            current.push(client);
+        }
+        Ok(current)
+    }
 }
 
 impl DataClient {
@@ -436,28 +619,15 @@ impl DataClient {
             Engine::Mongodb => {
                 let secret = mongodb_operator::resources::generated_admin_secret_name(cluster);
                 let login = generated_secret(admin, namespace, &secret).await;
-                let (username, password) = (
-                    &login[mongodb_operator::resources::USERNAME_KEY],
-                    &login[mongodb_operator::resources::PASSWORD_KEY],
-                );
-                let pods: Api<Pod> = Api::namespaced(admin.clone(), namespace);
                 let selector =
                     format!("app.kubernetes.io/instance={cluster},app.kubernetes.io/component=member");
-                let mut members = Vec::new();
-                for pod in pods.list(&ListParams::default().labels(&selector)).await?.items {
-                    // A killed server restarts in the same pod, at the same address.
-                    let ip = pod
-                        .status
-                        .and_then(|status| status.pod_ip)
-                        .context("a member pod without an address")?;
-                    let uri = format!(
-                        "mongodb://{username}:{password}@{ip}:27017/?directConnection=true&authSource=admin\
-                         &retryWrites=false&serverSelectionTimeoutMS=1000&connectTimeoutMS=1000"
-                    );
-                    members.push(mongodb::Client::with_uri_str(&uri).await?);
-                }
-                anyhow::ensure!(!members.is_empty(), "no member pod matches {selector}");
-                DataClient::Mongodb(members)
+                DataClient::Mongodb(MongoMembers {
+                    addresses: PodAddresses::look_up(Api::namespaced(admin.clone(), namespace), selector)
+                        .await?,
+                    username: login[mongodb_operator::resources::USERNAME_KEY].clone(),
+                    password: login[mongodb_operator::resources::PASSWORD_KEY].clone(),
+                    clients: tokio::sync::Mutex::new(BTreeMap::new()),
+                })
             }
         })
     }
@@ -545,6 +715,7 @@ impl DataClient {
                 pipeline.query_async::<()>(&mut connection).await?;
             }
             DataClient::Mongodb(_) => anyhow::bail!("no bulk load for MongoDB's simulator"),
+            DataClient::RedisShard(_) => anyhow::bail!("no bulk load through one Redis shard"),
         }
         Ok(())
     }
@@ -583,7 +754,10 @@ impl DataClient {
             // Sent to every member at once, as no client knows the new primary before asking:
             // only the primary takes it, and only a majority's acknowledgement counts.
             DataClient::Mongodb(members) => {
-                let inserts = members.iter().map(|member| {
+                let Ok(clients) = members.clients().await else {
+                    return false;
+                };
+                let inserts = clients.iter().map(|member| {
                     let collection = member
                         .database("quorum_bench")
                         .collection::<bson::Document>("failover");
@@ -598,6 +772,17 @@ impl DataClient {
                 });
                 futures::future::select_ok(inserts).await.is_ok()
             }
+            DataClient::RedisShard(shard) => shard.set(key, value).await,
+        }
+    }
+
+    /// After a write that was not acknowledged: a client that knows its servers by their pods'
+    /// addresses looks them up again.
+    async fn after_failure(&self) {
+        match self {
+            DataClient::Etcd(_) | DataClient::Mysql(_) | DataClient::Redis(_) => {}
+            DataClient::Mongodb(members) => members.addresses.refresh_after_failure().await,
+            DataClient::RedisShard(shard) => shard.addresses.refresh_after_failure().await,
         }
     }
 
@@ -648,11 +833,12 @@ impl DataClient {
                     cursor = next;
                 }
             }
+            DataClient::RedisShard(shard) => shard.read_all().await,
             DataClient::Mongodb(members) => {
                 // A member that does not answer (a killed one still held back by the kubelet)
                 // says nothing about the others: the primary is asked all the same.
                 let mut unanswered = Vec::new();
-                for member in members {
+                for member in members.clients().await.map_err(|e| text(&e))? {
                     let hello = match member
                         .database("admin")
                         .run_command(bson::doc! {"hello": 1})
@@ -730,6 +916,36 @@ mod tests {
     }
 
     #[test]
+    fn the_kills_aim_at_the_reported_primary_or_the_primary_serving_the_slot() {
+        let replication = serde_json::json!({"primary": "r-1"});
+        let etcd = serde_json::json!({"leader": "e-2"});
+        let shards = serde_json::json!({"nodes": [
+            {"name": "s-0-0", "role": "Primary", "slots": ["0-5460"]},
+            {"name": "s-1-1", "role": "Replica", "slots": ["5461-10922"]},
+            {"name": "s-1-0", "role": "Primary", "slots": ["5461-6000", "6001-10922"]},
+            {"name": "s-2-0", "role": "Primary", "slots": ["10923-16382", "16383"]},
+        ]});
+        let owner = |slot| Aim::SlotOwner { cluster: "s", slot };
+        let cases = [
+            (Aim::Primary, &replication, Some("r-1")),
+            (Aim::Primary, &etcd, Some("e-2")),
+            (Aim::Primary, &shards, None),
+            (owner(0), &shards, Some("s-0-0")),
+            (owner(5460), &shards, Some("s-0-0")),
+            // A replica that still lists the slots is not aimed at.
+            (owner(5461), &shards, Some("s-1-0")),
+            (owner(6001), &shards, Some("s-1-0")),
+            (owner(16383), &shards, Some("s-2-0")),
+            (owner(100), &replication, None),
+        ];
+        for (aim, status, expected) in cases {
+            assert_eq!(aim.member(status).as_deref(), expected, "{aim:?} in {status}");
+        }
+        let unserved = serde_json::json!({"nodes": [{"name": "s-0-0", "role": "Primary", "slots": ["x-y"]}]});
+        assert_eq!(owner(3).member(&unserved), None);
+    }
+
+    #[test]
     fn percentiles_are_by_nearest_rank() {
         let twenty: Vec<f64> = (1..=20).map(f64::from).collect();
         assert_eq!(nearest_rank(&twenty, 50.0), 10.0);
@@ -748,6 +964,7 @@ mod tests {
         };
         let failovers = Failovers {
             engine: Engine::Redis,
+            one_shard: false,
             kills: vec![kill("a-0", "a-0"), kill("a-0", "a-1"), kill("a-1", "a-1")],
             writes_acknowledged: 3,
             writes_checked: 3,

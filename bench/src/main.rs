@@ -16,6 +16,7 @@ mod process;
 mod report;
 mod reshard;
 mod seeding;
+mod shard_failover;
 
 use std::{path::PathBuf, time::Duration};
 
@@ -341,7 +342,8 @@ struct Scenarios {
 /// What one contender's turn measured.
 struct Measured {
     run: Run,
-    failovers: Option<Failovers>,
+    /// Redis's: its replication mode's, then one shard's in cluster mode.
+    failovers: Vec<Failovers>,
     backups: Option<Backups>,
     /// etcd's operators only.
     resizes: Option<Resizes>,
@@ -394,7 +396,7 @@ async fn measure(
                 .ok();
             return anyhow::Ok(Measured {
                 run,
-                failovers: None,
+                failovers: Vec::new(),
                 backups: None,
                 resizes,
                 reshard: None,
@@ -405,7 +407,15 @@ async fn measure(
             contender.name(),
             scenarios.kills
         );
-        let failovers = failover::measure(admin, &installed, engine, scenarios.kills).await?;
+        let mut failovers = vec![failover::measure(admin, &installed, engine, scenarios.kills).await?];
+        if engine == Engine::Redis {
+            eprintln!(
+                "[bench] {}: one shard's primary killed {} times under a writer",
+                contender.name(),
+                scenarios.kills
+            );
+            failovers.push(shard_failover::measure(admin, &installed, scenarios.kills).await?);
+        }
         let resizes = if engine == Engine::Etcd {
             Some(resize(admin, &installed).await?)
         } else {
@@ -444,7 +454,7 @@ async fn measure(
         };
         anyhow::Ok(Measured {
             run,
-            failovers: Some(failovers),
+            failovers,
             backups,
             resizes,
             reshard,

@@ -185,12 +185,27 @@ const SETTLED_RSS: Measure = Measure {
     target: Target::AtMost(40.0),
 };
 
-fn settled_rss(quorum: &Run, peer: Option<&Run>) -> Figure {
-    let mut figure = figure_of(&SETTLED_RSS, quorum, peer);
-    if quorum.clusters < 100 {
-        figure.verdict = Verdict::NotJudged;
+/// A smaller run's memory carried to 100 clusters: its base, plus 100 times what each of its
+/// clusters added (the caches hold each cluster's objects, so the cost grows with their count).
+const PROJECTED_RSS: Measure = Measure {
+    name: "settled: operator RSS projected to 100 clusters (base + 100 x growth per cluster)",
+    unit: "MiB",
+    value: |run| {
+        let growth = (run.idle_rss_bytes as f64 - run.base.rss_bytes as f64).max(0.0);
+        (run.base.rss_bytes as f64 + growth / run.clusters as f64 * 100.0) / MIB
+    },
+    target: Target::AtMost(40.0),
+};
+
+/// The settled memory against its target: judged as measured at 100 clusters or more, else
+/// printed as measured and judged as projected.
+fn settled_rss(quorum: &Run, peer: Option<&Run>) -> Vec<Figure> {
+    let mut measured = figure_of(&SETTLED_RSS, quorum, peer);
+    if quorum.clusters >= 100 {
+        return vec![measured];
     }
-    figure
+    measured.verdict = Verdict::NotJudged;
+    vec![measured, figure_of(&PROJECTED_RSS, quorum, peer)]
 }
 
 fn figure_of(measure: &Measure, quorum: &Run, peer: Option<&Run>) -> Figure {
@@ -210,7 +225,7 @@ pub fn figures(quorum: &Run, peer: &Run) -> Vec<Figure> {
         .chain(&SETTLED)
         .map(|measure| figure_of(measure, quorum, Some(peer)))
         .collect();
-    figures.push(settled_rss(quorum, Some(peer)));
+    figures.extend(settled_rss(quorum, Some(peer)));
     figures
 }
 
@@ -277,7 +292,7 @@ pub fn engines(runs: &[Run]) -> Vec<EngineRow> {
                 Target::None,
             )];
             figures.extend(SETTLED.iter().map(|measure| figure_of(measure, run, None)));
-            figures.push(settled_rss(run, None));
+            figures.extend(settled_rss(run, None));
             EngineRow {
                 operator: run.contender.name(),
                 clusters: run.clusters,
@@ -298,8 +313,13 @@ pub fn failovers(runs: &[Failovers]) -> Vec<EngineRow> {
                 Engine::Etcd | Engine::Mongodb => Target::None,
             };
             let count = |name: &str, value: usize| Figure::new(name, "", value as f64, None, Target::None);
+            let operator = Contender::Quorum(run.engine).name();
             EngineRow {
-                operator: Contender::Quorum(run.engine).name(),
+                operator: if run.one_shard {
+                    format!("{operator}, one shard of {}", crate::shard_failover::SHARDS)
+                } else {
+                    operator.to_string()
+                },
                 clusters: 1,
                 figures: vec![
                     count("kills", run.kills.len()),
@@ -546,6 +566,9 @@ mod tests {
         // Two clusters say nothing of a target stated at 100.
         assert_eq!(named("settled: operator RSS (target").verdict, Verdict::NotJudged);
         assert_eq!(named("settled: operator RSS per cluster").quorum, 2.0);
+        // Judged carried to 100: the base of 10 MiB and 100 times the 2 MiB each cluster added.
+        let projected = named("settled: operator RSS projected");
+        assert_eq!((projected.quorum, projected.verdict), (210.0, Verdict::Short));
 
         let table = table(&figures);
         assert!(
@@ -561,7 +584,7 @@ mod tests {
         // 3 patches over 2 clusters in 600 s: 9 per cluster-hour; 1 GET: 0.5 per 10 min.
         assert!(
             table.ends_with(
-                "| quorum-mysql-operator | 2 | 30 | 9 (short) | 0.500 (pass) | 0.200 | 3 | 2 | 14 |"
+                "| quorum-mysql-operator | 2 | 30 | 9 (short) | 0.500 (pass) | 0.200 | 3 | 2 | 14 | 210 (short) |"
             ),
             "{table}"
         );

@@ -89,7 +89,8 @@ pub struct Reshard {
 /// `redis-cli`, and checks that every key is still there after each.
 pub async fn measure(admin: &Client, installed: &Installed, keys: usize) -> anyhow::Result<Reshard> {
     let namespace = installed.clusters_namespace;
-    let spec = cluster_spec();
+    // Without replicas: the moving is the same with them, they would only double the pods.
+    let spec = cluster_spec(SHARDS_BEFORE, 0);
     let (quorum, quorum_from_spec_seconds, image) = quorum_reshard(admin, installed, &spec, keys).await?;
     eprintln!(
         "[bench] redis: Quorum moved {} keys in {:.1} s ({:.1} s from the spec change)",
@@ -112,16 +113,16 @@ pub async fn measure(admin: &Client, installed: &Installed, keys: usize) -> anyh
     })
 }
 
-/// Three shards without replicas (the moving is the same with them; they would only double the
-/// pods), every pod on the one real node.
-fn cluster_spec() -> Value {
+/// A cluster-mode deployment of `shards` shards of `replicas_per_shard` replicas each, every pod
+/// on the one real node.
+pub fn cluster_spec(shards: usize, replicas_per_shard: usize) -> Value {
     let mut template = serde_json::to_value(real_node::pod_overrides()).expect("pod overrides serialize");
     // One node holds every shard: allowed, as a user with one node allows it.
     template["affinity"] = json!({});
     json!({
         "mode": "Cluster",
-        "shards": SHARDS_BEFORE,
-        "replicasPerShard": 0,
+        "shards": shards,
+        "replicasPerShard": replicas_per_shard,
         "version": "7.0.15",
         "storage": {"size": "1Gi", "storageClassName": real_node::STORAGE_CLASS},
         "podTemplate": template,
@@ -129,7 +130,7 @@ fn cluster_spec() -> Value {
 }
 
 /// The selector of a deployment's data pods.
-fn node_selector(cluster: &str) -> String {
+pub fn node_selector(cluster: &str) -> String {
     quorum_core::naming::label_selector(&quorum_core::naming::selector_labels("redis", cluster, "node"))
 }
 
@@ -569,7 +570,7 @@ mod tests {
 
     #[test]
     fn the_baseline_runs_the_operators_configuration_with_its_own_password() {
-        let config = baseline_config(&cluster_spec(), "secret").unwrap();
+        let config = baseline_config(&cluster_spec(SHARDS_BEFORE, 0), "secret").unwrap();
         assert!(config.contains("cluster-enabled yes"), "{config}");
         assert!(config.contains("appendonly yes"), "{config}");
         assert!(config.contains("requirepass \"secret\""), "{config}");
