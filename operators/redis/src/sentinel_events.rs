@@ -1,9 +1,11 @@
 //! Following the Sentinels' own announcements. For each replication-mode cluster, one task per
-//! Sentinel stays subscribed to `+switch-master` and wakes the cluster's pass the moment a
-//! Sentinel names another primary, so the role labels (and with them the primary Service) follow
-//! a failover at once rather than at the next scheduled pass.
+//! Sentinel stays subscribed to `+switch-master` and `+sdown` and wakes the cluster's pass the
+//! moment a Sentinel names another primary, so the role labels (and with them the primary
+//! Service) follow a failover at once rather than at the next scheduled pass, and the moment a
+//! Sentinel takes an instance for down, so the pass sees the primary failing before its failover
+//! (which is where a failover's time from loss starts).
 //!
-//! A switch only wakes the pass; the pass observes every node and Sentinel afresh and decides as
+//! An announcement only wakes the pass; the pass observes every node and Sentinel afresh and decides as
 //! it always does. A subscription that breaks is opened again with a growing delay; one that was
 //! broken wakes the pass once it is back, since a switch may have come meanwhile. The scheduled
 //! pass stays the safety net for whatever a subscription misses. No Kubernetes here beyond the
@@ -17,7 +19,7 @@ use secrecy::ExposeSecret;
 
 use crate::admin::{
     Credentials,
-    sentinel::{PrimarySwitch, SwitchSubscription},
+    sentinel::{Announcement, PrimarySwitch, SentinelSubscription},
 };
 
 /// The subscriptions of every cluster this operator follows.
@@ -28,7 +30,7 @@ pub fn sentinel_events(wakeups: quorum_core::wakeups::Wakeups, settings: ListenS
     DatabaseEvents::new(SentinelSwitches, wakeups, settings)
 }
 
-/// One Sentinel's `+switch-master` subscription.
+/// One Sentinel's `+switch-master` and `+sdown` subscription.
 pub struct SentinelSwitches;
 
 impl Listen for SentinelSwitches {
@@ -53,19 +55,28 @@ impl Listen for SentinelSwitches {
         notify: Notify<'_>,
     ) -> String {
         let mut subscription =
-            match SwitchSubscription::open(*address, credentials.as_ref(), settings.timeout).await {
+            match SentinelSubscription::open(*address, credentials.as_ref(), settings.timeout).await {
                 Ok(subscription) => subscription,
                 Err(error) => return error.to_string(),
             };
         notify.opened();
         loop {
             match subscription.next(settings.keepalive).await {
-                Ok(PrimarySwitch { name, from, to }) => {
+                Ok(Announcement::Switch(PrimarySwitch { name, from, to })) => {
                     tracing::info!(
                         cluster = %notify.cluster(),
                         sentinel = %address,
                         %name, %from, %to,
                         "a Sentinel switched the primary; reconciling now"
+                    );
+                    notify.wake();
+                }
+                Ok(Announcement::Down(instance)) => {
+                    tracing::info!(
+                        cluster = %notify.cluster(),
+                        sentinel = %address,
+                        %instance,
+                        "a Sentinel takes an instance for down; reconciling now"
                     );
                     notify.wake();
                 }

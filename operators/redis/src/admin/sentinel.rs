@@ -272,6 +272,30 @@ impl SentinelAdmin {
 
 /// The channel on which a Sentinel announces that it names another primary.
 pub const SWITCH_CHANNEL: &str = "+switch-master";
+/// The channel on which a Sentinel announces that an instance it watches (the primary, a
+/// replica, another Sentinel) has not answered for `down-after`.
+pub const DOWN_CHANNEL: &str = "+sdown";
+
+/// What a Sentinel announced on a channel the operator follows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Announcement {
+    Switch(PrimarySwitch),
+    /// The instance a Sentinel takes for down, as it names it (`master primary 10.0.0.7 6379`,
+    /// or a replica's or Sentinel's line with its primary after `@`).
+    Down(String),
+}
+
+/// Parses a message of `channel`.
+///
+/// # Errors
+/// Says what is malformed, or that the channel is none the operator subscribes to.
+pub fn parse_announcement(channel: &str, payload: &str) -> Result<Announcement, String> {
+    match channel {
+        SWITCH_CHANNEL => parse_primary_switch(payload).map(Announcement::Switch),
+        DOWN_CHANNEL => Ok(Announcement::Down(payload.trim().to_string())),
+        other => Err(format!("a message on {other}, which is not subscribed to")),
+    }
+}
 
 /// A Sentinel's announcement that a monitored primary moved (`+switch-master`): it now names
 /// `to` where it named `from`.
@@ -303,17 +327,18 @@ pub fn parse_primary_switch(payload: &str) -> Result<PrimarySwitch, String> {
     })
 }
 
-/// A subscription to one Sentinel's primary switches, on a connection of its own (a
-/// subscribed connection can carry nothing else).
-pub struct SwitchSubscription {
+/// A subscription to one Sentinel's announcements of instances down and primaries switched, on
+/// a connection of its own (a subscribed connection can carry nothing else).
+pub struct SentinelSubscription {
     sink: redis::aio::PubSubSink,
     messages: redis::aio::PubSubStream,
     endpoint: String,
     timeout: Duration,
 }
 
-impl SwitchSubscription {
-    /// Connects to the Sentinel at `address` and subscribes to [`SWITCH_CHANNEL`]; `timeout`
+impl SentinelSubscription {
+    /// Connects to the Sentinel at `address` and subscribes to [`SWITCH_CHANNEL`] and
+    /// [`DOWN_CHANNEL`]; `timeout`
     /// bounds the connection, the subscription and every later link check.
     ///
     /// # Errors
@@ -335,7 +360,7 @@ impl SwitchSubscription {
             .map_err(|_| unreachable(format!("no connection within {timeout:?}")))?
             .map_err(|error| AdminError::from_redis(&endpoint, "connect", error))?;
         let (mut sink, messages) = pubsub.split();
-        tokio::time::timeout(timeout, sink.subscribe(SWITCH_CHANNEL))
+        tokio::time::timeout(timeout, sink.subscribe(&[SWITCH_CHANNEL, DOWN_CHANNEL]))
             .await
             .map_err(|_| unreachable(format!("no answer to SUBSCRIBE within {timeout:?}")))?
             .map_err(|error| AdminError::from_redis(&endpoint, "SUBSCRIBE", error))?;
@@ -351,15 +376,15 @@ impl SwitchSubscription {
         &self.endpoint
     }
 
-    /// Waits for the Sentinel's next switch. While none comes, the link is checked every
+    /// Waits for the Sentinel's next announcement. While none comes, the link is checked every
     /// `keepalive` with a `PING`, so a Sentinel that is gone without closing the connection (its
     /// pod deleted, the network cut) ends the wait with [`AdminError::Unreachable`] instead of
     /// leaving it waiting for ever.
     ///
     /// # Errors
     /// [`AdminError::Unreachable`] when the connection closed or a link check went unanswered;
-    /// [`AdminError::Unexpected`] for a payload that is no switch.
-    pub async fn next(&mut self, keepalive: Duration) -> Result<PrimarySwitch, AdminError> {
+    /// [`AdminError::Unexpected`] for a malformed payload.
+    pub async fn next(&mut self, keepalive: Duration) -> Result<Announcement, AdminError> {
         let endpoint = self.endpoint.clone();
         let unreachable = |detail: &str| AdminError::Unreachable {
             endpoint: endpoint.clone(),
@@ -368,12 +393,13 @@ impl SwitchSubscription {
         loop {
             match tokio::time::timeout(keepalive, self.messages.next()).await {
                 Ok(Some(message)) => {
+                    let channel = message.get_channel_name();
                     let payload: String = message
                         .get_payload()
-                        .map_err(|error| AdminError::from_redis(&self.endpoint, SWITCH_CHANNEL, error))?;
-                    return parse_primary_switch(&payload).map_err(|detail| AdminError::Unexpected {
+                        .map_err(|error| AdminError::from_redis(&self.endpoint, "SUBSCRIBE", error))?;
+                    return parse_announcement(channel, &payload).map_err(|detail| AdminError::Unexpected {
                         endpoint: self.endpoint.clone(),
-                        command: SWITCH_CHANNEL,
+                        command: "SUBSCRIBE",
                         detail,
                     });
                 }
@@ -459,6 +485,15 @@ mod tests {
             }
         );
         assert!(parse_primary_switch("quorum 10.244.0.7 6379").is_err());
+        assert_eq!(
+            parse_announcement(SWITCH_CHANNEL, "quorum 10.244.0.7 6379 10.244.0.9 6379"),
+            Ok(Announcement::Switch(switch.clone()))
+        );
+        assert_eq!(
+            parse_announcement(DOWN_CHANNEL, "master quorum 10.244.0.7 6379"),
+            Ok(Announcement::Down("master quorum 10.244.0.7 6379".into()))
+        );
+        assert!(parse_announcement("+odown", "master quorum 10.244.0.7 6379").is_err());
         assert!(parse_primary_switch("quorum host 6379 10.244.0.9 6379").is_err());
     }
 }
