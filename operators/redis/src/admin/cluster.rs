@@ -448,6 +448,26 @@ impl RedisAdmin {
     pub async fn hand_over_to_me(&self, timeout: Duration) -> Result<(), AdminError> {
         self.run::<()>("CLUSTER FAILOVER", redis::cmd("CLUSTER").arg("FAILOVER"))
             .await?;
+        self.until_primary(timeout).await
+    }
+
+    /// Makes this replica its shard's primary now, without its primary, which does not answer
+    /// (`CLUSTER FAILOVER FORCE`: still elected with the other primaries' votes), and waits
+    /// until it serves as one, for at most `timeout`. It takes what it has replicated, as
+    /// Redis's own failover would once the primary is past `cluster-node-timeout`.
+    ///
+    /// # Errors
+    /// As [`Self::hand_over_to_me`].
+    pub async fn take_over_now(&self, timeout: Duration) -> Result<(), AdminError> {
+        self.run::<()>(
+            "CLUSTER FAILOVER",
+            redis::cmd("CLUSTER").arg("FAILOVER").arg("FORCE"),
+        )
+        .await?;
+        self.until_primary(timeout).await
+    }
+
+    async fn until_primary(&self, timeout: Duration) -> Result<(), AdminError> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             if self.cluster_myself().await?.flags.primary {

@@ -2,7 +2,9 @@
 //! or why to wait. Table-tested below.
 //!
 //! Redis Cluster fails over on its own (a replica promotes itself once a majority of primaries
-//! agree its primary failed); the operator never does. It forms the cluster once, introduces
+//! agree its primary failed); the operator asks for it sooner only when the kubelet holds a
+//! crashed primary's server back, which would otherwise keep its slots unserved for
+//! `cluster-node-timeout`. It forms the cluster once, introduces
 //! nodes to one another with `CLUSTER MEET` (which is also how nodes that came back on new
 //! addresses find each other again), keeps each shard's replicas on their shard's primary,
 //! moves slots in bounded batches toward an even share, and removes a shard only once it
@@ -128,6 +130,8 @@ pub struct Facts {
     pub pending: BTreeSet<usize>,
     /// Pods not Ready by the kubelet's probes ([`quorum_core::rollout::unready_members`]).
     pub unready: BTreeSet<usize>,
+    /// Pods whose server the kubelet holds back, and why ([`quorum_core::pod_failures::held_back`]).
+    pub held_back: BTreeMap<usize, String>,
 }
 
 /// `shards` shards sharing the slots evenly: the layout of a new, empty cluster.
@@ -332,6 +336,14 @@ pub enum Step {
     /// `CLUSTER FAILOVER` on `replica`, so that `primary` hands its slots over without losing
     /// an acknowledged write before it is restarted or rebuilt.
     HandOver { primary: usize, replica: usize },
+    /// `CLUSTER FAILOVER FORCE` on `replica`: `primary` does not answer and the kubelet holds
+    /// its server back (`held_back` says why), so the replica takes its slots now rather than
+    /// after `cluster-node-timeout`, as Redis Cluster would then.
+    FailOverHeldBack {
+        primary: usize,
+        replica: usize,
+        held_back: String,
+    },
     /// Rebuild replica `ordinal` on request: its claim, then its pod (`pod_uid` only), are
     /// deleted, so it comes back empty under a new node id and copies its shard's primary.
     WipeNode { ordinal: usize, pod_uid: String },
@@ -419,6 +431,9 @@ fn next_step(facts: &Facts) -> Decision {
     if let Some(decision) = formation(facts, &topology) {
         return decision;
     }
+    if let Some(step) = fail_over_held_back(facts, &topology) {
+        return Decision::Act(step);
+    }
     let members = members(facts, &topology);
     if let Some(pairs) = introductions(&topology, &members) {
         return Decision::Act(Step::Meet { pairs });
@@ -436,6 +451,34 @@ fn next_step(facts: &Facts) -> Decision {
         return Decision::Act(Step::ForgetStrays { forget, on });
     }
     rebalance_or_remove(facts, &topology)
+}
+
+/// The failover Redis Cluster would make `cluster-node-timeout` from now, asked for now: a
+/// primary that serves slots does not answer, the kubelet says its server is not running and is
+/// held back (a second crash within minutes waits ten seconds or more for its restart), and a
+/// replica that follows it answers. `None` otherwise: an unanswered call alone is no evidence
+/// that a primary is down, and Redis decides. The replica takes what it has, as Redis's own
+/// failover would a moment later.
+fn fail_over_held_back(facts: &Facts, topology: &Topology) -> Option<Step> {
+    facts.held_back.iter().find_map(|(&primary, held_back)| {
+        let node = facts.nodes.iter().find(|node| node.ordinal == primary)?;
+        if node.answered().is_some() {
+            return None;
+        }
+        let id = topology.ids.get(&primary)?;
+        if topology.ownership.get(id).is_none_or(Vec::is_empty) {
+            return None;
+        }
+        let replica = facts.nodes.iter().find(|node| {
+            node.me()
+                .is_some_and(|me| me.flags.replica && me.primary_id.as_ref() == Some(id))
+        })?;
+        Some(Step::FailOverHeldBack {
+            primary,
+            replica: replica.ordinal,
+            held_back: held_back.clone(),
+        })
+    })
 }
 
 /// Node ids the nodes still list that are no pod's: what is left of a node whose volume was
@@ -1315,6 +1358,7 @@ mod tests {
             repair: None,
             pending: BTreeSet::new(),
             unready: BTreeSet::new(),
+            held_back: BTreeMap::new(),
         }
     }
 
@@ -1336,6 +1380,89 @@ mod tests {
             Decision::Wait(wait) => wait.reason,
             other => panic!("expected a wait, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_held_back_primary_hands_its_slots_to_its_replica_at_once() {
+        let nodes = formed(3);
+        let crashed = |held_back: &[usize]| {
+            let mut facts = facts(
+                3,
+                nodes
+                    .iter()
+                    .map(|node| {
+                        if node.ordinal == 2 {
+                            unreachable(2)
+                        } else {
+                            answering(node, &nodes)
+                        }
+                    })
+                    .collect(),
+            );
+            facts.held_back = held_back
+                .iter()
+                .map(|&ordinal| (ordinal, "exited 3 s after its restart".to_string()))
+                .collect();
+            facts
+        };
+        assert_eq!(
+            decide(&crashed(&[2])),
+            Decision::Act(Step::FailOverHeldBack {
+                primary: 2,
+                replica: 3,
+                held_back: "exited 3 s after its restart".into(),
+            })
+        );
+        // Unanswered, but the kubelet says nothing (a restart on its way, or the network):
+        // Redis decides.
+        assert!(!matches!(
+            decide(&crashed(&[])),
+            Decision::Act(Step::FailOverHeldBack { .. })
+        ));
+        // A held-back replica serves no slots: nothing to take over.
+        let mut replica_down = facts(
+            3,
+            nodes
+                .iter()
+                .map(|node| {
+                    if node.ordinal == 3 {
+                        unreachable(3)
+                    } else {
+                        answering(node, &nodes)
+                    }
+                })
+                .collect(),
+        );
+        replica_down.held_back = [(3, "exited".to_string())].into();
+        assert!(!matches!(
+            decide(&replica_down),
+            Decision::Act(Step::FailOverHeldBack { .. })
+        ));
+        // Once the replica serves the slots, the former primary, still held back, is left be.
+        let mut after = nodes.clone();
+        after[2] = Node {
+            failed: true,
+            ..replica(2, 3)
+        };
+        after[3] = primary(3, &nodes[2].slots);
+        let mut failed_over = facts(
+            3,
+            after
+                .iter()
+                .map(|node| {
+                    if node.ordinal == 2 {
+                        unreachable(2)
+                    } else {
+                        answering(node, &after)
+                    }
+                })
+                .collect(),
+        );
+        failed_over.held_back = [(2, "exited".to_string())].into();
+        assert!(!matches!(
+            decide(&failed_over),
+            Decision::Act(Step::FailOverHeldBack { .. })
+        ));
     }
 
     #[test]

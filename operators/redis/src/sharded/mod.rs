@@ -3,9 +3,10 @@
 //! One pass: observe every node ([`observe`]), decide one step ([`decide::decide`], pure),
 //! size the StatefulSet, record the step in status (a slot move is recorded before it is
 //! made, so an operator restarted halfway resumes it), take it ([`execute`]), label the pods
-//! from what they said, and report. Failover is Redis Cluster's own; the operator only
-//! follows it in labels and status, and asks for one only to hand a primary's slots to its
-//! replica before restarting it onto a new pod template.
+//! from what they said, and report. Failover is Redis Cluster's own; the operator follows it
+//! in labels and status, asks for one to hand a primary's slots to its replica before
+//! restarting it onto a new pod template, and asks for one sooner than Redis would when the
+//! kubelet holds a crashed primary's server back.
 
 pub mod decide;
 pub mod observe;
@@ -89,6 +90,11 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
         repair: node_repair(pass, data_pods.pods()),
         pending: pending_members(data_pods.pods(), |pod| data.ordinal_of(pod)),
         unready: unready_members(data_pods.pods(), |pod| data.ordinal_of(pod)),
+        held_back: quorum_core::pod_failures::held_back(
+            data_pods.pods(),
+            crate::resources::SERVER_CONTAINER,
+            |pod| data.ordinal_of(pod),
+        ),
     };
 
     // Decide.
@@ -371,6 +377,18 @@ async fn execute(pass: &Pass<'_>, facts: &Facts, step: &Step) -> Result<(), Call
                     "cluster_failover",
                     Idempotency::Mutation,
                     |admin| async move { admin.hand_over_to_me(HANDOVER_TIMEOUT).await },
+                )
+                .await
+        }
+        Step::FailOverHeldBack { replica, .. } => {
+            clients
+                .node(
+                    key,
+                    addresses,
+                    *replica,
+                    "cluster_failover_force",
+                    Idempotency::Mutation,
+                    |admin| async move { admin.take_over_now(HANDOVER_TIMEOUT).await },
                 )
                 .await
         }
@@ -788,6 +806,7 @@ pub fn step_reason(step: &Step) -> Reason {
         Step::ForgetStrays { .. } => Reason::ForgettingStrayNodes,
         Step::RestartNode { .. } => Reason::RestartingNode,
         Step::HandOver { .. } => Reason::SwitchoverRequested,
+        Step::FailOverHeldBack { .. } => Reason::FailingOverHeldBack,
         Step::WipeNode { .. } => Reason::RebuildingNode,
     }
 }
@@ -813,6 +832,16 @@ pub fn describe(data: &DataNodes, step: &Step) -> String {
              (CLUSTER FAILOVER: its clients held until the replica has every write it acknowledged)",
             node(primary),
             node(replica)
+        ),
+        Step::FailOverHeldBack {
+            primary,
+            replica,
+            held_back,
+        } => format!(
+            "asking {} to take the slots of its primary, {}, now (CLUSTER FAILOVER FORCE): the kubelet holds back \
+             its server ({held_back}), so it would not answer before cluster-node-timeout",
+            node(replica),
+            node(primary)
         ),
         Step::Form {
             introducer, assign, ..
@@ -1048,6 +1077,7 @@ mod tests {
             repair: None,
             pending: Default::default(),
             unready: Default::default(),
+            held_back: Default::default(),
         };
         assert!(role_labels(&facts).is_empty());
     }
