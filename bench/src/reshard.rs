@@ -129,6 +129,34 @@ pub fn cluster_spec(shards: usize, replicas_per_shard: usize) -> Value {
     })
 }
 
+/// Creates the cluster-mode deployment `name` of `spec` and waits until it is settled; its
+/// deployments, for the next calls.
+pub async fn create_settled(
+    admin: &Client,
+    installed: &Installed,
+    name: &str,
+    spec: &Value,
+) -> anyhow::Result<Api<DynamicObject>> {
+    let contender = installed.contender;
+    let clusters = contender.clusters(admin, installed.clusters_namespace);
+    let mut cluster = DynamicObject::new(name, &contender.cluster_resource());
+    cluster.data = json!({ "spec": spec });
+    clusters
+        .create(&PostParams::default(), &cluster)
+        .await
+        .with_context(|| format!("creating {name}"))?;
+    wait::within(&format!("{name} ready and settled"), FORM_TIMEOUT, || async {
+        let cluster = clusters.get(name).await.map_err(|error| error.to_string())?;
+        contender
+            .is_settled(&cluster)
+            .then_some(())
+            .ok_or_else(|| format!("{:?}", cluster.data["status"]["conditions"]))
+    })
+    .await
+    .map_err(anyhow::Error::msg)?;
+    Ok(clusters)
+}
+
 /// The selector of a deployment's data pods.
 pub fn node_selector(cluster: &str) -> String {
     quorum_core::naming::label_selector(&quorum_core::naming::selector_labels("redis", cluster, "node"))
@@ -143,22 +171,7 @@ async fn quorum_reshard(
 ) -> anyhow::Result<(Moved, f64, String)> {
     let namespace = installed.clusters_namespace;
     let contender = installed.contender;
-    let clusters = contender.clusters(admin, namespace);
-    let mut cluster = DynamicObject::new(CLUSTER, &contender.cluster_resource());
-    cluster.data = json!({ "spec": spec });
-    clusters
-        .create(&PostParams::default(), &cluster)
-        .await
-        .with_context(|| format!("creating {CLUSTER}"))?;
-    wait::within(&format!("{CLUSTER} ready and settled"), FORM_TIMEOUT, || async {
-        let cluster = clusters.get(CLUSTER).await.map_err(|error| error.to_string())?;
-        contender
-            .is_settled(&cluster)
-            .then_some(())
-            .ok_or_else(|| format!("{:?}", cluster.data["status"]["conditions"]))
-    })
-    .await
-    .map_err(anyhow::Error::msg)?;
+    let clusters = create_settled(admin, installed, CLUSTER, spec).await?;
 
     let pods: Api<Pod> = Api::namespaced(admin.clone(), namespace);
     let selector = node_selector(CLUSTER);

@@ -16,13 +16,9 @@ use std::{
 use anyhow::Context;
 use futures::FutureExt;
 use k8s_openapi::api::core::v1::Pod;
-use kube::{
-    Api, Client,
-    api::{DeleteParams, DynamicObject, PostParams},
-};
-use quorum_e2e::{real_node, wait};
+use kube::{Api, Client, api::DeleteParams};
+use quorum_e2e::real_node;
 use redis_operator::admin::cluster::key_slot;
-use serde_json::json;
 
 use crate::{
     contender::{Engine, Installed},
@@ -36,31 +32,15 @@ pub const SHARDS: usize = 3;
 /// Every key of the writer: `{failover}/<n>`, all in the slot of `failover`.
 const PREFIX: &str = "{failover}";
 const REDIS_PORT: u16 = 6379;
-/// How long the deployment may take to form, and its pods to go once deleted.
-const FORM_TIMEOUT: Duration = Duration::from_secs(600);
+/// How long the deployment's pods may take to go once it is deleted.
 const GONE_TIMEOUT: Duration = Duration::from_secs(180);
 
 /// Forms [`CLUSTER`], kills the primary of the shard the writer writes to `kills` times, and
 /// deletes the deployment (its memory is the next scenario's).
 pub async fn measure(admin: &Client, installed: &Installed, kills: usize) -> anyhow::Result<Failovers> {
     let namespace = installed.clusters_namespace;
-    let contender = installed.contender;
-    let clusters = contender.clusters(admin, namespace);
-    let mut cluster = DynamicObject::new(CLUSTER, &contender.cluster_resource());
-    cluster.data = json!({ "spec": reshard::cluster_spec(SHARDS, 1) });
-    clusters
-        .create(&PostParams::default(), &cluster)
-        .await
-        .with_context(|| format!("creating {CLUSTER}"))?;
-    wait::within(&format!("{CLUSTER} ready and settled"), FORM_TIMEOUT, || async {
-        let cluster = clusters.get(CLUSTER).await.map_err(|error| error.to_string())?;
-        contender
-            .is_settled(&cluster)
-            .then_some(())
-            .ok_or_else(|| format!("{:?}", cluster.data["status"]["conditions"]))
-    })
-    .await
-    .map_err(anyhow::Error::msg)?;
+    let clusters =
+        reshard::create_settled(admin, installed, CLUSTER, &reshard::cluster_spec(SHARDS, 1)).await?;
 
     let pods: Api<Pod> = Api::namespaced(admin.clone(), namespace);
     let selector = reshard::node_selector(CLUSTER);

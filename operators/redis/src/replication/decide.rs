@@ -357,13 +357,18 @@ fn failover_completed_by_majority(facts: &Facts) -> Option<PrimaryFinding> {
         }
     }
     let (&ordinal, &(count, address)) = votes.iter().max_by_key(|(_, (count, _))| *count)?;
-    let says_primary = facts
+    (count >= sentinel_majority(facts) && answers_as(facts, ordinal, Role::Primary))
+        .then_some(PrimaryFinding::Agreed { ordinal, address })
+}
+
+/// Whether node `ordinal` answered this pass, saying it has `role`.
+fn answers_as(facts: &Facts, ordinal: usize, role: Role) -> bool {
+    facts
         .nodes
         .iter()
         .find(|n| n.ordinal == ordinal)
         .and_then(NodeFact::answered)
-        .is_some_and(|info| info.role == Role::Primary);
-    (count >= sentinel_majority(facts) && says_primary).then_some(PrimaryFinding::Agreed { ordinal, address })
+        .is_some_and(|info| info.role == role)
 }
 
 /// Whether a Sentinel is failing `ordinal` over: what that node takes meanwhile is dropped if the
@@ -454,14 +459,7 @@ pub fn find_primary(facts: &Facts) -> PrimaryFinding {
             .find(|n| n.ordinal == ordinal)
             .and_then(|n| n.address)
     };
-    let says_primary = |ordinal: usize| {
-        facts
-            .nodes
-            .iter()
-            .find(|n| n.ordinal == ordinal)
-            .and_then(NodeFact::answered)
-            .is_some_and(|info| info.role == Role::Primary)
-    };
+    let says_primary = |ordinal: usize| answers_as(facts, ordinal, Role::Primary);
     if let Some(newest) = newest_configuration(facts)
         && let Named::Node(ordinal) = named(facts, newest.primary)
         && says_primary(ordinal)
@@ -496,13 +494,7 @@ pub fn find_primary(facts: &Facts) -> PrimaryFinding {
     }
     if let Some((ordinal, count)) = leading {
         let unanimous = votes.len() == 1 && no_node.is_empty();
-        let says_replica = facts
-            .nodes
-            .iter()
-            .find(|n| n.ordinal == ordinal)
-            .and_then(NodeFact::answered)
-            .is_some_and(|info| info.role == Role::Replica);
-        if count >= majority && says_replica {
+        if count >= majority && answers_as(facts, ordinal, Role::Replica) {
             // Right after a failover, Sentinels that have not heard of it yet still name the
             // node that was the primary and now follows the new one.
             return unknown(

@@ -1384,29 +1384,32 @@ mod tests {
 
     #[test]
     fn a_held_back_primary_hands_its_slots_to_its_replica_at_once() {
-        let nodes = formed(3);
-        let crashed = |held_back: &[usize]| {
-            let mut facts = facts(
-                3,
-                nodes
-                    .iter()
-                    .map(|node| {
-                        if node.ordinal == 2 {
-                            unreachable(2)
-                        } else {
-                            answering(node, &nodes)
-                        }
-                    })
-                    .collect(),
-            );
+        /// `nodes` where `down` does not answer and the kubelet holds back the servers of
+        /// `held_back`.
+        fn with_one_down(nodes: &[Node], down: usize, held_back: &[usize]) -> Facts {
+            let answers = nodes
+                .iter()
+                .map(|node| {
+                    if node.ordinal == down {
+                        unreachable(down)
+                    } else {
+                        answering(node, nodes)
+                    }
+                })
+                .collect();
+            let mut facts = facts(3, answers);
             facts.held_back = held_back
                 .iter()
                 .map(|&ordinal| (ordinal, "exited 3 s after its restart".to_string()))
                 .collect();
             facts
-        };
+        }
+        let takes_over =
+            |facts: &Facts| matches!(decide(facts), Decision::Act(Step::FailOverHeldBack { .. }));
+
+        let nodes = formed(3);
         assert_eq!(
-            decide(&crashed(&[2])),
+            decide(&with_one_down(&nodes, 2, &[2])),
             Decision::Act(Step::FailOverHeldBack {
                 primary: 2,
                 replica: 3,
@@ -1415,29 +1418,9 @@ mod tests {
         );
         // Unanswered, but the kubelet says nothing (a restart on its way, or the network):
         // Redis decides.
-        assert!(!matches!(
-            decide(&crashed(&[])),
-            Decision::Act(Step::FailOverHeldBack { .. })
-        ));
+        assert!(!takes_over(&with_one_down(&nodes, 2, &[])));
         // A held-back replica serves no slots: nothing to take over.
-        let mut replica_down = facts(
-            3,
-            nodes
-                .iter()
-                .map(|node| {
-                    if node.ordinal == 3 {
-                        unreachable(3)
-                    } else {
-                        answering(node, &nodes)
-                    }
-                })
-                .collect(),
-        );
-        replica_down.held_back = [(3, "exited".to_string())].into();
-        assert!(!matches!(
-            decide(&replica_down),
-            Decision::Act(Step::FailOverHeldBack { .. })
-        ));
+        assert!(!takes_over(&with_one_down(&nodes, 3, &[3])));
         // Once the replica serves the slots, the former primary, still held back, is left be.
         let mut after = nodes.clone();
         after[2] = Node {
@@ -1445,24 +1428,7 @@ mod tests {
             ..replica(2, 3)
         };
         after[3] = primary(3, &nodes[2].slots);
-        let mut failed_over = facts(
-            3,
-            after
-                .iter()
-                .map(|node| {
-                    if node.ordinal == 2 {
-                        unreachable(2)
-                    } else {
-                        answering(node, &after)
-                    }
-                })
-                .collect(),
-        );
-        failed_over.held_back = [(2, "exited".to_string())].into();
-        assert!(!matches!(
-            decide(&failed_over),
-            Decision::Act(Step::FailOverHeldBack { .. })
-        ));
+        assert!(!takes_over(&with_one_down(&after, 2, &[2])));
     }
 
     #[test]
