@@ -296,6 +296,7 @@ async fn quorum_backup(
             destination: store.destination(STORE_PREFIX),
             schedule: None,
             retain: None,
+            verify: false,
         }
     });
     let started = Instant::now();

@@ -109,7 +109,8 @@ pub const ONE_SHOT_BACKUP: &str = "one-shot";
 pub const SCHEDULED_BACKUP: &str = "every-minute";
 
 impl InClusterS3 {
-    fn backup_spec(
+    /// The spec of a backup of `cluster` into the store under `prefix`.
+    pub fn backup_spec(
         &self,
         cluster: &str,
         prefix: &str,
@@ -121,6 +122,7 @@ impl InClusterS3 {
             destination: self.destination(prefix),
             schedule: schedule.map(str::to_string),
             retain,
+            verify: false,
         }
     }
 
@@ -184,6 +186,157 @@ impl InClusterS3 {
         );
         reads_only_its_secrets(setup, ONE_SHOT_BACKUP).await;
         location
+    }
+
+    /// A backup `B` of `cluster` (a `C`) with `verify`, into the store under `prefix`: its
+    /// restore drill verifies the snapshot, is recorded on the cluster, and its throw-away
+    /// cluster is deleted; then, with the content the snapshot recorded altered, the next drill
+    /// of the same snapshot fails with what differs, and the cluster is `BackupUnverified` and
+    /// `Degraded`. `cluster` must hold at least `records` records.
+    ///
+    /// # Panics
+    /// When a drill does not end as described within ten minutes.
+    pub async fn drill_verifies_then_catches_altered_content<B, C>(
+        &self,
+        setup: &OnRealNode,
+        cluster: &str,
+        prefix: &str,
+        records: u64,
+    ) where
+        B: BackupResource,
+        C: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + std::fmt::Debug
+            + serde::de::DeserializeOwned
+            + serde::Serialize,
+    {
+        use kube::api::{Patch, PatchParams, PostParams};
+        use quorum_core::{
+            backup::drill::BACKUP_UNVERIFIED,
+            crd::{DrillPhase, DrillRecord},
+        };
+        const BACKUP: &str = "drilled";
+        let backups: Api<B> = Api::namespaced(setup.admin.clone(), &setup.ns);
+        let clusters: Api<C> = Api::namespaced(setup.admin.clone(), &setup.ns);
+        let mut spec = self.backup_spec(cluster, prefix, None, None);
+        spec.verify = true;
+        backups
+            .create(&PostParams::default(), &B::with_spec(BACKUP, spec))
+            .await
+            .expect("create the verified backup");
+        // Status changes wake neither a backup's pass nor a cluster's: an annotation does.
+        let nudge = |value: &str| {
+            Patch::Merge(serde_json::json!({"metadata": {"annotations": {"test.quorum.dev/nudge": value}}}))
+        };
+        let drill_ended = |what: &'static str| {
+            let backups = backups.clone();
+            async move {
+                wait::until(what, Duration::from_secs(600), || async {
+                    let backup = backups.get(BACKUP).await.map_err(|e| e.to_string())?;
+                    let status = backup.backup_status().cloned().unwrap_or_default();
+                    let run = B::run(&status);
+                    match run.drill.clone() {
+                        Some(drill) if drill.phase != DrillPhase::Restoring => {
+                            Ok((drill, serde_json::to_value(&status).expect("a status is JSON")))
+                        }
+                        other => Err(format!("{other:?}; {:?}", run.message)),
+                    }
+                })
+                .await
+            }
+        };
+        let drill_cluster_gone = |drill: DrillRecord| {
+            let clusters = clusters.clone();
+            async move {
+                wait::until(
+                    "the drill's cluster deleted",
+                    Duration::from_secs(180),
+                    || async {
+                        match clusters
+                            .get_opt(&drill.cluster)
+                            .await
+                            .map_err(|e| e.to_string())?
+                        {
+                            None => Ok(()),
+                            Some(_) => Err(format!("{} still there", drill.cluster)),
+                        }
+                    },
+                )
+                .await
+            }
+        };
+        let cluster_status = || async {
+            let found = clusters.get(cluster).await.map_err(|e| e.to_string())?;
+            Ok::<_, String>(serde_json::to_value(&found).expect("a cluster is JSON")["status"].clone())
+        };
+        let conditions_after = |value: &'static str, unverified: &'static str| {
+            let clusters = clusters.clone();
+            async move {
+                clusters
+                    .patch(cluster, &PatchParams::default(), &nudge(value))
+                    .await
+                    .expect("annotate the cluster");
+                wait::until(
+                    "the cluster's BackupUnverified",
+                    Duration::from_secs(120),
+                    || async {
+                        let status = cluster_status().await?;
+                        let conditions = status["conditions"].as_array().cloned().unwrap_or_default();
+                        let named = |name: &str| conditions.iter().find(|c| c["type"] == name).cloned();
+                        match (named(BACKUP_UNVERIFIED), named("Degraded")) {
+                            (Some(found), Some(degraded)) if found["status"] == unverified => {
+                                Ok((found, degraded))
+                            }
+                            other => Err(format!("{other:?}")),
+                        }
+                    },
+                )
+                .await
+            }
+        };
+
+        let (verified, status) = drill_ended("the first drill").await;
+        assert_eq!(verified.phase, DrillPhase::Verified, "{verified:?}");
+        assert!(verified.verified_at.is_some());
+        let content = status["content"].clone();
+        assert!(
+            content["records"].as_u64().is_some_and(|found| found >= records),
+            "the snapshot recorded its content: {content}"
+        );
+        let recorded = cluster_status().await.expect("the cluster's status")["lastDrill"]["phase"].clone();
+        assert_eq!(recorded, "Verified");
+        drill_cluster_gone(verified.clone()).await;
+        let (unverified, _) = conditions_after("verified", "False").await;
+        assert_eq!(unverified["reason"], "DrillVerified");
+
+        // The same snapshot, its recorded content no longer what it holds: drilled again.
+        let mut altered = content.clone();
+        altered["digest"] = serde_json::json!("0".repeat(32));
+        let patch = serde_json::json!({"status": {"content": altered, "drill": null}});
+        backups
+            .patch_status(BACKUP, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .expect("alter the recorded content");
+        backups
+            .patch(BACKUP, &PatchParams::default(), &nudge("altered"))
+            .await
+            .expect("annotate the backup");
+        let (failed, _) = drill_ended("the drill of the altered record").await;
+        assert_eq!(failed.phase, DrillPhase::Failed, "{failed:?}");
+        assert!(failed.message.contains("content differs"), "{}", failed.message);
+        assert_eq!(failed.location, verified.location, "the same snapshot");
+        drill_cluster_gone(failed).await;
+        let (unverified, degraded) = conditions_after("failed", "True").await;
+        assert!(
+            unverified["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("content differs")),
+            "{unverified}"
+        );
+        assert_eq!(
+            (&degraded["status"], &degraded["reason"]),
+            (&serde_json::json!("True"), &serde_json::json!("BackupUnverified"))
+        );
     }
 
     /// Starts a `B` named [`SCHEDULED_BACKUP`] of `cluster` into the store under `prefix`: a run

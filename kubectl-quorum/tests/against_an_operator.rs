@@ -77,6 +77,7 @@ fn spec(backups: &std::path::Path) -> EtcdClusterSpec {
             },
             retain: 3,
             max_age_minutes: None,
+            verify: false,
         }),
         restore_from: None,
     }

@@ -55,6 +55,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 pub mod controller;
 mod destination;
 pub mod digest;
+pub mod drill;
 pub mod job;
 mod pipe;
 pub mod progress;

@@ -78,6 +78,11 @@ pub struct BackupPolicy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub max_age_minutes: Option<u32>,
+    /// Restore drills: each new snapshot is restored into a throw-away one-member cluster,
+    /// what it holds is compared with what the snapshot recorded, and the cluster is deleted;
+    /// `BackupUnverified` says how the last drill went.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub verify: bool,
 }
 
 /// How many successful snapshots a [`BackupPolicy`] keeps when `retain` is absent.
@@ -306,6 +311,12 @@ pub struct BackupSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub retain: Option<u32>,
+
+    /// Restore drills: each new snapshot is restored into a throw-away one-member cluster
+    /// (`<backup>-drill`), what it holds is compared with what the snapshot recorded, and the
+    /// cluster is deleted; `status.drill` and the cluster's `BackupUnverified` say how it went.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub verify: bool,
 }
 
 impl BackupSpec {
@@ -316,6 +327,7 @@ impl BackupSpec {
             destination: policy.destination.clone(),
             schedule: Some(policy.schedule.clone()),
             retain: Some(policy.retain),
+            verify: policy.verify,
         }
     }
 }
@@ -362,6 +374,39 @@ pub struct BackupRunStatus {
     /// whole run sent and its average rate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<BackupProgress>,
+    /// The restore drill of the newest snapshot (`verify`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drill: Option<DrillRecord>,
+}
+
+/// A restore drill of one snapshot.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DrillRecord {
+    /// The backup whose snapshot is drilled.
+    pub backup: String,
+    /// The snapshot restored (where it is stored).
+    pub location: String,
+    pub phase: DrillPhase,
+    /// The throw-away cluster it is restored into, deleted once the drill ends.
+    pub cluster: String,
+    pub started_at: Time,
+    /// When what the cluster held was found to be what the snapshot recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verified_at: Option<Time>,
+    /// What the drill found, or why it failed.
+    pub message: String,
+}
+
+/// Where a restore drill is.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum DrillPhase {
+    /// The throw-away cluster is being created from the snapshot.
+    Restoring,
+    /// It held what the snapshot recorded.
+    Verified,
+    /// It did not, or it could not be restored: `message` says which.
+    Failed,
 }
 
 /// How many bytes a backup run has streamed to its destination, and how fast.

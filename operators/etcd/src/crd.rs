@@ -105,6 +105,7 @@ pub struct EtcdClusterSpec {
 
     /// How often to take snapshots and how long to keep them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = quorum_core::crd::validation::no_drills_rule("etcd"))]
     pub backup: Option<BackupPolicy>,
 
     /// Bootstrap the cluster from a backup instead of empty. Immutable.
@@ -265,6 +266,7 @@ pub struct MemberStatus {
 )]
 #[x_kube(validation = Rule::new("!has(self.retain) || has(self.schedule)")
     .message("retain applies only to scheduled backups: set schedule or remove retain"))]
+#[x_kube(validation = quorum_core::crd::validation::no_drills_rule("etcd"))]
 #[serde(rename_all = "camelCase")]
 pub struct EtcdBackupSpec {
     #[serde(flatten)]

@@ -844,6 +844,7 @@ mod tests {
             },
             retain: 4,
             max_age_minutes: Some(720),
+            verify: false,
         });
         let backup = quorum_core::backup::controller::scheduled_backup::<crate::crd::EtcdBackup, _>(
             &cluster,

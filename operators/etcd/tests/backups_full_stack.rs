@@ -102,6 +102,7 @@ fn s3_backup(name: &str, s3: &S3Server, schedule: Option<&str>, retain: Option<u
                 },
                 schedule: schedule.map(str::to_string),
                 retain,
+                verify: false,
             },
         },
     )
@@ -137,6 +138,7 @@ async fn a_run_in_progress_reports_the_bytes_it_has_sent() {
                         },
                         schedule: None,
                         retain: None,
+                        verify: false,
                     },
                 },
             ),
@@ -245,6 +247,7 @@ async fn backups_reach_a_directory_and_s3_are_recorded_and_restore_into_a_new_cl
                 },
                 schedule: None,
                 retain: None,
+                verify: false,
             },
         },
     );
@@ -361,6 +364,7 @@ async fn backups_reach_a_directory_and_s3_are_recorded_and_restore_into_a_new_cl
         destination: to_directory.spec.backup.destination.clone(),
         retain: 3,
         max_age_minutes: Some(60),
+        verify: false,
     });
     clusters
         .replace("main", &PostParams::default(), &cluster)

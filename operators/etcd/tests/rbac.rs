@@ -84,6 +84,7 @@ async fn the_generated_rules_are_enough_to_run_the_operator() {
                 },
                 schedule: None,
                 retain: None,
+                verify: false,
             },
         },
     );

@@ -19,6 +19,7 @@ use quorum_core::{
     backup::{
         BackupError, BackupSink, PipeError,
         controller::{self, BackupControllerError, BackupEngine, Snapshot, Sources},
+        digest::ContentFingerprint,
         job::{JobOutcome, JobSettings},
         pipe, producer,
     },
@@ -204,6 +205,73 @@ impl BackupEngine for MongoSnapshots<'_> {
             .as_ref()
             .map(|record| record.location.clone())
     }
+
+    fn drill_cluster(
+        &self,
+        backup: &MongoDBBackup,
+        replica_set: &MongoDBReplicaSet,
+        name: &str,
+    ) -> Option<MongoDBReplicaSet> {
+        Some(drill_replica_set(backup, replica_set, name))
+    }
+
+    fn drill_ready(&self, scratch: &MongoDBReplicaSet) -> bool {
+        scratch.status.as_ref().is_some_and(|status| {
+            status.restored_from.is_some()
+                && quorum_core::conditions::is_true(
+                    &status.conditions,
+                    quorum_core::conditions::ConditionType::Ready,
+                )
+        })
+    }
+
+    async fn drill_content(&self, scratch: &MongoDBReplicaSet) -> Result<ContentFingerprint, String> {
+        let namespace = scratch.namespace().unwrap_or_default();
+        let credentials = read_credentials(self.context, &namespace, &admin_secret_name(scratch))
+            .await
+            .map_err(|error| format!("the credentials: {error}"))?;
+        let member = scratch
+            .status
+            .as_ref()
+            .and_then(|status| status.members.iter().find_map(|member| member.host.clone()))
+            .ok_or("no member of the drill's set has an address yet")?;
+        let address = self
+            .context
+            .state
+            .clients
+            .dial_address(&object_key(scratch), &member);
+        let client = confirm_source(&address, &credentials, true).await?;
+        archive::dump(&client, tokio::io::sink())
+            .await
+            .map(|summary| summary.content)
+            .map_err(|error| error.to_string())
+    }
+
+    fn recorded_content(&self, status: &MongoDBBackupStatus) -> Option<ContentFingerprint> {
+        status.content.clone()
+    }
+}
+
+/// The throw-away replica set `name` a drill restores `backup`'s newest snapshot into: one
+/// voting member of `replica_set`'s version, storage, pod template and secrets, no other
+/// members and no backups.
+pub fn drill_replica_set(
+    backup: &MongoDBBackup,
+    replica_set: &MongoDBReplicaSet,
+    name: &str,
+) -> MongoDBReplicaSet {
+    let mut spec = replica_set.spec.clone();
+    spec.members = 1;
+    spec.non_voting_members = 0;
+    spec.hidden_members = 0;
+    spec.arbiter = false;
+    spec.backup = None;
+    spec.restore_from = Some(quorum_core::crd::RestoreSource {
+        backup_name: backup.name_any(),
+    });
+    let mut scratch = MongoDBReplicaSet::new(name, spec);
+    scratch.metadata.namespace = backup.namespace();
+    scratch
 }
 
 /// The member to read a snapshot from, among the members the set's status lists: a Healthy

@@ -208,6 +208,9 @@ pub struct MongoDBReplicaSetStatus {
     /// The newest successful backup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_backup: Option<BackupRecord>,
+    /// The last restore drill that ended, of any of its backups with `verify`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_drill: Option<quorum_core::crd::DrillRecord>,
     /// A set created with `restoreFrom`: the snapshot it was restored from, recorded once
     /// loaded so that it is never loaded again.
     #[serde(default, skip_serializing_if = "Option::is_none")]

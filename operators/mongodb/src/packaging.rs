@@ -17,11 +17,13 @@ pub fn rules() -> Vec<PolicyRule> {
     // Scheduled backups are created (server-side apply) and deleted on behalf of a replica
     // set's backup policy; every backup's status is the backup controller's to write. A
     // replica set created with `restoreFrom` reads the backup it names.
+    // A backup with `verify` creates its restore drill's throw-away replica set and deletes it
+    // once the drill ends.
     operator_rules(
         "mongodb.quorum.dev",
         "mongodbreplicasets",
         "mongodbbackups",
-        &[],
+        &["create", "delete"],
         [
             // The generated administrator and keyfile are created once and never rewritten; given
             // ones and backup credentials are read. Watched as owned objects.

@@ -990,6 +990,7 @@ pub(crate) mod tests {
                 .unwrap(),
             retain: 5,
             max_age_minutes: None,
+            verify: false,
         });
         let backup = quorum_core::backup::controller::scheduled_backup::<crate::crd::MongoDBBackup, _>(
             &replica_set,

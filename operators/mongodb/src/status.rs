@@ -303,6 +303,14 @@ pub(crate) fn set_conditions(
 ) {
     let generation = replica_set.metadata.generation;
     status.observed_generation = generation;
+    let degraded = degraded.or_else(|| {
+        quorum_core::backup::drill::drill_failed(status.last_drill.as_ref()).then(|| {
+            (
+                "BackupUnverified",
+                "the last restore drill failed: see BackupUnverified".to_string(),
+            )
+        })
+    });
     let findings = Findings {
         ready,
         progress,
@@ -316,6 +324,12 @@ pub(crate) fn set_conditions(
         replica_set.spec.backup.as_ref(),
         status.last_backup.as_ref(),
         replica_set.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        generation,
+        now,
+    );
+    quorum_core::backup::drill::set_backup_unverified(
+        &mut status.conditions,
+        status.last_drill.as_ref(),
         generation,
         now,
     );

@@ -154,6 +154,7 @@ async fn create_backup(setup: &Setup, name: &str, cluster: &str, destination: &P
                         destination: filesystem(destination),
                         schedule: None,
                         retain: None,
+                        verify: false,
                     },
                 },
             ),

@@ -566,3 +566,30 @@ async fn backups_land_in_an_s3_store_and_a_new_replica_set_restores_from_one() {
         .await;
     setup.remove().await;
 }
+
+/// A backup with `verify` restores its snapshot into a throw-away one-member replica set, which
+/// holds what the snapshot recorded; recorded content that no longer matches fails the next
+/// drill ([`real_pods::InClusterS3::drill_verifies_then_catches_altered_content`]).
+#[tokio::test]
+async fn a_restore_drill_verifies_a_backup_and_catches_one_whose_content_differs() {
+    use mongodb_operator::crd::MongoDBBackup;
+
+    let setup = OnRealNode::install(
+        "real-mongo-drill",
+        CHART,
+        &["admissionPolicy=false", "backups.allowHttp=true"],
+    )
+    .await;
+    let store = setup.deploy_s3_store().await;
+    let status = create_ready(&setup, 1).await;
+    let primary = direct_client(&setup, status.primary.as_deref().expect("a primary")).await;
+    let writer = start_writer(&primary);
+    writer.acknowledged_at_least(20, Duration::from_secs(60)).await;
+    writer.stop().await;
+    store
+        .drill_verifies_then_catches_altered_content::<MongoDBBackup, MongoDBReplicaSet>(
+            &setup, SET, "mongodb", 20,
+        )
+        .await;
+    setup.remove().await;
+}

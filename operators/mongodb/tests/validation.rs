@@ -303,6 +303,7 @@ async fn invalid_replica_sets_and_backups_are_refused_naming_the_field() {
                     destination: serde_json::from_value(destination).unwrap(),
                     schedule: schedule.map(str::to_string),
                     retain,
+                    verify: false,
                 },
             },
         )

@@ -16,6 +16,7 @@ use quorum_core::{
     backup::{
         BackupError, BackupSink, PipeError,
         controller::{self, BackupControllerError, BackupEngine, Snapshot, Sources},
+        digest::ContentFingerprint,
         job::{JobOutcome, JobSettings},
         pipe, producer,
     },
@@ -192,6 +193,70 @@ impl BackupEngine for MySqlSnapshots<'_> {
             .as_ref()
             .map(|record| record.location.clone())
     }
+
+    fn drill_cluster(
+        &self,
+        backup: &MySQLBackup,
+        cluster: &MySQLCluster,
+        name: &str,
+    ) -> Option<MySQLCluster> {
+        Some(drill_cluster(backup, cluster, name))
+    }
+
+    fn drill_ready(&self, scratch: &MySQLCluster) -> bool {
+        scratch.status.as_ref().is_some_and(|status| {
+            status.restored_from.is_some()
+                && quorum_core::conditions::is_true(
+                    &status.conditions,
+                    quorum_core::conditions::ConditionType::Ready,
+                )
+        })
+    }
+
+    async fn drill_content(&self, scratch: &MySQLCluster) -> Result<ContentFingerprint, String> {
+        crate::reconcile::hand_admin_credentials(self.context, scratch)
+            .await
+            .map_err(|error| format!("the admin credentials: {error}"))?;
+        let addresses = self.context.state.addresses(scratch);
+        let admin = self
+            .context
+            .state
+            .clients
+            .call(
+                &object_key(scratch),
+                &addresses,
+                0,
+                "connect",
+                Idempotency::Read,
+                |admin| async move { Ok(admin) },
+            )
+            .await
+            .map_err(|error| format!("unreachable: {error}"))?;
+        snapshot_out(&admin, &["root", REPLICATION_USER], tokio::io::sink())
+            .await
+            .map(|info| info.content)
+            .map_err(|error| error.to_string())
+    }
+
+    fn recorded_content(&self, status: &MySQLBackupStatus) -> Option<ContentFingerprint> {
+        status.content.clone()
+    }
+}
+
+/// The throw-away cluster `name` a drill restores `backup`'s newest snapshot into: one member of
+/// `cluster`'s flavor, version, storage, pod template and TLS, with no accounts of its own and
+/// no backups.
+pub fn drill_cluster(backup: &MySQLBackup, cluster: &MySQLCluster, name: &str) -> MySQLCluster {
+    let mut spec = cluster.spec.clone();
+    spec.replicas = 1;
+    spec.users = Vec::new();
+    spec.backup = None;
+    spec.restore_from = Some(quorum_core::crd::RestoreSource {
+        backup_name: backup.name_any(),
+    });
+    let mut scratch = MySQLCluster::new(name, spec);
+    scratch.metadata.namespace = backup.namespace();
+    scratch
 }
 
 /// The member to read a snapshot from: a Healthy replica that is caught up, the lowest

@@ -380,6 +380,9 @@ pub struct MySQLClusterStatus {
     /// The newest successful backup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_backup: Option<BackupRecord>,
+    /// The last restore drill that ended, of any of its backups with `verify`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_drill: Option<quorum_core::crd::DrillRecord>,
     /// The backup a cluster created with `restoreFrom` was restored from. Once recorded, the
     /// restore is never taken again.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -20,12 +20,13 @@ pub fn rules() -> Vec<PolicyRule> {
     // No finalizers: children go with their owner references.
     // Scheduled backups are created (server-side apply) and deleted on behalf of a
     // cluster's backup policy; every backup's status is the backup controller's to write.
-    // A cluster created with `restoreFrom` reads the backup it names.
+    // A cluster created with `restoreFrom` reads the backup it names. A backup with `verify`
+    // creates its restore drill's throw-away cluster and deletes it once the drill ends.
     operator_rules(
         "mysql.quorum.dev",
         "mysqlclusters",
         "mysqlbackups",
-        &["patch"],
+        &["patch", "create", "delete"],
         [
             // Generated root and replication passwords are created once and never rewritten; user-
             // supplied passwords and backup credentials are read. Watched as owned objects.

@@ -331,6 +331,27 @@ pub fn build_status(
         generation,
         now,
     );
+    quorum_core::backup::drill::set_backup_unverified(
+        &mut conditions,
+        previous.last_drill.as_ref(),
+        generation,
+        now,
+    );
+    if quorum_core::backup::drill::drill_failed(previous.last_drill.as_ref())
+        && !quorum_core::conditions::is_true(&conditions, ConditionType::Degraded)
+    {
+        set_condition(
+            &mut conditions,
+            ConditionUpdate::new(
+                ConditionType::Degraded,
+                true,
+                "BackupUnverified",
+                "the last restore drill failed: see BackupUnverified",
+            ),
+            generation,
+            now,
+        );
+    }
     if let Some(source) = &cluster.spec.restore_from {
         set_condition(
             &mut conditions,
@@ -363,6 +384,7 @@ pub fn build_status(
         in_flight,
         last_failover: last_failover.or(previous.last_failover),
         last_backup: previous.last_backup,
+        last_drill: previous.last_drill,
         restored_from: restored,
         repair: previous.repair,
         recovery: previous.recovery,

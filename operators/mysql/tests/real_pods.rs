@@ -977,3 +977,25 @@ async fn backups_land_in_an_s3_store_and_a_new_cluster_restores_from_one() {
         .await;
     setup.remove().await;
 }
+
+/// A backup with `verify` restores its snapshot into a throw-away one-member cluster, which
+/// holds what the snapshot recorded; recorded content that no longer matches fails the next
+/// drill ([`real_pods::InClusterS3::drill_verifies_then_catches_altered_content`]).
+#[tokio::test]
+async fn a_restore_drill_verifies_a_backup_and_catches_one_whose_content_differs() {
+    use mysql_operator::crd::MySQLBackup;
+
+    let setup = OnRealNode::install("real-mysql-drill", CHART, &["backups.allowHttp=true"]).await;
+    let store = setup.deploy_s3_store().await;
+    create_ready(&setup, 1).await;
+    let primary = service_pool(&setup, &mysql_operator::resources::primary_service_name(CLUSTER)).await;
+    let writer = start_writer(&primary).await;
+    writer.acknowledged_at_least(20, Duration::from_secs(60)).await;
+    writer.stop().await;
+    store
+        .drill_verifies_then_catches_altered_content::<MySQLBackup, MySQLCluster>(
+            &setup, CLUSTER, "mysql", 20,
+        )
+        .await;
+    setup.remove().await;
+}

@@ -184,6 +184,7 @@ pub struct RedisClusterSpec {
 
     /// How often to take snapshots and how long to keep them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = quorum_core::crd::validation::no_drills_rule("Redis"))]
     pub backup: Option<BackupPolicy>,
 
     /// Start a new cluster from a stored snapshot: the `RedisBackup` whose latest snapshot to
@@ -547,6 +548,7 @@ pub type FailoverRecord = quorum_core::crd::ObservedFailover;
 )]
 #[x_kube(validation = Rule::new("!has(self.retain) || has(self.schedule)")
     .message("retain applies only to scheduled backups: set schedule or remove retain"))]
+#[x_kube(validation = quorum_core::crd::validation::no_drills_rule("Redis"))]
 #[serde(rename_all = "camelCase")]
 pub struct RedisBackupSpec {
     #[serde(flatten)]

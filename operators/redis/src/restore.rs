@@ -320,6 +320,7 @@ mod tests {
                     },
                     schedule: None,
                     retain: None,
+                    verify: false,
                 },
             },
         );

@@ -119,6 +119,7 @@ async fn invalid_deployments_are_refused_naming_the_field() {
                     .unwrap(),
                 schedule: None,
                 retain: Some(3),
+                verify: false,
             },
         },
     );
@@ -132,6 +133,15 @@ async fn invalid_deployments_are_refused_naming_the_field() {
     let message = refusal(&backups, &retain_once).await;
     assert!(
         message.contains("set exactly one of s3 or filesystem"),
+        "{message}"
+    );
+    // Restore drills are not offered for Redis: `verify` is refused, naming the field.
+    retain_once.spec.backup.destination =
+        serde_json::from_value(serde_json::json!({"filesystem": {"path": "/backups"}})).unwrap();
+    retain_once.spec.backup.verify = true;
+    let message = refusal(&backups, &retain_once).await;
+    assert!(
+        message.contains("verify: restore drills are available for MySQL and MongoDB backups"),
         "{message}"
     );
     namespace.delete().await;

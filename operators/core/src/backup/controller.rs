@@ -60,7 +60,10 @@ use kube::{
 use serde::{Serialize, de::DeserializeOwned};
 
 use super::{
-    BackupError, BackupSink, Retention, ScheduleError, SinkSetupError, StoredBackup, cluster_sink, due_at,
+    BackupError, BackupSink, Retention, ScheduleError, SinkSetupError, StoredBackup, cluster_sink,
+    digest::ContentFingerprint,
+    drill::{DRILL_POLL, DrillStep, Scratch, drill_cluster_name, ended, next_drill_step, started},
+    due_at,
     job::{
         BACKUP_LABEL, JobOutcome, JobSettings, JobState, StoredObject, backup_job, job_account, job_identity,
         job_name, job_rules, job_state, shared_job_account,
@@ -72,7 +75,10 @@ use super::{
 use crate::{
     ReconcileError,
     conditions::{ConditionType, ConditionUpdate, set_condition},
-    crd::{BackupPhase, BackupRecord, BackupRunStatus, BackupSpec, PodOverrides, PruneRecord},
+    crd::{
+        BackupPhase, BackupRecord, BackupRunStatus, BackupSpec, DrillPhase, DrillRecord, PodOverrides,
+        PruneRecord,
+    },
     events::Severity,
     runner::Context,
     status::StatusWriter,
@@ -165,6 +171,7 @@ pub trait BackupEngine: Send + Sync {
         + Clone
         + Debug
         + DeserializeOwned
+        + Serialize
         + Send
         + Sync
         + 'static;
@@ -251,6 +258,39 @@ pub trait BackupEngine: Send + Sync {
 
     /// The location a cluster records it was restored from, which retention never deletes.
     fn restored_from(&self, _cluster: &Self::Cluster) -> Option<String> {
+        None
+    }
+
+    /// Restore drills ([`super::drill`]): the throw-away cluster `name` that restores
+    /// `backup`'s newest snapshot, one member, otherwise as `cluster` (its version, storage,
+    /// pod template); `None` for an engine without drills (its backups refuse `verify`).
+    fn drill_cluster(
+        &self,
+        _backup: &Self::Backup,
+        _cluster: &Self::Cluster,
+        _name: &str,
+    ) -> Option<Self::Cluster> {
+        None
+    }
+
+    /// Whether a drill cluster has restored its snapshot and serves.
+    fn drill_ready(&self, _scratch: &Self::Cluster) -> bool {
+        false
+    }
+
+    /// What a ready drill cluster holds, counted and digested as a snapshot records it.
+    fn drill_content(
+        &self,
+        _scratch: &Self::Cluster,
+    ) -> impl Future<Output = Result<ContentFingerprint, String>> + Send {
+        std::future::ready(Err("this engine has no restore drills".to_string()))
+    }
+
+    /// What the newest snapshot recorded of its content at backup time.
+    fn recorded_content(
+        &self,
+        _status: &<Self::Backup as BackupResource>::Status,
+    ) -> Option<ContentFingerprint> {
         None
     }
 }
@@ -349,6 +389,9 @@ where
         return Ok(action);
     }
     pass.fail_interrupted_run().await?;
+    if let Some(later) = pass.drill().await? {
+        return Ok(later);
+    }
     if let Some(later) = pass.wait_until_due().await? {
         return Ok(later);
     }
@@ -1040,9 +1083,20 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
         Ok(referenced)
     }
 
-    /// When to look again: at the next schedule time, or on a change for a one-shot backup.
+    /// When to look again: soon while the newest snapshot's drill is still to be taken, else
+    /// at the next schedule time, or on a change for a one-shot backup.
     fn next(&self) -> Action {
-        match &E::Backup::run(&self.status).next_scheduled_at {
+        let run = E::Backup::run(&self.status);
+        let drill_to_come = self.spec().verify
+            && run.last_snapshot.as_ref().is_some_and(|newest| {
+                run.drill.as_ref().is_none_or(|drill| {
+                    drill.location != newest.location || drill.phase == DrillPhase::Restoring
+                })
+            });
+        if drill_to_come {
+            return Action::requeue(DRILL_POLL);
+        }
+        match &run.next_scheduled_at {
             Some(next) => Action::requeue(until(Timestamp::now(), next.0)),
             None => Action::await_change(),
         }
@@ -1083,6 +1137,157 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
         self.writer.write(&self.status).await?;
         self.publish(Severity::Warning, reason, message).await;
         Ok(())
+    }
+
+    /// Takes the next step of the backup's restore drills ([`super::drill`]): `Some` with when
+    /// to look again while one is under way, `None` when the pass goes on.
+    async fn drill(&mut self) -> Result<Option<Action>, Failure<E>> {
+        let name = drill_cluster_name(&self.backup.name_any());
+        let clusters: Api<E::Cluster> = Api::namespaced(self.context.client.clone(), &self.namespace);
+        let run = E::Backup::run(&self.status);
+        let newest = run
+            .last_snapshot
+            .as_ref()
+            .map(|snapshot| snapshot.location.clone());
+        let recorded = run.drill.clone();
+        let read = |source| BackupControllerError::Read {
+            what: format!("{} {name}", E::Cluster::kind(&())),
+            source,
+        };
+        let scratch = match recorded
+            .as_ref()
+            .filter(|drill| drill.phase == DrillPhase::Restoring)
+        {
+            Some(_) => match clusters.get_opt(&name).await.map_err(read)? {
+                None => Scratch::Absent,
+                Some(cluster) if self.engine.drill_ready(&cluster) => Scratch::Ready,
+                Some(_) => Scratch::Restoring,
+            },
+            None => Scratch::Absent,
+        };
+        let step = next_drill_step(
+            self.spec().verify,
+            newest.as_deref(),
+            recorded.as_ref(),
+            scratch,
+            self.now,
+        );
+        match step {
+            DrillStep::Nothing => Ok(None),
+            DrillStep::Wait => Ok(Some(Action::requeue(DRILL_POLL))),
+            DrillStep::Start => {
+                let newest = newest.expect("a drill starts only from a snapshot");
+                self.start_drill(&clusters, &name, &newest).await
+            }
+            DrillStep::Compare => {
+                let recorded = recorded.expect("a drill is compared only once started");
+                let scratch = clusters.get(&name).await.map_err(read)?;
+                let mismatch = match (
+                    self.engine.recorded_content(&self.status),
+                    self.engine.drill_content(&scratch).await,
+                ) {
+                    (None, _) => Some(
+                        "the snapshot recorded no content to compare with (it was taken by an operator without                          restore drills)"
+                            .to_string(),
+                    ),
+                    (Some(expected), Ok(found)) => expected.mismatch(&found),
+                    (Some(_), Err(error)) => {
+                        // Unreadable now is not wrong: asked again until the drill's time is up.
+                        let waited = self.now.duration_since(recorded.started_at.0).unsigned_abs();
+                        if waited < super::drill::DRILL_TIMEOUT {
+                            self.publish(
+                                Severity::Warning,
+                                "DrillUnreadable",
+                                format!("reading what {name} holds: {error}; trying again"),
+                            )
+                            .await;
+                            return Ok(Some(Action::requeue(DRILL_POLL)));
+                        }
+                        Some(format!("what {name} holds could not be read: {error}"))
+                    }
+                };
+                self.end_drill(&recorded, mismatch).await
+            }
+            DrillStep::GiveUp(why) => {
+                let recorded = recorded.expect("a drill gives up only once started");
+                self.end_drill(&recorded, Some(why)).await
+            }
+        }
+    }
+
+    /// Creates the drill cluster `name` from the newest snapshot at `location` (once an earlier
+    /// drill's is gone) and records the drill.
+    async fn start_drill(
+        &mut self,
+        clusters: &Api<E::Cluster>,
+        name: &str,
+        location: &str,
+    ) -> Result<Option<Action>, Failure<E>> {
+        let read = |what: String| move |source| BackupControllerError::Read { what, source };
+        if clusters
+            .get_opt(name)
+            .await
+            .map_err(read(format!("{} {name}", E::Cluster::kind(&()))))?
+            .is_some()
+        {
+            delete_if_present::<E::Cluster>(&self.context.client, &self.namespace, name).await?;
+            return Ok(Some(Action::requeue(DRILL_POLL)));
+        }
+        let Some(cluster) = self.cluster().await? else {
+            return Ok(None);
+        };
+        let backup = self.backup.name_any();
+        let Some(mut scratch) = self.engine.drill_cluster(self.backup, &cluster, name) else {
+            let refused = super::drill::ended(
+                &started(&backup, location, name, self.now),
+                Some(format!("{} has no restore drills", E::ENGINE)),
+                self.now,
+            );
+            self.run_status().drill = Some(refused);
+            self.writer.write(&self.status).await?;
+            return Ok(None);
+        };
+        scratch.meta_mut().owner_references = self.backup.controller_owner_ref(&()).map(|owner| vec![owner]);
+        clusters
+            .create(&PostParams::default(), &scratch)
+            .await
+            .map_err(|source| crate::Error::Apply {
+                kind: E::Cluster::kind(&()).to_string(),
+                name: format!("{}/{name}", self.namespace),
+                source,
+            })?;
+        let drill = started(&backup, location, name, self.now);
+        let message = drill.message.clone();
+        self.run_status().drill = Some(drill);
+        self.writer.write(&self.status).await?;
+        self.publish(Severity::Normal, "DrillStarted", message).await;
+        Ok(Some(Action::requeue(DRILL_POLL)))
+    }
+
+    /// Records how `drill` ended (on the backup, and on the cluster as `lastDrill`), reports
+    /// it, and deletes its cluster.
+    async fn end_drill(
+        &mut self,
+        drill: &DrillRecord,
+        mismatch: Option<String>,
+    ) -> Result<Option<Action>, Failure<E>> {
+        let drill = ended(drill, mismatch, Timestamp::now());
+        let clusters: Api<E::Cluster> = Api::namespaced(self.context.client.clone(), &self.namespace);
+        let patch = serde_json::json!({ "status": { "lastDrill": drill } });
+        crate::status::merge_status(&clusters, &self.namespace, &self.spec().cluster_name, &patch)
+            .await
+            .map_err(BackupControllerError::RecordOnCluster)?;
+        let (severity, reason) = match drill.phase {
+            DrillPhase::Verified => (Severity::Normal, "DrillVerified"),
+            DrillPhase::Failed | DrillPhase::Restoring => (Severity::Warning, "DrillFailed"),
+        };
+        let message = drill.message.clone();
+        let scratch = drill.cluster.clone();
+        self.run_status().drill = Some(drill);
+        self.writer.write(&self.status).await?;
+        self.publish(severity, reason, message).await;
+        delete_if_present::<E::Cluster>(&self.context.client, &self.namespace, &scratch).await?;
+        Ok(None)
     }
 
     async fn publish(&self, severity: Severity, reason: &str, message: String) {
