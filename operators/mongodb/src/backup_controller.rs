@@ -215,6 +215,12 @@ impl BackupEngine for MongoSnapshots<'_> {
         Some(drill_replica_set(backup, replica_set, name))
     }
 
+    fn drill_claims(&self, name: &str) -> Vec<String> {
+        vec![quorum_core::pod::data_claim_name(&crate::resources::member_name(
+            name, 0,
+        ))]
+    }
+
     fn drill_ready(&self, scratch: &MongoDBReplicaSet) -> bool {
         scratch.status.as_ref().is_some_and(|status| {
             status.restored_from.is_some()

@@ -203,6 +203,12 @@ impl BackupEngine for MySqlSnapshots<'_> {
         Some(drill_cluster(backup, cluster, name))
     }
 
+    fn drill_claims(&self, name: &str) -> Vec<String> {
+        vec![quorum_core::pod::data_claim_name(&crate::resources::member_name(
+            name, 0,
+        ))]
+    }
+
     fn drill_ready(&self, scratch: &MySQLCluster) -> bool {
         scratch.status.as_ref().is_some_and(|status| {
             status.restored_from.is_some()

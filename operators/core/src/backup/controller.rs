@@ -47,7 +47,7 @@ use k8s_openapi::{
     NamespaceResourceScope,
     api::{
         batch::v1::Job,
-        core::v1::{Pod, ServiceAccount},
+        core::v1::{PersistentVolumeClaim, Pod, ServiceAccount},
         rbac::v1::{Role, RoleBinding},
     },
     apimachinery::pkg::apis::meta::v1::Time,
@@ -276,6 +276,13 @@ pub trait BackupEngine: Send + Sync {
     /// Whether a drill cluster has restored its snapshot and serves.
     fn drill_ready(&self, _scratch: &Self::Cluster) -> bool {
         false
+    }
+
+    /// The volume claims of the drill cluster `name`: deleted with it, as nothing of a drill is
+    /// kept (the operator keeps a deleted cluster's claims otherwise, and would refuse to start
+    /// the next drill's cluster of that name on them).
+    fn drill_claims(&self, _name: &str) -> Vec<String> {
+        Vec::new()
     }
 
     /// What a ready drill cluster holds, counted and digested as a snapshot records it.
@@ -1224,13 +1231,24 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
         location: &str,
     ) -> Result<Option<Action>, Failure<E>> {
         let read = |what: String| move |source| BackupControllerError::Read { what, source };
-        if clusters
+        // An earlier drill's cluster, and its claims, go before this drill's is created.
+        let earlier = clusters
             .get_opt(name)
             .await
             .map_err(read(format!("{} {name}", E::Cluster::kind(&()))))?
-            .is_some()
-        {
-            delete_if_present::<E::Cluster>(&self.context.client, &self.namespace, name).await?;
+            .is_some();
+        let claims: Api<PersistentVolumeClaim> =
+            Api::namespaced(self.context.client.clone(), &self.namespace);
+        let mut claims_left = false;
+        for claim in self.engine.drill_claims(name) {
+            let listed = claims
+                .list(&ListParams::default().fields(&format!("metadata.name={claim}")))
+                .await
+                .map_err(read(format!("PersistentVolumeClaim {claim}")))?;
+            claims_left |= !listed.items.is_empty();
+        }
+        if earlier || claims_left {
+            self.delete_drill_cluster(name).await?;
             return Ok(Some(Action::requeue(DRILL_POLL)));
         }
         let Some(cluster) = self.cluster().await? else {
@@ -1286,8 +1304,17 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
         self.run_status().drill = Some(drill);
         self.writer.write(&self.status).await?;
         self.publish(severity, reason, message).await;
-        delete_if_present::<E::Cluster>(&self.context.client, &self.namespace, &scratch).await?;
+        self.delete_drill_cluster(&scratch).await?;
         Ok(None)
+    }
+
+    /// Deletes the drill cluster `name` and its volume claims.
+    async fn delete_drill_cluster(&self, name: &str) -> Result<(), Failure<E>> {
+        delete_if_present::<E::Cluster>(&self.context.client, &self.namespace, name).await?;
+        for claim in self.engine.drill_claims(name) {
+            delete_if_present::<PersistentVolumeClaim>(&self.context.client, &self.namespace, &claim).await?;
+        }
+        Ok(())
     }
 
     async fn publish(&self, severity: Severity, reason: &str, message: String) {
