@@ -223,11 +223,7 @@ impl BackupEngine for MongoSnapshots<'_> {
 
     fn drill_ready(&self, scratch: &MongoDBReplicaSet) -> bool {
         scratch.status.as_ref().is_some_and(|status| {
-            status.restored_from.is_some()
-                && quorum_core::conditions::is_true(
-                    &status.conditions,
-                    quorum_core::conditions::ConditionType::Ready,
-                )
+            quorum_core::backup::drill::restored_and_ready(status.restored_from.is_some(), &status.conditions)
         })
     }
 

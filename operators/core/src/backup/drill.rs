@@ -154,6 +154,12 @@ pub fn set_backup_unverified(
     set_condition(conditions, update, generation, now);
 }
 
+/// Whether a drill cluster is ready to be compared: it recorded its restore (`restored`) and
+/// says it is `Ready`.
+pub fn restored_and_ready(restored: bool, conditions: &[Condition]) -> bool {
+    restored && crate::conditions::is_true(conditions, crate::conditions::ConditionType::Ready)
+}
+
 /// Whether the last drill failed: the cluster is `Degraded` for it.
 pub fn drill_failed(last_drill: Option<&DrillRecord>) -> bool {
     last_drill.is_some_and(|drill| drill.phase == DrillPhase::Failed)
