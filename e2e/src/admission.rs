@@ -137,9 +137,13 @@ pub async fn check_engine(
     valid: &Value,
     rows: &[Row],
     backups: &CustomResourceDefinition,
+    drills: RestoreDrills,
 ) {
+    let (cluster_verify, backup_verify) = verify_rows(drills);
+    let rows: Vec<Row> = rows.iter().cloned().chain([cluster_verify]).collect();
+    let rows = &rows[..];
     assert_every_field_covered(clusters, rows, &["affinity", "claims"]);
-    let backup_rows = backup_rows();
+    let backup_rows: Vec<Row> = backup_rows().into_iter().chain([backup_verify]).collect();
     assert_every_field_covered(backups, &backup_rows, &[]);
 
     let client = crate::control_plane::admin_client().await;
@@ -159,6 +163,33 @@ pub async fn check_engine(
     );
     assert_no_failures(&failures);
     namespace.delete().await;
+}
+
+/// Whether an engine's backups offer restore drills (`verify`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RestoreDrills {
+    Offered,
+    Refused,
+}
+
+/// The rows of `verify`, on a cluster's backup policy and on a backup: accepted where the engine
+/// offers restore drills, refused naming the field where it does not.
+fn verify_rows(drills: RestoreDrills) -> (Row, Row) {
+    let destination = json!({"filesystem": {"path": "/backups"}});
+    let on_cluster =
+        spec(json!({"backup": {"schedule": "0 3 * * *", "destination": destination, "verify": true}}));
+    let on_backup = spec(json!({"verify": true}));
+    let refusal = "verify: restore drills are available for MySQL and MongoDB backups";
+    match drills {
+        RestoreDrills::Offered => (
+            Row::accepted("a backup policy with restore drills", on_cluster),
+            Row::accepted("a backup with restore drills", on_backup),
+        ),
+        RestoreDrills::Refused => (
+            Row::refused("a backup policy with restore drills", on_cluster, &[refusal]),
+            Row::refused("a backup with restore drills", on_backup, &[refusal]),
+        ),
+    }
 }
 
 /// Panics listing `failures` (from [`check_rows`]), if any.

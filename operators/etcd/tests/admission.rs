@@ -196,5 +196,13 @@ async fn every_field_of_the_spec_is_validated_naming_the_field() {
             &["spec.tls", "tls is immutable"],
         ),
     ]);
-    admission::check_engine("etcd-every-field", &clusters, &valid, &rows, &backups).await;
+    admission::check_engine(
+        "etcd-every-field",
+        &clusters,
+        &valid,
+        &rows,
+        &backups,
+        admission::RestoreDrills::Refused,
+    )
+    .await;
 }

@@ -344,5 +344,13 @@ async fn every_field_of_the_spec_is_validated_naming_the_field() {
         ),
         Row::accepted("an auth Secret", spec(json!({"authSecret": "cache-auth"}))),
     ]);
-    admission::check_engine("redis-every-field", &clusters, &valid, &rows, &backups).await;
+    admission::check_engine(
+        "redis-every-field",
+        &clusters,
+        &valid,
+        &rows,
+        &backups,
+        admission::RestoreDrills::Refused,
+    )
+    .await;
 }
