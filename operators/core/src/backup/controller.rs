@@ -1161,16 +1161,18 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
             what: format!("{} {name}", E::Cluster::kind(&())),
             source,
         };
-        let scratch = match recorded
+        // Read only while a drill restores: the comparison uses the object read here.
+        let observed = match recorded
             .as_ref()
             .filter(|drill| drill.phase == DrillPhase::Restoring)
         {
-            Some(_) => match clusters.get_opt(&name).await.map_err(read)? {
-                None => Scratch::Absent,
-                Some(cluster) if self.engine.drill_ready(&cluster) => Scratch::Ready,
-                Some(_) => Scratch::Restoring,
-            },
+            Some(_) => clusters.get_opt(&name).await.map_err(read)?,
+            None => None,
+        };
+        let scratch = match &observed {
             None => Scratch::Absent,
+            Some(cluster) if self.engine.drill_ready(cluster) => Scratch::Ready,
+            Some(_) => Scratch::Restoring,
         };
         let step = next_drill_step(
             self.spec().verify,
@@ -1188,13 +1190,14 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
             }
             DrillStep::Compare => {
                 let recorded = recorded.expect("a drill is compared only once started");
-                let scratch = clusters.get(&name).await.map_err(read)?;
+                let scratch = observed.expect("a drill is compared only once its cluster is ready");
                 let mismatch = match (
                     self.engine.recorded_content(&self.status),
                     self.engine.drill_content(&scratch).await,
                 ) {
                     (None, _) => Some(
-                        "the snapshot recorded no content to compare with (it was taken by an operator without                          restore drills)"
+                        "the snapshot recorded no content to compare with (it was taken by an operator without \
+                         restore drills)"
                             .to_string(),
                     ),
                     (Some(expected), Ok(found)) => expected.mismatch(&found),
