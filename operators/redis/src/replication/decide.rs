@@ -315,6 +315,29 @@ pub fn primary_address_to_record(facts: &Facts, ordinal: usize, address: SocketA
     if naming_new >= majority { address } else { recorded }
 }
 
+/// The primary's address to record after a pass that found `finding`, left `serving` taking
+/// writes and handed the primary over to `handed_over_to`. The recorded address is how a
+/// Sentinel naming an address no node has any more is known to mean the recorded primary: it
+/// is kept while no node takes writes (a Sentinel failing the primary over, every pod coming
+/// back on a new address at once), as the recorded primary is, and dropped only when another
+/// node takes over.
+pub fn primary_address_after(
+    facts: &Facts,
+    finding: &PrimaryFinding,
+    serving: Option<usize>,
+    handed_over_to: Option<usize>,
+) -> Option<SocketAddr> {
+    let address_of = |ordinal: usize| facts.nodes.iter().find(|n| n.ordinal == ordinal)?.address;
+    match (handed_over_to, finding) {
+        (Some(to), _) => address_of(to),
+        (None, PrimaryFinding::Agreed { ordinal, address }) => {
+            Some(primary_address_to_record(facts, *ordinal, *address))
+        }
+        _ if serving.is_none() || serving == facts.recorded_primary => facts.recorded_primary_address,
+        _ => None,
+    }
+}
+
 /// How many Sentinels make a majority: of those wanted, or of those there are when more are
 /// (a scale-down still under way).
 fn sentinel_majority(facts: &Facts) -> usize {
@@ -2311,6 +2334,42 @@ mod tests {
         let mut unrecorded = first.clone();
         unrecorded.recorded_primary_address = None;
         assert_eq!(primary_address_to_record(&unrecorded, 0, moved(0)), moved(0));
+    }
+
+    #[test]
+    fn the_recorded_address_outlives_a_failover_attempt_made_while_every_pod_was_gone() {
+        // Every data pod deleted at once: while they are gone a Sentinel starts failing node 0
+        // over, so no node takes writes. Its pods come back on new addresses, the attempt runs
+        // out, and the Sentinels name node 0's old address again: only the recorded address
+        // says that they mean node 0.
+        let mut attempt = all_watching(0);
+        attempt[1].view.as_mut().unwrap().failover_in_progress = true;
+        let during = facts(moved_nodes(), attempt, Some(0));
+        let finding = find_primary(&during);
+        let serving = serving_primary_given(&during, &finding);
+        assert_eq!(serving, None, "{finding:?}");
+        let kept = primary_address_after(&during, &finding, serving, None);
+        assert_eq!(kept, Some(address(0)));
+        let mut after = facts(moved_nodes(), all_watching(0), Some(0));
+        after.recorded_primary_address = kept;
+        assert_eq!(
+            decide(&after),
+            Decision::Act(Step::RepointSentinel {
+                sentinel: 0,
+                primary: moved(0)
+            })
+        );
+        // Another node taking over drops it; the same node agreed on elsewhere records that.
+        let taken = facts(moved_nodes(), all_watching(0), Some(0));
+        let elsewhere = PrimaryFinding::Unknown(Wait {
+            reason: Reason::SentinelsDisagree,
+            message: String::new(),
+        });
+        assert_eq!(primary_address_after(&taken, &elsewhere, Some(1), None), None);
+        assert_eq!(
+            primary_address_after(&taken, &elsewhere, Some(0), Some(2)),
+            Some(moved(2))
+        );
     }
 
     #[test]

@@ -360,14 +360,8 @@ async fn report(
     status.primary_on_request =
         primary_on_request_after(facts, promoted).map(|ordinal| node_name(&name, ordinal));
     let recorded_primary = facts.recorded_primary;
-    status.primary_address = match (taken.handed_over_to, finding) {
-        (Some(to), _) => primary_address(facts, Some(to)).map(|address| address.to_string()),
-        (None, PrimaryFinding::Agreed { ordinal, address }) => {
-            Some(decide::primary_address_to_record(facts, ordinal, address).to_string())
-        }
-        _ if primary == recorded_primary => status.primary_address,
-        _ => None,
-    };
+    status.primary_address = decide::primary_address_after(facts, &finding, primary, taken.handed_over_to)
+        .map(|address| address.to_string());
     if let (Some(from), Some(to)) = (recorded_primary, primary)
         && from != to
         && taken.handed_over_to.is_none()
