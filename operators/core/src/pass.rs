@@ -527,6 +527,25 @@ impl<R: Reason> Progress<R> {
         }
     }
 
+    /// The event of a pass whose cluster's stored conditions are `conditions`: [`Progress::event`],
+    /// except a wait the stored `Progressing` condition already reports, reason and message.
+    /// Every pass of a long wait would otherwise bump the wait's event series (one write request
+    /// each) to say again what the condition says; steps and failures are always published.
+    pub fn event_after(&self, conditions: &[Condition]) -> Option<(Severity, R, &str)> {
+        if let Progress::Waiting { reason, message } = self {
+            let reported = conditions.iter().any(|condition| {
+                condition.type_ == ConditionType::Progressing.as_str()
+                    && condition.status == "True"
+                    && condition.reason == reason.as_str()
+                    && condition.message == *message
+            });
+            if reported {
+                return None;
+            }
+        }
+        self.event()
+    }
+
     /// The `Progressing` condition: false with `Settled` and `settled_message` when there is
     /// nothing to do, else true with the reason and message.
     pub fn progressing(&self, settled_message: &str) -> ConditionUpdate {
@@ -645,13 +664,13 @@ pub fn names_by_severity<R: Reason>(all: &[R]) -> (Vec<&'static str>, Vec<&'stat
     (named(Severity::Normal), named(Severity::Warning))
 }
 
-/// Publishes the one event of a pass ([`Progress::event`]) about `object`, if any.
+/// Publishes the one event of a pass ([`Progress::event_after`]) about `object`, if any.
 pub async fn publish<K, R>(events: &EventPublisher, object: &K, progress: &Progress<R>)
 where
-    K: Resource<DynamicType = ()>,
+    K: Resource<DynamicType = ()> + ClusterObject,
     R: Reason,
 {
-    let Some((severity, reason, message)) = progress.event() else {
+    let Some((severity, reason, message)) = progress.event_after(object.conditions()) else {
         return;
     };
     let action = match progress {
@@ -793,6 +812,41 @@ mod tests {
         };
         assert_eq!(failed.event().map(|e| e.0), Some(Severity::Warning));
         assert_eq!(Progress::<TestReason>::Settled.event(), None);
+    }
+
+    #[test]
+    fn a_wait_the_progressing_condition_already_reports_is_not_published_again() {
+        let mut conditions = Vec::new();
+        let now = Timestamp::now();
+        let waiting = Progress::waiting(TestReason::MemberStarting, "member 2 is starting");
+        set_condition(&mut conditions, waiting.progressing("x"), Some(1), now);
+        assert_eq!(waiting.event_after(&conditions), None);
+        // Another message, another reason, a step or a failure under the same words: published.
+        let further = Progress::waiting(TestReason::MemberStarting, "member 3 is starting");
+        assert!(further.event_after(&conditions).is_some());
+        let other = Progress::waiting(TestReason::MemberUnknown, "member 2 is starting");
+        assert!(other.event_after(&conditions).is_some());
+        for repeated in [
+            Progress::Acted {
+                reason: TestReason::MemberStarting,
+                message: "member 2 is starting".into(),
+            },
+            Progress::Failed {
+                reason: TestReason::MemberStarting,
+                message: "member 2 is starting".into(),
+            },
+        ] {
+            assert!(repeated.event_after(&conditions).is_some(), "{repeated:?}");
+        }
+        // Nothing stored yet, or settled since: published.
+        assert!(waiting.event_after(&[]).is_some());
+        set_condition(
+            &mut conditions,
+            Progress::<TestReason>::Settled.progressing("matches its spec"),
+            Some(1),
+            now,
+        );
+        assert!(waiting.event_after(&conditions).is_some());
     }
 
     #[test]
