@@ -568,6 +568,23 @@ pub trait ClusterObject {
     fn statefulsets(&self) -> Vec<String>;
     /// The conditions of its stored status.
     fn conditions(&self) -> &[Condition];
+    /// The last restore drill of its backups, which the backup controller records on it
+    /// (`status.lastDrill`); `None` for an engine without drills.
+    fn last_drill(&self) -> Option<&crate::crd::DrillRecord> {
+        None
+    }
+}
+
+/// A digest of what the backup controller last recorded on a cluster (`status.lastDrill`). The
+/// cluster's watch lets a change of it through, as it does a new generation or annotations: a
+/// drill that failed makes the cluster `BackupUnverified` and `Degraded` at once, not at its
+/// next scheduled pass.
+pub fn last_drill_digest<K: ClusterObject>(cluster: &K) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let drill = serde_json::to_string(cluster.last_drill()?).ok()?;
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    drill.hash(&mut hasher);
+    Some(hasher.finish())
 }
 
 /// The resource as stored, if a pass may run on it now: `Break` with the action to return when

@@ -48,7 +48,9 @@ use crate::{
     http::{self, Phase, Readiness},
     leader::{LeaderElector, LeaseTimings},
     metrics::Metrics,
-    ownership, pod_failures,
+    ownership,
+    pass::{ClusterObject, last_drill_digest},
+    pod_failures,
     wakeups::Wakeups,
 };
 
@@ -105,6 +107,15 @@ enum Shape {
     /// the cache, reported on after every pass). Pod templates do not carry the operator's
     /// name, so that an operator release never changes them.
     Cluster(&'static str),
+}
+
+/// What else of a watched resource than its generation and annotations wakes its controller:
+/// a digest of it, a pass whenever the digest changes.
+type Trigger<K> = fn(&K) -> Option<u64>;
+
+/// Nothing else: a new generation or new annotations only.
+fn no_more_triggers<K>(_: &K) -> Option<u64> {
+    None
 }
 
 /// The label every object of an operator carries but its pods: its watches select by it.
@@ -269,7 +280,13 @@ impl Runtime {
         F: Fn(Arc<K>, Arc<Context<S>>) -> Fut + Send + Sync + Clone + 'static,
         Fut: Future<Output = Result<Action, E>> + Send + 'static,
     {
-        self.controller_reporting(context, reconcile, Shape::Owner, None, None)
+        self.controller_reporting(
+            context,
+            reconcile,
+            (Shape::Owner, no_more_triggers::<K>),
+            None,
+            None,
+        )
     }
 
     /// A controller for resources of kind `K` that own no objects (backups): as
@@ -286,7 +303,13 @@ impl Runtime {
         F: Fn(Arc<K>, Arc<Context<S>>) -> Fut + Send + Sync + Clone + 'static,
         Fut: Future<Output = Result<Action, E>> + Send + 'static,
     {
-        self.controller_reporting(context, reconcile, Shape::Leaf, None, None)
+        self.controller_reporting(
+            context,
+            reconcile,
+            (Shape::Leaf, no_more_triggers::<K>),
+            None,
+            None,
+        )
     }
 
     /// A controller for database clusters whose pods are labelled `app.kubernetes.io/name` with
@@ -304,21 +327,27 @@ impl Runtime {
         wakeups: Option<Wakeups>,
     ) -> BoxFuture<'static, ()>
     where
-        K: Cacheable + Serialize,
+        K: Cacheable + Serialize + ClusterObject,
         S: ForgetsClusters,
         E: ReconcileError,
         F: Fn(Arc<K>, Arc<Context<S>>) -> Fut + Send + Sync + Clone + 'static,
         Fut: Future<Output = Result<Action, E>> + Send + 'static,
     {
         let on_gone = forgetting(&context);
-        self.controller_reporting(context, reconcile, Shape::Cluster(app), wakeups, Some(on_gone))
+        self.controller_reporting(
+            context,
+            reconcile,
+            (Shape::Cluster(app), last_drill_digest::<K>),
+            wakeups,
+            Some(on_gone),
+        )
     }
 
     fn controller_reporting<K, S, E, F, Fut>(
         &self,
         context: Arc<Context<S>>,
         reconcile: F,
-        shape: Shape,
+        (shape, also_on): (Shape, Trigger<K>),
         wakeups: Option<Wakeups>,
         on_gone: Option<OnGone>,
     ) -> BoxFuture<'static, ()>
@@ -341,7 +370,7 @@ impl Runtime {
                 namespace,
                 context.clone(),
                 reconcile.clone(),
-                shape,
+                (shape, also_on),
                 wakeups.clone(),
                 on_gone.clone(),
             )
@@ -364,7 +393,7 @@ impl Runtime {
         namespace: Option<String>,
         context: Arc<Context<S>>,
         reconcile: F,
-        shape: Shape,
+        (shape, also_on): (Shape, Trigger<K>),
         wakeups: Option<Wakeups>,
         on_gone: Option<OnGone>,
     ) -> BoxFuture<'static, ()>
@@ -407,7 +436,9 @@ impl Runtime {
             })
             .applied_objects()
             .predicate_filter(
-                predicates::generation.combine(predicates::annotations),
+                predicates::generation
+                    .combine(predicates::annotations)
+                    .combine(also_on),
                 Default::default(),
             );
         let controller_name = K::plural(&()).to_string();
@@ -663,7 +694,7 @@ pub trait Operator: 'static {
     /// What its flags (or a test) decide.
     type Settings;
     type State: ForgetsClusters;
-    type Cluster: Cacheable + Serialize;
+    type Cluster: Cacheable + Serialize + ClusterObject;
     type Backup: Cacheable + Serialize;
 
     /// The state its passes share, its admin calls made as `calls` says and counted in

@@ -561,6 +561,10 @@ impl quorum_core::pass::ClusterObject for MongoDBReplicaSet {
             .as_ref()
             .map_or(&[], |status| status.conditions.as_slice())
     }
+
+    fn last_drill(&self) -> Option<&quorum_core::crd::DrillRecord> {
+        self.status.as_ref()?.last_drill.as_ref()
+    }
 }
 
 #[cfg(test)]
@@ -1005,5 +1009,14 @@ pub(crate) mod tests {
         assert_eq!(backup.spec.backup.cluster_name, "orders");
         assert_eq!(backup.spec.backup.schedule.as_deref(), Some("0 3 * * *"));
         assert_eq!(backup.spec.backup.retain, Some(5));
+    }
+    #[test]
+    fn a_drill_recorded_on_the_replica_set_changes_what_wakes_its_pass() {
+        use quorum_core::{backup::drill::started, pass::last_drill_digest};
+        let mut set = replica_set(3, false);
+        assert_eq!(last_drill_digest(&set), None);
+        let drill = started("nightly", "s3://b/rs/1", "nightly-drill", jiff::Timestamp::now());
+        set.status.get_or_insert_with(Default::default).last_drill = Some(drill);
+        assert!(last_drill_digest(&set).is_some());
     }
 }

@@ -565,6 +565,10 @@ impl quorum_core::pass::ClusterObject for MySQLCluster {
             .as_ref()
             .map_or(&[], |status| status.conditions.as_slice())
     }
+
+    fn last_drill(&self) -> Option<&quorum_core::crd::DrillRecord> {
+        self.status.as_ref()?.last_drill.as_ref()
+    }
 }
 
 #[cfg(test)]
@@ -747,5 +751,25 @@ mod tests {
         assert_eq!(member_name("shop", 2), "shop-2");
         assert_eq!(ordinal_of("shop", "shop-2"), Some(2));
         assert_eq!(ordinal_of("shop", "shopx-2"), None);
+    }
+    #[test]
+    fn a_drill_recorded_on_the_cluster_changes_what_wakes_its_pass_and_nothing_else_of_its_status_does() {
+        use quorum_core::{
+            backup::drill::{ended, started},
+            pass::last_drill_digest,
+        };
+        let mut shop = cluster(Flavor::MariaDB, 3);
+        assert_eq!(last_drill_digest(&shop), None);
+        let now = jiff::Timestamp::now();
+        let drill = started("nightly", "s3://b/shop/1", "nightly-drill", now);
+        let status = shop.status.get_or_insert_with(Default::default);
+        status.last_drill = Some(ended(&drill, None, now));
+        let verified = last_drill_digest(&shop);
+        assert!(verified.is_some());
+        shop.status.as_mut().unwrap().ready_replicas = 3;
+        assert_eq!(last_drill_digest(&shop), verified, "another status field");
+        shop.status.as_mut().unwrap().last_drill = Some(ended(&drill, Some("content differs".into()), now));
+        let failed = last_drill_digest(&shop);
+        assert!(failed.is_some() && failed != verified, "{failed:?}");
     }
 }
