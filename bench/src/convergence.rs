@@ -48,6 +48,8 @@ pub struct Run {
     pub idle_cpu_seconds: f64,
     /// Resident memory at the end of the settled window.
     pub idle_rss_bytes: u64,
+    /// Its anonymous part ([`crate::process::Reading::anonymous_bytes`]).
+    pub idle_anonymous_bytes: u64,
 }
 
 /// Creates the clusters under `installed`, times them until ready and settled, and leaves them
@@ -127,6 +129,7 @@ pub async fn measure(
         idle_requests,
         idle_cpu_seconds: idle.cpu_seconds - converged.cpu_seconds,
         idle_rss_bytes: idle.rss_bytes,
+        idle_anonymous_bytes: idle.anonymous_bytes,
     })
 }
 

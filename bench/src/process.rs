@@ -10,6 +10,9 @@ pub struct Reading {
     pub rss_bytes: u64,
     /// The most resident memory it has had since its peak was last reset ([`reset_peak`]).
     pub peak_rss_bytes: u64,
+    /// The part of resident memory that is its own data (heap, stacks), not pages of its
+    /// program file: what grows with what it holds.
+    pub anonymous_bytes: u64,
     /// User and system CPU time since it started.
     pub cpu_seconds: f64,
     /// When it started, in clock ticks after boot: a reading of another process under the
@@ -17,8 +20,8 @@ pub struct Reading {
     pub started_ticks: u64,
 }
 
-/// `VmRSS` and `VmHWM` of `/proc/PID/status`, in bytes.
-pub fn memory(status: &str) -> anyhow::Result<(u64, u64)> {
+/// `VmRSS`, `VmHWM` and `RssAnon` of `/proc/PID/status`, in bytes.
+pub fn memory(status: &str) -> anyhow::Result<(u64, u64, u64)> {
     let kibibytes = |field: &str| -> anyhow::Result<u64> {
         let value = status
             .lines()
@@ -30,7 +33,7 @@ pub fn memory(status: &str) -> anyhow::Result<(u64, u64)> {
             .with_context(|| format!("{field} {value:?}"))?
             * 1024)
     };
-    Ok((kibibytes("VmRSS:")?, kibibytes("VmHWM:")?))
+    Ok((kibibytes("VmRSS:")?, kibibytes("VmHWM:")?, kibibytes("RssAnon:")?))
 }
 
 /// User plus system time and the start time of `/proc/PID/stat`, in clock ticks. The command
@@ -59,11 +62,12 @@ pub fn read(pid: u32, ticks_per_second: u64) -> anyhow::Result<Reading> {
         .with_context(|| format!("/proc/{pid}/status"))?;
     let stat =
         std::fs::read_to_string(format!("/proc/{pid}/stat")).with_context(|| format!("/proc/{pid}/stat"))?;
-    let (rss_bytes, peak_rss_bytes) = memory(&status)?;
+    let (rss_bytes, peak_rss_bytes, anonymous_bytes) = memory(&status)?;
     let (cpu_ticks, started_ticks) = cpu_and_start_ticks(&stat)?;
     Ok(Reading {
         rss_bytes,
         peak_rss_bytes,
+        anonymous_bytes,
         cpu_seconds: cpu_ticks as f64 / ticks_per_second as f64,
         started_ticks,
     })
@@ -90,9 +94,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn reads_resident_memory_and_its_peak_in_bytes() {
-        let status = "Name:\tmanager\nVmPeak:\t 1300000 kB\nVmHWM:\t   41000 kB\nVmRSS:\t   39000 kB\n";
-        assert_eq!(memory(status).unwrap(), (39_000 * 1024, 41_000 * 1024));
+    fn reads_resident_memory_its_peak_and_its_anonymous_part_in_bytes() {
+        let status = "Name:\tmanager\nVmPeak:\t 1300000 kB\nVmHWM:\t   41000 kB\nVmRSS:\t   39000 kB\n\
+                      RssAnon:\t   12000 kB\nRssFile:\t   27000 kB\n";
+        assert_eq!(
+            memory(status).unwrap(),
+            (39_000 * 1024, 41_000 * 1024, 12_000 * 1024)
+        );
         assert!(memory("Name:\tmanager\n").is_err());
     }
 
