@@ -122,8 +122,16 @@ impl Cache {
         let (store, writer) = reflector::store();
         let config = watcher::Config::default().labels(&label_selector(&selector));
         let listed = self.keep(store, namespace, selector);
+        // Which field manager set what matters only for the objects this operator applies
+        // ([`crate::apply`]): a pod's record of the kubelet's status writes is most of its size.
+        let applied = TypeId::of::<K>() != TypeId::of::<k8s_openapi::api::core::v1::Pod>();
         watcher(api, config)
             .default_backoff()
+            .modify(move |object: &mut K| {
+                if !applied {
+                    object.meta_mut().managed_fields = None;
+                }
+            })
             .reflect(writer)
             .inspect(move |event| {
                 mark_listed(&listed, event);
