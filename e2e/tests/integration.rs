@@ -5,6 +5,8 @@
 
 #[path = "backup_sink.rs"]
 mod backup_sink;
+#[path = "events.rs"]
+mod events;
 #[path = "leader.rs"]
 mod leader;
 #[path = "mongo_sim.rs"]
