@@ -375,9 +375,10 @@ async fn a_version_change_rolls_secondaries_first_then_the_primary_then_raises_c
     let mut replaced: Vec<String> = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
     let upgraded = loop {
-        for pod in pods.list(&ListParams::default()).await.unwrap().items {
+        let listed = pods.list(&ListParams::default()).await.unwrap().items;
+        for pod in &listed {
             let name = pod.name_any();
-            if original.get(&name).is_some_and(|before| *before != uid(&pod)) && !replaced.contains(&name) {
+            if original.get(&name).is_some_and(|before| *before != uid(pod)) && !replaced.contains(&name) {
                 replaced.push(name);
             }
         }
@@ -398,7 +399,11 @@ async fn a_version_change_rolls_secondaries_first_then_the_primary_then_raises_c
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "upgrade not done; replaced {replaced:?}; {status:?}"
+            "upgrade not done; replaced {replaced:?}; pods (name, uid, Ready): {:?}; {status:?}",
+            listed
+                .iter()
+                .map(|pod| (pod.name_any(), uid(pod), quorum_core::pod::is_ready(pod)))
+                .collect::<Vec<_>>()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
