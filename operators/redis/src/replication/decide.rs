@@ -139,6 +139,13 @@ pub struct Facts {
     pub primary_on_request: Option<usize>,
 }
 
+impl Facts {
+    /// The address of node `ordinal`'s pod, when it has one.
+    pub fn address_of(&self, ordinal: usize) -> Option<SocketAddr> {
+        self.nodes.iter().find(|n| n.ordinal == ordinal)?.address
+    }
+}
+
 /// One step.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Step {
@@ -276,7 +283,7 @@ fn named(facts: &Facts, address: SocketAddr) -> Named {
 /// evidence that the primary is down, and the Sentinels decide.
 fn fail_over_held_back(facts: &Facts, primary: usize) -> Option<Step> {
     let held_back = facts.held_back.get(&primary)?;
-    let address = facts.nodes.iter().find(|n| n.ordinal == primary)?.address?;
+    let address = facts.address_of(primary)?;
     let followed = facts.nodes.iter().any(|node| {
         node.ordinal != primary
             && node
@@ -327,9 +334,8 @@ pub fn primary_address_after(
     serving: Option<usize>,
     handed_over_to: Option<usize>,
 ) -> Option<SocketAddr> {
-    let address_of = |ordinal: usize| facts.nodes.iter().find(|n| n.ordinal == ordinal)?.address;
     match (handed_over_to, finding) {
-        (Some(to), _) => address_of(to),
+        (Some(to), _) => facts.address_of(to),
         (None, PrimaryFinding::Agreed { ordinal, address }) => {
             Some(primary_address_to_record(facts, *ordinal, *address))
         }
@@ -475,13 +481,6 @@ pub fn find_primary(facts: &Facts) -> PrimaryFinding {
             Named::NoNode => *no_node.entry(view.primary).or_default() += 1,
         }
     }
-    let current_address = |ordinal: usize| {
-        facts
-            .nodes
-            .iter()
-            .find(|n| n.ordinal == ordinal)
-            .and_then(|n| n.address)
-    };
     let says_primary = |ordinal: usize| answers_as(facts, ordinal, Role::Primary);
     if let Some(newest) = newest_configuration(facts)
         && let Named::Node(ordinal) = named(facts, newest.primary)
@@ -528,7 +527,7 @@ pub fn find_primary(facts: &Facts) -> PrimaryFinding {
             );
         }
         if count >= majority || (unanimous && says_primary(ordinal)) {
-            let Some(address) = current_address(ordinal) else {
+            let Some(address) = facts.address_of(ordinal) else {
                 return unknown(
                     Reason::PrimaryUnknown,
                     format!("the Sentinels name node {ordinal}, whose pod has no address"),

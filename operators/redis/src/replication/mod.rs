@@ -620,7 +620,7 @@ async fn execute(
                 .filter(|node| node.ordinal != *primary)
                 .filter_map(|node| Some((node.ordinal, node.address?)))
                 .collect();
-            let Some(primary_address) = primary_address(facts, Some(*primary)) else {
+            let Some(primary_address) = facts.address_of(*primary) else {
                 return Err(CallError::Failed(AdminError::Unexpected {
                     endpoint: node_name(&pass.name(), *primary),
                     command: "handover",
@@ -673,7 +673,7 @@ async fn execute(
 /// over from it from now on. Each part may be taken again: a step cut off halfway is taken
 /// again whole by a later pass.
 async fn promote(pass: &Pass<'_>, facts: &Facts, to: usize) -> Result<(), crate::clients::CallFailure> {
-    let Some(address) = primary_address(facts, Some(to)) else {
+    let Some(address) = facts.address_of(to) else {
         return Err(crate::clients::CallFailure::Failed(AdminError::Unexpected {
             endpoint: node_name(&pass.name(), to),
             command: "promote",
@@ -802,7 +802,7 @@ async fn set_timeouts(admin: &SentinelAdmin, settings: SentinelSettings) -> Resu
 /// The role label each data pod should carry: the primary the Sentinels agree on, replicas
 /// that follow it with their link up, and no role for the rest.
 pub fn role_labels(facts: &Facts, primary: Option<usize>) -> BTreeMap<usize, RoleLabel> {
-    let primary_address = primary.and_then(|p| facts.nodes.iter().find(|n| n.ordinal == p)?.address);
+    let primary_address = primary.and_then(|p| facts.address_of(p));
     facts
         .nodes
         .iter()
@@ -902,13 +902,14 @@ fn build_status(
             .iter()
             .any(|n| Some(n.ordinal) == primary && n.health.is_healthy());
     status.ready_nodes = (replicas_ready + usize::from(primary_ready)) as i32;
+    let primary_address = primary.and_then(|p| facts.address_of(p));
     let watching = facts
         .sentinels
         .iter()
         .filter(|s| {
             s.view
                 .as_ref()
-                .is_some_and(|v| Some(v.primary) == primary_address(facts, primary))
+                .is_some_and(|v| Some(v.primary) == primary_address)
         })
         .count();
     let wanted_replicas = facts.desired_nodes.saturating_sub(1);
@@ -962,10 +963,6 @@ fn build_status(
     });
     set_conditions(&mut status, pass.cluster, ready, progress, degraded, pass.now);
     status
-}
-
-fn primary_address(facts: &Facts, primary: Option<usize>) -> Option<std::net::SocketAddr> {
-    facts.nodes.iter().find(|n| Some(n.ordinal) == primary)?.address
 }
 
 /// The event reason of a step.
