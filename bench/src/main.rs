@@ -275,7 +275,12 @@ async fn main() -> anyhow::Result<()> {
         failed.is_empty(),
         "{} of the operators' turns failed (the figures above are the others'):\n{}",
         failed.len(),
-        failed.join("\n")
+        // Indented, so that the lines of CI's log that name a failure carry each turn's cause.
+        failed
+            .iter()
+            .map(|failure| format!("    {}", failure.replace('\n', "\n    ")))
+            .collect::<Vec<_>>()
+            .join("\n")
     );
     Ok(())
 }
