@@ -41,7 +41,13 @@ pub async fn reporting<K, F>(
     work: F,
 ) -> F::Output
 where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + Debug + DeserializeOwned,
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + Debug
+        + DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
     F: Future,
 {
     let namespace = backup.namespace().unwrap_or_default();
