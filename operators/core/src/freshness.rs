@@ -68,8 +68,10 @@ static KNOWN: LazyLock<Mutex<HashMap<Key, Known>>> = LazyLock::new(Mutex::defaul
 /// The versions of each watched object the watches delivered last (its uid, then the versions,
 /// the newest last): a write whose answer is recorded after the watch delivered it, and a
 /// change someone else made after it, is known to be delivered all the same.
-static RECENT: LazyLock<Mutex<HashMap<Key, (Option<String>, VecDeque<String>)>>> =
-    LazyLock::new(Mutex::default);
+static RECENT: LazyLock<Mutex<HashMap<Key, Delivered>>> = LazyLock::new(Mutex::default);
+
+/// An object's uid and the versions of it a watch delivered last, the newest last.
+type Delivered = (Option<String>, VecDeque<String>);
 
 /// How many delivered versions of an object [`RECENT`] keeps.
 const RECENT_VERSIONS: usize = 4;
