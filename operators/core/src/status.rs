@@ -174,13 +174,7 @@ where
 /// As [`latest`].
 pub async fn current<K>(client: &Client, object: &K) -> Result<Option<Arc<K>>, Error>
 where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + Clone
-        + Debug
-        + DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: crate::cache::Cacheable,
 {
     if freshness::currency(object) == Currency::Current {
         return Ok(Some(Arc::new(object.clone())));
@@ -209,13 +203,7 @@ pub async fn patch_status<K, S>(
     desired: &S,
 ) -> Result<bool, Error>
 where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + Clone
-        + Debug
-        + DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: crate::cache::Cacheable,
     S: Serialize + PartialEq,
 {
     if current == Some(desired) {
@@ -271,13 +259,7 @@ pub struct StatusWriter<'a, K, S> {
 
 impl<'a, K, S> StatusWriter<'a, K, S>
 where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + Clone
-        + Debug
-        + DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: crate::cache::Cacheable,
     S: Serialize + PartialEq + Clone,
 {
     /// A writer for `object`, whose status as stored is `stored`.
