@@ -601,10 +601,7 @@ where
         + ClusterObject
         + Clone
         + DeserializeOwned
-        + fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+        + fmt::Debug,
 {
     let Some(object) = crate::status::current(&context.client, object).await? else {
         return Ok(ControlFlow::Break(Action::await_change()));

@@ -209,10 +209,7 @@ where
     K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
         + Clone
         + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+        + std::fmt::Debug,
 {
     let uid = cluster.meta().uid.clone().unwrap_or_default();
     if context.cache.is_free_of_leftovers(&uid) {
@@ -253,10 +250,7 @@ where
     K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
         + Clone
         + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+        + std::fmt::Debug,
 {
     let message = leftovers.message();
     let generation = cluster.meta().generation;

@@ -2,11 +2,12 @@
 //! bytes its sink has sent and the average rate since it started. A run's outcome never rests
 //! on these figures; they are for the people watching a long backup.
 
-use std::{future::Future, time::Duration};
+use std::{fmt::Debug, future::Future, time::Duration};
 
 use jiff::Timestamp;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::{Api, Client, ResourceExt};
+use k8s_openapi::{NamespaceResourceScope, apimachinery::pkg::apis::meta::v1::Time};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
 use super::BackupSink;
@@ -40,7 +41,7 @@ pub async fn reporting<K, F>(
     work: F,
 ) -> F::Output
 where
-    K: crate::cache::Cacheable,
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + Debug + DeserializeOwned,
     F: Future,
 {
     let namespace = backup.namespace().unwrap_or_default();
