@@ -10,7 +10,8 @@
 //! - for a name the store does not hold: an object without the operator's label (someone else's,
 //!   in the way) is never in it, so absence in the cache proves nothing;
 //! - for a list whose selector does not include the store's own, so the store may miss some;
-//! - when the copy is not the version this process last wrote or read ([`crate::freshness`]).
+//! - when the copy is not the version this process last wrote or read ([`crate::freshness`]),
+//!   and the watch does not deliver that version within a moment ([`freshness::after_own_write`]).
 //!
 //! What the API server answers is recorded as the newest version known, so the next pass can
 //! use the cache again once the watch has delivered it.
@@ -244,6 +245,13 @@ impl Cache {
         if let Some(copy) = self.get::<K>(namespace, name) {
             return Ok(Some(copy));
         }
+        // This process's own write not delivered yet (the pass after the one that made it):
+        // the watch delivers it in a moment, and a read would only ask for what is known.
+        if let Some(copy) =
+            freshness::after_own_write::<K, _>(namespace, name, || self.get::<K>(namespace, name)).await
+        {
+            return Ok(Some(copy));
+        }
         let key = (TypeId::of::<K>(), namespace.to_string(), name.to_string());
         if let Some(copy) = self.referenced::<K>(&key) {
             return Ok(Some(copy));
@@ -326,5 +334,85 @@ impl Cache {
 pub(crate) fn mark_listed<K>(listed: &AtomicBool, event: &Result<watcher::Event<K>, watcher::Error>) {
     if let Ok(watcher::Event::InitDone) = event {
         listed.store(true, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::ObjectMeta;
+
+    use super::*;
+
+    const NAMESPACE: &str = "cache-test";
+
+    fn map(name: &str, version: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some(NAMESPACE.into()),
+                uid: Some(format!("{name}-uid")),
+                resource_version: Some(version.into()),
+                labels: Some(BTreeMap::from([("app".into(), "quorum".into())])),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        }
+    }
+
+    /// A cache with one listed store of config maps, and the writer that fills it as a watch
+    /// would.
+    fn cache() -> (Cache, reflector::store::Writer<ConfigMap>) {
+        let cache = Cache::default();
+        let (store, writer) = reflector::store();
+        let listed = cache.keep(
+            store,
+            Some(NAMESPACE.into()),
+            BTreeMap::from([("app".into(), "quorum".into())]),
+        );
+        listed.store(true, Ordering::Release);
+        (cache, writer)
+    }
+
+    fn deliver(writer: &mut reflector::store::Writer<ConfigMap>, object: ConfigMap) {
+        let event = watcher::Event::Apply(object);
+        writer.apply_watcher_event(&event);
+        freshness::observe(&Ok(event));
+    }
+
+    #[tokio::test]
+    async fn a_pass_behind_its_own_write_waits_for_the_watch_and_reads_nothing() {
+        let (cache, mut writer) = cache();
+        let client = freshness::unreachable_client();
+        let name = "behind-a-write";
+        deliver(&mut writer, map(name, "1"));
+        freshness::record_write::<ConfigMap, _>(NAMESPACE, name, &Ok(map(name, "2")));
+        assert_eq!(
+            cache.get::<ConfigMap>(NAMESPACE, name),
+            None,
+            "the store's copy lacks the write"
+        );
+        tokio::spawn(async move { deliver(&mut writer, map(name, "2")) });
+        let found = cache
+            .get_or_read::<ConfigMap>(&client, NAMESPACE, name)
+            .await
+            .expect("no read: the watch delivers the write in a moment")
+            .expect("the object");
+        assert_eq!(found.metadata.resource_version.as_deref(), Some("2"));
+    }
+
+    #[tokio::test]
+    async fn an_object_whose_write_the_watch_does_not_deliver_is_read() {
+        let (cache, mut writer) = cache();
+        let client = freshness::unreachable_client();
+        let name = "not-delivered";
+        deliver(&mut writer, map(name, "1"));
+        freshness::record_write::<ConfigMap, _>(NAMESPACE, name, &Ok(map(name, "2")));
+        assert!(
+            cache
+                .get_or_read::<ConfigMap>(&client, NAMESPACE, name)
+                .await
+                .is_err()
+        );
     }
 }

@@ -17,13 +17,22 @@
 //!   answers awaited at once whose order the opaque versions do not tell), no copy is current
 //!   until it reads the object again.
 //!
+//! A pass that starts before the watch delivered its predecessor's write waits for it a moment
+//! ([`after_own_write`]) instead of reading the object again: the watch delivers within
+//! milliseconds. A status write's answer is kept a moment too ([`answer`]), for the pass that
+//! holds the copy from before it: once the watch has delivered exactly that version, the answer
+//! is what the watch's copy now is. When the watch does not deliver in time, or delivers
+//! another version first, the object is read as before.
+//!
 //! The record is process-wide, not per controller: every write to the objects the operators
 //! decide on (their status, their children, their pods) goes through the core helpers that
 //! record it, whichever controller makes it, so a current copy holds every write of this process.
 
 use std::{
-    collections::HashMap,
-    sync::{LazyLock, Mutex},
+    any::Any,
+    collections::{HashMap, VecDeque},
+    sync::{Arc, LazyLock, Mutex},
+    time::{Duration, Instant},
 };
 
 use kube::{Resource, runtime::watcher};
@@ -40,6 +49,9 @@ enum Known {
         version: String,
         uid: Option<String>,
         delivered: Option<String>,
+        /// Whether this process wrote that version (a version it only read is not waited for:
+        /// an object no watch holds is read, and never delivered).
+        written: bool,
     },
     /// What this process last made of the object is not known: a write whose answer was lost
     /// (it may have been made), two answers recorded in an order that may not be theirs, a
@@ -52,6 +64,44 @@ enum Known {
 }
 
 static KNOWN: LazyLock<Mutex<HashMap<Key, Known>>> = LazyLock::new(Mutex::default);
+
+/// The versions of each watched object the watches delivered last (its uid, then the versions,
+/// the newest last): a write whose answer is recorded after the watch delivered it, and a
+/// change someone else made after it, is known to be delivered all the same.
+static RECENT: LazyLock<Mutex<HashMap<Key, Delivered>>> = LazyLock::new(Mutex::default);
+
+/// An object's uid and the versions of it a watch delivered last, the newest last.
+type Delivered = (Option<String>, VecDeque<String>);
+
+/// How many delivered versions of an object [`RECENT`] keeps.
+const RECENT_VERSIONS: usize = 4;
+
+/// The newest version the watch delivered of the object with `uid` at `key`, when it
+/// delivered `version` lately.
+fn delivered_lately(key: &Key, uid: Option<&str>, version: &str) -> Option<String> {
+    let recent = RECENT.lock().ok()?;
+    let (delivered_uid, versions) = recent.get(key)?;
+    let same_object = uid.is_none() || delivered_uid.is_none() || delivered_uid.as_deref() == uid;
+    (same_object && versions.iter().any(|delivered| delivered == version))
+        .then(|| versions.back().cloned())
+        .flatten()
+}
+
+/// Woken whenever a watch delivers a version this process awaited.
+static DELIVERIES: LazyLock<tokio::sync::Notify> = LazyLock::new(tokio::sync::Notify::new);
+
+/// A status write's answer: when it came, its version, the object.
+type Answer = (Instant, String, Arc<dyn Any + Send + Sync>);
+
+/// The answers of this process's status writes, kept [`ANSWER_FOR`].
+static ANSWERS: LazyLock<Mutex<HashMap<Key, Answer>>> = LazyLock::new(Mutex::default);
+
+/// How long a status write's answer is kept for the pass that started before it was delivered.
+const ANSWER_FOR: Duration = Duration::from_secs(5);
+
+/// How long a pass waits for the watch to deliver this process's own write before it reads the
+/// object from the API server instead.
+const DELIVERY_WAIT: Duration = Duration::from_secs(1);
 
 fn key<K: Resource<DynamicType = ()>>(namespace: &str, name: &str) -> Key {
     (K::kind(&()).to_string(), namespace.to_string(), name.to_string())
@@ -74,13 +124,39 @@ pub fn record_version<K: Resource<DynamicType = ()>>(
     uid: Option<&str>,
     version: Option<&str>,
 ) {
+    record_known::<K>(namespace, name, uid, version, false);
+}
+
+/// As [`record_version`], saying whether this process wrote that version.
+fn record_known<K: Resource<DynamicType = ()>>(
+    namespace: &str,
+    name: &str,
+    uid: Option<&str>,
+    version: Option<&str>,
+    written: bool,
+) {
+    let key = key::<K>(namespace, name);
+    let lately = version.and_then(|version| delivered_lately(&key, uid, version));
     let uid = uid.map(str::to_string);
-    update(key::<K>(namespace, name), |known| {
+    update(key, |known| {
         let Some(version) = version else {
             return Some(Known::Unknown { uid });
         };
         Some(match known {
-            Some(Known::Awaiting { version: awaited, .. }) if awaited == version => known?.clone(),
+            // Delivered (and maybe changed by someone else since) before the answer was
+            // recorded, with no other answer of this process awaited: the watch is past it.
+            Some(Known::Delivered(_)) | None if lately.is_some() => Known::Delivered(lately),
+            Some(Known::Awaiting {
+                version: awaited,
+                uid: awaited_uid,
+                delivered,
+                written: awaited_written,
+            }) if awaited == version => Known::Awaiting {
+                version: version.to_string(),
+                uid: awaited_uid.clone(),
+                delivered: delivered.clone(),
+                written: written || *awaited_written,
+            },
             // Another answer awaited too: two writes (or a write and a read) whose order this
             // process cannot tell from their versions (opaque strings).
             Some(Known::Awaiting { .. }) => Known::Unknown { uid },
@@ -92,11 +168,13 @@ pub fn record_version<K: Resource<DynamicType = ()>>(
                 version: version.to_string(),
                 uid,
                 delivered: delivered.clone(),
+                written,
             },
             Some(Known::Unknown { .. }) | None => Known::Awaiting {
                 version: version.to_string(),
                 uid,
                 delivered: None,
+                written,
             },
         })
     });
@@ -124,11 +202,12 @@ pub fn record_write<K: Resource<DynamicType = ()>, R: Resource>(
     outcome: &Result<R, kube::Error>,
 ) {
     match outcome {
-        Ok(written) => record_version::<K>(
+        Ok(written) => record_known::<K>(
             namespace,
             name,
             written.meta().uid.as_deref(),
             written.meta().resource_version.as_deref(),
+            true,
         ),
         Err(kube::Error::Api(status)) if [400, 401, 403, 404, 409, 410, 422, 429].contains(&status.code) => {}
         Err(_) => update(key::<K>(namespace, name), |_| Some(Known::Unknown { uid: None })),
@@ -158,10 +237,34 @@ pub fn observe<K: Resource<DynamicType = ()>>(event: &Result<watcher::Event<K>, 
     let (Some(namespace), Some(name)) = (meta.namespace.as_deref(), meta.name.as_deref()) else {
         return;
     };
+    let key = key::<K>(namespace, name);
+    if let Ok(mut recent) = RECENT.lock() {
+        match (deleted, meta.resource_version.clone()) {
+            (false, Some(version)) => {
+                let (uid, versions) = recent.entry(key.clone()).or_default();
+                if *uid != meta.uid {
+                    *uid = meta.uid.clone();
+                    versions.clear();
+                }
+                if versions.len() == RECENT_VERSIONS {
+                    versions.pop_front();
+                }
+                versions.push_back(version);
+            }
+            _ => {
+                if recent
+                    .get(&key)
+                    .is_some_and(|(uid, _)| meta.uid.is_none() || *uid == meta.uid)
+                {
+                    recent.remove(&key);
+                }
+            }
+        }
+    }
     let Ok(mut table) = KNOWN.lock() else {
         return;
     };
-    let Some(known) = table.get_mut(&key::<K>(namespace, name)) else {
+    let Some(known) = table.get_mut(&key) else {
         return;
     };
     let delivered = if deleted {
@@ -175,18 +278,99 @@ pub fn observe<K: Resource<DynamicType = ()>>(event: &Result<watcher::Event<K>, 
         |awaited: &Option<String>| awaited.is_some() && meta.uid.is_some() && awaited != &meta.uid;
     *known = match known {
         Known::Awaiting { uid, .. } | Known::Unknown { uid } if other_object(uid) => return,
-        Known::Awaiting { version, uid, .. } if !deleted && delivered.as_ref() != Some(version) => {
-            Known::Awaiting {
-                version: version.clone(),
-                uid: uid.clone(),
-                delivered,
-            }
-        }
+        Known::Awaiting {
+            version,
+            uid,
+            written,
+            ..
+        } if !deleted && delivered.as_ref() != Some(version) => Known::Awaiting {
+            version: version.clone(),
+            uid: uid.clone(),
+            delivered,
+            written: *written,
+        },
         // Until the deletion (or a read): an update of the object is no news of what this
         // process made of it.
         Known::Unknown { .. } if !deleted => return,
         _ => Known::Delivered(delivered),
     };
+    if matches!(known, Known::Delivered(_)) {
+        DELIVERIES.notify_waiters();
+    }
+}
+
+/// Keeps `written`, the answer to a status write of this process, for [`answer`].
+pub fn keep_answer<K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static>(written: &K) {
+    let meta = written.meta();
+    let (Some(namespace), Some(name), Some(version)) = (
+        meta.namespace.as_deref(),
+        meta.name.as_deref(),
+        meta.resource_version.clone(),
+    ) else {
+        return;
+    };
+    if let Ok(mut answers) = ANSWERS.lock() {
+        answers.retain(|_, (at, _, _)| at.elapsed() < ANSWER_FOR);
+        answers.insert(
+            key::<K>(namespace, name),
+            (Instant::now(), version, Arc::new(written.clone())),
+        );
+    }
+}
+
+/// Whether this process awaits the watch's delivery of its own write of `namespace/name`.
+pub fn is_awaited<K: Resource<DynamicType = ()>>(namespace: &str, name: &str) -> bool {
+    KNOWN.lock().is_ok_and(|table| {
+        matches!(
+            table.get(&key::<K>(namespace, name)),
+            Some(Known::Awaiting { written: true, .. })
+        )
+    })
+}
+
+/// The answer to this process's last status write of `namespace/name`, once the watch has
+/// delivered exactly that version and nothing after it: then it is the newest copy there is to
+/// decide on, as the watch's own copy would be.
+pub fn answer<K: Resource<DynamicType = ()> + Send + Sync + 'static>(
+    namespace: &str,
+    name: &str,
+) -> Option<Arc<K>> {
+    let key = key::<K>(namespace, name);
+    let delivered = match KNOWN.lock().ok()?.get(&key)? {
+        Known::Delivered(Some(version)) => version.clone(),
+        _ => return None,
+    };
+    let answers = ANSWERS.lock().ok()?;
+    let (at, version, object) = answers.get(&key)?;
+    (at.elapsed() < ANSWER_FOR && *version == delivered)
+        .then(|| object.clone().downcast::<K>().ok())
+        .flatten()
+}
+
+/// What `found` finds once the watch has delivered this process's own write of
+/// `namespace/name` (kind `K`), trying it each time a watch delivers a version this process
+/// awaited, for at most [`DELIVERY_WAIT`]; `None` at once when no write of it is awaited, and
+/// when the watch delivered something else or nothing in time (then only the API server can
+/// tell).
+pub async fn after_own_write<K: Resource<DynamicType = ()>, T>(
+    namespace: &str,
+    name: &str,
+    mut found: impl FnMut() -> Option<T>,
+) -> Option<T> {
+    let deadline = tokio::time::Instant::now() + DELIVERY_WAIT;
+    loop {
+        // Listening before looking, so a delivery between the two is not missed.
+        let delivery = DELIVERIES.notified();
+        tokio::pin!(delivery);
+        delivery.as_mut().enable();
+        let awaited = is_awaited::<K>(namespace, name);
+        if let Some(found) = found() {
+            return Some(found);
+        }
+        if !awaited || tokio::time::timeout_at(deadline, delivery).await.is_err() {
+            return None;
+        }
+    }
 }
 
 /// What this process knows of a copy of an object.
@@ -219,6 +403,15 @@ pub fn currency<K: Resource<DynamicType = ()>>(copy: &K) -> Currency {
         (Some(newest), Some(version)) if newest == version => Currency::Current,
         _ => Currency::Stale,
     }
+}
+
+/// A client whose every request fails (nothing listens on the discard port), for tests that
+/// show a lookup made no request: one would fail.
+#[cfg(test)]
+pub(crate) fn unreachable_client() -> kube::Client {
+    crate::install_crypto_provider();
+    let config = kube::Config::new("http://127.0.0.1:9".parse().expect("a URL"));
+    kube::Client::try_from(config).expect("a client")
 }
 
 #[cfg(test)]
@@ -293,6 +486,26 @@ mod tests {
         record(&map(name, Some("4")));
         assert_eq!(currency(&map(name, Some("3"))), Currency::Stale);
         assert_eq!(currency(&map(name, Some("4"))), Currency::Current);
+    }
+
+    #[test]
+    fn a_write_delivered_and_changed_again_before_its_answer_was_recorded_is_not_awaited() {
+        let name = "overtaken-before-recorded";
+        record(&map(name, Some("1")));
+        delivered(name, "1");
+        // The watch delivers this process's write (2) and someone else's change after it (3)
+        // before the answer of the write is recorded.
+        delivered(name, "2");
+        delivered(name, "3");
+        record_write::<ConfigMap, _>(NAMESPACE, name, &Ok(map(name, Some("2"))));
+        assert!(!is_awaited::<ConfigMap>(NAMESPACE, name));
+        assert_eq!(currency(&map(name, Some("3"))), Currency::Current);
+        // An object created by this process, delivered and changed before the answer came.
+        let name = "created-and-changed";
+        delivered(name, "7");
+        delivered(name, "8");
+        record_write::<ConfigMap, _>(NAMESPACE, name, &Ok(map(name, Some("7"))));
+        assert_eq!(currency(&map(name, Some("8"))), Currency::Current);
     }
 
     #[test]

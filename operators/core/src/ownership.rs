@@ -93,7 +93,7 @@ pub async fn report<K>(
     not_owned: &NotOwned,
 ) -> Result<(), Error>
 where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + serde::Serialize,
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + serde::Serialize + Send + Sync + 'static,
 {
     let message = not_owned.message();
     let stored = update_conditions(client, cluster, |_| {

@@ -601,7 +601,10 @@ where
         + ClusterObject
         + Clone
         + DeserializeOwned
-        + fmt::Debug,
+        + fmt::Debug
+        + Send
+        + Sync
+        + 'static,
 {
     let Some(object) = crate::status::current(&context.client, object).await? else {
         return Ok(ControlFlow::Break(Action::await_change()));

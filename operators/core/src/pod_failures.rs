@@ -203,7 +203,7 @@ pub async fn report<K>(
     app: &str,
 ) -> Result<(), Error>
 where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + serde::Serialize,
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + serde::Serialize + Send + Sync + 'static,
 {
     let kind = K::kind(&()).to_string();
     let name = cluster.name_any();

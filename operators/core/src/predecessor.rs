@@ -209,7 +209,10 @@ where
     K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
         + Clone
         + DeserializeOwned
-        + std::fmt::Debug,
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
 {
     let uid = cluster.meta().uid.clone().unwrap_or_default();
     if context.cache.is_free_of_leftovers(&uid) {
@@ -250,7 +253,10 @@ where
     K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
         + Clone
         + DeserializeOwned
-        + std::fmt::Debug,
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
 {
     let message = leftovers.message();
     let generation = cluster.meta().generation;

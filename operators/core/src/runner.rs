@@ -447,33 +447,45 @@ impl Runtime {
         let reconcile_name = controller_name.clone();
         let error_name = controller_name.clone();
         let gone_context = context.clone();
-        let mut controller = Controller::for_stream(trigger, reader);
+        let mut controller = Controller::for_stream(detached(trigger), reader);
         if let Some(wakeups) = wakeups {
             controller = controller.reconcile_on(wakeups.stream::<K>(namespace.clone()));
         }
         if shape == Shape::Leaf {
             // Backups own the Jobs their runs are taken in: a finished one wakes its backup.
-            controller = controller.owns_stream(self.cache.watch(
+            controller = controller.owns_stream(detached(self.cache.watch(
                 owned::<k8s_openapi::api::batch::v1::Job>(&client, &namespace),
                 namespace.clone(),
                 managed.clone(),
-            ));
+            )));
         } else {
             let (cache, scope) = (&self.cache, || namespace.clone());
             controller = controller
-                .owns_stream(cache.watch(
+                .owns_stream(detached(cache.watch(
                     owned::<StatefulSet>(&client, &namespace),
                     scope(),
                     managed.clone(),
-                ))
-                .owns_stream(cache.watch(owned::<Service>(&client, &namespace), scope(), managed.clone()))
-                .owns_stream(cache.watch(
+                )))
+                .owns_stream(detached(cache.watch(
+                    owned::<Service>(&client, &namespace),
+                    scope(),
+                    managed.clone(),
+                )))
+                .owns_stream(detached(cache.watch(
                     owned::<PodDisruptionBudget>(&client, &namespace),
                     scope(),
                     managed.clone(),
-                ))
-                .owns_stream(cache.watch(owned::<Secret>(&client, &namespace), scope(), managed.clone()))
-                .owns_stream(cache.watch(owned::<ConfigMap>(&client, &namespace), scope(), managed.clone()));
+                )))
+                .owns_stream(detached(cache.watch(
+                    owned::<Secret>(&client, &namespace),
+                    scope(),
+                    managed.clone(),
+                )))
+                .owns_stream(detached(cache.watch(
+                    owned::<ConfigMap>(&client, &namespace),
+                    scope(),
+                    managed.clone(),
+                )));
         }
         // Pods are the StatefulSets' children: kept for the passes to read, not a trigger. The
         // stream never ends by itself, so the controller's end is this future's end.
@@ -821,6 +833,36 @@ pub fn is_paused<K: Resource>(object: &K) -> bool {
         .is_some_and(|value| value == "true")
 }
 
+/// Triggers a watch may queue for its controller before it waits for the controller to take them.
+const TRIGGERS_QUEUED: usize = 256;
+
+/// `stream`, polled in a task of its own. A controller with every slot busy polls none of its
+/// triggers, so a watch polled by the controller stops filling its store and recording what it
+/// delivered ([`crate::freshness`]) exactly when passes are waiting for it: a pass that waits for
+/// its own write to be delivered would wait for nothing, and read the object instead.
+fn detached<T: Send + 'static>(
+    stream: impl futures::Stream<Item = T> + Send + 'static,
+) -> impl futures::Stream<Item = T> + Send + 'static {
+    let (sender, receiver) = tokio::sync::mpsc::channel(TRIGGERS_QUEUED);
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        loop {
+            // Until the controller is gone, even while its watch is quiet.
+            let item = tokio::select! {
+                () = sender.closed() => break,
+                item = stream.next() => item,
+            };
+            let Some(item) = item else { break };
+            if sender.send(item).await.is_err() {
+                break;
+            }
+        }
+    });
+    futures::stream::unfold(receiver, |mut receiver| async move {
+        receiver.recv().await.map(|item| (item, receiver))
+    })
+}
+
 /// An object's key, `namespace/name`: the key under which a cluster's clients, credentials
 /// and metrics are kept, and under which [`ForgetsClusters`] forgets them.
 pub fn object_key<K: Resource>(object: &K) -> String {
@@ -883,6 +925,30 @@ async fn wait_for_signal() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_detached_watch_is_polled_while_its_controller_takes_nothing() {
+        let polled = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = polled.clone();
+        let watch = futures::stream::iter(0..10).inspect(move |_| {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        });
+        let mut triggers = Box::pin(detached(watch));
+        // The controller takes nothing (every slot busy); the watch goes on by itself.
+        for _ in 0..1_000 {
+            if polled.load(std::sync::atomic::Ordering::SeqCst) == 10 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(polled.load(std::sync::atomic::Ordering::SeqCst), 10);
+        // And the controller still gets every trigger, in order.
+        let mut taken = Vec::new();
+        while let Some(item) = triggers.next().await {
+            taken.push(item);
+        }
+        assert_eq!(taken, (0..10).collect::<Vec<_>>());
+    }
 
     #[test]
     fn retry_delay_doubles_with_bounded_jitter_and_caps() {

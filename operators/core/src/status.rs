@@ -77,7 +77,7 @@ pub async fn update_conditions<K>(
     updates: impl FnOnce(&[Condition]) -> Vec<ConditionUpdate>,
 ) -> Result<bool, Error>
 where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Serialize,
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Serialize + Send + Sync + 'static,
 {
     let kind = K::kind(&()).to_string();
     let name = object.name_any();
@@ -85,9 +85,20 @@ where
     let api: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), &namespace, &ApiResource::erase::<K>(&()));
     // The copy at hand when it holds every write of this process (a settled pass wrote nothing
-    // since), the object as stored otherwise.
+    // since), or the answer to this process's status write once the watch delivers it (the
+    // report after a pass that wrote status), the object as stored otherwise.
+    let answered = match (object.meta().namespace.as_deref(), object.meta().name.as_deref()) {
+        (Some(namespace), Some(name)) if freshness::currency(object) != Currency::Current => {
+            freshness::after_own_write::<K, _>(namespace, name, || freshness::answer::<K>(namespace, name))
+                .await
+                .filter(|answer| answer.meta().uid == object.meta().uid)
+        }
+        _ => None,
+    };
     let stored = if freshness::currency(object) == Currency::Current {
         serde_json::to_value(object).unwrap_or_default()
+    } else if let Some(answer) = answered {
+        serde_json::to_value(answer.as_ref()).unwrap_or_default()
     } else {
         let Some(stored) = api.get_opt(&name).await.map_err(|source| Error::Read {
             kind: kind.clone(),
@@ -155,17 +166,26 @@ where
 }
 
 /// `object` itself when it holds every write this process made to it ([`crate::freshness`]: a
-/// pass after one that wrote nothing), otherwise as the API server has it now ([`latest`]).
-/// `None` once it is gone.
+/// pass after one that wrote nothing); the answer to this process's last status write once the
+/// watch delivers it, waited for a moment ([`freshness::answer`]); otherwise as the API server
+/// has it now ([`latest`]). `None` once it is gone.
 ///
 /// # Errors
 /// As [`latest`].
 pub async fn current<K>(client: &Client, object: &K) -> Result<Option<Arc<K>>, Error>
 where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + Debug + DeserializeOwned,
+    K: crate::cache::Cacheable,
 {
     if freshness::currency(object) == Currency::Current {
         return Ok(Some(Arc::new(object.clone())));
+    }
+    if let (Some(namespace), Some(name)) = (object.meta().namespace.as_deref(), object.meta().name.as_deref())
+        && let Some(written) =
+            freshness::after_own_write::<K, _>(namespace, name, || freshness::answer::<K>(namespace, name))
+                .await
+        && written.meta().uid == object.meta().uid
+    {
+        return Ok(Some(written));
     }
     latest(client, object).await
 }
@@ -183,7 +203,7 @@ pub async fn patch_status<K, S>(
     desired: &S,
 ) -> Result<bool, Error>
 where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + Debug + DeserializeOwned,
+    K: crate::cache::Cacheable,
     S: Serialize + PartialEq,
 {
     if current == Some(desired) {
@@ -215,12 +235,15 @@ pub async fn merge_status<K>(
     patch: &(impl Serialize + Debug),
 ) -> Result<K, kube::Error>
 where
-    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned,
+    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
 {
     let written = api
         .patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
         .await;
     freshness::record_write::<K, _>(namespace, name, &written);
+    if let Ok(written) = &written {
+        freshness::keep_answer(written);
+    }
     written
 }
 
@@ -236,7 +259,7 @@ pub struct StatusWriter<'a, K, S> {
 
 impl<'a, K, S> StatusWriter<'a, K, S>
 where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + Debug + DeserializeOwned,
+    K: crate::cache::Cacheable,
     S: Serialize + PartialEq + Clone,
 {
     /// A writer for `object`, whose status as stored is `stored`.
@@ -340,5 +363,72 @@ mod tests {
             merge_patch(&current, &desired),
             json!({"inFlight": null, "replicas": 4, "last": {"a": 1, "b": null}, "list": [1]})
         );
+    }
+}
+
+#[cfg(test)]
+mod answered {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::{api::ObjectMeta, runtime::watcher};
+
+    use super::*;
+
+    const NAMESPACE: &str = "status-test";
+
+    fn map(name: &str, version: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some(NAMESPACE.into()),
+                uid: Some(format!("{name}-uid")),
+                resource_version: Some(version.into()),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        }
+    }
+
+    /// The watch delivering `object`, as soon as the test's task waits.
+    fn delivered_later(object: ConfigMap) {
+        tokio::spawn(async move { freshness::observe(&Ok(watcher::Event::Apply(object))) });
+    }
+
+    fn status_written(object: &ConfigMap) {
+        freshness::record_write::<ConfigMap, _>(NAMESPACE, &object.name_any(), &Ok(object.clone()));
+        freshness::keep_answer(object);
+    }
+
+    #[tokio::test]
+    async fn a_pass_behind_its_own_status_write_waits_for_the_watch_and_reads_nothing() {
+        let client = freshness::unreachable_client();
+        let name = "behind-its-write";
+        freshness::observe(&Ok(watcher::Event::Apply(map(name, "1"))));
+        status_written(&map(name, "2"));
+        delivered_later(map(name, "2"));
+        let current = current(&client, &map(name, "1"))
+            .await
+            .expect("no read: the write's answer is the watch's copy once delivered")
+            .expect("the object");
+        assert_eq!(current.metadata.resource_version.as_deref(), Some("2"));
+    }
+
+    #[tokio::test]
+    async fn a_pass_reads_the_object_when_the_watch_delivers_another_version_or_nothing() {
+        let client = freshness::unreachable_client();
+        // Someone else's write delivered after this process's: the answer is not the newest.
+        let name = "overtaken";
+        status_written(&map(name, "2"));
+        freshness::observe(&Ok(watcher::Event::Apply(map(name, "2"))));
+        delivered_later(map(name, "3"));
+        freshness::observe(&Ok(watcher::Event::Apply(map(name, "3"))));
+        assert!(current(&client, &map(name, "1")).await.is_err(), "read");
+        // Never delivered in time.
+        let name = "never-delivered";
+        status_written(&map(name, "2"));
+        assert!(current(&client, &map(name, "1")).await.is_err(), "read");
+        // A version only read is not waited for.
+        let name = "only-read";
+        freshness::record(&map(name, "2"));
+        assert!(current(&client, &map(name, "1")).await.is_err(), "read");
     }
 }

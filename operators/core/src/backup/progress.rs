@@ -2,12 +2,11 @@
 //! bytes its sink has sent and the average rate since it started. A run's outcome never rests
 //! on these figures; they are for the people watching a long backup.
 
-use std::{fmt::Debug, future::Future, time::Duration};
+use std::{future::Future, time::Duration};
 
 use jiff::Timestamp;
-use k8s_openapi::{NamespaceResourceScope, apimachinery::pkg::apis::meta::v1::Time};
-use kube::{Api, Client, Resource, ResourceExt};
-use serde::de::DeserializeOwned;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::{Api, Client, ResourceExt};
 use tokio::time::Instant;
 
 use super::BackupSink;
@@ -41,7 +40,7 @@ pub async fn reporting<K, F>(
     work: F,
 ) -> F::Output
 where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + Debug + DeserializeOwned,
+    K: crate::cache::Cacheable,
     F: Future,
 {
     let namespace = backup.namespace().unwrap_or_default();
