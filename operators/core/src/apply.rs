@@ -169,16 +169,7 @@ impl Applier {
     where
         K: Cacheable + Serialize,
     {
-        let cached = match self.cache.get::<K>(&key.1, &key.2) {
-            // The last apply not delivered yet (the pass after the one that made it): the watch
-            // delivers it in a moment, and a read would only ask for what is known.
-            None => {
-                freshness::after_own_write::<K, _>(&key.1, &key.2, || self.cache.get::<K>(&key.1, &key.2))
-                    .await
-            }
-            cached => cached,
-        };
-        let stored = match cached {
+        let stored = match self.cache.get_after_own_write::<K>(&key.1, &key.2).await {
             Some(copy) => Some(K::clone(&copy)),
             None => {
                 let stored = api.get_opt(&key.2).await.map_err(read(&key.0, &key.2))?;

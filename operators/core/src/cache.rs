@@ -232,6 +232,18 @@ impl Cache {
         })
     }
 
+    /// As [`Cache::get`], waiting a moment for the watch when the copy lacks this process's own
+    /// write not delivered yet (the pass after the one that made it): a read would only ask for
+    /// what is known ([`freshness::after_own_write`]).
+    pub async fn get_after_own_write<K: Cacheable>(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
+        match self.get::<K>(namespace, name) {
+            Some(copy) => Some(copy),
+            None => {
+                freshness::after_own_write::<K, _>(namespace, name, || self.get::<K>(namespace, name)).await
+            }
+        }
+    }
+
     /// As [`Cache::get`], reading from the API server when the cache cannot answer.
     ///
     /// # Errors
@@ -242,14 +254,7 @@ impl Cache {
         namespace: &str,
         name: &str,
     ) -> Result<Option<Arc<K>>, kube::Error> {
-        if let Some(copy) = self.get::<K>(namespace, name) {
-            return Ok(Some(copy));
-        }
-        // This process's own write not delivered yet (the pass after the one that made it):
-        // the watch delivers it in a moment, and a read would only ask for what is known.
-        if let Some(copy) =
-            freshness::after_own_write::<K, _>(namespace, name, || self.get::<K>(namespace, name)).await
-        {
+        if let Some(copy) = self.get_after_own_write::<K>(namespace, name).await {
             return Ok(Some(copy));
         }
         let key = (TypeId::of::<K>(), namespace.to_string(), name.to_string());

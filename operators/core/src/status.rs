@@ -87,17 +87,9 @@ where
     // The copy at hand when it holds every write of this process (a settled pass wrote nothing
     // since), or the answer to this process's status write once the watch delivers it (the
     // report after a pass that wrote status), the object as stored otherwise.
-    let answered = match (object.meta().namespace.as_deref(), object.meta().name.as_deref()) {
-        (Some(namespace), Some(name)) if freshness::currency(object) != Currency::Current => {
-            freshness::after_own_write::<K, _>(namespace, name, || freshness::answer::<K>(namespace, name))
-                .await
-                .filter(|answer| answer.meta().uid == object.meta().uid)
-        }
-        _ => None,
-    };
     let stored = if freshness::currency(object) == Currency::Current {
         serde_json::to_value(object).unwrap_or_default()
-    } else if let Some(answer) = answered {
+    } else if let Some(answer) = delivered_answer(object).await {
         serde_json::to_value(answer.as_ref()).unwrap_or_default()
     } else {
         let Some(stored) = api.get_opt(&name).await.map_err(|source| Error::Read {
@@ -179,15 +171,25 @@ where
     if freshness::currency(object) == Currency::Current {
         return Ok(Some(Arc::new(object.clone())));
     }
-    if let (Some(namespace), Some(name)) = (object.meta().namespace.as_deref(), object.meta().name.as_deref())
-        && let Some(written) =
-            freshness::after_own_write::<K, _>(namespace, name, || freshness::answer::<K>(namespace, name))
-                .await
-        && written.meta().uid == object.meta().uid
-    {
+    if let Some(written) = delivered_answer(object).await {
         return Ok(Some(written));
     }
     latest(client, object).await
+}
+
+/// The answer to this process's last status write of `object` (the same object, by uid), once
+/// the watch delivered it, waited for a moment ([`freshness::after_own_write`]).
+async fn delivered_answer<K>(object: &K) -> Option<Arc<K>>
+where
+    K: Resource<DynamicType = ()> + Send + Sync + 'static,
+{
+    let (namespace, name) = (
+        object.meta().namespace.as_deref()?,
+        object.meta().name.as_deref()?,
+    );
+    freshness::after_own_write::<K, _>(namespace, name, || freshness::answer::<K>(namespace, name))
+        .await
+        .filter(|answer| answer.meta().uid == object.meta().uid)
 }
 
 /// Writes `desired` as the status of `object` unless it equals `current`.
