@@ -166,6 +166,9 @@ pub struct EtcdClusterStatus {
     /// Ordinals of replaced members whose old volume must be wiped before their pod returns.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub wipe_pending: Vec<i32>,
+    /// Ordinals of members a recovery gave up, their volumes wiped by it, still to be added back.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rejoin_pending: Vec<i32>,
     /// The newest successful backup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_backup: Option<BackupRecord>,

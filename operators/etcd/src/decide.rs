@@ -163,6 +163,9 @@ pub struct Facts {
     pub members: Option<Vec<MemberFact>>,
     /// Ordinals whose volume must be wiped before their pod may start again (being replaced).
     pub wipe_pending: Vec<usize>,
+    /// Ordinals of members a recovery gave up, their volumes wiped by it: each is added back as a
+    /// learner and never wiped again (its empty pod may join as soon as it is added).
+    pub rejoin_pending: Vec<usize>,
     /// The etcd version each existing (not terminating) member pod was created for, by
     /// ordinal: whether a recorded upgrade's pod restart has happened yet.
     pub pod_versions: std::collections::BTreeMap<usize, String>,
@@ -207,6 +210,9 @@ pub enum Step {
     Replace { ordinal: usize, id: u64 },
     /// Delete the pod and volume of a replaced member, so it starts empty.
     WipeMember { ordinal: usize },
+    /// A replaced member's learner already started: it joined on an empty volume of its own
+    /// (its old data could not have joined under the new id), so its volume is kept.
+    KeepJoinedReplacement { ordinal: usize },
     /// Hand leadership to an upgraded member before the leader restarts.
     MoveLeader { from: usize, to_id: u64 },
     /// Delete the pod so it restarts with the new version.
@@ -293,16 +299,26 @@ pub fn decide(facts: &Facts) -> Decision {
         return resume(facts, members, in_flight);
     }
 
-    // A member being replaced: once its replacement is in the membership, wipe the old volume.
-    // etcd admits one learner at a time: the next replacement is added once the learner before
-    // it is promoted.
+    // A member being replaced: once its replacement is in the membership, wipe the old volume
+    // (the old data cannot join under the new id, so the order is safe), unless the replacement
+    // started already, which only a pod on an empty volume can have done. A member a recovery
+    // gave up is only added back: its volume is empty already, and its pod may join as soon as
+    // it is added, so a wipe after that would empty a member the leader counts as caught up.
+    // etcd admits one learner at a time: the next is added once the learner before it is promoted.
     let other_learner = |ordinal: usize| members.iter().any(|m| m.learner && m.ordinal != ordinal);
     if let Some(&ordinal) = facts.wipe_pending.first() {
         match members.iter().find(|m| m.ordinal == ordinal) {
+            Some(m) if m.started => return Decision::Act(Step::KeepJoinedReplacement { ordinal }),
             Some(_) => return Decision::Act(Step::WipeMember { ordinal }),
             None if !other_learner(ordinal) => return Decision::Act(Step::AddLearner { ordinal }),
             None => {}
         }
+    }
+    if let Some(&ordinal) = facts.rejoin_pending.first()
+        && !other_learner(ordinal)
+        && !members.iter().any(|m| m.ordinal == ordinal)
+    {
+        return Decision::Act(Step::AddLearner { ordinal });
     }
 
     let statefulset_replicas = facts.statefulset_replicas.unwrap_or(0);
@@ -962,6 +978,7 @@ mod tests {
             statefulset_replicas: replicas,
             members,
             wipe_pending: Vec::new(),
+            rejoin_pending: Vec::new(),
             pod_versions: Default::default(),
             templates: Templates::Unknown,
             in_flight: None,
@@ -1091,6 +1108,19 @@ mod tests {
             m.leader = false;
             m.observation.health = Health::Unhealthy("reports no leader".into());
         }
+        let mut replacement_added = healthy(2);
+        replacement_added.push(MemberFact {
+            id: 302,
+            learner: true,
+            started: false,
+            ..member(2, unknown())
+        });
+        let mut replacement_started = healthy(2);
+        replacement_started.push(MemberFact {
+            id: 302,
+            learner: true,
+            ..member(2, Health::Healthy)
+        });
 
         let rows: Vec<(&str, Facts, Decision)> = vec![
             (
@@ -1218,6 +1248,22 @@ mod tests {
                     ..facts(3, Some(healthy(2)))
                 },
                 Decision::Act(Step::AddLearner { ordinal: 2 }),
+            ),
+            (
+                "a replaced member's learner not started yet: its old volume is wiped",
+                Facts {
+                    wipe_pending: vec![2],
+                    ..facts(3, Some(replacement_added.clone()))
+                },
+                Decision::Act(Step::WipeMember { ordinal: 2 }),
+            ),
+            (
+                "a replacement that started joined on an empty volume of its own: it is not wiped",
+                Facts {
+                    wipe_pending: vec![2],
+                    ..facts(3, Some(replacement_started))
+                },
+                Decision::Act(Step::KeepJoinedReplacement { ordinal: 2 }),
             ),
         ];
         let repair = |member: &str, ordinal: Option<usize>, replaced: Option<u64>| RepairRequest {
@@ -1446,15 +1492,23 @@ mod tests {
             (
                 "then the lost members are added back, the first as a learner",
                 Facts {
-                    wipe_pending: vec![1, 2],
+                    rejoin_pending: vec![1, 2],
                     ..facts(3, alone())
                 },
                 Decision::Act(Step::AddLearner { ordinal: 1 }),
             ),
             (
+                "a lost member added back is not wiped again: the recovery emptied its volume",
+                Facts {
+                    rejoin_pending: vec![1, 2],
+                    ..facts(3, Some(learner_back.clone()))
+                },
+                wait(Reason::LearnerCatchingUp, ""),
+            ),
+            (
                 "the next is added only once the learner before it is promoted",
                 Facts {
-                    wipe_pending: vec![2],
+                    rejoin_pending: vec![2],
                     ..facts(3, Some(learner_back))
                 },
                 wait(Reason::LearnerCatchingUp, ""),

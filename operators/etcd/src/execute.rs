@@ -119,6 +119,7 @@ pub async fn execute(
         Step::StartPod { .. } => Err(StepError::NotAnAdminStep("StartPod")),
         Step::StopPod { .. } => Err(StepError::NotAnAdminStep("StopPod")),
         Step::WipeMember { .. } => Err(StepError::NotAnAdminStep("WipeMember")),
+        Step::KeepJoinedReplacement { .. } => Err(StepError::NotAnAdminStep("KeepJoinedReplacement")),
         Step::Upgrade { .. } => Err(StepError::NotAnAdminStep("Upgrade")),
         Step::ClearInFlight => Err(StepError::NotAnAdminStep("ClearInFlight")),
         Step::Recover { .. } => Err(StepError::NotAnAdminStep("Recover")),

@@ -37,7 +37,7 @@ use crate::{
         build_peer_service, build_pod_disruption_budget, build_statefulset, client_service_name,
     },
     status::{
-        build_status, describe, in_flight_from_status, recovery_record, repair_record, step_reason,
+        Pending, build_status, describe, in_flight_from_status, recovery_record, repair_record, step_reason,
         unhealthy_durations,
     },
 };
@@ -272,6 +272,7 @@ struct Observed {
     members: Vec<crate::decide::MemberFact>,
     bootstrapped: bool,
     wipe_pending: Vec<usize>,
+    rejoin_pending: Vec<usize>,
     in_flight: Result<Option<InFlight>, UnreadableRecord>,
     pod_versions: std::collections::BTreeMap<usize, String>,
     templates: quorum_core::rollout::Templates,
@@ -295,6 +296,7 @@ impl Observed {
             statefulset_replicas: self.statefulset_replicas,
             members: self.view.membership.as_ref().map(|_| self.members.clone()),
             wipe_pending: self.wipe_pending.clone(),
+            rejoin_pending: self.rejoin_pending.clone(),
             pod_versions: self.pod_versions.clone(),
             templates: self.templates.clone(),
             in_flight,
@@ -358,14 +360,11 @@ async fn observe(
     }
     let bootstrapped = status.is_some_and(|s| s.cluster_id.is_some()) || view.membership.is_some();
     let member_pods = member_pods(context, cluster).await?;
-    let wipe_pending = status
-        .map(|s| {
-            s.wipe_pending
-                .iter()
-                .filter_map(|o| usize::try_from(*o).ok())
-                .collect()
-        })
-        .unwrap_or_default();
+    let ordinals = |recorded: &[i32]| -> Vec<usize> {
+        recorded.iter().filter_map(|o| usize::try_from(*o).ok()).collect()
+    };
+    let wipe_pending = status.map(|s| ordinals(&s.wipe_pending)).unwrap_or_default();
+    let rejoin_pending = status.map(|s| ordinals(&s.rejoin_pending)).unwrap_or_default();
     Ok(Observed {
         key,
         statefulset_replicas,
@@ -373,6 +372,7 @@ async fn observe(
         recorded_members,
         bootstrapped,
         wipe_pending,
+        rejoin_pending,
         in_flight: in_flight_from_status(status),
         pod_versions: pod_versions(cluster, &member_pods),
         templates: quorum_core::rollout::Templates::observe(existing.as_deref(), &member_pods, |pod| {
@@ -418,10 +418,11 @@ fn repair_request(cluster: &EtcdCluster) -> Option<RepairRequest> {
 }
 
 /// What the pass changes of the operator's memory in status: the step in flight, the volumes
-/// still to wipe, and the member removed for a repair.
+/// still to wipe, the members still to add back, and the member removed for a repair.
 struct Memory {
     in_flight: Option<InFlight>,
     wipe_pending: Vec<usize>,
+    rejoin_pending: Vec<usize>,
     repair_replaced: Option<u64>,
     /// What was given up, when this pass finished a recovery.
     recovered: Option<Recovered>,
@@ -444,6 +445,7 @@ impl Memory {
         Self {
             in_flight,
             wipe_pending: observed.wipe_pending.clone(),
+            rejoin_pending: observed.rejoin_pending.clone(),
             repair_replaced: observed.repair.as_ref().and_then(|r| r.replaced),
             recovered: None,
             restoring_from: observed.restoring_from.clone(),
@@ -458,6 +460,7 @@ impl Memory {
             self.restoring_from = last_backup.cloned();
             // Every volume is wiped: no replacement is left to finish.
             self.wipe_pending.clear();
+            self.rejoin_pending.clear();
         }
     }
 
@@ -472,7 +475,11 @@ impl Memory {
         };
         match (step, &self.in_flight) {
             (Step::ClearInFlight, Some(InFlight::EndForceNewCluster { .. })) => {
-                self.recovered = Some(Recovered::Members(self.wipe_pending.clone()));
+                self.recovered = Some(Recovered::Members(self.rejoin_pending.clone()));
+                self.in_flight = None;
+            }
+            (Step::ClearInFlight, Some(InFlight::AddLearner { ordinal })) => {
+                self.rejoin_pending.retain(|o| o != ordinal);
                 self.in_flight = None;
             }
             (Step::ClearInFlight, Some(InFlight::RestoreForming)) => {
@@ -480,12 +487,16 @@ impl Memory {
                 self.in_flight = None;
             }
             (Step::ClearInFlight, _) => self.in_flight = None,
-            (Step::WipeMember { ordinal }, _) => self.wipe_pending.retain(|o| o != ordinal),
-            // The lost members come back empty and are added again once the recovery ends.
+            (Step::WipeMember { ordinal }, _) | (Step::KeepJoinedReplacement { ordinal }, _) => {
+                self.wipe_pending.retain(|o| o != ordinal)
+            }
+            // The lost members come back empty and are added again once the recovery ends; the
+            // recovery wiped them, a replacement among them included, so none is wiped again.
             (Step::Recover { ordinal, lost }, _) => {
+                self.wipe_pending.retain(|o| !lost.contains(o));
                 for member in lost {
-                    if !self.wipe_pending.contains(member) {
-                        self.wipe_pending.push(*member);
+                    if !self.rejoin_pending.contains(member) {
+                        self.rejoin_pending.push(*member);
                     }
                 }
                 self.in_flight = Some(InFlight::ForceNewCluster { ordinal: *ordinal });
@@ -539,7 +550,10 @@ impl<'a> Report<'a> {
             &self.observed.members,
             decision,
             memory.in_flight.as_ref(),
-            &memory.wipe_pending,
+            Pending {
+                wipe: &memory.wipe_pending,
+                rejoin: &memory.rejoin_pending,
+            },
             self.now,
         );
         let recovered = memory.recovered.as_ref().map(|given_up| match given_up {
@@ -623,7 +637,10 @@ impl<'a> Report<'a> {
             &self.observed.members,
             &decision,
             None,
-            &self.observed.wipe_pending,
+            Pending {
+                wipe: &self.observed.wipe_pending,
+                rejoin: &self.observed.rejoin_pending,
+            },
             self.now,
         );
         status.in_flight = self.cluster.status.as_ref().and_then(|s| s.in_flight.clone());
@@ -861,9 +878,11 @@ async fn take(
     let namespace = cluster.namespace().unwrap_or_default();
     match step {
         // Applied with the StatefulSet above.
-        Step::Bootstrap { .. } | Step::StartPod { .. } | Step::StopPod { .. } | Step::ClearInFlight => {
-            Ok(StepOutcome::Done)
-        }
+        Step::Bootstrap { .. }
+        | Step::StartPod { .. }
+        | Step::StopPod { .. }
+        | Step::ClearInFlight
+        | Step::KeepJoinedReplacement { .. } => Ok(StepOutcome::Done),
         Step::Upgrade { ordinal } | Step::RestartMember { ordinal } => {
             // Only the pod observed on an older template: one created again since is left to
             // the next pass.
@@ -1038,6 +1057,7 @@ mod tests {
         Memory {
             in_flight,
             wipe_pending,
+            rejoin_pending: Vec::new(),
             repair_replaced: None,
             recovered: None,
             restoring_from: None,
@@ -1087,7 +1107,9 @@ mod tests {
     }
 
     /// The wipe of the lost members moves a recovery to its forcing phase and leaves them to be
-    /// added back; the end of the last phase records them as given up.
+    /// added back, never wiped again (a replacement among them included: the recovery emptied
+    /// its volume); the end of the last phase records them as given up, and each leaves the list
+    /// once it is in the membership again.
     #[test]
     fn a_recovery_moves_phase_by_phase_and_ends_naming_the_members_given_up() {
         let mut taken = memory(Some(InFlight::Recover { ordinal: 0 }), vec![2]);
@@ -1099,15 +1121,21 @@ mod tests {
             None,
         );
         assert_eq!(taken.in_flight, Some(InFlight::ForceNewCluster { ordinal: 0 }));
-        assert_eq!(taken.wipe_pending, [2, 1]);
+        assert_eq!(
+            (taken.wipe_pending.clone(), taken.rejoin_pending.clone()),
+            (Vec::new(), vec![1, 2])
+        );
         taken.remember(&Step::RestartMember { ordinal: 0 }, None);
         assert_eq!(taken.in_flight, Some(InFlight::ForceNewCluster { ordinal: 0 }));
         taken.in_flight = Some(InFlight::EndForceNewCluster { ordinal: 0 });
         taken.remember(&Step::ClearInFlight, None);
         assert_eq!(
-            (taken.in_flight, taken.recovered),
-            (None, Some(Recovered::Members(vec![2, 1])))
+            (taken.in_flight.clone(), taken.recovered.clone()),
+            (None, Some(Recovered::Members(vec![1, 2])))
         );
+        taken.in_flight = Some(InFlight::AddLearner { ordinal: 1 });
+        taken.remember(&Step::ClearInFlight, None);
+        assert_eq!((taken.in_flight, taken.rejoin_pending), (None, vec![2]));
     }
 
     /// A restore in place records the newest backup with the step, keeps it while the members

@@ -97,6 +97,15 @@ pub fn in_flight_to_status(in_flight: &InFlight, now: Timestamp) -> InFlightStep
     }
 }
 
+/// The members the operator still has to rebuild, as it remembers them.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Pending<'a> {
+    /// Replaced members whose old volume is still to be wiped.
+    pub wipe: &'a [usize],
+    /// Members a recovery gave up, still to be added back.
+    pub rejoin: &'a [usize],
+}
+
 /// The status after this pass.
 pub fn build_status(
     cluster: &EtcdCluster,
@@ -104,7 +113,7 @@ pub fn build_status(
     members: &[MemberFact],
     decision: &Decision,
     in_flight: Option<&InFlight>,
-    wipe_pending: &[usize],
+    pending: Pending<'_>,
     now: Timestamp,
 ) -> EtcdClusterStatus {
     let previous = cluster.status.clone().unwrap_or_default();
@@ -316,7 +325,8 @@ pub fn build_status(
             previous.members
         },
         in_flight,
-        wipe_pending: wipe_pending.iter().map(|o| *o as i32).collect(),
+        wipe_pending: pending.wipe.iter().map(|o| *o as i32).collect(),
+        rejoin_pending: pending.rejoin.iter().map(|o| *o as i32).collect(),
         last_backup: previous.last_backup,
         repair: previous.repair,
         recovery: previous.recovery,
@@ -423,6 +433,7 @@ pub fn step_reason(step: &Step) -> Reason {
         Step::StopPod { .. } => Reason::StoppingMember,
         Step::Replace { .. } => Reason::ReplacingMember,
         Step::WipeMember { .. } => Reason::WipingMember,
+        Step::KeepJoinedReplacement { .. } => Reason::StepCompleted,
         Step::MoveLeader { .. } => Reason::MovingLeader,
         Step::Upgrade { .. } => Reason::UpgradingMember,
         Step::Recover { .. } | Step::EndForceNewCluster { .. } => Reason::RecoveringFromMember,
@@ -443,6 +454,9 @@ pub fn describe(step: &Step) -> String {
         Step::StopPod { ordinal } => format!("stopping the pod of removed member {ordinal}"),
         Step::Replace { ordinal, .. } => format!("replacing failed member {ordinal}"),
         Step::WipeMember { ordinal } => format!("deleting the old volume of replaced member {ordinal}"),
+        Step::KeepJoinedReplacement { ordinal } => format!(
+            "member {ordinal}'s replacement started on an empty volume of its own: there is no old volume left to delete"
+        ),
         Step::MoveLeader { from, .. } => {
             format!("handing leadership over from member {from} before its restart")
         }
@@ -597,7 +611,7 @@ mod tests {
                 members,
                 &Decision::Settled,
                 None,
-                &[],
+                Pending::default(),
                 at(seconds),
             );
             cluster.status = Some(status.clone());
@@ -665,7 +679,15 @@ mod tests {
             heard_failing_at: [(0, at(13))].into(),
             ..membership_known()
         };
-        let status = build_status(&cluster, &heard, &late, &Decision::Settled, None, &[], at(15));
+        let status = build_status(
+            &cluster,
+            &heard,
+            &late,
+            &Decision::Settled,
+            None,
+            Pending::default(),
+            at(15),
+        );
         let change = status.last_leader_change.unwrap();
         assert_eq!(
             (
@@ -709,7 +731,15 @@ mod tests {
         let cluster: EtcdCluster = three_members();
         let view = membership_known();
         let refused = Decision::wait(Reason::RecoveryRefused, "main-1 does not answer");
-        let status = build_status(&cluster, &view, &lost, &refused, None, &[], Timestamp::UNIX_EPOCH);
+        let status = build_status(
+            &cluster,
+            &view,
+            &lost,
+            &refused,
+            None,
+            Pending::default(),
+            Timestamp::UNIX_EPOCH,
+        );
         let degraded = status.conditions.iter().find(|c| c.type_ == "Degraded").unwrap();
         assert_eq!(
             (degraded.status.as_str(), degraded.reason.as_str()),

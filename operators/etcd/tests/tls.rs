@@ -100,6 +100,7 @@ fn facts(view: &ClusterView, desired: usize) -> Facts {
         statefulset_replicas: Some(3),
         members: view.membership.as_ref().map(|_| view.members.clone()),
         wipe_pending: Vec::new(),
+        rejoin_pending: Vec::new(),
         pod_versions: Default::default(),
         templates: Default::default(),
         in_flight: None,

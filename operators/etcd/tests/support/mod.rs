@@ -178,6 +178,7 @@ impl Harness {
             statefulset_replicas: Some(self.replicas),
             members: view.membership.as_ref().map(|_| members),
             wipe_pending: Vec::new(),
+            rejoin_pending: Vec::new(),
             pod_versions: Default::default(),
             templates: Default::default(),
             in_flight: self.in_flight.clone(),
