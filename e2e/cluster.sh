@@ -176,7 +176,7 @@ POLICY
     --kubeconfig "$dir/kubeconfig" --authentication-kubeconfig "$dir/kubeconfig" \
     --authorization-kubeconfig "$dir/kubeconfig" \
     --bind-address 127.0.0.1 --secure-port 0 --leader-elect=false --profiling=false
-  launch kwok "$kwok_bin/kwok" --kubeconfig "$dir/kubeconfig" \
+  launch kwok "$kwok_bin/kwok" --kubeconfig "$dir/kubeconfig" --config "$here/kwok-stages.yaml" \
     --manage-all-nodes=false --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
     --cidr "$kwok_pod_cidr" --node-ip 10.240.0.1 --server-address 127.0.0.1:0
 

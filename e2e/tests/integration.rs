@@ -7,6 +7,8 @@
 mod backup_sink;
 #[path = "events.rs"]
 mod events;
+#[path = "fake_nodes.rs"]
+mod fake_nodes;
 #[path = "leader.rs"]
 mod leader;
 #[path = "mongo_sim.rs"]
