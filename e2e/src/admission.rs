@@ -179,7 +179,7 @@ fn verify_rows(drills: RestoreDrills) -> (Row, Row) {
     let on_cluster =
         spec(json!({"backup": {"schedule": "0 3 * * *", "destination": destination, "verify": true}}));
     let on_backup = spec(json!({"verify": true}));
-    let refusal = "verify: restore drills are available for MySQL and MongoDB backups";
+    let refusal = "verify: restore drills are available for etcd, MySQL and MongoDB backups";
     match drills {
         RestoreDrills::Offered => (
             Row::accepted("a backup policy with restore drills", on_cluster),

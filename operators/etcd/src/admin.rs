@@ -5,7 +5,8 @@
 //! is that member's own view. Timeouts, retries and circuit breaking are the caller's, through
 //! `quorum_core::availability`.
 
-use etcd_client::{Certificate, Client, ConnectOptions, Identity, MemberAddOptions, TlsOptions};
+use etcd_client::{Certificate, Client, ConnectOptions, GetOptions, Identity, MemberAddOptions, TlsOptions};
+use quorum_core::backup::digest::ContentDigest;
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
@@ -73,6 +74,8 @@ pub struct MemberReport {
     pub errors: Vec<String>,
     pub learner: bool,
     pub db_size: i64,
+    /// The newest revision of the member's key-value store when it answered.
+    pub revision: i64,
 }
 
 /// A member's connection to one of its peers, as its metrics report it.
@@ -256,6 +259,7 @@ impl EtcdAdmin {
             errors: status.errors().to_vec(),
             learner: status.is_learner(),
             db_size: status.db_size(),
+            revision: header.revision(),
         })
     }
 
@@ -330,6 +334,43 @@ impl EtcdAdmin {
             .await
             .map_err(metrics_error)?;
         Ok(parse_peer_links(&text))
+    }
+
+    /// Every key and its value as of `revision`, counted and digested (a digest that does not
+    /// depend on the order they are read in): what a snapshot taken after `revision` holds at
+    /// it, and what a member restored from that snapshot must hold at it too. Read a page of
+    /// keys at a time, so a large keyspace never sits in memory whole.
+    ///
+    /// # Errors
+    /// [`AdminError::Etcd`] when the member refuses a read, `revision` compacted included.
+    pub async fn content_at(&self, revision: i64) -> Result<ContentDigest, AdminError> {
+        const PAGE: i64 = 1000;
+        let mut digest = ContentDigest::default();
+        // Every key sorts after the single zero byte (the empty key is not a key).
+        let mut from = vec![0u8];
+        loop {
+            let options = GetOptions::new()
+                .with_from_key()
+                .with_revision(revision)
+                .with_limit(PAGE);
+            let page = self
+                .client
+                .clone()
+                .get(from.clone(), Some(options))
+                .await
+                .map_err(self.etcd_error("range"))?;
+            for pair in page.kvs() {
+                let length = (pair.key().len() as u64).to_be_bytes();
+                digest.add_parts(&[&length, pair.key(), pair.value()]);
+            }
+            match page.kvs().last() {
+                Some(last) if page.more() => {
+                    from = last.key().to_vec();
+                    from.push(0);
+                }
+                _ => return Ok(digest),
+            }
+        }
     }
 
     /// Streams a snapshot of this member's whole keyspace into `out`.

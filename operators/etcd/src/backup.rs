@@ -31,6 +31,7 @@ use quorum_core::{
 
 use crate::{
     admin::AdminError,
+    crd::EtcdContent,
     observe::{ClusterView, EtcdClients, self_health},
     resolver::MemberResolver,
 };
@@ -139,6 +140,12 @@ impl BackupStepError {
 /// requests is bounded by the sink's HTTP client, not by this.) The snapshot's own failures do
 /// not count against the member's circuit breaker.
 ///
+/// What the snapshot holds is recorded for restore drills: every key and value at the revision
+/// the member reported just before the snapshot began, read from the same member once the
+/// snapshot is stored ([`EtcdAdmin::content_at`](crate::admin::EtcdAdmin::content_at)). A
+/// member restored from the snapshot holds the same at that revision. When that read fails
+/// the backup still succeeds, with no content recorded (its drill then says so).
+///
 /// # Errors
 /// [`BackupStepError::NoAddress`], [`BackupStepError::Unreachable`] and
 /// [`BackupStepError::MemberUnhealthy`] before anything is uploaded;
@@ -152,7 +159,7 @@ pub async fn snapshot_to_sink(
     ordinal: usize,
     sink: &BackupSink,
     object_name: &str,
-) -> Result<StoredBackup, BackupStepError> {
+) -> Result<(StoredBackup, Option<EtcdContent>), BackupStepError> {
     let endpoint = resolver
         .client_url(ordinal)
         .ok_or(BackupStepError::NoAddress(ordinal))?;
@@ -167,10 +174,23 @@ pub async fn snapshot_to_sink(
     if let Health::Unhealthy(reason) | Health::Unknown(reason) = self_health(&report) {
         return Err(BackupStepError::MemberUnhealthy { ordinal, reason });
     }
+    let reader = admin.clone();
     let produce = producer(move |writer| Box::pin(async move { admin.snapshot(writer).await }));
     let upload = |reader: PipeReader| async move { sink.upload(object_name, reader).await };
     match pipe(produce, upload, SNAPSHOT_STALL_TIMEOUT).await {
-        Ok((stored, _info)) => Ok(stored),
+        Ok((stored, _info)) => {
+            let content = match reader.content_at(report.revision).await {
+                Ok(digest) => Some(EtcdContent {
+                    revision: report.revision,
+                    fingerprint: digest.fingerprint(),
+                }),
+                Err(error) => {
+                    tracing::warn!(%error, object_name, "the snapshot's content could not be read: no drill can verify it");
+                    None
+                }
+            };
+            Ok((stored, content))
+        }
         Err(PipeError::Producer(source)) => Err(BackupStepError::Snapshot { ordinal, source }),
         Err(PipeError::Stalled(stalled_for)) => Err(BackupStepError::Stalled { ordinal, stalled_for }),
         Err(PipeError::Consumer(source)) => Err(BackupStepError::Sink { source }),
@@ -654,6 +674,7 @@ mod tests {
             errors: vec!["NOSPACE".to_string()],
             learner: false,
             db_size: 1,
+            revision: 5,
         };
         assert!(!self_health(&report).is_healthy());
     }

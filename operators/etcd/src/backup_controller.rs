@@ -10,9 +10,11 @@ use std::sync::Arc;
 use kube::{ResourceExt, runtime::controller::Action};
 use quorum_core::{
     ReconcileError,
+    availability::{clients::MemberKey, retry::Idempotency},
     backup::{
         BackupSink,
         controller::{self, BackupControllerError, BackupEngine, Snapshot, Sources},
+        digest::ContentFingerprint,
         job::{JobOutcome, JobSettings},
     },
     runner::{Context, object_key},
@@ -20,7 +22,7 @@ use quorum_core::{
 
 use crate::{
     backup::{BackupStepError, choose_snapshot_member, snapshot_to_sink},
-    crd::{EtcdBackup, EtcdBackupSpec, EtcdBackupStatus, EtcdCluster},
+    crd::{EtcdBackup, EtcdBackupSpec, EtcdBackupStatus, EtcdCluster, EtcdContent},
     reconcile::State,
     resolver::member_name,
 };
@@ -48,7 +50,8 @@ impl BackupEngine for EtcdSnapshots<'_> {
     type Backup = EtcdBackup;
     type Cluster = EtcdCluster;
     type Source = Member;
-    type Info = ();
+    /// What the snapshot holds, when it could be read.
+    type Info = Option<EtcdContent>;
     type Error = BackupStepError;
 
     const ENGINE: &'static str = crate::observe::ENGINE;
@@ -121,10 +124,10 @@ impl BackupEngine for EtcdSnapshots<'_> {
         source: &Member,
         sink: &BackupSink,
         name: &str,
-    ) -> Result<Snapshot<()>, BackupStepError> {
+    ) -> Result<Snapshot<Option<EtcdContent>>, BackupStepError> {
         let resolver = self.context.state.resolver(cluster);
         let key = object_key(cluster);
-        let stored = snapshot_to_sink(
+        let (stored, content) = snapshot_to_sink(
             &self.context.state.clients,
             &key,
             &resolver,
@@ -133,18 +136,110 @@ impl BackupEngine for EtcdSnapshots<'_> {
             name,
         )
         .await?;
-        Ok(Snapshot { stored, info: () })
+        Ok(Snapshot {
+            stored,
+            info: content,
+        })
     }
 
-    fn describe(&self, member: &Member, snapshot: &Snapshot<()>) -> String {
+    fn record(&self, status: &mut EtcdBackupStatus, snapshots: &[(&Member, Snapshot<Option<EtcdContent>>)]) {
+        if let Some((_, snapshot)) = snapshots.first() {
+            status.content = snapshot.info.clone();
+        }
+    }
+
+    fn describe(&self, member: &Member, snapshot: &Snapshot<Option<EtcdContent>>) -> String {
+        let keys = match &snapshot.info {
+            Some(content) => format!(
+                " ({} keys at revision {})",
+                content.fingerprint.records, content.revision
+            ),
+            None => String::new(),
+        };
         format!(
-            "{} bytes from {} to {} (sha256 {})",
+            "{} bytes{keys} from {} to {} (sha256 {})",
             snapshot.stored.size,
             self.member(member),
             snapshot.stored.location,
             snapshot.stored.sha256
         )
     }
+
+    fn drill_cluster(&self, backup: &EtcdBackup, cluster: &EtcdCluster, name: &str) -> Option<EtcdCluster> {
+        Some(drill_cluster(backup, cluster, name))
+    }
+
+    fn drill_claims(&self, name: &str) -> Vec<String> {
+        vec![quorum_core::pod::data_claim_name(&member_name(name, 0))]
+    }
+
+    fn drill_ready(&self, scratch: &EtcdCluster) -> bool {
+        scratch.status.as_ref().is_some_and(|status| {
+            quorum_core::backup::drill::restored_and_ready(
+                scratch.spec.restore_from.is_some(),
+                &status.conditions,
+            )
+        })
+    }
+
+    async fn drill_content(
+        &self,
+        scratch: &EtcdCluster,
+        recorded: &EtcdBackupStatus,
+    ) -> Result<ContentFingerprint, String> {
+        let revision = recorded
+            .content
+            .as_ref()
+            .map(|content| content.revision)
+            .ok_or("the snapshot recorded no revision to read at")?;
+        crate::reconcile::hand_client_tls(self.context, scratch)
+            .await
+            .map_err(|error| format!("the client certificate: {error}"))?;
+        let resolver = self.context.state.resolver(scratch);
+        let endpoint = resolver
+            .client_url(0)
+            .ok_or_else(|| format!("{} has no address", member_name(&scratch.name_any(), 0)))?;
+        let admin = self
+            .context
+            .state
+            .clients
+            .call(
+                &MemberKey::new(object_key(scratch), "0"),
+                &endpoint,
+                "status",
+                Idempotency::Read,
+                |admin| async move {
+                    admin.status().await?;
+                    Ok(admin)
+                },
+            )
+            .await
+            .map_err(|error| format!("unreachable: {error}"))?;
+        admin
+            .content_at(revision)
+            .await
+            .map(|digest| digest.fingerprint())
+            .map_err(|error| error.to_string())
+    }
+
+    fn recorded_content(&self, status: &EtcdBackupStatus) -> Option<ContentFingerprint> {
+        status.content.as_ref().map(|content| content.fingerprint.clone())
+    }
+}
+
+/// The throw-away cluster `name` a drill restores `backup`'s newest snapshot into: one member of
+/// `cluster`'s version, storage, pod template and TLS (whose certificates must then name the
+/// drill's member too), with no backups of its own.
+pub fn drill_cluster(backup: &EtcdBackup, cluster: &EtcdCluster, name: &str) -> EtcdCluster {
+    let mut spec = cluster.spec.clone();
+    spec.replicas = 1;
+    spec.backup = None;
+    spec.restore_from = Some(quorum_core::crd::RestoreSource {
+        backup_name: backup.name_any(),
+    });
+    let mut scratch = EtcdCluster::new(name, spec);
+    scratch.metadata.namespace = backup.namespace();
+    scratch
 }
 
 /// Reconciles one `EtcdBackup`.

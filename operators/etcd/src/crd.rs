@@ -105,7 +105,6 @@ pub struct EtcdClusterSpec {
 
     /// How often to take snapshots and how long to keep them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = quorum_core::crd::validation::no_drills_rule("etcd"))]
     pub backup: Option<BackupPolicy>,
 
     /// Bootstrap the cluster from a backup instead of empty. Immutable.
@@ -172,6 +171,9 @@ pub struct EtcdClusterStatus {
     /// The newest successful backup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_backup: Option<BackupRecord>,
+    /// The last restore drill that ended, of any of its backups with `verify`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_drill: Option<quorum_core::crd::DrillRecord>,
     /// The repair asked for with the `quorum.dev/repair` annotation, while it stands.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repair: Option<quorum_core::crd::RepairRecord>,
@@ -269,7 +271,6 @@ pub struct MemberStatus {
 )]
 #[x_kube(validation = Rule::new("!has(self.retain) || has(self.schedule)")
     .message("retain applies only to scheduled backups: set schedule or remove retain"))]
-#[x_kube(validation = quorum_core::crd::validation::no_drills_rule("etcd"))]
 #[serde(rename_all = "camelCase")]
 pub struct EtcdBackupSpec {
     #[serde(flatten)]
@@ -282,4 +283,18 @@ pub struct EtcdBackupSpec {
 pub struct EtcdBackupStatus {
     #[serde(flatten)]
     pub run: BackupRunStatus,
+    /// The keys of the newest snapshot at the revision read just before it was taken, counted
+    /// and digested: a member restored from it holds the same at that revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<EtcdContent>,
+}
+
+/// What an etcd snapshot holds: its keys and values at `revision`, counted and digested.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdContent {
+    /// The revision the keys were read at, just before the snapshot began.
+    pub revision: i64,
+    #[serde(flatten)]
+    pub fingerprint: quorum_core::backup::digest::ContentFingerprint,
 }

@@ -13,12 +13,13 @@ pub const DEFAULT_ETCD_IMAGE_TAG: &str = "v3.6.16";
 /// The rules for the namespaces the operator manages.
 pub fn rules() -> Vec<PolicyRule> {
     // The resources it reconciles; status is its to write. Scheduled backups are created
-    // (server-side apply) and deleted on behalf of a cluster's backup policy.
+    // (server-side apply) and deleted on behalf of a cluster's backup policy. A backup with
+    // `verify` creates its restore drill's throw-away cluster and deletes it once the drill ends.
     operator_rules(
         "etcd.quorum.dev",
         "etcdclusters",
         "etcdbackups",
-        &[],
+        &["patch", "create", "delete"],
         [
             // Watched as owned objects; read for backup credentials. Never written.
             rule("", &["secrets"], &["get", "list", "watch"]),

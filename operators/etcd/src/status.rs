@@ -277,6 +277,12 @@ pub fn build_status(
         generation,
         now,
     );
+    quorum_core::backup::drill::set_drill_conditions(
+        &mut conditions,
+        previous.last_drill.as_ref(),
+        generation,
+        now,
+    );
 
     let in_flight = in_flight.map(|step| match &previous.in_flight {
         // Keep the original start time of a step that is still the same step.
@@ -328,6 +334,7 @@ pub fn build_status(
         wipe_pending: pending.wipe.iter().map(|o| *o as i32).collect(),
         rejoin_pending: pending.rejoin.iter().map(|o| *o as i32).collect(),
         last_backup: previous.last_backup,
+        last_drill: previous.last_drill,
         repair: previous.repair,
         recovery: previous.recovery,
         restoring_from: previous.restoring_from,

@@ -202,7 +202,7 @@ async fn every_field_of_the_spec_is_validated_naming_the_field() {
         &valid,
         &rows,
         &backups,
-        admission::RestoreDrills::Refused,
+        admission::RestoreDrills::Offered,
     )
     .await;
 }

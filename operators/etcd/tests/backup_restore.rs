@@ -105,9 +105,15 @@ async fn snapshots_are_stored_verified_and_restore_into_a_new_cluster() {
     let s3 = S3Server::start().await;
     let s3_sink = BackupSink::new(s3.backup_target(Some("etcd"))).expect("S3 sink");
     let name = quorum_core::backup::object_name("EtcdBackup", "test", CLUSTER, jiff::Timestamp::now(), "db");
-    let stored = snapshot_to_sink(&harness.clients, KEY, &resolver, ordinal, &s3_sink, &name)
+    let (stored, content) = snapshot_to_sink(&harness.clients, KEY, &resolver, ordinal, &s3_sink, &name)
         .await
         .expect("snapshot into S3");
+    let content = content.expect("the snapshot's content recorded");
+    assert_eq!(
+        content.fingerprint.records,
+        expected.len() as u64,
+        "every key counted once"
+    );
     assert_eq!(stored.key, name);
     assert_eq!(stored.location, format!("s3://{}/etcd/{name}", s3.bucket()));
     assert!(
@@ -140,9 +146,10 @@ async fn snapshots_are_stored_verified_and_restore_into_a_new_cluster() {
         directory: directory.0.clone(),
     })
     .expect("directory sink");
-    let in_directory = snapshot_to_sink(&harness.clients, KEY, &resolver, ordinal, &directory_sink, &name)
-        .await
-        .expect("snapshot into a directory");
+    let (in_directory, _) =
+        snapshot_to_sink(&harness.clients, KEY, &resolver, ordinal, &directory_sink, &name)
+            .await
+            .expect("snapshot into a directory");
     let file = std::fs::read(directory.0.join(&name)).expect("the stored file");
     assert_eq!(file.len() as u64, in_directory.size);
     assert_eq!(sha256_hex(&file), in_directory.sha256);
@@ -214,6 +221,28 @@ async fn snapshots_are_stored_verified_and_restore_into_a_new_cluster() {
         expected,
         "the same keys and values"
     );
+    // What a restore drill compares: the restored member, at the revision the snapshot
+    // recorded, holds what the snapshot recorded; a key changed since shows at a later one.
+    let admin = etcd_operator::admin::EtcdAdmin::connect(&restored_urls[0], Duration::from_secs(5), None)
+        .await
+        .expect("connect to a restored member");
+    let at_backup = admin
+        .content_at(content.revision)
+        .await
+        .expect("read at the revision");
+    assert_eq!(at_backup.fingerprint(), content.fingerprint);
+    let mut writer = etcd_client::Client::connect([restored_urls[0].as_str()], None)
+        .await
+        .expect("connect");
+    writer.put("app/key-001", "changed", None).await.expect("put");
+    let now = admin.status().await.expect("status").revision;
+    let changed = admin.content_at(now).await.expect("read now");
+    assert_eq!(changed.records(), at_backup.records());
+    assert_ne!(
+        changed.fingerprint(),
+        content.fingerprint,
+        "a changed value shows"
+    );
     let mut client = etcd_client::Client::connect(&restored_urls, None)
         .await
         .expect("connect");
@@ -283,7 +312,7 @@ async fn a_blackholed_member_fails_the_snapshot_within_the_timeout_and_nothing_i
 
     // Unknown is not down: once the path heals, the same member serves a snapshot.
     harness.proxies[&0].set(Fault::None);
-    let stored = wait::until(
+    let (stored, _) = wait::until(
         "a snapshot after the blackhole lifts",
         Duration::from_secs(60),
         || async {
@@ -324,7 +353,7 @@ async fn a_snapshot_may_take_longer_than_the_call_timeout_while_it_makes_progres
     // Every forwarded chunk waits: the 2 MB stream takes well over the 800 ms call timeout.
     harness.proxies[&0].set(Fault::Delay(Duration::from_millis(10)));
     let started = std::time::Instant::now();
-    let stored = snapshot_to_sink(&harness.clients, KEY, &harness.resolver(), 0, &sink, &name)
+    let (stored, _) = snapshot_to_sink(&harness.clients, KEY, &harness.resolver(), 0, &sink, &name)
         .await
         .expect("a slow but steady snapshot is stored");
     let took = started.elapsed();

@@ -1215,3 +1215,24 @@ async fn a_run_killed_midway_fails_stores_nothing_and_the_next_scheduled_run_is_
     store.scheduled_run_stored::<EtcdBackup>(&setup, "etcd").await;
     setup.remove().await;
 }
+
+/// A backup with `verify` restores its snapshot into a throw-away one-member cluster, which
+/// holds at the recorded revision every key and value the snapshot recorded; recorded content
+/// that no longer matches fails the next drill
+/// ([`real_pods::InClusterS3::drill_verifies_then_catches_altered_content`]).
+#[tokio::test]
+async fn a_restore_drill_verifies_a_backup_and_catches_one_whose_content_differs() {
+    use etcd_operator::crd::EtcdBackup;
+
+    let setup = install_with_backups("real-etcd-drill").await;
+    let store = setup.deploy_s3_store().await;
+    create_ready(&setup, &real_cluster(3, None)).await;
+    let client = service_client(&setup.admin, &setup.ns).await;
+    let writer = start_writer(&client);
+    writer.acknowledged_at_least(20, Duration::from_secs(60)).await;
+    writer.stop().await;
+    store
+        .drill_verifies_then_catches_altered_content::<EtcdBackup, EtcdCluster>(&setup, CLUSTER, "etcd", 20)
+        .await;
+    setup.remove().await;
+}

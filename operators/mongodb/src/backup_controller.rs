@@ -227,7 +227,11 @@ impl BackupEngine for MongoSnapshots<'_> {
         })
     }
 
-    async fn drill_content(&self, scratch: &MongoDBReplicaSet) -> Result<ContentFingerprint, String> {
+    async fn drill_content(
+        &self,
+        scratch: &MongoDBReplicaSet,
+        _recorded: &MongoDBBackupStatus,
+    ) -> Result<ContentFingerprint, String> {
         let namespace = scratch.namespace().unwrap_or_default();
         let credentials = read_credentials(self.context, &namespace, &admin_secret_name(scratch))
             .await

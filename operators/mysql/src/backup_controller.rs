@@ -215,7 +215,11 @@ impl BackupEngine for MySqlSnapshots<'_> {
         })
     }
 
-    async fn drill_content(&self, scratch: &MySQLCluster) -> Result<ContentFingerprint, String> {
+    async fn drill_content(
+        &self,
+        scratch: &MySQLCluster,
+        _recorded: &MySQLBackupStatus,
+    ) -> Result<ContentFingerprint, String> {
         crate::reconcile::hand_admin_credentials(self.context, scratch)
             .await
             .map_err(|error| format!("the admin credentials: {error}"))?;

@@ -331,27 +331,12 @@ pub fn build_status(
         generation,
         now,
     );
-    quorum_core::backup::drill::set_backup_unverified(
+    quorum_core::backup::drill::set_drill_conditions(
         &mut conditions,
         previous.last_drill.as_ref(),
         generation,
         now,
     );
-    if quorum_core::backup::drill::drill_failed(previous.last_drill.as_ref())
-        && !quorum_core::conditions::is_true(&conditions, ConditionType::Degraded)
-    {
-        set_condition(
-            &mut conditions,
-            ConditionUpdate::new(
-                ConditionType::Degraded,
-                true,
-                "BackupUnverified",
-                "the last restore drill failed: see BackupUnverified",
-            ),
-            generation,
-            now,
-        );
-    }
     if let Some(source) = &cluster.spec.restore_from {
         set_condition(
             &mut conditions,

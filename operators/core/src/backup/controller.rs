@@ -285,10 +285,12 @@ pub trait BackupEngine: Send + Sync {
         Vec::new()
     }
 
-    /// What a ready drill cluster holds, counted and digested as a snapshot records it.
+    /// What a ready drill cluster holds, counted and digested as the snapshot recorded in
+    /// `recorded` (the backup's status) records it.
     fn drill_content(
         &self,
         _scratch: &Self::Cluster,
+        _recorded: &<Self::Backup as BackupResource>::Status,
     ) -> impl Future<Output = Result<ContentFingerprint, String>> + Send {
         std::future::ready(Err("this engine has no restore drills".to_string()))
     }
@@ -1193,7 +1195,7 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
                 let scratch = observed.expect("a drill is compared only once its cluster is ready");
                 let mismatch = match (
                     self.engine.recorded_content(&self.status),
-                    self.engine.drill_content(&scratch).await,
+                    self.engine.drill_content(&scratch, &self.status).await,
                 ) {
                     (None, _) => Some(
                         "the snapshot recorded no content to compare with (it was taken by an operator without \

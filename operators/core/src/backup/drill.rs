@@ -154,6 +154,33 @@ pub fn set_backup_unverified(
     set_condition(conditions, update, generation, now);
 }
 
+/// [`set_backup_unverified`], and a cluster `Degraded` for no other reason is `Degraded` for a
+/// failed drill (reason `BackupUnverified`): the conditions a cluster's pass sets from its
+/// `lastDrill`, after its own `Degraded`.
+pub fn set_drill_conditions(
+    conditions: &mut Vec<Condition>,
+    last_drill: Option<&DrillRecord>,
+    generation: Option<i64>,
+    now: Timestamp,
+) {
+    set_backup_unverified(conditions, last_drill, generation, now);
+    if drill_failed(last_drill)
+        && !crate::conditions::is_true(conditions, crate::conditions::ConditionType::Degraded)
+    {
+        set_condition(
+            conditions,
+            ConditionUpdate::new(
+                crate::conditions::ConditionType::Degraded,
+                true,
+                BACKUP_UNVERIFIED,
+                "the last restore drill failed: see BackupUnverified",
+            ),
+            generation,
+            now,
+        );
+    }
+}
+
 /// Whether a drill cluster is ready to be compared: it recorded its restore (`restored`) and
 /// says it is `Ready`.
 pub fn restored_and_ready(restored: bool, conditions: &[Condition]) -> bool {

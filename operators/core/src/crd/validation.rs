@@ -107,7 +107,7 @@ const NUMERIC_RANGE: &str = "[0-9]+-[0-9]+";
 /// Refuses `verify` on a backup or backup policy of an engine without restore drills.
 pub fn no_drills_rule(engine: &str) -> Rule {
     Rule::new("!has(self.verify) || !self.verify").message(Message::Message(format!(
-        "verify: restore drills are available for MySQL and MongoDB backups; {engine} backups cannot be verified yet"
+        "verify: restore drills are available for etcd, MySQL and MongoDB backups; {engine} backups cannot be verified yet"
     )))
 }
 
