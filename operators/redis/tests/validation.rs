@@ -141,7 +141,7 @@ async fn invalid_deployments_are_refused_naming_the_field() {
     retain_once.spec.backup.verify = true;
     let message = refusal(&backups, &retain_once).await;
     assert!(
-        message.contains("verify: restore drills are available for MySQL and MongoDB backups"),
+        message.contains("verify: restore drills are available for etcd, MySQL and MongoDB backups"),
         "{message}"
     );
     namespace.delete().await;
