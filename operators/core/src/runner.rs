@@ -451,41 +451,30 @@ impl Runtime {
         if let Some(wakeups) = wakeups {
             controller = controller.reconcile_on(wakeups.stream::<K>(namespace.clone()));
         }
+        // Each kind the resources own: the operator's own objects of it, cached for the passes,
+        // its watch polled apart from the controller.
+        type Owner<'a> = (
+            &'a Cache,
+            &'a Client,
+            &'a Option<String>,
+            &'a BTreeMap<String, String>,
+        );
+        fn owned_trigger<C: Cacheable>(
+            (cache, client, namespace, managed): Owner<'_>,
+        ) -> impl futures::Stream<Item = Result<C, watcher::Error>> + Send + 'static {
+            detached(cache.watch(owned::<C>(client, namespace), namespace.clone(), managed.clone()))
+        }
+        let own: Owner<'_> = (&self.cache, &client, &namespace, &managed);
         if shape == Shape::Leaf {
             // Backups own the Jobs their runs are taken in: a finished one wakes its backup.
-            controller = controller.owns_stream(detached(self.cache.watch(
-                owned::<k8s_openapi::api::batch::v1::Job>(&client, &namespace),
-                namespace.clone(),
-                managed.clone(),
-            )));
+            controller = controller.owns_stream(owned_trigger::<k8s_openapi::api::batch::v1::Job>(own));
         } else {
-            let (cache, scope) = (&self.cache, || namespace.clone());
             controller = controller
-                .owns_stream(detached(cache.watch(
-                    owned::<StatefulSet>(&client, &namespace),
-                    scope(),
-                    managed.clone(),
-                )))
-                .owns_stream(detached(cache.watch(
-                    owned::<Service>(&client, &namespace),
-                    scope(),
-                    managed.clone(),
-                )))
-                .owns_stream(detached(cache.watch(
-                    owned::<PodDisruptionBudget>(&client, &namespace),
-                    scope(),
-                    managed.clone(),
-                )))
-                .owns_stream(detached(cache.watch(
-                    owned::<Secret>(&client, &namespace),
-                    scope(),
-                    managed.clone(),
-                )))
-                .owns_stream(detached(cache.watch(
-                    owned::<ConfigMap>(&client, &namespace),
-                    scope(),
-                    managed.clone(),
-                )));
+                .owns_stream(owned_trigger::<StatefulSet>(own))
+                .owns_stream(owned_trigger::<Service>(own))
+                .owns_stream(owned_trigger::<PodDisruptionBudget>(own))
+                .owns_stream(owned_trigger::<Secret>(own))
+                .owns_stream(owned_trigger::<ConfigMap>(own));
         }
         // Pods are the StatefulSets' children: kept for the passes to read, not a trigger. The
         // stream never ends by itself, so the controller's end is this future's end.
