@@ -345,24 +345,13 @@ pub(crate) fn mark_listed<K>(listed: &AtomicBool, event: &Result<watcher::Event<
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::ConfigMap;
-    use kube::api::ObjectMeta;
 
     use super::*;
 
     const NAMESPACE: &str = "cache-test";
 
     fn map(name: &str, version: &str) -> ConfigMap {
-        ConfigMap {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                namespace: Some(NAMESPACE.into()),
-                uid: Some(format!("{name}-uid")),
-                resource_version: Some(version.into()),
-                labels: Some(BTreeMap::from([("app".into(), "quorum".into())])),
-                ..ObjectMeta::default()
-            },
-            ..ConfigMap::default()
-        }
+        freshness::config_map(NAMESPACE, name, &format!("{name}-uid"), Some(version))
     }
 
     /// A cache with one listed store of config maps, and the writer that fills it as a watch

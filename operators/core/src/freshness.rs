@@ -414,26 +414,41 @@ pub(crate) fn unreachable_client() -> kube::Client {
     kube::Client::try_from(config).expect("a client")
 }
 
+/// The config map `namespace/name` of uid `uid` at `version`, labelled as the operator's
+/// caches select (`app=quorum`): the object the tests of what a pass reads and waits for use.
+#[cfg(test)]
+pub(crate) fn config_map(
+    namespace: &str,
+    name: &str,
+    uid: &str,
+    version: Option<&str>,
+) -> k8s_openapi::api::core::v1::ConfigMap {
+    k8s_openapi::api::core::v1::ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(namespace.into()),
+            uid: Some(uid.into()),
+            resource_version: version.map(Into::into),
+            labels: Some(std::collections::BTreeMap::from([(
+                "app".into(),
+                "quorum".into(),
+            )])),
+            ..kube::api::ObjectMeta::default()
+        },
+        ..k8s_openapi::api::core::v1::ConfigMap::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::ConfigMap;
-    use kube::api::ObjectMeta;
 
     use super::*;
 
     const NAMESPACE: &str = "freshness-test";
 
     fn map_of(name: &str, uid: &str, version: Option<&str>) -> ConfigMap {
-        ConfigMap {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                namespace: Some(NAMESPACE.into()),
-                uid: Some(uid.into()),
-                resource_version: version.map(Into::into),
-                ..ObjectMeta::default()
-            },
-            ..ConfigMap::default()
-        }
+        config_map(NAMESPACE, name, uid, version)
     }
 
     fn map(name: &str, version: Option<&str>) -> ConfigMap {

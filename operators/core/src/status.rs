@@ -371,23 +371,14 @@ mod tests {
 #[cfg(test)]
 mod answered {
     use k8s_openapi::api::core::v1::ConfigMap;
-    use kube::{api::ObjectMeta, runtime::watcher};
+    use kube::runtime::watcher;
 
     use super::*;
 
     const NAMESPACE: &str = "status-test";
 
     fn map(name: &str, version: &str) -> ConfigMap {
-        ConfigMap {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                namespace: Some(NAMESPACE.into()),
-                uid: Some(format!("{name}-uid")),
-                resource_version: Some(version.into()),
-                ..ObjectMeta::default()
-            },
-            ..ConfigMap::default()
-        }
+        freshness::config_map(NAMESPACE, name, &format!("{name}-uid"), Some(version))
     }
 
     /// The watch delivering `object`, as soon as the test's task waits.
