@@ -269,6 +269,9 @@ impl BoundAccount {
 pub struct TestNamespace {
     client: Client,
     name: String,
+    /// A test that fails leaves its namespace's logs and events behind (see
+    /// [`crate::diagnostics`]).
+    _diagnostics: crate::diagnostics::OnFailure,
 }
 
 impl TestNamespace {
@@ -289,6 +292,7 @@ impl TestNamespace {
         wait_for_default_service_account(client, &name).await;
         Self {
             client: client.clone(),
+            _diagnostics: crate::diagnostics::OnFailure::new(&name),
             name,
         }
     }
@@ -298,7 +302,8 @@ impl TestNamespace {
     }
 
     /// Deletes the namespace and everything in it. A test that panics before this leaves its
-    /// namespace behind for inspection; `e2e/cluster.sh stop` removes all of them.
+    /// namespace behind for inspection, and its logs and events under
+    /// [`crate::diagnostics::diagnostics_root`]; `e2e/cluster.sh stop` removes the namespaces.
     pub async fn delete(self) {
         let api: Api<Namespace> = Api::all(self.client.clone());
         let _ = api.delete(&self.name, &DeleteParams::background()).await;

@@ -33,6 +33,7 @@
 pub mod admission;
 pub mod backups;
 pub mod control_plane;
+pub mod diagnostics;
 pub mod etcd;
 pub mod fault_proxy;
 pub mod helm;

@@ -5,6 +5,8 @@
 
 #[path = "backup_sink.rs"]
 mod backup_sink;
+#[path = "diagnostics.rs"]
+mod diagnostics;
 #[path = "events.rs"]
 mod events;
 #[path = "fake_nodes.rs"]
