@@ -344,29 +344,41 @@ impl EtcdAdmin {
     /// # Errors
     /// [`AdminError::Etcd`] when the member refuses a read, `revision` compacted included.
     pub async fn content_at(&self, revision: i64) -> Result<ContentDigest, AdminError> {
-        const PAGE: i64 = 1000;
         let mut digest = ContentDigest::default();
+        let mut kv = self
+            .client
+            .kv_client()
+            .max_decoding_message_size(content_page::LARGEST_ANSWER);
         // Every key sorts after the single zero byte (the empty key is not a key).
         let mut from = vec![0u8];
+        let mut limit = content_page::FIRST_KEYS;
         loop {
             let options = GetOptions::new()
                 .with_from_key()
                 .with_revision(revision)
-                .with_limit(PAGE);
-            let page = self
-                .client
-                .clone()
-                .get(from.clone(), Some(options))
-                .await
-                .map_err(self.etcd_error("range"))?;
+                .with_limit(limit);
+            let page = match kv.get(from.clone(), Some(options)).await {
+                Ok(page) => page,
+                // More than one answer may carry: the same keys again, fewer at a time.
+                Err(etcd_client::Error::GRpcStatus(status))
+                    if status.code() == tonic::Code::OutOfRange && limit > 1 =>
+                {
+                    limit = content_page::after_refusal(limit);
+                    continue;
+                }
+                Err(error) => return Err(self.etcd_error("range")(error)),
+            };
+            let mut bytes = 0;
             for pair in page.kvs() {
                 let length = (pair.key().len() as u64).to_be_bytes();
                 digest.add_parts(&[&length, pair.key(), pair.value()]);
+                bytes += pair.key().len() + pair.value().len();
             }
             match page.kvs().last() {
                 Some(last) if page.more() => {
                     from = last.key().to_vec();
                     from.push(0);
+                    limit = content_page::next_keys(page.kvs().len(), bytes);
                 }
                 _ => return Ok(digest),
             }
@@ -568,9 +580,52 @@ impl TrailingChecksum {
     }
 }
 
+/// How many keys a page of [`EtcdAdmin::content_at`] asks for: pages of about
+/// [`content_page::TARGET_BYTES`], sized from the page before, since etcd limits a range by
+/// its count of keys only and a value may be anything up to the member's request limit.
+pub mod content_page {
+    /// The size a page aims at.
+    pub const TARGET_BYTES: usize = 2 * 1024 * 1024;
+    /// The largest answer read: a page of one key whose value is as large as etcd takes with
+    /// `--max-request-bytes` far above its 1.5 MiB default.
+    pub const LARGEST_ANSWER: usize = 64 * 1024 * 1024;
+    /// The most keys a page asks for, however small they are.
+    pub const MOST_KEYS: i64 = 1000;
+    /// The keys the first page asks for, before any size is known.
+    pub const FIRST_KEYS: i64 = 64;
+
+    /// The next page's keys after a page of `keys` keys and `bytes` bytes.
+    pub fn next_keys(keys: usize, bytes: usize) -> i64 {
+        let average = (bytes / keys.max(1)).max(1);
+        i64::try_from(TARGET_BYTES / average)
+            .unwrap_or(MOST_KEYS)
+            .clamp(1, MOST_KEYS)
+    }
+
+    /// The keys asked for again after an answer of `keys` keys was too large to carry.
+    pub fn after_refusal(keys: i64) -> i64 {
+        (keys / 8).max(1)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn content_pages_aim_at_a_size_not_a_count() {
+        use content_page::{MOST_KEYS, TARGET_BYTES, after_refusal, next_keys};
+        for (case, keys, bytes, next) in [
+            ("small values: the most keys", 64, 64 * 100, MOST_KEYS),
+            ("64 KiB values: 32 keys", 64, 64 * 64 * 1024, 32),
+            ("values larger than a page: one key", 1, 3 * TARGET_BYTES, 1),
+            ("an empty page does not divide by zero", 0, 0, MOST_KEYS),
+        ] {
+            assert_eq!(next_keys(keys, bytes), next, "{case}");
+        }
+        assert_eq!(after_refusal(64), 8);
+        assert_eq!(after_refusal(2), 1);
+    }
 
     #[test]
     fn peer_links_are_read_from_metrics_text() {
