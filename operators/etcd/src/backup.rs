@@ -140,11 +140,13 @@ impl BackupStepError {
 /// requests is bounded by the sink's HTTP client, not by this.) The snapshot's own failures do
 /// not count against the member's circuit breaker.
 ///
-/// What the snapshot holds is recorded for restore drills: every key and value at the revision
-/// the member reported just before the snapshot began, read from the same member once the
-/// snapshot is stored ([`EtcdAdmin::content_at`](crate::admin::EtcdAdmin::content_at)). A
-/// member restored from the snapshot holds the same at that revision. When that read fails
-/// the backup still succeeds, with no content recorded (its drill then says so).
+/// With `record_content` (a backup with restore drills), what the snapshot holds is recorded
+/// too: every key and value at the revision the member reported just before the snapshot
+/// began, read from the same member once the snapshot is stored
+/// ([`EtcdAdmin::content_at`](crate::admin::EtcdAdmin::content_at)); it reads the whole
+/// keyspace a second time, which a backup nobody drills does without. A member restored from
+/// the snapshot holds the same at that revision. When that read fails the backup still
+/// succeeds, with no content recorded (its drill then says so).
 ///
 /// # Errors
 /// [`BackupStepError::NoAddress`], [`BackupStepError::Unreachable`] and
@@ -159,6 +161,7 @@ pub async fn snapshot_to_sink(
     ordinal: usize,
     sink: &BackupSink,
     object_name: &str,
+    record_content: bool,
 ) -> Result<(StoredBackup, Option<EtcdContent>), BackupStepError> {
     let endpoint = resolver
         .client_url(ordinal)
@@ -178,6 +181,7 @@ pub async fn snapshot_to_sink(
     let produce = producer(move |writer| Box::pin(async move { admin.snapshot(writer).await }));
     let upload = |reader: PipeReader| async move { sink.upload(object_name, reader).await };
     match pipe(produce, upload, SNAPSHOT_STALL_TIMEOUT).await {
+        Ok((stored, _info)) if !record_content => Ok((stored, None)),
         Ok((stored, _info)) => {
             let content = match reader.content_at(report.revision).await {
                 Ok(digest) => Some(EtcdContent {

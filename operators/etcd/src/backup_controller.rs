@@ -120,6 +120,7 @@ impl BackupEngine for EtcdSnapshots<'_> {
 
     async fn produce(
         &self,
+        backup: &EtcdBackup,
         cluster: &EtcdCluster,
         source: &Member,
         sink: &BackupSink,
@@ -134,6 +135,7 @@ impl BackupEngine for EtcdSnapshots<'_> {
             source.ordinal,
             sink,
             name,
+            backup.spec.backup.verify,
         )
         .await?;
         Ok(Snapshot {

@@ -105,9 +105,11 @@ async fn snapshots_are_stored_verified_and_restore_into_a_new_cluster() {
     let s3 = S3Server::start().await;
     let s3_sink = BackupSink::new(s3.backup_target(Some("etcd"))).expect("S3 sink");
     let name = quorum_core::backup::object_name("EtcdBackup", "test", CLUSTER, jiff::Timestamp::now(), "db");
-    let (stored, content) = snapshot_to_sink(&harness.clients, KEY, &resolver, ordinal, &s3_sink, &name)
-        .await
-        .expect("snapshot into S3");
+    // With drills asked for: the content is recorded too.
+    let (stored, content) =
+        snapshot_to_sink(&harness.clients, KEY, &resolver, ordinal, &s3_sink, &name, true)
+            .await
+            .expect("snapshot into S3");
     let content = content.expect("the snapshot's content recorded");
     assert_eq!(
         content.fingerprint.records,
@@ -146,10 +148,19 @@ async fn snapshots_are_stored_verified_and_restore_into_a_new_cluster() {
         directory: directory.0.clone(),
     })
     .expect("directory sink");
-    let (in_directory, _) =
-        snapshot_to_sink(&harness.clients, KEY, &resolver, ordinal, &directory_sink, &name)
-            .await
-            .expect("snapshot into a directory");
+    // Without drills: the keyspace is not read a second time.
+    let (in_directory, not_recorded) = snapshot_to_sink(
+        &harness.clients,
+        KEY,
+        &resolver,
+        ordinal,
+        &directory_sink,
+        &name,
+        false,
+    )
+    .await
+    .expect("snapshot into a directory");
+    assert_eq!(not_recorded, None);
     let file = std::fs::read(directory.0.join(&name)).expect("the stored file");
     assert_eq!(file.len() as u64, in_directory.size);
     assert_eq!(sha256_hex(&file), in_directory.sha256);
@@ -292,7 +303,7 @@ async fn a_blackholed_member_fails_the_snapshot_within_the_timeout_and_nothing_i
     harness.proxies[&0].set(Fault::Blackhole);
     for sink in [&s3_sink, &directory_sink] {
         let started = std::time::Instant::now();
-        let error = snapshot_to_sink(&harness.clients, KEY, &resolver, 0, sink, &name)
+        let error = snapshot_to_sink(&harness.clients, KEY, &resolver, 0, sink, &name, false)
             .await
             .expect_err("a blackholed member gives no snapshot");
         // Two attempts of 800 ms and a short backoff, an HTTP/2 keep-alive timeout on the
@@ -316,7 +327,7 @@ async fn a_blackholed_member_fails_the_snapshot_within_the_timeout_and_nothing_i
         "a snapshot after the blackhole lifts",
         Duration::from_secs(60),
         || async {
-            snapshot_to_sink(&harness.clients, KEY, &resolver, 0, &s3_sink, &name)
+            snapshot_to_sink(&harness.clients, KEY, &resolver, 0, &s3_sink, &name, false)
                 .await
                 .map_err(|error| error.to_string())
         },
@@ -353,7 +364,7 @@ async fn a_snapshot_may_take_longer_than_the_call_timeout_while_it_makes_progres
     // Every forwarded chunk waits: the 2 MB stream takes well over the 800 ms call timeout.
     harness.proxies[&0].set(Fault::Delay(Duration::from_millis(10)));
     let started = std::time::Instant::now();
-    let (stored, _) = snapshot_to_sink(&harness.clients, KEY, &harness.resolver(), 0, &sink, &name)
+    let (stored, _) = snapshot_to_sink(&harness.clients, KEY, &harness.resolver(), 0, &sink, &name, false)
         .await
         .expect("a slow but steady snapshot is stored");
     let took = started.elapsed();
@@ -382,7 +393,7 @@ async fn a_member_cut_off_mid_snapshot_fails_it_and_nothing_is_stored() {
 
     harness.proxies[&0].set(Fault::Delay(Duration::from_millis(20)));
     let started = std::time::Instant::now();
-    let snapshot = snapshot_to_sink(&harness.clients, KEY, &resolver, 0, &s3_sink, &name);
+    let snapshot = snapshot_to_sink(&harness.clients, KEY, &resolver, 0, &s3_sink, &name, false);
     let cut = async {
         // Let the stream start, then cut the member off.
         tokio::time::sleep(Duration::from_millis(1500)).await;

@@ -152,6 +152,7 @@ impl BackupEngine for MongoSnapshots<'_> {
 
     async fn produce(
         &self,
+        _: &Self::Backup,
         _: &MongoDBReplicaSet,
         source: &Source,
         sink: &BackupSink,

@@ -134,6 +134,7 @@ impl BackupEngine for MySqlSnapshots<'_> {
 
     async fn produce(
         &self,
+        _: &Self::Backup,
         cluster: &MySQLCluster,
         source: &Member,
         sink: &BackupSink,

@@ -133,6 +133,7 @@ impl BackupEngine for RedisSnapshots<'_> {
 
     async fn produce(
         &self,
+        _: &Self::Backup,
         cluster: &RedisCluster,
         source: &Source,
         sink: &BackupSink,

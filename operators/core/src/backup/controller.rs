@@ -212,9 +212,11 @@ pub trait BackupEngine: Send + Sync {
     /// `shard-0.rdb`, `archive`).
     fn extension(&self, source: &Self::Source) -> String;
 
-    /// Streams one source's snapshot into `sink` as the object `name`.
+    /// Streams one source's snapshot into `sink` as the object `name`, for `backup` (whose
+    /// `verify` says whether what a drill compares must be recorded too).
     fn produce(
         &self,
+        backup: &Self::Backup,
         cluster: &Self::Cluster,
         source: &Self::Source,
         sink: &BackupSink,
@@ -541,7 +543,7 @@ async fn take_snapshots<'s, E: BackupEngine>(
                 started,
                 &engine.extension(source),
             );
-            match engine.produce(cluster, source, sink, &name).await {
+            match engine.produce(backup, cluster, source, sink, &name).await {
                 Ok(snapshot) => snapshots.push((source, snapshot)),
                 Err(error) => {
                     return Err(SnapshotsFailed {
