@@ -131,7 +131,7 @@ fn prune(root: &Path) {
         .filter_map(Result::ok)
         .filter_map(|entry| Some((entry.metadata().ok()?.modified().ok()?, entry.path())))
         .collect();
-    directories.sort_by(|a, b| b.0.cmp(&a.0));
+    directories.sort_by_key(|(modified, _)| std::cmp::Reverse(*modified));
     for (_, path) in directories.into_iter().skip(KEPT) {
         let _ = fs::remove_dir_all(path);
     }
