@@ -7,8 +7,9 @@
 //! says `Succeeded`), then the engine's own tool inside the member the backup read
 //! (`etcdctl snapshot save`, `mariadb-dump`, `redis-cli --rdb`; timed around `kubectl exec`).
 //! The tool writes next to the server (to a file on the member's volume, or to `/dev/null` for
-//! `mariadb-dump`) while Quorum's backup crosses the pod network twice, from the member to the
-//! operator and from the operator to the store: the comparison is the tool's best case. MongoDB
+//! `mariadb-dump`) while Quorum's backup runs in a Job of its own (its service account, Role and
+//! pod made first, all counted in its time) and crosses the pod network twice, from the member
+//! to the Job's pod and from there to the store: the comparison is the tool's best case. MongoDB
 //! is left out: its simulator has no `mongodump` to compare with.
 
 use std::time::{Duration, Instant};
