@@ -298,6 +298,105 @@ async fn sentinel_fails_over_a_killed_primary_and_the_operator_follows() {
     setup.stop().await;
 }
 
+/// `SENTINEL MASTER primary` of the Sentinel at `address`, as field and value.
+async fn sentinel_master(address: SocketAddr, password: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut connection = data_connection(address, password)
+        .await
+        .map_err(|e| e.to_string())?;
+    let flat: Vec<String> = redis::cmd("SENTINEL")
+        .arg("MASTER")
+        .arg("primary")
+        .query_async(&mut connection)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(flat
+        .chunks(2)
+        .filter_map(|pair| match pair {
+            [field, value] => Some((field.clone(), value.clone())),
+            _ => None,
+        })
+        .collect())
+}
+
+/// A Sentinel left naming a replica, with the same configuration epoch as the Sentinels naming
+/// the primary, never takes their view (Sentinel takes another's only from a newer epoch): it
+/// learns no replica and would never vote on a failover of the primary. The operator re-points
+/// it at the primary the others agree on, and it learns the replicas.
+#[tokio::test]
+async fn a_sentinel_left_naming_a_replica_at_the_others_epoch_is_repointed_at_the_primary() {
+    let setup = Setup::start("redis-sentinel-stray").await;
+    let ns = setup.ns().to_string();
+    setup.create_ready("cache", replication_spec(2), 3).await;
+    let password = setup.password("cache").await;
+    let primary = node_address(&ns, "cache", 0);
+    let agreed = sentinel_master(sentinel_address(&ns, "cache", 0), &password)
+        .await
+        .unwrap();
+    assert_eq!(
+        agreed.get("config-epoch").map(String::as_str),
+        Some("0"),
+        "no failover yet, so a Sentinel monitoring anew has the others' epoch: {agreed:?}"
+    );
+
+    let stray = sentinel_address(&ns, "cache", 2);
+    let replica = node_address(&ns, "cache", 1);
+    let mut sentinel = data_connection(stray, &password).await.unwrap();
+    let _: () = redis::cmd("SENTINEL")
+        .arg("REMOVE")
+        .arg("primary")
+        .query_async(&mut sentinel)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SENTINEL")
+        .arg("MONITOR")
+        .arg("primary")
+        .arg(replica.ip().to_string())
+        .arg(replica.port())
+        .arg(&agreed["quorum"])
+        .query_async(&mut sentinel)
+        .await
+        .unwrap();
+    for (option, value) in [
+        ("auth-pass", password.as_str()),
+        (
+            "down-after-milliseconds",
+            agreed["down-after-milliseconds"].as_str(),
+        ),
+        ("failover-timeout", agreed["failover-timeout"].as_str()),
+    ] {
+        let _: () = redis::cmd("SENTINEL")
+            .arg("SET")
+            .arg("primary")
+            .arg(option)
+            .arg(value)
+            .query_async(&mut sentinel)
+            .await
+            .unwrap();
+    }
+    assert_eq!(sentinel_primary(stray, &password).await, Some(replica));
+
+    wait::until(
+        "the stray Sentinel naming the primary and knowing both replicas",
+        Duration::from_secs(120),
+        || async {
+            let view = sentinel_master(stray, &password).await?;
+            let named = format!(
+                "{}:{}",
+                view.get("ip").map_or("", String::as_str),
+                view.get("port").map_or("", String::as_str)
+            );
+            let replicas = view.get("num-slaves").map_or("", String::as_str);
+            (named == primary.to_string() && replicas == "2")
+                .then_some(())
+                .ok_or_else(|| format!("names {named}, knows {replicas} replicas"))
+        },
+    )
+    .await;
+    let status = ready(&setup.clusters, "cache", 3).await;
+    assert_eq!(status.primary.as_deref(), Some("cache-0"));
+    setup.stop().await;
+}
+
 /// A failover the Sentinels decide on their own changes nothing Kubernetes watches (no pod
 /// restarts, no object changes). The operator learns of it from the Sentinels' `+switch-master`
 /// announcements: with its scheduled pass an hour away, the new primary still gets the primary

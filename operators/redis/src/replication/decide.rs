@@ -786,6 +786,20 @@ pub fn decide(facts: &Facts) -> Decision {
 
     // Sentinels first: once they watch the primary, a failure from here on is theirs to
     // handle.
+    let agreed_epoch = facts
+        .sentinels
+        .iter()
+        .filter_map(|s| s.view.as_ref())
+        .filter(|view| view.primary == primary_address)
+        .map(|view| view.config_epoch)
+        .max();
+    let names_a_replica = |address: SocketAddr| {
+        facts
+            .nodes
+            .iter()
+            .find(|node| node.address == Some(address))
+            .is_some_and(|node| answers_as(facts, node.ordinal, Role::Replica))
+    };
     for sentinel in facts.sentinels.iter().filter(|s| s.health.is_healthy()) {
         match &sentinel.view {
             Some(view) if facts.primary_on_request == Some(primary) && view.primary != primary_address => {
@@ -807,6 +821,23 @@ pub fn decide(facts: &Facts) -> Decision {
                 if primary_seen
                     && view.primary != primary_address
                     && !facts.nodes.iter().any(|node| node.address == Some(view.primary)) =>
+            {
+                return Decision::Act(Step::RepointSentinel {
+                    sentinel: sentinel.ordinal,
+                    primary: primary_address,
+                });
+            }
+            // Naming a node that follows the primary, with the configuration epoch of the
+            // others that agree on it: a Sentinel takes another's view only from a newer epoch,
+            // so neither gives way and it names that replica for good (never learning the
+            // replicas, never voting on a failover of the primary). One with an older epoch
+            // takes the others' view from their next hello message, and one with a newer epoch
+            // hands them its own: Sentinel's own business.
+            Some(view)
+                if primary_seen
+                    && view.primary != primary_address
+                    && agreed_epoch == Some(view.config_epoch)
+                    && names_a_replica(view.primary) =>
             {
                 return Decision::Act(Step::RepointSentinel {
                     sentinel: sentinel.ordinal,
@@ -2101,10 +2132,47 @@ mod tests {
                 primary: address(0)
             })
         );
-        // One watching another node that is there is Sentinel's own business, not re-pointed.
-        behind.sentinels[2].view.as_mut().unwrap().primary = address(1);
+        // One naming a replica with an older configuration than the others takes theirs from
+        // their next hello message: Sentinel's own business, not re-pointed.
+        let view = behind.sentinels[2].view.as_mut().unwrap();
+        view.primary = address(1);
+        view.config_epoch = 0;
+        for other in [0, 1] {
+            behind.sentinels[other].view.as_mut().unwrap().config_epoch = 3;
+        }
         assert!(!matches!(
             decide(&behind),
+            Decision::Act(Step::RepointSentinel { .. })
+        ));
+    }
+
+    #[test]
+    fn a_sentinel_naming_a_replica_with_the_epoch_of_the_others_is_repointed() {
+        // Sentinel takes another's view only from a newer epoch: with the same one, neither
+        // side gives way and it names the replica for good.
+        let naming_node_1_at = |epoch: u64| {
+            let mut facts = facts(settled_nodes(0), all_watching(0), Some(0));
+            for (ordinal, sentinel) in facts.sentinels.iter_mut().enumerate() {
+                let view = sentinel.view.as_mut().unwrap();
+                view.config_epoch = if ordinal == 2 { epoch } else { 3 };
+                if ordinal == 2 {
+                    view.primary = address(1);
+                    view.known_replicas = 0;
+                }
+            }
+            facts
+        };
+        assert_eq!(
+            decide(&naming_node_1_at(3)),
+            Decision::Act(Step::RepointSentinel {
+                sentinel: 2,
+                primary: address(0)
+            })
+        );
+        // With a newer epoch the others take its view from its hello messages: Sentinel's own
+        // business.
+        assert!(!matches!(
+            decide(&naming_node_1_at(4)),
             Decision::Act(Step::RepointSentinel { .. })
         ));
     }
