@@ -79,11 +79,17 @@ impl RequestLog {
     }
 
     /// The single reads: GETs of one object and lists, not the watches (which stay open, and
-    /// are what a cache is filled from).
+    /// are what a cache is filled from), nor the paged list a watcher makes to fill its cache
+    /// anew when its watch broke (a loaded API server ends watches early): one whose next
+    /// request on the same collection, if any yet, is the watch it resumes.
     pub fn reads(&self) -> Vec<(http::Method, String)> {
-        self.sent()
-            .into_iter()
-            .filter(|(method, target)| method == http::Method::GET && !target.contains("watch=true"))
+        let sent = self.sent();
+        sent.iter()
+            .enumerate()
+            .filter(|(at, (method, target))| {
+                method == http::Method::GET && !is_watch(target) && !fills_a_cache(target, &sent[at + 1..])
+            })
+            .map(|(_, request)| request.clone())
             .collect()
     }
 
@@ -94,6 +100,22 @@ impl RequestLog {
             .filter(|(method, _)| method != http::Method::GET)
             .collect()
     }
+}
+
+fn is_watch(target: &str) -> bool {
+    target.contains("watch=true")
+}
+
+/// Whether `target` is a watcher's paged list (kube's watcher lists in pages; no pass does) whose
+/// next request on the same collection among `later`, if any, is a watch.
+fn fills_a_cache(target: &str, later: &[(http::Method, String)]) -> bool {
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let paged = query.split('&').any(|parameter| parameter.starts_with("limit="));
+    paged
+        && later
+            .iter()
+            .find(|(_, next)| next.split('?').next() == Some(path))
+            .is_none_or(|(_, next)| is_watch(next))
 }
 
 /// An admin client that records every request it sends, so a test counts what one component
@@ -435,6 +457,38 @@ where
 
 #[cfg(test)]
 mod tests {
+    use super::RequestLog;
+
+    #[test]
+    fn a_watchers_list_to_fill_its_cache_again_is_no_read_but_any_other_list_is() {
+        let log = RequestLog::default();
+        let clusters = "/apis/redis.quorum.dev/v1alpha1/namespaces/n/redisclusters";
+        for target in [
+            format!("{clusters}/cache"),
+            format!("{clusters}?&limit=500"),
+            "/api/v1/namespaces/n/pods?&labelSelector=app".to_string(),
+            format!("{clusters}?&watch=true&resourceVersion=7"),
+            "/api/v1/namespaces/n/pods?&limit=500".to_string(),
+            "/api/v1/namespaces/n/pods/cache-0".to_string(),
+            "/api/v1/namespaces/n/pods?&limit=500".to_string(),
+        ] {
+            log.0.lock().unwrap().push((http::Method::GET, target));
+        }
+        assert_eq!(
+            log.reads()
+                .into_iter()
+                .map(|(_, target)| target)
+                .collect::<Vec<_>>(),
+            [
+                format!("{clusters}/cache"),
+                "/api/v1/namespaces/n/pods?&labelSelector=app".to_string(),
+                // Followed by a read of the collection rather than its watch.
+                "/api/v1/namespaces/n/pods?&limit=500".to_string(),
+                "/api/v1/namespaces/n/pods/cache-0".to_string(),
+            ]
+        );
+    }
+
     #[tokio::test]
     #[should_panic(expected = "no local control plane")]
     async fn a_missing_control_plane_fails_loudly() {
