@@ -618,8 +618,12 @@ async fn recover_from_the_survivor(prefix: &str, restart_operator_at_each_step: 
         "{taken:?}"
     );
     if restart_operator_at_each_step {
+        // Each restart follows a step reported since the last one; how many there are depends
+        // on how many steps a started operator takes before the test next looks (two wipes
+        // may come in one second). Two restarts mid-recovery are two resumptions from the
+        // recorded phase.
         let restarts = restarts.into_inner();
-        assert!(restarts >= 3, "the operator was restarted {restarts} times");
+        assert!(restarts >= 2, "the operator was restarted {restarts} times");
     }
     assert_eq!(done.replaced.as_deref(), Some("demo-0, demo-1"), "{done:?}");
     support::ready_with(clusters, CLUSTER, 3, Duration::from_secs(300)).await;
