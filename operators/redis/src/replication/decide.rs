@@ -793,13 +793,7 @@ pub fn decide(facts: &Facts) -> Decision {
         .filter(|view| view.primary == primary_address)
         .map(|view| view.config_epoch)
         .max();
-    let names_a_replica = |address: SocketAddr| {
-        facts
-            .nodes
-            .iter()
-            .find(|node| node.address == Some(address))
-            .is_some_and(|node| answers_as(facts, node.ordinal, Role::Replica))
-    };
+    let names_a_replica = |address: SocketAddr| matches!(named(facts, address), Named::Node(ordinal) if answers_as(facts, ordinal, Role::Replica));
     for sentinel in facts.sentinels.iter().filter(|s| s.health.is_healthy()) {
         match &sentinel.view {
             Some(view) if facts.primary_on_request == Some(primary) && view.primary != primary_address => {
