@@ -20,7 +20,11 @@ use quorum_e2e::{
     wait,
 };
 use redis::AsyncCommands;
-use redis_operator::{address::Kind, resources::ROLE_LABEL};
+use redis_operator::{
+    address::Kind,
+    admin::sentinel::{MonitoredPrimary, parse_monitored_primary},
+    resources::ROLE_LABEL,
+};
 
 fn node_address(namespace: &str, cluster: &str, ordinal: usize) -> SocketAddr {
     SocketAddr::new(loopback_ip(namespace, cluster, ordinal).into(), 6379)
@@ -298,8 +302,8 @@ async fn sentinel_fails_over_a_killed_primary_and_the_operator_follows() {
     setup.stop().await;
 }
 
-/// `SENTINEL MASTER primary` of the Sentinel at `address`, as field and value.
-async fn sentinel_master(address: SocketAddr, password: &str) -> Result<BTreeMap<String, String>, String> {
+/// `SENTINEL MASTER primary` of the Sentinel at `address`, read by the operator's own parser.
+async fn sentinel_master(address: SocketAddr, password: &str) -> Result<MonitoredPrimary, String> {
     let mut connection = data_connection(address, password)
         .await
         .map_err(|e| e.to_string())?;
@@ -309,13 +313,7 @@ async fn sentinel_master(address: SocketAddr, password: &str) -> Result<BTreeMap
         .query_async(&mut connection)
         .await
         .map_err(|e| e.to_string())?;
-    Ok(flat
-        .chunks(2)
-        .filter_map(|pair| match pair {
-            [field, value] => Some((field.clone(), value.clone())),
-            _ => None,
-        })
-        .collect())
+    parse_monitored_primary(&flat)
 }
 
 /// A Sentinel left naming a replica, with the same configuration epoch as the Sentinels naming
@@ -333,8 +331,7 @@ async fn a_sentinel_left_naming_a_replica_at_the_others_epoch_is_repointed_at_th
         .await
         .unwrap();
     assert_eq!(
-        agreed.get("config-epoch").map(String::as_str),
-        Some("0"),
+        agreed.config_epoch, 0,
         "no failover yet, so a Sentinel monitoring anew has the others' epoch: {agreed:?}"
     );
 
@@ -352,17 +349,20 @@ async fn a_sentinel_left_naming_a_replica_at_the_others_epoch_is_repointed_at_th
         .arg("primary")
         .arg(replica.ip().to_string())
         .arg(replica.port())
-        .arg(&agreed["quorum"])
+        .arg(agreed.quorum)
         .query_async(&mut sentinel)
         .await
         .unwrap();
     for (option, value) in [
-        ("auth-pass", password.as_str()),
+        ("auth-pass", password.clone()),
         (
             "down-after-milliseconds",
-            agreed["down-after-milliseconds"].as_str(),
+            agreed.down_after.as_millis().to_string(),
         ),
-        ("failover-timeout", agreed["failover-timeout"].as_str()),
+        (
+            "failover-timeout",
+            agreed.failover_timeout.as_millis().to_string(),
+        ),
     ] {
         let _: () = redis::cmd("SENTINEL")
             .arg("SET")
@@ -380,15 +380,9 @@ async fn a_sentinel_left_naming_a_replica_at_the_others_epoch_is_repointed_at_th
         Duration::from_secs(120),
         || async {
             let view = sentinel_master(stray, &password).await?;
-            let named = format!(
-                "{}:{}",
-                view.get("ip").map_or("", String::as_str),
-                view.get("port").map_or("", String::as_str)
-            );
-            let replicas = view.get("num-slaves").map_or("", String::as_str);
-            (named == primary.to_string() && replicas == "2")
+            (view.address == primary && view.replicas == 2)
                 .then_some(())
-                .ok_or_else(|| format!("names {named}, knows {replicas} replicas"))
+                .ok_or_else(|| format!("names {}, knows {} replicas", view.address, view.replicas))
         },
     )
     .await;
