@@ -126,22 +126,40 @@ pub struct EtcdAdmin {
 }
 
 impl EtcdAdmin {
-    /// A client for the member at `endpoint` (its client URL). Connection is lazy: an
-    /// unreachable member fails the first call, not this one.
-    ///
-    /// For an `https://` endpoint, `tls` gives the CA to trust (and nothing else) and the client
-    /// identity to present, both to the gRPC admin API and to `/metrics`. Without it, calls
-    /// to an `https://` member fail (the gRPC client trusts no CA, and a member requiring client
-    /// certificates refuses a client without one): the member is unreachable, never asked
-    /// insecurely. For an `http://` endpoint `tls` is not used.
+    /// A client for the member at `endpoint` (its client URL), with a `/metrics` client of its
+    /// own: for a single use. The operator shares the `/metrics` client between members
+    /// ([`EtcdAdmin::connect_sharing`]).
     ///
     /// # Errors
-    /// [`AdminError::Etcd`] when the endpoint is malformed or the gRPC TLS settings are refused;
-    /// [`AdminError::Tls`] when the PEM material cannot be used for `/metrics`.
+    /// As [`EtcdAdmin::connect_sharing`], and [`AdminError::Tls`] when the PEM material cannot
+    /// be used for `/metrics`.
     pub async fn connect(
         endpoint: &str,
         timeout: std::time::Duration,
         tls: Option<&TlsMaterial>,
+    ) -> Result<Self, AdminError> {
+        let metrics = metrics_client(endpoint, timeout, tls)?;
+        Self::connect_sharing(endpoint, timeout, tls, metrics).await
+    }
+
+    /// A client for the member at `endpoint` (its client URL) that reads `/metrics` with
+    /// `metrics`, a client shared with other members ([`metrics_client`]). Connection is lazy: an
+    /// unreachable member fails the first call, not this one.
+    ///
+    /// For an `https://` endpoint, `tls` gives the CA to trust (and nothing else) and the client
+    /// identity to present to the gRPC admin API, and `metrics` must have been built with the
+    /// same material ([`metrics_client`]). Without it, calls to an `https://` member fail (the
+    /// gRPC client trusts no CA, and a member requiring client certificates refuses a client
+    /// without one): the member is unreachable, never asked insecurely. For an `http://`
+    /// endpoint `tls` is not used.
+    ///
+    /// # Errors
+    /// [`AdminError::Etcd`] when the endpoint is malformed or the gRPC TLS settings are refused.
+    pub async fn connect_sharing(
+        endpoint: &str,
+        timeout: std::time::Duration,
+        tls: Option<&TlsMaterial>,
+        metrics: reqwest::Client,
     ) -> Result<Self, AdminError> {
         let given = tls.cloned().map(std::sync::Arc::new);
         let tls = tls.filter(|_| is_https(endpoint));
@@ -159,41 +177,10 @@ impl EtcdAdmin {
                 endpoint: endpoint.to_string(),
                 source,
             })?;
-        let mut http = reqwest::Client::builder()
-            .timeout(timeout)
-            .connect_timeout(timeout);
-        if let Some(material) = tls {
-            let tls_error = |what: &'static str| {
-                move |source| AdminError::Tls {
-                    endpoint: endpoint.to_string(),
-                    what,
-                    source,
-                }
-            };
-            let ca =
-                reqwest::Certificate::from_pem(&material.ca_pem).map_err(tls_error("the CA certificate"))?;
-            let mut identity_pem = material.cert_pem.clone();
-            if !identity_pem.ends_with(b"\n") {
-                identity_pem.push(b'\n');
-            }
-            identity_pem.extend_from_slice(&material.key_pem);
-            let identity = reqwest::Identity::from_pem(&identity_pem)
-                .map_err(tls_error("the client certificate and key"))?;
-            http = http
-                .use_rustls_tls()
-                .tls_built_in_root_certs(false)
-                .add_root_certificate(ca)
-                .identity(identity);
-        }
-        let http = http.build().map_err(|source| AdminError::Tls {
-            endpoint: endpoint.to_string(),
-            what: "the metrics client",
-            source,
-        })?;
         Ok(Self {
             client,
             endpoint: endpoint.to_string(),
-            http,
+            http: metrics,
             tls: given,
         })
     }
@@ -425,7 +412,53 @@ impl EtcdAdmin {
     }
 }
 
-/// As etcd-client tells them apart: only `https://` URLs are dialled with TLS.
+/// The HTTP client that reads `/metrics` of members at `endpoint` and any other member reached
+/// with the same `tls` (used only for an `https://` endpoint): the CA to trust (and nothing
+/// else) and the identity to present. Meant to be shared by those members (each client carries
+/// its own TLS configuration and session cache), and it keeps no idle connection: a member is
+/// read once a pass, and a connection kept between passes holds a read buffer grown to the size
+/// of etcd's metrics page.
+///
+/// # Errors
+/// [`AdminError::Tls`] when the PEM material cannot be used.
+pub fn metrics_client(
+    endpoint: &str,
+    timeout: std::time::Duration,
+    tls: Option<&TlsMaterial>,
+) -> Result<reqwest::Client, AdminError> {
+    let mut http = reqwest::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(timeout)
+        .pool_max_idle_per_host(0);
+    if let Some(material) = tls.filter(|_| is_https(endpoint)) {
+        let tls_error = |what: &'static str| {
+            move |source| AdminError::Tls {
+                endpoint: endpoint.to_string(),
+                what,
+                source,
+            }
+        };
+        let ca = reqwest::Certificate::from_pem(&material.ca_pem).map_err(tls_error("the CA certificate"))?;
+        let mut identity_pem = material.cert_pem.clone();
+        if !identity_pem.ends_with(b"\n") {
+            identity_pem.push(b'\n');
+        }
+        identity_pem.extend_from_slice(&material.key_pem);
+        let identity = reqwest::Identity::from_pem(&identity_pem)
+            .map_err(tls_error("the client certificate and key"))?;
+        http = http
+            .use_rustls_tls()
+            .tls_built_in_root_certs(false)
+            .add_root_certificate(ca)
+            .identity(identity);
+    }
+    http.build().map_err(|source| AdminError::Tls {
+        endpoint: endpoint.to_string(),
+        what: "the metrics client",
+        source,
+    })
+}
+
 /// The key a [`LeaderWatch`] watches. Nothing writes it: the watch is only there for the member
 /// to end when it loses its leader.
 pub const LEADER_WATCH_KEY: &str = "\u{0}quorum-operator/leader-watch";
@@ -517,7 +550,8 @@ fn with_tls(options: ConnectOptions, tls: Option<&TlsMaterial>) -> ConnectOption
     }
 }
 
-fn is_https(endpoint: &str) -> bool {
+/// As etcd-client tells them apart: only `https://` URLs are dialled with TLS.
+pub fn is_https(endpoint: &str) -> bool {
     endpoint.starts_with("https://")
 }
 

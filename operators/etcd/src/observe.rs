@@ -6,7 +6,10 @@
 //! taken from a member that answered. A member the operator cannot reach is `Unknown` unless a
 //! majority of its peers report their connection to it down, which makes it `Unhealthy`.
 
-use std::{collections::BTreeMap, sync::Arc};
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::{Arc, Mutex},
+};
 
 use k8s_openapi::jiff::Timestamp;
 
@@ -19,7 +22,9 @@ use quorum_core::availability::{
 };
 
 use crate::{
-    admin::{AdminError, EtcdAdmin, MemberInfo, MemberReport, PeerLink, TlsMaterial},
+    admin::{
+        AdminError, EtcdAdmin, MemberInfo, MemberReport, PeerLink, TlsMaterial, is_https, metrics_client,
+    },
     decide::MemberFact,
     resolver::MemberResolver,
 };
@@ -33,6 +38,57 @@ pub struct EtcdClients {
     /// Logged in to with the cluster's client TLS material, for members on `https://` client
     /// URLs.
     members: MemberClients<EtcdAdmin, Arc<TlsMaterial>>,
+    metrics: MetricsClients,
+}
+
+/// The clients that read members' `/metrics`: one for every member on plain HTTP, one per
+/// cluster for members on TLS, built on first use ([`metrics_client`] says why they are shared).
+#[derive(Default)]
+struct MetricsClients {
+    plain: Mutex<Option<reqwest::Client>>,
+    by_cluster: Mutex<HashMap<String, (Arc<TlsMaterial>, reqwest::Client)>>,
+}
+
+impl MetricsClients {
+    fn client(
+        &self,
+        cluster: &str,
+        endpoint: &str,
+        timeout: std::time::Duration,
+        tls: Option<&Arc<TlsMaterial>>,
+    ) -> Result<reqwest::Client, AdminError> {
+        let Some(material) = tls.filter(|_| is_https(endpoint)) else {
+            let mut plain = self
+                .plain
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(client) = plain.as_ref() {
+                return Ok(client.clone());
+            }
+            let client = metrics_client(endpoint, timeout, None)?;
+            *plain = Some(client.clone());
+            return Ok(client);
+        };
+        let mut by_cluster = self
+            .by_cluster
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((built_with, client)) = by_cluster.get(cluster)
+            && built_with == material
+        {
+            return Ok(client.clone());
+        }
+        let client = metrics_client(endpoint, timeout, Some(material))?;
+        by_cluster.insert(cluster.to_string(), (material.clone(), client.clone()));
+        Ok(client)
+    }
+
+    fn forget_cluster(&self, cluster: &str) {
+        self.by_cluster
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(cluster);
+    }
 }
 
 /// What one pass of gathering saw.
@@ -60,6 +116,7 @@ impl EtcdClients {
     pub fn new(calls: AdminCalls, metrics: AdminMetrics) -> Self {
         Self {
             members: MemberClients::new(ENGINE, calls, metrics),
+            metrics: MetricsClients::default(),
         }
     }
 
@@ -108,7 +165,12 @@ impl EtcdClients {
             cache.invalidate(key).await;
         }
         let timeout = self.members.policy().timeout;
-        let connect = || EtcdAdmin::connect(endpoint, timeout, tls.as_deref());
+        let connect = || async {
+            let metrics = self
+                .metrics
+                .client(&key.cluster, endpoint, timeout, tls.as_ref())?;
+            EtcdAdmin::connect_sharing(endpoint, timeout, tls.as_deref(), metrics).await
+        };
         self.members
             .call(key, endpoint, verb, idempotency, connect, verb_call)
             .await
@@ -117,6 +179,7 @@ impl EtcdClients {
     /// Drops the cached clients and TLS material of a deleted cluster.
     pub async fn forget_cluster(&self, cluster: &str) {
         self.members.forget_cluster(cluster).await;
+        self.metrics.forget_cluster(cluster);
     }
 
     /// Gathers the cluster's state, asking members `0..candidates`.
