@@ -126,8 +126,9 @@ pub struct EtcdAdmin {
 }
 
 impl EtcdAdmin {
-    /// A client for the member at `endpoint` (its client URL), with a `/metrics` client of its
-    /// own: for a single use. The operator shares the `/metrics` client between members
+    /// A client for the member at `endpoint` (its client URL), with a connection and a
+    /// `/metrics` client of its own: for a single use. The operator shares the connection with
+    /// the member's leader watch and the `/metrics` client between members
     /// ([`EtcdAdmin::connect_sharing`]).
     ///
     /// # Errors
@@ -138,39 +139,31 @@ impl EtcdAdmin {
         timeout: std::time::Duration,
         tls: Option<&TlsMaterial>,
     ) -> Result<Self, AdminError> {
+        let channel = member_channel(endpoint, timeout, tls)?;
         let metrics = metrics_client(endpoint, timeout, tls)?;
-        Self::connect_sharing(endpoint, timeout, tls, metrics).await
+        Self::connect_sharing(endpoint, channel, tls, metrics).await
     }
 
-    /// A client for the member at `endpoint` (its client URL) that reads `/metrics` with
-    /// `metrics`, a client shared with other members ([`metrics_client`]). Connection is lazy: an
-    /// unreachable member fails the first call, not this one.
+    /// A client for the member at `endpoint` (its client URL) over `channel`
+    /// ([`member_channel`]), reading `/metrics` with `metrics` ([`metrics_client`]), both
+    /// possibly shared. Connection is lazy: an unreachable member fails the first call, not this
+    /// one.
     ///
-    /// For an `https://` endpoint, `tls` gives the CA to trust (and nothing else) and the client
-    /// identity to present to the gRPC admin API, and `metrics` must have been built with the
-    /// same material ([`metrics_client`]). Without it, calls to an `https://` member fail (the
-    /// gRPC client trusts no CA, and a member requiring client certificates refuses a client
-    /// without one): the member is unreachable, never asked insecurely. For an `http://`
-    /// endpoint `tls` is not used.
+    /// For an `https://` endpoint, `tls` is the material `channel` and `metrics` were built
+    /// with: the CA to trust (and nothing else) and the client identity to present. Without it,
+    /// calls to an `https://` member fail (the client trusts no CA, and a member requiring client
+    /// certificates refuses a client without one): the member is unreachable, never asked
+    /// insecurely. For an `http://` endpoint `tls` is not used.
     ///
     /// # Errors
-    /// [`AdminError::Etcd`] when the endpoint is malformed or the gRPC TLS settings are refused.
+    /// [`AdminError::Etcd`] when etcd-client refuses the channel.
     pub async fn connect_sharing(
         endpoint: &str,
-        timeout: std::time::Duration,
+        channel: etcd_client::Channel,
         tls: Option<&TlsMaterial>,
         metrics: reqwest::Client,
     ) -> Result<Self, AdminError> {
-        let given = tls.cloned().map(std::sync::Arc::new);
-        let tls = tls.filter(|_| is_https(endpoint));
-        let options = with_tls(
-            ConnectOptions::new()
-                .with_connect_timeout(timeout)
-                .with_timeout(timeout)
-                .with_keep_alive(timeout, timeout),
-            tls,
-        );
-        let client = Client::connect([endpoint], Some(options))
+        let client = Client::from_channel(channel, None)
             .await
             .map_err(|source| AdminError::Etcd {
                 verb: "connect",
@@ -181,7 +174,7 @@ impl EtcdAdmin {
             client,
             endpoint: endpoint.to_string(),
             http: metrics,
-            tls: given,
+            tls: tls.cloned().map(std::sync::Arc::new),
         })
     }
 
@@ -412,6 +405,46 @@ impl EtcdAdmin {
     }
 }
 
+/// One gRPC connection to the member at `endpoint`, for its admin client and its leader watch
+/// alike: dialled within `timeout`, each request answered (a stream opened) within `timeout`,
+/// the link checked every `timeout` whether busy or idle (and given `timeout` to answer), so a member that stopped without closing it (a pod gone, a node cut
+/// off) ends its leader watch within two `timeout`s. Dialled lazily, and again (the name
+/// resolved again) whenever the connection breaks. For an `https://` endpoint, `tls` gives the
+/// CA to trust (and nothing else) and the identity to present; without it no CA is trusted.
+///
+/// # Errors
+/// [`AdminError::Etcd`] when `endpoint` is not a URL or the TLS material cannot be used.
+pub fn member_channel(
+    endpoint: &str,
+    timeout: std::time::Duration,
+    tls: Option<&TlsMaterial>,
+) -> Result<etcd_client::Channel, AdminError> {
+    let refused = |source| AdminError::Etcd {
+        verb: "connect",
+        endpoint: endpoint.to_string(),
+        source,
+    };
+    let mut dial = tonic::transport::Endpoint::from_shared(endpoint.to_string())
+        .map_err(|error| refused(etcd_client::Error::TransportError(error)))?
+        .connect_timeout(timeout)
+        .timeout(timeout)
+        .http2_keep_alive_interval(timeout)
+        .keep_alive_timeout(timeout)
+        .keep_alive_while_idle(true);
+    if is_https(endpoint) {
+        let config = match tls {
+            Some(material) => TlsOptions::new()
+                .ca_certificate(Certificate::from_pem(&material.ca_pem))
+                .identity(Identity::from_pem(&material.cert_pem, &material.key_pem)),
+            None => TlsOptions::new(),
+        };
+        dial = dial
+            .tls_config(config)
+            .map_err(|error| refused(etcd_client::Error::TransportError(error)))?;
+    }
+    Ok(etcd_client::Channel::Tonic(dial.connect_lazy()))
+}
+
 /// The HTTP client that reads `/metrics` of members at `endpoint` and any other member reached
 /// with the same `tls` (used only for an `https://` endpoint): the CA to trust (and nothing
 /// else) and the identity to present. Meant to be shared by those members (each client carries
@@ -472,17 +505,16 @@ pub struct LeaderWatch {
 }
 
 impl LeaderWatch {
-    /// Opens the watch on the member at `endpoint`: connected within `timeout`, the link checked
-    /// every `keepalive` (and given `timeout` to answer), and no time limit on the watch itself.
+    /// Opens the watch on the member at `endpoint` over `channel` ([`member_channel`], which
+    /// checks the link), giving it `timeout` to confirm; no time limit on the watch itself.
     ///
     /// # Errors
     /// [`AdminError::Etcd`] when the member cannot be reached, has no leader, or refuses the
     /// watch; [`AdminError::Incomplete`] when it does not confirm the watch within `timeout`.
     pub async fn open(
         endpoint: &str,
+        channel: etcd_client::Channel,
         timeout: std::time::Duration,
-        keepalive: std::time::Duration,
-        tls: Option<&TlsMaterial>,
     ) -> Result<Self, AdminError> {
         let error = |verb| {
             move |source| AdminError::Etcd {
@@ -496,14 +528,9 @@ impl LeaderWatch {
             endpoint: endpoint.to_string(),
             what,
         };
-        let options = with_tls(
-            ConnectOptions::new()
-                .with_connect_timeout(timeout)
-                .with_keep_alive(keepalive, timeout)
-                .with_require_leader(true),
-            tls.filter(|_| is_https(endpoint)),
-        );
-        let mut client = Client::connect([endpoint], Some(options))
+        // `hasleader` on every request of this client: the member refuses the watch, or ends
+        // it, when it has no leader.
+        let mut client = Client::from_channel(channel, Some(ConnectOptions::new().with_require_leader(true)))
             .await
             .map_err(error("connect"))?;
         let mut stream = tokio::time::timeout(timeout, client.watch(LEADER_WATCH_KEY, None))
@@ -536,17 +563,6 @@ impl LeaderWatch {
                 Err(error) => return format!("watch on {}: {error}", self.endpoint),
             }
         }
-    }
-}
-
-fn with_tls(options: ConnectOptions, tls: Option<&TlsMaterial>) -> ConnectOptions {
-    match tls {
-        Some(material) => options.with_tls(
-            TlsOptions::new()
-                .ca_certificate(Certificate::from_pem(&material.ca_pem))
-                .identity(Identity::from_pem(&material.cert_pem, &material.key_pem)),
-        ),
-        None => options,
     }
 }
 

@@ -13,18 +13,29 @@ use quorum_core::{
     wakeups::Wakeups,
 };
 
-use crate::admin::{LeaderWatch, TlsMaterial};
+use crate::{
+    admin::{LeaderWatch, TlsMaterial},
+    observe::MemberChannels,
+};
 
 /// The watches of every cluster this operator follows, by member client URL.
 pub type LeaderEvents = DatabaseEvents<LeaderLoss>;
 
 /// Follows no cluster yet; each pass names its cluster's members ([`DatabaseEvents::follow`]).
-pub fn leader_events(wakeups: Wakeups, settings: ListenSettings) -> LeaderEvents {
-    DatabaseEvents::new(LeaderLoss, wakeups, settings)
+/// Each watch goes over its member's connection in `channels`, the one its admin client uses,
+/// whose link checks end the watch when the member stops without closing it.
+pub fn leader_events(
+    wakeups: Wakeups,
+    settings: ListenSettings,
+    channels: Arc<MemberChannels>,
+) -> LeaderEvents {
+    DatabaseEvents::new(LeaderLoss { channels }, wakeups, settings)
 }
 
 /// One member's leader watch.
-pub struct LeaderLoss;
+pub struct LeaderLoss {
+    channels: Arc<MemberChannels>,
+}
 
 impl Listen for LeaderLoss {
     /// The member's client URL.
@@ -43,11 +54,17 @@ impl Listen for LeaderLoss {
         settings: ListenSettings,
         notify: Notify<'_>,
     ) -> String {
-        let mut watch =
-            match LeaderWatch::open(endpoint, settings.timeout, settings.keepalive, tls.as_deref()).await {
-                Ok(watch) => watch,
-                Err(error) => return error.to_string(),
-            };
+        let channel = match self
+            .channels
+            .channel(&notify.cluster().to_string(), endpoint, tls.as_ref())
+        {
+            Ok(channel) => channel,
+            Err(error) => return error.to_string(),
+        };
+        let mut watch = match LeaderWatch::open(endpoint, channel, settings.timeout).await {
+            Ok(watch) => watch,
+            Err(error) => return error.to_string(),
+        };
         notify.opened();
         let why = watch.ended().await;
         tracing::info!(cluster = %notify.cluster(), member = %endpoint, %why, "a member's leader watch ended; reconciling now");

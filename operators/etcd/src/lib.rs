@@ -44,12 +44,14 @@ impl Operator for EtcdOperator {
     type Backup = crd::EtcdBackup;
 
     fn state(settings: reconcile::Settings, calls: AdminCalls, metrics: &Metrics) -> reconcile::State {
+        let clients = observe::EtcdClients::new(calls, metrics.admin.clone());
         reconcile::State {
-            clients: observe::EtcdClients::new(calls, metrics.admin.clone()),
             leader_events: leader_events::leader_events(
                 quorum_core::wakeups::Wakeups::new(),
                 settings.leader_events,
+                clients.channels(),
             ),
+            clients,
             follow_ups: Default::default(),
             settings,
         }

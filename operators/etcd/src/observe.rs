@@ -23,7 +23,8 @@ use quorum_core::availability::{
 
 use crate::{
     admin::{
-        AdminError, EtcdAdmin, MemberInfo, MemberReport, PeerLink, TlsMaterial, is_https, metrics_client,
+        AdminError, EtcdAdmin, MemberInfo, MemberReport, PeerLink, TlsMaterial, is_https, member_channel,
+        metrics_client,
     },
     decide::MemberFact,
     resolver::MemberResolver,
@@ -38,7 +39,63 @@ pub struct EtcdClients {
     /// Logged in to with the cluster's client TLS material, for members on `https://` client
     /// URLs.
     members: MemberClients<EtcdAdmin, Arc<TlsMaterial>>,
+    channels: Arc<MemberChannels>,
     metrics: MetricsClients,
+}
+
+/// Each member's one gRPC connection ([`member_channel`]), shared by its admin client and its
+/// leader watch ([`crate::leader_events`]) rather than one each: a connection's buffers, tasks and
+/// link checks cost more than anything else the operator holds per member. Kept while its
+/// cluster is followed (it dials again by itself when it breaks), replaced when the cluster's TLS
+/// material changes.
+pub struct MemberChannels {
+    timeout: std::time::Duration,
+    /// By cluster and endpoint: the channel and the material it was dialled with.
+    by_member: Mutex<HashMap<(String, String), Dialled>>,
+}
+
+type Dialled = (Option<Arc<TlsMaterial>>, etcd_client::Channel);
+
+impl MemberChannels {
+    /// Channels dialled, and their link checked, within `timeout`.
+    pub fn new(timeout: std::time::Duration) -> Self {
+        Self {
+            timeout,
+            by_member: Mutex::default(),
+        }
+    }
+
+    /// The channel to the member of `cluster` at `endpoint`, logged in to with `tls`.
+    ///
+    /// # Errors
+    /// As [`member_channel`].
+    pub fn channel(
+        &self,
+        cluster: &str,
+        endpoint: &str,
+        tls: Option<&Arc<TlsMaterial>>,
+    ) -> Result<etcd_client::Channel, AdminError> {
+        let mut by_member = self
+            .by_member
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let key = (cluster.to_string(), endpoint.to_string());
+        if let Some((dialled_with, channel)) = by_member.get(&key)
+            && dialled_with.as_ref() == tls
+        {
+            return Ok(channel.clone());
+        }
+        let channel = member_channel(endpoint, self.timeout, tls.map(|material| &**material))?;
+        by_member.insert(key, (tls.cloned(), channel.clone()));
+        Ok(channel)
+    }
+
+    fn forget_cluster(&self, cluster: &str) {
+        self.by_member
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|(of, _), _| of != cluster);
+    }
 }
 
 /// The clients that read members' `/metrics`: one for every member on plain HTTP, one per
@@ -115,6 +172,7 @@ impl ClusterView {
 impl EtcdClients {
     pub fn new(calls: AdminCalls, metrics: AdminMetrics) -> Self {
         Self {
+            channels: Arc::new(MemberChannels::new(calls.policy.timeout)),
             members: MemberClients::new(ENGINE, calls, metrics),
             metrics: MetricsClients::default(),
         }
@@ -122,6 +180,11 @@ impl EtcdClients {
 
     pub fn metrics(&self) -> &AdminMetrics {
         self.members.metrics()
+    }
+
+    /// The members' connections, for their leader watches.
+    pub fn channels(&self) -> Arc<MemberChannels> {
+        self.channels.clone()
     }
 
     /// Sets the TLS material used to reach the members of `cluster` (`None`: plain HTTP, or
@@ -166,10 +229,11 @@ impl EtcdClients {
         }
         let timeout = self.members.policy().timeout;
         let connect = || async {
+            let channel = self.channels.channel(&key.cluster, endpoint, tls.as_ref())?;
             let metrics = self
                 .metrics
                 .client(&key.cluster, endpoint, timeout, tls.as_ref())?;
-            EtcdAdmin::connect_sharing(endpoint, timeout, tls.as_deref(), metrics).await
+            EtcdAdmin::connect_sharing(endpoint, channel, tls.as_deref(), metrics).await
         };
         self.members
             .call(key, endpoint, verb, idempotency, connect, verb_call)
@@ -179,6 +243,7 @@ impl EtcdClients {
     /// Drops the cached clients and TLS material of a deleted cluster.
     pub async fn forget_cluster(&self, cluster: &str) {
         self.members.forget_cluster(cluster).await;
+        self.channels.forget_cluster(cluster);
         self.metrics.forget_cluster(cluster);
     }
 
