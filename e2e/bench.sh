@@ -19,7 +19,19 @@ if ! e2e/cluster.sh status >/dev/null 2>&1; then
   trap 'e2e/cluster.sh stop' EXIT
 fi
 quick=0
-for argument in "$@"; do [[ $argument == --quick ]] && quick=1; done
+engines=""
+previous=""
+for argument in "$@"; do
+  [[ $argument == --quick ]] && quick=1
+  [[ $previous == --engines ]] && engines+=",$argument"
+  [[ $argument == --engines=* ]] && engines+=",${argument#--engines=}"
+  previous=$argument
+done
+# Only the operators of the engines measured are built (an optimized build takes minutes each).
+if [[ -n $engines ]]; then
+  QUORUM_OPERATORS=$(tr ',' '\n' <<<"${engines#,}" | sed -n 's/^\(etcd\|mysql\|redis\|mongodb\)$/\1-operator/p' | tr '\n' ' ')
+  export QUORUM_OPERATORS
+fi
 e2e/images.sh import node >/dev/null
 e2e/images.sh import engines >/dev/null
 if ((quick)); then

@@ -222,7 +222,8 @@ xtask() {
 
 build_operator_images() {
   local operator layout reference profile=${QUORUM_OPERATOR_PROFILE:-dev}
-  for operator in etcd-operator mysql-operator redis-operator mongodb-operator; do
+  # QUORUM_OPERATORS narrows the build to some of them (`make bench` with --engines does).
+  for operator in ${QUORUM_OPERATORS:-etcd-operator mysql-operator redis-operator mongodb-operator}; do
     layout="$images/.layout-$operator-$profile"
     (cd "$root" && xtask image "$operator" --layout "$layout" --profile "$profile" >&2)
     # The tag is the one the layout carries (the workspace's version); the repository is the
