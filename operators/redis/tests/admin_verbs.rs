@@ -985,6 +985,189 @@ async fn an_rdb_snapshot_taken_over_sync_restores_identical_keys() {
     }
 }
 
+/// What a snapshot holds, read as it streams, is what the server holds: every key without an
+/// expiry, of every type and encoding Redis writes (integers, compressed strings, list packs,
+/// intsets, hash tables, quicklists, streams with consumer groups), in two databases, digested
+/// as the server's own answers (`SCAN`, `TYPE`, `GET`) give them; keys with an expiry counted
+/// apart. A server restored from the snapshot reads the same, and a changed value does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_rdb_snapshot_is_read_for_what_it_holds_and_a_restored_copy_holds_the_same() {
+    use quorum_core::backup::digest::ContentDigest;
+
+    let mut processes = RedisProcesses::start(Mode::Standalone, 1).await;
+    let password = processes.password().to_string();
+    let source = admin(processes.address(0), &password).await;
+    let mut db0 = data_connection(processes.address(0), &password).await;
+    let mut db1 = data_connection(processes.address(0), &password).await;
+    let _: () = redis::cmd("SELECT").arg(1).query_async(&mut db1).await.unwrap();
+    let run = |connection: &mut MultiplexedConnection, words: Vec<String>| {
+        let mut command = redis::cmd(&words[0]);
+        for word in &words[1..] {
+            command.arg(word);
+        }
+        let mut connection = connection.clone();
+        async move {
+            let _: redis::Value = command.query_async(&mut connection).await.unwrap();
+        }
+    };
+    let words = |text: &str| text.split(' ').map(str::to_string).collect::<Vec<_>>();
+    let many = |prefix: &str, count: usize, pairs: bool| {
+        (0..count)
+            .flat_map(|n| {
+                let member = format!("{prefix}{n}");
+                if pairs {
+                    vec![n.to_string(), member]
+                } else {
+                    vec![member]
+                }
+            })
+            .collect::<Vec<_>>()
+    };
+    for command in [
+        "SET int 12345",
+        "SET small-int -7",
+        "SET short hello",
+        "SET volatile-string gone-later EX 3600",
+        "RPUSH short-list a b c",
+        "SADD small-intset 1 2 3",
+        "SADD small-set a b c",
+        "ZADD small-zset 1 a 2 b",
+        "HSET small-hash f1 v1 f2 v2",
+        "XADD stream 1-1 field value",
+        "XADD stream 2-1 field value",
+        "XGROUP CREATE stream readers 0",
+        "EXPIRE short-list 3600",
+    ] {
+        run(&mut db0, words(command)).await;
+    }
+    run(
+        &mut db0,
+        words("XREADGROUP GROUP readers reader-1 COUNT 1 STREAMS stream >"),
+    )
+    .await;
+    run(
+        &mut db0,
+        vec!["SET".into(), "compressible".into(), "abc".repeat(200)],
+    )
+    .await;
+    run(
+        &mut db0,
+        vec![
+            "SET".into(),
+            "incompressible".into(),
+            hex::encode(Sha256::digest(b"x")),
+        ],
+    )
+    .await;
+    run(
+        &mut db0,
+        [
+            vec!["RPUSH".into(), "long-list".into()],
+            many("item-", 2000, false),
+        ]
+        .concat(),
+    )
+    .await;
+    run(
+        &mut db0,
+        [
+            vec!["SADD".into(), "large-set".into()],
+            many("member-", 300, false),
+        ]
+        .concat(),
+    )
+    .await;
+    run(
+        &mut db0,
+        [
+            vec!["ZADD".into(), "large-zset".into()],
+            many("member-", 300, true),
+        ]
+        .concat(),
+    )
+    .await;
+    run(
+        &mut db0,
+        [
+            vec!["HSET".into(), "large-hash".into()],
+            many("field-", 600, true),
+        ]
+        .concat(),
+    )
+    .await;
+    run(&mut db1, words("SET in-db-1 one")).await;
+    run(&mut db1, words("SADD set-in-db-1 x y")).await;
+
+    // The digest as the server's own answers give it.
+    let mut expected = ContentDigest::default();
+    let mut volatile = 0;
+    for (database, connection) in [(0u64, &mut db0), (1u64, &mut db1)] {
+        let keys: Vec<String> = redis::cmd("KEYS").arg("*").query_async(connection).await.unwrap();
+        for key in keys {
+            let ttl: i64 = redis::cmd("TTL").arg(&key).query_async(connection).await.unwrap();
+            if ttl != -1 {
+                volatile += 1;
+                continue;
+            }
+            let kind: String = redis::cmd("TYPE")
+                .arg(&key)
+                .query_async(connection)
+                .await
+                .unwrap();
+            let value: Vec<u8> = if kind == "string" {
+                redis::cmd("GET").arg(&key).query_async(connection).await.unwrap()
+            } else {
+                Vec::new()
+            };
+            expected.add_parts(&[
+                &database.to_be_bytes(),
+                &(key.len() as u64).to_be_bytes(),
+                key.as_bytes(),
+                kind.as_bytes(),
+                b"\0",
+                &value,
+            ]);
+        }
+    }
+
+    let mut bytes = Vec::new();
+    let (info, content) = source.snapshot_with_content(&mut bytes, TIMEOUT).await.unwrap();
+    let content = content.expect("every type is read");
+    assert_eq!(info.size, bytes.len() as u64, "the snapshot is whole besides");
+    assert_eq!(content.volatile, volatile);
+    assert_eq!(
+        content.persistent,
+        expected,
+        "{} keys without an expiry",
+        expected.records()
+    );
+    assert_eq!(content.persistent.records(), 16);
+
+    // Restored on another server, whose snapshot is read alike.
+    let index = 1;
+    let dir = processes.server_dir(index);
+    std::fs::create_dir_all(&dir).unwrap();
+    place_snapshot(&mut &bytes[..], &dir, &info.sha256).await.unwrap();
+    assert_eq!(processes.add_server().await, index);
+    let restored = admin(processes.address(index), &password).await;
+    let (_, restored_content) = restored
+        .snapshot_with_content(&mut tokio::io::sink(), TIMEOUT)
+        .await
+        .unwrap();
+    assert_eq!(restored_content.unwrap().fingerprint(), content.fingerprint());
+
+    // A value changed is a content that differs.
+    let mut changed = data_connection(processes.address(index), &password).await;
+    run(&mut changed, words("SET short hullo")).await;
+    let (_, changed_content) = restored
+        .snapshot_with_content(&mut tokio::io::sink(), TIMEOUT)
+        .await
+        .unwrap();
+    let changed_content = changed_content.unwrap().fingerprint();
+    assert_eq!(changed_content.records, content.fingerprint().records);
+    assert!(content.fingerprint().mismatch(&changed_content).is_some());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_restarted_on_new_addresses_keeps_its_ids_and_recovers_by_meet() {
     let mut processes = RedisProcesses::start(Mode::Cluster, 3).await;

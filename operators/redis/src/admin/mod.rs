@@ -23,6 +23,7 @@
 pub mod cluster;
 pub mod info;
 pub mod migrate;
+pub mod rdb;
 pub mod rebalance;
 pub mod sentinel;
 pub mod snapshot;

@@ -12,11 +12,14 @@ use std::{path::Path, time::Duration};
 use secrecy::ExposeSecret;
 use sha2::{Digest, Sha256};
 use tokio::{
-    io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader},
+    io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, DuplexStream},
     net::TcpStream,
 };
 
-use super::{AdminError, RedisAdmin};
+use super::{
+    AdminError, RedisAdmin,
+    rdb::{self, RdbContent, RdbError},
+};
 
 /// Every RDB file starts with `REDIS` and a four-digit format version.
 pub const RDB_MAGIC: &[u8] = b"REDIS";
@@ -78,6 +81,37 @@ impl RedisAdmin {
         out: &mut W,
         idle_timeout: Duration,
     ) -> Result<SnapshotInfo, AdminError> {
+        self.snapshot_teeing(out, None, idle_timeout).await
+    }
+
+    /// As [`RedisAdmin::snapshot`], and reads what the snapshot holds as it streams
+    /// ([`super::rdb`]). The snapshot does not depend on that reading: a snapshot whose
+    /// content cannot be read is still taken whole, with the reason in place of its content.
+    ///
+    /// # Errors
+    /// As [`RedisAdmin::snapshot`].
+    pub async fn snapshot_with_content<W: AsyncWrite + Unpin>(
+        &self,
+        out: &mut W,
+        idle_timeout: Duration,
+    ) -> Result<(SnapshotInfo, Result<RdbContent, RdbError>), AdminError> {
+        let (mut tee, reader) = tokio::io::duplex(64 * 1024);
+        let take = async move {
+            let taken = self.snapshot_teeing(out, Some(&mut tee), idle_timeout).await;
+            // Ends the reading of a snapshot cut short.
+            drop(tee);
+            taken
+        };
+        let (taken, content) = tokio::join!(take, rdb::content(reader));
+        Ok((taken?, content))
+    }
+
+    async fn snapshot_teeing<W: AsyncWrite + Unpin>(
+        &self,
+        out: &mut W,
+        tee: Option<&mut DuplexStream>,
+        idle_timeout: Duration,
+    ) -> Result<SnapshotInfo, AdminError> {
         let endpoint = self.endpoint().to_string();
         let unreachable = |error: std::io::Error| SyncFailure::Io(error).into_admin(&endpoint, "SYNC");
         let stream = tokio::time::timeout(idle_timeout, TcpStream::connect(self.address()))
@@ -104,7 +138,7 @@ impl RedisAdmin {
         send(&mut connection, &[b"SYNC"], idle_timeout)
             .await
             .map_err(|failure| failure.into_admin(&endpoint, "SYNC"))?;
-        read_rdb_payload(&mut connection, out, idle_timeout)
+        read_rdb_payload(&mut connection, out, tee, idle_timeout)
             .await
             .map_err(|failure| failure.into_admin(&endpoint, "SYNC"))
     }
@@ -173,13 +207,15 @@ enum PayloadFraming {
 }
 
 /// Reads the answer to `SYNC` up to the end of the RDB payload, writing the payload to `out`.
+/// Every byte is also written to `tee`, when given, while it takes them.
 async fn read_rdb_payload<R: AsyncBufRead + Unpin, W: AsyncWrite + Unpin>(
     reader: &mut R,
     out: &mut W,
+    tee: Option<&mut DuplexStream>,
     timeout: Duration,
 ) -> Result<SnapshotInfo, SyncFailure> {
     let framing = read_framing(reader, timeout).await?;
-    let mut sink = HashingSink::new(out);
+    let mut sink = HashingSink::new(out, tee);
     match framing {
         PayloadFraming::Length(length) => copy_exactly(reader, &mut sink, length, timeout).await?,
         PayloadFraming::EndMark(mark) => copy_until_mark(reader, &mut sink, &mark, timeout).await?,
@@ -271,18 +307,21 @@ async fn copy_until_mark<R: AsyncBufRead + Unpin, W: AsyncWrite + Unpin>(
     }
 }
 
-/// Writes to `out` while hashing and counting, and checks the RDB magic at the start.
+/// Writes to `out` while hashing and counting, and checks the RDB magic at the start; writes
+/// to `tee` too until it stops taking them (its reader gave up: the snapshot goes on).
 struct HashingSink<'a, W> {
     out: &'a mut W,
+    tee: Option<&'a mut DuplexStream>,
     hasher: Sha256,
     size: u64,
     head: Vec<u8>,
 }
 
 impl<'a, W: AsyncWrite + Unpin> HashingSink<'a, W> {
-    fn new(out: &'a mut W) -> Self {
+    fn new(out: &'a mut W, tee: Option<&'a mut DuplexStream>) -> Self {
         Self {
             out,
+            tee,
             hasher: Sha256::new(),
             size: 0,
             head: Vec::new(),
@@ -296,7 +335,13 @@ impl<'a, W: AsyncWrite + Unpin> HashingSink<'a, W> {
         }
         self.hasher.update(bytes);
         self.size += bytes.len() as u64;
-        self.out.write_all(bytes).await.map_err(SyncFailure::Write)
+        self.out.write_all(bytes).await.map_err(SyncFailure::Write)?;
+        if let Some(tee) = self.tee.as_mut()
+            && tee.write_all(bytes).await.is_err()
+        {
+            self.tee = None;
+        }
+        Ok(())
     }
 
     async fn finish(self) -> Result<SnapshotInfo, SyncFailure> {
@@ -420,7 +465,7 @@ mod tests {
     async fn read(answer: &[u8]) -> Result<(SnapshotInfo, Vec<u8>), SyncFailure> {
         let mut reader = answer;
         let mut out = Vec::new();
-        let info = read_rdb_payload(&mut reader, &mut out, Duration::from_secs(1)).await?;
+        let info = read_rdb_payload(&mut reader, &mut out, None, Duration::from_secs(1)).await?;
         Ok((info, out))
     }
 
