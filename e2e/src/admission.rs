@@ -137,9 +137,8 @@ pub async fn check_engine(
     valid: &Value,
     rows: &[Row],
     backups: &CustomResourceDefinition,
-    drills: RestoreDrills,
 ) {
-    let (cluster_verify, backup_verify) = verify_rows(drills);
+    let (cluster_verify, backup_verify) = verify_rows();
     let rows: Vec<Row> = rows.iter().cloned().chain([cluster_verify]).collect();
     let rows = &rows[..];
     assert_every_field_covered(clusters, rows, &["affinity", "claims"]);
@@ -165,31 +164,17 @@ pub async fn check_engine(
     namespace.delete().await;
 }
 
-/// Whether an engine's backups offer restore drills (`verify`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RestoreDrills {
-    Offered,
-    Refused,
-}
-
-/// The rows of `verify`, on a cluster's backup policy and on a backup: accepted where the engine
-/// offers restore drills, refused naming the field where it does not.
-fn verify_rows(drills: RestoreDrills) -> (Row, Row) {
+/// The rows of `verify`, on a cluster's backup policy and on a backup: every engine offers
+/// restore drills.
+fn verify_rows() -> (Row, Row) {
     let destination = json!({"filesystem": {"path": "/backups"}});
     let on_cluster =
         spec(json!({"backup": {"schedule": "0 3 * * *", "destination": destination, "verify": true}}));
     let on_backup = spec(json!({"verify": true}));
-    let refusal = "verify: restore drills are available for etcd, MySQL and MongoDB backups";
-    match drills {
-        RestoreDrills::Offered => (
-            Row::accepted("a backup policy with restore drills", on_cluster),
-            Row::accepted("a backup with restore drills", on_backup),
-        ),
-        RestoreDrills::Refused => (
-            Row::refused("a backup policy with restore drills", on_cluster, &[refusal]),
-            Row::refused("a backup with restore drills", on_backup, &[refusal]),
-        ),
-    }
+    (
+        Row::accepted("a backup policy with restore drills", on_cluster),
+        Row::accepted("a backup with restore drills", on_backup),
+    )
 }
 
 /// Panics listing `failures` (from [`check_rows`]), if any.

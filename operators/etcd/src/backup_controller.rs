@@ -167,8 +167,13 @@ impl BackupEngine for EtcdSnapshots<'_> {
         )
     }
 
-    fn drill_cluster(&self, backup: &EtcdBackup, cluster: &EtcdCluster, name: &str) -> Option<EtcdCluster> {
-        Some(drill_cluster(backup, cluster, name))
+    fn drill_cluster(
+        &self,
+        backup: &EtcdBackup,
+        cluster: &EtcdCluster,
+        name: &str,
+    ) -> Result<EtcdCluster, String> {
+        Ok(drill_cluster(backup, cluster, name))
     }
 
     fn drill_claims(&self, name: &str) -> Vec<String> {

@@ -212,8 +212,8 @@ impl BackupEngine for MongoSnapshots<'_> {
         backup: &MongoDBBackup,
         replica_set: &MongoDBReplicaSet,
         name: &str,
-    ) -> Option<MongoDBReplicaSet> {
-        Some(drill_replica_set(backup, replica_set, name))
+    ) -> Result<MongoDBReplicaSet, String> {
+        Ok(drill_replica_set(backup, replica_set, name))
     }
 
     fn drill_claims(&self, name: &str) -> Vec<String> {

@@ -537,13 +537,5 @@ async fn every_field_of_the_spec_is_validated_naming_the_field() {
             change(json!({"adminSecret": "orders-admin", "keyfileSecret": "orders.keyfile"})),
         ),
     ]);
-    admission::check_engine(
-        "mongodb-every-field",
-        &sets,
-        &valid,
-        &rows,
-        &backups,
-        admission::RestoreDrills::Offered,
-    )
-    .await;
+    admission::check_engine("mongodb-every-field", &sets, &valid, &rows, &backups).await;
 }

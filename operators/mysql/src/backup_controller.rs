@@ -200,8 +200,8 @@ impl BackupEngine for MySqlSnapshots<'_> {
         backup: &MySQLBackup,
         cluster: &MySQLCluster,
         name: &str,
-    ) -> Option<MySQLCluster> {
-        Some(drill_cluster(backup, cluster, name))
+    ) -> Result<MySQLCluster, String> {
+        Ok(drill_cluster(backup, cluster, name))
     }
 
     fn drill_claims(&self, name: &str) -> Vec<String> {

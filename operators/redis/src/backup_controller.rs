@@ -21,6 +21,7 @@ use quorum_core::{
     backup::{
         BackupError, BackupSink, PipeError,
         controller::{self, BackupControllerError, BackupEngine, Snapshot, Sources},
+        digest::ContentFingerprint,
         job::{JobOutcome, JobSettings},
         pipe, producer,
     },
@@ -84,7 +85,8 @@ impl BackupEngine for RedisSnapshots<'_> {
     type Backup = RedisBackup;
     type Cluster = RedisCluster;
     type Source = Source;
-    type Info = ();
+    /// What the snapshot holds, when it could be read ([`crate::admin::rdb`]).
+    type Info = Option<ContentFingerprint>;
     type Error = SnapshotError;
 
     const ENGINE: &'static str = crate::clients::ENGINE;
@@ -138,10 +140,13 @@ impl BackupEngine for RedisSnapshots<'_> {
         source: &Source,
         sink: &BackupSink,
         name: &str,
-    ) -> Result<Snapshot<()>, SnapshotError> {
+    ) -> Result<Snapshot<Option<ContentFingerprint>>, SnapshotError> {
         take_snapshot(self.context, cluster, source.ordinal, sink, name)
             .await
-            .map(|stored| Snapshot { stored, info: () })
+            .map(|(stored, content)| Snapshot {
+                stored,
+                info: content,
+            })
             .map_err(|why| {
                 SnapshotError::Snapshot(match source.shard {
                     Some(shard) => format!("shard {shard}: {why}"),
@@ -150,7 +155,16 @@ impl BackupEngine for RedisSnapshots<'_> {
             })
     }
 
-    fn record(&self, status: &mut RedisBackupStatus, snapshots: &[(&Source, Snapshot<()>)]) {
+    fn record(
+        &self,
+        status: &mut RedisBackupStatus,
+        snapshots: &[(&Source, Snapshot<Option<ContentFingerprint>>)],
+    ) {
+        // Replication mode: the one snapshot's content, which a drill compares.
+        status.content = match snapshots {
+            [(source, snapshot)] if source.shard.is_none() => snapshot.info.clone(),
+            _ => None,
+        };
         status.shards = snapshots
             .iter()
             .filter_map(|(source, snapshot)| {
@@ -200,11 +214,79 @@ impl BackupEngine for RedisSnapshots<'_> {
         }
     }
 
-    fn describe(&self, source: &Source, snapshot: &Snapshot<()>) -> String {
+    fn describe(&self, source: &Source, snapshot: &Snapshot<Option<ContentFingerprint>>) -> String {
         format!(
             "{} bytes from {} to {} (sha256 {})",
             snapshot.stored.size, source.node, snapshot.stored.location, snapshot.stored.sha256
         )
+    }
+
+    /// Replication mode only: a drill restores one node, and a Cluster mode backup is a
+    /// snapshot per shard.
+    fn drill_cluster(
+        &self,
+        backup: &RedisBackup,
+        cluster: &RedisCluster,
+        name: &str,
+    ) -> Result<RedisCluster, String> {
+        match cluster.spec.mode {
+            Mode::Replication => Ok(drill_cluster(backup, cluster, name)),
+            Mode::Cluster => Err(
+                "restore drills are available for Replication mode; a Cluster mode backup's shards cannot be verified yet"
+                    .to_string(),
+            ),
+        }
+    }
+
+    fn drill_claims(&self, name: &str) -> Vec<String> {
+        vec![quorum_core::pod::data_claim_name(&crate::resources::node_name(
+            name, 0,
+        ))]
+    }
+
+    fn drill_ready(&self, scratch: &RedisCluster) -> bool {
+        scratch.status.as_ref().is_some_and(|status| {
+            quorum_core::backup::drill::restored_and_ready(
+                scratch.spec.restore_from.is_some(),
+                &status.conditions,
+            )
+        })
+    }
+
+    /// A snapshot of the drill's node, read as the backup's was: what the node loaded.
+    async fn drill_content(
+        &self,
+        scratch: &RedisCluster,
+        _recorded: &RedisBackupStatus,
+    ) -> Result<ContentFingerprint, String> {
+        hand_credentials(self.context, scratch)
+            .await
+            .map_err(|error| error.to_string())?;
+        let admin = self
+            .context
+            .state
+            .clients
+            .node(
+                &object_key(scratch),
+                &self.context.state.addresses(scratch),
+                0,
+                "connect",
+                Idempotency::Read,
+                |admin| async move { Ok(admin) },
+            )
+            .await
+            .map_err(|error| format!("unreachable: {error}"))?;
+        let (_, content) = admin
+            .snapshot_with_content(&mut tokio::io::sink(), SNAPSHOT_IDLE_TIMEOUT)
+            .await
+            .map_err(|error| error.to_string())?;
+        content
+            .map(|content| content.fingerprint())
+            .map_err(|error| error.to_string())
+    }
+
+    fn recorded_content(&self, status: &RedisBackupStatus) -> Option<ContentFingerprint> {
+        status.content.clone()
     }
 
     /// Every shard's object of the newest run, besides the first one's `lastSnapshot`.
@@ -218,6 +300,21 @@ impl BackupEngine for RedisSnapshots<'_> {
             .chain(shards)
             .collect()
     }
+}
+
+/// The throw-away deployment `name` a drill restores `backup`'s newest snapshot into: a primary
+/// alone (with the Sentinels Replication mode always has) of `cluster`'s version, storage,
+/// persistence, settings, password and pod template, with no backups.
+pub fn drill_cluster(backup: &RedisBackup, cluster: &RedisCluster, name: &str) -> RedisCluster {
+    let mut spec = cluster.spec.clone();
+    spec.replicas = Some(0);
+    spec.backup = None;
+    spec.restore_from = Some(quorum_core::crd::RestoreSource {
+        backup_name: backup.name_any(),
+    });
+    let mut scratch = RedisCluster::new(name, spec);
+    scratch.metadata.namespace = backup.namespace();
+    scratch
 }
 
 /// Reconciles one `RedisBackup`.
@@ -371,6 +468,24 @@ pub fn plan_shard_snapshots(
     Ok(sources)
 }
 
+/// Gives the admin layer the deployment's password. The cluster reconciler does too; after an
+/// operator restart (or in a backup Job) this controller may run first.
+async fn hand_credentials(context: &Context<State>, cluster: &RedisCluster) -> Result<(), SnapshotError> {
+    let namespace = cluster.namespace().unwrap_or_default();
+    let password = read_password(context, &namespace, &auth_secret_name(cluster))
+        .await
+        .map_err(SnapshotError::Credentials)?;
+    context
+        .state
+        .clients
+        .set_credentials(
+            &object_key(cluster),
+            crate::admin::Credentials::password(password),
+        )
+        .await;
+    Ok(())
+}
+
 /// Observes the deployment's nodes and plans its snapshots; the inner `Err` says why no
 /// complete backup can be taken now.
 async fn find_sources(
@@ -378,17 +493,8 @@ async fn find_sources(
     cluster: &RedisCluster,
 ) -> Result<std::result::Result<Vec<Source>, String>, SnapshotError> {
     let state = &context.state;
-    let namespace = cluster.namespace().unwrap_or_default();
     let key = object_key(cluster);
-    // The cluster reconciler sets these too; after an operator restart this controller may
-    // run first.
-    let password = read_password(context, &namespace, &auth_secret_name(cluster))
-        .await
-        .map_err(SnapshotError::Credentials)?;
-    state
-        .clients
-        .set_credentials(&key, crate::admin::Credentials::password(password))
-        .await;
+    hand_credentials(context, cluster).await?;
     let addresses = state.addresses(cluster);
     let count = cluster
         .status
@@ -528,14 +634,16 @@ async fn cluster_view(
     None
 }
 
-/// Streams one node's RDB snapshot into the object `name`.
+/// Streams one node's RDB snapshot into the object `name`, and reads what it holds on the way
+/// (`None` when that cannot be read: the snapshot is stored all the same, and cannot be
+/// drilled).
 async fn take_snapshot(
     context: &Context<State>,
     cluster: &RedisCluster,
     ordinal: usize,
     sink: &BackupSink,
     name: &str,
-) -> Result<quorum_core::backup::StoredBackup, String> {
+) -> Result<(quorum_core::backup::StoredBackup, Option<ContentFingerprint>), String> {
     let key = object_key(cluster);
     let addresses = context.state.addresses(cluster);
     let admin = context
@@ -551,14 +659,21 @@ async fn take_snapshot(
         )
         .await
         .map_err(|error| format!("unreachable: {error}"))?;
-    let produce =
-        producer(move |writer| Box::pin(async move { admin.snapshot(writer, SNAPSHOT_IDLE_TIMEOUT).await }));
+    let produce = producer(move |writer| {
+        Box::pin(async move { admin.snapshot_with_content(writer, SNAPSHOT_IDLE_TIMEOUT).await })
+    });
     let upload = |reader| async move { sink.upload(name, reader).await };
-    let (stored, info) = pipe(produce, upload, SNAPSHOT_STALL_TIMEOUT)
+    let (stored, (info, content)) = pipe(produce, upload, SNAPSHOT_STALL_TIMEOUT)
         .await
         .map_err(|error: PipeError<AdminError, BackupError>| error.to_string())?;
     stored.verify("the server", info.size, &info.sha256)?;
-    Ok(stored)
+    let content = content
+        .inspect_err(|error| {
+            tracing::warn!(cluster = %key, %name, %error, "the snapshot is stored, but what it holds could not be read: it cannot be drilled");
+        })
+        .ok()
+        .map(|content| content.fingerprint());
+    Ok((stored, content))
 }
 
 #[cfg(test)]

@@ -100,6 +100,9 @@ pub const MAX_SHARDS: usize = 32;
 #[x_kube(validation = Rule::new("has(self.restoreFrom) == has(oldSelf.restoreFrom)")
     .message("restoreFrom is immutable: it can be set only when the cluster is created")
     .field_path(".restoreFrom"))]
+#[x_kube(validation = Rule::new("self.mode == 'Replication' || !has(self.backup) || !has(self.backup.verify) || !self.backup.verify")
+    .message("backup.verify: restore drills are available for Replication mode; a Cluster mode backup's shards cannot be verified yet")
+    .field_path(".backup.verify"))]
 #[serde(rename_all = "camelCase")]
 pub struct RedisClusterSpec {
     /// `Replication` (one primary, its replicas and a Sentinel quorum) or `Cluster` (hash
@@ -184,7 +187,6 @@ pub struct RedisClusterSpec {
 
     /// How often to take snapshots and how long to keep them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = quorum_core::crd::validation::no_drills_rule("Redis"))]
     pub backup: Option<BackupPolicy>,
 
     /// Start a new cluster from a stored snapshot: the `RedisBackup` whose latest snapshot to
@@ -381,6 +383,9 @@ pub struct RedisClusterStatus {
     /// The newest successful backup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_backup: Option<BackupRecord>,
+    /// The last restore drill that ended, of any of its backups with `verify`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_drill: Option<quorum_core::crd::DrillRecord>,
     /// A cluster created with `restoreFrom`: the snapshots it starts from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restore: Option<RestoreStatus>,
@@ -548,7 +553,6 @@ pub type FailoverRecord = quorum_core::crd::ObservedFailover;
 )]
 #[x_kube(validation = Rule::new("!has(self.retain) || has(self.schedule)")
     .message("retain applies only to scheduled backups: set schedule or remove retain"))]
-#[x_kube(validation = quorum_core::crd::validation::no_drills_rule("Redis"))]
 #[serde(rename_all = "camelCase")]
 pub struct RedisBackupSpec {
     #[serde(flatten)]
@@ -564,6 +568,10 @@ pub struct RedisBackupStatus {
     /// Cluster mode: one snapshot per shard, with the slots it covers.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shards: Vec<ShardSnapshot>,
+    /// Replication mode: the keys without an expiry in the newest snapshot, counted and
+    /// digested with their types and string values: a node restored from it holds the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<quorum_core::backup::digest::ContentFingerprint>,
 }
 
 /// One shard's snapshot.

@@ -16,12 +16,14 @@ pub fn rules() -> Vec<PolicyRule> {
     // with their owner references.
     // Scheduled backups are created (server-side apply) and deleted on behalf of a
     // deployment's backup policy; every backup's status is the backup controller's to
-    // write. A deployment created with `restoreFrom` reads the backup it names.
+    // write. A deployment created with `restoreFrom` reads the backup it names. A backup with
+    // `verify` creates its restore drill's throw-away deployment and deletes it once the drill
+    // ends.
     operator_rules(
         "redis.quorum.dev",
         "redisclusters",
         "redisbackups",
-        &[],
+        &["create", "delete"],
         [
             // The generated password is created once and never rewritten; a given password and
             // backup credentials are read. Watched as owned objects.

@@ -257,6 +257,12 @@ pub fn set_conditions(
         generation,
         now,
     );
+    quorum_core::backup::drill::set_drill_conditions(
+        &mut status.conditions,
+        status.last_drill.as_ref(),
+        generation,
+        now,
+    );
 }
 
 pub(crate) async fn publish(

@@ -996,6 +996,10 @@ impl quorum_core::pass::ClusterObject for RedisCluster {
             .as_ref()
             .map_or(&[], |status| status.conditions.as_slice())
     }
+
+    fn last_drill(&self) -> Option<&quorum_core::crd::DrillRecord> {
+        self.status.as_ref()?.last_drill.as_ref()
+    }
 }
 
 #[cfg(test)]

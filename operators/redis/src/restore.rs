@@ -381,6 +381,7 @@ mod tests {
                 ..Default::default()
             },
             shards: vec![shard(2), shard(0), shard(1)],
+            content: None,
         }));
         // Three shards of a primary and one replica: pods 0-1, 2-3, 4-5.
         let plan = plan_restore(&spec(Mode::Cluster, Some(3)), "nightly", Some(&stored)).unwrap();
@@ -404,6 +405,7 @@ mod tests {
                 ..Default::default()
             },
             shards: vec![shard(0), shard(1), shard(2)],
+            content: None,
         }));
         let single = backup(Some(RedisBackupStatus {
             run: quorum_core::crd::BackupRunStatus {
@@ -418,6 +420,7 @@ mod tests {
                 ..Default::default()
             },
             shards: vec![shard(0), shard(1), shard(3)],
+            content: None,
         }));
         for (spec, backup, says) in [
             (

@@ -1627,3 +1627,26 @@ async fn backups_land_in_an_s3_store_and_a_new_deployment_restores_from_one() {
         .await;
     setup.remove().await;
 }
+
+/// A backup with `verify` restores its snapshot into a throw-away deployment of one node, whose
+/// own snapshot holds what the backup's recorded (every key without an expiry, its type and a
+/// string's value); recorded content that no longer matches fails the next drill
+/// ([`real_pods::InClusterS3::drill_verifies_then_catches_altered_content`]).
+#[tokio::test]
+async fn a_restore_drill_verifies_a_backup_and_catches_one_whose_content_differs() {
+    use redis_operator::crd::RedisBackup;
+
+    let setup = OnRealNode::install("real-redis-drill", CHART, &["backups.allowHttp=true"]).await;
+    let store = setup.deploy_s3_store().await;
+    create_ready(&setup, on_real_node(support::replication_spec(1)), 2, 3).await;
+    let password = generated_password(&setup.admin, &setup.ns, CLUSTER).await;
+    let writer = start_reconnecting_writer(primary_service_address(&setup).await, &password);
+    writer.acknowledged_at_least(20, Duration::from_secs(60)).await;
+    writer.stop().await;
+    store
+        .drill_verifies_then_catches_altered_content::<RedisBackup, RedisCluster>(
+            &setup, CLUSTER, "redis", 20,
+        )
+        .await;
+    setup.remove().await;
+}

@@ -265,14 +265,14 @@ pub trait BackupEngine: Send + Sync {
 
     /// Restore drills ([`super::drill`]): the throw-away cluster `name` that restores
     /// `backup`'s newest snapshot, one member, otherwise as `cluster` (its version, storage,
-    /// pod template); `None` for an engine without drills (its backups refuse `verify`).
+    /// pod template); `Err` saying why when `cluster`'s backups cannot be drilled.
     fn drill_cluster(
         &self,
         _backup: &Self::Backup,
         _cluster: &Self::Cluster,
         _name: &str,
-    ) -> Option<Self::Cluster> {
-        None
+    ) -> Result<Self::Cluster, String> {
+        Err(format!("{} has no restore drills", Self::ENGINE))
     }
 
     /// Whether a drill cluster has restored its snapshot and serves.
@@ -1201,7 +1201,7 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
                 ) {
                     (None, _) => Some(
                         "the snapshot recorded no content to compare with (it was taken by an operator without \
-                         restore drills)"
+                         restore drills, or its content could not be read: the backup's log says why)"
                             .to_string(),
                     ),
                     (Some(expected), Ok(found)) => expected.mismatch(&found),
@@ -1262,15 +1262,15 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
             return Ok(None);
         };
         let backup = self.backup.name_any();
-        let Some(mut scratch) = self.engine.drill_cluster(self.backup, &cluster, name) else {
-            let refused = super::drill::ended(
-                &started(&backup, location, name, self.now),
-                Some(format!("{} has no restore drills", E::ENGINE)),
-                self.now,
-            );
-            self.run_status().drill = Some(refused);
-            self.writer.write(&self.status).await?;
-            return Ok(None);
+        let mut scratch = match self.engine.drill_cluster(self.backup, &cluster, name) {
+            Ok(scratch) => scratch,
+            Err(why) => {
+                let refused =
+                    super::drill::ended(&started(&backup, location, name, self.now), Some(why), self.now);
+                self.run_status().drill = Some(refused);
+                self.writer.write(&self.status).await?;
+                return Ok(None);
+            }
         };
         scratch.meta_mut().owner_references = self.backup.controller_owner_ref(&()).map(|owner| vec![owner]);
         clusters

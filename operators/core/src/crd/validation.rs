@@ -104,13 +104,6 @@ const NUMERIC_RANGE: &str = "[0-9]+-[0-9]+";
 
 /// The admission rule of a cron schedule field (which must have a `maxLength`): five fields,
 /// each within its range, as [`schedule_admitted`] checks.
-/// Refuses `verify` on a backup or backup policy of an engine without restore drills.
-pub fn no_drills_rule(engine: &str) -> Rule {
-    Rule::new("!has(self.verify) || !self.verify").message(Message::Message(format!(
-        "verify: restore drills are available for etcd, MySQL and MongoDB backups; {engine} backups cannot be verified yet"
-    )))
-}
-
 pub fn schedule_rule() -> Rule {
     Rule::new(format!(
         "self.matches('{}') && self.findAll('{NUMERIC_RANGE}').all(range, \
