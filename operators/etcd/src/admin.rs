@@ -139,7 +139,7 @@ impl EtcdAdmin {
         timeout: std::time::Duration,
         tls: Option<&TlsMaterial>,
     ) -> Result<Self, AdminError> {
-        let channel = member_channel(endpoint, timeout, tls)?;
+        let channel = member_channel(endpoint, timeout, timeout, tls)?;
         let metrics = metrics_client(endpoint, timeout, tls)?;
         Self::connect_sharing(endpoint, channel, tls, metrics).await
     }
@@ -405,10 +405,18 @@ impl EtcdAdmin {
     }
 }
 
+/// The least time between two pings of a member's connection: twice etcd's least interval (its
+/// `--grpc-keepalive-min-time`, five seconds), so that a timer firing a little early is never
+/// taken for abuse. A member closes a connection pinged more often, and with it the leader watch
+/// it carries.
+pub const LEAST_LINK_CHECK: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// One gRPC connection to the member at `endpoint`, for its admin client and its leader watch
 /// alike: dialled within `timeout`, each request answered (a stream opened) within `timeout`,
-/// the link checked every `timeout` whether busy or idle (and given `timeout` to answer), so a member that stopped without closing it (a pod gone, a node cut
-/// off) ends its leader watch within two `timeout`s. Dialled lazily, and again (the name
+/// and, while a stream (the leader watch) is open, the link checked every `link_check` (at least
+/// [`LEAST_LINK_CHECK`]) and given `timeout` to answer, so that a member that stopped without
+/// closing the connection (a pod gone, a node cut off) ends its leader watch. Never pinged while
+/// idle: etcd takes a ping without a stream for abuse. Dialled lazily, and again (the name
 /// resolved again) whenever the connection breaks. For an `https://` endpoint, `tls` gives the
 /// CA to trust (and nothing else) and the identity to present; without it no CA is trusted.
 ///
@@ -417,6 +425,7 @@ impl EtcdAdmin {
 pub fn member_channel(
     endpoint: &str,
     timeout: std::time::Duration,
+    link_check: std::time::Duration,
     tls: Option<&TlsMaterial>,
 ) -> Result<etcd_client::Channel, AdminError> {
     let refused = |source| AdminError::Etcd {
@@ -428,9 +437,9 @@ pub fn member_channel(
         .map_err(|error| refused(etcd_client::Error::TransportError(error)))?
         .connect_timeout(timeout)
         .timeout(timeout)
-        .http2_keep_alive_interval(timeout)
+        .http2_keep_alive_interval(link_check.max(LEAST_LINK_CHECK))
         .keep_alive_timeout(timeout)
-        .keep_alive_while_idle(true);
+        .keep_alive_while_idle(false);
     if is_https(endpoint) {
         let config = match tls {
             Some(material) => TlsOptions::new()

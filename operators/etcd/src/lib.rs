@@ -44,7 +44,8 @@ impl Operator for EtcdOperator {
     type Backup = crd::EtcdBackup;
 
     fn state(settings: reconcile::Settings, calls: AdminCalls, metrics: &Metrics) -> reconcile::State {
-        let clients = observe::EtcdClients::new(calls, metrics.admin.clone());
+        let clients =
+            observe::EtcdClients::new(calls, metrics.admin.clone(), settings.leader_events.keepalive);
         reconcile::State {
             leader_events: leader_events::leader_events(
                 quorum_core::wakeups::Wakeups::new(),

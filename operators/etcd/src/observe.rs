@@ -50,6 +50,7 @@ pub struct EtcdClients {
 /// material changes.
 pub struct MemberChannels {
     timeout: std::time::Duration,
+    link_check: std::time::Duration,
     /// By cluster and endpoint: the channel and the material it was dialled with.
     by_member: Mutex<HashMap<(String, String), Dialled>>,
 }
@@ -57,10 +58,12 @@ pub struct MemberChannels {
 type Dialled = (Option<Arc<TlsMaterial>>, etcd_client::Channel);
 
 impl MemberChannels {
-    /// Channels dialled, and their link checked, within `timeout`.
-    pub fn new(timeout: std::time::Duration) -> Self {
+    /// Channels dialled within `timeout`, their link checked every `link_check` while a watch
+    /// holds them ([`member_channel`]).
+    pub fn new(timeout: std::time::Duration, link_check: std::time::Duration) -> Self {
         Self {
             timeout,
+            link_check,
             by_member: Mutex::default(),
         }
     }
@@ -85,7 +88,12 @@ impl MemberChannels {
         {
             return Ok(channel.clone());
         }
-        let channel = member_channel(endpoint, self.timeout, tls.map(|material| &**material))?;
+        let channel = member_channel(
+            endpoint,
+            self.timeout,
+            self.link_check,
+            tls.map(|material| &**material),
+        )?;
         by_member.insert(key, (tls.cloned(), channel.clone()));
         Ok(channel)
     }
@@ -170,9 +178,11 @@ impl ClusterView {
 }
 
 impl EtcdClients {
-    pub fn new(calls: AdminCalls, metrics: AdminMetrics) -> Self {
+    /// Clients whose connections are checked every `link_check` while a member's leader watch
+    /// holds them.
+    pub fn new(calls: AdminCalls, metrics: AdminMetrics, link_check: std::time::Duration) -> Self {
         Self {
-            channels: Arc::new(MemberChannels::new(calls.policy.timeout)),
+            channels: Arc::new(MemberChannels::new(calls.policy.timeout, link_check)),
             members: MemberClients::new(ENGINE, calls, metrics),
             metrics: MetricsClients::default(),
         }

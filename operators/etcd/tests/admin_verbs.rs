@@ -172,3 +172,42 @@ async fn peer_links_report_a_killed_member_as_disconnected() {
     })
     .await;
 }
+
+/// A member's leader watch and its admin calls share one connection, checked while the watch
+/// holds it. The checks keep to etcd's least interval between pings (five seconds, its
+/// `--grpc-keepalive-min-time`): a connection pinged more often is closed by the member as
+/// abusive, which ended every leader watch (and woke every cluster's pass) every few seconds.
+/// Asked to check every second, the watch is still open twenty seconds later, the admin client
+/// answering over the same connection meanwhile; a stopped member still ends it.
+#[tokio::test]
+async fn a_leader_watch_shares_its_members_connection_and_outlives_its_link_checks() {
+    use etcd_operator::admin::{LeaderWatch, member_channel};
+
+    let mut cluster = EtcdProcesses::start_cluster(1).await;
+    let url = cluster.members[0].client_url();
+    let channel =
+        member_channel(&url, Duration::from_secs(1), Duration::from_secs(1), None).expect("a channel");
+    let admin = EtcdAdmin::connect_sharing(
+        &url,
+        channel.clone(),
+        None,
+        etcd_operator::admin::metrics_client(&url, TIMEOUT, None).unwrap(),
+    )
+    .await
+    .unwrap();
+    let mut watch = LeaderWatch::open(&url, channel, TIMEOUT)
+        .await
+        .expect("the watch opens");
+    let ended = tokio::time::timeout(Duration::from_secs(20), watch.ended()).await;
+    assert!(ended.is_err(), "the watch ended: {ended:?}");
+    assert_ne!(
+        admin.status().await.unwrap().leader_id,
+        0,
+        "the shared connection answers"
+    );
+    cluster.members[0].kill().await;
+    let ended = tokio::time::timeout(Duration::from_secs(10), watch.ended())
+        .await
+        .expect("a stopped member ends the watch");
+    assert!(!ended.is_empty());
+}

@@ -65,6 +65,7 @@ fn clients() -> EtcdClients {
             },
         },
         AdminMetrics::default(),
+        etcd_operator::leader_events::ListenSettings::default().keepalive,
     )
 }
 

@@ -117,6 +117,7 @@ impl Harness {
                     },
                 },
                 AdminMetrics::default(),
+                etcd_operator::leader_events::ListenSettings::default().keepalive,
             ),
             in_flight: None,
             replicas: count,
