@@ -372,4 +372,5 @@ async fn an_etcd_pod_no_node_can_take_is_reported_on_its_cluster() {
     .await;
     assert_eq!(failing.reason, "Unschedulable");
     assert!(failing.message.contains("stuck-0"), "{}", failing.message);
+    namespace.delete().await;
 }

@@ -461,4 +461,5 @@ async fn backup_stale_turns_true_without_a_recent_backup_and_false_with_one_and_
         "cache",
         completed_at,
     );
+    setup.stop().await;
 }
