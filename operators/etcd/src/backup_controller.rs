@@ -55,6 +55,7 @@ impl BackupEngine for EtcdSnapshots<'_> {
     type Error = BackupStepError;
 
     const ENGINE: &'static str = crate::observe::ENGINE;
+    const MAX_CLUSTER_NAME: usize = crate::crd::MAX_NAME;
 
     fn allow_http(&self) -> bool {
         self.context.state.settings.members.allow_http_backups

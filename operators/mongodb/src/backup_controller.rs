@@ -78,6 +78,7 @@ impl BackupEngine for MongoSnapshots<'_> {
     type Error = SnapshotError;
 
     const ENGINE: &'static str = crate::clients::ENGINE;
+    const MAX_CLUSTER_NAME: usize = crate::crd::MAX_NAME;
 
     fn allow_http(&self) -> bool {
         self.context.state.settings.members.allow_http_backups

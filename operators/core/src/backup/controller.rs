@@ -181,6 +181,9 @@ pub trait BackupEngine: Send + Sync {
 
     /// The engine label of the backup metrics (`etcd`, `mysql`, `redis`, `mongodb`).
     const ENGINE: &'static str;
+    /// The longest name the engine's clusters may have (its admission's limit): a drill's
+    /// cluster is named within it.
+    const MAX_CLUSTER_NAME: usize;
 
     /// Whether a plain-HTTP S3 endpoint is allowed (an operator setting).
     fn allow_http(&self) -> bool;
@@ -1153,7 +1156,7 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
     /// Takes the next step of the backup's restore drills ([`super::drill`]): `Some` with when
     /// to look again while one is under way, `None` when the pass goes on.
     async fn drill(&mut self) -> Result<Option<Action>, Failure<E>> {
-        let name = drill_cluster_name(&self.backup.name_any());
+        let name = drill_cluster_name(&self.backup.name_any(), E::MAX_CLUSTER_NAME);
         let clusters: Api<E::Cluster> = Api::namespaced(self.context.client.clone(), &self.namespace);
         let run = E::Backup::run(&self.status);
         let newest = run

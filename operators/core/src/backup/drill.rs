@@ -24,9 +24,19 @@ pub const DRILL_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 /// How often a drill in progress is looked at.
 pub const DRILL_POLL: Duration = Duration::from_secs(10);
 
-/// The name of `backup`'s drill cluster.
-pub fn drill_cluster_name(backup: &str) -> String {
-    crate::naming::child_name(backup, "drill")
+/// The name of `backup`'s drill cluster: `<backup>-drill` when that is a name every engine's
+/// admission takes for a cluster (a DNS-1035 label within the engine's `max` length); else made
+/// one (dots as dashes, `drill-` in front of a name that starts with a digit) and shortened to
+/// `max` with a hash of the whole, so that no backup name gets a drill its own API server
+/// refuses.
+pub fn drill_cluster_name(backup: &str, max: usize) -> String {
+    let label = backup.replace('.', "-");
+    let name = if label.starts_with(|c: char| c.is_ascii_digit()) {
+        format!("drill-{label}")
+    } else {
+        format!("{label}-drill")
+    };
+    crate::naming::shorten(&name, max)
 }
 
 /// What a drill's cluster is, as observed.
@@ -195,6 +205,41 @@ pub fn drill_failed(last_drill: Option<&DrillRecord>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What every engine's admission takes as a cluster name: a DNS-1035 label of at most `max`.
+    fn admissible(name: &str, max: usize) -> bool {
+        name.len() <= max
+            && name.starts_with(|c: char| c.is_ascii_lowercase())
+            && name.ends_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+            && name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    }
+
+    #[test]
+    fn a_drill_cluster_name_is_an_admissible_cluster_name_whatever_the_backup_name() {
+        let max = crate::naming::max_cluster_name("sentinel");
+        for backup in [
+            "nightly",
+            "2026-nightly",
+            "nightly.v2",
+            &"n".repeat(63),
+            &"a.b".repeat(80),
+        ] {
+            let name = drill_cluster_name(backup, max);
+            assert!(admissible(&name, max), "{backup:?} gives {name:?}");
+        }
+        assert_eq!(
+            drill_cluster_name("nightly", max),
+            "nightly-drill",
+            "a name that fits is kept"
+        );
+        assert_ne!(
+            drill_cluster_name(&"n".repeat(63), max),
+            drill_cluster_name(&"n".repeat(62), max),
+            "shortened names stay apart"
+        );
+    }
 
     fn at(text: &str) -> Timestamp {
         text.parse().expect("timestamp")
