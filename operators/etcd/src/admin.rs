@@ -141,7 +141,7 @@ impl EtcdAdmin {
     ) -> Result<Self, AdminError> {
         let channel = member_channel(endpoint, timeout, timeout, tls)?;
         let metrics = metrics_client(endpoint, timeout, tls)?;
-        Self::connect_sharing(endpoint, channel, tls, metrics).await
+        Self::connect_sharing(endpoint, channel, tls.cloned().map(std::sync::Arc::new), metrics).await
     }
 
     /// A client for the member at `endpoint` (its client URL) over `channel`
@@ -160,7 +160,7 @@ impl EtcdAdmin {
     pub async fn connect_sharing(
         endpoint: &str,
         channel: etcd_client::Channel,
-        tls: Option<&TlsMaterial>,
+        tls: Option<std::sync::Arc<TlsMaterial>>,
         metrics: reqwest::Client,
     ) -> Result<Self, AdminError> {
         let client = Client::from_channel(channel, None)
@@ -174,7 +174,7 @@ impl EtcdAdmin {
             client,
             endpoint: endpoint.to_string(),
             http: metrics,
-            tls: tls.cloned().map(std::sync::Arc::new),
+            tls,
         })
     }
 

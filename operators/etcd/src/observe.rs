@@ -51,11 +51,9 @@ pub struct EtcdClients {
 pub struct MemberChannels {
     timeout: std::time::Duration,
     link_check: std::time::Duration,
-    /// By cluster and endpoint: the channel and the material it was dialled with.
-    by_member: Mutex<HashMap<(String, String), Dialled>>,
+    /// By cluster and endpoint.
+    dialled: BuiltWith<(String, String), etcd_client::Channel>,
 }
-
-type Dialled = (Option<Arc<TlsMaterial>>, etcd_client::Channel);
 
 impl MemberChannels {
     /// Channels dialled within `timeout`, their link checked every `link_check` while a watch
@@ -64,7 +62,7 @@ impl MemberChannels {
         Self {
             timeout,
             link_check,
-            by_member: Mutex::default(),
+            dialled: BuiltWith::default(),
         }
     }
 
@@ -78,41 +76,27 @@ impl MemberChannels {
         endpoint: &str,
         tls: Option<&Arc<TlsMaterial>>,
     ) -> Result<etcd_client::Channel, AdminError> {
-        let mut by_member = self
-            .by_member
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let key = (cluster.to_string(), endpoint.to_string());
-        if let Some((dialled_with, channel)) = by_member.get(&key)
-            && dialled_with.as_ref() == tls
-        {
-            return Ok(channel.clone());
-        }
-        let channel = member_channel(
-            endpoint,
-            self.timeout,
-            self.link_check,
-            tls.map(|material| &**material),
-        )?;
-        by_member.insert(key, (tls.cloned(), channel.clone()));
-        Ok(channel)
+        self.dialled
+            .get_or_build((cluster.to_string(), endpoint.to_string()), tls, || {
+                member_channel(
+                    endpoint,
+                    self.timeout,
+                    self.link_check,
+                    tls.map(|material| &**material),
+                )
+            })
     }
 
     fn forget_cluster(&self, cluster: &str) {
-        self.by_member
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .retain(|(of, _), _| of != cluster);
+        self.dialled.retain(|(of, _)| of != cluster);
     }
 }
 
-/// The clients that read members' `/metrics`: one for every member on plain HTTP, one per
-/// cluster for members on TLS, built on first use ([`metrics_client`] says why they are shared).
+/// The clients that read members' `/metrics`: one for every member on plain HTTP (under no
+/// cluster), one per cluster for members on TLS, built on first use ([`metrics_client`] says
+/// why they are shared).
 #[derive(Default)]
-struct MetricsClients {
-    plain: Mutex<Option<reqwest::Client>>,
-    by_cluster: Mutex<HashMap<String, (Arc<TlsMaterial>, reqwest::Client)>>,
-}
+struct MetricsClients(BuiltWith<Option<String>, reqwest::Client>);
 
 impl MetricsClients {
     fn client(
@@ -122,37 +106,56 @@ impl MetricsClients {
         timeout: std::time::Duration,
         tls: Option<&Arc<TlsMaterial>>,
     ) -> Result<reqwest::Client, AdminError> {
-        let Some(material) = tls.filter(|_| is_https(endpoint)) else {
-            let mut plain = self
-                .plain
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if let Some(client) = plain.as_ref() {
-                return Ok(client.clone());
-            }
-            let client = metrics_client(endpoint, timeout, None)?;
-            *plain = Some(client.clone());
-            return Ok(client);
-        };
-        let mut by_cluster = self
-            .by_cluster
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some((built_with, client)) = by_cluster.get(cluster)
-            && built_with == material
-        {
-            return Ok(client.clone());
-        }
-        let client = metrics_client(endpoint, timeout, Some(material))?;
-        by_cluster.insert(cluster.to_string(), (material.clone(), client.clone()));
-        Ok(client)
+        let material = tls.filter(|_| is_https(endpoint));
+        self.0
+            .get_or_build(material.map(|_| cluster.to_string()), material, || {
+                metrics_client(endpoint, timeout, material.map(|material| &**material))
+            })
     }
 
     fn forget_cluster(&self, cluster: &str) {
-        self.by_cluster
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(cluster);
+        self.0.retain(|of| of.as_deref() != Some(cluster));
+    }
+}
+
+/// What is built from the TLS material it is for (a connection, a client), by key: built on
+/// first use, and again when the material changes.
+struct BuiltWith<K, T>(Mutex<Built<K, T>>);
+
+/// By key: what was built, and the material it was built with.
+type Built<K, T> = HashMap<K, (Option<Arc<TlsMaterial>>, T)>;
+
+impl<K, T> Default for BuiltWith<K, T> {
+    fn default() -> Self {
+        Self(Mutex::default())
+    }
+}
+
+impl<K: Eq + std::hash::Hash, T: Clone> BuiltWith<K, T> {
+    fn get_or_build(
+        &self,
+        key: K,
+        tls: Option<&Arc<TlsMaterial>>,
+        build: impl FnOnce() -> Result<T, AdminError>,
+    ) -> Result<T, AdminError> {
+        let mut built = self.lock();
+        if let Some((built_with, thing)) = built.get(&key)
+            && built_with.as_ref() == tls
+        {
+            return Ok(thing.clone());
+        }
+        let thing = build()?;
+        built.insert(key, (tls.cloned(), thing.clone()));
+        Ok(thing)
+    }
+
+    fn retain(&self, mut keep: impl FnMut(&K) -> bool) {
+        self.lock().retain(|key, _| keep(key));
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Built<K, T>> {
+        // Every write is one insert or removal: a poisoned map is still whole.
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -243,7 +246,7 @@ impl EtcdClients {
             let metrics = self
                 .metrics
                 .client(&key.cluster, endpoint, timeout, tls.as_ref())?;
-            EtcdAdmin::connect_sharing(endpoint, channel, tls.as_deref(), metrics).await
+            EtcdAdmin::connect_sharing(endpoint, channel, tls.clone(), metrics).await
         };
         self.members
             .call(key, endpoint, verb, idempotency, connect, verb_call)
@@ -393,3 +396,42 @@ fn cluster_name(cluster: &str) -> &str {
 
 /// Shared handle type used by the reconciler.
 pub type SharedClients = Arc<EtcdClients>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_is_built_is_kept_for_its_material_and_built_again_for_another() {
+        let material = |ca: &str| {
+            Arc::new(TlsMaterial {
+                ca_pem: ca.as_bytes().to_vec(),
+                cert_pem: Vec::new(),
+                key_pem: Vec::new(),
+            })
+        };
+        let (first, second) = (material("first"), material("second"));
+        let built: BuiltWith<&str, u32> = BuiltWith::default();
+        let builds = std::cell::Cell::new(0);
+        let build = || {
+            builds.set(builds.get() + 1);
+            Ok(builds.get())
+        };
+        assert_eq!(built.get_or_build("a", Some(&first), build).unwrap(), 1);
+        assert_eq!(
+            built.get_or_build("a", Some(&first.clone()), build).unwrap(),
+            1,
+            "kept"
+        );
+        assert_eq!(
+            built.get_or_build("a", Some(&second), build).unwrap(),
+            2,
+            "new material"
+        );
+        assert_eq!(built.get_or_build("a", None, build).unwrap(), 3, "no material");
+        assert_eq!(built.get_or_build("b", None, build).unwrap(), 4, "another key");
+        built.retain(|key| *key != "a");
+        assert_eq!(built.get_or_build("a", None, build).unwrap(), 5, "forgotten");
+        assert_eq!(built.get_or_build("b", None, build).unwrap(), 4, "kept");
+    }
+}
