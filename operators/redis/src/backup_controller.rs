@@ -142,7 +142,9 @@ impl BackupEngine for RedisSnapshots<'_> {
         sink: &BackupSink,
         name: &str,
     ) -> Result<Snapshot<Option<ContentFingerprint>>, SnapshotError> {
-        take_snapshot(self.context, cluster, source.ordinal, sink, name)
+        // Only a Replication mode snapshot's content is recorded (what a drill compares).
+        let read_content = source.shard.is_none();
+        take_snapshot(self.context, cluster, source.ordinal, sink, name, read_content)
             .await
             .map(|(stored, content)| Snapshot {
                 stored,
@@ -635,15 +637,16 @@ async fn cluster_view(
     None
 }
 
-/// Streams one node's RDB snapshot into the object `name`, and reads what it holds on the way
-/// (`None` when that cannot be read: the snapshot is stored all the same, and cannot be
-/// drilled).
+/// Streams one node's RDB snapshot into the object `name` and, with `read_content`, reads what
+/// it holds on the way (`None` when that cannot be read, or was not asked for: the snapshot is
+/// stored all the same, and cannot be drilled).
 async fn take_snapshot(
     context: &Context<State>,
     cluster: &RedisCluster,
     ordinal: usize,
     sink: &BackupSink,
     name: &str,
+    read_content: bool,
 ) -> Result<(quorum_core::backup::StoredBackup, Option<ContentFingerprint>), String> {
     let key = object_key(cluster);
     let addresses = context.state.addresses(cluster);
@@ -661,7 +664,14 @@ async fn take_snapshot(
         .await
         .map_err(|error| format!("unreachable: {error}"))?;
     let produce = producer(move |writer| {
-        Box::pin(async move { admin.snapshot_with_content(writer, SNAPSHOT_IDLE_TIMEOUT).await })
+        Box::pin(async move {
+            if read_content {
+                let (info, content) = admin.snapshot_with_content(writer, SNAPSHOT_IDLE_TIMEOUT).await?;
+                Ok((info, Some(content)))
+            } else {
+                Ok((admin.snapshot(writer, SNAPSHOT_IDLE_TIMEOUT).await?, None))
+            }
+        })
     });
     let upload = |reader| async move { sink.upload(name, reader).await };
     let (stored, (info, content)) = pipe(produce, upload, SNAPSHOT_STALL_TIMEOUT)
@@ -669,10 +679,12 @@ async fn take_snapshot(
         .map_err(|error: PipeError<AdminError, BackupError>| error.to_string())?;
     stored.verify("the server", info.size, &info.sha256)?;
     let content = content
-        .inspect_err(|error| {
-            tracing::warn!(cluster = %key, %name, %error, "the snapshot is stored, but what it holds could not be read: it cannot be drilled");
+        .and_then(|read| {
+            read.inspect_err(|error| {
+                tracing::warn!(cluster = %key, %name, %error, "the snapshot is stored, but what it holds could not be read: it cannot be drilled");
+            })
+            .ok()
         })
-        .ok()
         .map(|content| content.fingerprint());
     Ok((stored, content))
 }
