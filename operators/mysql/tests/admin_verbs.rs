@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use mysql_async::prelude::Queryable;
 use mysql_operator::admin::{
     AdminError, Credentials, IoThread, MySqlAdmin, ReplicationSource, SemiSyncRole,
+    binlog::{self, BinlogError, ReplayStop},
     gtid::{GtidPosition, MostAdvancedError, most_advanced},
     snapshot::{self, SnapshotError},
 };
@@ -1216,4 +1217,178 @@ async fn a_commit_acknowledged_just_before_every_member_is_killed_survives_on_th
             processes.error_log_tail(0)
         );
     }
+}
+
+/// The server's clock, in whole seconds since the epoch.
+async fn server_second(processes: &MariaDbProcesses, index: usize) -> i64 {
+    let answer = processes.sql(index, "SELECT UNIX_TIMESTAMP()").await;
+    answer.trim().parse().expect("a number of seconds")
+}
+
+/// Waits for the server's clock to pass `second`: transactions after it carry a later time.
+async fn wait_past(processes: &MariaDbProcesses, index: usize, second: i64) {
+    wait::until(
+        "the server's clock to pass the noted second",
+        CONVERGE,
+        || async {
+            let now = server_second(processes, index).await;
+            if now > second {
+                Ok(())
+            } else {
+                Err(format!("{now}"))
+            }
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn an_archived_binary_log_replays_onto_a_restored_snapshot_up_to_exactly_a_time_or_a_position() {
+    let processes = MariaDbProcesses::start(4).await;
+    let (primary, restored) = (admin(&processes, 0), admin(&processes, 1));
+    primary.set_read_only(false).await.unwrap();
+    processes
+        .sql(
+            0,
+            "CREATE DATABASE shop; CREATE TABLE shop.items (id INT PRIMARY KEY, note VARCHAR(40)); \
+             INSERT INTO shop.items VALUES (1, 'in the snapshot')",
+        )
+        .await;
+    let mut dump = Vec::new();
+    let snapshot = snapshot::snapshot_out(&primary, &["root", REPLICATION_USER], &mut dump)
+        .await
+        .unwrap();
+
+    // After the snapshot: rows, a change of schema, an update and a delete in one
+    // transaction, then the noted point; then more.
+    processes
+        .sql(
+            0,
+            "INSERT INTO shop.items VALUES (2, 'before the point'), (3, 'deleted before the point'); \
+             CREATE TABLE shop.orders (id INT PRIMARY KEY, item INT, placed DATETIME DEFAULT NOW()); \
+             START TRANSACTION; INSERT INTO shop.orders (id, item) VALUES (1, 2); \
+             UPDATE shop.items SET note = 'updated before the point' WHERE id = 1; \
+             DELETE FROM shop.items WHERE id = 3; COMMIT",
+        )
+        .await;
+    let point = server_second(&processes, 0).await;
+    let at_point = executed(&primary).await;
+    let items = "SELECT id, note FROM shop.items ORDER BY id";
+    let orders = "SELECT id, item, placed FROM shop.orders ORDER BY id";
+    let items_at_point = processes.sql(0, items).await;
+    let orders_at_point = processes.sql(0, orders).await;
+    wait_past(&processes, 0, point).await;
+    processes
+        .sql(
+            0,
+            "INSERT INTO shop.items VALUES (4, 'after the point'); DROP TABLE shop.orders; \
+             UPDATE shop.items SET note = 'updated after the point' WHERE id = 2",
+        )
+        .await;
+
+    let mut archive = Vec::new();
+    let archived = binlog::archive_binlog(&primary, &snapshot.position, &mut archive)
+        .await
+        .unwrap();
+    assert_eq!(archived.after, snapshot.position);
+    assert_eq!(archived.through, executed(&primary).await);
+    assert_eq!(
+        archived.transactions, 6,
+        "two inserts, a table, a transaction, then three"
+    );
+    assert_eq!(archived.bytes, archive.len() as u64);
+    assert!(archived.first_time.unwrap().as_second() <= point);
+    assert!(archived.last_time.unwrap().as_second() > point);
+
+    // Restored as a new cluster's first member is, then replayed to the noted second: exactly
+    // the rows the primary had then, and its GTID position then.
+    snapshot::snapshot_in(&restored, &dump[..]).await.unwrap();
+    restored.adopt_position(&snapshot.position).await.unwrap();
+    let replayed = binlog::replay_binlog(
+        &restored,
+        &archive[..],
+        &snapshot.position,
+        &ReplayStop::Time(jiff::Timestamp::from_second(point).unwrap()),
+    )
+    .await
+    .unwrap();
+    assert!(replayed.reached_stop);
+    assert_eq!(replayed.applied, 3);
+    assert_eq!(replayed.through, at_point);
+    assert_eq!(executed(&restored).await, at_point);
+    assert_eq!(processes.sql(1, items).await, items_at_point);
+    assert_eq!(
+        processes.sql(1, orders).await,
+        orders_at_point,
+        "the time NOW() gave"
+    );
+
+    // To a GTID position instead: the same transactions, whatever their times. Replaying again
+    // onto a member that holds them applies nothing twice.
+    let by_position = admin(&processes, 2);
+    snapshot::snapshot_in(&by_position, &dump[..]).await.unwrap();
+    by_position.adopt_position(&snapshot.position).await.unwrap();
+    let stop = ReplayStop::Position(at_point.clone());
+    let replayed = binlog::replay_binlog(&by_position, &archive[..], &snapshot.position, &stop)
+        .await
+        .unwrap();
+    assert_eq!((replayed.applied, replayed.reached_stop), (3, true));
+    assert_eq!(processes.sql(2, items).await, items_at_point);
+    let again = binlog::replay_binlog(&by_position, &archive[..], &at_point, &stop)
+        .await
+        .unwrap();
+    assert_eq!(again.applied, 0);
+    assert_eq!(processes.sql(2, items).await, items_at_point);
+
+    // The whole archive: everything the primary holds, and the restored member then continues
+    // its history as its own primary.
+    let whole = admin(&processes, 3);
+    snapshot::snapshot_in(&whole, &dump[..]).await.unwrap();
+    whole.adopt_position(&snapshot.position).await.unwrap();
+    let end = ReplayStop::Time(jiff::Timestamp::now() + jiff::SignedDuration::from_hours(1));
+    let replayed = binlog::replay_binlog(&whole, &archive[..], &snapshot.position, &end)
+        .await
+        .unwrap();
+    assert!(!replayed.reached_stop, "no transaction past an hour from now");
+    assert_eq!(executed(&whole).await, executed(&primary).await);
+    assert_eq!(processes.sql(3, items).await, processes.sql(0, items).await);
+
+    // The next piece continues where this one ended; with nothing new it is empty.
+    let mut next = Vec::new();
+    let empty = binlog::archive_binlog(&primary, &archived.through, &mut next)
+        .await
+        .unwrap();
+    assert_eq!((empty.transactions, empty.through), (0, archived.through.clone()));
+
+    // A changed byte is refused before the transaction that holds it is applied.
+    let mut tampered = archive.clone();
+    let at = tampered
+        .windows(b"after the point".len())
+        .position(|window| window == b"after the point")
+        .expect("the row's text is in the log");
+    tampered[at] ^= 0x20;
+    let untouched = admin(&processes, 2);
+    let before = executed(&untouched).await;
+    let error = binlog::replay_binlog(&untouched, &tampered[..], &at_point, &end)
+        .await
+        .unwrap_err();
+    assert!(matches!(error, BinlogError::Corrupt(_)), "{error}");
+    assert_eq!(executed(&untouched).await, before);
+
+    // A position the log no longer holds is a gap, named as such.
+    processes.sql(0, "FLUSH BINARY LOGS").await;
+    let newest = processes.sql(0, "SHOW BINARY LOGS").await;
+    let last = newest
+        .lines()
+        .last()
+        .unwrap()
+        .split('\t')
+        .next()
+        .unwrap()
+        .to_string();
+    processes.sql(0, &format!("PURGE BINARY LOGS TO '{last}'")).await;
+    let error = binlog::archive_binlog(&primary, &snapshot.position, &mut Vec::new())
+        .await
+        .unwrap_err();
+    assert!(matches!(error, BinlogError::Gap { .. }), "{error}");
 }

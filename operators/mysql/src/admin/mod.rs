@@ -11,6 +11,7 @@
 //! example `CHANGE MASTER TO`) and the server's code and message, with the password scrubbed
 //! from the message.
 
+pub mod binlog;
 pub mod dialect;
 pub mod gtid;
 pub mod snapshot;
@@ -213,6 +214,8 @@ const LOCK_WAIT_SECONDS: u32 = 10;
 #[derive(Clone)]
 pub struct MySqlAdmin {
     pool: Pool,
+    /// For connections outside the pool: a binary log dump cannot go back to it.
+    options: mysql_async::Opts,
     dialect: &'static dyn Dialect,
     endpoint: String,
     connect_timeout: Duration,
@@ -265,8 +268,10 @@ impl MySqlAdmin {
                  ',NO_BACKSLASH_ESCAPES,', ','))"
                     .to_string(),
             ]);
+        let options = mysql_async::Opts::from(options);
         Self {
-            pool: Pool::new(options),
+            pool: Pool::new(options.clone()),
+            options,
             dialect: dialect::dialect(flavor),
             endpoint: format!("{host}:{port}"),
             connect_timeout,
@@ -620,6 +625,20 @@ impl MySqlAdmin {
             "{}: connections fail right after they are made",
             self.endpoint
         )))
+    }
+
+    /// A connection outside the pool, closed when dropped: for a binary log dump, after which a
+    /// connection is no use for anything else.
+    pub(crate) async fn dedicated_connection(&self) -> Result<Conn, AdminError> {
+        tokio::time::timeout(self.connect_timeout, Conn::new(self.options.clone()))
+            .await
+            .map_err(|_| {
+                AdminError::Unreachable(format!(
+                    "{}: no connection within {:?}",
+                    self.endpoint, self.connect_timeout
+                ))
+            })?
+            .map_err(|e| self.at_endpoint(classify(e, "connect", None)))
     }
 
     /// Runs `work`, counting it as unreachable after `limit`.
