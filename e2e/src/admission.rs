@@ -138,11 +138,27 @@ pub async fn check_engine(
     rows: &[Row],
     backups: &CustomResourceDefinition,
 ) {
+    check_engine_with_backup_rows(namespace, clusters, valid, rows, backups, &[]).await;
+}
+
+/// As [`check_engine`], with rows for the engine's own backup fields besides the shared ones.
+pub async fn check_engine_with_backup_rows(
+    namespace: &str,
+    clusters: &CustomResourceDefinition,
+    valid: &Value,
+    rows: &[Row],
+    backups: &CustomResourceDefinition,
+    engine_backup_rows: &[Row],
+) {
     let (cluster_verify, backup_verify) = verify_rows();
     let rows: Vec<Row> = rows.iter().cloned().chain([cluster_verify]).collect();
     let rows = &rows[..];
     assert_every_field_covered(clusters, rows, &["affinity", "claims"]);
-    let backup_rows: Vec<Row> = backup_rows().into_iter().chain([backup_verify]).collect();
+    let backup_rows: Vec<Row> = backup_rows()
+        .into_iter()
+        .chain([backup_verify])
+        .chain(engine_backup_rows.iter().cloned())
+        .collect();
     assert_every_field_covered(backups, &backup_rows, &[]);
 
     let client = crate::control_plane::admin_client().await;

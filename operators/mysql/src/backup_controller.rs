@@ -9,6 +9,8 @@
 
 use std::{sync::Arc, time::Duration};
 
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{ResourceExt, runtime::controller::Action};
 use quorum_core::{
     ReconcileError,
@@ -24,18 +26,24 @@ use quorum_core::{
 };
 
 use crate::{
-    admin::snapshot::{SnapshotError, SnapshotInfo, snapshot_out},
-    crd::{MySQLBackup, MySQLBackupSpec, MySQLBackupStatus, MySQLCluster},
+    admin::{
+        MySqlAdmin,
+        binlog::{ArchivedBinlog, BinlogError, archive_binlog},
+        gtid::GtidPosition,
+        snapshot::{SnapshotError, SnapshotInfo, snapshot_out},
+    },
+    crd::{MySQLBackup, MySQLBackupSpec, MySQLBackupStatus, MySQLCluster, RecoveryRun, StoredPiece},
     decide::MemberFact,
     reconcile::State,
     resources::{REPLICATION_USER, member_name, ordinal_of},
+    restore::recoverable_window,
     status::CAUGHT_UP_LAG_SECONDS,
 };
 
 /// How long the server may send nothing while the store waits for data.
 pub const SNAPSHOT_STALL_TIMEOUT: Duration = Duration::from_secs(30);
 
-quorum_core::backup_resource!(MySQLBackup, MySQLBackupSpec, MySQLBackupStatus);
+quorum_core::backup_resource!(MySQLBackup, MySQLBackupSpec, MySQLBackupStatus, archive_binlogs: false);
 
 /// Why MySQL's part of a backup failed: the member could not be reached, the snapshot or its
 /// upload failed, or what was stored is not what the server sent.
@@ -47,6 +55,13 @@ impl ReconcileError for SnapshotFailed {
     fn metric_label(&self) -> &'static str {
         "snapshot"
     }
+}
+
+/// What one run of a MySQL backup produced.
+pub struct RunInfo {
+    snapshot: SnapshotInfo,
+    /// With `archiveBinlogs`: the binary log archived in this run, and the kept runs with it.
+    archive: Option<(ArchivedBinlog, Vec<RecoveryRun>)>,
 }
 
 /// MySQL's part of a backup: one caught-up member, its consistent snapshot.
@@ -64,7 +79,7 @@ impl BackupEngine for MySqlSnapshots<'_> {
     type Backup = MySQLBackup;
     type Cluster = MySQLCluster;
     type Source = Member;
-    type Info = SnapshotInfo;
+    type Info = RunInfo;
     type Error = SnapshotFailed;
 
     const ENGINE: &'static str = crate::observe::ENGINE;
@@ -133,14 +148,18 @@ impl BackupEngine for MySqlSnapshots<'_> {
         "sql".to_string()
     }
 
+    fn companion_objects(&self, backup: &MySQLBackup) -> usize {
+        usize::from(backup.spec.archive_binlogs)
+    }
+
     async fn produce(
         &self,
-        _: &Self::Backup,
+        backup: &Self::Backup,
         cluster: &MySQLCluster,
         source: &Member,
         sink: &BackupSink,
         name: &str,
-    ) -> Result<Snapshot<SnapshotInfo>, SnapshotFailed> {
+    ) -> Result<Snapshot<RunInfo>, SnapshotFailed> {
         let addresses = self.context.state.addresses(cluster);
         let admin = self
             .context
@@ -156,8 +175,9 @@ impl BackupEngine for MySqlSnapshots<'_> {
             )
             .await
             .map_err(|error| SnapshotFailed(format!("unreachable: {error}")))?;
+        let snapshot_admin = admin.clone();
         let produce = producer(move |writer| {
-            Box::pin(async move { snapshot_out(&admin, &["root", REPLICATION_USER], writer).await })
+            Box::pin(async move { snapshot_out(&snapshot_admin, &["root", REPLICATION_USER], writer).await })
         });
         let upload = |reader| async move { sink.upload(name, reader).await };
         let (stored, info) = pipe(produce, upload, SNAPSHOT_STALL_TIMEOUT)
@@ -166,26 +186,70 @@ impl BackupEngine for MySqlSnapshots<'_> {
         stored
             .verify("the server", info.bytes, &info.sha256)
             .map_err(SnapshotFailed)?;
-        Ok(Snapshot { stored, info })
+        let archive = match backup.spec.archive_binlogs {
+            true => Some(archive_run(backup, &admin, sink, name, &stored, &info).await?),
+            false => None,
+        };
+        Ok(Snapshot {
+            stored,
+            info: RunInfo {
+                snapshot: info,
+                archive,
+            },
+        })
     }
 
-    fn record(&self, status: &mut MySQLBackupStatus, snapshots: &[(&Member, Snapshot<SnapshotInfo>)]) {
+    fn record(&self, status: &mut MySQLBackupStatus, snapshots: &[(&Member, Snapshot<RunInfo>)]) {
         if let Some((_, snapshot)) = snapshots.first() {
-            status.gtid_position = Some(snapshot.info.position.to_string());
-            status.content = Some(snapshot.info.content.clone());
+            status.gtid_position = Some(snapshot.info.snapshot.position.to_string());
+            status.content = Some(snapshot.info.snapshot.content.clone());
+            if let Some((_, runs)) = &snapshot.info.archive {
+                status.recovery_runs = runs.clone();
+                let window = recoverable_window(runs);
+                status.recoverable_from = window.map(|(from, _)| Time(from));
+                status.recoverable_until = window.map(|(_, until)| Time(until));
+            }
         }
     }
 
-    fn describe(&self, member: &Member, snapshot: &Snapshot<SnapshotInfo>) -> String {
+    fn describe(&self, member: &Member, snapshot: &Snapshot<RunInfo>) -> String {
+        let info = &snapshot.info.snapshot;
+        let archived = snapshot
+            .info
+            .archive
+            .as_ref()
+            .map_or(String::new(), |(archived, _)| {
+                format!(
+                    ", and the binary log after {} to {} ({} transactions, {} bytes)",
+                    archived.after, archived.through, archived.transactions, archived.bytes
+                )
+            });
         format!(
-            "{} bytes ({} rows) from {} at GTID position {} to {} (sha256 {})",
+            "{} bytes ({} rows) from {} at GTID position {} to {} (sha256 {}){archived}",
             snapshot.stored.size,
-            snapshot.info.content.records,
+            info.content.records,
             self.member(member),
-            snapshot.info.position,
+            info.position,
             snapshot.stored.location,
             snapshot.stored.sha256
         )
+    }
+
+    /// The newest snapshot, and every kept run's snapshot and binary log: a point-in-time
+    /// restore may read any of them.
+    fn referenced(&self, status: &MySQLBackupStatus) -> Vec<String> {
+        status
+            .run
+            .last_snapshot
+            .iter()
+            .map(|record| record.location.clone())
+            .chain(
+                status
+                    .recovery_runs
+                    .iter()
+                    .flat_map(|run| [run.snapshot.location.clone(), run.binlog.location.clone()]),
+            )
+            .collect()
     }
 
     fn restored_from(&self, cluster: &MySQLCluster) -> Option<String> {
@@ -251,6 +315,77 @@ impl BackupEngine for MySqlSnapshots<'_> {
     }
 }
 
+/// Archives the binary log the member wrote since the previous run (since this run's snapshot
+/// for the first, or when the member no longer holds where the previous run ended) next to the
+/// snapshot `name`, and returns it with the kept runs: the previous ones and this, the newest
+/// `retain`.
+async fn archive_run(
+    backup: &MySQLBackup,
+    admin: &MySqlAdmin,
+    sink: &BackupSink,
+    name: &str,
+    snapshot: &quorum_core::backup::StoredBackup,
+    info: &SnapshotInfo,
+) -> Result<(ArchivedBinlog, Vec<RecoveryRun>), SnapshotFailed> {
+    let snapshot_completed_at = Timestamp::now();
+    let mut runs = backup
+        .status
+        .as_ref()
+        .map(|status| status.recovery_runs.clone())
+        .unwrap_or_default();
+    let previous_end = runs
+        .last()
+        .and_then(|run| GtidPosition::parse(info.position.flavor(), &run.binlog_through).ok())
+        .filter(|end| info.position.includes(end));
+    let object = format!("{}.binlog", name.strip_suffix(".sql").unwrap_or(name));
+    let object = object.as_str();
+    let archive = |after: GtidPosition| async move {
+        // Every transaction written before the dump starts is in the log when it reaches the end.
+        let archived_at = Timestamp::now();
+        let dump_admin = admin.clone();
+        let produce = producer(move |writer| {
+            Box::pin(async move { archive_binlog(&dump_admin, &after, writer).await })
+        });
+        let upload = |reader| async move { sink.upload(object, reader).await };
+        pipe(produce, upload, SNAPSHOT_STALL_TIMEOUT)
+            .await
+            .map(|(stored, archived)| (stored, archived, archived_at))
+    };
+    let archived = match previous_end {
+        Some(end) => match archive(end).await {
+            Err(PipeError::Producer(BinlogError::Gap { .. })) => archive(info.position.clone()).await,
+            other => other,
+        },
+        None => archive(info.position.clone()).await,
+    };
+    let (stored, archived, archived_at) =
+        archived.map_err(|error: PipeError<BinlogError, BackupError>| {
+            SnapshotFailed(format!("archiving the binary log: {error}"))
+        })?;
+    stored
+        .verify("the binary log dump", archived.bytes, &archived.sha256)
+        .map_err(SnapshotFailed)?;
+    runs.push(RecoveryRun {
+        snapshot: StoredPiece {
+            location: snapshot.location.clone(),
+            sha256: snapshot.sha256.clone(),
+        },
+        snapshot_position: info.position.to_string(),
+        snapshot_completed_at: Time(snapshot_completed_at),
+        binlog: StoredPiece {
+            location: stored.location.clone(),
+            sha256: stored.sha256.clone(),
+        },
+        binlog_after: archived.after.to_string(),
+        binlog_through: archived.through.to_string(),
+        archived_at: Time(archived_at),
+    });
+    let keep = backup.spec.backup.retain.unwrap_or(u32::MAX) as usize;
+    let excess = runs.len().saturating_sub(keep);
+    runs.drain(..excess);
+    Ok((archived, runs))
+}
+
 /// The throw-away cluster `name` a drill restores `backup`'s newest snapshot into: one member of
 /// `cluster`'s flavor, version, storage, pod template and TLS, with no accounts of its own and
 /// no backups.
@@ -259,9 +394,7 @@ pub fn drill_cluster(backup: &MySQLBackup, cluster: &MySQLCluster, name: &str) -
     spec.replicas = 1;
     spec.users = Vec::new();
     spec.backup = None;
-    spec.restore_from = Some(quorum_core::crd::RestoreSource {
-        backup_name: backup.name_any(),
-    });
+    spec.restore_from = Some(crate::crd::MySqlRestoreSource::newest(backup.name_any()));
     let mut scratch = MySQLCluster::new(name, spec);
     scratch.metadata.namespace = backup.namespace();
     scratch

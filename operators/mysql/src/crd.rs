@@ -198,7 +198,53 @@ pub struct MySQLClusterSpec {
     /// happens once, only into an empty member. Immutable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self == oldSelf").message("restoreFrom is immutable"))]
-    pub restore_from: Option<RestoreSource>,
+    pub restore_from: Option<MySqlRestoreSource>,
+}
+
+/// The backup a new cluster starts from, and optionally the point in time to restore to.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MySqlRestoreSource {
+    #[serde(flatten)]
+    pub backup: RestoreSource,
+    /// Restore to this point rather than to the newest snapshot: the newest snapshot taken
+    /// before it, then the binary log archived after that snapshot, up to the point. Needs a
+    /// `MySQLBackup` with `archiveBinlogs`, and a point inside what it archived
+    /// (`status.recoverableFrom` to `status.recoverableUntil`). MariaDB only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub point_in_time: Option<PointInTime>,
+}
+
+impl MySqlRestoreSource {
+    /// The newest snapshot of `backup_name`.
+    pub fn newest(backup_name: impl Into<String>) -> Self {
+        Self {
+            backup: RestoreSource {
+                backup_name: backup_name.into(),
+            },
+            point_in_time: None,
+        }
+    }
+}
+
+/// A point to restore to: exactly one of `time` and `gtid`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.time) != has(self.gtid)")
+    .message("restoreFrom.pointInTime takes exactly one of time and gtid"))]
+pub struct PointInTime {
+    /// Every transaction written at or before this time, and none after (RFC 3339; the servers
+    /// log whole seconds, so a fraction is ignored).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<Time>,
+    /// Every transaction in this GTID position, and none after (MariaDB's notation, as
+    /// `@@gtid_binlog_pos` gives it: `0-1-42`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 1024),
+        regex(pattern = r"^[0-9]+-[0-9]+-[0-9]+(,[0-9]+-[0-9]+-[0-9]+)*$")
+    )]
+    pub gtid: Option<String>,
 }
 
 /// MariaDB's long-term releases, as `major * 1000 + minor`: an upgrade moves at most to the
@@ -433,6 +479,10 @@ pub struct RestoreRecord {
     pub sha256: String,
     /// The GTID position the snapshot was taken at: the cluster's history continues from it.
     pub gtid_position: String,
+    /// With `restoreFrom.pointInTime`: how many archived pieces of the binary log were replayed
+    /// after the snapshot, up to the point.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binlogs_replayed: Option<u32>,
     /// The member it was restored into, which then became the first primary.
     pub member: String,
     /// When the member held the snapshot and its GTID history.
@@ -542,10 +592,18 @@ pub struct FailoverRecord {
 )]
 #[x_kube(validation = Rule::new("!has(self.retain) || has(self.schedule)")
     .message("retain applies only to scheduled backups: set schedule or remove retain"))]
+#[x_kube(validation = Rule::new("!has(self.archiveBinlogs) || !self.archiveBinlogs || (has(self.schedule) && has(self.retain))")
+    .message("archiveBinlogs needs schedule and retain: each run archives the binary log written since the previous run, and retention keeps the newest retain runs' snapshots with it"))]
 #[serde(rename_all = "camelCase")]
 pub struct MySQLBackupSpec {
     #[serde(flatten)]
     pub backup: BackupSpec,
+    /// Point-in-time recovery (MariaDB): each run also archives the binary log the member wrote
+    /// since the previous run, checked event by event, next to its snapshot; a new cluster can
+    /// then be restored to any time or GTID position from the oldest kept snapshot to the
+    /// newest run (`restoreFrom.pointInTime`). The schedule sets how recent that can be.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub archive_binlogs: bool,
 }
 
 /// What the operator last did for a `MySQLBackup`.
@@ -561,6 +619,42 @@ pub struct MySQLBackupStatus {
     /// the same.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<quorum_core::backup::digest::ContentFingerprint>,
+    /// With `archiveBinlogs`: the kept runs, oldest first, each a snapshot and the binary log
+    /// archived with it. What a point-in-time restore reads.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recovery_runs: Vec<RecoveryRun>,
+    /// The earliest and latest points a cluster can be restored to from the kept runs
+    /// (`restoreFrom.pointInTime.time`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recoverable_from: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recoverable_until: Option<Time>,
+}
+
+/// One run of a backup with `archiveBinlogs`: its snapshot, and the binary log archived in the
+/// same run, which holds every transaction after `binlogAfter` up to `binlogThrough`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RecoveryRun {
+    pub snapshot: StoredPiece,
+    /// The GTID position the snapshot holds.
+    pub snapshot_position: String,
+    /// When the snapshot was complete: it holds no transaction written later.
+    pub snapshot_completed_at: Time,
+    pub binlog: StoredPiece,
+    pub binlog_after: String,
+    pub binlog_through: String,
+    /// When the binary log was read to its end: every transaction written before then is in
+    /// this run's archive or an earlier one.
+    pub archived_at: Time,
+}
+
+/// An object a run stored, and its SHA-256 (hex) as written.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredPiece {
+    pub location: String,
+    pub sha256: String,
 }
 
 /// The `my.cnf` setting the operator owns for MariaDB with SemiSync replication only.

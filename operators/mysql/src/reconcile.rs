@@ -51,7 +51,7 @@ use crate::{
         build_statefulset, generated_root_secret_name, member_name, member_selector, ordinal_of,
         replication_secret_name, root_secret_name, semi_sync, statefulset_name,
     },
-    restore::StoredSnapshot,
+    restore::{StoredSnapshot, plan_recovery},
     status::{
         build_status, describe, failover_record, in_flight_from_status, role_labels,
         status_keeping_unreadable_record, step_reason, unreadable_record_wait,
@@ -369,7 +369,7 @@ impl Observed {
                 PendingRestore::NotReady(why) => Restore::SourceNotReady(why.clone()),
                 PendingRestore::Ready(snapshot) => Restore::Ready {
                     backup: snapshot.backup.clone(),
-                    position: snapshot.position.clone(),
+                    position: snapshot.furthest_position().clone(),
                 },
             }),
             semi_sync: semi_sync(cluster),
@@ -748,6 +748,7 @@ async fn record_done(
             location: snapshot.location.clone(),
             sha256: snapshot.sha256.clone(),
             gtid_position: snapshot.position.to_string(),
+            binlogs_replayed: snapshot.stop.as_ref().map(|_| snapshot.binlogs.len() as u32),
             member: member_name(&name, *ordinal),
             completed_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()),
         };
@@ -1000,7 +1001,7 @@ async fn ensure_users(
 enum PendingRestore {
     /// The backup does not exist, has no stored snapshot, or its destination cannot be read.
     NotReady(String),
-    Ready(StoredSnapshot),
+    Ready(Box<StoredSnapshot>),
 }
 
 /// What a cluster created with `restoreFrom` restores, while it has not: `None` for another
@@ -1021,7 +1022,7 @@ async fn pending_restore(
         return Ok(None);
     }
     let namespace = cluster.namespace().unwrap_or_default();
-    let name = &source.backup_name;
+    let name = &source.backup.backup_name;
     let backups: Api<MySQLBackup> = Api::namespaced(context.client.clone(), &namespace);
     let Some(backup) = backups
         .get_opt(name)
@@ -1038,12 +1039,23 @@ async fn pending_restore(
             "MySQLBackup {name} has no stored snapshot yet"
         ))));
     };
-    Ok(Some(
-        match stored_snapshot(context, cluster, &backup, &snapshot, &position).await {
-            Ok(stored) => PendingRestore::Ready(stored),
-            Err(why) => PendingRestore::NotReady(format!("MySQLBackup {name}: {why}")),
-        },
-    ))
+    let stored = stored_snapshot(context, cluster, &backup, &snapshot, &position)
+        .await
+        .and_then(|stored| match &source.point_in_time {
+            None => Ok(stored),
+            Some(_) if !backup.spec.archive_binlogs && recorded.recovery_runs.is_empty() => Err(
+                "restoreFrom.pointInTime needs a backup that archives the binary log (archiveBinlogs)"
+                    .to_string(),
+            ),
+            Some(point) => {
+                let plan = plan_recovery(&recorded.recovery_runs, point, cluster.spec.flavor)?;
+                stored.at_point(&recorded.recovery_runs, &plan, cluster.spec.flavor)
+            }
+        });
+    Ok(Some(match stored {
+        Ok(stored) => PendingRestore::Ready(Box::new(stored)),
+        Err(why) => PendingRestore::NotReady(format!("MySQLBackup {name}: {why}")),
+    }))
 }
 
 /// Where `backup`'s snapshot is and what it recorded about it, or why it cannot be read.

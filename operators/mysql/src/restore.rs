@@ -11,14 +11,17 @@
 //! snapshot, which the next attempt (each database and account is dropped before it is
 //! recreated) replaces.
 
+use jiff::Timestamp;
 use quorum_core::backup::{BackupError, BackupSink, BackupTarget, scoped_target};
 use tokio::io::AsyncWriteExt;
 
 use crate::admin::{
     AdminError, MySqlAdmin,
+    binlog::{BinlogError, ReplayStop, replay_binlog},
     gtid::GtidPosition,
     snapshot::{SnapshotError, snapshot_in},
 };
+use crate::crd::{Flavor, PointInTime, RecoveryRun};
 
 /// A snapshot a `MySQLBackup` stored, and what it recorded about it.
 #[derive(Clone, Debug)]
@@ -34,6 +37,33 @@ pub struct StoredSnapshot {
     pub sha256: String,
     /// The GTID position the backup recorded.
     pub position: GtidPosition,
+    /// For a point-in-time restore: the archived binary log to replay after the snapshot, in
+    /// order, and where to stop. Empty for the snapshot alone.
+    pub binlogs: Vec<StoredBinlog>,
+    pub stop: Option<ReplayStop>,
+}
+
+/// A piece of archived binary log, and what its run recorded about it.
+#[derive(Clone, Debug)]
+pub struct StoredBinlog {
+    pub key: String,
+    pub location: String,
+    pub sha256: String,
+    pub through: GtidPosition,
+}
+
+/// The object's name in `sink` for a location a backup recorded.
+fn key_in(sink: &BackupSink, location: &str) -> Result<String, String> {
+    location
+        .strip_prefix(&sink.location(""))
+        .filter(|key| !key.is_empty())
+        .map(str::to_string)
+        .ok_or_else(|| {
+            format!(
+                "the location {location} is not in the backup's destination ({})",
+                sink.location("")
+            )
+        })
 }
 
 impl StoredSnapshot {
@@ -55,16 +85,7 @@ impl StoredSnapshot {
     ) -> Result<Self, String> {
         let sink =
             BackupSink::new(scoped_target(target, namespace, cluster)).map_err(|error| error.to_string())?;
-        let key = location
-            .strip_prefix(&sink.location(""))
-            .filter(|key| !key.is_empty())
-            .ok_or_else(|| {
-                format!(
-                    "the snapshot's location {location} is not in the backup's destination ({})",
-                    sink.location("")
-                )
-            })?
-            .to_string();
+        let key = key_in(&sink, location)?;
         Ok(Self {
             backup: backup.to_string(),
             sink,
@@ -72,8 +93,137 @@ impl StoredSnapshot {
             location: location.to_string(),
             sha256: sha256.to_ascii_lowercase(),
             position,
+            binlogs: Vec::new(),
+            stop: None,
         })
     }
+
+    /// The same store's run `plan` chose: its snapshot, then its pieces of binary log.
+    ///
+    /// # Errors
+    /// A message when a recorded location or position cannot be used.
+    pub fn at_point(
+        mut self,
+        runs: &[RecoveryRun],
+        plan: &RecoveryPlan,
+        flavor: Flavor,
+    ) -> Result<Self, String> {
+        let run = &runs[plan.snapshot];
+        self.key = key_in(&self.sink, &run.snapshot.location)?;
+        self.location = run.snapshot.location.clone();
+        self.sha256 = run.snapshot.sha256.to_ascii_lowercase();
+        self.position = parse(flavor, &run.snapshot_position)?;
+        self.binlogs = runs[plan.pieces.clone()]
+            .iter()
+            .map(|run| {
+                Ok(StoredBinlog {
+                    key: key_in(&self.sink, &run.binlog.location)?,
+                    location: run.binlog.location.clone(),
+                    sha256: run.binlog.sha256.to_ascii_lowercase(),
+                    through: parse(flavor, &run.binlog_through)?,
+                })
+            })
+            .collect::<Result<_, String>>()?;
+        self.stop = Some(plan.stop.clone());
+        Ok(self)
+    }
+
+    /// The furthest the restore takes the member's history: a member found beyond the
+    /// snapshot's position but within this one is one this restore was interrupted on.
+    pub fn furthest_position(&self) -> &GtidPosition {
+        self.binlogs.last().map_or(&self.position, |piece| &piece.through)
+    }
+}
+
+fn parse(flavor: Flavor, text: &str) -> Result<GtidPosition, String> {
+    GtidPosition::parse(flavor, text).map_err(|error| error.to_string())
+}
+
+/// Which kept run's snapshot a point-in-time restore starts from, which runs' binary logs it
+/// replays after it, and where it stops.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecoveryPlan {
+    pub snapshot: usize,
+    pub pieces: std::ops::Range<usize>,
+    pub stop: ReplayStop,
+}
+
+/// Plans a restore of `runs` (oldest first) to `point`: the newest snapshot that holds nothing
+/// past the point, then every run's binary log from that one's until one that reaches the
+/// point, each continuing where the previous ended.
+///
+/// # Errors
+/// A message naming `restoreFrom.pointInTime` when the point is before the oldest kept
+/// snapshot, after what was archived, or across a gap in the archive.
+pub fn plan_recovery(
+    runs: &[RecoveryRun],
+    point: &PointInTime,
+    flavor: Flavor,
+) -> Result<RecoveryPlan, String> {
+    let field = "restoreFrom.pointInTime";
+    let stop = match (&point.time, &point.gtid) {
+        (Some(time), None) => {
+            ReplayStop::Time(Timestamp::from_second(time.0.as_second()).map_err(|e| e.to_string())?)
+        }
+        (None, Some(gtid)) => {
+            ReplayStop::Position(parse(flavor, gtid).map_err(|why| format!("{field}.gtid: {why}"))?)
+        }
+        _ => return Err(format!("{field} takes exactly one of time and gtid")),
+    };
+    let window = recoverable_window(runs)
+        .map(|(from, until)| format!("the backup can restore to times from {from} to {until}"))
+        .unwrap_or_else(|| "the backup has no archived binary log yet".to_string());
+    let holds_nothing_past = |run: &RecoveryRun| -> Result<bool, String> {
+        Ok(match &stop {
+            ReplayStop::Time(time) => run.snapshot_completed_at.0.as_second() <= time.as_second(),
+            ReplayStop::Position(position) => position.includes(&parse(flavor, &run.snapshot_position)?),
+        })
+    };
+    let mut snapshot = None;
+    for (index, run) in runs.iter().enumerate() {
+        if holds_nothing_past(run)? {
+            snapshot = Some(index);
+        }
+    }
+    let Some(snapshot) = snapshot else {
+        return Err(format!("{field} is before the oldest kept snapshot: {window}"));
+    };
+    for index in snapshot..runs.len() {
+        let run = &runs[index];
+        if index > snapshot && runs[index - 1].binlog_through != run.binlog_after {
+            return Err(format!(
+                "{field} is past a gap in the archived binary log (one run's ends at {}, the next begins after {}): {window}",
+                runs[index - 1].binlog_through,
+                run.binlog_after
+            ));
+        }
+        let reached = match &stop {
+            ReplayStop::Time(time) => run.archived_at.0.as_second() > time.as_second(),
+            ReplayStop::Position(position) => parse(flavor, &run.binlog_through)?.includes(position),
+        };
+        if reached {
+            return Ok(RecoveryPlan {
+                snapshot,
+                pieces: snapshot..index + 1,
+                stop,
+            });
+        }
+    }
+    Err(format!("{field} is after the newest archived point: {window}"))
+}
+
+/// The earliest and latest times (whole seconds) a restore can reach from `runs`: from the
+/// oldest snapshot after which the archive is unbroken to the newest run, to the last second
+/// the newest run archived completely.
+pub fn recoverable_window(runs: &[RecoveryRun]) -> Option<(Timestamp, Timestamp)> {
+    let newest = runs.last()?;
+    let mut oldest = runs.len() - 1;
+    while oldest > 0 && runs[oldest - 1].binlog_through == runs[oldest].binlog_after {
+        oldest -= 1;
+    }
+    let from = Timestamp::from_second(runs[oldest].snapshot_completed_at.0.as_second()).ok()?;
+    let until = Timestamp::from_second(newest.archived_at.0.as_second() - 1).ok()?;
+    (from <= until).then_some((from, until))
 }
 
 /// Why a restore failed. The member may hold part of the snapshot.
@@ -93,6 +243,17 @@ pub enum RestoreError {
     PositionMismatch { stream: String, recorded: String },
     #[error("setting the GTID history to the backup's position: {0}")]
     History(#[source] AdminError),
+    /// Replaying an archived piece of binary log failed.
+    #[error("replaying {key}: {source}")]
+    Replay {
+        key: String,
+        #[source]
+        source: BinlogError,
+    },
+    /// Every piece was replayed and the member does not hold the position asked for: it is not
+    /// in the archive (another history's position).
+    #[error("the archived binary log does not hold GTID position {asked}; the member reached {reached}")]
+    PointNotReached { asked: String, reached: String },
 }
 
 /// Streams `snapshot` into the member behind `admin`, verifies it, and makes its position the
@@ -138,7 +299,52 @@ pub async fn restore_snapshot(
         .adopt_position(&position)
         .await
         .map_err(RestoreError::History)?;
-    Ok(position)
+    match &snapshot.stop {
+        Some(stop) => replay_binlogs(admin, snapshot, position, stop).await,
+        None => Ok(position),
+    }
+}
+
+/// Replays `snapshot`'s pieces of binary log in order onto the member, which holds `held`,
+/// up to `stop`; each piece's bytes are checked against its recorded SHA-256 as they stream.
+async fn replay_binlogs(
+    admin: &MySqlAdmin,
+    snapshot: &StoredSnapshot,
+    mut held: GtidPosition,
+    stop: &ReplayStop,
+) -> Result<GtidPosition, RestoreError> {
+    for piece in &snapshot.binlogs {
+        let (writer, reader) = tokio::io::duplex(1 << 20);
+        let fetch = async move {
+            let mut writer = writer;
+            snapshot
+                .sink
+                .download(&piece.key, &mut writer, Some(&piece.sha256))
+                .await
+        };
+        let (fetched, replayed) = tokio::join!(fetch, replay_binlog(admin, reader, &held, stop));
+        fetched.map_err(|source| RestoreError::Fetch {
+            key: piece.key.clone(),
+            source,
+        })?;
+        let replayed = replayed.map_err(|source| RestoreError::Replay {
+            key: piece.key.clone(),
+            source,
+        })?;
+        held = replayed.through;
+        if replayed.reached_stop {
+            break;
+        }
+    }
+    if let ReplayStop::Position(asked) = stop
+        && !held.includes(asked)
+    {
+        return Err(RestoreError::PointNotReached {
+            asked: asked.to_string(),
+            reached: held.to_string(),
+        });
+    }
+    Ok(held)
 }
 
 #[cfg(test)]
@@ -148,6 +354,119 @@ mod tests {
 
     fn position() -> GtidPosition {
         GtidPosition::parse(Flavor::MariaDB, "0-1-42").unwrap()
+    }
+
+    fn run(
+        snapshot_second: i64,
+        snapshot: &str,
+        after: &str,
+        through: &str,
+        archived_second: i64,
+    ) -> RecoveryRun {
+        use crate::crd::StoredPiece;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let at = |second| Time(Timestamp::from_second(second).unwrap());
+        RecoveryRun {
+            snapshot: StoredPiece {
+                location: format!("s3://b/run-{snapshot_second}.sql"),
+                sha256: "0".repeat(64),
+            },
+            snapshot_position: snapshot.to_string(),
+            snapshot_completed_at: at(snapshot_second),
+            binlog: StoredPiece {
+                location: format!("s3://b/run-{snapshot_second}.binlog"),
+                sha256: "0".repeat(64),
+            },
+            binlog_after: after.to_string(),
+            binlog_through: through.to_string(),
+            archived_at: at(archived_second),
+        }
+    }
+
+    fn at_time(second: i64) -> PointInTime {
+        PointInTime {
+            time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                Timestamp::from_second(second).unwrap(),
+            )),
+            gtid: None,
+        }
+    }
+
+    fn at_gtid(gtid: &str) -> PointInTime {
+        PointInTime {
+            time: None,
+            gtid: Some(gtid.to_string()),
+        }
+    }
+
+    #[test]
+    fn a_point_in_time_restores_the_newest_snapshot_before_it_then_the_logs_up_to_it() {
+        // Runs at 100, 200 and 300 s: each snapshot, then the log since the previous run.
+        let runs = [
+            run(100, "0-1-10", "0-1-10", "0-1-12", 101),
+            run(200, "0-1-20", "0-1-12", "0-1-21", 201),
+            run(300, "0-1-30", "0-1-21", "0-1-33", 301),
+        ];
+        let plan = |point: PointInTime| plan_recovery(&runs, &point, Flavor::MariaDB);
+        let time = |second| ReplayStop::Time(Timestamp::from_second(second).unwrap());
+        let cases = [
+            // At a snapshot's second, or after it within its run's archive: that snapshot and
+            // its own run's log.
+            (at_time(100), 0, 0..1),
+            (at_time(150), 0, 0..2),
+            // The log of run 2 was read at 201: a point in the second 200 is complete in it.
+            (at_time(200), 1, 1..2),
+            (at_time(250), 1, 1..3),
+            (at_time(300), 2, 2..3),
+        ];
+        for (point, snapshot, pieces) in cases {
+            let second = point.time.as_ref().unwrap().0.as_second();
+            assert_eq!(
+                plan(point).unwrap(),
+                RecoveryPlan {
+                    snapshot,
+                    pieces,
+                    stop: time(second)
+                },
+                "time {second}"
+            );
+        }
+        let position = plan(at_gtid("0-1-25")).unwrap();
+        assert_eq!((position.snapshot, position.pieces), (1, 1..3));
+        let exact = plan(at_gtid("0-1-20")).unwrap();
+        assert_eq!((exact.snapshot, exact.pieces), (1, 1..2));
+
+        for (point, says) in [
+            (at_time(99), "before the oldest kept snapshot"),
+            (at_time(301), "after the newest archived point"),
+            (at_gtid("0-1-9"), "before the oldest kept snapshot"),
+            (at_gtid("0-1-34"), "after the newest archived point"),
+        ] {
+            let error = plan(point).unwrap_err();
+            assert!(error.starts_with("restoreFrom.pointInTime is"), "{error}");
+            assert!(error.contains(says), "{error}");
+            assert!(
+                error.contains("from 1970-01-01T00:01:40Z to 1970-01-01T00:05:00Z"),
+                "{error}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_gap_in_the_archive_bounds_what_can_be_restored() {
+        // Run 2's log could not continue from run 1's (purged): it begins at its own snapshot.
+        let runs = [
+            run(100, "0-1-10", "0-1-10", "0-1-12", 101),
+            run(200, "0-1-20", "0-1-20", "0-1-21", 201),
+            run(300, "0-1-30", "0-1-21", "0-1-33", 301),
+        ];
+        let across = plan_recovery(&runs, &at_time(150), Flavor::MariaDB).unwrap_err();
+        assert!(across.contains("past a gap"), "{across}");
+        assert!(plan_recovery(&runs, &at_time(100), Flavor::MariaDB).is_ok());
+        assert!(plan_recovery(&runs, &at_time(250), Flavor::MariaDB).is_ok());
+        let (from, until) = recoverable_window(&runs).unwrap();
+        assert_eq!((from.as_second(), until.as_second()), (200, 300));
+        assert_eq!(recoverable_window(&[]), None);
     }
 
     #[test]

@@ -340,7 +340,7 @@ pub fn build_status(
     if let Some(source) = &cluster.spec.restore_from {
         set_condition(
             &mut conditions,
-            restored_condition(&name, &source.backup_name, restored.as_ref(), decision),
+            restored_condition(&name, &source.backup.backup_name, restored.as_ref(), decision),
             generation,
             now,
         );
@@ -555,7 +555,7 @@ mod tests {
     use std::{collections::BTreeMap, time::Instant};
 
     use super::*;
-    use crate::crd::{Flavor, MySQLClusterSpec, RestoreSource};
+    use crate::crd::{Flavor, MySQLClusterSpec, MySqlRestoreSource};
 
     fn restored_cluster() -> MySQLCluster {
         let mut cluster = MySQLCluster::new(
@@ -577,9 +577,7 @@ mod tests {
                 replication: None,
                 tls: None,
                 backup: None,
-                restore_from: Some(RestoreSource {
-                    backup_name: "nightly".into(),
-                }),
+                restore_from: Some(MySqlRestoreSource::newest("nightly")),
             },
         );
         cluster.metadata.namespace = Some("prod".into());
@@ -831,6 +829,7 @@ mod tests {
             location: "/backups/prod/shop/shop/shop-20260101T000000Z.sql".into(),
             sha256: "ab".repeat(32),
             gtid_position: "0-1-42".into(),
+            binlogs_replayed: None,
             member: "copy-0".into(),
             completed_at: Time(now),
         };

@@ -917,7 +917,7 @@ async fn members_that_cannot_start_are_named_in_the_clusters_condition_and_event
 /// deletes the one-shot's object.
 #[tokio::test]
 async fn backups_land_in_an_s3_store_and_a_new_cluster_restores_from_one() {
-    use mysql_operator::crd::{MySQLBackup, RestoreSource};
+    use mysql_operator::crd::{MySQLBackup, MySqlRestoreSource};
 
     let setup = OnRealNode::install("real-mysql-s3", CHART, &["backups.allowHttp=true"]).await;
     let store = setup.deploy_s3_store().await;
@@ -939,9 +939,7 @@ async fn backups_land_in_an_s3_store_and_a_new_cluster_restores_from_one() {
 
     let mut copy = real_cluster(2);
     copy.metadata.name = Some("copy".into());
-    copy.spec.restore_from = Some(RestoreSource {
-        backup_name: real_pods::ONE_SHOT_BACKUP.into(),
-    });
+    copy.spec.restore_from = Some(MySqlRestoreSource::newest(real_pods::ONE_SHOT_BACKUP));
     let clusters: Api<MySQLCluster> = Api::namespaced(setup.admin.clone(), &setup.ns);
     clusters.create(&PostParams::default(), &copy).await.unwrap();
     support::ready(&clusters, "copy", 1).await;

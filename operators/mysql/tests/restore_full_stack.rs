@@ -14,7 +14,7 @@ use kube::{
 use mysql_async::prelude::Queryable;
 use mysql_operator::{
     admin::gtid::GtidPosition,
-    crd::{BackupPhase, Flavor, MySQLBackup, MySQLCluster, MySQLClusterStatus, RestoreSource},
+    crd::{BackupPhase, Flavor, MySQLBackup, MySQLCluster, MySQLClusterStatus, MySqlRestoreSource},
 };
 use quorum_e2e::wait;
 
@@ -64,9 +64,7 @@ async fn a_cluster_restored_from_a_backup_waits_for_it_then_holds_its_rows_and_c
     // A cluster to restore from a backup that does not exist yet: its members start, but no
     // primary is opened, and it says what it waits for.
     let mut spec = support::cluster_spec(3);
-    spec.restore_from = Some(RestoreSource {
-        backup_name: "nightly".into(),
-    });
+    spec.restore_from = Some(MySqlRestoreSource::newest("nightly"));
     setup
         .clusters
         .create(&PostParams::default(), &MySQLCluster::new("copy", spec))
@@ -253,5 +251,200 @@ async fn a_cluster_restored_from_a_backup_waits_for_it_then_holds_its_rows_and_c
         "the restored-from object is kept"
     );
     assert!(std::path::Path::new(&newest.location).exists());
+    setup.finish().await;
+}
+
+/// The server's clock at `ip`, in whole seconds since the epoch.
+async fn server_second(ip: std::net::Ipv4Addr) -> i64 {
+    let mut conn = app_connection(ip).await.expect("app connection");
+    let second: Option<i64> = conn
+        .query_first("SELECT UNIX_TIMESTAMP()")
+        .await
+        .expect("UNIX_TIMESTAMP()");
+    second.expect("a time")
+}
+
+/// Creates a cluster `name` of one member restored from `nightly` to `point`.
+async fn restore_to(
+    setup: &support::Setup,
+    name: &str,
+    point: serde_json::Value,
+) -> Result<MySQLCluster, kube::Error> {
+    let mut spec = serde_json::to_value(support::cluster_spec(1)).unwrap();
+    spec["restoreFrom"] = serde_json::json!({"backupName": "nightly", "pointInTime": point});
+    let cluster: MySQLCluster = serde_json::from_value(serde_json::json!({
+        "apiVersion": "mysql.quorum.dev/v1alpha1",
+        "kind": "MySQLCluster",
+        "metadata": {"name": name},
+        "spec": spec,
+    }))
+    .unwrap();
+    setup.clusters.create(&PostParams::default(), &cluster).await
+}
+
+#[tokio::test]
+async fn a_cluster_restored_to_a_point_in_time_holds_exactly_the_transactions_up_to_it() {
+    let setup = setup("mysql-pitr").await;
+    setup.create(2).await;
+    ready(&setup.clusters, "main", 1).await;
+    insert_items(setup.ip(0), 0..50).await;
+
+    // A schedule every minute that archives the binary log with each snapshot.
+    let directory = std::env::temp_dir().join(format!("quorum-mysql-backups-{}", setup.ns()));
+    let backups: Api<MySQLBackup> = Api::namespaced(setup.client.clone(), setup.ns());
+    let backup: MySQLBackup = serde_json::from_value(serde_json::json!({
+        "apiVersion": "mysql.quorum.dev/v1alpha1",
+        "kind": "MySQLBackup",
+        "metadata": {"name": "nightly"},
+        "spec": {"clusterName": "main", "schedule": "* * * * *", "retain": 3, "archiveBinlogs": true,
+                 "destination": {"filesystem": {"path": directory}}}
+    }))
+    .unwrap();
+    backups
+        .create(&PostParams::default(), &backup)
+        .await
+        .expect("create the backup");
+    let runs = |count: usize| {
+        let backups = backups.clone();
+        async move {
+            wait::until(
+                &format!("{count} archived runs"),
+                Duration::from_secs(150),
+                || async {
+                    let status = backups
+                        .get("nightly")
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .status
+                        .unwrap_or_default();
+                    if status.run.phase == Some(BackupPhase::Failed) {
+                        panic!("a run failed: {:?}", status.run.message);
+                    }
+                    if status.recovery_runs.len() >= count {
+                        Ok(status)
+                    } else {
+                        Err(format!("{:?} {:?}", status.run.phase, status.recovery_runs))
+                    }
+                },
+            )
+            .await
+        }
+    };
+    runs(1).await;
+
+    // Rows, the noted point, then more rows; the next run archives them all.
+    insert_items(setup.ip(0), 50..80).await;
+    let point = server_second(setup.ip(0)).await;
+    let at_point = binlog_position(setup.ip(0)).await;
+    wait::until(
+        "the primary's clock past the point",
+        Duration::from_secs(5),
+        || async {
+            let now = server_second(setup.ip(0)).await;
+            if now > point { Ok(()) } else { Err(now.to_string()) }
+        },
+    )
+    .await;
+    insert_items(setup.ip(0), 80..100).await;
+    let status = runs(2).await;
+    let until = status.recoverable_until.as_ref().expect("a recoverable window").0;
+    let from = status.recoverable_from.as_ref().expect("a recoverable window").0;
+    assert!(
+        from.as_second() <= point && point <= until.as_second(),
+        "{from} <= {point} <= {until}"
+    );
+    let [first, second] = &status.recovery_runs[..] else {
+        panic!("two runs: {:?}", status.recovery_runs)
+    };
+    assert_eq!(
+        second.binlog_after, first.binlog_through,
+        "the archive is unbroken"
+    );
+    for run in &status.recovery_runs {
+        assert!(
+            std::path::Path::new(&run.binlog.location).exists(),
+            "{}",
+            run.binlog.location
+        );
+    }
+
+    // To the noted second: the first run's snapshot, then both runs' binary logs up to it.
+    let time = jiff::Timestamp::from_second(point).unwrap().to_string();
+    restore_to(&setup, "at-time", serde_json::json!({"time": time}))
+        .await
+        .expect("create at-time");
+    // To the noted GTID position.
+    restore_to(
+        &setup,
+        "at-gtid",
+        serde_json::json!({"gtid": at_point.to_string()}),
+    )
+    .await
+    .expect("create at-gtid");
+    let noted: Vec<u64> = (0..80).collect();
+    for name in ["at-time", "at-gtid"] {
+        let status = ready(&setup.clusters, name, 0).await;
+        let record = status.restored_from.expect("the restore is recorded");
+        assert_eq!(record.location, first.snapshot.location, "{name}");
+        assert_eq!(record.binlogs_replayed, Some(2), "{name}");
+        assert_eq!(item_ids(setup.ip_of(name, 0)).await.unwrap(), noted, "{name}");
+        // Its history continues from the point (the operator's own accounts come after it).
+        let position = binlog_position(setup.ip_of(name, 0)).await;
+        assert!(
+            position.includes(&at_point),
+            "{name}: {position} includes {at_point}"
+        );
+    }
+
+    // A point before the oldest kept snapshot waits, saying what can be restored; no primary
+    // is opened and the source cluster is untouched.
+    restore_to(
+        &setup,
+        "too-early",
+        serde_json::json!({"time": "2001-01-01T00:00:00Z"}),
+    )
+    .await
+    .expect("create too-early");
+    let waiting = wait::until(
+        "too-early to say why it waits",
+        Duration::from_secs(60),
+        || async {
+            let status = setup
+                .clusters
+                .get("too-early")
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .unwrap_or_default();
+            match condition(&status, "Restored") {
+                Some(c) if c.reason == "RestoreSourceNotReady" => Ok(status),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    let message = &condition(&waiting, "Restored").unwrap().message;
+    assert!(
+        message.contains("restoreFrom.pointInTime is before the oldest kept snapshot")
+            && message.contains("the backup can restore to times from"),
+        "{message}"
+    );
+    assert_eq!(waiting.primary, None);
+    let all: Vec<u64> = (0..100).collect();
+    assert_eq!(item_ids(setup.ip(0)).await.unwrap(), all);
+
+    // Both a time and a position: refused by the schema, naming the field.
+    let both = restore_to(
+        &setup,
+        "both",
+        serde_json::json!({"time": time, "gtid": at_point.to_string()}),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        both.to_string()
+            .contains("restoreFrom.pointInTime takes exactly one of time and gtid"),
+        "{both}"
+    );
     setup.finish().await;
 }

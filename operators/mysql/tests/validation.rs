@@ -7,7 +7,7 @@ use kube::{
     Api, CustomResourceExt,
     api::{Patch, PatchParams, PostParams},
 };
-use mysql_operator::crd::{Flavor, MySQLCluster, ReplicationMode, ReplicationSpec, RestoreSource};
+use mysql_operator::crd::{Flavor, MySQLCluster, MySqlRestoreSource, ReplicationMode, ReplicationSpec};
 use quorum_e2e::control_plane::{TestNamespace, admin_client, install_crd};
 
 async fn refusal(clusters: &Api<MySQLCluster>, cluster: &MySQLCluster) -> String {
@@ -104,9 +104,7 @@ async fn invalid_clusters_are_refused_naming_the_field() {
         "{error}"
     );
     let mut restored = MySQLCluster::new("restored", support::cluster_spec(3));
-    restored.spec.restore_from = Some(RestoreSource {
-        backup_name: "nightly".into(),
-    });
+    restored.spec.restore_from = Some(MySqlRestoreSource::newest("nightly"));
     clusters
         .create(&PostParams::default(), &restored)
         .await
@@ -352,6 +350,61 @@ async fn every_field_of_the_spec_is_validated_naming_the_field() {
             tls("other-tls"),
             &["spec.tls", "tls is immutable"],
         ),
+        // restoreFrom.pointInTime
+        Row::accepted(
+            "restored to a time",
+            spec(json!({"restoreFrom": {"backupName": "nightly", "pointInTime": {"time": "2026-11-30T12:00:00Z"}}})),
+        ),
+        Row::accepted(
+            "restored to a GTID position",
+            spec(json!({"restoreFrom": {"backupName": "nightly", "pointInTime": {"gtid": "0-1-42,1-2-7"}}})),
+        ),
+        Row::refused(
+            "restored to a time and a position",
+            spec(json!({"restoreFrom": {"backupName": "nightly",
+                "pointInTime": {"time": "2026-11-30T12:00:00Z", "gtid": "0-1-42"}}})),
+            &["spec.restoreFrom.pointInTime", "takes exactly one of time and gtid"],
+        ),
+        Row::refused(
+            "a point that is neither",
+            spec(json!({"restoreFrom": {"backupName": "nightly", "pointInTime": {}}})),
+            &["spec.restoreFrom.pointInTime", "takes exactly one of time and gtid"],
+        ),
+        Row::refused(
+            "a position in MySQL's notation",
+            spec(json!({"restoreFrom": {"backupName": "nightly",
+                "pointInTime": {"gtid": "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5"}}})),
+            &["spec.restoreFrom.pointInTime.gtid"],
+        ),
+        Row::refused(
+            "a time that is no time",
+            spec(json!({"restoreFrom": {"backupName": "nightly", "pointInTime": {"time": "yesterday"}}})),
+            &["spec.restoreFrom.pointInTime.time"],
+        ),
     ]);
-    admission::check_engine("mysql-every-field", &clusters, &valid, &rows, &backups).await;
+    let backup_rows = [
+        Row::accepted(
+            "a schedule that archives the binary log",
+            spec(json!({"schedule": "*/15 * * * *", "retain": 4, "archiveBinlogs": true})),
+        ),
+        Row::refused(
+            "archiving the binary log without a schedule",
+            spec(json!({"archiveBinlogs": true, "schedule": null, "retain": null})),
+            &["spec", "archiveBinlogs needs schedule and retain"],
+        ),
+        Row::refused(
+            "archiving the binary log without retain",
+            spec(json!({"archiveBinlogs": true, "retain": null})),
+            &["spec", "archiveBinlogs needs schedule and retain"],
+        ),
+    ];
+    admission::check_engine_with_backup_rows(
+        "mysql-every-field",
+        &clusters,
+        &valid,
+        &rows,
+        &backups,
+        &backup_rows,
+    )
+    .await;
 }

@@ -116,15 +116,16 @@ pub trait BackupResource:
 }
 
 /// Implements [`BackupResource`] for a backup kind whose spec (`$spec`) embeds [`BackupSpec`]
-/// as `backup` and whose status embeds [`BackupRunStatus`] as `run`.
+/// as `backup` and whose status embeds [`BackupRunStatus`] as `run`. The engine's own spec
+/// fields, if any, follow with the values a cluster's scheduled backup takes.
 #[macro_export]
 macro_rules! backup_resource {
-    ($kind:ty, $spec:ident, $status:ty) => {
+    ($kind:ty, $spec:ident, $status:ty $(, $field:ident: $value:expr)*) => {
         impl $crate::backup::controller::BackupResource for $kind {
             type Status = $status;
 
             fn with_spec(name: &str, backup: $crate::crd::BackupSpec) -> Self {
-                <$kind>::new(name, $spec { backup })
+                <$kind>::new(name, $spec { backup $(, $field: $value)* })
             }
 
             fn backup_spec(&self) -> &$crate::crd::BackupSpec {
@@ -207,6 +208,12 @@ pub trait BackupEngine: Send + Sync {
         backup: &Self::Backup,
         cluster: &Self::Cluster,
     ) -> impl Future<Output = Result<Sources<Self::Source>, Self::Error>> + Send;
+
+    /// Objects a run stores besides one per source (MySQL's archived binary log): retention
+    /// keeps as many more per run. None by default.
+    fn companion_objects(&self, _backup: &Self::Backup) -> usize {
+        0
+    }
 
     /// The pod name of a source, recorded as `member` when the run starts.
     fn member(&self, source: &Self::Source) -> String;
@@ -1048,7 +1055,7 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
         };
         let retention = Retention {
             prefix: Some(object_prefix(&E::Backup::kind(&()), &self.backup.name_any())),
-            keep: keep as usize * objects_per_run,
+            keep: keep as usize * (objects_per_run + self.engine.companion_objects(self.backup)),
             protected: self.referenced().await?,
         };
         let deleted = sink
