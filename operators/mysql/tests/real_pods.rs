@@ -976,6 +976,126 @@ async fn backups_land_in_an_s3_store_and_a_new_cluster_restores_from_one() {
     setup.remove().await;
 }
 
+/// Point-in-time recovery through the backup Jobs and an S3 store in the cluster: a schedule
+/// every minute archives the binary log with each snapshot, read from a member over the pod
+/// network; a new cluster restored to a noted second holds every write acknowledged before it
+/// and none written after.
+#[tokio::test]
+async fn a_new_cluster_restores_to_a_point_in_time_from_the_binary_log_archived_in_s3() {
+    use mysql_operator::crd::MySQLBackup;
+    use quorum_e2e::real_pods::SCHEDULED_BACKUP;
+
+    let setup = OnRealNode::install("real-mysql-pitr", CHART, &["backups.allowHttp=true"]).await;
+    let store = setup.deploy_s3_store().await;
+    create_ready(&setup, 2).await;
+    let primary = service_pool(&setup, &mysql_operator::resources::primary_service_name(CLUSTER)).await;
+    store
+        .schedule_every_minute::<MySQLBackup>(&setup, CLUSTER, "mysql")
+        .await;
+    let backups: Api<MySQLBackup> = Api::namespaced(setup.admin.clone(), &setup.ns);
+    backups
+        .patch(
+            SCHEDULED_BACKUP,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"spec": {"archiveBinlogs": true, "retain": 3}})),
+        )
+        .await
+        .expect("archive the binary log");
+    let archived_runs = |count: usize| {
+        let backups = backups.clone();
+        async move {
+            wait::until(
+                &format!("{count} archived runs"),
+                Duration::from_secs(200),
+                || async {
+                    let status = backups
+                        .get(SCHEDULED_BACKUP)
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .status
+                        .unwrap_or_default();
+                    if status.recovery_runs.len() >= count {
+                        Ok(status)
+                    } else {
+                        Err(format!("{:?} {:?}", status.run.phase, status.run.message))
+                    }
+                },
+            )
+            .await
+        }
+    };
+    archived_runs(1).await;
+
+    let writer = start_writer(&primary).await;
+    writer.acknowledged_at_least(20, Duration::from_secs(60)).await;
+    let history = writer.stop().await;
+    let second = || async {
+        let mut conn = primary.get_conn().await.expect("a connection to the primary");
+        let now: Option<i64> = conn
+            .query_first("SELECT UNIX_TIMESTAMP()")
+            .await
+            .expect("the time");
+        now.expect("a time")
+    };
+    let point = second().await;
+    wait::until(
+        "the primary's clock past the point",
+        Duration::from_secs(5),
+        || async {
+            let now = second().await;
+            if now > point { Ok(()) } else { Err(now.to_string()) }
+        },
+    )
+    .await;
+    until_done(
+        &primary,
+        "INSERT INTO history VALUES ('after-the-point', 'not-restored')",
+    )
+    .await;
+    let status = archived_runs(2).await;
+    let runs = status.recovery_runs.len();
+    assert!(
+        status.recovery_runs[runs - 1].archived_at.0.as_second() > point,
+        "the newest run archived past the point: {:?}",
+        status.recovery_runs
+    );
+
+    let mut copy = real_cluster(1);
+    copy.metadata.name = Some("copy".into());
+    copy.spec.restore_from = Some(mysql_operator::crd::MySqlRestoreSource {
+        point_in_time: Some(mysql_operator::crd::PointInTime {
+            time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                jiff::Timestamp::from_second(point).unwrap(),
+            )),
+            gtid: None,
+        }),
+        ..mysql_operator::crd::MySqlRestoreSource::newest(SCHEDULED_BACKUP)
+    });
+    let clusters: Api<MySQLCluster> = Api::namespaced(setup.admin.clone(), &setup.ns);
+    clusters.create(&PostParams::default(), &copy).await.unwrap();
+    let restored_status = support::ready(&clusters, "copy", 0).await;
+    let record = restored_status.restored_from.expect("the restore is recorded");
+    assert!(
+        record.binlogs_replayed.is_some_and(|pieces| pieces >= 1),
+        "{record:?}"
+    );
+    let restored = service_pool(&setup, &mysql_operator::resources::primary_service_name("copy")).await;
+    let mut held = wait::until("the copy's rows", Duration::from_secs(60), || rows(&restored)).await;
+    assert_eq!(
+        held.remove("after-the-point"),
+        None,
+        "a row written after the point was restored"
+    );
+    for operation in &history.operations {
+        held.entry(operation.key.clone()).or_insert(None);
+    }
+    let checked = history
+        .check(&held)
+        .unwrap_or_else(|violations| panic!("the copy lost or invented writes: {violations:#?}"));
+    assert!(checked >= 20, "{checked} acknowledged writes checked");
+    setup.remove().await;
+}
+
 /// A backup with `verify` restores its snapshot into a throw-away one-member cluster, which
 /// holds what the snapshot recorded; recorded content that no longer matches fails the next
 /// drill ([`real_pods::InClusterS3::drill_verifies_then_catches_altered_content`]).
