@@ -22,6 +22,19 @@ pub enum Refusal {
     },
     #[error("the cluster to restore {0} from has no spec to copy")]
     NoSpec(String),
+    #[error(
+        "{0} has no point-in-time restore: only MySQL/MariaDB clusters do (a MySQLBackup with archiveBinlogs)"
+    )]
+    NoPointInTime(String),
+}
+
+/// Where a point-in-time restore stops: `restoreFrom.pointInTime`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PointInTime {
+    /// RFC 3339.
+    Time(String),
+    /// A GTID position.
+    Gtid(String),
 }
 
 /// The merge patch that pauses (`true`) or resumes (`false`) reconciliation.
@@ -90,13 +103,26 @@ pub fn backup(
 /// A new cluster `target` restored from the backup `backup`, with the spec of the cluster the
 /// backup was taken of (`source_spec`) except its backup policy (a copy does not start writing
 /// next to the original's backups) and with `restoreFrom` set.
-pub fn restore(target: &Target, source_spec: &Value, backup: &str) -> Result<Value, Refusal> {
+/// With `point`, to that point in time (MySQL/MariaDB only).
+pub fn restore(
+    target: &Target,
+    source_spec: &Value,
+    backup: &str,
+    point: Option<&PointInTime>,
+) -> Result<Value, Refusal> {
     let mut spec = source_spec
         .as_object()
         .cloned()
         .ok_or_else(|| Refusal::NoSpec(target.to_string()))?;
     spec.remove("backup");
-    spec.insert("restoreFrom".to_string(), json!({"backupName": backup}));
+    let mut restore_from = json!({"backupName": backup});
+    match (point, target.engine) {
+        (None, _) => {}
+        (Some(PointInTime::Time(time)), Engine::MySql) => restore_from["pointInTime"] = json!({"time": time}),
+        (Some(PointInTime::Gtid(gtid)), Engine::MySql) => restore_from["pointInTime"] = json!({"gtid": gtid}),
+        (Some(_), _) => return Err(Refusal::NoPointInTime(target.to_string())),
+    }
+    spec.insert("restoreFrom".to_string(), restore_from);
     Ok(json!({
         "apiVersion": format!("{}/v1alpha1", group(target.engine)),
         "kind": target.engine.kind(),
@@ -191,13 +217,35 @@ mod tests {
     #[test]
     fn a_restore_is_a_new_cluster_with_the_source_spec_restore_from_and_no_backup_policy() {
         let source = json!({"replicas": 3, "version": "3.6.16", "backup": {"schedule": "0 3 * * *"}});
-        let object = restore(&parse("etcd/copy").unwrap(), &source, "nightly").unwrap();
+        let object = restore(&parse("etcd/copy").unwrap(), &source, "nightly", None).unwrap();
         assert_eq!(object["kind"], "EtcdCluster");
         assert_eq!(object["metadata"]["name"], "copy");
         assert_eq!(
             object["spec"],
             json!({"replicas": 3, "version": "3.6.16", "restoreFrom": {"backupName": "nightly"}})
         );
-        assert!(restore(&parse("etcd/copy").unwrap(), &Value::Null, "nightly").is_err());
+        assert!(restore(&parse("etcd/copy").unwrap(), &Value::Null, "nightly", None).is_err());
+    }
+
+    #[test]
+    fn a_point_in_time_restore_is_asked_of_mysql_clusters_only() {
+        let source = json!({"replicas": 3, "flavor": "MariaDB"});
+        let at = PointInTime::Time("2026-12-01T09:38:00Z".into());
+        let object = restore(&parse("mysql/copy").unwrap(), &source, "pitr", Some(&at)).unwrap();
+        assert_eq!(
+            object["spec"]["restoreFrom"],
+            json!({"backupName": "pitr", "pointInTime": {"time": "2026-12-01T09:38:00Z"}})
+        );
+        let gtid = PointInTime::Gtid("0-1-42".into());
+        let object = restore(&parse("mysql/copy").unwrap(), &source, "pitr", Some(&gtid)).unwrap();
+        assert_eq!(
+            object["spec"]["restoreFrom"]["pointInTime"],
+            json!({"gtid": "0-1-42"})
+        );
+        let refused = restore(&parse("redis/copy").unwrap(), &source, "pitr", Some(&at)).unwrap_err();
+        assert!(
+            refused.to_string().contains("has no point-in-time restore"),
+            "{refused}"
+        );
     }
 }

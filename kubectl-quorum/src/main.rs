@@ -119,6 +119,12 @@ enum Command {
         /// The backup (of the same engine, in the same namespace).
         #[arg(long)]
         from: String,
+        /// MySQL/MariaDB: restore to this time (RFC 3339), from a backup with archiveBinlogs.
+        #[arg(long, conflicts_with = "to_gtid")]
+        to_time: Option<String>,
+        /// MySQL/MariaDB: restore to this GTID position, from a backup with archiveBinlogs.
+        #[arg(long)]
+        to_gtid: Option<String>,
     },
 }
 
@@ -298,8 +304,16 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 )));
             }
         }
-        Command::Restore { target, from } => {
+        Command::Restore {
+            target,
+            from,
+            to_time,
+            to_gtid,
+        } => {
             let target = target::parse(&target)?;
+            let point = to_time
+                .map(actions::PointInTime::Time)
+                .or(to_gtid.map(actions::PointInTime::Gtid));
             let backup_kind = target.engine.backup_kind();
             let backup = scope
                 .dynamic(backup_kind)
@@ -324,6 +338,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                     .get("spec")
                     .unwrap_or(&serde_json::Value::Null),
                 &from,
+                point.as_ref(),
             )?;
             let object: DynamicObject = serde_json::from_value(object).expect("a cluster object");
             clusters

@@ -116,8 +116,8 @@ pub enum BinlogError {
     /// Bytes that are not the binary log they claim to be.
     #[error("not a usable binary log: {0}")]
     Corrupt(String),
-    /// Something this replay does not apply exactly; nothing after it was applied.
-    #[error("cannot replay: {0}")]
+    /// Something this archive or replay does not handle exactly; nothing after it was applied.
+    #[error("not supported: {0}")]
     Unsupported(String),
     #[error("writing the archive: {0}")]
     Write(#[source] std::io::Error),
