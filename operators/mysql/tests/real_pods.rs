@@ -911,6 +911,20 @@ async fn members_that_cannot_start_are_named_in_the_clusters_condition_and_event
     setup.remove().await;
 }
 
+/// Checks that a restored cluster holds every write of `history` (at least 20 acknowledged)
+/// and nothing invented, and not the row `absent` written after what it was restored to.
+async fn holds_history_without(restored: &Pool, history: &History, absent: &str) {
+    let mut held = wait::until("the copy's rows", Duration::from_secs(60), || rows(restored)).await;
+    assert_eq!(held.remove(absent), None, "the row {absent} was restored");
+    for operation in &history.operations {
+        held.entry(operation.key.clone()).or_insert(None);
+    }
+    let checked = history
+        .check(&held)
+        .unwrap_or_else(|violations| panic!("the copy lost or invented writes: {violations:#?}"));
+    assert!(checked >= 20, "{checked} acknowledged writes checked");
+}
+
 /// Backups to an S3 store in the cluster, from the operator's pod over the pod network: a
 /// one-shot backup, then a new cluster restored from it holds every write acknowledged before
 /// it and nothing written after; a schedule every minute keeps one run of its own and never
@@ -951,19 +965,7 @@ async fn backups_land_in_an_s3_store_and_a_new_cluster_restores_from_one() {
         )
         .await;
     let restored = service_pool(&setup, &mysql_operator::resources::primary_service_name("copy")).await;
-    let mut held = wait::until("the copy's rows", Duration::from_secs(60), || rows(&restored)).await;
-    assert_eq!(
-        held.remove("after-the-backup"),
-        None,
-        "a row written after the backup was restored"
-    );
-    for operation in &history.operations {
-        held.entry(operation.key.clone()).or_insert(None);
-    }
-    let checked = history
-        .check(&held)
-        .unwrap_or_else(|violations| panic!("the copy lost or invented writes: {violations:#?}"));
-    assert!(checked >= 20, "{checked} acknowledged writes checked");
+    holds_history_without(&restored, &history, "after-the-backup").await;
     until_done(
         &restored,
         "INSERT INTO history VALUES ('after-the-restore', 'written')",
@@ -1080,19 +1082,7 @@ async fn a_new_cluster_restores_to_a_point_in_time_from_the_binary_log_archived_
         "{record:?}"
     );
     let restored = service_pool(&setup, &mysql_operator::resources::primary_service_name("copy")).await;
-    let mut held = wait::until("the copy's rows", Duration::from_secs(60), || rows(&restored)).await;
-    assert_eq!(
-        held.remove("after-the-point"),
-        None,
-        "a row written after the point was restored"
-    );
-    for operation in &history.operations {
-        held.entry(operation.key.clone()).or_insert(None);
-    }
-    let checked = history
-        .check(&held)
-        .unwrap_or_else(|violations| panic!("the copy lost or invented writes: {violations:#?}"));
-    assert!(checked >= 20, "{checked} acknowledged writes checked");
+    holds_history_without(&restored, &history, "after-the-point").await;
     setup.remove().await;
 }
 

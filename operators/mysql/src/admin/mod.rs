@@ -608,15 +608,7 @@ impl MySqlAdmin {
         // A pooled connection may have died with a restarted server: one that does not answer
         // a ping is dropped (the pool discards broken connections) and a new one made.
         for _ in 0..3 {
-            let mut conn = tokio::time::timeout(self.connect_timeout, self.pool.get_conn())
-                .await
-                .map_err(|_| {
-                    AdminError::Unreachable(format!(
-                        "{}: no connection within {:?}",
-                        self.endpoint, self.connect_timeout
-                    ))
-                })?
-                .map_err(|e| self.at_endpoint(classify(e, "connect", None)))?;
+            let mut conn = self.connect_within(self.pool.get_conn()).await?;
             if let Ok(Ok(())) = tokio::time::timeout(self.connect_timeout, conn.ping()).await {
                 return Ok(conn);
             }
@@ -630,7 +622,15 @@ impl MySqlAdmin {
     /// A connection outside the pool, closed when dropped: for a binary log dump, after which a
     /// connection is no use for anything else.
     pub(crate) async fn dedicated_connection(&self) -> Result<Conn, AdminError> {
-        tokio::time::timeout(self.connect_timeout, Conn::new(self.options.clone()))
+        self.connect_within(Conn::new(self.options.clone())).await
+    }
+
+    /// A connection `connect` makes within the connect timeout, else unreachable.
+    async fn connect_within(
+        &self,
+        connect: impl Future<Output = Result<Conn, mysql_async::Error>>,
+    ) -> Result<Conn, AdminError> {
+        tokio::time::timeout(self.connect_timeout, connect)
             .await
             .map_err(|_| {
                 AdminError::Unreachable(format!(
