@@ -161,10 +161,13 @@ pub struct RetryPolicy {
 }
 
 impl Default for RetryPolicy {
+    /// Capped at 30 s: a reconcile that failed while its members were down (a total outage
+    /// fails every pass) must not wait minutes once they are back, and a member coming back
+    /// may change no object the controller watches (Pods are not watched for status).
     fn default() -> Self {
         Self {
             first: Duration::from_millis(500),
-            max: Duration::from_secs(300),
+            max: Duration::from_secs(30),
         }
     }
 }
@@ -954,6 +957,18 @@ mod tests {
             );
         }
         assert_eq!(policy.delay(30), Duration::from_secs(60));
+    }
+
+    #[test]
+    fn a_reconcile_failing_through_an_outage_is_still_retried_every_30_seconds() {
+        let policy = RetryPolicy::default();
+        for attempt in [10, 17, 100, u32::MAX] {
+            assert!(
+                policy.delay(attempt) <= Duration::from_secs(30),
+                "attempt {attempt}: {:?}",
+                policy.delay(attempt)
+            );
+        }
     }
 
     #[test]
