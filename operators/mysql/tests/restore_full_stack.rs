@@ -446,5 +446,44 @@ async fn a_cluster_restored_to_a_point_in_time_holds_exactly_the_transactions_up
             .contains("restoreFrom.pointInTime takes exactly one of time and gtid"),
         "{both}"
     );
+
+    // Retention keeps one run: its snapshot and its binary log together; of the older runs'
+    // objects only the snapshot the restored clusters point at stays.
+    backups
+        .patch(
+            "nightly",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"retain": 1}})),
+        )
+        .await
+        .expect("keep one run");
+    let pruned = wait::until("a run pruned to one", Duration::from_secs(150), || async {
+        let status = backups
+            .get("nightly")
+            .await
+            .map_err(|e| e.to_string())?
+            .status
+            .unwrap_or_default();
+        match (&status.run.last_pruned, &status.recovery_runs[..]) {
+            (Some(_), [newest]) if newest.snapshot.location != second.snapshot.location => Ok(status),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let newest = &pruned.recovery_runs[0];
+    for kept in [
+        &newest.snapshot.location,
+        &newest.binlog.location,
+        &first.snapshot.location,
+    ] {
+        assert!(std::path::Path::new(kept).exists(), "{kept} is kept");
+    }
+    for deleted in [
+        &first.binlog.location,
+        &second.snapshot.location,
+        &second.binlog.location,
+    ] {
+        assert!(!std::path::Path::new(deleted).exists(), "{deleted} is pruned");
+    }
     setup.finish().await;
 }
