@@ -326,6 +326,10 @@ async fn run(
         "count" => count(node, db, command),
         "aggregate" => aggregate(node, db, command),
         "insert" => insert(node, db, command).await,
+        "applyOps" => {
+            admin_only(name, db)?;
+            apply_ops(node, command).await
+        }
         "delete" => delete(node, db, command).await,
         "update" => update(node, db, command).await,
         "create" => create(node, db, command).await,
@@ -1179,6 +1183,78 @@ async fn insert(node: &Node, db: &str, command: &Document) -> Result<Document, C
     })?;
     let concern_error = await_write_concern(node, command, last).await?;
     Ok(write_reply(n, errors, concern_error, command))
+}
+
+/// `applyOps`: oplog entries (only `op`, `ns`, `o` and `o2` are read) applied the way oplog
+/// application applies them, so that replaying entries a snapshot already holds changes nothing:
+/// an insert of an `_id` that exists replaces the document, an update is an upsert of the
+/// post-image, a delete of a missing `_id` and a no-op entry do nothing. Each is written to
+/// this member's oplog with its own timestamp, so it replicates.
+async fn apply_ops(node: &Node, command: &Document) -> Result<Document, CmdError> {
+    let entries = documents_arg(command, "applyOps")?;
+    let (applied, last) = node.with(|inner| {
+        if inner.role != Role::Primary {
+            return Err(CmdError::not_primary());
+        }
+        let mut last = None;
+        for (index, entry) in entries.iter().enumerate() {
+            let field = |name: &str| {
+                entry
+                    .get_str(name)
+                    .map_err(|_| CmdError::new(2, format!("applyOps entry {index}: {name} must be a string")))
+            };
+            let op = field("op")?;
+            if op == "n" {
+                continue;
+            }
+            let ns = field("ns")?;
+            let (db, collection) = ns.split_once('.').ok_or_else(|| {
+                CmdError::new(73, format!("applyOps entry {index}: invalid namespace {ns}"))
+            })?;
+            check_writable(inner, db)?;
+            let o = entry
+                .get_document("o")
+                .map_err(|_| CmdError::new(2, format!("applyOps entry {index}: o must be a document")))?
+                .clone();
+            let existing = |id: &Bson| {
+                inner
+                    .store
+                    .collection(db, collection)
+                    .is_some_and(|c| c.contains_id(id))
+            };
+            let (op, o2) = match op {
+                "i" => {
+                    let id = o.get("_id").cloned().unwrap_or(Bson::Null);
+                    match existing(&id) {
+                        true => ("u", Some(doc! { "_id": id })),
+                        false => ("i", None),
+                    }
+                }
+                "u" => ("u", entry.get_document("o2").ok().cloned()),
+                "d" if !existing(o.get("_id").unwrap_or(&Bson::Null)) => continue,
+                "d" => ("d", None),
+                "c" => ("c", None),
+                other => {
+                    return Err(CmdError::new(
+                        2,
+                        format!("applyOps entry {index}: unknown op {other}"),
+                    ));
+                }
+            };
+            last = Some(
+                inner
+                    .write(op, ns, o, o2, None)
+                    .map_err(|e| CmdError::new(1, e))?,
+            );
+        }
+        Ok::<_, CmdError>((entries.len(), last))
+    })?;
+    let concern_error = await_write_concern(node, command, last).await?;
+    let mut reply = doc! { "applied": applied as i32, "results": vec![Bson::Boolean(true); applied] };
+    if let Some(concern_error) = concern_error {
+        reply.insert("writeConcernError", concern_error);
+    }
+    Ok(ok(reply))
 }
 
 async fn delete(node: &Node, db: &str, command: &Document) -> Result<Document, CmdError> {

@@ -57,6 +57,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
 
 use crate::admin::{AdminError, Credentials, MongoAdmin};
 
+pub mod oplog;
+
 /// The `format` of an archive's header.
 pub const FORMAT: &str = "quorum-mongodb-archive";
 /// The format version this code writes and reads.
@@ -124,8 +126,8 @@ pub enum ArchiveError {
     /// The stream ended before its trailer.
     #[error("the archive ends after {bytes} bytes, before its trailer: it is truncated")]
     Truncated { bytes: u64 },
-    /// The bytes are not an archive of this format.
-    #[error("not a {FORMAT} version {VERSION} at byte {offset}: {detail}")]
+    /// The bytes are not an archive (or an oplog piece) of this format.
+    #[error("malformed at byte {offset}: {detail}")]
     Malformed { offset: u64, detail: String },
     /// A count the archive recorded differs from what the stream held.
     #[error("the archive records {recorded} {what}, the stream held {read}")]
@@ -136,6 +138,9 @@ pub enum ArchiveError {
     /// Reading a stored archive back failed, or its bytes do not have the recorded SHA-256.
     #[error("fetching the archive: {0}")]
     Fetch(#[source] BackupError),
+    /// The member's oplog no longer holds the position a piece of it was to continue from.
+    #[error("the member's oplog begins at {oldest}, after {after}: the entries in between were purged")]
+    OplogGap { after: String, oldest: String },
 }
 
 impl ArchiveError {
@@ -153,6 +158,7 @@ impl ArchiveError {
             ArchiveError::CountMismatch { .. } => "count_mismatch",
             ArchiveError::TargetNotEmpty { .. } => "target_not_empty",
             ArchiveError::Fetch(error) => error.metric_label(),
+            ArchiveError::OplogGap { .. } => "oplog_gap",
         }
     }
 }
@@ -1029,6 +1035,16 @@ impl<R: AsyncRead + Unpin> ArchiveReader<R> {
         }
     }
 
+    /// Checks that nothing follows what was read.
+    async fn expect_end(&mut self) -> Result<(), ArchiveError> {
+        let end = self.offset;
+        let mut more = [0u8; 1];
+        if self.fill(&mut more).await? > 0 {
+            return Err(self.malformed(end, "bytes after the trailer"));
+        }
+        Ok(())
+    }
+
     /// Checks the trailer's counts against what was read and that nothing follows it.
     async fn finish(mut self) -> Result<Counts, ArchiveError> {
         let Some(trailer) = self.trailer.take() else {
@@ -1053,11 +1069,7 @@ impl<R: AsyncRead + Unpin> ArchiveReader<R> {
                 });
             }
         }
-        let end = self.offset;
-        let mut more = [0u8; 1];
-        if self.fill(&mut more).await? > 0 {
-            return Err(self.malformed(end, "bytes after the trailer"));
-        }
+        self.expect_end().await?;
         Ok(counts)
     }
 }

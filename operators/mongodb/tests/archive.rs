@@ -16,7 +16,7 @@ use mongodb::{
 };
 use mongodb_operator::{
     admin::Credentials,
-    archive::{self, ArchiveError, ReadLevel, connect_direct, dump, restore, restore_stored},
+    archive::{self, ArchiveError, ReadLevel, connect_direct, dump, oplog, restore, restore_stored},
 };
 use quorum_core::backup::{BackupError, BackupSink, BackupTarget};
 use quorum_e2e::{mongo::MongoProcesses, wait};
@@ -478,4 +478,172 @@ async fn truncated_or_unverified_archives_are_refused_and_leave_the_target_empty
     assert_eq!(restored.counts, summary.counts);
     assert_eq!(contents(&target_client).await, contents(&source_client).await);
     std::fs::remove_dir_all(&directory).ok();
+}
+
+/// The documents of `database.collection`, by `_id`.
+async fn documents_of(client: &Client, database: &str, collection: &str) -> Vec<Document> {
+    client
+        .database(database)
+        .collection::<Document>(collection)
+        .find(doc! {})
+        .sort(doc! { "_id": 1 })
+        .await
+        .expect("find")
+        .try_collect()
+        .await
+        .expect("documents")
+}
+
+/// The current second, once a new one began: a write after this returns has a later second.
+async fn a_second_boundary() -> u32 {
+    let noted = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    wait::until("the next second", Duration::from_secs(3), || async {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        if now > noted {
+            Ok(())
+        } else {
+            Err(format!("still {noted}"))
+        }
+    })
+    .await;
+    noted as u32
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_archived_oplog_replayed_onto_a_restored_snapshot_stops_exactly_at_the_chosen_second() {
+    let source = replica_set("pitr", 3).await;
+    fill(&source).await;
+    caught_up(&source, 2).await;
+    let mut snapshot = Vec::new();
+    let dumped = dump(&member_client(&source, 2), &mut snapshot)
+        .await
+        .expect("dump");
+
+    // After the snapshot: an insert, an update and a delete, all acknowledged by a majority,
+    // then a noted second, then writes after it.
+    let primary = member_client(&source, 0);
+    let majority = WriteConcern::majority();
+    let items = primary.database("inventory").collection::<Document>("items");
+    let before = documents_of(&primary, "inventory", "items").await;
+    items
+        .insert_one(doc! { "_id": "after-snapshot", "n": 1 })
+        .write_concern(majority.clone())
+        .await
+        .expect("insert");
+    items
+        .update_one(
+            doc! { "_id": before[0].get("_id").unwrap() },
+            doc! { "$set": { "moved": true } },
+        )
+        .write_concern(majority.clone())
+        .await
+        .expect("update");
+    items
+        .delete_one(doc! { "_id": before[1].get("_id").unwrap() })
+        .write_concern(majority.clone())
+        .await
+        .expect("delete");
+    primary
+        .database("late")
+        .collection::<Document>("created")
+        .insert_one(doc! { "_id": 1 })
+        .write_concern(majority.clone())
+        .await
+        .expect("insert into a new collection");
+    let expected_items = documents_of(&primary, "inventory", "items").await;
+    let point = a_second_boundary().await;
+    items
+        .insert_one(doc! { "_id": "after-the-point", "n": 2 })
+        .write_concern(majority.clone())
+        .await
+        .expect("insert after the point");
+    items
+        .delete_many(doc! {})
+        .write_concern(majority.clone())
+        .await
+        .expect("delete everything after the point");
+    caught_up(&source, 2).await;
+
+    let mut piece = Vec::new();
+    let archived = oplog::archive_oplog(&member_client(&source, 2), dumped.header.cluster_time, &mut piece)
+        .await
+        .expect("archive the oplog from the secondary");
+    assert_eq!(archived.after, dumped.header.cluster_time);
+    assert!(archived.through > archived.after, "{archived:?}");
+    assert!(
+        archived.entries >= 6,
+        "every write after the snapshot: {archived:?}"
+    );
+    assert_eq!(archived.size, piece.len() as u64);
+    assert_eq!(archived.sha256, hex::encode(Sha256::digest(&piece)));
+
+    // The snapshot, then the oplog up to the noted second: everything before it, nothing after.
+    let target = replica_set("pitr-target", 1).await;
+    let target_client = member_client(&target, 0);
+    restore(&target_client, snapshot.as_slice())
+        .await
+        .expect("restore the snapshot");
+    let replayed = oplog::replay_oplog(&target_client, piece.as_slice(), point)
+        .await
+        .expect("replay");
+    assert!(
+        replayed.stopped,
+        "the piece held entries past the point: {replayed:?}"
+    );
+    assert!(
+        replayed.reached.is_some_and(|reached| reached.time <= point),
+        "{replayed:?}"
+    );
+    assert_eq!(
+        documents_of(&target_client, "inventory", "items").await,
+        expected_items
+    );
+    assert_eq!(
+        documents_of(&target_client, "late", "created").await,
+        [doc! { "_id": 1 }],
+        "a collection created after the snapshot"
+    );
+    assert_eq!(
+        documents_of(&target_client, "shop", "orders").await,
+        documents_of(&primary, "shop", "orders").await,
+        "untouched collections as they were"
+    );
+
+    // A second replay of the same piece changes nothing: entries are idempotent.
+    oplog::replay_oplog(&target_client, piece.as_slice(), point)
+        .await
+        .expect("replay again");
+    assert_eq!(
+        documents_of(&target_client, "inventory", "items").await,
+        expected_items
+    );
+
+    // A piece cut short is refused, whatever it applied.
+    let cut = oplog::replay_oplog(&target_client, &piece[..piece.len() - 3], point).await;
+    assert!(matches!(cut, Err(ArchiveError::Truncated { .. })), "{cut:?}");
+    let not_a_piece = oplog::replay_oplog(&target_client, snapshot.as_slice(), point).await;
+    assert!(
+        matches!(not_a_piece, Err(ArchiveError::Malformed { .. })),
+        "{not_a_piece:?}"
+    );
+
+    // A position the member's oplog no longer holds is a gap, and nothing is written.
+    let mut nothing = Vec::new();
+    let gap = oplog::archive_oplog(
+        &member_client(&source, 2),
+        Timestamp {
+            time: 1,
+            increment: 0,
+        },
+        &mut nothing,
+    )
+    .await;
+    assert!(matches!(gap, Err(ArchiveError::OplogGap { .. })), "{gap:?}");
+    assert!(nothing.is_empty());
 }
