@@ -59,6 +59,7 @@ pub mod drill;
 pub mod job;
 mod pipe;
 pub mod progress;
+pub mod recovery;
 mod run;
 mod schedule;
 

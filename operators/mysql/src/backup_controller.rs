@@ -21,6 +21,7 @@ use quorum_core::{
         digest::ContentFingerprint,
         job::{JobOutcome, JobSettings},
         pipe, producer,
+        recovery::{self, StoredPiece},
     },
     runner::{Context, object_key},
 };
@@ -32,11 +33,10 @@ use crate::{
         gtid::GtidPosition,
         snapshot::{SnapshotError, SnapshotInfo, snapshot_out},
     },
-    crd::{MySQLBackup, MySQLBackupSpec, MySQLBackupStatus, MySQLCluster, RecoveryRun, StoredPiece},
+    crd::{MySQLBackup, MySQLBackupSpec, MySQLBackupStatus, MySQLCluster, RecoveryRun},
     decide::MemberFact,
     reconcile::State,
     resources::{REPLICATION_USER, member_name, ordinal_of},
-    restore::recoverable_window,
     status::CAUGHT_UP_LAG_SECONDS,
 };
 
@@ -205,7 +205,7 @@ impl BackupEngine for MySqlSnapshots<'_> {
             status.content = Some(snapshot.info.snapshot.content.clone());
             if let Some((_, runs)) = &snapshot.info.archive {
                 status.recovery_runs = runs.clone();
-                let window = recoverable_window(runs);
+                let window = recovery::recoverable_window(runs);
                 status.recoverable_from = window.map(|(from, _)| Time(from));
                 status.recoverable_until = window.map(|(_, until)| Time(until));
             }
@@ -369,20 +369,20 @@ async fn archive_run(
         snapshot: StoredPiece {
             location: snapshot.location.clone(),
             sha256: snapshot.sha256.clone(),
+            size_bytes: i64::try_from(snapshot.size).ok(),
         },
         snapshot_position: info.position.to_string(),
         snapshot_completed_at: Time(snapshot_completed_at),
         binlog: StoredPiece {
             location: stored.location.clone(),
             sha256: stored.sha256.clone(),
+            size_bytes: i64::try_from(stored.size).ok(),
         },
         binlog_after: archived.after.to_string(),
         binlog_through: archived.through.to_string(),
         archived_at: Time(archived_at),
     });
-    let keep = backup.spec.backup.retain.unwrap_or(u32::MAX) as usize;
-    let excess = runs.len().saturating_sub(keep);
-    runs.drain(..excess);
+    recovery::keep_newest(&mut runs, backup.spec.backup.retain);
     Ok((archived, runs))
 }
 

@@ -636,12 +636,12 @@ pub struct MySQLBackupStatus {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RecoveryRun {
-    pub snapshot: StoredPiece,
+    pub snapshot: quorum_core::backup::recovery::StoredPiece,
     /// The GTID position the snapshot holds.
     pub snapshot_position: String,
     /// When the snapshot was complete: it holds no transaction written later.
     pub snapshot_completed_at: Time,
-    pub binlog: StoredPiece,
+    pub binlog: quorum_core::backup::recovery::StoredPiece,
     pub binlog_after: String,
     pub binlog_through: String,
     /// When the binary log was read to its end: every transaction written before then is in
@@ -649,12 +649,19 @@ pub struct RecoveryRun {
     pub archived_at: Time,
 }
 
-/// An object a run stored, and its SHA-256 (hex) as written.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct StoredPiece {
-    pub location: String,
-    pub sha256: String,
+impl quorum_core::backup::recovery::ArchivedRun for RecoveryRun {
+    fn snapshot_completed_at(&self) -> &Time {
+        &self.snapshot_completed_at
+    }
+    fn archived_at(&self) -> &Time {
+        &self.archived_at
+    }
+    fn log_after(&self) -> &str {
+        &self.binlog_after
+    }
+    fn log_through(&self) -> &str {
+        &self.binlog_through
+    }
 }
 
 /// The `my.cnf` setting the operator owns for MariaDB with SemiSync replication only.

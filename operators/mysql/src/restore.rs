@@ -12,7 +12,7 @@
 //! recreated) replaces.
 
 use jiff::Timestamp;
-use quorum_core::backup::{BackupError, BackupSink, BackupTarget, scoped_target};
+use quorum_core::backup::{BackupError, BackupSink, BackupTarget, recovery, scoped_target};
 use tokio::io::AsyncWriteExt;
 
 use crate::admin::{
@@ -148,9 +148,9 @@ pub struct RecoveryPlan {
     pub stop: ReplayStop,
 }
 
-/// Plans a restore of `runs` (oldest first) to `point`: the newest snapshot that holds nothing
-/// past the point, then every run's binary log from that one's until one that reaches the
-/// point, each continuing where the previous ended.
+/// Plans a restore of `runs` (oldest first) to `point` ([`recovery::plan`]): to a time, or to
+/// a GTID position, which a snapshot is before when the position includes the snapshot's and a
+/// run's log reaches when its end includes the position.
 ///
 /// # Errors
 /// A message naming `restoreFrom.pointInTime` when the point is before the oldest kept
@@ -161,69 +161,29 @@ pub fn plan_recovery(
     flavor: Flavor,
 ) -> Result<RecoveryPlan, String> {
     let field = "restoreFrom.pointInTime";
-    let stop = match (&point.time, &point.gtid) {
+    let log = "binary log";
+    let planned = match (&point.time, &point.gtid) {
         (Some(time), None) => {
-            ReplayStop::Time(Timestamp::from_second(time.0.as_second()).map_err(|e| e.to_string())?)
+            let time = Timestamp::from_second(time.0.as_second()).map_err(|e| e.to_string())?;
+            recovery::plan_to_time(runs, time, field, log).map(|plan| (plan, ReplayStop::Time(time)))
         }
         (None, Some(gtid)) => {
-            ReplayStop::Position(parse(flavor, gtid).map_err(|why| format!("{field}.gtid: {why}"))?)
+            let position = parse(flavor, gtid).map_err(|why| format!("{field}.gtid: {why}"))?;
+            let test = recovery::PointTest {
+                snapshot_before: &|run: &RecoveryRun| {
+                    Ok(position.includes(&parse(flavor, &run.snapshot_position)?))
+                },
+                log_reaches: &|run: &RecoveryRun| Ok(parse(flavor, &run.binlog_through)?.includes(&position)),
+            };
+            recovery::plan(runs, test, field, log).map(|plan| (plan, ReplayStop::Position(position.clone())))
         }
         _ => return Err(format!("{field} takes exactly one of time and gtid")),
     };
-    let window = recoverable_window(runs)
-        .map(|(from, until)| format!("the backup can restore to times from {from} to {until}"))
-        .unwrap_or_else(|| "the backup has no archived binary log yet".to_string());
-    let holds_nothing_past = |run: &RecoveryRun| -> Result<bool, String> {
-        Ok(match &stop {
-            ReplayStop::Time(time) => run.snapshot_completed_at.0.as_second() <= time.as_second(),
-            ReplayStop::Position(position) => position.includes(&parse(flavor, &run.snapshot_position)?),
-        })
-    };
-    let mut snapshot = None;
-    for (index, run) in runs.iter().enumerate() {
-        if holds_nothing_past(run)? {
-            snapshot = Some(index);
-        }
-    }
-    let Some(snapshot) = snapshot else {
-        return Err(format!("{field} is before the oldest kept snapshot: {window}"));
-    };
-    for index in snapshot..runs.len() {
-        let run = &runs[index];
-        if index > snapshot && runs[index - 1].binlog_through != run.binlog_after {
-            return Err(format!(
-                "{field} is past a gap in the archived binary log (one run's ends at {}, the next begins after {}): {window}",
-                runs[index - 1].binlog_through,
-                run.binlog_after
-            ));
-        }
-        let reached = match &stop {
-            ReplayStop::Time(time) => run.archived_at.0.as_second() > time.as_second(),
-            ReplayStop::Position(position) => parse(flavor, &run.binlog_through)?.includes(position),
-        };
-        if reached {
-            return Ok(RecoveryPlan {
-                snapshot,
-                pieces: snapshot..index + 1,
-                stop,
-            });
-        }
-    }
-    Err(format!("{field} is after the newest archived point: {window}"))
-}
-
-/// The earliest and latest times (whole seconds) a restore can reach from `runs`: from the
-/// oldest snapshot after which the archive is unbroken to the newest run, to the last second
-/// the newest run archived completely.
-pub fn recoverable_window(runs: &[RecoveryRun]) -> Option<(Timestamp, Timestamp)> {
-    let newest = runs.last()?;
-    let mut oldest = runs.len() - 1;
-    while oldest > 0 && runs[oldest - 1].binlog_through == runs[oldest].binlog_after {
-        oldest -= 1;
-    }
-    let from = Timestamp::from_second(runs[oldest].snapshot_completed_at.0.as_second()).ok()?;
-    let until = Timestamp::from_second(newest.archived_at.0.as_second() - 1).ok()?;
-    (from <= until).then_some((from, until))
+    planned.map(|(plan, stop)| RecoveryPlan {
+        snapshot: plan.snapshot,
+        pieces: plan.pieces,
+        stop,
+    })
 }
 
 /// Why a restore failed. The member may hold part of the snapshot.
@@ -363,19 +323,21 @@ mod tests {
         through: &str,
         archived_second: i64,
     ) -> RecoveryRun {
-        use crate::crd::StoredPiece;
         use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        use quorum_core::backup::recovery::StoredPiece;
         let at = |second| Time(Timestamp::from_second(second).unwrap());
         RecoveryRun {
             snapshot: StoredPiece {
                 location: format!("s3://b/run-{snapshot_second}.sql"),
                 sha256: "0".repeat(64),
+                size_bytes: None,
             },
             snapshot_position: snapshot.to_string(),
             snapshot_completed_at: at(snapshot_second),
             binlog: StoredPiece {
                 location: format!("s3://b/run-{snapshot_second}.binlog"),
                 sha256: "0".repeat(64),
+                size_bytes: None,
             },
             binlog_after: after.to_string(),
             binlog_through: through.to_string(),
@@ -464,9 +426,8 @@ mod tests {
         assert!(across.contains("past a gap"), "{across}");
         assert!(plan_recovery(&runs, &at_time(100), Flavor::MariaDB).is_ok());
         assert!(plan_recovery(&runs, &at_time(250), Flavor::MariaDB).is_ok());
-        let (from, until) = recoverable_window(&runs).unwrap();
+        let (from, until) = recovery::recoverable_window(&runs).unwrap();
         assert_eq!((from.as_second(), until.as_second()), (200, 300));
-        assert_eq!(recoverable_window(&[]), None);
     }
 
     #[test]

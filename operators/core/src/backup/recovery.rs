@@ -1,0 +1,267 @@
+//! Point-in-time recovery, as the engines that archive a log beside each scheduled snapshot
+//! (MariaDB's binary log, MongoDB's oplog) plan it: which kept run's snapshot a restore starts
+//! from and which runs' logs it replays after it. Pure: the engines say what a position is.
+//!
+//! Each run of such a backup stores a snapshot, then the log written since the previous run
+//! (since its own snapshot for the first run, or when the previous run's end is no longer in
+//! the server's log): a run's log continues the previous one's when it begins where that one
+//! ended. A restore to a point takes the newest snapshot that holds nothing past it, then every
+//! run's log from that run's on, up to the first that reaches the point, unbroken.
+
+use std::ops::Range;
+
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// An object a run stored, and its SHA-256 (hex) as written.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredPiece {
+    pub location: String,
+    pub sha256: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_bytes: Option<i64>,
+}
+
+/// What planning reads of a kept run.
+pub trait ArchivedRun {
+    /// When its snapshot was complete: it holds nothing written later.
+    fn snapshot_completed_at(&self) -> &Time;
+    /// When its log was read to its end: everything written before then is in this run's log
+    /// or an earlier one.
+    fn archived_at(&self) -> &Time;
+    /// The position its log begins after, and the one it holds everything up to, as the engine
+    /// writes positions: equal text is the same position.
+    fn log_after(&self) -> &str;
+    fn log_through(&self) -> &str;
+}
+
+/// Which run's snapshot a restore starts from, and which runs' logs it replays after it (the
+/// snapshot's own run first).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecoveryPlan {
+    pub snapshot: usize,
+    pub pieces: Range<usize>,
+}
+
+/// How a point is compared with a run: by the engine's positions or by time.
+pub struct PointTest<'a, R> {
+    /// The run's snapshot holds nothing past the point.
+    pub snapshot_before: &'a dyn Fn(&R) -> Result<bool, String>,
+    /// The run's log reaches the point.
+    pub log_reaches: &'a dyn Fn(&R) -> Result<bool, String>,
+}
+
+/// Plans a restore of `runs` (oldest first) to a point (see the module's documentation).
+/// `field` names the point in the resource, `log` the engine's log ("binary log", "oplog").
+///
+/// # Errors
+/// A message naming `field` and the recoverable window when the point is before the oldest
+/// kept snapshot, after what was archived, or across a gap in the archive.
+pub fn plan<R: ArchivedRun>(
+    runs: &[R],
+    point: PointTest<'_, R>,
+    field: &str,
+    log: &str,
+) -> Result<RecoveryPlan, String> {
+    let window = recoverable_window(runs)
+        .map(|(from, until)| format!("the backup can restore to times from {from} to {until}"))
+        .unwrap_or_else(|| format!("the backup has no archived {log} yet"));
+    let mut snapshot = None;
+    for (index, run) in runs.iter().enumerate() {
+        if (point.snapshot_before)(run)? {
+            snapshot = Some(index);
+        }
+    }
+    let Some(snapshot) = snapshot else {
+        return Err(format!("{field} is before the oldest kept snapshot: {window}"));
+    };
+    for index in snapshot..runs.len() {
+        let run = &runs[index];
+        if index > snapshot && runs[index - 1].log_through() != run.log_after() {
+            return Err(format!(
+                "{field} is past a gap in the archived {log} (one run's ends at {}, the next begins after {}): {window}",
+                runs[index - 1].log_through(),
+                run.log_after()
+            ));
+        }
+        if (point.log_reaches)(run)? {
+            return Ok(RecoveryPlan {
+                snapshot,
+                pieces: snapshot..index + 1,
+            });
+        }
+    }
+    Err(format!("{field} is after the newest archived point: {window}"))
+}
+
+/// [`plan`] to a time, in whole seconds (the logs record whole seconds): the newest snapshot
+/// complete by then, the logs up to the first run archived after it.
+///
+/// # Errors
+/// As [`plan`].
+pub fn plan_to_time<R: ArchivedRun>(
+    runs: &[R],
+    time: Timestamp,
+    field: &str,
+    log: &str,
+) -> Result<RecoveryPlan, String> {
+    let second = time.as_second();
+    plan(
+        runs,
+        PointTest {
+            snapshot_before: &|run: &R| Ok(run.snapshot_completed_at().0.as_second() <= second),
+            log_reaches: &|run: &R| Ok(run.archived_at().0.as_second() > second),
+        },
+        field,
+        log,
+    )
+}
+
+/// The earliest and latest times (whole seconds) a restore can reach from `runs`: from the
+/// oldest snapshot after which the archive is unbroken to the newest run, to the last second
+/// the newest run archived completely.
+pub fn recoverable_window<R: ArchivedRun>(runs: &[R]) -> Option<(Timestamp, Timestamp)> {
+    let newest = runs.last()?;
+    let mut oldest = runs.len() - 1;
+    while oldest > 0 && runs[oldest - 1].log_through() == runs[oldest].log_after() {
+        oldest -= 1;
+    }
+    let from = Timestamp::from_second(runs[oldest].snapshot_completed_at().0.as_second()).ok()?;
+    let until = Timestamp::from_second(newest.archived_at().0.as_second() - 1).ok()?;
+    (from <= until).then_some((from, until))
+}
+
+/// Drops the oldest runs beyond `retain` (all are kept without one): retention keeps as many
+/// runs' objects.
+pub fn keep_newest<R>(runs: &mut Vec<R>, retain: Option<u32>) {
+    let keep = retain.map_or(usize::MAX, |retain| retain as usize);
+    let excess = runs.len().saturating_sub(keep);
+    runs.drain(..excess);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Run {
+        completed: Time,
+        archived: Time,
+        after: String,
+        through: String,
+    }
+
+    impl ArchivedRun for Run {
+        fn snapshot_completed_at(&self) -> &Time {
+            &self.completed
+        }
+        fn archived_at(&self) -> &Time {
+            &self.archived
+        }
+        fn log_after(&self) -> &str {
+            &self.after
+        }
+        fn log_through(&self) -> &str {
+            &self.through
+        }
+    }
+
+    fn at(second: i64) -> Time {
+        Time(Timestamp::from_second(second).unwrap())
+    }
+
+    /// A run whose snapshot completed at `second`, whose log was read at `second + 1`, and
+    /// which holds the log from `after` to `through`.
+    fn run(second: i64, after: &str, through: &str) -> Run {
+        Run {
+            completed: at(second),
+            archived: at(second + 1),
+            after: after.into(),
+            through: through.into(),
+        }
+    }
+
+    #[test]
+    fn a_time_is_reached_from_the_newest_snapshot_before_it_through_the_logs_after() {
+        let runs = [run(100, "a", "b"), run(200, "b", "c"), run(300, "c", "d")];
+        let cases = [
+            // (time, snapshot, pieces) or the start of the error
+            (100, Ok((0, 0..1))),
+            (150, Ok((0, 0..2))),
+            (200, Ok((1, 1..2))),
+            (299, Ok((1, 1..3))),
+            (300, Ok((2, 2..3))),
+            (
+                99,
+                Err("restoreFrom.pointInTime is before the oldest kept snapshot"),
+            ),
+            (
+                301,
+                Err("restoreFrom.pointInTime is after the newest archived point"),
+            ),
+        ];
+        for (second, expected) in cases {
+            let planned = plan_to_time(
+                &runs,
+                Timestamp::from_second(second).unwrap(),
+                "restoreFrom.pointInTime",
+                "oplog",
+            )
+            .map(|plan| (plan.snapshot, plan.pieces));
+            match (planned, expected) {
+                (Ok(planned), Ok(expected)) => assert_eq!(planned, expected, "at {second}"),
+                (Err(message), Err(start)) => assert!(message.starts_with(start), "at {second}: {message}"),
+                (planned, expected) => panic!("at {second}: planned {planned:?}, expected {expected:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_gap_in_the_log_bounds_the_window_and_refuses_points_across_it() {
+        // The third run's log could not continue from the second's: it begins at its snapshot.
+        let runs = [run(100, "a", "b"), run(200, "b", "c"), run(300, "x", "y")];
+        assert_eq!(
+            recoverable_window(&runs),
+            Some((
+                Timestamp::from_second(300).unwrap(),
+                Timestamp::from_second(300).unwrap()
+            ))
+        );
+        let across = plan_to_time(
+            &runs,
+            Timestamp::from_second(250).unwrap(),
+            "restoreFrom.pointInTime",
+            "oplog",
+        )
+        .unwrap_err();
+        assert!(across.contains("past a gap in the archived oplog"), "{across}");
+        assert!(
+            across.contains("from 1970-01-01T00:05:00Z to 1970-01-01T00:05:00Z"),
+            "{across}"
+        );
+        assert_eq!(
+            plan_to_time(&runs, Timestamp::from_second(300).unwrap(), "f", "oplog").unwrap(),
+            RecoveryPlan {
+                snapshot: 2,
+                pieces: 2..3
+            }
+        );
+    }
+
+    #[test]
+    fn no_run_no_window_and_retention_keeps_the_newest_runs() {
+        assert_eq!(recoverable_window::<Run>(&[]), None);
+        let message = plan_to_time::<Run>(&[], Timestamp::from_second(5).unwrap(), "f", "oplog").unwrap_err();
+        assert!(
+            message.contains("the backup has no archived oplog yet"),
+            "{message}"
+        );
+        let mut runs = vec![1, 2, 3, 4];
+        keep_newest(&mut runs, Some(2));
+        assert_eq!(runs, [3, 4]);
+        keep_newest(&mut runs, None);
+        assert_eq!(runs, [3, 4]);
+    }
+}
