@@ -23,7 +23,7 @@ pub enum Refusal {
     #[error("the cluster to restore {0} from has no spec to copy")]
     NoSpec(String),
     #[error(
-        "{0} has no point-in-time restore: only MySQL/MariaDB clusters do (a MySQLBackup with archiveBinlogs)"
+        "{0} has no point-in-time restore: MySQL/MariaDB clusters (a MySQLBackup with archiveBinlogs) and MongoDB replica sets (a MongoDBBackup with archiveOplog, to a time) do"
     )]
     NoPointInTime(String),
 }
@@ -120,6 +120,9 @@ pub fn restore(
         (None, _) => {}
         (Some(PointInTime::Time(time)), Engine::MySql) => restore_from["pointInTime"] = json!({"time": time}),
         (Some(PointInTime::Gtid(gtid)), Engine::MySql) => restore_from["pointInTime"] = json!({"gtid": gtid}),
+        (Some(PointInTime::Time(time)), Engine::MongoDb) => {
+            restore_from["pointInTime"] = json!({"time": time})
+        }
         (Some(_), _) => return Err(Refusal::NoPointInTime(target.to_string())),
     }
     spec.insert("restoreFrom".to_string(), restore_from);
@@ -228,7 +231,7 @@ mod tests {
     }
 
     #[test]
-    fn a_point_in_time_restore_is_asked_of_mysql_clusters_only() {
+    fn a_point_in_time_restore_is_asked_of_mysql_clusters_and_mongodb_sets_only() {
         let source = json!({"replicas": 3, "flavor": "MariaDB"});
         let at = PointInTime::Time("2026-12-01T09:38:00Z".into());
         let object = restore(&parse("mysql/copy").unwrap(), &source, "pitr", Some(&at)).unwrap();
@@ -242,10 +245,23 @@ mod tests {
             object["spec"]["restoreFrom"]["pointInTime"],
             json!({"gtid": "0-1-42"})
         );
-        let refused = restore(&parse("redis/copy").unwrap(), &source, "pitr", Some(&at)).unwrap_err();
-        assert!(
-            refused.to_string().contains("has no point-in-time restore"),
-            "{refused}"
+        let object = restore(
+            &parse("mongodb/copy").unwrap(),
+            &json!({"members": 3}),
+            "pitr",
+            Some(&at),
+        )
+        .unwrap();
+        assert_eq!(
+            object["spec"]["restoreFrom"],
+            json!({"backupName": "pitr", "pointInTime": {"time": "2026-12-01T09:38:00Z"}})
         );
+        for (target, point) in [("redis/copy", &at), ("mongodb/copy", &gtid)] {
+            let refused = restore(&parse(target).unwrap(), &source, "pitr", Some(point)).unwrap_err();
+            assert!(
+                refused.to_string().contains("has no point-in-time restore"),
+                "{target}: {refused}"
+            );
+        }
     }
 }

@@ -119,7 +119,8 @@ enum Command {
         /// The backup (of the same engine, in the same namespace).
         #[arg(long)]
         from: String,
-        /// MySQL/MariaDB: restore to this time (RFC 3339), from a backup with archiveBinlogs.
+        /// Restore to this time (RFC 3339): MySQL/MariaDB from a backup with archiveBinlogs,
+        /// MongoDB from one with archiveOplog.
         #[arg(long, conflicts_with = "to_gtid")]
         to_time: Option<String>,
         /// MySQL/MariaDB: restore to this GTID position, from a backup with archiveBinlogs.

@@ -515,6 +515,27 @@ async fn operation_time(admin: &Database, level: ReadLevel) -> Result<(String, T
     }
 }
 
+/// Drops every user database of the set behind `client`, each with a majority's
+/// acknowledgement: what a restore whose replay failed leaves behind, so that the next attempt
+/// starts from an empty set again.
+///
+/// # Errors
+/// [`ArchiveError::Server`] for a listing or a drop the server refused.
+pub async fn drop_user_databases(client: &Client) -> Result<(), ArchiveError> {
+    for database in user_databases(client).await? {
+        client
+            .database(&database)
+            .drop()
+            .write_concern(WriteConcern::majority())
+            .await
+            .map_err(|source| ArchiveError::Server {
+                operation: format!("dropping {database}"),
+                source,
+            })?;
+    }
+    Ok(())
+}
+
 /// The member's databases but `admin`, `local` and `config`, by name.
 async fn user_databases(client: &Client) -> Result<Vec<String>, ArchiveError> {
     let listed = client

@@ -13,23 +13,29 @@
 
 use std::{sync::Arc, time::Duration};
 
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{ResourceExt, runtime::controller::Action};
 use quorum_core::{
     ReconcileError,
     backup::{
-        BackupError, BackupSink, PipeError,
+        BackupError, BackupSink, PipeError, StoredBackup,
         controller::{self, BackupControllerError, BackupEngine, Snapshot, Sources},
         digest::ContentFingerprint,
         job::{JobOutcome, JobSettings},
         pipe, producer,
+        recovery::{self, StoredPiece},
     },
     runner::{Context, object_key},
 };
 
 use crate::{
     admin::Credentials,
-    archive::{self, ArchiveError, DumpSummary},
-    crd::{MemberStatus, MongoDBBackup, MongoDBBackupSpec, MongoDBBackupStatus, MongoDBReplicaSet},
+    archive::{
+        self, ArchiveError, DumpSummary,
+        oplog::{self, ArchivedOplog},
+    },
+    crd::{MemberStatus, MongoDBBackup, MongoDBBackupSpec, MongoDBBackupStatus, MongoDBReplicaSet, OplogRun},
     pass::State,
     reconcile::read_credentials,
     resources::admin_secret_name,
@@ -39,7 +45,7 @@ use crate::{
 /// next batch on a loaded member.
 pub const DUMP_STALL_TIMEOUT: Duration = Duration::from_secs(120);
 
-quorum_core::backup_resource!(MongoDBBackup, MongoDBBackupSpec, MongoDBBackupStatus);
+quorum_core::backup_resource!(MongoDBBackup, MongoDBBackupSpec, MongoDBBackupStatus, archive_oplog: false);
 
 /// Why MongoDB's part of a backup failed.
 #[derive(Debug, thiserror::Error)]
@@ -74,7 +80,7 @@ impl BackupEngine for MongoSnapshots<'_> {
     type Backup = MongoDBBackup;
     type Cluster = MongoDBReplicaSet;
     type Source = Source;
-    type Info = DumpSummary;
+    type Info = RunInfo;
     type Error = SnapshotError;
 
     const ENGINE: &'static str = crate::clients::ENGINE;
@@ -151,14 +157,18 @@ impl BackupEngine for MongoSnapshots<'_> {
         archive::EXTENSION.to_string()
     }
 
+    fn companion_objects(&self, backup: &MongoDBBackup) -> usize {
+        usize::from(backup.spec.archive_oplog)
+    }
+
     async fn produce(
         &self,
-        _: &Self::Backup,
+        backup: &Self::Backup,
         _: &MongoDBReplicaSet,
         source: &Source,
         sink: &BackupSink,
         name: &str,
-    ) -> Result<Snapshot<DumpSummary>, SnapshotError> {
+    ) -> Result<Snapshot<RunInfo>, SnapshotError> {
         let client = source.client.clone();
         let produce = producer(move |writer| Box::pin(async move { archive::dump(&client, writer).await }));
         let upload = |reader| async move { sink.upload(name, reader).await };
@@ -168,28 +178,54 @@ impl BackupEngine for MongoSnapshots<'_> {
         stored
             .verify("the dump", summary.size, &summary.sha256)
             .map_err(SnapshotError::Dump)?;
+        let archive = match backup.spec.archive_oplog {
+            true => Some(archive_run(backup, &source.client, sink, name, &stored, &summary).await?),
+            false => None,
+        };
         Ok(Snapshot {
             stored,
-            info: summary,
+            info: RunInfo {
+                dump: summary,
+                archive,
+            },
         })
     }
 
-    fn record(&self, status: &mut MongoDBBackupStatus, snapshots: &[(&Source, Snapshot<DumpSummary>)]) {
+    fn record(&self, status: &mut MongoDBBackupStatus, snapshots: &[(&Source, Snapshot<RunInfo>)]) {
         let Some((source, snapshot)) = snapshots.first() else {
             return;
         };
-        let summary = &snapshot.info;
+        let summary = &snapshot.info.dump;
         status.read_from = Some(source.member.clone());
         status.cluster_time = Some(archive::cluster_time_text(summary.header.cluster_time));
         status.databases = Some(summary.counts.databases as i64);
         status.documents = Some(summary.counts.documents as i64);
         status.content = Some(summary.content.clone());
+        if let Some((_, runs)) = &snapshot.info.archive {
+            status.recovery_runs = runs.clone();
+            let window = recovery::recoverable_window(runs);
+            status.recoverable_from = window.map(|(from, _)| Time(from));
+            status.recoverable_until = window.map(|(_, until)| Time(until));
+        }
     }
 
-    fn describe(&self, source: &Source, snapshot: &Snapshot<DumpSummary>) -> String {
-        let summary = &snapshot.info;
+    fn describe(&self, source: &Source, snapshot: &Snapshot<RunInfo>) -> String {
+        let summary = &snapshot.info.dump;
+        let archived = snapshot
+            .info
+            .archive
+            .as_ref()
+            .map_or(String::new(), |(archived, _)| {
+                format!(
+                    ", and the oplog after {} to {} ({} entries, {} bytes)",
+                    oplog::position_text(archived.after),
+                    oplog::position_text(archived.through),
+                    archived.entries,
+                    archived.size
+                )
+            });
         format!(
-            "{} databases, {} documents read from {} at cluster time {}: {} bytes to {} (sha256 {})",
+            "{} databases, {} documents read from {} at cluster time {}: {} bytes to {} (sha256 {}){archived}",
             summary.counts.databases,
             summary.counts.documents,
             source.member,
@@ -198,6 +234,23 @@ impl BackupEngine for MongoSnapshots<'_> {
             snapshot.stored.location,
             snapshot.stored.sha256
         )
+    }
+
+    /// The newest snapshot, and every kept run's snapshot and oplog: a point-in-time restore
+    /// may read any of them.
+    fn referenced(&self, status: &MongoDBBackupStatus) -> Vec<String> {
+        status
+            .run
+            .last_snapshot
+            .iter()
+            .map(|record| record.location.clone())
+            .chain(
+                status
+                    .recovery_runs
+                    .iter()
+                    .flat_map(|run| [run.snapshot.location.clone(), run.oplog.location.clone()]),
+            )
+            .collect()
     }
 
     fn restored_from(&self, cluster: &MongoDBReplicaSet) -> Option<String> {
@@ -260,6 +313,91 @@ impl BackupEngine for MongoSnapshots<'_> {
     }
 }
 
+/// What one run of a MongoDB backup produced.
+pub struct RunInfo {
+    dump: DumpSummary,
+    /// With `archiveOplog`: the oplog archived in this run, and the kept runs with it.
+    archive: Option<(ArchivedOplog, Vec<OplogRun>)>,
+}
+
+/// Archives the oplog the member holds since the previous run (since this run's snapshot for
+/// the first, or when the member's oplog no longer holds where the previous run ended) next to
+/// the snapshot `name`, and returns it with the kept runs: the previous ones and this, the
+/// newest `retain`.
+async fn archive_run(
+    backup: &MongoDBBackup,
+    client: &mongodb::Client,
+    sink: &BackupSink,
+    name: &str,
+    snapshot: &StoredBackup,
+    dump: &DumpSummary,
+) -> Result<(ArchivedOplog, Vec<OplogRun>), SnapshotError> {
+    let snapshot_completed_at = Timestamp::now();
+    let cluster_time = dump.header.cluster_time;
+    let mut runs = backup
+        .status
+        .as_ref()
+        .map(|status| status.recovery_runs.clone())
+        .unwrap_or_default();
+    // A previous end beyond this snapshot's time is another history's (a restored set).
+    let previous_end = runs
+        .last()
+        .and_then(|run| oplog::parse_position(&run.oplog_through))
+        .filter(|end| (end.time, end.increment) <= (cluster_time.time, cluster_time.increment));
+    let object = format!(
+        "{}.{}",
+        name.strip_suffix(&format!(".{}", archive::EXTENSION))
+            .unwrap_or(name),
+        oplog::EXTENSION
+    );
+    let object = object.as_str();
+    let archive = |after: bson::Timestamp| async move {
+        // Every write acknowledged before the read starts is committed when it reads.
+        let archived_at = Timestamp::now();
+        let client = client.clone();
+        let produce = producer(move |writer| {
+            Box::pin(async move { oplog::archive_oplog(&client, after, writer).await })
+        });
+        let upload = |reader| async move { sink.upload(object, reader).await };
+        pipe(produce, upload, DUMP_STALL_TIMEOUT)
+            .await
+            .map(|(stored, archived)| (stored, archived, archived_at))
+    };
+    let archived = match previous_end {
+        Some(end) => match archive(end).await {
+            Err(PipeError::Producer(ArchiveError::OplogGap { .. })) => archive(cluster_time).await,
+            other => other,
+        },
+        None => archive(cluster_time).await,
+    };
+    let (stored, archived, archived_at) =
+        archived.map_err(|error: PipeError<ArchiveError, BackupError>| {
+            SnapshotError::Dump(format!("archiving the oplog: {error}"))
+        })?;
+    stored
+        .verify("the oplog read", archived.size, &archived.sha256)
+        .map_err(SnapshotError::Dump)?;
+    runs.push(OplogRun {
+        snapshot: StoredPiece {
+            location: snapshot.location.clone(),
+            sha256: snapshot.sha256.clone(),
+            size_bytes: i64::try_from(snapshot.size).ok(),
+        },
+        snapshot_cluster_time: archive::cluster_time_text(cluster_time),
+        snapshot_completed_at: Time(snapshot_completed_at),
+        oplog: StoredPiece {
+            location: stored.location.clone(),
+            sha256: stored.sha256.clone(),
+            size_bytes: i64::try_from(stored.size).ok(),
+        },
+        oplog_after: oplog::position_text(archived.after),
+        oplog_through: oplog::position_text(archived.through),
+        archived_at: Time(archived_at),
+    });
+    recovery::keep_newest(&mut runs, backup.spec.backup.retain);
+    Ok((archived, runs))
+}
+
 /// The throw-away replica set `name` a drill restores `backup`'s newest snapshot into: one
 /// voting member of `replica_set`'s version, storage, pod template and secrets, no other
 /// members and no backups.
@@ -274,9 +412,7 @@ pub fn drill_replica_set(
     spec.hidden_members = 0;
     spec.arbiter = false;
     spec.backup = None;
-    spec.restore_from = Some(quorum_core::crd::RestoreSource {
-        backup_name: backup.name_any(),
-    });
+    spec.restore_from = Some(crate::crd::MongoRestoreSource::newest(backup.name_any()));
     let mut scratch = MongoDBReplicaSet::new(name, spec);
     scratch.metadata.namespace = backup.namespace();
     scratch

@@ -11,6 +11,7 @@ use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::{Condition, Time},
 };
 use kube::{CustomResource, KubeSchema};
+use quorum_core::backup::recovery::StoredPiece;
 use quorum_core::crd::validation::{self, DNS_SUBDOMAIN, IMAGE, MAX_IMAGE, MAX_OBJECT_NAME};
 pub use quorum_core::crd::{
     BackupDestination, BackupPhase, BackupPolicy, BackupRecord, BackupRunStatus, BackupSpec, PodOverrides,
@@ -146,10 +147,61 @@ pub struct MongoDBReplicaSetSpec {
     pub backup: Option<BackupPolicy>,
 
     /// Start a new replica set from a stored snapshot: the `MongoDBBackup` whose latest
-    /// snapshot is loaded into the first member before any other joins. Immutable.
+    /// snapshot (or, with `pointInTime`, the newest snapshot before that point and the oplog
+    /// archived after it) is loaded into the first member before any other joins. Immutable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self == oldSelf").message("restoreFrom is immutable"))]
-    pub restore_from: Option<RestoreSource>,
+    pub restore_from: Option<MongoRestoreSource>,
+}
+
+/// The backup a new replica set starts from, and optionally the time to restore to.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MongoRestoreSource {
+    #[serde(flatten)]
+    pub backup: RestoreSource,
+    /// Restore to this point rather than to the newest snapshot: the newest snapshot complete
+    /// before it, then the oplog archived after that snapshot, up to it. Needs a
+    /// `MongoDBBackup` with `archiveOplog`, and a point inside what it archived
+    /// (`status.recoverableFrom` to `status.recoverableUntil`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub point_in_time: Option<OplogPoint>,
+}
+
+impl MongoRestoreSource {
+    /// The newest snapshot of `backup_name`.
+    pub fn newest(backup_name: impl Into<String>) -> Self {
+        Self {
+            backup: RestoreSource {
+                backup_name: backup_name.into(),
+            },
+            point_in_time: None,
+        }
+    }
+}
+
+/// The oplog a point-in-time restore replayed after its snapshot.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoredPoint {
+    /// The point asked for.
+    pub time: Time,
+    /// Archived pieces of oplog read, and the entries of user databases applied from them.
+    pub oplog_pieces: i32,
+    pub entries_applied: i64,
+    /// The newest entry at or before the point (`seconds.increment`): the set holds every
+    /// write up to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reached: Option<String>,
+}
+
+/// A time to restore to.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OplogPoint {
+    /// Every write whose oplog entry is at or before this time, and none after (RFC 3339; the
+    /// oplog's timestamps count whole seconds, so a fraction is ignored).
+    pub time: Time,
 }
 
 impl MongoDBReplicaSetSpec {
@@ -215,6 +267,10 @@ pub struct MongoDBReplicaSetStatus {
     /// loaded so that it is never loaded again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restored_from: Option<BackupRecord>,
+    /// A set restored to a point in time (`restoreFrom.pointInTime`): what was replayed after
+    /// the snapshot in `restoredFrom`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restored_to: Option<RestoredPoint>,
     /// The recovery asked for with the `quorum.dev/recover-from` annotation, while it stands.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovery: Option<quorum_core::crd::RecoveryRecord>,
@@ -331,10 +387,20 @@ pub struct MembershipChange {
 )]
 #[x_kube(validation = Rule::new("!has(self.retain) || has(self.schedule)")
     .message("retain applies only to scheduled backups: set schedule or remove retain"))]
+#[x_kube(validation = Rule::new("!has(self.archiveOplog) || !self.archiveOplog || (has(self.schedule) && has(self.retain))")
+    .message("archiveOplog needs schedule and retain: each run archives the oplog written since the previous run, and retention keeps the newest retain runs' snapshots with it"))]
 #[serde(rename_all = "camelCase")]
 pub struct MongoDBBackupSpec {
     #[serde(flatten)]
     pub backup: BackupSpec,
+    /// Point-in-time recovery: each run also archives the oplog the member holds since the
+    /// previous run (majority-committed entries only) next to its snapshot; a new replica set
+    /// can then be restored to any second from the oldest kept snapshot to the newest run
+    /// (`restoreFrom.pointInTime`). The schedule sets how recent that can be, and the member's
+    /// oplog must hold a schedule's interval of writes (an entry purged before a run reads it
+    /// breaks the chain: the window then starts again at that run's snapshot).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub archive_oplog: bool,
 }
 
 /// What the operator last did for a `MongoDBBackup`.
@@ -358,6 +424,50 @@ pub struct MongoDBBackupStatus {
     /// holds the same.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<quorum_core::backup::digest::ContentFingerprint>,
+    /// With `archiveOplog`: the kept runs, oldest first, each a snapshot and the oplog archived
+    /// with it. What a point-in-time restore reads.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recovery_runs: Vec<OplogRun>,
+    /// The earliest and latest points a replica set can be restored to from the kept runs
+    /// (`restoreFrom.pointInTime.time`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recoverable_from: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recoverable_until: Option<Time>,
+}
+
+/// One run of a backup with `archiveOplog`: its snapshot, and the oplog archived in the same
+/// run, which holds every majority-committed entry after `oplogAfter` up to `oplogThrough`
+/// (timestamps as `seconds.increment`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OplogRun {
+    pub snapshot: StoredPiece,
+    /// The cluster time the snapshot holds every acknowledged write up to.
+    pub snapshot_cluster_time: String,
+    /// When the snapshot was complete: it holds no write made later.
+    pub snapshot_completed_at: Time,
+    pub oplog: StoredPiece,
+    pub oplog_after: String,
+    pub oplog_through: String,
+    /// When the oplog was read: every write acknowledged before then is in this run's archive
+    /// or an earlier one.
+    pub archived_at: Time,
+}
+
+impl quorum_core::backup::recovery::ArchivedRun for OplogRun {
+    fn snapshot_completed_at(&self) -> &Time {
+        &self.snapshot_completed_at
+    }
+    fn archived_at(&self) -> &Time {
+        &self.archived_at
+    }
+    fn log_after(&self) -> &str {
+        &self.oplog_after
+    }
+    fn log_through(&self) -> &str {
+        &self.oplog_through
+    }
 }
 
 #[cfg(test)]

@@ -5,13 +5,24 @@
 use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 use kube::{Api, ResourceExt};
 use quorum_core::{
-    availability::retry::Idempotency, repair::RepairPhase, runner::Context, status::StatusWriter,
+    availability::retry::Idempotency,
+    backup::recovery::{self, StoredPiece},
+    repair::RepairPhase,
+    runner::Context,
+    status::StatusWriter,
 };
 
 use crate::{
     admin::{ReplConfig, codes},
+    archive::{
+        ArchiveError,
+        oplog::{position_text, replay_stored},
+    },
     clients::{CallFailure, is_unreachable, refusal_code},
-    crd::{ChangeKind, MongoDBBackup, MongoDBReplicaSet, MongoDBReplicaSetStatus},
+    crd::{
+        BackupRecord, ChangeKind, MongoDBBackup, MongoDBReplicaSet, MongoDBReplicaSetStatus,
+        MongoRestoreSource, RestoredPoint,
+    },
     decide::{Change, Observed, Reason, ResyncCause, Step},
 };
 
@@ -36,7 +47,7 @@ pub(crate) async fn restore_step(
     status: &mut MongoDBReplicaSetStatus,
     writer: &mut StatusWriter<'_, MongoDBReplicaSet, MongoDBReplicaSetStatus>,
 ) -> Result<Option<Progress>, Error> {
-    let Some(source) = replica_set
+    let Some(restore) = replica_set
         .spec
         .restore_from
         .as_ref()
@@ -44,6 +55,7 @@ pub(crate) async fn restore_step(
     else {
         return Ok(None);
     };
+    let source = &restore.backup;
     let (Some(primary), Some(config)) = (&observed.primary, &observed.config) else {
         return Ok(None);
     };
@@ -77,33 +89,37 @@ pub(crate) async fn restore_step(
             ),
         )));
     }
-    let Some(record) = backup
-        .status
-        .as_ref()
-        .and_then(|status| status.run.last_snapshot.clone())
-    else {
-        return not_ready(format!(
-            "MongoDBBackup {} has no stored snapshot yet",
-            source.backup_name
-        ));
+    let plan = match restore_plan(&backup, restore) {
+        Ok(plan) => plan,
+        Err(why) => return not_ready(format!("MongoDBBackup {}: {why}", source.backup_name)),
     };
+    let record = plan.snapshot.clone();
     let destination = &backup.spec.backup.destination;
-    let credentials = quorum_core::backup::credentials(&context.client, &namespace, destination)
-        .await
-        .map_err(|error| restore_failed(&error.to_string()));
-    let located = credentials.and_then(|credentials| {
-        let settings = quorum_core::backup::StoreSettings {
-            s3_endpoint: destination.s3.as_ref().and_then(|s3| s3.endpoint.clone()),
-            s3_region: destination.s3.as_ref().and_then(|s3| s3.region.clone()),
-            allow_http: context.state.settings.members.allow_http_backups,
-        };
-        let (target, object) = quorum_core::backup::locate(&record.location, &settings, credentials)
+    let credentials = match quorum_core::backup::credentials(&context.client, &namespace, destination).await {
+        Ok(credentials) => credentials,
+        Err(error) => return Ok(Some(restore_failed(&error.to_string()))),
+    };
+    let settings = quorum_core::backup::StoreSettings {
+        s3_endpoint: destination.s3.as_ref().and_then(|s3| s3.endpoint.clone()),
+        s3_region: destination.s3.as_ref().and_then(|s3| s3.region.clone()),
+        allow_http: context.state.settings.members.allow_http_backups,
+    };
+    let open = |location: &str| {
+        let (target, object) = quorum_core::backup::locate(location, &settings, credentials.clone())
             .map_err(|error| restore_failed(&error.to_string()))?;
         let sink = quorum_core::backup::BackupSink::new(target)
             .map_err(|error| restore_failed(&error.to_string()))?;
-        Ok((sink, object))
+        Ok::<_, Progress>((sink, object))
+    };
+    let located = open(&record.location).and_then(|snapshot| {
+        let pieces = plan
+            .pieces
+            .iter()
+            .map(|piece| open(&piece.location).map(|(sink, key)| (sink, key, piece.sha256.clone())))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((snapshot, pieces))
     });
-    let (sink, object) = match located {
+    let ((sink, object), pieces) = match located {
         Ok(located) => located,
         Err(progress) => return Ok(Some(progress)),
     };
@@ -126,26 +142,157 @@ pub(crate) async fn restore_step(
     writer.write(status).await?;
 
     // A long stream, so not a timed admin call: its own connection, bounded by the store.
-    let restored = match context.state.clients.long_running(key, primary) {
-        Ok(admin) => crate::archive::restore_stored(admin.client(), &sink, &object, &record.sha256).await,
+    let admin = match context.state.clients.long_running(key, primary) {
+        Ok(admin) => admin,
         Err(error) => {
             status.membership_change = None;
             return Ok(Some(restore_failed(&error.to_string())));
         }
     };
-    status.membership_change = None;
+    let restored = crate::archive::restore_stored(admin.client(), &sink, &object, &record.sha256).await;
+    let restored = match (restored, &plan.stop) {
+        (Ok(summary), Some(stop)) => match replay(admin.client(), &pieces, *stop).await {
+            Ok(point) => Ok((summary, Some(point))),
+            // What was loaded goes, so the next pass starts again from an empty set.
+            Err(why) => Err((why, crate::archive::drop_user_databases(admin.client()).await)),
+        },
+        (Ok(summary), None) => Ok((summary, None)),
+        (Err(error), _) => {
+            status.membership_change = None;
+            return Ok(Some(snapshot_failed(
+                error,
+                interrupted,
+                replica_set,
+                status,
+                &first,
+                &source.backup_name,
+            )));
+        }
+    };
     Ok(Some(match restored {
-        Ok(summary) => {
+        Ok((summary, point)) => {
+            status.membership_change = None;
             status.restored_from = Some(record.clone());
+            let replayed = point.as_ref().map_or(String::new(), |point| {
+                format!(
+                    ", then {} oplog entries from {} archived pieces up to {}",
+                    point.entries_applied, point.oplog_pieces, point.time.0
+                )
+            });
+            status.restored_to = point;
             Progress::Acted {
                 reason: Reason::Restored,
                 message: format!(
-                    "restored {} documents from MongoDBBackup {} ({})",
+                    "restored {} documents from MongoDBBackup {} ({}){replayed}",
                     summary.counts.documents, source.backup_name, record.location
                 ),
             }
         }
-        Err(crate::archive::ArchiveError::TargetNotEmpty { database }) if interrupted => {
+        Err((why, Ok(()))) => {
+            status.membership_change = None;
+            restore_failed(&format!("replaying the archived oplog after the snapshot: {why}"))
+        }
+        // The recorded change stays: the next pass finds the data and explains it, and the
+        // operator never loads over it.
+        Err((why, Err(dropping))) => Progress::waiting(
+            Reason::RestoreFailed,
+            format!(
+                "the snapshot was restored into {first} but replaying the archived oplog failed: {why}; and \
+                 {dropping}, so {first} holds the snapshot and part of the oplog. Drop the user databases on \
+                 {first} to restore again"
+            ),
+        ),
+    }))
+}
+
+/// What a restore of `source` loads: a snapshot, and for a point in time the oplog pieces to
+/// replay after it and where to stop.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct RestorePlan {
+    pub snapshot: BackupRecord,
+    pub pieces: Vec<StoredPiece>,
+    pub stop: Option<Timestamp>,
+}
+
+/// Plans the restore of `source` from `backup`'s status (pure): the newest snapshot, or for a
+/// point in time the plan of [`recovery::plan_to_time`] over the kept runs.
+///
+/// # Errors
+/// Why the backup cannot serve the restore yet or at all, naming the field.
+pub(crate) fn restore_plan(
+    backup: &MongoDBBackup,
+    source: &MongoRestoreSource,
+) -> Result<RestorePlan, String> {
+    let status = backup.status.clone().unwrap_or_default();
+    let Some(point) = &source.point_in_time else {
+        let snapshot = status.run.last_snapshot.ok_or("it has no stored snapshot yet")?;
+        return Ok(RestorePlan {
+            snapshot,
+            pieces: Vec::new(),
+            stop: None,
+        });
+    };
+    let runs = &status.recovery_runs;
+    if runs.is_empty() && !backup.spec.archive_oplog {
+        return Err("restoreFrom.pointInTime needs a backup that archives the oplog (archiveOplog)".into());
+    }
+    let time = Timestamp::from_second(point.time.0.as_second()).map_err(|error| error.to_string())?;
+    let plan = recovery::plan_to_time(runs, time, "restoreFrom.pointInTime.time", "oplog")?;
+    let run = &runs[plan.snapshot];
+    Ok(RestorePlan {
+        snapshot: BackupRecord {
+            name: backup.name_any(),
+            location: run.snapshot.location.clone(),
+            completed_at: run.snapshot_completed_at.clone(),
+            size_bytes: run.snapshot.size_bytes.unwrap_or_default(),
+            sha256: run.snapshot.sha256.clone(),
+        },
+        pieces: runs[plan.pieces].iter().map(|run| run.oplog.clone()).collect(),
+        stop: Some(time),
+    })
+}
+
+/// Replays `pieces` in order up to `stop`, stopping after the piece that holds an entry past it.
+async fn replay(
+    client: &mongodb::Client,
+    pieces: &[(quorum_core::backup::BackupSink, String, String)],
+    stop: Timestamp,
+) -> Result<RestoredPoint, String> {
+    let stop_second =
+        u32::try_from(stop.as_second()).map_err(|_| format!("{stop} is outside the oplog's times"))?;
+    let mut point = RestoredPoint {
+        time: Time(stop),
+        oplog_pieces: 0,
+        entries_applied: 0,
+        reached: None,
+    };
+    for (sink, key, sha256) in pieces {
+        let summary = replay_stored(client, sink, key, sha256, stop_second)
+            .await
+            .map_err(|error| format!("{key}: {error}"))?;
+        point.oplog_pieces += 1;
+        point.entries_applied += i64::try_from(summary.applied).unwrap_or(i64::MAX);
+        if let Some(reached) = summary.reached {
+            point.reached = Some(position_text(reached));
+        }
+        if summary.stopped {
+            break;
+        }
+    }
+    Ok(point)
+}
+
+/// What a pass reports when loading the snapshot failed.
+fn snapshot_failed(
+    error: ArchiveError,
+    interrupted: bool,
+    replica_set: &MongoDBReplicaSet,
+    status: &mut MongoDBReplicaSetStatus,
+    first: &str,
+    backup_name: &str,
+) -> Progress {
+    match error {
+        ArchiveError::TargetNotEmpty { database } if interrupted => {
             // Keep the record: the state stays explained until a human decides.
             status.membership_change = replica_set
                 .status
@@ -154,22 +301,21 @@ pub(crate) async fn restore_step(
             Progress::Waiting {
                 reason: Reason::RestoreInterrupted,
                 message: format!(
-                    "a restore of MongoDBBackup {} into {first} was interrupted and {first} holds database \
+                    "a restore of MongoDBBackup {backup_name} into {first} was interrupted and {first} holds database \
                      {database}, partly or wholly restored; the operator does not load over it. Drop the user \
-                     databases on {first} to restore again",
-                    source.backup_name
+                     databases on {first} to restore again"
                 ),
             }
         }
-        Err(crate::archive::ArchiveError::TargetNotEmpty { database }) => Progress::Waiting {
+        ArchiveError::TargetNotEmpty { database } => Progress::Waiting {
             reason: Reason::RestoreTargetNotEmpty,
             message: format!(
                 "{first} already holds database {database}; restoreFrom loads only into an empty set, and nothing \
                  was changed"
             ),
         },
-        Err(error) => restore_failed(&error.to_string()),
-    }))
+        error => restore_failed(&error.to_string()),
+    }
 }
 
 pub(crate) fn restore_failed(detail: &str) -> Progress {

@@ -14,7 +14,7 @@ use mongodb_operator::{
     archive::SYSTEM_DATABASES,
     crd::{
         BackupDestination, BackupPhase, MongoDBBackup, MongoDBBackupSpec, MongoDBBackupStatus,
-        MongoDBReplicaSet, MongoDBReplicaSetSpec, MongoDBReplicaSetStatus, RestoreSource,
+        MongoDBReplicaSet, MongoDBReplicaSetSpec, MongoDBReplicaSetStatus, MongoRestoreSource,
     },
 };
 use quorum_core::crd::FilesystemDestination;
@@ -156,6 +156,7 @@ async fn create_backup(setup: &Setup, name: &str, cluster: &str, destination: &P
                         retain: None,
                         verify: false,
                     },
+                    archive_oplog: false,
                 },
             ),
         )
@@ -187,9 +188,7 @@ async fn succeeded(setup: &Setup, name: &str) -> MongoDBBackupStatus {
 
 fn restored_from(backup: &str) -> MongoDBReplicaSetSpec {
     MongoDBReplicaSetSpec {
-        restore_from: Some(RestoreSource {
-            backup_name: backup.to_string(),
-        }),
+        restore_from: Some(MongoRestoreSource::newest(backup.to_string())),
         ..spec(3)
     }
 }
@@ -441,4 +440,243 @@ async fn backup_stale_turns_true_without_a_recent_backup_and_false_with_one_and_
         "solo",
         completed_at,
     );
+}
+
+/// The current second, once the next began: a write made after this returns has a later
+/// oplog second (the members run on this machine's clock).
+async fn a_second_boundary() -> i64 {
+    let noted = jiff::Timestamp::now().as_second();
+    wait::until("the next second", Duration::from_secs(3), || async {
+        let now = jiff::Timestamp::now().as_second();
+        if now > noted {
+            Ok(())
+        } else {
+            Err(format!("still {noted}"))
+        }
+    })
+    .await;
+    noted
+}
+
+/// Creates a one-member set `name` restored from `nightly` to `point`.
+async fn restore_to(
+    setup: &Setup,
+    name: &str,
+    point: serde_json::Value,
+) -> Result<MongoDBReplicaSet, kube::Error> {
+    let mut spec = serde_json::to_value(spec(1)).unwrap();
+    spec["restoreFrom"] = serde_json::json!({"backupName": "nightly", "pointInTime": point});
+    let set: MongoDBReplicaSet = serde_json::from_value(serde_json::json!({
+        "apiVersion": "mongodb.quorum.dev/v1alpha1",
+        "kind": "MongoDBReplicaSet",
+        "metadata": {"name": name},
+        "spec": spec,
+    }))
+    .unwrap();
+    setup.sets.create(&PostParams::default(), &set).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_set_restored_to_a_point_in_time_holds_exactly_the_writes_up_to_it() {
+    let setup = Setup::start("mongodb-pitr").await;
+    let directory = std::env::temp_dir().join(format!("quorum-mongodb-backups-{}", setup.ns()));
+    let _ = std::fs::remove_dir_all(&directory);
+    setup.create_ready("source", spec(3), 3).await;
+    let application = setup.application("source", 3).await;
+    insert_orders(&application, 0, 50).await;
+
+    // A schedule every minute that archives the oplog with each snapshot.
+    let backups: Api<MongoDBBackup> = Api::namespaced(setup.client.clone(), setup.ns());
+    let backup: MongoDBBackup = serde_json::from_value(serde_json::json!({
+        "apiVersion": "mongodb.quorum.dev/v1alpha1",
+        "kind": "MongoDBBackup",
+        "metadata": {"name": "nightly"},
+        "spec": {"clusterName": "source", "schedule": "* * * * *", "retain": 3, "archiveOplog": true,
+                 "destination": {"filesystem": {"path": directory}}}
+    }))
+    .unwrap();
+    backups
+        .create(&PostParams::default(), &backup)
+        .await
+        .expect("create the backup");
+    // At least `count` runs, the newest archived after `second`.
+    let runs = |count: usize, second: i64| {
+        let backups = backups.clone();
+        async move {
+            wait::until(
+                &format!("{count} archived runs, the newest after {second}"),
+                Duration::from_secs(150),
+                || async {
+                    let status = backups
+                        .get("nightly")
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .status
+                        .unwrap_or_default();
+                    if status.run.phase == Some(BackupPhase::Failed) {
+                        panic!("a run failed: {:?}", status.run.message);
+                    }
+                    let newest = status
+                        .recovery_runs
+                        .last()
+                        .map(|run| run.archived_at.0.as_second());
+                    if status.recovery_runs.len() >= count && newest > Some(second) {
+                        Ok(status)
+                    } else {
+                        Err(format!("{:?} {:?}", status.run.phase, status.recovery_runs))
+                    }
+                },
+            )
+            .await
+        }
+    };
+    runs(1, 0).await;
+
+    // Orders, an update and a delete, the noted second, then more orders and a delete of
+    // everything; the next run archives it all.
+    insert_orders(&application, 50, 30).await;
+    let orders = application.database("shop").collection::<Document>("orders");
+    let majority = WriteConcern::majority();
+    orders
+        .update_one(doc! { "_id": 3_i64 }, doc! { "$set": { "item": "changed" } })
+        .write_concern(majority.clone())
+        .await
+        .expect("update");
+    orders
+        .delete_one(doc! { "_id": 4_i64 })
+        .write_concern(majority.clone())
+        .await
+        .expect("delete");
+    let at_point = contents(&application)
+        .await
+        .expect("what the set holds at the point");
+    let point = a_second_boundary().await;
+    insert_orders(&application, 80, 20).await;
+    orders
+        .delete_many(doc! { "_id": { "$lt": 40_i64 } })
+        .write_concern(majority.clone())
+        .await
+        .expect("delete after the point");
+    let status = runs(2, point).await;
+    let from = status.recoverable_from.as_ref().expect("a recoverable window").0;
+    let until = status.recoverable_until.as_ref().expect("a recoverable window").0;
+    assert!(
+        from.as_second() <= point && point <= until.as_second(),
+        "{from} <= {point} <= {until}"
+    );
+    let kept = &status.recovery_runs;
+    for pair in kept.windows(2) {
+        assert_eq!(
+            pair[1].oplog_after, pair[0].oplog_through,
+            "the archive is unbroken"
+        );
+    }
+    for run in kept {
+        assert!(Path::new(&run.oplog.location).exists(), "{}", run.oplog.location);
+    }
+    // The newest snapshot complete by the point, then every run's oplog up to the first read
+    // after it (the first run's snapshot and two pieces, unless a run fell between the writes).
+    let snapshot = kept
+        .iter()
+        .rposition(|run| run.snapshot_completed_at.0.as_second() <= point)
+        .expect("a snapshot before the point");
+    let last = kept
+        .iter()
+        .position(|run| run.archived_at.0.as_second() > point)
+        .expect("a run archived after the point");
+
+    // To the noted second.
+    let time = jiff::Timestamp::from_second(point).unwrap().to_string();
+    restore_to(&setup, "at-time", serde_json::json!({"time": time}))
+        .await
+        .expect("create at-time");
+    let restored = setup.ready("at-time", 1).await;
+    let record = restored.restored_from.expect("the restore is recorded");
+    assert_eq!(record.location, kept[snapshot].snapshot.location);
+    let replayed = restored.restored_to.expect("the replay is recorded");
+    assert_eq!(
+        replayed.oplog_pieces as usize,
+        last - snapshot + 1,
+        "{replayed:?}"
+    );
+    assert_eq!(
+        contents(&member(&setup, "at-time", 0).await).await.unwrap(),
+        at_point
+    );
+
+    // A piece of oplog altered in the store: the restore fails saying why, keeps nothing it
+    // loaded and is not recorded as done.
+    let piece = &kept[last].oplog.location;
+    let mut bytes = std::fs::read(piece).expect("the stored piece");
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(piece, bytes).expect("alter the stored piece");
+    restore_to(&setup, "altered", serde_json::json!({"time": time}))
+        .await
+        .expect("create altered");
+    let failed = setup
+        .status_until(
+            "altered",
+            "the restore to fail on the altered piece",
+            Duration::from_secs(90),
+            |status| match condition(&status, "Progressing") {
+                Some((_, reason, message)) if reason == "RestoreFailed" => Ok((status, message)),
+                other => Err(format!("{other:?}")),
+            },
+        )
+        .await;
+    assert!(
+        failed.1.contains("replaying the archived oplog") && failed.1.contains("nothing was kept"),
+        "{}",
+        failed.1
+    );
+    assert_eq!(failed.0.restored_from, None);
+    assert_eq!(failed.0.restored_to, None);
+
+    // A point before the oldest kept snapshot waits, saying what can be restored; nothing is
+    // loaded and the source is untouched.
+    restore_to(
+        &setup,
+        "too-early",
+        serde_json::json!({"time": "2001-01-01T00:00:00Z"}),
+    )
+    .await
+    .expect("create too-early");
+    let waiting = setup
+        .status_until(
+            "too-early",
+            "the restore to say why it waits",
+            Duration::from_secs(60),
+            |status| match condition(&status, "Progressing") {
+                Some((_, reason, _)) if reason == "RestoreSourceNotReady" => Ok(status),
+                other => Err(format!("{other:?}")),
+            },
+        )
+        .await;
+    let (_, _, message) = condition(&waiting, "Progressing").unwrap();
+    assert!(
+        message.contains("restoreFrom.pointInTime.time is before the oldest kept snapshot")
+            && message.contains("the backup can restore to times from"),
+        "{message}"
+    );
+    let (databases, _) = first_member(&setup, "too-early").await;
+    assert!(databases.is_empty(), "nothing restored: {databases:?}");
+    let ids: Vec<i64> = (40..100).collect();
+    assert_eq!(crate::support::order_ids(&application).await, ids);
+
+    // archiveOplog without a schedule and retention: refused by the schema, naming the field.
+    let mut once = backup.clone();
+    once.metadata.name = Some("once".into());
+    once.spec.backup.schedule = None;
+    once.spec.backup.retain = None;
+    let refused = backups.create(&PostParams::default(), &once).await.unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("archiveOplog needs schedule and retain"),
+        "{refused}"
+    );
+
+    setup.stop().await;
+    let _ = std::fs::remove_dir_all(&directory);
 }

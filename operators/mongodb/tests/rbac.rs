@@ -89,6 +89,7 @@ async fn the_generated_rules_are_enough_to_run_the_operator() {
                         retain: None,
                         verify: false,
                     },
+                    archive_oplog: false,
                 },
             ),
         )

@@ -16,7 +16,8 @@ use kube::{
 use mongodb_operator::{
     admission::even_voting_members_policy,
     crd::{
-        MongoDBBackup, MongoDBBackupSpec, MongoDBReplicaSet, MongoDBReplicaSetSpec, RestoreSource, Storage,
+        MongoDBBackup, MongoDBBackupSpec, MongoDBReplicaSet, MongoDBReplicaSetSpec, MongoRestoreSource,
+        Storage,
     },
 };
 use quorum_e2e::{
@@ -183,9 +184,7 @@ async fn invalid_replica_sets_and_backups_are_refused_naming_the_field() {
             s.hidden_members = 43;
         }),
         replica_set("restored", |s| {
-            s.restore_from = Some(RestoreSource {
-                backup_name: "nightly".into(),
-            });
+            s.restore_from = Some(MongoRestoreSource::newest("nightly"));
         }),
     ] {
         sets.create(&PostParams::default(), &valid)
@@ -305,6 +304,7 @@ async fn invalid_replica_sets_and_backups_are_refused_naming_the_field() {
                     retain,
                     verify: false,
                 },
+                archive_oplog: false,
             },
         )
     };
