@@ -332,8 +332,17 @@ async fn archive_run(
     snapshot: &StoredBackup,
     dump: &DumpSummary,
 ) -> Result<(ArchivedOplog, Vec<OplogRun>), SnapshotError> {
-    let snapshot_completed_at = Timestamp::now();
     let cluster_time = dump.header.cluster_time;
+    // Times are the server's (the oplog's seconds), never this pod's clock: the snapshot holds
+    // nothing past the commit point after the dump, a piece everything up to its end.
+    let completed = oplog::committed_position(client)
+        .await
+        .map_err(|error| SnapshotError::Dump(format!("reading the commit point after the dump: {error}")))?;
+    let server_second = |time: bson::Timestamp| {
+        Timestamp::from_second(i64::from(time.time))
+            .map(Time)
+            .map_err(|error| SnapshotError::Dump(format!("the server's time {}: {error}", time.time)))
+    };
     let mut runs = backup
         .status
         .as_ref()
@@ -352,16 +361,12 @@ async fn archive_run(
     );
     let object = object.as_str();
     let archive = |after: bson::Timestamp| async move {
-        // Every write acknowledged before the read starts is committed when it reads.
-        let archived_at = Timestamp::now();
         let client = client.clone();
         let produce = producer(move |writer| {
             Box::pin(async move { oplog::archive_oplog(&client, after, writer).await })
         });
         let upload = |reader| async move { sink.upload(object, reader).await };
-        pipe(produce, upload, DUMP_STALL_TIMEOUT)
-            .await
-            .map(|(stored, archived)| (stored, archived, archived_at))
+        pipe(produce, upload, DUMP_STALL_TIMEOUT).await
     };
     let archived = match previous_end {
         Some(end) => match archive(end).await {
@@ -370,10 +375,9 @@ async fn archive_run(
         },
         None => archive(cluster_time).await,
     };
-    let (stored, archived, archived_at) =
-        archived.map_err(|error: PipeError<ArchiveError, BackupError>| {
-            SnapshotError::Dump(format!("archiving the oplog: {error}"))
-        })?;
+    let (stored, archived) = archived.map_err(|error: PipeError<ArchiveError, BackupError>| {
+        SnapshotError::Dump(format!("archiving the oplog: {error}"))
+    })?;
     stored
         .verify("the oplog read", archived.size, &archived.sha256)
         .map_err(SnapshotError::Dump)?;
@@ -384,7 +388,7 @@ async fn archive_run(
             size_bytes: i64::try_from(snapshot.size).ok(),
         },
         snapshot_cluster_time: archive::cluster_time_text(cluster_time),
-        snapshot_completed_at: Time(snapshot_completed_at),
+        snapshot_completed_at: server_second(completed)?,
         oplog: StoredPiece {
             location: stored.location.clone(),
             sha256: stored.sha256.clone(),
@@ -392,7 +396,8 @@ async fn archive_run(
         },
         oplog_after: oplog::position_text(archived.after),
         oplog_through: oplog::position_text(archived.through),
-        archived_at: Time(archived_at),
+        // Every entry of an earlier second is in this piece or an earlier one.
+        archived_at: server_second(archived.through)?,
     });
     recovery::keep_newest(&mut runs, backup.spec.backup.retain);
     Ok((archived, runs))

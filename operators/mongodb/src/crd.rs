@@ -445,13 +445,14 @@ pub struct OplogRun {
     pub snapshot: StoredPiece,
     /// The cluster time the snapshot holds every acknowledged write up to.
     pub snapshot_cluster_time: String,
-    /// When the snapshot was complete: it holds no write made later.
+    /// The second of the member's commit point once the snapshot was read: it holds no write
+    /// logged later.
     pub snapshot_completed_at: Time,
     pub oplog: StoredPiece,
     pub oplog_after: String,
     pub oplog_through: String,
-    /// When the oplog was read: every write acknowledged before then is in this run's archive
-    /// or an earlier one.
+    /// The second of `oplogThrough`: every write logged in an earlier second is in this run's
+    /// archive or an earlier one.
     pub archived_at: Time,
 }
 

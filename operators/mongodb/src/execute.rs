@@ -16,7 +16,7 @@ use crate::{
     admin::{ReplConfig, codes},
     archive::{
         ArchiveError,
-        oplog::{position_text, replay_stored},
+        oplog::{parse_position, position_text, replay_stored},
     },
     clients::{CallFailure, is_unreachable, refusal_code},
     crd::{
@@ -150,8 +150,8 @@ pub(crate) async fn restore_step(
         }
     };
     let restored = crate::archive::restore_stored(admin.client(), &sink, &object, &record.sha256).await;
-    let restored = match (restored, &plan.stop) {
-        (Ok(summary), Some(stop)) => match replay(admin.client(), &pieces, *stop).await {
+    let restored = match (restored, &plan.replay) {
+        (Ok(summary), Some((start, stop))) => match replay(admin.client(), &pieces, *start, *stop).await {
             Ok(point) => Ok((summary, Some(point))),
             // What was loaded goes, so the next pass starts again from an empty set.
             Err(why) => Err((why, crate::archive::drop_user_databases(admin.client()).await)),
@@ -211,7 +211,8 @@ pub(crate) async fn restore_step(
 pub(crate) struct RestorePlan {
     pub snapshot: BackupRecord,
     pub pieces: Vec<StoredPiece>,
-    pub stop: Option<Timestamp>,
+    /// The snapshot's cluster time, which replay starts after, and the point it stops at.
+    pub replay: Option<(bson::Timestamp, Timestamp)>,
 }
 
 /// Plans the restore of `source` from `backup`'s status (pure): the newest snapshot, or for a
@@ -229,7 +230,7 @@ pub(crate) fn restore_plan(
         return Ok(RestorePlan {
             snapshot,
             pieces: Vec::new(),
-            stop: None,
+            replay: None,
         });
     };
     let runs = &status.recovery_runs;
@@ -239,6 +240,12 @@ pub(crate) fn restore_plan(
     let time = Timestamp::from_second(point.time.0.as_second()).map_err(|error| error.to_string())?;
     let plan = recovery::plan_to_time(runs, time, "restoreFrom.pointInTime.time", "oplog")?;
     let run = &runs[plan.snapshot];
+    let start = parse_position(&run.snapshot_cluster_time).ok_or_else(|| {
+        format!(
+            "the recorded cluster time {} does not parse",
+            run.snapshot_cluster_time
+        )
+    })?;
     Ok(RestorePlan {
         snapshot: BackupRecord {
             name: backup.name_any(),
@@ -248,7 +255,7 @@ pub(crate) fn restore_plan(
             sha256: run.snapshot.sha256.clone(),
         },
         pieces: runs[plan.pieces].iter().map(|run| run.oplog.clone()).collect(),
-        stop: Some(time),
+        replay: Some((start, time)),
     })
 }
 
@@ -256,6 +263,7 @@ pub(crate) fn restore_plan(
 async fn replay(
     client: &mongodb::Client,
     pieces: &[(quorum_core::backup::BackupSink, String, String)],
+    start: bson::Timestamp,
     stop: Timestamp,
 ) -> Result<RestoredPoint, String> {
     let stop_second =
@@ -267,7 +275,7 @@ async fn replay(
         reached: None,
     };
     for (sink, key, sha256) in pieces {
-        let summary = replay_stored(client, sink, key, sha256, stop_second)
+        let summary = replay_stored(client, sink, key, sha256, start, stop_second)
             .await
             .map_err(|error| format!("{key}: {error}"))?;
         point.oplog_pieces += 1;

@@ -583,13 +583,15 @@ async fn the_archived_oplog_replayed_onto_a_restored_snapshot_stops_exactly_at_t
     assert_eq!(archived.size, piece.len() as u64);
     assert_eq!(archived.sha256, hex::encode(Sha256::digest(&piece)));
 
-    // The snapshot, then the oplog up to the noted second: everything before it, nothing after.
+    // The snapshot, then the oplog after its cluster time up to the noted second: everything
+    // before it, nothing after.
+    let start = dumped.header.cluster_time;
     let target = replica_set("pitr-target", 1).await;
     let target_client = member_client(&target, 0);
     restore(&target_client, snapshot.as_slice())
         .await
         .expect("restore the snapshot");
-    let replayed = oplog::replay_oplog(&target_client, piece.as_slice(), point)
+    let replayed = oplog::replay_oplog(&target_client, piece.as_slice(), start, point)
         .await
         .expect("replay");
     assert!(
@@ -616,7 +618,7 @@ async fn the_archived_oplog_replayed_onto_a_restored_snapshot_stops_exactly_at_t
     );
 
     // A second replay of the same piece changes nothing: entries are idempotent.
-    oplog::replay_oplog(&target_client, piece.as_slice(), point)
+    oplog::replay_oplog(&target_client, piece.as_slice(), start, point)
         .await
         .expect("replay again");
     assert_eq!(
@@ -624,10 +626,16 @@ async fn the_archived_oplog_replayed_onto_a_restored_snapshot_stops_exactly_at_t
         expected_items
     );
 
+    // Entries at or before the start (what the snapshot already holds) are not applied.
+    let from_the_end = oplog::replay_oplog(&target_client, piece.as_slice(), archived.through, point)
+        .await
+        .expect("replay from the piece's end");
+    assert_eq!(from_the_end.applied, 0, "{from_the_end:?}");
+
     // A piece cut short is refused, whatever it applied.
-    let cut = oplog::replay_oplog(&target_client, &piece[..piece.len() - 3], point).await;
+    let cut = oplog::replay_oplog(&target_client, &piece[..piece.len() - 3], start, point).await;
     assert!(matches!(cut, Err(ArchiveError::Truncated { .. })), "{cut:?}");
-    let not_a_piece = oplog::replay_oplog(&target_client, snapshot.as_slice(), point).await;
+    let not_a_piece = oplog::replay_oplog(&target_client, snapshot.as_slice(), start, point).await;
     assert!(
         matches!(not_a_piece, Err(ArchiveError::Malformed { .. })),
         "{not_a_piece:?}"

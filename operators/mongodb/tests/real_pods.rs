@@ -652,7 +652,10 @@ async fn a_new_replica_set_restores_to_a_point_in_time_from_the_oplog_archived_i
     });
     let restored_status = create_ready_as(&setup, copy).await;
     let replayed = restored_status.restored_to.expect("the replay is recorded");
-    assert!(replayed.oplog_pieces >= 1, "{replayed:?}");
+    assert!(
+        replayed.oplog_pieces >= 1 && replayed.entries_applied >= 20,
+        "the acknowledged writes came from the oplog: {replayed:?}"
+    );
     let restored = direct_client_of(
         &setup,
         "copy",

@@ -12,11 +12,12 @@
 //! between: [`archive_oplog`] refuses it ([`ArchiveError::OplogGap`]) before writing anything.
 //!
 //! # Replay
-//! Oplog entries are idempotent as the server applies them (an insert of a document that exists
-//! replaces it, an update carries what to set), so entries a fuzzy snapshot already holds can be
-//! applied again: a restore replays from the snapshot's cluster time. Entries on `admin`,
-//! `local` and `config` and no-op entries are skipped, as the snapshot leaves those databases
-//! out.
+//! A restore replays the entries after the snapshot's cluster time (the snapshot holds every
+//! entry up to it). Oplog entries are idempotent as the server applies them (an insert of a
+//! document that exists replaces it, an update carries what to set), so the entries a fuzzy
+//! snapshot also holds apply again harmlessly. [`replay_actions`] says what each entry takes:
+//! changes to user databases, those inside a committed transaction included; `admin`, `local`
+//! and `config` are left out as the snapshot leaves them out.
 //!
 //! # Format (version 1)
 //! The archive's framing (each BSON document self-delimited, `ff ff ff ff` ending the entries):
@@ -112,13 +113,7 @@ pub async fn archive_oplog<W: AsyncWrite + Unpin>(
         }
     };
     // The oldest entry still held must be at or before `after`, or entries were purged.
-    let oldest = oplog
-        .find_one(doc! {})
-        .selection_criteria(from_this_member())
-        .await
-        .map_err(server("reading the oldest oplog entry"))?
-        .and_then(|entry| entry.get_timestamp("ts").ok());
-    match oldest {
+    match oldest_entry(&oplog).await? {
         Some(oldest) if key(oldest) <= key(after) => {}
         oldest => {
             return Err(ArchiveError::OplogGap {
@@ -166,6 +161,20 @@ pub async fn archive_oplog<W: AsyncWrite + Unpin>(
             out.raw(entry.as_bytes()).await?;
             entries += 1;
         }
+        // Entries purged while they were read, or a commit point the member no longer holds,
+        // would leave a piece short of what it claims.
+        let oldest_after = oldest_entry(&oplog).await?;
+        if previous != through || oldest_after.is_none_or(|oldest| key(oldest) > key(after)) {
+            return Err(ArchiveError::OplogGap {
+                after: position_text(after),
+                oldest: format!(
+                    "{} (the read ended at {}, short of the commit point {})",
+                    oldest_after.map_or_else(|| "none".to_string(), position_text),
+                    position_text(previous),
+                    position_text(through)
+                ),
+            });
+        }
     }
     out.raw(&TERMINATOR).await?;
     out.document(&doc! { "end": true, "entries": count(entries), "through": through })
@@ -180,10 +189,36 @@ pub async fn archive_oplog<W: AsyncWrite + Unpin>(
     })
 }
 
-/// Applies the entries of the piece `source` at or before `stop_second` (whole seconds since
-/// the epoch) to the replica set behind `client` (its primary), in batches, each committed by a
-/// majority before the next (see the module's documentation). Reads the piece to its trailer
-/// whether or not it stops early, so a truncated or altered piece is an error.
+/// The position of the oldest entry the member's oplog holds.
+async fn oldest_entry(
+    oplog: &mongodb::Collection<RawDocumentBuf>,
+) -> Result<Option<Timestamp>, ArchiveError> {
+    Ok(oplog
+        .find_one(doc! {})
+        .selection_criteria(from_this_member())
+        .await
+        .map_err(|source| ArchiveError::Server {
+            operation: "reading the oldest oplog entry".to_string(),
+            source,
+        })?
+        .and_then(|entry| entry.get_timestamp("ts").ok()))
+}
+
+/// The member's majority commit point: a snapshot read before it returns holds nothing later.
+///
+/// # Errors
+/// As [`archive_oplog`]'s reads.
+pub async fn committed_position(client: &Client) -> Result<Timestamp, ArchiveError> {
+    operation_time(&client.database("admin"), ReadLevel::Majority)
+        .await
+        .map(|(_, time)| time)
+}
+
+/// Applies the entries of the piece `source` after `start` (the snapshot's cluster time: it
+/// holds every entry up to it) and at or before `stop_second` (whole seconds since the epoch) to
+/// the replica set behind `client` (its primary), in batches, each committed by a majority
+/// before the next (see the module's documentation and [`replay_actions`]). Reads the piece to
+/// its trailer whether or not it stops early, so a truncated or altered piece is an error.
 ///
 /// # Errors
 /// [`ArchiveError::Truncated`], [`ArchiveError::Malformed`], [`ArchiveError::CountMismatch`]
@@ -192,15 +227,16 @@ pub async fn archive_oplog<W: AsyncWrite + Unpin>(
 pub async fn replay_oplog<R: AsyncRead + Unpin>(
     client: &Client,
     source: R,
+    start: Timestamp,
     stop_second: u32,
 ) -> Result<ReplaySummary, ArchiveError> {
     let mut reader = ArchiveReader::new(source);
-    let (start, header) = reader.control_document().await?;
+    let (header_offset, header) = reader.control_document().await?;
     if header.get_str("format") != Ok(FORMAT)
         || header.get("version").and_then(integer) != Some(i64::from(VERSION))
     {
         return Err(ArchiveError::Malformed {
-            offset: start,
+            offset: header_offset,
             detail: format!("the header is not a {FORMAT} version {VERSION} header"),
         });
     }
@@ -230,17 +266,30 @@ pub async fn replay_oplog<R: AsyncRead + Unpin>(
             continue;
         }
         summary.reached = Some(ts);
+        if key(ts) <= key(start) {
+            continue;
+        }
         let entry = entry
             .to_document()
             .map_err(|error| malformed(error.to_string()))?;
-        if !replayed(&entry) {
-            continue;
-        }
-        batch_bytes += entry_size(&entry);
-        batch.push(entry);
-        if batch.len() >= BATCH_DOCUMENTS || batch_bytes >= BATCH_BYTES {
-            summary.applied += apply(client, &mut batch).await?;
-            batch_bytes = 0;
+        for action in replay_actions(&entry).map_err(|detail| malformed(format!("{FORMAT}: {detail}")))? {
+            match action {
+                Replay::Apply(entry) => {
+                    batch_bytes += entry_size(&entry);
+                    batch.push(entry);
+                    if batch.len() >= BATCH_DOCUMENTS || batch_bytes >= BATCH_BYTES {
+                        summary.applied += apply(client, &mut batch).await?;
+                        batch_bytes = 0;
+                    }
+                }
+                Replay::Command { database, command } => {
+                    // In order: what was batched before it first.
+                    summary.applied += apply(client, &mut batch).await?;
+                    batch_bytes = 0;
+                    run_command(client, &database, command).await?;
+                    summary.applied += 1;
+                }
+            }
         }
     }
     let (trailer_start, trailer) = reader.control_document().await?;
@@ -263,13 +312,103 @@ pub async fn replay_oplog<R: AsyncRead + Unpin>(
     Ok(summary)
 }
 
-/// Whether replay applies `entry`: a change to a user database.
-fn replayed(entry: &Document) -> bool {
+/// What replaying one stored entry does.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Replay {
+    /// An entry for `applyOps`.
+    Apply(Document),
+    /// A command `applyOps` does not take (an index build), run on `database` in its place.
+    Command { database: String, command: Document },
+}
+
+/// What replaying `entry` takes, in order (pure): nothing for no-ops and for `admin`, `local`
+/// and `config` (they belong to the new set); each change of a committed transaction (logged
+/// as one `applyOps` command on `admin`) as its own entry; an index build's commit as
+/// `createIndexes` (the server refuses index builds in `applyOps`), its start and abort as
+/// nothing; any other change as the entry without `ui`, the source collection's UUID, which the
+/// restored collection does not have (as `mongorestore --oplogReplay` does).
+///
+/// # Errors
+/// An entry a replay cannot apply exactly: a prepared transaction, or part of a transaction too
+/// large for one entry (`partialTxn`), which is refused rather than skipped.
+pub fn replay_actions(entry: &Document) -> Result<Vec<Replay>, String> {
+    let op = entry.get_str("op").unwrap_or_default();
     let namespace = entry.get_str("ns").unwrap_or_default();
-    let database = namespace
-        .split_once('.')
-        .map_or(namespace, |(database, _)| database);
-    entry.get_str("op") != Ok("n") && !database.is_empty() && !SYSTEM_DATABASES.contains(&database)
+    let (database, collection) = namespace.split_once('.').unwrap_or((namespace, ""));
+    let object = entry.get_document("o").ok();
+    let transaction = entry.get_bool("partialTxn") == Ok(true)
+        || object.is_some_and(|o| o.get_bool("partialTxn") == Ok(true) || o.get_bool("prepare") == Ok(true))
+        || object.is_some_and(|o| o.contains_key("commitTransaction") || o.contains_key("abortTransaction"));
+    if transaction {
+        return Err(format!(
+            "a prepared or multi-entry transaction at {}; this replay applies transactions committed in one entry only",
+            entry
+                .get_timestamp("ts")
+                .map_or_else(|_| "?".to_string(), position_text)
+        ));
+    }
+    if op == "n" || database.is_empty() {
+        return Ok(Vec::new());
+    }
+    if op == "c" && database == "admin" && collection == "$cmd" {
+        let Some(Ok(inner)) = object.map(|o| o.get_array("applyOps")) else {
+            return Ok(Vec::new());
+        };
+        let mut actions = Vec::new();
+        for nested in inner {
+            let nested = nested
+                .as_document()
+                .ok_or("a transaction's applyOps holds something other than entries")?;
+            actions.extend(replay_actions(nested)?);
+        }
+        return Ok(actions);
+    }
+    if SYSTEM_DATABASES.contains(&database) {
+        return Ok(Vec::new());
+    }
+    if op == "c"
+        && let Some(object) = object
+    {
+        if object.contains_key("startIndexBuild") || object.contains_key("abortIndexBuild") {
+            return Ok(Vec::new());
+        }
+        let build = object
+            .get_str("commitIndexBuild")
+            .ok()
+            .or_else(|| object.get_str("createIndexes").ok());
+        if let Some(target) = build {
+            let indexes = match object.get_array("indexes") {
+                Ok(indexes) => indexes.clone(),
+                // createIndexes logs one index, its specification beside the name.
+                Err(_) => {
+                    let mut spec = object.clone();
+                    spec.remove("createIndexes");
+                    vec![Bson::Document(spec)]
+                }
+            };
+            return Ok(vec![Replay::Command {
+                database: database.to_string(),
+                command: doc! { "createIndexes": target, "indexes": indexes },
+            }]);
+        }
+    }
+    let mut entry = entry.clone();
+    entry.remove("ui");
+    Ok(vec![Replay::Apply(entry)])
+}
+
+async fn run_command(client: &Client, database: &str, mut command: Document) -> Result<(), ArchiveError> {
+    let name = command.keys().next().cloned().unwrap_or_default();
+    command.insert("writeConcern", doc! { "w": "majority" });
+    client
+        .database(database)
+        .run_command(command)
+        .await
+        .map(|_| ())
+        .map_err(|source| ArchiveError::Server {
+            operation: format!("replaying {name} on {database}"),
+            source,
+        })
 }
 
 fn entry_size(entry: &Document) -> usize {
@@ -309,6 +448,7 @@ pub async fn replay_stored(
     sink: &BackupSink,
     key: &str,
     expected_sha256: &str,
+    start: Timestamp,
     stop_second: u32,
 ) -> Result<ReplaySummary, ArchiveError> {
     let (writer, reader) = tokio::io::duplex(1 << 20);
@@ -320,7 +460,7 @@ pub async fn replay_stored(
         }
         fetched
     };
-    let (fetched, replayed) = tokio::join!(fetch, replay_oplog(client, reader, stop_second));
+    let (fetched, replayed) = tokio::join!(fetch, replay_oplog(client, reader, start, stop_second));
     match fetched {
         Err(BackupError::WriteDestination { .. }) => replayed,
         Err(error) => Err(ArchiveError::Fetch(error)),
@@ -401,13 +541,76 @@ mod tests {
     }
 
     #[test]
-    fn only_changes_to_user_databases_are_replayed() {
-        let entry = |op: &str, ns: &str| doc! { "op": op, "ns": ns, "o": {} };
-        assert!(replayed(&entry("i", "shop.orders")));
-        assert!(replayed(&entry("c", "shop.$cmd")));
-        assert!(!replayed(&entry("n", "")));
-        assert!(!replayed(&entry("i", "admin.system.users")));
-        assert!(!replayed(&entry("i", "config.system.sessions")));
-        assert!(!replayed(&entry("u", "local.system.replset")));
+    fn a_replay_applies_user_changes_unwraps_transactions_builds_indexes_and_refuses_what_it_cannot() {
+        let uuid = bson::Binary {
+            subtype: bson::spec::BinarySubtype::Uuid,
+            bytes: vec![7; 16],
+        };
+        let insert = doc! { "op": "i", "ns": "shop.orders", "ui": uuid.clone(), "o": { "_id": 1 }, "ts": Timestamp { time: 5, increment: 1 } };
+        let without_ui = doc! { "op": "i", "ns": "shop.orders", "o": { "_id": 1 }, "ts": Timestamp { time: 5, increment: 1 } };
+        let cases: Vec<(Document, Result<Vec<Replay>, &str>)> = vec![
+            (insert.clone(), Ok(vec![Replay::Apply(without_ui.clone())])),
+            (
+                doc! { "op": "n", "ns": "", "o": { "msg": "periodic noop" } },
+                Ok(vec![]),
+            ),
+            (
+                doc! { "op": "i", "ns": "admin.system.users", "o": { "_id": "x" } },
+                Ok(vec![]),
+            ),
+            (
+                doc! { "op": "i", "ns": "config.system.sessions", "o": { "_id": "x" } },
+                Ok(vec![]),
+            ),
+            (
+                doc! { "op": "u", "ns": "local.system.replset", "o": {} },
+                Ok(vec![]),
+            ),
+            // A committed transaction: its user changes, each its own entry.
+            (
+                doc! { "op": "c", "ns": "admin.$cmd", "o": { "applyOps": [
+                    insert.clone(),
+                    { "op": "i", "ns": "config.transactions", "o": { "_id": 2 } },
+                ] } },
+                Ok(vec![Replay::Apply(without_ui)]),
+            ),
+            (
+                doc! { "op": "c", "ns": "shop.$cmd", "o": { "commitIndexBuild": "orders", "indexBuildUUID": uuid.clone(),
+                "indexes": [{ "v": 2, "key": { "item": 1 }, "name": "item_1" }] } },
+                Ok(vec![Replay::Command {
+                    database: "shop".into(),
+                    command: doc! { "createIndexes": "orders", "indexes": [{ "v": 2, "key": { "item": 1 }, "name": "item_1" }] },
+                }]),
+            ),
+            (
+                doc! { "op": "c", "ns": "shop.$cmd", "o": { "startIndexBuild": "orders" } },
+                Ok(vec![]),
+            ),
+            (
+                doc! { "op": "c", "ns": "shop.$cmd", "ui": uuid.clone(), "o": { "create": "late" } },
+                Ok(vec![Replay::Apply(
+                    doc! { "op": "c", "ns": "shop.$cmd", "o": { "create": "late" } },
+                )]),
+            ),
+            (
+                doc! { "op": "c", "ns": "admin.$cmd", "o": { "applyOps": [], "partialTxn": true } },
+                Err("a prepared or multi-entry transaction"),
+            ),
+            (
+                doc! { "op": "c", "ns": "admin.$cmd", "o": { "applyOps": [], "prepare": true } },
+                Err("a prepared or multi-entry transaction"),
+            ),
+            (
+                doc! { "op": "c", "ns": "admin.$cmd", "o": { "commitTransaction": 1 } },
+                Err("a prepared or multi-entry transaction"),
+            ),
+        ];
+        for (entry, expected) in cases {
+            match (replay_actions(&entry), expected) {
+                (Ok(actions), Ok(expected)) => assert_eq!(actions, expected, "{entry}"),
+                (Err(message), Err(start)) => assert!(message.starts_with(start), "{entry}: {message}"),
+                (actions, expected) => panic!("{entry}: {actions:?}, expected {expected:?}"),
+            }
+        }
     }
 }
