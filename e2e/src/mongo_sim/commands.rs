@@ -1552,7 +1552,12 @@ async fn create_indexes(node: &Node, db: &str, command: &Document) -> Result<Doc
                         .write(
                             "c",
                             &ns,
-                            doc! { "createIndexes": &collection, "spec": stored },
+                            {
+                                // As the server logs it: the specification beside the name.
+                                let mut entry = doc! { "createIndexes": &collection };
+                                entry.extend(stored);
+                                entry
+                            },
                             None,
                             None,
                         )

@@ -369,7 +369,16 @@ impl Store {
             }
             "createIndexes" => {
                 let collection = argument.as_str().ok_or("createIndexes without a name")?;
-                let spec = command.get_document("spec").map_err(|e| e.to_string())?.clone();
+                // The server's form, the specification beside the name (a state file written
+                // before the simulator logged it so holds it under `spec`).
+                let spec = match command.get_document("spec") {
+                    Ok(spec) => spec.clone(),
+                    Err(_) => {
+                        let mut spec = command.clone();
+                        spec.remove("createIndexes");
+                        spec
+                    }
+                };
                 let entry = self
                     .databases
                     .entry(db.to_string())
@@ -474,7 +483,7 @@ mod tests {
             .apply(&entry(
                 "c",
                 "app.$cmd",
-                doc! { "createIndexes": "things", "spec": { "name": "a_1", "key": { "a": 1 } } },
+                doc! { "createIndexes": "things", "name": "a_1", "key": { "a": 1 } },
                 5,
             ))
             .unwrap();

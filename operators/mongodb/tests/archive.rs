@@ -556,6 +556,15 @@ async fn the_archived_oplog_replayed_onto_a_restored_snapshot_stops_exactly_at_t
         .write_concern(majority.clone())
         .await
         .expect("insert into a new collection");
+    items
+        .create_index(
+            IndexModel::builder()
+                .keys(doc! { "n": 1 })
+                .options(IndexOptions::builder().name("n_1".to_string()).build())
+                .build(),
+        )
+        .await
+        .expect("an index built after the snapshot");
     let expected_items = documents_of(&primary, "inventory", "items").await;
     let point = a_second_boundary().await;
     items
@@ -605,6 +614,16 @@ async fn the_archived_oplog_replayed_onto_a_restored_snapshot_stops_exactly_at_t
     assert_eq!(
         documents_of(&target_client, "inventory", "items").await,
         expected_items
+    );
+    let indexes = target_client
+        .database("inventory")
+        .collection::<Document>("items")
+        .list_index_names()
+        .await
+        .expect("the indexes");
+    assert!(
+        indexes.contains(&"n_1".to_string()),
+        "the index built after the snapshot: {indexes:?}"
     );
     assert_eq!(
         documents_of(&target_client, "late", "created").await,
