@@ -203,9 +203,7 @@ impl BackupEngine for MongoSnapshots<'_> {
         status.content = Some(summary.content.clone());
         if let Some((_, runs)) = &snapshot.info.archive {
             status.recovery_runs = runs.clone();
-            let window = recovery::recoverable_window(runs);
-            status.recoverable_from = window.map(|(from, _)| Time(from));
-            status.recoverable_until = window.map(|(_, until)| Time(until));
+            (status.recoverable_from, status.recoverable_until) = recovery::window_in_status(runs);
         }
     }
 
@@ -244,12 +242,7 @@ impl BackupEngine for MongoSnapshots<'_> {
             .last_snapshot
             .iter()
             .map(|record| record.location.clone())
-            .chain(
-                status
-                    .recovery_runs
-                    .iter()
-                    .flat_map(|run| [run.snapshot.location.clone(), run.oplog.location.clone()]),
-            )
+            .chain(recovery::stored_locations(&status.recovery_runs))
             .collect()
     }
 

@@ -469,6 +469,9 @@ impl quorum_core::backup::recovery::ArchivedRun for OplogRun {
     fn log_through(&self) -> &str {
         &self.oplog_through
     }
+    fn stored(&self) -> [&quorum_core::backup::recovery::StoredPiece; 2] {
+        [&self.snapshot, &self.oplog]
+    }
 }
 
 #[cfg(test)]

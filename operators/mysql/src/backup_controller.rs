@@ -205,9 +205,7 @@ impl BackupEngine for MySqlSnapshots<'_> {
             status.content = Some(snapshot.info.snapshot.content.clone());
             if let Some((_, runs)) = &snapshot.info.archive {
                 status.recovery_runs = runs.clone();
-                let window = recovery::recoverable_window(runs);
-                status.recoverable_from = window.map(|(from, _)| Time(from));
-                status.recoverable_until = window.map(|(_, until)| Time(until));
+                (status.recoverable_from, status.recoverable_until) = recovery::window_in_status(runs);
             }
         }
     }
@@ -243,12 +241,7 @@ impl BackupEngine for MySqlSnapshots<'_> {
             .last_snapshot
             .iter()
             .map(|record| record.location.clone())
-            .chain(
-                status
-                    .recovery_runs
-                    .iter()
-                    .flat_map(|run| [run.snapshot.location.clone(), run.binlog.location.clone()]),
-            )
+            .chain(recovery::stored_locations(&status.recovery_runs))
             .collect()
     }
 

@@ -662,6 +662,9 @@ impl quorum_core::backup::recovery::ArchivedRun for RecoveryRun {
     fn log_through(&self) -> &str {
         &self.binlog_through
     }
+    fn stored(&self) -> [&quorum_core::backup::recovery::StoredPiece; 2] {
+        [&self.snapshot, &self.binlog]
+    }
 }
 
 /// The `my.cnf` setting the operator owns for MariaDB with SemiSync replication only.

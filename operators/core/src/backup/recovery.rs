@@ -36,6 +36,24 @@ pub trait ArchivedRun {
     /// writes positions: equal text is the same position.
     fn log_after(&self) -> &str;
     fn log_through(&self) -> &str;
+    /// Its snapshot and its piece of log.
+    fn stored(&self) -> [&StoredPiece; 2];
+}
+
+/// Every object the kept `runs` stored: a point-in-time restore may read any of them, so
+/// retention keeps them.
+pub fn stored_locations<R: ArchivedRun>(runs: &[R]) -> impl Iterator<Item = String> + '_ {
+    runs.iter()
+        .flat_map(|run| run.stored().map(|piece| piece.location.clone()))
+}
+
+/// [`recoverable_window`] as the status records it: `recoverableFrom` and `recoverableUntil`.
+pub fn window_in_status<R: ArchivedRun>(runs: &[R]) -> (Option<Time>, Option<Time>) {
+    let window = recoverable_window(runs);
+    (
+        window.map(|(from, _)| Time(from)),
+        window.map(|(_, until)| Time(until)),
+    )
 }
 
 /// Which run's snapshot a restore starts from, and which runs' logs it replays after it (the
@@ -165,6 +183,9 @@ mod tests {
         }
         fn log_through(&self) -> &str {
             &self.through
+        }
+        fn stored(&self) -> [&StoredPiece; 2] {
+            unreachable!("planning reads no stored piece")
         }
     }
 
