@@ -536,6 +536,46 @@ async fn every_field_of_the_spec_is_validated_naming_the_field() {
             "admin and keyfile Secrets",
             change(json!({"adminSecret": "orders-admin", "keyfileSecret": "orders.keyfile"})),
         ),
+        // restoreFrom.pointInTime
+        Row::accepted(
+            "restored to a time",
+            change(json!({"restoreFrom": {"backupName": "nightly",
+                "pointInTime": {"time": "2026-11-30T12:00:00Z"}}})),
+        ),
+        Row::refused(
+            "a point without a time",
+            change(json!({"restoreFrom": {"backupName": "nightly", "pointInTime": {}}})),
+            &["spec.restoreFrom.pointInTime.time"],
+        ),
+        Row::refused(
+            "a time that is no time",
+            change(json!({"restoreFrom": {"backupName": "nightly", "pointInTime": {"time": "yesterday"}}})),
+            &["spec.restoreFrom.pointInTime.time"],
+        ),
     ]);
-    admission::check_engine("mongodb-every-field", &sets, &valid, &rows, &backups).await;
+    let backup_rows = [
+        Row::accepted(
+            "a schedule that archives the oplog",
+            change(json!({"schedule": "*/15 * * * *", "retain": 4, "archiveOplog": true})),
+        ),
+        Row::refused(
+            "archiving the oplog without a schedule",
+            change(json!({"archiveOplog": true, "schedule": null, "retain": null})),
+            &["spec", "archiveOplog needs schedule and retain"],
+        ),
+        Row::refused(
+            "archiving the oplog without retain",
+            change(json!({"archiveOplog": true, "retain": null})),
+            &["spec", "archiveOplog needs schedule and retain"],
+        ),
+    ];
+    admission::check_engine_with_backup_rows(
+        "mongodb-every-field",
+        &sets,
+        &valid,
+        &rows,
+        &backups,
+        &backup_rows,
+    )
+    .await;
 }
