@@ -34,7 +34,7 @@ pub const CLUSTER: &str = "bench-000";
 const PREFIX: &str = "failover";
 /// How long one write may take before the client gives up on it and tries the next: a client
 /// with a shorter timeout would see a failover sooner, one with a longer one later.
-const WRITE_TIMEOUT: Duration = Duration::from_secs(1);
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(1);
 const WRITE_INTERVAL: Duration = Duration::from_millis(50);
 /// Bounds the writer in count whatever happens (20 kills take a few minutes at 20 writes a second).
 const MOST_WRITES: usize = 60_000;
@@ -290,6 +290,20 @@ pub fn redis_connection_info(
     )
 }
 
+/// A connection to the Redis server of `info` whose requests are given up after `timeout`. The
+/// crate's own default is half a second, which a bulk pipeline on a busy node outlasts.
+pub async fn redis_connection(
+    info: &redis::ConnectionInfo,
+    timeout: Duration,
+) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout));
+    redis::Client::open(info.clone())?
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+}
+
 /// The kills: for each, the member killed, when, and the primary once all was settled again.
 async fn kill_primaries(
     admin: &Client,
@@ -467,7 +481,10 @@ pub async fn etcd_read_prefix(
 pub enum DataClient {
     Etcd(Box<etcd_client::Client>),
     Mysql(mysql_async::Opts),
-    Redis(redis::ConnectionInfo),
+    Redis {
+        info: redis::ConnectionInfo,
+        request_timeout: Duration,
+    },
     Mongodb(MongoMembers),
     /// One shard of a Redis cluster-mode deployment, its writes sent to every data node.
     RedisShard(crate::shard_failover::ShardClient),
@@ -575,15 +592,15 @@ impl MongoMembers {
 }
 
 impl DataClient {
-    /// A client of `cluster`'s client Service, as an application's, each etcd request given up
-    /// after `etcd_timeout` (the writer's second; longer for bulk loads, whose megabyte
-    /// transactions a busy member may take seconds to commit).
+    /// A client of `cluster`'s client Service, as an application's, each etcd or Redis request
+    /// given up after `request_timeout` (the writer's second; longer for bulk loads, whose
+    /// megabyte transactions and pipelines a busy member may take seconds to commit).
     pub async fn connect(
         admin: &Client,
         namespace: &str,
         engine: Engine,
         cluster: &str,
-        etcd_timeout: Duration,
+        request_timeout: Duration,
     ) -> anyhow::Result<Self> {
         let service_ip = |service: String| async move {
             real_node::cluster_ip(admin, namespace, &service)
@@ -595,7 +612,9 @@ impl DataClient {
             Engine::Etcd => {
                 let ip = service_ip(etcd_operator::resources::client_service_name(cluster)).await?;
                 let endpoint = format!("http://{ip}:2379");
-                DataClient::Etcd(Box::new(etcd_client_timing_out(&[endpoint], etcd_timeout).await?))
+                DataClient::Etcd(Box::new(
+                    etcd_client_timing_out(&[endpoint], request_timeout).await?,
+                ))
             }
             Engine::Mysql => {
                 let ip = service_ip(mysql_operator::resources::primary_service_name(cluster)).await?;
@@ -611,10 +630,10 @@ impl DataClient {
             Engine::Redis => {
                 let ip = service_ip(redis_operator::resources::primary_service_name(cluster)).await?;
                 let password = generated_password(admin, namespace, engine, cluster).await?;
-                DataClient::Redis(redis_connection_info(
-                    std::net::SocketAddr::new(ip, 6379),
-                    password,
-                )?)
+                DataClient::Redis {
+                    info: redis_connection_info(std::net::SocketAddr::new(ip, 6379), password)?,
+                    request_timeout,
+                }
             }
             Engine::Mongodb => {
                 let secret = mongodb_operator::resources::generated_admin_secret_name(cluster);
@@ -704,10 +723,11 @@ impl DataClient {
                 .await?;
                 conn.disconnect().await?;
             }
-            DataClient::Redis(info) => {
-                let mut connection = redis::Client::open(info.clone())?
-                    .get_multiplexed_async_connection()
-                    .await?;
+            DataClient::Redis {
+                info,
+                request_timeout,
+            } => {
+                let mut connection = redis_connection(info, *request_timeout).await?;
                 let mut pipeline = redis::pipe();
                 for (key, value) in pairs {
                     pipeline.set(key, value).ignore();
@@ -738,11 +758,12 @@ impl DataClient {
                 };
                 insert.await.is_ok()
             }
-            DataClient::Redis(info) => {
+            DataClient::Redis {
+                info,
+                request_timeout,
+            } => {
                 let set = async {
-                    let mut connection = redis::Client::open(info.clone())?
-                        .get_multiplexed_async_connection()
-                        .await?;
+                    let mut connection = redis_connection(info, *request_timeout).await?;
                     redis::cmd("SET")
                         .arg(&key)
                         .arg(&value)
@@ -780,7 +801,7 @@ impl DataClient {
     /// addresses looks them up again.
     async fn after_failure(&self) {
         match self {
-            DataClient::Etcd(_) | DataClient::Mysql(_) | DataClient::Redis(_) => {}
+            DataClient::Etcd(_) | DataClient::Mysql(_) | DataClient::Redis { .. } => {}
             DataClient::Mongodb(members) => members.addresses.refresh_after_failure().await,
             DataClient::RedisShard(shard) => shard.addresses.refresh_after_failure().await,
         }
@@ -801,10 +822,11 @@ impl DataClient {
                     .map_err(|e| text(&e))?;
                 Ok(rows.into_iter().map(|(key, value)| (key, Some(value))).collect())
             }
-            DataClient::Redis(info) => {
-                let mut connection = redis::Client::open(info.clone())
-                    .map_err(|e| text(&e))?
-                    .get_multiplexed_async_connection()
+            DataClient::Redis {
+                info,
+                request_timeout,
+            } => {
+                let mut connection = redis_connection(info, *request_timeout)
                     .await
                     .map_err(|e| text(&e))?;
                 let mut held = BTreeMap::new();

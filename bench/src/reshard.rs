@@ -34,7 +34,7 @@ use serde_json::{Value, json};
 
 use crate::{
     contender::{Engine, Installed},
-    failover::{generated_password, redis_connection_info},
+    failover::{generated_password, redis_connection, redis_connection_info},
 };
 
 /// The cluster Quorum's operator reshards.
@@ -51,6 +51,8 @@ const LOAD_BATCH: usize = 1_000;
 /// Each value: small, as the keys of a cache are; what is measured is keys moved.
 const VALUE_BYTES: usize = 32;
 /// How long a cluster may take to form, and a resharding to finish.
+/// A request to one node, a pipeline of [`LOAD_BATCH`] keys included, on a busy machine.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 const FORM_TIMEOUT: Duration = Duration::from_secs(600);
 const RESHARD_TIMEOUT: Duration = Duration::from_secs(1_800);
 /// How often Quorum's status is read while it reshards.
@@ -444,12 +446,10 @@ impl Nodes {
     }
 
     async fn connection(&self, address: SocketAddr) -> anyhow::Result<redis::aio::MultiplexedConnection> {
-        let client = redis::Client::open(redis_connection_info(address, self.password.clone())?)?;
-        Ok(
-            tokio::time::timeout(Duration::from_secs(10), client.get_multiplexed_async_connection())
-                .await
-                .with_context(|| format!("connecting to {address}"))??,
-        )
+        let info = redis_connection_info(address, self.password.clone())?;
+        redis_connection(&info, REQUEST_TIMEOUT)
+            .await
+            .with_context(|| format!("connecting to {address}"))
     }
 
     async fn cluster_nodes(

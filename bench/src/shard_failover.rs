@@ -22,7 +22,10 @@ use redis_operator::admin::cluster::key_slot;
 
 use crate::{
     contender::{Engine, Installed},
-    failover::{self, Aim, DataClient, Failovers, PodAddresses, generated_password, redis_connection_info},
+    failover::{
+        self, Aim, DataClient, Failovers, PodAddresses, WRITE_TIMEOUT, generated_password, redis_connection,
+        redis_connection_info,
+    },
     reshard,
 };
 
@@ -75,9 +78,7 @@ impl ShardClient {
     /// writers make one per write).
     async fn connection(&self, ip: IpAddr) -> anyhow::Result<redis::aio::MultiplexedConnection> {
         let info = redis_connection_info(SocketAddr::new(ip, REDIS_PORT), self.password.clone())?;
-        Ok(redis::Client::open(info)?
-            .get_multiplexed_async_connection()
-            .await?)
+        Ok(redis_connection(&info, WRITE_TIMEOUT).await?)
     }
 
     /// `SET key value` sent to every data node at once: whether one (the node serving the key's
