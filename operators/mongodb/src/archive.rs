@@ -746,22 +746,37 @@ pub async fn restore_stored(
     key: &str,
     expected_sha256: &str,
 ) -> Result<RestoreSummary, ArchiveError> {
+    fetch_verified(sink, key, expected_sha256, |reader| restore(client, reader)).await
+}
+
+/// Streams the object `key` of `sink` into `consume` as it downloads, verified against
+/// `expected_sha256`. A download that fails, or whose digest differs once its last byte is
+/// read, ends the stream with a terminator where no whole unit may end, so `consume` fails
+/// rather than taking what arrived as complete.
+pub(crate) async fn fetch_verified<T, Consumed>(
+    sink: &BackupSink,
+    key: &str,
+    expected_sha256: &str,
+    consume: impl FnOnce(tokio::io::DuplexStream) -> Consumed,
+) -> Result<T, ArchiveError>
+where
+    Consumed: std::future::Future<Output = Result<T, ArchiveError>>,
+{
     let (writer, reader) = tokio::io::duplex(1 << 20);
     let fetch = async move {
         let mut writer = writer;
         let fetched = sink.download(key, &mut writer, Some(expected_sha256)).await;
         if fetched.is_err() {
-            // Whatever arrived never ends a stream the restore would take as whole.
             let _ = writer.write_all(&TERMINATOR).await;
         }
         fetched
     };
-    let (fetched, restored) = tokio::join!(fetch, restore(client, reader));
+    let (fetched, consumed) = tokio::join!(fetch, consume(reader));
     match fetched {
-        // The restore stopped reading on its own: its error says why.
-        Err(BackupError::WriteDestination { .. }) => restored,
+        // The consumer stopped reading on its own: its error says why.
+        Err(BackupError::WriteDestination { .. }) => consumed,
         Err(error) => Err(ArchiveError::Fetch(error)),
-        Ok(_) => restored,
+        Ok(_) => consumed,
     }
 }
 
@@ -779,34 +794,28 @@ fn count(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 
-/// Writes an archive, counting and hashing every byte.
-struct ArchiveWriter<W: AsyncWrite + Unpin> {
+/// Writes bytes, counting and hashing every one: the byte layer of archives and oplog pieces.
+pub(crate) struct HashingWriter<W: AsyncWrite + Unpin> {
     out: BufWriter<W>,
     hasher: Sha256,
     size: u64,
-    databases: BTreeSet<String>,
-    collections: u64,
-    documents: u64,
-    /// The collection being written and how many of its documents were.
-    open: Option<(CollectionHeader, u64)>,
 }
 
-impl<W: AsyncWrite + Unpin> ArchiveWriter<W> {
-    async fn start(out: W, header: &ArchiveHeader) -> Result<Self, ArchiveError> {
-        let mut writer = Self {
+impl<W: AsyncWrite + Unpin> HashingWriter<W> {
+    pub(crate) fn new(out: W) -> Self {
+        Self {
             out: BufWriter::with_capacity(64 * 1024, out),
             hasher: Sha256::new(),
             size: 0,
-            databases: BTreeSet::new(),
-            collections: 0,
-            documents: 0,
-            open: None,
-        };
-        writer.write_document(&header.to_document()).await?;
-        Ok(writer)
+        }
     }
 
-    async fn write(&mut self, bytes: &[u8]) -> Result<(), ArchiveError> {
+    /// The bytes written so far.
+    pub(crate) fn size(&self) -> u64 {
+        self.size
+    }
+
+    pub(crate) async fn raw(&mut self, bytes: &[u8]) -> Result<(), ArchiveError> {
         let written = self.size;
         self.out
             .write_all(bytes)
@@ -820,7 +829,7 @@ impl<W: AsyncWrite + Unpin> ArchiveWriter<W> {
         Ok(())
     }
 
-    async fn write_document(&mut self, document: &Document) -> Result<(), ArchiveError> {
+    pub(crate) async fn document(&mut self, document: &Document) -> Result<(), ArchiveError> {
         let mut bytes = Vec::new();
         document
             .to_writer(&mut bytes)
@@ -828,18 +837,52 @@ impl<W: AsyncWrite + Unpin> ArchiveWriter<W> {
                 bytes: self.size,
                 source: io::Error::new(io::ErrorKind::InvalidData, error),
             })?;
-        self.write(&bytes).await
+        self.raw(&bytes).await
+    }
+
+    /// Flushes; returns the size and the SHA-256 of everything written.
+    pub(crate) async fn finish(mut self) -> Result<(u64, String), ArchiveError> {
+        let size = self.size;
+        self.out
+            .flush()
+            .await
+            .map_err(|source| ArchiveError::Write { bytes: size, source })?;
+        Ok((size, hex::encode(self.hasher.finalize())))
+    }
+}
+
+/// Writes an archive, counting what it holds.
+struct ArchiveWriter<W: AsyncWrite + Unpin> {
+    bytes: HashingWriter<W>,
+    databases: BTreeSet<String>,
+    collections: u64,
+    documents: u64,
+    /// The collection being written and how many of its documents were.
+    open: Option<(CollectionHeader, u64)>,
+}
+
+impl<W: AsyncWrite + Unpin> ArchiveWriter<W> {
+    async fn start(out: W, header: &ArchiveHeader) -> Result<Self, ArchiveError> {
+        let mut writer = Self {
+            bytes: HashingWriter::new(out),
+            databases: BTreeSet::new(),
+            collections: 0,
+            documents: 0,
+            open: None,
+        };
+        writer.bytes.document(&header.to_document()).await?;
+        Ok(writer)
     }
 
     async fn begin_collection(&mut self, collection: &CollectionHeader) -> Result<(), ArchiveError> {
         debug_assert!(self.open.is_none(), "collections do not nest");
-        self.write_document(&collection.to_document()).await?;
+        self.bytes.document(&collection.to_document()).await?;
         self.open = Some((collection.clone(), 0));
         Ok(())
     }
 
     async fn document(&mut self, document: &RawDocument) -> Result<(), ArchiveError> {
-        self.write(document.as_bytes()).await?;
+        self.bytes.raw(document.as_bytes()).await?;
         if let Some((_, documents)) = &mut self.open {
             *documents += 1;
         }
@@ -850,15 +893,16 @@ impl<W: AsyncWrite + Unpin> ArchiveWriter<W> {
         let Some((collection, documents)) = self.open.take() else {
             return Ok(());
         };
-        self.write(&TERMINATOR).await?;
-        self.write_document(&doc! {
-            "endOfCollection": {
-                "db": &collection.database,
-                "name": &collection.name,
-                "documents": count(documents),
-            }
-        })
-        .await?;
+        self.bytes.raw(&TERMINATOR).await?;
+        self.bytes
+            .document(&doc! {
+                "endOfCollection": {
+                    "db": &collection.database,
+                    "name": &collection.name,
+                    "documents": count(documents),
+                }
+            })
+            .await?;
         self.databases.insert(collection.database);
         self.collections += 1;
         self.documents += documents;
@@ -873,19 +917,16 @@ impl<W: AsyncWrite + Unpin> ArchiveWriter<W> {
             collections: self.collections,
             documents: self.documents,
         };
-        self.write_document(&doc! {
-            "end": true,
-            "databases": count(counts.databases),
-            "collections": count(counts.collections),
-            "documents": count(counts.documents),
-        })
-        .await?;
-        let size = self.size;
-        self.out
-            .flush()
-            .await
-            .map_err(|source| ArchiveError::Write { bytes: size, source })?;
-        Ok((counts, size, hex::encode(self.hasher.finalize())))
+        self.bytes
+            .document(&doc! {
+                "end": true,
+                "databases": count(counts.databases),
+                "collections": count(counts.collections),
+                "documents": count(counts.documents),
+            })
+            .await?;
+        let (size, sha256) = self.bytes.finish().await?;
+        Ok((counts, size, sha256))
     }
 }
 

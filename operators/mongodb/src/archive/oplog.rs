@@ -32,13 +32,12 @@
 
 use bson::{Bson, DateTime, Document, RawDocumentBuf, Timestamp, doc};
 use mongodb::Client;
-use quorum_core::backup::{BackupError, BackupSink};
-use sha2::{Digest, Sha256};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
+use quorum_core::backup::BackupSink;
+use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::{
-    ArchiveError, ArchiveReader, BATCH_BYTES, BATCH_DOCUMENTS, Frame, ReadLevel, SYSTEM_DATABASES,
-    TERMINATOR, count, from_this_member, integer, operation_time,
+    ArchiveError, ArchiveReader, BATCH_BYTES, BATCH_DOCUMENTS, Frame, HashingWriter, ReadLevel,
+    SYSTEM_DATABASES, TERMINATOR, count, fetch_verified, from_this_member, integer, operation_time,
 };
 
 /// The `format` of a piece's header.
@@ -127,7 +126,7 @@ pub async fn archive_oplog<W: AsyncWrite + Unpin>(
     } else {
         after
     };
-    let mut out = PieceWriter::new(sink);
+    let mut out = HashingWriter::new(sink);
     out.document(&doc! {
         "format": FORMAT,
         "version": VERSION,
@@ -151,7 +150,7 @@ pub async fn archive_oplog<W: AsyncWrite + Unpin>(
                 .ok()
                 .filter(|ts| key(*ts) > key(previous))
                 .ok_or_else(|| ArchiveError::Malformed {
-                    offset: out.size,
+                    offset: out.size(),
                     detail: format!(
                         "{FORMAT}: an oplog entry out of order after {}",
                         position_text(previous)
@@ -451,69 +450,10 @@ pub async fn replay_stored(
     start: Timestamp,
     stop_second: u32,
 ) -> Result<ReplaySummary, ArchiveError> {
-    let (writer, reader) = tokio::io::duplex(1 << 20);
-    let fetch = async move {
-        let mut writer = writer;
-        let fetched = sink.download(key, &mut writer, Some(expected_sha256)).await;
-        if fetched.is_err() {
-            let _ = writer.write_all(&TERMINATOR).await;
-        }
-        fetched
-    };
-    let (fetched, replayed) = tokio::join!(fetch, replay_oplog(client, reader, start, stop_second));
-    match fetched {
-        Err(BackupError::WriteDestination { .. }) => replayed,
-        Err(error) => Err(ArchiveError::Fetch(error)),
-        Ok(_) => replayed,
-    }
-}
-
-/// Writes a piece, counting and hashing every byte.
-struct PieceWriter<W: AsyncWrite + Unpin> {
-    out: BufWriter<W>,
-    hasher: Sha256,
-    size: u64,
-}
-
-impl<W: AsyncWrite + Unpin> PieceWriter<W> {
-    fn new(out: W) -> Self {
-        Self {
-            out: BufWriter::with_capacity(64 * 1024, out),
-            hasher: Sha256::new(),
-            size: 0,
-        }
-    }
-
-    async fn raw(&mut self, bytes: &[u8]) -> Result<(), ArchiveError> {
-        let written = self.size;
-        self.out
-            .write_all(bytes)
-            .await
-            .map_err(|source| ArchiveError::Write {
-                bytes: written,
-                source,
-            })?;
-        self.hasher.update(bytes);
-        self.size += bytes.len() as u64;
-        Ok(())
-    }
-
-    async fn document(&mut self, document: &Document) -> Result<(), ArchiveError> {
-        let bytes = bson::to_vec(document).map_err(|error| ArchiveError::Write {
-            bytes: self.size,
-            source: std::io::Error::new(std::io::ErrorKind::InvalidData, error),
-        })?;
-        self.raw(&bytes).await
-    }
-
-    async fn finish(mut self) -> Result<(u64, String), ArchiveError> {
-        let size = self.size;
-        self.out
-            .flush()
-            .await
-            .map_err(|source| ArchiveError::Write { bytes: size, source })?;
-        Ok((size, hex::encode(self.hasher.finalize())))
-    }
+    fetch_verified(sink, key, expected_sha256, |reader| {
+        replay_oplog(client, reader, start, stop_second)
+    })
+    .await
 }
 
 #[cfg(test)]
