@@ -565,6 +565,122 @@ async fn backups_land_in_an_s3_store_and_a_new_replica_set_restores_from_one() {
     setup.remove().await;
 }
 
+/// Point-in-time recovery on the real node: the scheduled backup's Jobs archive the oplog from
+/// a member pod into the in-cluster S3 store with each snapshot, and a new replica set restored
+/// to a noted second holds every write acknowledged before it and none after.
+#[tokio::test]
+async fn a_new_replica_set_restores_to_a_point_in_time_from_the_oplog_archived_in_s3() {
+    use mongodb_operator::crd::{MongoDBBackup, MongoRestoreSource, OplogPoint};
+    use quorum_e2e::real_pods::SCHEDULED_BACKUP;
+
+    let setup = OnRealNode::install(
+        "real-mongo-pitr",
+        CHART,
+        &["admissionPolicy=false", "backups.allowHttp=true"],
+    )
+    .await;
+    let store = setup.deploy_s3_store().await;
+    let status = create_ready(&setup, 3).await;
+    let primary = direct_client(&setup, status.primary.as_deref().expect("a primary")).await;
+    store
+        .schedule_every_minute::<MongoDBBackup>(&setup, SET, "mongodb")
+        .await;
+    let backups: Api<MongoDBBackup> = Api::namespaced(setup.admin.clone(), &setup.ns);
+    backups
+        .patch(
+            SCHEDULED_BACKUP,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"spec": {"archiveOplog": true, "retain": 3}})),
+        )
+        .await
+        .expect("archive the oplog");
+    // At least `count` runs, the newest archived after `second`.
+    let archived_runs = |count: usize, second: i64| {
+        let backups = backups.clone();
+        async move {
+            wait::until(
+                &format!("{count} archived runs, the newest after {second}"),
+                Duration::from_secs(200),
+                || async {
+                    let status = backups
+                        .get(SCHEDULED_BACKUP)
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .status
+                        .unwrap_or_default();
+                    let newest = status
+                        .recovery_runs
+                        .last()
+                        .map(|run| run.archived_at.0.as_second());
+                    if status.recovery_runs.len() >= count && newest > Some(second) {
+                        Ok(status)
+                    } else {
+                        Err(format!("{:?} {:?}", status.run.phase, status.run.message))
+                    }
+                },
+            )
+            .await
+        }
+    };
+    archived_runs(1, 0).await;
+
+    let writer = start_writer(&primary);
+    writer.acknowledged_at_least(20, Duration::from_secs(60)).await;
+    let history = writer.stop().await;
+    // The members run on this node's clock: a write after the next second began is past it.
+    let point = jiff::Timestamp::now().as_second();
+    wait::until("the next second", Duration::from_secs(3), || async {
+        let now = jiff::Timestamp::now().as_second();
+        if now > point { Ok(()) } else { Err(now.to_string()) }
+    })
+    .await;
+    history_collection(&primary)
+        .insert_one(doc! { "_id": "after-the-point", "v": "not-restored" })
+        .write_concern(mongodb::options::WriteConcern::majority())
+        .await
+        .unwrap();
+    archived_runs(2, point).await;
+    // No more runs: retention would prune the runs this test restores from.
+    backups
+        .patch(
+            SCHEDULED_BACKUP,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"spec": {"schedule": "0 0 1 1 *"}})),
+        )
+        .await
+        .expect("hold the schedule");
+
+    let mut copy = MongoDBReplicaSet::new("copy", real_spec(1));
+    copy.spec.restore_from = Some(MongoRestoreSource {
+        point_in_time: Some(OplogPoint {
+            time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                jiff::Timestamp::from_second(point).unwrap(),
+            ),
+        }),
+        ..MongoRestoreSource::newest(SCHEDULED_BACKUP)
+    });
+    let restored_status = create_ready_as(&setup, copy).await;
+    let replayed = restored_status.restored_to.expect("the replay is recorded");
+    assert!(
+        replayed.oplog_pieces >= 1 && replayed.entries_applied >= 20,
+        "the acknowledged writes came from the oplog: {replayed:?}"
+    );
+    let restored = direct_client_of(
+        &setup,
+        "copy",
+        restored_status.primary.as_deref().expect("a primary"),
+    )
+    .await;
+    let after = history_collection(&restored)
+        .find_one(doc! { "_id": "after-the-point" })
+        .await
+        .unwrap();
+    assert_eq!(after, None, "a document written after the point was restored");
+    let checked = check_history(&restored, &history).await;
+    assert!(checked >= 20, "{checked} acknowledged writes checked");
+    setup.remove().await;
+}
+
 /// A backup with `verify` restores its snapshot into a throw-away one-member replica set, which
 /// holds what the snapshot recorded; recorded content that no longer matches fails the next
 /// drill ([`real_pods::InClusterS3::drill_verifies_then_catches_altered_content`]).

@@ -84,9 +84,17 @@ pub fn plan<R: ArchivedRun>(
     field: &str,
     log: &str,
 ) -> Result<RecoveryPlan, String> {
-    let window = recoverable_window(runs)
-        .map(|(from, until)| format!("the backup can restore to times from {from} to {until}"))
-        .unwrap_or_else(|| format!("the backup has no archived {log} yet"));
+    let window = match (recoverable_window(runs), runs.last()) {
+        (Some((from, until)), _) => format!("the backup can restore to times from {from} to {until}"),
+        // Runs kept, but their log reaches no second after the oldest snapshot they continue
+        // from: nothing was written since, or the log's source did not move on.
+        (None, Some(newest)) => format!(
+            "the kept runs' {log} reaches no second after their oldest snapshot yet (the newest run's snapshot completed at {}, its {log} ends at {})",
+            newest.snapshot_completed_at().0,
+            newest.archived_at().0
+        ),
+        (None, None) => format!("the backup has no archived {log} yet"),
+    };
     let mut snapshot = None;
     for (index, run) in runs.iter().enumerate() {
         if (point.snapshot_before)(run)? {
@@ -277,6 +285,18 @@ mod tests {
         let message = plan_to_time::<Run>(&[], Timestamp::from_second(5).unwrap(), "f", "oplog").unwrap_err();
         assert!(
             message.contains("the backup has no archived oplog yet"),
+            "{message}"
+        );
+        // Runs whose oplog ends where their snapshots did: no second to restore into.
+        let idle = [run(100, "a", "a"), run(100, "a", "a")].map(|mut run| {
+            run.archived = at(100);
+            run
+        });
+        assert_eq!(recoverable_window(&idle), None);
+        let message = plan_to_time(&idle, Timestamp::from_second(99).unwrap(), "f", "oplog").unwrap_err();
+        assert!(
+            message.contains("the kept runs' oplog reaches no second after their oldest snapshot yet")
+                && message.contains("its oplog ends at 1970-01-01T00:01:40Z"),
             "{message}"
         );
         let mut runs = vec![1, 2, 3, 4];
