@@ -254,6 +254,34 @@ impl BackupEngine for MongoSnapshots<'_> {
             .map(|record| record.location.clone())
     }
 
+    fn restore_holds_runs(&self, backup: &MongoDBBackup, replica_set: &MongoDBReplicaSet) -> bool {
+        let restored = replica_set
+            .status
+            .as_ref()
+            .is_some_and(|status| status.restored_from.is_some());
+        let runs = backup
+            .status
+            .as_ref()
+            .map(|status| status.recovery_runs.as_slice());
+        match (&replica_set.spec.restore_from, runs) {
+            (Some(source), Some(runs)) if !restored && source.backup.backup_name == backup.name_any() => {
+                source
+                    .point_in_time
+                    .as_ref()
+                    .is_some_and(|point| recovery::holds_runs(&crate::execute::plan_to_point(runs, point)))
+            }
+            _ => false,
+        }
+    }
+
+    fn keep_runs(&self, status: &mut MongoDBBackupStatus, retain: u32) -> bool {
+        let before = status.recovery_runs.len();
+        recovery::keep_newest(&mut status.recovery_runs, Some(retain));
+        (status.recoverable_from, status.recoverable_until) =
+            recovery::window_in_status(&status.recovery_runs);
+        status.recovery_runs.len() != before
+    }
+
     fn drill_cluster(
         &self,
         backup: &MongoDBBackup,
@@ -392,7 +420,6 @@ async fn archive_run(
         // Every entry of an earlier second is in this piece or an earlier one.
         archived_at: server_second(archived.through)?,
     });
-    recovery::keep_newest(&mut runs, backup.spec.backup.retain);
     Ok((archived, runs))
 }
 

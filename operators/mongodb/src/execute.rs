@@ -6,7 +6,7 @@ use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 use kube::{Api, ResourceExt};
 use quorum_core::{
     availability::retry::Idempotency,
-    backup::recovery::{self, StoredPiece},
+    backup::recovery::{self, StoredPiece, Unplanned},
     repair::RepairPhase,
     runner::Context,
     status::StatusWriter,
@@ -21,7 +21,7 @@ use crate::{
     clients::{CallFailure, is_unreachable, refusal_code},
     crd::{
         BackupRecord, ChangeKind, MongoDBBackup, MongoDBReplicaSet, MongoDBReplicaSetStatus,
-        MongoRestoreSource, RestoredPoint,
+        MongoRestoreSource, OplogPoint, OplogRun, RestoredPoint,
     },
     decide::{Change, Observed, Reason, ResyncCause, Step},
 };
@@ -237,8 +237,8 @@ pub(crate) fn restore_plan(
     if runs.is_empty() && !backup.spec.archive_oplog {
         return Err("restoreFrom.pointInTime needs a backup that archives the oplog (archiveOplog)".into());
     }
-    let time = Timestamp::from_second(point.time.0.as_second()).map_err(|error| error.to_string())?;
-    let plan = recovery::plan_to_time(runs, time, "restoreFrom.pointInTime.time", "oplog")?;
+    let plan = plan_to_point(runs, point)?;
+    let time = point_second(point);
     let run = &runs[plan.snapshot];
     let start = parse_position(&run.snapshot_cluster_time).ok_or_else(|| {
         format!(
@@ -257,6 +257,19 @@ pub(crate) fn restore_plan(
         pieces: runs[plan.pieces].iter().map(|run| run.oplog.clone()).collect(),
         replay: Some((start, time)),
     })
+}
+
+/// [`recovery::plan_to_time`] of `runs` to `point`.
+pub(crate) fn plan_to_point(
+    runs: &[OplogRun],
+    point: &OplogPoint,
+) -> Result<recovery::RecoveryPlan, Unplanned> {
+    recovery::plan_to_time(runs, point_second(point), "restoreFrom.pointInTime.time", "oplog")
+}
+
+/// The whole second of `point`: the oplog's timestamps count whole seconds.
+fn point_second(point: &OplogPoint) -> Timestamp {
+    Timestamp::from_second(point.time.0.as_second()).unwrap_or(point.time.0)
 }
 
 /// Replays `pieces` in order up to `stop`, stopping after the piece that holds an entry past it.

@@ -458,6 +458,54 @@ async fn a_second_boundary() -> i64 {
     noted
 }
 
+/// `nightly`: a backup of `source` every minute into `directory`, archiving the oplog with each
+/// snapshot and keeping `retain` runs.
+async fn scheduled_with_oplog(setup: &Setup, directory: &Path, retain: u32) -> Api<MongoDBBackup> {
+    let backups: Api<MongoDBBackup> = Api::namespaced(setup.client.clone(), setup.ns());
+    let backup: MongoDBBackup = serde_json::from_value(serde_json::json!({
+        "apiVersion": "mongodb.quorum.dev/v1alpha1",
+        "kind": "MongoDBBackup",
+        "metadata": {"name": "nightly"},
+        "spec": {"clusterName": "source", "schedule": "* * * * *", "retain": retain, "archiveOplog": true,
+                 "destination": {"filesystem": {"path": directory}}}
+    }))
+    .unwrap();
+    backups
+        .create(&PostParams::default(), &backup)
+        .await
+        .expect("create the backup");
+    backups
+}
+
+/// `nightly`'s status once it keeps at least `count` runs, the newest archived after `second`.
+async fn archived_runs(backups: &Api<MongoDBBackup>, count: usize, second: i64) -> MongoDBBackupStatus {
+    wait::until(
+        &format!("{count} archived runs, the newest after {second}"),
+        Duration::from_secs(150),
+        || async {
+            let status = backups
+                .get("nightly")
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .unwrap_or_default();
+            if status.run.phase == Some(BackupPhase::Failed) {
+                panic!("a run failed: {:?}", status.run.message);
+            }
+            let newest = status
+                .recovery_runs
+                .last()
+                .map(|run| run.archived_at.0.as_second());
+            if status.recovery_runs.len() >= count && newest > Some(second) {
+                Ok(status)
+            } else {
+                Err(format!("{:?} {:?}", status.run.phase, status.recovery_runs))
+            }
+        },
+    )
+    .await
+}
+
 /// Creates a one-member set `name` restored from `nightly` to `point`.
 async fn restore_to(
     setup: &Setup,
@@ -486,50 +534,8 @@ async fn a_set_restored_to_a_point_in_time_holds_exactly_the_writes_up_to_it() {
     insert_orders(&application, 0, 50).await;
 
     // A schedule every minute that archives the oplog with each snapshot.
-    let backups: Api<MongoDBBackup> = Api::namespaced(setup.client.clone(), setup.ns());
-    let backup: MongoDBBackup = serde_json::from_value(serde_json::json!({
-        "apiVersion": "mongodb.quorum.dev/v1alpha1",
-        "kind": "MongoDBBackup",
-        "metadata": {"name": "nightly"},
-        "spec": {"clusterName": "source", "schedule": "* * * * *", "retain": 3, "archiveOplog": true,
-                 "destination": {"filesystem": {"path": directory}}}
-    }))
-    .unwrap();
-    backups
-        .create(&PostParams::default(), &backup)
-        .await
-        .expect("create the backup");
-    // At least `count` runs, the newest archived after `second`.
-    let runs = |count: usize, second: i64| {
-        let backups = backups.clone();
-        async move {
-            wait::until(
-                &format!("{count} archived runs, the newest after {second}"),
-                Duration::from_secs(150),
-                || async {
-                    let status = backups
-                        .get("nightly")
-                        .await
-                        .map_err(|e| e.to_string())?
-                        .status
-                        .unwrap_or_default();
-                    if status.run.phase == Some(BackupPhase::Failed) {
-                        panic!("a run failed: {:?}", status.run.message);
-                    }
-                    let newest = status
-                        .recovery_runs
-                        .last()
-                        .map(|run| run.archived_at.0.as_second());
-                    if status.recovery_runs.len() >= count && newest > Some(second) {
-                        Ok(status)
-                    } else {
-                        Err(format!("{:?} {:?}", status.run.phase, status.recovery_runs))
-                    }
-                },
-            )
-            .await
-        }
-    };
+    let backups = scheduled_with_oplog(&setup, &directory, 3).await;
+    let runs = |count: usize, second: i64| archived_runs(&backups, count, second);
     runs(1, 0).await;
 
     // Orders, an update and a delete, the noted second, then more orders and a delete of
@@ -674,8 +680,12 @@ async fn a_set_restored_to_a_point_in_time_holds_exactly_the_writes_up_to_it() {
     assert_eq!(crate::support::order_ids(&application).await, ids);
 
     // archiveOplog without a schedule and retention: refused by the schema, naming the field.
-    let mut once = backup.clone();
-    once.metadata.name = Some("once".into());
+    let mut once = backups.get("nightly").await.expect("the backup");
+    once.metadata = kube::api::ObjectMeta {
+        name: Some("once".into()),
+        ..Default::default()
+    };
+    once.status = None;
     once.spec.backup.schedule = None;
     once.spec.backup.retain = None;
     let refused = backups.create(&PostParams::default(), &once).await.unwrap_err();
@@ -686,6 +696,108 @@ async fn a_set_restored_to_a_point_in_time_holds_exactly_the_writes_up_to_it() {
         "{refused}"
     );
 
+    setup.stop().await;
+    let _ = std::fs::remove_dir_all(&directory);
+}
+
+/// A restore to a point the archive has not reached yet waits for the next run. Meanwhile
+/// retention keeps every run: with `retain: 1` the next run would otherwise drop the only
+/// snapshot before the point, and the restore could never start. Once the restore is recorded,
+/// retention prunes again, never the snapshot the set was restored from.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn retention_waits_while_a_set_restores_from_the_backup_then_keeps_what_it_restored() {
+    let setup = Setup::start("mongodb-pitr-retain").await;
+    let directory = std::env::temp_dir().join(format!("quorum-mongodb-backups-{}", setup.ns()));
+    let _ = std::fs::remove_dir_all(&directory);
+    setup.create_ready("source", spec(3), 3).await;
+    let application = setup.application("source", 3).await;
+    insert_orders(&application, 0, 20).await;
+    let backups = scheduled_with_oplog(&setup, &directory, 1).await;
+    archived_runs(&backups, 1, 0).await;
+
+    insert_orders(&application, 20, 10).await;
+    let at_point = contents(&application)
+        .await
+        .expect("what the set holds at the point");
+    let point = a_second_boundary().await;
+    insert_orders(&application, 30, 10).await;
+    let time = jiff::Timestamp::from_second(point).unwrap().to_string();
+    restore_to(&setup, "copy", serde_json::json!({"time": time}))
+        .await
+        .expect("create copy");
+
+    // The run that reaches the point is kept beside the older ones while the copy restores.
+    let kept = archived_runs(&backups, 2, point).await;
+    assert!(
+        kept.recovery_runs
+            .iter()
+            .any(|run| run.snapshot_completed_at.0.as_second() <= point),
+        "a snapshot before the point is kept: {:?}",
+        kept.recovery_runs
+    );
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(setup.client.clone(), setup.ns());
+    wait::until(
+        "a RetentionDeferred event naming the restoring set",
+        Duration::from_secs(30),
+        || async {
+            let deferred = events
+                .list(
+                    &kube::api::ListParams::default()
+                        .fields("involvedObject.name=nightly,reason=RetentionDeferred"),
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            let messages: Vec<String> = deferred
+                .items
+                .into_iter()
+                .filter_map(|event| event.message)
+                .collect();
+            if messages.iter().any(|message| message.contains("copy")) {
+                Ok(())
+            } else {
+                Err(format!("{messages:?}"))
+            }
+        },
+    )
+    .await;
+    let restored = setup.ready("copy", 1).await;
+    let from = restored.restored_from.expect("the restore is recorded");
+    assert!(restored.restored_to.is_some(), "the replay is recorded");
+    assert_eq!(
+        contents(&member(&setup, "copy", 0).await).await.unwrap(),
+        at_point
+    );
+
+    // Restored: the next run prunes down to `retain` again, and the restored snapshot stays.
+    let pruned = wait::until("retention back to one run", Duration::from_secs(150), || async {
+        let status = backups
+            .get("nightly")
+            .await
+            .map_err(|e| e.to_string())?
+            .status
+            .unwrap_or_default();
+        if status.recovery_runs.len() == 1 && status.run.last_pruned.is_some() {
+            Ok(status)
+        } else {
+            Err(format!("{:?}", status.recovery_runs))
+        }
+    })
+    .await;
+    assert_ne!(pruned.recovery_runs[0].snapshot.location, from.location);
+    assert!(
+        Path::new(&from.location).exists(),
+        "the snapshot the copy was restored from is kept: {}",
+        from.location
+    );
+    for run in &kept.recovery_runs {
+        if run.oplog.location != pruned.recovery_runs[0].oplog.location {
+            assert!(
+                !Path::new(&run.oplog.location).exists(),
+                "an older run's oplog is pruned: {}",
+                run.oplog.location
+            );
+        }
+    }
     setup.stop().await;
     let _ = std::fs::remove_dir_all(&directory);
 }

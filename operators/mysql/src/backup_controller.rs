@@ -253,6 +253,33 @@ impl BackupEngine for MySqlSnapshots<'_> {
             .map(|record| record.location.clone())
     }
 
+    fn restore_holds_runs(&self, backup: &MySQLBackup, cluster: &MySQLCluster) -> bool {
+        let restored = cluster
+            .status
+            .as_ref()
+            .is_some_and(|status| status.restored_from.is_some());
+        let runs = backup
+            .status
+            .as_ref()
+            .map(|status| status.recovery_runs.as_slice());
+        match (&cluster.spec.restore_from, runs) {
+            (Some(source), Some(runs)) if !restored && source.backup.backup_name == backup.name_any() => {
+                source.point_in_time.as_ref().is_some_and(|point| {
+                    recovery::holds_runs(&crate::restore::plan_recovery(runs, point, cluster.spec.flavor))
+                })
+            }
+            _ => false,
+        }
+    }
+
+    fn keep_runs(&self, status: &mut MySQLBackupStatus, retain: u32) -> bool {
+        let before = status.recovery_runs.len();
+        recovery::keep_newest(&mut status.recovery_runs, Some(retain));
+        (status.recoverable_from, status.recoverable_until) =
+            recovery::window_in_status(&status.recovery_runs);
+        status.recovery_runs.len() != before
+    }
+
     fn drill_cluster(
         &self,
         backup: &MySQLBackup,
@@ -375,7 +402,6 @@ async fn archive_run(
         binlog_through: archived.through.to_string(),
         archived_at: Time(archived_at),
     });
-    recovery::keep_newest(&mut runs, backup.spec.backup.retain);
     Ok((archived, runs))
 }
 

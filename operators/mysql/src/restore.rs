@@ -12,7 +12,9 @@
 //! recreated) replaces.
 
 use jiff::Timestamp;
-use quorum_core::backup::{BackupError, BackupSink, BackupTarget, recovery, scoped_target};
+use quorum_core::backup::{
+    BackupError, BackupSink, BackupTarget, recovery, recovery::Unplanned, scoped_target,
+};
 use tokio::io::AsyncWriteExt;
 
 use crate::admin::{
@@ -159,16 +161,18 @@ pub fn plan_recovery(
     runs: &[RecoveryRun],
     point: &PointInTime,
     flavor: Flavor,
-) -> Result<RecoveryPlan, String> {
+) -> Result<RecoveryPlan, Unplanned> {
     let field = "restoreFrom.pointInTime";
     let log = "binary log";
     let planned = match (&point.time, &point.gtid) {
         (Some(time), None) => {
-            let time = Timestamp::from_second(time.0.as_second()).map_err(|e| e.to_string())?;
+            let time =
+                Timestamp::from_second(time.0.as_second()).map_err(|e| Unplanned::never(e.to_string()))?;
             recovery::plan_to_time(runs, time, field, log).map(|plan| (plan, ReplayStop::Time(time)))
         }
         (None, Some(gtid)) => {
-            let position = parse(flavor, gtid).map_err(|why| format!("{field}.gtid: {why}"))?;
+            let position =
+                parse(flavor, gtid).map_err(|why| Unplanned::never(format!("{field}.gtid: {why}")))?;
             let test = recovery::PointTest {
                 snapshot_before: &|run: &RecoveryRun| {
                     Ok(position.includes(&parse(flavor, &run.snapshot_position)?))
@@ -177,7 +181,11 @@ pub fn plan_recovery(
             };
             recovery::plan(runs, test, field, log).map(|plan| (plan, ReplayStop::Position(position.clone())))
         }
-        _ => return Err(format!("{field} takes exactly one of time and gtid")),
+        _ => {
+            return Err(Unplanned::never(format!(
+                "{field} takes exactly one of time and gtid"
+            )));
+        }
     };
     planned.map(|(plan, stop)| RecoveryPlan {
         snapshot: plan.snapshot,
@@ -404,7 +412,7 @@ mod tests {
             (at_gtid("0-1-9"), "before the oldest kept snapshot"),
             (at_gtid("0-1-34"), "after the newest archived point"),
         ] {
-            let error = plan(point).unwrap_err();
+            let error = plan(point).unwrap_err().message;
             assert!(error.starts_with("restoreFrom.pointInTime is"), "{error}");
             assert!(error.contains(says), "{error}");
             assert!(
@@ -422,7 +430,9 @@ mod tests {
             run(200, "0-1-20", "0-1-20", "0-1-21", 201),
             run(300, "0-1-30", "0-1-21", "0-1-33", 301),
         ];
-        let across = plan_recovery(&runs, &at_time(150), Flavor::MariaDB).unwrap_err();
+        let across = plan_recovery(&runs, &at_time(150), Flavor::MariaDB)
+            .unwrap_err()
+            .message;
         assert!(across.contains("past a gap"), "{across}");
         assert!(plan_recovery(&runs, &at_time(100), Flavor::MariaDB).is_ok());
         assert!(plan_recovery(&runs, &at_time(250), Flavor::MariaDB).is_ok());

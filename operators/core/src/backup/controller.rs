@@ -273,6 +273,22 @@ pub trait BackupEngine: Send + Sync {
         None
     }
 
+    /// Whether `cluster` is restoring from `backup` to a point in time and may still need its
+    /// kept runs: its restore is not recorded yet, and its plan can start now or once a later
+    /// run archives past its point. Retention waits while one does. False by default (a
+    /// restore of the newest snapshot reads what the backup's status points at, which
+    /// retention never deletes).
+    fn restore_holds_runs(&self, _backup: &Self::Backup, _cluster: &Self::Cluster) -> bool {
+        false
+    }
+
+    /// Drops the engine's own kept runs beyond `retain` from a backup's status (a
+    /// point-in-time backup's snapshots with their logs); whether any was dropped. Retention
+    /// then deletes their objects. Nothing by default.
+    fn keep_runs(&self, _status: &mut <Self::Backup as BackupResource>::Status, _retain: u32) -> bool {
+        false
+    }
+
     /// Restore drills ([`super::drill`]): the throw-away cluster `name` that restores
     /// `backup`'s newest snapshot, one member, otherwise as `cluster` (its version, storage,
     /// pod template); `Err` saying why when `cluster`'s backups cannot be drilled.
@@ -1053,6 +1069,18 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
         let Some(keep) = self.spec().retain else {
             return Ok(());
         };
+        let restoring = self.restoring_from_this().await?;
+        if !restoring.is_empty() {
+            let message = format!(
+                "retention waits while {} restores from this backup: every kept run stays until the restore is recorded on it",
+                restoring.join(", ")
+            );
+            self.publish(Severity::Normal, "RetentionDeferred", message).await;
+            return Ok(());
+        }
+        if self.engine.keep_runs(&mut self.status, keep) {
+            self.writer.write(&self.status).await?;
+        }
         let retention = Retention {
             prefix: Some(object_prefix(&E::Backup::kind(&()), &self.backup.name_any())),
             keep: keep as usize * (objects_per_run + self.engine.companion_objects(self.backup)),
@@ -1077,6 +1105,22 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
         self.writer.write(&self.status).await?;
         self.publish(Severity::Normal, "BackupsPruned", message).await;
         Ok(())
+    }
+
+    /// The clusters of the namespace whose restore may still need this backup's kept runs.
+    async fn restoring_from_this(&self) -> Result<Vec<String>, Failure<E>> {
+        let clusters: Api<E::Cluster> = Api::namespaced(self.context.client.clone(), &self.namespace);
+        Ok(clusters
+            .list(&ListParams::default())
+            .await
+            .map_err(|source| BackupControllerError::Read {
+                what: format!("{} list", E::Cluster::kind(&())),
+                source,
+            })?
+            .into_iter()
+            .filter(|cluster| self.engine.restore_holds_runs(self.backup, cluster))
+            .map(|cluster| cluster.name_any())
+            .collect())
     }
 
     /// Every location a backup of this kind in the namespace, or a cluster's restore, points at.

@@ -64,6 +64,47 @@ pub struct RecoveryPlan {
     pub pieces: Range<usize>,
 }
 
+/// Why no restore can be planned from the kept runs, and whether a later run may change that.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct Unplanned {
+    pub kind: UnplannedKind,
+    pub message: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnplannedKind {
+    /// The point is past what was archived: a later run may reach it.
+    NotArchivedYet,
+    /// No run, kept now or taken later, can serve it: it is before the oldest kept snapshot,
+    /// across a gap in the archive, or unreadable.
+    Never,
+}
+
+impl Unplanned {
+    pub fn never(message: impl Into<String>) -> Self {
+        Self {
+            kind: UnplannedKind::Never,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<Unplanned> for String {
+    fn from(unplanned: Unplanned) -> Self {
+        unplanned.message
+    }
+}
+
+/// Whether a restore planned as `planned` still needs the kept runs: it can start now, or a
+/// later run may reach its point. Retention waits while one does.
+pub fn holds_runs<Plan>(planned: &Result<Plan, Unplanned>) -> bool {
+    match planned {
+        Ok(_) => true,
+        Err(unplanned) => unplanned.kind == UnplannedKind::NotArchivedYet,
+    }
+}
+
 /// How a point is compared with a run: by the engine's positions or by time.
 pub struct PointTest<'a, R> {
     /// The run's snapshot holds nothing past the point.
@@ -83,7 +124,7 @@ pub fn plan<R: ArchivedRun>(
     point: PointTest<'_, R>,
     field: &str,
     log: &str,
-) -> Result<RecoveryPlan, String> {
+) -> Result<RecoveryPlan, Unplanned> {
     let window = match (recoverable_window(runs), runs.last()) {
         (Some((from, until)), _) => format!("the backup can restore to times from {from} to {until}"),
         // Runs kept, but their log reaches no second after the oldest snapshot they continue
@@ -97,30 +138,35 @@ pub fn plan<R: ArchivedRun>(
     };
     let mut snapshot = None;
     for (index, run) in runs.iter().enumerate() {
-        if (point.snapshot_before)(run)? {
+        if (point.snapshot_before)(run).map_err(Unplanned::never)? {
             snapshot = Some(index);
         }
     }
     let Some(snapshot) = snapshot else {
-        return Err(format!("{field} is before the oldest kept snapshot: {window}"));
+        return Err(Unplanned::never(format!(
+            "{field} is before the oldest kept snapshot: {window}"
+        )));
     };
     for index in snapshot..runs.len() {
         let run = &runs[index];
         if index > snapshot && runs[index - 1].log_through() != run.log_after() {
-            return Err(format!(
+            return Err(Unplanned::never(format!(
                 "{field} is past a gap in the archived {log} (one run's ends at {}, the next begins after {}): {window}",
                 runs[index - 1].log_through(),
                 run.log_after()
-            ));
+            )));
         }
-        if (point.log_reaches)(run)? {
+        if (point.log_reaches)(run).map_err(Unplanned::never)? {
             return Ok(RecoveryPlan {
                 snapshot,
                 pieces: snapshot..index + 1,
             });
         }
     }
-    Err(format!("{field} is after the newest archived point: {window}"))
+    Err(Unplanned {
+        kind: UnplannedKind::NotArchivedYet,
+        message: format!("{field} is after the newest archived point: {window}"),
+    })
 }
 
 /// [`plan`] to a time, in whole seconds (the logs record whole seconds): the newest snapshot
@@ -133,7 +179,7 @@ pub fn plan_to_time<R: ArchivedRun>(
     time: Timestamp,
     field: &str,
     log: &str,
-) -> Result<RecoveryPlan, String> {
+) -> Result<RecoveryPlan, Unplanned> {
     let second = time.as_second();
     plan(
         runs,
@@ -241,7 +287,9 @@ mod tests {
             .map(|plan| (plan.snapshot, plan.pieces));
             match (planned, expected) {
                 (Ok(planned), Ok(expected)) => assert_eq!(planned, expected, "at {second}"),
-                (Err(message), Err(start)) => assert!(message.starts_with(start), "at {second}: {message}"),
+                (Err(unplanned), Err(start)) => {
+                    assert!(unplanned.message.starts_with(start), "at {second}: {unplanned}")
+                }
                 (planned, expected) => panic!("at {second}: planned {planned:?}, expected {expected:?}"),
             }
         }
@@ -264,7 +312,8 @@ mod tests {
             "restoreFrom.pointInTime",
             "oplog",
         )
-        .unwrap_err();
+        .unwrap_err()
+        .message;
         assert!(across.contains("past a gap in the archived oplog"), "{across}");
         assert!(
             across.contains("from 1970-01-01T00:05:00Z to 1970-01-01T00:05:00Z"),
@@ -280,9 +329,41 @@ mod tests {
     }
 
     #[test]
+    fn only_a_point_past_the_archive_may_be_served_by_a_later_run_and_holds_the_runs() {
+        let runs = [run(100, "a", "b"), run(200, "b", "c"), run(300, "x", "y")];
+        let planned = |second| plan_to_time(&runs, Timestamp::from_second(second).unwrap(), "f", "oplog");
+        let cases = [
+            (99, Some(UnplannedKind::Never)),
+            (250, Some(UnplannedKind::Never)),
+            (300, None),
+            (302, Some(UnplannedKind::NotArchivedYet)),
+        ];
+        for (second, expected) in cases {
+            let result = planned(second);
+            assert_eq!(result.as_ref().err().map(|u| u.kind), expected, "at {second}");
+            assert_eq!(
+                holds_runs(&result),
+                expected != Some(UnplannedKind::Never),
+                "at {second}"
+            );
+        }
+        let unreadable = PointTest {
+            snapshot_before: &|_: &Run| Err("no position".to_string()),
+            log_reaches: &|_: &Run| Ok(true),
+        };
+        let refused = plan(&runs, unreadable, "f", "oplog").unwrap_err();
+        assert_eq!(
+            (refused.kind, refused.message.as_str()),
+            (UnplannedKind::Never, "no position")
+        );
+    }
+
+    #[test]
     fn no_run_no_window_and_retention_keeps_the_newest_runs() {
         assert_eq!(recoverable_window::<Run>(&[]), None);
-        let message = plan_to_time::<Run>(&[], Timestamp::from_second(5).unwrap(), "f", "oplog").unwrap_err();
+        let message = plan_to_time::<Run>(&[], Timestamp::from_second(5).unwrap(), "f", "oplog")
+            .unwrap_err()
+            .message;
         assert!(
             message.contains("the backup has no archived oplog yet"),
             "{message}"
@@ -293,7 +374,9 @@ mod tests {
             run
         });
         assert_eq!(recoverable_window(&idle), None);
-        let message = plan_to_time(&idle, Timestamp::from_second(99).unwrap(), "f", "oplog").unwrap_err();
+        let message = plan_to_time(&idle, Timestamp::from_second(99).unwrap(), "f", "oplog")
+            .unwrap_err()
+            .message;
         assert!(
             message.contains("the kept runs' oplog reaches no second after their oldest snapshot yet")
                 && message.contains("its oplog ends at 1970-01-01T00:01:40Z"),
