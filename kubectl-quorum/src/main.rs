@@ -487,7 +487,7 @@ impl Scope {
             }
             Engine::MySql => {
                 let cluster: mysql_operator::crd::MySQLCluster = self.cluster(target).await?;
-                cluster.spec.backup
+                cluster.spec.backup.map(|policy| policy.policy)
             }
             Engine::Redis => {
                 let cluster: redis_operator::crd::RedisCluster = self.cluster(target).await?;
@@ -495,7 +495,7 @@ impl Scope {
             }
             Engine::MongoDb => {
                 let cluster: mongodb_operator::crd::MongoDBReplicaSet = self.cluster(target).await?;
-                cluster.spec.backup
+                cluster.spec.backup.map(|policy| policy.policy)
             }
         };
         Ok(policy.map(|policy| policy.destination))

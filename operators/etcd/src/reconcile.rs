@@ -738,6 +738,7 @@ async fn apply_objects(
         cluster,
         cluster.spec.backup.as_ref(),
         crate::resources::labels(cluster),
+        |_| {},
     )
     .await?;
     applier.apply(&build_peer_service(cluster)?).await?;

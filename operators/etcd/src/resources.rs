@@ -833,7 +833,8 @@ mod tests {
                 &cluster,
                 cluster.spec.backup.as_ref(),
                 "main-scheduled",
-                labels(&cluster)
+                labels(&cluster),
+                |_| {}
             )
             .unwrap()
             .is_none()
@@ -855,6 +856,7 @@ mod tests {
             cluster.spec.backup.as_ref(),
             "main-scheduled",
             labels(&cluster),
+            |_| {},
         )
         .unwrap()
         .unwrap();

@@ -144,7 +144,7 @@ pub struct MongoDBReplicaSetSpec {
 
     /// How often to take snapshots and how long to keep them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub backup: Option<BackupPolicy>,
+    pub backup: Option<MongoBackupPolicy>,
 
     /// Start a new replica set from a stored snapshot: the `MongoDBBackup` whose latest
     /// snapshot (or, with `pointInTime`, the newest snapshot before that point and the oplog
@@ -152,6 +152,19 @@ pub struct MongoDBReplicaSetSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self == oldSelf").message("restoreFrom is immutable"))]
     pub restore_from: Option<MongoRestoreSource>,
+}
+
+/// A cluster's backup policy: the shared one, and the engine's own log archived with each run.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MongoBackupPolicy {
+    #[serde(flatten)]
+    pub policy: BackupPolicy,
+    /// Point-in-time recovery: each run also archives the oplog written since the previous run
+    /// next to its snapshot, as `MongoDBBackup.spec.archiveOplog` does; a new replica set can
+    /// then be restored to any second of what the kept runs hold (`restoreFrom.pointInTime`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub archive_oplog: bool,
 }
 
 /// The backup a new replica set starts from, and optionally the time to restore to.

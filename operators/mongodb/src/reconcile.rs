@@ -111,8 +111,9 @@ pub async fn reconcile(
     quorum_core::backup::controller::ensure_scheduled_backup::<crate::crd::MongoDBBackup, _, _>(
         &context,
         replica_set.as_ref(),
-        replica_set.spec.backup.as_ref(),
+        replica_set.spec.backup.as_ref().map(|policy| &policy.policy),
         crate::resources::labels(&replica_set, crate::resources::MEMBER_COMPONENT),
+        crate::resources::scheduled_backup_fields(&replica_set),
     )
     .await?;
 

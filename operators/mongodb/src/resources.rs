@@ -567,6 +567,17 @@ impl quorum_core::pass::ClusterObject for MongoDBReplicaSet {
     }
 }
 
+/// Sets the engine's own fields of `replica_set`'s backup policy on the backup that carries it out.
+pub fn scheduled_backup_fields(
+    replica_set: &MongoDBReplicaSet,
+) -> impl FnOnce(&mut crate::crd::MongoDBBackup) + '_ {
+    move |backup| {
+        if let Some(policy) = &replica_set.spec.backup {
+            backup.spec.archive_oplog = policy.archive_oplog;
+        }
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -976,39 +987,39 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn a_backup_policy_becomes_a_scheduled_backup() {
-        let mut replica_set = replica_set(3, false);
-        assert!(
+    fn a_backup_policy_becomes_a_scheduled_backup_that_archives_the_oplog_when_asked() {
+        let scheduled = |replica_set: &MongoDBReplicaSet| {
             quorum_core::backup::controller::scheduled_backup::<crate::crd::MongoDBBackup, _>(
-                &replica_set,
-                replica_set.spec.backup.as_ref(),
+                replica_set,
+                replica_set.spec.backup.as_ref().map(|policy| &policy.policy),
                 "orders-scheduled",
-                labels(&replica_set, MEMBER_COMPONENT)
+                labels(replica_set, MEMBER_COMPONENT),
+                scheduled_backup_fields(replica_set),
             )
             .unwrap()
-            .is_none()
-        );
-        replica_set.spec.backup = Some(BackupPolicy {
-            schedule: "0 3 * * *".into(),
-            destination: serde_json::from_value(serde_json::json!({"filesystem": {"path": "/backups"}}))
-                .unwrap(),
-            retain: 5,
-            max_age_minutes: None,
-            verify: false,
+        };
+        let mut replica_set = replica_set(3, false);
+        assert!(scheduled(&replica_set).is_none());
+        replica_set.spec.backup = Some(crate::crd::MongoBackupPolicy {
+            policy: BackupPolicy {
+                schedule: "0 3 * * *".into(),
+                destination: serde_json::from_value(serde_json::json!({"filesystem": {"path": "/backups"}}))
+                    .unwrap(),
+                retain: 5,
+                max_age_minutes: None,
+                verify: false,
+            },
+            archive_oplog: false,
         });
-        let backup = quorum_core::backup::controller::scheduled_backup::<crate::crd::MongoDBBackup, _>(
-            &replica_set,
-            replica_set.spec.backup.as_ref(),
-            "orders-scheduled",
-            labels(&replica_set, MEMBER_COMPONENT),
-        )
-        .unwrap()
-        .unwrap();
+        let backup = scheduled(&replica_set).unwrap();
         assert_eq!(backup.metadata.name.as_deref(), Some("orders-scheduled"));
         assert_eq!(backup.metadata.namespace.as_deref(), Some("shop"));
         assert_eq!(backup.spec.backup.cluster_name, "orders");
         assert_eq!(backup.spec.backup.schedule.as_deref(), Some("0 3 * * *"));
         assert_eq!(backup.spec.backup.retain, Some(5));
+        assert!(!backup.spec.archive_oplog);
+        replica_set.spec.backup.as_mut().unwrap().archive_oplog = true;
+        assert!(scheduled(&replica_set).unwrap().spec.archive_oplog);
     }
     #[test]
     fn a_drill_recorded_on_the_replica_set_changes_what_wakes_its_pass() {

@@ -321,7 +321,7 @@ pub(crate) fn set_conditions(
     quorum_core::pass::set_conditions(&mut status.conditions, generation, findings, now);
     quorum_core::backup::set_backup_stale(
         &mut status.conditions,
-        replica_set.spec.backup.as_ref(),
+        replica_set.spec.backup.as_ref().map(|policy| &policy.policy),
         status.last_backup.as_ref(),
         replica_set.metadata.creation_timestamp.as_ref().map(|t| t.0),
         generation,

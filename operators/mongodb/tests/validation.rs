@@ -536,6 +536,18 @@ async fn every_field_of_the_spec_is_validated_naming_the_field() {
             "admin and keyfile Secrets",
             change(json!({"adminSecret": "orders-admin", "keyfileSecret": "orders.keyfile"})),
         ),
+        // The cluster's backup policy archiving its log, for point-in-time restores.
+        Row::accepted(
+            "a backup policy that archives the log",
+            change(json!({"backup": {"schedule": "*/15 * * * *", "destination": {"filesystem": {"path": "/backups"}},
+                "retain": 96, "archiveOplog": true}})),
+        ),
+        Row::refused(
+            "a log archive flag that is no boolean",
+            change(json!({"backup": {"schedule": "*/15 * * * *", "destination": {"filesystem": {"path": "/backups"}},
+                "archiveOplog": "yes"}})),
+            &["spec.backup.archiveOplog"],
+        ),
         // restoreFrom.pointInTime
         Row::accepted(
             "restored to a time",

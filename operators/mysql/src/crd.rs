@@ -189,7 +189,7 @@ pub struct MySQLClusterSpec {
 
     /// How often to take snapshots and how long to keep them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub backup: Option<BackupPolicy>,
+    pub backup: Option<MySqlBackupPolicy>,
 
     /// Start the cluster from a `MySQLBackup` (same namespace) instead of empty: its stored
     /// snapshot is restored into the first member, whose GTID history continues from the
@@ -199,6 +199,20 @@ pub struct MySQLClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self == oldSelf").message("restoreFrom is immutable"))]
     pub restore_from: Option<MySqlRestoreSource>,
+}
+
+/// A cluster's backup policy: the shared one, and the engine's own log archived with each run.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MySqlBackupPolicy {
+    #[serde(flatten)]
+    pub policy: BackupPolicy,
+    /// Point-in-time recovery (MariaDB): each run also archives the binary log written since the
+    /// previous run next to its snapshot, as `MySQLBackup.spec.archiveBinlogs` does; a new
+    /// cluster can then be restored to any time or GTID position of what the kept runs hold
+    /// (`restoreFrom.pointInTime`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub archive_binlogs: bool,
 }
 
 /// The backup a new cluster starts from, and optionally the point in time to restore to.

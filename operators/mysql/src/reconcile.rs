@@ -816,8 +816,9 @@ async fn apply_objects(
     quorum_core::backup::controller::ensure_scheduled_backup::<crate::crd::MySQLBackup, _, _>(
         context,
         cluster,
-        cluster.spec.backup.as_ref(),
+        cluster.spec.backup.as_ref().map(|policy| &policy.policy),
         crate::resources::labels(cluster),
+        crate::resources::scheduled_backup_fields(cluster),
     )
     .await?;
     applier

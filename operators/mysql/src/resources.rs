@@ -571,6 +571,15 @@ impl quorum_core::pass::ClusterObject for MySQLCluster {
     }
 }
 
+/// Sets the engine's own fields of `cluster`'s backup policy on the backup that carries it out.
+pub fn scheduled_backup_fields(cluster: &MySQLCluster) -> impl FnOnce(&mut crate::crd::MySQLBackup) + '_ {
+    move |backup| {
+        if let Some(policy) = &cluster.spec.backup {
+            backup.spec.archive_binlogs = policy.archive_binlogs;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -771,5 +780,31 @@ mod tests {
         shop.status.as_mut().unwrap().last_drill = Some(ended(&drill, Some("content differs".into()), now));
         let failed = last_drill_digest(&shop);
         assert!(failed.is_some() && failed != verified, "{failed:?}");
+    }
+
+    #[test]
+    fn a_backup_policy_that_archives_the_binary_log_makes_a_scheduled_backup_that_does() {
+        let mut cluster = cluster(Flavor::MariaDB, 3);
+        cluster.spec.backup = Some(
+            serde_json::from_value(serde_json::json!({
+                "schedule": "*/15 * * * *",
+                "destination": {"filesystem": {"path": "/backups"}},
+                "retain": 96,
+                "archiveBinlogs": true,
+            }))
+            .unwrap(),
+        );
+        let backup = quorum_core::backup::controller::scheduled_backup::<crate::crd::MySQLBackup, _>(
+            &cluster,
+            cluster.spec.backup.as_ref().map(|policy| &policy.policy),
+            "main-scheduled",
+            std::collections::BTreeMap::new(),
+            scheduled_backup_fields(&cluster),
+        )
+        .unwrap()
+        .unwrap();
+        assert!(backup.spec.archive_binlogs);
+        assert_eq!(backup.spec.backup.retain, Some(96));
+        assert_eq!(backup.spec.backup.schedule.as_deref(), Some("*/15 * * * *"));
     }
 }

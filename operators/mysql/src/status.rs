@@ -325,7 +325,7 @@ pub fn build_status(
     set_condition(&mut conditions, degraded, generation, now);
     quorum_core::backup::set_backup_stale(
         &mut conditions,
-        cluster.spec.backup.as_ref(),
+        cluster.spec.backup.as_ref().map(|policy| &policy.policy),
         previous.last_backup.as_ref(),
         cluster.metadata.creation_timestamp.as_ref().map(|t| t.0),
         generation,

@@ -350,6 +350,18 @@ async fn every_field_of_the_spec_is_validated_naming_the_field() {
             tls("other-tls"),
             &["spec.tls", "tls is immutable"],
         ),
+        // The cluster's backup policy archiving its log, for point-in-time restores.
+        Row::accepted(
+            "a backup policy that archives the log",
+            spec(json!({"backup": {"schedule": "*/15 * * * *", "destination": {"filesystem": {"path": "/backups"}},
+                "retain": 96, "archiveBinlogs": true}})),
+        ),
+        Row::refused(
+            "a log archive flag that is no boolean",
+            spec(json!({"backup": {"schedule": "*/15 * * * *", "destination": {"filesystem": {"path": "/backups"}},
+                "archiveBinlogs": "yes"}})),
+            &["spec.backup.archiveBinlogs"],
+        ),
         // restoreFrom.pointInTime
         Row::accepted(
             "restored to a time",

@@ -100,6 +100,7 @@ pub async fn reconcile(cluster: Arc<RedisCluster>, context: Arc<Context<State>>)
         cluster.as_ref(),
         cluster.spec.backup.as_ref(),
         crate::resources::labels(&cluster, crate::resources::NODE_COMPONENT),
+        |_| {},
     )
     .await?;
 

@@ -1403,7 +1403,8 @@ fn whole_seconds(from: Timestamp, to: Timestamp) -> i64 {
 }
 
 /// The backup that carries out `cluster`'s backup `policy`, named `name` and labelled `labels`,
-/// owned by the cluster; `None` without a policy.
+/// owned by the cluster, with the engine's own fields of the policy set by `engine_fields`;
+/// `None` without a policy.
 ///
 /// # Errors
 /// As [`crate::apply::child_metadata`].
@@ -1412,6 +1413,7 @@ pub fn scheduled_backup<B, C>(
     policy: Option<&crate::crd::BackupPolicy>,
     name: &str,
     labels: std::collections::BTreeMap<String, String>,
+    engine_fields: impl FnOnce(&mut B),
 ) -> Result<Option<B>, crate::Error>
 where
     B: BackupResource,
@@ -1422,6 +1424,7 @@ where
     };
     let mut backup = B::with_spec(name, BackupSpec::scheduled(&cluster.name_any(), policy));
     *backup.meta_mut() = crate::apply::child_metadata(cluster, name, labels)?;
+    engine_fields(&mut backup);
     Ok(Some(backup))
 }
 
@@ -1435,13 +1438,14 @@ pub async fn ensure_scheduled_backup<B, C, S>(
     cluster: &C,
     policy: Option<&crate::crd::BackupPolicy>,
     labels: std::collections::BTreeMap<String, String>,
+    engine_fields: impl FnOnce(&mut B),
 ) -> Result<(), crate::Error>
 where
     B: BackupResource + crate::cache::Cacheable,
     C: Resource<DynamicType = ()>,
 {
     let name = crate::naming::child_name(&cluster.name_any(), "scheduled");
-    let backup = scheduled_backup::<B, C>(cluster, policy, &name, labels)?;
+    let backup = scheduled_backup::<B, C>(cluster, policy, &name, labels, engine_fields)?;
     context.applier.apply_or_remove(cluster, &name, backup).await
 }
 
