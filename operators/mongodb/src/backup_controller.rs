@@ -274,6 +274,10 @@ impl BackupEngine for MongoSnapshots<'_> {
         }
     }
 
+    fn archive_break(&self, status: &MongoDBBackupStatus) -> Option<String> {
+        recovery::archive_break(&status.recovery_runs, "oplog")
+    }
+
     fn keep_runs(&self, status: &mut MongoDBBackupStatus, retain: u32) -> bool {
         let before = status.recovery_runs.len();
         recovery::keep_newest(&mut status.recovery_runs, Some(retain));

@@ -272,6 +272,10 @@ impl BackupEngine for MySqlSnapshots<'_> {
         }
     }
 
+    fn archive_break(&self, status: &MySQLBackupStatus) -> Option<String> {
+        recovery::archive_break(&status.recovery_runs, "binary log")
+    }
+
     fn keep_runs(&self, status: &mut MySQLBackupStatus, retain: u32) -> bool {
         let before = status.recovery_runs.len();
         recovery::keep_newest(&mut status.recovery_runs, Some(retain));

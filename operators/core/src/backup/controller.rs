@@ -282,6 +282,12 @@ pub trait BackupEngine: Send + Sync {
         false
     }
 
+    /// Why the run just recorded in `status` does not continue the archived log of the run
+    /// before it, and what can no longer be restored; published as a warning. None by default.
+    fn archive_break(&self, _status: &<Self::Backup as BackupResource>::Status) -> Option<String> {
+        None
+    }
+
     /// Drops the engine's own kept runs beyond `retain` from a backup's status (a
     /// point-in-time backup's snapshots with their logs); whether any was dropped. Retention
     /// then deletes their objects. Nothing by default.
@@ -1044,6 +1050,9 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
         engine_fields(engine, &mut self.status);
         self.writer.write(&self.status).await?;
         self.publish(Severity::Normal, "SnapshotStored", summary).await;
+        if let Some(message) = engine.archive_break(&self.status) {
+            self.publish(Severity::Warning, "ArchiveBroken", message).await;
+        }
         self.context.metrics.observe_backup_success(
             E::ENGINE,
             &self.namespace,

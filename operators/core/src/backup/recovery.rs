@@ -206,6 +206,23 @@ pub fn recoverable_window<R: ArchivedRun>(runs: &[R]) -> Option<(Timestamp, Time
     (from <= until).then_some((from, until))
 }
 
+/// When the newest of `runs` does not continue the run before it (the source no longer held
+/// where that one ended, or holds another history), what a person needs to know: which points
+/// can no longer be restored. `log` names the engine's log.
+pub fn archive_break<R: ArchivedRun>(runs: &[R], log: &str) -> Option<String> {
+    let [.., previous, newest] = runs else {
+        return None;
+    };
+    (previous.log_through() != newest.log_after()).then(|| {
+        format!(
+            "the archived {log} restarts at this run's snapshot: the previous run's ended at {}, which this run's source no longer holds (or it is of another history), so no point between {} and {} can be restored",
+            previous.log_through(),
+            previous.archived_at().0,
+            newest.snapshot_completed_at().0
+        )
+    })
+}
+
 /// Drops the oldest runs beyond `retain` (all are kept without one): retention keeps as many
 /// runs' objects.
 pub fn keep_newest<R>(runs: &mut Vec<R>, retain: Option<u32>) {
@@ -355,6 +372,26 @@ mod tests {
         assert_eq!(
             (refused.kind, refused.message.as_str()),
             (UnplannedKind::Never, "no position")
+        );
+    }
+
+    #[test]
+    fn a_run_that_does_not_continue_the_previous_one_says_which_points_are_lost() {
+        assert_eq!(archive_break::<Run>(&[], "oplog"), None);
+        assert_eq!(archive_break(&[run(100, "a", "b")], "oplog"), None);
+        assert_eq!(
+            archive_break(&[run(100, "a", "b"), run(200, "b", "c")], "oplog"),
+            None
+        );
+        let broken = archive_break(
+            &[run(100, "a", "b"), run(200, "b", "c"), run(300, "x", "y")],
+            "oplog",
+        )
+        .expect("a break");
+        assert!(
+            broken.contains("the previous run's ended at c")
+                && broken.contains("between 1970-01-01T00:03:21Z and 1970-01-01T00:05:00Z"),
+            "{broken}"
         );
     }
 
