@@ -255,23 +255,23 @@ impl BackupEngine for MongoSnapshots<'_> {
     }
 
     fn restore_holds_runs(&self, backup: &MongoDBBackup, replica_set: &MongoDBReplicaSet) -> bool {
-        let restored = replica_set
-            .status
-            .as_ref()
-            .is_some_and(|status| status.restored_from.is_some());
         let runs = backup
             .status
             .as_ref()
-            .map(|status| status.recovery_runs.as_slice());
-        match (&replica_set.spec.restore_from, runs) {
-            (Some(source), Some(runs)) if !restored && source.backup.backup_name == backup.name_any() => {
-                source
-                    .point_in_time
-                    .as_ref()
-                    .is_some_and(|point| recovery::holds_runs(&crate::execute::plan_to_point(runs, point)))
-            }
-            _ => false,
-        }
+            .map_or(&[][..], |status| status.recovery_runs.as_slice());
+        let source = replica_set.spec.restore_from.as_ref();
+        recovery::restore_holds_runs(
+            &backup.name_any(),
+            source.map(|source| source.backup.backup_name.as_str()),
+            replica_set
+                .status
+                .as_ref()
+                .is_some_and(|status| status.restored_from.is_some()),
+            || {
+                let point = source?.point_in_time.as_ref()?;
+                Some(crate::execute::plan_to_point(runs, point))
+            },
+        )
     }
 
     fn archive_break(&self, status: &MongoDBBackupStatus) -> Option<String> {
@@ -279,11 +279,11 @@ impl BackupEngine for MongoSnapshots<'_> {
     }
 
     fn keep_runs(&self, status: &mut MongoDBBackupStatus, retain: u32) -> bool {
-        let before = status.recovery_runs.len();
-        recovery::keep_newest(&mut status.recovery_runs, Some(retain));
-        (status.recoverable_from, status.recoverable_until) =
-            recovery::window_in_status(&status.recovery_runs);
-        status.recovery_runs.len() != before
+        recovery::keep_newest_in_status(
+            &mut status.recovery_runs,
+            (&mut status.recoverable_from, &mut status.recoverable_until),
+            retain,
+        )
     }
 
     fn drill_cluster(

@@ -254,22 +254,23 @@ impl BackupEngine for MySqlSnapshots<'_> {
     }
 
     fn restore_holds_runs(&self, backup: &MySQLBackup, cluster: &MySQLCluster) -> bool {
-        let restored = cluster
-            .status
-            .as_ref()
-            .is_some_and(|status| status.restored_from.is_some());
         let runs = backup
             .status
             .as_ref()
-            .map(|status| status.recovery_runs.as_slice());
-        match (&cluster.spec.restore_from, runs) {
-            (Some(source), Some(runs)) if !restored && source.backup.backup_name == backup.name_any() => {
-                source.point_in_time.as_ref().is_some_and(|point| {
-                    recovery::holds_runs(&crate::restore::plan_recovery(runs, point, cluster.spec.flavor))
-                })
-            }
-            _ => false,
-        }
+            .map_or(&[][..], |status| status.recovery_runs.as_slice());
+        let source = cluster.spec.restore_from.as_ref();
+        recovery::restore_holds_runs(
+            &backup.name_any(),
+            source.map(|source| source.backup.backup_name.as_str()),
+            cluster
+                .status
+                .as_ref()
+                .is_some_and(|status| status.restored_from.is_some()),
+            || {
+                let point = source?.point_in_time.as_ref()?;
+                Some(crate::restore::plan_recovery(runs, point, cluster.spec.flavor))
+            },
+        )
     }
 
     fn archive_break(&self, status: &MySQLBackupStatus) -> Option<String> {
@@ -277,11 +278,11 @@ impl BackupEngine for MySqlSnapshots<'_> {
     }
 
     fn keep_runs(&self, status: &mut MySQLBackupStatus, retain: u32) -> bool {
-        let before = status.recovery_runs.len();
-        recovery::keep_newest(&mut status.recovery_runs, Some(retain));
-        (status.recoverable_from, status.recoverable_until) =
-            recovery::window_in_status(&status.recovery_runs);
-        status.recovery_runs.len() != before
+        recovery::keep_newest_in_status(
+            &mut status.recovery_runs,
+            (&mut status.recoverable_from, &mut status.recoverable_until),
+            retain,
+        )
     }
 
     fn drill_cluster(

@@ -105,6 +105,31 @@ pub fn holds_runs<Plan>(planned: &Result<Plan, Unplanned>) -> bool {
     }
 }
 
+/// Whether a cluster still needs the kept runs of the backup `backup`: it restores from it
+/// (`restoring_from`, its `restoreFrom`), its restore is not recorded yet, and its point, as
+/// `plan` plans it (`None` without a point in time), can be served now or by a later run.
+pub fn restore_holds_runs<Plan>(
+    backup: &str,
+    restoring_from: Option<&str>,
+    restored: bool,
+    plan: impl FnOnce() -> Option<Result<Plan, Unplanned>>,
+) -> bool {
+    restoring_from == Some(backup) && !restored && plan().is_some_and(|planned| holds_runs(&planned))
+}
+
+/// Keeps the newest `retain` of `runs` and the window they give, as a status records them
+/// (`recoverableFrom`, `recoverableUntil`); whether any run was dropped.
+pub fn keep_newest_in_status<R: ArchivedRun>(
+    runs: &mut Vec<R>,
+    window: (&mut Option<Time>, &mut Option<Time>),
+    retain: u32,
+) -> bool {
+    let before = runs.len();
+    keep_newest(runs, Some(retain));
+    (*window.0, *window.1) = window_in_status(runs);
+    runs.len() != before
+}
+
 /// How a point is compared with a run: by the engine's positions or by time.
 pub struct PointTest<'a, R> {
     /// The run's snapshot holds nothing past the point.
