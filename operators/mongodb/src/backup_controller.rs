@@ -254,35 +254,48 @@ impl BackupEngine for MongoSnapshots<'_> {
             .map(|record| record.location.clone())
     }
 
-    fn restore_holds_runs(&self, backup: &MongoDBBackup, replica_set: &MongoDBReplicaSet) -> bool {
-        let runs = backup
+    fn runs_held_from(
+        &self,
+        status: &MongoDBBackupStatus,
+        backup: &MongoDBBackup,
+        replica_set: &MongoDBReplicaSet,
+    ) -> Option<usize> {
+        // A set is never restored from its own backup: that is refused (RestoreSourceInvalid).
+        if backup.spec.backup.cluster_name == replica_set.name_any() {
+            return None;
+        }
+        let runs = status.recovery_runs.as_slice();
+        let source = replica_set.spec.restore_from.as_ref();
+        let done = replica_set
             .status
             .as_ref()
-            .map_or(&[][..], |status| status.recovery_runs.as_slice());
-        let source = replica_set.spec.restore_from.as_ref();
-        recovery::restore_holds_runs(
+            .is_some_and(|status| status.restored_from.is_some());
+        recovery::restore_holds_from(
             &backup.name_any(),
             source.map(|source| source.backup.backup_name.as_str()),
-            replica_set
-                .status
-                .as_ref()
-                .is_some_and(|status| status.restored_from.is_some()),
+            done,
             || {
                 let point = source?.point_in_time.as_ref()?;
-                Some(crate::execute::plan_to_point(runs, point))
+                Some(crate::execute::plan_to_point(runs, point).map(|plan| plan.snapshot))
             },
         )
     }
 
     fn archive_break(&self, status: &MongoDBBackupStatus) -> Option<String> {
-        recovery::archive_break(&status.recovery_runs, "oplog")
+        let last_snapshot = status
+            .run
+            .last_snapshot
+            .as_ref()
+            .map(|record| record.location.as_str());
+        recovery::archive_break(&status.recovery_runs, last_snapshot, "oplog")
     }
 
-    fn keep_runs(&self, status: &mut MongoDBBackupStatus, retain: u32) -> bool {
+    fn keep_runs(&self, status: &mut MongoDBBackupStatus, retain: u32, held_from: Option<usize>) -> bool {
         recovery::keep_newest_in_status(
             &mut status.recovery_runs,
             (&mut status.recoverable_from, &mut status.recoverable_until),
             retain,
+            held_from,
         )
     }
 
@@ -347,8 +360,8 @@ pub struct RunInfo {
 
 /// Archives the oplog the member holds since the previous run (since this run's snapshot for
 /// the first, or when the member's oplog no longer holds where the previous run ended) next to
-/// the snapshot `name`, and returns it with the kept runs: the previous ones and this, the
-/// newest `retain`.
+/// the snapshot `name`, and returns it with the runs: the kept ones and this (retention trims
+/// them when it prunes).
 async fn archive_run(
     backup: &MongoDBBackup,
     client: &mongodb::Client,

@@ -253,35 +253,46 @@ impl BackupEngine for MySqlSnapshots<'_> {
             .map(|record| record.location.clone())
     }
 
-    fn restore_holds_runs(&self, backup: &MySQLBackup, cluster: &MySQLCluster) -> bool {
-        let runs = backup
+    fn runs_held_from(
+        &self,
+        status: &MySQLBackupStatus,
+        backup: &MySQLBackup,
+        cluster: &MySQLCluster,
+    ) -> Option<usize> {
+        let runs = status.recovery_runs.as_slice();
+        let source = cluster.spec.restore_from.as_ref();
+        let done = cluster
             .status
             .as_ref()
-            .map_or(&[][..], |status| status.recovery_runs.as_slice());
-        let source = cluster.spec.restore_from.as_ref();
-        recovery::restore_holds_runs(
+            .is_some_and(|status| status.restored_from.is_some() || status.primary.is_some());
+        recovery::restore_holds_from(
             &backup.name_any(),
             source.map(|source| source.backup.backup_name.as_str()),
-            cluster
-                .status
-                .as_ref()
-                .is_some_and(|status| status.restored_from.is_some()),
+            done,
             || {
                 let point = source?.point_in_time.as_ref()?;
-                Some(crate::restore::plan_recovery(runs, point, cluster.spec.flavor))
+                Some(
+                    crate::restore::plan_recovery(runs, point, cluster.spec.flavor).map(|plan| plan.snapshot),
+                )
             },
         )
     }
 
     fn archive_break(&self, status: &MySQLBackupStatus) -> Option<String> {
-        recovery::archive_break(&status.recovery_runs, "binary log")
+        let last_snapshot = status
+            .run
+            .last_snapshot
+            .as_ref()
+            .map(|record| record.location.as_str());
+        recovery::archive_break(&status.recovery_runs, last_snapshot, "binary log")
     }
 
-    fn keep_runs(&self, status: &mut MySQLBackupStatus, retain: u32) -> bool {
+    fn keep_runs(&self, status: &mut MySQLBackupStatus, retain: u32, held_from: Option<usize>) -> bool {
         recovery::keep_newest_in_status(
             &mut status.recovery_runs,
             (&mut status.recoverable_from, &mut status.recoverable_until),
             retain,
+            held_from,
         )
     }
 
@@ -342,8 +353,8 @@ impl BackupEngine for MySqlSnapshots<'_> {
 
 /// Archives the binary log the member wrote since the previous run (since this run's snapshot
 /// for the first, or when the member no longer holds where the previous run ended) next to the
-/// snapshot `name`, and returns it with the kept runs: the previous ones and this, the newest
-/// `retain`.
+/// snapshot `name`, and returns it with the runs: the kept ones and this (retention trims
+/// them when it prunes).
 async fn archive_run(
     backup: &MySQLBackup,
     admin: &MySqlAdmin,

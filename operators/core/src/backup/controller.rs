@@ -273,13 +273,19 @@ pub trait BackupEngine: Send + Sync {
         None
     }
 
-    /// Whether `cluster` is restoring from `backup` to a point in time and may still need its
-    /// kept runs: its restore is not recorded yet, and its plan can start now or once a later
-    /// run archives past its point. Retention waits while one does. False by default (a
-    /// restore of the newest snapshot reads what the backup's status points at, which
-    /// retention never deletes).
-    fn restore_holds_runs(&self, _backup: &Self::Backup, _cluster: &Self::Cluster) -> bool {
-        false
+    /// The oldest of the kept runs in `status` (of the backup `backup`) that `cluster` still
+    /// needs, as an index: it restores from this backup to a point in time, its restore is not
+    /// done, and its plan starts from that run's snapshot now or will once a later run archives
+    /// past its point. Retention keeps every run from it on. None by default (a restore of the
+    /// newest snapshot reads what the backup's status points at, which retention never
+    /// deletes).
+    fn runs_held_from(
+        &self,
+        _status: &<Self::Backup as BackupResource>::Status,
+        _backup: &Self::Backup,
+        _cluster: &Self::Cluster,
+    ) -> Option<usize> {
+        None
     }
 
     /// Why the run just recorded in `status` does not continue the archived log of the run
@@ -289,9 +295,15 @@ pub trait BackupEngine: Send + Sync {
     }
 
     /// Drops the engine's own kept runs beyond `retain` from a backup's status (a
-    /// point-in-time backup's snapshots with their logs); whether any was dropped. Retention
-    /// then deletes their objects. Nothing by default.
-    fn keep_runs(&self, _status: &mut <Self::Backup as BackupResource>::Status, _retain: u32) -> bool {
+    /// point-in-time backup's snapshots with their logs), keeping every run from `held_from` on
+    /// (see [`Engine::runs_held_from`]); whether any was dropped. Retention then deletes their
+    /// objects. Nothing by default.
+    fn keep_runs(
+        &self,
+        _status: &mut <Self::Backup as BackupResource>::Status,
+        _retain: u32,
+        _held_from: Option<usize>,
+    ) -> bool {
         false
     }
 
@@ -534,7 +546,11 @@ where
         Ok(snapshots) => snapshots,
         Err(failure) => return failed(failure.reason, failure.message),
     };
-    let mut engine_status = <E::Backup as BackupResource>::Status::default();
+    // From the stored status: what this run does not set (the kept runs of a run that archived no
+    // log) stays as it was, as it does for a run in the operator.
+    let mut engine_status = backup.backup_status().cloned().unwrap_or_default();
+    // The operator keeps its own record of the run: not sent back, as the message is small.
+    *E::Backup::run_mut(&mut engine_status) = Default::default();
     engine.record(&mut engine_status, &snapshots);
     JobOutcome::Stored {
         member: engine.member(&sources[0]),
@@ -1078,16 +1094,17 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
         let Some(keep) = self.spec().retain else {
             return Ok(());
         };
-        let restoring = self.restoring_from_this().await?;
+        let restoring = self.restores_holding_runs().await?;
+        let held_from = restoring.iter().map(|(_, from)| *from).min();
         if !restoring.is_empty() {
+            let clusters: Vec<&str> = restoring.iter().map(|(name, _)| name.as_str()).collect();
             let message = format!(
-                "retention waits while {} restores from this backup: every kept run stays until the restore is recorded on it",
-                restoring.join(", ")
+                "retention keeps every run {} may restore from until its restore is done",
+                clusters.join(", ")
             );
             self.publish(Severity::Normal, "RetentionDeferred", message).await;
-            return Ok(());
         }
-        if self.engine.keep_runs(&mut self.status, keep) {
+        if self.engine.keep_runs(&mut self.status, keep, held_from) {
             self.writer.write(&self.status).await?;
         }
         let retention = Retention {
@@ -1116,8 +1133,9 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
         Ok(())
     }
 
-    /// The clusters of the namespace whose restore may still need this backup's kept runs.
-    async fn restoring_from_this(&self) -> Result<Vec<String>, Failure<E>> {
+    /// The clusters of the namespace whose restore still needs some of this backup's kept runs,
+    /// each with the oldest run it needs (see [`Engine::runs_held_from`]).
+    async fn restores_holding_runs(&self) -> Result<Vec<(String, usize)>, Failure<E>> {
         let clusters: Api<E::Cluster> = Api::namespaced(self.context.client.clone(), &self.namespace);
         Ok(clusters
             .list(&ListParams::default())
@@ -1127,8 +1145,10 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
                 source,
             })?
             .into_iter()
-            .filter(|cluster| self.engine.restore_holds_runs(self.backup, cluster))
-            .map(|cluster| cluster.name_any())
+            .filter_map(|cluster| {
+                let from = self.engine.runs_held_from(&self.status, self.backup, &cluster)?;
+                Some((cluster.name_any(), from))
+            })
             .collect())
     }
 

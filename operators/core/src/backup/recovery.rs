@@ -74,8 +74,9 @@ pub struct Unplanned {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum UnplannedKind {
-    /// The point is past what was archived: a later run may reach it.
-    NotArchivedYet,
+    /// The point is past what was archived: a later run may reach it, starting from the
+    /// snapshot of the run at `snapshot` (or of a later one complete before the point).
+    NotArchivedYet { snapshot: usize },
     /// No run, kept now or taken later, can serve it: it is before the oldest kept snapshot,
     /// across a gap in the archive, or unreadable.
     Never,
@@ -96,36 +97,54 @@ impl From<Unplanned> for String {
     }
 }
 
-/// Whether a restore planned as `planned` still needs the kept runs: it can start now, or a
-/// later run may reach its point. Retention waits while one does.
-pub fn holds_runs<Plan>(planned: &Result<Plan, Unplanned>) -> bool {
+/// The oldest kept run a restore planned as `planned` (its plan's snapshot run, as an index)
+/// still needs: from the snapshot it starts from now, or will once a later run reaches its
+/// point. `None` when no run can ever serve it.
+pub fn held_from(planned: Result<usize, Unplanned>) -> Option<usize> {
     match planned {
-        Ok(_) => true,
-        Err(unplanned) => unplanned.kind == UnplannedKind::NotArchivedYet,
+        Ok(snapshot) => Some(snapshot),
+        Err(Unplanned {
+            kind: UnplannedKind::NotArchivedYet { snapshot },
+            ..
+        }) => Some(snapshot),
+        Err(_) => None,
     }
 }
 
-/// Whether a cluster still needs the kept runs of the backup `backup`: it restores from it
-/// (`restoring_from`, its `restoreFrom`), its restore is not recorded yet, and its point, as
-/// `plan` plans it (`None` without a point in time), can be served now or by a later run.
-pub fn restore_holds_runs<Plan>(
+/// The oldest kept run of the backup `backup` a cluster still needs (see [`held_from`]): it
+/// restores from it (`restoring_from`, its `restoreFrom`), its restore is not done yet, and
+/// `plan` plans its point to a snapshot run (`None` without a point in time: the newest
+/// snapshot, which the backup's status always points at).
+pub fn restore_holds_from(
     backup: &str,
     restoring_from: Option<&str>,
-    restored: bool,
-    plan: impl FnOnce() -> Option<Result<Plan, Unplanned>>,
-) -> bool {
-    restoring_from == Some(backup) && !restored && plan().is_some_and(|planned| holds_runs(&planned))
+    done: bool,
+    plan: impl FnOnce() -> Option<Result<usize, Unplanned>>,
+) -> Option<usize> {
+    if restoring_from != Some(backup) || done {
+        return None;
+    }
+    held_from(plan()?)
 }
 
-/// Keeps the newest `retain` of `runs` and the window they give, as a status records them
-/// (`recoverableFrom`, `recoverableUntil`); whether any run was dropped.
+/// The most runs a restore that has not completed holds beyond `retain`: one that fails for that
+/// long (a schedule's interval each) stops holding the oldest, so a status stays bounded.
+pub const MAX_HELD_RUNS: usize = 100;
+
+/// Keeps the newest `retain` of `runs`, and every run from `held_from` on (a restore's, at most
+/// [`MAX_HELD_RUNS`]), and the
+/// window they give, as a status records them (`recoverableFrom`, `recoverableUntil`); whether
+/// any run was dropped.
 pub fn keep_newest_in_status<R: ArchivedRun>(
     runs: &mut Vec<R>,
     window: (&mut Option<Time>, &mut Option<Time>),
     retain: u32,
+    held_from: Option<usize>,
 ) -> bool {
     let before = runs.len();
-    keep_newest(runs, Some(retain));
+    let held = held_from.map_or(0, |from| before.saturating_sub(from).min(MAX_HELD_RUNS));
+    let keep = (retain as usize).max(held);
+    runs.drain(..before.saturating_sub(keep));
     (*window.0, *window.1) = window_in_status(runs);
     runs.len() != before
 }
@@ -189,7 +208,7 @@ pub fn plan<R: ArchivedRun>(
         }
     }
     Err(Unplanned {
-        kind: UnplannedKind::NotArchivedYet,
+        kind: UnplannedKind::NotArchivedYet { snapshot },
         message: format!("{field} is after the newest archived point: {window}"),
     })
 }
@@ -231,14 +250,18 @@ pub fn recoverable_window<R: ArchivedRun>(runs: &[R]) -> Option<(Timestamp, Time
     (from <= until).then_some((from, until))
 }
 
-/// When the newest of `runs` does not continue the run before it (the source no longer held
+/// When the newest of `runs`, the run whose snapshot is `last_snapshot`, does not continue the run before it (the source no longer held
 /// where that one ended, or holds another history), what a person needs to know: which points
 /// can no longer be restored. `log` names the engine's log.
-pub fn archive_break<R: ArchivedRun>(runs: &[R], log: &str) -> Option<String> {
+pub fn archive_break<R: ArchivedRun>(runs: &[R], last_snapshot: Option<&str>, log: &str) -> Option<String> {
     let [.., previous, newest] = runs else {
         return None;
     };
-    (previous.log_through() != newest.log_after()).then(|| {
+    // Only when the run just recorded (`last_snapshot`) added the newest: a run that archived
+    // nothing has said nothing new.
+    let [newest_snapshot, _] = newest.stored();
+    let added = last_snapshot == Some(newest_snapshot.location.as_str());
+    (added && previous.log_through() != newest.log_after()).then(|| {
         format!(
             "the archived {log} restarts at this run's snapshot: the previous run's ended at {}, which this run's source no longer holds (or it is of another history), so no point between {} and {} can be restored",
             previous.log_through(),
@@ -246,14 +269,6 @@ pub fn archive_break<R: ArchivedRun>(runs: &[R], log: &str) -> Option<String> {
             newest.snapshot_completed_at().0
         )
     })
-}
-
-/// Drops the oldest runs beyond `retain` (all are kept without one): retention keeps as many
-/// runs' objects.
-pub fn keep_newest<R>(runs: &mut Vec<R>, retain: Option<u32>) {
-    let keep = retain.map_or(usize::MAX, |retain| retain as usize);
-    let excess = runs.len().saturating_sub(keep);
-    runs.drain(..excess);
 }
 
 #[cfg(test)]
@@ -265,6 +280,7 @@ mod tests {
         archived: Time,
         after: String,
         through: String,
+        pieces: [StoredPiece; 2],
     }
 
     impl ArchivedRun for Run {
@@ -281,7 +297,7 @@ mod tests {
             &self.through
         }
         fn stored(&self) -> [&StoredPiece; 2] {
-            unreachable!("planning reads no stored piece")
+            [&self.pieces[0], &self.pieces[1]]
         }
     }
 
@@ -292,11 +308,17 @@ mod tests {
     /// A run whose snapshot completed at `second`, whose log was read at `second + 1`, and
     /// which holds the log from `after` to `through`.
     fn run(second: i64, after: &str, through: &str) -> Run {
+        let piece = |extension: &str| StoredPiece {
+            location: format!("{second}.{extension}"),
+            sha256: String::new(),
+            size_bytes: None,
+        };
         Run {
             completed: at(second),
             archived: at(second + 1),
             after: after.into(),
             through: through.into(),
+            pieces: [piece("snapshot"), piece("log")],
         }
     }
 
@@ -371,24 +393,56 @@ mod tests {
     }
 
     #[test]
-    fn only_a_point_past_the_archive_may_be_served_by_a_later_run_and_holds_the_runs() {
+    fn a_restore_holds_the_runs_from_its_snapshot_on_and_only_while_a_run_may_serve_it() {
         let runs = [run(100, "a", "b"), run(200, "b", "c"), run(300, "x", "y")];
-        let planned = |second| plan_to_time(&runs, Timestamp::from_second(second).unwrap(), "f", "oplog");
+        let planned = |second| {
+            plan_to_time(&runs, Timestamp::from_second(second).unwrap(), "f", "oplog")
+                .map(|plan| plan.snapshot)
+        };
         let cases = [
-            (99, Some(UnplannedKind::Never)),
-            (250, Some(UnplannedKind::Never)),
-            (300, None),
-            (302, Some(UnplannedKind::NotArchivedYet)),
+            // (time, what the plan says, the oldest run the restore holds)
+            (99, Some(UnplannedKind::Never), None),
+            (150, None, Some(0)),
+            (250, Some(UnplannedKind::Never), None),
+            (300, None, Some(2)),
+            // Far in the future: only the newest run, whatever comes later.
+            (302, Some(UnplannedKind::NotArchivedYet { snapshot: 2 }), Some(2)),
         ];
-        for (second, expected) in cases {
+        for (second, kind, held) in cases {
             let result = planned(second);
-            assert_eq!(result.as_ref().err().map(|u| u.kind), expected, "at {second}");
-            assert_eq!(
-                holds_runs(&result),
-                expected != Some(UnplannedKind::Never),
-                "at {second}"
-            );
+            assert_eq!(result.as_ref().err().map(|u| u.kind), kind, "at {second}");
+            assert_eq!(held_from(result), held, "at {second}");
         }
+        let pending =
+            |restoring_from, done| restore_holds_from("nightly", restoring_from, done, || Some(Ok(1)));
+        assert_eq!(pending(Some("nightly"), false), Some(1));
+        assert_eq!(
+            pending(Some("nightly"), true),
+            None,
+            "a restore done holds nothing"
+        );
+        assert_eq!(pending(Some("weekly"), false), None, "another backup's restore");
+        assert_eq!(
+            restore_holds_from("nightly", Some("nightly"), false, || None),
+            None,
+            "the newest snapshot"
+        );
+
+        // Retention keeps `retain` runs, and every run from the oldest one held.
+        let kept = |retain, held| {
+            let mut kept: Vec<Run> = (1..=5).map(|n| run(n * 100, "a", "a")).collect();
+            let (mut from, mut until) = (None, None);
+            let dropped = keep_newest_in_status(&mut kept, (&mut from, &mut until), retain, held);
+            (kept.len(), dropped)
+        };
+        assert_eq!(kept(2, None), (2, true));
+        assert_eq!(kept(2, Some(1)), (4, true));
+        assert_eq!(kept(2, Some(4)), (2, true));
+        assert_eq!(kept(5, Some(0)), (5, false));
+        let mut many: Vec<Run> = (1..=120).map(|n| run(n * 100, "a", "a")).collect();
+        let (mut from, mut until) = (None, None);
+        keep_newest_in_status(&mut many, (&mut from, &mut until), 3, Some(0));
+        assert_eq!(many.len(), MAX_HELD_RUNS, "a hold is bounded");
         let unreadable = PointTest {
             snapshot_before: &|_: &Run| Err("no position".to_string()),
             log_reaches: &|_: &Run| Ok(true),
@@ -402,26 +456,26 @@ mod tests {
 
     #[test]
     fn a_run_that_does_not_continue_the_previous_one_says_which_points_are_lost() {
-        assert_eq!(archive_break::<Run>(&[], "oplog"), None);
-        assert_eq!(archive_break(&[run(100, "a", "b")], "oplog"), None);
+        assert_eq!(archive_break::<Run>(&[], None, "oplog"), None);
         assert_eq!(
-            archive_break(&[run(100, "a", "b"), run(200, "b", "c")], "oplog"),
+            archive_break(&[run(100, "a", "b")], Some("100.snapshot"), "oplog"),
             None
         );
-        let broken = archive_break(
-            &[run(100, "a", "b"), run(200, "b", "c"), run(300, "x", "y")],
-            "oplog",
-        )
-        .expect("a break");
+        let unbroken = [run(100, "a", "b"), run(200, "b", "c")];
+        assert_eq!(archive_break(&unbroken, Some("200.snapshot"), "oplog"), None);
+        let broken = [run(100, "a", "b"), run(200, "b", "c"), run(300, "x", "y")];
+        let message = archive_break(&broken, Some("300.snapshot"), "oplog").expect("a break");
         assert!(
-            broken.contains("the previous run's ended at c")
-                && broken.contains("between 1970-01-01T00:03:21Z and 1970-01-01T00:05:00Z"),
-            "{broken}"
+            message.contains("the previous run's ended at c")
+                && message.contains("between 1970-01-01T00:03:21Z and 1970-01-01T00:05:00Z"),
+            "{message}"
         );
+        // A later run that archived nothing (its snapshot is not the newest run's) repeats nothing.
+        assert_eq!(archive_break(&broken, Some("400.snapshot"), "oplog"), None);
     }
 
     #[test]
-    fn no_run_no_window_and_retention_keeps_the_newest_runs() {
+    fn no_run_no_window() {
         assert_eq!(recoverable_window::<Run>(&[]), None);
         let message = plan_to_time::<Run>(&[], Timestamp::from_second(5).unwrap(), "f", "oplog")
             .unwrap_err()
@@ -444,10 +498,5 @@ mod tests {
                 && message.contains("its oplog ends at 1970-01-01T00:01:40Z"),
             "{message}"
         );
-        let mut runs = vec![1, 2, 3, 4];
-        keep_newest(&mut runs, Some(2));
-        assert_eq!(runs, [3, 4]);
-        keep_newest(&mut runs, None);
-        assert_eq!(runs, [3, 4]);
     }
 }
