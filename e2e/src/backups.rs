@@ -21,6 +21,22 @@ pub fn stale_after_a_minute(destination: &std::path::Path) -> serde_json::Value 
     })
 }
 
+/// Holds the scheduled backup `name` (of kind `K`): no more runs during the test, so retention
+/// leaves the runs it took as they are.
+pub async fn hold_schedule<K>(backups: &Api<K>, name: &str)
+where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    backups
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"spec": {"schedule": "0 0 1 1 *"}})),
+        )
+        .await
+        .expect("hold the schedule");
+}
+
 /// Waits until the `BackupStale` condition of cluster `name` (of kind `K`) has `status`
 /// (`"True"` or `"False"`), and returns its message.
 pub async fn backup_stale_until<K: Resource<DynamicType = ()>>(

@@ -261,7 +261,7 @@ impl BackupEngine for MongoSnapshots<'_> {
         replica_set: &MongoDBReplicaSet,
     ) -> Option<usize> {
         // A set is never restored from its own backup: that is refused (RestoreSourceInvalid).
-        if backup.spec.backup.cluster_name == replica_set.name_any() {
+        if crate::execute::is_own_backup(backup, replica_set) {
             return None;
         }
         let runs = status.recovery_runs.as_slice();

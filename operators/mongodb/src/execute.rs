@@ -80,7 +80,7 @@ pub(crate) async fn restore_step(
     let Some(backup) = backup else {
         return not_ready(format!("MongoDBBackup {} does not exist", source.backup_name));
     };
-    if backup.spec.backup.cluster_name == replica_set.name_any() {
+    if is_own_backup(&backup, replica_set) {
         return Ok(Some(Progress::waiting(
             Reason::RestoreSourceInvalid,
             format!(
@@ -257,6 +257,11 @@ pub(crate) fn restore_plan(
         pieces: runs[plan.pieces].iter().map(|run| run.oplog.clone()).collect(),
         replay: Some((start, time)),
     })
+}
+
+/// Whether `backup` is of `replica_set` itself, which a set never restores from.
+pub(crate) fn is_own_backup(backup: &MongoDBBackup, replica_set: &MongoDBReplicaSet) -> bool {
+    backup.spec.backup.cluster_name == replica_set.name_any()
 }
 
 /// [`recovery::plan_to_time`] of `runs` to `point`.

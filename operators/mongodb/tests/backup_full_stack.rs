@@ -565,14 +565,7 @@ async fn a_set_restored_to_a_point_in_time_holds_exactly_the_writes_up_to_it() {
         .expect("delete after the point");
     let status = runs(2, point).await;
     // No more runs: retention would prune the runs this test restores from.
-    backups
-        .patch(
-            "nightly",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(serde_json::json!({"spec": {"schedule": "0 0 1 1 *"}})),
-        )
-        .await
-        .expect("hold the schedule");
+    quorum_e2e::backups::hold_schedule(&backups, "nightly").await;
     let from = status.recoverable_from.as_ref().expect("a recoverable window").0;
     let until = status.recoverable_until.as_ref().expect("a recoverable window").0;
     assert!(

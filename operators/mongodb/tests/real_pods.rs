@@ -641,14 +641,7 @@ async fn a_new_replica_set_restores_to_a_point_in_time_from_the_oplog_archived_i
         .unwrap();
     archived_runs(2, point).await;
     // No more runs: retention would prune the runs this test restores from.
-    backups
-        .patch(
-            SCHEDULED_BACKUP,
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(serde_json::json!({"spec": {"schedule": "0 0 1 1 *"}})),
-        )
-        .await
-        .expect("hold the schedule");
+    quorum_e2e::backups::hold_schedule(&backups, SCHEDULED_BACKUP).await;
 
     let mut copy = MongoDBReplicaSet::new("copy", real_spec(1));
     copy.spec.restore_from = Some(MongoRestoreSource {

@@ -261,14 +261,10 @@ impl BackupEngine for MySqlSnapshots<'_> {
     ) -> Option<usize> {
         let runs = status.recovery_runs.as_slice();
         let source = cluster.spec.restore_from.as_ref();
-        let done = cluster
-            .status
-            .as_ref()
-            .is_some_and(|status| status.restored_from.is_some() || status.primary.is_some());
         recovery::restore_holds_from(
             &backup.name_any(),
             source.map(|source| source.backup.backup_name.as_str()),
-            done,
+            crate::restore::restore_done(cluster),
             || {
                 let point = source?.point_in_time.as_ref()?;
                 Some(

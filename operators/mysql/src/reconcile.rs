@@ -1015,11 +1015,7 @@ async fn pending_restore(
     let Some(source) = &cluster.spec.restore_from else {
         return Ok(None);
     };
-    if cluster
-        .status
-        .as_ref()
-        .is_some_and(|s| s.restored_from.is_some() || s.primary.is_some())
-    {
+    if crate::restore::restore_done(cluster) {
         return Ok(None);
     }
     let namespace = cluster.namespace().unwrap_or_default();

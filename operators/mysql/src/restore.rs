@@ -150,6 +150,15 @@ pub struct RecoveryPlan {
     pub stop: ReplayStop,
 }
 
+/// Whether `cluster`'s restore is behind it: recorded, or the cluster has a primary (it was
+/// never restored into, or took writes since).
+pub fn restore_done(cluster: &crate::crd::MySQLCluster) -> bool {
+    cluster
+        .status
+        .as_ref()
+        .is_some_and(|status| status.restored_from.is_some() || status.primary.is_some())
+}
+
 /// Plans a restore of `runs` (oldest first) to `point` ([`recovery::plan`]): to a time, or to
 /// a GTID position, which a snapshot is before when the position includes the snapshot's and a
 /// run's log reaches when its end includes the position.

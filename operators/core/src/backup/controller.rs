@@ -296,7 +296,7 @@ pub trait BackupEngine: Send + Sync {
 
     /// Drops the engine's own kept runs beyond `retain` from a backup's status (a
     /// point-in-time backup's snapshots with their logs), keeping every run from `held_from` on
-    /// (see [`Engine::runs_held_from`]); whether any was dropped. Retention then deletes their
+    /// (see [`BackupEngine::runs_held_from`]); whether any was dropped. Retention then deletes their
     /// objects. Nothing by default.
     fn keep_runs(
         &self,
@@ -549,7 +549,7 @@ where
     // From the stored status: what this run does not set (the kept runs of a run that archived no
     // log) stays as it was, as it does for a run in the operator.
     let mut engine_status = backup.backup_status().cloned().unwrap_or_default();
-    // The operator keeps its own record of the run: not sent back, as the message is small.
+    // The operator keeps its own record of the run: leaving it out keeps the message short.
     *E::Backup::run_mut(&mut engine_status) = Default::default();
     engine.record(&mut engine_status, &snapshots);
     JobOutcome::Stored {
@@ -1094,7 +1094,8 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
         let Some(keep) = self.spec().retain else {
             return Ok(());
         };
-        let restoring = self.restores_holding_runs().await?;
+        let clusters = self.clusters().await?;
+        let restoring = self.restores_holding_runs(&clusters);
         let held_from = restoring.iter().map(|(_, from)| *from).min();
         if !restoring.is_empty() {
             let clusters: Vec<&str> = restoring.iter().map(|(name, _)| name.as_str()).collect();
@@ -1110,7 +1111,7 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
         let retention = Retention {
             prefix: Some(object_prefix(&E::Backup::kind(&()), &self.backup.name_any())),
             keep: keep as usize * (objects_per_run + self.engine.companion_objects(self.backup)),
-            protected: self.referenced().await?,
+            protected: self.referenced(&clusters).await?,
         };
         let deleted = sink
             .apply_retention(&retention)
@@ -1133,9 +1134,8 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
         Ok(())
     }
 
-    /// The clusters of the namespace whose restore still needs some of this backup's kept runs,
-    /// each with the oldest run it needs (see [`Engine::runs_held_from`]).
-    async fn restores_holding_runs(&self) -> Result<Vec<(String, usize)>, Failure<E>> {
+    /// The clusters of the namespace: retention reads what their restores need.
+    async fn clusters(&self) -> Result<Vec<E::Cluster>, Failure<E>> {
         let clusters: Api<E::Cluster> = Api::namespaced(self.context.client.clone(), &self.namespace);
         Ok(clusters
             .list(&ListParams::default())
@@ -1144,36 +1144,44 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
                 what: format!("{} list", E::Cluster::kind(&())),
                 source,
             })?
-            .into_iter()
-            .filter_map(|cluster| {
-                let from = self.engine.runs_held_from(&self.status, self.backup, &cluster)?;
-                Some((cluster.name_any(), from))
-            })
-            .collect())
+            .items)
     }
 
-    /// Every location a backup of this kind in the namespace, or a cluster's restore, points at.
-    async fn referenced(&self) -> Result<BTreeSet<String>, Failure<E>> {
-        let read = |what: String| move |source| BackupControllerError::Read { what, source };
+    /// The `clusters` whose restore still needs some of this backup's kept runs, each with the
+    /// oldest run it needs (see [`BackupEngine::runs_held_from`]).
+    fn restores_holding_runs(&self, clusters: &[E::Cluster]) -> Vec<(String, usize)> {
+        clusters
+            .iter()
+            .filter_map(|cluster| {
+                let from = self.engine.runs_held_from(&self.status, self.backup, cluster)?;
+                Some((cluster.name_any(), from))
+            })
+            .collect()
+    }
+
+    /// Every location a backup of this kind in the namespace, or a restore of one of
+    /// `clusters`, points at.
+    async fn referenced(&self, clusters: &[E::Cluster]) -> Result<BTreeSet<String>, Failure<E>> {
         let backups: Api<E::Backup> = Api::namespaced(self.context.client.clone(), &self.namespace);
-        let clusters: Api<E::Cluster> = Api::namespaced(self.context.client.clone(), &self.namespace);
         let mut referenced = BTreeSet::new();
-        for backup in backups
-            .list(&ListParams::default())
-            .await
-            .map_err(read(format!("{} list", E::Backup::kind(&()))))?
+        for backup in
+            backups
+                .list(&ListParams::default())
+                .await
+                .map_err(|source| BackupControllerError::Read {
+                    what: format!("{} list", E::Backup::kind(&())),
+                    source,
+                })?
         {
             if let Some(status) = backup.backup_status() {
                 referenced.extend(self.engine.referenced(status));
             }
         }
-        for cluster in clusters
-            .list(&ListParams::default())
-            .await
-            .map_err(read(format!("{} list", E::Cluster::kind(&()))))?
-        {
-            referenced.extend(self.engine.restored_from(&cluster));
-        }
+        referenced.extend(
+            clusters
+                .iter()
+                .filter_map(|cluster| self.engine.restored_from(cluster)),
+        );
         Ok(referenced)
     }
 

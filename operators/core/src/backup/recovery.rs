@@ -132,9 +132,8 @@ pub fn restore_holds_from(
 pub const MAX_HELD_RUNS: usize = 100;
 
 /// Keeps the newest `retain` of `runs`, and every run from `held_from` on (a restore's, at most
-/// [`MAX_HELD_RUNS`]), and the
-/// window they give, as a status records them (`recoverableFrom`, `recoverableUntil`); whether
-/// any run was dropped.
+/// [`MAX_HELD_RUNS`]), and the window they give, as a status records them (`recoverableFrom`,
+/// `recoverableUntil`); whether any run was dropped.
 pub fn keep_newest_in_status<R: ArchivedRun>(
     runs: &mut Vec<R>,
     window: (&mut Option<Time>, &mut Option<Time>),
@@ -250,9 +249,10 @@ pub fn recoverable_window<R: ArchivedRun>(runs: &[R]) -> Option<(Timestamp, Time
     (from <= until).then_some((from, until))
 }
 
-/// When the newest of `runs`, the run whose snapshot is `last_snapshot`, does not continue the run before it (the source no longer held
-/// where that one ended, or holds another history), what a person needs to know: which points
-/// can no longer be restored. `log` names the engine's log.
+/// When the newest of `runs`, the run whose snapshot is `last_snapshot`, does not continue the
+/// run before it (the source no longer held where that one ended, or holds another history),
+/// what a person needs to know: which points can no longer be restored. `log` names the
+/// engine's log.
 pub fn archive_break<R: ArchivedRun>(runs: &[R], last_snapshot: Option<&str>, log: &str) -> Option<String> {
     let [.., previous, newest] = runs else {
         return None;
