@@ -11,9 +11,10 @@ use etcd_operator::{
     crd::{BackupPhase, BackupPolicy, EtcdBackup, EtcdCluster, EtcdClusterSpec, EtcdStorage},
     reconcile::{MemberAddresses, MemberConfig, Settings},
 };
+use k8s_openapi::api::core::v1::Pod;
 use kube::{
-    Api, CustomResourceExt,
-    api::{Patch, PatchParams, PostParams},
+    Api, CustomResourceExt, ResourceExt,
+    api::{ListParams, Patch, PatchParams, PostParams},
 };
 use quorum_core::{
     conditions::{ConditionType, is_true},
@@ -121,19 +122,39 @@ async fn status_pause_resume_backup_and_restore_through_the_plugin_and_refusals_
         )
         .await
         .unwrap();
-    let status = wait::until("main Ready with 3 members", Duration::from_secs(120), || async {
-        let status = clusters
-            .get("main")
-            .await
-            .map_err(|e| e.to_string())?
-            .status
-            .unwrap_or_default();
-        if is_true(&status.conditions, ConditionType::Ready) && status.members.len() == 3 {
-            Ok(status)
-        } else {
-            Err(format!("{:?}", status.conditions))
-        }
-    })
+    // A member can be Ready while the pod that replaced its first one waits for the scheduler;
+    // the placement shown below is asserted once every pod has its node.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let status = wait::until(
+        "main Ready with 3 members, each pod on a node",
+        Duration::from_secs(120),
+        || async {
+            let status = clusters
+                .get("main")
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .unwrap_or_default();
+            if !is_true(&status.conditions, ConditionType::Ready) || status.members.len() != 3 {
+                return Err(format!("{:?}", status.conditions));
+            }
+            let listed = pods
+                .list(&ListParams::default().labels("app.kubernetes.io/instance=main"))
+                .await
+                .map_err(|e| e.to_string())?;
+            let unplaced: Vec<String> = listed
+                .items
+                .iter()
+                .filter(|pod| pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none())
+                .map(|pod| pod.name_any())
+                .collect();
+            if listed.items.len() == 3 && unplaced.is_empty() {
+                Ok(status)
+            } else {
+                Err(format!("{} pods, not yet on a node: {unplaced:?}", listed.items.len()))
+            }
+        },
+    )
     .await;
     let leader = status.leader.clone().expect("a leader");
 
