@@ -151,7 +151,10 @@ async fn status_pause_resume_backup_and_restore_through_the_plugin_and_refusals_
             if listed.items.len() == 3 && unplaced.is_empty() {
                 Ok(status)
             } else {
-                Err(format!("{} pods, not yet on a node: {unplaced:?}", listed.items.len()))
+                Err(format!(
+                    "{} pods, not yet on a node: {unplaced:?}",
+                    listed.items.len()
+                ))
             }
         },
     )

@@ -65,8 +65,8 @@ use super::{
     drill::{DRILL_POLL, DrillStep, Scratch, drill_cluster_name, ended, next_drill_step, started},
     due_at,
     job::{
-        BACKUP_LABEL, JobOutcome, JobSettings, JobState, StoredObject, backup_job, job_account, job_identity,
-        job_name, job_rules, job_state, shared_job_account,
+        BACKUP_LABEL, JobOutcome, JobSettings, JobState, StatusChanges, StoredObject, backup_job,
+        job_account, job_identity, job_name, job_rules, job_state, shared_job_account,
     },
     next_due, object_name, object_prefix,
     progress::{self, PROGRESS_INTERVAL},
@@ -548,16 +548,30 @@ where
     };
     // From the stored status: what this run does not set (the kept runs of a run that archived no
     // log) stays as it was, as it does for a run in the operator.
-    let mut engine_status = backup.backup_status().cloned().unwrap_or_default();
-    // The operator keeps its own record of the run: leaving it out keeps the message short.
-    *E::Backup::run_mut(&mut engine_status) = Default::default();
+    let before = engine_fields::<E>(backup.backup_status());
+    let mut engine_status = before.clone();
     engine.record(&mut engine_status, &snapshots);
+    let json = |status: &<E::Backup as BackupResource>::Status| {
+        serde_json::to_value(status).expect("a status is JSON")
+    };
     JobOutcome::Stored {
         member: engine.member(&sources[0]),
         objects: stored_objects(&snapshots),
         summary: summary(engine, &snapshots),
-        engine_status: serde_json::to_value(&engine_status).expect("a status is JSON"),
+        engine_changes: StatusChanges::between(&json(&before), &json(&engine_status)),
+        engine_status: None,
     }
+}
+
+/// A backup's status without its run record: what a run's Job starts the engine's `record`
+/// from, and what the operator makes the Job's changes to. The operator keeps its own record of
+/// the run.
+fn engine_fields<E: BackupEngine>(
+    status: Option<&<E::Backup as BackupResource>::Status>,
+) -> <E::Backup as BackupResource>::Status {
+    let mut status = status.cloned().unwrap_or_default();
+    *E::Backup::run_mut(&mut status) = Default::default();
+    status
 }
 
 /// Why a run's snapshots were not all taken: the reason and message it is recorded with, and
@@ -732,19 +746,28 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
                 member,
                 objects,
                 summary,
+                engine_changes,
                 engine_status,
             })) => {
                 if let Some(started) = E::Backup::run(&self.status).started_at.clone() {
                     self.now = started.0;
                 }
                 self.run_status().member = Some(member);
-                let engine_status =
-                    serde_json::from_value::<<E::Backup as BackupResource>::Status>(engine_status);
+                let stored =
+                    serde_json::to_value(engine_fields::<E>(Some(&self.status))).expect("a status is JSON");
+                let engine_status = match engine_status {
+                    Some(whole) => Ok(whole),
+                    None => engine_changes.apply(&stored),
+                }
+                .and_then(|status| {
+                    serde_json::from_value::<<E::Backup as BackupResource>::Status>(status)
+                        .map_err(|error| error.to_string())
+                });
                 let engine_status = match engine_status {
                     Ok(status) => status,
                     Err(error) => {
                         let message = format!(
-                            "the run's Job {job} reported a status this operator cannot read: {error}"
+                            "the run's Job {job} reported a status this operator cannot record: {error}"
                         );
                         self.record_failed_run("JobOutcomeUnreadable", message).await?;
                         return Ok(Some(self.next()));

@@ -110,14 +110,109 @@ pub enum JobOutcome {
         member: String,
         objects: Vec<StoredObject>,
         summary: String,
-        /// The backup's status with only the engine's own fields set, as its `record` sets
-        /// them for this run.
-        engine_status: serde_json::Value,
+        /// What the engine's `record` changed in the backup's status for this run.
+        #[serde(default)]
+        engine_changes: StatusChanges,
+        /// The whole status with the engine's fields set, as Jobs of earlier releases report
+        /// it (their runs may finish under this one); `None` from this release on.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        engine_status: Option<serde_json::Value>,
     },
     Failed {
         reason: String,
         message: String,
     },
+}
+
+/// What a run changed in a backup's status, as its Job reports it: each field it set or
+/// removed, except a list it only added to (the kept runs of a backup archiving its log), which
+/// carries only what it added. The whole list would not fit a termination message once a
+/// backup keeps a few dozen runs, and the operator holds the rest already.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusChanges {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub set: BTreeMap<String, serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removed: Vec<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub appended: BTreeMap<String, Appended>,
+}
+
+/// Entries added to the end of a list that held `after` entries.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Appended {
+    pub after: usize,
+    pub entries: Vec<serde_json::Value>,
+}
+
+impl StatusChanges {
+    /// What turned status `before` into `after` (both JSON objects; anything else is taken as
+    /// an empty one).
+    pub fn between(before: &serde_json::Value, after: &serde_json::Value) -> Self {
+        let empty = serde_json::Map::new();
+        let before = before.as_object().unwrap_or(&empty);
+        let after = after.as_object().unwrap_or(&empty);
+        let mut changes = Self::default();
+        for (field, value) in after {
+            match (before.get(field), value) {
+                (Some(old), new) if old == new => {}
+                (Some(serde_json::Value::Array(old)), serde_json::Value::Array(new))
+                    if new.len() > old.len() && new.starts_with(old) =>
+                {
+                    let entries = new[old.len()..].to_vec();
+                    changes.appended.insert(
+                        field.clone(),
+                        Appended {
+                            after: old.len(),
+                            entries,
+                        },
+                    );
+                }
+                _ => {
+                    changes.set.insert(field.clone(), value.clone());
+                }
+            }
+        }
+        changes.removed = before
+            .keys()
+            .filter(|field| !after.contains_key(*field))
+            .cloned()
+            .collect();
+        changes
+    }
+
+    /// Status `stored` with these changes made.
+    ///
+    /// # Errors
+    /// A list changed since the run began (it no longer holds the entries the run added to).
+    pub fn apply(&self, stored: &serde_json::Value) -> Result<serde_json::Value, String> {
+        let mut status = stored.as_object().cloned().unwrap_or_default();
+        for field in &self.removed {
+            status.remove(field);
+        }
+        for (field, value) in &self.set {
+            status.insert(field.clone(), value.clone());
+        }
+        for (field, appended) in &self.appended {
+            let list = status
+                .entry(field.clone())
+                .or_insert_with(|| serde_json::Value::Array(Vec::new()));
+            let held = list.as_array().map(Vec::len);
+            match list.as_array_mut() {
+                Some(list) if held == Some(appended.after) => list.extend(appended.entries.iter().cloned()),
+                _ => {
+                    return Err(format!(
+                        "`{field}` changed while the run's Job ran: the run added to {} entries, the \
+                         status now holds {}",
+                        appended.after,
+                        held.map_or_else(|| "no list".to_string(), |held| held.to_string())
+                    ));
+                }
+            }
+        }
+        Ok(serde_json::Value::Object(status))
+    }
 }
 
 impl JobOutcome {
@@ -433,8 +528,117 @@ mod tests {
                 })
                 .collect(),
             summary: "stored".into(),
-            engine_status: serde_json::json!({"shards": (0..objects).map(|n| serde_json::json!({"shard": n, "sha256": format!("{n:064x}")})).collect::<Vec<_>>()}),
+            engine_changes: StatusChanges::between(
+                &serde_json::json!({}),
+                &serde_json::json!({"shards": (0..objects).map(|n| serde_json::json!({"shard": n, "sha256": format!("{n:064x}")})).collect::<Vec<_>>()}),
+            ),
+            engine_status: None,
         }
+    }
+
+    /// A kept run of a backup archiving its log, as MySQL records one (unique hashes, so
+    /// compression finds little to share between runs).
+    fn kept_run(n: u64) -> serde_json::Value {
+        let at = |minute: u64| format!("2026-12-0{}T{:02}:{:02}:00Z", 1 + n / 1440, n / 60 % 24, minute);
+        serde_json::json!({
+            "snapshot": {
+                "location": format!("s3://backups/prod/shop/main/mysqlbackup/nightly/main-2026120{}T{:02}0000.000Z.sql.gz", 1 + n / 24, n % 24),
+                "sha256": format!("{:064x}", n.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+                "sizeBytes": 1_073_741_824u64 + n,
+            },
+            "snapshotPosition": format!("0-1-{}", 1000 * n + 17),
+            "snapshotCompletedAt": at(n % 60),
+            "binlog": {
+                "location": format!("s3://backups/prod/shop/main/mysqlbackup/nightly/main-2026120{}T{:02}0000.000Z.binlog", 1 + n / 24, n % 24),
+                "sha256": format!("{:064x}", n.wrapping_mul(0xc2b2_ae3d_27d4_eb4f)),
+                "sizeBytes": 52_428_800u64 + n,
+            },
+            "binlogAfter": format!("0-1-{}", 1000 * n),
+            "binlogThrough": format!("0-1-{}", 1000 * n + 999),
+            "archivedAt": at((n + 1) % 60),
+        })
+    }
+
+    fn archiving_status(runs: u64) -> serde_json::Value {
+        serde_json::json!({
+            "gtidPosition": format!("0-1-{}", 1000 * runs),
+            "recoveryRuns": (0..runs).map(kept_run).collect::<Vec<_>>(),
+            "recoverableFrom": "2026-12-01T00:00:00Z",
+        })
+    }
+
+    #[test]
+    fn a_backup_keeping_a_hundred_runs_reports_its_new_run_within_the_termination_message() {
+        let before = archiving_status(100);
+        let mut after = archiving_status(101);
+        after["recoverableUntil"] = serde_json::json!("2026-12-05T04:41:00Z");
+        let changes = StatusChanges::between(&before, &after);
+        assert_eq!(changes.appended["recoveryRuns"].after, 100);
+        assert_eq!(changes.appended["recoveryRuns"].entries, vec![kept_run(100)]);
+        assert_eq!(changes.apply(&before), Ok(after.clone()));
+
+        let outcome = |engine_changes, engine_status| JobOutcome::Stored {
+            member: "main-1".into(),
+            objects: vec![StoredObject {
+                location: "s3://backups/prod/shop/main/mysqlbackup/nightly/main-20261205T040000.000Z.sql.gz"
+                    .into(),
+                size: 1 << 30,
+                sha256: format!("{:064x}", 7),
+            }],
+            summary: "stored 1073741824 bytes (5000000 rows) from main-1".into(),
+            engine_changes,
+            engine_status,
+        };
+        let message = outcome(changes.clone(), None).encode();
+        assert!(message.len() <= MESSAGE_LIMIT, "{} bytes", message.len());
+        assert_eq!(JobOutcome::decode(&message), Ok(outcome(changes, None)));
+        let whole = outcome(StatusChanges::default(), Some(after)).encode();
+        assert!(
+            whole.len() > MESSAGE_LIMIT,
+            "the whole status ({} bytes) is what would not fit",
+            whole.len()
+        );
+    }
+
+    #[test]
+    fn changes_set_remove_and_append_and_refuse_a_list_that_changed_meanwhile() {
+        let before =
+            serde_json::json!({"content": {"rows": 1}, "old": true, "runs": [1, 2], "shards": [1, 2]});
+        let after = serde_json::json!({"content": {"rows": 2}, "runs": [1, 2, 3], "shards": [2]});
+        let changes = StatusChanges::between(&before, &after);
+        assert_eq!(changes.removed, vec!["old".to_string()]);
+        assert_eq!(
+            changes.set.keys().collect::<Vec<_>>(),
+            ["content", "shards"],
+            "a list cut is set whole"
+        );
+        assert_eq!(changes.apply(&before), Ok(after));
+        assert_eq!(
+            StatusChanges::between(&before, &before),
+            StatusChanges::default(),
+            "nothing changed, nothing reported"
+        );
+        let pruned_meanwhile = serde_json::json!({"runs": [2]});
+        let refused = changes.apply(&pruned_meanwhile).unwrap_err();
+        assert!(
+            refused.contains("`runs` changed while the run's Job ran"),
+            "{refused}"
+        );
+    }
+
+    #[test]
+    fn an_outcome_from_an_earlier_release_is_still_read_with_its_whole_status() {
+        let message = r#"{"stored":{"member":"main-0","objects":[],"summary":"s","engine_status":{"gtidPosition":"0-1-5"}}}"#;
+        let Ok(JobOutcome::Stored {
+            engine_changes,
+            engine_status,
+            ..
+        }) = JobOutcome::decode(message)
+        else {
+            panic!("not read: {message}");
+        };
+        assert_eq!(engine_changes, StatusChanges::default());
+        assert_eq!(engine_status, Some(serde_json::json!({"gtidPosition": "0-1-5"})));
     }
 
     #[test]
