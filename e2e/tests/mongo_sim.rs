@@ -760,3 +760,60 @@ async fn a_member_behind_every_oplog_is_recovering_too_stale_and_stays_so() {
     let count = things.count_documents(doc! {}).await.unwrap();
     assert_eq!(count, u64::try_from(batches * 1000 + 1).unwrap());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_primary_writes_periodic_noops_so_its_committed_optime_follows_the_clock() {
+    let processes = MongoProcesses::start("rs0", 1, credentials()).await;
+    let hosts = processes.hosts();
+    admin(
+        &processes.direct_client(0),
+        doc! { "replSetInitiate": { "_id": "rs0", "members": [member(0, &hosts[0], 1, 1.0)], "settings": settings() } },
+    )
+    .await
+    .unwrap();
+    wait_primary(&processes, &[0]).await;
+    let client = processes.direct_client(0);
+    let committed = || async {
+        let status = admin(&client, doc! { "replSetGetStatus": 1 })
+            .await
+            .map_err(|e| e.to_string())?;
+        let optimes = status.get_document("optimes").map_err(|e| e.to_string())?;
+        let at = optimes
+            .get_document("lastCommittedOpTime")
+            .and_then(|optime| optime.get_timestamp("ts"))
+            .map_err(|e| e.to_string())?;
+        Ok::<_, String>(at.time)
+    };
+    let initiated = wait::until("a committed optime", Duration::from_secs(30), || async {
+        committed().await.and_then(|time| {
+            if time > 0 {
+                Ok(time)
+            } else {
+                Err("none yet".into())
+            }
+        })
+    })
+    .await;
+    // Nothing is written from here on: only the primary's own no-ops can move the commit point.
+    wait::until(
+        "the commit point past the initiation by a periodic no-op",
+        Duration::from_secs(60),
+        || async {
+            let time = committed().await?;
+            if time >= initiated + 10 {
+                Ok(())
+            } else {
+                Err(format!("committed at {time}, initiated at {initiated}"))
+            }
+        },
+    )
+    .await;
+    let noop = client
+        .database("local")
+        .collection::<Document>("oplog.rs")
+        .find_one(doc! { "op": "n", "o.msg": "periodic noop" })
+        .await
+        .unwrap()
+        .expect("a periodic no-op in the oplog");
+    assert!(noop.get_timestamp("ts").unwrap().time >= initiated + 10, "{noop}");
+}

@@ -255,6 +255,10 @@ impl Inner {
     }
 }
 
+/// How long a primary's oplog stays without an entry before it writes a no-op: the server's
+/// default `periodicNoopIntervalSecs`.
+pub const PERIODIC_NOOP: Duration = Duration::from_secs(10);
+
 /// One simulated member.
 pub struct Node {
     pub options: Options,
@@ -417,6 +421,7 @@ impl Node {
         tokio::spawn(node.clone().heartbeat_loop());
         tokio::spawn(node.clone().election_loop());
         tokio::spawn(node.clone().replication_loop());
+        tokio::spawn(node.clone().noop_loop());
         if fresh {
             node.persist_wake.notify_one();
         }
@@ -866,6 +871,28 @@ impl Node {
             }),
             Ok(Err(error)) => log(&self.me, format!("writing state: {error}")),
             Err(error) => log(&self.me, format!("writing state: {error}")),
+        }
+    }
+
+    /// A primary with nothing written for [`PERIODIC_NOOP`] writes a no-op entry, as the server
+    /// does (`periodicNoopIntervalSecs`): an idle set's optimes, commit point and oplog keep up
+    /// with the clock, so a reader of its oplog (a point-in-time archive) sees time pass.
+    async fn noop_loop(self: Arc<Self>) {
+        loop {
+            tokio::time::sleep(PERIODIC_NOOP).await;
+            if self.stopping.load(Ordering::SeqCst) {
+                return;
+            }
+            self.with(|inner| {
+                let now = (DateTime::now().timestamp_millis() / 1000) as u32;
+                let idle_since = inner.applied().ts.time;
+                if inner.role != Role::Primary || now < idle_since + PERIODIC_NOOP.as_secs() as u32 {
+                    return;
+                }
+                if let Err(error) = inner.write("n", "", doc! { "msg": "periodic noop" }, None, None) {
+                    log(&self.me, format!("writing a periodic no-op: {error}"));
+                }
+            });
         }
     }
 
