@@ -184,8 +184,11 @@ if ! collect fresh "$fresh" "$fresh_log"; then
   log "the fresh-machine check failed: the setup leaves something the build needs missing"
   failed=1
 fi
-log "cargo test: each step, and every failed test"
-cat "$outcomes" >&2
+# The steps first and the failed tests last: a reader of the log's tail sees what failed.
+log "cargo test: each step"
+grep -E '^\[shard-[0-9]+\] [^ ]+ (passed|FAILED) in [0-9]+ s$' "$outcomes" >&2 || true
+log "cargo test: every failed test, with its panic"
+grep -vE '^\[shard-[0-9]+\] [^ ]+ (passed|FAILED) in [0-9]+ s$' "$outcomes" >&2 || true
 if ((failed)); then
   log "cargo test: a shard failed (search this log for 'FAILED' and 'panicked')"
   exit 1
