@@ -6,7 +6,9 @@ use crate::support;
 
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
-use crate::support::{app_connection, converges, insert_items, item_ids, ready, setup};
+use crate::support::{
+    app_connection, binary_logs_after_rotation, converges, insert_items, item_ids, ready, session, setup,
+};
 use k8s_openapi::api::{
     apps::v1::StatefulSet,
     core::v1::{ConfigMap, Pod, Secret, Service},
@@ -439,17 +441,6 @@ async fn a_backup_is_a_consistent_snapshot_and_a_switchover_under_writes_loses_n
     setup.finish().await;
 }
 
-/// A session on member `ip` as `user`.
-async fn session(ip: std::net::Ipv4Addr, user: &str, password: &str) -> mysql_async::Conn {
-    let options = mysql_async::OptsBuilder::default()
-        .ip_or_hostname(ip.to_string())
-        .tcp_port(3306)
-        .user(Some(user))
-        .pass(Some(password))
-        .prefer_socket(false);
-    mysql_async::Conn::new(options).await.expect("a session")
-}
-
 /// A switchover whose target cannot apply the primary's transactions in time is given up once:
 /// the primary is reopened, its record and the request go, a `SwitchoverRefused` warning says
 /// why, and nothing is tried again (before, every retry made the primary read-only once more).
@@ -840,17 +831,6 @@ async fn binlog_expiry(ip: std::net::Ipv4Addr, root_password: &str) -> Result<u3
         .await
         .map_err(|e| e.to_string())?;
     seconds.ok_or_else(|| "no value".to_string())
-}
-
-/// The primary's binary logs, oldest first, after a rotation (when expiry is applied).
-async fn binary_logs_after_rotation(root: &mut mysql_async::Conn) -> Vec<String> {
-    root.query_drop("FLUSH BINARY LOGS")
-        .await
-        .expect("FLUSH BINARY LOGS");
-    let rows: Vec<mysql_async::Row> = root.query("SHOW BINARY LOGS").await.expect("SHOW BINARY LOGS");
-    rows.into_iter()
-        .map(|row| row.get::<String, _>(0).expect("a log name"))
-        .collect()
 }
 
 /// Binary logs expire (`spec.replication.binlogExpireSeconds`) while every member replicates,

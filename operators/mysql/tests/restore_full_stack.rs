@@ -5,7 +5,9 @@ use crate::support;
 
 use std::time::Duration;
 
-use crate::support::{app_connection, converges, insert_items, item_ids, ready, setup};
+use crate::support::{
+    app_connection, binary_logs_after_rotation, converges, insert_items, item_ids, ready, session, setup,
+};
 use k8s_openapi::{api::core::v1::Event, apimachinery::pkg::apis::meta::v1::Condition};
 use kube::{
     Api,
@@ -485,5 +487,67 @@ async fn a_cluster_restored_to_a_point_in_time_holds_exactly_the_transactions_up
     ] {
         assert!(!std::path::Path::new(deleted).exists(), "{deleted} is pruned");
     }
+
+    // Every member's binary log purged past what the archive holds (as an expiry shorter than
+    // the schedule would): the next run cannot continue the archive, so it restarts it at its
+    // own snapshot and a warning names the points no longer restorable.
+    insert_items(setup.ip(0), 100..110).await;
+    let root_password = setup.root_password().await;
+    for ordinal in 0..2 {
+        let ip = setup.ip(ordinal);
+        wait::until(
+            &format!("member {ordinal}'s binary logs purged but the active one"),
+            Duration::from_secs(30),
+            || async {
+                let mut root = session(ip, "root", &root_password).await;
+                let logs = binary_logs_after_rotation(&mut root).await;
+                let active = logs.last().expect("an active binary log");
+                // A log a replica still reads is kept; the next attempt purges it.
+                let _ = root.query_drop(format!("PURGE BINARY LOGS TO '{active}'")).await;
+                let left: Vec<mysql_async::Row> =
+                    root.query("SHOW BINARY LOGS").await.map_err(|e| e.to_string())?;
+                if left.len() == 1 {
+                    Ok(())
+                } else {
+                    Err(format!("{} logs left", left.len()))
+                }
+            },
+        )
+        .await;
+    }
+    let broken = wait::until(
+        "a run that restarts the archive",
+        Duration::from_secs(150),
+        || async {
+            let status = backups
+                .get("nightly")
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .unwrap_or_default();
+            let warned = setup.events("ArchiveBroken").await;
+            match (&status.recovery_runs[..], &warned[..]) {
+                ([.., run], [warning]) if run.snapshot.location != newest.snapshot.location => {
+                    Ok((run.clone(), warning.clone()))
+                }
+                (runs, warned) => Err(format!("{} runs, warnings {warned:?}", runs.len())),
+            }
+        },
+    )
+    .await;
+    let (restarted, warning) = broken;
+    assert_ne!(
+        restarted.binlog_after, newest.binlog_through,
+        "the archive restarted"
+    );
+    assert_eq!(
+        restarted.binlog_after, restarted.snapshot_position,
+        "at the run's own snapshot"
+    );
+    assert!(
+        warning.contains("restarts at this run's snapshot")
+            && warning.contains(&format!("the previous run's ended at {}", newest.binlog_through)),
+        "{warning}"
+    );
     setup.finish().await;
 }

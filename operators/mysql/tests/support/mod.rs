@@ -511,3 +511,25 @@ pub async fn application_account_connects(
     })
     .await;
 }
+
+/// A session on member `ip` as `user`.
+pub async fn session(ip: std::net::Ipv4Addr, user: &str, password: &str) -> mysql_async::Conn {
+    let options = mysql_async::OptsBuilder::default()
+        .ip_or_hostname(ip.to_string())
+        .tcp_port(3306)
+        .user(Some(user))
+        .pass(Some(password))
+        .prefer_socket(false);
+    mysql_async::Conn::new(options).await.expect("a session")
+}
+
+/// The member's binary logs, oldest first, after a rotation (when expiry is applied).
+pub async fn binary_logs_after_rotation(root: &mut mysql_async::Conn) -> Vec<String> {
+    root.query_drop("FLUSH BINARY LOGS")
+        .await
+        .expect("FLUSH BINARY LOGS");
+    let rows: Vec<mysql_async::Row> = root.query("SHOW BINARY LOGS").await.expect("SHOW BINARY LOGS");
+    rows.into_iter()
+        .map(|row| row.get::<String, _>(0).expect("a log name"))
+        .collect()
+}
