@@ -558,7 +558,7 @@ where
         member: engine.member(&sources[0]),
         objects: stored_objects(&snapshots),
         summary: summary(engine, &snapshots),
-        engine_changes: StatusChanges::between(&json(&before), &json(&engine_status)),
+        engine_changes: Box::new(StatusChanges::between(&json(&before), &json(&engine_status))),
         engine_status: None,
     }
 }

@@ -112,7 +112,7 @@ pub enum JobOutcome {
         summary: String,
         /// What the engine's `record` changed in the backup's status for this run.
         #[serde(default)]
-        engine_changes: StatusChanges,
+        engine_changes: Box<StatusChanges>,
         /// The whole status with the engine's fields set, as Jobs of earlier releases report
         /// it (their runs may finish under this one); `None` from this release on.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -528,10 +528,10 @@ mod tests {
                 })
                 .collect(),
             summary: "stored".into(),
-            engine_changes: StatusChanges::between(
+            engine_changes: Box::new(StatusChanges::between(
                 &serde_json::json!({}),
                 &serde_json::json!({"shards": (0..objects).map(|n| serde_json::json!({"shard": n, "sha256": format!("{n:064x}")})).collect::<Vec<_>>()}),
-            ),
+            )),
             engine_status: None,
         }
     }
@@ -577,7 +577,7 @@ mod tests {
         assert_eq!(changes.appended["recoveryRuns"].entries, vec![kept_run(100)]);
         assert_eq!(changes.apply(&before), Ok(after.clone()));
 
-        let outcome = |engine_changes, engine_status| JobOutcome::Stored {
+        let outcome = |engine_changes: StatusChanges, engine_status| JobOutcome::Stored {
             member: "main-1".into(),
             objects: vec![StoredObject {
                 location: "s3://backups/prod/shop/main/mysqlbackup/nightly/main-20261205T040000.000Z.sql.gz"
@@ -586,7 +586,7 @@ mod tests {
                 sha256: format!("{:064x}", 7),
             }],
             summary: "stored 1073741824 bytes (5000000 rows) from main-1".into(),
-            engine_changes,
+            engine_changes: Box::new(engine_changes),
             engine_status,
         };
         let message = outcome(changes.clone(), None).encode();
@@ -637,7 +637,7 @@ mod tests {
         else {
             panic!("not read: {message}");
         };
-        assert_eq!(engine_changes, StatusChanges::default());
+        assert_eq!(*engine_changes, StatusChanges::default());
         assert_eq!(engine_status, Some(serde_json::json!({"gtidPosition": "0-1-5"})));
     }
 
