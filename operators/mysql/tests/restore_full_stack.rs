@@ -16,7 +16,10 @@ use kube::{
 use mysql_async::prelude::Queryable;
 use mysql_operator::{
     admin::gtid::GtidPosition,
-    crd::{BackupPhase, Flavor, MySQLBackup, MySQLCluster, MySQLClusterStatus, MySqlRestoreSource},
+    crd::{
+        BackupPhase, Flavor, MySQLBackup, MySQLBackupStatus, MySQLCluster, MySQLClusterStatus,
+        MySqlRestoreSource,
+    },
 };
 use quorum_e2e::wait;
 
@@ -266,6 +269,12 @@ async fn server_second(ip: std::net::Ipv4Addr) -> i64 {
     second.expect("a time")
 }
 
+/// The status of the backup `nightly`.
+async fn nightly_status(backups: &Api<MySQLBackup>) -> Result<MySQLBackupStatus, String> {
+    let backup = backups.get("nightly").await.map_err(|e| e.to_string())?;
+    Ok(backup.status.unwrap_or_default())
+}
+
 /// Creates a cluster `name` of one member restored from `nightly` to `point`.
 async fn restore_to(
     setup: &support::Setup,
@@ -313,12 +322,7 @@ async fn a_cluster_restored_to_a_point_in_time_holds_exactly_the_transactions_up
                 &format!("{count} archived runs"),
                 Duration::from_secs(150),
                 || async {
-                    let status = backups
-                        .get("nightly")
-                        .await
-                        .map_err(|e| e.to_string())?
-                        .status
-                        .unwrap_or_default();
+                    let status = nightly_status(&backups).await?;
                     if status.run.phase == Some(BackupPhase::Failed) {
                         panic!("a run failed: {:?}", status.run.message);
                     }
@@ -460,12 +464,7 @@ async fn a_cluster_restored_to_a_point_in_time_holds_exactly_the_transactions_up
         .await
         .expect("keep one run");
     let pruned = wait::until("a run pruned to one", Duration::from_secs(150), || async {
-        let status = backups
-            .get("nightly")
-            .await
-            .map_err(|e| e.to_string())?
-            .status
-            .unwrap_or_default();
+        let status = nightly_status(&backups).await?;
         match (&status.run.last_pruned, &status.recovery_runs[..]) {
             (Some(_), [newest]) if newest.snapshot.location != second.snapshot.location => Ok(status),
             other => Err(format!("{other:?}")),
@@ -519,12 +518,7 @@ async fn a_cluster_restored_to_a_point_in_time_holds_exactly_the_transactions_up
         "a run that restarts the archive",
         Duration::from_secs(150),
         || async {
-            let status = backups
-                .get("nightly")
-                .await
-                .map_err(|e| e.to_string())?
-                .status
-                .unwrap_or_default();
+            let status = nightly_status(&backups).await?;
             let warned = setup.events("ArchiveBroken").await;
             match (&status.recovery_runs[..], &warned[..]) {
                 ([.., run], [warning]) if run.snapshot.location != newest.snapshot.location => {
