@@ -60,6 +60,7 @@ pub mod job;
 mod pipe;
 pub mod progress;
 pub mod recovery;
+pub mod restore_retry;
 mod run;
 mod schedule;
 

@@ -284,6 +284,11 @@ pub struct MongoDBReplicaSetStatus {
     /// the snapshot in `restoredFrom`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restored_to: Option<RestoredPoint>,
+    /// While the restore of `restoreFrom` keeps failing: how many attempts failed in a row,
+    /// why the last did, and when the next may start (each waits twice as long, up to ten
+    /// minutes). Cleared once the restore succeeds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore_failures: Option<quorum_core::backup::restore_retry::FailedRestores>,
     /// The recovery asked for with the `quorum.dev/recover-from` annotation, while it stands.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovery: Option<quorum_core::crd::RecoveryRecord>,

@@ -6,7 +6,10 @@ use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 use kube::{Api, ResourceExt};
 use quorum_core::{
     availability::retry::Idempotency,
-    backup::recovery::{self, StoredPiece, Unplanned},
+    backup::{
+        recovery::{self, StoredPiece, Unplanned},
+        restore_retry::FailedRestores,
+    },
     repair::RepairPhase,
     runner::Context,
     status::StatusWriter,
@@ -37,8 +40,52 @@ pub(crate) const STEP_DOWN_CATCH_UP_SECONDS: u32 = 10;
 
 /// A set created with `restoreFrom` loads its backup into the first member once it is primary
 /// and alone, before any other member joins (they then copy it by initial sync). `None` when
-/// there is nothing to restore now.
+/// there is nothing to restore now. After a failed attempt the next waits
+/// ([`FailedRestores`]), saying so, rather than fetch the backup again on every pass.
 pub(crate) async fn restore_step(
+    context: &Context<State>,
+    replica_set: &MongoDBReplicaSet,
+    key: &str,
+    observed: &Observed,
+    recorded: Option<&RecordedChange>,
+    status: &mut MongoDBReplicaSetStatus,
+    writer: &mut StatusWriter<'_, MongoDBReplicaSet, MongoDBReplicaSetStatus>,
+) -> Result<Option<Progress>, Error> {
+    let pending = replica_set.spec.restore_from.is_some() && observed.restore_pending;
+    if let Some(failed) = status
+        .restore_failures
+        .as_ref()
+        .filter(|failed| pending && failed.waits_at(Timestamp::now()))
+    {
+        return Ok(Some(Progress::waiting(
+            Reason::RestoreFailed,
+            failed.message.clone(),
+        )));
+    }
+    let progress = attempt_restore(context, replica_set, key, observed, recorded, status, writer).await?;
+    Ok(progress.map(|progress| match progress {
+        Progress::Waiting {
+            reason: Reason::RestoreFailed,
+            message,
+        } => {
+            let failed = FailedRestores::after(status.restore_failures.as_ref(), Timestamp::now(), &message);
+            let message = failed.message.clone();
+            status.restore_failures = Some(failed);
+            Progress::waiting(Reason::RestoreFailed, message)
+        }
+        restored @ Progress::Acted {
+            reason: Reason::Restored,
+            ..
+        } => {
+            status.restore_failures = None;
+            restored
+        }
+        other => other,
+    }))
+}
+
+/// One attempt at [`restore_step`]'s restore, or the wait that stands before it.
+async fn attempt_restore(
     context: &Context<State>,
     replica_set: &MongoDBReplicaSet,
     key: &str,

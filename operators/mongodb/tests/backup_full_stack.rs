@@ -17,7 +17,7 @@ use mongodb_operator::{
         MongoDBReplicaSet, MongoDBReplicaSetSpec, MongoDBReplicaSetStatus, MongoRestoreSource,
     },
 };
-use quorum_core::crd::FilesystemDestination;
+use quorum_core::{backup::restore_retry, crd::FilesystemDestination};
 use quorum_e2e::wait;
 use sha2::{Digest, Sha256};
 
@@ -640,6 +640,38 @@ async fn a_set_restored_to_a_point_in_time_holds_exactly_the_writes_up_to_it() {
     );
     assert_eq!(failed.0.restored_from, None);
     assert_eq!(failed.0.restored_to, None);
+    // Tried again, but not at once: each failure in a row waits twice as long before the
+    // backup is fetched again, and the condition says when.
+    assert!(
+        failed.1.contains("the next attempt is not before"),
+        "{}",
+        failed.1
+    );
+    let first = failed.0.restore_failures.clone().expect("the failure is kept");
+    let again = setup
+        .status_until(
+            "altered",
+            "the next attempt to fail",
+            Duration::from_secs(120),
+            |status| match status.restore_failures {
+                Some(failures) if failures.attempts > first.attempts => Ok(failures),
+                other => Err(format!("{other:?}")),
+            },
+        )
+        .await;
+    assert!(
+        again.last_failed_at.0 >= first.next_attempt_at.0,
+        "{again:?} after {first:?}"
+    );
+    assert_eq!(
+        again.next_attempt_at.0,
+        again.last_failed_at.0 + restore_retry::wait_after(again.attempts),
+        "{again:?}"
+    );
+    assert!(
+        restore_retry::wait_after(again.attempts) > restore_retry::wait_after(first.attempts),
+        "{again:?}"
+    );
 
     // A point before the oldest kept snapshot waits, saying what can be restored; nothing is
     // loaded and the source is untouched.
