@@ -447,6 +447,11 @@ pub struct MySQLClusterStatus {
     /// restore is never taken again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restored_from: Option<RestoreRecord>,
+    /// While the restore of `restoreFrom` keeps failing: how many attempts failed in a row,
+    /// why the last did, and when the next may start (each waits twice as long, up to ten
+    /// minutes). Cleared once the restore succeeds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore_failures: Option<quorum_core::backup::restore_retry::FailedRestores>,
     /// The repair asked for with the `quorum.dev/repair` annotation, while it stands.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repair: Option<quorum_core::crd::RepairRecord>,

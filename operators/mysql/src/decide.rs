@@ -137,6 +137,8 @@ pub enum Restore {
     SourceNotReady(String),
     /// The snapshot is stored; `position` is the GTID position it was taken at.
     Ready { backup: String, position: GtidPosition },
+    /// The last attempts failed and the next may not start yet (the message says why and when).
+    RetryLater(String),
 }
 
 /// Everything the decision looks at.
@@ -416,6 +418,7 @@ fn continue_in_flight(facts: &Facts, in_flight: &InFlight) -> Decision {
             None => Decision::Act(Step::ClearInFlight),
             Some(Restore::SourceNotReady(why)) => wait(Reason::RestoreSourceNotReady, why.clone()),
             Some(Restore::Ready { position, .. }) => restore_into(facts, ordinal, position, true),
+            Some(Restore::RetryLater(why)) => wait(Reason::StepFailed, why.clone()),
         },
     }
 }
@@ -426,6 +429,7 @@ fn restore(facts: &Facts, restore: &Restore) -> Decision {
     match restore {
         Restore::SourceNotReady(why) => wait(Reason::RestoreSourceNotReady, why.clone()),
         Restore::Ready { position, .. } => restore_into(facts, RESTORE_TARGET, position, false),
+        Restore::RetryLater(why) => wait(Reason::StepFailed, why.clone()),
     }
 }
 
@@ -1771,6 +1775,22 @@ mod tests {
                 "{not_fresh:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_restore_that_failed_waits_for_its_next_attempt_fresh_or_resumed() {
+        let now = Instant::now();
+        let why = "restoring MySQLBackup nightly into member 0 failed (failed 1 time in a row; the next \
+                   attempt is not before 2026-12-02T06:00:10Z)";
+        let waits = Decision::Wait(Wait {
+            reason: Reason::StepFailed,
+            message: why.into(),
+        });
+        let mut waiting = facts(vec![healthy(0, fresh_state(), now)], None, now);
+        waiting.restore = Some(Restore::RetryLater(why.into()));
+        assert_eq!(decide(&waiting), waits);
+        waiting.in_flight = Some(InFlight::Restore { ordinal: 0 });
+        assert_eq!(decide(&waiting), waits, "resumed");
     }
 
     #[test]

@@ -21,7 +21,7 @@ use kube::{
     runtime::controller::Action,
 };
 use quorum_core::{
-    backup::{backup_target, credentials},
+    backup::{backup_target, credentials, restore_retry::FailedRestores},
     events::Severity,
     naming::PodHosts,
     pass::{FollowUps, Progress, Reason as _, UnreadableRecord, needed_secret, publish},
@@ -147,6 +147,10 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, context: Arc<Context<State>>)
     apply_objects(&context, &cluster, pod_count).await?;
 
     let mut memory = Memory {
+        restore_failures: cluster
+            .status
+            .as_ref()
+            .and_then(|status| status.restore_failures.clone()),
         primary: observed.primary,
         in_flight,
         last_failover: None,
@@ -367,6 +371,9 @@ impl Observed {
             switchover_to: self.switchover_to,
             restore: self.pending_restore.as_ref().map(|pending| match pending {
                 PendingRestore::NotReady(why) => Restore::SourceNotReady(why.clone()),
+                PendingRestore::Ready(_) if let Some(failed) = restore_waits(cluster) => {
+                    Restore::RetryLater(failed.message.clone())
+                }
                 PendingRestore::Ready(snapshot) => Restore::Ready {
                     backup: snapshot.backup.clone(),
                     position: snapshot.furthest_position().clone(),
@@ -575,6 +582,8 @@ fn recovery_record(
 
 /// What the pass changes of the operator's memory in status.
 struct Memory {
+    /// The restore attempts failed in a row (`status.restoreFailures`).
+    restore_failures: Option<FailedRestores>,
     primary: Option<usize>,
     in_flight: Option<InFlight>,
     last_failover: Option<FailoverRecord>,
@@ -639,6 +648,7 @@ impl<'a> Report<'a> {
         let status = MySQLClusterStatus {
             repair: memory.repair.clone(),
             recovery: memory.recovery.clone(),
+            restore_failures: memory.restore_failures.clone(),
             ..status
         };
         self.writer.write(&status).await?;
@@ -713,13 +723,18 @@ async fn act(
                 message: format!("{}: {error}", describe(&name, step)),
             };
             publish(&context.events, cluster, &failed).await;
-            let failed = Decision::wait(
-                failure.reason,
-                format!(
-                    "{} failed; nothing else was changed: {error}",
-                    describe(&name, step)
-                ),
+            let mut message = format!(
+                "{} failed; nothing else was changed: {error}",
+                describe(&name, step)
             );
+            if let Step::Restore { .. } = step {
+                // The next attempt reads the whole backup again: it waits, longer each time.
+                let failed =
+                    FailedRestores::after(memory.restore_failures.as_ref(), Timestamp::now(), &message);
+                message = failed.message.clone();
+                memory.restore_failures = Some(failed);
+            }
+            let failed = Decision::wait(failure.reason, message);
             report.write(&failed, memory).await?;
             Err(Error::Step {
                 step: describe(&name, step),
@@ -727,6 +742,12 @@ async fn act(
             })
         }
     }
+}
+
+/// The record of failed restores of `cluster` while the next attempt must wait.
+fn restore_waits(cluster: &MySQLCluster) -> Option<&FailedRestores> {
+    let failed = cluster.status.as_ref()?.restore_failures.as_ref()?;
+    failed.waits_at(Timestamp::now()).then_some(failed)
 }
 
 /// What a step taken changes: its event, the primary, the record in flight, the failover or
@@ -766,6 +787,7 @@ async fn record_done(
             )
             .await;
         memory.restored = Some(record);
+        memory.restore_failures = None;
         memory.in_flight = None;
         return Ok(());
     }

@@ -371,6 +371,7 @@ pub fn build_status(
         last_backup: previous.last_backup,
         last_drill: previous.last_drill,
         restored_from: restored,
+        restore_failures: previous.restore_failures,
         repair: previous.repair,
         recovery: previous.recovery,
         primary_last_open: primary_last_open(

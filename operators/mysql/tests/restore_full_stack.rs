@@ -21,6 +21,7 @@ use mysql_operator::{
         MySqlRestoreSource,
     },
 };
+use quorum_core::backup::restore_retry;
 use quorum_e2e::wait;
 
 fn condition<'a>(status: &'a MySQLClusterStatus, type_: &str) -> Option<&'a Condition> {
@@ -452,6 +453,79 @@ async fn a_cluster_restored_to_a_point_in_time_holds_exactly_the_transactions_up
             .contains("restoreFrom.pointInTime takes exactly one of time and gtid"),
         "{both}"
     );
+
+    // A piece of archived binary log altered in the store: the restore fails saying why, and
+    // is tried again only after a wait that doubles with each failure in a row, rather than
+    // read the whole backup again on every pass.
+    let piece = &second.binlog.location;
+    let mut bytes = std::fs::read(piece).expect("the stored piece");
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(piece, bytes).expect("alter the stored piece");
+    restore_to(&setup, "altered", serde_json::json!({"time": time}))
+        .await
+        .expect("create altered");
+    let failures = |after: u32| {
+        let clusters = setup.clusters.clone();
+        async move {
+            wait::until(
+                &format!("altered's restore to fail more than {after} times"),
+                Duration::from_secs(120),
+                || async {
+                    let status = clusters
+                        .get("altered")
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .status
+                        .unwrap_or_default();
+                    match (&status.restore_failures, condition(&status, "Progressing")) {
+                        (Some(failures), Some(waiting)) if failures.attempts > after => {
+                            Ok((failures.clone(), waiting.clone()))
+                        }
+                        (failures, waiting) => Err(format!("{failures:?} {waiting:?}")),
+                    }
+                },
+            )
+            .await
+        }
+    };
+    let (first_failure, waiting) = failures(0).await;
+    assert_eq!(waiting.reason, "StepFailed");
+    assert!(
+        waiting
+            .message
+            .contains(second.binlog.location.rsplit('/').next().unwrap())
+            && waiting.message.contains("the next attempt is not before"),
+        "{}",
+        waiting.message
+    );
+    let (next_failure, _) = failures(first_failure.attempts).await;
+    assert!(
+        next_failure.last_failed_at.0 >= first_failure.next_attempt_at.0,
+        "{next_failure:?} after {first_failure:?}"
+    );
+    assert_eq!(
+        next_failure.next_attempt_at.0,
+        next_failure.last_failed_at.0 + restore_retry::wait_after(next_failure.attempts)
+    );
+    let altered = setup.clusters.get("altered").await.unwrap().status.unwrap();
+    assert_eq!((altered.primary, altered.restored_from), (None, None));
+    // Given up by deleting it: the runs its restore held are the backup's to prune again.
+    setup
+        .clusters
+        .delete("altered", &Default::default())
+        .await
+        .expect("delete altered");
+    wait::until("altered gone", Duration::from_secs(60), || async {
+        match setup.clusters.get_opt("altered").await {
+            Ok(None) => Ok(()),
+            other => Err(format!(
+                "{:?}",
+                other.map(|found| found.map(|c| c.metadata.deletion_timestamp))
+            )),
+        }
+    })
+    .await;
 
     // Retention keeps one run: its snapshot and its binary log together; of the older runs'
     // objects only the snapshot the restored clusters point at stays.
