@@ -879,7 +879,8 @@ impl Node {
     /// with the clock, so a reader of its oplog (a point-in-time archive) sees time pass.
     async fn noop_loop(self: Arc<Self>) {
         loop {
-            tokio::time::sleep(PERIODIC_NOOP).await;
+            // Looked at every second, so the no-ops come every interval, not up to two.
+            tokio::time::sleep(Duration::from_secs(1)).await;
             if self.stopping.load(Ordering::SeqCst) {
                 return;
             }

@@ -51,18 +51,24 @@ pub(crate) async fn restore_step(
     status: &mut MongoDBReplicaSetStatus,
     writer: &mut StatusWriter<'_, MongoDBReplicaSet, MongoDBReplicaSetStatus>,
 ) -> Result<Option<Progress>, Error> {
-    let pending = replica_set.spec.restore_from.is_some() && observed.restore_pending;
-    if let Some(failed) = status
+    let waiting = status
         .restore_failures
-        .as_ref()
-        .filter(|failed| pending && failed.waits_at(Timestamp::now()))
-    {
-        return Ok(Some(Progress::waiting(
-            Reason::RestoreFailed,
-            failed.message.clone(),
-        )));
+        .clone()
+        .filter(|failed| failed.waits_at(Timestamp::now()));
+    let progress = attempt_restore(
+        context,
+        replica_set,
+        key,
+        observed,
+        recorded,
+        waiting.as_ref(),
+        status,
+        writer,
+    )
+    .await?;
+    if waiting.is_some() {
+        return Ok(progress);
     }
-    let progress = attempt_restore(context, replica_set, key, observed, recorded, status, writer).await?;
     Ok(progress.map(|progress| match progress {
         Progress::Waiting {
             reason: Reason::RestoreFailed,
@@ -84,13 +90,16 @@ pub(crate) async fn restore_step(
     }))
 }
 
-/// One attempt at [`restore_step`]'s restore, or the wait that stands before it.
+/// One attempt at [`restore_step`]'s restore, or the wait that stands before it: `waiting`,
+/// the failures before it while the next attempt must wait.
+#[allow(clippy::too_many_arguments)]
 async fn attempt_restore(
     context: &Context<State>,
     replica_set: &MongoDBReplicaSet,
     key: &str,
     observed: &Observed,
     recorded: Option<&RecordedChange>,
+    waiting: Option<&FailedRestores>,
     status: &mut MongoDBReplicaSetStatus,
     writer: &mut StatusWriter<'_, MongoDBReplicaSet, MongoDBReplicaSetStatus>,
 ) -> Result<Option<Progress>, Error> {
@@ -112,6 +121,12 @@ async fn attempt_restore(
         return Ok(Some(Progress::waiting(
             Reason::RestoreSourceInvalid,
             "restoreFrom applies only to a new replica set; this one already has members",
+        )));
+    }
+    if let Some(failed) = waiting {
+        return Ok(Some(Progress::waiting(
+            Reason::RestoreFailed,
+            failed.message.clone(),
         )));
     }
     let namespace = replica_set.namespace().unwrap_or_default();

@@ -369,16 +369,17 @@ impl Observed {
             in_flight,
             in_flight_age: self.in_flight_age(cluster),
             switchover_to: self.switchover_to,
-            restore: self.pending_restore.as_ref().map(|pending| match pending {
-                PendingRestore::NotReady(why) => Restore::SourceNotReady(why.clone()),
-                PendingRestore::Ready(_) if let Some(failed) = restore_waits(cluster) => {
-                    Restore::RetryLater(failed.message.clone())
-                }
-                PendingRestore::Ready(snapshot) => Restore::Ready {
-                    backup: snapshot.backup.clone(),
-                    position: snapshot.furthest_position().clone(),
-                },
-            }),
+            restore: self
+                .pending_restore
+                .as_ref()
+                .map(|pending| match (pending, restore_waits(cluster)) {
+                    (PendingRestore::NotReady(why), _) => Restore::SourceNotReady(why.clone()),
+                    (PendingRestore::Ready(_), Some(failed)) => Restore::RetryLater(failed.message.clone()),
+                    (PendingRestore::Ready(snapshot), None) => Restore::Ready {
+                        backup: snapshot.backup.clone(),
+                        position: snapshot.furthest_position().clone(),
+                    },
+                }),
             semi_sync: semi_sync(cluster),
             binlog_expire_seconds: binlog_expire_seconds(cluster),
             repair: self.repair.clone(),

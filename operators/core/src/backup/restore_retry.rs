@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use jiff::Timestamp;
+use jiff::{RoundMode, Timestamp, TimestampRound, Unit};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -33,8 +33,12 @@ pub struct FailedRestores {
 }
 
 impl FailedRestores {
-    /// The record after an attempt failed at `now` with `why`, following `previous`.
+    /// The record after an attempt failed at `now` with `why`, following `previous`. Times are
+    /// whole seconds, as the status stores them, rounded up: no attempt starts before the time
+    /// the message names.
     pub fn after(previous: Option<&Self>, now: Timestamp, why: &str) -> Self {
+        let whole_second = TimestampRound::new().smallest(Unit::Second).mode(RoundMode::Ceil);
+        let now = now.round(whole_second).unwrap_or(now);
         let attempts = previous.map_or(0, |previous| previous.attempts).saturating_add(1);
         let next = now + wait_after(attempts);
         Self {
@@ -84,10 +88,23 @@ mod tests {
         assert!(first.waits_at(now + Duration::from_secs(9)));
         assert!(!first.waits_at(now + Duration::from_secs(10)));
 
-        let later = now + Duration::from_secs(12);
+        let later = now + Duration::from_millis(12_300);
         let second = FailedRestores::after(Some(&first), later, "again");
         assert_eq!(second.attempts, 2);
-        assert_eq!(second.next_attempt_at.0, later + Duration::from_secs(20));
+        let (failed_at, next): (Timestamp, Timestamp) = (
+            "2026-12-02T06:00:13Z".parse().unwrap(),
+            "2026-12-02T06:00:33Z".parse().unwrap(),
+        );
+        assert_eq!(
+            (second.last_failed_at.0, second.next_attempt_at.0),
+            (failed_at, next),
+            "whole seconds, rounded up"
+        );
+        assert!(
+            second.message.ends_with("not before 2026-12-02T06:00:33Z)"),
+            "{}",
+            second.message
+        );
         assert!(
             second.message.contains("failed 2 times in a row"),
             "{}",
