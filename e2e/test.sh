@@ -145,13 +145,14 @@ setsid nice -n 19 ionice -c 3 e2e/fresh-check.sh check >"$fresh_log" 2>&1 &
 fresh=$!
 trap 'kill -- -"$fresh" 2>/dev/null || true; e2e/cluster.sh stop' EXIT
 log "fresh-machine check, beside the shards: $fresh_log"
-# The shards are balanced by the steps' durations in earlier runs (the longest first, each to
-# the shard with the least so far). The quick benchmark mostly waits (clusters settling, kills
+# The shards are balanced by the steps' durations in earlier runs, with at most two real-node
+# suites at once beside the benchmark: three at once load the one kubelet so that each suite
+# takes longer and probes run late. The quick benchmark mostly waits (clusters settling, kills
 # recovering): it is split in two, etcd with its peer and the other engines, in two shards.
-first=(bench:mysql,redis,mongodb tests:mongodb-operator tests:kubectl-quorum doc)
-second=(real:etcd-operator real:mongodb-operator tests:xtask tests:quorum-bench)
-third=(real:redis-operator tests:mysql-operator tests:etcd-operator)
-fourth=(real:mysql-operator tests:redis-operator bench:etcd tests:quorum-e2e tests:quorum-core)
+first=(real:redis-operator real:mongodb-operator tests:etcd-operator tests:quorum-e2e)
+second=(real:etcd-operator tests:redis-operator tests:kubectl-quorum doc tests:quorum-core)
+third=(bench:mysql,redis,mongodb real:mysql-operator tests:xtask tests:quorum-bench)
+fourth=(tests:mysql-operator bench:etcd tests:mongodb-operator)
 # Every package's tests, every real-node test binary and every engine's benchmark are in a
 # shard.
 python3 - "$metadata" "${first[@]}" "${second[@]}" "${third[@]}" "${fourth[@]}" <<'PY'

@@ -857,13 +857,25 @@ fn resume(facts: &Facts, members: &[MemberFact], in_flight: &InFlight) -> Decisi
                     Step::Upgrade { ordinal },
                 ),
                 // A terminating pod's member may still answer: the restart is done only once
-                // its new pod exists on the current template (when that is known).
+                // its new pod exists on the current template (when that is known) and is Ready
+                // by its own probes, so the next restart never overlaps a pod clients and
+                // disruption budgets still count as down.
                 Some(m)
                     if m.observation.health.is_healthy()
                         && m.version.as_deref() == Some(facts.desired_version.as_str())
                         && (facts.templates == Templates::Unknown || facts.templates.is_current(ordinal)) =>
                 {
-                    Decision::Act(Step::ClearInFlight)
+                    if facts.ready_pods.contains(&ordinal) {
+                        Decision::Act(Step::ClearInFlight)
+                    } else {
+                        wait(
+                            Reason::UpgradeInProgress,
+                            format!(
+                                "member {ordinal} answers on version {}; its pod is not Ready by its own probes yet",
+                                facts.desired_version
+                            ),
+                        )
+                    }
                 }
                 _ => wait(
                     Reason::UpgradeInProgress,
@@ -1676,7 +1688,20 @@ mod tests {
             in_flight: Some(InFlight::Upgrade { ordinal: 1 }),
             ..on(&[0, 2])
         };
-        assert_eq!(decide(&restarted), Decision::Act(Step::ClearInFlight));
+        // Its member answers on the new pod, but the pod is not Ready by its own probes yet:
+        // still restarting, so the next member's restart cannot overlap it.
+        assert_eq!(
+            decide(&restarted),
+            wait(
+                Reason::UpgradeInProgress,
+                "member 1 answers on version 3.5.17; its pod is not Ready by its own probes yet".to_string()
+            )
+        );
+        let ready = Facts {
+            ready_pods: [0, 1, 2].into(),
+            ..restarted
+        };
+        assert_eq!(decide(&ready), Decision::Act(Step::ClearInFlight));
         // Its old pod is terminating (neither outdated nor current) while etcd in it still
         // answers: not done yet, or the next member could go down with it.
         let terminating = Facts {
