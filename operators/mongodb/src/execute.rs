@@ -51,10 +51,7 @@ pub(crate) async fn restore_step(
     status: &mut MongoDBReplicaSetStatus,
     writer: &mut StatusWriter<'_, MongoDBReplicaSet, MongoDBReplicaSetStatus>,
 ) -> Result<Option<Progress>, Error> {
-    let waiting = status
-        .restore_failures
-        .clone()
-        .filter(|failed| failed.waits_at(Timestamp::now()));
+    let waiting = FailedRestores::waiting(status.restore_failures.as_ref(), Timestamp::now()).cloned();
     let progress = attempt_restore(
         context,
         replica_set,
@@ -73,12 +70,10 @@ pub(crate) async fn restore_step(
         Progress::Waiting {
             reason: Reason::RestoreFailed,
             message,
-        } => {
-            let failed = FailedRestores::after(status.restore_failures.as_ref(), Timestamp::now(), &message);
-            let message = failed.message.clone();
-            status.restore_failures = Some(failed);
-            Progress::waiting(Reason::RestoreFailed, message)
-        }
+        } => Progress::waiting(
+            Reason::RestoreFailed,
+            FailedRestores::record_failure(&mut status.restore_failures, Timestamp::now(), &message),
+        ),
         restored @ Progress::Acted {
             reason: Reason::Restored,
             ..

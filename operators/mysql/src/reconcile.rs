@@ -730,10 +730,8 @@ async fn act(
             );
             if let Step::Restore { .. } = step {
                 // The next attempt reads the whole backup again: it waits, longer each time.
-                let failed =
-                    FailedRestores::after(memory.restore_failures.as_ref(), Timestamp::now(), &message);
-                message = failed.message.clone();
-                memory.restore_failures = Some(failed);
+                message =
+                    FailedRestores::record_failure(&mut memory.restore_failures, Timestamp::now(), &message);
             }
             let failed = Decision::wait(failure.reason, message);
             report.write(&failed, memory).await?;
@@ -747,8 +745,10 @@ async fn act(
 
 /// The record of failed restores of `cluster` while the next attempt must wait.
 fn restore_waits(cluster: &MySQLCluster) -> Option<&FailedRestores> {
-    let failed = cluster.status.as_ref()?.restore_failures.as_ref()?;
-    failed.waits_at(Timestamp::now()).then_some(failed)
+    FailedRestores::waiting(
+        cluster.status.as_ref()?.restore_failures.as_ref(),
+        Timestamp::now(),
+    )
 }
 
 /// What a step taken changes: its event, the primary, the record in flight, the failover or

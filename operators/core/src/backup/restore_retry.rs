@@ -56,6 +56,20 @@ impl FailedRestores {
     pub fn waits_at(&self, now: Timestamp) -> bool {
         now < self.next_attempt_at.0
     }
+
+    /// The record in a cluster's status while the next attempt must wait at `now`.
+    pub fn waiting(record: Option<&Self>, now: Timestamp) -> Option<&Self> {
+        record.filter(|failed| failed.waits_at(now))
+    }
+
+    /// Counts an attempt that failed at `now` with `why` in a cluster's `record`; returns what
+    /// the cluster reports, now and while it waits.
+    pub fn record_failure(record: &mut Option<Self>, now: Timestamp, why: &str) -> String {
+        let failed = Self::after(record.as_ref(), now, why);
+        let message = failed.message.clone();
+        *record = Some(failed);
+        message
+    }
 }
 
 /// The wait after the `attempts`-th failure in a row.
@@ -109,6 +123,16 @@ mod tests {
             second.message.contains("failed 2 times in a row"),
             "{}",
             second.message
+        );
+
+        // As a cluster's status keeps it: counted in place, waiting until its time.
+        let mut record = None;
+        let message = FailedRestores::record_failure(&mut record, now, "the piece's SHA-256 differs");
+        assert_eq!((record.as_ref(), message), (Some(&first), first.message.clone()));
+        assert_eq!(FailedRestores::waiting(record.as_ref(), now), Some(&first));
+        assert_eq!(
+            FailedRestores::waiting(record.as_ref(), now + Duration::from_secs(10)),
+            None
         );
     }
 }
