@@ -381,7 +381,7 @@ impl Observed {
                     },
                 }),
             semi_sync: semi_sync(cluster),
-            binlog_expire_seconds: binlog_expire_seconds(cluster),
+            binlog_expire_seconds: binlog_expire_seconds(cluster, jiff::Timestamp::now()),
             repair: self.repair.clone(),
             recovery: self.recovery.clone(),
             primary_last_open: self

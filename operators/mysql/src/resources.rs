@@ -173,16 +173,43 @@ pub fn semi_sync(cluster: &MySQLCluster) -> bool {
             .is_none_or(|replication| replication.mode == ReplicationMode::SemiSync)
 }
 
-/// How long members keep binary logs once every member replicates
-/// (`spec.replication.binlogExpireSeconds`).
-pub fn binlog_expire_seconds(cluster: &MySQLCluster) -> u32 {
-    cluster
+/// How long members keep binary logs once every member replicates at `now`
+/// (`spec.replication.binlogExpireSeconds`). When the cluster's own backup policy archives the
+/// binary log at each run (`spec.backup.archiveBinlogs`), at least two of its schedule's
+/// longest intervals, up to MariaDB's limit: the next run reads the log from where the previous
+/// run's archive ended, so a log expiring before then would break the archive (a point-in-time
+/// restore could no longer reach any point between the two runs), even with one run missed.
+pub fn binlog_expire_seconds(cluster: &MySQLCluster, now: jiff::Timestamp) -> u32 {
+    let configured = cluster
         .spec
         .replication
         .clone()
         .unwrap_or_default()
-        .binlog_expire_seconds
+        .binlog_expire_seconds;
+    let archived_every = cluster
+        .spec
+        .backup
+        .as_ref()
+        .filter(|backup| backup.archive_binlogs)
+        .and_then(|backup| {
+            quorum_core::backup::longest_interval(&backup.policy.schedule, now, SCHEDULE_RUNS_LOOKED_AT)
+                .ok()
+        });
+    match archived_every {
+        // 0 keeps every log for ever already.
+        Some(interval) if configured != 0 => {
+            let outlasting = u32::try_from(interval.as_secs().saturating_mul(2)).unwrap_or(u32::MAX);
+            configured.max(outlasting.min(MAX_BINLOG_EXPIRE_SECONDS))
+        }
+        _ => configured,
+    }
 }
+
+/// The runs of a backup schedule whose intervals the binary log expiry outlasts: enough for a
+/// monthly schedule's longest month within a year.
+const SCHEDULE_RUNS_LOOKED_AT: usize = 16;
+/// MariaDB's longest binary log expiry (99 days), also the schema's.
+const MAX_BINLOG_EXPIRE_SECONDS: u32 = 99 * 24 * 3600;
 
 /// `my.cnf`: the settings the operator owns, then the user's `config`. The operator's settings
 /// make every member start read-only with replication stopped, keeping every binary log until
@@ -731,6 +758,50 @@ mod tests {
             ..ReplicationSpec::default()
         });
         assert!(!semi_sync(&asynchronous));
+    }
+
+    /// With the binary log archived at each run of the cluster's own schedule, members keep
+    /// their logs at least two of its longest intervals, so the next run (or the one after a
+    /// missed run) still finds where the archive ended.
+    #[test]
+    fn binary_logs_outlast_two_intervals_of_the_schedule_that_archives_them() {
+        let now: jiff::Timestamp = "2026-11-21T15:30:00Z".parse().unwrap();
+        let day = 24 * 3600;
+        let with = |schedule: &str, archive_binlogs: bool, configured: u32| {
+            let mut cluster = cluster(Flavor::MariaDB, 3);
+            cluster.spec.replication = Some(crate::crd::ReplicationSpec {
+                binlog_expire_seconds: configured,
+                ..Default::default()
+            });
+            cluster.spec.backup = Some(crate::crd::MySqlBackupPolicy {
+                policy: serde_json::from_value(serde_json::json!({
+                    "schedule": schedule,
+                    "destination": {"filesystem": {"path": "/backups"}},
+                }))
+                .unwrap(),
+                archive_binlogs,
+            });
+            binlog_expire_seconds(&cluster, now)
+        };
+        // (schedule, archived, configured expiry, kept)
+        let table = [
+            ("0 3 * * *", true, 7 * day, 7 * day),
+            ("0 3 * * *", true, day, 2 * day),
+            ("0 3 * * 1-5", true, day, 6 * day),
+            ("0 3 * * 0", true, 7 * day, 14 * day),
+            ("0 0 1 * *", true, 7 * day, 62 * day),
+            ("0 0 1 */6 *", true, 7 * day, 99 * day),
+            ("0 3 * * 0", false, day, day),
+            ("0 3 * * 0", true, 0, 0),
+        ];
+        for (schedule, archived, configured, kept) in table {
+            assert_eq!(
+                with(schedule, archived, configured),
+                kept,
+                "{schedule} archived {archived}, configured {configured}"
+            );
+        }
+        assert_eq!(binlog_expire_seconds(&cluster(Flavor::MariaDB, 3), now), 7 * day);
     }
 
     #[test]

@@ -61,6 +61,27 @@ pub fn next_due(schedule: &str, after: Timestamp) -> Result<Timestamp, ScheduleE
         })
 }
 
+/// The longest time between two consecutive runs of `schedule` among its next `runs` runs
+/// after `after`: what a log archived only at each run must outlast on the server (a weekday
+/// schedule's weekend, a monthly schedule's longest month).
+///
+/// # Errors
+/// [`ScheduleError`] from [`next_due`].
+pub fn longest_interval(
+    schedule: &str,
+    after: Timestamp,
+    runs: usize,
+) -> Result<jiff::SignedDuration, ScheduleError> {
+    let mut previous = next_due(schedule, after)?;
+    let mut longest = jiff::SignedDuration::ZERO;
+    for _ in 1..runs {
+        let next = next_due(schedule, previous)?;
+        longest = longest.max(next.duration_since(previous));
+        previous = next;
+    }
+    Ok(longest)
+}
+
 /// When a backup resource should run next, from its spec's optional `schedule` and its status:
 ///
 /// - one-shot (no `schedule`): now ([`Timestamp::UNIX_EPOCH`], which is never in the future)
@@ -139,6 +160,18 @@ mod tests {
 
     fn at(text: &str) -> Timestamp {
         text.parse().expect("timestamp")
+    }
+
+    #[test]
+    fn the_longest_interval_between_runs_spans_a_weekend_or_the_longest_month() {
+        let longest = |schedule: &str| {
+            longest_interval(schedule, at("2026-11-21T15:30:00Z"), 16).map(|interval| interval.as_hours())
+        };
+        assert_eq!(longest("*/15 * * * *"), Ok(0));
+        assert_eq!(longest("0 */6 * * *"), Ok(6));
+        assert_eq!(longest("0 3 * * 1-5"), Ok(72), "Friday to Monday");
+        assert_eq!(longest("0 0 1 * *"), Ok(31 * 24), "a month of 31 days");
+        assert!(matches!(longest("0 0 30 2 *"), Err(ScheduleError::NeverFires { .. })));
     }
 
     #[test]
