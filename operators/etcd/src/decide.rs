@@ -328,22 +328,7 @@ pub fn decide(facts: &Facts) -> Decision {
                 ordinal: learner.ordinal,
             });
         }
-        if !learner.started || !learner.observation.health.is_healthy() {
-            return wait(
-                Reason::LearnerCatchingUp,
-                format!(
-                    "member {} is starting and catching up as a learner",
-                    learner.ordinal
-                ),
-            );
-        }
-        if let Some(blocked) = others_not_healthy(members, learner.ordinal) {
-            return blocked;
-        }
-        return Decision::Act(Step::Promote {
-            ordinal: learner.ordinal,
-            id: learner.id,
-        });
+        return promote_when_ready(members, learner);
     }
 
     if let Some(failed) = members.iter().find(|m| {
@@ -636,8 +621,12 @@ fn member_slots(facts: &Facts) -> usize {
 /// A restore in place, recorded. Nothing is wiped before the StatefulSet controller has taken
 /// the template that carries the restore (with the new-cluster settings), so no pod created
 /// again starts empty without it and bootstraps an empty cluster; then every member is wiped at
-/// once. A pod still on an older template after that is wiped again. The restore is over once
-/// every pod runs the restore template, every member votes and answers, and one leads.
+/// once. A pod still on an older template after that (created again before the StatefulSet
+/// took the restore template) is wiped again, but only while it cannot hold what the restored
+/// cluster acknowledged: no restored member leads and the pod is not Ready by its own probes. A
+/// template changed by a person while the restored cluster serves makes every pod outdated; those
+/// pods are rolled, gated, once the restore is over. The restore is over once every pod runs the
+/// restore template, every member votes and answers, and one leads.
 fn restore_in_place(facts: &Facts, phase: &InFlight) -> Decision {
     let template_taken = facts.templates != Templates::Unknown;
     if *phase == InFlight::RestoreInPlace {
@@ -652,7 +641,20 @@ fn restore_in_place(facts: &Facts, phase: &InFlight) -> Decision {
         });
     }
     if let Some(ordinal) = (0..member_slots(facts)).find(|o| facts.templates.is_outdated(*o)) {
-        return Decision::Act(Step::WipeMember { ordinal });
+        let serving = facts
+            .members
+            .as_deref()
+            .is_some_and(|members| members.iter().any(|m| m.leader && !m.learner));
+        if !serving && !facts.ready_pods.contains(&ordinal) {
+            return Decision::Act(Step::WipeMember { ordinal });
+        }
+        return wait(
+            Reason::RecoveryInProgress,
+            format!(
+                "member {ordinal}'s pod runs an older template than the StatefulSet's, but the restored cluster {} and may hold acknowledged writes there, so it is not wiped; it is rolled once every member has joined the restored cluster (a pod that never started, Pending on an old template, may be deleted by hand to be created again)",
+                if serving { "has a leader" } else { "counts it Ready" }
+            ),
+        );
     }
     let formed = template_taken
         && facts.members.as_deref().is_some_and(|members| {
@@ -668,6 +670,28 @@ fn restore_in_place(facts: &Facts, phase: &InFlight) -> Decision {
         Reason::RecoveryInProgress,
         "the members restore the newest backup on their empty volumes and form a new cluster",
     )
+}
+
+/// Promotes `learner` once it has started and answers healthy and every other member is
+/// healthy, fresh or resumed: a promotion whose learner then died would add a voter that counts
+/// towards the quorum and cannot vote.
+fn promote_when_ready(members: &[MemberFact], learner: &MemberFact) -> Decision {
+    if !learner.started || !learner.observation.health.is_healthy() {
+        return wait(
+            Reason::LearnerCatchingUp,
+            format!(
+                "member {} is starting and catching up as a learner",
+                learner.ordinal
+            ),
+        );
+    }
+    if let Some(blocked) = others_not_healthy(members, learner.ordinal) {
+        return blocked;
+    }
+    Decision::Act(Step::Promote {
+        ordinal: learner.ordinal,
+        id: learner.id,
+    })
 }
 
 /// Every member ordinal but `ordinal`.
@@ -823,9 +847,11 @@ fn resume(facts: &Facts, members: &[MemberFact], in_flight: &InFlight) -> Decisi
             Some(_) => Decision::Act(Step::ClearInFlight),
             None => Decision::Act(Step::AddLearner { ordinal }),
         },
-        InFlight::Promote { ordinal, id } => match member(ordinal) {
+        InFlight::Promote { ordinal, .. } => match member(ordinal) {
             Some(m) if !m.learner => Decision::Act(Step::ClearInFlight),
-            Some(_) => Decision::Act(Step::Promote { ordinal, id }),
+            // Asked again only as a fresh promotion would be: the learner or a voter may have
+            // gone down since the recorded attempt.
+            Some(learner) => promote_when_ready(members, learner),
             None => Decision::Act(Step::ClearInFlight),
         },
         InFlight::Remove { ordinal, id } | InFlight::Replace { ordinal, id } => {
@@ -1560,6 +1586,8 @@ mod tests {
         };
         let mut leaderless = healthy(3);
         leaderless[0].leader = false;
+        let mut two_lead_one_unknown = healthy(3);
+        two_lead_one_unknown[2].observation.health = unknown();
         let rows: Vec<(&str, Facts, Decision)> = vec![
             (
                 "no request: nothing is wiped",
@@ -1632,6 +1660,35 @@ mod tests {
                     },
                 ),
                 Decision::Act(Step::WipeMember { ordinal: 1 }),
+            ),
+            (
+                "an outdated pod Ready by its own probes: it may hold the restored cluster's writes, not wiped",
+                Facts {
+                    ready_pods: [1].into(),
+                    ..restoring(
+                        None,
+                        Templates::Known {
+                            outdated: [(1, "uid-1".to_string())].into(),
+                            current: [0, 2].into(),
+                        },
+                    )
+                },
+                wait(Reason::RecoveryInProgress, ""),
+            ),
+            (
+                "the template changed while the restored cluster leads with one pod still Pending: nothing wiped",
+                Facts {
+                    ready_pods: [0, 1].into(),
+                    ..restoring(
+                        Some(two_lead_one_unknown.clone()),
+                        Templates::Known {
+                            outdated: [(0, "uid-0".to_string()), (1, "uid-1".to_string()), (2, "uid-2".to_string())]
+                                .into(),
+                            current: Default::default(),
+                        },
+                    )
+                },
+                wait(Reason::RecoveryInProgress, ""),
             ),
             (
                 "restoring, no member answers yet: wait",
@@ -1806,6 +1863,29 @@ mod tests {
         assert_eq!(
             decide(&with(InFlight::AddLearner { ordinal: 3 }, healthy(3))),
             Decision::Act(Step::AddLearner { ordinal: 3 })
+        );
+        // A recorded promotion is asked again only while the learner and every voter are
+        // healthy, as a fresh one.
+        let learning = |learner_health: Health, voter_1_health: Health| {
+            let mut members = healthy(3);
+            members[1].observation.health = voter_1_health;
+            members.push(MemberFact {
+                learner: true,
+                ..member(3, learner_health)
+            });
+            with(InFlight::Promote { ordinal: 3, id: 103 }, members)
+        };
+        assert_eq!(
+            decide(&learning(Health::Healthy, Health::Healthy)),
+            Decision::Act(Step::Promote { ordinal: 3, id: 103 })
+        );
+        assert_eq!(
+            reason(&decide(&learning(unhealthy(), Health::Healthy))),
+            "LearnerCatchingUp"
+        );
+        assert_eq!(
+            reason(&decide(&learning(Health::Healthy, unknown()))),
+            "MemberUnknown"
         );
         // An upgrade is in flight until the member is back, healthy, on the new version.
         let upgrading = Facts {

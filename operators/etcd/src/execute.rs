@@ -137,15 +137,19 @@ pub async fn execute(
 fn membership_change<T>(result: Result<T, CallError<AdminError>>) -> Result<StepOutcome, StepError> {
     match result {
         Ok(_) => Ok(StepOutcome::Done),
-        Err(CallError::Failed(error))
-            if ["unhealthy cluster", "not in sync"]
-                .iter()
-                .any(|transient| error.to_string().contains(transient)) =>
-        {
+        Err(CallError::Failed(error)) if refused_for_now(&error.to_string()) => {
             Ok(StepOutcome::NotYet(error.to_string()))
         }
         Err(error) => Err(error.into()),
     }
+}
+
+/// Whether etcd refused a membership change only for now, by its message: its strict
+/// reconfiguration check (`ErrUnhealthy`) or a learner behind the leader (`ErrLearnerNotReady`).
+fn refused_for_now(message: &str) -> bool {
+    ["unhealthy cluster", "in sync with leader"]
+        .iter()
+        .any(|transient| message.contains(transient))
 }
 
 /// A healthy voting member to send a membership change to, never `except`: the leader first,
@@ -201,6 +205,20 @@ mod tests {
 
     /// A membership change goes to the leader for fifteen seconds, then to each other member in
     /// turn for five, then round again; with one candidate, always to it.
+    /// etcd's own messages (server/etcdserver/errors), as the client reports them.
+    #[test]
+    fn a_learner_not_in_sync_and_an_unhealthy_cluster_are_refusals_for_now() {
+        assert!(refused_for_now(
+            "status: FailedPrecondition, message: \"etcdserver: can only promote a learner member which is in sync with leader\""
+        ));
+        assert!(refused_for_now(
+            "status: Unavailable, message: \"etcdserver: unhealthy cluster\""
+        ));
+        assert!(!refused_for_now(
+            "status: NotFound, message: \"etcdserver: member not found\""
+        ));
+    }
+
     #[test]
     fn a_declined_membership_change_goes_to_the_other_members_in_turn() {
         let seconds = Duration::from_secs;
