@@ -526,7 +526,11 @@ pub fn find_primary(facts: &Facts) -> PrimaryFinding {
                 ),
             );
         }
-        if count >= majority || (unanimous && says_primary(ordinal)) {
+        // Fewer than a majority, even in agreement, only confirm the node last recorded (or
+        // name the first one): a Sentinel that missed a failover still names the old primary,
+        // and following it would make the node that took the writes since a replica of it.
+        let confirms = facts.recorded_primary.is_none_or(|recorded| recorded == ordinal);
+        if count >= majority || (unanimous && confirms && says_primary(ordinal)) {
             let Some(address) = facts.address_of(ordinal) else {
                 return unknown(
                     Reason::PrimaryUnknown,
@@ -1440,6 +1444,42 @@ mod tests {
             pod_uid: ordinal.map(|o| format!("uid-{o}")),
         });
         facts
+    }
+
+    /// Two Sentinels out of reach, the third missed the failover to node 1 and still names
+    /// node 0, which came back answering as a primary (a restarted node does): one Sentinel is
+    /// no majority, so node 1 keeps the writes and is not made a replica of node 0.
+    #[test]
+    fn a_minority_of_sentinels_naming_an_old_primary_moves_nothing() {
+        let stale = facts(
+            vec![
+                node(0, primary_info(&[])),
+                node(1, primary_info(&[2])),
+                node(2, replica_info(1, true)),
+            ],
+            vec![watching(0, 0), unreachable_sentinel(1), unreachable_sentinel(2)],
+            Some(1),
+        );
+        assert_eq!(serving_primary(&stale), Some(1));
+        let decision = decide(&stale);
+        assert!(
+            !matches!(decision, Decision::Act(Step::Replicate { node: 1, .. })),
+            "{decision:?}"
+        );
+        // The same lone Sentinel naming the recorded primary confirms it.
+        let confirming = facts(
+            vec![
+                node(0, replica_info(1, true)),
+                node(1, primary_info(&[0, 2])),
+                node(2, replica_info(1, true)),
+            ],
+            vec![watching(0, 1), unreachable_sentinel(1), unreachable_sentinel(2)],
+            Some(1),
+        );
+        assert!(matches!(
+            find_primary(&confirming),
+            PrimaryFinding::Agreed { ordinal: 1, .. }
+        ));
     }
 
     #[test]
