@@ -54,6 +54,9 @@ pub struct NodeView {
     pub link_up: bool,
     /// For a replica, where it replicates from (`master_host`, `master_port`).
     pub replicating_from: Option<SocketAddr>,
+    /// The replication offset it holds (`master_repl_offset`): 0 for a replica that never
+    /// finished a sync from its primary.
+    pub offset: u64,
 }
 
 impl NodeView {
@@ -457,8 +460,11 @@ fn next_step(facts: &Facts) -> Decision {
 /// primary that serves slots does not answer, the kubelet says its server is not running and is
 /// held back (a second crash within minutes waits ten seconds or more for its restart), and a
 /// replica that follows it answers. `None` otherwise: an unanswered call alone is no evidence
-/// that a primary is down, and Redis decides. The replica takes what it has, as Redis's own
-/// failover would a moment later.
+/// that a primary is down, and Redis decides. The replica that holds the most of the primary's
+/// stream takes what it has, as Redis's own failover would a moment later; never one that has
+/// not finished a sync (offset 0: new, or wiped by a repair), which Redis's own failover would
+/// refuse for its data's age: forced, it would take the slots empty, and the primary, back with
+/// its data, would become its replica and drop it.
 fn fail_over_held_back(facts: &Facts, topology: &Topology) -> Option<Step> {
     facts.held_back.iter().find_map(|(&primary, held_back)| {
         let node = facts.nodes.iter().find(|node| node.ordinal == primary)?;
@@ -469,10 +475,18 @@ fn fail_over_held_back(facts: &Facts, topology: &Topology) -> Option<Step> {
         if topology.ownership.get(id).is_none_or(Vec::is_empty) {
             return None;
         }
-        let replica = facts.nodes.iter().find(|node| {
-            node.me()
-                .is_some_and(|me| me.flags.replica && me.primary_id.as_ref() == Some(id))
-        })?;
+        let replica = facts
+            .nodes
+            .iter()
+            .filter_map(|node| Some((node, node.answered()?)))
+            .filter(|(_, view)| {
+                view.offset > 0
+                    && view
+                        .me()
+                        .is_some_and(|me| me.flags.replica && me.primary_id.as_ref() == Some(id))
+            })
+            .max_by_key(|(node, view)| (view.offset, std::cmp::Reverse(node.ordinal)))
+            .map(|(node, _)| node)?;
         Some(Step::FailOverHeldBack {
             primary,
             replica: replica.ordinal,
@@ -1324,6 +1338,7 @@ mod tests {
             state_ok: true,
             link_up: me.primary_of.is_some(),
             replicating_from: me.primary_of.map(address),
+            offset: 1000,
         }
     }
 
@@ -1416,6 +1431,11 @@ mod tests {
                 held_back: "exited 3 s after its restart".into(),
             })
         );
+        // Its replica never finished a sync (new, or wiped by a repair): it holds none of the
+        // slots' keys, so it is not forced to take them; Redis's own failover refuses it too.
+        let mut unsynced = with_one_down(&nodes, 2, &[2]);
+        unsynced.nodes[3].view.as_mut().unwrap().offset = 0;
+        assert!(!takes_over(&unsynced));
         // Unanswered, but the kubelet says nothing (a restart on its way, or the network):
         // Redis decides.
         assert!(!takes_over(&with_one_down(&nodes, 2, &[])));

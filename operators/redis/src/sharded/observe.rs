@@ -41,6 +41,7 @@ pub async fn observe_nodes(
                         state_ok: info.state_ok,
                         link_up: replication.role == Role::Replica && replication.link_up,
                         replicating_from: replication.primary_address(),
+                        offset: replication.offset,
                     })
                 },
             )
