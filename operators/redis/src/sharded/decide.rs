@@ -809,6 +809,19 @@ fn misplaced_replicas(facts: &Facts, topology: &Topology) -> Option<Vec<(usize, 
                 && !view.link_up
                 && knows_where_primary_is
                 && view.replicating_from != primary_address;
+            // A replica of a node that still owns slots (a primary whose volume was lost and
+            // came back as a new, empty node under another id) holds those slots' keys, maybe
+            // their only copy: never made a replica of a node that serves none.
+            let holds_others_slots = me.flags.replica
+                && !follows
+                && me
+                    .primary_id
+                    .as_deref()
+                    .and_then(|followed| view.line(followed))
+                    .is_some_and(|line| !line.slots.is_empty());
+            if holds_others_slots && topology.slots_of_ordinal(primary) == 0 {
+                continue;
+            }
             if (!follows && !serves && knows_primary) || replicates_from_elsewhere {
                 assignments.push((ordinal, primary, primary_id.clone()));
             }
@@ -1579,6 +1592,44 @@ mod tests {
         let without_five: Vec<Node> = nodes.iter().filter(|n| n.ordinal != 5).cloned().collect();
         facts.nodes[3] = answering(&nodes[3], &without_five);
         assert_eq!(decide(&facts), Decision::Act(Step::Meet { pairs: vec![(3, 5)] }));
+    }
+
+    /// Pod 0, a primary, came back from a lost volume as a new, empty node while the others
+    /// still list its old id, failed, with its slots, and its replica (pod 1) has not taken
+    /// them over: pod 1 holds the shard's only copy, so it is not made a replica of the empty
+    /// node (a full sync from it would drop every key of the shard).
+    #[test]
+    fn a_replica_holding_a_lost_primarys_slots_is_not_pointed_at_an_empty_node() {
+        let reborn = format!("{:040x}", 777);
+        let reborn_line = format!(
+            "{reborn} {}@{} master - 0 0 2 connected",
+            address(0),
+            address(0).port() + 10000
+        );
+        let mut nodes = formed(3);
+        nodes[0].failed = true;
+        let mut facts = facts(3, everyone_knows_everyone(&nodes));
+        for node in &mut facts.nodes[1..] {
+            let view = node.view.as_mut().unwrap();
+            view.nodes.extend(parse_cluster_nodes(&reborn_line).unwrap());
+        }
+        facts.nodes[1].view.as_mut().unwrap().link_up = false;
+        let mut own = vec![format!(
+            "{reborn} {}@{} myself,master - 0 0 2 connected",
+            address(0),
+            address(0).port() + 10000
+        )];
+        own.extend(nodes[1..].iter().map(|node| line(node, false)));
+        facts.nodes[0].view = Some(NodeView {
+            nodes: parse_cluster_nodes(&own.join("\n")).unwrap(),
+            state_ok: false,
+            link_up: false,
+            replicating_from: None,
+            offset: 0,
+        });
+        // Nothing is done: slots move only between nodes that answer, and the old id does not.
+        let decision = decide(&facts);
+        assert!(matches!(decision, Decision::Wait(_)), "{decision:?}");
     }
 
     #[test]
