@@ -325,10 +325,20 @@ pub fn build_status(
             .next()
             .map(|r| format!("{:x}", r.cluster_id))
             .or(previous.cluster_id),
+        // Nothing observed: the members are shown as last seen, but no one is known to have
+        // stayed Unhealthy meanwhile, so the time towards a replacement starts again at the
+        // next observation (unreachable is not down).
         members: if view.membership.is_some() {
             member_statuses
         } else {
-            previous.members
+            previous
+                .members
+                .into_iter()
+                .map(|member| MemberStatus {
+                    unhealthy_since: None,
+                    ..member
+                })
+                .collect()
         },
         in_flight,
         wipe_pending: pending.wipe.iter().map(|o| *o as i32).collect(),
@@ -589,6 +599,58 @@ mod tests {
             members: Vec::new(),
             heard_failing_at: BTreeMap::new(),
         }
+    }
+
+    /// A member Unhealthy, then a pass that reached no member at all, then the member seen
+    /// Unhealthy again: its time towards a replacement counts from the new observation, not
+    /// across the time nothing was seen.
+    #[test]
+    fn time_unhealthy_does_not_count_the_passes_that_observed_nothing() {
+        use quorum_core::availability::health::Observation;
+        let at = |seconds: i64| Timestamp::from_second(1_800_000_000 + seconds).unwrap();
+        let member = |ordinal: usize, health: Health| MemberFact {
+            ordinal,
+            id: ordinal as u64 + 100,
+            learner: false,
+            started: true,
+            leader: ordinal == 0,
+            version: Some("3.6.16".to_string()),
+            raft_index: Some(10),
+            observation: Observation::new(format!("main-{ordinal}"), health, true),
+            unhealthy_for: None,
+        };
+        let members = || {
+            vec![
+                member(0, Health::Healthy),
+                member(1, Health::Healthy),
+                member(2, Health::Unhealthy("peers report it disconnected".into())),
+            ]
+        };
+        let mut cluster: EtcdCluster = three_members();
+        let mut pass = |view: &ClusterView, members: &[MemberFact], seconds| {
+            let status = build_status(
+                &cluster,
+                view,
+                members,
+                &Decision::Settled,
+                None,
+                Pending::default(),
+                at(seconds),
+            );
+            cluster.status = Some(status.clone());
+            status
+        };
+        let since = |status: &EtcdClusterStatus| status.members[2].unhealthy_since.clone().map(|t| t.0);
+        assert_eq!(since(&pass(&membership_known(), &members(), 0)), Some(at(0)));
+        assert_eq!(since(&pass(&membership_known(), &members(), 60)), Some(at(0)));
+        let blind = ClusterView {
+            membership: None,
+            ..membership_known()
+        };
+        let unseen = pass(&blind, &[], 600);
+        assert_eq!(unseen.members.len(), 3, "the members as last seen");
+        assert_eq!(since(&unseen), None);
+        assert_eq!(since(&pass(&membership_known(), &members(), 1800)), Some(at(1800)));
     }
 
     /// The leader lost, no leader for a pass, then another elected: recorded as a change from
