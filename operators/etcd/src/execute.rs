@@ -86,17 +86,22 @@ pub async fn execute(
             }
             let (key, endpoint) =
                 healthy_member(view, resolver, cluster, Some(ordinal), tried_for, "member_remove")?;
-            membership_change(
-                clients
-                    .call(
-                        &key,
-                        &endpoint,
-                        "member_remove",
-                        Idempotency::Mutation,
-                        |admin| async move { admin.remove_member(id).await },
-                    )
-                    .await,
-            )
+            let removed = clients
+                .call(
+                    &key,
+                    &endpoint,
+                    "member_remove",
+                    Idempotency::Mutation,
+                    |admin| async move { admin.remove_member(id).await },
+                )
+                .await;
+            // Already gone (a list read before the removal reached the member asked): done.
+            if let Err(CallError::Failed(error)) = &removed
+                && already_removed(&error.to_string())
+            {
+                return Ok(StepOutcome::Done);
+            }
+            membership_change(removed)
         }
         Step::MoveLeader { from, to_id } => {
             if view.members.iter().any(|m| m.leader && m.id == to_id) {
@@ -142,6 +147,12 @@ fn membership_change<T>(result: Result<T, CallError<AdminError>>) -> Result<Step
         }
         Err(error) => Err(error.into()),
     }
+}
+
+/// Whether etcd refused a removal because the member is no longer in the membership
+/// (`ErrGRPCMemberNotFound`, which it also answers for an id already removed).
+fn already_removed(message: &str) -> bool {
+    message.contains("etcdserver: member not found")
 }
 
 /// Whether etcd refused a membership change only for now, by its message: its strict
@@ -216,6 +227,12 @@ mod tests {
         ));
         assert!(!refused_for_now(
             "status: NotFound, message: \"etcdserver: member not found\""
+        ));
+        assert!(already_removed(
+            "status: NotFound, message: \"etcdserver: member not found\""
+        ));
+        assert!(!already_removed(
+            "status: Unavailable, message: \"etcdserver: unhealthy cluster\""
         ));
     }
 

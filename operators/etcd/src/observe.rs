@@ -297,18 +297,28 @@ impl EtcdClients {
             {
                 links.insert(ordinal, peer_links);
             }
-            if membership.is_none()
-                && let Ok(list) = self
-                    .call(
-                        &key,
-                        &endpoint,
-                        "member_list",
-                        Idempotency::Read,
-                        |admin| async move { admin.members().await },
-                    )
-                    .await
+        }
+        // The list is each member's own (the client cannot ask for a linearizable one): asked
+        // of the leader first, then of members that follow one, and of a member that knows no
+        // leader last, whose list may predate changes it could not hear of (a member cut off
+        // from its peers still lists itself after its removal).
+        for ordinal in membership_order(&reports) {
+            let Some(endpoint) = resolver.client_url(ordinal) else {
+                continue;
+            };
+            let key = MemberKey::new(cluster, ordinal.to_string());
+            if let Ok(list) = self
+                .call(
+                    &key,
+                    &endpoint,
+                    "member_list",
+                    Idempotency::Read,
+                    |admin| async move { admin.members().await },
+                )
+                .await
             {
                 membership = Some(list);
+                break;
             }
         }
         let members = membership
@@ -397,9 +407,44 @@ fn cluster_name(cluster: &str) -> &str {
 /// Shared handle type used by the reconciler.
 pub type SharedClients = Arc<EtcdClients>;
 
+/// The members to ask for the membership list, in order: the one that leads, then those that
+/// follow a leader, then those that know none; by ordinal within each.
+fn membership_order(reports: &BTreeMap<usize, MemberReport>) -> Vec<usize> {
+    let mut ordinals: Vec<usize> = reports.keys().copied().collect();
+    ordinals.sort_by_key(|ordinal| {
+        let report = &reports[ordinal];
+        match report.leader_id {
+            0 => 2,
+            leader if leader == report.member_id => 0,
+            _ => 1,
+        }
+    });
+    ordinals
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Members 0 and 1 were cut off from the others: 0 knows no leader, 1 still follows the old
+    /// one; 2 leads. The list is asked of 2 first, then 1, then 0.
+    #[test]
+    fn the_membership_is_asked_of_the_leader_first_and_of_a_leaderless_member_last() {
+        let report = |member_id: u64, leader_id: u64| MemberReport {
+            member_id,
+            cluster_id: 1,
+            leader_id,
+            version: "3.6.16".into(),
+            raft_index: 10,
+            raft_applied_index: 10,
+            errors: Vec::new(),
+            learner: false,
+            db_size: 0,
+            revision: 1,
+        };
+        let reports = BTreeMap::from([(0, report(100, 0)), (1, report(101, 102)), (2, report(102, 102))]);
+        assert_eq!(membership_order(&reports), vec![2, 1, 0]);
+    }
 
     #[test]
     fn what_is_built_is_kept_for_its_material_and_built_again_for_another() {
