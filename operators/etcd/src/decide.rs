@@ -349,6 +349,17 @@ pub fn decide(facts: &Facts) -> Decision {
 
     let voters = members.iter().filter(|m| !m.learner).count();
     let highest = members.iter().map(|m| m.ordinal).max();
+    // The pod of a removed member (a scale-in not yet finished) goes before any member is
+    // added: a learner added under its ordinal would meet that pod, still running on the
+    // removed member's volume, which its peers refuse, and never start.
+    if voters <= facts.desired_members
+        && let Some(highest) = highest
+        && statefulset_replicas > highest + 1
+    {
+        return Decision::Act(Step::StopPod {
+            ordinal: statefulset_replicas - 1,
+        });
+    }
     if voters < facts.desired_members {
         if let Some(blocked) = others_not_healthy(members, usize::MAX) {
             return blocked;
@@ -369,14 +380,6 @@ pub fn decide(facts: &Facts) -> Decision {
             },
         );
     }
-    if let Some(highest) = highest
-        && statefulset_replicas > highest + 1
-    {
-        return Decision::Act(Step::StopPod {
-            ordinal: statefulset_replicas - 1,
-        });
-    }
-
     if let Some(repair) = facts.repair.as_ref().filter(|r| r.replaced.is_none()) {
         return repair_member(facts, members, repair);
     }
@@ -1228,6 +1231,14 @@ mod tests {
                 Facts {
                     statefulset_replicas: Some(5),
                     ..facts(3, Some(healthy(3)))
+                },
+                Decision::Act(Step::StopPod { ordinal: 4 }),
+            ),
+            (
+                "scaled back up before a removed member's pod stopped: the pod goes before a learner is added in its place",
+                Facts {
+                    statefulset_replicas: Some(5),
+                    ..facts(5, Some(healthy(4)))
                 },
                 Decision::Act(Step::StopPod { ordinal: 4 }),
             ),
