@@ -70,7 +70,9 @@ pub use destination::{
 };
 pub use pipe::{PIPE_CAPACITY, PipeError, PipeReader, PipeWriter, Produce, pipe, producer};
 pub use run::{Due, LocateError, SinkSetupError, StoreSettings, cluster_sink, due, locate, until};
-pub use schedule::{BACKUP_STALE, ScheduleError, due_at, is_stale, longest_interval, next_due, set_backup_stale};
+pub use schedule::{
+    BACKUP_STALE, ScheduleError, due_at, is_stale, longest_interval, next_due, set_backup_stale,
+};
 
 /// Size of one multipart part. S3 requires at least 5 MiB for every part but the last and allows
 /// 10 000 parts, so 8 MiB parts admit backups up to about 78 GiB.

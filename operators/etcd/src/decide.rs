@@ -655,7 +655,11 @@ fn restore_in_place(facts: &Facts, phase: &InFlight) -> Decision {
             Reason::RecoveryInProgress,
             format!(
                 "member {ordinal}'s pod runs an older template than the StatefulSet's, but the restored cluster {} and may hold acknowledged writes there, so it is not wiped; it is rolled once every member has joined the restored cluster (a pod that never started, Pending on an old template, may be deleted by hand to be created again)",
-                if serving { "has a leader" } else { "counts it Ready" }
+                if serving {
+                    "has a leader"
+                } else {
+                    "counts it Ready"
+                }
             ),
         );
     }
@@ -1693,8 +1697,12 @@ mod tests {
                     ..restoring(
                         Some(two_lead_one_unknown.clone()),
                         Templates::Known {
-                            outdated: [(0, "uid-0".to_string()), (1, "uid-1".to_string()), (2, "uid-2".to_string())]
-                                .into(),
+                            outdated: [
+                                (0, "uid-0".to_string()),
+                                (1, "uid-1".to_string()),
+                                (2, "uid-2".to_string()),
+                            ]
+                            .into(),
                             current: Default::default(),
                         },
                     )

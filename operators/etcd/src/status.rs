@@ -650,7 +650,10 @@ mod tests {
         let unseen = pass(&blind, &[], 600);
         assert_eq!(unseen.members.len(), 3, "the members as last seen");
         assert_eq!(since(&unseen), None);
-        assert_eq!(since(&pass(&membership_known(), &members(), 1800)), Some(at(1800)));
+        assert_eq!(
+            since(&pass(&membership_known(), &members(), 1800)),
+            Some(at(1800))
+        );
     }
 
     /// The leader lost, no leader for a pass, then another elected: recorded as a change from

@@ -192,8 +192,7 @@ pub fn binlog_expire_seconds(cluster: &MySQLCluster, now: jiff::Timestamp) -> u3
         .as_ref()
         .filter(|backup| backup.archive_binlogs)
         .and_then(|backup| {
-            quorum_core::backup::longest_interval(&backup.policy.schedule, now, SCHEDULE_RUNS_LOOKED_AT)
-                .ok()
+            quorum_core::backup::longest_interval(&backup.policy.schedule, now, SCHEDULE_RUNS_LOOKED_AT).ok()
         });
     match archived_every {
         // 0 keeps every log for ever already.

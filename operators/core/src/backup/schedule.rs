@@ -171,7 +171,10 @@ mod tests {
         assert_eq!(longest("0 */6 * * *"), Ok(6));
         assert_eq!(longest("0 3 * * 1-5"), Ok(72), "Friday to Monday");
         assert_eq!(longest("0 0 1 * *"), Ok(31 * 24), "a month of 31 days");
-        assert!(matches!(longest("0 0 30 2 *"), Err(ScheduleError::NeverFires { .. })));
+        assert!(matches!(
+            longest("0 0 30 2 *"),
+            Err(ScheduleError::NeverFires { .. })
+        ));
     }
 
     #[test]
