@@ -608,7 +608,13 @@ impl MemberLauncher for RedisLauncher {
 /// `mongodb.quorum.dev/version` label, else the ConfigMap's `MONGODB_VERSION`, so a rolling
 /// upgrade really changes what runs. The root user comes from the `admin-credentials` volume
 /// and the key file from the `keyfile` volume, copied into a file only the member may read.
+/// A simulated member keeps as many oplog entries as the pod's [`SIM_OPLOG_ENTRIES`]
+/// annotation says (a test sets it through `spec.podTemplate`), standing in for a server whose
+/// `--oplogSize` is small enough for a test to roll its oplog over.
 pub struct MongoLauncher;
+
+/// The pod annotation giving how many oplog entries a simulated member keeps.
+pub const SIM_OPLOG_ENTRIES: &str = "mongo-sim.quorum.dev/oplog-entries";
 
 impl MongoLauncher {
     fn credentials(member: &MemberPod) -> Option<crate::mongo::Credentials> {
@@ -660,7 +666,11 @@ impl MemberLauncher for MongoLauncher {
             key_file: key_file.as_deref(),
             version: version.as_deref(),
             credentials: credentials.as_ref(),
-            oplog_entries: None,
+            oplog_entries: member
+                .pod
+                .annotations()
+                .get(SIM_OPLOG_ENTRIES)
+                .and_then(|entries| entries.parse().ok()),
         });
         command.env("TMPDIR", &directories.tmp);
         command

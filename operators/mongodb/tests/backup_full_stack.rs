@@ -725,6 +725,94 @@ async fn a_set_restored_to_a_point_in_time_holds_exactly_the_writes_up_to_it() {
     let _ = std::fs::remove_dir_all(&directory);
 }
 
+/// A source whose oplog rolled past where the archive ended (writes faster than the schedule
+/// reads them, for the oplog's size): the next run cannot continue the archive, so it restarts
+/// it at its own snapshot, and one warning names the points no longer restorable. Every
+/// acknowledged write is still held by the set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_oplog_rolled_past_the_archive_restarts_it_at_the_next_runs_snapshot_with_a_warning() {
+    let setup = Setup::start("mongodb-oplog-rolled").await;
+    let directory = std::env::temp_dir().join(format!("quorum-mongodb-backups-{}", setup.ns()));
+    let _ = std::fs::remove_dir_all(&directory);
+    let mut small_oplog = spec(3);
+    small_oplog.pod_template = Some(quorum_core::crd::PodOverrides {
+        annotations: BTreeMap::from([(
+            quorum_e2e::local_members::SIM_OPLOG_ENTRIES.to_string(),
+            OPLOG_ENTRIES.to_string(),
+        )]),
+        ..Default::default()
+    });
+    setup.create_ready("source", small_oplog, 3).await;
+    let application = setup.application("source", 3).await;
+    let mut acknowledged = insert_orders(&application, 0, 20).await;
+
+    let backups = scheduled_with_oplog(&setup, &directory, 3).await;
+    let first = archived_runs(&backups, 1, 0).await;
+    let archived = first.recovery_runs.last().expect("an archived run").clone();
+
+    // More writes than the oplog keeps, in batches each acknowledged by a majority so the
+    // secondaries keep up: the entries after the archive's end roll off every member.
+    let mut next = 20;
+    while next < 20 + 2 * OPLOG_ENTRIES as i64 {
+        acknowledged.extend(insert_orders(&application, next, 25).await);
+        next += 25;
+    }
+
+    let (restarted, warning) = wait::until(
+        "a run that restarts the archive",
+        Duration::from_secs(150),
+        || async {
+            let status = backups
+                .get("nightly")
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .unwrap_or_default();
+            let warned: Vec<String> = setup
+                .events("nightly")
+                .await
+                .into_iter()
+                .filter(|event| event.reason.as_deref() == Some("ArchiveBroken"))
+                .filter_map(|event| event.message)
+                .collect();
+            match (&status.recovery_runs[..], &warned[..]) {
+                ([.., run], [warning]) if run.snapshot.location != archived.snapshot.location => {
+                    Ok((run.clone(), warning.clone()))
+                }
+                (runs, warned) => Err(format!(
+                    "{:?} {} runs, warnings {warned:?}",
+                    status.run.phase,
+                    runs.len()
+                )),
+            }
+        },
+    )
+    .await;
+    assert_ne!(
+        restarted.oplog_after, archived.oplog_through,
+        "the archive restarted"
+    );
+    assert_eq!(
+        restarted.oplog_after, restarted.snapshot_cluster_time,
+        "at the run's own snapshot"
+    );
+    assert!(
+        warning.contains("restarts at this run's snapshot")
+            && warning.contains(&format!("the previous run's ended at {}", archived.oplog_through)),
+        "{warning}"
+    );
+
+    setup.ready("source", 3).await;
+    let held = crate::support::order_ids(&application).await;
+    crate::support::check_orders(&held, &acknowledged, &[]).expect("every acknowledged order held");
+
+    setup.stop().await;
+    let _ = std::fs::remove_dir_all(&directory);
+}
+
+/// Oplog entries each member of the rolled-over set keeps.
+const OPLOG_ENTRIES: usize = 200;
+
 /// A restore to a point the archive has not reached yet waits for the next run. Meanwhile
 /// retention keeps every run: with `retain: 1` the next run would otherwise drop the only
 /// snapshot before the point, and the restore could never start. Once the restore is recorded,

@@ -926,6 +926,18 @@ fn scale_in(facts: &Facts, primary: usize, leaving: usize) -> Decision {
             ),
         };
     }
+    // A replica that answers counts as Healthy while it catches up: removing another, with its
+    // volume, would leave the writes acknowledged by the leaving one on the primary alone.
+    let behind = replicas_behind(facts, primary, leaving);
+    if !behind.is_empty() {
+        return wait(
+            Reason::ScaleInBlocked,
+            format!(
+                "member {leaving} is removed once every other replica has caught up: {}",
+                behind.join(", ")
+            ),
+        );
+    }
     Decision::Act(Step::RemoveMember { ordinal: leaving })
 }
 
@@ -1640,6 +1652,26 @@ mod tests {
         let mut wanted = facts(settled_three(now), Some(0), now);
         wanted.desired_members = 2;
         assert_eq!(decide(&wanted), Decision::Act(Step::RemoveMember { ordinal: 2 }));
+
+        // A replica that answers but is far behind (restarted a moment ago): the leaving one
+        // may hold the acknowledged writes it lacks.
+        let mut lagging = wanted.clone();
+        lagging.members = vec![
+            healthy(0, primary_state("0-1-5000"), now),
+            healthy(1, replica_state("0-1-10", 0), now),
+            healthy(2, replica_state("0-1-5000", 0), now),
+        ];
+        assert!(
+            matches!(
+                decide(&lagging),
+                Decision::Wait(Wait {
+                    reason: Reason::ScaleInBlocked,
+                    ..
+                })
+            ),
+            "{:?}",
+            decide(&lagging)
+        );
 
         wanted.members[1] = unreachable(1, Health::Unknown("timed out".into()), now);
         wanted.members = keeping_logs(wanted.members);
