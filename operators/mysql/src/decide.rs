@@ -342,6 +342,24 @@ pub fn caught_up_replica(facts: &Facts, ordinal: usize, primary: usize) -> bool 
         })
 }
 
+/// The first answering member but `target` and `except` holding a transaction `target` does
+/// not hold; `None` while `target` answers holding everything the others hold, or does not
+/// answer.
+fn holds_more_than(facts: &Facts, target: usize, except: usize) -> Option<usize> {
+    let held = member(facts, target)?
+        .healthy_state(facts.now, facts.freshness)?
+        .held();
+    facts
+        .members
+        .iter()
+        .filter(|m| m.ordinal != target && m.ordinal != except)
+        .find(|m| {
+            m.healthy_state(facts.now, facts.freshness)
+                .is_some_and(|state| !held.includes(&state.held()))
+        })
+        .map(|m| m.ordinal)
+}
+
 /// A step recorded in status: taken again until its effect is observed, then cleared.
 fn continue_in_flight(facts: &Facts, in_flight: &InFlight) -> Decision {
     match *in_flight {
@@ -361,6 +379,17 @@ fn continue_in_flight(facts: &Facts, in_flight: &InFlight) -> Decision {
                     Reason::SwitchoverTargetUnknown,
                     format!(
                         "switchover from member {from} to member {to}: the target stopped answering; the old primary stays read-only until it answers"
+                    ),
+                )
+            } else if let InFlight::Failover { from, .. } = *in_flight
+                && let Some(holder) = holds_more_than(facts, to, from)
+            {
+                // Chosen when recorded, but it may have come back since on a new, empty volume:
+                // opened now it would serve without what the others hold.
+                wait(
+                    Reason::FailoverBlocked,
+                    format!(
+                        "the failover from member {from} to member {to} is recorded, but member {holder} now holds transactions member {to} lacks (its volume replaced?); it is not opened as the primary: name the member to serve from with {RECOVER_ANNOTATION} (docs/mysql.md, Disaster recovery)"
                     ),
                 )
             } else {
@@ -1522,6 +1551,22 @@ mod tests {
         assert_eq!(
             decide(&in_progress),
             Decision::Act(Step::Failover { from: 0, to: 1 })
+        );
+
+        // The target came back on a new, empty volume before the failover was taken again:
+        // not opened without what member 2 holds.
+        let mut emptied = in_progress.clone();
+        emptied.members[1] = healthy(1, fresh_state(), now);
+        assert!(
+            matches!(
+                decide(&emptied),
+                Decision::Wait(Wait {
+                    reason: Reason::FailoverBlocked,
+                    ..
+                })
+            ),
+            "{:?}",
+            decide(&emptied)
         );
 
         members[1] = healthy(1, primary_state("0-1-10"), now);
