@@ -120,17 +120,15 @@ pub async fn reconcile(
     let desired = desired(&replica_set, state);
     let observed = observe(&context, &replica_set, &key, &desired).await?;
 
-    // The StatefulSet shrinks only once the leaving members are out of the configuration.
-    let configured_ordinals = observed.config.as_ref().map_or(0, |config| {
-        config
-            .members
-            .iter()
-            .filter(|member| !member.arbiter_only && member.id < ARBITER_ID)
-            .map(|member| member.id as usize + 1)
-            .max()
-            .unwrap_or(0)
-    });
-    let replicas = replica_set.spec.data_members().max(configured_ordinals);
+    let current = match observed.config {
+        Some(_) => None,
+        None => context
+            .read::<k8s_openapi::api::apps::v1::StatefulSet>(&namespace, &statefulset_name(&name))
+            .await
+            .map_err(Error::api("reading the member StatefulSet"))?
+            .and_then(|statefulset| statefulset.spec.as_ref()?.replicas),
+    };
+    let replicas = statefulset_replicas(replica_set.spec.data_members(), observed.config.as_ref(), current);
     applier
         .apply(&build_statefulset(&replica_set, replicas as i32)?)
         .await?;
@@ -277,4 +275,62 @@ pub async fn read_credentials(
         username,
         password: SecretString::from(password),
     })
+}
+
+/// How many data members the StatefulSet keeps: the wanted ones, and every ordinal the set's
+/// configuration still holds, so it shrinks only once the leaving members are out of it. While
+/// the configuration could not be read (no member answered, or the read timed out), never fewer
+/// than it keeps now (`current`): unknown is not "nothing configured".
+pub fn statefulset_replicas(
+    wanted: usize,
+    config: Option<&crate::admin::ReplConfig>,
+    current: Option<i32>,
+) -> usize {
+    let kept = match config {
+        Some(config) => config
+            .members
+            .iter()
+            .filter(|member| !member.arbiter_only && member.id < ARBITER_ID)
+            .map(|member| member.id as usize + 1)
+            .max()
+            .unwrap_or(0),
+        None => current.map_or(0, |replicas| usize::try_from(replicas).unwrap_or(0)),
+    };
+    wanted.max(kept)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admin::{ConfigMember, ReplConfig};
+
+    /// Scaling 3 → 1: the StatefulSet keeps the members the configuration still holds, and,
+    /// while the configuration cannot be read, the members it keeps now; it shrinks only once
+    /// the configuration was read without them.
+    #[test]
+    fn the_statefulset_never_shrinks_on_a_configuration_it_could_not_read() {
+        let member = |id: i32| ConfigMember {
+            id,
+            host: format!("rs-{id}.rs:27017"),
+            votes: 1,
+            priority: 1.0,
+            hidden: false,
+            arbiter_only: false,
+            other: bson::Document::new(),
+        };
+        let configured = |ids: &[i32]| ReplConfig::initial("rs", ids.iter().copied().map(member).collect());
+        assert_eq!(statefulset_replicas(1, Some(&configured(&[0, 1, 2])), None), 3);
+        assert_eq!(
+            statefulset_replicas(1, None, Some(3)),
+            3,
+            "unknown is not nothing configured"
+        );
+        assert_eq!(statefulset_replicas(1, Some(&configured(&[0])), None), 1);
+        assert_eq!(statefulset_replicas(3, None, None), 3, "a new set");
+        assert_eq!(
+            statefulset_replicas(3, Some(&configured(&[0])), None),
+            3,
+            "growing"
+        );
+    }
 }
