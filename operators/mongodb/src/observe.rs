@@ -9,7 +9,7 @@ use kube::ResourceExt;
 use quorum_core::{availability::retry::Idempotency, runner::Context};
 
 use crate::{
-    admin::{AdminError, ReplConfig, StatusMember},
+    admin::{AdminError, ReplConfig, ReplStatus, StatusMember},
     clients::MongoClients,
     crd::MongoDBReplicaSet,
     decide::{Desired, Observed, Reach, SeenMember},
@@ -41,31 +41,10 @@ pub(crate) async fn observe(
     }))
     .await;
 
-    let primaries: Vec<String> = members
-        .iter()
-        .filter(|member| member.hello().is_some_and(|hello| hello.is_writable_primary))
-        .map(|member| member.host.clone())
-        .collect();
-    let primary = match primaries.as_slice() {
-        [primary] => Some(primary.clone()),
-        _ => None,
-    };
+    let mut primary = the_primary(&members);
     let (mut config, mut status, mut feature_compatibility) = (None, None, None);
     if let Some(primary) = &primary {
-        config = read(clients, key, primary, "replSetGetConfig", |admin| async move {
-            admin.config().await
-        })
-        .await
-        .flatten();
-        status = read(clients, key, primary, "replSetGetStatus", |admin| async move {
-            admin.status().await
-        })
-        .await
-        .flatten();
-        feature_compatibility = read(clients, key, primary, "getParameter", |admin| async move {
-            admin.feature_compatibility_version().await
-        })
-        .await;
+        (config, status, feature_compatibility) = read_primary(clients, key, primary).await;
     } else {
         // Without a primary, the newest configuration any member holds says who belongs.
         let answered: Vec<String> = members
@@ -114,6 +93,18 @@ pub(crate) async fn observe(
                 .await,
             );
         }
+    }
+    // The primary may be a member no longer asked for (a scale-in whose leaving member leads):
+    // it steps down before it leaves, so it must be seen as the primary.
+    if primary.is_none()
+        && config.is_some()
+        && let Some(leaving) = the_primary(&members)
+    {
+        let (held, held_status, held_compatibility) = read_primary(clients, key, &leaving).await;
+        // What a secondary held stays the configuration if the primary's cannot be read.
+        config = held.or(config);
+        (status, feature_compatibility) = (held_status, held_compatibility);
+        primary = Some(leaving);
     }
 
     Ok(Observed {
@@ -277,4 +268,39 @@ pub(crate) async fn member_pods(
         }
     }
     Ok(by_name)
+}
+
+/// The one member that answers as the writable primary; `None` with none or several.
+fn the_primary(members: &[SeenMember]) -> Option<String> {
+    let primaries: Vec<&SeenMember> = members
+        .iter()
+        .filter(|member| member.hello().is_some_and(|hello| hello.is_writable_primary))
+        .collect();
+    match primaries.as_slice() {
+        [primary] => Some(primary.host.clone()),
+        _ => None,
+    }
+}
+
+/// The configuration, status and feature compatibility version, as the primary holds them.
+async fn read_primary(
+    clients: &MongoClients,
+    key: &str,
+    primary: &str,
+) -> (Option<ReplConfig>, Option<ReplStatus>, Option<String>) {
+    let config = read(clients, key, primary, "replSetGetConfig", |admin| async move {
+        admin.config().await
+    })
+    .await
+    .flatten();
+    let status = read(clients, key, primary, "replSetGetStatus", |admin| async move {
+        admin.status().await
+    })
+    .await
+    .flatten();
+    let feature_compatibility = read(clients, key, primary, "getParameter", |admin| async move {
+        admin.feature_compatibility_version().await
+    })
+    .await;
+    (config, status, feature_compatibility)
 }

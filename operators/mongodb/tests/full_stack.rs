@@ -73,9 +73,34 @@ async fn a_set_forms_grows_through_non_voting_members_and_shrinks_keeping_every_
         assert!(reasons.iter().any(|r| r == reason), "{reason} in {reasons:?}");
     }
 
-    // Back to three: demoted, then removed, then the StatefulSet shrinks.
+    // A leaving member leads when the set goes back to three: it steps down first, then is
+    // demoted and removed with the other, then the StatefulSet shrinks.
+    let leaving = setup.member_client("shop", 4).await;
+    quorum_e2e::wait::until("shop-4 the primary", Duration::from_secs(60), || async {
+        let _ = leaving
+            .database("admin")
+            .run_command(doc! { "replSetStepUp": 1 })
+            .await;
+        let hello = leaving
+            .database("admin")
+            .run_command(doc! { "hello": 1 })
+            .await
+            .map_err(|e| e.to_string())?;
+        if hello.get_bool("isWritablePrimary") == Ok(true) {
+            Ok(())
+        } else {
+            Err(format!("{hello}"))
+        }
+    })
+    .await;
+    written.extend(insert_orders(&application, 300, 50).await);
     setup.scale("shop", 3).await;
-    setup.ready("shop", 3).await;
+    let status = setup.ready("shop", 3).await;
+    assert!(
+        ["shop-0", "shop-1", "shop-2"].contains(&status.primary.as_deref().unwrap_or_default()),
+        "{:?}",
+        status.primary
+    );
     let config = setup.config("shop", 3).await;
     assert_eq!(config.members.len(), 3);
     assert_eq!(config.voting_members(), 3);

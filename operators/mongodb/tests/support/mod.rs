@@ -114,6 +114,20 @@ impl Setup {
         .unwrap()
     }
 
+    /// A connection to data member `ordinal` of set `name` alone, whatever its role.
+    pub async fn member_client(&self, name: &str, ordinal: usize) -> mongodb::Client {
+        let credentials = self.credentials(name).await;
+        let uri = format!(
+            "mongodb://{}:{}@{}/?directConnection=true&readPreference=secondaryPreferred&authSource=admin&serverSelectionTimeoutMS=5000",
+            credentials.username,
+            secrecy::ExposeSecret::expose_secret(&credentials.password),
+            self.host(name, ordinal),
+        );
+        mongodb::Client::with_uri_str(&uri)
+            .await
+            .expect("a member's client")
+    }
+
     /// The set's configuration as its primary reports it.
     pub async fn config(&self, name: &str, members: usize) -> ReplConfig {
         let credentials = self.credentials(name).await;
