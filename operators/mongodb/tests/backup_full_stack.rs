@@ -58,16 +58,7 @@ async fn contents(client: &mongodb::Client) -> Result<Contents, String> {
 
 /// A connection to one member alone, reading what that member holds whatever its role.
 async fn member(setup: &Setup, name: &str, ordinal: usize) -> mongodb::Client {
-    let credentials = setup.credentials(name).await;
-    let uri = format!(
-        "mongodb://{}:{}@{}/?directConnection=true&readPreference=secondaryPreferred&authSource=admin&serverSelectionTimeoutMS=5000",
-        credentials.username,
-        secrecy::ExposeSecret::expose_secret(&credentials.password),
-        setup.host(name, ordinal),
-    );
-    mongodb::Client::with_uri_str(&uri)
-        .await
-        .expect("a member's client")
+    setup.member_client(name, ordinal).await
 }
 
 /// Waits until member `ordinal` of set `name` holds exactly `expected`.
