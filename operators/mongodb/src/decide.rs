@@ -472,6 +472,22 @@ fn initiate(desired: &Desired, observed: &Observed) -> Step {
             format!("not initiating while {} cannot be reached", unknown.join(", ")),
         );
     }
+    // A member that says it belongs to a set holds its configuration even when reading it
+    // failed (a timeout): initiating another would split the set.
+    let in_a_set: Vec<&str> = existing
+        .iter()
+        .filter(|member| member.hello().is_some_and(|hello| hello.set_name.is_some()))
+        .map(|member| member.name.as_str())
+        .collect();
+    if !in_a_set.is_empty() {
+        return wait(
+            Reason::ConfigurationMissing,
+            format!(
+                "not initiating: {} already belong to a replica set whose configuration could not be read",
+                in_a_set.join(", ")
+            ),
+        );
+    }
     let Some(first) = desired.members.first() else {
         return wait(Reason::NoMembers, "the spec asks for no members");
     };
@@ -1456,6 +1472,17 @@ mod tests {
     fn no_initiation_while_a_member_pod_cannot_be_reached() {
         let observed = unknown(fresh(3), 2);
         assert_eq!(reason(&decide(&desired(3, 0), &observed)), "MembersUnknown");
+    }
+
+    /// The record of the initiation lost (the resource created again over kept volumes) and
+    /// the primary's configuration read timed out: members that say they belong to a set are
+    /// never initiated over.
+    #[test]
+    fn no_initiation_while_a_member_says_it_belongs_to_a_set() {
+        let mut observed = fresh(3);
+        observed.members[1].reach = Reach::Answered(hello(Some("rs"), true));
+        observed.members[2].reach = Reach::Answered(hello(Some("rs"), false));
+        assert_eq!(reason(&decide(&desired(3, 0), &observed)), "ConfigurationMissing");
     }
 
     #[test]
