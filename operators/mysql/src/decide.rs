@@ -200,6 +200,9 @@ pub enum Step {
     SetSemiSync { ordinal: usize, on: bool },
     /// Keep `ordinal`'s binary logs for `seconds` (0: for ever).
     SetBinlogExpiry { ordinal: usize, seconds: u32 },
+    /// Make `ordinal`, writable but not the primary (a former primary the failover could not
+    /// reach), read-only, and close its clients' connections.
+    FenceMember { ordinal: usize },
     /// Stop and reset replication on the highest member, then remove its pod.
     RemoveMember { ordinal: usize },
     /// Stream the backup's snapshot into `ordinal` (empty, or holding an interrupted restore
@@ -255,6 +258,9 @@ pub fn decide(facts: &Facts) -> Decision {
         Ok(primary) => primary,
         Err(decision) => return decision,
     };
+    if let Some(ordinal) = writable_besides(facts, primary) {
+        return Decision::Act(Step::FenceMember { ordinal });
+    }
     if let Some(step) = binlog_expiry(facts, primary) {
         return Decision::Act(step);
     }
@@ -870,6 +876,21 @@ fn binlog_expiry(facts: &Facts, primary: usize) -> Option<Step> {
             seconds,
         })
     })
+}
+
+/// The first member but the primary that answers writable: a former primary the failover's
+/// fence could not reach, back with clients that may still commit there. It is fenced before
+/// anything else, errant or not.
+fn writable_besides(facts: &Facts, primary: usize) -> Option<usize> {
+    facts
+        .members
+        .iter()
+        .filter(|m| m.ordinal != primary)
+        .find(|m| {
+            m.healthy_state(facts.now, facts.freshness)
+                .is_some_and(|state| !state.read_only)
+        })
+        .map(|m| m.ordinal)
 }
 
 /// The first replica that needs wiring, as a step; `None` when every member is wired.
@@ -1539,6 +1560,27 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    /// A former primary the failover's fence could not reach answers again, still writable:
+    /// fenced before anything else, whether it took writes meanwhile (errant) or not.
+    #[test]
+    fn a_writable_member_that_is_not_the_primary_is_fenced_first() {
+        let now = Instant::now();
+        let mut members = settled_three(now);
+        members[0] = healthy(0, primary_state("0-1-10"), now);
+        members[1] = healthy(1, primary_state("0-1-10"), now);
+        members[2] = healthy(2, replica_state("0-1-10", 1), now);
+        assert_eq!(
+            decide(&facts(members.clone(), Some(1), now)),
+            Decision::Act(Step::FenceMember { ordinal: 0 })
+        );
+        members[0] = healthy(0, primary_state("0-1-11"), now);
+        assert_eq!(
+            decide(&facts(members, Some(1), now)),
+            Decision::Act(Step::FenceMember { ordinal: 0 }),
+            "errant too"
+        );
     }
 
     #[test]

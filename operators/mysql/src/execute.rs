@@ -107,6 +107,17 @@ pub async fn execute(context: &StepContext<'_>, step: &Step) -> Result<StepOutco
             .await?;
             Ok(StepOutcome::Done)
         }
+        Step::FenceMember { ordinal } => {
+            call(context, ordinal, "set_read_only", |admin| async move {
+                admin.set_read_only(true).await
+            })
+            .await?;
+            call(context, ordinal, "kill_client_connections", |admin| async move {
+                admin.kill_client_connections(&["root", REPLICATION_USER]).await
+            })
+            .await?;
+            Ok(StepOutcome::Done)
+        }
         Step::Failover { from, to } => failover(context, from, to).await,
         Step::Switchover { from, to } => switchover(context, from, to).await,
         Step::RemoveMember { ordinal } => {

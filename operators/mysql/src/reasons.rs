@@ -18,6 +18,7 @@ quorum_core::reasons! {
         StartingReplication => Normal,
         SettingSemiSync => Normal,
         SettingBinlogExpiry => Normal,
+        FencingMember => Normal,
         RemovingMember => Normal,
         Restoring => Normal,
         RestartingMember => Normal,

@@ -487,6 +487,7 @@ pub fn step_reason(step: &Step) -> Reason {
         Step::StartReplication { .. } => Reason::StartingReplication,
         Step::SetSemiSync { .. } => Reason::SettingSemiSync,
         Step::SetBinlogExpiry { .. } => Reason::SettingBinlogExpiry,
+        Step::FenceMember { .. } => Reason::FencingMember,
         Step::RemoveMember { .. } => Reason::RemovingMember,
         Step::Restore { .. } => Reason::Restoring,
         Step::RestartMember { .. } => Reason::RestartingMember,
@@ -517,6 +518,10 @@ pub fn describe(cluster: &str, step: &Step) -> String {
         Step::SetSemiSync { ordinal, on } => format!(
             "turning semi-synchronous replication {} on {}",
             if on { "on" } else { "off" },
+            name(ordinal)
+        ),
+        Step::FenceMember { ordinal } => format!(
+            "making {} read-only and closing its clients' connections: it is writable but not the primary",
             name(ordinal)
         ),
         Step::SetBinlogExpiry { ordinal, seconds: 0 } => format!(
