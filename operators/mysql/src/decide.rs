@@ -163,6 +163,9 @@ pub struct Facts {
     pub switchover_to: Option<usize>,
     /// `Some` while a cluster created from a backup has not been restored.
     pub restore: Option<Restore>,
+    /// The member a backup was restored into, while no primary was opened yet: the first
+    /// primary, whatever the others hold (volumes kept from a deleted cluster of the same name).
+    pub restored_into: Option<usize>,
     /// Whether commits should wait for a replica.
     pub semi_sync: bool,
     /// How long members keep binary logs while every member replicates.
@@ -770,6 +773,14 @@ fn open_first_primary(facts: &Facts) -> Result<usize, Decision> {
     if states.is_empty() {
         return Err(wait(Reason::MembersStarting, "no member has started yet"));
     }
+    // The restore is the history the cluster continues from: a member holding more (a volume
+    // kept from a deleted cluster of the same name, the very writes a point-in-time restore
+    // undoes) is then errant, never the primary the restored member replicates from.
+    if let Some(restored) = facts.restored_into
+        && states.iter().any(|(ordinal, _)| *ordinal == restored)
+    {
+        return Err(Decision::Act(Step::OpenPrimary { ordinal: restored }));
+    }
     match most_advanced(&states) {
         Some(ordinal) => Err(Decision::Act(Step::OpenPrimary { ordinal })),
         None => Err(wait(
@@ -1214,6 +1225,7 @@ mod tests {
             in_flight_age: None,
             switchover_to: None,
             restore: None,
+            restored_into: None,
             semi_sync: true,
             binlog_expire_seconds: WEEK,
             repair: None,
@@ -1581,6 +1593,28 @@ mod tests {
             Decision::Act(Step::FenceMember { ordinal: 0 }),
             "errant too"
         );
+    }
+
+    /// A cluster created again with `restoreFrom` over volumes kept from a deleted one of the
+    /// same name: member 0 holds the restore, member 1 the old history past it. Member 0 is the
+    /// first primary; member 1 is then errant, never the source member 0 replays from.
+    #[test]
+    fn the_member_restored_into_is_the_first_primary_whatever_the_others_hold() {
+        let now = Instant::now();
+        let mut restored = fresh_state();
+        restored.executed = gtid("0-1-42");
+        let mut leftover = fresh_state();
+        leftover.executed = gtid("0-1-50");
+        let members = vec![healthy(0, restored, now), healthy(1, leftover, now)];
+        let mut opening = facts(members, None, now);
+        opening.desired_members = 2;
+        assert_eq!(
+            decide(&opening),
+            Decision::Act(Step::OpenPrimary { ordinal: 1 }),
+            "without the record"
+        );
+        opening.restored_into = Some(0);
+        assert_eq!(decide(&opening), Decision::Act(Step::OpenPrimary { ordinal: 0 }));
     }
 
     #[test]

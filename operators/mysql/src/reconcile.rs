@@ -369,6 +369,12 @@ impl Observed {
             in_flight,
             in_flight_age: self.in_flight_age(cluster),
             switchover_to: self.switchover_to,
+            restored_into: cluster
+                .status
+                .as_ref()
+                .filter(|status| status.primary.is_none())
+                .and_then(|status| status.restored_from.as_ref())
+                .and_then(|record| crate::resources::ordinal_of(&cluster.name_any(), &record.member)),
             restore: self
                 .pending_restore
                 .as_ref()
