@@ -782,6 +782,18 @@ fn leaving(desired: &Desired, observed: &Observed, config: &ReplConfig, primary:
         .iter()
         .rev()
         .find(|member| !desired.members.iter().any(|d| d.host == member.host))?;
+    // Its `_id` is a wanted member's: that member's address changed (the cluster domain or the
+    // member addresses the operator is given), it is not leaving. Removing members one by one
+    // for it would leave a set of one.
+    if let Some(wanted) = desired.members.iter().find(|d| d.id == leaving.id) {
+        return Some(wait(
+            Reason::MemberAddressChanged,
+            format!(
+                "the set's member _id {} is configured as {}, but {} is now reached as {}: nothing is removed;                  give the operator back the member addresses the set was configured with",
+                leaving.id, leaving.host, wanted.name, wanted.host
+            ),
+        ));
+    }
     let name = observed.name_of(&leaving.host);
     if leaving.host == primary {
         return Some(step_down(observed, config, primary, StepDownReason::Leaving));
@@ -1645,6 +1657,20 @@ mod tests {
         status_member(&mut observed, 2).state = MemberState::Down;
         let (change, member, _) = reconfigure(decide(&desired(2, 0), &observed));
         assert_eq!((change, member.as_str()), (Change::Remove, "rs-2"));
+    }
+
+    /// The operator now reaches the members under other addresses (its cluster domain
+    /// changed): the configured members keep their `_id`s, so they are not leaving, and none is
+    /// demoted or removed.
+    #[test]
+    fn members_reached_under_new_addresses_are_not_removed() {
+        let mut moved = desired(3, 0);
+        for member in &mut moved.members {
+            member.host = member.host.replace("10.0.0.", "10.0.1.");
+        }
+        assert_ne!(moved.members[0].host, host(0));
+        let observed = set(&[1, 1, 1]);
+        assert_eq!(reason(&decide(&moved, &observed)), "MemberAddressChanged");
     }
 
     #[test]

@@ -55,6 +55,7 @@ quorum_core::reasons! {
         LastVoter => Warning,
         MemberInAnotherSet => Warning,
         MemberIdInUse => Warning,
+        MemberAddressChanged => Warning,
         FeatureCompatibilityBehind => Warning,
         NoElectableSecondary => Warning,
         RestoreSourceInvalid => Warning,
