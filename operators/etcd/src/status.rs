@@ -601,44 +601,66 @@ mod tests {
         }
     }
 
+    /// A second of the tests' clock.
+    fn at(seconds: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + seconds).unwrap()
+    }
+
+    /// Member `ordinal` of `main`, observed `health`.
+    fn member_fact(ordinal: usize, health: Health, leader: bool) -> MemberFact {
+        MemberFact {
+            ordinal,
+            id: ordinal as u64 + 100,
+            learner: false,
+            started: true,
+            leader,
+            version: Some("3.6.16".to_string()),
+            raft_index: Some(10),
+            observation: quorum_core::availability::health::Observation::new(
+                format!("main-{ordinal}"),
+                health,
+                true,
+            ),
+            unhealthy_for: None,
+        }
+    }
+
+    /// The status after a pass that observed `view` and `members` and decided nothing, at
+    /// second `seconds`, kept in `cluster` for the next.
+    fn settled_pass(
+        cluster: &mut EtcdCluster,
+        view: &ClusterView,
+        members: &[MemberFact],
+        seconds: i64,
+    ) -> EtcdClusterStatus {
+        let status = build_status(
+            cluster,
+            view,
+            members,
+            &Decision::Settled,
+            None,
+            Pending::default(),
+            at(seconds),
+        );
+        cluster.status = Some(status.clone());
+        status
+    }
+
     /// A member Unhealthy, then a pass that reached no member at all, then the member seen
     /// Unhealthy again: its time towards a replacement counts from the new observation, not
     /// across the time nothing was seen.
     #[test]
     fn time_unhealthy_does_not_count_the_passes_that_observed_nothing() {
-        use quorum_core::availability::health::Observation;
-        let at = |seconds: i64| Timestamp::from_second(1_800_000_000 + seconds).unwrap();
-        let member = |ordinal: usize, health: Health| MemberFact {
-            ordinal,
-            id: ordinal as u64 + 100,
-            learner: false,
-            started: true,
-            leader: ordinal == 0,
-            version: Some("3.6.16".to_string()),
-            raft_index: Some(10),
-            observation: Observation::new(format!("main-{ordinal}"), health, true),
-            unhealthy_for: None,
-        };
         let members = || {
             vec![
-                member(0, Health::Healthy),
-                member(1, Health::Healthy),
-                member(2, Health::Unhealthy("peers report it disconnected".into())),
+                member_fact(0, Health::Healthy, true),
+                member_fact(1, Health::Healthy, false),
+                member_fact(2, Health::Unhealthy("peers report it disconnected".into()), false),
             ]
         };
         let mut cluster: EtcdCluster = three_members();
         let mut pass = |view: &ClusterView, members: &[MemberFact], seconds| {
-            let status = build_status(
-                &cluster,
-                view,
-                members,
-                &Decision::Settled,
-                None,
-                Pending::default(),
-                at(seconds),
-            );
-            cluster.status = Some(status.clone());
-            status
+            settled_pass(&mut cluster, view, members, seconds)
         };
         let since = |status: &EtcdClusterStatus| status.members[2].unhealthy_since.clone().map(|t| t.0);
         assert_eq!(since(&pass(&membership_known(), &members(), 0)), Some(at(0)));
@@ -661,33 +683,11 @@ mod tests {
     /// leader handing over is no failover.
     #[test]
     fn a_leader_change_after_the_leader_failed_is_recorded_from_the_first_failure() {
-        use quorum_core::availability::health::Observation;
-        let at = |seconds: i64| Timestamp::from_second(1_800_000_000 + seconds).unwrap();
-        let member = |ordinal: usize, health: Health, leader: bool| MemberFact {
-            ordinal,
-            id: ordinal as u64 + 100,
-            learner: false,
-            started: true,
-            leader,
-            version: Some("3.6.16".to_string()),
-            raft_index: Some(10),
-            observation: Observation::new(format!("main-{ordinal}"), health, true),
-            unhealthy_for: None,
-        };
+        let member = member_fact;
         let view = membership_known();
         let mut cluster: EtcdCluster = three_members();
         let pass = |cluster: &mut EtcdCluster, members: &[MemberFact], seconds| {
-            let status = build_status(
-                cluster,
-                &view,
-                members,
-                &Decision::Settled,
-                None,
-                Pending::default(),
-                at(seconds),
-            );
-            cluster.status = Some(status.clone());
-            status
+            settled_pass(cluster, &view, members, seconds)
         };
         let down = || Health::Unknown("timed out".into());
         let led_by = |leader: usize| -> Vec<MemberFact> {

@@ -468,18 +468,23 @@ async fn scheduled_with_oplog(setup: &Setup, directory: &Path, retain: u32) -> A
     backups
 }
 
+/// `nightly`'s status as stored now.
+async fn nightly_status(backups: &Api<MongoDBBackup>) -> Result<MongoDBBackupStatus, String> {
+    Ok(backups
+        .get("nightly")
+        .await
+        .map_err(|e| e.to_string())?
+        .status
+        .unwrap_or_default())
+}
+
 /// `nightly`'s status once it keeps at least `count` runs, the newest archived after `second`.
 async fn archived_runs(backups: &Api<MongoDBBackup>, count: usize, second: i64) -> MongoDBBackupStatus {
     wait::until(
         &format!("{count} archived runs, the newest after {second}"),
         Duration::from_secs(150),
         || async {
-            let status = backups
-                .get("nightly")
-                .await
-                .map_err(|e| e.to_string())?
-                .status
-                .unwrap_or_default();
+            let status = nightly_status(backups).await?;
             if status.run.phase == Some(BackupPhase::Failed) {
                 panic!("a run failed: {:?}", status.run.message);
             }
@@ -753,12 +758,7 @@ async fn an_oplog_rolled_past_the_archive_restarts_it_at_the_next_runs_snapshot_
         "a run that restarts the archive",
         Duration::from_secs(150),
         || async {
-            let status = backups
-                .get("nightly")
-                .await
-                .map_err(|e| e.to_string())?
-                .status
-                .unwrap_or_default();
+            let status = nightly_status(&backups).await?;
             let warned: Vec<String> = setup
                 .events("nightly")
                 .await

@@ -108,14 +108,7 @@ pub async fn execute(context: &StepContext<'_>, step: &Step) -> Result<StepOutco
             Ok(StepOutcome::Done)
         }
         Step::FenceMember { ordinal } => {
-            call(context, ordinal, "set_read_only", |admin| async move {
-                admin.set_read_only(true).await
-            })
-            .await?;
-            call(context, ordinal, "kill_client_connections", |admin| async move {
-                admin.kill_client_connections(&["root", REPLICATION_USER]).await
-            })
-            .await?;
+            fence(context, ordinal).await?;
             Ok(StepOutcome::Done)
         }
         Step::Failover { from, to } => failover(context, from, to).await,
@@ -278,19 +271,26 @@ async fn failover(context: &StepContext<'_>, from: usize, to: usize) -> Result<S
     open_primary(context, to).await
 }
 
+/// Makes `ordinal` read-only and closes its clients' connections (not the operator's nor
+/// replication's): no client commits there any more.
+async fn fence(context: &StepContext<'_>, ordinal: usize) -> Result<(), StepError> {
+    call(context, ordinal, "set_read_only", |admin| async move {
+        admin.set_read_only(true).await
+    })
+    .await?;
+    call(context, ordinal, "kill_client_connections", |admin| async move {
+        admin.kill_client_connections(&["root", REPLICATION_USER]).await
+    })
+    .await?;
+    Ok(())
+}
+
 /// Hands the primary role from `from` to `to` without losing an acknowledged write: `from` is
 /// made read-only and its client connections closed, `to` applies everything `from` executed,
 /// then `to` opens. When `to` does not catch up in time, `from` is opened again and nothing
 /// else has changed.
 async fn switchover(context: &StepContext<'_>, from: usize, to: usize) -> Result<StepOutcome, StepError> {
-    call(context, from, "set_read_only", |admin| async move {
-        admin.set_read_only(true).await
-    })
-    .await?;
-    call(context, from, "kill_client_connections", |admin| async move {
-        admin.kill_client_connections(&["root", REPLICATION_USER]).await
-    })
-    .await?;
+    fence(context, from).await?;
     let executed = call(
         context,
         from,
