@@ -202,6 +202,50 @@ impl ConfigMember {
     }
 }
 
+/// The set's featureCompatibilityVersion: `version`, and while a change of it was cut short
+/// (an upgrade or downgrade of it interrupted), the `target` it was moving to. Only a settled
+/// one (no `target`) says which releases the data runs on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FeatureCompatibility {
+    pub version: String,
+    pub target: Option<String>,
+}
+
+impl FeatureCompatibility {
+    /// A settled featureCompatibilityVersion.
+    pub fn settled(version: &str) -> Self {
+        Self {
+            version: version.to_string(),
+            target: None,
+        }
+    }
+
+    /// The version, unless a change of it was cut short.
+    pub fn settled_version(&self) -> Option<&str> {
+        self.target.is_none().then_some(self.version.as_str())
+    }
+
+    fn from_document(fcv: &Document) -> Option<Self> {
+        Some(Self {
+            version: fcv.get_str("version").ok()?.to_string(),
+            target: fcv.get_str("targetVersion").ok().map(str::to_string),
+        })
+    }
+}
+
+impl std::fmt::Display for FeatureCompatibility {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.target {
+            Some(target) => write!(
+                f,
+                "{}, moving to {target} (that change was cut short)",
+                self.version
+            ),
+            None => f.write_str(&self.version),
+        }
+    }
+}
+
 /// The replica set configuration (`replSetGetConfig`), with the fields the operator does not
 /// manage kept as the set had them.
 #[derive(Clone, Debug, PartialEq)]
@@ -620,15 +664,14 @@ impl MongoAdmin {
         }
     }
 
-    pub async fn feature_compatibility_version(&self) -> Result<String, AdminError> {
+    pub async fn feature_compatibility_version(&self) -> Result<FeatureCompatibility, AdminError> {
         let reply = self
             .command(doc! { "getParameter": 1, "featureCompatibilityVersion": 1 })
             .await?;
         reply
             .get_document("featureCompatibilityVersion")
             .ok()
-            .and_then(|fcv| fcv.get_str("version").ok())
-            .map(str::to_string)
+            .and_then(FeatureCompatibility::from_document)
             .ok_or_else(|| self.unexpected("getParameter without featureCompatibilityVersion".into()))
     }
 
@@ -649,6 +692,18 @@ impl MongoAdmin {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// As `getParameter` answers it: settled, or a change cut short on its way to `targetVersion`.
+    #[test]
+    fn a_feature_compatibility_version_cut_short_is_not_settled() {
+        let settled = FeatureCompatibility::from_document(&doc! { "version": "7.0" }).unwrap();
+        assert_eq!(settled.settled_version(), Some("7.0"));
+        assert_eq!(settled.to_string(), "7.0");
+        let cut_short =
+            FeatureCompatibility::from_document(&doc! { "version": "6.0", "targetVersion": "7.0" }).unwrap();
+        assert_eq!(cut_short.settled_version(), None);
+        assert_eq!(cut_short.target.as_deref(), Some("7.0"));
+    }
 
     fn member(id: i32, host: &str, votes: i32) -> ConfigMember {
         ConfigMember {

@@ -26,7 +26,7 @@ use quorum_core::{
     repair::RepairRequest,
 };
 
-use crate::admin::{ConfigMember, Hello, MemberState, ReplConfig, ReplStatus};
+use crate::admin::{ConfigMember, FeatureCompatibility, Hello, MemberState, ReplConfig, ReplStatus};
 use crate::crd::release_of;
 pub use crate::reasons::Reason;
 
@@ -127,7 +127,7 @@ pub struct Observed {
     pub status: Option<ReplStatus>,
     /// The primary's `host:port`.
     pub primary: Option<String>,
-    pub feature_compatibility: Option<String>,
+    pub feature_compatibility: Option<FeatureCompatibility>,
     /// The set waits for its data to be restored before any member joins the first.
     pub restore_pending: bool,
     /// A repair a person asked for, while the request stands.
@@ -430,7 +430,8 @@ fn stuck_pod(desired: &Desired, observed: &Observed) -> Option<Step> {
     let release = release_of(&desired.version);
     let compatible = observed
         .feature_compatibility
-        .as_deref()
+        .as_ref()
+        .and_then(FeatureCompatibility::settled_version)
         .is_some_and(|fcv| runs_on_compatibility(&release, fcv));
     observed
         .members
@@ -994,14 +995,19 @@ fn upgrading(desired: &Desired, observed: &Observed, config: &ReplConfig, primar
         // A server refuses data more than one release older than itself, and cannot be taken
         // back: no member restarts for a release its data is not compatible with.
         let release = release_of(&desired.version);
-        let compatibility = observed.feature_compatibility.as_deref();
-        if !compatibility.is_some_and(|fcv| runs_on_compatibility(&release, fcv)) {
+        // One whose change was cut short is neither release's: the servers refuse to start on
+        // it until the change is completed (setFeatureCompatibilityVersion to its target).
+        let compatibility = observed.feature_compatibility.as_ref();
+        if !compatibility
+            .and_then(FeatureCompatibility::settled_version)
+            .is_some_and(|fcv| runs_on_compatibility(&release, fcv))
+        {
             return Some(wait(
                 Reason::FeatureCompatibilityBehind,
                 format!(
                     "no member restarts for version {}: its servers refuse data whose featureCompatibilityVersion is older than the release before {release}, and it is {}; set spec.version back to the release the members run, let it complete, then upgrade one release at a time",
                     desired.version,
-                    compatibility.unwrap_or("not known")
+                    compatibility.map_or("not known".to_string(), ToString::to_string)
                 ),
             ));
         }
@@ -1088,7 +1094,14 @@ fn upgrading(desired: &Desired, observed: &Observed, config: &ReplConfig, primar
         .filter(|member| member.server_version.as_deref().map(release_of) != Some(release.clone()))
         .map(|member| member.name.clone())
         .collect();
-    if observed.feature_compatibility.as_deref() == Some(release.as_str()) {
+    // Also asked for when it is cut short on its way to (or from) this release: the same
+    // command completes the change.
+    if observed
+        .feature_compatibility
+        .as_ref()
+        .and_then(FeatureCompatibility::settled_version)
+        == Some(release.as_str())
+    {
         return None;
     }
     if !behind.is_empty() {
@@ -1277,7 +1290,7 @@ mod tests {
             config: Some(config),
             status: Some(status),
             primary: Some(host(0)),
-            feature_compatibility: Some("7.0".into()),
+            feature_compatibility: Some(FeatureCompatibility::settled("7.0")),
             restore_pending: false,
             repair: None,
             recovery: None,
@@ -1928,7 +1941,18 @@ mod tests {
                 release: "8.0".into()
             }
         );
-        observed.feature_compatibility = Some("8.0".into());
+        // Cut short on its way to 8.0: asked for again, which completes it.
+        observed.feature_compatibility = Some(FeatureCompatibility {
+            version: "7.0".into(),
+            target: Some("8.0".into()),
+        });
+        assert_eq!(
+            decide(&wanted, &observed),
+            Step::SetFeatureCompatibility {
+                release: "8.0".into()
+            }
+        );
+        observed.feature_compatibility = Some(FeatureCompatibility::settled("8.0"));
         assert_eq!(decide(&wanted, &observed), Step::Settled);
     }
 
@@ -1936,14 +1960,26 @@ mod tests {
     fn no_member_restarts_for_a_release_its_data_is_not_compatible_with() {
         let mut observed = set(&[1, 1, 1]);
         let wanted = upgrading_to_8(&mut observed);
+        // A change cut short (7.0 on its way down to 6.0) is neither: no server of either
+        // release starts on it until the change completes.
         for (compatibility, expected) in [
-            (Some("6.0"), "FeatureCompatibilityBehind"),
+            (
+                Some(FeatureCompatibility::settled("6.0")),
+                "FeatureCompatibilityBehind",
+            ),
             (None, "FeatureCompatibilityBehind"),
+            (
+                Some(FeatureCompatibility {
+                    version: "6.0".into(),
+                    target: Some("7.0".into()),
+                }),
+                "FeatureCompatibilityBehind",
+            ),
         ] {
-            observed.feature_compatibility = compatibility.map(str::to_string);
+            observed.feature_compatibility = compatibility.clone();
             assert_eq!(reason(&decide(&wanted, &observed)), expected, "{compatibility:?}");
         }
-        observed.feature_compatibility = Some("7.0".into());
+        observed.feature_compatibility = Some(FeatureCompatibility::settled("7.0"));
         assert_eq!(
             decide(&wanted, &observed),
             Step::Restart {

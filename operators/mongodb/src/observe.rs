@@ -9,7 +9,7 @@ use kube::ResourceExt;
 use quorum_core::{availability::retry::Idempotency, runner::Context};
 
 use crate::{
-    admin::{AdminError, ReplConfig, ReplStatus, StatusMember},
+    admin::{AdminError, FeatureCompatibility, ReplConfig, ReplStatus, StatusMember},
     clients::MongoClients,
     crd::MongoDBReplicaSet,
     decide::{Desired, Observed, Reach, SeenMember},
@@ -287,7 +287,11 @@ async fn read_primary(
     clients: &MongoClients,
     key: &str,
     primary: &str,
-) -> (Option<ReplConfig>, Option<ReplStatus>, Option<String>) {
+) -> (
+    Option<ReplConfig>,
+    Option<ReplStatus>,
+    Option<FeatureCompatibility>,
+) {
     let config = read(clients, key, primary, "replSetGetConfig", |admin| async move {
         admin.config().await
     })

@@ -101,7 +101,7 @@ pub(crate) fn status_from(
         .and_then(|host| observed.members.iter().find(|member| &member.host == host))
         .map(|member| member.name.clone());
     status.config_version = observed.config.as_ref().map(|config| config.version);
-    status.feature_compatibility_version = observed.feature_compatibility.clone();
+    status.feature_compatibility_version = observed.feature_compatibility.as_ref().map(ToString::to_string);
     let previous_members = std::mem::take(&mut status.members);
     status.members = observed
         .members

@@ -214,13 +214,19 @@ async fn the_set_refuses_unsafe_reconfigurations_and_keeps_its_configuration() {
     assert_eq!(refused.code(), Some(codes::NOT_WRITABLE_PRIMARY), "{refused}");
 
     // A feature compatibility version no member runs.
-    assert_eq!(first.feature_compatibility_version().await.unwrap(), "7.0");
+    assert_eq!(
+        first.feature_compatibility_version().await.unwrap().to_string(),
+        "7.0"
+    );
     let refused = first
         .set_feature_compatibility_version("8.0")
         .await
         .expect_err("raising compatibility beyond the binaries");
     assert!(refused.code().is_some(), "{refused}");
-    assert_eq!(first.feature_compatibility_version().await.unwrap(), "7.0");
+    assert_eq!(
+        first.feature_compatibility_version().await.unwrap().to_string(),
+        "7.0"
+    );
 }
 
 #[tokio::test]
