@@ -98,17 +98,23 @@ pub fn leftovers(
         .iter()
         .filter(|claim| {
             let name = claim.metadata.name.as_deref().unwrap_or_default();
-            // A StatefulSet labels its claims with its selector: one of another instance is not
-            // this cluster's, whatever its name.
+            let Some((_, mounted_by)) = statefulsets
+                .iter()
+                .find(|(statefulset, _)| is_member_claim(name, statefulset))
+            else {
+                return false;
+            };
+            // A StatefulSet labels its claims with its selector: one of another instance is a
+            // live neighbour's while a StatefulSet of that name stands (whose apply this cluster
+            // is refused anyway). With none, the claim is what a StatefulSet of this name would
+            // mount whatever its label: a deleted cluster's whose names collide with this one's
+            // (`cache`'s shard `cache-shard-0` and a cluster named `cache-shard-0`).
             let instance = claim
                 .metadata
                 .labels
                 .as_ref()
                 .and_then(|labels| labels.get(INSTANCE_LABEL));
-            instance.is_none_or(|instance| cluster.name.as_ref() == Some(instance))
-                && statefulsets
-                    .iter()
-                    .any(|(statefulset, _)| is_member_claim(name, statefulset))
+            mounted_by.is_none() || instance.is_none_or(|instance| cluster.name.as_ref() == Some(instance))
         })
         .filter(
             |claim| match (claim.metadata.creation_timestamp.as_ref(), created) {
@@ -392,8 +398,14 @@ mod tests {
             (
                 "a live neighbour's StatefulSet and claim under names this cluster would use",
                 Some(&neighbours),
-                vec![neighbours_claim],
+                vec![neighbours_claim.clone()],
                 None,
+            ),
+            (
+                "a deleted cluster's claim under a name this cluster's StatefulSet mounts (its shard `shop-shard-0` was named as this one's StatefulSet), none standing",
+                None,
+                vec![neighbours_claim],
+                Some((vec![], vec!["data-shop-0"])),
             ),
             (
                 "an older claim labelled with this cluster's name",
