@@ -270,6 +270,7 @@ async fn retention_of_one_policy(fixture: Fixture) {
     let retention = Retention {
         prefix: Some("nightly".into()),
         keep: 1,
+        run_objects: 1,
         protected: [sink.location("nightly/main-2.db")].into(),
     };
     let deleted = sink.apply_retention(&retention).await.expect("retention");

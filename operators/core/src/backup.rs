@@ -14,7 +14,7 @@
 //! - **Retention by age, of one policy's own objects.** [`BackupSink::apply_retention`] keeps the
 //!   newest objects under one [`Retention::prefix`] (the objects one backup resource made) and
 //!   deletes the rest, never an object named in [`Retention::protected`]; the choice is the pure
-//!   function [`choose_expired`].
+//!   function [`choose_expired_runs`], which counts complete runs, not objects.
 //!
 //! The prefix (or directory) belongs to the sink: every object under it counts as a backup.
 //!
@@ -569,7 +569,7 @@ impl BackupSink {
         let objects = self.list_under(retention.prefix.as_deref()).await?;
         let protected = |object: &BackupObject| retention.protected.contains(&self.location(&object.key));
         let mut deleted = Vec::new();
-        for object in choose_expired(&objects, retention.keep, protected) {
+        for object in choose_expired_runs(&objects, retention.keep, retention.run_objects, protected) {
             let path = ObjectPath::from(object.key.as_str());
             match self.store.delete(&path).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => deleted.push(object.key.clone()),
@@ -591,8 +591,13 @@ pub struct Retention {
     /// Only objects whose key starts with this are considered (`None`: every object of the
     /// sink); a backup resource's objects share the prefix of its name.
     pub prefix: Option<String>,
-    /// How many of the newest objects are kept.
+    /// How many of the newest complete runs are kept.
     pub keep: usize,
+    /// How many objects a complete run stores (one per source, and its companions); 0 or 1:
+    /// every object is a run of its own. A run is the objects named with one run's start
+    /// ([`destination::object_name`]); one with fewer objects (a run that failed part way, or
+    /// is still uploading) does not count towards `keep`.
+    pub run_objects: usize,
     /// Locations (as [`BackupSink::location`] writes them) that are never deleted, however old:
     /// the objects a backup's status or a cluster's restore still points at.
     pub protected: std::collections::BTreeSet<String>,
@@ -613,6 +618,73 @@ pub fn choose_expired(
     by_age.truncate(expired);
     by_age.retain(|object| !protected(object));
     by_age
+}
+
+/// The objects a retention of the `keep` newest complete runs deletes, oldest first: every run
+/// older than the `keep`-th newest run holding `run_objects` objects, except the `protected`
+/// objects. A run is the objects whose names carry one run's start (`<cluster>-<start>.<ext>`);
+/// an object whose name carries none is a run of its own. An incomplete run (one that failed
+/// part way, or one still uploading) is kept while it is newer than that, and never counts: the
+/// leftovers of failed runs do not push good runs out.
+pub fn choose_expired_runs(
+    objects: &[BackupObject],
+    keep: usize,
+    run_objects: usize,
+    protected: impl Fn(&BackupObject) -> bool,
+) -> Vec<&BackupObject> {
+    let mut runs: Vec<Vec<&BackupObject>> = Vec::new();
+    let mut by_run: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for object in objects {
+        match run_of(&object.key) {
+            Some(run) => match by_run.get(run) {
+                Some(&index) => runs[index].push(object),
+                None => {
+                    by_run.insert(run, runs.len());
+                    runs.push(vec![object]);
+                }
+            },
+            None => runs.push(vec![object]),
+        }
+    }
+    let newest = |run: &Vec<&BackupObject>| run.iter().copied().max_by(|l, r| age_order(l, r)).cloned();
+    runs.sort_by(|left, right| match (newest(right), newest(left)) {
+        (Some(right), Some(left)) => age_order(&right, &left),
+        _ => std::cmp::Ordering::Equal,
+    });
+    let mut complete = 0;
+    let mut expired: Vec<&BackupObject> = Vec::new();
+    for run in runs {
+        if complete < keep {
+            if run.len() >= run_objects.max(1) {
+                complete += 1;
+            }
+        } else {
+            expired.extend(run.into_iter().filter(|object| !protected(object)));
+        }
+    }
+    expired.sort_by(|left, right| age_order(left, right));
+    expired
+}
+
+/// The run an object belongs to: its key up to the end of the run's start in its name
+/// (`…/main-20261121T153000.750Z` of `…/main-20261121T153000.750Z.shard-0.rdb`).
+fn run_of(key: &str) -> Option<&str> {
+    let bytes = key.as_bytes();
+    // `YYYYMMDDTHHMMSS.mmmZ`: 8 digits, T, 6 digits, '.', 3 digits, Z.
+    const LENGTH: usize = 20;
+    (0..bytes.len().saturating_sub(LENGTH - 1))
+        .rev()
+        .find_map(|start| {
+            let candidate = &bytes[start..start + LENGTH];
+            let digits = |range: std::ops::Range<usize>| candidate[range].iter().all(u8::is_ascii_digit);
+            (digits(0..8)
+                && candidate[8] == b'T'
+                && digits(9..15)
+                && candidate[15] == b'.'
+                && digits(16..19)
+                && candidate[19] == b'Z')
+                .then(|| &key[..start + LENGTH])
+        })
 }
 
 fn age_order(left: &BackupObject, right: &BackupObject) -> std::cmp::Ordering {
@@ -766,6 +838,53 @@ mod tests {
         let protected = |object: &BackupObject| object.key == "a";
         assert_eq!(keys(choose_expired(&objects, 2, protected)), ["b"]);
         assert_eq!(keys(choose_expired(&objects, 1, protected)), ["b", "c"]);
+    }
+
+    /// Redis with three shards, keeping two runs: a run that failed after its first shard
+    /// (R3) and one still uploading (R5) neither count nor push a good run out; R1, older than
+    /// the two newest complete runs, goes.
+    #[test]
+    fn retention_counts_complete_runs_not_objects() {
+        let run = |start: &str, shards: &[usize], second: i64| -> Vec<BackupObject> {
+            shards
+                .iter()
+                .map(|shard| {
+                    object(
+                        &format!("redisbackup/nightly/cache-{start}.shard-{shard}.rdb"),
+                        second,
+                    )
+                })
+                .collect()
+        };
+        let objects: Vec<BackupObject> = [
+            run("20261201T010000.000Z", &[0, 1, 2], 100),
+            run("20261201T020000.000Z", &[0, 1, 2], 200),
+            run("20261201T030000.000Z", &[0], 300),
+            run("20261201T040000.000Z", &[0, 1, 2], 400),
+            run("20261201T050000.000Z", &[0], 500),
+        ]
+        .concat();
+        let expired = keys(choose_expired_runs(&objects, 2, 3, |_| false));
+        assert_eq!(
+            expired,
+            [
+                "redisbackup/nightly/cache-20261201T010000.000Z.shard-0.rdb",
+                "redisbackup/nightly/cache-20261201T010000.000Z.shard-1.rdb",
+                "redisbackup/nightly/cache-20261201T010000.000Z.shard-2.rdb",
+            ]
+        );
+        // Counted by objects, the failed run's shard and the one uploading pushed R2 out in part.
+        assert_eq!(choose_expired(&objects, 6, |_| false).len(), 5);
+        // A snapshot and its archived log make one run; one object per run keeps the old count.
+        assert_eq!(
+            run_of("mysqlbackup/pitr/shop-20261201T010000.000Z.binlog"),
+            run_of("mysqlbackup/pitr/shop-20261201T010000.000Z.sql")
+        );
+        assert_eq!(run_of("nightly/main-1.db"), None);
+        let singles = vec![object("a", 100), object("b", 200), object("c", 300)];
+        assert_eq!(keys(choose_expired_runs(&singles, 2, 1, |_| false)), ["a"]);
+        let protected = |object: &BackupObject| object.key.contains("T010000");
+        assert!(choose_expired_runs(&objects, 2, 3, protected).is_empty());
     }
 
     #[test]

@@ -1133,7 +1133,8 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
         }
         let retention = Retention {
             prefix: Some(object_prefix(&E::Backup::kind(&()), &self.backup.name_any())),
-            keep: keep as usize * (objects_per_run + self.engine.companion_objects(self.backup)),
+            keep: keep as usize,
+            run_objects: objects_per_run + self.engine.companion_objects(self.backup),
             protected: self.referenced(&clusters).await?,
         };
         let deleted = sink
