@@ -75,7 +75,7 @@ pub fn loopback_ip(namespace: &str, cluster: &str, ordinal: usize) -> std::net::
     std::net::Ipv4Addr::new(127, octet(0), octet(8), (ordinal + 1) as u8)
 }
 
-fn fnv1a(bytes: &[u8]) -> u64 {
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf29ce484222325, |hash, byte| {
         (hash ^ u64::from(*byte)).wrapping_mul(0x100000001b3)
     })

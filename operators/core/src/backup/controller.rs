@@ -805,7 +805,11 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
         settings: &JobSettings,
     ) -> Result<Action, Failure<E>> {
         let now = self.now;
-        let name = job_name(&self.backup.name_any(), now.as_millisecond());
+        let name = job_name(
+            &E::Backup::kind(&()),
+            &self.backup.name_any(),
+            now.as_millisecond(),
+        );
         self.record_running(&sources[0], Some(name.clone())).await?;
 
         if let Err(error) = self.create_job(cluster, &name, now, settings).await {

@@ -58,6 +58,11 @@ pub const TERMINATION_LOG: &str = "/dev/termination-log";
 const MESSAGE_LIMIT: usize = 4096;
 /// An outcome too long for the message as JSON is sent compressed, after this prefix.
 const COMPRESSED: &str = "gzip+base64:";
+/// A run's Job that has not finished after this long (its pod could not be created or
+/// scheduled, its image not pulled) is failed by Kubernetes (`DeadlineExceeded`): the run is
+/// recorded failed, with why, and the next one may start, rather than the backup staying
+/// `Running` for ever.
+const RUN_DEADLINE_SECONDS: i64 = 12 * 3600;
 /// A finished Job is kept this long for `kubectl describe` and its logs, then removed by
 /// Kubernetes (a run the operator recorded as a success is deleted at once).
 const FINISHED_JOB_SECONDS: i32 = 24 * 3600;
@@ -340,10 +345,14 @@ pub fn job_state(job: Option<&Job>, pods: &[Pod]) -> JobState {
     JobState::Finished(outcome)
 }
 
-/// The name of the Job of the run of backup `backup` started at `started` (Unix milliseconds):
-/// one per run, within the 63 characters a Job's pods' labels allow.
-pub fn job_name(backup: &str, started_millis: i64) -> String {
-    let suffix = format!("-{started_millis:x}");
+/// The name of the Job of the run of backup `backup` of kind `kind` started at `started` (Unix
+/// milliseconds): one per run, within the 63 characters a Job's pods' labels allow. A hash of
+/// the kind and the whole name keeps apart the runs of two engines' backups of one name (a
+/// MySQL and a Redis cluster `orders`, each with `orders-scheduled`) and of two backups whose
+/// names share their beginning, started in the same millisecond: neither follows the other's Job.
+pub fn job_name(kind: &str, backup: &str, started_millis: i64) -> String {
+    let identity = crate::naming::fnv1a(format!("{kind}/{backup}").as_bytes()) as u32;
+    let suffix = format!("-{identity:08x}-{started_millis:x}");
     let room = 52 - suffix.len();
     let base: String = backup.chars().take(room).collect();
     format!("{}{suffix}", base.trim_end_matches('-'))
@@ -372,6 +381,7 @@ pub fn backup_job(
         metadata,
         spec: Some(JobSpec {
             backoff_limit: Some(0),
+            active_deadline_seconds: Some(RUN_DEADLINE_SECONDS),
             ttl_seconds_after_finished: Some(FINISHED_JOB_SECONDS),
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
@@ -738,12 +748,27 @@ mod tests {
     }
 
     #[test]
-    fn job_names_are_one_per_run_and_fit_a_label() {
+    fn job_names_are_one_per_run_and_backup_and_fit_a_label() {
         let long = "a".repeat(80);
-        let name = job_name(&long, 1_795_000_000_000);
+        let name = job_name("EtcdBackup", &long, 1_795_000_000_000);
         assert!(name.len() <= 52, "{name}");
-        assert_ne!(job_name("nightly", 1), job_name("nightly", 2));
-        assert_eq!(job_name("nightly", 255), "nightly-ff");
+        assert_ne!(
+            job_name("EtcdBackup", "nightly", 1),
+            job_name("EtcdBackup", "nightly", 2)
+        );
+        assert!(job_name("EtcdBackup", "nightly", 255).starts_with("nightly-"));
+        assert!(job_name("EtcdBackup", "nightly", 255).ends_with("-ff"));
+        // Two engines' backups of one name, and two names alike in their first 40 characters,
+        // started in the same millisecond.
+        assert_ne!(
+            job_name("MySQLBackup", "orders-scheduled", 7),
+            job_name("RedisBackup", "orders-scheduled", 7)
+        );
+        let alike = "a".repeat(40);
+        assert_ne!(
+            job_name("EtcdBackup", &format!("{alike}-x"), 7),
+            job_name("EtcdBackup", &format!("{alike}-y"), 7)
+        );
     }
 
     #[test]
@@ -772,6 +797,9 @@ mod tests {
         );
         let spec = job.spec.unwrap();
         assert_eq!(spec.backoff_limit, Some(0));
+        // A Job that never finishes (its pod never created or scheduled) fails in the end, so
+        // it does not hold every later run back.
+        assert_eq!(spec.active_deadline_seconds, Some(12 * 3600));
         let template_labels = spec.template.metadata.and_then(|meta| meta.labels);
         assert!(template_labels.is_none_or(|labels| !labels.contains_key("team")));
         let pod = spec.template.spec.unwrap();
