@@ -89,18 +89,23 @@ impl LeaderElector {
     }
 
     /// Renews the lease until renewal fails for longer than the renew deadline, or another
-    /// candidate holds it; then returns. The caller must stop acting as leader at once.
+    /// candidate holds it; then returns. The caller must stop acting as leader at once. A
+    /// renewal that does not answer (a dead connection, a long queue before the API server) is
+    /// given up at the deadline too: a standby takes the lease once it expires, and two
+    /// leaders must never act at once.
     pub async fn hold(&self) {
         let mut last_renewal = Instant::now();
         loop {
             tokio::time::sleep(self.timings.retry_period).await;
-            match self.try_acquire_or_renew().await {
-                Ok(true) => last_renewal = Instant::now(),
-                Ok(false) => {
+            let left = self.timings.renew_deadline.saturating_sub(last_renewal.elapsed());
+            match tokio::time::timeout(left, self.try_acquire_or_renew()).await {
+                Ok(Ok(true)) => last_renewal = Instant::now(),
+                Ok(Ok(false)) => {
                     tracing::warn!(lease = %self.name, "another candidate holds the lease");
                     return;
                 }
-                Err(error) => tracing::warn!(%error, "lease renewal failed"),
+                Ok(Err(error)) => tracing::warn!(%error, "lease renewal failed"),
+                Err(_) => tracing::warn!(lease = %self.name, "lease renewal did not answer"),
             }
             if last_renewal.elapsed() > self.timings.renew_deadline {
                 tracing::warn!(lease = %self.name, "could not renew the lease before the deadline");
@@ -198,5 +203,45 @@ impl LeaderElector {
                 false
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::{Method, Request, Response};
+
+    /// The API server answers the lease's reads (held by this candidate) but never its
+    /// renewal: leadership ends at the renew deadline, not when the request gives up.
+    #[tokio::test]
+    async fn a_renewal_that_never_answers_ends_leadership_at_the_deadline() {
+        let service = tower::service_fn(|request: Request<kube::client::Body>| async move {
+            if request.method() != Method::GET {
+                futures::future::pending::<()>().await;
+            }
+            let lease = serde_json::json!({
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": "quorum", "namespace": "ops", "resourceVersion": "1"},
+                "spec": {"holderIdentity": "me", "leaseDurationSeconds": 15,
+                         "renewTime": MicroTime(Timestamp::now())},
+            });
+            Ok::<_, std::convert::Infallible>(
+                Response::builder()
+                    .header("content-type", "application/json")
+                    .body(kube::client::Body::from(serde_json::to_vec(&lease).unwrap()))
+                    .unwrap(),
+            )
+        });
+        let client = Client::new(service, "ops");
+        let timings = LeaseTimings {
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_millis(300),
+            retry_period: Duration::from_millis(20),
+        };
+        let elector = LeaderElector::new(client, "ops", "quorum", "me", timings);
+        tokio::time::timeout(Duration::from_secs(5), elector.hold())
+            .await
+            .expect("leadership given up at the renew deadline");
     }
 }
