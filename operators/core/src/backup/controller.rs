@@ -1357,12 +1357,25 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
         location: &str,
     ) -> Result<Option<Action>, Failure<E>> {
         let read = |what: String| move |source| BackupControllerError::Read { what, source };
-        // An earlier drill's cluster, and its claims, go before this drill's is created.
-        let earlier = clusters
+        // An earlier drill's cluster, and its claims, go before this drill's is created; a
+        // cluster of that name the backup does not control is someone's own, never deleted.
+        let existing = clusters
             .get_opt(name)
             .await
-            .map_err(read(format!("{} {name}", E::Cluster::kind(&()))))?
-            .is_some();
+            .map_err(read(format!("{} {name}", E::Cluster::kind(&()))))?;
+        if let Some(why) = existing.as_ref().and_then(|found| {
+            super::drill::not_a_drill(found.meta(), self.backup.meta().uid.as_deref(), name)
+        }) {
+            let refused = super::drill::ended(
+                &started(&self.backup.name_any(), location, name, self.now),
+                Some(why),
+                self.now,
+            );
+            self.run_status().drill = Some(refused);
+            self.writer.write(&self.status).await?;
+            return Ok(None);
+        }
+        let earlier = existing.is_some();
         let claims: Api<PersistentVolumeClaim> =
             Api::namespaced(self.context.client.clone(), &self.namespace);
         let mut claims_left = false;

@@ -24,6 +24,28 @@ pub const DRILL_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 /// How often a drill in progress is looked at.
 pub const DRILL_POLL: Duration = Duration::from_secs(10);
 
+/// Why a cluster already under the drill's name `name` is not the backup's to delete: it is not
+/// controlled by the backup (uid `backup_uid`), so it is someone's own cluster that happens to
+/// have that name. `None` when it is an earlier drill's.
+pub fn not_a_drill(
+    existing: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    backup_uid: Option<&str>,
+    name: &str,
+) -> Option<String> {
+    let controller = existing
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|owner| owner.controller == Some(true));
+    let ours = backup_uid.is_some_and(|uid| controller.is_some_and(|owner| owner.uid == uid));
+    (!ours).then(|| {
+        format!(
+            "a cluster named {name} exists and is not this backup's drill (it has no controller, or another), so it is \
+             left as it is and no drill runs: rename that cluster, or turn verify off"
+        )
+    })
+}
+
 /// The name of `backup`'s drill cluster: `<backup>-drill` when that is a name every engine's
 /// admission takes for a cluster (a DNS-1035 label within the engine's `max` length); else made
 /// one (dots as dashes, `drill-` in front of a name that starts with a digit) and shortened to
@@ -205,6 +227,31 @@ pub fn drill_failed(last_drill: Option<&DrillRecord>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A user's own cluster under the drill's name is never taken for an earlier drill's.
+    #[test]
+    fn only_a_cluster_the_backup_controls_is_an_earlier_drill() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+        let owned_by = |uid: &str, controller: bool| ObjectMeta {
+            owner_references: Some(vec![OwnerReference {
+                uid: uid.into(),
+                controller: Some(controller),
+                ..OwnerReference::default()
+            }]),
+            ..ObjectMeta::default()
+        };
+        assert_eq!(
+            not_a_drill(&owned_by("backup-uid", true), Some("backup-uid"), "orders-drill"),
+            None
+        );
+        for someone_elses in [
+            ObjectMeta::default(),
+            owned_by("other-uid", true),
+            owned_by("backup-uid", false),
+        ] {
+            assert!(not_a_drill(&someone_elses, Some("backup-uid"), "orders-drill").is_some());
+        }
+    }
 
     /// What every engine's admission takes as a cluster name: a DNS-1035 label of at most `max`.
     fn admissible(name: &str, max: usize) -> bool {
