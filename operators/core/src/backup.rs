@@ -646,14 +646,15 @@ pub fn choose_expired_runs(
             None => runs.push(vec![object]),
         }
     }
-    let newest = |run: &Vec<&BackupObject>| run.iter().copied().max_by(|l, r| age_order(l, r)).cloned();
-    runs.sort_by(|left, right| match (newest(right), newest(left)) {
-        (Some(right), Some(left)) => age_order(&right, &left),
-        _ => std::cmp::Ordering::Equal,
-    });
+    // Each run by its newest object, newest run first (a run is never empty).
+    let mut runs: Vec<(&BackupObject, Vec<&BackupObject>)> = runs
+        .into_iter()
+        .filter_map(|run| Some((run.iter().copied().max_by(|l, r| age_order(l, r))?, run)))
+        .collect();
+    runs.sort_by(|(left, _), (right, _)| age_order(right, left));
     let mut complete = 0;
     let mut expired: Vec<&BackupObject> = Vec::new();
-    for run in runs {
+    for (_, run) in runs {
         if complete < keep {
             if run.len() >= run_objects.max(1) {
                 complete += 1;
