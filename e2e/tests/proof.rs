@@ -272,3 +272,102 @@ async fn proof_controller_owns_recreates_and_reports_ready() {
         .expect("runtime ends cleanly on shutdown");
     namespace.delete().await;
 }
+
+/// A pass that began before its object was deleted and created again under its name ends
+/// without writing anything into the new object: neither its status nor its conditions, and the
+/// object it reads as current is gone, not the new one. A write for the same object at a
+/// version others have moved on from still lands.
+#[tokio::test]
+async fn a_status_write_for_a_deleted_object_never_lands_on_one_created_under_its_name() {
+    use quorum_core::status::{StatusWriter, latest, update_conditions};
+
+    let client = admin_client().await;
+    install_crd(&client, &Proof::crd()).await;
+    let namespace = TestNamespace::create(&client, "proof-status").await;
+    let proofs: Api<Proof> = Api::namespaced(client.clone(), namespace.name());
+    let deleted = proofs
+        .create(
+            &PostParams::default(),
+            &Proof::new("demo", ProofSpec { replicas: 1 }),
+        )
+        .await
+        .expect("create Proof");
+    proofs
+        .delete("demo", &DeleteParams::default())
+        .await
+        .expect("delete Proof");
+    wait::until("the Proof to be gone", Duration::from_secs(30), || async {
+        match proofs.get_opt("demo").await.map_err(|e| e.to_string())? {
+            None => Ok(()),
+            Some(proof) => Err(format!("still there: {:?}", proof.metadata.deletion_timestamp)),
+        }
+    })
+    .await;
+    let created = proofs
+        .create(
+            &PostParams::default(),
+            &Proof::new("demo", ProofSpec { replicas: 2 }),
+        )
+        .await
+        .expect("create Proof again");
+
+    let stale = ProofStatus {
+        ready_replicas: 7,
+        conditions: Vec::new(),
+    };
+    let written = patch_status(&client, &deleted, None, &stale).await;
+    assert!(written.is_err(), "{written:?}");
+    let mut writer = StatusWriter::new(&client, &deleted, None);
+    let written = writer.write(&stale).await;
+    assert!(written.is_err(), "{written:?}");
+    let updated = update_conditions(&client, &deleted, |_| {
+        vec![ConditionUpdate::new(
+            ConditionType::Ready,
+            true,
+            "Stale",
+            "from a deleted object's pass",
+        )]
+    })
+    .await;
+    assert!(matches!(updated, Ok(false)), "{updated:?}");
+    let read = latest(&client, &deleted).await.expect("read");
+    assert!(
+        read.is_none(),
+        "the new object was read as the deleted one's: {read:?}"
+    );
+    let stored = proofs.get("demo").await.expect("read Proof");
+    assert_eq!(stored.uid(), created.uid());
+    assert_eq!(
+        stored.status, None,
+        "a deleted object's pass wrote into the new one"
+    );
+
+    // Another writer moves the object on; a write at the version before still lands.
+    let mut others = ProofStatus::default();
+    others.conditions.push(Condition {
+        type_: "Other".into(),
+        status: "True".into(),
+        reason: "Other".into(),
+        message: String::new(),
+        last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            Timestamp::from_second(Timestamp::now().as_second()).expect("now"),
+        ),
+        observed_generation: None,
+    });
+    proofs
+        .patch_status(
+            "demo",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({ "status": others })),
+        )
+        .await
+        .expect("another writer");
+    let wanted = ProofStatus {
+        ready_replicas: 2,
+        conditions: others.conditions.clone(),
+    };
+    let written = patch_status(&client, &created, Some(&others), &wanted).await;
+    assert!(matches!(written, Ok(true)), "{written:?}");
+    let stored = proofs.get("demo").await.expect("read Proof");
+    assert_eq!(stored.status, Some(wanted));
+}

@@ -19,6 +19,12 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    /// The object a pass decided for was deleted, or replaced by another under its name, while
+    /// the pass ran: nothing was written to the one that stands now.
+    #[error(
+        "{kind} {name} was deleted or replaced by another of its name during the pass; nothing was written, and the next pass starts from what stands now"
+    )]
+    Gone { kind: String, name: String },
     /// Reading an object from the API server failed.
     #[error("reading {kind} {name}: {source}")]
     Read {
@@ -56,6 +62,7 @@ impl Error {
         match self {
             Error::Apply { .. } => "apply",
             Error::PatchStatus { .. } => "patch_status",
+            Error::Gone { .. } => "gone",
             Error::Read { .. } => "read",
             Error::Delete { .. } => "delete",
             Error::Lease { .. } => "lease",

@@ -283,18 +283,13 @@ where
                 conditions: &conditions,
             },
         };
-        crate::status::merge_status(
-            &api,
-            &cluster.namespace().unwrap_or_default(),
-            &cluster.name_any(),
-            &patch,
-        )
-        .await
-        .map_err(|source| Error::PatchStatus {
-            kind: K::kind(&()).to_string(),
-            name: cluster.name_any(),
-            source,
-        })?;
+        let patch = serde_json::to_value(&patch).unwrap_or_default();
+        let (kind, name) = (K::kind(&()).to_string(), cluster.name_any());
+        match crate::status::merge_status_of(&api, cluster, cluster.resource_version(), &patch).await {
+            Ok(Some(_)) => {}
+            Ok(None) => return Err(Error::Gone { kind, name }),
+            Err(source) => return Err(Error::PatchStatus { kind, name, source }),
+        }
     }
     events
         .publish(cluster, Severity::Warning, REASON, "Wait", message)

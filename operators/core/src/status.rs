@@ -9,7 +9,9 @@
 //!
 //! Status is computed whole on every pass from what was observed, then written with a merge
 //! patch of the status subresource. Skipping unchanged writes keeps the API server quiet and
-//! does not wake other watchers for nothing.
+//! does not wake other watchers for nothing. Every write is bound to the object the pass began
+//! with ([`merge_status_of`]): a pass still running when its object is deleted and created
+//! again under its name writes nothing into the new one.
 
 use std::{fmt::Debug, sync::Arc};
 
@@ -106,6 +108,10 @@ where
             stored.meta().uid.as_deref(),
             stored.meta().resource_version.as_deref(),
         );
+        // Another object under its name: this one is gone, and its conditions with it.
+        if stored.meta().uid != object.meta().uid {
+            return Ok(false);
+        }
         serde_json::to_value(&stored).unwrap_or_default()
     };
     let current: Vec<Condition> =
@@ -150,9 +156,13 @@ where
         name: name.clone(),
         source,
     })?;
-    match &found {
-        Some(found) => freshness::record(found),
-        None => freshness::forget::<K>(&object.namespace().unwrap_or_default(), &name),
+    if let Some(found) = &found {
+        freshness::record(found);
+    }
+    // Another object under its name is a new one: this one is gone all the same.
+    let found = found.filter(|found| found.meta().uid == object.meta().uid);
+    if found.is_none() {
+        freshness::forget::<K>(&object.namespace().unwrap_or_default(), &name);
     }
     Ok(found.map(Arc::new))
 }
@@ -217,11 +227,58 @@ where
         .and_then(|c| serde_json::to_value(c).ok())
         .unwrap_or(serde_json::Value::Null);
     let patch = serde_json::json!({ "status": merge_patch(&current_json, &desired_json) });
+    let version = object.meta().resource_version.clone();
+    match merge_status_of(&api, object, version, &patch).await {
+        Ok(Some(_)) => Ok(true),
+        Ok(None) => Err(Error::Gone { kind, name }),
+        Err(source) => Err(Error::PatchStatus { kind, name, source }),
+    }
+}
+
+/// Sends `patch` (a JSON merge patch with a `status` field) to the status of `object` itself,
+/// never to another object created under its name after `object` was deleted: a pass that
+/// began before the deletion would otherwise give the new object the deleted one's memory (a
+/// cluster id, members, a step in flight). The write names a version of `object`, `version`
+/// first; when the API server holds another, the object is read again and, while it is still
+/// `object` (by uid), the write is repeated once at the version read. A status subresource
+/// ignores a uid sent with the patch, so the version is what binds the write to the object.
+/// `Ok(None)` when `object` is gone.
+///
+/// # Errors
+/// The API server's answer when the patch is refused or lost, or the object cannot be read.
+pub async fn merge_status_of<K>(
+    api: &Api<K>,
+    object: &K,
+    version: Option<String>,
+    patch: &serde_json::Value,
+) -> Result<Option<K>, kube::Error>
+where
+    K: crate::cache::Cacheable,
+{
     let namespace = object.namespace().unwrap_or_default();
-    merge_status(&api, &namespace, &name, &patch)
-        .await
-        .map_err(|source| Error::PatchStatus { kind, name, source })?;
-    Ok(true)
+    let name = object.name_any();
+    let mut version = version;
+    let mut conflicts = 0;
+    loop {
+        let at = match version.take() {
+            Some(version) => version,
+            None => match api.get_opt(&name).await? {
+                Some(stored) if stored.meta().uid == object.meta().uid => {
+                    freshness::record(&stored);
+                    stored.resource_version().unwrap_or_default()
+                }
+                _ => return Ok(None),
+            },
+        };
+        let mut patch = patch.clone();
+        patch["metadata"] = serde_json::json!({ "resourceVersion": at });
+        match merge_status(api, &namespace, &name, &patch).await {
+            Ok(written) => return Ok(Some(written)),
+            Err(kube::Error::Api(status)) if status.code == 404 => return Ok(None),
+            Err(kube::Error::Api(status)) if status.code == 409 && conflicts == 0 => conflicts += 1,
+            Err(error) => return Err(error),
+        }
+    }
 }
 
 /// Sends `patch` (a JSON merge patch with a `status` field) to the status of
@@ -257,6 +314,8 @@ pub struct StatusWriter<'a, K, S> {
     client: &'a Client,
     object: &'a K,
     written: Option<S>,
+    /// The object's version after this pass's last write (its own version before the first).
+    version: Option<String>,
 }
 
 impl<'a, K, S> StatusWriter<'a, K, S>
@@ -270,6 +329,7 @@ where
             client,
             object,
             written: stored.cloned(),
+            version: object.meta().resource_version.clone(),
         }
     }
 
@@ -278,9 +338,26 @@ where
     /// # Errors
     /// As [`patch_status`]; after an error the baseline is unchanged.
     pub async fn write(&mut self, desired: &S) -> Result<bool, Error> {
-        let wrote = patch_status(self.client, self.object, self.written.as_ref(), desired).await?;
-        self.written = Some(desired.clone());
-        Ok(wrote)
+        if self.written.as_ref() == Some(desired) {
+            return Ok(false);
+        }
+        let (api, kind, name) = api_of(self.client, self.object)?;
+        let current = self
+            .written
+            .as_ref()
+            .and_then(|written| serde_json::to_value(written).ok())
+            .unwrap_or(serde_json::Value::Null);
+        let desired_json = serde_json::to_value(desired).unwrap_or(serde_json::Value::Null);
+        let patch = serde_json::json!({ "status": merge_patch(&current, &desired_json) });
+        match merge_status_of(&api, self.object, self.version.clone(), &patch).await {
+            Ok(Some(written)) => {
+                self.version = written.resource_version();
+                self.written = Some(desired.clone());
+                Ok(true)
+            }
+            Ok(None) => Err(Error::Gone { kind, name }),
+            Err(source) => Err(Error::PatchStatus { kind, name, source }),
+        }
     }
 }
 
