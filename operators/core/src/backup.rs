@@ -554,8 +554,8 @@ impl BackupSink {
         Ok(objects)
     }
 
-    /// Keeps the newest `retention.keep` objects under `retention.prefix` and deletes the
-    /// others that are not protected (see [`choose_expired`]), returning the keys it deleted,
+    /// Keeps the newest `retention.keep` complete runs under `retention.prefix` and deletes the
+    /// others that are not protected (see [`choose_expired_runs`]), returning the keys it deleted,
     /// oldest first. An object that vanished meanwhile counts as deleted.
     ///
     /// # Errors
@@ -601,23 +601,6 @@ pub struct Retention {
     /// Locations (as [`BackupSink::location`] writes them) that are never deleted, however old:
     /// the objects a backup's status or a cluster's restore still points at.
     pub protected: std::collections::BTreeSet<String>,
-}
-
-/// The objects a retention of `keep` deletes: all but the `keep` newest, oldest first, except
-/// the `protected` ones, which survive whatever their age. Newer means a later `last_modified`,
-/// and for equal times a greater key, so timestamped names such as `snapshot-20250101T000000Z`
-/// break ties the intended way. `keep == 0` selects every unprotected object.
-pub fn choose_expired(
-    objects: &[BackupObject],
-    keep: usize,
-    protected: impl Fn(&BackupObject) -> bool,
-) -> Vec<&BackupObject> {
-    let mut by_age: Vec<&BackupObject> = objects.iter().collect();
-    by_age.sort_by(|left, right| age_order(left, right));
-    let expired = by_age.len().saturating_sub(keep);
-    by_age.truncate(expired);
-    by_age.retain(|object| !protected(object));
-    by_age
 }
 
 /// The objects a retention of the `keep` newest complete runs deletes, oldest first: every run
@@ -797,8 +780,8 @@ mod tests {
             object("d", 400),
             object("b", 200),
         ];
-        assert_eq!(keys(choose_expired(&objects, 2, |_| false)), ["a", "b"]);
-        assert_eq!(keys(choose_expired(&objects, 1, |_| false)), ["a", "b", "c"]);
+        assert_eq!(keys(choose_expired_runs(&objects, 2, 1, |_| false)), ["a", "b"]);
+        assert_eq!(keys(choose_expired_runs(&objects, 1, 1, |_| false)), ["a", "b", "c"]);
     }
 
     #[test]
@@ -809,7 +792,7 @@ mod tests {
             object("snapshot-2", 100),
         ];
         assert_eq!(
-            keys(choose_expired(&objects, 1, |_| false)),
+            keys(choose_expired_runs(&objects, 1, 1, |_| false)),
             ["snapshot-1", "snapshot-2"]
         );
     }
@@ -817,15 +800,15 @@ mod tests {
     #[test]
     fn retention_prefers_time_over_key() {
         let objects = vec![object("z-old", 100), object("a-new", 200)];
-        assert_eq!(keys(choose_expired(&objects, 1, |_| false)), ["z-old"]);
+        assert_eq!(keys(choose_expired_runs(&objects, 1, 1, |_| false)), ["z-old"]);
     }
 
     #[test]
     fn retention_keeping_at_least_all_expires_nothing() {
         let objects = vec![object("a", 100), object("b", 200)];
-        assert!(choose_expired(&objects, 2, |_| false).is_empty());
-        assert!(choose_expired(&objects, 10, |_| false).is_empty());
-        assert!(choose_expired(&[], 3, |_| false).is_empty());
+        assert!(choose_expired_runs(&objects, 2, 1, |_| false).is_empty());
+        assert!(choose_expired_runs(&objects, 10, 1, |_| false).is_empty());
+        assert!(choose_expired_runs(&[], 3, 1, |_| false).is_empty());
     }
 
     #[test]
@@ -837,8 +820,8 @@ mod tests {
             object("d", 400),
         ];
         let protected = |object: &BackupObject| object.key == "a";
-        assert_eq!(keys(choose_expired(&objects, 2, protected)), ["b"]);
-        assert_eq!(keys(choose_expired(&objects, 1, protected)), ["b", "c"]);
+        assert_eq!(keys(choose_expired_runs(&objects, 2, 1, protected)), ["b"]);
+        assert_eq!(keys(choose_expired_runs(&objects, 1, 1, protected)), ["b", "c"]);
     }
 
     /// Redis with three shards, keeping two runs: a run that failed after its first shard
@@ -874,8 +857,6 @@ mod tests {
                 "redisbackup/nightly/cache-20261201T010000.000Z.shard-2.rdb",
             ]
         );
-        // Counted by objects, the failed run's shard and the one uploading pushed R2 out in part.
-        assert_eq!(choose_expired(&objects, 6, |_| false).len(), 5);
         // A snapshot and its archived log make one run; one object per run keeps the old count.
         assert_eq!(
             run_of("mysqlbackup/pitr/shop-20261201T010000.000Z.binlog"),
@@ -891,7 +872,7 @@ mod tests {
     #[test]
     fn retention_keeping_none_expires_everything() {
         let objects = vec![object("b", 200), object("a", 100)];
-        assert_eq!(keys(choose_expired(&objects, 0, |_| false)), ["a", "b"]);
+        assert_eq!(keys(choose_expired_runs(&objects, 0, 1, |_| false)), ["a", "b"]);
     }
 
     #[test]
