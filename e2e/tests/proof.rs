@@ -54,6 +54,17 @@ struct ProofStatus {
     conditions: Vec<Condition>,
 }
 
+impl quorum_core::pass::ClusterObject for Proof {
+    fn statefulsets(&self) -> Vec<String> {
+        Vec::new()
+    }
+    fn conditions(&self) -> &[Condition] {
+        self.status
+            .as_ref()
+            .map_or(&[], |status| status.conditions.as_slice())
+    }
+}
+
 fn build_service(proof: &Proof) -> Result<Service, quorum_core::Error> {
     let name = proof.name_any();
     Ok(Service {
@@ -370,4 +381,129 @@ async fn a_status_write_for_a_deleted_object_never_lands_on_one_created_under_it
     assert!(matches!(written, Ok(true)), "{written:?}");
     let stored = proofs.get("demo").await.expect("read Proof");
     assert_eq!(stored.status, Some(wanted));
+}
+
+/// What a cluster controller keeps for a cluster (by `namespace/name`) is forgotten before the
+/// first pass of a cluster created again under its name, even when the deleted one's pass was
+/// still running through the deletion and the re-creation, so no pass for the new object ever
+/// found the old one gone.
+#[tokio::test]
+async fn a_cluster_created_again_under_its_name_inherits_nothing_kept_for_the_deleted_one() {
+    use quorum_core::runner::ForgetsClusters;
+    use tokio::sync::{Mutex, Notify};
+
+    #[derive(Default)]
+    struct Kept {
+        forgotten: Mutex<Vec<String>>,
+        /// Each pass's object uid, and how many times a cluster had been forgotten before it.
+        passes: Mutex<Vec<(String, usize)>>,
+        release_first: Notify,
+    }
+    impl ForgetsClusters for Kept {
+        fn forget_cluster<'a>(&'a self, key: &'a str) -> futures::future::BoxFuture<'a, ()> {
+            Box::pin(async move { self.forgotten.lock().await.push(key.to_string()) })
+        }
+    }
+
+    let client = admin_client().await;
+    install_crd(&client, &Proof::crd()).await;
+    let namespace = TestNamespace::create(&client, "proof-kept").await;
+    let ns = namespace.name().to_string();
+    let metrics_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let runtime = Runtime::new(OPERATOR, config_for(&ns, metrics_port), client.clone());
+    let shutdown = runtime.shutdown_token();
+    let context = runtime.context(Kept::default());
+    let first_uid = Arc::new(std::sync::Mutex::new(None::<String>));
+    let held = first_uid.clone();
+    let controller = runtime.cluster_controller::<Proof, _, quorum_core::Error, _, _>(
+        context.clone(),
+        move |proof: Arc<Proof>, context: Arc<Context<Kept>>| {
+            let held = held.clone();
+            async move {
+                let uid = proof.uid().unwrap_or_default();
+                let forgotten = context.state.forgotten.lock().await.len();
+                context.state.passes.lock().await.push((uid.clone(), forgotten));
+                let first = held.lock().unwrap().get_or_insert_with(|| uid.clone()).clone();
+                if first == uid {
+                    // The deleted cluster's pass, still running while it is deleted and created again.
+                    context.state.release_first.notified().await;
+                }
+                Ok(Action::await_change())
+            }
+        },
+        "proof",
+        None,
+    );
+    let running = tokio::spawn(runtime.run(vec![controller]));
+
+    let proofs: Api<Proof> = Api::namespaced(client.clone(), &ns);
+    let deleted = proofs
+        .create(
+            &PostParams::default(),
+            &Proof::new("demo", ProofSpec { replicas: 1 }),
+        )
+        .await
+        .expect("create Proof");
+    wait::until("the first pass", Duration::from_secs(30), || async {
+        let passes = context.state.passes.lock().await;
+        if passes.iter().any(|(uid, _)| Some(uid) == deleted.uid().as_ref()) {
+            Ok(())
+        } else {
+            Err(format!("{passes:?}"))
+        }
+    })
+    .await;
+    proofs
+        .delete("demo", &DeleteParams::default())
+        .await
+        .expect("delete Proof");
+    wait::until("the Proof to be gone", Duration::from_secs(30), || async {
+        match proofs.get_opt("demo").await.map_err(|e| e.to_string())? {
+            None => Ok(()),
+            Some(_) => Err("still there".to_string()),
+        }
+    })
+    .await;
+    let created = proofs
+        .create(
+            &PostParams::default(),
+            &Proof::new("demo", ProofSpec { replicas: 2 }),
+        )
+        .await
+        .expect("create Proof again");
+    let new_uid = created.uid().expect("a uid");
+    // The watch holds the new object before the first pass ends: the next pass is the new one's.
+    wait::until(
+        "the watch to deliver the new Proof",
+        Duration::from_secs(30),
+        || async {
+            let stored = context.cache.get::<Proof>(&ns, "demo");
+            match stored {
+                Some(stored) if stored.uid().as_deref() == Some(new_uid.as_str()) => Ok(()),
+                other => Err(format!("{:?}", other.map(|p| p.uid()))),
+            }
+        },
+    )
+    .await;
+    context.state.release_first.notify_one();
+    let forgotten_before = wait::until("the new Proof's first pass", Duration::from_secs(30), || async {
+        let passes = context.state.passes.lock().await;
+        passes
+            .iter()
+            .find(|(uid, _)| *uid == new_uid)
+            .map(|(_, forgotten)| *forgotten)
+            .ok_or(format!("{passes:?}"))
+    })
+    .await;
+    assert!(
+        forgotten_before >= 1,
+        "the new cluster's first pass ran with what was kept for the deleted one"
+    );
+    assert_eq!(*context.state.forgotten.lock().await, vec![format!("{ns}/demo")]);
+    shutdown.cancel();
+    let _ = running.await;
 }

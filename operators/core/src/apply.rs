@@ -145,6 +145,7 @@ impl Applier {
                 Err(source) => return Err(refused(source)),
             }
         }
+        self.owner_stands(&key)?;
         let uid = self.check_ownership(&api, &key).await?;
         let applied = match uid {
             Some(uid) => with_uid(object, uid),
@@ -259,6 +260,7 @@ impl Applier {
         // Looked up every time (in the watch cache once it holds it): a create-once object is
         // never written again, so no write of it would notice that it was deleted.
         let (api, key) = self.target(object)?;
+        self.owner_stands(&key)?;
         if self.check_ownership(&api, &key).await?.is_some() {
             return Ok(());
         }
@@ -292,6 +294,21 @@ impl Applier {
         let api = Api::namespaced(self.client.clone(), &namespace);
         let owner = controller_uid(object.meta()).unwrap_or_default();
         Ok((api, (kind, namespace, name, owner)))
+    }
+
+    /// Refuses to make a child whose owner the watch saw deleted: a pass still running for a
+    /// cluster deleted meanwhile would otherwise make its StatefulSet again, whose pods would
+    /// leave claims younger than a cluster created again under its name, which that cluster
+    /// would then start on.
+    fn owner_stands(&self, key: &ChildKey) -> Result<(), Error> {
+        let (kind, _, name, owner) = key;
+        if !owner.is_empty() && freshness::is_deleted(owner) {
+            return Err(Error::Gone {
+                kind: format!("owner of {kind}"),
+                name: name.clone(),
+            });
+        }
+        Ok(())
     }
 
     /// The uid of the object under `key`'s name when `key`'s owner controls it, `None` when
@@ -482,9 +499,47 @@ pub fn ignore_not_found<T>(result: Result<T, kube::Error>) -> Result<(), kube::E
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::runtime::watcher;
     use serde_json::json;
 
     use super::*;
+
+    /// A pass still running once the watch delivered its cluster's deletion (or saw it begin)
+    /// makes no child: nothing is asked of the API server (the client here answers nothing),
+    /// and the pass ends with `Gone`.
+    #[tokio::test]
+    async fn no_child_is_made_for_an_owner_the_watch_saw_deleted() {
+        let applier = Applier::new(freshness::unreachable_client(), "test-operator");
+        for (owner_uid, deleted) in [("deleted-owner-uid", true), ("deleting-owner-uid", false)] {
+            let mut owner = freshness::config_map("apply-test", "demo", owner_uid, Some("1"));
+            if deleted {
+                freshness::observe(&Ok(watcher::Event::Delete(owner.clone())));
+            } else {
+                owner.metadata.deletion_timestamp = Some(
+                    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()),
+                );
+                freshness::observe(&Ok(watcher::Event::Apply(owner.clone())));
+            }
+            let child = ConfigMap {
+                metadata: child_metadata(&owner, "demo-config", BTreeMap::new()).unwrap(),
+                ..ConfigMap::default()
+            };
+            let applied = applier.apply(&child).await;
+            assert!(matches!(applied, Err(Error::Gone { .. })), "{applied:?}");
+            let created = applier.create_once(&child).await;
+            assert!(matches!(created, Err(Error::Gone { .. })), "{created:?}");
+        }
+        // An owner the watch holds, not deleted, is asked about as before.
+        let owner = freshness::config_map("apply-test", "standing", "standing-owner-uid", Some("1"));
+        freshness::observe(&Ok(watcher::Event::Apply(owner.clone())));
+        let child = ConfigMap {
+            metadata: child_metadata(&owner, "standing-config", BTreeMap::new()).unwrap(),
+            ..ConfigMap::default()
+        };
+        let applied = applier.apply(&child).await;
+        assert!(matches!(applied, Err(Error::Read { .. })), "{applied:?}");
+    }
 
     #[test]
     fn a_stored_object_holds_what_was_applied_whatever_else_it_has() {

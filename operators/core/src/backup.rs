@@ -781,7 +781,10 @@ mod tests {
             object("b", 200),
         ];
         assert_eq!(keys(choose_expired_runs(&objects, 2, 1, |_| false)), ["a", "b"]);
-        assert_eq!(keys(choose_expired_runs(&objects, 1, 1, |_| false)), ["a", "b", "c"]);
+        assert_eq!(
+            keys(choose_expired_runs(&objects, 1, 1, |_| false)),
+            ["a", "b", "c"]
+        );
     }
 
     #[test]

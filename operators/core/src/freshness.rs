@@ -70,6 +70,20 @@ static KNOWN: LazyLock<Mutex<HashMap<Key, Known>>> = LazyLock::new(Mutex::defaul
 /// change someone else made after it, is known to be delivered all the same.
 static RECENT: LazyLock<Mutex<HashMap<Key, Delivered>>> = LazyLock::new(Mutex::default);
 
+/// The uids of the objects whose deletion a watch delivered or saw begin (a deletion
+/// timestamp), the newest last, [`DELETED_KEPT`] at most.
+static DELETED: LazyLock<Mutex<VecDeque<String>>> = LazyLock::new(Mutex::default);
+
+/// How many deleted uids [`DELETED`] keeps: far more than the objects deleted during one pass.
+const DELETED_KEPT: usize = 4096;
+
+/// Whether a watch delivered the deletion of the object with `uid`, or saw it begin.
+pub fn is_deleted(uid: &str) -> bool {
+    DELETED
+        .lock()
+        .is_ok_and(|deleted| deleted.iter().any(|gone| gone == uid))
+}
+
 /// An object's uid and the versions of it a watch delivered last, the newest last.
 type Delivered = (Option<String>, VecDeque<String>);
 
@@ -234,6 +248,16 @@ pub fn observe<K: Resource<DynamicType = ()>>(event: &Result<watcher::Event<K>, 
         _ => return,
     };
     let meta = object.meta();
+    if let Some(uid) = meta.uid.as_ref()
+        && (deleted || meta.deletion_timestamp.is_some())
+        && let Ok(mut gone) = DELETED.lock()
+        && !gone.contains(uid)
+    {
+        if gone.len() == DELETED_KEPT {
+            gone.pop_front();
+        }
+        gone.push_back(uid.clone());
+    }
     let (Some(namespace), Some(name)) = (meta.namespace.as_deref(), meta.name.as_deref()) else {
         return;
     };

@@ -497,6 +497,12 @@ impl Runtime {
             futures::future::pending::<()>().await
         };
         let concurrency = self.config.max_concurrent_reconciles;
+        // The uid each key's passes were last for: what is kept for a cluster (its clients, the
+        // accounts made in it, when a member was first heard failing) is kept by `namespace/name`,
+        // and a cluster deleted and created again under its name between two passes must not
+        // inherit it.
+        let last_uid: Arc<std::sync::Mutex<HashMap<String, String>>> = Arc::default();
+        let (replaced_gone, replaced_uids) = (on_gone.clone(), last_uid.clone());
         let stream = controller
             .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
             .graceful_shutdown_on(shutdown.cancelled_owned())
@@ -504,8 +510,16 @@ impl Runtime {
             move |object: Arc<K>, context: Arc<Context<S>>| {
                 let reconcile = reconcile.clone();
                 let controller = reconcile_name.clone();
+                let (on_gone, last_uid) = (replaced_gone.clone(), replaced_uids.clone());
                 async move {
                     let key = object_key(object.as_ref());
+                    if replaced(&last_uid, &key, object.meta().uid.as_deref()) {
+                        context.failures.lock().await.remove(&key);
+                        if let Some(on_gone) = on_gone {
+                            on_gone(key.clone()).await;
+                        }
+                        tracing::info!(object = %key, "created again under its name; what was kept for the deleted one is forgotten");
+                    }
                     if is_paused(object.as_ref()) {
                         tracing::debug!(object = %key, "reconciliation paused");
                         return Ok(Action::await_change());
@@ -552,8 +566,12 @@ impl Runtime {
             context,
         );
         let run = stream.for_each(move |result| {
-            let (on_gone, context, controller_name) =
-                (on_gone.clone(), gone_context.clone(), controller_name.clone());
+            let (on_gone, context, controller_name, last_uid) = (
+                on_gone.clone(),
+                gone_context.clone(),
+                controller_name.clone(),
+                last_uid.clone(),
+            );
             async move {
                 match result {
                     Ok((object, _)) => {
@@ -565,6 +583,9 @@ impl Runtime {
                         let namespace = object.namespace.clone().unwrap_or_default();
                         crate::freshness::forget::<K>(&namespace, &object.name);
                         let key = format!("{namespace}/{}", object.name);
+                        if let Ok(mut uids) = last_uid.lock() {
+                            uids.remove(&key);
+                        }
                         context.failures.lock().await.remove(&key);
                         if let Some(on_gone) = on_gone {
                             on_gone(key.clone()).await;
@@ -871,6 +892,16 @@ fn forgetting<S: ForgetsClusters>(context: &Arc<Context<S>>) -> OnGone {
             context.state.forget_cluster(&key).await
         })
     })
+}
+
+/// Records that a pass for `key` is for the object with `uid`, and tells whether the passes
+/// before were for another object under that name (deleted and created again).
+fn replaced(last_uid: &std::sync::Mutex<HashMap<String, String>>, key: &str, uid: Option<&str>) -> bool {
+    let (Some(uid), Ok(mut uids)) = (uid, last_uid.lock()) else {
+        return false;
+    };
+    uids.insert(key.to_string(), uid.to_string())
+        .is_some_and(|before| before != uid)
 }
 
 fn error_policy<K: Resource, S, E: ReconcileError>(

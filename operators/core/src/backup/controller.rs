@@ -1061,11 +1061,14 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
                 sha256: object.sha256.clone(),
             })
             .collect();
+        let now = self.now;
+        let run_started = self.run_status().started_at.as_ref().map_or(now, |time| time.0);
         self.record_on_cluster(
             records
                 .first()
                 .cloned()
                 .expect("a run stores at least one object"),
+            run_started,
         )
         .await?;
         let (spec, now, generation) = (self.spec(), self.now, self.backup.meta().generation);
@@ -1106,12 +1109,36 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
     }
 
     /// `lastBackup` on the cluster; its own reconciler writes only the status fields it changed.
-    async fn record_on_cluster(&self, record: BackupRecord) -> Result<(), Failure<E>> {
+    /// Only on the cluster the run backed up: a cluster created under its name after the run
+    /// started is another cluster, and a snapshot of the deleted one recorded as its newest
+    /// backup is what it would recover from once it lost every member.
+    async fn record_on_cluster(
+        &self,
+        record: BackupRecord,
+        run_started: Timestamp,
+    ) -> Result<(), Failure<E>> {
         let clusters: Api<E::Cluster> = Api::namespaced(self.context.client.clone(), &self.namespace);
-        let patch = serde_json::json!({ "status": { "lastBackup": record } });
-        crate::status::merge_status(&clusters, &self.namespace, &self.spec().cluster_name, &patch)
+        let name = &self.spec().cluster_name;
+        let cluster = clusters
+            .get(name)
             .await
             .map_err(BackupControllerError::RecordOnCluster)?;
+        let patch = serde_json::json!({ "status": { "lastBackup": record } });
+        let recorded = if backed_up(cluster.meta().creation_timestamp.as_ref(), run_started) {
+            crate::status::merge_status_of(&clusters, &cluster, cluster.resource_version(), &patch)
+                .await
+                .map_err(BackupControllerError::RecordOnCluster)?
+                .is_some()
+        } else {
+            false
+        };
+        if !recorded {
+            let message = format!(
+                "{} {name} was created again after this run started: the run's snapshot, of the deleted cluster, is kept under this backup and not recorded as the new cluster's lastBackup",
+                E::Cluster::kind(&())
+            );
+            self.publish(Severity::Warning, "ClusterReplaced", message).await;
+        }
         Ok(())
     }
 
@@ -1464,6 +1491,14 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
     }
 }
 
+/// Whether a run that started at `run_started` backed up the cluster created at `created`:
+/// one created after the run started (deleted and created again under its name) is another.
+/// Creation times have whole seconds, so a cluster created in the run's second counts as
+/// backed up.
+fn backed_up(created: Option<&Time>, run_started: Timestamp) -> bool {
+    created.is_none_or(|created| created.0 <= run_started)
+}
+
 /// The next time a scheduled backup runs after a run started at `started`.
 fn next_run(spec: &BackupSpec, started: Timestamp) -> Option<Time> {
     let schedule = spec.schedule.as_deref()?;
@@ -1546,6 +1581,27 @@ where
 mod tests {
     use super::*;
     use crate::backup::{CredentialsError, DestinationError};
+
+    #[test]
+    fn a_run_is_recorded_only_on_the_cluster_it_backed_up() {
+        let at = |second: i64| Timestamp::from_second(second).unwrap();
+        // (cluster created, run started, recorded on it)
+        let rows = [
+            (Some(100), 200, true),
+            (Some(200), 200, true),
+            // Deleted and created again under its name while the run went on.
+            (Some(201), 200, false),
+            (None, 200, true),
+        ];
+        for (created, started, expected) in rows {
+            let created = created.map(|second| Time(at(second)));
+            assert_eq!(
+                backed_up(created.as_ref(), at(started)),
+                expected,
+                "{created:?} {started}"
+            );
+        }
+    }
 
     #[derive(Debug, thiserror::Error)]
     #[error("engine")]
