@@ -85,7 +85,12 @@ async fn a_statefulset_made_before_managed_rolls_is_taken_over_without_a_new_tem
         "the API server took OnDelete over a defaulted rollingUpdate: {refused:?}"
     );
 
-    take_over_updates(&client, &ns, "members").await.unwrap();
+    // A StatefulSet observed before it was replaced under its name is not patched.
+    let mut replaced = before.clone();
+    replaced.metadata.uid = Some("00000000-0000-0000-0000-000000000000".into());
+    let refused = take_over_updates(&client, &replaced).await;
+    assert!(refused.is_err(), "{refused:?}");
+    take_over_updates(&client, &before).await.unwrap();
     let after = apply(true).await.unwrap();
     assert!(!needs_take_over(&after));
     let strategy = after.spec.as_ref().unwrap().update_strategy.clone().unwrap();

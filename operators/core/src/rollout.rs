@@ -55,9 +55,18 @@ pub fn needs_take_over(statefulset: &StatefulSet) -> bool {
 ///
 /// # Errors
 /// The API server's error for the patch.
-pub async fn take_over_updates(client: &Client, namespace: &str, name: &str) -> Result<(), crate::Error> {
+pub async fn take_over_updates(client: &Client, statefulset: &StatefulSet) -> Result<(), crate::Error> {
+    let (namespace, name) = (
+        statefulset.namespace().unwrap_or_default(),
+        statefulset.name_any(),
+    );
+    let (namespace, name) = (namespace.as_str(), name.as_str());
     let api: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
-    let patch = serde_json::json!({"spec": {"updateStrategy": {"type": ON_DELETE, "rollingUpdate": null}}});
+    // The uid makes the API server refuse the patch if the StatefulSet observed was replaced.
+    let patch = serde_json::json!({
+        "metadata": {"uid": statefulset.metadata.uid},
+        "spec": {"updateStrategy": {"type": ON_DELETE, "rollingUpdate": null}},
+    });
     api.patch(
         name,
         &kube::api::PatchParams::default(),
@@ -94,15 +103,31 @@ pub fn lacks_claims_of(statefulset: &StatefulSet, desired: &StatefulSet) -> bool
 ///
 /// # Errors
 /// The API server's error for the delete.
-pub async fn recreate_keeping_pods(client: &Client, namespace: &str, name: &str) -> Result<(), crate::Error> {
+pub async fn recreate_keeping_pods(client: &Client, statefulset: &StatefulSet) -> Result<(), crate::Error> {
+    let (namespace, name) = (
+        statefulset.namespace().unwrap_or_default(),
+        statefulset.name_any(),
+    );
+    let (namespace, name) = (namespace.as_str(), name.as_str());
     let api: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
+    // Only the StatefulSet observed: orphaning another's pods would leave them to no owner.
     let orphan = kube::api::DeleteParams {
         propagation_policy: Some(kube::api::PropagationPolicy::Orphan),
+        preconditions: Some(kube::api::Preconditions {
+            uid: statefulset.metadata.uid.clone(),
+            resource_version: None,
+        }),
         ..kube::api::DeleteParams::default()
     };
     api.delete(name, &orphan)
         .await
-        .map(|_| crate::freshness::record_deleted::<StatefulSet>(namespace, name, None))
+        .map(|_| {
+            crate::freshness::record_deleted::<StatefulSet>(
+                namespace,
+                name,
+                statefulset.metadata.uid.as_deref(),
+            )
+        })
         .map_err(|source| crate::Error::Apply {
             kind: "StatefulSet".into(),
             name: format!("{namespace}/{name}"),

@@ -108,15 +108,9 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, context: Arc<Context<State>>)
     let replication_password = load_credentials(&context, &cluster).await?;
     let now = Timestamp::now();
     let mut observed = observe(&context, &cluster).await?;
-    if observed.statefulset_needs_take_over {
+    if let Some(statefulset) = &observed.statefulset_to_take_over {
         // Before any apply of the StatefulSet, which the API server would refuse until then.
-        let namespace = cluster.namespace().unwrap_or_default();
-        take_over_updates(
-            &context.client,
-            &namespace,
-            &statefulset_name(&cluster.name_any()),
-        )
-        .await?;
+        take_over_updates(&context.client, statefulset).await?;
     }
     let mut report = Report::new(&context, &cluster, &observed.view, now);
     let in_flight = match &observed.in_flight {
@@ -326,7 +320,7 @@ struct Observed {
     addresses: Addresses,
     statefulset_replicas: Option<usize>,
     /// The StatefulSet still updates `RollingUpdate` (made by an operator before managed rolls).
-    statefulset_needs_take_over: bool,
+    statefulset_to_take_over: Option<Arc<StatefulSet>>,
     templates: Templates,
     /// The member pods, as listed this pass; the labelling in `Memory` takes them.
     member_pods: Vec<Pod>,
@@ -493,7 +487,7 @@ async fn observe(context: &Context<State>, cluster: &MySQLCluster) -> Result<Obs
         key,
         addresses,
         statefulset_replicas,
-        statefulset_needs_take_over: statefulset.as_deref().is_some_and(needs_take_over),
+        statefulset_to_take_over: statefulset.filter(|statefulset| needs_take_over(statefulset)),
         repair: quorum_core::repair::request(
             cluster,
             cluster.status.as_ref().and_then(|s| s.repair.as_ref()),
@@ -935,7 +929,10 @@ async fn remove_switchover_annotation(context: &Context<State>, cluster: &MySQLC
     }
     let clusters: Api<MySQLCluster> =
         Api::namespaced(context.client.clone(), &cluster.namespace().unwrap_or_default());
-    let patch = serde_json::json!({"metadata": {"annotations": {SWITCHOVER_ANNOTATION: null}}});
+    // The uid makes the API server refuse the patch if the cluster was created again meanwhile.
+    let patch = serde_json::json!({
+        "metadata": {"uid": cluster.metadata.uid, "annotations": {SWITCHOVER_ANNOTATION: null}},
+    });
     let written = clusters
         .patch(
             &cluster.name_any(),

@@ -1474,9 +1474,36 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
         Ok(None)
     }
 
-    /// Deletes the drill cluster `name` and its volume claims.
+    /// Deletes the drill cluster `name` and its volume claims; a cluster under that name the
+    /// backup does not control (a user's own, made since the drill began) and its claims are
+    /// left as they are.
     async fn delete_drill_cluster(&self, name: &str) -> Result<(), Failure<E>> {
-        delete_if_present::<E::Cluster>(&self.context.client, &self.namespace, name).await?;
+        let clusters: Api<E::Cluster> = Api::namespaced(self.context.client.clone(), &self.namespace);
+        let existing = clusters
+            .get_opt(name)
+            .await
+            .map_err(|source| BackupControllerError::Read {
+                what: format!("{} {name}", E::Cluster::kind(&())),
+                source,
+            })?;
+        if let Some(existing) = existing {
+            if super::drill::not_a_drill(existing.meta(), self.backup.meta().uid.as_deref(), name).is_some() {
+                return Ok(());
+            }
+            let only_this_one = DeleteParams {
+                preconditions: Some(kube::api::Preconditions {
+                    uid: existing.meta().uid.clone(),
+                    resource_version: None,
+                }),
+                ..DeleteParams::background()
+            };
+            let deleted = clusters.delete(name, &only_this_one).await.map(drop);
+            crate::apply::ignore_not_found(deleted).map_err(|source| crate::Error::Apply {
+                kind: format!("deleting {}", E::Cluster::kind(&())),
+                name: format!("{}/{name}", self.namespace),
+                source,
+            })?;
+        }
         for claim in self.engine.drill_claims(name) {
             delete_if_present::<PersistentVolumeClaim>(&self.context.client, &self.namespace, &claim).await?;
         }

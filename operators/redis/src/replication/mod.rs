@@ -198,9 +198,8 @@ async fn size_statefulsets(
     [data_statefulset, sentinel_statefulset]: [Option<&StatefulSet>; 2],
     decision: &Decision,
 ) -> Result<(), Error> {
-    let name = pass.name();
-    if data_statefulset.is_some_and(needs_take_over) {
-        take_over_updates(&pass.context.client, &pass.namespace(), &statefulset_name(&name)).await?;
+    if let Some(data_statefulset) = data_statefulset.filter(|statefulset| needs_take_over(statefulset)) {
+        take_over_updates(&pass.context.client, data_statefulset).await?;
     }
     let (node_replicas, sentinel_replicas) = match decision {
         Decision::Act(Step::ScaleNodes { replicas }) => (*replicas, facts.sentinel_pods.unwrap_or(0)),
@@ -217,12 +216,7 @@ async fn size_statefulsets(
         Some(current) if current.metadata.deletion_timestamp.is_some() => {}
         Some(current) if lacks_claims_of(current, &sentinels) => {
             tracing::info!(cluster = %pass.key, "the Sentinels' StatefulSet made again, its pods kept, to give each Sentinel a volume");
-            recreate_keeping_pods(
-                &pass.context.client,
-                &pass.namespace(),
-                &sentinel_statefulset_name(&name),
-            )
-            .await?;
+            recreate_keeping_pods(&pass.context.client, current).await?;
         }
         _ => pass.apply(&sentinels).await?,
     }

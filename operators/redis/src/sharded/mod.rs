@@ -263,7 +263,7 @@ impl DataStatefulSets {
         let client = &pass.context.client;
         for statefulset in self.by_shard.values().chain(&self.one) {
             if needs_take_over(statefulset) {
-                take_over_updates(client, &pass.namespace(), &statefulset.name_any()).await?;
+                take_over_updates(client, statefulset).await?;
             }
         }
         let Some(per_shard) = pass.addresses.nodes.nodes_per_shard() else {
