@@ -159,6 +159,37 @@ fn config_for(namespace: &str, metrics_port: u16) -> OperatorConfig {
     }
 }
 
+/// Deletes the Proof `demo`, waits until it is gone, and creates it again: another object under
+/// the same name.
+async fn delete_and_create_again(proofs: &Api<Proof>) -> Proof {
+    proofs
+        .delete("demo", &DeleteParams::default())
+        .await
+        .expect("delete Proof");
+    wait::until("the Proof to be gone", Duration::from_secs(30), || async {
+        match proofs.get_opt("demo").await.map_err(|e| e.to_string())? {
+            None => Ok(()),
+            Some(proof) => Err(format!("still there: {:?}", proof.metadata.deletion_timestamp)),
+        }
+    })
+    .await;
+    proofs
+        .create(
+            &PostParams::default(),
+            &Proof::new("demo", ProofSpec { replicas: 2 }),
+        )
+        .await
+        .expect("create Proof again")
+}
+
+/// A loopback port nothing listens on now, for a runtime's metrics endpoint.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free loopback port")
+        .port()
+}
+
 #[tokio::test]
 async fn proof_controller_owns_recreates_and_reports_ready() {
     quorum_core::telemetry::init(LogFormat::Text);
@@ -167,11 +198,7 @@ async fn proof_controller_owns_recreates_and_reports_ready() {
     let namespace = TestNamespace::create(&client, "proof").await;
     let ns = namespace.name().to_string();
 
-    let metrics_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let metrics_port = free_port();
     let runtime = Runtime::new(OPERATOR, config_for(&ns, metrics_port), client.clone()).with_retry_policy(
         RetryPolicy {
             first: Duration::from_millis(200),
@@ -303,24 +330,7 @@ async fn a_status_write_for_a_deleted_object_never_lands_on_one_created_under_it
         )
         .await
         .expect("create Proof");
-    proofs
-        .delete("demo", &DeleteParams::default())
-        .await
-        .expect("delete Proof");
-    wait::until("the Proof to be gone", Duration::from_secs(30), || async {
-        match proofs.get_opt("demo").await.map_err(|e| e.to_string())? {
-            None => Ok(()),
-            Some(proof) => Err(format!("still there: {:?}", proof.metadata.deletion_timestamp)),
-        }
-    })
-    .await;
-    let created = proofs
-        .create(
-            &PostParams::default(),
-            &Proof::new("demo", ProofSpec { replicas: 2 }),
-        )
-        .await
-        .expect("create Proof again");
+    let created = delete_and_create_again(&proofs).await;
 
     let stale = ProofStatus {
         ready_replicas: 7,
@@ -409,11 +419,7 @@ async fn a_cluster_created_again_under_its_name_inherits_nothing_kept_for_the_de
     install_crd(&client, &Proof::crd()).await;
     let namespace = TestNamespace::create(&client, "proof-kept").await;
     let ns = namespace.name().to_string();
-    let metrics_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let metrics_port = free_port();
     let runtime = Runtime::new(OPERATOR, config_for(&ns, metrics_port), client.clone());
     let shutdown = runtime.shutdown_token();
     let context = runtime.context(Kept::default());
@@ -457,24 +463,7 @@ async fn a_cluster_created_again_under_its_name_inherits_nothing_kept_for_the_de
         }
     })
     .await;
-    proofs
-        .delete("demo", &DeleteParams::default())
-        .await
-        .expect("delete Proof");
-    wait::until("the Proof to be gone", Duration::from_secs(30), || async {
-        match proofs.get_opt("demo").await.map_err(|e| e.to_string())? {
-            None => Ok(()),
-            Some(_) => Err("still there".to_string()),
-        }
-    })
-    .await;
-    let created = proofs
-        .create(
-            &PostParams::default(),
-            &Proof::new("demo", ProofSpec { replicas: 2 }),
-        )
-        .await
-        .expect("create Proof again");
+    let created = delete_and_create_again(&proofs).await;
     let new_uid = created.uid().expect("a uid");
     // The watch holds the new object before the first pass ends: the next pass is the new one's.
     wait::until(
