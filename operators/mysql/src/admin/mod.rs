@@ -84,11 +84,14 @@ impl ReplicaStatus {
     }
 
     /// The replica has lost its source: its receiving thread is not connected and its last
-    /// error is a connection failure. A replica still on its first attempt (no error yet) has
-    /// not seen the source fail, so it is no testimony that the source is down; a refused login
-    /// or any other error is not a lost source but a configuration problem.
+    /// error is a connection failure, or it is still trying its first connection. A refused
+    /// login or any other error is not a lost source but a configuration problem.
     pub fn source_lost(&self) -> bool {
-        !self.source_connected() && CONNECTION_ERRORS.contains(&self.last_io_errno)
+        if self.source_connected() {
+            return false;
+        }
+        CONNECTION_ERRORS.contains(&self.last_io_errno)
+            || (self.io_thread == IoThread::Connecting && self.last_io_errno == 0)
     }
 }
 
@@ -900,10 +903,7 @@ mod tests {
     fn a_lost_source_is_a_connection_failure_not_a_refusal() {
         assert!(!status(IoThread::Running, 2003).source_lost(), "running wins");
         assert!(status(IoThread::Connecting, 2003).source_lost());
-        assert!(
-            !status(IoThread::Connecting, 0).source_lost(),
-            "a first attempt, no failure seen yet"
-        );
+        assert!(status(IoThread::Connecting, 0).source_lost(), "first connection");
         assert!(status(IoThread::Stopped, 2013).source_lost());
         assert!(!status(IoThread::Connecting, 1045).source_lost(), "access denied");
         assert!(!status(IoThread::Stopped, 0).source_lost(), "stopped on purpose");
