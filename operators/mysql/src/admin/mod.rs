@@ -84,8 +84,10 @@ impl ReplicaStatus {
     }
 
     /// The replica has lost its source: its receiving thread is not connected and its last
-    /// error is a connection failure, or it is still trying its first connection. A refused
-    /// login or any other error is not a lost source but a configuration problem.
+    /// error is a connection failure, or it is connecting with no error yet. After a silent break
+    /// (a node lost) the server records no error until its reconnect attempt times out, a minute
+    /// or more later, and the failover would wait for it. A refused login or any other error is
+    /// not a lost source but a configuration problem.
     pub fn source_lost(&self) -> bool {
         if self.source_connected() {
             return false;
