@@ -206,8 +206,7 @@ where
 /// Returns whether a write was made.
 ///
 /// # Errors
-/// [`Error::MissingField`] for an object without namespace; [`Error::PatchStatus`] when the
-/// API server refuses the patch (for example the status fails the CRD's schema).
+/// As [`write_status`].
 pub async fn patch_status<K, S>(
     client: &Client,
     object: &K,
@@ -218,8 +217,29 @@ where
     K: crate::cache::Cacheable,
     S: Serialize + PartialEq,
 {
+    Ok(write_status(client, object, current, desired).await?.is_some())
+}
+
+/// Writes `desired` as the status of `object` unless it equals `current`, and returns the
+/// object as the API server stored it (`None`: nothing to write), so that a later write of the
+/// same pass starts from its version.
+///
+/// # Errors
+/// [`Error::MissingField`] for an object without namespace; [`Error::Gone`] when the object
+/// was deleted or replaced under its name; [`Error::PatchStatus`] when the API server refuses
+/// the patch (for example the status fails the CRD's schema).
+pub async fn write_status<K, S>(
+    client: &Client,
+    object: &K,
+    current: Option<&S>,
+    desired: &S,
+) -> Result<Option<K>, Error>
+where
+    K: crate::cache::Cacheable,
+    S: Serialize + PartialEq,
+{
     if current == Some(desired) {
-        return Ok(false);
+        return Ok(None);
     }
     let (api, kind, name) = api_of(client, object)?;
     let desired_json = serde_json::to_value(desired).unwrap_or(serde_json::Value::Null);
@@ -229,7 +249,7 @@ where
     let patch = serde_json::json!({ "status": merge_patch(&current_json, &desired_json) });
     let version = object.meta().resource_version.clone();
     match merge_status_of(&api, object, version, &patch).await {
-        Ok(Some(_)) => Ok(true),
+        Ok(Some(written)) => Ok(Some(written)),
         Ok(None) => Err(Error::Gone { kind, name }),
         Err(source) => Err(Error::PatchStatus { kind, name, source }),
     }

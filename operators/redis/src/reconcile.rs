@@ -12,7 +12,7 @@ use quorum_core::{
     pass::needed_secret,
     pod::generate_password,
     runner::Context,
-    status::patch_status,
+    status::{patch_status, write_status},
 };
 
 use crate::{
@@ -171,8 +171,12 @@ async fn record_status(
     cluster: &RedisCluster,
     status: RedisClusterStatus,
 ) -> Result<Arc<RedisCluster>, Error> {
-    patch_status(&context.client, cluster, cluster.status.as_ref(), &status).await?;
+    let written = write_status(&context.client, cluster, cluster.status.as_ref(), &status).await?;
     let mut recorded = cluster.clone();
+    // The version written, so the pass's next write is not refused as a conflict with its own.
+    if let Some(written) = written {
+        recorded.metadata.resource_version = written.metadata.resource_version;
+    }
     recorded.status = Some(status);
     Ok(Arc::new(recorded))
 }

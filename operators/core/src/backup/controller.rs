@@ -1109,37 +1109,53 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
     }
 
     /// `lastBackup` on the cluster; its own reconciler writes only the status fields it changed.
-    /// Only on the cluster the run backed up: a cluster created under its name after the run
-    /// started is another cluster, and a snapshot of the deleted one recorded as its newest
-    /// backup is what it would recover from once it lost every member.
     async fn record_on_cluster(
         &self,
         record: BackupRecord,
         run_started: Timestamp,
     ) -> Result<(), Failure<E>> {
-        let clusters: Api<E::Cluster> = Api::namespaced(self.context.client.clone(), &self.namespace);
-        let name = &self.spec().cluster_name;
-        let cluster = clusters
-            .get(name)
-            .await
-            .map_err(BackupControllerError::RecordOnCluster)?;
-        let patch = serde_json::json!({ "status": { "lastBackup": record } });
-        let recorded = if backed_up(cluster.meta().creation_timestamp.as_ref(), run_started) {
-            crate::status::merge_status_of(&clusters, &cluster, cluster.resource_version(), &patch)
-                .await
-                .map_err(BackupControllerError::RecordOnCluster)?
-                .is_some()
-        } else {
-            false
-        };
-        if !recorded {
+        if let Some(why) = self
+            .record_on_cluster_status("lastBackup", &record, run_started)
+            .await?
+        {
             let message = format!(
-                "{} {name} was created again after this run started: the run's snapshot, of the deleted cluster, is kept under this backup and not recorded as the new cluster's lastBackup",
-                E::Cluster::kind(&())
+                "{why}: the run's snapshot is kept under this backup and not recorded as the cluster's lastBackup"
             );
             self.publish(Severity::Warning, "ClusterReplaced", message).await;
         }
         Ok(())
+    }
+
+    /// Writes `field` of the cluster's status, only on the cluster a run or drill that started
+    /// at `started` was for: a cluster created under its name after that is another, and a
+    /// snapshot of the deleted one recorded as its newest backup is what it would recover from
+    /// once it lost every member. Says why nothing was written, if it was not.
+    async fn record_on_cluster_status(
+        &self,
+        field: &str,
+        value: &impl Serialize,
+        started: Timestamp,
+    ) -> Result<Option<String>, Failure<E>> {
+        let clusters: Api<E::Cluster> = Api::namespaced(self.context.client.clone(), &self.namespace);
+        let name = &self.spec().cluster_name;
+        let kind = E::Cluster::kind(&());
+        let cluster = clusters
+            .get_opt(name)
+            .await
+            .map_err(BackupControllerError::RecordOnCluster)?;
+        let Some(cluster) = cluster else {
+            return Ok(Some(format!("{kind} {name} is gone")));
+        };
+        if !backed_up(cluster.meta().creation_timestamp.as_ref(), started) {
+            return Ok(Some(format!("{kind} {name} was created again after this began")));
+        }
+        let patch = serde_json::json!({ "status": { field: value } });
+        let written = crate::status::merge_status_of(&clusters, &cluster, cluster.resource_version(), &patch)
+            .await
+            .map_err(BackupControllerError::RecordOnCluster)?;
+        Ok(written
+            .is_none()
+            .then(|| format!("{kind} {name} was deleted or created again meanwhile")))
     }
 
     /// Keeps the newest `retain` runs of this backup's own objects (a run stores one object per
@@ -1456,11 +1472,12 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
         mismatch: Option<String>,
     ) -> Result<Option<Action>, Failure<E>> {
         let drill = ended(drill, mismatch, Timestamp::now());
-        let clusters: Api<E::Cluster> = Api::namespaced(self.context.client.clone(), &self.namespace);
-        let patch = serde_json::json!({ "status": { "lastDrill": drill } });
-        crate::status::merge_status(&clusters, &self.namespace, &self.spec().cluster_name, &patch)
-            .await
-            .map_err(BackupControllerError::RecordOnCluster)?;
+        if let Some(why) = self
+            .record_on_cluster_status("lastDrill", &drill, drill.started_at.0)
+            .await?
+        {
+            tracing::info!(backup = %self.backup.name_any(), namespace = %self.namespace, %why, "drill not recorded on the cluster");
+        }
         let (severity, reason) = match drill.phase {
             DrillPhase::Verified => (Severity::Normal, "DrillVerified"),
             DrillPhase::Failed | DrillPhase::Restoring => (Severity::Warning, "DrillFailed"),
