@@ -173,13 +173,18 @@ async fn delete_and_create_again(proofs: &Api<Proof>) -> Proof {
         }
     })
     .await;
+    create_demo(proofs, 2).await
+}
+
+/// Creates the Proof `demo` of `replicas`.
+async fn create_demo(proofs: &Api<Proof>, replicas: i32) -> Proof {
     proofs
         .create(
             &PostParams::default(),
-            &Proof::new("demo", ProofSpec { replicas: 2 }),
+            &Proof::new("demo", ProofSpec { replicas }),
         )
         .await
-        .expect("create Proof again")
+        .expect("create Proof")
 }
 
 /// A loopback port nothing listens on now, for a runtime's metrics endpoint.
@@ -323,13 +328,7 @@ async fn a_status_write_for_a_deleted_object_never_lands_on_one_created_under_it
     install_crd(&client, &Proof::crd()).await;
     let namespace = TestNamespace::create(&client, "proof-status").await;
     let proofs: Api<Proof> = Api::namespaced(client.clone(), namespace.name());
-    let deleted = proofs
-        .create(
-            &PostParams::default(),
-            &Proof::new("demo", ProofSpec { replicas: 1 }),
-        )
-        .await
-        .expect("create Proof");
+    let deleted = create_demo(&proofs, 1).await;
     let created = delete_and_create_again(&proofs).await;
 
     let stale = ProofStatus {
@@ -447,13 +446,7 @@ async fn a_cluster_created_again_under_its_name_inherits_nothing_kept_for_the_de
     let running = tokio::spawn(runtime.run(vec![controller]));
 
     let proofs: Api<Proof> = Api::namespaced(client.clone(), &ns);
-    let deleted = proofs
-        .create(
-            &PostParams::default(),
-            &Proof::new("demo", ProofSpec { replicas: 1 }),
-        )
-        .await
-        .expect("create Proof");
+    let deleted = create_demo(&proofs, 1).await;
     wait::until("the first pass", Duration::from_secs(30), || async {
         let passes = context.state.passes.lock().await;
         if passes.iter().any(|(uid, _)| Some(uid) == deleted.uid().as_ref()) {

@@ -505,6 +505,13 @@ mod tests {
 
     use super::*;
 
+    fn config_map_of(owner: &ConfigMap, name: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: child_metadata(owner, name, BTreeMap::new()).unwrap(),
+            ..ConfigMap::default()
+        }
+    }
+
     /// A pass still running once the watch delivered its cluster's deletion (or saw it begin)
     /// makes no child: nothing is asked of the API server (the client here answers nothing),
     /// and the pass ends with `Gone`.
@@ -521,10 +528,7 @@ mod tests {
                 );
                 freshness::observe(&Ok(watcher::Event::Apply(owner.clone())));
             }
-            let child = ConfigMap {
-                metadata: child_metadata(&owner, "demo-config", BTreeMap::new()).unwrap(),
-                ..ConfigMap::default()
-            };
+            let child = config_map_of(&owner, "demo-config");
             let applied = applier.apply(&child).await;
             assert!(matches!(applied, Err(Error::Gone { .. })), "{applied:?}");
             let created = applier.create_once(&child).await;
@@ -533,10 +537,7 @@ mod tests {
         // An owner the watch holds, not deleted, is asked about as before.
         let owner = freshness::config_map("apply-test", "standing", "standing-owner-uid", Some("1"));
         freshness::observe(&Ok(watcher::Event::Apply(owner.clone())));
-        let child = ConfigMap {
-            metadata: child_metadata(&owner, "standing-config", BTreeMap::new()).unwrap(),
-            ..ConfigMap::default()
-        };
+        let child = config_map_of(&owner, "standing-config");
         let applied = applier.apply(&child).await;
         assert!(matches!(applied, Err(Error::Read { .. })), "{applied:?}");
     }

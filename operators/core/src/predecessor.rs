@@ -247,7 +247,8 @@ struct ConditionsPatch<'a> {
 /// the reason [`REASON`], and a warning event. The rest of its status is left as it is.
 ///
 /// # Errors
-/// [`Error::PatchStatus`] when the status cannot be written.
+/// [`Error::PatchStatus`] when the status cannot be written; [`Error::Gone`] when the cluster
+/// was deleted or created again meanwhile.
 pub async fn report<K>(
     client: &Client,
     events: &EventPublisher,
@@ -284,12 +285,7 @@ where
             },
         };
         let patch = serde_json::to_value(&patch).unwrap_or_default();
-        let (kind, name) = (K::kind(&()).to_string(), cluster.name_any());
-        match crate::status::merge_status_of(&api, cluster, cluster.resource_version(), &patch).await {
-            Ok(Some(_)) => {}
-            Ok(None) => return Err(Error::Gone { kind, name }),
-            Err(source) => return Err(Error::PatchStatus { kind, name, source }),
-        }
+        crate::status::merge_status_bound(&api, cluster, cluster.resource_version(), &patch).await?;
     }
     events
         .publish(cluster, Severity::Warning, REASON, "Wait", message)

@@ -238,18 +238,51 @@ where
     K: crate::cache::Cacheable,
     S: Serialize + PartialEq,
 {
+    let version = object.meta().resource_version.clone();
+    write_status_at(client, object, version, current, desired).await
+}
+
+/// As [`write_status`], naming `version` of `object` first.
+async fn write_status_at<K, S>(
+    client: &Client,
+    object: &K,
+    version: Option<String>,
+    current: Option<&S>,
+    desired: &S,
+) -> Result<Option<K>, Error>
+where
+    K: crate::cache::Cacheable,
+    S: Serialize + PartialEq,
+{
     if current == Some(desired) {
         return Ok(None);
     }
-    let (api, kind, name) = api_of(client, object)?;
+    let (api, _, _) = api_of(client, object)?;
     let desired_json = serde_json::to_value(desired).unwrap_or(serde_json::Value::Null);
     let current_json = current
         .and_then(|c| serde_json::to_value(c).ok())
         .unwrap_or(serde_json::Value::Null);
     let patch = serde_json::json!({ "status": merge_patch(&current_json, &desired_json) });
-    let version = object.meta().resource_version.clone();
-    match merge_status_of(&api, object, version, &patch).await {
-        Ok(Some(written)) => Ok(Some(written)),
+    merge_status_bound(&api, object, version, &patch).await.map(Some)
+}
+
+/// [`merge_status_of`], with the object gone as [`Error::Gone`] and a refusal as
+/// [`Error::PatchStatus`].
+///
+/// # Errors
+/// Those two.
+pub async fn merge_status_bound<K>(
+    api: &Api<K>,
+    object: &K,
+    version: Option<String>,
+    patch: &serde_json::Value,
+) -> Result<K, Error>
+where
+    K: crate::cache::Cacheable,
+{
+    let (kind, name) = (K::kind(&()).to_string(), object.name_any());
+    match merge_status_of(api, object, version, patch).await {
+        Ok(Some(written)) => Ok(written),
         Ok(None) => Err(Error::Gone { kind, name }),
         Err(source) => Err(Error::PatchStatus { kind, name, source }),
     }
@@ -356,28 +389,22 @@ where
     /// Writes `desired` unless it equals what is stored; returns whether a write was made.
     ///
     /// # Errors
-    /// As [`patch_status`]; after an error the baseline is unchanged.
+    /// As [`write_status`]; after an error the baseline is unchanged.
     pub async fn write(&mut self, desired: &S) -> Result<bool, Error> {
-        if self.written.as_ref() == Some(desired) {
+        let written = write_status_at(
+            self.client,
+            self.object,
+            self.version.clone(),
+            self.written.as_ref(),
+            desired,
+        )
+        .await?;
+        let Some(written) = written else {
             return Ok(false);
-        }
-        let (api, kind, name) = api_of(self.client, self.object)?;
-        let current = self
-            .written
-            .as_ref()
-            .and_then(|written| serde_json::to_value(written).ok())
-            .unwrap_or(serde_json::Value::Null);
-        let desired_json = serde_json::to_value(desired).unwrap_or(serde_json::Value::Null);
-        let patch = serde_json::json!({ "status": merge_patch(&current, &desired_json) });
-        match merge_status_of(&api, self.object, self.version.clone(), &patch).await {
-            Ok(Some(written)) => {
-                self.version = written.resource_version();
-                self.written = Some(desired.clone());
-                Ok(true)
-            }
-            Ok(None) => Err(Error::Gone { kind, name }),
-            Err(source) => Err(Error::PatchStatus { kind, name, source }),
-        }
+        };
+        self.version = written.resource_version();
+        self.written = Some(desired.clone());
+        Ok(true)
     }
 }
 
