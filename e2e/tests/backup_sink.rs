@@ -272,6 +272,7 @@ async fn retention_of_one_policy(fixture: Fixture) {
         keep: 1,
         run_objects: 1,
         protected: [sink.location("nightly/main-2.db")].into(),
+        made_since: None,
     };
     let deleted = sink.apply_retention(&retention).await.expect("retention");
     assert_eq!(deleted, ["nightly/main-1.db", "nightly/main-3.db"]);
@@ -284,6 +285,48 @@ async fn retention_of_one_policy(fixture: Fixture) {
             "nightly-eu/main-1.db",
             "nightly/main-2.db",
             "nightly/main-4.db"
+        ]
+    );
+
+    // A policy created again under its name owns only the runs started since: its
+    // predecessor's runs are neither pruned nor counted.
+    for name in [
+        "hourly/main-20261201T010000.000Z.db",
+        "hourly/main-20261201T020000.000Z.db",
+        "hourly/main-20261202T010000.000Z.db",
+        "hourly/main-20261202T020000.000Z.db",
+        "hourly/main-20261202T030000.000Z.db",
+    ] {
+        sink.upload(name, pseudo_random_bytes(1024, 2).as_slice())
+            .await
+            .expect("upload");
+    }
+    let retention = Retention {
+        prefix: Some("hourly".into()),
+        keep: 1,
+        run_objects: 1,
+        protected: Default::default(),
+        made_since: Some("2026-12-02T00:00:00Z".parse().expect("timestamp")),
+    };
+    let deleted = sink.apply_retention(&retention).await.expect("retention");
+    assert_eq!(
+        deleted,
+        [
+            "hourly/main-20261202T010000.000Z.db",
+            "hourly/main-20261202T020000.000Z.db"
+        ]
+    );
+    let mut left: Vec<String> = keys(sink.list().await.expect("list"))
+        .into_iter()
+        .filter(|key| key.starts_with("hourly/"))
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        [
+            "hourly/main-20261201T010000.000Z.db",
+            "hourly/main-20261201T020000.000Z.db",
+            "hourly/main-20261202T030000.000Z.db"
         ]
     );
 }

@@ -12,8 +12,9 @@
 //! - **Checksummed.** Size and SHA-256 are computed while streaming, returned in [`StoredBackup`], and
 //!   checked again by [`BackupSink::download`] when the caller passes the expected digest.
 //! - **Retention by age, of one policy's own objects.** [`BackupSink::apply_retention`] keeps the
-//!   newest objects under one [`Retention::prefix`] (the objects one backup resource made) and
-//!   deletes the rest, never an object named in [`Retention::protected`]; the choice is the pure
+//!   newest objects under one [`Retention::prefix`] (the objects one backup resource made, since
+//!   [`Retention::made_since`]) and deletes the rest, never an object named in
+//!   [`Retention::protected`]; the choice is the pure
 //!   function [`choose_expired_runs`], which counts complete runs, not objects.
 //!
 //! The prefix (or directory) belongs to the sink: every object under it counts as a backup.
@@ -566,7 +567,8 @@ impl BackupSink {
         if retention.keep == 0 {
             return Err(BackupError::InvalidRetention);
         }
-        let objects = self.list_under(retention.prefix.as_deref()).await?;
+        let mut objects = self.list_under(retention.prefix.as_deref()).await?;
+        objects.retain(|object| retention.made(&object.key));
         let protected = |object: &BackupObject| retention.protected.contains(&self.location(&object.key));
         let mut deleted = Vec::new();
         for object in choose_expired_runs(&objects, retention.keep, retention.run_objects, protected) {
@@ -601,6 +603,23 @@ pub struct Retention {
     /// Locations (as [`BackupSink::location`] writes them) that are never deleted, however old:
     /// the objects a backup's status or a cluster's restore still points at.
     pub protected: std::collections::BTreeSet<String>,
+    /// When the policy was created (`None`: every object under the prefix is its own). A
+    /// backup resource deleted and created again under its name (a cluster's scheduled backup,
+    /// when the cluster was deleted by mistake and applied again) finds its predecessor's runs
+    /// under its prefix, and those may be the only copy of the data the deleted cluster held:
+    /// only runs that started since are its own, and an object whose name carries no run's
+    /// start is never one of them.
+    pub made_since: Option<jiff::Timestamp>,
+}
+
+impl Retention {
+    /// Whether the object `key` is one this policy made (see [`Retention::made_since`]).
+    pub fn made(&self, key: &str) -> bool {
+        let Some(since) = self.made_since else {
+            return true;
+        };
+        run_started(key).is_some_and(|started| started >= since)
+    }
 }
 
 /// The objects a retention of the `keep` newest complete runs deletes, oldest first: every run
@@ -669,6 +688,17 @@ fn run_of(key: &str) -> Option<&str> {
                 && candidate[19] == b'Z')
                 .then(|| &key[..start + LENGTH])
         })
+}
+
+/// When the run that stored the object `key` started, from its name.
+fn run_started(key: &str) -> Option<jiff::Timestamp> {
+    let stamp = run_of(key)?;
+    let stamp = &stamp[stamp.len() - 20..];
+    jiff::civil::DateTime::strptime("%Y%m%dT%H%M%S%.fZ", stamp)
+        .ok()?
+        .to_zoned(jiff::tz::TimeZone::UTC)
+        .ok()
+        .map(|zoned| zoned.timestamp())
 }
 
 fn age_order(left: &BackupObject, right: &BackupObject) -> std::cmp::Ordering {
@@ -870,6 +900,38 @@ mod tests {
         assert_eq!(keys(choose_expired_runs(&singles, 2, 1, |_| false)), ["a"]);
         let protected = |object: &BackupObject| object.key.contains("T010000");
         assert!(choose_expired_runs(&objects, 2, 3, protected).is_empty());
+    }
+
+    /// A scheduled backup created again under its name (with its cluster, after a mistaken
+    /// delete) never counts its predecessor's runs as its own: they are neither kept in place of
+    /// its own runs nor pruned.
+    #[test]
+    fn a_policy_owns_only_the_runs_started_since_it_was_created() {
+        let created: jiff::Timestamp = "2026-12-01T03:00:00Z".parse().expect("timestamp");
+        let retention = Retention {
+            made_since: Some(created),
+            ..Retention::default()
+        };
+        for (key, made) in [
+            ("etcdbackup/main-scheduled/main-20261201T030000.000Z.db", true),
+            ("etcdbackup/main-scheduled/main-20261201T030000.001Z.db", true),
+            ("mysqlbackup/pitr/shop-20261202T010000.000Z.binlog", true),
+            ("redisbackup/nightly/cache-20261201T040000.000Z.shard-2.rdb", true),
+            ("etcdbackup/main-scheduled/main-20261201T025959.999Z.db", false),
+            ("etcdbackup/main-scheduled/main-20261130T030000.000Z.db", false),
+            ("nightly/main-1.db", false),
+            ("etcdbackup/main-scheduled/main-20261399T030000.000Z.db", false),
+        ] {
+            assert_eq!(retention.made(key), made, "{key}");
+        }
+        assert!(
+            Retention::default().made("nightly/main-1.db"),
+            "no creation time: every object"
+        );
+        assert_eq!(
+            run_started("redisbackup/nightly/cache-20261201T040000.250Z.shard-2.rdb"),
+            Some("2026-12-01T04:00:00.25Z".parse().expect("timestamp"))
+        );
     }
 
     #[test]
