@@ -40,6 +40,17 @@ struct EtcdSnapshots<'a> {
     context: &'a Context<State>,
 }
 
+/// The snapshot a cluster was created from, and the one it restores in place while it does.
+fn restore_locations(cluster: &EtcdCluster) -> Vec<String> {
+    cluster
+        .status
+        .iter()
+        .flat_map(|status| [&status.restored_from, &status.restoring_from])
+        .flatten()
+        .map(|record| record.location.clone())
+        .collect()
+}
+
 /// The member a snapshot is read from.
 struct Member {
     cluster: String,
@@ -109,6 +120,10 @@ impl BackupEngine for EtcdSnapshots<'_> {
                 message: "no healthy member to take a snapshot from; waiting".to_string(),
             },
         })
+    }
+
+    fn restored_from(&self, cluster: &EtcdCluster) -> Vec<String> {
+        restore_locations(cluster)
     }
 
     fn member(&self, source: &Member) -> String {
@@ -267,4 +282,55 @@ pub async fn run_backup(
 ) -> JobOutcome {
     let engine = EtcdSnapshots { context: &context };
     controller::run_in_job(&engine, backup.as_ref(), &context, started).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::{BackupRecord, EtcdClusterSpec, EtcdClusterStatus, Storage};
+
+    /// Retention keeps the snapshot a cluster was created from and the one it restores in
+    /// place, whatever the backup's newest is by then.
+    #[test]
+    fn a_restored_cluster_holds_the_snapshots_it_restores() {
+        let mut cluster = EtcdCluster::new(
+            "main",
+            EtcdClusterSpec {
+                replicas: 3,
+                version: "3.6.16".into(),
+                image: None,
+                storage: Storage {
+                    size: k8s_openapi::apimachinery::pkg::api::resource::Quantity("1Gi".into()),
+                    storage_class_name: None,
+                },
+                resources: None,
+                pod_template: None,
+                tls: None,
+                backup: None,
+                restore_from: None,
+            },
+        );
+        assert!(restore_locations(&cluster).is_empty());
+        let record = |location: &str| BackupRecord {
+            name: "nightly".into(),
+            location: location.into(),
+            completed_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH),
+            size_bytes: 1,
+            sha256: "0".repeat(64),
+        };
+        cluster.status = Some(EtcdClusterStatus {
+            restored_from: Some(record("s3://backups/main-1.db")),
+            ..EtcdClusterStatus::default()
+        });
+        assert_eq!(restore_locations(&cluster), ["s3://backups/main-1.db"]);
+        cluster.status = Some(EtcdClusterStatus {
+            restored_from: Some(record("s3://backups/main-1.db")),
+            restoring_from: Some(record("s3://backups/main-7.db")),
+            ..EtcdClusterStatus::default()
+        });
+        assert_eq!(
+            restore_locations(&cluster),
+            ["s3://backups/main-1.db", "s3://backups/main-7.db"]
+        );
+    }
 }

@@ -185,6 +185,12 @@ pub struct EtcdClusterStatus {
     /// request for the newest backup, when no member survived).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restoring_from: Option<BackupRecord>,
+    /// The snapshot a cluster created with `spec.restoreFrom` restores its members from: the
+    /// backup's newest when the cluster was first reconciled, recorded before any member is
+    /// made, so every member restores the same snapshot however often the backup runs
+    /// meanwhile, and retention never deletes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restored_from: Option<BackupRecord>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }

@@ -524,6 +524,8 @@ struct Report<'a> {
     writer: StatusWriter<'a, EtcdCluster, EtcdClusterStatus>,
     /// A change of leader this pass found, once reported (a pass may write status twice).
     leader_change_reported: bool,
+    /// The snapshot this pass recorded as the one the cluster restores from.
+    restore_pinned: Option<BackupRecord>,
 }
 
 impl<'a> Report<'a> {
@@ -540,7 +542,20 @@ impl<'a> Report<'a> {
             now,
             writer: StatusWriter::new(&context.client, cluster, cluster.status.as_ref()),
             leader_change_reported: false,
+            restore_pinned: None,
         }
+    }
+
+    /// Records `snapshot` as the one a cluster created from a backup restores, before the
+    /// StatefulSet that carries it is applied (the pass's first write).
+    async fn pin_restore(&mut self, snapshot: BackupRecord) -> Result<(), Error> {
+        let status = EtcdClusterStatus {
+            restored_from: Some(snapshot.clone()),
+            ..self.cluster.status.clone().unwrap_or_default()
+        };
+        self.writer.write(&status).await?;
+        self.restore_pinned = Some(snapshot);
+        Ok(())
     }
 
     async fn write(&mut self, decision: &Decision, memory: &Memory) -> Result<(), Error> {
@@ -569,8 +584,13 @@ impl<'a> Report<'a> {
                 backup.name, backup.completed_at.0
             ),
         });
+        let restored_from = self
+            .restore_pinned
+            .clone()
+            .or_else(|| status.restored_from.clone());
         let status = EtcdClusterStatus {
             restoring_from: memory.restoring_from.clone(),
+            restored_from,
             recovery: recovery_record(
                 self.observed.recovery.as_ref(),
                 self.cluster.status.as_ref().and_then(|s| s.recovery.as_ref()),
@@ -752,9 +772,18 @@ async fn apply_objects(
             .statefulset_replicas
             .unwrap_or_else(|| observed.recorded_members.max(observed.desired)),
     };
-    let restore = match restore_source(context, cluster, restoring_in_place).await? {
+    let pinned = cluster.status.as_ref().and_then(|s| s.restored_from.as_ref());
+    let restore = match restore_source(context, cluster, restoring_in_place, pinned).await? {
         RestoreSource::None => None,
-        RestoreSource::Ready(restore) => Some(restore),
+        RestoreSource::Ready { init, snapshot } => {
+            // Each member restores when its pod first starts, and the backup may run again
+            // meanwhile: every member restores the snapshot recorded first. A cluster formed
+            // before this was recorded is left as it is, with no record made up after the fact.
+            if restoring_in_place.is_none() && pinned.is_none() && !observed.bootstrapped {
+                report.pin_restore(*snapshot).await?;
+            }
+            Some(*init)
+        }
         RestoreSource::NotReady(why) => {
             if restoring_in_place.is_some()
                 || (!observed.bootstrapped && observed.statefulset_replicas.is_none())
@@ -1001,18 +1030,24 @@ fn pod_versions(cluster: &EtcdCluster, pods: &[Pod]) -> std::collections::BTreeM
 enum RestoreSource {
     /// Not a restored cluster.
     None,
-    Ready(RestoreInit),
+    /// The init container's settings, and the snapshot it restores.
+    Ready {
+        init: Box<RestoreInit>,
+        snapshot: Box<BackupRecord>,
+    },
     /// The named backup has no stored snapshot (yet), or does not exist.
     NotReady(String),
 }
 
 /// Where the members get their data: `in_place`, the snapshot a restore in place uses, or else
-/// the newest snapshot of the backup `spec.restoreFrom` names. The snapshot's backup resource
-/// says where it is stored and with which credentials.
+/// the snapshot of the backup `spec.restoreFrom` names that the cluster recorded (`pinned`), or
+/// that backup's newest. The snapshot's backup resource says where it is stored and with which
+/// credentials.
 async fn restore_source(
     context: &Context<State>,
     cluster: &EtcdCluster,
     in_place: Option<&BackupRecord>,
+    pinned: Option<&BackupRecord>,
 ) -> Result<RestoreSource, Error> {
     let backup_name = match (in_place, &cluster.spec.restore_from) {
         (Some(snapshot), _) => &snapshot.name,
@@ -1031,6 +1066,7 @@ async fn restore_source(
         )));
     };
     let snapshot = in_place
+        .or(pinned)
         .cloned()
         .or_else(|| backup.status.as_ref().and_then(|s| s.run.last_snapshot.clone()));
     let Some(snapshot) = snapshot else {
@@ -1039,15 +1075,18 @@ async fn restore_source(
         )));
     };
     let s3 = backup.spec.backup.destination.s3.as_ref();
-    Ok(RestoreSource::Ready(RestoreInit {
-        image: context.state.settings.operator_image.clone(),
-        location: snapshot.location,
-        sha256: snapshot.sha256,
-        s3_endpoint: s3.and_then(|s3| s3.endpoint.clone()),
-        s3_region: s3.and_then(|s3| s3.region.clone()),
-        credentials_secret_name: s3.map(|s3| s3.credentials_secret_name.clone()),
-        allow_http: context.state.settings.members.allow_http_backups,
-    }))
+    Ok(RestoreSource::Ready {
+        init: Box::new(RestoreInit {
+            image: context.state.settings.operator_image.clone(),
+            location: snapshot.location.clone(),
+            sha256: snapshot.sha256.clone(),
+            s3_endpoint: s3.and_then(|s3| s3.endpoint.clone()),
+            s3_region: s3.and_then(|s3| s3.region.clone()),
+            credentials_secret_name: s3.map(|s3| s3.credentials_secret_name.clone()),
+            allow_http: context.state.settings.members.allow_http_backups,
+        }),
+        snapshot: Box::new(snapshot),
+    })
 }
 
 #[cfg(test)]

@@ -348,6 +348,7 @@ pub fn build_status(
         repair: previous.repair,
         recovery: previous.recovery,
         restoring_from: previous.restoring_from,
+        restored_from: previous.restored_from,
         conditions,
     }
 }

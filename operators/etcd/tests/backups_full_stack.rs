@@ -16,7 +16,10 @@ use etcd_operator::{
 };
 use k8s_openapi::{
     ByteString,
-    api::core::v1::{Event, Secret},
+    api::{
+        apps::v1::StatefulSet,
+        core::v1::{Event, Secret},
+    },
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
 };
 use kube::{
@@ -356,6 +359,97 @@ async fn backups_reach_a_directory_and_s3_are_recorded_and_restore_into_a_new_cl
         "every key of the backup is in the restored cluster"
     );
 
+    // The restored cluster recorded the snapshot it restored, and keeps to it when the backup
+    // has a newer one: members starting later restore the same, and none is rolled onto
+    // another snapshot.
+    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    let restore_location = |statefulset: StatefulSet| -> Option<String> {
+        let template = statefulset.spec?.template.spec?;
+        let init = template
+            .init_containers?
+            .into_iter()
+            .find(|c| c.name == "restore")?;
+        init.args?
+            .iter()
+            .find_map(|arg| arg.strip_prefix("--location=").map(str::to_string))
+    };
+    let snapshot = backups
+        .get("to-directory")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .run
+        .last_snapshot
+        .unwrap();
+    let recorded = clusters
+        .get("restored")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .restored_from;
+    assert_eq!(recorded.as_ref(), Some(&snapshot));
+    assert_eq!(
+        restore_location(statefulsets.get("restored").await.unwrap()).as_ref(),
+        Some(&snapshot.location)
+    );
+    let newer = quorum_core::crd::BackupRecord {
+        location: format!("{}.newer", snapshot.location),
+        sha256: "0".repeat(64),
+        ..snapshot.clone()
+    };
+    backups
+        .patch_status(
+            "to-directory",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"status": {"lastSnapshot": newer}})),
+        )
+        .await
+        .unwrap();
+    // A change of spec, so that a pass runs and reports its generation.
+    let changed = clusters
+        .patch(
+            "restored",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"backup": {
+                "schedule": "0 3 * * *",
+                "destination": to_directory.spec.backup.destination,
+            }}})),
+        )
+        .await
+        .unwrap();
+    let generation = changed.metadata.generation;
+    wait::until(
+        "a pass of the restored cluster after the backup's newer run",
+        Duration::from_secs(60),
+        || async {
+            let status = clusters
+                .get_status("restored")
+                .await
+                .map_err(|e| e.to_string())?
+                .status;
+            let observed = status.as_ref().and_then(|s| s.observed_generation);
+            (observed == generation)
+                .then_some(())
+                .ok_or(format!("{observed:?} of {generation:?}"))
+        },
+    )
+    .await;
+    assert_eq!(
+        restore_location(statefulsets.get("restored").await.unwrap()).as_ref(),
+        Some(&snapshot.location),
+        "the members keep to the snapshot recorded"
+    );
+    let recorded = clusters
+        .get("restored")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .restored_from;
+    assert_eq!(recorded.as_ref(), Some(&snapshot));
+
     // A backup policy on the cluster becomes an owned, scheduled EtcdBackup, and the cluster
     // reports BackupStale from the newest backup's age.
     let mut cluster = clusters.get("main").await.unwrap();
@@ -463,6 +557,22 @@ async fn one_minute_schedules_keep_their_newest_runs_never_prune_what_they_did_n
         .unwrap();
     let operator = support::operator::start(client.clone(), &ns, MemberAddresses::Loopback);
 
+    // A run of a deleted predecessor under the schedule's name, an hour old: a cluster deleted
+    // by mistake and applied again with its schedule finds it under its prefix, and it may be
+    // the only copy of what the deleted cluster held.
+    let sink = BackupSink::new(s3.backup_target(Some(&format!("etcd/{ns}/main")))).unwrap();
+    let predecessor_key = quorum_core::backup::object_name(
+        "EtcdBackup",
+        "every-minute",
+        "main",
+        jiff::Timestamp::now() - jiff::SignedDuration::from_hours(1),
+        "db",
+    );
+    sink.upload(&predecessor_key, &b"the deleted cluster's snapshot"[..])
+        .await
+        .unwrap();
+    let predecessor = sink.location(&predecessor_key);
+
     // Two one-shot backups created together, and a schedule every minute keeping one run.
     for backup in [
         s3_backup("one-shot-a", &s3, None, None),
@@ -496,7 +606,6 @@ async fn one_minute_schedules_keep_their_newest_runs_never_prune_what_they_did_n
     let (pruned, newest) = pruned;
     assert_eq!(pruned.locations.len(), 1, "{pruned:?}");
 
-    let sink = BackupSink::new(s3.backup_target(Some(&format!("etcd/{ns}/main")))).unwrap();
     let stored: Vec<String> = sink
         .list()
         .await
@@ -504,9 +613,13 @@ async fn one_minute_schedules_keep_their_newest_runs_never_prune_what_they_did_n
         .into_iter()
         .map(|object| sink.location(&object.key))
         .collect();
+    assert!(
+        stored.contains(&predecessor),
+        "a run the schedule did not make is never pruned: {stored:?}"
+    );
     let own: Vec<&String> = stored
         .iter()
-        .filter(|location| location.contains("/every-minute/"))
+        .filter(|location| location.contains("/every-minute/") && **location != predecessor)
         .collect();
     assert_eq!(own.len(), 1, "exactly `retain` runs of its own kept: {stored:?}");
     assert!(own.contains(&&newest), "the newest run is kept: {stored:?}");
@@ -521,7 +634,10 @@ async fn one_minute_schedules_keep_their_newest_runs_never_prune_what_they_did_n
         .iter()
         .filter(|location| !location.contains("/interrupted/"))
         .count();
-    assert_eq!(others, 3, "two one-shots and one run of the schedule: {stored:?}");
+    assert_eq!(
+        others, 4,
+        "two one-shots, one run of the schedule and its predecessor's: {stored:?}"
+    );
     let events: Api<Event> = Api::namespaced(client.clone(), &ns);
     wait::until("a BackupsPruned event", Duration::from_secs(30), || async {
         let listed = events

@@ -246,12 +246,13 @@ impl BackupEngine for MongoSnapshots<'_> {
             .collect()
     }
 
-    fn restored_from(&self, cluster: &MongoDBReplicaSet) -> Option<String> {
-        let status = cluster.status.as_ref()?;
-        status
-            .restored_from
-            .as_ref()
+    fn restored_from(&self, cluster: &MongoDBReplicaSet) -> Vec<String> {
+        cluster
+            .status
+            .iter()
+            .filter_map(|status| status.restored_from.as_ref())
             .map(|record| record.location.clone())
+            .collect()
     }
 
     fn runs_held_from(

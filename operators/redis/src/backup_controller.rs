@@ -303,6 +303,21 @@ impl BackupEngine for RedisSnapshots<'_> {
             .chain(shards)
             .collect()
     }
+
+    fn restored_from(&self, cluster: &RedisCluster) -> Vec<String> {
+        restore_locations(cluster)
+    }
+}
+
+/// Every snapshot a cluster created with `restoreFrom` recorded it starts from: a node starting
+/// later (a shard's first node rescheduled before it held data) still fetches its own.
+fn restore_locations(cluster: &RedisCluster) -> Vec<String> {
+    cluster
+        .status
+        .iter()
+        .filter_map(|status| status.restore.as_ref())
+        .flat_map(|restore| restore.snapshots.iter().map(|snapshot| snapshot.location.clone()))
+        .collect()
 }
 
 /// The throw-away deployment `name` a drill restores `backup`'s newest snapshot into: a primary
@@ -735,6 +750,39 @@ mod tests {
             address: Some(address(ordinal)),
             replication: None,
         }
+    }
+
+    /// Retention keeps every shard's snapshot a restored cluster recorded, not only the
+    /// backup's newest.
+    #[test]
+    fn a_restored_cluster_holds_every_snapshot_it_starts_from() {
+        let mut cluster = crate::resources::tests::cluster(Mode::Cluster);
+        assert!(restore_locations(&cluster).is_empty());
+        let snapshot = |ordinal: i32| crate::crd::RestoreSnapshot {
+            ordinal,
+            location: format!("s3://backups/cache-20261201T010000.000Z.shard-{ordinal}.rdb"),
+            sha256: "0".repeat(64),
+            slots: Vec::new(),
+        };
+        cluster.status = Some(crate::crd::RedisClusterStatus {
+            restore: Some(crate::crd::RestoreStatus {
+                backup_name: "nightly".into(),
+                snapshots: vec![snapshot(0), snapshot(3)],
+                image: "operator".into(),
+                s3_endpoint: None,
+                s3_region: None,
+                credentials_secret_name: None,
+                allow_http: false,
+            }),
+            ..Default::default()
+        });
+        assert_eq!(
+            restore_locations(&cluster),
+            [
+                "s3://backups/cache-20261201T010000.000Z.shard-0.rdb",
+                "s3://backups/cache-20261201T010000.000Z.shard-3.rdb"
+            ]
+        );
     }
 
     #[test]

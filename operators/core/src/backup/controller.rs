@@ -268,9 +268,10 @@ pub trait BackupEngine: Send + Sync {
             .collect()
     }
 
-    /// The location a cluster records it was restored from, which retention never deletes.
-    fn restored_from(&self, _cluster: &Self::Cluster) -> Option<String> {
-        None
+    /// The locations a cluster records it was restored from, or is restoring from, which
+    /// retention never deletes.
+    fn restored_from(&self, _cluster: &Self::Cluster) -> Vec<String> {
+        Vec::new()
     }
 
     /// The oldest of the kept runs in `status` (of the backup `backup`) that `cluster` still
@@ -1183,6 +1184,12 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
             keep: keep as usize,
             run_objects: objects_per_run + self.engine.companion_objects(self.backup),
             protected: self.referenced(&clusters).await?,
+            made_since: self
+                .backup
+                .meta()
+                .creation_timestamp
+                .as_ref()
+                .map(|created| created.0),
         };
         let deleted = sink
             .apply_retention(&retention)
@@ -1251,7 +1258,7 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
         referenced.extend(
             clusters
                 .iter()
-                .filter_map(|cluster| self.engine.restored_from(cluster)),
+                .flat_map(|cluster| self.engine.restored_from(cluster)),
         );
         Ok(referenced)
     }
