@@ -287,29 +287,13 @@ pub async fn run_backup(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::{BackupRecord, EtcdClusterSpec, EtcdClusterStatus, Storage};
+    use crate::crd::{BackupRecord, EtcdClusterStatus};
 
     /// Retention keeps the snapshot a cluster was created from and the one it restores in
     /// place, whatever the backup's newest is by then.
     #[test]
     fn a_restored_cluster_holds_the_snapshots_it_restores() {
-        let mut cluster = EtcdCluster::new(
-            "main",
-            EtcdClusterSpec {
-                replicas: 3,
-                version: "3.6.16".into(),
-                image: None,
-                storage: Storage {
-                    size: k8s_openapi::apimachinery::pkg::api::resource::Quantity("1Gi".into()),
-                    storage_class_name: None,
-                },
-                resources: None,
-                pod_template: None,
-                tls: None,
-                backup: None,
-                restore_from: None,
-            },
-        );
+        let mut cluster = crate::resources::tests::cluster();
         assert!(restore_locations(&cluster).is_empty());
         let record = |location: &str| BackupRecord {
             name: "nightly".into(),

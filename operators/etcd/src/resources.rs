@@ -530,13 +530,13 @@ impl quorum_core::pass::ClusterObject for EtcdCluster {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
     use super::*;
     use crate::crd::{EtcdClusterSpec, EtcdTls, Storage};
 
-    fn cluster() -> EtcdCluster {
+    pub(crate) fn cluster() -> EtcdCluster {
         let mut cluster = EtcdCluster::new(
             "main",
             EtcdClusterSpec {
