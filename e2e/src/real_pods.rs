@@ -1249,6 +1249,22 @@ where
         .unwrap();
 }
 
+/// Writes `record` as cluster `name`'s `status.repair`, as an operator does before it takes a
+/// wipe: with the operator stopped, what a restart finds after it stopped between the two.
+pub async fn record_repair<K>(clusters: &Api<K>, name: &str, record: &quorum_core::repair::RepairRecord)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    clusters
+        .patch_status(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"status": {"repair": record}})),
+        )
+        .await
+        .unwrap();
+}
+
 /// Cluster `name`'s repair record (`status.repair`, read by `record_of`) once it satisfies
 /// `until`.
 pub async fn repair_record<K>(

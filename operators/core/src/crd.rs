@@ -176,6 +176,11 @@ pub struct RepairRecord {
     /// once it was: the request is not taken again while this is recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replaced: Option<String>,
+    /// The uid of the member's data claim when `replaced` was recorded, for members that keep
+    /// their data on a claim: while that claim is still the member's (its pod was replaced
+    /// before the wipe reached it), the member is wiped again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaced_claim: Option<String>,
     /// What the operator waits for, or why it refuses, or what it did.
     pub message: String,
 }

@@ -15,9 +15,11 @@ use kube::{
 use crate::{apply::ignore_not_found, pod::data_claim_name};
 
 /// The permissions [`wipe_member`] needs beside deleting pods (which every engine that restarts
-/// members has) and, when it is given a pod's uid, reading pods: deleting claims.
+/// members has) and, when it is given a pod's uid, reading pods: deleting claims; and reading a
+/// member's claim, which a repair request does to tell a wiped member from one whose pod was
+/// replaced on the same claim ([`crate::repair::standing_claim`]).
 pub fn rbac_rule() -> k8s_openapi::api::rbac::v1::PolicyRule {
-    crate::rbac::rule("", &["persistentvolumeclaims"], &["delete"])
+    crate::rbac::rule("", &["persistentvolumeclaims"], &["get", "delete"])
 }
 
 /// Deletes the data claim of pod `pod` in `namespace`, then the pod itself. Idempotent: what is

@@ -436,6 +436,7 @@ pub fn repair_record(
         member: request.member.clone(),
         phase,
         replaced: replaced.map(|id| format!("{id:x}")),
+        replaced_claim: None,
         message,
     })
 }

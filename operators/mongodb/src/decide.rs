@@ -132,6 +132,9 @@ pub struct Observed {
     pub restore_pending: bool,
     /// A repair a person asked for, while the request stands.
     pub repair: Option<RepairRequest>,
+    /// The uid of the data claim of the member a repair names, while the request stands and the
+    /// claim does (not being deleted); `None` for a member that keeps its data in its pod.
+    pub repair_claim: Option<String>,
     /// A recovery a person asked for, while the request stands.
     pub recovery: Option<RecoveryRequest>,
 }
@@ -726,7 +729,7 @@ fn repairing(observed: &Observed, config: &ReplConfig, primary: &str) -> Option<
     };
     let name = request.member.clone();
     let pod_uid = observed.seen(&target.host).and_then(|seen| seen.pod_uid.clone());
-    if request.taken.is_some() && request.taken != pod_uid {
+    if request.wiped(pod_uid.as_deref(), observed.repair_claim.as_deref()) {
         return None;
     }
     if target.host == primary {
@@ -1293,6 +1296,7 @@ mod tests {
             feature_compatibility: Some(FeatureCompatibility::settled("7.0")),
             restore_pending: false,
             repair: None,
+            repair_claim: None,
             recovery: None,
         }
     }
@@ -2006,7 +2010,9 @@ mod tests {
         observed.repair = Some(RepairRequest {
             member: member.into(),
             taken: taken.map(str::to_string),
+            taken_claim: taken.map(|uid| format!("claim-of-{uid}")),
         });
+        observed.repair_claim = Some(format!("claim-of-{member}-uid"));
         observed
     }
 
@@ -2030,7 +2036,7 @@ mod tests {
             ),
             resync("rs-2")
         );
-        // Another pod runs under the name: the request is done with.
+        // Another pod runs under the name on another claim: the request is done with.
         assert_eq!(
             decide(
                 &wanted,
@@ -2038,6 +2044,11 @@ mod tests {
             ),
             Step::Settled
         );
+        // Another pod runs under the name on the claim recorded (the pod was replaced before the
+        // wipe reached it): the data is the same, and the pod now there is wiped.
+        let mut replaced_before_the_wipe = repair_requested(set(&[1, 1, 1]), "rs-2", Some("an-older-uid"));
+        replaced_before_the_wipe.repair_claim = Some("claim-of-an-older-uid".into());
+        assert_eq!(decide(&wanted, &replaced_before_the_wipe), resync("rs-2"));
         assert!(matches!(
             decide(&wanted, &repair_requested(set(&[1, 1, 1]), "rs-0", None)),
             Step::StepDown {

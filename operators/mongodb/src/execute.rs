@@ -10,7 +10,7 @@ use quorum_core::{
         recovery::{self, StoredPiece, Unplanned},
         restore_retry::FailedRestores,
     },
-    repair::RepairPhase,
+    repair::{RepairPhase, WipedPod},
     runner::Context,
     status::StatusWriter,
 };
@@ -449,7 +449,10 @@ pub(crate) async fn act(
     {
         status.repair = Some(request.record(
             RepairPhase::Rebuilding,
-            Some(pod_uid.clone()),
+            Some(WipedPod {
+                uid: pod_uid.clone(),
+                claim: observed.repair_claim.clone(),
+            }),
             format!("{member}'s volume is deleted with its pod; it copies the data again from the set"),
         ));
         writer.write(status).await?;

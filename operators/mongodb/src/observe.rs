@@ -107,6 +107,23 @@ pub(crate) async fn observe(
         primary = Some(leaving);
     }
 
+    let repair = quorum_core::repair::request(
+        replica_set,
+        replica_set
+            .status
+            .as_ref()
+            .and_then(|status| status.repair.as_ref()),
+    );
+    let repair_claim = match &repair {
+        Some(request) => quorum_core::repair::standing_claim(
+            &context.client,
+            &replica_set.namespace().unwrap_or_default(),
+            &request.member,
+        )
+        .await
+        .map_err(Error::api("reading the data claim of the member to repair"))?,
+        None => None,
+    };
     Ok(Observed {
         initiated_before: replica_set
             .status
@@ -122,13 +139,8 @@ pub(crate) async fn observe(
                 .status
                 .as_ref()
                 .is_none_or(|status| status.restored_from.is_none()),
-        repair: quorum_core::repair::request(
-            replica_set,
-            replica_set
-                .status
-                .as_ref()
-                .and_then(|status| status.repair.as_ref()),
-        ),
+        repair,
+        repair_claim,
         recovery: quorum_core::recovery::request(
             replica_set,
             replica_set

@@ -7,7 +7,7 @@ use quorum_core::{
     crd::ObservedFailover,
     pass::{Findings, UnreadableRecord},
     recovery::{RecoveryPhase, RecoveryRecord},
-    repair::{PodRepair, RepairRecord},
+    repair::{PodRepair, RepairRecord, WipedPod},
 };
 
 use crate::{
@@ -184,7 +184,7 @@ pub(crate) fn repair_record(
     let request = observed.repair.as_ref()?;
     let wiped_now = recorded
         .filter(|record| record.member == request.member)
-        .and_then(|record| record.replaced.clone());
+        .and_then(WipedPod::recorded);
     let member = observed
         .members
         .iter()
@@ -193,7 +193,9 @@ pub(crate) fn repair_record(
         member: request.member.clone(),
         ordinal: None,
         taken: request.taken.clone(),
+        taken_claim: request.taken_claim.clone(),
         pod_uid: member.and_then(|member| member.pod_uid.clone()),
+        claim_uid: observed.repair_claim.clone(),
     };
     let back = member.is_some_and(|member| {
         observed.state(&member.host) == Some(MemberState::Secondary)

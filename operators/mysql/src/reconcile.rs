@@ -26,7 +26,7 @@ use quorum_core::{
     naming::PodHosts,
     pass::{FollowUps, Progress, Reason as _, UnreadableRecord, needed_secret, publish},
     recovery::{RecoveryRecord, RecoveryRequest},
-    repair::{PodRepair, RepairRecord},
+    repair::{PodRepair, RepairRecord, WipedPod},
     role_labels::LabelledPods,
     rollout::{Templates, needs_take_over, restart_pod, take_over_updates},
     runner::Context,
@@ -488,14 +488,15 @@ async fn observe(context: &Context<State>, cluster: &MySQLCluster) -> Result<Obs
         addresses,
         statefulset_replicas,
         statefulset_to_take_over: statefulset.filter(|statefulset| needs_take_over(statefulset)),
-        repair: quorum_core::repair::request(
+        repair: quorum_core::repair::observe(
+            &context.client,
             cluster,
             cluster.status.as_ref().and_then(|s| s.repair.as_ref()),
+            &member_pods,
+            |member| ordinal_of(&name, member),
         )
-        .map(|request| {
-            let ordinal = ordinal_of(&name, &request.member);
-            PodRepair::resolve(request, ordinal, &member_pods)
-        }),
+        .await
+        .map_err(Error::api("reading the data claim of the member to repair"))?,
         recovery: quorum_core::recovery::request(
             cluster,
             cluster.status.as_ref().and_then(|s| s.recovery.as_ref()),
@@ -516,7 +517,7 @@ fn repair_record(
     recorded: Option<RepairRecord>,
 ) -> Option<RepairRecord> {
     let repair = observed.repair.as_ref()?;
-    let wiped_now = recorded.and_then(|record| record.replaced);
+    let wiped_now = recorded.as_ref().and_then(WipedPod::recorded);
     let waiting = match decision {
         Decision::Wait(wait) => wait.message.clone(),
         Decision::Act(step) => describe(observed.key.rsplit('/').next().unwrap_or_default(), step),
@@ -694,9 +695,10 @@ async fn act(
     if let Step::WipeMember { ordinal, pod_uid } = step
         && let Some(repair) = &observed.repair
     {
-        // Recorded before it is taken: one request wipes one pod, never a second after a
-        // restart of the operator.
-        memory.repair = Some(repair.record(Some(pod_uid), "", false));
+        // Recorded before it is taken, with the claim the pod stands on: one request wipes one
+        // pod, never a second after a restart of the operator, and a pod replaced on the same
+        // claim before the wipe reached it is wiped in its turn.
+        memory.repair = Some(repair.record(Some(&repair.wiping(pod_uid)), "", false));
         report.write(&decision, memory).await?;
         let namespace = cluster.namespace().unwrap_or_default();
         let pod = member_name(&name, *ordinal);

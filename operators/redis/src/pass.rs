@@ -159,6 +159,19 @@ impl Pass<'_> {
         Ok(listed.into_iter().map(Arc::unwrap_or_clone).collect())
     }
 
+    /// The repair a person asked for, resolved against the data `pods` and the named node's
+    /// data claim (read only while a request stands); `ordinal_of` gives a node name's ordinal.
+    pub async fn repair(
+        &self,
+        pods: &[Pod],
+        ordinal_of: impl FnOnce(&str) -> Option<usize>,
+    ) -> Result<Option<quorum_core::repair::PodRepair>, Error> {
+        let recorded = self.cluster.status.as_ref().and_then(|s| s.repair.as_ref());
+        quorum_core::repair::observe(&self.context.client, self.cluster, recorded, pods, ordinal_of)
+            .await
+            .map_err(Error::api("reading the data claim of the node to repair"))
+    }
+
     /// Rebuilds data pod `pod` for a repair: its claim, then the pod (the incarnation `uid`
     /// only), are deleted, so it comes back on an empty volume.
     pub async fn wipe_data_pod(&self, pod: &str, uid: &str) -> Result<(), Error> {

@@ -1125,7 +1125,8 @@ async fn repair_record(
 /// Replication mode: `quorum.dev/repair` naming no node is refused with a record that says why;
 /// naming a replica wipes it once, so it comes back on a new, empty volume and copies everything
 /// from the primary, under a steady writer, and no acknowledged write is lost; removing the
-/// annotation ends the request.
+/// annotation ends the request. A wipe recorded but not yet taken when the operator stopped,
+/// whose pod was then replaced on the same claim, is taken on the pod that replaced it.
 #[tokio::test]
 async fn a_repair_request_rebuilds_the_named_replica_on_an_empty_volume() {
     let setup = OnRealNode::install("real-redis-repair", CHART, &[]).await;
@@ -1171,6 +1172,57 @@ async fn a_repair_request_rebuilds_the_named_replica_on_an_empty_volume() {
     assert_eq!(setup.occurrences(&["RebuildingNode"]).await, rebuilds);
     let now = clusters(&setup).get(CLUSTER).await.unwrap().status.unwrap();
     assert_eq!(now.primary, status.primary, "the primary changed");
+
+    // The operator stopped after recording a wipe and before taking it, and the pod was
+    // replaced meanwhile (deleted by someone else) on the same claim: the same data, so the
+    // request is done only once that claim is gone. Before, another pod under the name counted
+    // as wiped, and the request was reported done on the volume it was asked to replace.
+    setup.scale_operator(0).await;
+    let recorded_pod = setup.pods().get(&target).await.unwrap().metadata.uid;
+    let recorded_volume = setup.claim_uid(&claim).await;
+    request_repair(&setup, Some(&target)).await;
+    real_pods::record_repair(
+        &clusters(&setup),
+        CLUSTER,
+        &RepairRecord {
+            member: target.clone(),
+            phase: RepairPhase::Rebuilding,
+            replaced: recorded_pod,
+            replaced_claim: Some(recorded_volume.clone()),
+            message: "recorded before the wipe".into(),
+        },
+    )
+    .await;
+    setup
+        .delete_and_await_new_pod(&target, Duration::from_secs(180))
+        .await;
+    assert_eq!(
+        setup.claim_uid(&claim).await,
+        recorded_volume,
+        "the pod came back on its claim"
+    );
+    setup.scale_operator(1).await;
+    let done = repair_record(&setup, &format!("{target} rebuilt again"), |record| {
+        record.is_some_and(|r| r.member == target && r.phase == RepairPhase::Done)
+    })
+    .await
+    .unwrap();
+    assert_ne!(
+        setup.claim_uid(&claim).await,
+        recorded_volume,
+        "{target} was reported rebuilt on the volume it was asked to replace: {done:?}"
+    );
+    assert_eq!(
+        setup.occurrences(&["RebuildingNode"]).await.get("RebuildingNode"),
+        Some(&2),
+        "one more wipe, of the pod that replaced the one recorded"
+    );
+    request_repair(&setup, None).await;
+    repair_record(&setup, "the second record gone with the request", |record| {
+        record.is_none()
+    })
+    .await;
+    support::ready(&clusters(&setup), CLUSTER, 3).await;
 
     writer
         .acknowledged_at_least(writer.acknowledged() + 20, Duration::from_secs(60))

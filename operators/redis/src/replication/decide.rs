@@ -1441,7 +1441,9 @@ mod tests {
             member: member.into(),
             ordinal,
             taken: taken.map(str::to_string),
+            taken_claim: taken.map(|uid| format!("claim-of-{uid}")),
             pod_uid: ordinal.map(|o| format!("uid-{o}")),
+            claim_uid: ordinal.map(|o| format!("claim-of-uid-{o}")),
         });
         facts
     }
@@ -1504,6 +1506,19 @@ mod tests {
         assert_eq!(
             decide(&with_repair(settled(), "cache-2", Some(2), Some("uid-old"))),
             Decision::Settled
+        );
+        // Another pod under the name on the claim recorded (replaced before the wipe reached
+        // it): the same data, so the pod now there is wiped.
+        let mut replaced_before_the_wipe = with_repair(settled(), "cache-2", Some(2), Some("uid-old"));
+        if let Some(repair) = &mut replaced_before_the_wipe.repair {
+            repair.claim_uid = Some("claim-of-uid-old".into());
+        }
+        assert_eq!(
+            decide(&replaced_before_the_wipe),
+            Decision::Act(Step::WipeNode {
+                ordinal: 2,
+                pod_uid: "uid-2".into()
+            })
         );
         assert!(matches!(
             decide(&with_repair(settled(), "cache-0", Some(0), None)),

@@ -17,7 +17,7 @@ use quorum_core::{
     },
     conditions::{ConditionType, ConditionUpdate},
     pass::publish,
-    repair::{PodRepair, RepairRecord},
+    repair::{RepairRecord, WipedPod},
     role_labels::LabelledPods,
     rollout::{
         Templates, lacks_claims_of, needs_take_over, pending_members, ready_members, recreate_keeping_pods,
@@ -138,7 +138,9 @@ async fn observe(pass: &Pass<'_>) -> Result<Observed, Error> {
             crate::resources::ordinal_of_pod,
         ),
         sentinels_ready: ready_members(&sentinel_pods_listed, crate::resources::ordinal_of_pod),
-        repair: node_repair(pass, &data_pods),
+        repair: pass
+            .repair(data_pods.pods(), |member| ordinal_of(&name, member))
+            .await?,
         recovery: quorum_core::recovery::request(
             pass.cluster,
             status.and_then(|status| status.recovery.as_ref()),
@@ -163,18 +165,10 @@ async fn observe(pass: &Pass<'_>) -> Result<Observed, Error> {
     })
 }
 
-/// The repair a person asked for, with the named node's ordinal and its pod now.
-fn node_repair(pass: &Pass<'_>, data_pods: &LabelledPods) -> Option<PodRepair> {
-    let recorded = pass.cluster.status.as_ref().and_then(|s| s.repair.as_ref());
-    let request = quorum_core::repair::request(pass.cluster, recorded)?;
-    let ordinal = ordinal_of(&pass.name(), &request.member);
-    Some(PodRepair::resolve(request, ordinal, data_pods.pods()))
-}
-
 /// Where a repair asked for stands, for `status.repair`; `None` once the request is gone.
 /// `wiped_now` is the pod this pass wiped for it. The node is back once it follows the primary
 /// with its link up and no sync under way.
-fn repair_record(facts: &Facts, wiped_now: Option<&String>, progress: &Progress) -> Option<RepairRecord> {
+fn repair_record(facts: &Facts, wiped_now: Option<&WipedPod>, progress: &Progress) -> Option<RepairRecord> {
     let repair = facts.repair.as_ref()?;
     let back = facts.nodes.iter().any(|node| {
         Some(node.ordinal) == repair.ordinal
@@ -231,7 +225,7 @@ struct Taken {
     /// The node a handover in this pass made the primary.
     handed_over_to: Option<usize>,
     /// The pod wiped in this pass for a repair asked for.
-    wiped_for_repair: Option<String>,
+    wiped_for_repair: Option<WipedPod>,
 }
 
 /// Takes the decided step, if any, and what follows from it in Kubernetes: the shrunken
@@ -312,15 +306,17 @@ async fn take_step(pass: &Pass<'_>, facts: &Facts, decision: &Decision) -> Resul
             }
         }
         Step::WipeNode { ordinal, pod_uid } => {
-            // Recorded before it is taken: one request wipes one pod, never a second after a
-            // restart of the operator.
-            if let Some(record) = repair_record(facts, Some(pod_uid), &progress) {
+            // Recorded before it is taken, with the claim the pod stands on: one request wipes
+            // one pod, never a second after a restart of the operator, and a pod replaced on
+            // the same claim before the wipe reached it is wiped in its turn.
+            let wiping = WipedPod::taking(facts.repair.as_ref(), pod_uid);
+            if let Some(record) = repair_record(facts, Some(&wiping), &progress) {
                 let mut status = pass.cluster.status.clone().unwrap_or_default();
                 status.repair = Some(record);
                 pass.status_writer().write(&status).await?;
             }
             pass.wipe_data_pod(&node_name(&name, *ordinal), pod_uid).await?;
-            wiped_for_repair = Some(pod_uid.clone());
+            wiped_for_repair = Some(wiping);
         }
         _ => {}
     }

@@ -2156,7 +2156,9 @@ mod tests {
             member: member.into(),
             ordinal,
             taken: taken.map(str::to_string),
+            taken_claim: taken.map(|uid| format!("claim-of-{uid}")),
             pod_uid: ordinal.map(|o| format!("uid-{o}")),
+            claim_uid: ordinal.map(|o| format!("claim-of-uid-{o}")),
         });
         facts
     }

@@ -25,7 +25,7 @@ use quorum_core::{
     availability::{health::Health, retry::Idempotency},
     conditions::{ConditionType, ConditionUpdate},
     pass::{UnreadableRecord, publish},
-    repair::{PodRepair, RepairRecord},
+    repair::{RepairRecord, WipedPod},
     rollout::{Templates, needs_take_over, pending_members, restart_pod, take_over_updates, unready_members},
 };
 
@@ -87,7 +87,9 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
         recorded_move: recorded.clone().unwrap_or_default(),
         layout: formation_layout(&previous, spec.shard_count(), spec.nodes_per_shard()),
         templates: statefulsets.templates(data, data_pods.pods()),
-        repair: node_repair(pass, data_pods.pods()),
+        repair: pass
+            .repair(data_pods.pods(), |member| data.ordinal_of(member))
+            .await?,
         pending: pending_members(data_pods.pods(), |pod| data.ordinal_of(pod)),
         unready: unready_members(data_pods.pods(), |pod| data.ordinal_of(pod)),
         held_back: quorum_core::pod_failures::held_back(
@@ -129,9 +131,12 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
     // A wipe is recorded before it is taken: one request wipes one pod, never a second after a
     // restart of the operator.
     let wiping = match &decision {
-        Decision::Act(Step::WipeNode { pod_uid, .. }) => Some(pod_uid),
+        Decision::Act(Step::WipeNode { pod_uid, .. }) => {
+            Some(WipedPod::taking(facts.repair.as_ref(), pod_uid))
+        }
         _ => None,
     };
+    let wiping = wiping.as_ref();
     let mut status = build_status(pass, &facts, &topology, &progress, rebalance, wiping);
     let mut writer = pass.status_writer();
     writer.write(&status).await?;
@@ -544,18 +549,10 @@ async fn move_slots(
     Ok(())
 }
 
-/// The repair a person asked for, resolved against the data pods.
-fn node_repair(pass: &Pass<'_>, pods: &[Pod]) -> Option<PodRepair> {
-    let recorded = pass.cluster.status.as_ref().and_then(|s| s.repair.as_ref());
-    let request = quorum_core::repair::request(pass.cluster, recorded)?;
-    let ordinal = pass.addresses.nodes.ordinal_of(&request.member);
-    Some(PodRepair::resolve(request, ordinal, pods))
-}
-
 /// Where a repair asked for stands, for `status.repair`; `None` once the request is gone.
 /// `wiping` is the pod this pass wipes for it. The node is back once it is in the cluster
 /// again: `cluster_state:ok` and a replica with its link up.
-fn repair_record(facts: &Facts, wiping: Option<&String>, progress: &Progress) -> Option<RepairRecord> {
+fn repair_record(facts: &Facts, wiping: Option<&WipedPod>, progress: &Progress) -> Option<RepairRecord> {
     let repair = facts.repair.as_ref()?;
     let back = repair
         .ordinal
@@ -622,7 +619,7 @@ fn build_status(
     topology: &Topology,
     progress: &Progress,
     rebalance: Option<RebalanceStatus>,
-    wiping: Option<&String>,
+    wiping: Option<&WipedPod>,
 ) -> RedisClusterStatus {
     let data = &pass.addresses.nodes;
     let mut status = pass.cluster.status.clone().unwrap_or_default();
