@@ -183,6 +183,9 @@ pub struct Facts {
     /// Ordinals of the member pods (not terminating) that the kubelet reports Ready by their own
     /// probes.
     pub ready_pods: std::collections::BTreeSet<usize>,
+    /// The uid of each member pod (not terminating), by ordinal: a wipe deletes the pod it was
+    /// decided on, never one created again under its name since.
+    pub pod_uids: std::collections::BTreeMap<usize, String>,
     /// The newest successful backup (`status.lastBackup`), described for people, if any.
     pub newest_backup: Option<String>,
     pub freshness: Duration,
@@ -208,8 +211,10 @@ pub enum Step {
     StopPod { ordinal: usize },
     /// MemberRemove of a failed member that will come back empty under the same name.
     Replace { ordinal: usize, id: u64 },
-    /// Delete the pod and volume of a replaced member, so it starts empty.
-    WipeMember { ordinal: usize },
+    /// Delete the pod and volume of a replaced member, so it starts empty: only the pod
+    /// `pod_uid` when the member had one (a pod created again since is left to the next pass);
+    /// without one, its claim before the StatefulSet makes the pod again on it.
+    WipeMember { ordinal: usize, pod_uid: Option<String> },
     /// A replaced member's learner already started: it joined on an empty volume of its own
     /// (its old data could not have joined under the new id), so its volume is kept.
     KeepJoinedReplacement { ordinal: usize },
@@ -309,7 +314,12 @@ pub fn decide(facts: &Facts) -> Decision {
     if let Some(&ordinal) = facts.wipe_pending.first() {
         match members.iter().find(|m| m.ordinal == ordinal) {
             Some(m) if m.started => return Decision::Act(Step::KeepJoinedReplacement { ordinal }),
-            Some(_) => return Decision::Act(Step::WipeMember { ordinal }),
+            Some(_) => {
+                return Decision::Act(Step::WipeMember {
+                    ordinal,
+                    pod_uid: facts.pod_uids.get(&ordinal).cloned(),
+                });
+            }
             None if !other_learner(ordinal) => return Decision::Act(Step::AddLearner { ordinal }),
             None => {}
         }
@@ -643,13 +653,18 @@ fn restore_in_place(facts: &Facts, phase: &InFlight) -> Decision {
             members: member_slots(facts),
         });
     }
-    if let Some(ordinal) = (0..member_slots(facts)).find(|o| facts.templates.is_outdated(*o)) {
+    if let Some((ordinal, pod_uid)) =
+        (0..member_slots(facts)).find_map(|o| Some((o, facts.templates.outdated_pod(o)?.to_string())))
+    {
         let serving = facts
             .members
             .as_deref()
             .is_some_and(|members| members.iter().any(|m| m.leader && !m.learner));
         if !serving && !facts.ready_pods.contains(&ordinal) {
-            return Decision::Act(Step::WipeMember { ordinal });
+            return Decision::Act(Step::WipeMember {
+                ordinal,
+                pod_uid: Some(pod_uid),
+            });
         }
         return wait(
             Reason::RecoveryInProgress,
@@ -1031,6 +1046,7 @@ mod tests {
             recovery: None,
             forced_pods: Default::default(),
             ready_pods: Default::default(),
+            pod_uids: Default::default(),
             newest_backup: None,
             freshness: Duration::from_secs(30),
             replace_after: Duration::from_secs(300),
@@ -1306,9 +1322,24 @@ mod tests {
                 "a replaced member's learner not started yet: its old volume is wiped",
                 Facts {
                     wipe_pending: vec![2],
+                    pod_uids: [(2, "uid-2".to_string())].into(),
                     ..facts(3, Some(replacement_added.clone()))
                 },
-                Decision::Act(Step::WipeMember { ordinal: 2 }),
+                Decision::Act(Step::WipeMember {
+                    ordinal: 2,
+                    pod_uid: Some("uid-2".into()),
+                }),
+            ),
+            (
+                "a replaced member's learner not started and no pod: its old claim is wiped before a pod is made on it",
+                Facts {
+                    wipe_pending: vec![2],
+                    ..facts(3, Some(replacement_added.clone()))
+                },
+                Decision::Act(Step::WipeMember {
+                    ordinal: 2,
+                    pod_uid: None,
+                }),
             ),
             (
                 "a replacement that started joined on an empty volume of its own: it is not wiped",
@@ -1674,7 +1705,10 @@ mod tests {
                         current: [0, 2].into(),
                     },
                 ),
-                Decision::Act(Step::WipeMember { ordinal: 1 }),
+                Decision::Act(Step::WipeMember {
+                    ordinal: 1,
+                    pod_uid: Some("uid-1".into()),
+                }),
             ),
             (
                 "an outdated pod Ready by its own probes: it may hold the restored cluster's writes, not wiped",

@@ -282,6 +282,8 @@ struct Observed {
     forced_pods: std::collections::BTreeSet<usize>,
     /// Member pods the kubelet reports Ready.
     ready_pods: std::collections::BTreeSet<usize>,
+    /// The uid of each member pod, by ordinal.
+    pod_uids: std::collections::BTreeMap<usize, String>,
     /// The backup the members restore while the cluster is restored in place.
     restoring_from: Option<BackupRecord>,
 }
@@ -304,6 +306,7 @@ impl Observed {
             recovery: self.recovery.clone(),
             forced_pods: self.forced_pods.clone(),
             ready_pods: self.ready_pods.clone(),
+            pod_uids: self.pod_uids.clone(),
             newest_backup: cluster
                 .status
                 .as_ref()
@@ -397,6 +400,9 @@ async fn observe(
             .filter(|(_, pod)| quorum_core::pod::is_ready(pod))
             .map(|(ordinal, _)| ordinal)
             .collect(),
+        pod_uids: live_members(&name, &member_pods)
+            .filter_map(|(ordinal, pod)| Some((ordinal, pod.metadata.uid.clone()?)))
+            .collect(),
         view,
         members,
     })
@@ -487,7 +493,7 @@ impl Memory {
                 self.in_flight = None;
             }
             (Step::ClearInFlight, _) => self.in_flight = None,
-            (Step::WipeMember { ordinal }, _) | (Step::KeepJoinedReplacement { ordinal }, _) => {
+            (Step::WipeMember { ordinal, .. }, _) | (Step::KeepJoinedReplacement { ordinal }, _) => {
                 self.wipe_pending.retain(|o| o != ordinal)
             }
             // The lost members come back empty and are added again once the recovery ends; the
@@ -924,8 +930,11 @@ async fn take(
             restart_pod(&context.client, &namespace, &member_name(&name, *ordinal), uid).await?;
             Ok(StepOutcome::Done)
         }
-        Step::WipeMember { ordinal } => {
-            wipe(context, (&namespace, &name), [*ordinal]).await?;
+        Step::WipeMember { ordinal, pod_uid } => {
+            let pod = member_name(&name, *ordinal);
+            quorum_core::wipe::wipe_member(&context.client, &namespace, &pod, pod_uid.clone())
+                .await
+                .map_err(Error::api(format!("deleting {pod}")))?;
             Ok(StepOutcome::Done)
         }
         Step::Recover { lost, .. } => {
@@ -1209,7 +1218,13 @@ mod tests {
         taken.record(&wipe, Some(&backup));
         taken.remember(&wipe, None);
         assert_eq!(taken.in_flight, Some(InFlight::RestoreForming));
-        taken.remember(&Step::WipeMember { ordinal: 1 }, None);
+        taken.remember(
+            &Step::WipeMember {
+                ordinal: 1,
+                pod_uid: None,
+            },
+            None,
+        );
         assert_eq!(taken.restoring_from, Some(backup.clone()));
         taken.remember(&Step::ClearInFlight, None);
         assert_eq!(
@@ -1245,7 +1260,13 @@ mod tests {
         assert_eq!(resumed.repair_replaced, Some(101));
 
         let mut done = memory(None, vec![1]);
-        done.remember(&Step::WipeMember { ordinal: 1 }, Some(&repair_of(1)));
+        done.remember(
+            &Step::WipeMember {
+                ordinal: 1,
+                pod_uid: None,
+            },
+            Some(&repair_of(1)),
+        );
         assert_eq!((done.wipe_pending, done.repair_replaced), (Vec::new(), None));
     }
 }

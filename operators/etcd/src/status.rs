@@ -472,7 +472,7 @@ pub fn describe(step: &Step) -> String {
         Step::Remove { ordinal, .. } => format!("removing member {ordinal} from the membership"),
         Step::StopPod { ordinal } => format!("stopping the pod of removed member {ordinal}"),
         Step::Replace { ordinal, .. } => format!("replacing failed member {ordinal}"),
-        Step::WipeMember { ordinal } => format!("deleting the old volume of replaced member {ordinal}"),
+        Step::WipeMember { ordinal, .. } => format!("deleting the old volume of replaced member {ordinal}"),
         Step::KeepJoinedReplacement { ordinal } => format!(
             "member {ordinal}'s replacement started on an empty volume of its own: there is no old volume left to delete"
         ),

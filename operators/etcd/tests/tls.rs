@@ -109,6 +109,7 @@ fn facts(view: &ClusterView, desired: usize) -> Facts {
         recovery: None,
         forced_pods: Default::default(),
         ready_pods: Default::default(),
+        pod_uids: Default::default(),
         newest_backup: None,
         freshness: Duration::from_secs(30),
         replace_after: Duration::from_secs(1),

@@ -187,6 +187,7 @@ impl Harness {
             recovery: None,
             forced_pods: Default::default(),
             ready_pods: Default::default(),
+            pod_uids: Default::default(),
             newest_backup: None,
             freshness: Duration::from_secs(30),
             replace_after: Duration::from_secs(60),
