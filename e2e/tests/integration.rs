@@ -27,3 +27,5 @@ mod proof;
 mod rollout;
 #[path = "runtime.rs"]
 mod runtime;
+#[path = "wipe.rs"]
+mod wipe;
