@@ -23,6 +23,7 @@ use quorum_core::{
         Templates, lacks_claims_of, needs_take_over, pending_members, ready_members, recreate_keeping_pods,
         restart_pod, rolled_out, take_over_updates, unready_members, without_claim,
     },
+    status::StatusWriter,
     wakeups::ObjectKey,
 };
 
@@ -32,7 +33,7 @@ use crate::{
         AdminError, Role,
         sentinel::{SentinelAdmin, SentinelSetting},
     },
-    crd::{FailoverRecord, NodeStatus, RedisClusterStatus, SentinelStatus},
+    crd::{FailoverRecord, NodeStatus, RedisCluster, RedisClusterStatus, SentinelStatus},
     pass::{Error, Pass, Progress, replicas_of, set_conditions},
     resources::{
         RoleLabel, SENTINEL_PRIMARY_NAME, build_sentinel_statefulset, build_statefulset, node_name,
@@ -68,7 +69,10 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
         &decision,
     )
     .await?;
-    let taken = take_step(pass, &facts, &decision).await?;
+    // One writer for the pass: a wipe recorded before it is taken and the report after it
+    // write in turn, each at the version the one before left.
+    let mut writer = pass.status_writer();
+    let taken = take_step(pass, &mut writer, &facts, &decision).await?;
 
     // Labels from what is true now: only the agreed (or, while the Sentinels cannot agree, the
     // last agreed) primary takes writes; after a handover in this pass, the node that has the
@@ -77,7 +81,7 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
     pass.set_role_labels(&mut data_pods, &role_labels(&facts, primary))
         .await?;
 
-    report(pass, &facts, &decision, finding, primary, &taken).await?;
+    report(pass, &mut writer, &facts, &decision, finding, primary, &taken).await?;
     match taken.failure {
         Some(error) => Err(error),
         None => Ok(taken.progress),
@@ -230,7 +234,12 @@ struct Taken {
 
 /// Takes the decided step, if any, and what follows from it in Kubernetes: the shrunken
 /// StatefulSet after a node leaves, the pod deleted for a restart (only the one observed).
-async fn take_step(pass: &Pass<'_>, facts: &Facts, decision: &Decision) -> Result<Taken, Error> {
+async fn take_step(
+    pass: &Pass<'_>,
+    writer: &mut StatusWriter<'_, RedisCluster, RedisClusterStatus>,
+    facts: &Facts,
+    decision: &Decision,
+) -> Result<Taken, Error> {
     let name = pass.name();
     let progress = match decision {
         Decision::Settled => Progress::Settled,
@@ -313,7 +322,7 @@ async fn take_step(pass: &Pass<'_>, facts: &Facts, decision: &Decision) -> Resul
             if let Some(record) = repair_record(facts, Some(&wiping), &progress) {
                 let mut status = pass.cluster.status.clone().unwrap_or_default();
                 status.repair = Some(record);
-                pass.status_writer().write(&status).await?;
+                writer.write(&status).await?;
             }
             pass.wipe_data_pod(&node_name(&name, *ordinal), pod_uid).await?;
             wiped_for_repair = Some(wiping);
@@ -332,6 +341,7 @@ async fn take_step(pass: &Pass<'_>, facts: &Facts, decision: &Decision) -> Resul
 /// metric, `lastFailover`) and writes status.
 async fn report(
     pass: &Pass<'_>,
+    writer: &mut StatusWriter<'_, RedisCluster, RedisClusterStatus>,
     facts: &Facts,
     decision: &Decision,
     finding: PrimaryFinding,
@@ -370,7 +380,7 @@ async fn report(
             pass.now,
         ));
     }
-    pass.status_writer().write(&status).await?;
+    writer.write(&status).await?;
     pass.observe_members(&status);
     quorum_core::failover::report_new(
         &pass.context.events,
