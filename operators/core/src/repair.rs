@@ -49,18 +49,6 @@ pub struct WipedPod {
 }
 
 impl WipedPod {
-    /// Pod `pod_uid` wiped now for `repair` (the standing request, if any), with the claim it
-    /// stands on.
-    pub fn taking(repair: Option<&PodRepair>, pod_uid: &str) -> Self {
-        match repair {
-            Some(repair) => repair.wiping(pod_uid),
-            None => Self {
-                uid: pod_uid.to_string(),
-                claim: None,
-            },
-        }
-    }
-
     /// The wipe `record` says was taken, if any.
     pub fn recorded(record: &RepairRecord) -> Option<Self> {
         Some(Self {

@@ -318,14 +318,14 @@ async fn take_step(
             // Recorded before it is taken, with the claim the pod stands on: one request wipes
             // one pod, never a second after a restart of the operator, and a pod replaced on
             // the same claim before the wipe reached it is wiped in its turn.
-            let wiping = WipedPod::taking(facts.repair.as_ref(), pod_uid);
-            if let Some(record) = repair_record(facts, Some(&wiping), &progress) {
+            let wiping = facts.repair.as_ref().map(|repair| repair.wiping(pod_uid));
+            if let Some(record) = repair_record(facts, wiping.as_ref(), &progress) {
                 let mut status = pass.cluster.status.clone().unwrap_or_default();
                 status.repair = Some(record);
                 writer.write(&status).await?;
             }
             pass.wipe_data_pod(&node_name(&name, *ordinal), pod_uid).await?;
-            wiped_for_repair = Some(wiping);
+            wiped_for_repair = wiping;
         }
         _ => {}
     }

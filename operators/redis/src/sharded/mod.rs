@@ -132,7 +132,7 @@ pub async fn pass(pass: &Pass<'_>) -> Result<Progress, Error> {
     // restart of the operator.
     let wiping = match &decision {
         Decision::Act(Step::WipeNode { pod_uid, .. }) => {
-            Some(WipedPod::taking(facts.repair.as_ref(), pod_uid))
+            facts.repair.as_ref().map(|repair| repair.wiping(pod_uid))
         }
         _ => None,
     };
