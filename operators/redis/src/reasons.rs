@@ -55,6 +55,9 @@ quorum_core::reasons! {
         Joining => Normal,
         /// A node does not report `cluster_state:ok` yet (cluster mode).
         ClusterStateNotOk => Normal,
+        /// Two primaries hold the same config epoch until Redis gives one a new one (cluster
+        /// mode).
+        ConfigEpochShared => Normal,
 
         // Waits a person should look at, in replication mode.
         FailoverInProgress => Warning,
@@ -143,7 +146,7 @@ mod tests {
 
     /// The waits published as `Normal` events: replication mode's `NodesStarting`,
     /// `SentinelsStarting`, `SentinelsDiscovering` and `ReplicaSyncing`, cluster mode's `NodesStarting`, `Joining`,
-    /// `ReplicaSyncing` and `ClusterStateNotOk`. Every other wait is a `Warning`.
+    /// `ReplicaSyncing`, `ClusterStateNotOk` and `ConfigEpochShared`. Every other wait is a `Warning`.
     const NORMAL_WAITS: &[&str] = &[
         "NodesStarting",
         "ReplicaSyncing",
@@ -152,6 +155,7 @@ mod tests {
         "RestartInProgress",
         "Joining",
         "ClusterStateNotOk",
+        "ConfigEpochShared",
     ];
 
     #[test]

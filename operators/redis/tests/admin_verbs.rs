@@ -20,7 +20,7 @@ use redis_operator::{
     address::{Addresses, Kind},
     admin::{
         AdminError, Credentials, RedisAdmin, Role,
-        cluster::{SlotRange, SlotState, key_slot, myself, owner_of, slot_ownership},
+        cluster::{SlotRange, SlotState, key_slot, myself, owner_of, shared_config_epoch, slot_ownership},
         migrate::{MigrationSettings, migrate_slot, migrate_slots},
         rebalance::{PlanError, check_removable, initial_ranges, plan_rebalance},
         sentinel::{SentinelAdmin, SentinelSetting},
@@ -86,7 +86,17 @@ async fn wait_converged(nodes: &[RedisAdmin], expected: &[String], processes: &R
                 return Err(format!("{} reports {info:?}", node.endpoint()));
             }
         }
-        Ok(())
+        // A slot moved before Redis has given colliding primaries distinct epochs can be
+        // claimed back by its source, and its keys deleted on the target: the operator waits
+        // for this too (`ConfigEpochShared`).
+        let mut own = Vec::new();
+        for node in nodes {
+            own.push(node.cluster_myself().await.map_err(|e| e.to_string())?);
+        }
+        match shared_config_epoch(&own) {
+            Some(shared) => Err(format!("two primaries share a config epoch: {shared:?}")),
+            None => Ok(()),
+        }
     })
     .await;
 }

@@ -5,7 +5,11 @@
 //! the migrating / importing state of a slot is shown only in the `myself` line of the node
 //! that holds it. Callers that decide on slot ownership ask the nodes involved, not any node.
 
-use std::{collections::HashMap, net::SocketAddr, time::Duration};
+use std::{
+    collections::{BTreeMap, HashMap},
+    net::SocketAddr,
+    time::Duration,
+};
 
 use secrecy::ExposeSecret;
 
@@ -129,6 +133,29 @@ impl ClusterNode {
 /// The `myself` line of a `CLUSTER NODES` answer.
 pub fn myself(nodes: &[ClusterNode]) -> Option<&ClusterNode> {
     nodes.iter().find(|node| node.flags.myself)
+}
+
+/// Two primaries of `lines` that hold the same config epoch, and that epoch.
+///
+/// Redis resolves such a collision by itself (the node with the lower id takes a new, highest
+/// epoch at the next ping between them), and that is why a slot must not move meanwhile: a
+/// source that takes a new epoch after the target took the slot claims the slot again with the
+/// higher epoch, and the target, no longer importing, gives it back and deletes every key of it
+/// that it holds. A cluster formed without `CLUSTER SET-CONFIG-EPOCH` starts with every primary
+/// at epoch 0 and reports `cluster_state:ok` before the collisions are resolved.
+pub fn shared_config_epoch<'a>(
+    lines: impl IntoIterator<Item = &'a ClusterNode>,
+) -> Option<(&'a str, &'a str, u64)> {
+    let mut holders: BTreeMap<u64, &'a str> = BTreeMap::new();
+    for line in lines.into_iter().filter(|line| line.flags.primary) {
+        match holders.get(&line.config_epoch) {
+            Some(first) if *first != line.id => return Some((first, &line.id, line.config_epoch)),
+            _ => {
+                holders.insert(line.config_epoch, &line.id);
+            }
+        }
+    }
+    None
 }
 
 /// The node that serves `slot` in this view.
@@ -672,6 +699,23 @@ e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca 127.0.0.1:30001@31001,hostname1 myself,
             ]
         );
         assert_eq!(nodes[4].config_epoch, 1);
+    }
+
+    #[test]
+    fn only_two_distinct_primaries_share_a_config_epoch() {
+        let view = parse_cluster_nodes(
+            "a 127.0.0.1:7001@17001 myself,master - 0 0 3 connected 0-100\n\
+             b 127.0.0.1:7002@17002 slave a 0 0 3 connected\n\
+             c 127.0.0.1:7003@17003 master - 0 0 4 connected 101-200",
+        )
+        .unwrap();
+        // A replica shows its primary's epoch, and a node listed twice is one node.
+        assert_eq!(shared_config_epoch(view.iter().chain(&view[..1])), None);
+        let colliding = parse_cluster_nodes("d 127.0.0.1:7004@17004 master - 0 0 4 connected").unwrap();
+        assert_eq!(
+            shared_config_epoch(view.iter().chain(&colliding)),
+            Some(("c", "d", 4))
+        );
     }
 
     #[test]

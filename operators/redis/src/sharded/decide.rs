@@ -35,7 +35,7 @@ use quorum_core::{
 };
 
 use crate::admin::{
-    cluster::{ClusterNode, SLOT_COUNT, SlotRange, myself},
+    cluster::{ClusterNode, SLOT_COUNT, SlotRange, myself, shared_config_epoch},
     rebalance::{SlotMove, check_removable, initial_ranges, plan_rebalance},
 };
 pub use crate::reasons::Reason;
@@ -729,7 +729,11 @@ fn unfinished_migration(facts: &Facts, topology: &Topology) -> Option<Decision> 
         };
         return Some(match (source, target) {
             (Some(source), Some(target)) if facts.healthy(source) && facts.healthy(target) => {
-                Decision::Act(Step::FinishMigration { slot, source, target })
+                shared_epoch(facts, topology).unwrap_or(Decision::Act(Step::FinishMigration {
+                    slot,
+                    source,
+                    target,
+                }))
             }
             (Some(source), Some(target)) => wait(
                 Reason::MigrationBlocked,
@@ -750,6 +754,41 @@ fn unfinished_migration(facts: &Facts, topology: &Topology) -> Option<Decision> 
         });
     }
     None
+}
+
+/// A wait while two primaries hold the same config epoch, which Redis is about to resolve by
+/// giving one of them a new one: no slot moves meanwhile ([`shared_config_epoch`] says why). A
+/// primary that answers speaks for itself; one that does not, by the first answering node that
+/// lists it. A node flagged failed or still in a handshake pings no one, so it collides with no
+/// one.
+fn shared_epoch(facts: &Facts, topology: &Topology) -> Option<Decision> {
+    let answered: Vec<&ClusterNode> = facts.nodes.iter().filter_map(NodeFact::me).collect();
+    let speaking: BTreeSet<&str> = answered.iter().map(|me| me.id.as_str()).collect();
+    let mut silent: BTreeMap<&str, &ClusterNode> = BTreeMap::new();
+    for line in facts
+        .nodes
+        .iter()
+        .filter_map(NodeFact::answered)
+        .flat_map(|view| &view.nodes)
+        .filter(|line| !line.flags.failed && !line.flags.handshake && !speaking.contains(line.id.as_str()))
+    {
+        silent.entry(line.id.as_str()).or_insert(line);
+    }
+    let (first, second, epoch) = shared_config_epoch(answered.into_iter().chain(silent.into_values()))?;
+    let name = |id: &str| match topology.ordinals.get(id) {
+        Some(ordinal) => format!("node {ordinal}"),
+        None => format!("node id {id}"),
+    };
+    Some(wait(
+        Reason::ConfigEpochShared,
+        format!(
+            "the primaries {} and {} both hold config epoch {epoch}; Redis gives one of them a new epoch \
+             at their next ping, and no slot moves until it has (a move meanwhile could hand the slot back \
+             to its source and delete its keys on the target)",
+            name(first),
+            name(second)
+        ),
+    ))
 }
 
 /// Members whose handshakes or links are not up yet.
@@ -892,6 +931,9 @@ fn rebalance_or_remove(facts: &Facts, topology: &Topology) -> Decision {
                             node.ordinal
                         ),
                     );
+                }
+                if let Some(wait) = shared_epoch(facts, topology) {
+                    return wait;
                 }
                 let batch_end = range.start as usize + range.len().min(MAX_SLOTS_PER_PASS) - 1;
                 Decision::Act(Step::MoveSlots {
@@ -1283,6 +1325,8 @@ mod tests {
         migrating: Vec<(u16, usize)>,
         importing: Vec<(u16, usize)>,
         failed: bool,
+        /// A replica shows its primary's.
+        config_epoch: u64,
     }
 
     fn primary(ordinal: usize, slots: &[SlotRange]) -> Node {
@@ -1294,12 +1338,14 @@ mod tests {
             migrating: vec![],
             importing: vec![],
             failed: false,
+            config_epoch: ordinal as u64 + 1,
         }
     }
 
     fn replica(ordinal: usize, of: usize) -> Node {
         Node {
             primary_of: Some(of),
+            config_epoch: of as u64 + 1,
             ..primary(ordinal, &[])
         }
     }
@@ -1318,12 +1364,13 @@ mod tests {
             flags.push("fail");
         }
         let mut text = format!(
-            "{} {}@{} {} {} 0 0 1 connected",
+            "{} {}@{} {} {} 0 0 {} connected",
             id(node.ordinal),
             node.address,
             node.address.port() + 10000,
             flags.join(","),
             node.primary_of.map_or("-".to_string(), id),
+            node.config_epoch,
         );
         for range in &node.slots {
             text.push_str(&format!(" {}-{}", range.start, range.end));
@@ -1713,6 +1760,70 @@ mod tests {
             decide(&facts(4, everyone_knows_everyone(&nodes))),
             Decision::Act(Step::MoveSlots { .. })
         ));
+    }
+
+    #[test]
+    fn no_slot_moves_and_no_half_moved_slot_is_finished_while_two_primaries_share_a_config_epoch() {
+        // A cluster formed without SET-CONFIG-EPOCH reports cluster_state:ok while its primaries
+        // still share epoch 0. Were a slot moved then, a source given a new epoch after the
+        // target took the slot would claim it back, and the target would delete its keys.
+        let mut nodes = formed(3);
+        nodes.push(primary(6, &[]));
+        nodes.push(replica(7, 6));
+        let settled = facts(4, everyone_knows_everyone(&nodes));
+        assert!(matches!(decide(&settled), Decision::Act(Step::MoveSlots { .. })));
+
+        // The source and a primary that takes no part in the move.
+        let mut sharing = nodes.clone();
+        sharing[2].config_epoch = 1;
+        sharing[3].config_epoch = 1;
+        let decision = decide(&facts(4, everyone_knows_everyone(&sharing)));
+        assert_eq!(reason(&decision), Reason::ConfigEpochShared, "{decision:?}");
+        let Decision::Wait(wait) = &decision else {
+            unreachable!()
+        };
+        assert!(
+            wait.message
+                .contains("node 0 and node 2 both hold config epoch 1"),
+            "{}",
+            wait.message
+        );
+
+        // A primary that does not answer, as the others last saw it.
+        let mut silent = facts(4, everyone_knows_everyone(&sharing));
+        silent.nodes[2] = unreachable(2);
+        silent.nodes[3] = answering(&sharing[3], &sharing);
+        assert_eq!(reason(&decide(&silent)), Reason::ConfigEpochShared);
+
+        // ... but not one every node flags as failed, which pings no one.
+        let mut failed = sharing.clone();
+        failed[2].failed = true;
+        let mut with_failed = facts(4, everyone_knows_everyone(&failed));
+        with_failed.nodes[2] = unreachable(2);
+        let decision = decide(&with_failed);
+        assert!(
+            !matches!(&decision, Decision::Wait(wait) if wait.reason == Reason::ConfigEpochShared),
+            "{decision:?}"
+        );
+
+        // A half-moved slot waits too, then is finished once the epochs differ.
+        let mut half = sharing.clone();
+        half[0].migrating = vec![(4200, 6)];
+        half[6].importing = vec![(4200, 0)];
+        assert_eq!(
+            reason(&decide(&facts(4, everyone_knows_everyone(&half)))),
+            Reason::ConfigEpochShared
+        );
+        half[2].config_epoch = 9;
+        half[3].config_epoch = 9;
+        assert_eq!(
+            decide(&facts(4, everyone_knows_everyone(&half))),
+            Decision::Act(Step::FinishMigration {
+                slot: 4200,
+                source: 0,
+                target: 6
+            })
+        );
     }
 
     #[test]
