@@ -779,7 +779,15 @@ async fn apply_objects(
             .unwrap_or_else(|| observed.recorded_members.max(observed.desired)),
     };
     let pinned = cluster.status.as_ref().and_then(|s| s.restored_from.as_ref());
-    let restore = match restore_source(context, cluster, restoring_in_place, pinned).await? {
+    let restore = match restore_source(
+        context,
+        cluster,
+        restoring_in_place,
+        pinned,
+        observed.bootstrapped,
+    )
+    .await?
+    {
         RestoreSource::None => None,
         RestoreSource::Ready { init, snapshot } => {
             // Each member restores when its pod first starts, and the backup may run again
@@ -1049,19 +1057,26 @@ enum RestoreSource {
 }
 
 /// Where the members get their data: `in_place`, the snapshot a restore in place uses, or else
-/// the snapshot of the backup `spec.restoreFrom` names that the cluster recorded (`pinned`), or
-/// that backup's newest. The snapshot's backup resource says where it is stored and with which
-/// credentials.
+/// the snapshot of the backup `spec.restoreFrom` names that the cluster recorded (`pinned`), or,
+/// before the cluster formed, that backup's newest. The snapshot's backup resource says where
+/// it is stored and with which credentials.
+///
+/// A cluster that formed from `restoreFrom` with no snapshot recorded (under a release that
+/// recorded none) restores nothing more: its members hold their data, a member added later
+/// joins from its peers, and following the backup's newest snapshot would roll every member
+/// onto another restore at each of the backup's runs.
 async fn restore_source(
     context: &Context<State>,
     cluster: &EtcdCluster,
     in_place: Option<&BackupRecord>,
     pinned: Option<&BackupRecord>,
+    bootstrapped: bool,
 ) -> Result<RestoreSource, Error> {
-    let backup_name = match (in_place, &cluster.spec.restore_from) {
-        (Some(snapshot), _) => &snapshot.name,
-        (None, Some(source)) => &source.backup_name,
-        (None, None) => return Ok(RestoreSource::None),
+    let backup_name = match (in_place, pinned, &cluster.spec.restore_from) {
+        (Some(snapshot), _, _) => &snapshot.name,
+        (None, None, Some(_)) if bootstrapped => return Ok(RestoreSource::None),
+        (None, _, Some(source)) => &source.backup_name,
+        (None, _, None) => return Ok(RestoreSource::None),
     };
     let backups: Api<EtcdBackup> =
         Api::namespaced(context.client.clone(), &cluster.namespace().unwrap_or_default());

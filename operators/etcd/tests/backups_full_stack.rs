@@ -450,6 +450,57 @@ async fn backups_reach_a_directory_and_s3_are_recorded_and_restore_into_a_new_cl
         .restored_from;
     assert_eq!(recorded.as_ref(), Some(&snapshot));
 
+    // A cluster restored by a release that recorded no snapshot is not rolled onto the
+    // backup's newest one at each of its runs: once formed, its members restore nothing.
+    clusters
+        .patch_status(
+            "restored",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"status": {"restoredFrom": null}})),
+        )
+        .await
+        .unwrap();
+    let changed = clusters
+        .patch(
+            "restored",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"backup": {"schedule": "0 4 * * *"}}})),
+        )
+        .await
+        .unwrap();
+    let generation = changed.metadata.generation;
+    let location = wait::until(
+        "a pass of the restored cluster with no snapshot recorded",
+        Duration::from_secs(60),
+        || async {
+            let status = clusters
+                .get_status("restored")
+                .await
+                .map_err(|e| e.to_string())?
+                .status;
+            let observed = status.as_ref().and_then(|s| s.observed_generation);
+            if observed != generation {
+                return Err(format!("{observed:?} of {generation:?}"));
+            }
+            Ok(restore_location(
+                statefulsets.get("restored").await.map_err(|e| e.to_string())?,
+            ))
+        },
+    )
+    .await;
+    assert_eq!(
+        location, None,
+        "a formed cluster with no snapshot recorded restores nothing, the backup's newest included"
+    );
+    let recorded = clusters
+        .get("restored")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .restored_from;
+    assert_eq!(recorded, None, "no record is made up after the cluster formed");
+
     // A backup policy on the cluster becomes an owned, scheduled EtcdBackup, and the cluster
     // reports BackupStale from the newest backup's age.
     let mut cluster = clusters.get("main").await.unwrap();
