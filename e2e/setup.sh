@@ -41,6 +41,8 @@ declare -A packages=(
   # by unit tests).
   [mariadbd]=mariadb-server
   [mariadb]=mariadb-client
+  # The physical copy of a MariaDB member's files (mariadb-backup, mbstream).
+  [mariadb-backup]=mariadb-backup
   [redis-server]=redis-server
   [redis-sentinel]=redis-sentinel
   # Images as OCI layouts without a container engine (`cargo xtask image`, e2e/images.sh), and the

@@ -127,6 +127,23 @@ impl MariaDbProcesses {
         first..first + count
     }
 
+    /// The data directory member `index` runs on, or will: for the next member (index
+    /// `members.len()`), fill it and start it with [`MariaDbProcesses::start_member_on_its_data`].
+    pub fn data_dir(&self, index: usize) -> PathBuf {
+        self.member_dir(index).join("data")
+    }
+
+    /// Starts the next member on the data directory placed in [`MariaDbProcesses::data_dir`]
+    /// (a restored copy) instead of a fresh one, and waits until it answers; returns its index.
+    pub async fn start_member_on_its_data(&mut self) -> usize {
+        let index = self.members.len();
+        let tmp = self.member_dir(index).join("tmp");
+        std::fs::create_dir_all(&tmp).unwrap_or_else(|e| panic!("{}: {e}", tmp.display()));
+        self.spawn(index);
+        self.wait_ready(index).await;
+        index
+    }
+
     /// The loopback address of member `index`.
     pub fn ip(&self, index: usize) -> Ipv4Addr {
         Ipv4Addr::new(self.block[0], self.block[1], self.block[2], index as u8 + 1)

@@ -1392,3 +1392,248 @@ async fn an_archived_binary_log_replays_onto_a_restored_snapshot_up_to_exactly_a
         .unwrap_err();
     assert!(matches!(error, BinlogError::Gap { .. }), "{error}");
 }
+
+/// One row per transaction, written as root to member `index` until `stop` (at most 20,000
+/// rows or a minute): the id of each acknowledged row and the GTID sequence its commit took.
+fn physical_writer(
+    processes: &MariaDbProcesses,
+    index: usize,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    acknowledged: std::sync::Arc<std::sync::Mutex<Vec<(u64, u64)>>>,
+) -> tokio::task::JoinHandle<()> {
+    let (user, password) = processes.root_credentials();
+    let options = mysql_async::OptsBuilder::default()
+        .ip_or_hostname(processes.ip(index).to_string())
+        .tcp_port(PORT)
+        .user(Some(user))
+        .pass(Some(password));
+    tokio::spawn(async move {
+        let pool = mysql_async::Pool::new(options);
+        let mut connection = pool.get_conn().await.expect("the writer's connection");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        for id in 1..=20_000_u64 {
+            if stop.load(std::sync::atomic::Ordering::Relaxed) || Instant::now() >= deadline {
+                break;
+            }
+            connection
+                .exec_drop("INSERT INTO shop.items VALUES (?, 'physical')", (id,))
+                .await
+                .expect("a write");
+            let gtid: String = connection
+                .query_first("SELECT @@last_gtid")
+                .await
+                .expect("the write's GTID")
+                .expect("a GTID");
+            let sequence = gtid
+                .rsplit('-')
+                .next()
+                .and_then(|n| n.parse().ok())
+                .expect("d-s-n");
+            acknowledged.lock().unwrap().push((id, sequence));
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_physical_backup_under_a_writer_restores_exactly_the_transactions_up_to_its_position_and_only_when_verified()
+ {
+    use mysql_operator::admin::physical::{PhysicalError, PhysicalSource, backup_out, restore_in};
+    use quorum_core::backup::{PipeError, pipe, producer};
+    use std::sync::{Arc, Mutex, atomic::AtomicBool};
+
+    let mut processes = MariaDbProcesses::start(1).await;
+    let primary = admin(&processes, 0);
+    primary.set_read_only(false).await.unwrap();
+    processes
+        .sql(
+            0,
+            "CREATE DATABASE shop; CREATE TABLE shop.items (id BIGINT PRIMARY KEY, note VARCHAR(20))",
+        )
+        .await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let acknowledged = Arc::new(Mutex::new(Vec::new()));
+    let writer = physical_writer(&processes, 0, stop.clone(), acknowledged.clone());
+    let acknowledged_count = || acknowledged.lock().unwrap().len();
+    wait::until("the writer's first rows", CONVERGE, || async {
+        (acknowledged_count() >= 50)
+            .then_some(())
+            .ok_or(format!("{} rows", acknowledged_count()))
+    })
+    .await;
+
+    // Copied while the writer writes, streamed into the sink as a backup Job streams it.
+    let target = BackupTarget::Filesystem {
+        directory: processes.dir.join("backups"),
+    };
+    let sink = BackupSink::new(scoped_target(target, "prod", "source")).unwrap();
+    let (user, password) = processes.root_credentials();
+    let physical = PhysicalSource {
+        host: processes.ip(0).to_string(),
+        port: PORT,
+        credentials: Credentials {
+            user: user.to_string(),
+            password: SecretString::from(password),
+            server_ca: None,
+        },
+        data_dir: processes.data_dir(0),
+        scratch: processes.dir.join("backup-scratch"),
+    };
+    let produce = producer(move |writer| Box::pin(async move { backup_out(&physical, writer).await }));
+    let upload = |reader| async { sink.upload("source/source-physical.xbstream", reader).await };
+    let (stored, info) = pipe(produce, upload, Duration::from_secs(30))
+        .await
+        .map_err(|error: PipeError<PhysicalError, BackupError>| error.to_string())
+        .unwrap();
+    stored.verify("mariadb-backup", info.bytes, &info.sha256).unwrap();
+    let during = acknowledged_count();
+    wait::until("rows written after the copy", CONVERGE, || async {
+        (acknowledged_count() >= during + 50)
+            .then_some(())
+            .ok_or(format!("{} rows", acknowledged_count()))
+    })
+    .await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.await.unwrap();
+    let GtidPosition::MariaDb(domains) = &info.position else {
+        unreachable!("a MariaDB position")
+    };
+    let copied_through = domains[&0].sequence;
+    let expected: Vec<u64> = acknowledged
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, sequence)| *sequence <= copied_through)
+        .map(|(id, _)| *id)
+        .collect();
+    assert!(
+        expected.len() >= 50 && expected.len() < acknowledged_count(),
+        "the copy fell between the writer's rows: {} of {}",
+        expected.len(),
+        acknowledged_count()
+    );
+
+    let restore = |data_dir: std::path::PathBuf, recorded: GtidPosition, sha256: String| {
+        let sink = &sink;
+        let key = stored.key.clone();
+        async move {
+            restore_in(&data_dir, &recorded, |input| async move {
+                sink.download(&key, input, Some(&sha256)).await.map(|_| ())
+            })
+            .await
+        }
+    };
+    let entries = |dir: std::path::PathBuf| -> Vec<String> {
+        std::fs::read_dir(dir)
+            .map(|entries| {
+                entries
+                    .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let next = processes.members.len();
+    let data_dir = processes.data_dir(next);
+
+    // A member's data is never replaced: the source's own directory is refused untouched.
+    let error = restore(
+        processes.data_dir(0),
+        info.position.clone(),
+        stored.sha256.clone(),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(error, PhysicalError::NotEmpty { .. }), "{error}");
+    assert_eq!(
+        count_rows(&processes, 0, "shop.items").await,
+        acknowledged_count() as u64
+    );
+
+    // A stream whose digest is not the one the backup recorded is refused, and nothing of it is
+    // left in the directory; so is a changed byte, which the unpacker's own checksums may
+    // catch first.
+    let error = restore(data_dir.clone(), info.position.clone(), "0".repeat(64))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, PhysicalError::Fetch(message) if message.contains(&"0".repeat(64))),
+        "{error}"
+    );
+    assert!(
+        entries(data_dir.clone()).is_empty(),
+        "{:?}",
+        entries(data_dir.clone())
+    );
+    let path = std::path::PathBuf::from(&stored.location);
+    let original = std::fs::read(&path).unwrap();
+    let mut tampered = original.clone();
+    let middle = tampered.len() / 2;
+    tampered[middle] ^= 0x01;
+    std::fs::write(&path, &tampered).unwrap();
+    let error = restore(data_dir.clone(), info.position.clone(), stored.sha256.clone())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            &error,
+            PhysicalError::Fetch(_)
+                | PhysicalError::Failed {
+                    program: "mbstream",
+                    ..
+                }
+        ),
+        "{error}"
+    );
+    assert!(
+        entries(data_dir.clone()).is_empty(),
+        "{:?}",
+        entries(data_dir.clone())
+    );
+
+    // So is another backup's position, before anything is moved into place.
+    std::fs::write(&path, &original).unwrap();
+    let elsewhere = GtidPosition::parse(Flavor::MariaDB, "0-1-1").unwrap();
+    let error = restore(data_dir.clone(), elsewhere, stored.sha256.clone())
+        .await
+        .unwrap_err();
+    assert!(matches!(error, PhysicalError::PositionMismatch { .. }), "{error}");
+    assert!(
+        entries(data_dir.clone()).is_empty(),
+        "{:?}",
+        entries(data_dir.clone())
+    );
+
+    // Verified, it holds exactly the transactions up to its position.
+    let position = restore(data_dir.clone(), info.position.clone(), stored.sha256.clone())
+        .await
+        .unwrap();
+    assert_eq!(position, info.position);
+    let restored_index = processes.start_member_on_its_data().await;
+    assert_eq!(restored_index, next);
+    let restored = admin(&processes, restored_index);
+    let ids = processes
+        .sql(restored_index, "SELECT id FROM shop.items ORDER BY id")
+        .await;
+    let ids: Vec<u64> = ids.lines().map(|line| line.trim().parse().unwrap()).collect();
+    assert_eq!(
+        ids, expected,
+        "every acknowledged row up to the position, and no other"
+    );
+
+    // It takes the backup's position as its history, and its own next transaction follows it.
+    restored.adopt_position(&info.position).await.unwrap();
+    assert_eq!(executed(&restored).await, info.position);
+    restored.set_read_only(false).await.unwrap();
+    processes
+        .sql(
+            restored_index,
+            "INSERT INTO shop.items VALUES (0, 'after restore')",
+        )
+        .await;
+    let binlog = processes
+        .sql(restored_index, "SELECT @@GLOBAL.gtid_binlog_pos")
+        .await;
+    assert_eq!(
+        binlog.trim(),
+        format!("0-{}-{}", restored_index + 1, copied_through + 1)
+    );
+}

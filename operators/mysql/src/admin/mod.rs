@@ -4,7 +4,7 @@
 //! differs between MySQL and MariaDB and lives in [`dialect`] (pure, pinned by unit tests);
 //! [`MySqlAdmin`] runs it over one small connection pool per member. GTID positions and their
 //! comparisons are in [`gtid`]; the logical snapshot used to add a member and for backups is in
-//! [`snapshot`].
+//! [`snapshot`]; the physical copy of a MariaDB member's files (`mariadb-backup`) in [`physical`].
 //!
 //! Passwords never reach a log or an error: they are [`SecretString`]s, statements carrying
 //! them are [`dialect::SecretStatement`]s, and an error names the kind of statement (for
@@ -14,6 +14,7 @@
 pub mod binlog;
 pub mod dialect;
 pub mod gtid;
+pub mod physical;
 pub mod snapshot;
 
 use std::future::Future;
