@@ -812,6 +812,16 @@ pub async fn run_backup_job<O: Operator>(
             .get(&args.backup)
             .await
             .map_err(|error| unreadable(format!("reading backup {}: {error}", args.backup)))?;
+        if let Some(message) = crate::backup::job::replaced(
+            args.backup_uid.as_deref(),
+            &args.backup,
+            backup.meta().uid.as_deref(),
+        ) {
+            return Err(JobOutcome::Failed {
+                reason: "BackupReplaced".into(),
+                message,
+            });
+        }
         let metrics = Arc::new(Metrics::new());
         let state = O::state(settings, AdminCalls::default(), &metrics);
         let context = Arc::new(Context::new(client, O::NAME, metrics, state));

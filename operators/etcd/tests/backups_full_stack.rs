@@ -191,6 +191,52 @@ async fn a_run_in_progress_reports_the_bytes_it_has_sent() {
     let stored = stored.unwrap();
     assert_eq!(stored.size, (CHUNK * CHUNKS) as u64);
     assert!(midway.bytes_per_second > 0, "{midway:?}");
+
+    // A backup deleted and created again under the name is another backup: a run of the first
+    // one reports nothing into it.
+    backups.delete("slow", &Default::default()).await.unwrap();
+    wait::until("the first backup gone", Duration::from_secs(30), || async {
+        match backups.get_opt("slow").await.map_err(|e| e.to_string())? {
+            None => Ok(()),
+            Some(_) => Err("still there".to_string()),
+        }
+    })
+    .await;
+    let mut again = backup.clone();
+    again.metadata = kube::api::ObjectMeta {
+        name: Some("slow".into()),
+        ..Default::default()
+    };
+    again.status = None;
+    let again = backups.create(&PostParams::default(), &again).await.unwrap();
+    assert_ne!(again.metadata.uid, backup.metadata.uid);
+    let (mut source_writer, source) = tokio::io::duplex(CHUNK);
+    let feed = async move {
+        let chunk = vec![7_u8; CHUNK];
+        for _ in 0..CHUNKS {
+            tokio::time::sleep(Duration::from_millis(25)).await;
+            source_writer.write_all(&chunk).await.unwrap();
+        }
+    };
+    let upload = reporting(
+        &client,
+        &backup,
+        &sink,
+        Duration::from_millis(100),
+        sink.upload("slow-again.db", source),
+    );
+    let ((), stored) = tokio::join!(feed, upload);
+    assert_eq!(stored.unwrap().size, (CHUNK * CHUNKS) as u64);
+    let progress = backups
+        .get_status("slow")
+        .await
+        .unwrap()
+        .status
+        .and_then(|status| status.run.progress);
+    assert_eq!(
+        progress, None,
+        "the new backup holds no report of the first one's run"
+    );
     let _ = std::fs::remove_dir_all(store);
     namespace.delete().await;
 }

@@ -885,6 +885,7 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
         let job = backup_job(
             metadata,
             &backup,
+            self.backup.meta().uid.as_deref(),
             &started.to_string(),
             settings,
             &account_name,

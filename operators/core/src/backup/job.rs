@@ -268,6 +268,24 @@ pub struct BackupRunArgs {
     /// When the operator recorded the run as started (RFC 3339): its objects are named by it.
     #[arg(long)]
     pub started_at: String,
+    /// The uid of the backup the run was started for: a backup deleted and created again
+    /// under its name is another backup, and this run is not its. Absent from the Jobs of
+    /// earlier releases.
+    #[arg(long)]
+    pub backup_uid: Option<String>,
+}
+
+/// Why the backup a Job's process read is not the one its run was started for (`expected`, the
+/// uid the operator passed), if it is not.
+pub fn replaced(expected: Option<&str>, backup: &str, found: Option<&str>) -> Option<String> {
+    let expected = expected?;
+    (found != Some(expected)).then(|| {
+        format!(
+            "backup {backup} was deleted and created again since this run was started (uid {expected}, now {}): \
+             the run is not the new backup's",
+            found.unwrap_or("none")
+        )
+    })
 }
 
 /// Where a run's Job stands.
@@ -365,6 +383,7 @@ pub fn job_name(kind: &str, backup: &str, started_millis: i64) -> String {
 pub fn backup_job(
     metadata: ObjectMeta,
     backup: &str,
+    backup_uid: Option<&str>,
     started_at: &str,
     settings: &JobSettings,
     account: &str,
@@ -406,11 +425,16 @@ pub fn backup_job(
                         name: "backup".into(),
                         image: Some(settings.image.clone()),
                         image_pull_policy: Some("IfNotPresent".into()),
-                        args: Some(vec![
-                            BACKUP_RUN_COMMAND.into(),
-                            format!("--backup={backup}"),
-                            format!("--started-at={started_at}"),
-                        ]),
+                        args: Some(
+                            [
+                                BACKUP_RUN_COMMAND.to_string(),
+                                format!("--backup={backup}"),
+                                format!("--started-at={started_at}"),
+                            ]
+                            .into_iter()
+                            .chain(backup_uid.map(|uid| format!("--backup-uid={uid}")))
+                            .collect(),
+                        ),
                         env: Some(environment),
                         security_context: Some(crate::pod::member_container_security(true)),
                         termination_message_path: Some(TERMINATION_LOG.into()),
@@ -790,6 +814,7 @@ mod tests {
         let job = backup_job(
             ObjectMeta::default(),
             "nightly",
+            Some("3f0c"),
             "2026-11-29T00:00:00Z",
             &settings,
             "quorum-etcd-operator-backup",
@@ -821,7 +846,8 @@ mod tests {
             [
                 "backup-run",
                 "--backup=nightly",
-                "--started-at=2026-11-29T00:00:00Z"
+                "--started-at=2026-11-29T00:00:00Z",
+                "--backup-uid=3f0c"
             ]
         );
         assert!(
@@ -831,6 +857,19 @@ mod tests {
                 .flatten()
                 .any(|env| env.name == "CLUSTER_DOMAIN" && env.value.as_deref() == Some("cluster.local"))
         );
+    }
+
+    #[test]
+    fn a_run_is_refused_by_a_backup_created_again_under_its_name() {
+        assert_eq!(replaced(Some("a1"), "nightly", Some("a1")), None);
+        let message = replaced(Some("a1"), "nightly", Some("b2")).unwrap();
+        assert!(
+            message.contains("nightly") && message.contains("a1") && message.contains("b2"),
+            "{message}"
+        );
+        assert!(replaced(Some("a1"), "nightly", None).is_some());
+        // A Job of an earlier release names no uid.
+        assert_eq!(replaced(None, "nightly", Some("b2")), None);
     }
 
     fn etcd_rules(secrets: &[&str]) -> Vec<PolicyRule> {

@@ -10,7 +10,7 @@ use kube::{Api, Client, ResourceExt};
 use tokio::time::Instant;
 
 use super::BackupSink;
-use crate::{crd::BackupProgress, status::merge_status};
+use crate::{crd::BackupProgress, status::merge_status_of};
 
 /// How often a run in progress reports how far it has got.
 pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(5);
@@ -31,7 +31,8 @@ pub fn progress(bytes: u64, elapsed: Duration, now: Timestamp) -> BackupProgress
 
 /// Runs `work` while writing, every `every`, how many bytes `sink` has sent into `backup`'s
 /// `status.progress` (that field alone), whenever the figure changed. A report that fails is
-/// logged and the run goes on.
+/// logged and the run goes on. The reports go to `backup` itself: once it is gone, or another
+/// backup was created under its name, they stop (the run is not the new backup's).
 pub async fn reporting<K, F>(
     client: &Client,
     backup: &K,
@@ -49,6 +50,9 @@ where
     let started = Instant::now();
     let report = async {
         let mut reported = 0;
+        // The version last written: the next report names it, and is bound to `backup` by uid
+        // when the API server holds another.
+        let mut version = backup.resource_version();
         loop {
             tokio::time::sleep(every).await;
             let bytes = sink.bytes_sent();
@@ -57,16 +61,27 @@ where
             }
             let figures = progress(bytes, started.elapsed(), Timestamp::now());
             let patch = serde_json::json!({ "status": { "progress": figures } });
-            match merge_status(&api, &namespace, &name, &patch).await {
-                Ok(_) => reported = bytes,
+            match merge_status_of(&api, backup, version.take(), &patch).await {
+                Ok(Some(written)) => {
+                    reported = bytes;
+                    version = written.resource_version();
+                }
+                Ok(None) => {
+                    tracing::info!(backup = %name, %namespace, "the backup is gone or was created again: no more progress reports");
+                    return;
+                }
                 Err(error) => tracing::warn!(backup = %name, %namespace, %error, "reporting progress"),
             }
         }
     };
+    let report = async {
+        report.await;
+        std::future::pending::<()>().await
+    };
     tokio::select! {
         biased;
         output = work => output,
-        () = report => unreachable!("the progress reports go on until the run ends"),
+        () = report => unreachable!("the progress reports go on, or wait, until the run ends"),
     }
 }
 
