@@ -179,7 +179,7 @@ build_engine_images() {
   pack "$ETCD_IMAGE" "$stage/etcd" 0 /usr/local/bin/etcd
   # MariaDB and Redis from Debian's packages. Like the official images, the configured user is
   # root and the server's account is uid 999: the pods the operators build run as 999.
-  debian_rootfs "$stage/mariadb" mysql mariadb-server
+  debian_rootfs "$stage/mariadb" mysql mariadb-server mariadb-backup
   install -d -o 999 -g 999 "$stage/mariadb/var/lib/mysql" "$stage/mariadb/run/mysqld"
   pack "$MARIADB_IMAGE" "$stage/mariadb" 0 /usr/sbin/mariadbd
   debian_rootfs "$stage/redis" redis redis-server redis-sentinel redis-tools

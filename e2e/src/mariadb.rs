@@ -334,8 +334,9 @@ impl MariaDbProcesses {
     }
 }
 
-/// Accounts every member starts with, written to no binary log (they are not transactions
-/// to replicate). `mariadb-install-db` also makes password-less `root` accounts for
+/// Accounts every member starts with (root's password set again, for a member started on a
+/// copy of another server's files), written to no binary log (they are not transactions to
+/// replicate). `mariadb-install-db` also makes password-less `root` accounts for
 /// 127.0.0.1, ::1 and the host name, which a TCP login from a loopback address would match
 /// before `root@'%'`: they go.
 fn init_sql() -> String {
@@ -345,6 +346,7 @@ fn init_sql() -> String {
          DELETE FROM mysql.global_priv WHERE User = '';\n\
          FLUSH PRIVILEGES;\n\
          CREATE USER IF NOT EXISTS 'root'@'%' IDENTIFIED BY '{ROOT_PASSWORD}';\n\
+         ALTER USER 'root'@'%' IDENTIFIED BY '{ROOT_PASSWORD}';\n\
          GRANT ALL PRIVILEGES ON *.* TO 'root'@'%' WITH GRANT OPTION;\n\
          CREATE USER IF NOT EXISTS '{REPLICATION_USER}'@'%' IDENTIFIED BY '{REPLICATION_PASSWORD}';\n\
          GRANT REPLICATION SLAVE ON *.* TO '{REPLICATION_USER}'@'%';\n\

@@ -81,6 +81,21 @@ impl InClusterS3 {
         }
     }
 
+    /// The bytes of the object a backup recorded at `location` (`s3://<bucket>/<key>`).
+    pub async fn object(&self, location: &str) -> Vec<u8> {
+        let path = location
+            .strip_prefix("s3://")
+            .unwrap_or_else(|| panic!("{location} is no s3:// location"));
+        reqwest::get(format!("{}/{path}", self.host_endpoint))
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .unwrap_or_else(|error| panic!("read {location} from the store: {error}"))
+            .bytes()
+            .await
+            .expect("the object's body")
+            .to_vec()
+    }
+
     /// The keys of the objects stored under `prefix` (S3 `ListObjectsV2`; the store does not
     /// check signatures, so a plain GET does).
     pub async fn keys(&self, prefix: &str) -> Vec<String> {

@@ -738,12 +738,12 @@ pub trait Operator: 'static {
         context: Arc<Context<Self::State>>,
     ) -> impl Future<Output = Result<Action, impl ReconcileError>> + Send + 'static;
 
-    /// One run of a backup in a backup Job's process ([`run_backup_job`]), started at
-    /// `started` as the operator recorded it.
+    /// One run of a backup in a backup Job's process ([`run_backup_job`]), as its arguments
+    /// say (`run`: started when the operator recorded it, beside which member).
     fn run_backup(
         backup: Arc<Self::Backup>,
         context: Arc<Context<Self::State>>,
-        started: jiff::Timestamp,
+        run: crate::backup::job::JobRun,
     ) -> impl Future<Output = crate::backup::job::JobOutcome> + Send + 'static;
 
     /// What wakes a cluster's pass besides its objects changing: the database's own events,
@@ -825,7 +825,11 @@ pub async fn run_backup_job<O: Operator>(
         let metrics = Arc::new(Metrics::new());
         let state = O::state(settings, AdminCalls::default(), &metrics);
         let context = Arc::new(Context::new(client, O::NAME, metrics, state));
-        Ok::<_, JobOutcome>(O::run_backup(Arc::new(backup), context, started).await)
+        let run = crate::backup::job::JobRun {
+            started,
+            member: args.member.clone(),
+        };
+        Ok::<_, JobOutcome>(O::run_backup(Arc::new(backup), context, run).await)
     }
     .await
     .unwrap_or_else(|failed| failed);

@@ -278,10 +278,10 @@ pub async fn reconcile_backup(
 pub async fn run_backup(
     backup: Arc<EtcdBackup>,
     context: Arc<Context<State>>,
-    started: jiff::Timestamp,
+    run: quorum_core::backup::job::JobRun,
 ) -> JobOutcome {
     let engine = EtcdSnapshots { context: &context };
-    controller::run_in_job(&engine, backup.as_ref(), &context, started).await
+    controller::run_in_job(&engine, backup.as_ref(), &context, run).await
 }
 
 #[cfg(test)]

@@ -75,9 +75,9 @@ impl Operator for EtcdOperator {
     fn run_backup(
         backup: Arc<crd::EtcdBackup>,
         context: Arc<Context<reconcile::State>>,
-        started: jiff::Timestamp,
+        run: quorum_core::backup::job::JobRun,
     ) -> impl Future<Output = quorum_core::backup::job::JobOutcome> + Send + 'static {
-        backup_controller::run_backup(backup, context, started)
+        backup_controller::run_backup(backup, context, run)
     }
 
     fn wakeups(state: &reconcile::State) -> Option<quorum_core::wakeups::Wakeups> {

@@ -547,13 +547,13 @@ pub async fn reconcile_backup(
 pub async fn run_backup(
     backup: Arc<MongoDBBackup>,
     context: Arc<Context<State>>,
-    started: jiff::Timestamp,
+    run: quorum_core::backup::job::JobRun,
 ) -> JobOutcome {
     controller::run_in_job(
         &MongoSnapshots { context: &context },
         backup.as_ref(),
         &context,
-        started,
+        run,
     )
     .await
 }

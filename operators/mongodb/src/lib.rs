@@ -80,8 +80,8 @@ impl Operator for MongoDbOperator {
     fn run_backup(
         backup: Arc<crd::MongoDBBackup>,
         context: Arc<Context<reconcile::State>>,
-        started: jiff::Timestamp,
+        run: quorum_core::backup::job::JobRun,
     ) -> impl Future<Output = quorum_core::backup::job::JobOutcome> + Send + 'static {
-        backup_controller::run_backup(backup, context, started)
+        backup_controller::run_backup(backup, context, run)
     }
 }

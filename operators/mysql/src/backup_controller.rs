@@ -10,8 +10,9 @@
 use std::{sync::Arc, time::Duration};
 
 use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::{ResourceExt, runtime::controller::Action};
+use kube::{Api, ResourceExt, runtime::controller::Action};
 use quorum_core::{
     ReconcileError,
     availability::{health::Health, retry::Idempotency},
@@ -19,7 +20,7 @@ use quorum_core::{
         BackupError, BackupSink, PipeError,
         controller::{self, BackupControllerError, BackupEngine, Snapshot, Sources},
         digest::ContentFingerprint,
-        job::{JobOutcome, JobSettings},
+        job::{BESIDE_SCRATCH_DIR, BesideMember, JobOutcome, JobSettings},
         pipe, producer,
         recovery::{self, StoredPiece},
     },
@@ -31,19 +32,26 @@ use crate::{
         MySqlAdmin,
         binlog::{ArchivedBinlog, BinlogError, archive_binlog},
         gtid::GtidPosition,
+        physical::{PhysicalBackupInfo, PhysicalError, PhysicalSource, backup_out},
         snapshot::{SnapshotError, SnapshotInfo, snapshot_out},
     },
-    crd::{MySQLBackup, MySQLBackupSpec, MySQLBackupStatus, MySQLCluster, RecoveryRun},
+    crd::{BackupMethod, Flavor, MySQLBackup, MySQLBackupSpec, MySQLBackupStatus, MySQLCluster, RecoveryRun},
     decide::MemberFact,
     reconcile::State,
-    resources::{REPLICATION_USER, member_name, ordinal_of},
+    resources::{REPLICATION_USER, SERVER_DATA_DIR, beside_member, member_name, ordinal_of},
     status::CAUGHT_UP_LAG_SECONDS,
 };
 
 /// How long the server may send nothing while the store waits for data.
 pub const SNAPSHOT_STALL_TIMEOUT: Duration = Duration::from_secs(30);
 
-quorum_core::backup_resource!(MySQLBackup, MySQLBackupSpec, MySQLBackupStatus, archive_binlogs: false);
+quorum_core::backup_resource!(
+    MySQLBackup,
+    MySQLBackupSpec,
+    MySQLBackupStatus,
+    archive_binlogs: false,
+    method: crate::crd::BackupMethod::Logical
+);
 
 /// Why MySQL's part of a backup failed: the member could not be reached, the snapshot or its
 /// upload failed, or what was stored is not what the server sent.
@@ -59,9 +67,24 @@ impl ReconcileError for SnapshotFailed {
 
 /// What one run of a MySQL backup produced.
 pub struct RunInfo {
-    snapshot: SnapshotInfo,
+    copy: Copy,
     /// With `archiveBinlogs`: the binary log archived in this run, and the kept runs with it.
     archive: Option<(ArchivedBinlog, Vec<RecoveryRun>)>,
+}
+
+/// The run's copy of the member, as its method made it.
+enum Copy {
+    Logical(SnapshotInfo),
+    Physical(PhysicalBackupInfo),
+}
+
+impl Copy {
+    fn position(&self) -> &GtidPosition {
+        match self {
+            Copy::Logical(info) => &info.position,
+            Copy::Physical(info) => &info.position,
+        }
+    }
 }
 
 /// MySQL's part of a backup: one caught-up member, its consistent snapshot.
@@ -69,10 +92,30 @@ struct MySqlSnapshots<'a> {
     context: &'a Context<State>,
 }
 
-/// The member a snapshot is read from.
+/// The member a snapshot is read from, and how.
 struct Member {
     cluster: String,
     ordinal: usize,
+    method: BackupMethod,
+}
+
+/// Why a backup of `method` cannot be taken of `cluster` by this operator (`in_jobs`: its runs
+/// are taken in Jobs), naming the field.
+fn method_refused(method: BackupMethod, cluster: &MySQLCluster, in_jobs: bool) -> Option<String> {
+    match method {
+        BackupMethod::Logical => None,
+        BackupMethod::Physical if cluster.spec.flavor != Flavor::MariaDB => Some(format!(
+            "spec.method: Physical copies the files with MariaDB's mariadb-backup, and {} runs {:?}: use Logical",
+            cluster.name_any(),
+            cluster.spec.flavor
+        )),
+        BackupMethod::Physical if !in_jobs => Some(
+            "spec.method: Physical reads the member's files from a Job on its node, and this operator takes backups \
+             in its own process (--backup-runner=operator): use Logical, or run backups in Jobs"
+                .to_string(),
+        ),
+        BackupMethod::Physical => None,
+    }
 }
 
 impl BackupEngine for MySqlSnapshots<'_> {
@@ -108,9 +151,16 @@ impl BackupEngine for MySqlSnapshots<'_> {
 
     async fn sources(
         &self,
-        _: &MySQLBackup,
+        backup: &MySQLBackup,
         cluster: &MySQLCluster,
     ) -> Result<Sources<Member>, SnapshotFailed> {
+        let method = backup.spec.method;
+        if let Some(message) = method_refused(method, cluster, self.jobs().is_some()) {
+            return Ok(Sources::Wait {
+                reason: "MethodUnsupported",
+                message,
+            });
+        }
         crate::reconcile::hand_admin_credentials(self.context, cluster)
             .await
             .map_err(|error| SnapshotFailed(format!("the admin credentials: {error}")))?;
@@ -132,6 +182,7 @@ impl BackupEngine for MySqlSnapshots<'_> {
             Some(ordinal) => Sources::From(vec![Member {
                 cluster: cluster_name,
                 ordinal,
+                method,
             }]),
             None => Sources::Wait {
                 reason: "NoHealthyMember",
@@ -144,8 +195,44 @@ impl BackupEngine for MySqlSnapshots<'_> {
         member_name(&source.cluster, source.ordinal)
     }
 
-    fn extension(&self, _: &Member) -> String {
-        "sql".to_string()
+    fn extension(&self, source: &Member) -> String {
+        match source.method {
+            BackupMethod::Logical => "sql",
+            BackupMethod::Physical => "xbstream",
+        }
+        .to_string()
+    }
+
+    async fn beside(
+        &self,
+        _: &MySQLBackup,
+        cluster: &MySQLCluster,
+        source: &Member,
+    ) -> Result<Option<BesideMember>, SnapshotFailed> {
+        if source.method.is_logical() {
+            return Ok(None);
+        }
+        let name = member_name(&source.cluster, source.ordinal);
+        let pods: Api<Pod> = Api::namespaced(
+            self.context.client.clone(),
+            &cluster.namespace().unwrap_or_default(),
+        );
+        let pod = pods
+            .get_opt(&name)
+            .await
+            .map_err(|error| SnapshotFailed(format!("reading pod {name}: {error}")))?
+            .ok_or_else(|| SnapshotFailed(format!("pod {name} does not exist")))?;
+        beside_member(&pod).map(Some).map_err(SnapshotFailed)
+    }
+
+    fn source_named(&self, backup: &MySQLBackup, cluster: &MySQLCluster, member: &str) -> Option<Member> {
+        let cluster = cluster.name_any();
+        let ordinal = ordinal_of(&cluster, member)?;
+        Some(Member {
+            cluster,
+            ordinal,
+            method: backup.spec.method,
+        })
     }
 
     fn companion_objects(&self, backup: &MySQLBackup) -> usize {
@@ -161,6 +248,9 @@ impl BackupEngine for MySqlSnapshots<'_> {
         name: &str,
     ) -> Result<Snapshot<RunInfo>, SnapshotFailed> {
         let addresses = self.context.state.addresses(cluster);
+        if source.method == BackupMethod::Physical {
+            return self.copy_files(cluster, source, sink, name).await;
+        }
         let admin = self
             .context
             .state
@@ -193,7 +283,7 @@ impl BackupEngine for MySqlSnapshots<'_> {
         Ok(Snapshot {
             stored,
             info: RunInfo {
-                snapshot: info,
+                copy: Copy::Logical(info),
                 archive,
             },
         })
@@ -201,8 +291,11 @@ impl BackupEngine for MySqlSnapshots<'_> {
 
     fn record(&self, status: &mut MySQLBackupStatus, snapshots: &[(&Member, Snapshot<RunInfo>)]) {
         if let Some((_, snapshot)) = snapshots.first() {
-            status.gtid_position = Some(snapshot.info.snapshot.position.to_string());
-            status.content = Some(snapshot.info.snapshot.content.clone());
+            status.gtid_position = Some(snapshot.info.copy.position().to_string());
+            (status.method, status.content) = match &snapshot.info.copy {
+                Copy::Logical(info) => (None, Some(info.content.clone())),
+                Copy::Physical(_) => (Some(BackupMethod::Physical), None),
+            };
             if let Some((_, runs)) = &snapshot.info.archive {
                 status.recovery_runs = runs.clone();
                 (status.recoverable_from, status.recoverable_until) = recovery::window_in_status(runs);
@@ -211,7 +304,7 @@ impl BackupEngine for MySqlSnapshots<'_> {
     }
 
     fn describe(&self, member: &Member, snapshot: &Snapshot<RunInfo>) -> String {
-        let info = &snapshot.info.snapshot;
+        let copy = &snapshot.info.copy;
         let archived = snapshot
             .info
             .archive
@@ -222,12 +315,15 @@ impl BackupEngine for MySqlSnapshots<'_> {
                     archived.after, archived.through, archived.transactions, archived.bytes
                 )
             });
+        let what = match copy {
+            Copy::Logical(info) => format!("{} rows", info.content.records),
+            Copy::Physical(_) => "a copy of the files".to_string(),
+        };
         format!(
-            "{} bytes ({} rows) from {} at GTID position {} to {} (sha256 {}){archived}",
+            "{} bytes ({what}) from {} at GTID position {} to {} (sha256 {}){archived}",
             snapshot.stored.size,
-            info.content.records,
             self.member(member),
-            info.position,
+            copy.position(),
             snapshot.stored.location,
             snapshot.stored.sha256
         )
@@ -345,6 +441,45 @@ impl BackupEngine for MySqlSnapshots<'_> {
 
     fn recorded_content(&self, status: &MySQLBackupStatus) -> Option<ContentFingerprint> {
         status.content.clone()
+    }
+}
+
+impl MySqlSnapshots<'_> {
+    /// A physical copy of `source`'s files (`mariadb-backup`, run here: this process is the
+    /// run's Job beside the member, with its volume mounted) streamed into `sink` as `name`.
+    async fn copy_files(
+        &self,
+        cluster: &MySQLCluster,
+        source: &Member,
+        sink: &BackupSink,
+        name: &str,
+    ) -> Result<Snapshot<RunInfo>, SnapshotFailed> {
+        let credentials = crate::reconcile::admin_credentials(self.context, cluster)
+            .await
+            .map_err(|error| SnapshotFailed(format!("the admin credentials: {error}")))?;
+        let addresses = self.context.state.addresses(cluster);
+        let physical = PhysicalSource {
+            host: addresses.host(source.ordinal),
+            port: addresses.port(),
+            credentials,
+            data_dir: SERVER_DATA_DIR.into(),
+            scratch: BESIDE_SCRATCH_DIR.into(),
+        };
+        let produce = producer(move |writer| Box::pin(async move { backup_out(&physical, writer).await }));
+        let upload = |reader| async move { sink.upload(name, reader).await };
+        let (stored, info) = pipe(produce, upload, SNAPSHOT_STALL_TIMEOUT)
+            .await
+            .map_err(|error: PipeError<PhysicalError, BackupError>| SnapshotFailed(error.to_string()))?;
+        stored
+            .verify("mariadb-backup", info.bytes, &info.sha256)
+            .map_err(SnapshotFailed)?;
+        Ok(Snapshot {
+            stored,
+            info: RunInfo {
+                copy: Copy::Physical(info),
+                archive: None,
+            },
+        })
     }
 }
 
@@ -467,8 +602,8 @@ pub async fn reconcile_backup(
 pub async fn run_backup(
     backup: Arc<MySQLBackup>,
     context: Arc<Context<State>>,
-    started: jiff::Timestamp,
+    run: quorum_core::backup::job::JobRun,
 ) -> JobOutcome {
     let engine = MySqlSnapshots { context: &context };
-    controller::run_in_job(&engine, backup.as_ref(), &context, started).await
+    controller::run_in_job(&engine, backup.as_ref(), &context, run).await
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 use clap::Parser;
 use mysql_operator::{MySqlOperator, reconcile::Settings};
 use quorum_core::{
-    backup::job::BackupRunArgs,
+    backup::job::{BESIDE_BINARY, BackupRunArgs, InstallBinaryArgs, install_binary},
     config::{MemberConfig, OperatorConfig},
     runner::{RunError, run_backup_job, serve},
     telemetry,
@@ -33,6 +33,9 @@ struct Cli {
 enum Command {
     /// Take one run of a backup (the process of a backup Job the operator started).
     BackupRun(BackupRunArgs),
+    /// Copy this binary into a directory (the init container of a backup Job that runs beside
+    /// a member, in the member's image).
+    InstallBinary(InstallBinaryArgs),
 }
 
 #[tokio::main]
@@ -44,8 +47,19 @@ async fn main() -> Result<(), RunError> {
         freshness: Duration::from_secs(30),
         operator_image: cli.operator_image,
     };
-    if let Some(Command::BackupRun(args)) = &cli.command {
-        run_backup_job::<MySqlOperator>(cli.operator, settings, args).await;
+    match &cli.command {
+        Some(Command::BackupRun(args)) => run_backup_job::<MySqlOperator>(cli.operator, settings, args).await,
+        Some(Command::InstallBinary(args)) => match install_binary(&args.to, BESIDE_BINARY) {
+            Ok(path) => {
+                println!("{}", path.display());
+                std::process::exit(0)
+            }
+            Err(error) => {
+                eprintln!("{error}");
+                std::process::exit(1)
+            }
+        },
+        None => {}
     }
     serve::<MySqlOperator>(cli.operator, settings).await
 }

@@ -39,8 +39,8 @@ use crate::{
     address::Addresses,
     admin::{Credentials, gtid::GtidPosition},
     crd::{
-        Access, BackupRecord, FailoverRecord, MySQLBackup, MySQLCluster, MySQLClusterStatus, PrimaryPosition,
-        RestoreRecord, SWITCHOVER_ANNOTATION, forbidden_config_keys,
+        Access, BackupMethod, BackupRecord, FailoverRecord, MySQLBackup, MySQLCluster, MySQLClusterStatus,
+        PrimaryPosition, RestoreRecord, SWITCHOVER_ANNOTATION, forbidden_config_keys,
     },
     decide::{Decision, Facts, InFlight, Reason, Restore, Step, caught_up_replica, decide},
     execute::{StepContext, StepError, StepOutcome, execute, step_failure},
@@ -283,26 +283,32 @@ pub(crate) async fn hand_admin_credentials(
     context: &Context<State>,
     cluster: &MySQLCluster,
 ) -> Result<(), Error> {
+    let credentials = admin_credentials(context, cluster).await?;
+    context
+        .state
+        .clients
+        .set_credentials(&cluster_key(cluster), cluster.spec.flavor, credentials)
+        .await;
+    Ok(())
+}
+
+/// The account the operator administers `cluster`'s servers as: root, its password and the
+/// servers' CA read from their Secrets.
+pub(crate) async fn admin_credentials(
+    context: &Context<State>,
+    cluster: &MySQLCluster,
+) -> Result<Credentials, Error> {
     let namespace = cluster.namespace().unwrap_or_default();
     let root_password = read_password(context, &namespace, &root_secret_name(cluster)).await?;
     let server_ca = match &cluster.spec.tls {
         Some(tls) => Some(read_server_ca(context, &namespace, &tls.secret_name).await?),
         None => None,
     };
-    context
-        .state
-        .clients
-        .set_credentials(
-            &cluster_key(cluster),
-            cluster.spec.flavor,
-            Credentials {
-                user: "root".into(),
-                password: root_password,
-                server_ca,
-            },
-        )
-        .await;
-    Ok(())
+    Ok(Credentials {
+        user: "root".into(),
+        password: root_password,
+        server_ca,
+    })
 }
 
 fn cluster_key(cluster: &MySQLCluster) -> String {
@@ -1059,6 +1065,13 @@ async fn pending_restore(
         ))));
     };
     let recorded = backup.status.clone().unwrap_or_default();
+    if recorded.method == Some(BackupMethod::Physical) {
+        return Ok(Some(PendingRestore::NotReady(format!(
+            "MySQLBackup {name} holds a physical copy of a member's files (spec.method: Physical), which the \
+             operator does not restore into a new cluster yet: name a Logical backup in spec.restoreFrom, or \
+             restore the copy by hand (docs/backups.md, Restoring a physical copy)"
+        ))));
+    }
     let (Some(snapshot), Some(position)) = (recorded.run.last_snapshot, recorded.gtid_position) else {
         return Ok(Some(PendingRestore::NotReady(format!(
             "MySQLBackup {name} has no stored snapshot yet"

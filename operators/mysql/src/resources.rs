@@ -57,6 +57,10 @@ const RUN_DIR: &str = "/run/mysqld";
 const TMP_DIR: &str = "/tmp";
 /// The official images' `mysql` account.
 const MYSQL_UID: i64 = 999;
+/// The server's container in a member pod.
+const SERVER_CONTAINER: &str = "mysqld";
+/// The member's volume (its claim template's name).
+const DATA_VOLUME: &str = quorum_core::pod::DATA_CLAIM;
 
 type Result<T> = std::result::Result<T, quorum_core::Error>;
 
@@ -343,6 +347,50 @@ exec "$MYSQLD" --defaults-file="$CONFIG_DIR/my.cnf" \
     )
 }
 
+/// Where a physical backup's Job runs to read `pod`'s files: its node, its `data` claim mounted
+/// where the server has it, its server's image and user.
+///
+/// # Errors
+/// Why `pod` cannot be read beside: not scheduled yet, or not a member pod as the operator
+/// builds them.
+pub fn beside_member(
+    pod: &k8s_openapi::api::core::v1::Pod,
+) -> std::result::Result<quorum_core::backup::job::BesideMember, String> {
+    let name = pod.name_any();
+    let spec = pod
+        .spec
+        .as_ref()
+        .ok_or_else(|| format!("pod {name} has no spec"))?;
+    let node = spec.node_name.clone().ok_or_else(|| {
+        format!("pod {name} is not on a node yet; a physical backup reads its files on its node")
+    })?;
+    let image = spec
+        .containers
+        .iter()
+        .find(|container| container.name == SERVER_CONTAINER)
+        .and_then(|container| container.image.clone())
+        .ok_or_else(|| format!("pod {name} has no {SERVER_CONTAINER} container"))?;
+    let claim = spec
+        .volumes
+        .iter()
+        .flatten()
+        .find(|volume| volume.name == DATA_VOLUME)
+        .and_then(|volume| volume.persistent_volume_claim.as_ref())
+        .map(|claim| claim.claim_name.clone())
+        .ok_or_else(|| format!("pod {name} has no {DATA_VOLUME} volume claim"))?;
+    Ok(quorum_core::backup::job::BesideMember {
+        pod: name,
+        node,
+        claim,
+        mount_path: DATA_DIR.into(),
+        image,
+        uid: MYSQL_UID,
+    })
+}
+
+/// Where the server's files are, in its pod and in a physical backup's Job beside it.
+pub const SERVER_DATA_DIR: &str = DATA_DIR;
+
 /// The ConfigMap with `my.cnf` and `start.sh`.
 pub fn build_config_map(cluster: &MySQLCluster) -> Result<ConfigMap> {
     Ok(ConfigMap {
@@ -460,7 +508,7 @@ pub fn build_statefulset(cluster: &MySQLCluster, replicas: i32) -> Result<Statef
         },
     ];
     let mut mounts = vec![
-        mount("data", DATA_DIR, false),
+        mount(DATA_VOLUME, DATA_DIR, false),
         mount("config", CONFIG_DIR, true),
         mount("credentials", CREDENTIALS_DIR, true),
         mount("run", RUN_DIR, false),
@@ -492,7 +540,7 @@ pub fn build_statefulset(cluster: &MySQLCluster, replicas: i32) -> Result<Statef
         });
     }
     let container = Container {
-        name: "mysqld".into(),
+        name: SERVER_CONTAINER.into(),
         image: Some(image(cluster)),
         command: Some(vec!["sh".into(), format!("{CONFIG_DIR}/start.sh")]),
         env: Some(env),
@@ -602,6 +650,7 @@ pub fn scheduled_backup_fields(cluster: &MySQLCluster) -> impl FnOnce(&mut crate
     move |backup| {
         if let Some(policy) = &cluster.spec.backup {
             backup.spec.archive_binlogs = policy.archive_binlogs;
+            backup.spec.method = policy.method;
         }
     }
 }
@@ -638,6 +687,56 @@ mod tests {
         cluster.metadata.namespace = Some("prod".into());
         cluster.metadata.uid = Some("uid-1".into());
         cluster
+    }
+
+    #[test]
+    fn a_physical_backup_runs_beside_the_member_pod_it_was_built_as() {
+        let cluster = cluster(Flavor::MariaDB, 3);
+        let statefulset = build_statefulset(&cluster, 3).unwrap();
+        let mut template = statefulset.spec.unwrap().template;
+        let mut spec = template.spec.take().unwrap();
+        // As the StatefulSet controller makes pod 1: its claim, on a node.
+        spec.volumes.get_or_insert_with(Vec::new).push(Volume {
+            name: "data".into(),
+            persistent_volume_claim: Some(k8s_openapi::api::core::v1::PersistentVolumeClaimVolumeSource {
+                claim_name: "data-shop-1".into(),
+                read_only: None,
+            }),
+            ..Volume::default()
+        });
+        let mut pod = k8s_openapi::api::core::v1::Pod {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some("shop-1".into()),
+                ..Default::default()
+            },
+            spec: Some(spec),
+            status: None,
+        };
+        let unscheduled = beside_member(&pod).unwrap_err();
+        assert!(unscheduled.contains("not on a node"), "{unscheduled}");
+        pod.spec.as_mut().unwrap().node_name = Some("node-a".into());
+        let beside = beside_member(&pod).unwrap();
+        assert_eq!(beside.pod, "shop-1");
+        assert_eq!(beside.node, "node-a");
+        assert_eq!(beside.claim, "data-shop-1");
+        assert_eq!(beside.mount_path, "/var/lib/mysql");
+        assert_eq!(beside.uid, 999);
+        let server = pod
+            .spec
+            .as_ref()
+            .unwrap()
+            .containers
+            .iter()
+            .find(|c| c.name == "mysqld")
+            .unwrap();
+        assert_eq!(Some(&beside.image), server.image.as_ref());
+        let mounted = server
+            .volume_mounts
+            .iter()
+            .flatten()
+            .find(|mount| mount.name == "data")
+            .unwrap();
+        assert_eq!(mounted.mount_path, beside.mount_path);
     }
 
     #[test]
@@ -779,6 +878,7 @@ mod tests {
                 }))
                 .unwrap(),
                 archive_binlogs,
+                method: crate::crd::BackupMethod::Logical,
             });
             binlog_expire_seconds(&cluster, now)
         };

@@ -978,6 +978,131 @@ async fn backups_land_in_an_s3_store_and_a_new_cluster_restores_from_one() {
     setup.remove().await;
 }
 
+/// A physical backup (`spec.method: Physical`): its Job runs on the member's node from the
+/// member's image with the member's volume mounted read-only, and streams `mariadb-backup`'s
+/// copy of the files into the store; the stored copy, prepared and started as a server, holds
+/// every write the application had acknowledged before the backup.
+#[tokio::test]
+async fn a_physical_backup_copies_a_members_files_from_a_job_beside_it_into_s3() {
+    use mysql_operator::{
+        admin::{gtid::GtidPosition, physical::restore_in},
+        crd::{BackupMethod, Flavor, MySQLBackup, MySQLBackupSpec},
+    };
+    use quorum_core::crd::BackupPhase;
+    use quorum_e2e::mariadb::MariaDbProcesses;
+    use sha2::Digest;
+    use tokio::io::AsyncWriteExt;
+
+    let setup = OnRealNode::install("real-mysql-physical", CHART, &["backups.allowHttp=true"]).await;
+    let store = setup.deploy_s3_store().await;
+    create_ready(&setup, 2).await;
+    let primary = service_pool(&setup, &mysql_operator::resources::primary_service_name(CLUSTER)).await;
+    let writer = start_writer(&primary).await;
+    writer.acknowledged_at_least(20, Duration::from_secs(60)).await;
+    let history = writer.stop().await;
+
+    let backups: Api<MySQLBackup> = Api::namespaced(setup.admin.clone(), &setup.ns);
+    let spec = MySQLBackupSpec {
+        backup: store.backup_spec(CLUSTER, "mysql", None, None),
+        archive_binlogs: false,
+        method: BackupMethod::Physical,
+    };
+    backups
+        .create(&PostParams::default(), &MySQLBackup::new("physical", spec))
+        .await
+        .unwrap();
+    let status = wait::until("the physical backup stored", Duration::from_secs(240), || async {
+        let status = backups
+            .get("physical")
+            .await
+            .map_err(|e| e.to_string())?
+            .status
+            .unwrap_or_default();
+        match status.run.phase {
+            Some(BackupPhase::Succeeded) => Ok(status),
+            Some(BackupPhase::Failed) => panic!("the physical backup failed: {:?}", status.run.message),
+            phase => Err(format!("{phase:?}: {:?}", status.run.message)),
+        }
+    })
+    .await;
+    assert_eq!(status.method, Some(BackupMethod::Physical));
+    let snapshot = status.run.last_snapshot.clone().expect("the stored copy");
+    assert!(snapshot.location.ends_with(".xbstream"), "{}", snapshot.location);
+    let position = GtidPosition::parse(
+        Flavor::MariaDB,
+        status.gtid_position.as_deref().expect("the copy's position"),
+    )
+    .unwrap();
+
+    // The stored copy is the one recorded, and restores into a server holding every
+    // acknowledged write.
+    let bytes = store.object(&snapshot.location).await;
+    assert_eq!(hex::encode(sha2::Sha256::digest(&bytes)), snapshot.sha256);
+    let mut local = MariaDbProcesses::new();
+    let data_dir = local.data_dir(0);
+    let restored = restore_in(&data_dir, &position, |mut input| async move {
+        input.write_all(&bytes).await?;
+        input.shutdown().await
+    })
+    .await
+    .unwrap();
+    assert_eq!(restored, position);
+    local.start_member_on_its_data().await;
+    let rows = local
+        .sql(0, &format!("SELECT k, v FROM {APP_DATABASE}.history ORDER BY k"))
+        .await;
+    let held: BTreeMap<String, Option<String>> = rows
+        .lines()
+        .filter_map(|line| line.split_once('\t'))
+        .map(|(key, value)| (key.to_string(), Some(value.to_string())))
+        .collect();
+    let mut all = held.clone();
+    for operation in &history.operations {
+        all.entry(operation.key.clone()).or_insert(None);
+    }
+    let checked = history
+        .check(&all)
+        .unwrap_or_else(|violations| panic!("the copy lost or invented writes: {violations:#?}"));
+    assert!(checked >= 20, "{checked}");
+
+    // A new cluster is not restored from it yet: it waits, saying so, and opens no primary.
+    let mut copy = real_cluster(1);
+    copy.metadata.name = Some("copy".into());
+    copy.spec.restore_from = Some(mysql_operator::crd::MySqlRestoreSource::newest("physical"));
+    let clusters: Api<MySQLCluster> = Api::namespaced(setup.admin.clone(), &setup.ns);
+    clusters.create(&PostParams::default(), &copy).await.unwrap();
+    let waiting = wait::until(
+        "the copy to say why it waits",
+        Duration::from_secs(120),
+        || async {
+            let status = clusters
+                .get_status("copy")
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .unwrap_or_default();
+            status
+                .conditions
+                .iter()
+                .find(|condition| {
+                    condition.type_ == "Progressing" && condition.message.contains("physical copy")
+                })
+                .cloned()
+                .map(|condition| (condition, status.primary))
+                .ok_or(format!("{:?}", status.conditions))
+        },
+    )
+    .await;
+    assert_eq!(waiting.0.reason, "RestoreSourceNotReady");
+    assert!(
+        waiting.0.message.contains("spec.restoreFrom"),
+        "{}",
+        waiting.0.message
+    );
+    assert_eq!(waiting.1, None, "no primary is opened in its place");
+    setup.remove().await;
+}
+
 /// Point-in-time recovery through the backup Jobs and an S3 store in the cluster: a schedule
 /// every minute archives the binary log with each snapshot, read from a member over the pod
 /// network; a new cluster restored to a noted second holds every write acknowledged before it

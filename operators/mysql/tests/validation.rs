@@ -356,6 +356,23 @@ async fn every_field_of_the_spec_is_validated_naming_the_field() {
             spec(json!({"backup": {"schedule": "*/15 * * * *", "destination": {"filesystem": {"path": "/backups"}},
                 "retain": 96, "archiveBinlogs": true}})),
         ),
+        Row::accepted(
+            "a physical backup policy",
+            spec(json!({"backup": {"schedule": "0 3 * * *", "destination": {"filesystem": {"path": "/backups"}},
+                "retain": 7, "method": "Physical"}})),
+        ),
+        Row::refused(
+            "a physical backup policy that archives the log",
+            spec(json!({"backup": {"schedule": "*/15 * * * *", "destination": {"filesystem": {"path": "/backups"}},
+                "retain": 96, "archiveBinlogs": true, "method": "Physical"}})),
+            &["spec.backup", "method: Physical cannot be combined with archiveBinlogs or verify"],
+        ),
+        Row::refused(
+            "a backup method that is neither",
+            spec(json!({"backup": {"schedule": "0 3 * * *", "destination": {"filesystem": {"path": "/backups"}},
+                "method": "Snapshot"}})),
+            &["spec.backup.method"],
+        ),
         Row::refused(
             "a log archive flag that is no boolean",
             spec(json!({"backup": {"schedule": "*/15 * * * *", "destination": {"filesystem": {"path": "/backups"}},
@@ -408,6 +425,25 @@ async fn every_field_of_the_spec_is_validated_naming_the_field() {
             "archiving the binary log without retain",
             spec(json!({"archiveBinlogs": true, "retain": null})),
             &["spec", "archiveBinlogs needs schedule and retain"],
+        ),
+        Row::accepted("a physical backup", spec(json!({"method": "Physical"}))),
+        Row::refused(
+            "a physical backup that archives the binary log",
+            spec(
+                json!({"schedule": "*/15 * * * *", "retain": 4, "archiveBinlogs": true, "method": "Physical"}),
+            ),
+            &[
+                "spec",
+                "method: Physical cannot be combined with archiveBinlogs or verify",
+            ],
+        ),
+        Row::refused(
+            "a physical backup drilled",
+            spec(json!({"verify": true, "method": "Physical"})),
+            &[
+                "spec",
+                "method: Physical cannot be combined with archiveBinlogs or verify",
+            ],
         ),
     ];
     admission::check_engine_with_backup_rows(

@@ -347,13 +347,13 @@ pub async fn reconcile_backup(
 pub async fn run_backup(
     backup: Arc<RedisBackup>,
     context: Arc<Context<State>>,
-    started: jiff::Timestamp,
+    run: quorum_core::backup::job::JobRun,
 ) -> JobOutcome {
     controller::run_in_job(
         &RedisSnapshots { context: &context },
         backup.as_ref(),
         &context,
-        started,
+        run,
     )
     .await
 }

@@ -65,8 +65,9 @@ use super::{
     drill::{DRILL_POLL, DrillStep, Scratch, drill_cluster_name, ended, next_drill_step, started},
     due_at,
     job::{
-        BACKUP_LABEL, JobOutcome, JobSettings, JobState, StatusChanges, StoredObject, backup_job,
-        job_account, job_identity, job_name, job_rules, job_state, shared_job_account,
+        BACKUP_LABEL, BackupRunArgs, BesideMember, JobOutcome, JobRun, JobSettings, JobState, StatusChanges,
+        StoredObject, backup_job, job_account, job_identity, job_name, job_rules, job_state,
+        shared_job_account,
     },
     next_due, object_name, object_prefix,
     progress::{self, PROGRESS_INTERVAL},
@@ -199,6 +200,30 @@ pub trait BackupEngine: Send + Sync {
     /// How runs are taken in Jobs beside the data; `None` to take them in the operator's
     /// process (an operator setting, `--backup-runner`).
     fn jobs(&self) -> Option<JobSettings> {
+        None
+    }
+
+    /// For a run in a Job that must read `source`'s own files: where its Job runs
+    /// ([`BesideMember`]). `None` (the default) for a run that reads the member over the
+    /// network, from anywhere.
+    fn beside(
+        &self,
+        _backup: &Self::Backup,
+        _cluster: &Self::Cluster,
+        _source: &Self::Source,
+    ) -> impl Future<Output = Result<Option<BesideMember>, Self::Error>> + Send {
+        std::future::ready(Ok(None))
+    }
+
+    /// The source whose pod is `member`, for a run placed beside it: the run reads that member
+    /// rather than choosing again. `None` when `member` is no member of `cluster` (the default:
+    /// no engine places runs beside members).
+    fn source_named(
+        &self,
+        _backup: &Self::Backup,
+        _cluster: &Self::Cluster,
+        _member: &str,
+    ) -> Option<Self::Source> {
         None
     }
 
@@ -473,7 +498,17 @@ where
     };
     let sink = pass.sink().await?;
     if let Some(settings) = engine.jobs() {
-        return pass.start_job(&cluster, &sources, &settings).await;
+        let beside = match engine.beside(backup, &cluster, &sources[0]).await {
+            Ok(beside) => beside,
+            Err(error) => {
+                return pass
+                    .wait("NoSnapshotSource", error.to_string(), NO_SOURCE_RETRY)
+                    .await;
+            }
+        };
+        return pass
+            .start_job(&cluster, &sources, &settings, beside.as_ref())
+            .await;
     }
     let snapshots = pass.run(&cluster, &sources, &sink).await?;
     pass.record(&snapshots).await?;
@@ -484,12 +519,7 @@ where
 /// One run in a backup Job's process (`<operator> backup-run`, see [`super::job`]): the run
 /// the operator recorded as started at `started`, from the backup and its cluster as stored
 /// now. Its outcome is what the operator records; nothing here writes to the API server.
-pub async fn run_in_job<E, S>(
-    engine: &E,
-    backup: &E::Backup,
-    context: &Context<S>,
-    started: Timestamp,
-) -> JobOutcome
+pub async fn run_in_job<E, S>(engine: &E, backup: &E::Backup, context: &Context<S>, run: JobRun) -> JobOutcome
 where
     E: BackupEngine,
 {
@@ -508,7 +538,19 @@ where
         }
         Err(error) => return failed("ClusterUnreadable", error.to_string()),
     };
-    let sources = match engine.sources(backup, &cluster).await {
+    let started = run.started;
+    let chosen = match &run.member {
+        // Placed beside this member, on its node with its volume: it is the source.
+        Some(member) => match engine.source_named(backup, &cluster, member) {
+            Some(source) => Ok(Sources::From(vec![source])),
+            None => {
+                let message = format!("{member} is no member of {}", spec.cluster_name);
+                return failed("JobInvalid", message);
+            }
+        },
+        None => engine.sources(backup, &cluster).await,
+    };
+    let sources = match chosen {
         Ok(Sources::From(sources)) if !sources.is_empty() => sources,
         Ok(Sources::From(_)) => {
             return failed("NoSnapshotSource", "no member to read the backup from".into());
@@ -804,6 +846,7 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
         cluster: &E::Cluster,
         sources: &[E::Source],
         settings: &JobSettings,
+        beside: Option<&BesideMember>,
     ) -> Result<Action, Failure<E>> {
         let now = self.now;
         let name = job_name(
@@ -813,7 +856,7 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
         );
         self.record_running(&sources[0], Some(name.clone())).await?;
 
-        if let Err(error) = self.create_job(cluster, &name, now, settings).await {
+        if let Err(error) = self.create_job(cluster, &name, now, settings, beside).await {
             let message = format!("the run's Job {name} could not be created: {error}");
             self.record_failed_run("JobNotCreated", message).await?;
             return Err(BackupControllerError::Kubernetes(error));
@@ -832,6 +875,7 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
         name: &str,
         started: Timestamp,
         settings: &JobSettings,
+        beside: Option<&BesideMember>,
     ) -> Result<(), crate::Error> {
         let client = &self.context.client;
         let namespace = &self.namespace;
@@ -882,14 +926,19 @@ impl<'a, E: BackupEngine, S> Pass<'a, E, S> {
             ("app.kubernetes.io/managed-by".to_string(), operator.to_string()),
         ]);
         let metadata = crate::apply::child_metadata(self.backup, name, labels)?;
+        let run = BackupRunArgs {
+            backup: backup.clone(),
+            started_at: started.to_string(),
+            backup_uid: self.backup.meta().uid.clone(),
+            member: beside.map(|member| member.pod.clone()),
+        };
         let job = backup_job(
             metadata,
-            &backup,
-            self.backup.meta().uid.as_deref(),
-            &started.to_string(),
+            &run,
             settings,
             &account_name,
             self.engine.pod_overrides(cluster),
+            beside,
         );
         match Api::<Job>::namespaced(client.clone(), namespace)
             .create(&PostParams::default(), &job)

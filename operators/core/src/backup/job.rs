@@ -273,6 +273,93 @@ pub struct BackupRunArgs {
     /// earlier releases.
     #[arg(long)]
     pub backup_uid: Option<String>,
+    /// The member's pod a run placed beside it reads ([`BesideMember`]).
+    #[arg(long)]
+    pub member: Option<String>,
+}
+
+impl BackupRunArgs {
+    /// The process's arguments that parse as these.
+    pub fn to_args(&self) -> Vec<String> {
+        [
+            BACKUP_RUN_COMMAND.to_string(),
+            format!("--backup={}", self.backup),
+            format!("--started-at={}", self.started_at),
+        ]
+        .into_iter()
+        .chain(self.backup_uid.iter().map(|uid| format!("--backup-uid={uid}")))
+        .chain(self.member.iter().map(|member| format!("--member={member}")))
+        .collect()
+    }
+}
+
+/// The arguments of the operator's process that copies its own binary ([`install_binary`]).
+#[derive(clap::Args, Debug, Clone)]
+pub struct InstallBinaryArgs {
+    /// The directory to copy it into.
+    #[arg(long)]
+    pub to: std::path::PathBuf,
+}
+
+/// One run a Job's process takes, as its arguments say: when the operator recorded it started,
+/// and, for a run placed beside a member ([`BesideMember`]), that member's pod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobRun {
+    pub started: jiff::Timestamp,
+    pub member: Option<String>,
+}
+
+/// A run that reads a member's own files (a physical copy), not the member over the network:
+/// its Job runs on the member's node, with the member's volume mounted read-only (a
+/// `ReadWriteOnce` volume may be mounted by any number of pods of one node), from the member's
+/// own image (which carries the engine's copy tool), as the member's user. The operator's
+/// binary, which streams the copy to the destination and reports, is copied into the pod by an
+/// init container of the operator's image.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BesideMember {
+    /// The member's pod, passed to the run as `--member`.
+    pub pod: String,
+    pub node: String,
+    /// The member's volume claim.
+    pub claim: String,
+    /// Where the member mounts it: the run finds the files there too.
+    pub mount_path: String,
+    /// The member's image.
+    pub image: String,
+    /// The user (and group) the member's server runs as, who owns its files.
+    pub uid: i64,
+}
+
+/// Where, in a run beside a member, the operator's binary is copied to.
+pub const BESIDE_BINARY_DIR: &str = "/quorum/bin";
+/// A run beside a member's own writable directory (the copy tool's temporary files).
+pub const BESIDE_SCRATCH_DIR: &str = "/quorum/scratch";
+/// The first argument of the operator's process that copies its own binary into a directory.
+pub const INSTALL_BINARY_COMMAND: &str = "install-binary";
+
+/// The CA bundle the operator's image carries, for its clients' TLS (an S3 destination).
+const CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+/// Its copy beside the binary, which a run beside a member names in `SSL_CERT_FILE`: the
+/// member's image may carry none.
+const CA_BUNDLE_COPY: &str = "ca-certificates.crt";
+
+/// Copies the running binary into `dir` as `name`, executable, and the image's CA bundle next
+/// to it: what the init container of a run beside a member does.
+///
+/// # Errors
+/// The I/O error, naming the path.
+pub fn install_binary(dir: &std::path::Path, name: &str) -> Result<std::path::PathBuf, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let from = std::env::current_exe().map_err(|error| format!("the running binary: {error}"))?;
+    let to = dir.join(name);
+    std::fs::copy(&from, &to)
+        .map_err(|error| format!("copying {} to {}: {error}", from.display(), to.display()))?;
+    std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755))
+        .map_err(|error| format!("{}: {error}", to.display()))?;
+    let bundle = dir.join(CA_BUNDLE_COPY);
+    std::fs::copy(CA_BUNDLE, &bundle)
+        .map_err(|error| format!("copying {CA_BUNDLE} to {}: {error}", bundle.display()))?;
+    Ok(to)
 }
 
 /// Why the backup a Job's process read is not the one its run was started for (`expected`, the
@@ -382,12 +469,11 @@ pub fn job_name(kind: &str, backup: &str, started_millis: i64) -> String {
 /// backup so it goes with it.
 pub fn backup_job(
     metadata: ObjectMeta,
-    backup: &str,
-    backup_uid: Option<&str>,
-    started_at: &str,
+    run_args: &BackupRunArgs,
     settings: &JobSettings,
     account: &str,
     placement: Option<&PodOverrides>,
+    beside: Option<&BesideMember>,
 ) -> Job {
     let mut environment: Vec<EnvVar> = settings
         .environment
@@ -396,6 +482,46 @@ pub fn backup_job(
         .collect();
     environment.push(crate::pod::field_env("POD_NAMESPACE", "metadata.namespace"));
     let labels = metadata.labels.clone();
+    let args = run_args.to_args();
+    let mut run = Container {
+        name: "backup".into(),
+        image: Some(settings.image.clone()),
+        image_pull_policy: Some("IfNotPresent".into()),
+        env: Some(environment),
+        security_context: Some(crate::pod::member_container_security(true)),
+        termination_message_path: Some(TERMINATION_LOG.into()),
+        termination_message_policy: Some("File".into()),
+        resources: Some(ResourceRequirements {
+            requests: Some(BTreeMap::from([
+                ("cpu".into(), Quantity("100m".into())),
+                ("memory".into(), Quantity("64Mi".into())),
+            ])),
+            limits: Some(BTreeMap::from([("memory".into(), Quantity("512Mi".into()))])),
+            ..ResourceRequirements::default()
+        }),
+        ..Container::default()
+    };
+    let mut pod = PodSpec {
+        // Where the members may run, the Job may too (dedicated, tainted nodes); not their
+        // affinity, which keeps members apart, nor their labels, which the members' Services
+        // select.
+        node_selector: placement
+            .map(|p| p.node_selector.clone())
+            .filter(|selector| !selector.is_empty()),
+        tolerations: placement
+            .map(|p| p.tolerations.clone())
+            .filter(|tolerations| !tolerations.is_empty()),
+        priority_class_name: placement.and_then(|p| p.priority_class_name.clone()),
+        service_account_name: Some(account.into()),
+        restart_policy: Some("Never".into()),
+        security_context: Some(crate::pod::member_pod_security(65532)),
+        ..PodSpec::default()
+    };
+    if let Some(member) = beside {
+        place_beside(&mut pod, &mut run, member, &settings.image);
+    }
+    run.args = Some(args);
+    pod.containers = vec![run];
     Job {
         metadata,
         spec: Some(JobSpec {
@@ -407,55 +533,78 @@ pub fn backup_job(
                     labels,
                     ..ObjectMeta::default()
                 }),
-                spec: Some(PodSpec {
-                    // Where the members may run, the Job may too (dedicated, tainted nodes);
-                    // not their affinity, which keeps members apart, nor their labels, which
-                    // the members' Services select.
-                    node_selector: placement
-                        .map(|p| p.node_selector.clone())
-                        .filter(|selector| !selector.is_empty()),
-                    tolerations: placement
-                        .map(|p| p.tolerations.clone())
-                        .filter(|tolerations| !tolerations.is_empty()),
-                    priority_class_name: placement.and_then(|p| p.priority_class_name.clone()),
-                    service_account_name: Some(account.into()),
-                    restart_policy: Some("Never".into()),
-                    security_context: Some(crate::pod::member_pod_security(65532)),
-                    containers: vec![Container {
-                        name: "backup".into(),
-                        image: Some(settings.image.clone()),
-                        image_pull_policy: Some("IfNotPresent".into()),
-                        args: Some(
-                            [
-                                BACKUP_RUN_COMMAND.to_string(),
-                                format!("--backup={backup}"),
-                                format!("--started-at={started_at}"),
-                            ]
-                            .into_iter()
-                            .chain(backup_uid.map(|uid| format!("--backup-uid={uid}")))
-                            .collect(),
-                        ),
-                        env: Some(environment),
-                        security_context: Some(crate::pod::member_container_security(true)),
-                        termination_message_path: Some(TERMINATION_LOG.into()),
-                        termination_message_policy: Some("File".into()),
-                        resources: Some(ResourceRequirements {
-                            requests: Some(BTreeMap::from([
-                                ("cpu".into(), Quantity("100m".into())),
-                                ("memory".into(), Quantity("64Mi".into())),
-                            ])),
-                            limits: Some(BTreeMap::from([("memory".into(), Quantity("512Mi".into()))])),
-                            ..ResourceRequirements::default()
-                        }),
-                        ..Container::default()
-                    }],
-                    ..PodSpec::default()
-                }),
+                spec: Some(pod),
             },
             ..JobSpec::default()
         }),
         status: None,
     }
+}
+
+/// The binary's name in [`BESIDE_BINARY_DIR`].
+pub const BESIDE_BINARY: &str = "operator";
+
+/// Puts the run beside `member` ([`BesideMember`]): on its node, as its user, its volume
+/// mounted read-only, from its image, with the operator's binary (of `operator_image`) copied in
+/// first.
+fn place_beside(pod: &mut PodSpec, run: &mut Container, member: &BesideMember, operator_image: &str) {
+    use k8s_openapi::api::core::v1::{
+        EmptyDirVolumeSource, PersistentVolumeClaimVolumeSource, Volume, VolumeMount,
+    };
+    let mount = |name: &str, path: &str, read_only: bool| VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        read_only: Some(read_only),
+        ..VolumeMount::default()
+    };
+    let empty = |name: &str| Volume {
+        name: name.into(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Volume::default()
+    };
+    pod.node_name = Some(member.node.clone());
+    // The member's own user reads its files; no fsGroup, which would have the kubelet change
+    // the ownership of a live member's volume.
+    pod.security_context = Some(k8s_openapi::api::core::v1::PodSecurityContext {
+        fs_group: None,
+        ..crate::pod::member_pod_security(member.uid)
+    });
+    pod.volumes = Some(vec![
+        Volume {
+            name: "member-data".into(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: member.claim.clone(),
+                read_only: Some(true),
+            }),
+            ..Volume::default()
+        },
+        empty("operator-binary"),
+        empty("scratch"),
+    ]);
+    pod.init_containers = Some(vec![Container {
+        name: "install-operator".into(),
+        image: Some(operator_image.into()),
+        image_pull_policy: Some("IfNotPresent".into()),
+        args: Some(vec![
+            INSTALL_BINARY_COMMAND.into(),
+            format!("--to={BESIDE_BINARY_DIR}"),
+        ]),
+        volume_mounts: Some(vec![mount("operator-binary", BESIDE_BINARY_DIR, false)]),
+        security_context: Some(crate::pod::member_container_security(true)),
+        resources: run.resources.clone(),
+        ..Container::default()
+    }]);
+    run.image = Some(member.image.clone());
+    run.command = Some(vec![format!("{BESIDE_BINARY_DIR}/{BESIDE_BINARY}")]);
+    run.env.get_or_insert_with(Vec::new).push(crate::pod::value_env(
+        "SSL_CERT_FILE",
+        format!("{BESIDE_BINARY_DIR}/{CA_BUNDLE_COPY}"),
+    ));
+    run.volume_mounts = Some(vec![
+        mount("member-data", &member.mount_path, true),
+        mount("operator-binary", BESIDE_BINARY_DIR, true),
+        mount("scratch", BESIDE_SCRATCH_DIR, false),
+    ]);
 }
 
 /// What the Jobs of backup `backup` read, and nothing else: the engine's clusters and backups
@@ -813,12 +962,16 @@ mod tests {
         };
         let job = backup_job(
             ObjectMeta::default(),
-            "nightly",
-            Some("3f0c"),
-            "2026-11-29T00:00:00Z",
+            &BackupRunArgs {
+                backup: "nightly".into(),
+                started_at: "2026-11-29T00:00:00Z".into(),
+                backup_uid: Some("3f0c".into()),
+                member: None,
+            },
             &settings,
             "quorum-etcd-operator-backup",
             Some(&placement),
+            None,
         );
         let spec = job.spec.unwrap();
         assert_eq!(spec.backoff_limit, Some(0));
@@ -856,6 +1009,92 @@ mod tests {
                 .iter()
                 .flatten()
                 .any(|env| env.name == "CLUSTER_DOMAIN" && env.value.as_deref() == Some("cluster.local"))
+        );
+    }
+
+    #[test]
+    fn a_run_beside_a_member_runs_on_its_node_from_its_image_with_its_volume_read_only() {
+        let settings = JobSettings {
+            image: "ghcr.io/quorum-dev/mysql-operator:v1".into(),
+            environment: vec![],
+        };
+        let member = BesideMember {
+            pod: "shop-1".into(),
+            node: "node-a".into(),
+            claim: "data-shop-1".into(),
+            mount_path: "/var/lib/mysql".into(),
+            image: "docker.io/library/mariadb:10.11".into(),
+            uid: 999,
+        };
+        let job = backup_job(
+            ObjectMeta::default(),
+            &BackupRunArgs {
+                backup: "nightly".into(),
+                started_at: "2026-11-29T00:00:00Z".into(),
+                backup_uid: Some("3f0c".into()),
+                member: Some("shop-1".into()),
+            },
+            &settings,
+            "quorum-mysql-operator-backup-nightly",
+            None,
+            Some(&member),
+        );
+        let pod = job.spec.unwrap().template.spec.unwrap();
+        assert_eq!(pod.node_name.as_deref(), Some("node-a"));
+        let security = pod.security_context.unwrap();
+        assert_eq!((security.run_as_user, security.fs_group), (Some(999), None));
+        let volumes = pod.volumes.unwrap();
+        let claim = volumes[0].persistent_volume_claim.as_ref().unwrap();
+        assert_eq!(
+            (claim.claim_name.as_str(), claim.read_only),
+            ("data-shop-1", Some(true))
+        );
+        let install = &pod.init_containers.unwrap()[0];
+        assert_eq!(
+            install.image.as_deref(),
+            Some("ghcr.io/quorum-dev/mysql-operator:v1")
+        );
+        assert_eq!(
+            install.args.as_deref().unwrap(),
+            ["install-binary", "--to=/quorum/bin"]
+        );
+        let run = &pod.containers[0];
+        assert_eq!(run.image.as_deref(), Some("docker.io/library/mariadb:10.11"));
+        assert_eq!(run.command.as_deref().unwrap(), ["/quorum/bin/operator"]);
+        assert_eq!(run.args.as_deref().unwrap().last().unwrap(), "--member=shop-1");
+        let mounts = run.volume_mounts.as_ref().unwrap();
+        assert!(mounts.iter().any(|m| m.name == "member-data"
+            && m.mount_path == "/var/lib/mysql"
+            && m.read_only == Some(true)));
+        assert_eq!(
+            run.security_context.as_ref().unwrap().read_only_root_filesystem,
+            Some(true)
+        );
+    }
+
+    #[test]
+    fn a_runs_arguments_parse_back_as_the_same_run() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(subcommand)]
+            command: Command,
+        }
+        #[derive(clap::Subcommand)]
+        enum Command {
+            BackupRun(BackupRunArgs),
+        }
+        let run = BackupRunArgs {
+            backup: "nightly".into(),
+            started_at: "2026-11-29T00:00:00Z".into(),
+            backup_uid: Some("3f0c".into()),
+            member: Some("shop-1".into()),
+        };
+        let parsed =
+            <Cli as clap::Parser>::parse_from(std::iter::once("operator".to_string()).chain(run.to_args()));
+        let Command::BackupRun(parsed) = parsed.command;
+        assert_eq!(
+            (parsed.backup, parsed.started_at, parsed.backup_uid, parsed.member),
+            (run.backup, run.started_at, run.backup_uid, run.member)
         );
     }
 

@@ -132,6 +132,15 @@ pub async fn backup_out(
         tokio::fs::create_dir_all(dir).await.map_err(io_error(dir))?;
     }
     let options = OptionsFile::write(&source.scratch, &source.credentials).await?;
+    // Servers with TLS may refuse any other connection; the CA is the operator's own.
+    let tls = match &source.credentials.server_ca {
+        Some(ca) => {
+            let path = source.scratch.join("server-ca.pem");
+            tokio::fs::write(&path, ca).await.map_err(io_error(&path))?;
+            vec!["--ssl".to_string(), format!("--ssl-ca={}", path.display())]
+        }
+        None => Vec::new(),
+    };
     let log_path = source.scratch.join("mariadb-backup.log");
     let log = std::fs::File::create(&log_path).map_err(io_error(&log_path))?;
     let mut child = Command::new(BACKUP_PROGRAM)
@@ -147,6 +156,7 @@ pub async fn backup_out(
             format!("--tmpdir={}", temporary.display()),
             format!("--extra-lsndir={}", metadata.display()),
         ])
+        .args(tls)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::from(log))
@@ -352,17 +362,31 @@ async fn ensure_empty(dir: &Path) -> Result<(), PhysicalError> {
     Ok(())
 }
 
-/// Moves every entry of `staging` up into `data_dir` (renames on one file system), then removes
-/// `staging`.
+/// Moves every entry of `staging` up into `data_dir` (renames on one file system) but the
+/// copied server's replication state, then removes `staging` with that.
 async fn move_into_place(staging: &Path, data_dir: &Path) -> Result<(), PhysicalError> {
     let mut entries = tokio::fs::read_dir(staging).await.map_err(io_error(staging))?;
     while let Some(entry) = entries.next_entry().await.map_err(io_error(staging))? {
+        if replication_leftover(&entry.file_name().to_string_lossy()) {
+            continue;
+        }
         let to = data_dir.join(entry.file_name());
         tokio::fs::rename(entry.path(), &to)
             .await
             .map_err(io_error(&to))?;
     }
-    tokio::fs::remove_dir(staging).await.map_err(io_error(staging))
+    tokio::fs::remove_dir_all(staging)
+        .await
+        .map_err(io_error(staging))
+}
+
+/// Whether a file of a copy is the copied server's replication state: where it replicated
+/// from and what it had relayed. A restored server is no replica of the copied one's source.
+fn replication_leftover(name: &str) -> bool {
+    matches!(name, "master.info" | "relay-log.info" | "multi-master.info")
+        || name.starts_with("master-")
+        || name.starts_with("relay-log-")
+        || name.contains("relay-bin")
 }
 
 /// The options file that gives `mariadb-backup` the password, removed when dropped.
@@ -436,6 +460,29 @@ fn position_in_binlog_info(text: &str) -> Result<GtidPosition, PhysicalError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_copied_servers_replication_state_is_left_out() {
+        for name in [
+            "master.info",
+            "relay-log.info",
+            "multi-master.info",
+            "mysqld-relay-bin.000002",
+            "shop-1-relay-bin.index",
+        ] {
+            assert!(replication_leftover(name), "{name}");
+        }
+        for name in [
+            "ibdata1",
+            "mysql",
+            "shop",
+            "ib_logfile0",
+            "aria_log.00000001",
+            "xtrabackup_binlog_info",
+        ] {
+            assert!(!replication_leftover(name), "{name}");
+        }
+    }
 
     #[test]
     fn the_position_is_read_from_either_file_mariadb_backup_writes() {
