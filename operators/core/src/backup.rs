@@ -70,7 +70,9 @@ pub use destination::{
     backup_target, credentials, object_name, object_prefix, scoped_target,
 };
 pub use pipe::{PIPE_CAPACITY, PipeError, PipeReader, PipeWriter, Produce, pipe, producer};
-pub use run::{Due, LocateError, SinkSetupError, StoreSettings, cluster_sink, due, locate, until};
+pub use run::{
+    Due, LocateError, ObjectFetch, SinkSetupError, StoreSettings, cluster_sink, due, locate, until,
+};
 pub use schedule::{
     BACKUP_STALE, ScheduleError, due_at, is_stale, longest_interval, next_due, set_backup_stale,
 };

@@ -1102,12 +1102,12 @@ async fn restore_source(
     Ok(RestoreSource::Ready {
         init: Box::new(RestoreInit {
             image: context.state.settings.operator_image.clone(),
-            location: snapshot.location.clone(),
-            sha256: snapshot.sha256.clone(),
-            s3_endpoint: s3.and_then(|s3| s3.endpoint.clone()),
-            s3_region: s3.and_then(|s3| s3.region.clone()),
-            credentials_secret_name: s3.map(|s3| s3.credentials_secret_name.clone()),
-            allow_http: context.state.settings.members.allow_http_backups,
+            fetch: quorum_core::backup::ObjectFetch::of(
+                &snapshot.location,
+                &snapshot.sha256,
+                s3,
+                context.state.settings.members.allow_http_backups,
+            ),
         }),
         snapshot: Box::new(snapshot),
     })

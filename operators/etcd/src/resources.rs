@@ -24,7 +24,6 @@ use k8s_openapi::{
 use kube::ResourceExt;
 use quorum_core::{
     apply::child_metadata,
-    backup::{ACCESS_KEY_ID_KEY, SECRET_ACCESS_KEY_KEY},
     naming::{child_name, label_selector, selector_labels, standard_labels},
     pod::{MemberPods, member_container_security, member_statefulset},
 };
@@ -239,14 +238,8 @@ fn env(name: &str, value: impl Into<String>) -> EnvVar {
 pub struct RestoreInit {
     /// The operator's image (it carries `etcdutl`).
     pub image: String,
-    /// `s3://bucket/key` or an absolute path, as the backup recorded it.
-    pub location: String,
-    pub sha256: String,
-    /// For an S3 location: endpoint, region and the credentials Secret.
-    pub s3_endpoint: Option<String>,
-    pub s3_region: Option<String>,
-    pub credentials_secret_name: Option<String>,
-    pub allow_http: bool,
+    /// The snapshot.
+    pub fetch: quorum_core::backup::ObjectFetch,
 }
 
 fn restore_container(
@@ -255,46 +248,19 @@ fn restore_container(
     env_from: &[EnvFromSource],
     security: &SecurityContext,
 ) -> Container {
-    let mut args = vec![
-        "restore-member".to_string(),
-        format!("--location={}", restore.location),
-        format!("--sha256={}", restore.sha256),
+    let mut args = vec!["restore-member".to_string()];
+    args.extend(restore.fetch.object_args());
+    args.extend([
         "--name=$(POD_NAME)".to_string(),
         "--initial-cluster=$(ETCD_INITIAL_CLUSTER)".to_string(),
         "--initial-cluster-state=$(ETCD_INITIAL_CLUSTER_STATE)".to_string(),
         "--initial-cluster-token=$(ETCD_INITIAL_CLUSTER_TOKEN)".to_string(),
         "--peer-url=$(ETCD_INITIAL_ADVERTISE_PEER_URLS)".to_string(),
         format!("--data-dir={DATA_DIR}"),
-    ];
-    if let Some(endpoint) = &restore.s3_endpoint {
-        args.push(format!("--s3-endpoint={endpoint}"));
-    }
-    if let Some(region) = &restore.s3_region {
-        args.push(format!("--s3-region={region}"));
-    }
-    if restore.allow_http {
-        args.push("--allow-http".to_string());
-    }
+    ]);
+    args.extend(restore.fetch.store_args());
     let mut env = environment.to_vec();
-    if let Some(secret) = &restore.credentials_secret_name {
-        for (name, key) in [
-            ("AWS_ACCESS_KEY_ID", ACCESS_KEY_ID_KEY),
-            ("AWS_SECRET_ACCESS_KEY", SECRET_ACCESS_KEY_KEY),
-        ] {
-            env.push(EnvVar {
-                name: name.into(),
-                value_from: Some(EnvVarSource {
-                    secret_key_ref: Some(k8s_openapi::api::core::v1::SecretKeySelector {
-                        name: secret.clone(),
-                        key: key.into(),
-                        optional: Some(false),
-                    }),
-                    ..EnvVarSource::default()
-                }),
-                ..EnvVar::default()
-            });
-        }
-    }
+    env.extend(restore.fetch.credentials_env());
     Container {
         name: "restore".into(),
         image: Some(restore.image.clone()),
@@ -756,12 +722,14 @@ pub(crate) mod tests {
     fn a_restored_cluster_restores_in_an_init_container_from_the_recorded_snapshot() {
         let restore = RestoreInit {
             image: "quorum/etcd-operator:1".into(),
-            location: "s3://bucket/etcd/db/main/main-20261121T000000Z.db".into(),
-            sha256: "ab12".into(),
-            s3_endpoint: Some("https://s3.example".into()),
-            s3_region: None,
-            credentials_secret_name: Some("s3-credentials".into()),
-            allow_http: false,
+            fetch: quorum_core::backup::ObjectFetch {
+                location: "s3://bucket/etcd/db/main/main-20261121T000000Z.db".into(),
+                sha256: "ab12".into(),
+                s3_endpoint: Some("https://s3.example".into()),
+                s3_region: None,
+                credentials_secret_name: Some("s3-credentials".into()),
+                allow_http: false,
+            },
         };
         let statefulset = build_statefulset(&cluster(), 3, "cluster.local", Some(&restore), false).unwrap();
         let pod = statefulset.spec.unwrap().template.spec.unwrap();

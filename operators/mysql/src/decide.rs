@@ -135,10 +135,29 @@ pub enum Restore {
     /// The backup does not exist or has no stored snapshot (the message says which): no
     /// primary is opened, so an empty cluster never stands in for the one asked for.
     SourceNotReady(String),
-    /// The snapshot is stored; `position` is the GTID position it was taken at.
-    Ready { backup: String, position: GtidPosition },
+    /// The snapshot is stored; `position` is the GTID position it was taken at. For a
+    /// physical copy (`copy`), what the first member's restore init container reported.
+    Ready {
+        backup: String,
+        position: GtidPosition,
+        copy: Option<CopyState>,
+    },
     /// The last attempts failed and the next may not start yet (the message says why and when).
     RetryLater(String),
+    /// The backup will hold a physical copy and holds none yet (the message says why): no
+    /// member is made, since a started server initialises the data directory the copy must
+    /// find empty.
+    CopyAwaited(String),
+}
+
+/// Whether the first member holds a physical copy its init container restored before its
+/// server started: the one thing that tells its files are the copy's, and not a data directory
+/// its server initialised empty.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CopyState {
+    Restored,
+    /// Not (yet), and why.
+    NotRestored(String),
 }
 
 /// Everything the decision looks at.
@@ -250,6 +269,9 @@ fn wait(reason: Reason, message: impl Into<String>) -> Decision {
 pub fn decide(facts: &Facts) -> Decision {
     if let Some(in_flight) = &facts.in_flight {
         return continue_in_flight(facts, in_flight);
+    }
+    if let Some(Restore::CopyAwaited(why)) = &facts.restore {
+        return wait(Reason::RestoreSourceNotReady, why.clone());
     }
     let started = facts.statefulset_replicas.unwrap_or(0);
     if started < facts.desired_members {
@@ -454,8 +476,12 @@ fn continue_in_flight(facts: &Facts, in_flight: &InFlight) -> Decision {
         InFlight::Restore { ordinal } => match &facts.restore {
             // The restore is recorded as done: only the record in flight is left.
             None => Decision::Act(Step::ClearInFlight),
-            Some(Restore::SourceNotReady(why)) => wait(Reason::RestoreSourceNotReady, why.clone()),
-            Some(Restore::Ready { position, .. }) => restore_into(facts, ordinal, position, true),
+            Some(Restore::SourceNotReady(why) | Restore::CopyAwaited(why)) => {
+                wait(Reason::RestoreSourceNotReady, why.clone())
+            }
+            Some(Restore::Ready { position, copy, .. }) => {
+                restore_into(facts, ordinal, position, copy.as_ref(), true)
+            }
             Some(Restore::RetryLater(why)) => wait(Reason::StepFailed, why.clone()),
         },
     }
@@ -465,8 +491,12 @@ fn continue_in_flight(facts: &Facts, in_flight: &InFlight) -> Decision {
 /// is stored and the member answers, only while it is empty.
 fn restore(facts: &Facts, restore: &Restore) -> Decision {
     match restore {
-        Restore::SourceNotReady(why) => wait(Reason::RestoreSourceNotReady, why.clone()),
-        Restore::Ready { position, .. } => restore_into(facts, RESTORE_TARGET, position, false),
+        Restore::SourceNotReady(why) | Restore::CopyAwaited(why) => {
+            wait(Reason::RestoreSourceNotReady, why.clone())
+        }
+        Restore::Ready { position, copy, .. } => {
+            restore_into(facts, RESTORE_TARGET, position, copy.as_ref(), false)
+        }
         Restore::RetryLater(why) => wait(Reason::StepFailed, why.clone()),
     }
 }
@@ -474,14 +504,32 @@ fn restore(facts: &Facts, restore: &Restore) -> Decision {
 /// Restores into `ordinal` if it is a fresh member: read-only, not replicating, with no GTID
 /// history (or, when resuming, none but the restore's own). The step itself also checks that
 /// a member it was not already restoring holds no table.
-fn restore_into(facts: &Facts, ordinal: usize, position: &GtidPosition, resume: bool) -> Decision {
+///
+/// A physical copy is in the member's files before its server starts: the step then gives the
+/// server the copy's history, once the member's init container reported the copy restored (a
+/// member whose server initialised an empty directory holds no copy). The copy's own history
+/// (a copied replica's `gtid_slave_pos`) is part of the position, so is the member's.
+fn restore_into(
+    facts: &Facts,
+    ordinal: usize,
+    position: &GtidPosition,
+    copy: Option<&CopyState>,
+    resume: bool,
+) -> Decision {
+    if let Some(CopyState::NotRestored(why)) = copy {
+        return wait(
+            Reason::RestoreSourceNotReady,
+            format!("member {ordinal} holds no restored copy of the backup's files: {why}"),
+        );
+    }
     let Some(state) = member(facts, ordinal).and_then(|m| m.healthy_state(facts.now, facts.freshness)) else {
         return wait(
             Reason::MembersStarting,
             format!("member {ordinal} has not answered yet; the backup is restored into it once it does"),
         );
     };
-    let own_history = state.executed.is_empty() || (resume && position.includes(&state.executed));
+    let own_history =
+        state.executed.is_empty() || ((resume || copy.is_some()) && position.includes(&state.executed));
     if state.replication.is_some() || !state.read_only || !own_history {
         return wait(
             Reason::RestoreRefused,
@@ -1252,6 +1300,15 @@ mod tests {
         Some(Restore::Ready {
             backup: "nightly".into(),
             position: gtid(position),
+            copy: None,
+        })
+    }
+
+    fn copied(position: &str, copy: CopyState) -> Option<Restore> {
+        Some(Restore::Ready {
+            backup: "nightly".into(),
+            position: gtid(position),
+            copy: Some(copy),
         })
     }
 
@@ -1869,6 +1926,64 @@ mod tests {
         // Pods still come first.
         waiting.statefulset_replicas = None;
         assert_eq!(decide(&waiting), Decision::Act(Step::ScalePods { replicas: 2 }));
+    }
+
+    #[test]
+    fn a_physical_copy_is_taken_up_only_by_a_first_member_that_reported_it_restored() {
+        let now = Instant::now();
+        let copy_of_a_replica = ServerState {
+            executed: gtid("0-1-40"),
+            ..fresh_state()
+        };
+        let mut restoring = facts(vec![healthy(0, copy_of_a_replica.clone(), now)], None, now);
+        let step = Decision::Act(Step::Restore {
+            ordinal: 0,
+            resume: false,
+        });
+
+        // The server answers, but nothing says its files are the copy: an initialised empty
+        // directory looks the same.
+        restoring.restore = copied(
+            "0-1-42",
+            CopyState::NotRestored("its pod has no restore init container".into()),
+        );
+        let decision = decide(&restoring);
+        assert_eq!(reason(&decision), Reason::RestoreSourceNotReady);
+        assert!(
+            matches!(&decision, Decision::Wait(wait) if wait.message.contains("no restore init container")),
+            "{decision:?}"
+        );
+
+        // Reported restored: the copy's own history (a copied replica's) is within the
+        // position, so the position is taken up.
+        restoring.restore = copied("0-1-42", CopyState::Restored);
+        assert_eq!(decide(&restoring), step);
+        restoring.members[0] = healthy(0, fresh_state(), now);
+        assert_eq!(decide(&restoring), step);
+
+        // History beyond the position is not the copy's: refused, as for a logical restore.
+        restoring.members[0] = healthy(
+            0,
+            ServerState {
+                executed: gtid("0-1-43"),
+                ..fresh_state()
+            },
+            now,
+        );
+        assert_eq!(reason(&decide(&restoring)), Reason::RestoreRefused);
+
+        // A logical restore takes no history it did not write itself.
+        restoring.restore = stored("0-1-42");
+        restoring.members[0] = healthy(0, copy_of_a_replica, now);
+        assert_eq!(reason(&decide(&restoring)), Reason::RestoreRefused);
+
+        // Before the backup holds its copy, no member is made at all.
+        let mut awaited = facts(vec![], None, now);
+        awaited.statefulset_replicas = None;
+        awaited.restore = Some(Restore::CopyAwaited(
+            "MySQLBackup nightly has no stored snapshot yet".into(),
+        ));
+        assert_eq!(reason(&decide(&awaited)), Reason::RestoreSourceNotReady);
     }
 
     #[test]

@@ -13,6 +13,7 @@ use secrecy::SecretString;
 use crate::{
     address::Addresses,
     admin::{AdminError, MySqlAdmin, ReplicationSource, SemiSyncRole, snapshot},
+    crd::BackupMethod,
     decide::{Reason, Step},
     observe::MySqlClients,
     resources::REPLICATION_USER,
@@ -227,6 +228,17 @@ async fn restore(context: &StepContext<'_>, ordinal: usize, resume: bool) -> Res
     let Some(snapshot) = context.restore else {
         return Ok(StepOutcome::NotYet("the backup to restore is not known".into()));
     };
+    if snapshot.method == BackupMethod::Physical {
+        // The member's init container restored the copy's files before its server started
+        // (the decision saw it report so): the server takes the copy's history, which its
+        // binary log, not part of a copy, does not hold.
+        let position = &snapshot.position;
+        call(context, ordinal, "adopt_position", |admin| async move {
+            admin.adopt_position(position).await
+        })
+        .await?;
+        return Ok(StepOutcome::Done);
+    }
     if !resume {
         let tables = call(context, ordinal, "user_tables", |admin| async move {
             admin.user_tables(5).await

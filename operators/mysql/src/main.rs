@@ -3,9 +3,16 @@
 use std::time::Duration;
 
 use clap::Parser;
-use mysql_operator::{MySqlOperator, reconcile::Settings};
+use mysql_operator::{
+    MySqlOperator,
+    reconcile::Settings,
+    restore::{RestorePhysicalArgs, restore_physical},
+};
 use quorum_core::{
-    backup::job::{BESIDE_BINARY, BackupRunArgs, InstallBinaryArgs, install_binary},
+    backup::{
+        S3Credentials, finish_restore_step,
+        job::{BESIDE_BINARY, BackupRunArgs, InstallBinaryArgs, TERMINATION_LOG, install_binary},
+    },
     config::{MemberConfig, OperatorConfig},
     runner::{RunError, run_backup_job, serve},
     telemetry,
@@ -36,6 +43,10 @@ enum Command {
     /// Copy this binary into a directory (the init container of a backup Job that runs beside
     /// a member, in the member's image).
     InstallBinary(InstallBinaryArgs),
+    /// Restore a physical copy into the first member's empty data directory (an init container
+    /// of the members of a cluster restored from one). S3 credentials come from
+    /// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.
+    RestorePhysical(Box<RestorePhysicalArgs>),
 }
 
 #[tokio::main]
@@ -59,6 +70,18 @@ async fn main() -> Result<(), RunError> {
                 std::process::exit(1)
             }
         },
+        Some(Command::RestorePhysical(args)) => {
+            quorum_core::install_crypto_provider();
+            let outcome = restore_physical(args, S3Credentials::from_env()).await;
+            let message = match &outcome {
+                Ok(report) => serde_json::to_string(report).expect("a report is JSON"),
+                Err(error) => error.to_string(),
+            };
+            if let Err(error) = std::fs::write(TERMINATION_LOG, &message) {
+                tracing::warn!(%error, "the termination message could not be written");
+            }
+            finish_restore_step(&args.pod, outcome)
+        }
         None => {}
     }
     serve::<MySqlOperator>(cli.operator, settings).await

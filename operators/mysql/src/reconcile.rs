@@ -46,10 +46,11 @@ use crate::{
     execute::{StepContext, StepError, StepOutcome, execute, step_failure},
     observe::{ClusterView, MySqlClients},
     resources::{
-        PASSWORD_KEY, ROLE_LABEL, binlog_expire_seconds, build_config_map, build_headless_service,
-        build_password_secret, build_pod_disruption_budget, build_primary_service, build_replicas_service,
-        build_statefulset, generated_root_secret_name, member_name, member_selector, ordinal_of,
-        replication_secret_name, root_secret_name, semi_sync, statefulset_name,
+        PASSWORD_KEY, PhysicalRestoreInit, ROLE_LABEL, binlog_expire_seconds, build_config_map,
+        build_headless_service, build_password_secret, build_pod_disruption_budget, build_primary_service,
+        build_replicas_service, build_restoring_statefulset, build_statefulset, generated_root_secret_name,
+        member_name, member_selector, ordinal_of, replication_secret_name, root_secret_name, semi_sync,
+        statefulset_name,
     },
     restore::{StoredSnapshot, plan_recovery},
     status::{
@@ -138,7 +139,7 @@ pub async fn reconcile(cluster: Arc<MySQLCluster>, context: Arc<Context<State>>)
         Some(Step::ScalePods { replicas }) => *replicas,
         _ => observed.statefulset_replicas.unwrap_or(observed.desired),
     };
-    apply_objects(&context, &cluster, pod_count).await?;
+    apply_objects(&context, &cluster, pod_count, observed.members_restoring()).await?;
 
     let mut memory = Memory {
         restore_failures: cluster
@@ -379,11 +380,25 @@ impl Observed {
                 .pending_restore
                 .as_ref()
                 .map(|pending| match (pending, restore_waits(cluster)) {
-                    (PendingRestore::NotReady(why), _) => Restore::SourceNotReady(why.clone()),
-                    (PendingRestore::Ready(_), Some(failed)) => Restore::RetryLater(failed.message.clone()),
-                    (PendingRestore::Ready(snapshot), None) => Restore::Ready {
+                    (PendingRestore::NotReady { why, physical: true }, _)
+                        if self.statefulset_replicas.is_none() =>
+                    {
+                        Restore::CopyAwaited(why.clone())
+                    }
+                    (PendingRestore::NotReady { why, .. }, _) => Restore::SourceNotReady(why.clone()),
+                    (PendingRestore::Ready { .. }, Some(failed)) => {
+                        Restore::RetryLater(failed.message.clone())
+                    }
+                    (PendingRestore::Ready { snapshot, physical }, None) => Restore::Ready {
                         backup: snapshot.backup.clone(),
                         position: snapshot.furthest_position().clone(),
+                        copy: physical.as_ref().map(|_| {
+                            let first = member_name(&cluster.name_any(), crate::decide::RESTORE_TARGET);
+                            crate::restore::copy_state(
+                                self.member_pods.iter().find(|pod| pod.name_any() == first),
+                                &snapshot.sha256,
+                            )
+                        }),
                     },
                 }),
             semi_sync: semi_sync(cluster),
@@ -418,8 +433,22 @@ impl Observed {
 
     fn stored_snapshot(&self) -> Option<&StoredSnapshot> {
         match &self.pending_restore {
-            Some(PendingRestore::Ready(snapshot)) => Some(snapshot),
+            Some(PendingRestore::Ready { snapshot, .. }) => Some(snapshot),
             _ => None,
+        }
+    }
+
+    /// How the StatefulSet stands toward a physical restore: its members get the copy's init
+    /// containers while it is pending, and are not made at all while the copy is awaited.
+    fn members_restoring(&self) -> MembersRestoring<'_> {
+        match &self.pending_restore {
+            Some(PendingRestore::Ready {
+                physical: Some(init), ..
+            }) => MembersRestoring::From(init),
+            Some(PendingRestore::NotReady { physical: true, .. }) if self.statefulset_replicas.is_none() => {
+                MembersRestoring::Awaited
+            }
+            _ => MembersRestoring::No,
         }
     }
 }
@@ -831,12 +860,22 @@ async fn record_done(
     Ok(())
 }
 
+/// Whether the members restore a physical copy before their servers start.
+enum MembersRestoring<'a> {
+    No,
+    /// The backup will hold a physical copy and holds none yet: no member is made, since its
+    /// server would initialise the data directory the copy must find empty.
+    Awaited,
+    From(&'a PhysicalRestoreInit),
+}
+
 /// The cluster's Kubernetes objects, the StatefulSet at `pod_count` pods. Applied on every pass
 /// whatever the step, so a deleted Service comes back.
 async fn apply_objects(
     context: &Context<State>,
     cluster: &MySQLCluster,
     pod_count: usize,
+    restoring: MembersRestoring<'_>,
 ) -> Result<(), Error> {
     let applier = &context.applier;
     applier.apply(&build_config_map(cluster)?).await?;
@@ -852,8 +891,13 @@ async fn apply_objects(
         crate::resources::scheduled_backup_fields(cluster),
     )
     .await?;
+    let restore = match restoring {
+        MembersRestoring::Awaited => return Ok(()),
+        MembersRestoring::From(init) => Some(init),
+        MembersRestoring::No => None,
+    };
     applier
-        .apply(&build_statefulset(cluster, pod_count as i32)?)
+        .apply(&build_restoring_statefulset(cluster, pod_count as i32, restore)?)
         .await?;
     Ok(())
 }
@@ -882,7 +926,7 @@ async fn wait_on_unreadable_record(
     );
     report.writer.write(&status).await?;
     publish(&context.events, cluster, &Progress::from(wait)).await;
-    apply_objects(context, cluster, pod_count).await?;
+    apply_objects(context, cluster, pod_count, observed.members_restoring()).await?;
     Ok(Action::requeue(Duration::from_secs(30)))
 }
 
@@ -1034,9 +1078,15 @@ async fn ensure_users(
 
 /// The restore a cluster created from a backup still has to take.
 enum PendingRestore {
-    /// The backup does not exist, has no stored snapshot, or its destination cannot be read.
-    NotReady(String),
-    Ready(Box<StoredSnapshot>),
+    /// The backup does not exist, has no stored snapshot, or its destination cannot be read;
+    /// `physical` when its spec says it copies files, so that no member may start before the
+    /// copy is there (a started server initialises its empty data directory).
+    NotReady { why: String, physical: bool },
+    /// For a physical copy, the init containers that restore it (`physical`).
+    Ready {
+        snapshot: Box<StoredSnapshot>,
+        physical: Option<PhysicalRestoreInit>,
+    },
 }
 
 /// What a cluster created with `restoreFrom` restores, while it has not: `None` for another
@@ -1060,23 +1110,55 @@ async fn pending_restore(
         .await
         .map_err(Error::api(format!("reading MySQLBackup {name}")))?
     else {
-        return Ok(Some(PendingRestore::NotReady(format!(
-            "MySQLBackup {name} does not exist"
-        ))));
+        return Ok(Some(PendingRestore::NotReady {
+            why: format!("MySQLBackup {name} does not exist"),
+            physical: false,
+        }));
     };
     let recorded = backup.status.clone().unwrap_or_default();
-    if recorded.method == Some(BackupMethod::Physical) {
-        return Ok(Some(PendingRestore::NotReady(format!(
-            "MySQLBackup {name} holds a physical copy of a member's files (spec.method: Physical), which the \
-             operator does not restore into a new cluster yet: name a Logical backup in spec.restoreFrom, or \
-             restore the copy by hand (docs/backups.md, Restoring a physical copy)"
-        ))));
-    }
+    let physical = backup.spec.method == BackupMethod::Physical;
     let (Some(snapshot), Some(position)) = (recorded.run.last_snapshot, recorded.gtid_position) else {
-        return Ok(Some(PendingRestore::NotReady(format!(
-            "MySQLBackup {name} has no stored snapshot yet"
-        ))));
+        return Ok(Some(PendingRestore::NotReady {
+            why: format!("MySQLBackup {name} has no stored snapshot yet"),
+            physical,
+        }));
     };
+    if recorded.method == Some(BackupMethod::Physical) {
+        let init = PhysicalRestoreInit {
+            operator_image: context.state.settings.operator_image.clone(),
+            fetch: quorum_core::backup::ObjectFetch::of(
+                &snapshot.location,
+                &snapshot.sha256,
+                backup.spec.backup.destination.s3.as_ref(),
+                context.state.settings.members.allow_http_backups,
+            ),
+            position: position.clone(),
+        };
+        return Ok(Some(
+            match (
+                &source.point_in_time,
+                stored_snapshot(context, cluster, &backup, &snapshot, &position).await,
+            ) {
+                (Some(_), _) => PendingRestore::NotReady {
+                    why: format!(
+                        "MySQLBackup {name} holds a physical copy: restoreFrom.pointInTime needs a Logical backup that archives the binary log"
+                    ),
+                    physical: true,
+                },
+                (None, Ok(stored)) => PendingRestore::Ready {
+                    snapshot: Box::new(StoredSnapshot {
+                        method: BackupMethod::Physical,
+                        ..stored
+                    }),
+                    physical: Some(init),
+                },
+                (None, Err(why)) => PendingRestore::NotReady {
+                    why: format!("MySQLBackup {name}: {why}"),
+                    physical: true,
+                },
+            },
+        ));
+    }
     let stored = stored_snapshot(context, cluster, &backup, &snapshot, &position)
         .await
         .and_then(|stored| match &source.point_in_time {
@@ -1091,8 +1173,14 @@ async fn pending_restore(
             }
         });
     Ok(Some(match stored {
-        Ok(stored) => PendingRestore::Ready(Box::new(stored)),
-        Err(why) => PendingRestore::NotReady(format!("MySQLBackup {name}: {why}")),
+        Ok(stored) => PendingRestore::Ready {
+            snapshot: Box::new(stored),
+            physical: None,
+        },
+        Err(why) => PendingRestore::NotReady {
+            why: format!("MySQLBackup {name}: {why}"),
+            physical,
+        },
     }))
 }
 

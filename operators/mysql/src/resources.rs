@@ -491,6 +491,82 @@ pub fn build_pod_disruption_budget(cluster: &MySQLCluster) -> Result<PodDisrupti
 /// The members' StatefulSet with `replicas` pods. Pods are created in parallel: ordinal 0 is
 /// not special after the first bootstrap, so later pods must not wait for it.
 pub fn build_statefulset(cluster: &MySQLCluster, replicas: i32) -> Result<StatefulSet> {
+    build_restoring_statefulset(cluster, replicas, None)
+}
+
+/// How the members of a cluster restored from a physical copy get it: two init containers
+/// before the server. The first copies the operator's binary (and its CA bundle) from the
+/// operator's image; the second runs it in the member's image, which carries `mariadb-backup`,
+/// as `restore-physical`: the first member's empty data directory gets the copy, and every
+/// member's init container reports what it did in its termination message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PhysicalRestoreInit {
+    pub operator_image: String,
+    pub fetch: quorum_core::backup::ObjectFetch,
+    /// The GTID position the backup recorded for the copy.
+    pub position: String,
+}
+
+/// The init container that restores the copy ([`PhysicalRestoreInit`]).
+pub const RESTORE_CONTAINER: &str = "restore";
+
+fn physical_restore_containers(cluster: &MySQLCluster, restore: &PhysicalRestoreInit) -> Vec<Container> {
+    use quorum_core::backup::job::{
+        BESIDE_BINARY, BESIDE_BINARY_DIR, CA_BUNDLE_COPY, INSTALL_BINARY_COMMAND,
+    };
+    let install = Container {
+        name: "install-operator".into(),
+        image: Some(restore.operator_image.clone()),
+        args: Some(vec![
+            INSTALL_BINARY_COMMAND.into(),
+            format!("--to={BESIDE_BINARY_DIR}"),
+        ]),
+        volume_mounts: Some(vec![mount("operator-binary", BESIDE_BINARY_DIR, false)]),
+        security_context: Some(member_container_security(true)),
+        ..Container::default()
+    };
+    let mut args = vec!["restore-physical".to_string()];
+    args.extend(restore.fetch.object_args());
+    args.extend([
+        format!("--position={}", restore.position),
+        "--pod=$(POD_NAME)".to_string(),
+        format!("--data-dir={DATA_DIR}"),
+    ]);
+    args.extend(restore.fetch.store_args());
+    let mut env = vec![
+        field_env("POD_NAME", "metadata.name"),
+        EnvVar {
+            name: "SSL_CERT_FILE".into(),
+            value: Some(format!("{BESIDE_BINARY_DIR}/{CA_BUNDLE_COPY}")),
+            ..EnvVar::default()
+        },
+    ];
+    env.extend(restore.fetch.credentials_env());
+    let restore = Container {
+        name: RESTORE_CONTAINER.into(),
+        image: Some(image(cluster)),
+        command: Some(vec![format!("{BESIDE_BINARY_DIR}/{BESIDE_BINARY}")]),
+        args: Some(args),
+        env: Some(env),
+        volume_mounts: Some(vec![
+            mount(DATA_VOLUME, DATA_DIR, false),
+            mount("operator-binary", BESIDE_BINARY_DIR, true),
+            mount("tmp", TMP_DIR, false),
+        ]),
+        resources: cluster.spec.resources.clone(),
+        security_context: Some(member_container_security(true)),
+        ..Container::default()
+    };
+    vec![install, restore]
+}
+
+/// [`build_statefulset`], with the init containers of a physical restore while `restore` is
+/// given.
+pub fn build_restoring_statefulset(
+    cluster: &MySQLCluster,
+    replicas: i32,
+    restore: Option<&PhysicalRestoreInit>,
+) -> Result<StatefulSet> {
     let name = cluster.name_any();
     let namespace = cluster.namespace().unwrap_or_default();
     let pod_labels = labels(cluster);
@@ -527,6 +603,13 @@ pub fn build_statefulset(cluster: &MySQLCluster, replicas: i32) -> Result<Statef
         memory_volume("run"),
         memory_volume("tmp"),
     ];
+    if restore.is_some() {
+        volumes.push(Volume {
+            name: "operator-binary".into(),
+            empty_dir: Some(k8s_openapi::api::core::v1::EmptyDirVolumeSource::default()),
+            ..Volume::default()
+        });
+    }
     if let Some(tls) = &cluster.spec.tls {
         mounts.push(mount("tls", "/etc/mysql/tls", true));
         volumes.push(Volume {
@@ -587,6 +670,7 @@ pub fn build_statefulset(cluster: &MySQLCluster, replicas: i32) -> Result<Statef
             labels: pod_labels,
             uid: MYSQL_UID,
             spec: PodSpec {
+                init_containers: restore.map(|restore| physical_restore_containers(cluster, restore)),
                 containers: vec![container],
                 volumes: Some(volumes),
                 termination_grace_period_seconds: Some(60),
@@ -687,6 +771,75 @@ mod tests {
         cluster.metadata.namespace = Some("prod".into());
         cluster.metadata.uid = Some("uid-1".into());
         cluster
+    }
+
+    #[test]
+    fn members_restoring_a_physical_copy_run_the_operators_binary_in_their_image_first() {
+        let cluster = cluster(Flavor::MariaDB, 3);
+        let init = PhysicalRestoreInit {
+            operator_image: "ghcr.io/quorum-dev/mysql-operator:v1".into(),
+            fetch: quorum_core::backup::ObjectFetch {
+                location: "s3://backups/mysql/ns/shop/x.xbstream".into(),
+                sha256: "ab12".into(),
+                s3_endpoint: Some("http://s3.example:9000".into()),
+                s3_region: None,
+                credentials_secret_name: Some("s3-credentials".into()),
+                allow_http: true,
+            },
+            position: "0-1-42".into(),
+        };
+        let pod = build_restoring_statefulset(&cluster, 3, Some(&init))
+            .unwrap()
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap();
+        let init_containers = pod.init_containers.unwrap();
+        assert_eq!(
+            init_containers[0].image.as_deref(),
+            Some("ghcr.io/quorum-dev/mysql-operator:v1")
+        );
+        let restore = &init_containers[1];
+        assert_eq!(restore.name, RESTORE_CONTAINER);
+        assert_eq!(
+            restore.image, pod.containers[0].image,
+            "the member's image, with mariadb-backup"
+        );
+        assert_eq!(restore.command.as_deref().unwrap(), ["/quorum/bin/operator"]);
+        let args = restore.args.clone().unwrap();
+        for expected in [
+            "restore-physical",
+            "--location=s3://backups/mysql/ns/shop/x.xbstream",
+            "--sha256=ab12",
+            "--position=0-1-42",
+            "--pod=$(POD_NAME)",
+            "--data-dir=/var/lib/mysql",
+            "--s3-endpoint=http://s3.example:9000",
+            "--allow-http",
+        ] {
+            assert!(args.contains(&expected.to_string()), "{expected} in {args:?}");
+        }
+        let env = restore.env.clone().unwrap();
+        assert!(env.iter().any(|e| e.name == "AWS_ACCESS_KEY_ID"));
+        assert!(env.iter().any(|e| e.name == "SSL_CERT_FILE"));
+        assert!(
+            restore
+                .volume_mounts
+                .iter()
+                .flatten()
+                .any(|m| m.name == "data" && m.mount_path == "/var/lib/mysql" && m.read_only.is_none())
+        );
+        // Without a restore, nothing of it.
+        let plain = build_statefulset(&cluster, 3)
+            .unwrap()
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap();
+        assert_eq!(plain.init_containers, None);
+        assert!(plain.volumes.unwrap().iter().all(|v| v.name != "operator-binary"));
     }
 
     #[test]

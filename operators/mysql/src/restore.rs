@@ -43,6 +43,9 @@ pub struct StoredSnapshot {
     /// order, and where to stop. Empty for the snapshot alone.
     pub binlogs: Vec<StoredBinlog>,
     pub stop: Option<ReplayStop>,
+    /// How it was read: a physical copy is restored by the members' init containers, and the
+    /// restore step only gives the server its history.
+    pub method: crate::crd::BackupMethod,
 }
 
 /// A piece of archived binary log, and what its run recorded about it.
@@ -97,6 +100,7 @@ impl StoredSnapshot {
             position,
             binlogs: Vec::new(),
             stop: None,
+            method: crate::crd::BackupMethod::Logical,
         })
     }
 
@@ -329,6 +333,63 @@ mod tests {
     use super::*;
     use crate::crd::Flavor;
 
+    #[test]
+    fn only_a_restore_container_that_reported_this_copy_restored_counts() {
+        use crate::decide::CopyState;
+        use k8s_openapi::api::core::v1::{
+            ContainerState, ContainerStateTerminated, ContainerStatus, Pod, PodStatus,
+        };
+        let pod = |name: &str, terminated: Option<&str>| Pod {
+            status: Some(PodStatus {
+                init_container_statuses: Some(vec![ContainerStatus {
+                    name: name.into(),
+                    state: Some(ContainerState {
+                        terminated: terminated.map(|message| ContainerStateTerminated {
+                            message: Some(message.into()),
+                            ..ContainerStateTerminated::default()
+                        }),
+                        ..ContainerState::default()
+                    }),
+                    ..ContainerStatus::default()
+                }]),
+                ..PodStatus::default()
+            }),
+            ..Pod::default()
+        };
+        let report = |report: PhysicalRestoreReport| serde_json::to_string(&report).unwrap();
+        let restored = report(PhysicalRestoreReport::Restored {
+            sha256: "ab12".into(),
+        });
+        assert_eq!(
+            copy_state(Some(&pod("restore", Some(&restored))), "AB12"),
+            CopyState::Restored
+        );
+        let not = |state: CopyState| match state {
+            CopyState::NotRestored(why) => why,
+            CopyState::Restored => panic!("reported restored"),
+        };
+        assert!(not(copy_state(Some(&pod("restore", Some(&restored))), "cd34")).contains("another copy"));
+        let skipped = report(PhysicalRestoreReport::Skipped {
+            why: "the data directory already holds data".into(),
+        });
+        assert!(
+            not(copy_state(Some(&pod("restore", Some(&skipped))), "ab12")).contains("already holds data")
+        );
+        assert!(not(copy_state(Some(&pod("restore", None)), "ab12")).contains("not finished"));
+        assert!(
+            not(copy_state(
+                Some(&pod("restore", Some("the store: not found"))),
+                "ab12"
+            ))
+            .contains("failed")
+        );
+        assert!(
+            not(copy_state(Some(&pod("install-operator", None)), "ab12"))
+                .contains("no restore init container")
+        );
+        assert!(not(copy_state(None, "ab12")).contains("does not exist"));
+    }
+
     fn position() -> GtidPosition {
         GtidPosition::parse(Flavor::MariaDB, "0-1-42").unwrap()
     }
@@ -501,5 +562,157 @@ mod tests {
         )
         .unwrap();
         assert_eq!(snapshot.key, "shop/shop-20260101T000000Z.sql");
+    }
+}
+
+/// The init container of the members of a cluster restored from a physical copy
+/// (`mysql-operator restore-physical`): the first member's data directory, while empty, gets the
+/// copy ([`crate::admin::physical::restore_in`]); S3 credentials come from `AWS_ACCESS_KEY_ID`
+/// and `AWS_SECRET_ACCESS_KEY`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RestorePhysicalArgs {
+    /// Where the copy is: `s3://bucket/key` or an absolute path.
+    #[arg(long)]
+    pub location: String,
+    /// Its SHA-256 (hex), as the backup recorded it.
+    #[arg(long)]
+    pub sha256: String,
+    /// The GTID position the backup recorded for it.
+    #[arg(long)]
+    pub position: String,
+    /// This member's pod: only the first member restores; the others copy it.
+    #[arg(long)]
+    pub pod: String,
+    #[arg(long)]
+    pub data_dir: std::path::PathBuf,
+    #[command(flatten)]
+    pub store: quorum_core::backup::StoreSettings,
+}
+
+/// What the init container of a physical restore did, as its termination message says
+/// (JSON): the operator opens the first member only on a copy it reports restored.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum PhysicalRestoreReport {
+    /// The data directory holds the copy of this SHA-256 (restored now, or by an earlier start
+    /// of the member).
+    Restored { sha256: String },
+    /// Nothing was restored, and why.
+    Skipped { why: String },
+}
+
+/// The file a physical restore leaves in the data directory, naming the copy's SHA-256: a
+/// later start of the member knows its data is that copy.
+pub const RESTORED_MARKER: &str = ".quorum-restored";
+
+/// Why a physical restore failed. Nothing of the copy is left in the data directory.
+#[derive(Debug, thiserror::Error)]
+pub enum RestorePhysicalError {
+    #[error("{0} (credentials come from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)")]
+    Locate(#[from] quorum_core::backup::LocateError),
+    #[error("the recorded position {0}: {1}")]
+    Position(String, String),
+    #[error("the store: {0}")]
+    Store(#[from] BackupError),
+    #[error(transparent)]
+    Restore(#[from] crate::admin::physical::PhysicalError),
+    #[error("{path}: {source}")]
+    Marker {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// Restores the copy into this member's data directory if it is the first member's and empty;
+/// says what it did.
+///
+/// # Errors
+/// [`RestorePhysicalError`]: the member's server must not start (its init container fails, and
+/// the kubelet tries again).
+pub async fn restore_physical(
+    args: &RestorePhysicalArgs,
+    credentials: Option<quorum_core::backup::S3Credentials>,
+) -> Result<PhysicalRestoreReport, RestorePhysicalError> {
+    let skipped = |why: &str| Ok(PhysicalRestoreReport::Skipped { why: why.to_string() });
+    if args.pod.rsplit('-').next() != Some("0") {
+        return skipped("only the first member restores the copy; the others copy the first");
+    }
+    let marker = args.data_dir.join(RESTORED_MARKER);
+    if let Ok(recorded) = std::fs::read_to_string(&marker) {
+        return match recorded.trim() == args.sha256.to_ascii_lowercase() {
+            true => Ok(PhysicalRestoreReport::Restored {
+                sha256: recorded.trim().to_string(),
+            }),
+            false => skipped("the data directory holds another copy"),
+        };
+    }
+    let position = GtidPosition::parse(Flavor::MariaDB, &args.position)
+        .map_err(|error| RestorePhysicalError::Position(args.position.clone(), error.to_string()))?;
+    let (target, key) = quorum_core::backup::locate(&args.location, &args.store, credentials)?;
+    let sink = BackupSink::new(target)?;
+    let sha256 = args.sha256.to_ascii_lowercase();
+    let restored = crate::admin::physical::restore_in(&args.data_dir, &position, |input| {
+        let (sink, key, sha256) = (&sink, &key, &sha256);
+        async move { sink.download(key, input, Some(sha256)).await.map(drop) }
+    })
+    .await;
+    match restored {
+        Ok(_) => {}
+        // Data there already, with no record of a restore: a volume kept from another
+        // cluster, which is never written over. The operator sees no restored copy and waits.
+        Err(crate::admin::physical::PhysicalError::NotEmpty { .. }) => {
+            return skipped("the data directory already holds data, and a restore never writes over data");
+        }
+        Err(error) => return Err(error.into()),
+    }
+    std::fs::write(&marker, &sha256).map_err(|source| RestorePhysicalError::Marker {
+        path: marker.clone(),
+        source,
+    })?;
+    Ok(PhysicalRestoreReport::Restored { sha256 })
+}
+
+/// What the first member's restore init container reported of the copy of `sha256`
+/// ([`PhysicalRestoreReport`] in its termination message), on `pod`.
+pub fn copy_state(pod: Option<&k8s_openapi::api::core::v1::Pod>, sha256: &str) -> crate::decide::CopyState {
+    use crate::decide::CopyState;
+    let Some(pod) = pod else {
+        return CopyState::NotRestored("its pod does not exist yet".into());
+    };
+    let Some(status) = pod
+        .status
+        .iter()
+        .flat_map(|status| status.init_container_statuses.iter().flatten())
+        .find(|status| status.name == crate::resources::RESTORE_CONTAINER)
+    else {
+        return CopyState::NotRestored(
+            "its pod has no restore init container: it was made before the backup held a copy, and its server \
+             initialised its data directory; delete the cluster and its volumes and create it again"
+                .into(),
+        );
+    };
+    let terminated = status
+        .state
+        .as_ref()
+        .and_then(|state| state.terminated.as_ref())
+        .or_else(|| {
+            status
+                .last_state
+                .as_ref()
+                .and_then(|state| state.terminated.as_ref())
+        });
+    let Some(terminated) = terminated else {
+        return CopyState::NotRestored("its restore init container has not finished".into());
+    };
+    let message = terminated.message.as_deref().unwrap_or_default();
+    match serde_json::from_str::<PhysicalRestoreReport>(message) {
+        Ok(PhysicalRestoreReport::Restored { sha256: restored }) if restored.eq_ignore_ascii_case(sha256) => {
+            CopyState::Restored
+        }
+        Ok(PhysicalRestoreReport::Restored { sha256: other }) => {
+            CopyState::NotRestored(format!("its data directory holds another copy (sha256 {other})"))
+        }
+        Ok(PhysicalRestoreReport::Skipped { why }) => CopyState::NotRestored(why),
+        Err(_) => CopyState::NotRestored(format!("its restore init container failed: {message}")),
     }
 }

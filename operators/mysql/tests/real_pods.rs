@@ -1048,10 +1048,10 @@ async fn a_physical_backup_copies_a_members_files_from_a_job_beside_it_into_s3()
     .unwrap();
     assert_eq!(restored, position);
     local.start_member_on_its_data().await;
-    let rows = local
+    let copied = local
         .sql(0, &format!("SELECT k, v FROM {APP_DATABASE}.history ORDER BY k"))
         .await;
-    let held: BTreeMap<String, Option<String>> = rows
+    let held: BTreeMap<String, Option<String>> = copied
         .lines()
         .filter_map(|line| line.split_once('\t'))
         .map(|(key, value)| (key.to_string(), Some(value.to_string())))
@@ -1065,41 +1065,53 @@ async fn a_physical_backup_copies_a_members_files_from_a_job_beside_it_into_s3()
         .unwrap_or_else(|violations| panic!("the copy lost or invented writes: {violations:#?}"));
     assert!(checked >= 20, "{checked}");
 
-    // A new cluster is not restored from it yet: it waits, saying so, and opens no primary.
-    let mut copy = real_cluster(1);
+    // A new cluster restores it: its first member's init container puts the copy in place
+    // before its server starts, the server takes the copy's history, the other member copies the
+    // first, and once the restore is recorded the members roll off the restore's init containers.
+    let mut copy = real_cluster(2);
     copy.metadata.name = Some("copy".into());
     copy.spec.restore_from = Some(mysql_operator::crd::MySqlRestoreSource::newest("physical"));
     let clusters: Api<MySQLCluster> = Api::namespaced(setup.admin.clone(), &setup.ns);
     clusters.create(&PostParams::default(), &copy).await.unwrap();
-    let waiting = wait::until(
-        "the copy to say why it waits",
-        Duration::from_secs(120),
-        || async {
-            let status = clusters
-                .get_status("copy")
-                .await
-                .map_err(|e| e.to_string())?
-                .status
-                .unwrap_or_default();
-            status
-                .conditions
-                .iter()
-                .find(|condition| {
-                    condition.type_ == "Progressing" && condition.message.contains("physical copy")
-                })
-                .cloned()
-                .map(|condition| (condition, status.primary))
-                .ok_or(format!("{:?}", status.conditions))
-        },
+    let restored_status = support::ready(&clusters, "copy", 1).await;
+    let record = restored_status.restored_from.expect("the restore is recorded");
+    assert_eq!(record.sha256, snapshot.sha256);
+    assert_eq!(record.gtid_position, position.to_string());
+    let copy_members =
+        "app.kubernetes.io/name=mysql,app.kubernetes.io/instance=copy,app.kubernetes.io/component=member";
+    setup
+        .members_ready(copy_members, 2, Duration::from_secs(180))
+        .await;
+    let restored = service_pool(&setup, &mysql_operator::resources::primary_service_name("copy")).await;
+    let held = wait::until("the restored primary's rows", Duration::from_secs(60), || {
+        rows(&restored)
+    })
+    .await;
+    let mut all = held.clone();
+    for operation in &history.operations {
+        all.entry(operation.key.clone()).or_insert(None);
+    }
+    history
+        .check(&all)
+        .unwrap_or_else(|violations| panic!("the restored cluster lost or invented writes: {violations:#?}"));
+    until_done(
+        &restored,
+        "INSERT INTO history VALUES ('after-the-restore', 'written')",
     )
     .await;
-    assert_eq!(waiting.0.reason, "RestoreSourceNotReady");
-    assert!(
-        waiting.0.message.contains("spec.restoreFrom"),
-        "{}",
-        waiting.0.message
+    let statefulsets: Api<k8s_openapi::api::apps::v1::StatefulSet> =
+        Api::namespaced(setup.admin.clone(), &setup.ns);
+    let init_containers = statefulsets
+        .get(&mysql_operator::resources::statefulset_name("copy"))
+        .await
+        .unwrap()
+        .spec
+        .and_then(|spec| spec.template.spec)
+        .and_then(|pod| pod.init_containers);
+    assert_eq!(
+        init_containers, None,
+        "a restored cluster's members restore nothing more"
     );
-    assert_eq!(waiting.1, None, "no primary is opened in its place");
     setup.remove().await;
 }
 

@@ -341,7 +341,7 @@ pub const INSTALL_BINARY_COMMAND: &str = "install-binary";
 const CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 /// Its copy beside the binary, which a run beside a member names in `SSL_CERT_FILE`: the
 /// member's image may carry none.
-const CA_BUNDLE_COPY: &str = "ca-certificates.crt";
+pub const CA_BUNDLE_COPY: &str = "ca-certificates.crt";
 
 /// Copies the running binary into `dir` as `name`, executable, and the image's CA bundle next
 /// to it: what the init container of a run beside a member does.

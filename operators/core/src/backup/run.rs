@@ -93,6 +93,94 @@ pub async fn cluster_sink(
     Ok(BackupSink::new(scoped_target(target, namespace, cluster))?)
 }
 
+/// A stored object a restored member's init container fetches: where it is, the SHA-256 its
+/// backup recorded, and what its store needs that the location does not say.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectFetch {
+    /// `s3://bucket/key` or an absolute path, as the backup recorded it.
+    pub location: String,
+    pub sha256: String,
+    /// For an S3 location: endpoint, region and the credentials Secret.
+    pub s3_endpoint: Option<String>,
+    pub s3_region: Option<String>,
+    pub credentials_secret_name: Option<String>,
+    pub allow_http: bool,
+}
+
+impl ObjectFetch {
+    /// The object at `location` with `sha256`, in the destination whose S3 settings are `s3`
+    /// (none for a filesystem destination).
+    pub fn of(
+        location: &str,
+        sha256: &str,
+        s3: Option<&crate::crd::S3Destination>,
+        allow_http: bool,
+    ) -> Self {
+        Self {
+            location: location.to_string(),
+            sha256: sha256.to_string(),
+            s3_endpoint: s3.and_then(|s3| s3.endpoint.clone()),
+            s3_region: s3.and_then(|s3| s3.region.clone()),
+            credentials_secret_name: s3.map(|s3| s3.credentials_secret_name.clone()),
+            allow_http,
+        }
+    }
+
+    /// The init container's `--location` and `--sha256`.
+    pub fn object_args(&self) -> [String; 2] {
+        [
+            format!("--location={}", self.location),
+            format!("--sha256={}", self.sha256),
+        ]
+    }
+
+    /// The init container's store flags ([`StoreSettings`]).
+    pub fn store_args(&self) -> Vec<String> {
+        let mut args = Vec::new();
+        args.extend(
+            self.s3_endpoint
+                .iter()
+                .map(|endpoint| format!("--s3-endpoint={endpoint}")),
+        );
+        args.extend(
+            self.s3_region
+                .iter()
+                .map(|region| format!("--s3-region={region}")),
+        );
+        if self.allow_http {
+            args.push("--allow-http".to_string());
+        }
+        args
+    }
+
+    /// The S3 credentials from their Secret, as `AWS_ACCESS_KEY_ID` and
+    /// `AWS_SECRET_ACCESS_KEY` ([`S3Credentials::from_env`]).
+    pub fn credentials_env(&self) -> Vec<k8s_openapi::api::core::v1::EnvVar> {
+        use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, SecretKeySelector};
+        let Some(secret) = &self.credentials_secret_name else {
+            return Vec::new();
+        };
+        [
+            ("AWS_ACCESS_KEY_ID", super::ACCESS_KEY_ID_KEY),
+            ("AWS_SECRET_ACCESS_KEY", super::SECRET_ACCESS_KEY_KEY),
+        ]
+        .into_iter()
+        .map(|(name, key)| EnvVar {
+            name: name.into(),
+            value_from: Some(EnvVarSource {
+                secret_key_ref: Some(SecretKeySelector {
+                    name: secret.clone(),
+                    key: key.into(),
+                    optional: Some(false),
+                }),
+                ..EnvVarSource::default()
+            }),
+            ..EnvVar::default()
+        })
+        .collect()
+    }
+}
+
 /// The store settings a recorded location alone does not carry (an S3 location names only
 /// bucket and key).
 /// A restore step takes them as flags (`--s3-endpoint`, `--s3-region`, `--allow-http`).
