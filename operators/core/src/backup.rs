@@ -71,7 +71,8 @@ pub use destination::{
 };
 pub use pipe::{PIPE_CAPACITY, PipeError, PipeReader, PipeWriter, Produce, pipe, producer};
 pub use run::{
-    Due, LocateError, ObjectFetch, SinkSetupError, StoreSettings, cluster_sink, due, locate, until,
+    Due, LocateError, ObjectFetch, SinkSetupError, StoreSettings, cluster_sink, due, locate,
+    s3_credentials_env, until,
 };
 pub use schedule::{
     BACKUP_STALE, ScheduleError, due_at, is_stale, longest_interval, next_due, set_backup_stale,

@@ -13,9 +13,8 @@ use k8s_openapi::{
     api::{
         apps::v1::{StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy},
         core::v1::{
-            ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, KeyToPath,
-            PodSpec, Probe, Secret, SecretKeySelector, SecretVolumeSource, Service, ServicePort, ServiceSpec,
-            TCPSocketAction, Volume,
+            ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, KeyToPath, PodSpec, Probe,
+            Secret, SecretVolumeSource, Service, ServicePort, ServiceSpec, TCPSocketAction, Volume,
         },
         policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec},
     },
@@ -24,7 +23,6 @@ use k8s_openapi::{
 use kube::ResourceExt;
 use quorum_core::{
     apply::child_metadata,
-    backup::{ACCESS_KEY_ID_KEY, SECRET_ACCESS_KEY_KEY},
     crd::Storage,
     naming::{child_name, label_selector, selector_labels, standard_labels},
     pod::{
@@ -789,23 +787,7 @@ fn restore_container(restore: &RestoreStatus, snapshots: &[RestoreSnapshot]) -> 
     }
     let mut env = vec![field_env("POD_NAME", "metadata.name")];
     if let Some(secret) = &restore.credentials_secret_name {
-        for (name, key) in [
-            ("AWS_ACCESS_KEY_ID", ACCESS_KEY_ID_KEY),
-            ("AWS_SECRET_ACCESS_KEY", SECRET_ACCESS_KEY_KEY),
-        ] {
-            env.push(EnvVar {
-                name: name.into(),
-                value_from: Some(EnvVarSource {
-                    secret_key_ref: Some(SecretKeySelector {
-                        name: secret.clone(),
-                        key: key.into(),
-                        optional: Some(false),
-                    }),
-                    ..EnvVarSource::default()
-                }),
-                ..EnvVar::default()
-            });
-        }
+        env.extend(quorum_core::backup::s3_credentials_env(secret));
     }
     Container {
         name: RESTORE_CONTAINER.into(),
@@ -1331,7 +1313,10 @@ pub(crate) mod tests {
         };
         assert_eq!(
             secret_key("AWS_SECRET_ACCESS_KEY"),
-            Some(("backup-credentials".into(), SECRET_ACCESS_KEY_KEY.into()))
+            Some((
+                "backup-credentials".into(),
+                quorum_core::backup::SECRET_ACCESS_KEY_KEY.into()
+            ))
         );
         assert!(!args.iter().any(|a| a.contains("backup-credentials")));
         assert_eq!(restore.volume_mounts.as_ref().unwrap()[0].mount_path, "/data");

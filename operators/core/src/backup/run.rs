@@ -153,32 +153,37 @@ impl ObjectFetch {
         args
     }
 
-    /// The S3 credentials from their Secret, as `AWS_ACCESS_KEY_ID` and
-    /// `AWS_SECRET_ACCESS_KEY` ([`S3Credentials::from_env`]).
+    /// The S3 credentials from their Secret ([`s3_credentials_env`]).
     pub fn credentials_env(&self) -> Vec<k8s_openapi::api::core::v1::EnvVar> {
-        use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, SecretKeySelector};
-        let Some(secret) = &self.credentials_secret_name else {
-            return Vec::new();
-        };
-        [
-            ("AWS_ACCESS_KEY_ID", super::ACCESS_KEY_ID_KEY),
-            ("AWS_SECRET_ACCESS_KEY", super::SECRET_ACCESS_KEY_KEY),
-        ]
-        .into_iter()
-        .map(|(name, key)| EnvVar {
-            name: name.into(),
-            value_from: Some(EnvVarSource {
-                secret_key_ref: Some(SecretKeySelector {
-                    name: secret.clone(),
-                    key: key.into(),
-                    optional: Some(false),
-                }),
-                ..EnvVarSource::default()
-            }),
-            ..EnvVar::default()
-        })
-        .collect()
+        self.credentials_secret_name
+            .as_deref()
+            .map(s3_credentials_env)
+            .unwrap_or_default()
     }
+}
+
+/// The S3 credentials of the Secret `secret`, as a restore step reads them
+/// ([`S3Credentials::from_env`]): `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY`.
+pub fn s3_credentials_env(secret: &str) -> Vec<k8s_openapi::api::core::v1::EnvVar> {
+    use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, SecretKeySelector};
+    [
+        ("AWS_ACCESS_KEY_ID", super::ACCESS_KEY_ID_KEY),
+        ("AWS_SECRET_ACCESS_KEY", super::SECRET_ACCESS_KEY_KEY),
+    ]
+    .into_iter()
+    .map(|(name, key)| EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: secret.to_string(),
+                key: key.into(),
+                optional: Some(false),
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    })
+    .collect()
 }
 
 /// The store settings a recorded location alone does not carry (an S3 location names only
