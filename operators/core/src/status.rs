@@ -288,14 +288,21 @@ where
     }
 }
 
+/// How many times [`merge_status_of`] repeats a write another writer's overtook: bounded, so
+/// that writers that keep overtaking each other end in an error rather than a livelock.
+pub const CONFLICTS_RETRIED: u32 = 10;
+
 /// Sends `patch` (a JSON merge patch with a `status` field) to the status of `object` itself,
 /// never to another object created under its name after `object` was deleted: a pass that
 /// began before the deletion would otherwise give the new object the deleted one's memory (a
 /// cluster id, members, a step in flight). The write names a version of `object`, `version`
 /// first; when the API server holds another, the object is read again and, while it is still
-/// `object` (by uid), the write is repeated once at the version read. A status subresource
-/// ignores a uid sent with the patch, so the version is what binds the write to the object.
-/// `Ok(None)` when `object` is gone.
+/// `object` (by uid), the write is repeated at the version read, up to [`CONFLICTS_RETRIED`]
+/// times: each conflict is another writer's write landing between the read and this one (the
+/// backups of one cluster recording on it as they finish, beside its own reconciler), and the
+/// patch carries only this writer's fields. A status subresource ignores a uid sent with the
+/// patch, so the version is what binds the write to the object. `Ok(None)` when `object` is
+/// gone.
 ///
 /// # Errors
 /// The API server's answer when the patch is refused or lost, or the object cannot be read.
@@ -328,7 +335,9 @@ where
         match merge_status(api, &namespace, &name, &patch).await {
             Ok(written) => return Ok(Some(written)),
             Err(kube::Error::Api(status)) if status.code == 404 => return Ok(None),
-            Err(kube::Error::Api(status)) if status.code == 409 && conflicts == 0 => conflicts += 1,
+            Err(kube::Error::Api(status)) if status.code == 409 && conflicts < CONFLICTS_RETRIED => {
+                conflicts += 1;
+            }
             Err(error) => return Err(error),
         }
     }

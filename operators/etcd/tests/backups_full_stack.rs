@@ -768,16 +768,35 @@ async fn one_minute_schedules_keep_their_newest_runs_never_prune_what_they_did_n
     assert!(reported.contains("did not finish"), "{reported}");
     let interrupted = succeeded_schedule(&backups, "interrupted").await;
     assert!(interrupted.run.started_at.unwrap().0 > started);
+    let failures: Vec<String> = operator
+        .context
+        .metrics
+        .render()
+        .lines()
+        .filter(|line| {
+            line.starts_with("quorum_backup_failures_total{") && line.contains(&format!("namespace=\"{ns}\""))
+        })
+        .map(str::to_string)
+        .collect();
+    let runs: Vec<String> = backups
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|backup| {
+            let run = backup.status.unwrap_or_default().run;
+            format!(
+                "{}: {:?} {:?}",
+                backup.metadata.name.unwrap_or_default(),
+                run.phase,
+                run.message
+            )
+        })
+        .collect();
     assert!(
-        operator
-            .context
-            .metrics
-            .render()
-            .lines()
-            .any(|line| line.starts_with("quorum_backup_failures_total{")
-                && line.contains(&format!("namespace=\"{ns}\""))
-                && line.ends_with(" 1")),
-        "the interrupted run counts as a failure"
+        failures.len() == 1 && failures[0].ends_with(" 1"),
+        "the interrupted run counts as a failure, and no other run failed: {failures:?}; {runs:#?}"
     );
 
     operator.stop().await;

@@ -374,3 +374,47 @@ async fn an_etcd_pod_no_node_can_take_is_reported_on_its_cluster() {
     assert!(failing.message.contains("stuck-0"), "{}", failing.message);
     namespace.delete().await;
 }
+
+/// Writers of different status fields of one cluster at once (the backups of one cluster
+/// recording `lastBackup` as they finish, beside the cluster's own reconciler): each write is
+/// bound to the cluster by its version, and one that meets another's newer version is not lost
+/// but repeated on the cluster as it is now, however many others came between.
+#[tokio::test]
+async fn concurrent_status_writers_of_different_fields_all_land() {
+    let client = admin_client().await;
+    install_crd(&client, &EtcdCluster::crd()).await;
+    let namespace = TestNamespace::create(&client, "etcd-status-writers").await;
+    let clusters: Api<EtcdCluster> = Api::namespaced(client.clone(), namespace.name());
+    let cluster = clusters
+        .create(&PostParams::default(), &EtcdCluster::new("main", spec(3)))
+        .await
+        .unwrap();
+    let fields = [
+        ("leader", serde_json::json!("main-0")),
+        ("lostLeader", serde_json::json!("main-1")),
+        ("version", serde_json::json!("3.5.21")),
+        ("clusterId", serde_json::json!("c0ffee")),
+        ("selector", serde_json::json!("app=main")),
+        ("observedGeneration", serde_json::json!(1)),
+        ("replicas", serde_json::json!(3)),
+    ];
+    let writes = fields.iter().map(|(field, value)| {
+        let (clusters, cluster) = (&clusters, &cluster);
+        async move {
+            let patch = serde_json::json!({ "status": { *field: value } });
+            let version = cluster.resource_version();
+            (
+                *field,
+                quorum_core::status::merge_status_of(clusters, cluster, version, &patch).await,
+            )
+        }
+    });
+    for (field, written) in futures::future::join_all(writes).await {
+        assert!(matches!(written, Ok(Some(_))), "{field}: {written:?}");
+    }
+    let stored = serde_json::to_value(clusters.get("main").await.unwrap().status).unwrap();
+    for (field, value) in &fields {
+        assert_eq!(&stored[field], value, "{field} in {stored}");
+    }
+    namespace.delete().await;
+}
