@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bson::{Document, doc};
 use mongodb::{
-    Client,
+    Client, Collection,
     error::{Error, ErrorKind},
     options::{ClientOptions, Credential, ReadPreference, SelectionCriteria, ServerAddress, WriteConcern},
 };
@@ -367,16 +367,35 @@ async fn the_driver_follows_the_primary_through_failover_and_restarts() {
     assert!(duplicate.to_string().contains("E11000"), "{duplicate}");
     let on_secondary = things.clone();
     let secondary = SelectionCriteria::ReadPreference(ReadPreference::Secondary { options: None });
+    // Each secondary by itself: the driver picks either for a read, and a majority write is
+    // on one of them at least when it is acknowledged, not yet on both.
+    let secondaries: Vec<(usize, Collection<Document>)> = (0..3)
+        .filter(|index| *index != first_primary)
+        .map(|index| {
+            (
+                index,
+                processes
+                    .direct_client(index)
+                    .database("app")
+                    .collection("things"),
+            )
+        })
+        .collect();
     wait::until(
-        "a secondary to serve the 20 documents",
+        "both secondaries to serve the 20 documents",
         Duration::from_secs(10),
         || async {
-            let n = on_secondary
-                .count_documents(doc! {})
-                .selection_criteria(secondary.clone())
-                .await
-                .map_err(|e| e.to_string())?;
-            (n == 20).then_some(()).ok_or(format!("{n} documents"))
+            for (index, things) in &secondaries {
+                let n = things
+                    .count_documents(doc! {})
+                    .selection_criteria(secondary.clone())
+                    .await
+                    .map_err(|e| format!("member {index}: {e}"))?;
+                if n != 20 {
+                    return Err(format!("member {index}: {n} documents"));
+                }
+            }
+            Ok(())
         },
     )
     .await;
