@@ -38,7 +38,7 @@ use crate::{
     crd::{BackupMethod, Flavor, MySQLBackup, MySQLBackupSpec, MySQLBackupStatus, MySQLCluster, RecoveryRun},
     decide::MemberFact,
     reconcile::State,
-    resources::{REPLICATION_USER, SERVER_DATA_DIR, beside_member, member_name, ordinal_of},
+    resources::{DATA_DIR, REPLICATION_USER, beside_member, member_name, ordinal_of},
     status::CAUGHT_UP_LAG_SECONDS,
 };
 
@@ -462,7 +462,7 @@ impl MySqlSnapshots<'_> {
             host: addresses.host(source.ordinal),
             port: addresses.port(),
             credentials,
-            data_dir: SERVER_DATA_DIR.into(),
+            data_dir: DATA_DIR.into(),
             scratch: BESIDE_SCRATCH_DIR.into(),
         };
         let produce = producer(move |writer| Box::pin(async move { backup_out(&physical, writer).await }));

@@ -51,7 +51,8 @@ pub const REPLICATION_PASSWORD_FILE: &str = "replication-password";
 
 const CONFIG_DIR: &str = "/etc/mysql/quorum";
 const CREDENTIALS_DIR: &str = "/etc/mysql/credentials";
-const DATA_DIR: &str = "/var/lib/mysql";
+/// Where the server's files are, in its pod and in a physical backup's Job beside it.
+pub const DATA_DIR: &str = "/var/lib/mysql";
 const RUN_DIR: &str = "/run/mysqld";
 /// The server's scratch space (`tmpdir`): the root file system is read-only.
 const TMP_DIR: &str = "/tmp";
@@ -387,9 +388,6 @@ pub fn beside_member(
         uid: MYSQL_UID,
     })
 }
-
-/// Where the server's files are, in its pod and in a physical backup's Job beside it.
-pub const SERVER_DATA_DIR: &str = DATA_DIR;
 
 /// The ConfigMap with `my.cnf` and `start.sh`.
 pub fn build_config_map(cluster: &MySQLCluster) -> Result<ConfigMap> {

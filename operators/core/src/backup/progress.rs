@@ -68,15 +68,11 @@ where
                 }
                 Ok(None) => {
                     tracing::info!(backup = %name, %namespace, "the backup is gone or was created again: no more progress reports");
-                    return;
+                    std::future::pending::<()>().await;
                 }
                 Err(error) => tracing::warn!(backup = %name, %namespace, %error, "reporting progress"),
             }
         }
-    };
-    let report = async {
-        report.await;
-        std::future::pending::<()>().await
     };
     tokio::select! {
         biased;
