@@ -554,7 +554,23 @@ async fn a_member_too_stale_to_catch_up_is_wiped_and_copies_every_write_again() 
         || async {
             match claims.get_opt(&claim).await.map_err(|e| e.to_string())? {
                 Some(current) if current.metadata.uid != old_claim => Ok(()),
-                other => Err(format!("{:?}", other.map(|c| c.metadata.uid))),
+                other => {
+                    // What the operator waits for, if it does: the set's progress.
+                    let progressing = setup
+                        .status_until("ledger", "its status", Duration::from_secs(10), |status| {
+                            Ok(status.conditions)
+                        })
+                        .await
+                        .into_iter()
+                        .find(|condition| condition.type_ == "Progressing");
+                    Err(format!(
+                        "claim {:?} (deleted at {:?}); {progressing:?}",
+                        other.as_ref().map(|c| &c.metadata.uid),
+                        other
+                            .as_ref()
+                            .and_then(|c| c.metadata.deletion_timestamp.as_ref()),
+                    ))
+                }
             }
         },
     )
