@@ -110,8 +110,30 @@ pub fn collect(namespace: &str) -> PathBuf {
         write(&format!("{pod}.log"), logs(false));
         write(&format!("{pod}.previous.log"), logs(true));
     }
+    // The node's Service plumbing is shared by every namespace: what it did last says why a
+    // Service did not answer (endpoints not yet programmed, a rule sync failing).
+    let node_logs = cache_root().join("cluster").join("logs");
+    for component in ["kube-proxy", "kubelet"] {
+        if let Ok(text) = fs::read_to_string(node_logs.join(format!("{component}.log"))) {
+            write(
+                &format!("node-{component}.log"),
+                last_lines(&text, NODE_LOG_LINES),
+            );
+        }
+    }
     prune(&diagnostics_root());
     directory
+}
+
+/// How many of the node components' newest log lines a failed test keeps.
+const NODE_LOG_LINES: usize = 3000;
+
+/// The last `count` lines of `text`.
+fn last_lines(text: &str, count: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut kept = lines[lines.len().saturating_sub(count)..].join("\n");
+    kept.push('\n');
+    kept
 }
 
 /// The quorum resources among `kubectl api-resources --output=name`'s lines.
@@ -140,6 +162,12 @@ fn prune(root: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_node_log_is_kept_from_its_newest_lines() {
+        assert_eq!(last_lines("a\nb\nc\n", 2), "b\nc\n");
+        assert_eq!(last_lines("a\n", 5), "a\n");
+    }
 
     #[test]
     fn only_quorum_resources_are_collected() {
