@@ -88,9 +88,7 @@ impl Profile {
             ),
         }
     }
-}
 
-impl Profile {
     /// The compiler's flags: linked statically, and an optimized image at a fixed address (no
     /// position-independent code, so no relocations dirty its pages when it starts).
     fn rustflags(self) -> &'static str {
