@@ -29,8 +29,8 @@ use std::{
 };
 
 use k8s_openapi::{
-    NamespaceResourceScope, apimachinery::pkg::apis::meta::v1::ObjectMeta,
-    apimachinery::pkg::apis::meta::v1::OwnerReference,
+    NamespaceResourceScope,
+    apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, ObjectMeta, OwnerReference},
 };
 use kube::{
     Api, Client, Resource, ResourceExt,
@@ -70,8 +70,10 @@ struct Known {
     uid: String,
     /// A digest of the object last applied.
     applied: u64,
-    /// The fields the API server recorded as this manager's right after that apply.
-    owned: Option<Value>,
+    /// A digest of the fields the API server recorded as this manager's right after that apply
+    /// (a digest, not the fields: a settled cluster's children would hold their trees in memory
+    /// for nothing but a comparison).
+    owned: Option<u64>,
 }
 
 impl Applier {
@@ -184,7 +186,7 @@ impl Applier {
             return Ok(None);
         };
         let same_object = stored.meta().uid.as_deref() == Some(known.uid.as_str());
-        let same_fields = known.owned.is_some() && owned_fields(&stored, &self.field_manager) == known.owned;
+        let same_fields = known.owned.is_some() && owned_digest(&stored, &self.field_manager) == known.owned;
         let holds = match (serde_json::to_value(&stored), serde_json::to_value(object)) {
             (Ok(stored), Ok(desired)) => holds(&stored, &desired),
             _ => false,
@@ -351,7 +353,7 @@ impl Applier {
 
     fn remember<K: Resource<DynamicType = ()>>(&self, key: ChildKey, stored: &K, applied: u64) {
         self.set_absent(key.clone(), false);
-        let owned = owned_fields(stored, &self.field_manager);
+        let owned = owned_digest(stored, &self.field_manager);
         if let (Ok(mut known), Some(uid)) = (self.known.lock(), stored.meta().uid.clone()) {
             known.insert(key, Known { uid, applied, owned });
         }
@@ -371,19 +373,27 @@ fn read(kind: &str, name: &str) -> impl FnOnce(kube::Error) -> Error {
 
 /// The fields the API server records as applied by `manager` on `object` (its managed-fields
 /// entry of the Apply operation on the object itself, not a subresource).
-fn owned_fields<K: Resource>(object: &K, manager: &str) -> Option<Value> {
+fn owned_fields<'a, K: Resource>(object: &'a K, manager: &str) -> Option<&'a FieldsV1> {
     object
         .meta()
         .managed_fields
         .iter()
         .flatten()
-        .find(|entry| {
-            entry.manager.as_deref() == Some(manager)
-                && entry.operation.as_deref() == Some("Apply")
-                && entry.subresource.as_deref().unwrap_or_default().is_empty()
-        })
+        .find(|entry| is_applied_by(entry, Some(manager)))
         .and_then(|entry| entry.fields_v1.as_ref())
-        .and_then(|fields| serde_json::to_value(fields).ok())
+}
+
+/// Whether `entry` records an Apply on the object itself (not a subresource), by `manager` if
+/// one is named.
+pub(crate) fn is_applied_by(entry: &ManagedFieldsEntry, manager: Option<&str>) -> bool {
+    manager.is_none_or(|manager| entry.manager.as_deref() == Some(manager))
+        && entry.operation.as_deref() == Some("Apply")
+        && entry.subresource.as_deref().unwrap_or_default().is_empty()
+}
+
+/// A digest of the fields `manager` applied on `object` ([`owned_fields`]).
+fn owned_digest<K: Resource>(object: &K, manager: &str) -> Option<u64> {
+    owned_fields(object, manager).map(digest)
 }
 
 /// A digest of the object as it would be applied.
@@ -584,8 +594,8 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(
-            owned_fields(&service, "quorum-etcd-operator"),
-            Some(json!({"f:spec": {"f:selector": {}}}))
+            owned_fields(&service, "quorum-etcd-operator").map(|fields| &fields.0),
+            Some(&json!({"f:spec": {"f:selector": {}}}))
         );
         assert_eq!(owned_fields(&service, "someone-else"), None);
     }

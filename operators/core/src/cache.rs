@@ -33,7 +33,7 @@ use std::{
 };
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::{NamespaceResourceScope, apimachinery::pkg::apis::meta::v1::ObjectMeta};
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::ListParams,
@@ -107,6 +107,16 @@ pub struct Cache {
     referenced: Arc<Mutex<HashMap<ReferencedKey, ReferencedCopy>>>,
 }
 
+/// Drops from a cached object's managed fields every entry [`crate::apply`] never reads (all of
+/// them unless the operator `applies` objects of its kind): the operator's comparison looks only
+/// at an Apply of the object itself.
+fn keep_applied_fields(meta: &mut ObjectMeta, applies: bool) {
+    match &mut meta.managed_fields {
+        Some(entries) if applies => entries.retain(|entry| crate::apply::is_applied_by(entry, None)),
+        fields => *fields = None,
+    }
+}
+
 /// When an object no store holds was read, and what was read.
 type ReferencedCopy = (Instant, Arc<dyn Any + Send + Sync>);
 
@@ -123,16 +133,14 @@ impl Cache {
         let (store, writer) = reflector::store();
         let config = watcher::Config::default().labels(&label_selector(&selector));
         let listed = self.keep(store, namespace, selector);
-        // Which field manager set what matters only for the objects this operator applies
-        // ([`crate::apply`]): a pod's record of the kubelet's status writes is most of its size.
+        // Which field manager set what matters only for the objects this operator applies, and
+        // only its own entry of them ([`crate::apply`] compares that, and no other): a pod's
+        // record of the kubelet's status writes is most of its size, a StatefulSet's of the
+        // controllers' status writes a good part.
         let applied = TypeId::of::<K>() != TypeId::of::<k8s_openapi::api::core::v1::Pod>();
         watcher(api, config)
             .default_backoff()
-            .modify(move |object: &mut K| {
-                if !applied {
-                    object.meta_mut().managed_fields = None;
-                }
-            })
+            .modify(move |object: &mut K| keep_applied_fields(object.meta_mut(), applied))
             .reflect(writer)
             .inspect(move |event| {
                 mark_listed(&listed, event);
@@ -408,5 +416,40 @@ mod tests {
                 .await
                 .is_err()
         );
+    }
+
+    #[test]
+    fn a_cached_object_keeps_only_the_managed_fields_an_apply_compares() {
+        let entry = |manager: &str, operation: &str, subresource: Option<&str>| {
+            serde_json::from_value::<k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry>(
+                serde_json::json!({
+                    "manager": manager, "operation": operation, "subresource": subresource,
+                    "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}
+                }),
+            )
+            .unwrap()
+        };
+        let ours = entry("quorum-etcd-operator", "Apply", None);
+        let users = entry("kubectl", "Apply", None);
+        let recorded = vec![
+            ours.clone(),
+            entry("kube-controller-manager", "Update", Some("status")),
+            entry("quorum-etcd-operator", "Apply", Some("status")),
+            users.clone(),
+            entry("kubectl-edit", "Update", None),
+        ];
+        let mut applied = ObjectMeta {
+            managed_fields: Some(recorded.clone()),
+            ..ObjectMeta::default()
+        };
+        keep_applied_fields(&mut applied, true);
+        assert_eq!(applied.managed_fields, Some(vec![ours, users]));
+
+        let mut watched_only = ObjectMeta {
+            managed_fields: Some(recorded),
+            ..ObjectMeta::default()
+        };
+        keep_applied_fields(&mut watched_only, false);
+        assert_eq!(watched_only.managed_fields, None);
     }
 }
