@@ -172,6 +172,13 @@ fn check_image(operator: &OperatorPackage, scratch: &Path) -> u64 {
         "runs as the non-root user"
     );
     assert_eq!(config["config"]["Entrypoint"], json!([entrypoint]));
+    let environment = config["config"]["Env"].as_array().cloned().unwrap_or_default();
+    for (name, value) in image::OPERATOR_ENV {
+        assert!(
+            environment.contains(&json!(format!("{name}={value}"))),
+            "the operator's environment sets {name}: {environment:?}"
+        );
+    }
     let labels = &config["config"]["Labels"];
     assert_eq!(
         labels["org.opencontainers.image.title"],
