@@ -168,8 +168,6 @@ pub struct BuiltImage {
     pub binary: PathBuf,
 }
 
-/// Builds `operator`'s image into the OCI layout `layout` (replaced if it is one already),
-/// tagged [`tag`] of the workspace's version.
 /// The environment of an operator's process: glibc's allocator set to hand back what the
 /// operator frees. By default a thread that allocates while another holds the heap gets an
 /// arena of its own (up to eight per core), each keeping what its threads freed; blocks of 128
@@ -188,6 +186,8 @@ pub const OPERATOR_ENV: [(&str, &str); 4] = [
     ("MALLOC_TRIM_THRESHOLD_", "0"),
 ];
 
+/// Builds `operator`'s image into the OCI layout `layout` (replaced if it is one already),
+/// tagged [`tag`] of the workspace's version.
 pub fn build(
     operator: &OperatorPackage,
     layout: &Path,
