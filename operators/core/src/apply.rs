@@ -379,16 +379,13 @@ fn owned_fields<'a, K: Resource>(object: &'a K, manager: &str) -> Option<&'a Fie
         .managed_fields
         .iter()
         .flatten()
-        .find(|entry| is_applied_by(entry, Some(manager)))
+        .find(|entry| entry.manager.as_deref() == Some(manager) && is_apply_of_the_object(entry))
         .and_then(|entry| entry.fields_v1.as_ref())
 }
 
-/// Whether `entry` records an Apply on the object itself (not a subresource), by `manager` if
-/// one is named.
-pub(crate) fn is_applied_by(entry: &ManagedFieldsEntry, manager: Option<&str>) -> bool {
-    manager.is_none_or(|manager| entry.manager.as_deref() == Some(manager))
-        && entry.operation.as_deref() == Some("Apply")
-        && entry.subresource.as_deref().unwrap_or_default().is_empty()
+/// Whether `entry` records an Apply on the object itself, not on a subresource.
+pub(crate) fn is_apply_of_the_object(entry: &ManagedFieldsEntry) -> bool {
+    entry.operation.as_deref() == Some("Apply") && entry.subresource.as_deref().unwrap_or_default().is_empty()
 }
 
 /// A digest of the fields `manager` applied on `object` ([`owned_fields`]).

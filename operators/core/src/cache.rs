@@ -112,7 +112,7 @@ pub struct Cache {
 /// at an Apply of the object itself.
 fn keep_applied_fields(meta: &mut ObjectMeta, applies: bool) {
     match &mut meta.managed_fields {
-        Some(entries) if applies => entries.retain(|entry| crate::apply::is_applied_by(entry, None)),
+        Some(entries) if applies => entries.retain(crate::apply::is_apply_of_the_object),
         fields => *fields = None,
     }
 }
