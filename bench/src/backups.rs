@@ -16,10 +16,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use futures::{FutureExt, StreamExt, TryStreamExt};
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use kube::{
     Api, Client,
-    api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams},
+    api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams},
 };
 use quorum_core::crd::{BackupPhase, BackupRunStatus, BackupSpec};
 use quorum_e2e::{
@@ -56,7 +57,49 @@ pub struct Round {
     pub quorum_seconds: f64,
     /// What Quorum's backup stored.
     pub stored_bytes: u64,
+    /// Where Quorum's time went, from the API server's timestamps; `None` when its Job's pod was
+    /// gone before it could be read.
+    pub quorum_phases: Option<Phases>,
     pub tool_seconds: f64,
+    /// The store's own intake: as many bytes as Quorum's backup stored, uploaded by the same
+    /// sink code from the bench's process, nothing read from a database.
+    pub store_seconds: f64,
+}
+
+/// Where one backup's time went, in whole seconds (the resolution of the API server's
+/// timestamps), each phase from the end of the one before.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Phases {
+    /// From the backup's creation until its Job's pod was created: the operator noticing it,
+    /// recording the run, making the run's service account, Role and Job, and the Job
+    /// controller making the pod.
+    pub until_pod: i64,
+    /// From the pod's creation until its container started: scheduling and starting it.
+    pub pod_start: i64,
+    /// The container's run: connecting, streaming the snapshot to the store, checking it.
+    pub run: i64,
+    /// From the container's end until the backup's status recorded the run.
+    pub recorded: i64,
+}
+
+impl Phases {
+    /// The phases between the four instants, `None` when any is missing.
+    fn between(
+        created: Option<Timestamp>,
+        pod_created: Option<Timestamp>,
+        container: Option<(Timestamp, Timestamp)>,
+        completed: Option<Timestamp>,
+    ) -> Option<Phases> {
+        let seconds = |from: Timestamp, to: Timestamp| to.as_second() - from.as_second();
+        let (started, finished) = container?;
+        let pod_created = pod_created?;
+        Some(Phases {
+            until_pod: seconds(created?, pod_created),
+            pod_start: seconds(pod_created, started),
+            run: seconds(started, finished),
+            recorded: seconds(finished, completed?),
+        })
+    }
 }
 
 /// The backup scenario's result for one engine.
@@ -84,6 +127,11 @@ impl Backups {
     /// The data over the median time the engine's tool took, in MiB/s.
     pub fn tool_mib_per_second(&self) -> f64 {
         self.mib_per_second(self.rounds.iter().map(|round| round.tool_seconds))
+    }
+
+    /// The data over the median time the store took the same bytes from the bench, in MiB/s.
+    pub fn store_mib_per_second(&self) -> f64 {
+        self.mib_per_second(self.rounds.iter().map(|round| round.store_seconds))
     }
 
     /// How much the operator's memory grew while it backed up, in MiB.
@@ -154,7 +202,8 @@ pub async fn measure(
     let mut measured = Vec::with_capacity(rounds);
     let mut member = String::new();
     for round in 0..rounds {
-        let (quorum_seconds, status) = quorum_backup(admin, namespace, engine, &store, round).await?;
+        let (quorum_seconds, status, quorum_phases) =
+            quorum_backup(admin, namespace, engine, &store, round).await?;
         member = status
             .member
             .clone()
@@ -164,15 +213,19 @@ pub async fn measure(
             .as_ref()
             .map_or(0, |snapshot| snapshot.size_bytes.max(0) as u64);
         let tool_seconds = engine_tool(admin, namespace, engine, &member).await?;
+        let store_seconds = store_intake(&store, stored_bytes).await?;
         eprintln!(
-            "[bench] {}: round {round}: Quorum {quorum_seconds:.1} s ({stored_bytes} bytes stored), \
-             the engine's tool {tool_seconds:.1} s, from {member}",
+            "[bench] {}: round {round}: Quorum {quorum_seconds:.1} s ({stored_bytes} bytes stored; \
+             {quorum_phases:?}), the engine's tool {tool_seconds:.1} s, from {member}; the store took \
+             as many bytes in {store_seconds:.1} s",
             engine.name()
         );
         measured.push(Round {
             quorum_seconds,
             stored_bytes,
+            quorum_phases,
             tool_seconds,
+            store_seconds,
         });
     }
     let after = process::read(pid, ticks_per_second)?;
@@ -274,15 +327,15 @@ impl Noise {
     }
 }
 
-/// One backup resource, created and waited for until it succeeded; how long that took, and its
-/// status. The resource and what it stored are deleted after.
+/// One backup resource, created and waited for until it succeeded; how long that took, its
+/// status, and where the time went. The resource and what it stored are deleted after.
 async fn quorum_backup(
     admin: &Client,
     namespace: &str,
     engine: Engine,
     store: &InClusterS3,
     round: usize,
-) -> anyhow::Result<(f64, BackupRunStatus)> {
+) -> anyhow::Result<(f64, BackupRunStatus, Option<Phases>)> {
     let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
         &format!("{}.quorum.dev", engine.name()),
         "v1alpha1",
@@ -300,20 +353,32 @@ async fn quorum_backup(
             verify: false,
         }
     });
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), namespace);
+    // The operator deletes the Job once it recorded the run: its pod is read while it waits.
+    let job_pod: std::sync::Mutex<Option<Pod>> = std::sync::Mutex::new(None);
     let started = Instant::now();
     backups
         .create(&PostParams::default(), &backup)
         .await
         .with_context(|| format!("creating the backup {name}"))?;
-    let status = wait::within(
+    let (status, created) = wait::within(
         &format!("the backup {name} to succeed"),
         BACKUP_TIMEOUT,
         || async {
             let backup = backups.get(&name).await.map_err(|error| error.to_string())?;
             let status: BackupRunStatus =
                 serde_json::from_value(backup.data["status"].clone()).unwrap_or_default();
+            if let (Some(job), None) = (&status.job, &status.completed_at) {
+                let selector = format!("batch.kubernetes.io/job-name={job}");
+                if let Ok(listed) = pods.list(&ListParams::default().labels(&selector)).await
+                    && let Some(pod) = listed.items.into_iter().next()
+                {
+                    *job_pod.lock().expect("not poisoned") = Some(pod);
+                }
+            }
+            let created = backup.metadata.creation_timestamp.map(|time| time.0);
             match status.phase {
-                Some(BackupPhase::Succeeded) => Ok(Ok(status)),
+                Some(BackupPhase::Succeeded) => Ok(Ok((status, created))),
                 Some(BackupPhase::Failed) => Ok(Err(status.message.unwrap_or_default())),
                 phase => Err(format!("{phase:?}")),
             }
@@ -323,12 +388,98 @@ async fn quorum_backup(
     .map_err(anyhow::Error::msg)?
     .map_err(|why| anyhow::anyhow!("the backup {name} failed: {why}"))?;
     let seconds = started.elapsed().as_secs_f64();
+    let phases = job_pod.into_inner().expect("not poisoned").and_then(|pod| {
+        Phases::between(
+            created,
+            pod.metadata.creation_timestamp.as_ref().map(|time| time.0),
+            container_run(&pod),
+            status.completed_at.as_ref().map(|time| time.0),
+        )
+    });
     backups
         .delete(&name, &DeleteParams::default())
         .await
         .with_context(|| format!("deleting the backup {name}"))?;
     store.delete_all(STORE_PREFIX).await;
-    Ok((seconds, status))
+    Ok((seconds, status, phases))
+}
+
+/// When the pod's one container started and ended, once it has.
+fn container_run(pod: &Pod) -> Option<(Timestamp, Timestamp)> {
+    let terminated = pod
+        .status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .first()?
+        .state
+        .as_ref()?
+        .terminated
+        .as_ref()?;
+    Some((terminated.started_at.as_ref()?.0, terminated.finished_at.as_ref()?.0))
+}
+
+/// Uploads `bytes` of generated data to the store through the operators' sink, from the
+/// bench's process; how long that took. What it stored is deleted after.
+async fn store_intake(store: &InClusterS3, bytes: u64) -> anyhow::Result<f64> {
+    const PREFIX: &str = "bench-intake";
+    let sink = store.host_sink(PREFIX);
+    let started = Instant::now();
+    let stored = sink
+        .upload("intake", Generated::new(bytes))
+        .await
+        .context("uploading generated data to the store")?;
+    let seconds = started.elapsed().as_secs_f64();
+    anyhow::ensure!(stored.size == bytes, "the store took {} of {bytes} bytes", stored.size);
+    store.delete_all(PREFIX).await;
+    Ok(seconds)
+}
+
+/// `left` bytes read as one block of xorshift output over and over: the store neither
+/// compresses nor deduplicates, and copying a block keeps the bench's own cost out of the figure.
+struct Generated {
+    left: u64,
+    block: Vec<u8>,
+    offset: usize,
+}
+
+impl Generated {
+    const BLOCK: usize = 1024 * 1024;
+
+    fn new(bytes: u64) -> Self {
+        let mut state: u64 = 0x5eed;
+        let block = (0..Self::BLOCK / 8)
+            .flat_map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state.to_le_bytes()
+            })
+            .collect();
+        Self {
+            left: bytes,
+            block,
+            offset: 0,
+        }
+    }
+}
+
+impl tokio::io::AsyncRead for Generated {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        buffer: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = &mut *self;
+        let room = buffer
+            .remaining()
+            .min(this.block.len() - this.offset)
+            .min(usize::try_from(this.left).unwrap_or(usize::MAX));
+        buffer.put_slice(&this.block[this.offset..this.offset + room]);
+        this.offset = (this.offset + room) % this.block.len();
+        this.left -= room as u64;
+        std::task::Poll::Ready(Ok(()))
+    }
 }
 
 fn backup_kind(engine: Engine) -> &'static str {
@@ -436,17 +587,23 @@ mod tests {
                 Round {
                     quorum_seconds: 2.0,
                     stored_bytes: 1,
+                    quorum_phases: None,
                     tool_seconds: 1.0,
+                    store_seconds: 0.5,
                 },
                 Round {
                     quorum_seconds: 8.0,
                     stored_bytes: 1,
+                    quorum_phases: None,
                     tool_seconds: 4.0,
+                    store_seconds: 2.0,
                 },
                 Round {
                     quorum_seconds: 4.0,
                     stored_bytes: 1,
+                    quorum_phases: None,
                     tool_seconds: 2.0,
+                    store_seconds: 1.0,
                 },
             ],
             operator_rss_before_bytes: 30 * 1024 * 1024,
@@ -455,7 +612,39 @@ mod tests {
         };
         assert_eq!(backups.quorum_mib_per_second(), 16.0);
         assert_eq!(backups.tool_mib_per_second(), 32.0);
+        assert_eq!(backups.store_mib_per_second(), 64.0);
         assert_eq!(backups.operator_rss_growth_mib(), 0.0);
+    }
+
+    #[test]
+    fn phases_run_from_each_instant_to_the_next_and_need_all_of_them() {
+        let at = |second: i64| Timestamp::from_second(second).unwrap();
+        let instants = (Some(at(100)), Some(at(103)), Some((at(105), at(114))), Some(at(116)));
+        assert_eq!(
+            Phases::between(instants.0, instants.1, instants.2, instants.3),
+            Some(Phases {
+                until_pod: 3,
+                pod_start: 2,
+                run: 9,
+                recorded: 2,
+            })
+        );
+        assert_eq!(Phases::between(instants.0, instants.1, None, instants.3), None);
+        assert_eq!(Phases::between(None, instants.1, instants.2, instants.3), None);
+    }
+
+    #[tokio::test]
+    async fn generated_data_is_exactly_as_long_as_asked_and_repeats_only_its_block() {
+        use tokio::io::AsyncReadExt;
+        let length = 2 * Generated::BLOCK + 12_345;
+        let mut read = Vec::new();
+        Generated::new(length as u64).read_to_end(&mut read).await.unwrap();
+        assert_eq!(read.len(), length);
+        let block = &read[..Generated::BLOCK];
+        let distinct: std::collections::BTreeSet<&[u8]> = block.chunks(8).collect();
+        assert_eq!(distinct.len(), Generated::BLOCK / 8, "8-byte words repeat within the block");
+        assert_eq!(&read[Generated::BLOCK..2 * Generated::BLOCK], block);
+        assert_eq!(&read[2 * Generated::BLOCK..], &block[..12_345]);
     }
 
     #[test]

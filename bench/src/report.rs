@@ -359,13 +359,16 @@ pub fn failovers(runs: &[Failovers]) -> Vec<EngineRow> {
         .collect()
 }
 
-/// Per engine: Quorum's backup and the engine's own tool, their ratio (at least 0.9), and how
-/// much the operator's memory grew while it backed up (at most 10 MiB).
+/// Per engine: Quorum's backup and the engine's own tool, their ratio (at least 0.9), the
+/// store's own intake and Quorum's share of it, and how much the operator's memory grew while
+/// it backed up (at most 10 MiB).
 pub fn backups(runs: &[Backups]) -> Vec<EngineRow> {
+    let over = |part: f64, whole: f64| if whole > 0.0 { part / whole } else { 0.0 };
     runs.iter()
         .map(|run| {
             let (quorum, tool) = (run.quorum_mib_per_second(), run.tool_mib_per_second());
-            let ratio = if tool > 0.0 { quorum / tool } else { 0.0 };
+            let store = run.store_mib_per_second();
+            let ratio = over(quorum, tool);
             EngineRow {
                 operator: Contender::Quorum(run.engine).name(),
                 clusters: 1,
@@ -373,6 +376,8 @@ pub fn backups(runs: &[Backups]) -> Vec<EngineRow> {
                     Figure::new("Quorum's backup", "MiB/s", quorum, None, Target::None),
                     Figure::new("the engine's tool", "MiB/s", tool, None, Target::None),
                     Figure::new("Quorum over the tool", "", ratio, None, Target::AtLeast(0.9)),
+                    Figure::new("the store's own intake", "MiB/s", store, None, Target::None),
+                    Figure::new("Quorum over the store's intake", "", over(quorum, store), None, Target::None),
                     Figure::new(
                         "operator memory growth",
                         "MiB",

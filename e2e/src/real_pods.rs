@@ -64,6 +64,21 @@ impl InClusterS3 {
         real_node::thaw_container(&self.pod, "s3");
     }
 
+    /// A backup sink into the store's bucket under `prefix` for the host, through the Service's
+    /// cluster IP: the operators' own upload code, run beside the test.
+    pub fn host_sink(&self, prefix: &str) -> quorum_core::backup::BackupSink {
+        let target = quorum_core::backup::BackupTarget::S3(quorum_core::backup::S3Target {
+            bucket: crate::s3::DEFAULT_BUCKET.to_string(),
+            prefix: Some(prefix.to_string()),
+            endpoint: Some(self.host_endpoint.clone()),
+            region: None,
+            access_key_id: crate::s3::ACCESS_KEY_ID.to_string(),
+            secret_access_key: crate::s3::SECRET_ACCESS_KEY.to_string(),
+            allow_http: true,
+        });
+        quorum_core::backup::BackupSink::new(target).expect("a sink for the in-cluster store")
+    }
+
     /// Deletes every object stored under `prefix` (the store keeps them in memory).
     pub async fn delete_all(&self, prefix: &str) {
         let client = reqwest::Client::new();
