@@ -404,19 +404,10 @@ async fn quorum_backup(
     Ok((seconds, status, phases))
 }
 
-/// When the pod's one container started and ended, once it has.
+/// When the Job pod's container started and ended, once it has.
 fn container_run(pod: &Pod) -> Option<(Timestamp, Timestamp)> {
-    let terminated = pod
-        .status
-        .as_ref()?
-        .container_statuses
-        .as_ref()?
-        .first()?
-        .state
-        .as_ref()?
-        .terminated
-        .as_ref()?;
-    Some((terminated.started_at.as_ref()?.0, terminated.finished_at.as_ref()?.0))
+    let ended = quorum_core::backup::job::run_ended(pod)?;
+    Some((ended.started_at.as_ref()?.0, ended.finished_at.as_ref()?.0))
 }
 
 /// Uploads `bytes` of generated data to the store through the operators' sink, from the
@@ -430,7 +421,11 @@ async fn store_intake(store: &InClusterS3, bytes: u64) -> anyhow::Result<f64> {
         .await
         .context("uploading generated data to the store")?;
     let seconds = started.elapsed().as_secs_f64();
-    anyhow::ensure!(stored.size == bytes, "the store took {} of {bytes} bytes", stored.size);
+    anyhow::ensure!(
+        stored.size == bytes,
+        "the store took {} of {bytes} bytes",
+        stored.size
+    );
     store.delete_all(PREFIX).await;
     Ok(seconds)
 }
@@ -619,7 +614,12 @@ mod tests {
     #[test]
     fn phases_run_from_each_instant_to_the_next_and_need_all_of_them() {
         let at = |second: i64| Timestamp::from_second(second).unwrap();
-        let instants = (Some(at(100)), Some(at(103)), Some((at(105), at(114))), Some(at(116)));
+        let instants = (
+            Some(at(100)),
+            Some(at(103)),
+            Some((at(105), at(114))),
+            Some(at(116)),
+        );
         assert_eq!(
             Phases::between(instants.0, instants.1, instants.2, instants.3),
             Some(Phases {
@@ -638,11 +638,18 @@ mod tests {
         use tokio::io::AsyncReadExt;
         let length = 2 * Generated::BLOCK + 12_345;
         let mut read = Vec::new();
-        Generated::new(length as u64).read_to_end(&mut read).await.unwrap();
+        Generated::new(length as u64)
+            .read_to_end(&mut read)
+            .await
+            .unwrap();
         assert_eq!(read.len(), length);
         let block = &read[..Generated::BLOCK];
         let distinct: std::collections::BTreeSet<&[u8]> = block.chunks(8).collect();
-        assert_eq!(distinct.len(), Generated::BLOCK / 8, "8-byte words repeat within the block");
+        assert_eq!(
+            distinct.len(),
+            Generated::BLOCK / 8,
+            "8-byte words repeat within the block"
+        );
         assert_eq!(&read[Generated::BLOCK..2 * Generated::BLOCK], block);
         assert_eq!(&read[2 * Generated::BLOCK..], &block[..12_345]);
     }

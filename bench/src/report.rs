@@ -377,7 +377,13 @@ pub fn backups(runs: &[Backups]) -> Vec<EngineRow> {
                     Figure::new("the engine's tool", "MiB/s", tool, None, Target::None),
                     Figure::new("Quorum over the tool", "", ratio, None, Target::AtLeast(0.9)),
                     Figure::new("the store's own intake", "MiB/s", store, None, Target::None),
-                    Figure::new("Quorum over the store's intake", "", over(quorum, store), None, Target::None),
+                    Figure::new(
+                        "Quorum over the store's intake",
+                        "",
+                        over(quorum, store),
+                        None,
+                        Target::None,
+                    ),
                     Figure::new(
                         "operator memory growth",
                         "MiB",

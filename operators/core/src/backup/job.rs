@@ -24,7 +24,10 @@ use base64::Engine as _;
 use k8s_openapi::{
     api::{
         batch::v1::{Job, JobSpec},
-        core::v1::{Container, EnvVar, Pod, PodSpec, PodTemplateSpec, ResourceRequirements, ServiceAccount},
+        core::v1::{
+            Container, ContainerStateTerminated, EnvVar, Pod, PodSpec, PodTemplateSpec, ResourceRequirements,
+            ServiceAccount,
+        },
         rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject},
     },
     apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::ObjectMeta},
@@ -386,6 +389,19 @@ pub enum JobState {
     Finished(Result<JobOutcome, String>),
 }
 
+/// How the one container of a backup Job's pod ended, once it has.
+pub fn run_ended(pod: &Pod) -> Option<&ContainerStateTerminated> {
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .first()?
+        .state
+        .as_ref()?
+        .terminated
+        .as_ref()
+}
+
 /// Where `job` stands, from it and its pods: finished once Kubernetes says it succeeded or
 /// failed; the outcome is the termination message of its newest pod that has one. A failed Job
 /// whose pod left no outcome (killed, evicted, out of memory) says what its pod's container
@@ -408,20 +424,7 @@ pub fn job_state(job: Option<&Job>, pods: &[Pod]) -> JobState {
     };
     let mut terminated: Vec<_> = pods
         .iter()
-        .filter_map(|pod| {
-            let created = pod.metadata.creation_timestamp.clone();
-            let state = pod
-                .status
-                .as_ref()?
-                .container_statuses
-                .as_ref()?
-                .first()?
-                .state
-                .as_ref()?
-                .terminated
-                .clone()?;
-            Some((created, state))
-        })
+        .filter_map(|pod| Some((pod.metadata.creation_timestamp.clone(), run_ended(pod)?.clone())))
         .collect();
     terminated.sort_by(|(a, _), (b, _)| a.as_ref().map(|t| t.0).cmp(&b.as_ref().map(|t| t.0)));
     let outcome = match terminated.last() {
