@@ -57,17 +57,18 @@ pub struct Round {
     pub quorum_seconds: f64,
     /// What Quorum's backup stored.
     pub stored_bytes: u64,
-    /// Where Quorum's time went, from the API server's timestamps; `None` when its Job's pod was
-    /// gone before it could be read.
+    /// Where Quorum's time went; `None` when its Job's pod was never seen ended (the operator
+    /// deletes the Job once it has recorded the run).
     pub quorum_phases: Option<Phases>,
     pub tool_seconds: f64,
-    /// The store's own intake: as many bytes as Quorum's backup stored, uploaded by the same
-    /// sink code from the bench's process, nothing read from a database.
+    /// The store taking as many bytes as Quorum's backup stored, uploaded by the same sink code
+    /// from the bench's process (a debug build), nothing read from a database.
     pub store_seconds: f64,
 }
 
-/// Where one backup's time went, in whole seconds (the resolution of the API server's
-/// timestamps), each phase from the end of the one before.
+/// Where one backup's time went, in whole seconds (the resolution of the timestamps: the API
+/// server's for creations, the kubelet's for the container, the operator's for the record),
+/// each phase from the end of the one before.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Phases {
     /// From the backup's creation until its Job's pod was created: the operator noticing it,
@@ -78,7 +79,7 @@ pub struct Phases {
     pub pod_start: i64,
     /// The container's run: connecting, streaming the snapshot to the store, checking it.
     pub run: i64,
-    /// From the container's end until the backup's status recorded the run.
+    /// From the container's end until the operator began recording the run (`completedAt`).
     pub recorded: i64,
 }
 
@@ -354,8 +355,28 @@ async fn quorum_backup(
         }
     });
     let pods: Api<Pod> = Api::namespaced(admin.clone(), namespace);
-    // The operator deletes the Job once it recorded the run: its pod is read while it waits.
+    // The operator deletes the Job once it has recorded the run: its pod is read while the bench
+    // waits, until it is seen ended.
     let job_pod: std::sync::Mutex<Option<Pod>> = std::sync::Mutex::new(None);
+    let read_job_pod = |job: Option<String>| {
+        let (pods, job_pod) = (&pods, &job_pod);
+        async move {
+            let seen_ended = job_pod
+                .lock()
+                .expect("not poisoned")
+                .as_ref()
+                .is_some_and(|pod| container_run(pod).is_some());
+            let Some(job) = job.filter(|_| !seen_ended) else {
+                return;
+            };
+            let selector = format!("batch.kubernetes.io/job-name={job}");
+            if let Ok(listed) = pods.list(&ListParams::default().labels(&selector)).await
+                && let Some(pod) = listed.items.into_iter().next()
+            {
+                *job_pod.lock().expect("not poisoned") = Some(pod);
+            }
+        }
+    };
     let started = Instant::now();
     backups
         .create(&PostParams::default(), &backup)
@@ -368,14 +389,7 @@ async fn quorum_backup(
             let backup = backups.get(&name).await.map_err(|error| error.to_string())?;
             let status: BackupRunStatus =
                 serde_json::from_value(backup.data["status"].clone()).unwrap_or_default();
-            if let (Some(job), None) = (&status.job, &status.completed_at) {
-                let selector = format!("batch.kubernetes.io/job-name={job}");
-                if let Ok(listed) = pods.list(&ListParams::default().labels(&selector)).await
-                    && let Some(pod) = listed.items.into_iter().next()
-                {
-                    *job_pod.lock().expect("not poisoned") = Some(pod);
-                }
-            }
+            read_job_pod(status.job.clone()).await;
             let created = backup.metadata.creation_timestamp.map(|time| time.0);
             match status.phase {
                 Some(BackupPhase::Succeeded) => Ok(Ok((status, created))),
@@ -388,6 +402,9 @@ async fn quorum_backup(
     .map_err(anyhow::Error::msg)?
     .map_err(|why| anyhow::anyhow!("the backup {name} failed: {why}"))?;
     let seconds = started.elapsed().as_secs_f64();
+    // The run may have ended and been recorded between two reads: the Job is deleted only after
+    // its run is recorded, so its pod is usually still there.
+    read_job_pod(status.job.clone()).await;
     let phases = job_pod.into_inner().expect("not poisoned").and_then(|pod| {
         Phases::between(
             created,
@@ -406,7 +423,7 @@ async fn quorum_backup(
 
 /// When the Job pod's container started and ended, once it has.
 fn container_run(pod: &Pod) -> Option<(Timestamp, Timestamp)> {
-    let ended = quorum_core::backup::job::run_ended(pod)?;
+    let ended = quorum_core::backup::job::terminated_container(pod)?;
     Some((ended.started_at.as_ref()?.0, ended.finished_at.as_ref()?.0))
 }
 
@@ -431,7 +448,7 @@ async fn store_intake(store: &InClusterS3, bytes: u64) -> anyhow::Result<f64> {
 }
 
 /// `left` bytes read as one block of xorshift output over and over: the store neither
-/// compresses nor deduplicates, and copying a block keeps the bench's own cost out of the figure.
+/// compresses nor deduplicates, and copying a block keeps making the data out of the figure.
 struct Generated {
     left: u64,
     block: Vec<u8>,

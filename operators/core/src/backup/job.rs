@@ -390,7 +390,7 @@ pub enum JobState {
 }
 
 /// How the one container of a backup Job's pod ended, once it has.
-pub fn run_ended(pod: &Pod) -> Option<&ContainerStateTerminated> {
+pub fn terminated_container(pod: &Pod) -> Option<&ContainerStateTerminated> {
     pod.status
         .as_ref()?
         .container_statuses
@@ -424,7 +424,12 @@ pub fn job_state(job: Option<&Job>, pods: &[Pod]) -> JobState {
     };
     let mut terminated: Vec<_> = pods
         .iter()
-        .filter_map(|pod| Some((pod.metadata.creation_timestamp.clone(), run_ended(pod)?.clone())))
+        .filter_map(|pod| {
+            Some((
+                pod.metadata.creation_timestamp.clone(),
+                terminated_container(pod)?.clone(),
+            ))
+        })
         .collect();
     terminated.sort_by(|(a, _), (b, _)| a.as_ref().map(|t| t.0).cmp(&b.as_ref().map(|t| t.0)));
     let outcome = match terminated.last() {
